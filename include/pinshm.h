@@ -1,0 +1,315 @@
+/*
+ * pinshm.h - the public C API of libpinshm.
+ *
+ * pinshm carries messages between the processes of one machine through
+ * channels: shared-memory segments that hold lock-free rings.  A channel is
+ * either a QUEUE (many producers, one or more consumers; each message goes to
+ * one consumer, in order per producer) or a TOPIC (publish/subscribe; each
+ * message goes to every subscriber that had joined when it was published).
+ *
+ * Errors: every call that can fail returns 0 (or a count) on success and a
+ * negative errno value on failure; pinshm_strerror() names it and
+ * pinshm_channel_error() says why a call on a channel failed.
+ *
+ * Thread safety: a pinshm_channel_t is one endpoint of a channel and is used
+ * by one thread at a time; calls on the same handle must not overlap.  Two
+ * handles, even of the same channel in the same process, are independent
+ * endpoints and may be used from different threads at once.
+ *
+ * fork(): a child inherits the mappings but not the endpoints: it must not
+ * use a handle its parent attached (the endpoint belongs to the parent).  It
+ * attaches its own from the descriptor, or closes the inherited one with
+ * pinshm_channel_forget(), which unmaps without touching the shared state.
+ *
+ * Trust: the segment is shared with other processes, which may write anything
+ * into it.  Every index and length read from it is checked before use; a
+ * channel whose shared state is found inconsistent returns -EBADMSG from then
+ * on, and never makes the caller crash, touch memory outside the segment or
+ * wait without bound.
+ */
+#ifndef PINSHM_H
+#define PINSHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(PINSHM_BUILDING)
+#define PINSHM_EXPORT __attribute__((visibility("default")))
+#else
+#define PINSHM_EXPORT
+#endif
+
+/*
+ * Versions.  They change independently:
+ * - the library version follows the API (major: incompatible change);
+ * - the layout version changes whenever the shared segment layout or the
+ *   record format changes: processes of different layout versions cannot
+ *   share a channel, and attaching such a channel fails with -EPROTO.
+ */
+#define PINSHM_VERSION_MAJOR 0
+#define PINSHM_VERSION_MINOR 1
+#define PINSHM_VERSION_PATCH 0
+#define PINSHM_LAYOUT_VERSION 1
+
+/** @return the library version as "MAJOR.MINOR.PATCH". */
+PINSHM_EXPORT const char *pinshm_version(void);
+
+/** @return a static description of a negative errno value returned by pinshm. */
+PINSHM_EXPORT const char *pinshm_strerror(int err);
+
+/* Timeouts, in milliseconds, for every call that may wait. */
+#define PINSHM_NONBLOCK 0   /* never wait: -EAGAIN when the call would block */
+#define PINSHM_FOREVER (-1) /* wait until the call can complete */
+
+typedef enum pinshm_kind {
+	PINSHM_QUEUE = 1,
+	PINSHM_TOPIC = 2,
+} pinshm_kind_t;
+
+typedef enum pinshm_role {
+	PINSHM_PRODUCER = 1, /* sends; publishes on a topic */
+	PINSHM_CONSUMER = 2, /* receives; subscribes on a topic */
+} pinshm_role_t;
+
+/* Channel flags. */
+#define PINSHM_OVERRUN 0x1u /* topic: never wait for slow subscribers; they count what they lost */
+
+/* Limits of a channel's geometry. */
+#define PINSHM_MIN_CAPACITY 4096u
+#define PINSHM_MAX_CAPACITY (1ull << 32)
+#define PINSHM_MAX_PRODUCERS 256u
+#define PINSHM_MAX_CONSUMERS 64u
+
+/**
+ * The geometry and kind of a channel, fixed when its segment is formatted.
+ * Initialise with pinshm_channel_attr_init() and change what you need.
+ */
+typedef struct pinshm_channel_attr {
+	uint32_t kind;          /* PINSHM_QUEUE (default) or PINSHM_TOPIC */
+	uint32_t flags;         /* PINSHM_OVERRUN (topics only) or 0 */
+	uint64_t capacity;      /* ring bytes per producer: a power of two, default 1 MiB */
+	uint32_t max_message;   /* largest payload, at most capacity / 2 - 32; 0 (default): that maximum */
+	uint32_t max_producers; /* producers attached at once, 1..PINSHM_MAX_PRODUCERS (default 4) */
+	uint32_t max_consumers; /* consumers attached at once, 1..PINSHM_MAX_CONSUMERS (default 1) */
+} pinshm_channel_attr_t;
+
+/** Set @p attr to the defaults: a queue, 1 MiB per producer, 4 producers, 1 consumer. */
+PINSHM_EXPORT void pinshm_channel_attr_init(pinshm_channel_attr_t *attr);
+
+/**
+ * Compute the segment size that a channel of geometry @p attr needs.
+ * @return 0, or -EINVAL if @p attr is out of range (capacity not a power of
+ *         two or out of limits, max_message too large, counts out of range).
+ */
+PINSHM_EXPORT int pinshm_segment_size(const pinshm_channel_attr_t *attr, size_t *size);
+
+/**
+ * Format @p size bytes at @p base (zeroed, page-aligned memory, shared with
+ * the channel's users) as an empty channel.  The daemon formats the segments
+ * it hands out; a test or a program that shares memory by itself may too.
+ * @return 0, -EINVAL for a bad @p attr, -ENOSPC if @p size is too small.
+ */
+PINSHM_EXPORT int pinshm_segment_format(void *base, size_t size, const pinshm_channel_attr_t *attr);
+
+/**
+ * Create an anonymous channel segment in this process (memfd, sealed against
+ * resizing, not pinned and not known to any daemon) and format it.  Share the
+ * descriptor with fork() or SCM_RIGHTS, then attach to it.
+ * @param fd  set to a new close-on-exec descriptor, owned by the caller.
+ * @return 0, -EINVAL for a bad @p attr, or the errno of memfd_create/ftruncate.
+ */
+PINSHM_EXPORT int pinshm_segment_create(const pinshm_channel_attr_t *attr, int *fd);
+
+typedef struct pinshm_channel pinshm_channel_t;
+
+/**
+ * Attach to the channel in segment @p fd as a producer or a consumer: map it,
+ * check its header against the descriptor's size, and take a free endpoint.
+ * The descriptor is not kept; the caller may close it.
+ * @return 0, -EPROTO (not a pinshm segment or another layout version),
+ *         -EBADMSG (inconsistent header), -EBUSY (every endpoint of that
+ *         role is taken), -ENOMEM, or the errno of fstat/mmap.
+ */
+PINSHM_EXPORT int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_channel_t **out);
+
+/**
+ * Leave the channel: a pending reservation is dropped, messages received in
+ * place and not released are released, the endpoint is marked closed and
+ * the segment unmapped.  Peers waiting on this endpoint are woken.
+ * @return 0 (the handle is freed in every case).
+ */
+PINSHM_EXPORT int pinshm_channel_close(pinshm_channel_t *ch);
+
+/** Unmap and free a handle inherited across fork() without touching the channel. */
+PINSHM_EXPORT void pinshm_channel_forget(pinshm_channel_t *ch);
+
+/** @return the last error's detail ("why") on this handle, or "" if none. */
+PINSHM_EXPORT const char *pinshm_channel_error(const pinshm_channel_t *ch);
+
+/** @return this handle's endpoint number in the channel (0..producers+consumers-1). */
+PINSHM_EXPORT unsigned pinshm_channel_endpoint(const pinshm_channel_t *ch);
+
+/**
+ * Spin budget of blocking calls on this handle: a call that must wait polls
+ * for about @p spin_ns nanoseconds, then yields, then sleeps on a futex
+ * (each sleep bounded, so a corrupted wake-up flag costs at most a delay).
+ * Default 20000 ns; 0 sleeps at once.
+ */
+PINSHM_EXPORT void pinshm_channel_set_spin(pinshm_channel_t *ch, uint64_t spin_ns);
+
+/* ---- sending ---------------------------------------------------------- */
+
+/**
+ * Copy @p len bytes from @p buf into the channel as one message (len may be 0).
+ * Waits for space up to @p timeout_ms (PINSHM_NONBLOCK, PINSHM_FOREVER or ms).
+ * @return 0; -EMSGSIZE if len > max_message; -EAGAIN (non-blocking) or
+ *         -ETIMEDOUT when there was no space; -EPIPE when every consumer of a
+ *         queue is gone; -EBADMSG on a corrupt channel; -EINVAL if a
+ *         reservation is pending or the handle is not a producer.
+ */
+PINSHM_EXPORT int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_ms);
+
+/**
+ * Send @p count messages, each an iovec, with one wake-up check for all.
+ * Waits for space as pinshm_send() does.
+ * @return the number of messages sent (1..count), or a negative errno if
+ *         none was (as pinshm_send()).  Messages are sent in order; after a
+ *         partial send the rest were not sent.
+ */
+PINSHM_EXPORT int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned count,
+				    int timeout_ms);
+
+/* Flags of pinshm_commit(). */
+#define PINSHM_MORE 0x1u /* more commits follow at once: defer waking receivers to the next commit */
+
+/**
+ * Reserve room for a message of up to @p len bytes and return where to write
+ * it in place (*buf is 16-byte aligned).  Nothing is visible to consumers
+ * until pinshm_commit().  One reservation at a time per handle.
+ * @return as pinshm_send().
+ */
+PINSHM_EXPORT int pinshm_reserve(pinshm_channel_t *ch, size_t len, void **buf, int timeout_ms);
+
+/**
+ * Publish the pending reservation as a message of @p len bytes
+ * (len <= the reserved length).  With PINSHM_MORE the receivers are not
+ * woken until a later commit or send without it (batching).
+ * @return 0, or -EINVAL if nothing is reserved or @p len is too large.
+ */
+PINSHM_EXPORT int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags);
+
+/** Drop the pending reservation (nothing is published). @return 0 or -EINVAL. */
+PINSHM_EXPORT int pinshm_abort(pinshm_channel_t *ch);
+
+/** Wake receivers for messages committed with PINSHM_MORE. @return 0. */
+PINSHM_EXPORT int pinshm_flush(pinshm_channel_t *ch);
+
+/* ---- receiving -------------------------------------------------------- */
+
+/** A message received in place; valid until released. */
+typedef struct pinshm_msg {
+	const void *data; /* the payload, in the segment, 16-byte aligned */
+	size_t len;       /* its length in bytes */
+	uint64_t lost;    /* topic: messages of this producer lost before this one (overrun) */
+	uint64_t priv[2]; /* private to the library */
+} pinshm_msg_t;
+
+/**
+ * Copy the next message into @p buf.
+ * @param len  set to the message length (also on -EMSGSIZE).
+ * @return 0; -EMSGSIZE if the message is longer than @p cap (it stays in the
+ *         channel, *len says how much room it needs); -EAGAIN/-ETIMEDOUT if
+ *         none came; -EPIPE if the channel is empty and every producer is
+ *         gone; -EBADMSG on a corrupt channel; -EINVAL if not a consumer.
+ *         On an overrun topic, -ESTALE if the message was overwritten while
+ *         being copied (it counts as lost; call again).
+ */
+PINSHM_EXPORT int pinshm_recv(pinshm_channel_t *ch, void *buf, size_t cap, size_t *len, int timeout_ms);
+
+/**
+ * Receive the next message in place.  Release messages in the order received
+ * (releasing one also releases those received before it on this handle); at
+ * most 64 may be held at once.  On an overrun topic the payload may be
+ * overwritten while held: pinshm_release() then says so.
+ * @return 0, or as pinshm_recv() (-ENOBUFS when 64 are already held).
+ */
+PINSHM_EXPORT int pinshm_recv_inplace(pinshm_channel_t *ch, pinshm_msg_t *msg, int timeout_ms);
+
+/**
+ * Receive up to @p max messages in place, waiting only for the first.
+ * @return the number received (>= 1), or a negative errno as pinshm_recv_inplace().
+ */
+PINSHM_EXPORT int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, unsigned max, int timeout_ms);
+
+/**
+ * Release @p msg (and every message received in place before it) so that
+ * its room can be reused.
+ * @return 0; -EINVAL if @p msg is not held by this handle; -ESTALE on an
+ *         overrun topic if it was overwritten while held.
+ */
+PINSHM_EXPORT int pinshm_release(pinshm_channel_t *ch, const pinshm_msg_t *msg);
+
+/* ---- event loops ------------------------------------------------------ */
+
+/**
+ * Give this consumer handle an eventfd (EFD_NONBLOCK advised) that producers
+ * write to when a message arrives while the consumer is armed.  The caller
+ * keeps ownership of @p efd.  Producers learn it with pinshm_channel_set_peer_fd()
+ * (the daemon passes it over its socket).  @return 0 or -EINVAL.
+ */
+PINSHM_EXPORT int pinshm_channel_set_notify_fd(pinshm_channel_t *ch, int efd);
+
+/**
+ * Tell producer handle @p ch the eventfd of consumer endpoint @p endpoint, so
+ * that it can wake it.  @p efd -1 forgets it.  The caller keeps ownership.
+ * @return 0 or -EINVAL.
+ */
+PINSHM_EXPORT int pinshm_channel_set_peer_fd(pinshm_channel_t *ch, unsigned endpoint, int efd);
+
+/**
+ * Arm the notify eventfd before sleeping in poll/epoll on it.
+ * @return 0: armed, safe to sleep; -EAGAIN: a message is ready (do not
+ *         sleep, receive it); -EPIPE: empty and every producer is gone.
+ * The next receive call on the handle disarms it.  After the eventfd becomes
+ * readable, read() it to clear it, then receive with PINSHM_NONBLOCK until
+ * -EAGAIN, then arm again.
+ */
+PINSHM_EXPORT int pinshm_channel_arm(pinshm_channel_t *ch);
+
+/* ---- repair (for the daemon) ------------------------------------------ */
+
+/**
+ * Repair the channel formatted at @p base after the process that held
+ * endpoint @p endpoint died: its uncommitted reservation is discarded, the
+ * messages it held in place are delivered again to the other consumers
+ * (at-least-once), the endpoint is marked dead and every waiter is woken, so
+ * that peers left without a counterpart get -EPIPE.  Safe while other
+ * endpoints keep using the channel.  @p size is the mapping's true size.
+ * @return 0, -EINVAL (bad endpoint, or it is not in use), -EPROTO/-EBADMSG
+ *         (not a valid channel).
+ */
+PINSHM_EXPORT int pinshm_segment_reap(void *base, size_t size, unsigned endpoint);
+
+/** Counters of a channel, read from one handle's view. */
+typedef struct pinshm_channel_info {
+	uint32_t kind, flags;
+	uint64_t capacity;
+	uint32_t max_message, max_producers, max_consumers;
+	uint32_t producers, consumers; /* endpoints attached now */
+	uint64_t segment_size;
+	uint64_t lost; /* messages this handle lost to overruns */
+} pinshm_channel_info_t;
+
+/** Fill @p info. @return 0 or -EBADMSG. */
+PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_t *info);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PINSHM_H */

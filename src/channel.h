@@ -1,0 +1,93 @@
+/*
+ * channel.h - a process's handle on one endpoint of a channel (private).
+ *
+ * Everything here is process-local: the geometry copied and checked at
+ * attach, the producer's own tail, the consumer's own read cursors.  Shared
+ * state is reached only through the pointers computed from that geometry.
+ */
+#ifndef PINSHM_CHANNEL_H
+#define PINSHM_CHANNEL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+#include "layout.h"
+#include "pinshm.h"
+
+#define PINSHM_MAX_HELD 64u
+#define PINSHM_DEFAULT_SPIN_NS 20000u
+#define SEQ_KNOWN (1ull << 32)
+
+/* How a consumer takes records. */
+enum consume_mode {
+	CONSUME_SEQUENTIAL, /* topic subscriber, or the only consumer of a queue */
+	CONSUME_SHARED,     /* one of several consumers of a queue: records are claimed */
+};
+
+/* A record received in place and not yet released. */
+struct held_record {
+	uint32_t lane;
+	uint64_t pos; /* where the record starts */
+	uint64_t end; /* where the next one starts */
+};
+
+struct pinshm_channel {
+	uint8_t *base;
+	size_t map_size;
+	struct seg_geometry g;
+	struct seg_header *hdr;
+	struct endpoint *ep;
+	unsigned endpoint;
+	pinshm_role_t role;
+	bool broken;     /* shared state found inconsistent: -EBADMSG from now on */
+	uint64_t spin_ns;
+	char error[160];
+
+	/* Producer. */
+	struct lane_header *lane;
+	uint8_t *ring;
+	uint64_t tail;        /* end of what this producer committed (or reserved) */
+	uint64_t limit;       /* cached: may write below this position without looking */
+	uint32_t seq;         /* next record's message number */
+	bool reserved;        /* a reservation is pending */
+	uint64_t resv_pos;    /* its record's position (after any padding) */
+	uint64_t resv_len;    /* its reserved payload length */
+	uint64_t resv_start;  /* where it begins, padding included */
+	bool wake_pending;    /* committed with PINSHM_MORE */
+	int *peer_fds;        /* eventfd of each consumer endpoint, or -1 */
+
+	/* Both: whether every peer has left, as of endpoint_changes == gone_changes. */
+	bool gone;
+	uint32_t gone_changes;
+
+	/* Consumer. */
+	enum consume_mode mode;
+	unsigned next_lane;   /* round-robin start */
+	uint64_t *cursor;     /* sequential: next position to read, per lane */
+	uint64_t *expect_seq; /* topic: next message number expected per lane, | SEQ_KNOWN once seen */
+	uint32_t rescan_changes; /* shared: endpoint_changes when lanes were last scanned from free */
+	struct held_record held[PINSHM_MAX_HELD];
+	unsigned held_first, held_count;
+	int notify_fd;
+	bool armed;
+	uint64_t lost;
+};
+
+/* channel.c */
+int seg_geometry_compute(const pinshm_channel_attr_t *attr, struct seg_geometry *g);
+int seg_geometry_read(const void *base, size_t size, struct seg_geometry *g);
+struct lane_header *seg_lane(const struct seg_geometry *g, void *base, unsigned lane);
+uint8_t *seg_ring(const struct seg_geometry *g, void *base, unsigned lane);
+struct endpoint *seg_endpoint(const struct seg_geometry *g, void *base, unsigned endpoint);
+_Atomic uint64_t *seg_cursor(const struct seg_geometry *g, void *base, unsigned consumer, unsigned lane);
+bool channel_peers_gone(pinshm_channel_t *ch);
+int channel_fail(pinshm_channel_t *ch, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ring.c */
+void producer_recover_tail(pinshm_channel_t *ch);
+void consumer_start(pinshm_channel_t *ch);
+void consumer_release_all(pinshm_channel_t *ch);
+int consumer_has_message(pinshm_channel_t *ch);
+int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner);
+
+#endif /* PINSHM_CHANNEL_H */

@@ -1,0 +1,775 @@
+/*
+ * ring.c - the data path: records into and out of the lanes of a channel.
+ *
+ * Memory ordering, edge by edge:
+ * - producer -> consumer: payload, len and seq are written first, the
+ *   record's commit word last with a release store; a consumer's acquire
+ *   load of the commit word makes them visible.
+ * - consumer -> producer: a consumer that is done with records publishes a
+ *   position (lane free index, or its topic cursor) with a release store,
+ *   or, sharing a queue, advances `free` with seq_cst CAS; the producer's
+ *   acquire load of it means no consumer still reads what it overwrites.
+ * - sleepers: see wait.h (seq_cst fence on the waking side).
+ *
+ * Every value read from the segment is checked before it is used to
+ * address memory: records must lie inside the ring, lengths within
+ * max_message, positions within one capacity of each other.  A violation
+ * makes the handle fail with -EBADMSG.
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "channel.h"
+#include "wait.h"
+
+#define HEADROOM PINSHM_RECORD_HEADER
+
+static inline struct record_header *rec_at(uint8_t *ring, uint64_t capacity, uint64_t pos)
+{
+	return (struct record_header *)(ring + (pos & (capacity - 1)));
+}
+
+static inline uint8_t *lane_ring(pinshm_channel_t *ch, unsigned lane) { return seg_ring(&ch->g, ch->base, lane); }
+static inline struct lane_header *lane_hdr(pinshm_channel_t *ch, unsigned lane) { return seg_lane(&ch->g, ch->base, lane); }
+static inline bool is_overrun(const pinshm_channel_t *ch) { return ch->g.flags & PINSHM_OVERRUN; }
+
+/*
+ * The size a ready record at @p pos takes, from its state word @p word and
+ * length @p len, or 0 if they are impossible.  Padding runs exactly to the
+ * end of the ring; a message fits before it and respects max_message.
+ */
+static uint64_t rec_extent(const struct seg_geometry *g, uint64_t word, uint64_t pos, uint32_t len)
+{
+	uint64_t off = pos & (g->capacity - 1);
+
+	if (rec_state(word) == REC_PADDING)
+		return off + PINSHM_RECORD_HEADER + len == g->capacity ? g->capacity - off : 0;
+	if (len > g->max_message || off + rec_size(len) > g->capacity)
+		return 0;
+	return rec_size(len);
+}
+
+/* ---- producer ------------------------------------------------------------ */
+
+/* A producer takes over a lane: find the true tail, past any record its
+ * predecessor committed without publishing the tail. */
+void producer_recover_tail(pinshm_channel_t *ch)
+{
+	uint64_t cap = ch->g.capacity;
+	uint64_t pos = atomic_load_explicit(&ch->lane->tail, memory_order_acquire);
+	uint64_t seq = atomic_load_explicit(&ch->lane->messages, memory_order_relaxed);
+
+	for (uint64_t scanned = 0; scanned < cap;) {
+		struct record_header *rec = rec_at(ch->ring, cap, pos);
+		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
+		if (!rec_ready(word, pos))
+			break;
+		uint32_t len = atomic_load_explicit(&rec->len, memory_order_relaxed);
+		uint64_t size = rec_extent(&ch->g, word, pos, len);
+		if (size == 0)
+			break;
+		if (rec_state(word) != REC_PADDING)
+			seq = atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1;
+		pos += size;
+		scanned += size;
+	}
+	ch->tail = pos;
+	ch->seq = (uint32_t)seq;
+	ch->limit = 0;
+	atomic_store_explicit(&ch->lane->tail, pos, memory_order_release);
+	atomic_store_explicit(&ch->lane->reserve, pos, memory_order_relaxed);
+	atomic_store_explicit(&ch->lane->messages, ch->seq, memory_order_relaxed);
+}
+
+/* How far this producer may write: everything below `limit` is free. */
+static int producer_refresh_limit(pinshm_channel_t *ch)
+{
+	uint64_t cap = ch->g.capacity, tail = ch->tail;
+
+	if (ch->g.kind == PINSHM_QUEUE) {
+		uint64_t free = atomic_load_explicit(&ch->lane->free, memory_order_acquire);
+		if (free > tail || tail - free > cap)
+			return channel_fail(ch, -EBADMSG, "lane %u: free index %llu outside the ring (tail %llu)",
+					    ch->endpoint, (unsigned long long)free, (unsigned long long)tail);
+		ch->limit = free + cap;
+		return 0;
+	}
+	if (is_overrun(ch)) {
+		ch->limit = tail + cap;
+		return 0;
+	}
+	/* Back-pressure topic: the slowest subscriber sets the limit.  The
+	 * fence pairs with the one in consumer_start(): a subscriber we do not
+	 * see as active yet will start at a tail no older than ours. */
+	atomic_thread_fence(memory_order_seq_cst);
+	uint64_t limit = tail + cap;
+	unsigned first = ch->g.max_producers;
+	for (unsigned c = 0; c < ch->g.max_consumers; c++) {
+		struct endpoint *ep = seg_endpoint(&ch->g, ch->base, first + c);
+		if (atomic_load_explicit(&ep->state, memory_order_acquire) != EP_ACTIVE)
+			continue;
+		uint64_t cursor = atomic_load_explicit(seg_cursor(&ch->g, ch->base, c, ch->endpoint),
+						       memory_order_acquire);
+		if (cursor == TOPIC_CURSOR_UNSET) {
+			if (ch->limit < limit)
+				limit = ch->limit;
+			continue;
+		}
+		if (cursor > tail || tail - cursor > cap)
+			return channel_fail(ch, -EBADMSG, "subscriber %u: cursor %llu outside the ring (tail %llu)",
+					    c, (unsigned long long)cursor, (unsigned long long)tail);
+		if (cursor + cap < limit)
+			limit = cursor + cap;
+	}
+	ch->limit = limit;
+	return 0;
+}
+
+/* Wake consumers asleep on the futex or armed on an eventfd. */
+static void producer_wake(pinshm_channel_t *ch)
+{
+	ch->wake_pending = false;
+	if (!wait_has_sleepers(&ch->hdr->data))
+		return;
+	wait_wake_all(&ch->hdr->data);
+	for (unsigned c = 0; c < ch->g.max_consumers; c++) {
+		if (ch->peer_fds[c] < 0)
+			continue;
+		struct endpoint *ep = seg_endpoint(&ch->g, ch->base, ch->g.max_producers + c);
+		if (atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel)) {
+			uint64_t one = 1;
+			ssize_t n = write(ch->peer_fds[c], &one, sizeof(one));
+			(void)n; /* a full eventfd is already readable */
+		}
+	}
+}
+
+struct reserve_args {
+	pinshm_channel_t *ch;
+	size_t len;
+};
+
+/* Reserve room for a record of @p len bytes without waiting. */
+static int reserve_attempt(void *arg)
+{
+	struct reserve_args *a = arg;
+	pinshm_channel_t *ch = a->ch;
+	uint64_t cap = ch->g.capacity;
+	uint64_t size = rec_size(a->len);
+	uint64_t to_end = cap - (ch->tail & (cap - 1));
+	uint64_t pad = size > to_end ? to_end : 0;
+	uint64_t need = ch->tail + pad + size + HEADROOM;
+
+	if (ch->broken)
+		return -EBADMSG;
+	if (need > ch->limit) {
+		int rc = producer_refresh_limit(ch);
+		if (rc != 0)
+			return rc;
+		if (need > ch->limit) {
+			if (ch->g.kind == PINSHM_QUEUE && channel_peers_gone(ch))
+				return channel_fail(ch, -EPIPE, "every consumer has left the queue");
+			return -EAGAIN;
+		}
+	}
+	if (is_overrun(ch)) {
+		/* Seqlock-style: announce the bytes about to be overwritten
+		 * before writing them; subscribers check it after reading. */
+		atomic_store_explicit(&ch->lane->reserve, need, memory_order_relaxed);
+		atomic_thread_fence(memory_order_release);
+	}
+	ch->resv_start = ch->tail;
+	ch->resv_pos = ch->tail + pad;
+	ch->resv_len = a->len;
+	ch->reserved = true;
+	return 0;
+}
+
+static int reserve(pinshm_channel_t *ch, size_t len, int timeout_ms)
+{
+	struct reserve_args args = { ch, len };
+	int rc;
+
+	if (ch->role != PINSHM_PRODUCER || ch->reserved)
+		return channel_fail(ch, -EINVAL, ch->reserved ? "a reservation is pending" : "not a producer");
+	if (len > ch->g.max_message)
+		return channel_fail(ch, -EMSGSIZE, "%zu bytes exceed the channel's maximum of %u", len,
+				    ch->g.max_message);
+	rc = reserve_attempt(&args);
+	if (rc != -EAGAIN || timeout_ms == PINSHM_NONBLOCK)
+		return rc;
+	if (ch->wake_pending)
+		producer_wake(ch); /* never sleep on messages the consumers were not told of */
+	return wait_for(&ch->hdr->space, reserve_attempt, &args, timeout_ms, ch->spin_ns);
+}
+
+static inline void *reserved_payload(pinshm_channel_t *ch)
+{
+	return (uint8_t *)rec_at(ch->ring, ch->g.capacity, ch->resv_pos) + PINSHM_RECORD_HEADER;
+}
+
+/* Publish the pending reservation as a record of @p len bytes. */
+static void commit_reserved(pinshm_channel_t *ch, size_t len)
+{
+	uint64_t cap = ch->g.capacity;
+	struct record_header *rec = rec_at(ch->ring, cap, ch->resv_pos);
+	uint64_t end = ch->resv_pos + rec_size(len);
+
+	atomic_store_explicit(&rec->len, (uint32_t)len, memory_order_relaxed);
+	atomic_store_explicit(&rec->seq, ch->seq++, memory_order_relaxed);
+	/* The next record's word, zeroed before this one is published: what a
+	 * consumer polls next is never a stale word of an earlier lap. */
+	atomic_store_explicit(&rec_at(ch->ring, cap, end)->commit, 0, memory_order_relaxed);
+	atomic_store_explicit(&rec->commit, rec_word(ch->resv_pos, 0, REC_COMMITTED), memory_order_release);
+	if (ch->resv_pos != ch->resv_start) {
+		struct record_header *pad = rec_at(ch->ring, cap, ch->resv_start);
+		atomic_store_explicit(&pad->len, (uint32_t)(ch->resv_pos - ch->resv_start - PINSHM_RECORD_HEADER),
+				      memory_order_relaxed);
+		atomic_store_explicit(&pad->commit, rec_word(ch->resv_start, 0, REC_PADDING), memory_order_release);
+	}
+	ch->tail = end;
+	ch->reserved = false;
+	atomic_store_explicit(&ch->lane->tail, end, memory_order_release);
+	atomic_store_explicit(&ch->lane->messages, ch->seq, memory_order_relaxed);
+}
+
+int pinshm_reserve(pinshm_channel_t *ch, size_t len, void **buf, int timeout_ms)
+{
+	int rc = reserve(ch, len, timeout_ms);
+
+	if (rc == 0)
+		*buf = reserved_payload(ch);
+	return rc;
+}
+
+int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags)
+{
+	if (!ch->reserved || len > ch->resv_len)
+		return channel_fail(ch, -EINVAL, ch->reserved ? "commit longer than the reservation"
+							      : "nothing reserved");
+	commit_reserved(ch, len);
+	if (flags & PINSHM_MORE)
+		ch->wake_pending = true;
+	else
+		producer_wake(ch);
+	return 0;
+}
+
+int pinshm_abort(pinshm_channel_t *ch)
+{
+	if (!ch->reserved)
+		return channel_fail(ch, -EINVAL, "nothing reserved");
+	ch->reserved = false;
+	return 0;
+}
+
+int pinshm_flush(pinshm_channel_t *ch)
+{
+	if (ch->role == PINSHM_PRODUCER && ch->wake_pending)
+		producer_wake(ch);
+	return 0;
+}
+
+int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_ms)
+{
+	int rc = reserve(ch, len, timeout_ms);
+
+	if (rc != 0)
+		return rc;
+	memcpy(reserved_payload(ch), buf, len);
+	commit_reserved(ch, len);
+	producer_wake(ch);
+	return 0;
+}
+
+int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned count, int timeout_ms)
+{
+	unsigned sent = 0;
+	int rc = 0;
+
+	while (sent < count) {
+		rc = reserve(ch, msgs[sent].iov_len, timeout_ms);
+		if (rc != 0)
+			break;
+		memcpy(reserved_payload(ch), msgs[sent].iov_base, msgs[sent].iov_len);
+		commit_reserved(ch, msgs[sent].iov_len);
+		ch->wake_pending = true;
+		sent++;
+	}
+	pinshm_flush(ch);
+	return sent > 0 ? (int)sent : rc;
+}
+
+int pinshm_channel_set_peer_fd(pinshm_channel_t *ch, unsigned endpoint, int efd)
+{
+	if (ch->role != PINSHM_PRODUCER || endpoint < ch->g.max_producers ||
+	    endpoint >= ch->g.max_producers + ch->g.max_consumers)
+		return channel_fail(ch, -EINVAL, "endpoint %u is not a consumer of this channel", endpoint);
+	ch->peer_fds[endpoint - ch->g.max_producers] = efd;
+	return 0;
+}
+
+/* ---- consumer ------------------------------------------------------------ */
+
+/* A record taken by a consumer. */
+struct taken {
+	unsigned lane;
+	uint64_t pos, end;
+	const uint8_t *data;
+	uint32_t len;
+	uint64_t lost;
+};
+
+static inline unsigned consumer_index(const pinshm_channel_t *ch) { return ch->endpoint - ch->g.max_producers; }
+
+static int corrupt_record(pinshm_channel_t *ch, unsigned lane, uint64_t pos)
+{
+	return channel_fail(ch, -EBADMSG, "lane %u: impossible record at position %llu", lane,
+			    (unsigned long long)pos);
+}
+
+void consumer_start(pinshm_channel_t *ch)
+{
+	unsigned producers = ch->g.max_producers;
+
+	if (ch->g.kind == PINSHM_TOPIC) {
+		/* Join: we are active (seq_cst) before we read the tails, so a
+		 * publisher that misses us never overwrites past them. */
+		atomic_thread_fence(memory_order_seq_cst);
+		for (unsigned l = 0; l < producers; l++) {
+			ch->cursor[l] = atomic_load_explicit(&lane_hdr(ch, l)->tail, memory_order_acquire);
+			atomic_store_explicit(seg_cursor(&ch->g, ch->base, consumer_index(ch), l), ch->cursor[l],
+					      memory_order_release);
+		}
+	} else if (ch->mode == CONSUME_SEQUENTIAL) {
+		/* Start where the last consumer released: what it held is read again. */
+		for (unsigned l = 0; l < producers; l++)
+			ch->cursor[l] = atomic_load_explicit(&lane_hdr(ch, l)->free, memory_order_acquire);
+	} else {
+		ch->rescan_changes = atomic_load_explicit(&ch->hdr->endpoint_changes, memory_order_relaxed) - 1;
+	}
+}
+
+/* Overrun topic: whether the publisher of @p lane may have overwritten @p pos. */
+static bool overrun_lapped(pinshm_channel_t *ch, unsigned lane, uint64_t pos)
+{
+	atomic_thread_fence(memory_order_acquire);
+	uint64_t reserved = atomic_load_explicit(&lane_hdr(ch, lane)->reserve, memory_order_relaxed);
+	return reserved > pos + ch->g.capacity;
+}
+
+/*
+ * Sequential consumers: the next record of @p lane at this handle's cursor.
+ * @return 0 (taken unless @p peek), -EAGAIN, -EMSGSIZE (longer than
+ * @p max_len, left in place), -EBADMSG.
+ */
+static int take_sequential_lane(pinshm_channel_t *ch, unsigned lane, struct taken *t, size_t max_len, bool peek)
+{
+	uint64_t cap = ch->g.capacity;
+	uint8_t *ring = lane_ring(ch, lane);
+	uint64_t pos = ch->cursor[lane];
+	bool resynced = false;
+
+	for (;;) {
+		struct record_header *rec = rec_at(ring, cap, pos);
+		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
+		uint64_t size = 0;
+		uint32_t len = 0;
+
+		if (rec_ready(word, pos)) {
+			len = atomic_load_explicit(&rec->len, memory_order_relaxed);
+			size = rec_extent(&ch->g, word, pos, len);
+			if (size != 0 && rec_state(word) != REC_PADDING && rec_state(word) != REC_COMMITTED)
+				size = 0;
+		}
+		if (size == 0) {
+			if (is_overrun(ch) && !resynced && overrun_lapped(ch, lane, pos)) {
+				/* Lapped: skip to the newest record; seq tells what was lost. */
+				pos = ch->cursor[lane] = atomic_load_explicit(&lane_hdr(ch, lane)->tail,
+									  memory_order_acquire);
+				resynced = true;
+				continue;
+			}
+			if (!rec_ready(word, pos))
+				return -EAGAIN;
+			return corrupt_record(ch, lane, pos);
+		}
+		if (rec_state(word) == REC_PADDING) {
+			pos = ch->cursor[lane] = pos + size;
+			continue;
+		}
+		if (len > max_len) {
+			t->len = len;
+			return -EMSGSIZE;
+		}
+		if (peek)
+			return 0;
+		*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len, 0 };
+		if (ch->g.kind == PINSHM_TOPIC) {
+			uint32_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed);
+			if (ch->expect_seq[lane] & SEQ_KNOWN)
+				t->lost = (uint32_t)(seq - (uint32_t)ch->expect_seq[lane]);
+			ch->expect_seq[lane] = SEQ_KNOWN | (uint32_t)(seq + 1);
+			ch->lost += t->lost;
+		}
+		ch->cursor[lane] = t->end;
+		return 0;
+	}
+}
+
+/* Shared queue consumers: claim the first unclaimed record of @p lane. */
+static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, bool rescan, struct taken *t, size_t max_len,
+			    bool peek)
+{
+	uint64_t cap = ch->g.capacity;
+	uint8_t *ring = lane_ring(ch, lane);
+	struct lane_header *lh = lane_hdr(ch, lane);
+	uint64_t pos = atomic_load_explicit(rescan ? &lh->free : &lh->head, memory_order_acquire);
+
+	for (uint64_t scanned = 0; scanned <= cap;) {
+		struct record_header *rec = rec_at(ring, cap, pos);
+		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
+		if (!rec_ready(word, pos))
+			return -EAGAIN;
+		uint32_t len = atomic_load_explicit(&rec->len, memory_order_relaxed);
+		uint64_t size = rec_extent(&ch->g, word, pos, len);
+		if (size == 0)
+			return corrupt_record(ch, lane, pos);
+		switch (rec_state(word)) {
+		case REC_COMMITTED:
+			if (len > max_len) {
+				t->len = len;
+				return -EMSGSIZE;
+			}
+			if (peek)
+				return 0;
+			if (!atomic_compare_exchange_strong_explicit(&rec->commit, &word,
+								     rec_word(pos, consumer_index(ch), REC_CLAIMED),
+								     memory_order_acq_rel, memory_order_acquire))
+				continue; /* someone else took it: look again */
+			/* The head is a hint that only moves forward. */
+			uint64_t head = atomic_load_explicit(&lh->head, memory_order_relaxed);
+			while (head < pos + size &&
+			       !atomic_compare_exchange_weak_explicit(&lh->head, &head, pos + size, memory_order_release,
+								      memory_order_relaxed))
+				;
+			*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len, 0 };
+			return 0;
+		case REC_PADDING:
+		case REC_CLAIMED:
+		case REC_DONE:
+			pos += size;
+			scanned += size;
+			continue;
+		default:
+			return corrupt_record(ch, lane, pos);
+		}
+	}
+	return corrupt_record(ch, lane, pos);
+}
+
+/* Take the next record from any lane, round robin. */
+static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek)
+{
+	unsigned lanes = ch->g.max_producers, lane = ch->next_lane;
+	bool rescan = false;
+
+	if (ch->broken)
+		return -EBADMSG;
+	if (ch->mode == CONSUME_SHARED) {
+		/* After a reap, records behind the head hint may be claimable again. */
+		uint32_t changes = atomic_load_explicit(&ch->hdr->endpoint_changes, memory_order_acquire);
+		rescan = changes != ch->rescan_changes;
+		if (rescan && !peek)
+			ch->rescan_changes = changes;
+	}
+	for (unsigned i = 0; i < lanes; i++) {
+		int rc = ch->mode == CONSUME_SHARED ? take_shared_lane(ch, lane, rescan, t, max_len, peek)
+						    : take_sequential_lane(ch, lane, t, max_len, peek);
+		if (++lane == lanes)
+			lane = 0;
+		if (rc != -EAGAIN) {
+			if (rc == 0 && !peek)
+				ch->next_lane = lane;
+			return rc;
+		}
+	}
+	return -EAGAIN;
+}
+
+int consumer_has_message(pinshm_channel_t *ch)
+{
+	struct taken t;
+	int rc = take(ch, &t, SIZE_MAX, true);
+
+	return rc == -EMSGSIZE ? 0 : rc;
+}
+
+/* Tell producers waiting for room that some was freed. */
+static void consumer_wake_producers(pinshm_channel_t *ch)
+{
+	if (!is_overrun(ch) && wait_has_sleepers(&ch->hdr->space))
+		wait_wake_all(&ch->hdr->space);
+}
+
+/* Shared queue: room before `free` is reusable once every record before it
+ * is done; whoever finds the oldest records done moves `free` past them.
+ * seq_cst pairs the DONE store of one consumer with the CAS of another, so
+ * that the last one to finish always sees the others' DONE. */
+static int shared_advance_free(const struct seg_geometry *g, void *base, unsigned lane)
+{
+	uint64_t cap = g->capacity;
+	uint8_t *ring = seg_ring(g, base, lane);
+	struct lane_header *lh = seg_lane(g, base, lane);
+	uint64_t free = atomic_load_explicit(&lh->free, memory_order_seq_cst);
+
+	for (uint64_t scanned = 0; scanned <= cap;) {
+		struct record_header *rec = rec_at(ring, cap, free);
+		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_seq_cst);
+		if (!rec_ready(word, free) || (rec_state(word) != REC_DONE && rec_state(word) != REC_PADDING))
+			return 0;
+		uint64_t size = rec_extent(g, word, free, atomic_load_explicit(&rec->len, memory_order_relaxed));
+		if (size == 0)
+			return -EBADMSG;
+		uint64_t expected = free;
+		if (atomic_compare_exchange_strong_explicit(&lh->free, &expected, free + size, memory_order_seq_cst,
+							    memory_order_seq_cst)) {
+			free += size;
+			scanned += size;
+		} else {
+			free = expected;
+		}
+	}
+	return -EBADMSG;
+}
+
+/* Sequential consumers: release `lane` up to its oldest record still held. */
+static void sequential_release_lane(pinshm_channel_t *ch, unsigned lane)
+{
+	uint64_t pos = ch->cursor[lane];
+
+	for (unsigned i = 0; i < ch->held_count; i++) {
+		const struct held_record *h = &ch->held[(ch->held_first + i) % PINSHM_MAX_HELD];
+		if (h->lane == lane) {
+			pos = h->pos;
+			break;
+		}
+	}
+	_Atomic uint64_t *where = ch->g.kind == PINSHM_TOPIC
+					  ? seg_cursor(&ch->g, ch->base, consumer_index(ch), lane)
+					  : &lane_hdr(ch, lane)->free;
+	atomic_store_explicit(where, pos, memory_order_release);
+}
+
+/* Release one record that this handle took (and holds no longer). */
+static int release_record(pinshm_channel_t *ch, unsigned lane, uint64_t pos)
+{
+	if (ch->mode == CONSUME_SEQUENTIAL) {
+		sequential_release_lane(ch, lane);
+		return 0;
+	}
+	struct record_header *rec = rec_at(lane_ring(ch, lane), ch->g.capacity, pos);
+	uint64_t claimed = rec_word(pos, consumer_index(ch), REC_CLAIMED);
+	if (!atomic_compare_exchange_strong_explicit(&rec->commit, &claimed, rec_word(pos, consumer_index(ch), REC_DONE),
+						     memory_order_seq_cst, memory_order_relaxed))
+		return channel_fail(ch, -EBADMSG, "lane %u: a record this consumer held was changed", lane);
+	if (shared_advance_free(&ch->g, ch->base, lane) != 0)
+		return corrupt_record(ch, lane, pos);
+	return 0;
+}
+
+/* Release held[first .. first + n). */
+static int release_held(pinshm_channel_t *ch, unsigned n)
+{
+	int rc = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct held_record h = ch->held[ch->held_first];
+		ch->held_first = (ch->held_first + 1) % PINSHM_MAX_HELD;
+		ch->held_count--;
+		int r = release_record(ch, h.lane, h.pos);
+		if (r != 0)
+			rc = r;
+	}
+	consumer_wake_producers(ch);
+	return rc;
+}
+
+void consumer_release_all(pinshm_channel_t *ch)
+{
+	if (ch->held_count > 0)
+		release_held(ch, ch->held_count);
+}
+
+/* A receive call disarms the eventfd that pinshm_channel_arm() armed. */
+static void consumer_disarm(pinshm_channel_t *ch)
+{
+	if (!ch->armed)
+		return;
+	ch->armed = false;
+	atomic_store_explicit(&ch->ep->armed, 0, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&ch->hdr->data.sleepers, 1, memory_order_relaxed);
+}
+
+struct recv_args {
+	pinshm_channel_t *ch;
+	struct taken *t;
+	size_t max_len;
+};
+
+static int recv_attempt(void *arg)
+{
+	struct recv_args *a = arg;
+	int rc = take(a->ch, a->t, a->max_len, false);
+
+	if (rc == -EAGAIN && channel_peers_gone(a->ch)) {
+		/* They left: whatever they committed before is visible now. */
+		rc = take(a->ch, a->t, a->max_len, false);
+		if (rc == -EAGAIN)
+			rc = channel_fail(a->ch, -EPIPE, "every producer has left the channel");
+	}
+	return rc;
+}
+
+static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, int timeout_ms)
+{
+	struct recv_args args = { ch, t, max_len };
+
+	if (ch->role != PINSHM_CONSUMER)
+		return channel_fail(ch, -EINVAL, "not a consumer");
+	consumer_disarm(ch);
+	return wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, ch->spin_ns);
+}
+
+int pinshm_recv(pinshm_channel_t *ch, void *buf, size_t cap, size_t *len, int timeout_ms)
+{
+	struct taken t;
+	int rc = consumer_take(ch, &t, cap, timeout_ms);
+
+	if (rc == -EMSGSIZE)
+		*len = t.len;
+	if (rc != 0)
+		return rc;
+	memcpy(buf, t.data, t.len);
+	*len = t.len;
+	if (is_overrun(ch) && overrun_lapped(ch, t.lane, t.pos)) {
+		ch->lost++;
+		return channel_fail(ch, -ESTALE, "message overwritten while it was copied");
+	}
+	rc = release_record(ch, t.lane, t.pos);
+	consumer_wake_producers(ch);
+	return rc;
+}
+
+static void msg_from_taken(pinshm_msg_t *msg, const struct taken *t)
+{
+	*msg = (pinshm_msg_t){ .data = t->data, .len = t->len, .lost = t->lost, .priv = { t->pos, t->lane } };
+}
+
+static void hold(pinshm_channel_t *ch, const struct taken *t)
+{
+	ch->held[(ch->held_first + ch->held_count) % PINSHM_MAX_HELD] =
+		(struct held_record){ .lane = t->lane, .pos = t->pos, .end = t->end };
+	ch->held_count++;
+}
+
+int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, unsigned max, int timeout_ms)
+{
+	struct taken t;
+	unsigned n = 0;
+
+	if (max == 0)
+		return channel_fail(ch, -EINVAL, "no room for a message");
+	if (ch->role == PINSHM_CONSUMER && ch->held_count == PINSHM_MAX_HELD)
+		return channel_fail(ch, -ENOBUFS, "%u messages are held already", PINSHM_MAX_HELD);
+	int rc = consumer_take(ch, &t, SIZE_MAX, timeout_ms);
+	while (rc == 0) {
+		hold(ch, &t);
+		msg_from_taken(&msgs[n++], &t);
+		if (n == max || ch->held_count == PINSHM_MAX_HELD)
+			break;
+		rc = take(ch, &t, SIZE_MAX, false);
+	}
+	return n > 0 ? (int)n : rc;
+}
+
+int pinshm_recv_inplace(pinshm_channel_t *ch, pinshm_msg_t *msg, int timeout_ms)
+{
+	int rc = pinshm_recv_batch(ch, msg, 1, timeout_ms);
+
+	return rc < 0 ? rc : 0;
+}
+
+int pinshm_release(pinshm_channel_t *ch, const pinshm_msg_t *msg)
+{
+	for (unsigned i = 0; i < ch->held_count; i++) {
+		const struct held_record *h = &ch->held[(ch->held_first + i) % PINSHM_MAX_HELD];
+		if (h->pos != msg->priv[0] || h->lane != msg->priv[1])
+			continue;
+		bool stale = is_overrun(ch) && overrun_lapped(ch, h->lane, h->pos);
+		int rc = release_held(ch, i + 1);
+		if (rc == 0 && stale) {
+			ch->lost++;
+			rc = channel_fail(ch, -ESTALE, "message overwritten while it was held");
+		}
+		return rc;
+	}
+	return channel_fail(ch, -EINVAL, "message not held by this handle");
+}
+
+int pinshm_channel_set_notify_fd(pinshm_channel_t *ch, int efd)
+{
+	if (ch->role != PINSHM_CONSUMER)
+		return channel_fail(ch, -EINVAL, "not a consumer");
+	ch->notify_fd = efd;
+	return 0;
+}
+
+int pinshm_channel_arm(pinshm_channel_t *ch)
+{
+	if (ch->role != PINSHM_CONSUMER || ch->notify_fd < 0)
+		return channel_fail(ch, -EINVAL, ch->role != PINSHM_CONSUMER ? "not a consumer" : "no notify fd set");
+	if (ch->broken)
+		return -EBADMSG;
+	if (!ch->armed) {
+		/* Armed and counted as a sleeper (seq_cst) before looking for
+		 * messages: a producer either sees us or we see its message. */
+		atomic_store_explicit(&ch->ep->armed, 1, memory_order_seq_cst);
+		atomic_fetch_add_explicit(&ch->hdr->data.sleepers, 1, memory_order_seq_cst);
+		ch->armed = true;
+	}
+	int rc = consumer_has_message(ch);
+	if (rc == 0)
+		return -EAGAIN;
+	if (rc == -EAGAIN && channel_peers_gone(ch))
+		return consumer_has_message(ch) == 0 ? -EAGAIN : -EPIPE;
+	return rc == -EAGAIN ? 0 : rc;
+}
+
+/* Hand back the records that dead consumer @p owner had claimed. */
+int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner)
+{
+	uint64_t cap = g->capacity;
+
+	for (unsigned lane = 0; lane < g->max_producers; lane++) {
+		uint8_t *ring = seg_ring(g, base, lane);
+		uint64_t pos = atomic_load_explicit(&seg_lane(g, base, lane)->free, memory_order_acquire);
+		for (uint64_t scanned = 0; scanned < cap;) {
+			struct record_header *rec = rec_at(ring, cap, pos);
+			uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
+			if (!rec_ready(word, pos))
+				break;
+			uint64_t size = rec_extent(g, word, pos, atomic_load_explicit(&rec->len, memory_order_relaxed));
+			if (size == 0)
+				return -EBADMSG;
+			if (rec_state(word) == REC_CLAIMED && rec_owner(word) == owner)
+				atomic_compare_exchange_strong_explicit(&rec->commit, &word,
+									rec_word(pos, 0, REC_COMMITTED),
+									memory_order_release, memory_order_relaxed);
+			pos += size;
+			scanned += size;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,88 @@
+/* wait.c - spin, yield, then sleep on a shared futex (see wait.h). */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pinshm.h"
+#include "wait.h"
+
+#define YIELDS 4
+
+uint64_t wait_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Shared (not FUTEX_PRIVATE) operations: the word lives in a segment that
+ * other processes map. */
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u) };
+
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+void wait_wake_all(struct wait_line *wl)
+{
+	atomic_fetch_add_explicit(&wl->seq, 1, memory_order_release);
+	syscall(SYS_futex, (uint32_t *)&wl->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, uint64_t spin_ns)
+{
+	int rc = attempt(arg);
+
+	if (rc != -EAGAIN || timeout_ms == PINSHM_NONBLOCK)
+		return rc;
+
+	uint64_t start = wait_now_ns();
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
+	uint64_t now = start;
+
+	/* Spin: the peer is probably running on another core right now. */
+	while (now - start < spin_ns && now < deadline) {
+		for (int i = 0; i < 32; i++) {
+			cpu_relax();
+			rc = attempt(arg);
+			if (rc != -EAGAIN)
+				return rc;
+		}
+		now = wait_now_ns();
+	}
+	/* Yield: the peer may need this core. */
+	for (int i = 0; i < YIELDS && now < deadline; i++) {
+		sched_yield();
+		rc = attempt(arg);
+		if (rc != -EAGAIN)
+			return rc;
+		now = wait_now_ns();
+	}
+	/* Sleep, registered as a sleeper so that the peer wakes us. */
+	for (;;) {
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		atomic_fetch_add_explicit(&wl->sleepers, 1, memory_order_seq_cst);
+		uint32_t seq = atomic_load_explicit(&wl->seq, memory_order_acquire);
+		rc = attempt(arg);
+		if (rc == -EAGAIN) {
+			uint64_t slice = (uint64_t)WAIT_SLICE_MS * 1000000u;
+			if (deadline - now < slice)
+				slice = deadline - now;
+			futex_wait(&wl->seq, seq, slice);
+		}
+		atomic_fetch_sub_explicit(&wl->sleepers, 1, memory_order_relaxed);
+		if (rc != -EAGAIN)
+			return rc;
+		rc = attempt(arg);
+		if (rc != -EAGAIN)
+			return rc;
+		now = wait_now_ns();
+	}
+}

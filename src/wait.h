@@ -1,0 +1,55 @@
+/*
+ * wait.h - waiting for a peer: spin, yield, then sleep on a shared futex.
+ *
+ * A waiter registers in a wait_line's `sleepers` (seq_cst), reads the futex
+ * word, checks its condition once more and only then sleeps; the waker makes
+ * its change visible, issues a seq_cst fence and looks at `sleepers`.  Of the
+ * two, one always sees the other (store-buffer litmus), so no wake-up is
+ * lost.  Each sleep is bounded (WAIT_SLICE_MS): a peer that corrupts the
+ * words costs a waiter latency, never an endless sleep.
+ */
+#ifndef PINSHM_WAIT_H
+#define PINSHM_WAIT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "layout.h"
+
+#define WAIT_SLICE_MS 50
+
+/* One attempt at the operation being waited for: 0 or an error to return,
+ * -EAGAIN to keep waiting. */
+typedef int (*wait_attempt_fn)(void *arg);
+
+/**
+ * Call @p attempt until it returns anything but -EAGAIN or @p timeout_ms
+ * (PINSHM_NONBLOCK, PINSHM_FOREVER or milliseconds) runs out: spin for
+ * @p spin_ns, yield a little, then sleep on @p wl between attempts.
+ * @return the attempt's result, -EAGAIN (non-blocking) or -ETIMEDOUT.
+ */
+int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, uint64_t spin_ns);
+
+/** Wake the sleepers of @p wl, if any, after a change they wait for. */
+static inline bool wait_has_sleepers(struct wait_line *wl)
+{
+	/* Pairs with the seq_cst increment of sleepers in wait_for(): the
+	 * caller's preceding stores are visible to a waiter that we miss. */
+	atomic_thread_fence(memory_order_seq_cst);
+	return atomic_load_explicit(&wl->sleepers, memory_order_relaxed) != 0;
+}
+
+void wait_wake_all(struct wait_line *wl);
+
+uint64_t wait_now_ns(void);
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+#endif /* PINSHM_WAIT_H */
