@@ -159,7 +159,8 @@ PINSHM_EXPORT unsigned pinshm_channel_endpoint(const pinshm_channel_t *ch);
  * Spin budget of blocking calls on this handle: a call that must wait polls
  * for about @p spin_ns nanoseconds, then yields, then sleeps on a futex
  * (each sleep bounded, so a corrupted wake-up flag costs at most a delay).
- * Default 20000 ns; 0 sleeps at once.
+ * Default 50000 ns, about twice what waking a sleeping process costs; 0
+ * sleeps at once.
  */
 PINSHM_EXPORT void pinshm_channel_set_spin(pinshm_channel_t *ch, uint64_t spin_ns);
 

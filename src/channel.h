@@ -15,7 +15,7 @@
 #include "pinshm.h"
 
 #define PINSHM_MAX_HELD 64u
-#define PINSHM_DEFAULT_SPIN_NS 20000u
+#define PINSHM_DEFAULT_SPIN_NS 50000u
 #define SEQ_KNOWN (1ull << 32)
 
 /* How a consumer takes records. */

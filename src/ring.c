@@ -425,7 +425,11 @@ static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, bool rescan, st
 	uint64_t cap = ch->g.capacity;
 	uint8_t *ring = lane_ring(ch, lane);
 	struct lane_header *lh = lane_hdr(ch, lane);
-	uint64_t pos = atomic_load_explicit(rescan ? &lh->free : &lh->head, memory_order_acquire);
+	/* Everything before `free` is done; the head hint can lag behind it
+	 * when `free` passed a padding record that no consumer stepped over. */
+	uint64_t free = atomic_load_explicit(&lh->free, memory_order_acquire);
+	uint64_t head = atomic_load_explicit(&lh->head, memory_order_acquire);
+	uint64_t pos = rescan || head < free ? free : head;
 
 	for (uint64_t scanned = 0; scanned <= cap;) {
 		struct record_header *rec = rec_at(ring, cap, pos);
@@ -449,7 +453,7 @@ static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, bool rescan, st
 								     memory_order_acq_rel, memory_order_acquire))
 				continue; /* someone else took it: look again */
 			/* The head is a hint that only moves forward. */
-			uint64_t head = atomic_load_explicit(&lh->head, memory_order_relaxed);
+			head = atomic_load_explicit(&lh->head, memory_order_relaxed);
 			while (head < pos + size &&
 			       !atomic_compare_exchange_weak_explicit(&lh->head, &head, pos + size, memory_order_release,
 								      memory_order_relaxed))

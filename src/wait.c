@@ -56,8 +56,8 @@ int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeo
 		}
 		now = wait_now_ns();
 	}
-	/* Yield: the peer may need this core. */
-	for (int i = 0; i < YIELDS && now < deadline; i++) {
+	/* Yield: the peer may need this core (not when told to sleep at once). */
+	for (int i = 0; spin_ns > 0 && i < YIELDS && now < deadline; i++) {
 		sched_yield();
 		rc = attempt(arg);
 		if (rc != -EAGAIN)

@@ -1,0 +1,266 @@
+/*
+ * pinshm-demo - producers and consumers exchanging checked messages through
+ * one channel, each in its own process.
+ *
+ * Every message carries its producer, a sequence number and a checksum; each
+ * consumer checks them and the order per producer, and the demo fails if a
+ * message is lost, duplicated, reordered or corrupt.  It is also a short
+ * example of the API: create a segment, attach, send, receive in place.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <pinshm.h>
+
+#define MAX_PRODUCERS 16
+#define MAX_CONSUMERS 16
+
+struct message {
+	uint32_t producer;
+	uint32_t len;
+	uint64_t seq;
+	uint64_t checksum; /* of the fields above and the filler */
+	unsigned char filler[];
+};
+
+struct options {
+	unsigned producers, consumers;
+	uint64_t messages; /* per producer */
+	size_t size;       /* bytes per message */
+	pinshm_kind_t kind;
+};
+
+/* Shared by the processes of the demo: what each consumer saw. */
+struct tally {
+	_Atomic unsigned subscribed;
+	_Atomic uint64_t received[MAX_CONSUMERS];
+	_Atomic uint64_t bytes[MAX_CONSUMERS];
+	_Atomic uint64_t bad[MAX_CONSUMERS];
+	_Atomic uint64_t per_producer[MAX_PRODUCERS];
+};
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+	h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+	return h * 0xff51afd7ed558ccdull;
+}
+
+static uint64_t checksum(const struct message *m)
+{
+	uint64_t h = mix(mix(mix(0, m->producer), m->len), m->seq);
+
+	for (size_t i = 0; i + sizeof(*m) < m->len; i++)
+		h = mix(h, m->filler[i]);
+	return h;
+}
+
+static void fill(struct message *m, uint32_t producer, uint64_t seq, size_t len)
+{
+	m->producer = producer;
+	m->len = (uint32_t)len;
+	m->seq = seq;
+	for (size_t i = 0; i + sizeof(*m) < len; i++)
+		m->filler[i] = (unsigned char)(seq * 31 + i);
+	m->checksum = checksum(m);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int run_producer(int fd, const struct options *o, unsigned id)
+{
+	pinshm_channel_t *ch;
+	int rc = pinshm_channel_attach(fd, PINSHM_PRODUCER, &ch);
+
+	if (rc != 0) {
+		fprintf(stderr, "producer %u: attach: %s\n", id, pinshm_strerror(rc));
+		return 1;
+	}
+	for (uint64_t seq = 0; seq < o->messages; seq++) {
+		void *buf;
+		/* Zero-copy: build the message where the consumer will read it. */
+		rc = pinshm_reserve(ch, o->size, &buf, PINSHM_FOREVER);
+		if (rc != 0) {
+			fprintf(stderr, "producer %u: reserve: %s (%s)\n", id, pinshm_strerror(rc),
+				pinshm_channel_error(ch));
+			break;
+		}
+		fill(buf, id, seq, o->size);
+		pinshm_commit(ch, o->size, 0);
+	}
+	pinshm_channel_close(ch);
+	return rc == 0 ? 0 : 1;
+}
+
+static int run_consumer(int fd, const struct options *o, unsigned id, struct tally *tally)
+{
+	uint64_t next[MAX_PRODUCERS] = { 0 };
+	uint64_t expected = o->kind == PINSHM_TOPIC ? o->messages * o->producers : UINT64_MAX;
+	pinshm_channel_t *ch;
+	pinshm_msg_t msg;
+	int rc = pinshm_channel_attach(fd, PINSHM_CONSUMER, &ch);
+
+	if (rc != 0) {
+		fprintf(stderr, "consumer %u: attach: %s\n", id, pinshm_strerror(rc));
+		return 1;
+	}
+	/* Tell the parent we are subscribed before any producer starts. */
+	atomic_fetch_add(&tally->subscribed, 1);
+
+	for (uint64_t got = 0; got < expected; got++) {
+		/* A queue ends with -EPIPE once every producer left and it is empty. */
+		rc = pinshm_recv_inplace(ch, &msg, PINSHM_FOREVER);
+		if (rc != 0)
+			break;
+		const struct message *m = msg.data;
+		if (msg.len != o->size || m->producer >= o->producers || m->len != msg.len ||
+		    m->checksum != checksum(m) || m->seq < next[m->producer]) {
+			atomic_fetch_add(&tally->bad[id], 1);
+		} else {
+			next[m->producer] = m->seq + 1;
+			atomic_fetch_add(&tally->per_producer[m->producer], 1);
+		}
+		atomic_fetch_add(&tally->received[id], 1);
+		atomic_fetch_add(&tally->bytes[id], msg.len);
+		pinshm_release(ch, &msg);
+	}
+	if (rc != 0 && rc != -EPIPE)
+		fprintf(stderr, "consumer %u: receive: %s (%s)\n", id, pinshm_strerror(rc), pinshm_channel_error(ch));
+	pinshm_channel_close(ch);
+	return rc == 0 || rc == -EPIPE ? 0 : 1;
+}
+
+static pid_t spawn(int (*body)(int, const struct options *, unsigned, struct tally *), int fd,
+		   const struct options *o, unsigned id, struct tally *tally)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(body(fd, o, id, tally));
+	}
+	return pid;
+}
+
+static int producer_body(int fd, const struct options *o, unsigned id, struct tally *tally)
+{
+	(void)tally;
+	return run_producer(fd, o, id);
+}
+
+static void usage(FILE *to)
+{
+	fprintf(to, "usage: pinshm-demo [-p PRODUCERS] [-c CONSUMERS] [-n MESSAGES] [-s SIZE] [-t queue|topic]\n"
+		    "  -p  producer processes (1..%d, default 2)\n"
+		    "  -c  consumer processes (1..%d, default 2)\n"
+		    "  -n  messages per producer (default 1000000)\n"
+		    "  -s  bytes per message (%zu..65536, default 64)\n"
+		    "  -t  channel kind (default queue; a topic delivers each message to every consumer)\n",
+		MAX_PRODUCERS, MAX_CONSUMERS, sizeof(struct message));
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = { .producers = 2, .consumers = 2, .messages = 1000000, .size = 64, .kind = PINSHM_QUEUE };
+	int opt;
+
+	while ((opt = getopt(argc, argv, "p:c:n:s:t:hV")) != -1) {
+		switch (opt) {
+		case 'p': o.producers = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'c': o.consumers = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'n': o.messages = strtoull(optarg, NULL, 0); break;
+		case 's': o.size = strtoul(optarg, NULL, 0); break;
+		case 't':
+			if (strcmp(optarg, "queue") != 0 && strcmp(optarg, "topic") != 0) {
+				usage(stderr);
+				return 2;
+			}
+			o.kind = strcmp(optarg, "topic") == 0 ? PINSHM_TOPIC : PINSHM_QUEUE;
+			break;
+		case 'V': printf("pinshm-demo %s\n", pinshm_version()); return 0;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (o.producers < 1 || o.producers > MAX_PRODUCERS || o.consumers < 1 || o.consumers > MAX_CONSUMERS ||
+	    o.size < sizeof(struct message) || o.size > 65536) {
+		usage(stderr);
+		return 2;
+	}
+
+	pinshm_channel_attr_t attr;
+	pinshm_channel_attr_init(&attr);
+	attr.kind = o.kind;
+	attr.capacity = 1u << 18;
+	attr.max_producers = o.producers;
+	attr.max_consumers = o.consumers;
+	int fd, rc = pinshm_segment_create(&attr, &fd);
+	if (rc != 0) {
+		fprintf(stderr, "pinshm-demo: cannot create the channel: %s\n", pinshm_strerror(rc));
+		return 1;
+	}
+	struct tally *tally = mmap(NULL, sizeof(*tally), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (tally == MAP_FAILED) {
+		perror("pinshm-demo: mmap");
+		return 1;
+	}
+
+	/* Consumers first, so that a topic's subscribers see every message. */
+	pid_t pids[MAX_PRODUCERS + MAX_CONSUMERS];
+	unsigned n = 0;
+	for (unsigned c = 0; c < o.consumers; c++)
+		pids[n++] = spawn(run_consumer, fd, &o, c, tally);
+	while (atomic_load(&tally->subscribed) < o.consumers)
+		usleep(1000);
+
+	double start = now_s();
+	for (unsigned p = 0; p < o.producers; p++)
+		pids[n++] = spawn(producer_body, fd, &o, p, tally);
+	int failed = 0;
+	for (unsigned i = 0; i < n; i++) {
+		int status;
+		if (pids[i] < 0 || waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			failed++;
+	}
+	double elapsed = now_s() - start;
+	close(fd);
+
+	uint64_t received = 0, bytes = 0, bad = 0, missing = 0;
+	uint64_t copies = o.kind == PINSHM_TOPIC ? o.consumers : 1;
+	for (unsigned c = 0; c < o.consumers; c++) {
+		received += tally->received[c];
+		bytes += tally->bytes[c];
+		bad += tally->bad[c];
+	}
+	for (unsigned p = 0; p < o.producers; p++) {
+		uint64_t got = tally->per_producer[p], want = o.messages * copies;
+		missing += got > want ? got - want : want - got;
+	}
+
+	printf("pinshm-demo: %s, %u producer(s), %u consumer(s), %" PRIu64 " messages of %zu bytes each\n",
+	       o.kind == PINSHM_TOPIC ? "topic" : "queue", o.producers, o.consumers, o.messages * o.producers, o.size);
+	printf("received %" PRIu64 " messages (%.1f MB) in %.3f s: %.2f M messages/s, %.2f GB/s\n", received,
+	       (double)bytes / 1e6, elapsed, (double)received / elapsed / 1e6, (double)bytes / elapsed / 1e9);
+	printf("lost or duplicated %" PRIu64 ", corrupt or reordered %" PRIu64 ", failed processes %d\n", missing, bad,
+	       failed);
+	bool ok = missing == 0 && bad == 0 && failed == 0 && received == o.messages * o.producers * copies;
+	printf("%s\n", ok ? "OK" : "FAILED");
+	return ok ? 0 : 1;
+}
