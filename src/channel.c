@@ -264,6 +264,7 @@ int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_channel_t **out)
 	if (st.st_size < (off_t)sizeof(struct seg_header))
 		return -EPROTO;
 
+	wait_init();
 	pinshm_channel_t *ch = calloc(1, sizeof(*ch));
 	if (!ch)
 		return -ENOMEM;

@@ -65,7 +65,6 @@ struct pinshm_channel {
 	unsigned next_lane;   /* round-robin start */
 	uint64_t *cursor;     /* sequential: next position to read, per lane */
 	uint64_t *expect_seq; /* topic: next message number expected per lane, | SEQ_KNOWN once seen */
-	uint32_t rescan_changes; /* shared: endpoint_changes when lanes were last scanned from free */
 	struct held_record held[PINSHM_MAX_HELD];
 	unsigned held_first, held_count;
 	int notify_fd;

@@ -48,7 +48,7 @@
  * either zero or a record of the current lap, never stale payload bytes.
  * The producer keeps 16 bytes of headroom for that word.
  *
- * Positions (tail, head, free, cursors) are 64-bit byte counts that only
+ * Positions (tail, free, cursors) are 64-bit byte counts that only
  * grow; offset in the ring = pos & (capacity - 1).
  */
 #ifndef PINSHM_LAYOUT_H
@@ -162,10 +162,9 @@ struct lane_header {
 	_Atomic uint64_t reserve;                        /* overrun topic: end of the record being written */
 	_Atomic uint64_t messages;                       /* messages committed */
 	/* Consumer line. */
-	alignas(PINSHM_CACHELINE) _Atomic uint64_t head; /* queue: next record to take */
-	_Atomic uint64_t free;                           /* queue: room before this position is reusable */
+	alignas(PINSHM_CACHELINE) _Atomic uint64_t free; /* queue: room before this position is reusable */
 };
-static_assert(offsetof(struct lane_header, head) == 64, "consumer line");
+static_assert(offsetof(struct lane_header, free) == 64, "consumer line");
 static_assert(sizeof(struct lane_header) == 128, "lane header is 2 lines");
 
 /* A topic cursor while its subscriber is joining: publishers keep their limit. */

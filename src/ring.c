@@ -230,7 +230,13 @@ static void commit_reserved(pinshm_channel_t *ch, size_t len)
 	}
 	ch->tail = end;
 	ch->reserved = false;
-	atomic_store_explicit(&ch->lane->tail, end, memory_order_release);
+}
+
+/* Publish the tail and the message count (once per call, not per record):
+ * subscribers joining a topic start from the tail. */
+static void producer_publish(pinshm_channel_t *ch)
+{
+	atomic_store_explicit(&ch->lane->tail, ch->tail, memory_order_release);
 	atomic_store_explicit(&ch->lane->messages, ch->seq, memory_order_relaxed);
 }
 
@@ -249,6 +255,7 @@ int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags)
 		return channel_fail(ch, -EINVAL, ch->reserved ? "commit longer than the reservation"
 							      : "nothing reserved");
 	commit_reserved(ch, len);
+	producer_publish(ch);
 	if (flags & PINSHM_MORE)
 		ch->wake_pending = true;
 	else
@@ -279,6 +286,7 @@ int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_m
 		return rc;
 	memcpy(reserved_payload(ch), buf, len);
 	commit_reserved(ch, len);
+	producer_publish(ch);
 	producer_wake(ch);
 	return 0;
 }
@@ -297,6 +305,7 @@ int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned c
 		ch->wake_pending = true;
 		sent++;
 	}
+	producer_publish(ch);
 	pinshm_flush(ch);
 	return sent > 0 ? (int)sent : rc;
 }
@@ -346,8 +355,6 @@ void consumer_start(pinshm_channel_t *ch)
 		/* Start where the last consumer released: what it held is read again. */
 		for (unsigned l = 0; l < producers; l++)
 			ch->cursor[l] = atomic_load_explicit(&lane_hdr(ch, l)->free, memory_order_acquire);
-	} else {
-		ch->rescan_changes = atomic_load_explicit(&ch->hdr->endpoint_changes, memory_order_relaxed) - 1;
 	}
 }
 
@@ -418,18 +425,15 @@ static int take_sequential_lane(pinshm_channel_t *ch, unsigned lane, struct take
 	}
 }
 
-/* Shared queue consumers: claim the first unclaimed record of @p lane. */
-static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, bool rescan, struct taken *t, size_t max_len,
-			    bool peek)
+/* Shared queue consumers: claim the first unclaimed record of @p lane,
+ * scanning from `free` (everything before it is done) over the records
+ * that other consumers hold.  Starting there, not at a hint further on,
+ * also finds the records that a reap handed back. */
+static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, struct taken *t, size_t max_len, bool peek)
 {
 	uint64_t cap = ch->g.capacity;
 	uint8_t *ring = lane_ring(ch, lane);
-	struct lane_header *lh = lane_hdr(ch, lane);
-	/* Everything before `free` is done; the head hint can lag behind it
-	 * when `free` passed a padding record that no consumer stepped over. */
-	uint64_t free = atomic_load_explicit(&lh->free, memory_order_acquire);
-	uint64_t head = atomic_load_explicit(&lh->head, memory_order_acquire);
-	uint64_t pos = rescan || head < free ? free : head;
+	uint64_t pos = atomic_load_explicit(&lane_hdr(ch, lane)->free, memory_order_acquire);
 
 	for (uint64_t scanned = 0; scanned <= cap;) {
 		struct record_header *rec = rec_at(ring, cap, pos);
@@ -452,12 +456,6 @@ static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, bool rescan, st
 								     rec_word(pos, consumer_index(ch), REC_CLAIMED),
 								     memory_order_acq_rel, memory_order_acquire))
 				continue; /* someone else took it: look again */
-			/* The head is a hint that only moves forward. */
-			head = atomic_load_explicit(&lh->head, memory_order_relaxed);
-			while (head < pos + size &&
-			       !atomic_compare_exchange_weak_explicit(&lh->head, &head, pos + size, memory_order_release,
-								      memory_order_relaxed))
-				;
 			*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len, 0 };
 			return 0;
 		case REC_PADDING:
@@ -477,19 +475,11 @@ static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, bool rescan, st
 static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek)
 {
 	unsigned lanes = ch->g.max_producers, lane = ch->next_lane;
-	bool rescan = false;
 
 	if (ch->broken)
 		return -EBADMSG;
-	if (ch->mode == CONSUME_SHARED) {
-		/* After a reap, records behind the head hint may be claimable again. */
-		uint32_t changes = atomic_load_explicit(&ch->hdr->endpoint_changes, memory_order_acquire);
-		rescan = changes != ch->rescan_changes;
-		if (rescan && !peek)
-			ch->rescan_changes = changes;
-	}
 	for (unsigned i = 0; i < lanes; i++) {
-		int rc = ch->mode == CONSUME_SHARED ? take_shared_lane(ch, lane, rescan, t, max_len, peek)
+		int rc = ch->mode == CONSUME_SHARED ? take_shared_lane(ch, lane, t, max_len, peek)
 						    : take_sequential_lane(ch, lane, t, max_len, peek);
 		if (++lane == lanes)
 			lane = 0;
@@ -583,7 +573,7 @@ static int release_record(pinshm_channel_t *ch, unsigned lane, uint64_t pos)
 	return 0;
 }
 
-/* Release held[first .. first + n). */
+/* Release the @p n oldest records held. */
 static int release_held(pinshm_channel_t *ch, unsigned n)
 {
 	int rc = 0;
@@ -592,6 +582,10 @@ static int release_held(pinshm_channel_t *ch, unsigned n)
 		struct held_record h = ch->held[ch->held_first];
 		ch->held_first = (ch->held_first + 1) % PINSHM_MAX_HELD;
 		ch->held_count--;
+		/* A sequential consumer publishes a lane's position once for a
+		 * run of records of that lane. */
+		if (ch->mode == CONSUME_SEQUENTIAL && i + 1 < n && ch->held[ch->held_first].lane == h.lane)
+			continue;
 		int r = release_record(ch, h.lane, h.pos);
 		if (r != 0)
 			rc = r;
@@ -741,6 +735,7 @@ int pinshm_channel_arm(pinshm_channel_t *ch)
 		 * messages: a producer either sees us or we see its message. */
 		atomic_store_explicit(&ch->ep->armed, 1, memory_order_seq_cst);
 		atomic_fetch_add_explicit(&ch->hdr->data.sleepers, 1, memory_order_seq_cst);
+		wait_sleeper_barrier();
 		ch->armed = true;
 	}
 	int rc = consumer_has_message(ch);

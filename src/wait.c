@@ -1,7 +1,9 @@
 /* wait.c - spin, yield, then sleep on a shared futex (see wait.h). */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -11,6 +13,36 @@
 #include "wait.h"
 
 #define YIELDS 4
+/* A sleeper that cannot issue membarrier() may miss a wake-up from a waker
+ * that uses light fences; it sleeps in short slices instead. */
+#define WAIT_SLICE_NO_MEMBARRIER_MS 1
+
+bool wait_light_fences;
+static bool can_membarrier;
+static pid_t registered_pid;
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void wait_init(void)
+{
+	/* Registration belongs to the address space: a forked child registers
+	 * again when it attaches.  After the first call in a process nothing
+	 * is written again, so the hot path reads the flags without a lock. */
+	pthread_mutex_lock(&init_lock);
+	if (registered_pid != getpid()) {
+		long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+		can_membarrier = cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED);
+		wait_light_fences = can_membarrier && (cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) &&
+				    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+		registered_pid = getpid();
+	}
+	pthread_mutex_unlock(&init_lock);
+}
+
+void wait_sleeper_barrier(void)
+{
+	if (can_membarrier)
+		syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
+}
 
 uint64_t wait_now_ns(void)
 {
@@ -69,10 +101,11 @@ int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeo
 		if (now >= deadline)
 			return -ETIMEDOUT;
 		atomic_fetch_add_explicit(&wl->sleepers, 1, memory_order_seq_cst);
+		wait_sleeper_barrier();
 		uint32_t seq = atomic_load_explicit(&wl->seq, memory_order_acquire);
 		rc = attempt(arg);
 		if (rc == -EAGAIN) {
-			uint64_t slice = (uint64_t)WAIT_SLICE_MS * 1000000u;
+			uint64_t slice = (uint64_t)(can_membarrier ? WAIT_SLICE_MS : WAIT_SLICE_NO_MEMBARRIER_MS) * 1000000u;
 			if (deadline - now < slice)
 				slice = deadline - now;
 			futex_wait(&wl->seq, seq, slice);

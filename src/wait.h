@@ -1,11 +1,13 @@
 /*
  * wait.h - waiting for a peer: spin, yield, then sleep on a shared futex.
  *
- * A waiter registers in a wait_line's `sleepers` (seq_cst), reads the futex
- * word, checks its condition once more and only then sleeps; the waker makes
- * its change visible, issues a seq_cst fence and looks at `sleepers`.  Of the
- * two, one always sees the other (store-buffer litmus), so no wake-up is
- * lost.  Each sleep is bounded (WAIT_SLICE_MS): a peer that corrupts the
+ * A waiter registers in a wait_line's `sleepers` (seq_cst), issues a
+ * barrier, reads the futex word, checks its condition once more and only
+ * then sleeps; the waker makes its change visible, issues a barrier and
+ * looks at `sleepers`.  Of the two, one always sees the other (store-buffer
+ * litmus), so no wake-up is lost.  The waker is the hot path, so where the
+ * kernel allows, its barrier is a compiler fence and the sleeper pays for
+ * both with membarrier(2) (see wait_light_fences).  Each sleep is bounded (WAIT_SLICE_MS): a peer that corrupts the
  * words costs a waiter latency, never an endless sleep.
  */
 #ifndef PINSHM_WAIT_H
@@ -30,16 +32,33 @@ typedef int (*wait_attempt_fn)(void *arg);
  */
 int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, uint64_t spin_ns);
 
-/** Wake the sleepers of @p wl, if any, after a change they wait for. */
+/* Whether this process may use compiler-only fences on the waking side:
+ * it is registered for membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED), which a
+ * sleeper issues instead, so the full barrier is paid only on the way to
+ * sleep (an asymmetric Dekker).  Set by wait_init(). */
+extern bool wait_light_fences;
+
+/** Register this process for the asymmetric fences, once per process. */
+void wait_init(void);
+
+/** Whether @p wl has sleepers to wake, after a change they wait for. */
 static inline bool wait_has_sleepers(struct wait_line *wl)
 {
-	/* Pairs with the seq_cst increment of sleepers in wait_for(): the
-	 * caller's preceding stores are visible to a waiter that we miss. */
-	atomic_thread_fence(memory_order_seq_cst);
+	/* Pairs with the sleeper's seq_cst increment of sleepers followed by
+	 * its membarrier() or, without it, with a full fence here: either we
+	 * see the sleeper or it sees our preceding stores. */
+	if (wait_light_fences)
+		atomic_signal_fence(memory_order_seq_cst);
+	else
+		atomic_thread_fence(memory_order_seq_cst);
 	return atomic_load_explicit(&wl->sleepers, memory_order_relaxed) != 0;
 }
 
 void wait_wake_all(struct wait_line *wl);
+
+/** The sleeper's half of the asymmetric fence: call after registering as
+ * a sleeper (or arming an eventfd), before looking at the condition. */
+void wait_sleeper_barrier(void);
 
 uint64_t wait_now_ns(void);
 
