@@ -110,8 +110,8 @@ PINSHM_EXPORT void pinshm_channel_attr_init(pinshm_channel_attr_t *attr);
 PINSHM_EXPORT int pinshm_segment_size(const pinshm_channel_attr_t *attr, size_t *size);
 
 /**
- * Format @p size bytes at @p base (zeroed, page-aligned memory, shared with
- * the channel's users) as an empty channel.  The daemon formats the segments
+ * Format @p size bytes at @p base (page-aligned memory, shared with the
+ * channel's users; it need not be zeroed) as an empty channel.  The daemon formats the segments
  * it hands out; a test or a program that shares memory by itself may too.
  * @return 0, -EINVAL for a bad @p attr, -ENOSPC if @p size is too small.
  */
@@ -122,7 +122,8 @@ PINSHM_EXPORT int pinshm_segment_format(void *base, size_t size, const pinshm_ch
  * resizing, not pinned and not known to any daemon) and format it.  Share the
  * descriptor with fork() or SCM_RIGHTS, then attach to it.
  * @param fd  set to a new close-on-exec descriptor, owned by the caller.
- * @return 0, -EINVAL for a bad @p attr, or the errno of memfd_create/ftruncate.
+ * @return 0, -EINVAL for a bad @p attr, or the errno of memfd_create,
+ *         ftruncate, fcntl or mmap.
  */
 PINSHM_EXPORT int pinshm_segment_create(const pinshm_channel_attr_t *attr, int *fd);
 
@@ -132,7 +133,7 @@ typedef struct pinshm_channel pinshm_channel_t;
  * Attach to the channel in segment @p fd as a producer or a consumer: map it,
  * check its header against the descriptor's size, and take a free endpoint.
  * The descriptor is not kept; the caller may close it.
- * @return 0, -EPROTO (not a pinshm segment or another layout version),
+ * @return 0, -EINVAL (bad role), -EPROTO (not a pinshm segment or another layout version),
  *         -EBADMSG (inconsistent header), -EBUSY (every endpoint of that
  *         role is taken), -ENOMEM, or the errno of fstat/mmap.
  */
@@ -149,7 +150,8 @@ PINSHM_EXPORT int pinshm_channel_close(pinshm_channel_t *ch);
 /** Unmap and free a handle inherited across fork() without touching the channel. */
 PINSHM_EXPORT void pinshm_channel_forget(pinshm_channel_t *ch);
 
-/** @return the last error's detail ("why") on this handle, or "" if none. */
+/** @return the detail ("why") of the last failure on this handle other than
+ *  -EAGAIN/-ETIMEDOUT, or "" if none; a later success does not clear it. */
 PINSHM_EXPORT const char *pinshm_channel_error(const pinshm_channel_t *ch);
 
 /** @return this handle's endpoint number in the channel (0..producers+consumers-1). */
@@ -170,18 +172,20 @@ PINSHM_EXPORT void pinshm_channel_set_spin(pinshm_channel_t *ch, uint64_t spin_n
  * Copy @p len bytes from @p buf into the channel as one message (len may be 0).
  * Waits for space up to @p timeout_ms (PINSHM_NONBLOCK, PINSHM_FOREVER or ms).
  * @return 0; -EMSGSIZE if len > max_message; -EAGAIN (non-blocking) or
- *         -ETIMEDOUT when there was no space; -EPIPE when every consumer of a
- *         queue is gone; -EBADMSG on a corrupt channel; -EINVAL if a
- *         reservation is pending or the handle is not a producer.
+ *         -ETIMEDOUT when there was no space; -EPIPE when there is no space
+ *         and every consumer of a queue has left (after one had attached);
+ *         -EBADMSG on a corrupt channel; -EINVAL if a reservation is
+ *         pending or the handle is not a producer.
  */
 PINSHM_EXPORT int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_ms);
 
 /**
  * Send @p count messages, each an iovec, with one wake-up check for all.
- * Waits for space as pinshm_send() does.
- * @return the number of messages sent (1..count), or a negative errno if
- *         none was (as pinshm_send()).  Messages are sent in order; after a
- *         partial send the rest were not sent.
+ * Waits for space for each message as pinshm_send() does (the timeout
+ * applies to each wait).
+ * @return the number of messages sent (0 if @p count is 0), or a negative
+ *         errno if none was sent (as pinshm_send()).  Messages are sent in
+ *         order; after a partial send the rest were not sent.
  */
 PINSHM_EXPORT int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned count,
 				    int timeout_ms);
@@ -226,8 +230,9 @@ typedef struct pinshm_msg {
  * @param len  set to the message length (also on -EMSGSIZE).
  * @return 0; -EMSGSIZE if the message is longer than @p cap (it stays in the
  *         channel, *len says how much room it needs); -EAGAIN/-ETIMEDOUT if
- *         none came; -EPIPE if the channel is empty and every producer is
- *         gone; -EBADMSG on a corrupt channel; -EINVAL if not a consumer.
+ *         none came; -EPIPE if the channel is empty and every producer has
+ *         left (after one had attached); -EBADMSG on a corrupt channel;
+ *         -EINVAL if not a consumer.
  *         On an overrun topic, -ESTALE if the message was overwritten while
  *         being copied (it counts as lost; call again).
  */
@@ -252,7 +257,8 @@ PINSHM_EXPORT int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, un
  * Release @p msg (and every message received in place before it) so that
  * its room can be reused.
  * @return 0; -EINVAL if @p msg is not held by this handle; -ESTALE on an
- *         overrun topic if it was overwritten while held.
+ *         overrun topic if it was overwritten while held; -EBADMSG if the
+ *         channel was found corrupt.
  */
 PINSHM_EXPORT int pinshm_release(pinshm_channel_t *ch, const pinshm_msg_t *msg);
 
@@ -276,7 +282,8 @@ PINSHM_EXPORT int pinshm_channel_set_peer_fd(pinshm_channel_t *ch, unsigned endp
 /**
  * Arm the notify eventfd before sleeping in poll/epoll on it.
  * @return 0: armed, safe to sleep; -EAGAIN: a message is ready (do not
- *         sleep, receive it); -EPIPE: empty and every producer is gone.
+ *         sleep, receive it); -EPIPE: empty and every producer has left;
+ *         -EINVAL: not a consumer, or no notify fd set; -EBADMSG.
  * The next receive call on the handle disarms it.  After the eventfd becomes
  * readable, read() it to clear it, then receive with PINSHM_NONBLOCK until
  * -EAGAIN, then arm again.
@@ -287,10 +294,13 @@ PINSHM_EXPORT int pinshm_channel_arm(pinshm_channel_t *ch);
 
 /**
  * Repair the channel formatted at @p base after the process that held
- * endpoint @p endpoint died: its uncommitted reservation is discarded, the
- * messages it held in place are delivered again to the other consumers
- * (at-least-once), the endpoint is marked dead and every waiter is woken, so
- * that peers left without a counterpart get -EPIPE.  Safe while other
+ * endpoint @p endpoint died: a producer's uncommitted reservation is
+ * discarded (its successor on the lane carries on after its last commit);
+ * the messages a queue consumer held unreleased are delivered again
+ * (at-least-once) - to the other consumers at once on a shared queue, to
+ * the next consumer that attaches on a single-consumer queue; the endpoint
+ * is marked dead and every waiter is woken, so that peers left without a
+ * counterpart get -EPIPE.  Safe while other
  * endpoints keep using the channel.  @p size is the mapping's true size.
  * @return 0, -EINVAL (bad endpoint, or it is not in use), -EPROTO/-EBADMSG
  *         (not a valid channel).

@@ -349,6 +349,8 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 	 * a peer that sees it closed. */
 	atomic_store_explicit(&ch->ep->state, EP_CLOSED, memory_order_release);
 	endpoints_changed(ch->hdr);
+	if (ch->role == PINSHM_PRODUCER)
+		producer_notify_armed(ch); /* an event loop learns of it too */
 	pinshm_channel_forget(ch);
 	return 0;
 }

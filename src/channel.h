@@ -84,6 +84,7 @@ int channel_fail(pinshm_channel_t *ch, int err, const char *fmt, ...) __attribut
 
 /* ring.c */
 void producer_recover_tail(pinshm_channel_t *ch);
+void producer_notify_armed(pinshm_channel_t *ch);
 void consumer_start(pinshm_channel_t *ch);
 void consumer_release_all(pinshm_channel_t *ch);
 int consumer_has_message(pinshm_channel_t *ch);

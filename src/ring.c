@@ -126,13 +126,9 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 	return 0;
 }
 
-/* Wake consumers asleep on the futex or armed on an eventfd. */
-static void producer_wake(pinshm_channel_t *ch)
+/* Write the eventfd of every consumer armed on one that we know. */
+void producer_notify_armed(pinshm_channel_t *ch)
 {
-	ch->wake_pending = false;
-	if (!wait_has_sleepers(&ch->hdr->data))
-		return;
-	wait_wake_all(&ch->hdr->data);
 	for (unsigned c = 0; c < ch->g.max_consumers; c++) {
 		if (ch->peer_fds[c] < 0)
 			continue;
@@ -143,6 +139,16 @@ static void producer_wake(pinshm_channel_t *ch)
 			(void)n; /* a full eventfd is already readable */
 		}
 	}
+}
+
+/* Wake consumers asleep on the futex or armed on an eventfd. */
+static void producer_wake(pinshm_channel_t *ch)
+{
+	ch->wake_pending = false;
+	if (!wait_has_sleepers(&ch->hdr->data))
+		return;
+	wait_wake_all(&ch->hdr->data);
+	producer_notify_armed(ch);
 }
 
 struct reserve_args {
@@ -268,6 +274,8 @@ int pinshm_abort(pinshm_channel_t *ch)
 	if (!ch->reserved)
 		return channel_fail(ch, -EINVAL, "nothing reserved");
 	ch->reserved = false;
+	if (is_overrun(ch))
+		atomic_store_explicit(&ch->lane->reserve, ch->tail, memory_order_relaxed);
 	return 0;
 }
 
