@@ -235,6 +235,7 @@ static int endpoint_claim(pinshm_channel_t *ch, unsigned first, unsigned n)
 							    memory_order_relaxed)) {
 			atomic_store_explicit(&ep->pid, (uint32_t)getpid(), memory_order_relaxed);
 			atomic_store_explicit(&ep->armed, 0, memory_order_relaxed);
+			atomic_store_explicit(&ep->sleeping, 0, memory_order_relaxed);
 			atomic_fetch_add_explicit(&ep->generation, 1, memory_order_relaxed);
 			ch->ep = ep;
 			ch->endpoint = i;
@@ -342,8 +343,7 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 		pinshm_flush(ch);
 	} else {
 		consumer_release_all(ch);
-		if (ch->armed)
-			atomic_fetch_sub_explicit(&ch->hdr->data.sleepers, 1, memory_order_relaxed);
+		consumer_disarm(ch);
 	}
 	/* Release: whatever this endpoint committed or released is visible to
 	 * a peer that sees it closed. */
@@ -394,6 +394,8 @@ int pinshm_segment_reap(void *base, size_t size, unsigned endpoint)
 			return rc;
 	}
 	atomic_store_explicit(&ep->armed, 0, memory_order_relaxed);
+	struct seg_header *h = base;
+	wait_forget_dead(&h->data, &h->space, atomic_exchange_explicit(&ep->sleeping, 0, memory_order_relaxed));
 	atomic_store_explicit(&ep->state, EP_DEAD, memory_order_release);
 	endpoints_changed(base);
 	return 0;

@@ -87,6 +87,7 @@ void producer_recover_tail(pinshm_channel_t *ch);
 void producer_notify_armed(pinshm_channel_t *ch);
 void consumer_start(pinshm_channel_t *ch);
 void consumer_release_all(pinshm_channel_t *ch);
+void consumer_disarm(pinshm_channel_t *ch);
 int consumer_has_message(pinshm_channel_t *ch);
 int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner);
 

@@ -153,6 +153,7 @@ struct endpoint {
 	_Atomic uint32_t pid;                             /* informational: attaching process, its own view */
 	_Atomic uint32_t armed;                           /* consumer: its eventfd wants a write on the next message */
 	_Atomic uint32_t generation;                      /* bumped on every attach */
+	_Atomic uint32_t sleeping;                        /* wait lines it is counted on (SLEEPING_* of wait.h) */
 };
 static_assert(sizeof(struct endpoint) == PINSHM_CACHELINE, "one line per endpoint");
 

@@ -207,7 +207,8 @@ static int reserve(pinshm_channel_t *ch, size_t len, int timeout_ms)
 		return rc;
 	if (ch->wake_pending)
 		producer_wake(ch); /* never sleep on messages the consumers were not told of */
-	return wait_for(&ch->hdr->space, reserve_attempt, &args, timeout_ms, ch->spin_ns);
+	return wait_for(&ch->hdr->space, reserve_attempt, &args, timeout_ms, ch->spin_ns, &ch->ep->sleeping,
+			SLEEPING_SPACE);
 }
 
 static inline void *reserved_payload(pinshm_channel_t *ch)
@@ -609,13 +610,13 @@ void consumer_release_all(pinshm_channel_t *ch)
 }
 
 /* A receive call disarms the eventfd that pinshm_channel_arm() armed. */
-static void consumer_disarm(pinshm_channel_t *ch)
+void consumer_disarm(pinshm_channel_t *ch)
 {
 	if (!ch->armed)
 		return;
 	ch->armed = false;
 	atomic_store_explicit(&ch->ep->armed, 0, memory_order_relaxed);
-	atomic_fetch_sub_explicit(&ch->hdr->data.sleepers, 1, memory_order_relaxed);
+	wait_unregister(&ch->hdr->data, &ch->ep->sleeping, SLEEPING_ARMED);
 }
 
 struct recv_args {
@@ -645,7 +646,8 @@ static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, 
 	if (ch->role != PINSHM_CONSUMER)
 		return channel_fail(ch, -EINVAL, "not a consumer");
 	consumer_disarm(ch);
-	return wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, ch->spin_ns);
+	return wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, ch->spin_ns, &ch->ep->sleeping,
+			SLEEPING_DATA);
 }
 
 int pinshm_recv(pinshm_channel_t *ch, void *buf, size_t cap, size_t *len, int timeout_ms)
@@ -742,8 +744,7 @@ int pinshm_channel_arm(pinshm_channel_t *ch)
 		/* Armed and counted as a sleeper (seq_cst) before looking for
 		 * messages: a producer either sees us or we see its message. */
 		atomic_store_explicit(&ch->ep->armed, 1, memory_order_seq_cst);
-		atomic_fetch_add_explicit(&ch->hdr->data.sleepers, 1, memory_order_seq_cst);
-		wait_sleeper_barrier();
+		wait_register(&ch->hdr->data, &ch->ep->sleeping, SLEEPING_ARMED);
 		ch->armed = true;
 	}
 	int rc = consumer_has_message(ch);

@@ -38,10 +38,38 @@ void wait_init(void)
 	pthread_mutex_unlock(&init_lock);
 }
 
-void wait_sleeper_barrier(void)
+void wait_register(struct wait_line *wl, _Atomic uint32_t *mark, uint32_t bit)
 {
+	atomic_fetch_add_explicit(&wl->sleepers, 1, memory_order_seq_cst);
+	atomic_fetch_or_explicit(mark, bit, memory_order_relaxed);
+	/* The sleeper's half of the asymmetric fence (see wait_has_sleepers). */
 	if (can_membarrier)
 		syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
+}
+
+void wait_unregister(struct wait_line *wl, _Atomic uint32_t *mark, uint32_t bit)
+{
+	atomic_fetch_and_explicit(mark, ~bit, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&wl->sleepers, 1, memory_order_relaxed);
+}
+
+static void uncount(struct wait_line *wl)
+{
+	uint32_t n = atomic_load_explicit(&wl->sleepers, memory_order_relaxed);
+
+	while (n > 0 && !atomic_compare_exchange_weak_explicit(&wl->sleepers, &n, n - 1, memory_order_relaxed,
+							       memory_order_relaxed))
+		;
+}
+
+void wait_forget_dead(struct wait_line *data, struct wait_line *space, uint32_t marked)
+{
+	if (marked & SLEEPING_DATA)
+		uncount(data);
+	if (marked & SLEEPING_ARMED)
+		uncount(data);
+	if (marked & SLEEPING_SPACE)
+		uncount(space);
 }
 
 uint64_t wait_now_ns(void)
@@ -67,7 +95,8 @@ void wait_wake_all(struct wait_line *wl)
 	syscall(SYS_futex, (uint32_t *)&wl->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, uint64_t spin_ns)
+int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, uint64_t spin_ns,
+	     _Atomic uint32_t *mark, uint32_t bit)
 {
 	int rc = attempt(arg);
 
@@ -100,8 +129,7 @@ int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeo
 	for (;;) {
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		atomic_fetch_add_explicit(&wl->sleepers, 1, memory_order_seq_cst);
-		wait_sleeper_barrier();
+		wait_register(wl, mark, bit);
 		uint32_t seq = atomic_load_explicit(&wl->seq, memory_order_acquire);
 		rc = attempt(arg);
 		if (rc == -EAGAIN) {
@@ -110,7 +138,7 @@ int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeo
 				slice = deadline - now;
 			futex_wait(&wl->seq, seq, slice);
 		}
-		atomic_fetch_sub_explicit(&wl->sleepers, 1, memory_order_relaxed);
+		wait_unregister(wl, mark, bit);
 		if (rc != -EAGAIN)
 			return rc;
 		rc = attempt(arg);

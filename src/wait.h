@@ -30,7 +30,26 @@ typedef int (*wait_attempt_fn)(void *arg);
  * @p spin_ns, yield a little, then sleep on @p wl between attempts.
  * @return the attempt's result, -EAGAIN (non-blocking) or -ETIMEDOUT.
  */
-int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, uint64_t spin_ns);
+int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, uint64_t spin_ns,
+	     _Atomic uint32_t *mark, uint32_t bit);
+
+/*
+ * A sleeper is counted in its wait line's `sleepers` and marked in its own
+ * endpoint's `sleeping` bits (counted first, marked second; unmarked first,
+ * uncounted second), so that the reap of a process that died asleep takes
+ * back its count: at worst a count leaks (wake-ups made for nobody), never
+ * one too many is taken back (a wake-up missed).
+ */
+#define SLEEPING_DATA 1u  /* waiting for a message */
+#define SLEEPING_SPACE 2u /* waiting for room */
+#define SLEEPING_ARMED 4u /* armed on an eventfd: counted on the data line */
+
+/** Count a sleeper on @p wl and mark it in @p mark; then the sleeper's barrier. */
+void wait_register(struct wait_line *wl, _Atomic uint32_t *mark, uint32_t bit);
+/** Undo wait_register(). */
+void wait_unregister(struct wait_line *wl, _Atomic uint32_t *mark, uint32_t bit);
+/** Take back the counts of a dead endpoint whose sleeping bits were @p marked. */
+void wait_forget_dead(struct wait_line *data, struct wait_line *space, uint32_t marked);
 
 /* Whether this process may use compiler-only fences on the waking side:
  * it is registered for membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED), which a
@@ -56,9 +75,7 @@ static inline bool wait_has_sleepers(struct wait_line *wl)
 
 void wait_wake_all(struct wait_line *wl);
 
-/** The sleeper's half of the asymmetric fence: call after registering as
- * a sleeper (or arming an eventfd), before looking at the condition. */
-void wait_sleeper_barrier(void);
+
 
 uint64_t wait_now_ns(void);
 
