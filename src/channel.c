@@ -245,6 +245,17 @@ static int endpoint_claim(pinshm_channel_t *ch, unsigned first, unsigned n)
 	return -EBUSY;
 }
 
+/* A topic subscriber leaves: its cursors no longer hold publishers back,
+ * and its successor on the endpoint starts from unset ones. */
+static void topic_cursors_unset(const struct seg_geometry *g, void *base, unsigned endpoint)
+{
+	if (g->kind != PINSHM_TOPIC || endpoint < g->max_producers)
+		return;
+	for (unsigned l = 0; l < g->max_producers; l++)
+		atomic_store_explicit(seg_cursor(g, base, endpoint - g->max_producers, l), TOPIC_CURSOR_UNSET,
+				      memory_order_relaxed);
+}
+
 /* An endpoint came or went: wake every waiter so that it looks again. */
 static void endpoints_changed(struct seg_header *h)
 {
@@ -345,6 +356,7 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 		consumer_release_all(ch);
 		consumer_disarm(ch);
 	}
+	topic_cursors_unset(&ch->g, ch->base, ch->endpoint);
 	/* Release: whatever this endpoint committed or released is visible to
 	 * a peer that sees it closed. */
 	atomic_store_explicit(&ch->ep->state, EP_CLOSED, memory_order_release);
@@ -394,6 +406,7 @@ int pinshm_segment_reap(void *base, size_t size, unsigned endpoint)
 			return rc;
 	}
 	atomic_store_explicit(&ep->armed, 0, memory_order_relaxed);
+	topic_cursors_unset(&g, base, endpoint);
 	struct seg_header *h = base;
 	wait_forget_dead(&h->data, &h->space, atomic_exchange_explicit(&ep->sleeping, 0, memory_order_relaxed));
 	atomic_store_explicit(&ep->state, EP_DEAD, memory_order_release);

@@ -101,7 +101,9 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 	}
 	/* Back-pressure topic: the slowest subscriber sets the limit.  The
 	 * fence pairs with the one in consumer_start(): a subscriber we do not
-	 * see as active yet will start at a tail no older than ours. */
+	 * see as active yet will start at a tail no older than the one we
+	 * publish here, so the limit computed without it is safe for it. */
+	atomic_store_explicit(&ch->lane->tail, tail, memory_order_release);
 	atomic_thread_fence(memory_order_seq_cst);
 	uint64_t limit = tail + cap;
 	unsigned first = ch->g.max_producers;
