@@ -218,8 +218,13 @@ static inline void *reserved_payload(pinshm_channel_t *ch)
 	return (uint8_t *)rec_at(ch->ring, ch->g.capacity, ch->resv_pos) + PINSHM_RECORD_HEADER;
 }
 
-/* Publish the pending reservation as a record of @p len bytes. */
-static void commit_reserved(pinshm_channel_t *ch, size_t len)
+/*
+ * Write the pending reservation's record of @p len bytes, all but its
+ * commit word, which publish_record() writes: a batch stages every record
+ * first and publishes them together, so that a consumer polling the first
+ * one does not pull each line away while the producer writes it.
+ */
+static void stage_reserved(pinshm_channel_t *ch, size_t len)
 {
 	uint64_t cap = ch->g.capacity;
 	struct record_header *rec = rec_at(ch->ring, cap, ch->resv_pos);
@@ -230,15 +235,31 @@ static void commit_reserved(pinshm_channel_t *ch, size_t len)
 	/* The next record's word, zeroed before this one is published: what a
 	 * consumer polls next is never a stale word of an earlier lap. */
 	atomic_store_explicit(&rec_at(ch->ring, cap, end)->commit, 0, memory_order_relaxed);
-	atomic_store_explicit(&rec->commit, rec_word(ch->resv_pos, 0, REC_COMMITTED), memory_order_release);
-	if (ch->resv_pos != ch->resv_start) {
-		struct record_header *pad = rec_at(ch->ring, cap, ch->resv_start);
-		atomic_store_explicit(&pad->len, (uint32_t)(ch->resv_pos - ch->resv_start - PINSHM_RECORD_HEADER),
-				      memory_order_relaxed);
-		atomic_store_explicit(&pad->commit, rec_word(ch->resv_start, 0, REC_PADDING), memory_order_release);
-	}
+	if (ch->resv_pos != ch->resv_start)
+		atomic_store_explicit(&rec_at(ch->ring, cap, ch->resv_start)->len,
+				      (uint32_t)(ch->resv_pos - ch->resv_start - PINSHM_RECORD_HEADER), memory_order_relaxed);
 	ch->tail = end;
 	ch->reserved = false;
+}
+
+/* Publish a staged record at @p pos, and the padding at @p start before it. */
+static void publish_record(pinshm_channel_t *ch, uint64_t start, uint64_t pos)
+{
+	uint64_t cap = ch->g.capacity;
+
+	atomic_store_explicit(&rec_at(ch->ring, cap, pos)->commit, rec_word(pos, 0, REC_COMMITTED),
+			      memory_order_release);
+	if (pos != start)
+		atomic_store_explicit(&rec_at(ch->ring, cap, start)->commit, rec_word(start, 0, REC_PADDING),
+				      memory_order_release);
+}
+
+static void commit_reserved(pinshm_channel_t *ch, size_t len)
+{
+	uint64_t start = ch->resv_start, pos = ch->resv_pos;
+
+	stage_reserved(ch, len);
+	publish_record(ch, start, pos);
 }
 
 /* Publish the tail and the message count (once per call, not per record):
@@ -302,22 +323,46 @@ int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_m
 	return 0;
 }
 
+/* Records staged by a batch, not yet published. */
+struct staging {
+	unsigned count;
+	uint64_t start[PINSHM_MAX_HELD], pos[PINSHM_MAX_HELD];
+};
+
+static void publish_staged(pinshm_channel_t *ch, struct staging *st)
+{
+	for (unsigned i = 0; i < st->count; i++)
+		publish_record(ch, st->start[i], st->pos[i]);
+	if (st->count > 0) {
+		st->count = 0;
+		producer_publish(ch);
+		producer_wake(ch);
+	}
+}
+
 int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned count, int timeout_ms)
 {
+	struct staging st = { 0 };
 	unsigned sent = 0;
 	int rc = 0;
 
 	while (sent < count) {
-		rc = reserve(ch, msgs[sent].iov_len, timeout_ms);
+		rc = reserve(ch, msgs[sent].iov_len, PINSHM_NONBLOCK);
+		if (rc == -EAGAIN && timeout_ms != PINSHM_NONBLOCK) {
+			publish_staged(ch, &st); /* the consumers make the room we wait for */
+			rc = reserve(ch, msgs[sent].iov_len, timeout_ms);
+		}
 		if (rc != 0)
 			break;
 		memcpy(reserved_payload(ch), msgs[sent].iov_base, msgs[sent].iov_len);
-		commit_reserved(ch, msgs[sent].iov_len);
-		ch->wake_pending = true;
+		st.start[st.count] = ch->resv_start;
+		st.pos[st.count++] = ch->resv_pos;
+		stage_reserved(ch, msgs[sent].iov_len);
 		sent++;
+		if (st.count == PINSHM_MAX_HELD)
+			publish_staged(ch, &st);
 	}
-	producer_publish(ch);
-	pinshm_flush(ch);
+	publish_staged(ch, &st);
 	return sent > 0 ? (int)sent : rc;
 }
 
