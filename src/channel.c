@@ -223,26 +223,52 @@ out:
 	return rc;
 }
 
-/* Take the first endpoint of [first, first + n) that nobody holds. */
-static int endpoint_claim(pinshm_channel_t *ch, unsigned first, unsigned n)
+/* Take the first endpoint of [first, first + n) that nobody holds, for
+ * process @p pid.  @return its number or -EBUSY. */
+static int endpoint_take(const struct seg_geometry *g, void *base, unsigned first, unsigned n, uint32_t pid)
 {
 	for (unsigned i = first; i < first + n; i++) {
-		struct endpoint *ep = seg_endpoint(&ch->g, ch->base, i);
+		struct endpoint *ep = seg_endpoint(g, base, i);
 		uint32_t state = atomic_load_explicit(&ep->state, memory_order_relaxed);
 		if (state == EP_ACTIVE)
 			continue;
 		if (atomic_compare_exchange_strong_explicit(&ep->state, &state, EP_ACTIVE, memory_order_seq_cst,
 							    memory_order_relaxed)) {
-			atomic_store_explicit(&ep->pid, (uint32_t)getpid(), memory_order_relaxed);
+			atomic_store_explicit(&ep->pid, pid, memory_order_relaxed);
 			atomic_store_explicit(&ep->armed, 0, memory_order_relaxed);
 			atomic_store_explicit(&ep->sleeping, 0, memory_order_relaxed);
 			atomic_fetch_add_explicit(&ep->generation, 1, memory_order_relaxed);
-			ch->ep = ep;
-			ch->endpoint = i;
-			return 0;
+			return (int)i;
 		}
 	}
 	return -EBUSY;
+}
+
+/* Take the first endpoint of [first, first + n) that nobody holds. */
+static int endpoint_claim(pinshm_channel_t *ch, unsigned first, unsigned n)
+{
+	int i = endpoint_take(&ch->g, ch->base, first, n, (uint32_t)getpid());
+
+	if (i < 0)
+		return i;
+	ch->endpoint = (unsigned)i;
+	ch->ep = seg_endpoint(&ch->g, ch->base, ch->endpoint);
+	return 0;
+}
+
+/* Take over @p endpoint of [first, first + n), which the daemon claimed
+ * for this process. */
+static int endpoint_adopt(pinshm_channel_t *ch, unsigned endpoint, unsigned first, unsigned n)
+{
+	if (endpoint < first || endpoint - first >= n)
+		return -EINVAL;
+	struct endpoint *ep = seg_endpoint(&ch->g, ch->base, endpoint);
+	if (atomic_load_explicit(&ep->state, memory_order_acquire) != EP_ACTIVE)
+		return -EBADMSG;
+	atomic_store_explicit(&ep->pid, (uint32_t)getpid(), memory_order_relaxed);
+	ch->endpoint = endpoint;
+	ch->ep = ep;
+	return 0;
 }
 
 /* A topic subscriber leaves: its cursors no longer hold publishers back,
@@ -264,7 +290,24 @@ static void endpoints_changed(struct seg_header *h)
 	wait_wake_all(&h->space);
 }
 
-int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_channel_t **out)
+int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t role, uint32_t pid)
+{
+	int i;
+
+	if (role == PINSHM_PRODUCER)
+		i = endpoint_take(g, base, 0, g->max_producers, pid);
+	else if (role == PINSHM_CONSUMER)
+		i = endpoint_take(g, base, g->max_producers, g->max_consumers, pid);
+	else
+		return -EINVAL;
+	if (i >= 0)
+		endpoints_changed(base);
+	return i;
+}
+
+/* Attach as pinshm_channel_attach(), to @p endpoint if it is not negative
+ * (claimed by the daemon), else to a free endpoint of @p role. */
+static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **out)
 {
 	struct stat st;
 	int rc;
@@ -305,7 +348,8 @@ int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_channel_t **out)
 		}
 		for (unsigned i = 0; i < consumers; i++)
 			ch->peer_fds[i] = -1;
-		rc = endpoint_claim(ch, 0, producers);
+		rc = endpoint < 0 ? endpoint_claim(ch, 0, producers)
+				  : endpoint_adopt(ch, (unsigned)endpoint, 0, producers);
 		if (rc != 0)
 			goto fail;
 		ch->lane = seg_lane(&ch->g, ch->base, ch->endpoint);
@@ -313,13 +357,14 @@ int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_channel_t **out)
 		producer_recover_tail(ch);
 	} else {
 		ch->cursor = calloc(producers, sizeof(uint64_t));
-		ch->expect_seq = calloc(producers, sizeof(uint64_t));
+		ch->expect_seq = calloc(producers, sizeof(uint32_t));
 		if (!ch->cursor || !ch->expect_seq) {
 			rc = -ENOMEM;
 			goto fail;
 		}
 		ch->mode = ch->g.kind == PINSHM_QUEUE && consumers > 1 ? CONSUME_SHARED : CONSUME_SEQUENTIAL;
-		rc = endpoint_claim(ch, producers, consumers);
+		rc = endpoint < 0 ? endpoint_claim(ch, producers, consumers)
+				  : endpoint_adopt(ch, (unsigned)endpoint, producers, consumers);
 		if (rc != 0)
 			goto fail;
 		consumer_start(ch);
@@ -330,6 +375,18 @@ int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_channel_t **out)
 fail:
 	pinshm_channel_forget(ch);
 	return rc;
+}
+
+int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_channel_t **out)
+{
+	return attach(fd, role, -1, out);
+}
+
+int channel_attach_claimed(int fd, pinshm_role_t role, unsigned endpoint, pinshm_channel_t **out)
+{
+	if (endpoint >= PINSHM_MAX_PRODUCERS + PINSHM_MAX_CONSUMERS)
+		return -EINVAL;
+	return attach(fd, role, (int)endpoint, out);
 }
 
 void pinshm_channel_forget(pinshm_channel_t *ch)

@@ -16,7 +16,6 @@
 
 #define PINSHM_MAX_HELD 64u
 #define PINSHM_DEFAULT_SPIN_NS 50000u
-#define SEQ_KNOWN (1ull << 32)
 
 /* How a consumer takes records. */
 enum consume_mode {
@@ -46,7 +45,9 @@ struct pinshm_channel {
 	/* Producer. */
 	struct lane_header *lane;
 	uint8_t *ring;
-	uint64_t tail;        /* end of what this producer committed (or reserved) */
+	uint64_t tail;        /* end of what this producer committed (or staged) */
+	uint64_t committed;   /* end of what is committed (tail less staged records) */
+	uint64_t last;        /* start of the last record committed */
 	uint64_t limit;       /* cached: may write below this position without looking */
 	uint32_t seq;         /* next record's message number */
 	bool reserved;        /* a reservation is pending */
@@ -64,7 +65,7 @@ struct pinshm_channel {
 	enum consume_mode mode;
 	unsigned next_lane;   /* round-robin start */
 	uint64_t *cursor;     /* sequential: next position to read, per lane */
-	uint64_t *expect_seq; /* topic: next message number expected per lane, | SEQ_KNOWN once seen */
+	uint32_t *expect_seq; /* topic: next message number expected, per lane */
 	struct held_record held[PINSHM_MAX_HELD];
 	unsigned held_first, held_count;
 	int notify_fd;
@@ -80,6 +81,19 @@ uint8_t *seg_ring(const struct seg_geometry *g, void *base, unsigned lane);
 struct endpoint *seg_endpoint(const struct seg_geometry *g, void *base, unsigned endpoint);
 _Atomic uint64_t *seg_cursor(const struct seg_geometry *g, void *base, unsigned consumer, unsigned lane);
 bool channel_peers_gone(pinshm_channel_t *ch);
+
+/*
+ * Endpoints handed out by the daemon: pinshmd claims one in its own mapping
+ * (seg_endpoint_claim), sends the descriptor and the endpoint's number, and
+ * the client attaches to exactly that one (channel_attach_claimed).
+ */
+/** Claim a free endpoint of @p role for process @p pid (active, generation
+ *  bumped, peers woken).  @return its number, -EBUSY (none free), -EINVAL. */
+int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t role, uint32_t pid);
+/** pinshm_channel_attach() to @p endpoint, already claimed for this process.
+ *  @return as pinshm_channel_attach(); -EINVAL if @p endpoint is not one of
+ *  @p role's, -EBADMSG if it is not active. */
+int channel_attach_claimed(int fd, pinshm_role_t role, unsigned endpoint, pinshm_channel_t **out);
 int channel_fail(pinshm_channel_t *ch, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ring.c */

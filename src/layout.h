@@ -160,8 +160,10 @@ static_assert(sizeof(struct endpoint) == PINSHM_CACHELINE, "one line per endpoin
 struct lane_header {
 	/* Producer line: written only by the lane's producer. */
 	alignas(PINSHM_CACHELINE) _Atomic uint64_t tail; /* end of the last committed record (release) */
-	_Atomic uint64_t reserve;                        /* overrun topic: end of the record being written */
-	_Atomic uint64_t messages;                       /* messages committed */
+	_Atomic uint64_t last;                           /* start of the last committed record */
+	_Atomic uint64_t messages;                       /* messages committed (its seq + 1) */
+	_Atomic uint64_t reserve;                        /* end of the record being written: no reader is past it;
+							    overrun topic: the 16 bytes after it are written too */
 	/* Consumer line. */
 	alignas(PINSHM_CACHELINE) _Atomic uint64_t free; /* queue: room before this position is reusable */
 };

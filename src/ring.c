@@ -50,7 +50,48 @@ static uint64_t rec_extent(const struct seg_geometry *g, uint64_t word, uint64_t
 	return rec_size(len);
 }
 
+static inline bool pos_aligned(uint64_t pos) { return (pos & (PINSHM_RECORD_ALIGN - 1)) == 0; }
+
+/*
+ * Read the record at @p pos of a shared queue's lane, which other consumers
+ * move through too: once `free` passes a record, the producer may rewrite
+ * it under us.  The commit word is read again after the length, behind an
+ * acquire fence that pairs with the release fence a producer issues before
+ * it writes into room it reserved (reserve_attempt()): if the length is
+ * new, the word is too.
+ * @return 1 (ready: *word, *len, *size set), 0 (not ready), -EAGAIN (it
+ * changed: read again), -EBADMSG (impossible record).
+ */
+static int shared_read(const struct seg_geometry *g, uint8_t *ring, uint64_t pos, uint64_t *word, uint32_t *len,
+		       uint64_t *size)
+{
+	struct record_header *rec = rec_at(ring, g->capacity, pos);
+
+	*word = atomic_load_explicit(&rec->commit, memory_order_acquire);
+	if (!rec_ready(*word, pos))
+		return 0;
+	*len = atomic_load_explicit(&rec->len, memory_order_relaxed);
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&rec->commit, memory_order_relaxed) != *word)
+		return -EAGAIN;
+	*size = rec_extent(g, *word, pos, *len);
+	return *size != 0 ? 1 : -EBADMSG;
+}
+
+/* Restarts of a shared scan before it reports an empty lane. */
+#define SHARED_RESTARTS 64
+
 /* ---- producer ------------------------------------------------------------ */
+
+/* Publish the tail, the last record and the message count (once per call,
+ * not per record): a subscriber joining a topic starts from the tail, one
+ * lapped on an overrun topic from the last record. */
+static void producer_publish(pinshm_channel_t *ch)
+{
+	atomic_store_explicit(&ch->lane->messages, ch->seq, memory_order_relaxed);
+	atomic_store_explicit(&ch->lane->last, ch->last, memory_order_relaxed);
+	atomic_store_explicit(&ch->lane->tail, ch->committed, memory_order_release);
+}
 
 /* A producer takes over a lane: find the true tail, past any record its
  * predecessor committed without publishing the tail. */
@@ -59,7 +100,13 @@ void producer_recover_tail(pinshm_channel_t *ch)
 	uint64_t cap = ch->g.capacity;
 	uint64_t pos = atomic_load_explicit(&ch->lane->tail, memory_order_acquire);
 	uint64_t seq = atomic_load_explicit(&ch->lane->messages, memory_order_relaxed);
+	uint64_t last = atomic_load_explicit(&ch->lane->last, memory_order_relaxed);
 
+	if (!pos_aligned(pos)) {
+		channel_fail(ch, -EBADMSG, "lane %u: tail %llu is not a record boundary", ch->endpoint,
+			     (unsigned long long)pos);
+		return;
+	}
 	for (uint64_t scanned = 0; scanned < cap;) {
 		struct record_header *rec = rec_at(ch->ring, cap, pos);
 		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
@@ -69,17 +116,19 @@ void producer_recover_tail(pinshm_channel_t *ch)
 		uint64_t size = rec_extent(&ch->g, word, pos, len);
 		if (size == 0)
 			break;
-		if (rec_state(word) != REC_PADDING)
+		if (rec_state(word) != REC_PADDING) {
 			seq = atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1;
+			last = pos;
+		}
 		pos += size;
 		scanned += size;
 	}
-	ch->tail = pos;
+	ch->tail = ch->committed = pos;
+	ch->last = last;
 	ch->seq = (uint32_t)seq;
 	ch->limit = 0;
-	atomic_store_explicit(&ch->lane->tail, pos, memory_order_release);
 	atomic_store_explicit(&ch->lane->reserve, pos, memory_order_relaxed);
-	atomic_store_explicit(&ch->lane->messages, ch->seq, memory_order_relaxed);
+	producer_publish(ch);
 }
 
 /* How far this producer may write: everything below `limit` is free. */
@@ -89,7 +138,7 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 
 	if (ch->g.kind == PINSHM_QUEUE) {
 		uint64_t free = atomic_load_explicit(&ch->lane->free, memory_order_acquire);
-		if (free > tail || tail - free > cap)
+		if (free > tail || tail - free > cap || !pos_aligned(free))
 			return channel_fail(ch, -EBADMSG, "lane %u: free index %llu outside the ring (tail %llu)",
 					    ch->endpoint, (unsigned long long)free, (unsigned long long)tail);
 		ch->limit = free + cap;
@@ -102,10 +151,11 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 	/* Back-pressure topic: the slowest subscriber sets the limit.  The
 	 * fence pairs with the one in consumer_start(): a subscriber we do not
 	 * see as active yet will start at a tail no older than the one we
-	 * publish here, so the limit computed without it is safe for it. */
-	atomic_store_explicit(&ch->lane->tail, tail, memory_order_release);
+	 * publish here (the end of what is committed, staged records aside),
+	 * so the limit computed from it without that subscriber is safe. */
+	atomic_store_explicit(&ch->lane->tail, ch->committed, memory_order_release);
 	atomic_thread_fence(memory_order_seq_cst);
-	uint64_t limit = tail + cap;
+	uint64_t limit = ch->committed + cap;
 	unsigned first = ch->g.max_producers;
 	for (unsigned c = 0; c < ch->g.max_consumers; c++) {
 		struct endpoint *ep = seg_endpoint(&ch->g, ch->base, first + c);
@@ -118,7 +168,7 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 				limit = ch->limit;
 			continue;
 		}
-		if (cursor > tail || tail - cursor > cap)
+		if (cursor > tail || tail - cursor > cap || !pos_aligned(cursor))
 			return channel_fail(ch, -EBADMSG, "subscriber %u: cursor %llu outside the ring (tail %llu)",
 					    c, (unsigned long long)cursor, (unsigned long long)tail);
 		if (cursor + cap < limit)
@@ -181,12 +231,13 @@ static int reserve_attempt(void *arg)
 			return -EAGAIN;
 		}
 	}
-	if (is_overrun(ch)) {
-		/* Seqlock-style: announce the bytes about to be overwritten
-		 * before writing them; subscribers check it after reading. */
-		atomic_store_explicit(&ch->lane->reserve, need, memory_order_relaxed);
-		atomic_thread_fence(memory_order_release);
-	}
+	/* Announce the bytes about to be written before writing them: no
+	 * consumer may be past them, and on an overrun topic (seqlock-style)
+	 * subscribers check after reading that they were not overwritten.
+	 * Shared queue: a consumer that reads a new length in this room also
+	 * sees the commit word we zeroed before (see shared_read()). */
+	atomic_store_explicit(&ch->lane->reserve, need - HEADROOM, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
 	ch->resv_start = ch->tail;
 	ch->resv_pos = ch->tail + pad;
 	ch->resv_len = a->len;
@@ -239,6 +290,7 @@ static void stage_reserved(pinshm_channel_t *ch, size_t len)
 		atomic_store_explicit(&rec_at(ch->ring, cap, ch->resv_start)->len,
 				      (uint32_t)(ch->resv_pos - ch->resv_start - PINSHM_RECORD_HEADER), memory_order_relaxed);
 	ch->tail = end;
+	ch->last = ch->resv_pos;
 	ch->reserved = false;
 }
 
@@ -260,14 +312,7 @@ static void commit_reserved(pinshm_channel_t *ch, size_t len)
 
 	stage_reserved(ch, len);
 	publish_record(ch, start, pos);
-}
-
-/* Publish the tail and the message count (once per call, not per record):
- * subscribers joining a topic start from the tail. */
-static void producer_publish(pinshm_channel_t *ch)
-{
-	atomic_store_explicit(&ch->lane->tail, ch->tail, memory_order_release);
-	atomic_store_explicit(&ch->lane->messages, ch->seq, memory_order_relaxed);
+	ch->committed = ch->tail;
 }
 
 int pinshm_reserve(pinshm_channel_t *ch, size_t len, void **buf, int timeout_ms)
@@ -333,6 +378,7 @@ static void publish_staged(pinshm_channel_t *ch, struct staging *st)
 {
 	for (unsigned i = 0; i < st->count; i++)
 		publish_record(ch, st->start[i], st->pos[i]);
+	ch->committed = ch->tail;
 	if (st->count > 0) {
 		st->count = 0;
 		producer_publish(ch);
@@ -404,6 +450,10 @@ void consumer_start(pinshm_channel_t *ch)
 		atomic_thread_fence(memory_order_seq_cst);
 		for (unsigned l = 0; l < producers; l++) {
 			ch->cursor[l] = atomic_load_explicit(&lane_hdr(ch, l)->tail, memory_order_acquire);
+			/* Published no earlier than that tail (producer_publish()):
+			 * losses are counted from here, at worst a few too few. */
+			uint32_t seq = (uint32_t)atomic_load_explicit(&lane_hdr(ch, l)->messages, memory_order_relaxed);
+			ch->expect_seq[l] = seq;
 			atomic_store_explicit(seg_cursor(&ch->g, ch->base, consumer_index(ch), l), ch->cursor[l],
 					      memory_order_release);
 		}
@@ -412,6 +462,10 @@ void consumer_start(pinshm_channel_t *ch)
 		for (unsigned l = 0; l < producers; l++)
 			ch->cursor[l] = atomic_load_explicit(&lane_hdr(ch, l)->free, memory_order_acquire);
 	}
+	for (unsigned l = 0; l < producers; l++)
+		if (ch->mode == CONSUME_SEQUENTIAL && !pos_aligned(ch->cursor[l]))
+			channel_fail(ch, -EBADMSG, "lane %u: start position %llu is not a record boundary", l,
+				     (unsigned long long)ch->cursor[l]);
 }
 
 /* Overrun topic: whether the publisher of @p lane may have overwritten @p pos. */
@@ -419,7 +473,7 @@ static bool overrun_lapped(pinshm_channel_t *ch, unsigned lane, uint64_t pos)
 {
 	atomic_thread_fence(memory_order_acquire);
 	uint64_t reserved = atomic_load_explicit(&lane_hdr(ch, lane)->reserve, memory_order_relaxed);
-	return reserved > pos + ch->g.capacity;
+	return reserved + HEADROOM > pos + ch->g.capacity;
 }
 
 /*
@@ -448,18 +502,34 @@ static int take_sequential_lane(pinshm_channel_t *ch, unsigned lane, struct take
 		}
 		if (size == 0) {
 			if (is_overrun(ch) && !resynced && overrun_lapped(ch, lane, pos)) {
-				/* Lapped: skip to the newest record; seq tells what was lost. */
-				pos = ch->cursor[lane] = atomic_load_explicit(&lane_hdr(ch, lane)->tail,
+				/* Lapped: start again at the newest record; seq tells
+				 * what was lost. */
+				pos = ch->cursor[lane] = atomic_load_explicit(&lane_hdr(ch, lane)->last,
 									  memory_order_acquire);
+				if (!pos_aligned(pos))
+					return corrupt_record(ch, lane, pos);
 				resynced = true;
 				continue;
 			}
-			if (!rec_ready(word, pos))
+			/* At our cursor the producer writes only zero (ahead of
+			 * time) and then the record: anything else is damage. */
+			if (word == 0)
 				return -EAGAIN;
 			return corrupt_record(ch, lane, pos);
 		}
 		if (rec_state(word) == REC_PADDING) {
 			pos = ch->cursor[lane] = pos + size;
+			continue;
+		}
+		uint32_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed);
+		if (is_overrun(ch) && overrun_lapped(ch, lane, pos)) {
+			/* What we read may be the publisher's new bytes. */
+			if (resynced)
+				return -EAGAIN;
+			pos = ch->cursor[lane] = atomic_load_explicit(&lane_hdr(ch, lane)->last, memory_order_acquire);
+			if (!pos_aligned(pos))
+				return corrupt_record(ch, lane, pos);
+			resynced = true;
 			continue;
 		}
 		if (len > max_len) {
@@ -470,10 +540,11 @@ static int take_sequential_lane(pinshm_channel_t *ch, unsigned lane, struct take
 			return 0;
 		*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len, 0 };
 		if (ch->g.kind == PINSHM_TOPIC) {
-			uint32_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed);
-			if (ch->expect_seq[lane] & SEQ_KNOWN)
-				t->lost = (uint32_t)(seq - (uint32_t)ch->expect_seq[lane]);
-			ch->expect_seq[lane] = SEQ_KNOWN | (uint32_t)(seq + 1);
+			/* Signed: a subscriber that joined during a batch may see
+			 * a message or two older than its starting count. */
+			int32_t gap = (int32_t)(seq - ch->expect_seq[lane]);
+			t->lost = gap > 0 ? (uint64_t)gap : 0;
+			ch->expect_seq[lane] = seq + 1;
 			ch->lost += t->lost;
 		}
 		ch->cursor[lane] = t->end;
@@ -489,31 +560,53 @@ static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, struct taken *t
 {
 	uint64_t cap = ch->g.capacity;
 	uint8_t *ring = lane_ring(ch, lane);
-	uint64_t pos = atomic_load_explicit(&lane_hdr(ch, lane)->free, memory_order_acquire);
+	_Atomic uint64_t *free = &lane_hdr(ch, lane)->free;
+	uint64_t pos = atomic_load_explicit(free, memory_order_acquire);
+	unsigned restarts = 0;
 
 	for (uint64_t scanned = 0; scanned <= cap;) {
-		struct record_header *rec = rec_at(ring, cap, pos);
-		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
-		if (!rec_ready(word, pos))
+		uint64_t word, size;
+		uint32_t len;
+
+		if (!pos_aligned(pos))
+			return corrupt_record(ch, lane, pos);
+		int rc = shared_read(&ch->g, ring, pos, &word, &len, &size);
+		if (rc == -EAGAIN) {
+			if (restarts++ < SHARED_RESTARTS)
+				continue;
 			return -EAGAIN;
-		uint32_t len = atomic_load_explicit(&rec->len, memory_order_relaxed);
-		uint64_t size = rec_extent(&ch->g, word, pos, len);
-		if (size == 0)
+		}
+		if (rc == 0) {
+			/* Not ready: the end, unless `free` passed us meanwhile. */
+			uint64_t now = atomic_load_explicit(free, memory_order_acquire);
+			if (now > pos && restarts++ < SHARED_RESTARTS) {
+				pos = now;
+				scanned = 0;
+				continue;
+			}
+			return -EAGAIN;
+		}
+		if (rc < 0)
 			return corrupt_record(ch, lane, pos);
 		switch (rec_state(word)) {
-		case REC_COMMITTED:
+		case REC_COMMITTED: {
 			if (len > max_len) {
 				t->len = len;
 				return -EMSGSIZE;
 			}
 			if (peek)
 				return 0;
+			struct record_header *rec = rec_at(ring, cap, pos);
 			if (!atomic_compare_exchange_strong_explicit(&rec->commit, &word,
 								     rec_word(pos, consumer_index(ch), REC_CLAIMED),
-								     memory_order_acq_rel, memory_order_acquire))
-				continue; /* someone else took it: look again */
+								     memory_order_acq_rel, memory_order_acquire)) {
+				if (restarts++ < SHARED_RESTARTS)
+					continue; /* someone else took it: look again */
+				return -EAGAIN;
+			}
 			*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len, 0 };
 			return 0;
+		}
 		case REC_PADDING:
 		case REC_CLAIMED:
 		case REC_DONE:
@@ -573,15 +666,31 @@ static int shared_advance_free(const struct seg_geometry *g, void *base, unsigne
 	uint8_t *ring = seg_ring(g, base, lane);
 	struct lane_header *lh = seg_lane(g, base, lane);
 	uint64_t free = atomic_load_explicit(&lh->free, memory_order_seq_cst);
+	unsigned restarts = 0;
 
 	for (uint64_t scanned = 0; scanned <= cap;) {
-		struct record_header *rec = rec_at(ring, cap, free);
-		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_seq_cst);
-		if (!rec_ready(word, free) || (rec_state(word) != REC_DONE && rec_state(word) != REC_PADDING))
-			return 0;
-		uint64_t size = rec_extent(g, word, free, atomic_load_explicit(&rec->len, memory_order_relaxed));
-		if (size == 0)
+		uint64_t word, size;
+		uint32_t len;
+
+		if (!pos_aligned(free))
 			return -EBADMSG;
+		/* seq_cst: our DONE store and this read against another
+		 * consumer's DONE store and its CAS of free. */
+		atomic_thread_fence(memory_order_seq_cst);
+		int rc = shared_read(g, ring, free, &word, &len, &size);
+		if (rc == -EAGAIN || (rc == -EBADMSG && atomic_load_explicit(&lh->free, memory_order_acquire) != free)) {
+			/* Another consumer moved on: follow it.  Whoever moved
+			 * `free` also goes on advancing it, so giving up after
+			 * a while loses nothing. */
+			if (restarts++ >= SHARED_RESTARTS)
+				return 0;
+			free = atomic_load_explicit(&lh->free, memory_order_seq_cst);
+			continue;
+		}
+		if (rc < 0)
+			return rc;
+		if (rc == 0 || (rec_state(word) != REC_DONE && rec_state(word) != REC_PADDING))
+			return 0;
 		uint64_t expected = free;
 		if (atomic_compare_exchange_strong_explicit(&lh->free, &expected, free + size, memory_order_seq_cst,
 							    memory_order_seq_cst)) {
@@ -686,6 +795,22 @@ static int recv_attempt(void *arg)
 	return rc;
 }
 
+/* Before reporting that nothing came: a position past the end of what the
+ * lane's producer reserved is damage, not an empty lane. */
+static int consumer_check_positions(pinshm_channel_t *ch, int rc)
+{
+	for (unsigned l = 0; l < ch->g.max_producers; l++) {
+		struct lane_header *lh = lane_hdr(ch, l);
+		uint64_t pos = ch->mode == CONSUME_SHARED ? atomic_load_explicit(&lh->free, memory_order_acquire)
+							  : ch->cursor[l];
+		uint64_t reserve = atomic_load_explicit(&lh->reserve, memory_order_acquire);
+		if (!pos_aligned(pos) || pos > reserve)
+			return channel_fail(ch, -EBADMSG, "lane %u: position %llu past the producer's end %llu", l,
+					    (unsigned long long)pos, (unsigned long long)reserve);
+	}
+	return rc;
+}
+
 static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, int timeout_ms)
 {
 	struct recv_args args = { ch, t, max_len };
@@ -693,8 +818,9 @@ static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, 
 	if (ch->role != PINSHM_CONSUMER)
 		return channel_fail(ch, -EINVAL, "not a consumer");
 	consumer_disarm(ch);
-	return wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, ch->spin_ns, &ch->ep->sleeping,
-			SLEEPING_DATA);
+	int rc = wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, ch->spin_ns, &ch->ep->sleeping,
+			  SLEEPING_DATA);
+	return rc == -EAGAIN || rc == -ETIMEDOUT ? consumer_check_positions(ch, rc) : rc;
 }
 
 int pinshm_recv(pinshm_channel_t *ch, void *buf, size_t cap, size_t *len, int timeout_ms)
@@ -706,7 +832,8 @@ int pinshm_recv(pinshm_channel_t *ch, void *buf, size_t cap, size_t *len, int ti
 		*len = t.len;
 	if (rc != 0)
 		return rc;
-	memcpy(buf, t.data, t.len);
+	if (t.len > 0)
+		memcpy(buf, t.data, t.len);
 	*len = t.len;
 	if (is_overrun(ch) && overrun_lapped(ch, t.lane, t.pos)) {
 		ch->lost++;
@@ -809,17 +936,34 @@ int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner)
 
 	for (unsigned lane = 0; lane < g->max_producers; lane++) {
 		uint8_t *ring = seg_ring(g, base, lane);
-		uint64_t pos = atomic_load_explicit(&seg_lane(g, base, lane)->free, memory_order_acquire);
+		_Atomic uint64_t *free = &seg_lane(g, base, lane)->free;
+		uint64_t pos = atomic_load_explicit(free, memory_order_acquire);
+		unsigned restarts = 0;
+
 		for (uint64_t scanned = 0; scanned < cap;) {
-			struct record_header *rec = rec_at(ring, cap, pos);
-			uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
-			if (!rec_ready(word, pos))
-				break;
-			uint64_t size = rec_extent(g, word, pos, atomic_load_explicit(&rec->len, memory_order_relaxed));
-			if (size == 0)
+			uint64_t word, size;
+			uint32_t len;
+
+			if (!pos_aligned(pos))
 				return -EBADMSG;
+			int rc = shared_read(g, ring, pos, &word, &len, &size);
+			if (rc == -EAGAIN && restarts++ < SHARED_RESTARTS)
+				continue;
+			if (rc == -EAGAIN)
+				return -EBADMSG; /* it keeps changing under a dead owner's claims */
+			if (rc == 0 || rc == -EBADMSG) {
+				uint64_t now = atomic_load_explicit(free, memory_order_acquire);
+				if (now > pos && restarts++ < SHARED_RESTARTS) {
+					pos = now;
+					scanned = 0;
+					continue;
+				}
+				if (rc == 0)
+					break;
+				return rc;
+			}
 			if (rec_state(word) == REC_CLAIMED && rec_owner(word) == owner)
-				atomic_compare_exchange_strong_explicit(&rec->commit, &word,
+				atomic_compare_exchange_strong_explicit(&rec_at(ring, cap, pos)->commit, &word,
 									rec_word(pos, 0, REC_COMMITTED),
 									memory_order_release, memory_order_relaxed);
 			pos += size;

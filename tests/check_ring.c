@@ -1,0 +1,2093 @@
+/*
+ * check_ring.c - unit tests of the rings of libpinshm, in one process:
+ * producer and consumer handles of the same channel side by side.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "layout.h"
+#include "pinshm.h"
+#include "testutil.h"
+
+#define KiB 1024u
+
+static uint8_t sbuf[64 * 1024];
+static uint8_t rbuf[64 * 1024];
+
+/* Send @p len bytes of pattern @p seed, without waiting; fail unless @p want. */
+static void send_pat_rc(pinshm_channel_t *p, size_t len, uint64_t seed, int want)
+{
+	ck_assert_uint_le(len, sizeof(sbuf));
+	tu_pattern(sbuf, len, seed);
+	TU_RC(pinshm_send(p, sbuf, len, PINSHM_NONBLOCK), want);
+}
+
+static void send_pat(pinshm_channel_t *p, size_t len, uint64_t seed) { send_pat_rc(p, len, seed, 0); }
+
+/* Receive (copy) the next message and check it is @p len bytes of pattern @p seed. */
+static void recv_pat(pinshm_channel_t *c, size_t len, uint64_t seed)
+{
+	size_t got = (size_t)-1;
+	long bad;
+
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &got, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(got, len);
+	bad = tu_pattern_bad(rbuf, got, seed);
+	ck_assert_msg(bad < 0, "message (len %zu seed %llu): bad byte at %ld", len, (unsigned long long)seed, bad);
+}
+
+/* Receive in place, check, and release. */
+static void recv_pat_inplace(pinshm_channel_t *c, size_t len, uint64_t seed)
+{
+	pinshm_msg_t m;
+	long bad;
+
+	memset(&m, 0, sizeof(m));
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(m.len, len);
+	ck_assert_msg(((uintptr_t)m.data & 15u) == 0, "in-place data %p not 16-byte aligned", m.data);
+	bad = tu_pattern_bad(m.data, m.len, seed);
+	ck_assert_msg(bad < 0, "message (len %zu seed %llu): bad byte at %ld", len, (unsigned long long)seed, bad);
+	TU_RC(pinshm_release(c, &m), 0);
+}
+
+/* Reserve, write pattern in place and commit. */
+static void reserve_pat(pinshm_channel_t *p, size_t len, uint64_t seed)
+{
+	void *buf = NULL;
+
+	TU_RC(pinshm_reserve(p, len, &buf, PINSHM_NONBLOCK), 0);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_msg(((uintptr_t)buf & 15u) == 0, "reservation %p not 16-byte aligned", buf);
+	tu_pattern(buf, len, seed);
+	TU_RC(pinshm_commit(p, len, 0), 0);
+}
+
+static void expect_empty(pinshm_channel_t *c)
+{
+	size_t got;
+
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &got, PINSHM_NONBLOCK), -EAGAIN);
+}
+
+/* Send pattern messages of @p len until the send fails with @p end (or, if
+ * @p end2 is not 0, with @p end2); @return how many were sent. */
+static unsigned fill_until(pinshm_channel_t *p, size_t len, uint64_t seed0, unsigned limit, int end, int end2)
+{
+	unsigned n = 0;
+
+	for (;;) {
+		int rc;
+
+		tu_pattern(sbuf, len, seed0 + n);
+		rc = pinshm_send(p, sbuf, len, PINSHM_NONBLOCK);
+		if (rc == end || (end2 && rc == end2))
+			break;
+		ck_assert_msg(rc == 0, "send #%u: %d (%s)", n, rc, pinshm_strerror(rc));
+		n++;
+		ck_assert_msg(n <= limit, "sent %u messages of %zu bytes without the ring filling up", n, len);
+	}
+	return n;
+}
+
+/* Send until the ring is full (-EAGAIN); @return how many were sent. */
+static unsigned fill(pinshm_channel_t *p, size_t len, uint64_t seed0, unsigned limit)
+{
+	return fill_until(p, len, seed0, limit, -EAGAIN, 0);
+}
+
+/* The ring of capacity @p cap holds @p n records of @p len: plausible? */
+static void check_fill_count(unsigned n, uint64_t cap, size_t len)
+{
+	uint64_t r = rec_size(len);
+
+	ck_assert_msg(n * r <= cap, "%u records of %llu bytes cannot fit in %llu", n, (unsigned long long)r,
+		      (unsigned long long)cap);
+	ck_assert_msg(n * r + 16 + 2 * r >= cap, "only %u records of %llu bytes fit in %llu (too much waste)", n,
+		      (unsigned long long)r, (unsigned long long)cap);
+}
+
+struct pair {
+	int fd;
+	pinshm_channel_t *p, *c;
+};
+
+static struct pair pair_open(pinshm_kind_t kind, uint64_t cap)
+{
+	struct pair pr;
+
+	pr.fd = tu_channel(kind, cap, 1, 1);
+	pr.p = tu_attach(pr.fd, PINSHM_PRODUCER);
+	pr.c = tu_attach(pr.fd, PINSHM_CONSUMER);
+	return pr;
+}
+
+static void pair_close(struct pair *pr)
+{
+	TU_RC(pinshm_channel_close(pr->p), 0);
+	TU_RC(pinshm_channel_close(pr->c), 0);
+	close(pr->fd);
+}
+
+/* ======================================================================== */
+/* core                                                                      */
+/* ======================================================================== */
+
+START_TEST(test_version)
+{
+	char want[32];
+	const int errs[] = {-EAGAIN, -ETIMEDOUT, -EMSGSIZE, -EPIPE, -EBADMSG, -EPROTO, -EBUSY, -EINVAL, -ESTALE, -ENOBUFS};
+
+	snprintf(want, sizeof(want), "%d.%d.%d", PINSHM_VERSION_MAJOR, PINSHM_VERSION_MINOR, PINSHM_VERSION_PATCH);
+	ck_assert_ptr_nonnull(pinshm_version());
+	ck_assert_str_eq(pinshm_version(), want);
+	for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++) {
+		const char *s = pinshm_strerror(errs[i]);
+		ck_assert_ptr_nonnull(s);
+		ck_assert_msg(s[0] != '\0', "pinshm_strerror(%d) is empty", errs[i]);
+		for (size_t j = 0; j < i; j++)
+			ck_assert_msg(strcmp(s, pinshm_strerror(errs[j])) != 0, "errors %d and %d read the same: %s",
+				      errs[i], errs[j], s);
+	}
+}
+END_TEST
+
+START_TEST(test_empty)
+{
+	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+	pinshm_msg_t m[4];
+	size_t len;
+
+	TU_RC(pinshm_recv(pr.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_recv(pr.c, rbuf, sizeof(rbuf), &len, 20), -ETIMEDOUT);
+	TU_RC(pinshm_recv_inplace(pr.c, &m[0], PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_recv_inplace(pr.c, &m[0], 20), -ETIMEDOUT);
+	TU_RC(pinshm_recv_batch(pr.c, m, 4, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_recv_batch(pr.c, m, 4, 20), -ETIMEDOUT);
+	/* Still works afterwards. */
+	send_pat(pr.p, 10, 1);
+	recv_pat(pr.c, 10, 1);
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+START_TEST(test_full)
+{
+	const uint64_t cap = 4 * KiB;
+	struct pair pr = pair_open(PINSHM_QUEUE, cap);
+	unsigned n, n2;
+	void *buf;
+	struct iovec iov = {.iov_base = sbuf, .iov_len = 64};
+
+	n = fill(pr.p, 64, 1000, 1000);
+	check_fill_count(n, cap, 64);
+	/* Every way of sending says the same. */
+	TU_RC(pinshm_reserve(pr.p, 64, &buf, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_send_batch(pr.p, &iov, 1, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_send(pr.p, sbuf, 64, PINSHM_NONBLOCK), -EAGAIN);
+	for (unsigned i = 0; i < n; i++)
+		recv_pat(pr.c, 64, 1000 + i);
+	expect_empty(pr.c);
+	/* Second lap, starting elsewhere in the ring. */
+	n2 = fill(pr.p, 64, 5000, 1000);
+	check_fill_count(n2, cap, 64);
+	for (unsigned i = 0; i < n2; i++)
+		recv_pat(pr.c, 64, 5000 + i);
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+START_TEST(test_full_sizes)
+{
+	/* Fill and drain with records of several sizes, several laps each. */
+	const uint64_t cap = 4 * KiB;
+	const size_t sizes[] = {0, 1, 16, 17, 100, 500, 1000, 2016};
+	struct pair pr = pair_open(PINSHM_QUEUE, cap);
+
+	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		for (unsigned lap = 0; lap < 3; lap++) {
+			uint64_t seed = s * 100000 + lap * 1000;
+			unsigned n = fill(pr.p, sizes[s], seed, 1000);
+
+			ck_assert_msg(n >= 1, "size %zu lap %u: nothing fitted in an empty ring", sizes[s], lap);
+			if (lap == 0 && sizes[s] == tu_max_message(cap))
+				ck_assert_msg(n == 2, "two max_message records fit in an empty ring at 0, not %u", n);
+			else
+				check_fill_count(n, cap, sizes[s]);
+			for (unsigned i = 0; i < n; i++)
+				recv_pat(pr.c, sizes[s], seed + i);
+			expect_empty(pr.c);
+		}
+	}
+	pair_close(&pr);
+}
+END_TEST
+
+/* For each start offset in a 4 KiB ring: move the ring there, then send and
+ * receive messages that wrap around its end, then fill it there and drain it. */
+START_TEST(test_wrap_every_offset)
+{
+	const uint64_t cap = 4 * KiB;
+	const size_t maxm = tu_max_message(cap);
+	const size_t lens[] = {0, 1, 15, 16, 17, 31, 32, 33, 100, 255, 256, 500, 1000, 1500, 2000, 2016};
+
+	for (uint64_t off = 0; off < cap; off += 16) {
+		struct pair pr = pair_open(PINSHM_QUEUE, cap);
+		bool zc = (off / 16) % 2 == 1; /* odd offsets: zero-copy calls */
+		uint64_t left = off;
+		unsigned k = 0;
+
+		/* Advance: records whose sizes add up to exactly `off`. */
+		while (left) {
+			uint64_t chunk = left > 1024 ? 1024 : left;
+			send_pat(pr.p, chunk - 16, off * 7 + k);
+			recv_pat(pr.c, chunk - 16, off * 7 + k);
+			left -= chunk;
+			k++;
+		}
+		/* One by one, three rounds of every length (about 6 laps). */
+		for (unsigned round = 0; round < 3; round++) {
+			for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+				size_t len = lens[i] > maxm ? maxm : lens[i];
+				uint64_t seed = off << 20 | round << 8 | i;
+
+				if (zc) {
+					reserve_pat(pr.p, len, seed);
+					recv_pat_inplace(pr.c, len, seed);
+				} else {
+					send_pat(pr.p, len, seed);
+					recv_pat(pr.c, len, seed);
+				}
+			}
+		}
+		/* Two at a time, so that one is in flight across the end (up to
+		 * 1000 bytes each, so that any padding plus both always fit). */
+		for (size_t i = 0; i + 1 < sizeof(lens) / sizeof(lens[0]) && lens[i + 1] <= 1000; i++) {
+			uint64_t seed = off << 20 | 0xf000 | i;
+			send_pat(pr.p, lens[i], seed);
+			send_pat(pr.p, lens[i + 1], seed + 1);
+			recv_pat(pr.c, lens[i], seed);
+			if (zc)
+				recv_pat_inplace(pr.c, lens[i + 1], seed + 1);
+			else
+				recv_pat(pr.c, lens[i + 1], seed + 1);
+		}
+		/* The largest message fits in an empty ring wherever it stands. */
+		send_pat(pr.p, maxm, off);
+		recv_pat(pr.c, maxm, off);
+		/* Full ring at this offset. */
+		{
+			size_t len = (size_t)((off * 7) % 300);
+			unsigned n = fill(pr.p, len, off << 24, 1000);
+
+			ck_assert_msg(n >= 1, "offset %llu: nothing fits", (unsigned long long)off);
+			ck_assert_msg(n * rec_size(len) <= cap, "offset %llu: %u records of %zu overflow",
+				      (unsigned long long)off, n, len);
+			for (unsigned i = 0; i < n; i++) {
+				if (zc && i % 2)
+					recv_pat_inplace(pr.c, len, (off << 24) + i);
+				else
+					recv_pat(pr.c, len, (off << 24) + i);
+			}
+			expect_empty(pr.c);
+		}
+		pair_close(&pr);
+	}
+}
+END_TEST
+
+START_TEST(test_every_size)
+{
+	const uint64_t caps[] = {4 * KiB, 16 * KiB};
+	const uint64_t cap = caps[_i];
+	const size_t maxm = tu_max_message(cap);
+	struct pair pr = pair_open(PINSHM_QUEUE, cap);
+	pinshm_channel_info_t info;
+
+	TU_RC(pinshm_channel_info(pr.c, &info), 0);
+	ck_assert_uint_eq(info.max_message, maxm);
+	for (size_t len = 0; len <= maxm; len++) {
+		switch (len % 3) {
+		case 0:
+			send_pat(pr.p, len, len);
+			recv_pat(pr.c, len, len);
+			break;
+		case 1:
+			reserve_pat(pr.p, len, len);
+			recv_pat_inplace(pr.c, len, len);
+			break;
+		default: {
+			struct iovec iov = {.iov_base = sbuf, .iov_len = len};
+			pinshm_msg_t m;
+			tu_pattern(sbuf, len, len);
+			TU_RC(pinshm_send_batch(pr.p, &iov, 1, PINSHM_NONBLOCK), 1);
+			TU_RC(pinshm_recv_batch(pr.c, &m, 1, PINSHM_NONBLOCK), 1);
+			ck_assert_uint_eq(m.len, len);
+			ck_assert_int_lt(tu_pattern_bad(m.data, m.len, len), 0);
+			TU_RC(pinshm_release(pr.c, &m), 0);
+			break;
+		}
+		}
+	}
+	/* And with a receive buffer of exactly the message's size. */
+	for (size_t len = 0; len <= maxm; len += 97) {
+		size_t got;
+		send_pat(pr.p, len, ~len);
+		TU_RC(pinshm_recv(pr.c, rbuf, len, &got, PINSHM_NONBLOCK), 0);
+		ck_assert_uint_eq(got, len);
+		ck_assert_int_lt(tu_pattern_bad(rbuf, got, ~len), 0);
+	}
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+START_TEST(test_too_large)
+{
+	const uint64_t cap = 4 * KiB;
+	const size_t maxm = tu_max_message(cap);
+	struct pair pr = pair_open(PINSHM_QUEUE, cap);
+	struct iovec iov[2];
+	void *buf;
+	size_t len;
+	pinshm_msg_t m;
+
+	TU_RC(pinshm_send(pr.p, sbuf, maxm + 1, PINSHM_NONBLOCK), -EMSGSIZE);
+	TU_RC(pinshm_send(pr.p, sbuf, SIZE_MAX, PINSHM_NONBLOCK), -EMSGSIZE);
+	TU_RC(pinshm_send(pr.p, sbuf, (size_t)1 << 33, PINSHM_NONBLOCK), -EMSGSIZE);
+	TU_RC(pinshm_reserve(pr.p, maxm + 1, &buf, PINSHM_NONBLOCK), -EMSGSIZE);
+	TU_RC(pinshm_reserve(pr.p, SIZE_MAX, &buf, PINSHM_NONBLOCK), -EMSGSIZE);
+	iov[0].iov_base = sbuf;
+	iov[0].iov_len = maxm + 1;
+	TU_RC(pinshm_send_batch(pr.p, iov, 1, PINSHM_NONBLOCK), -EMSGSIZE);
+	expect_empty(pr.c);
+
+	/* A partial batch: the first message goes, the too large second does not. */
+	tu_pattern(sbuf, 40, 7);
+	iov[0].iov_len = 40;
+	iov[1].iov_base = sbuf + 1024;
+	iov[1].iov_len = maxm + 1;
+	TU_RC(pinshm_send_batch(pr.p, iov, 2, PINSHM_NONBLOCK), 1);
+	recv_pat(pr.c, 40, 7);
+	expect_empty(pr.c);
+
+	/* max_message itself is fine. */
+	send_pat(pr.p, maxm, 8);
+	recv_pat(pr.c, maxm, 8);
+
+	/* A receive buffer too small: -EMSGSIZE, the needed length, message kept. */
+	send_pat(pr.p, 100, 9);
+	send_pat(pr.p, 0, 10);
+	len = 0;
+	TU_RC(pinshm_recv(pr.c, rbuf, 99, &len, PINSHM_NONBLOCK), -EMSGSIZE);
+	ck_assert_uint_eq(len, 100);
+	len = 0;
+	TU_RC(pinshm_recv(pr.c, rbuf, 0, &len, PINSHM_NONBLOCK), -EMSGSIZE);
+	ck_assert_uint_eq(len, 100);
+	TU_RC(pinshm_recv(pr.c, rbuf, 100, &len, 20), 0);
+	ck_assert_uint_eq(len, 100);
+	ck_assert_int_lt(tu_pattern_bad(rbuf, 100, 9), 0);
+	/* A zero-length message fits a zero-length buffer. */
+	len = 1;
+	TU_RC(pinshm_recv(pr.c, rbuf, 0, &len, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(len, 0);
+	expect_empty(pr.c);
+
+	/* In place, a too small buffer is not an issue. */
+	send_pat(pr.p, 1000, 11);
+	TU_RC(pinshm_recv(pr.c, rbuf, 10, &len, PINSHM_NONBLOCK), -EMSGSIZE);
+	ck_assert_uint_eq(len, 1000);
+	TU_RC(pinshm_recv_inplace(pr.c, &m, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(m.len, 1000);
+	ck_assert_int_lt(tu_pattern_bad(m.data, m.len, 11), 0);
+	TU_RC(pinshm_release(pr.c, &m), 0);
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+/* A zero-length message into no buffer at all (NULL, 0), like read(fd, NULL, 0). */
+START_TEST(test_recv_null_zero)
+{
+	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+	size_t len = 1;
+
+	send_pat(pr.p, 0, 1);
+	send_pat(pr.p, 5, 2);
+	TU_RC(pinshm_recv(pr.c, NULL, 0, &len, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(len, 0);
+	TU_RC(pinshm_recv(pr.c, NULL, 0, &len, PINSHM_NONBLOCK), -EMSGSIZE);
+	ck_assert_uint_eq(len, 5);
+	recv_pat(pr.c, 5, 2);
+	pair_close(&pr);
+}
+END_TEST
+
+START_TEST(test_zero_copy_mixed)
+{
+	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+	void *b = NULL, *b2 = NULL;
+	pinshm_msg_t m1, m2;
+	size_t len;
+
+	TU_RC(pinshm_reserve(pr.p, 100, &b, PINSHM_NONBLOCK), 0);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_uint_eq((uintptr_t)b & 15u, 0);
+	/* One reservation at a time; no send meanwhile. */
+	TU_RC(pinshm_send(pr.p, sbuf, 10, PINSHM_NONBLOCK), -EINVAL);
+	TU_RC(pinshm_reserve(pr.p, 10, &b2, PINSHM_NONBLOCK), -EINVAL);
+	{
+		struct iovec iov = {.iov_base = sbuf, .iov_len = 10};
+		TU_RC(pinshm_send_batch(pr.p, &iov, 1, PINSHM_NONBLOCK), -EINVAL);
+	}
+	/* Nothing visible before the commit. */
+	expect_empty(pr.c);
+	tu_pattern(b, 60, 1);
+	TU_RC(pinshm_commit(pr.p, 101, 0), -EINVAL); /* more than reserved */
+	TU_RC(pinshm_commit(pr.p, 60, 0), 0);
+	TU_RC(pinshm_commit(pr.p, 10, 0), -EINVAL); /* nothing reserved */
+	TU_RC(pinshm_abort(pr.p), -EINVAL);
+
+	send_pat(pr.p, 33, 2);
+	TU_RC(pinshm_reserve(pr.p, 50, &b, PINSHM_NONBLOCK), 0);
+	tu_pattern(b, 50, 3);
+	TU_RC(pinshm_commit(pr.p, 50, PINSHM_MORE), 0);
+	reserve_pat(pr.p, 0, 4); /* zero-length reservation */
+
+	recv_pat(pr.c, 60, 1);
+	TU_RC(pinshm_recv_inplace(pr.c, &m1, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(m1.len, 33);
+	/* A copy receive while one is held in place. */
+	recv_pat(pr.c, 50, 3);
+	TU_RC(pinshm_recv_inplace(pr.c, &m2, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(m2.len, 0);
+	ck_assert_int_lt(tu_pattern_bad(m1.data, m1.len, 2), 0);
+	TU_RC(pinshm_release(pr.c, &m1), 0);
+	TU_RC(pinshm_release(pr.c, &m1), -EINVAL);
+	TU_RC(pinshm_release(pr.c, &m2), 0);
+	TU_RC(pinshm_flush(pr.p), 0);
+	expect_empty(pr.c);
+
+	/* Abort drops the reservation: nothing published, no room lost. */
+	for (unsigned i = 0; i < 1000; i++) {
+		TU_RC(pinshm_reserve(pr.p, 1000 + i % 1000, &b, PINSHM_NONBLOCK), 0);
+		memset(b, 0xee, 1000);
+		TU_RC(pinshm_abort(pr.p), 0);
+	}
+	TU_RC(pinshm_abort(pr.p), -EINVAL);
+	expect_empty(pr.c);
+	send_pat(pr.p, 77, 5);
+	recv_pat(pr.c, 77, 5);
+	expect_empty(pr.c);
+	check_fill_count(fill(pr.p, 64, 100, 1000), 4 * KiB, 64);
+
+	/* Commit less than reserved, several times, interleaved with sends. */
+	while (pinshm_recv(pr.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK) == 0)
+		;
+	for (unsigned i = 0; i < 300; i++) {
+		size_t want = (i * 37) % 700;
+		TU_RC(pinshm_reserve(pr.p, 700, &b, PINSHM_NONBLOCK), 0);
+		tu_pattern(b, want, 1000 + i);
+		TU_RC(pinshm_commit(pr.p, want, i % 2 ? PINSHM_MORE : 0), 0);
+		send_pat(pr.p, i % 50, 5000 + i);
+		if (i % 3 == 0) {
+			recv_pat_inplace(pr.c, want, 1000 + i);
+			recv_pat(pr.c, i % 50, 5000 + i);
+		} else {
+			recv_pat(pr.c, want, 1000 + i);
+			recv_pat_inplace(pr.c, i % 50, 5000 + i);
+		}
+	}
+	TU_RC(pinshm_flush(pr.p), 0);
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+START_TEST(test_release_order)
+{
+	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+	pinshm_msg_t m[5], bogus;
+
+	for (unsigned i = 0; i < 5; i++)
+		send_pat(pr.p, 20 + i, 100 + i);
+	for (unsigned i = 0; i < 5; i++) {
+		TU_RC(pinshm_recv_inplace(pr.c, &m[i], PINSHM_NONBLOCK), 0);
+		ck_assert_uint_eq(m[i].len, 20 + i);
+	}
+	for (unsigned i = 0; i < 5; i++)
+		ck_assert_int_lt(tu_pattern_bad(m[i].data, m[i].len, 100 + i), 0);
+	memset(&bogus, 0xff, sizeof(bogus));
+	TU_RC(pinshm_release(pr.c, &bogus), -EINVAL);
+	bogus = m[1];
+	bogus.priv[0] ^= 16; /* the identity of no held message */
+	TU_RC(pinshm_release(pr.c, &bogus), -EINVAL);
+	/* Releasing the third releases the first two as well. */
+	TU_RC(pinshm_release(pr.c, &m[2]), 0);
+	TU_RC(pinshm_release(pr.c, &m[0]), -EINVAL);
+	TU_RC(pinshm_release(pr.c, &m[1]), -EINVAL);
+	TU_RC(pinshm_release(pr.c, &m[2]), -EINVAL);
+	/* The last two are still held and intact. */
+	ck_assert_int_lt(tu_pattern_bad(m[3].data, m[3].len, 103), 0);
+	ck_assert_int_lt(tu_pattern_bad(m[4].data, m[4].len, 104), 0);
+	TU_RC(pinshm_release(pr.c, &m[3]), 0);
+	TU_RC(pinshm_release(pr.c, &m[4]), 0);
+	TU_RC(pinshm_release(pr.c, &m[4]), -EINVAL);
+	/* A producer handle holds nothing. */
+	TU_RC(pinshm_release(pr.p, &m[4]), -EINVAL);
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+/* Messages held in place keep their room: the producer cannot overwrite them. */
+START_TEST(test_held_keeps_room)
+{
+	const uint64_t cap = 4 * KiB;
+	struct pair pr = pair_open(PINSHM_QUEUE, cap);
+	pinshm_msg_t m[64];
+	unsigned n = fill(pr.p, 100, 0, 64), more;
+
+	check_fill_count(n, cap, 100);
+	for (unsigned i = 0; i < n; i++)
+		TU_RC(pinshm_recv_inplace(pr.c, &m[i], PINSHM_NONBLOCK), 0);
+	expect_empty(pr.c);
+	send_pat_rc(pr.p, 100, 999, -EAGAIN);
+	/* Release the first half: room for about half comes back. */
+	TU_RC(pinshm_release(pr.c, &m[n / 2 - 1]), 0);
+	more = fill(pr.p, 100, 1000, 64);
+	ck_assert_msg(more >= 1 && more <= n / 2 + 1, "after releasing %u of %u, %u more fitted", n / 2, n, more);
+	/* The messages still held were not overwritten. */
+	for (unsigned i = n / 2; i < n; i++) {
+		ck_assert_uint_eq(m[i].len, 100);
+		ck_assert_msg(tu_pattern_bad(m[i].data, 100, i) < 0, "held message %u overwritten", i);
+	}
+	TU_RC(pinshm_release(pr.c, &m[n - 1]), 0);
+	for (unsigned i = 0; i < more; i++)
+		recv_pat(pr.c, 100, 1000 + i);
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+START_TEST(test_hold_limit)
+{
+	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+	pinshm_msg_t m[66];
+
+	for (unsigned i = 0; i < 66; i++)
+		send_pat(pr.p, 0, i);
+	for (unsigned i = 0; i < 64; i++)
+		TU_RC(pinshm_recv_inplace(pr.c, &m[i], PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_recv_inplace(pr.c, &m[64], PINSHM_NONBLOCK), -ENOBUFS);
+	TU_RC(pinshm_recv_batch(pr.c, &m[64], 2, PINSHM_NONBLOCK), -ENOBUFS);
+	/* The messages stayed. */
+	TU_RC(pinshm_release(pr.c, &m[0]), 0);
+	TU_RC(pinshm_recv_inplace(pr.c, &m[64], PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_recv_inplace(pr.c, &m[65], PINSHM_NONBLOCK), -ENOBUFS);
+	TU_RC(pinshm_release(pr.c, &m[64]), 0);
+	TU_RC(pinshm_recv_batch(pr.c, &m[65], 1, PINSHM_NONBLOCK), 1);
+	ck_assert_uint_eq(m[65].len, 0);
+	TU_RC(pinshm_release(pr.c, &m[65]), 0);
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+START_TEST(test_batches)
+{
+	const uint64_t cap = 4 * KiB;
+	struct pair pr = pair_open(PINSHM_QUEUE, cap);
+	const size_t lens[10] = {0, 1, 24, 100, 0, 500, 16, 17, 1000, 0};
+	struct iovec iov[10];
+	pinshm_msg_t m[64];
+	unsigned got = 0, n;
+	int rc;
+
+	for (unsigned i = 0; i < 10; i++) {
+		iov[i].iov_base = sbuf + i * 1024;
+		iov[i].iov_len = lens[i];
+		tu_pattern(iov[i].iov_base, lens[i], 50 + i);
+	}
+	TU_RC(pinshm_send_batch(pr.p, iov, 10, PINSHM_NONBLOCK), 10);
+	while (got < 10) {
+		rc = pinshm_recv_batch(pr.c, m + got, 64 - got, PINSHM_NONBLOCK);
+		ck_assert_msg(rc >= 1 && rc <= (int)(10 - got), "recv_batch: %d with %u of 10 received", rc, got);
+		got += (unsigned)rc;
+	}
+	TU_RC(pinshm_recv_batch(pr.c, m + got, 64 - got, PINSHM_NONBLOCK), -EAGAIN);
+	for (unsigned i = 0; i < 10; i++) {
+		ck_assert_uint_eq(m[i].len, lens[i]);
+		ck_assert_msg(tu_pattern_bad(m[i].data, m[i].len, 50 + i) < 0, "batch message %u corrupt", i);
+	}
+	/* Releasing the last releases all of them. */
+	TU_RC(pinshm_release(pr.c, &m[9]), 0);
+	TU_RC(pinshm_release(pr.c, &m[0]), -EINVAL);
+	/* All the room is back. */
+	n = fill(pr.p, 64, 0, 1000);
+	check_fill_count(n, cap, 64);
+	/* recv_batch of a full ring: at most 64, in order. */
+	got = 0;
+	while (got < n) {
+		rc = pinshm_recv_batch(pr.c, m, 64, PINSHM_NONBLOCK);
+		ck_assert_msg(rc >= 1 && rc <= 64, "recv_batch: %d", rc);
+		for (int i = 0; i < rc; i++) {
+			ck_assert_uint_eq(m[i].len, 64);
+			ck_assert_msg(tu_pattern_bad(m[i].data, 64, got + (unsigned)i) < 0, "message %u", got + i);
+		}
+		got += (unsigned)rc;
+		TU_RC(pinshm_release(pr.c, &m[rc - 1]), 0);
+	}
+	ck_assert_uint_eq(got, n);
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+START_TEST(test_batch_partial)
+{
+	const uint64_t cap = 4 * KiB;
+	struct pair pr = pair_open(PINSHM_QUEUE, cap);
+	struct iovec iov[10];
+	unsigned n = fill(pr.p, 100, 0, 1000);
+	int rc;
+
+	for (unsigned i = 0; i < 10; i++) {
+		iov[i].iov_base = sbuf + 2048 + i * 128;
+		iov[i].iov_len = 100;
+		tu_pattern(iov[i].iov_base, 100, 10000 + i);
+	}
+	TU_RC(pinshm_send_batch(pr.p, iov, 10, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_send_batch(pr.p, iov, 10, 20), -ETIMEDOUT);
+	for (unsigned i = 0; i < 3; i++)
+		recv_pat(pr.c, 100, i);
+	rc = pinshm_send_batch(pr.p, iov, 10, PINSHM_NONBLOCK);
+	ck_assert_msg(rc >= 1 && rc <= 3, "room for 3 records freed; send_batch of 10 returned %d", rc);
+	for (unsigned i = 3; i < n; i++)
+		recv_pat(pr.c, 100, i);
+	for (int i = 0; i < rc; i++)
+		recv_pat(pr.c, 100, 10000 + (unsigned)i);
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+START_TEST(test_roles)
+{
+	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+	void *b;
+	size_t len;
+	pinshm_msg_t m;
+	struct iovec iov = {.iov_base = sbuf, .iov_len = 8};
+
+	TU_RC(pinshm_send(pr.c, sbuf, 8, PINSHM_NONBLOCK), -EINVAL);
+	TU_RC(pinshm_send_batch(pr.c, &iov, 1, PINSHM_NONBLOCK), -EINVAL);
+	TU_RC(pinshm_reserve(pr.c, 8, &b, PINSHM_NONBLOCK), -EINVAL);
+	TU_RC(pinshm_commit(pr.c, 0, 0), -EINVAL);
+	TU_RC(pinshm_abort(pr.c), -EINVAL);
+	TU_RC(pinshm_recv(pr.p, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), -EINVAL);
+	TU_RC(pinshm_recv_inplace(pr.p, &m, PINSHM_NONBLOCK), -EINVAL);
+	TU_RC(pinshm_recv_batch(pr.p, &m, 1, PINSHM_NONBLOCK), -EINVAL);
+	/* Nothing went through. */
+	expect_empty(pr.c);
+	send_pat(pr.p, 8, 1);
+	recv_pat(pr.c, 8, 1);
+	pair_close(&pr);
+}
+END_TEST
+
+START_TEST(test_info)
+{
+	pinshm_channel_attr_t attr;
+	pinshm_channel_info_t info;
+	pinshm_channel_t *p0, *p1, *c0;
+	size_t size;
+	int fd;
+
+	tu_attr(&attr, PINSHM_QUEUE, 8 * KiB, 3, 2);
+	attr.max_message = 1000;
+	TU_RC(pinshm_segment_size(&attr, &size), 0);
+	fd = tu_create(&attr);
+	ck_assert_uint_ge(tu_fd_size(fd), size);
+	p0 = tu_attach(fd, PINSHM_PRODUCER);
+	p1 = tu_attach(fd, PINSHM_PRODUCER);
+	c0 = tu_attach(fd, PINSHM_CONSUMER);
+	memset(&info, 0xa5, sizeof(info));
+	TU_RC(pinshm_channel_info(c0, &info), 0);
+	ck_assert_uint_eq(info.kind, PINSHM_QUEUE);
+	ck_assert_uint_eq(info.flags, 0);
+	ck_assert_uint_eq(info.capacity, 8 * KiB);
+	ck_assert_uint_eq(info.max_message, 1000);
+	ck_assert_uint_eq(info.max_producers, 3);
+	ck_assert_uint_eq(info.max_consumers, 2);
+	ck_assert_uint_eq(info.producers, 2);
+	ck_assert_uint_eq(info.consumers, 1);
+	ck_assert_uint_eq(info.segment_size, size);
+	ck_assert_uint_eq(info.lost, 0);
+	/* max_message is enforced as set. */
+	TU_RC(pinshm_send(p0, sbuf, 1001, PINSHM_NONBLOCK), -EMSGSIZE);
+	send_pat(p0, 1000, 1);
+	recv_pat(c0, 1000, 1);
+	TU_RC(pinshm_channel_close(p1), 0);
+	memset(&info, 0xa5, sizeof(info));
+	TU_RC(pinshm_channel_info(p0, &info), 0);
+	ck_assert_uint_eq(info.producers, 1);
+	ck_assert_uint_eq(info.consumers, 1);
+	ck_assert_uint_eq(info.segment_size, size);
+	TU_RC(pinshm_channel_close(p0), 0);
+	TU_RC(pinshm_channel_close(c0), 0);
+	close(fd);
+
+	/* A topic reports its kind and flags. */
+	tu_attr(&attr, PINSHM_TOPIC, 4 * KiB, 1, 4);
+	attr.flags = PINSHM_OVERRUN;
+	fd = tu_create(&attr);
+	c0 = tu_attach(fd, PINSHM_CONSUMER);
+	TU_RC(pinshm_channel_info(c0, &info), 0);
+	ck_assert_uint_eq(info.kind, PINSHM_TOPIC);
+	ck_assert_uint_eq(info.flags, PINSHM_OVERRUN);
+	ck_assert_uint_eq(info.producers, 0);
+	ck_assert_uint_eq(info.consumers, 1);
+	ck_assert_uint_eq(info.max_consumers, 4);
+	ck_assert_str_eq(pinshm_channel_error(c0), "");
+	TU_RC(pinshm_channel_close(c0), 0);
+	close(fd);
+}
+END_TEST
+
+/* Closing a consumer that holds messages in place releases them (they are
+ * consumed: a later consumer does not get them again). */
+START_TEST(test_close_with_held)
+{
+	const uint64_t cap = 4 * KiB;
+	struct pair pr = pair_open(PINSHM_QUEUE, cap);
+	pinshm_msg_t m[64];
+	unsigned n = fill(pr.p, 100, 0, 64), more;
+
+	for (unsigned i = 0; i < n; i++)
+		TU_RC(pinshm_recv_inplace(pr.c, &m[i], PINSHM_NONBLOCK), 0);
+	send_pat_rc(pr.p, 100, 999, -EAGAIN);
+	TU_RC(pinshm_channel_close(pr.c), 0);
+	/* The room came back although no consumer is attached now (and, with
+	 * the consumers gone, a full ring may say -EPIPE rather than -EAGAIN). */
+	more = fill_until(pr.p, 100, 1000, 64, -EAGAIN, -EPIPE);
+	check_fill_count(more, cap, 100);
+	pr.c = tu_attach(pr.fd, PINSHM_CONSUMER);
+	for (unsigned i = 0; i < more; i++)
+		recv_pat(pr.c, 100, 1000 + i);
+	expect_empty(pr.c);
+	pair_close(&pr);
+}
+END_TEST
+
+/* Closing a producer with a pending reservation publishes nothing. */
+START_TEST(test_close_drops_reservation)
+{
+	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+	void *b;
+
+	send_pat(pr.p, 30, 1);
+	TU_RC(pinshm_reserve(pr.p, 200, &b, PINSHM_NONBLOCK), 0);
+	memset(b, 0x77, 200);
+	TU_RC(pinshm_channel_close(pr.p), 0);
+	pr.p = tu_attach(pr.fd, PINSHM_PRODUCER);
+	send_pat(pr.p, 40, 2);
+	recv_pat(pr.c, 30, 1);
+	recv_pat(pr.c, 40, 2);
+	expect_empty(pr.c);
+	/* The new producer of the lane goes on wrapping normally. */
+	for (unsigned i = 0; i < 200; i++) {
+		send_pat(pr.p, (i * 13) % 400, i);
+		recv_pat(pr.c, (i * 13) % 400, i);
+	}
+	pair_close(&pr);
+}
+END_TEST
+
+/* Two consumers of one queue in one process: each message goes to exactly one. */
+START_TEST(test_shared_queue)
+{
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, 1, 2);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *c[2] = {tu_attach(fd, PINSHM_CONSUMER), tu_attach(fd, PINSHM_CONSUMER)};
+	unsigned seen[40] = {0};
+	pinshm_msg_t held[3];
+	size_t len;
+
+	for (unsigned i = 0; i < 20; i++)
+		send_pat(p, 50, i);
+	/* c0 holds three; c1 takes the next ones, not blocked by them. */
+	for (unsigned i = 0; i < 3; i++) {
+		TU_RC(pinshm_recv_inplace(c[0], &held[i], PINSHM_NONBLOCK), 0);
+		ck_assert_int_lt(tu_pattern_bad(held[i].data, 50, i), 0);
+		seen[i]++;
+	}
+	for (unsigned i = 3; i < 20; i++) {
+		pinshm_channel_t *who = c[i % 2];
+		TU_RC(pinshm_recv(who, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
+		ck_assert_uint_eq(len, 50);
+		/* In order: message i, whoever takes it. */
+		ck_assert_msg(tu_pattern_bad(rbuf, 50, i) < 0, "message %u out of order or corrupt", i);
+		seen[i]++;
+	}
+	expect_empty(c[0]);
+	expect_empty(c[1]);
+	TU_RC(pinshm_release(c[0], &held[2]), 0);
+	for (unsigned i = 0; i < 20; i++)
+		ck_assert_uint_eq(seen[i], 1);
+	/* Lap the ring a few times with both consuming, holding and releasing. */
+	for (unsigned i = 0; i < 500; i++) {
+		pinshm_msg_t m;
+		send_pat(p, (i * 31) % 300, 1000 + i);
+		if (i % 3 == 0) {
+			TU_RC(pinshm_recv_inplace(c[i % 2], &m, PINSHM_NONBLOCK), 0);
+			ck_assert_uint_eq(m.len, (i * 31) % 300);
+			ck_assert_int_lt(tu_pattern_bad(m.data, m.len, 1000 + i), 0);
+			TU_RC(pinshm_release(c[i % 2], &m), 0);
+		} else {
+			recv_pat(c[i % 2], (i * 31) % 300, 1000 + i);
+		}
+	}
+	expect_empty(c[0]);
+	expect_empty(c[1]);
+	/* A consumer closing while holding: the held ones are consumed. */
+	for (unsigned i = 0; i < 4; i++)
+		send_pat(p, 10, 2000 + i);
+	TU_RC(pinshm_recv_inplace(c[0], &held[0], PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_recv_inplace(c[0], &held[1], PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_channel_close(c[0]), 0);
+	recv_pat(c[1], 10, 2002);
+	recv_pat(c[1], 10, 2003);
+	expect_empty(c[1]);
+	check_fill_count(fill(p, 100, 3000, 100), 4 * KiB, 100);
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_channel_close(c[1]), 0);
+	close(fd);
+}
+END_TEST
+
+/* ======================================================================== */
+/* limits                                                                    */
+/* ======================================================================== */
+
+START_TEST(test_attr_defaults)
+{
+	pinshm_channel_attr_t attr;
+	pinshm_channel_info_t info;
+	pinshm_channel_t *c;
+	size_t size = 0;
+	int fd;
+
+	memset(&attr, 0xff, sizeof(attr));
+	pinshm_channel_attr_init(&attr);
+	ck_assert_uint_eq(attr.kind, PINSHM_QUEUE);
+	ck_assert_uint_eq(attr.flags, 0);
+	ck_assert_uint_eq(attr.capacity, 1024 * KiB);
+	ck_assert_uint_eq(attr.max_producers, 4);
+	ck_assert_uint_eq(attr.max_consumers, 1);
+	ck_assert_msg(attr.max_message == 0 || attr.max_message == 1024 * KiB / 2 - 32, "default max_message %u",
+		      attr.max_message);
+	TU_RC(pinshm_segment_size(&attr, &size), 0);
+	ck_assert_uint_ge(size, 4 * 1024 * KiB);
+	fd = tu_create(&attr);
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	TU_RC(pinshm_channel_info(c, &info), 0);
+	ck_assert_uint_eq(info.max_message, 1024 * KiB / 2 - 32);
+	ck_assert_uint_eq(info.capacity, 1024 * KiB);
+	ck_assert_uint_eq(info.max_producers, 4);
+	ck_assert_uint_eq(info.max_consumers, 1);
+	ck_assert_uint_eq(info.segment_size, size);
+	TU_RC(pinshm_channel_close(c), 0);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_attr_validation)
+{
+	pinshm_channel_attr_t a;
+	size_t size;
+	int fd = -1;
+
+#define BAD(stmt)                                                                                             \
+	do {                                                                                                  \
+		tu_attr(&a, PINSHM_QUEUE, 4 * KiB, 2, 2);                                                     \
+		stmt;                                                                                         \
+		size = 12345;                                                                                 \
+		TU_RC(pinshm_segment_size(&a, &size), -EINVAL);                                               \
+		TU_RC(pinshm_segment_create(&a, &fd), -EINVAL);                                               \
+	} while (0)
+#define GOOD(stmt)                                                                                            \
+	do {                                                                                                  \
+		tu_attr(&a, PINSHM_QUEUE, 4 * KiB, 2, 2);                                                     \
+		stmt;                                                                                         \
+		TU_RC(pinshm_segment_size(&a, &size), 0);                                                     \
+	} while (0)
+
+	GOOD((void)0);
+	BAD(a.capacity = 0);
+	BAD(a.capacity = 1000);
+	BAD(a.capacity = 4096 + 16);
+	BAD(a.capacity = 3 * 4096);
+	BAD(a.capacity = 2048; a.max_message = 100);
+	BAD(a.capacity = PINSHM_MAX_CAPACITY * 2);
+	BAD(a.capacity = (uint64_t)1 << 63);
+	BAD(a.capacity = UINT64_MAX);
+	BAD(a.max_message = 4096 / 2 - 31);
+	BAD(a.max_message = 4096);
+	BAD(a.max_message = UINT32_MAX);
+	BAD(a.max_producers = 0);
+	BAD(a.max_producers = PINSHM_MAX_PRODUCERS + 1);
+	BAD(a.max_producers = UINT32_MAX);
+	BAD(a.max_consumers = 0);
+	BAD(a.max_consumers = PINSHM_MAX_CONSUMERS + 1);
+	BAD(a.max_consumers = UINT32_MAX);
+	BAD(a.kind = 0);
+	BAD(a.kind = 3);
+	BAD(a.flags = 0x2);
+	BAD(a.flags = PINSHM_OVERRUN); /* overrun is for topics only */
+	GOOD(a.max_message = 4096 / 2 - 32);
+	GOOD(a.max_message = 1);
+	GOOD(a.max_producers = PINSHM_MAX_PRODUCERS);
+	GOOD(a.max_consumers = PINSHM_MAX_CONSUMERS);
+	GOOD(a.kind = PINSHM_TOPIC; a.flags = PINSHM_OVERRUN);
+	GOOD(a.capacity = 8192; a.max_message = 8192 / 2 - 32);
+	/* The largest capacity is valid (only its size is computed). */
+	GOOD(a.capacity = PINSHM_MAX_CAPACITY; a.max_message = (uint32_t)(PINSHM_MAX_CAPACITY / 2 - 32));
+	ck_assert_uint_ge(size, 2 * PINSHM_MAX_CAPACITY);
+	GOOD(a.capacity = PINSHM_MAX_CAPACITY; a.max_message = 100; a.max_producers = PINSHM_MAX_PRODUCERS;
+	     a.max_consumers = PINSHM_MAX_CONSUMERS);
+	ck_assert_uint_ge(size, PINSHM_MAX_PRODUCERS * PINSHM_MAX_CAPACITY);
+	ck_assert_int_eq(fd, -1);
+#undef BAD
+#undef GOOD
+}
+END_TEST
+
+/* pinshm_segment_format() on memory shared by hand. */
+START_TEST(test_segment_format)
+{
+	pinshm_channel_attr_t a;
+	pinshm_channel_t *p, *c;
+	size_t size;
+	void *base;
+	int fd;
+
+	tu_attr(&a, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	TU_RC(pinshm_segment_size(&a, &size), 0);
+	fd = memfd_create("pinshm-test", MFD_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(base, MAP_FAILED);
+	TU_RC(pinshm_segment_format(base, size - 1, &a), -ENOSPC);
+	TU_RC(pinshm_segment_format(base, 64, &a), -ENOSPC);
+	a.capacity = 1000;
+	TU_RC(pinshm_segment_format(base, size, &a), -EINVAL);
+	a.capacity = 4 * KiB;
+	TU_RC(pinshm_segment_format(base, size, &a), 0);
+	p = tu_attach(fd, PINSHM_PRODUCER);
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	for (unsigned i = 0; i < 100; i++) {
+		send_pat(p, i * 10, i);
+		recv_pat(c, i * 10, i);
+	}
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	munmap(base, size);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_attach_limits)
+{
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, 2, 3);
+	pinshm_channel_t *p[3] = {0}, *c[4] = {0}, *x = NULL;
+
+	p[0] = tu_attach(fd, PINSHM_PRODUCER);
+	p[1] = tu_attach(fd, PINSHM_PRODUCER);
+	TU_RC(pinshm_channel_attach(fd, PINSHM_PRODUCER, &x), -EBUSY);
+	for (unsigned i = 0; i < 3; i++)
+		c[i] = tu_attach(fd, PINSHM_CONSUMER);
+	TU_RC(pinshm_channel_attach(fd, PINSHM_CONSUMER, &x), -EBUSY);
+	TU_RC(pinshm_channel_attach(fd, PINSHM_PRODUCER, &x), -EBUSY);
+	/* A closed endpoint can be taken again. */
+	TU_RC(pinshm_channel_close(p[0]), 0);
+	p[2] = tu_attach(fd, PINSHM_PRODUCER);
+	TU_RC(pinshm_channel_attach(fd, PINSHM_PRODUCER, &x), -EBUSY);
+	TU_RC(pinshm_channel_close(c[1]), 0);
+	c[3] = tu_attach(fd, PINSHM_CONSUMER);
+	TU_RC(pinshm_channel_attach(fd, PINSHM_CONSUMER, &x), -EBUSY);
+	/* Attach and close many times: nothing leaks. */
+	for (unsigned i = 0; i < 500; i++) {
+		TU_RC(pinshm_channel_close(p[1]), 0);
+		p[1] = tu_attach(fd, PINSHM_PRODUCER);
+	}
+	send_pat(p[1], 5, 1);
+	send_pat(p[2], 6, 2);
+	{
+		/* One of the consumers of this shared queue gets each. */
+		size_t len;
+		unsigned got = 0;
+		for (unsigned i = 0; i < 4; i++) {
+			if (!c[i] || i == 1)
+				continue;
+			while (pinshm_recv(c[i], rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK) == 0) {
+				ck_assert_msg(len == 5 || len == 6, "len %zu", len);
+				got++;
+			}
+		}
+		ck_assert_uint_eq(got, 2);
+	}
+	TU_RC(pinshm_channel_close(p[1]), 0);
+	TU_RC(pinshm_channel_close(p[2]), 0);
+	TU_RC(pinshm_channel_close(c[0]), 0);
+	TU_RC(pinshm_channel_close(c[2]), 0);
+	TU_RC(pinshm_channel_close(c[3]), 0);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_endpoint_numbers)
+{
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, 3, 2);
+	pinshm_channel_t *p0 = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *c0 = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_channel_t *p1 = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *c1 = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_channel_t *p2 = tu_attach(fd, PINSHM_PRODUCER);
+
+	ck_assert_uint_eq(pinshm_channel_endpoint(p0), 0);
+	ck_assert_uint_eq(pinshm_channel_endpoint(p1), 1);
+	ck_assert_uint_eq(pinshm_channel_endpoint(p2), 2);
+	ck_assert_uint_eq(pinshm_channel_endpoint(c0), 3);
+	ck_assert_uint_eq(pinshm_channel_endpoint(c1), 4);
+	TU_RC(pinshm_channel_close(p1), 0);
+	p1 = tu_attach(fd, PINSHM_PRODUCER);
+	ck_assert_uint_eq(pinshm_channel_endpoint(p1), 1);
+	TU_RC(pinshm_channel_close(c0), 0);
+	c0 = tu_attach(fd, PINSHM_CONSUMER);
+	ck_assert_uint_eq(pinshm_channel_endpoint(c0), 3);
+	TU_RC(pinshm_channel_close(p0), 0);
+	TU_RC(pinshm_channel_close(p1), 0);
+	TU_RC(pinshm_channel_close(p2), 0);
+	TU_RC(pinshm_channel_close(c0), 0);
+	TU_RC(pinshm_channel_close(c1), 0);
+	close(fd);
+}
+END_TEST
+
+/* ======================================================================== */
+/* timeouts and wake-ups                                                     */
+/* ======================================================================== */
+
+START_TEST(test_timeouts)
+{
+	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+	size_t len;
+	void *b;
+	struct iovec iov = {.iov_base = sbuf, .iov_len = 100};
+	pinshm_msg_t m;
+
+	TU_RC(pinshm_recv(pr.c, rbuf, sizeof(rbuf), &len, 20), -ETIMEDOUT);
+	TU_RC(pinshm_recv(pr.c, rbuf, sizeof(rbuf), &len, 1), -ETIMEDOUT);
+	TU_RC(pinshm_recv_inplace(pr.c, &m, 20), -ETIMEDOUT);
+	TU_RC(pinshm_recv_batch(pr.c, &m, 1, 20), -ETIMEDOUT);
+	fill(pr.p, 100, 0, 1000);
+	TU_RC(pinshm_send(pr.p, sbuf, 100, 20), -ETIMEDOUT);
+	TU_RC(pinshm_send(pr.p, sbuf, 100, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_reserve(pr.p, 100, &b, 20), -ETIMEDOUT);
+	TU_RC(pinshm_reserve(pr.p, 100, &b, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_send_batch(pr.p, &iov, 1, 20), -ETIMEDOUT);
+	/* The handle still works after timeouts. */
+	recv_pat(pr.c, 100, 0);
+	TU_RC(pinshm_reserve(pr.p, 100, &b, 20), 0);
+	tu_pattern(b, 100, 77);
+	TU_RC(pinshm_commit(pr.p, 100, 0), 0);
+	pair_close(&pr);
+}
+END_TEST
+
+struct later {
+	pinshm_channel_t *ch;
+	unsigned delay_ms;
+	int what; /* 0: send 100 bytes pattern 4242; 1: receive one; 2: close */
+	int rc;
+	uint8_t buf[256];
+};
+
+static void *later_main(void *arg)
+{
+	struct later *l = arg;
+	size_t len;
+
+	tu_sleep_ms(l->delay_ms);
+	switch (l->what) {
+	case 0:
+		tu_pattern(l->buf, 100, 4242);
+		l->rc = pinshm_send(l->ch, l->buf, 100, 5000);
+		break;
+	case 1:
+		l->rc = pinshm_recv(l->ch, l->buf, sizeof(l->buf), &len, 5000);
+		break;
+	default:
+		l->rc = pinshm_channel_close(l->ch);
+		break;
+	}
+	return NULL;
+}
+
+static pthread_t later_start(struct later *l, pinshm_channel_t *ch, unsigned delay, int what)
+{
+	pthread_t t;
+
+	l->ch = ch;
+	l->delay_ms = delay;
+	l->what = what;
+	l->rc = -12345;
+	ck_assert_int_eq(pthread_create(&t, NULL, later_main, l), 0);
+	return t;
+}
+
+/* A waiting receiver is woken by a send from another thread. */
+START_TEST(test_wakeup_recv)
+{
+	for (unsigned spin = 0; spin < 2; spin++) {
+		struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+		struct later l;
+		pthread_t t;
+		size_t len = 0;
+
+		pinshm_channel_set_spin(pr.c, spin ? 20000 : 0);
+		pinshm_channel_set_spin(pr.p, spin ? 20000 : 0);
+		t = later_start(&l, pr.p, 50, 0);
+		TU_RC(pinshm_recv(pr.c, rbuf, sizeof(rbuf), &len, 10000), 0);
+		ck_assert_int_eq(pthread_join(t, NULL), 0);
+		TU_RC(l.rc, 0);
+		ck_assert_uint_eq(len, 100);
+		ck_assert_int_lt(tu_pattern_bad(rbuf, 100, 4242), 0);
+		/* In place too. */
+		{
+			pinshm_msg_t m;
+			t = later_start(&l, pr.p, 30, 0);
+			TU_RC(pinshm_recv_inplace(pr.c, &m, 10000), 0);
+			ck_assert_int_eq(pthread_join(t, NULL), 0);
+			ck_assert_uint_eq(m.len, 100);
+			ck_assert_int_lt(tu_pattern_bad(m.data, 100, 4242), 0);
+			TU_RC(pinshm_release(pr.c, &m), 0);
+		}
+		pair_close(&pr);
+	}
+}
+END_TEST
+
+/* A sender waiting for room is woken when the consumer frees some. */
+START_TEST(test_wakeup_send)
+{
+	for (unsigned spin = 0; spin < 2; spin++) {
+		struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+		struct later l;
+		pthread_t t;
+		unsigned n;
+		void *b;
+
+		pinshm_channel_set_spin(pr.c, spin ? 20000 : 0);
+		pinshm_channel_set_spin(pr.p, spin ? 20000 : 0);
+		n = fill(pr.p, 100, 0, 1000);
+		t = later_start(&l, pr.c, 50, 1);
+		tu_pattern(sbuf, 100, n);
+		TU_RC(pinshm_send(pr.p, sbuf, 100, 10000), 0);
+		ck_assert_int_eq(pthread_join(t, NULL), 0);
+		TU_RC(l.rc, 0);
+		ck_assert_int_lt(tu_pattern_bad(l.buf, 100, 0), 0);
+		/* reserve waits the same way. */
+		t = later_start(&l, pr.c, 30, 1);
+		TU_RC(pinshm_reserve(pr.p, 100, &b, 10000), 0);
+		tu_pattern(b, 100, n + 1);
+		TU_RC(pinshm_commit(pr.p, 100, 0), 0);
+		ck_assert_int_eq(pthread_join(t, NULL), 0);
+		TU_RC(l.rc, 0);
+		for (unsigned i = 2; i < n + 2; i++)
+			recv_pat(pr.c, 100, i);
+		expect_empty(pr.c);
+		pair_close(&pr);
+	}
+}
+END_TEST
+
+/* ======================================================================== */
+/* several producers                                                         */
+/* ======================================================================== */
+
+START_TEST(test_multi_producer)
+{
+	enum { P = 3, N = 3000 };
+	const uint64_t cap = 4 * KiB;
+	int fd = tu_channel(PINSHM_QUEUE, cap, P, 1);
+	pinshm_channel_t *p[P], *c;
+	uint64_t sent[P] = {0}, next[P] = {0};
+	uint64_t r = 1, total = 0;
+	char why[200];
+
+	for (unsigned i = 0; i < P; i++)
+		p[i] = tu_attach(fd, PINSHM_PRODUCER);
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	while (total < (uint64_t)P * N) {
+		/* A few sends on random producers, then a few receives. */
+		unsigned ns = (unsigned)((r = tu_mix(r)) % 6), nr = (unsigned)((r >> 8) % 6);
+		for (unsigned k = 0; k < ns; k++) {
+			unsigned w = (unsigned)((r >> (16 + k * 2)) % P);
+			size_t len;
+			int rc;
+			if (sent[w] == N)
+				continue;
+			len = tu_msg_len(w, sent[w], 300);
+			tu_msg_fill(sbuf, len, w, sent[w]);
+			rc = pinshm_send(p[w], sbuf, len, PINSHM_NONBLOCK);
+			ck_assert_msg(rc == 0 || rc == -EAGAIN, "send: %d", rc);
+			if (rc == 0)
+				sent[w]++;
+		}
+		for (unsigned k = 0; k < nr || (ns == 0 && k < 1); k++) {
+			size_t len;
+			uint32_t who;
+			uint64_t seq;
+			int rc = pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK);
+			if (rc == -EAGAIN)
+				break;
+			TU_RC(rc, 0);
+			ck_assert_msg(tu_msg_check(rbuf, len, 300, &who, &seq, why, sizeof(why)) == 0, "%s", why);
+			ck_assert_uint_lt(who, P);
+			ck_assert_msg(seq == next[who], "producer %u: got seq %llu, expected %llu", who,
+				      (unsigned long long)seq, (unsigned long long)next[who]);
+			next[who]++;
+			total++;
+		}
+	}
+	for (unsigned i = 0; i < P; i++)
+		ck_assert_uint_eq(next[i], N);
+	expect_empty(c);
+	for (unsigned i = 0; i < P; i++)
+		TU_RC(pinshm_channel_close(p[i]), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	close(fd);
+}
+END_TEST
+
+/* ======================================================================== */
+/* topics                                                                    */
+/* ======================================================================== */
+
+static void topic_recv_msg(pinshm_channel_t *c, uint32_t who, uint64_t seq)
+{
+	char why[200];
+	uint32_t w;
+	uint64_t s;
+	size_t len;
+
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
+	ck_assert_msg(tu_msg_check(rbuf, len, 200, &w, &s, why, sizeof(why)) == 0, "%s", why);
+	ck_assert_msg(w == who && s == seq, "got (%u, %llu), expected (%u, %llu)", w, (unsigned long long)s, who,
+		      (unsigned long long)seq);
+}
+
+static void topic_send_msg(pinshm_channel_t *p, uint32_t who, uint64_t seq, int want)
+{
+	size_t len = tu_msg_len(who, seq, 200);
+
+	tu_msg_fill(sbuf, len, who, seq);
+	TU_RC(pinshm_send(p, sbuf, len, PINSHM_NONBLOCK), want);
+}
+
+START_TEST(test_topic_basic)
+{
+	int fd = tu_channel(PINSHM_TOPIC, 4 * KiB, 1, 3);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *a = tu_attach(fd, PINSHM_CONSUMER), *b = tu_attach(fd, PINSHM_CONSUMER), *c;
+	pinshm_channel_info_t info;
+
+	for (unsigned i = 0; i < 10; i++)
+		topic_send_msg(p, 0, i, 0);
+	for (unsigned i = 0; i < 10; i++)
+		topic_recv_msg(a, 0, i);
+	expect_empty(a);
+	/* A subscriber joining now does not get what was published before. */
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	expect_empty(c);
+	for (unsigned i = 0; i < 10; i++) {
+		pinshm_msg_t m;
+		char why[200];
+		uint32_t w;
+		uint64_t s;
+		TU_RC(pinshm_recv_inplace(b, &m, PINSHM_NONBLOCK), 0);
+		ck_assert_uint_eq(m.lost, 0);
+		ck_assert_int_eq(tu_msg_check(m.data, m.len, 200, &w, &s, why, sizeof(why)), 0);
+		ck_assert_uint_eq(s, i);
+		TU_RC(pinshm_release(b, &m), 0);
+	}
+	expect_empty(b);
+	for (unsigned i = 10; i < 15; i++)
+		topic_send_msg(p, 0, i, 0);
+	for (unsigned i = 10; i < 15; i++) {
+		topic_recv_msg(a, 0, i);
+		topic_recv_msg(b, 0, i);
+		topic_recv_msg(c, 0, i);
+	}
+	expect_empty(a);
+	expect_empty(b);
+	expect_empty(c);
+	/* Many laps with every subscriber keeping up. */
+	for (unsigned i = 15; i < 3000; i++) {
+		topic_send_msg(p, 0, i, 0);
+		topic_recv_msg(a, 0, i);
+		topic_recv_msg(b, 0, i);
+		topic_recv_msg(c, 0, i);
+	}
+	TU_RC(pinshm_channel_info(a, &info), 0);
+	ck_assert_uint_eq(info.lost, 0);
+	ck_assert_uint_eq(info.consumers, 3);
+	TU_RC(pinshm_channel_close(a), 0);
+	TU_RC(pinshm_channel_close(b), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_topic_two_publishers)
+{
+	int fd = tu_channel(PINSHM_TOPIC, 4 * KiB, 2, 2);
+	pinshm_channel_t *p[2] = {tu_attach(fd, PINSHM_PRODUCER), tu_attach(fd, PINSHM_PRODUCER)};
+	pinshm_channel_t *s[2] = {tu_attach(fd, PINSHM_CONSUMER), tu_attach(fd, PINSHM_CONSUMER)};
+	uint64_t sent[2] = {0}, next[2][2] = {{0}};
+	uint64_t r = 7;
+	char why[200];
+
+	for (unsigned round = 0; round < 2000; round++) {
+		unsigned w = (unsigned)((r = tu_mix(r)) % 2);
+		size_t len = tu_msg_len(w, sent[w], 200);
+		tu_msg_fill(sbuf, len, w, sent[w]);
+		TU_RC(pinshm_send(p[w], sbuf, len, PINSHM_NONBLOCK), 0);
+		sent[w]++;
+		/* Each subscriber drains at its own pace. */
+		for (unsigned k = 0; k < 2; k++) {
+			if ((r >> (8 + k)) & 1 && round % 7 != 0)
+				continue;
+			for (;;) {
+				size_t got;
+				uint32_t who;
+				uint64_t seq;
+				int rc = pinshm_recv(s[k], rbuf, sizeof(rbuf), &got, PINSHM_NONBLOCK);
+				if (rc == -EAGAIN)
+					break;
+				TU_RC(rc, 0);
+				ck_assert_msg(tu_msg_check(rbuf, got, 200, &who, &seq, why, sizeof(why)) == 0, "%s",
+					      why);
+				ck_assert_uint_lt(who, 2);
+				ck_assert_uint_eq(seq, next[k][who]);
+				next[k][who]++;
+			}
+		}
+	}
+	for (unsigned k = 0; k < 2; k++) {
+		for (;;) {
+			size_t got;
+			uint32_t who;
+			uint64_t seq;
+			int rc = pinshm_recv(s[k], rbuf, sizeof(rbuf), &got, PINSHM_NONBLOCK);
+			if (rc == -EAGAIN)
+				break;
+			TU_RC(rc, 0);
+			ck_assert_int_eq(tu_msg_check(rbuf, got, 200, &who, &seq, why, sizeof(why)), 0);
+			ck_assert_uint_eq(seq, next[k][who]);
+			next[k][who]++;
+		}
+		ck_assert_uint_eq(next[k][0], sent[0]);
+		ck_assert_uint_eq(next[k][1], sent[1]);
+	}
+	for (unsigned k = 0; k < 2; k++) {
+		TU_RC(pinshm_channel_close(p[k]), 0);
+		TU_RC(pinshm_channel_close(s[k]), 0);
+	}
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_topic_backpressure)
+{
+	const uint64_t cap = 4 * KiB;
+	int fd = tu_channel(PINSHM_TOPIC, cap, 1, 2);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *a = tu_attach(fd, PINSHM_CONSUMER), *b = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_channel_info_t info;
+	unsigned n = 0, more = 0;
+	int rc;
+
+	/* a keeps up, b reads nothing: the publisher stops when the ring is full. */
+	for (;;) {
+		tu_pattern(sbuf, 100, n);
+		rc = pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK);
+		if (rc == -EAGAIN)
+			break;
+		TU_RC(rc, 0);
+		recv_pat(a, 100, n);
+		n++;
+		ck_assert_msg(n <= 64, "the publisher did not wait for the slow subscriber");
+	}
+	check_fill_count(n, cap, 100);
+	expect_empty(a);
+	TU_RC(pinshm_send(p, sbuf, 100, 20), -ETIMEDOUT);
+	/* b gets everything; then the publisher goes on. */
+	for (unsigned i = 0; i < n; i++)
+		recv_pat(b, 100, i);
+	expect_empty(b);
+	for (;;) {
+		tu_pattern(sbuf, 100, n + more);
+		rc = pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK);
+		if (rc == -EAGAIN)
+			break;
+		TU_RC(rc, 0);
+		more++;
+		ck_assert_uint_le(more, 64);
+	}
+	check_fill_count(more, cap, 100);
+	for (unsigned i = 0; i < more; i++) {
+		recv_pat(a, 100, n + i);
+		recv_pat_inplace(b, 100, n + i);
+	}
+	expect_empty(a);
+	expect_empty(b);
+	TU_RC(pinshm_channel_info(a, &info), 0);
+	ck_assert_uint_eq(info.lost, 0);
+	TU_RC(pinshm_channel_info(b, &info), 0);
+	ck_assert_uint_eq(info.lost, 0);
+	/* A subscriber holding messages in place holds the publisher back too. */
+	{
+		pinshm_msg_t m;
+		unsigned k = 0;
+		send_pat(p, 100, 1);
+		recv_pat(a, 100, 1);
+		TU_RC(pinshm_recv_inplace(b, &m, PINSHM_NONBLOCK), 0);
+		for (;;) {
+			tu_pattern(sbuf, 100, 2 + k);
+			rc = pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK);
+			if (rc == -EAGAIN)
+				break;
+			TU_RC(rc, 0);
+			recv_pat(a, 100, 2 + k);
+			recv_pat(b, 100, 2 + k);
+			k++;
+			ck_assert_msg(k <= 64, "a message held in place was overwritten");
+		}
+		ck_assert_int_lt(tu_pattern_bad(m.data, 100, 1), 0);
+		TU_RC(pinshm_release(b, &m), 0);
+		send_pat(p, 100, 5);
+		recv_pat(a, 100, 5);
+		recv_pat(b, 100, 5);
+	}
+	TU_RC(pinshm_channel_close(a), 0);
+	TU_RC(pinshm_channel_close(b), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	close(fd);
+}
+END_TEST
+
+/* A subscriber that leaves does not hold the publisher back. */
+START_TEST(test_topic_subscriber_leaves)
+{
+	int fd = tu_channel(PINSHM_TOPIC, 4 * KiB, 1, 2);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *a = tu_attach(fd, PINSHM_CONSUMER), *b = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_msg_t m;
+
+	send_pat(p, 100, 0);
+	recv_pat(a, 100, 0);
+	TU_RC(pinshm_recv_inplace(b, &m, PINSHM_NONBLOCK), 0);
+	for (unsigned i = 1; i < 10; i++) {
+		send_pat(p, 100, i);
+		recv_pat(a, 100, i);
+	}
+	TU_RC(pinshm_channel_close(b), 0);
+	for (unsigned i = 10; i < 1000; i++) {
+		send_pat(p, 100, i);
+		recv_pat(a, 100, i);
+	}
+	/* A new subscriber takes the endpoint, and starts from now. */
+	b = tu_attach(fd, PINSHM_CONSUMER);
+	expect_empty(b);
+	send_pat(p, 100, 1000);
+	recv_pat(a, 100, 1000);
+	recv_pat(b, 100, 1000);
+	TU_RC(pinshm_channel_close(a), 0);
+	TU_RC(pinshm_channel_close(b), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	close(fd);
+}
+END_TEST
+
+/* With no subscriber, publishing never blocks. */
+START_TEST(test_topic_no_subscriber)
+{
+	int fd = tu_channel(PINSHM_TOPIC, 4 * KiB, 1, 2);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *a;
+
+	for (unsigned i = 0; i < 500; i++)
+		send_pat(p, 100, i);
+	a = tu_attach(fd, PINSHM_CONSUMER);
+	expect_empty(a);
+	send_pat(p, 100, 500);
+	recv_pat(a, 100, 500);
+	expect_empty(a);
+	TU_RC(pinshm_channel_close(a), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	close(fd);
+}
+END_TEST
+
+/* Receive what @p c has; check seq == previous + 1 + lost (in place) or
+ * seq > previous (copies); @return how many, adding the lost to *lost. */
+static uint64_t overrun_drain(pinshm_channel_t *c, bool inplace, uint64_t *prev, uint64_t *lost)
+{
+	char why[200];
+	uint64_t got = 0;
+
+	for (;;) {
+		uint32_t w;
+		uint64_t s;
+		int rc;
+
+		if (inplace) {
+			pinshm_msg_t m;
+			rc = pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK);
+			if (rc == -EAGAIN)
+				break;
+			TU_RC(rc, 0);
+			ck_assert_msg(tu_msg_check(m.data, m.len, 0, &w, &s, why, sizeof(why)) == 0, "%s", why);
+			ck_assert_msg(s == *prev + 1 + m.lost, "seq %llu after %lld with %llu lost",
+				      (unsigned long long)s, (long long)*prev, (unsigned long long)m.lost);
+			TU_RC(pinshm_release(c, &m), 0);
+			*lost += m.lost;
+		} else {
+			size_t len;
+			rc = pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK);
+			if (rc == -EAGAIN)
+				break;
+			TU_RC(rc, 0);
+			ck_assert_msg(tu_msg_check(rbuf, len, 0, &w, &s, why, sizeof(why)) == 0, "%s", why);
+			ck_assert_msg(*prev == UINT64_MAX || s > *prev, "seq %llu after %llu", (unsigned long long)s,
+				      (unsigned long long)*prev);
+		}
+		*prev = s;
+		got++;
+		ck_assert_uint_le(got, 4 * KiB / rec_size(100));
+	}
+	return got;
+}
+
+START_TEST(test_topic_overrun)
+{
+	enum { N = 2000, M = 100 };
+	const uint64_t cap = 4 * KiB;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *p, *fast, *slow, *slow2;
+	pinshm_channel_info_t info;
+	uint64_t lost = 0, got = 0, prev = UINT64_MAX, lost2 = 0, got2 = 0, prev2 = UINT64_MAX;
+	char why[200];
+	int fd;
+
+	tu_attr(&attr, PINSHM_TOPIC, cap, 1, 3);
+	attr.flags = PINSHM_OVERRUN;
+	fd = tu_create(&attr);
+	p = tu_attach(fd, PINSHM_PRODUCER);
+	fast = tu_attach(fd, PINSHM_CONSUMER);
+	slow = tu_attach(fd, PINSHM_CONSUMER);
+	slow2 = tu_attach(fd, PINSHM_CONSUMER);
+	for (unsigned i = 0; i < N; i++) {
+		pinshm_msg_t m;
+		uint32_t w;
+		uint64_t s;
+		/* The publisher never waits. */
+		tu_msg_fill(sbuf, 100, 0, i);
+		TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+		TU_RC(pinshm_recv_inplace(fast, &m, PINSHM_NONBLOCK), 0);
+		ck_assert_uint_eq(m.lost, 0);
+		ck_assert_int_eq(tu_msg_check(m.data, m.len, 0, &w, &s, why, sizeof(why)), 0);
+		ck_assert_uint_eq(s, i);
+		TU_RC(pinshm_release(fast, &m), 0);
+	}
+	TU_RC(pinshm_channel_info(fast, &info), 0);
+	ck_assert_uint_eq(info.lost, 0);
+	/* The slow ones were lapped many times: what they get (perhaps nothing
+	 * of what is still in the ring) is intact and in order. */
+	got += overrun_drain(slow, true, &prev, &lost);
+	got2 += overrun_drain(slow2, false, &prev2, &lost2);
+	/* Then they keep up with what comes next, and account for the rest. */
+	for (unsigned i = N; i < N + M; i++) {
+		tu_msg_fill(sbuf, 100, 0, i);
+		TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+		ck_assert_uint_eq(overrun_drain(fast, true, &(uint64_t){i - 1}, &(uint64_t){0}), 1);
+		got += overrun_drain(slow, true, &prev, &lost);
+		got2 += overrun_drain(slow2, false, &prev2, &lost2);
+	}
+	ck_assert_uint_eq(prev, N + M - 1);
+	ck_assert_uint_eq(prev2, N + M - 1);
+	ck_assert_uint_gt(lost, 0);
+	ck_assert_uint_ge(got, M);
+	ck_assert_uint_eq(got + lost, N + M);
+	TU_RC(pinshm_channel_info(slow, &info), 0);
+	ck_assert_uint_eq(info.lost, lost);
+	TU_RC(pinshm_channel_info(slow2, &info), 0);
+	ck_assert_uint_gt(info.lost, 0);
+	ck_assert_uint_eq(info.lost + got2, N + M);
+	TU_RC(pinshm_channel_info(fast, &info), 0);
+	ck_assert_uint_eq(info.lost, 0);
+	TU_RC(pinshm_channel_close(fast), 0);
+	TU_RC(pinshm_channel_close(slow), 0);
+	TU_RC(pinshm_channel_close(slow2), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	close(fd);
+}
+END_TEST
+
+/* On an overrun topic a message held in place may be overwritten; release says so. */
+START_TEST(test_topic_overrun_held)
+{
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *p, *s;
+	pinshm_msg_t m;
+	char why[200];
+	uint32_t w;
+	uint64_t seq;
+	int fd, rc;
+
+	tu_attr(&attr, PINSHM_TOPIC, 4 * KiB, 1, 1);
+	attr.flags = PINSHM_OVERRUN;
+	fd = tu_create(&attr);
+	p = tu_attach(fd, PINSHM_PRODUCER);
+	s = tu_attach(fd, PINSHM_CONSUMER);
+	tu_msg_fill(sbuf, 100, 0, 0);
+	TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_recv_inplace(s, &m, PINSHM_NONBLOCK), 0);
+	ck_assert_int_eq(tu_msg_check(m.data, m.len, 0, &w, &seq, why, sizeof(why)), 0);
+	for (unsigned i = 1; i < 200; i++) {
+		tu_msg_fill(sbuf, 100, 0, i);
+		TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+	}
+	TU_RC(pinshm_release(s, &m), -ESTALE);
+	/* The subscriber goes on, in order and intact: with what is left in
+	 * the ring, or else with the next message. */
+	rc = pinshm_recv_inplace(s, &m, PINSHM_NONBLOCK);
+	if (rc == -EAGAIN) {
+		tu_msg_fill(sbuf, 100, 0, 200);
+		TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+		rc = pinshm_recv_inplace(s, &m, PINSHM_NONBLOCK);
+	}
+	TU_RC(rc, 0);
+	ck_assert_uint_gt(m.lost, 0);
+	ck_assert_int_eq(tu_msg_check(m.data, m.len, 0, &w, &seq, why, sizeof(why)), 0);
+	ck_assert_uint_eq(seq, 1 + m.lost);
+	TU_RC(pinshm_release(s, &m), 0);
+	TU_RC(pinshm_channel_close(s), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	close(fd);
+}
+END_TEST
+
+/* A subscriber lapped before it received anything: the messages still in
+ * the ring are intact and it gets (at least) the newest of them, with the
+ * count of those it lost before. */
+START_TEST(test_topic_overrun_newest)
+{
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *p, *s;
+	pinshm_msg_t m;
+	char why[200];
+	uint32_t w;
+	uint64_t seq, prev = UINT64_MAX;
+	unsigned got = 0;
+	int fd, rc;
+
+	tu_attr(&attr, PINSHM_TOPIC, 4 * KiB, 1, 1);
+	attr.flags = PINSHM_OVERRUN;
+	fd = tu_create(&attr);
+	p = tu_attach(fd, PINSHM_PRODUCER);
+	s = tu_attach(fd, PINSHM_CONSUMER);
+	for (unsigned i = 0; i < 200; i++) {
+		tu_msg_fill(sbuf, 100, 0, i);
+		TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+	}
+	while ((rc = pinshm_recv_inplace(s, &m, PINSHM_NONBLOCK)) == 0) {
+		ck_assert_int_eq(tu_msg_check(m.data, m.len, 0, &w, &seq, why, sizeof(why)), 0);
+		ck_assert_msg(seq == prev + 1 + m.lost, "seq %llu after %lld with %llu lost", (unsigned long long)seq,
+			      (long long)prev, (unsigned long long)m.lost);
+		TU_RC(pinshm_release(s, &m), 0);
+		prev = seq;
+		got++;
+	}
+	TU_RC(rc, -EAGAIN);
+	ck_assert_msg(got >= 1 && prev == 199, "lapped subscriber got %u messages, the last %lld; the newest (199) "
+					       "was intact in the ring",
+		      got, (long long)prev);
+	TU_RC(pinshm_channel_close(s), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	close(fd);
+}
+END_TEST
+
+/* ======================================================================== */
+/* peers gone: -EPIPE                                                        */
+/* ======================================================================== */
+
+START_TEST(test_epipe_consumer)
+{
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, 2, 1);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER), *p, *p2;
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	pinshm_msg_t m;
+	size_t len;
+
+	ck_assert_int_ge(efd, 0);
+	TU_RC(pinshm_channel_set_notify_fd(c, efd), 0);
+	TU_RC(pinshm_channel_arm(c), 0);
+
+	/* No producer ever attached: just empty. */
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, 10), -ETIMEDOUT);
+	p = tu_attach(fd, PINSHM_PRODUCER);
+	p2 = tu_attach(fd, PINSHM_PRODUCER);
+	for (unsigned i = 0; i < 3; i++)
+		send_pat(p, 10, i);
+	TU_RC(pinshm_channel_close(p), 0);
+	/* One producer is left. */
+	for (unsigned i = 0; i < 3; i++)
+		recv_pat(c, 10, i);
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), -EAGAIN);
+	send_pat(p2, 11, 3);
+	TU_RC(pinshm_channel_close(p2), 0);
+	/* What was sent before the close is still delivered, then -EPIPE. */
+	recv_pat(c, 11, 3);
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), -EPIPE);
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, 5000), -EPIPE);
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_FOREVER), -EPIPE);
+	TU_RC(pinshm_recv_inplace(c, &m, 5000), -EPIPE);
+	TU_RC(pinshm_recv_batch(c, &m, 1, 5000), -EPIPE);
+	TU_RC(pinshm_channel_arm(c), -EPIPE);
+	/* A new producer: no longer -EPIPE. */
+	p = tu_attach(fd, PINSHM_PRODUCER);
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), -EAGAIN);
+	send_pat(p, 12, 4);
+	recv_pat(c, 12, 4);
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, 5000), -EPIPE);
+	TU_RC(pinshm_channel_close(c), 0);
+	close(efd);
+	close(fd);
+}
+END_TEST
+
+/* A consumer waiting for a message is woken with -EPIPE when the last producer leaves. */
+START_TEST(test_epipe_consumer_wakeup)
+{
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, 1, 1);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER), *p = tu_attach(fd, PINSHM_PRODUCER);
+	struct later l;
+	pthread_t t;
+	size_t len;
+
+	pinshm_channel_set_spin(c, 0);
+	t = later_start(&l, p, 50, 2);
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, 10000), -EPIPE);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	TU_RC(l.rc, 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	close(fd);
+}
+END_TEST
+
+START_TEST(test_epipe_producer)
+{
+	const uint64_t cap = 4 * KiB;
+	int fd = tu_channel(PINSHM_QUEUE, cap, 1, 2);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *c, *c2;
+	void *b;
+	unsigned n = 0;
+	int rc;
+
+	/* No consumer ever attached: the ring fills, -EAGAIN. */
+	n = fill(p, 100, 0, 1000);
+	check_fill_count(n, cap, 100);
+	TU_RC(pinshm_send(p, sbuf, 100, 10), -ETIMEDOUT);
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	c2 = tu_attach(fd, PINSHM_CONSUMER);
+	for (unsigned i = 0; i < n; i++)
+		recv_pat(i % 2 ? c : c2, 100, i);
+	TU_RC(pinshm_channel_close(c), 0);
+	send_pat(p, 100, 7);
+	recv_pat(c2, 100, 7);
+	TU_RC(pinshm_channel_close(c2), 0);
+	/* Every consumer left: the producer gets -EPIPE when it must wait. */
+	for (n = 0;; n++) {
+		tu_pattern(sbuf, 100, n);
+		rc = pinshm_send(p, sbuf, 100, 2000);
+		if (rc == -EPIPE)
+			break;
+		ck_assert_msg(rc == 0, "send after the consumers left: %d (%s)", rc, pinshm_strerror(rc));
+		ck_assert_msg(n <= cap / 128, "no -EPIPE once the ring is full");
+	}
+	TU_RC(pinshm_send(p, sbuf, 100, PINSHM_FOREVER), -EPIPE);
+	TU_RC(pinshm_reserve(p, 100, &b, 2000), -EPIPE);
+	/* A consumer comes back: it gets what was sent, and -EPIPE is gone. */
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	for (unsigned i = 0; i < n; i++)
+		recv_pat(c, 100, i);
+	expect_empty(c);
+	send_pat(p, 100, 8);
+	recv_pat(c, 100, 8);
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	close(fd);
+}
+END_TEST
+
+/* A producer waiting for room is woken with -EPIPE when the last consumer leaves. */
+START_TEST(test_epipe_producer_wakeup)
+{
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, 1, 1);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER), *p = tu_attach(fd, PINSHM_PRODUCER);
+	struct later l;
+	pthread_t t;
+
+	pinshm_channel_set_spin(p, 0);
+	fill(p, 100, 0, 1000);
+	t = later_start(&l, c, 50, 2);
+	TU_RC(pinshm_send(p, sbuf, 100, 10000), -EPIPE);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	TU_RC(l.rc, 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	close(fd);
+}
+END_TEST
+
+/* ======================================================================== */
+/* eventfd                                                                   */
+/* ======================================================================== */
+
+static bool readable(int fd, int timeout_ms)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	int rc = poll(&pfd, 1, timeout_ms);
+
+	ck_assert_int_ge(rc, 0);
+	return rc == 1 && (pfd.revents & POLLIN);
+}
+
+static void clear_efd(int efd)
+{
+	uint64_t v;
+
+	ck_assert_int_eq(read(efd, &v, sizeof(v)), (int)sizeof(v));
+	ck_assert_uint_ge(v, 1);
+}
+
+START_TEST(test_eventfd)
+{
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, 2, 1);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *p2 = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER);
+	unsigned cep = pinshm_channel_endpoint(c);
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	void *b;
+
+	ck_assert_int_ge(efd, 0);
+	TU_RC(pinshm_channel_set_notify_fd(p, efd), -EINVAL);
+	TU_RC(pinshm_channel_set_notify_fd(c, efd), 0);
+	TU_RC(pinshm_channel_set_peer_fd(p, 0, efd), -EINVAL);   /* a producer endpoint */
+	TU_RC(pinshm_channel_set_peer_fd(p, 100, efd), -EINVAL); /* no such endpoint */
+	TU_RC(pinshm_channel_set_peer_fd(c, cep, efd), -EINVAL); /* not a producer */
+	TU_RC(pinshm_channel_set_peer_fd(p, cep, efd), 0);
+	TU_RC(pinshm_channel_set_peer_fd(p2, cep, efd), 0);
+
+	/* Armed while empty; a send wakes it. */
+	TU_RC(pinshm_channel_arm(c), 0);
+	ck_assert(!readable(efd, 0));
+	send_pat(p, 10, 1);
+	ck_assert_msg(readable(efd, 2000), "eventfd not signalled after arm + send");
+	clear_efd(efd);
+	/* A message is ready: arm says so. */
+	TU_RC(pinshm_channel_arm(c), -EAGAIN);
+	recv_pat(c, 10, 1);
+	expect_empty(c);
+	/* Not armed (the receive disarmed it): a send does not write the eventfd. */
+	send_pat(p, 10, 2);
+	ck_assert_msg(!readable(efd, 50), "eventfd signalled although not armed");
+	recv_pat(c, 10, 2);
+	/* Armed again, from the other producer. */
+	TU_RC(pinshm_channel_arm(c), 0);
+	TU_RC(pinshm_channel_arm(c), 0);
+	send_pat(p2, 10, 3);
+	ck_assert(readable(efd, 2000));
+	clear_efd(efd);
+	recv_pat(c, 10, 3);
+	/* PINSHM_MORE defers the wake-up to the flush. */
+	TU_RC(pinshm_channel_arm(c), 0);
+	TU_RC(pinshm_reserve(p, 10, &b, PINSHM_NONBLOCK), 0);
+	tu_pattern(b, 10, 4);
+	TU_RC(pinshm_commit(p, 10, PINSHM_MORE), 0);
+	ck_assert_msg(!readable(efd, 50), "woken despite PINSHM_MORE");
+	TU_RC(pinshm_flush(p), 0);
+	ck_assert(readable(efd, 2000));
+	clear_efd(efd);
+	recv_pat(c, 10, 4);
+	/* A batch wakes it too. */
+	TU_RC(pinshm_channel_arm(c), 0);
+	{
+		struct iovec iov[3] = {{sbuf, 5}, {sbuf, 0}, {sbuf, 7}};
+		TU_RC(pinshm_send_batch(p, iov, 3, PINSHM_NONBLOCK), 3);
+	}
+	ck_assert(readable(efd, 2000));
+	clear_efd(efd);
+	for (unsigned i = 0; i < 3; i++) {
+		size_t len;
+		TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
+	}
+	expect_empty(c);
+	/* Forgotten peer fd: no write. */
+	TU_RC(pinshm_channel_set_peer_fd(p, cep, -1), 0);
+	TU_RC(pinshm_channel_arm(c), 0);
+	send_pat(p, 10, 5);
+	ck_assert(!readable(efd, 50));
+	recv_pat(c, 10, 5);
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_channel_close(p2), 0);
+	close(efd);
+	close(fd);
+}
+END_TEST
+
+/* A topic: every armed subscriber's eventfd is written. */
+START_TEST(test_eventfd_topic)
+{
+	int fd = tu_channel(PINSHM_TOPIC, 4 * KiB, 1, 2);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *s[2] = {tu_attach(fd, PINSHM_CONSUMER), tu_attach(fd, PINSHM_CONSUMER)};
+	int efd[2];
+
+	for (unsigned i = 0; i < 2; i++) {
+		efd[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		ck_assert_int_ge(efd[i], 0);
+		TU_RC(pinshm_channel_set_notify_fd(s[i], efd[i]), 0);
+		TU_RC(pinshm_channel_set_peer_fd(p, pinshm_channel_endpoint(s[i]), efd[i]), 0);
+		TU_RC(pinshm_channel_arm(s[i]), 0);
+	}
+	send_pat(p, 10, 1);
+	for (unsigned i = 0; i < 2; i++) {
+		ck_assert(readable(efd[i], 2000));
+		clear_efd(efd[i]);
+		TU_RC(pinshm_channel_arm(s[i]), -EAGAIN);
+		recv_pat(s[i], 10, 1);
+		close(efd[i]);
+		TU_RC(pinshm_channel_close(s[i]), 0);
+	}
+	TU_RC(pinshm_channel_close(p), 0);
+	close(fd);
+}
+END_TEST
+
+static Suite *ring_suite(void)
+{
+	Suite *s = suite_create("ring");
+	TCase *tc;
+
+	tc = tcase_create("core");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_version);
+	tcase_add_test(tc, test_empty);
+	tcase_add_test(tc, test_full);
+	tcase_add_test(tc, test_full_sizes);
+	tcase_add_test(tc, test_wrap_every_offset);
+	tcase_add_loop_test(tc, test_every_size, 0, 2);
+	tcase_add_test(tc, test_too_large);
+	tcase_add_test(tc, test_recv_null_zero);
+	tcase_add_test(tc, test_zero_copy_mixed);
+	tcase_add_test(tc, test_release_order);
+	tcase_add_test(tc, test_held_keeps_room);
+	tcase_add_test(tc, test_hold_limit);
+	tcase_add_test(tc, test_batches);
+	tcase_add_test(tc, test_batch_partial);
+	tcase_add_test(tc, test_roles);
+	tcase_add_test(tc, test_info);
+	tcase_add_test(tc, test_close_with_held);
+	tcase_add_test(tc, test_close_drops_reservation);
+	tcase_add_test(tc, test_shared_queue);
+	tcase_add_test(tc, test_multi_producer);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("limits");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_attr_defaults);
+	tcase_add_test(tc, test_attr_validation);
+	tcase_add_test(tc, test_segment_format);
+	tcase_add_test(tc, test_attach_limits);
+	tcase_add_test(tc, test_endpoint_numbers);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("timeouts");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_timeouts);
+	tcase_add_test(tc, test_wakeup_recv);
+	tcase_add_test(tc, test_wakeup_send);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("topic");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_topic_basic);
+	tcase_add_test(tc, test_topic_two_publishers);
+	tcase_add_test(tc, test_topic_backpressure);
+	tcase_add_test(tc, test_topic_subscriber_leaves);
+	tcase_add_test(tc, test_topic_no_subscriber);
+	tcase_add_test(tc, test_topic_overrun);
+	tcase_add_test(tc, test_topic_overrun_held);
+	tcase_add_test(tc, test_topic_overrun_newest);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("epipe");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_epipe_consumer);
+	tcase_add_test(tc, test_epipe_consumer_wakeup);
+	tcase_add_test(tc, test_epipe_producer);
+	tcase_add_test(tc, test_epipe_producer_wakeup);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("eventfd");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_eventfd);
+	tcase_add_test(tc, test_eventfd_topic);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(ring_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed != 0;
+}
