@@ -27,7 +27,6 @@ enum consume_mode {
 struct held_record {
 	uint32_t lane;
 	uint64_t pos; /* where the record starts */
-	uint64_t end; /* where the next one starts */
 };
 
 struct pinshm_channel {

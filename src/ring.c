@@ -368,22 +368,27 @@ int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_m
 	return 0;
 }
 
-/* Records staged by a batch, not yet published. */
+/* Records staged by a batch, not yet published (at most BATCH_STAGED). */
+#define BATCH_STAGED 64
 struct staging {
 	unsigned count;
-	uint64_t start[PINSHM_MAX_HELD], pos[PINSHM_MAX_HELD];
+	uint64_t start[BATCH_STAGED], pos[BATCH_STAGED];
 };
 
 static void publish_staged(pinshm_channel_t *ch, struct staging *st)
 {
+	if (st->count == 0)
+		return;
+	/* Records staged on the fast path announced nothing: no consumer may
+	 * be past what we publish now. */
+	if (!is_overrun(ch))
+		atomic_store_explicit(&ch->lane->reserve, ch->tail, memory_order_relaxed);
 	for (unsigned i = 0; i < st->count; i++)
 		publish_record(ch, st->start[i], st->pos[i]);
+	st->count = 0;
 	ch->committed = ch->tail;
-	if (st->count > 0) {
-		st->count = 0;
-		producer_publish(ch);
-		producer_wake(ch);
-	}
+	producer_publish(ch);
+	producer_wake(ch);
 }
 
 int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned count, int timeout_ms)
@@ -393,19 +398,35 @@ int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned c
 	int rc = 0;
 
 	while (sent < count) {
-		rc = reserve(ch, msgs[sent].iov_len, PINSHM_NONBLOCK);
+		size_t len = msgs[sent].iov_len;
+		uint64_t cap = ch->g.capacity, size = rec_size(len);
+
+		/* Fast path: it fits before the end of the ring and below the
+		 * known limit.  Otherwise (padding, a new limit, waiting,
+		 * errors, an overrun topic's announcements) the general one. */
+		if (ch->role == PINSHM_PRODUCER && !ch->reserved && !ch->broken && !is_overrun(ch) &&
+		    len <= ch->g.max_message && size <= cap - (ch->tail & (cap - 1)) &&
+		    ch->tail + size + HEADROOM <= ch->limit) {
+			atomic_thread_fence(memory_order_release); /* see reserve_attempt() */
+			ch->resv_start = ch->resv_pos = ch->tail;
+			ch->resv_len = len;
+			ch->reserved = true;
+			rc = 0;
+		} else {
+			rc = reserve(ch, len, PINSHM_NONBLOCK);
+		}
 		if (rc == -EAGAIN && timeout_ms != PINSHM_NONBLOCK) {
 			publish_staged(ch, &st); /* the consumers make the room we wait for */
-			rc = reserve(ch, msgs[sent].iov_len, timeout_ms);
+			rc = reserve(ch, len, timeout_ms);
 		}
 		if (rc != 0)
 			break;
-		memcpy(reserved_payload(ch), msgs[sent].iov_base, msgs[sent].iov_len);
+		memcpy(reserved_payload(ch), msgs[sent].iov_base, len);
 		st.start[st.count] = ch->resv_start;
 		st.pos[st.count++] = ch->resv_pos;
-		stage_reserved(ch, msgs[sent].iov_len);
+		stage_reserved(ch, len);
 		sent++;
-		if (st.count == PINSHM_MAX_HELD)
+		if (st.count == BATCH_STAGED)
 			publish_staged(ch, &st);
 	}
 	publish_staged(ch, &st);
@@ -501,7 +522,9 @@ static int take_sequential_lane(pinshm_channel_t *ch, unsigned lane, struct take
 				size = 0;
 		}
 		if (size == 0) {
-			if (is_overrun(ch) && !resynced && overrun_lapped(ch, lane, pos)) {
+			if (is_overrun(ch) && overrun_lapped(ch, lane, pos)) {
+				if (resynced)
+					return -EAGAIN; /* lapped again at once: later */
 				/* Lapped: start again at the newest record; seq tells
 				 * what was lost. */
 				pos = ch->cursor[lane] = atomic_load_explicit(&lane_hdr(ch, lane)->last,
@@ -852,8 +875,48 @@ static void msg_from_taken(pinshm_msg_t *msg, const struct taken *t)
 static void hold(pinshm_channel_t *ch, const struct taken *t)
 {
 	ch->held[(ch->held_first + ch->held_count) % PINSHM_MAX_HELD] =
-		(struct held_record){ .lane = t->lane, .pos = t->pos, .end = t->end };
+		(struct held_record){ .lane = t->lane, .pos = t->pos };
 	ch->held_count++;
+}
+
+/*
+ * A batch, after its first message from @p lane: the messages that follow
+ * it there, ready, without the round robin and its general checks (a
+ * sequential consumer, not on an overrun topic).  It stops at anything
+ * else - padding, the end, damage - and leaves that to take().
+ * @return how many of @p room it added to @p msgs (and holds).
+ */
+static unsigned take_more_sequential(pinshm_channel_t *ch, unsigned lane, pinshm_msg_t *msgs, unsigned room)
+{
+	uint64_t cap = ch->g.capacity, pos = ch->cursor[lane];
+	uint8_t *ring = lane_ring(ch, lane);
+	unsigned n = 0;
+
+	while (n < room) {
+		struct record_header *rec = rec_at(ring, cap, pos);
+		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
+		if (word != rec_word(pos, 0, REC_COMMITTED))
+			break;
+		uint32_t len = atomic_load_explicit(&rec->len, memory_order_relaxed);
+		uint64_t size = rec_extent(&ch->g, word, pos, len);
+		if (size == 0)
+			break;
+		uint64_t lost = 0;
+		if (ch->g.kind == PINSHM_TOPIC) {
+			uint32_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed);
+			int32_t gap = (int32_t)(seq - ch->expect_seq[lane]);
+			lost = gap > 0 ? (uint64_t)gap : 0;
+			ch->expect_seq[lane] = seq + 1;
+			ch->lost += lost;
+		}
+		ch->held[(ch->held_first + ch->held_count++) % PINSHM_MAX_HELD] =
+			(struct held_record){ .lane = lane, .pos = pos };
+		msgs[n++] = (pinshm_msg_t){ .data = (uint8_t *)rec + PINSHM_RECORD_HEADER, .len = len, .lost = lost,
+					    .priv = { pos, lane } };
+		pos += size;
+	}
+	ch->cursor[lane] = pos;
+	return n;
 }
 
 int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, unsigned max, int timeout_ms)
@@ -869,6 +932,10 @@ int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, unsigned max, in
 	while (rc == 0) {
 		hold(ch, &t);
 		msg_from_taken(&msgs[n++], &t);
+		if (ch->mode == CONSUME_SEQUENTIAL && !is_overrun(ch)) {
+			unsigned room = PINSHM_MAX_HELD - ch->held_count;
+			n += take_more_sequential(ch, t.lane, msgs + n, max - n < room ? max - n : room);
+		}
 		if (n == max || ch->held_count == PINSHM_MAX_HELD)
 			break;
 		rc = take(ch, &t, SIZE_MAX, false);
