@@ -434,8 +434,15 @@ static int batch_recv(perf_link_t *l, void *buf, size_t cap, unsigned max)
 			return -EBADMSG;
 		}
 		memcpy(buf, msgs[i].data, msgs[i].len);
+		/* Large messages are released one by one, so that the sender
+		 * refills their room while the rest are copied; small ones
+		 * all at once (releasing the last releases those before it). */
+		if (msgs[i].len >= PERF_RELEASE_EACH && i + 1 < n) {
+			rc = pinshm_release(s->rx, &msgs[i]);
+			if (rc < 0)
+				return ps_fail(l, s->rx, "pinshm_release", rc);
+		}
 	}
-	/* Releasing the last releases the ones before it. */
 	rc = pinshm_release(s->rx, &msgs[n - 1]);
 	return rc < 0 ? ps_fail(l, s->rx, "pinshm_release", rc) : n;
 }

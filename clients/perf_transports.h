@@ -50,6 +50,8 @@
 
 /* Batch size of the batched stream (pinshm-batch). */
 #define PERF_BATCH 32u
+/* pinshm-batch releases messages of at least this size one by one. */
+#define PERF_RELEASE_EACH 4096u
 
 typedef struct perf_link perf_link_t;
 

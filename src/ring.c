@@ -368,10 +368,14 @@ int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_m
 	return 0;
 }
 
-/* Records staged by a batch, not yet published (at most BATCH_STAGED). */
+/* Records staged by a batch, not yet published: at most BATCH_STAGED of
+ * them and BATCH_STAGED_BYTES (beyond that, a consumer waiting for the
+ * first one loses more than publishing each costs). */
 #define BATCH_STAGED 64
+#define BATCH_STAGED_BYTES 16384
 struct staging {
 	unsigned count;
+	uint64_t bytes;
 	uint64_t start[BATCH_STAGED], pos[BATCH_STAGED];
 };
 
@@ -386,6 +390,7 @@ static void publish_staged(pinshm_channel_t *ch, struct staging *st)
 	for (unsigned i = 0; i < st->count; i++)
 		publish_record(ch, st->start[i], st->pos[i]);
 	st->count = 0;
+	st->bytes = 0;
 	ch->committed = ch->tail;
 	producer_publish(ch);
 	producer_wake(ch);
@@ -426,7 +431,8 @@ int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned c
 		st.pos[st.count++] = ch->resv_pos;
 		stage_reserved(ch, len);
 		sent++;
-		if (st.count == BATCH_STAGED)
+		st.bytes += len;
+		if (st.count == BATCH_STAGED || st.bytes >= BATCH_STAGED_BYTES)
 			publish_staged(ch, &st);
 	}
 	publish_staged(ch, &st);
