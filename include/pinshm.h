@@ -320,6 +320,153 @@ typedef struct pinshm_channel_info {
 /** Fill @p info. @return 0 or -EBADMSG. */
 PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_t *info);
 
+/* ======================================================================== */
+/* ---- the daemon: named channels through pinshmd ----------------------- */
+/* ======================================================================== */
+
+/*
+ * pinshmd owns the channel segments: it creates them, locks them in RAM
+ * where it may, and hands their descriptors to the clients that may open
+ * them; it never carries a message.  A client connects once, then creates,
+ * opens and unlinks channels by name.  See pinshmd(8) and
+ * pinshm-protocol(7).
+ *
+ * The connection is the client's lease on what it opened: when it closes
+ * (pinshm_disconnect(), exit, kill -9), the daemon marks every endpoint
+ * opened through it that is still attached as dead in the segment, so that
+ * its peers get -EPIPE, and a channel that no open connection created or
+ * opened any more is destroyed, unless it was created PINSHM_PERSISTENT
+ * and is still named.  Keep the client connected while its channels are in
+ * use.
+ *
+ * fork(): the child shares the connection (until it execs), and the daemon
+ * sees it closed only when every process holding it has closed it or
+ * exited.  A child should pinshm_disconnect() its copy (which closes
+ * nothing for the parent), and connect by itself to use the daemon.
+ *
+ * Thread safety: a pinshm_client_t is used by one thread at a time.  Every
+ * call waits for the daemon's reply at most PINSHM_CLIENT_TIMEOUT_MS.
+ *
+ * The protocol version changes whenever a message's layout or meaning
+ * changes; a library and a daemon of different protocol versions refuse to
+ * talk (-EPROTO, with a message saying both versions).
+ */
+#define PINSHM_PROTOCOL_VERSION 1
+#define PINSHM_CLIENT_TIMEOUT_MS 10000
+
+/* A channel name: 1..PINSHM_NAME_MAX characters of [A-Za-z0-9._-], not
+ * starting with '.'. */
+#define PINSHM_NAME_MAX 63
+
+/* Flags of pinshm_create(). */
+#define PINSHM_PERSISTENT 0x1u /* the channel outlives its users, until unlinked */
+
+typedef struct pinshm_client pinshm_client_t;
+
+/**
+ * Connect to pinshmd and check that it speaks this library's protocol.
+ * @param socket_path  the daemon's socket; NULL: $PINSHM_SOCKET if set and
+ *        not empty, else the user-mode socket ($XDG_RUNTIME_DIR/pinshm/socket,
+ *        or /tmp/pinshm-UID/socket without XDG_RUNTIME_DIR), else, if that
+ *        does not exist, the system socket /run/pinshm/socket.
+ * @param out  set to the new client (close-on-exec socket), NULL on failure.
+ * @return 0; -ENOENT (no socket there), -ECONNREFUSED (nobody listens),
+ *         -EACCES (the socket is not ours to use), -ENAMETOOLONG,
+ *         -EPROTO (another protocol version: pinshm_client_error(NULL) says
+ *         which), -ETIMEDOUT, -ECONNRESET, -ENOMEM.  The reason of a failure
+ *         is kept for this thread in pinshm_client_error(NULL).
+ */
+PINSHM_EXPORT int pinshm_connect(const char *socket_path, pinshm_client_t **out);
+
+/**
+ * Close the connection and free @p c (NULL is ignored).  Endpoints opened
+ * through it that are still attached are marked dead by the daemon: close
+ * channels first.  @return 0.
+ */
+PINSHM_EXPORT int pinshm_disconnect(pinshm_client_t *c);
+
+/**
+ * @return the daemon's message about the last request on @p c (why it
+ *         failed, or a warning such as a channel created unpinned), or ""
+ *         if none; with @p c NULL, why the last pinshm_connect() of this
+ *         thread failed.
+ */
+PINSHM_EXPORT const char *pinshm_client_error(const pinshm_client_t *c);
+
+/**
+ * Create the channel @p name with geometry @p attr (NULL: the defaults of
+ * pinshm_channel_attr_init()), owned by the caller's uid and gid, with
+ * permission bits @p mode (0..0777: read lets a process open it as a
+ * consumer, write as a producer, as for a file; any process that opens it
+ * maps the whole segment writable).  Without PINSHM_PERSISTENT in @p flags
+ * the channel lives while a connection that created or opened it is open.
+ * Where the daemon cannot lock the segment in RAM (its RLIMIT_MEMLOCK, or
+ * its budget), the channel is created unpinned: pinshm_client_error() and
+ * pinshm_list() say so.
+ * @return 0; -EINVAL (bad name, geometry, mode or flags), -EEXIST (the name
+ *         is taken), -ENFILE (the daemon's channel table is full), -ENOMEM,
+ *         or a transport error as pinshm_connect().
+ */
+PINSHM_EXPORT int pinshm_create(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr,
+				mode_t mode, unsigned flags);
+
+/**
+ * Open the channel @p name as a producer or a consumer: the daemon checks
+ * the caller's credentials against the channel's owner, group and mode,
+ * takes an endpoint of @p role for this connection and sends the segment,
+ * which this process maps and attaches to (as pinshm_channel_attach()).
+ * Close the handle with pinshm_channel_close() before disconnecting.  If
+ * the attach fails here after the daemon took the endpoint, the endpoint
+ * stays taken until @p c disconnects.
+ * @return 0; -ENOENT (no such channel), -EACCES (not permitted), -EBUSY
+ *         (every endpoint of @p role is taken), -EINVAL (bad name or role),
+ *         -EMFILE (this connection holds too many channels), -EPROTO (the
+ *         segment does not match what the daemon said), or as
+ *         pinshm_channel_attach() and pinshm_connect().
+ */
+PINSHM_EXPORT int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm_channel_t **out);
+
+/**
+ * Remove the name @p name: it can be created again at once, while the
+ * processes that opened the old channel keep using it until they leave.
+ * @return 0; -ENOENT; -EPERM (only its owner or root may); -EINVAL (bad
+ *         name); or a transport error.
+ */
+PINSHM_EXPORT int pinshm_unlink(pinshm_client_t *c, const char *name);
+
+/* State bits of a listed channel. */
+#define PINSHM_LIST_PINNED 0x1u     /* its segment is locked in RAM */
+#define PINSHM_LIST_PERSISTENT 0x2u /* created with PINSHM_PERSISTENT */
+#define PINSHM_LIST_SEALED 0x4u     /* memfd sealed against resizing */
+
+/** One channel, as pinshm_list() reports it. */
+typedef struct pinshm_list_entry {
+	char name[PINSHM_NAME_MAX + 1];
+	uint32_t kind, flags;   /* PINSHM_QUEUE/PINSHM_TOPIC, PINSHM_OVERRUN */
+	uint64_t capacity;      /* ring bytes per producer */
+	uint32_t max_message, max_producers, max_consumers;
+	uint32_t state;         /* PINSHM_LIST_* */
+	uint32_t uid, gid, mode; /* owner, group, permission bits */
+	uint64_t size;          /* segment bytes */
+	uint32_t producers, consumers; /* endpoints attached now */
+} pinshm_list_entry_t;
+
+/**
+ * List every named channel, in the order they were created.
+ * @param entries  set to an array allocated with malloc() (free() it), or
+ *                 NULL when there is none.
+ * @param count    set to its length.
+ * @return 0, -ENOMEM, or a transport error.
+ */
+PINSHM_EXPORT int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count);
+
+/**
+ * Ask the daemon to stop: it answers, closes every connection and exits;
+ * channels already mapped keep working.  @return 0, -EPERM (only root or
+ * the daemon's own user may), or a transport error.
+ */
+PINSHM_EXPORT int pinshm_daemon_shutdown(pinshm_client_t *c);
+
 #ifdef __cplusplus
 }
 #endif

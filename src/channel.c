@@ -439,16 +439,11 @@ void pinshm_channel_set_spin(pinshm_channel_t *ch, uint64_t spin_ns)
 	ch->spin_ns = spin_ns;
 }
 
-int pinshm_segment_reap(void *base, size_t size, unsigned endpoint)
+int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoint)
 {
-	struct seg_geometry g;
-	int rc = seg_geometry_read(base, size, &g);
-
-	if (rc != 0)
-		return rc;
-	if (endpoint >= g.max_producers + g.max_consumers)
+	if (endpoint >= g->max_producers + g->max_consumers)
 		return -EINVAL;
-	struct endpoint *ep = seg_endpoint(&g, base, endpoint);
+	struct endpoint *ep = seg_endpoint(g, base, endpoint);
 	if (atomic_load_explicit(&ep->state, memory_order_acquire) != EP_ACTIVE)
 		return -EINVAL;
 
@@ -457,18 +452,26 @@ int pinshm_segment_reap(void *base, size_t size, unsigned endpoint)
 	 * consumer's durable position is the lane's free index (or its topic
 	 * cursor): what it held unreleased is read again by its successor.
 	 * A shared consumer's claims are handed back to the others. */
-	if (endpoint >= g.max_producers && g.kind == PINSHM_QUEUE && g.max_consumers > 1) {
-		rc = ring_unclaim_owner(&g, base, endpoint - g.max_producers);
+	if (endpoint >= g->max_producers && g->kind == PINSHM_QUEUE && g->max_consumers > 1) {
+		int rc = ring_unclaim_owner(g, base, endpoint - g->max_producers);
 		if (rc != 0)
 			return rc;
 	}
 	atomic_store_explicit(&ep->armed, 0, memory_order_relaxed);
-	topic_cursors_unset(&g, base, endpoint);
+	topic_cursors_unset(g, base, endpoint);
 	struct seg_header *h = base;
 	wait_forget_dead(&h->data, &h->space, atomic_exchange_explicit(&ep->sleeping, 0, memory_order_relaxed));
 	atomic_store_explicit(&ep->state, EP_DEAD, memory_order_release);
 	endpoints_changed(base);
 	return 0;
+}
+
+int pinshm_segment_reap(void *base, size_t size, unsigned endpoint)
+{
+	struct seg_geometry g;
+	int rc = seg_geometry_read(base, size, &g);
+
+	return rc != 0 ? rc : seg_endpoint_reap(&g, base, endpoint);
 }
 
 int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_t *info)

@@ -89,6 +89,10 @@ bool channel_peers_gone(pinshm_channel_t *ch);
 /** Claim a free endpoint of @p role for process @p pid (active, generation
  *  bumped, peers woken).  @return its number, -EBUSY (none free), -EINVAL. */
 int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t role, uint32_t pid);
+/** pinshm_segment_reap() with geometry @p g, the daemon's own record of the
+ *  segment (never read back from it).  @return 0, -EINVAL (@p endpoint out
+ *  of range, or not attached), -EBADMSG. */
+int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoint);
 /** pinshm_channel_attach() to @p endpoint, already claimed for this process.
  *  @return as pinshm_channel_attach(); -EINVAL if @p endpoint is not one of
  *  @p role's, -EBADMSG if it is not active. */

@@ -1,0 +1,369 @@
+/*
+ * loop.c - accept, read, serve, reply, close; signals.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fdpass.h"
+#include "log.h"
+#include "loop.h"
+
+/* What an epoll event is about: the first member of each watched object. */
+enum watch_kind {
+	WATCH_LISTEN,
+	WATCH_SIGNAL,
+	WATCH_CONN,
+};
+
+struct watch {
+	enum watch_kind kind;
+};
+
+static struct watch listen_watch = {WATCH_LISTEN};
+static struct watch signal_watch = {WATCH_SIGNAL};
+
+struct conn {
+	struct watch w;
+	int fd;
+	struct reg_client client;
+	struct reply *pending; /* a reply waiting for room in the socket */
+	struct conn *prev, *next;
+};
+
+static int watch_fd(struct loop *l, int op, int fd, uint32_t events, void *ptr)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = ptr};
+
+	return epoll_ctl(l->epfd, op, fd, &ev) == 0 ? 0 : -errno;
+}
+
+int loop_init(struct loop *l, int listen_fd, struct registry *reg, bool user_mode)
+{
+	sigset_t mask;
+	int rc;
+
+	*l = (struct loop){.epfd = -1, .listen_fd = listen_fd, .signal_fd = -1, .spare_fd = -1, .next_id = 1};
+	l->ctx.reg = reg;
+	l->ctx.user_mode = user_mode;
+	l->ctx.daemon_uid = geteuid();
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	l->signal_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (l->epfd < 0 || l->signal_fd < 0 || l->spare_fd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	rc = watch_fd(l, EPOLL_CTL_ADD, listen_fd, EPOLLIN, &listen_watch);
+	if (rc == 0)
+		rc = watch_fd(l, EPOLL_CTL_ADD, l->signal_fd, EPOLLIN, &signal_watch);
+	if (rc == 0)
+		return 0;
+fail:
+	loop_fini(l);
+	return rc;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Stop watching the listening socket (its waiting connection would wake
+ * epoll at once, forever) until a connection closes or
+ * LOOP_ACCEPT_RETRY_MS have passed. */
+static void accept_pause(struct loop *l, int err)
+{
+	if (watch_fd(l, EPOLL_CTL_MOD, l->listen_fd, 0, &listen_watch) != 0)
+		return;
+	l->accept_paused = true;
+	l->accept_retry_at = now_ms() + LOOP_ACCEPT_RETRY_MS;
+	log_warn("cannot accept (%s): not accepting for %u ms, or until a connection closes", strerror(err),
+		 LOOP_ACCEPT_RETRY_MS);
+}
+
+static void accept_resume(struct loop *l)
+{
+	if (l->accept_paused && watch_fd(l, EPOLL_CTL_MOD, l->listen_fd, EPOLLIN, &listen_watch) == 0)
+		l->accept_paused = false;
+}
+
+static void conn_close(struct loop *l, struct conn *c, const char *why)
+{
+	log_debug("pid %d uid %u: connection closed (%s)", (int)c->client.cred.pid, (unsigned)c->client.cred.uid, why);
+	epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	registry_client_gone(l->ctx.reg, &c->client);
+	cred_free(&c->client.cred);
+	free(c->pending);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		l->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	l->nconns--;
+	free(c);
+
+	/* A descriptor was freed: accept again if we had to stop. */
+	if (l->spare_fd < 0)
+		l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	accept_resume(l);
+}
+
+static void conn_new(struct loop *l, int fd)
+{
+	struct conn *c = calloc(1, sizeof(*c));
+	int rc = c ? cred_from_socket(fd, &c->client.cred) : -ENOMEM;
+
+	if (rc == 0) {
+		c->w.kind = WATCH_CONN;
+		c->fd = fd;
+		rc = watch_fd(l, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, c);
+	}
+	if (rc != 0) {
+		log_warn("refusing a connection: %s", strerror(-rc));
+		if (c)
+			cred_free(&c->client.cred);
+		free(c);
+		close(fd);
+		return;
+	}
+	c->client.id = l->next_id++;
+	c->next = l->conns;
+	if (l->conns)
+		l->conns->prev = c;
+	l->conns = c;
+	l->nconns++;
+	log_debug("pid %d uid %u gid %u: connected", (int)c->client.cred.pid, (unsigned)c->client.cred.uid,
+		  (unsigned)c->client.cred.gid);
+}
+
+/* Out of descriptors or memory with a connection waiting: give up the spare
+ * descriptor to accept and drop it; where even that fails, pause. */
+static void accept_starved(struct loop *l, int err)
+{
+	int fd = -1;
+
+	if (l->spare_fd >= 0) {
+		close(l->spare_fd);
+		fd = accept4(l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0)
+			close(fd);
+		l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	if (fd >= 0 && l->spare_fd >= 0)
+		log_warn("cannot accept (%s): a connection was dropped", strerror(err));
+	else
+		accept_pause(l, err);
+}
+
+static void on_accept(struct loop *l)
+{
+	for (unsigned i = 0; i < LOOP_BATCH && !l->accept_paused; i++) {
+		int fd = accept4(l->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+				accept_starved(l, errno);
+			else if (errno != EAGAIN)
+				accept_pause(l, errno); /* it would fail again at once */
+			return;
+		}
+		if (l->nconns >= LOOP_MAX_CONNECTIONS) {
+			log_warn("%u connections open, the most: a connection was refused", l->nconns);
+			close(fd);
+			continue;
+		}
+		conn_new(l, fd);
+	}
+}
+
+/*
+ * Send @p rep on @p c, or keep it until the socket has room.  While a reply
+ * waits, the connection is watched for EPOLLOUT only (EPOLLHUP and EPOLLERR
+ * come anyway, and make the send fail): not EPOLLIN, so that a client that
+ * sends without reading is not read, and not EPOLLRDHUP, which stays set
+ * once the client shut its writing side and would wake the loop at once,
+ * forever, for a client that does not read either.
+ * @return false if @p c was closed.
+ */
+static bool conn_reply(struct loop *l, struct conn *c, const struct reply *rep)
+{
+	int rc = fdpass_send(c->fd, rep->buf, rep->len, &rep->fd, rep->fd >= 0 ? 1 : 0, MSG_DONTWAIT);
+
+	if (rc == -EAGAIN) {
+		c->pending = malloc(sizeof(*c->pending));
+		if (c->pending && watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLOUT, c) == 0) {
+			memcpy(c->pending, rep, sizeof(*rep));
+			return true;
+		}
+		rc = -ENOMEM;
+	}
+	if (rc != 0) {
+		conn_close(l, c, strerror(-rc));
+		return false;
+	}
+	if (rep->close_after) {
+		conn_close(l, c, "after an error");
+		return false;
+	}
+	return true;
+}
+
+/* The held reply may go now: send it, then read the connection again. */
+static void on_writable(struct loop *l, struct conn *c)
+{
+	struct reply *rep = c->pending;
+
+	c->pending = NULL;
+	if (conn_reply(l, c, rep) && !c->pending &&
+	    watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, c) != 0)
+		conn_close(l, c, "epoll");
+	free(rep);
+}
+
+/* recv returned 0: the peer closed, or sent an empty packet. */
+static bool peer_closed(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+	int n = poll(&p, 1, 0);
+
+	return n < 0 || (n == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)));
+}
+
+static void on_readable(struct loop *l, struct conn *c)
+{
+	uint8_t buf[PROTO_MAX_PACKET];
+	struct reply rep;
+
+	for (unsigned i = 0; i < LOOP_BATCH && !c->pending && !l->ctx.stop; i++) {
+		unsigned nfds;
+		ssize_t n = fdpass_recv(c->fd, buf, sizeof(buf), NULL, 0, &nfds, MSG_DONTWAIT);
+		if (n == -EAGAIN)
+			return;
+		if (n == 0 && peer_closed(c->fd)) {
+			conn_close(l, c, "by the client");
+			return;
+		}
+		if (n == 0 || n == -EMSGSIZE || n == -EPROTO) {
+			int err = n == 0 ? -EBADMSG : (int)n;
+			log_warn("pid %d uid %u: %s: closing the connection", (int)c->client.cred.pid,
+				 (unsigned)c->client.cred.uid,
+				 err == -EMSGSIZE ? "request over 4096 bytes"
+				 : err == -EPROTO ? "descriptors or control data not asked for"
+						  : "empty request");
+			request_refuse(err, &rep);
+			conn_reply(l, c, &rep);
+			return;
+		}
+		if (n < 0) {
+			conn_close(l, c, strerror((int)-n));
+			return;
+		}
+		request_serve(&l->ctx, &c->client, buf, (size_t)n, &rep);
+		if (!conn_reply(l, c, &rep))
+			return;
+	}
+}
+
+static void on_signal(struct loop *l)
+{
+	struct signalfd_siginfo si;
+
+	while (read(l->signal_fd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGHUP) {
+			log_notice("SIGHUP: nothing to reload");
+			continue;
+		}
+		log_notice("%s: stopping", strsignal((int)si.ssi_signo));
+		l->ctx.stop = true;
+	}
+}
+
+/* How long epoll may wait: until accepting is to be tried again, if paused. */
+static int wait_timeout(struct loop *l)
+{
+	if (!l->accept_paused)
+		return -1;
+	uint64_t now = now_ms();
+	if (now >= l->accept_retry_at) {
+		accept_resume(l);
+		return l->accept_paused ? (int)LOOP_ACCEPT_RETRY_MS : -1;
+	}
+	return (int)(l->accept_retry_at - now);
+}
+
+int loop_run(struct loop *l)
+{
+	struct epoll_event events[32];
+
+	while (!l->ctx.stop) {
+		int n = epoll_wait(l->epfd, events, 32, wait_timeout(l));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			int err = errno;
+			log_err("epoll_wait: %s", strerror(err));
+			return -err;
+		}
+		for (int i = 0; i < n; i++) {
+			struct watch *w = events[i].data.ptr;
+			uint32_t ev = events[i].events;
+			if (w->kind == WATCH_LISTEN) {
+				on_accept(l);
+			} else if (w->kind == WATCH_SIGNAL) {
+				on_signal(l);
+			} else {
+				/* A connection closed earlier in this batch is not in it:
+				 * conn_close() only ever closes the one being served. */
+				struct conn *c = (struct conn *)w;
+				if (c->pending) /* EPOLLOUT, or EPOLLHUP/EPOLLERR: the send says which */
+					on_writable(l, c);
+				else if (ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR))
+					on_readable(l, c);
+			}
+			if (l->ctx.stop)
+				break;
+		}
+	}
+	return 0;
+}
+
+void loop_fini(struct loop *l)
+{
+	while (l->conns) {
+		struct conn *c = l->conns;
+		l->conns = c->next;
+		close(c->fd);
+		registry_client_forget(&c->client);
+		cred_free(&c->client.cred);
+		free(c->pending);
+		free(c);
+	}
+	l->nconns = 0;
+	if (l->spare_fd >= 0)
+		close(l->spare_fd);
+	if (l->signal_fd >= 0)
+		close(l->signal_fd);
+	if (l->epfd >= 0)
+		close(l->epfd);
+	l->spare_fd = l->signal_fd = l->epfd = -1;
+}

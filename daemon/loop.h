@@ -1,0 +1,64 @@
+/*
+ * loop.h - pinshmd's event loop: one thread, epoll, non-blocking sockets.
+ *
+ * It watches the listening socket, every connection and a signalfd
+ * (SIGTERM and SIGINT stop the daemon; SIGHUP is logged).  Each connection
+ * is identified once, at accept, with SO_PEERCRED and SO_PEERGROUPS.  Its
+ * packets are served one by one (request.h), at most LOOP_BATCH per turn
+ * so that one client cannot starve the others; a reply that does not fit
+ * in the socket waits, and the connection is not read until it is sent.
+ * When a connection closes, its endpoints are reaped (registry.h).
+ *
+ * Running out of descriptors does not make the loop spin: a spare
+ * descriptor is given up to accept and drop the waiting connection, and
+ * when even that fails, accepting pauses until a connection closes or
+ * LOOP_ACCEPT_RETRY_MS have passed.
+ *
+ * Limits: LOOP_MAX_CONNECTIONS connections in all (not per user), one
+ * reply held per connection; a connection that sends without reading its
+ * replies is no longer read, and holds its slot until it closes (there is
+ * no idle timeout yet).
+ */
+#ifndef PINSHMD_LOOP_H
+#define PINSHMD_LOOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "registry.h"
+#include "request.h"
+
+#define LOOP_MAX_CONNECTIONS 1024u
+#define LOOP_BATCH 16u
+#define LOOP_ACCEPT_RETRY_MS 1000u
+
+struct conn;
+
+struct loop {
+	int epfd;
+	int listen_fd;
+	int signal_fd;
+	int spare_fd;       /* /dev/null, given up when out of descriptors */
+	bool accept_paused;
+	uint64_t accept_retry_at; /* CLOCK_MONOTONIC ms, while paused */
+	struct conn *conns; /* every open connection */
+	unsigned nconns;
+	uint64_t next_id;
+	struct request_ctx ctx;
+};
+
+/**
+ * Set up the loop on listening socket @p listen_fd (not owned) and
+ * registry @p reg.  SIGTERM, SIGINT and SIGHUP must be blocked already.
+ * @return 0 or -errno.
+ */
+int loop_init(struct loop *l, int listen_fd, struct registry *reg, bool user_mode);
+
+/** Serve until a signal or a SHUTDOWN request stops it. @return 0 or -errno (epoll failed). */
+int loop_run(struct loop *l);
+
+/** Close every connection (no reaping: clients keep what they mapped) and the loop's descriptors. */
+void loop_fini(struct loop *l);
+
+#endif /* PINSHMD_LOOP_H */

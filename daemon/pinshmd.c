@@ -1,0 +1,238 @@
+/*
+ * pinshmd.c - the pinshm daemon: main() is its lifecycle.
+ *
+ *   options -> log -> signals -> (detach) -> descriptor limit -> socket
+ *   -> registry -> loop -> ready -> serve -> teardown in reverse
+ *
+ * See pinshmd(8).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "listen.h"
+#include "log.h"
+#include "loop.h"
+#include "protocol.h"
+#include "registry.h"
+#include "segment.h"
+
+/* Descriptors wanted: channels and connections, with room to spare. */
+#define WANTED_NOFILE (REGISTRY_MAX_CHANNELS + LOOP_MAX_CONNECTIONS + 64)
+
+struct options {
+	bool foreground;
+	bool user_mode;
+	int verbose;
+	const char *socket_path; /* NULL: the default of the mode */
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: pinshmd [OPTION]...\n"
+		"The pinshm daemon: creates, pins and hands out shared-memory channels.\n"
+		"\n"
+		"  -f, --foreground   stay in the foreground and log to stderr (default:\n"
+		"                     detach and log to syslog)\n"
+		"  -s, --socket PATH  listen on PATH (default: %s, or in user\n"
+		"                     mode $XDG_RUNTIME_DIR/pinshm/socket or /tmp/pinshm-UID/socket)\n"
+		"      --user         user mode: run as the invoking user, socket in its own folder;\n"
+		"                     channels beyond RLIMIT_MEMLOCK are created unpinned\n"
+		"  -v, --verbose      log more (twice: debug)\n"
+		"      --version      print the versions and exit\n"
+		"  -h, --help         print this help and exit\n",
+		PROTO_SYSTEM_SOCKET);
+}
+
+static void parse_options(int argc, char **argv, struct options *opt)
+{
+	enum { OPT_USER = 256, OPT_VERSION };
+	static const struct option longopts[] = {
+		{"foreground", no_argument, NULL, 'f'},
+		{"socket", required_argument, NULL, 's'},
+		{"user", no_argument, NULL, OPT_USER},
+		{"verbose", no_argument, NULL, 'v'},
+		{"version", no_argument, NULL, OPT_VERSION},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+
+	*opt = (struct options){0};
+	while ((c = getopt_long(argc, argv, "fs:vh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+			opt->foreground = true;
+			break;
+		case 's':
+			opt->socket_path = optarg;
+			break;
+		case OPT_USER:
+			opt->user_mode = true;
+			break;
+		case 'v':
+			opt->verbose++;
+			break;
+		case OPT_VERSION:
+			printf("pinshmd %s (protocol %u, segment layout %u)\n", pinshm_version(),
+			       PINSHM_PROTOCOL_VERSION, PINSHM_LAYOUT_VERSION);
+			exit(EXIT_SUCCESS);
+		case 'h':
+			usage(stdout);
+			exit(EXIT_SUCCESS);
+		default:
+			usage(stderr);
+			exit(EXIT_FAILURE);
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "pinshmd: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		exit(EXIT_FAILURE);
+	}
+}
+
+/* SIGPIPE ignored (sends use MSG_NOSIGNAL anyway); the signals that the loop
+ * reads from its signalfd blocked. */
+static int setup_signals(void)
+{
+	sigset_t mask;
+
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	return sigprocmask(SIG_BLOCK, &mask, NULL) == 0 ? 0 : -errno;
+}
+
+/*
+ * Detach from the terminal: the parent waits until the daemon says it is
+ * serving (one byte 0 on a pipe) and exits 0, or exits 1 when it fails
+ * (its reason went to syslog and the terminal).
+ * @return the pipe's write end, for daemon_ready().
+ */
+static int daemonize(void)
+{
+	int p[2];
+
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		log_err("pipe: %s", strerror(errno));
+		exit(EXIT_FAILURE);
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		log_err("fork: %s", strerror(errno));
+		exit(EXIT_FAILURE);
+	}
+	if (pid > 0) {
+		char status = 1;
+		close(p[1]);
+		while (read(p[0], &status, 1) < 0 && errno == EINTR)
+			;
+		_exit(status == 0 ? EXIT_SUCCESS : EXIT_FAILURE);
+	}
+	close(p[0]);
+	if (setsid() < 0 || (pid = fork()) < 0) {
+		log_err("setsid/fork: %s", strerror(errno));
+		exit(EXIT_FAILURE);
+	}
+	if (pid > 0)
+		_exit(EXIT_SUCCESS); /* the session leader goes; the daemon can never get a terminal */
+	if (chdir("/") != 0)
+		log_warn("chdir /: %s", strerror(errno));
+	umask(022);
+	return p[1];
+}
+
+/* Tell the waiting parent that we serve, and let go of the terminal. */
+static void daemon_ready(int ready_fd)
+{
+	char ok = 0;
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (null >= 0) {
+		dup2(null, STDIN_FILENO);
+		dup2(null, STDOUT_FILENO);
+		dup2(null, STDERR_FILENO);
+		if (null > STDERR_FILENO)
+			close(null);
+	}
+	log_to_stderr_too(false);
+	if (write(ready_fd, &ok, 1) != 1)
+		log_warn("telling the parent that we are ready: %s", strerror(errno));
+	close(ready_fd);
+}
+
+/* Room for a descriptor per channel and per connection. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= WANTED_NOFILE)
+		return;
+	rl.rlim_cur = rl.rlim_max < WANTED_NOFILE ? rl.rlim_max : WANTED_NOFILE;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		log_warn("cannot raise the descriptor limit to %llu: %s", (unsigned long long)rl.rlim_cur,
+			 strerror(errno));
+}
+
+int main(int argc, char **argv)
+{
+	struct options opt;
+	struct listener ln;
+	struct registry reg;
+	struct loop loop;
+	char why[640];
+	int ready_fd = -1;
+	int rc;
+
+	parse_options(argc, argv, &opt);
+	log_open(opt.foreground, opt.verbose);
+	if (!opt.foreground) {
+		log_to_stderr_too(true); /* until ready: startup errors reach the terminal */
+		ready_fd = daemonize();
+	}
+	rc = setup_signals();
+	if (rc != 0) {
+		log_err("signals: %s", strerror(-rc));
+		return EXIT_FAILURE;
+	}
+	raise_nofile();
+
+	rc = listener_open(&ln, opt.socket_path, opt.user_mode, why, sizeof(why));
+	if (rc != 0) {
+		log_err("%s", why);
+		return EXIT_FAILURE;
+	}
+	segment_set_budget(0);
+	registry_init(&reg);
+	rc = loop_init(&loop, ln.fd, &reg, opt.user_mode);
+	if (rc != 0) {
+		log_err("event loop: %s", strerror(-rc));
+		listener_close(&ln);
+		return EXIT_FAILURE;
+	}
+	log_notice("pinshmd %s listening on %s (%s mode, protocol %u, layout %u, pin budget %llu MiB)",
+		   pinshm_version(), ln.path, opt.user_mode ? "user" : "system", PINSHM_PROTOCOL_VERSION,
+		   PINSHM_LAYOUT_VERSION, (unsigned long long)(segment_budget() >> 20));
+	if (ready_fd >= 0)
+		daemon_ready(ready_fd);
+
+	rc = loop_run(&loop);
+
+	loop_fini(&loop);
+	registry_fini(&reg);
+	listener_close(&ln);
+	log_notice("stopped");
+	log_close();
+	return rc == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,313 @@
+/*
+ * registry.c - the channel table, permissions, references and reaping.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "registry.h"
+
+static unsigned name_hash(const char *name)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (; *name; name++)
+		h = (h ^ (uint8_t)*name) * 16777619u;
+	return h & (REGISTRY_BUCKETS - 1);
+}
+
+static struct channel *find(struct registry *r, const char *name)
+{
+	for (struct channel *ch = r->buckets[name_hash(name)]; ch; ch = ch->hash_next)
+		if (strcmp(ch->name, name) == 0)
+			return ch;
+	return NULL;
+}
+
+static void unname(struct registry *r, struct channel *ch)
+{
+	struct channel **p = &r->buckets[name_hash(ch->name)];
+
+	while (*p != ch)
+		p = &(*p)->hash_next;
+	*p = ch->hash_next;
+	ch->hash_next = NULL;
+	ch->named = false;
+}
+
+static void channel_free(struct registry *r, struct channel *ch)
+{
+	if (ch->named)
+		unname(r, ch);
+	if (ch->prev)
+		ch->prev->next = ch->next;
+	else
+		r->first = ch->next;
+	if (ch->next)
+		ch->next->prev = ch->prev;
+	else
+		r->last = ch->prev;
+	r->count--;
+	segment_destroy(&ch->seg);
+	free(ch->holder);
+	free(ch);
+}
+
+/* Destroy @p ch if nothing keeps it any more. */
+static void collect(struct registry *r, struct channel *ch)
+{
+	if (ch->refs > 0 || (ch->persistent && ch->named))
+		return;
+	log_info("channel '%s' destroyed%s", ch->name, ch->named ? "" : " (unlinked)");
+	channel_free(r, ch);
+}
+
+static bool has_ref(const struct reg_client *c, const struct channel *ch)
+{
+	for (unsigned i = 0; i < c->nrefs; i++)
+		if (c->refs[i] == ch)
+			return true;
+	return false;
+}
+
+/* Make sure @p c can reference @p ch (NULL: a channel about to be made). */
+static int ref_room(struct reg_client *c, const struct channel *ch, char *why, size_t whylen)
+{
+	if (c->nrefs < c->cap || (ch && has_ref(c, ch)))
+		return 0;
+	if (c->cap >= REGISTRY_MAX_REFS) {
+		snprintf(why, whylen, "this connection references %u channels, its most", c->nrefs);
+		return -EMFILE;
+	}
+	unsigned cap = c->cap ? c->cap * 2 : 8;
+	struct channel **refs = realloc(c->refs, cap * sizeof(*refs));
+	if (!refs) {
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	c->refs = refs;
+	c->cap = cap;
+	return 0;
+}
+
+/* Reference @p ch from @p c (room made by ref_room()). */
+static void take_ref(struct reg_client *c, struct channel *ch)
+{
+	if (has_ref(c, ch))
+		return;
+	c->refs[c->nrefs++] = ch;
+	ch->refs++;
+}
+
+void registry_init(struct registry *r)
+{
+	*r = (struct registry){.next_id = 1};
+}
+
+void registry_fini(struct registry *r)
+{
+	while (r->first)
+		channel_free(r, r->first);
+}
+
+int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
+		    unsigned mode, bool persistent, struct channel **out, char *why, size_t whylen)
+{
+	struct seg_geometry g;
+	int rc;
+
+	if (find(r, name)) {
+		snprintf(why, whylen, "channel '%s' exists", name);
+		return -EEXIST;
+	}
+	if (r->count >= REGISTRY_MAX_CHANNELS) {
+		snprintf(why, whylen, "the daemon holds %u channels, its most", r->count);
+		return -ENFILE;
+	}
+	if (seg_geometry_compute(attr, &g) != 0) {
+		snprintf(why, whylen, "invalid geometry: kind %u, flags %#x, capacity %llu (a power of two, %u..%llu), "
+				      "max_message %u, producers %u (1..%u), consumers %u (1..%u)",
+			 attr->kind, attr->flags, (unsigned long long)attr->capacity, PINSHM_MIN_CAPACITY,
+			 (unsigned long long)PINSHM_MAX_CAPACITY, attr->max_message, attr->max_producers,
+			 PINSHM_MAX_PRODUCERS, attr->max_consumers, PINSHM_MAX_CONSUMERS);
+		return -EINVAL;
+	}
+	rc = ref_room(c, NULL, why, whylen);
+	if (rc != 0)
+		return rc;
+	struct channel *ch = calloc(1, sizeof(*ch));
+	if (!ch || !(ch->holder = calloc(g.max_producers + g.max_consumers, sizeof(*ch->holder)))) {
+		free(ch);
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	snprintf(ch->name, sizeof(ch->name), "%s", name);
+	ch->persistent = persistent;
+	ch->uid = c->cred.uid;
+	ch->gid = c->cred.gid;
+	ch->mode = mode;
+	ch->attr = *attr;
+	ch->attr.max_message = g.max_message;
+	ch->g = g;
+	rc = segment_create(&ch->seg, &ch->attr, name);
+	if (rc != 0) {
+		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
+		log_err("channel '%s': %s", name, why);
+		free(ch->holder);
+		free(ch);
+		return rc;
+	}
+
+	ch->id = r->next_id++;
+	unsigned b = name_hash(name);
+	ch->hash_next = r->buckets[b];
+	r->buckets[b] = ch;
+	ch->named = true;
+	ch->prev = r->last;
+	if (r->last)
+		r->last->next = ch;
+	else
+		r->first = ch;
+	r->last = ch;
+	r->count++;
+	take_ref(c, ch);
+
+	if (!ch->seg.pinned)
+		snprintf(why, whylen, "channel '%s' created, but not pinned: %s", name, ch->seg.pin_error);
+	log_info("channel '%s' created by uid %u (pid %d): %s, %zu bytes, mode %03o%s%s", name, (unsigned)ch->uid,
+		 (int)c->cred.pid, attr->kind == PINSHM_TOPIC ? "topic" : "queue", ch->seg.size, mode,
+		 persistent ? ", persistent" : "", ch->seg.pinned ? ", pinned" : ", NOT pinned");
+	*out = ch;
+	return 0;
+}
+
+int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,
+		  struct channel **out, unsigned *endpoint, char *why, size_t whylen)
+{
+	struct channel *ch = find(r, name);
+	const char *what = role == PINSHM_PRODUCER ? "producer" : "consumer";
+
+	if (!ch) {
+		snprintf(why, whylen, "no channel '%s'", name);
+		return -ENOENT;
+	}
+	if (!cred_may(&c->cred, ch->uid, ch->gid, ch->mode, role == PINSHM_PRODUCER ? CRED_WRITE : CRED_READ)) {
+		snprintf(why, whylen, "uid %u may not open '%s' as a %s (owner %u, group %u, mode %03o)",
+			 (unsigned)c->cred.uid, name, what, (unsigned)ch->uid, (unsigned)ch->gid, ch->mode);
+		return -EACCES;
+	}
+	int rc = ref_room(c, ch, why, whylen);
+	if (rc != 0)
+		return rc;
+	int ep = seg_endpoint_claim(&ch->g, ch->seg.base, role, (uint32_t)c->cred.pid);
+	if (ep < 0) {
+		snprintf(why, whylen, "every %s endpoint of '%s' is taken (%u)", what, name,
+			 role == PINSHM_PRODUCER ? ch->g.max_producers : ch->g.max_consumers);
+		return ep;
+	}
+	ch->holder[ep] = c->id;
+	take_ref(c, ch);
+	log_debug("channel '%s': endpoint %d (%s) claimed for pid %d", name, ep, what, (int)c->cred.pid);
+	*out = ch;
+	*endpoint = (unsigned)ep;
+	return 0;
+}
+
+int registry_unlink(struct registry *r, struct reg_client *c, const char *name, char *why, size_t whylen)
+{
+	struct channel *ch = find(r, name);
+
+	if (!ch) {
+		snprintf(why, whylen, "no channel '%s'", name);
+		return -ENOENT;
+	}
+	if (c->cred.uid != 0 && c->cred.uid != ch->uid) {
+		snprintf(why, whylen, "only its owner (uid %u) or root may unlink '%s'", (unsigned)ch->uid, name);
+		return -EPERM;
+	}
+	unname(r, ch);
+	log_info("channel '%s' unlinked by uid %u (pid %d)", ch->name, (unsigned)c->cred.uid, (int)c->cred.pid);
+	collect(r, ch);
+	return 0;
+}
+
+uint32_t registry_channel_state(const struct channel *ch)
+{
+	return (ch->seg.pinned ? PINSHM_LIST_PINNED : 0) | (ch->persistent ? PINSHM_LIST_PERSISTENT : 0) |
+	       (ch->seg.sealed ? PINSHM_LIST_SEALED : 0);
+}
+
+/* Endpoints of [first, first + n) attached now, as the segment says. */
+static uint32_t count_active(const struct channel *ch, unsigned first, unsigned n)
+{
+	uint32_t active = 0;
+
+	for (unsigned i = first; i < first + n; i++) {
+		struct endpoint *ep = seg_endpoint(&ch->g, ch->seg.base, i);
+		if (atomic_load_explicit(&ep->state, memory_order_relaxed) == EP_ACTIVE)
+			active++;
+	}
+	return active;
+}
+
+unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_entry *out, unsigned max,
+		       uint64_t *next, bool *more)
+{
+	unsigned n = 0;
+
+	*next = cursor;
+	*more = false;
+	for (struct channel *ch = r->first; ch; ch = ch->next) {
+		if (!ch->named || ch->id <= cursor)
+			continue;
+		if (n == max) {
+			*more = true;
+			break;
+		}
+		struct proto_list_entry *e = &out[n++];
+		memset(e, 0, sizeof(*e));
+		snprintf(e->name, sizeof(e->name), "%s", ch->name);
+		e->geo = proto_geometry_from_attr(&ch->attr);
+		e->state = registry_channel_state(ch);
+		e->uid = ch->uid;
+		e->gid = ch->gid;
+		e->mode = ch->mode;
+		e->size = ch->seg.size;
+		e->producers = count_active(ch, 0, ch->g.max_producers);
+		e->consumers = count_active(ch, ch->g.max_producers, ch->g.max_consumers);
+		*next = ch->id;
+	}
+	return n;
+}
+
+void registry_client_gone(struct registry *r, struct reg_client *c)
+{
+	for (unsigned i = 0; i < c->nrefs; i++) {
+		struct channel *ch = c->refs[i];
+		for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
+			if (ch->holder[ep] != c->id)
+				continue;
+			ch->holder[ep] = 0;
+			int rc = seg_endpoint_reap(&ch->g, ch->seg.base, ep);
+			if (rc == -EINVAL)
+				continue; /* closed by the client */
+			if (rc == 0)
+				log_info("channel '%s': endpoint %u of pid %d reaped", ch->name, ep, (int)c->cred.pid);
+			else
+				log_warn("channel '%s': cannot reap endpoint %u of pid %d: %s", ch->name, ep,
+					 (int)c->cred.pid, pinshm_strerror(rc));
+		}
+		ch->refs--;
+		collect(r, ch);
+	}
+	registry_client_forget(c);
+}
+
+void registry_client_forget(struct reg_client *c)
+{
+	free(c->refs);
+	c->refs = NULL;
+	c->nrefs = c->cap = 0;
+}

@@ -1,0 +1,112 @@
+/*
+ * registry.h - pinshmd's channels: names, owners, permissions, lifetimes.
+ *
+ * A channel is a segment with a name (until unlinked), an owner uid and
+ * gid, permission bits, and the connections that use it.  The rules:
+ *
+ * - CREATE: any client; the name must be free.  The creating connection
+ *   holds a reference.  Owner: the creator's uid and primary gid.
+ * - OPEN: allowed by cred_may() (read for a consumer, write for a
+ *   producer).  The daemon claims a free endpoint of the role in the
+ *   segment, for that connection, which holds a reference from then on.
+ * - UNLINK: the owner or root; removes the name at once.
+ * - A connection that closes gives back its references; each endpoint
+ *   claimed for it that is still ACTIVE in the segment is reaped, once
+ *   (seg_endpoint_reap: marked dead, peers woken, so they get -EPIPE).
+ * - A channel is destroyed (segment unmapped and closed: the memory goes
+ *   when the last process unmaps it) when no connection references it and
+ *   it is not persistent or no longer named.
+ *
+ * The daemon trusts only its own records (the geometry it formatted, which
+ * connection each endpoint was claimed for); the segment's contents are
+ * read for counts and repairs only, always placed by that geometry: every
+ * process that opened a channel can write anything in it.  The segment is
+ * the daemon's own sealed memfd (segment.h), so no client can shrink it
+ * under the daemon's mapping.
+ */
+#ifndef PINSHMD_REGISTRY_H
+#define PINSHMD_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "channel.h"
+#include "cred.h"
+#include "protocol.h"
+#include "segment.h"
+
+#define REGISTRY_BUCKETS 1024u      /* name hash table */
+#define REGISTRY_MAX_CHANNELS 4096u /* channels alive at once (named or not) */
+#define REGISTRY_MAX_REFS 1024u     /* channels one connection may reference */
+
+struct channel {
+	uint64_t id;                    /* creation order, from 1: the LIST cursor */
+	char name[PINSHM_NAME_MAX + 1];
+	bool named;                     /* false once unlinked */
+	bool persistent;
+	uid_t uid;
+	gid_t gid;
+	unsigned mode;
+	pinshm_channel_attr_t attr;     /* as created (max_message 0 resolved) */
+	struct seg_geometry g;          /* computed by the daemon, never read back */
+	struct segment seg;
+	unsigned refs;                  /* connections that created or opened it */
+	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
+	struct channel *hash_next;      /* in its bucket, while named */
+	struct channel *prev, *next;    /* every live channel, by id */
+};
+
+/* A connection, as the registry sees it. */
+struct reg_client {
+	uint64_t id; /* unique, not 0 */
+	struct cred cred;
+	struct channel **refs; /* each referenced channel once */
+	unsigned nrefs, cap;
+};
+
+struct registry {
+	struct channel *buckets[REGISTRY_BUCKETS];
+	struct channel *first, *last;
+	unsigned count;
+	uint64_t next_id;
+};
+
+void registry_init(struct registry *r);
+
+/** Destroy every channel without reaping: clients keep what they mapped. */
+void registry_fini(struct registry *r);
+
+/*
+ * The requests.  Each returns 0 or a negative errno, with a message for the
+ * client in @p why on failure (and on a success worth a warning).
+ */
+
+/** Create channel @p name; @p out set to it. */
+int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
+		    unsigned mode, bool persistent, struct channel **out, char *why, size_t whylen);
+
+/** Open @p name as @p role for @p c; @p out and @p endpoint set. */
+int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,
+		  struct channel **out, unsigned *endpoint, char *why, size_t whylen);
+
+int registry_unlink(struct registry *r, struct reg_client *c, const char *name, char *why, size_t whylen);
+
+/**
+ * Fill @p out with up to @p max named channels of id > @p cursor, in id
+ * order.  @return the number filled; @p next: the last id filled (the next
+ * cursor); @p more: whether channels remain after it.
+ */
+unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_entry *out, unsigned max,
+		       uint64_t *next, bool *more);
+
+/** @return the PINSHM_LIST_* state bits of @p ch. */
+uint32_t registry_channel_state(const struct channel *ch);
+
+/** Connection @p c closed: reap its endpoints, drop its references. */
+void registry_client_gone(struct registry *r, struct reg_client *c);
+
+/** Free @p c's references without touching the channels (at teardown). */
+void registry_client_forget(struct reg_client *c);
+
+#endif /* PINSHMD_REGISTRY_H */

@@ -1,0 +1,218 @@
+/*
+ * request.c - the handlers of the requests of pinshm-protocol(7).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "request.h"
+
+#define LIBRARY_VERSION_CODE                                                                                  \
+	((uint32_t)PINSHM_VERSION_MAJOR << 16 | (uint32_t)PINSHM_VERSION_MINOR << 8 | PINSHM_VERSION_PATCH)
+
+static int fail(struct proto_msg *rep, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(struct proto_msg *rep, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(rep->text, sizeof(rep->text), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+static int check_name(struct proto_msg *rep, const char *name)
+{
+	if (proto_name_valid(name))
+		return 0;
+	return fail(rep, -EINVAL,
+		    "invalid channel name: 1 to %d characters of A-Z a-z 0-9 . _ -, not starting with '.'",
+		    PINSHM_NAME_MAX);
+}
+
+static int serve_hello(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
+		       struct proto_msg *rep)
+{
+	uint32_t v = req->u.hello.library;
+
+	log_debug("pid %d uid %u: HELLO, protocol %u, library %u.%u.%u", (int)c->cred.pid, (unsigned)c->cred.uid,
+		  req->u.hello.version, v >> 16, (v >> 8) & 0xff, v & 0xff);
+	if (req->u.hello.version != PROTO_VERSION)
+		return fail(rep, -EPROTO, "client speaks protocol version %u, this daemon %u", req->u.hello.version,
+			    PROTO_VERSION);
+	rep->u.hello_reply.version = PROTO_VERSION;
+	rep->u.hello_reply.flags = ctx->user_mode ? PROTO_HELLO_USER_MODE : 0;
+	rep->u.hello_reply.library = LIBRARY_VERSION_CODE;
+	return 0;
+}
+
+static int serve_create(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
+			struct proto_msg *rep)
+{
+	struct channel *ch;
+	int rc = check_name(rep, req->u.create.name);
+
+	if (rc != 0)
+		return rc;
+	if (req->u.create.mode & ~0777u)
+		return fail(rep, -EINVAL, "invalid mode %#o: permission bits 0..0777 only", req->u.create.mode);
+	if (req->u.create.flags & ~PINSHM_PERSISTENT)
+		return fail(rep, -EINVAL, "unknown create flags %#x", req->u.create.flags & ~PINSHM_PERSISTENT);
+	pinshm_channel_attr_t attr = proto_geometry_to_attr(&req->u.create.geo);
+	rc = registry_create(ctx->reg, c, req->u.create.name, &attr, req->u.create.mode,
+			     req->u.create.flags & PINSHM_PERSISTENT, &ch, rep->text, sizeof(rep->text));
+	if (rc != 0)
+		return rc;
+	rep->u.create_reply.size = ch->seg.size;
+	rep->u.create_reply.state = registry_channel_state(ch);
+	return 0;
+}
+
+static int serve_open(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
+		      struct proto_msg *rep, int *fd)
+{
+	struct channel *ch;
+	unsigned endpoint;
+	uint32_t role = req->u.open.role;
+	int rc = check_name(rep, req->u.open.name);
+
+	if (rc != 0)
+		return rc;
+	if (role != PINSHM_PRODUCER && role != PINSHM_CONSUMER)
+		return fail(rep, -EINVAL, "invalid role %u", role);
+	rc = registry_open(ctx->reg, c, req->u.open.name, (pinshm_role_t)role, &ch, &endpoint, rep->text,
+			   sizeof(rep->text));
+	if (rc != 0)
+		return rc;
+	rep->u.open_reply.endpoint = endpoint;
+	rep->u.open_reply.geo = proto_geometry_from_attr(&ch->attr);
+	rep->u.open_reply.size = ch->seg.size;
+	*fd = ch->seg.fd;
+	return 0;
+}
+
+static int serve_unlink(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
+			struct proto_msg *rep)
+{
+	int rc = check_name(rep, req->u.unlink.name);
+
+	if (rc != 0)
+		return rc;
+	return registry_unlink(ctx->reg, c, req->u.unlink.name, rep->text, sizeof(rep->text));
+}
+
+static int serve_list(struct request_ctx *ctx, const struct proto_msg *req, struct proto_msg *rep)
+{
+	uint64_t next;
+	bool more;
+
+	rep->u.list_reply.count = registry_list(ctx->reg, req->u.list.cursor, rep->u.list_reply.entries,
+						PROTO_LIST_PAGE, &next, &more);
+	rep->u.list_reply.next = next;
+	rep->u.list_reply.flags = more ? PROTO_LIST_MORE : 0;
+	return 0;
+}
+
+static int serve_shutdown(struct request_ctx *ctx, struct reg_client *c, struct proto_msg *rep)
+{
+	if (c->cred.uid != 0 && c->cred.uid != ctx->daemon_uid)
+		return fail(rep, -EPERM, "only root or uid %u may stop this daemon", (unsigned)ctx->daemon_uid);
+	log_notice("shutdown asked by uid %u (pid %d)", (unsigned)c->cred.uid, (int)c->cred.pid);
+	ctx->stop = true;
+	return 0;
+}
+
+/* Encode @p rep into @p out; an encoding failure (a bug) closes the connection. */
+static void finish(struct proto_msg *rep, struct reply *out)
+{
+	int len = proto_encode(rep, out->buf);
+
+	if (len < 0) {
+		log_err("cannot encode a %s reply: %s", proto_type_name(rep->h.type), strerror(-len));
+		rep->h.type = PROTO_ERROR;
+		rep->status = -EIO;
+		snprintf(rep->text, sizeof(rep->text), "internal error");
+		len = proto_encode(rep, out->buf);
+		out->fd = -1;
+		out->close_after = true;
+	}
+	out->len = (size_t)len;
+}
+
+void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t *pkt, size_t len, struct reply *out)
+{
+	struct proto_msg *req = &ctx->req, *rep = &ctx->rep;
+	int rc = proto_decode(pkt, len, false, req);
+
+	out->fd = -1;
+	out->close_after = false;
+	memset(rep, 0, offsetof(struct proto_msg, u));
+	rep->h.seq = req->h.seq;
+	if (rc != 0) {
+		rep->h.type = PROTO_ERROR;
+		rep->status = rc;
+		if (rc == -EPROTO) {
+			fail(rep, rc, "protocol version %u not supported: this daemon speaks %u", req->h.version,
+			     PROTO_VERSION);
+			log_info("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
+		} else if (rc == -EOPNOTSUPP) {
+			fail(rep, rc, "unknown request type %u", req->h.type);
+			log_info("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
+		} else {
+			fail(rep, rc, "malformed %zu-byte request (%s): closing the connection", len, strerror(-rc));
+			log_warn("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
+			out->close_after = true;
+		}
+		finish(rep, out);
+		return;
+	}
+
+	rep->h.type = req->h.type | PROTO_REPLY;
+	switch (req->h.type) {
+	case PROTO_HELLO:
+		rc = serve_hello(ctx, c, req, rep);
+		break;
+	case PROTO_CREATE:
+		rc = serve_create(ctx, c, req, rep);
+		break;
+	case PROTO_OPEN:
+		rc = serve_open(ctx, c, req, rep, &out->fd);
+		break;
+	case PROTO_UNLINK:
+		rc = serve_unlink(ctx, c, req, rep);
+		break;
+	case PROTO_LIST:
+		rc = serve_list(ctx, req, rep);
+		break;
+	case PROTO_SHUTDOWN:
+		rc = serve_shutdown(ctx, c, rep);
+		break;
+	default: /* proto_decode() let through requests only */
+		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);
+		break;
+	}
+	rep->status = rc;
+	if (rc != 0) {
+		out->fd = -1;
+		log_debug("pid %d uid %u: %s: %s", (int)c->cred.pid, (unsigned)c->cred.uid,
+			  proto_type_name(req->h.type), rep->text);
+	}
+	finish(rep, out);
+}
+
+void request_refuse(int err, struct reply *out)
+{
+	struct proto_msg rep = {.h.type = PROTO_ERROR, .status = err};
+
+	snprintf(rep.text, sizeof(rep.text), "%s: closing the connection",
+		 err == -EMSGSIZE ? "request larger than 4096 bytes"
+		 : err == -EPROTO ? "descriptors or control data that were not asked for"
+				  : "malformed request");
+	out->fd = -1;
+	out->close_after = true;
+	finish(&rep, out);
+}

@@ -1,0 +1,57 @@
+/*
+ * request.h - serve one request: decode, check every field, act, reply.
+ *
+ * The event loop hands each packet received on a connection to
+ * request_serve() and sends back the reply it builds, with the descriptor
+ * it names.  What is wrong with the packet decides what happens to the
+ * connection:
+ *
+ * - malformed (short, bad magic or length, a body that does not fit its
+ *   type, a bad name field): an ERROR reply (-EBADMSG), logged, and the
+ *   connection is closed after it;
+ * - a header of another protocol version: an ERROR reply (-EPROTO); the
+ *   connection stays open (the client may retry in our version);
+ * - an unknown request type: an ERROR reply (-EOPNOTSUPP); it stays open;
+ * - a well-formed request with bad values (name, role, mode, flags,
+ *   geometry) or one that is refused: its reply with a negative status.
+ */
+#ifndef PINSHMD_REQUEST_H
+#define PINSHMD_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "protocol.h"
+#include "registry.h"
+
+struct request_ctx {
+	struct registry *reg;
+	bool user_mode;
+	uid_t daemon_uid;
+	bool stop;            /* a SHUTDOWN was accepted */
+	struct proto_msg req; /* scratch */
+	struct proto_msg rep; /* scratch */
+};
+
+struct reply {
+	uint8_t buf[PROTO_MAX_PACKET];
+	size_t len;
+	int fd;           /* a descriptor to send with it, or -1: a channel's, not owned; valid while
+			   * the connection is open (it references that channel from the OPEN on) */
+	bool close_after; /* close the connection once it is sent */
+};
+
+/** Serve the packet @p pkt of @p len bytes from client @p c into @p out. */
+void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t *pkt, size_t len, struct reply *out);
+
+/**
+ * Build the ERROR reply (seq 0) for a packet that could not be received
+ * whole: @p err -EMSGSIZE (over PROTO_MAX_PACKET), -EPROTO (descriptors or
+ * control data that nobody asked for), -EBADMSG (empty).  The connection is
+ * to be closed after it.
+ */
+void request_refuse(int err, struct reply *out);
+
+#endif /* PINSHMD_REQUEST_H */

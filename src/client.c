@@ -1,0 +1,449 @@
+/*
+ * client.c - the client side of the control plane: talk to pinshmd.
+ *
+ * One request at a time: encode, send, wait for the reply with the same
+ * seq (at most PINSHM_CLIENT_TIMEOUT_MS), decode and check it.  A reply
+ * that does not fit the request, or no reply in time, leaves the connection
+ * out of step: it is marked broken and every later call fails at once.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "channel.h"
+#include "fdpass.h"
+#include "protocol.h"
+
+struct pinshm_client {
+	int fd;
+	uint32_t seq;           /* of the last request */
+	bool broken;            /* out of step with the daemon: calls fail with `broken_err` */
+	int broken_err;
+	uint32_t daemon_flags;  /* PROTO_HELLO_* */
+	char error[PROTO_TEXT_MAX + 96];
+};
+
+/* Why the last pinshm_connect() of this thread failed. */
+static __thread char connect_error[512];
+
+#define LIBRARY_VERSION_CODE                                                                                  \
+	((uint32_t)PINSHM_VERSION_MAJOR << 16 | (uint32_t)PINSHM_VERSION_MINOR << 8 | PINSHM_VERSION_PATCH)
+
+static int client_fail(pinshm_client_t *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int client_fail(pinshm_client_t *c, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->error, sizeof(c->error), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+/* The connection can no longer be trusted to be in step. */
+static int client_break(pinshm_client_t *c, int err)
+{
+	c->broken = true;
+	c->broken_err = err;
+	return err;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Wait until @p fd is readable or @p deadline passes. @return 0, -ETIMEDOUT, -errno. */
+static int wait_readable(int fd, uint64_t deadline)
+{
+	for (;;) {
+		uint64_t now = now_ms();
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int n = poll(&p, 1, (int)(deadline - now));
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/*
+ * Send @p req (type and fields set) and receive its reply into @p rep.
+ * @param fd  for OPEN: set to the descriptor that came with a successful
+ *            reply; NULL for the others (a descriptor then is an error).
+ * @return the reply's status (0 or -errno from the daemon, its message in
+ *         c->error), or a transport error (the client is then broken).
+ */
+static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg *rep, int *fd)
+{
+	uint8_t buf[PROTO_MAX_PACKET];
+	int fds[1];
+	unsigned nfds = 0;
+	uint16_t type = req->h.type;
+
+	if (fd)
+		*fd = -1;
+	c->error[0] = '\0';
+	if (c->broken)
+		return client_fail(c, c->broken_err, "the connection to pinshmd was lost earlier");
+
+	req->h.seq = ++c->seq;
+	int len = proto_encode(req, buf);
+	if (len < 0)
+		return client_fail(c, len, "cannot encode the %s request", proto_type_name(type));
+	int rc = fdpass_send(c->fd, buf, (size_t)len, NULL, 0, 0);
+	if (rc == -EAGAIN)
+		rc = -ETIMEDOUT; /* SO_SNDTIMEO ran out */
+	if (rc != 0)
+		return client_break(c, client_fail(c, rc == -EPIPE ? -ECONNRESET : rc, "sending %s to pinshmd: %s",
+						   proto_type_name(type), strerror(-rc)));
+
+	rc = wait_readable(c->fd, now_ms() + PINSHM_CLIENT_TIMEOUT_MS);
+	ssize_t n = rc == 0 ? fdpass_recv(c->fd, buf, sizeof(buf), fds, fd ? 1 : 0, &nfds, MSG_DONTWAIT) : rc;
+	if (n == 0 || n == -ECONNRESET)
+		return client_break(c, client_fail(c, -ECONNRESET, "pinshmd closed the connection"));
+	if (n == -ETIMEDOUT)
+		return client_break(c, client_fail(c, -ETIMEDOUT, "no reply from pinshmd to %s in %u ms",
+						   proto_type_name(type), PINSHM_CLIENT_TIMEOUT_MS));
+	if (n < 0) /* -EMSGSIZE, -EPROTO (control data): the daemon is not one we understand */
+		return client_break(c, client_fail(c, n == -EMSGSIZE || n == -EPROTO ? -EPROTO : (int)n,
+						   "receiving the reply to %s from pinshmd: %s", proto_type_name(type),
+						   strerror((int)-n)));
+
+	rc = proto_decode(buf, (size_t)n, true, rep);
+	if (rc == 0 && rep->h.seq != req->h.seq)
+		rc = client_fail(c, -EPROTO, "pinshmd answered request %u to request %u", rep->h.seq, req->h.seq);
+	else if (rc == 0 && rep->h.type != (type | PROTO_REPLY) && rep->h.type != PROTO_ERROR)
+		rc = client_fail(c, -EPROTO, "pinshmd answered %s with %s", proto_type_name(type),
+				 proto_type_name(rep->h.type));
+	else if (rc == 0 && (rep->status == 0 && rep->h.type == (PROTO_OPEN | PROTO_REPLY)) != (nfds == 1))
+		rc = client_fail(c, -EPROTO, "pinshmd sent %u descriptors with its %s reply", nfds,
+				 proto_type_name(type));
+	else if (rc == -EPROTO)
+		rc = client_fail(c, -EPROTO, "pinshmd speaks protocol version %u, this library %u", rep->h.version,
+				 PROTO_VERSION);
+	else if (rc != 0)
+		rc = client_fail(c, -EPROTO, "malformed reply from pinshmd to %s (%s)", proto_type_name(type),
+				 strerror(-rc));
+	if (rc != 0) {
+		if (nfds == 1)
+			close(fds[0]);
+		return client_break(c, rc);
+	}
+	if (nfds == 1)
+		*fd = fds[0];
+	snprintf(c->error, sizeof(c->error), "%s", rep->text);
+	return rep->status;
+}
+
+/* Connect a seqpacket socket to @p path. @return the socket or -errno. */
+static int connect_path(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct timeval tv = {.tv_sec = PINSHM_CLIENT_TIMEOUT_MS / 1000,
+			     .tv_usec = (PINSHM_CLIENT_TIMEOUT_MS % 1000) * 1000};
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* Bounds connect() (a full backlog) and every send. */
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0)
+		goto fail;
+	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		if (errno != EINTR)
+			goto fail;
+	return fd;
+fail: {
+	int err = errno == EAGAIN ? ETIMEDOUT : errno;
+	close(fd);
+	return -err;
+}
+}
+
+/*
+ * The user-mode socket's folder may have been made by anyone first
+ * (/tmp/pinshm-UID, where XDG_RUNTIME_DIR is unset): talk there only to a
+ * daemon of this user or of root, not to another user's process that
+ * would see every message of the channels it hands out.
+ * @return @p fd, or -EACCES (@p fd closed, the reason in connect_error).
+ */
+static int check_user_daemon(int fd, const char *where)
+{
+	struct ucred peer;
+	socklen_t len = sizeof(peer);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 && len == sizeof(peer) &&
+	    (peer.uid == geteuid() || peer.uid == 0))
+		return fd;
+	snprintf(connect_error, sizeof(connect_error),
+		 "refusing the daemon at %s: it does not run as this user (uid %u) or root", where,
+		 (unsigned)geteuid());
+	close(fd);
+	return -EACCES;
+}
+
+/* Connect to the first daemon that answers where pinshm_connect(NULL) looks. */
+static int connect_default(char *where, size_t len)
+{
+	const char *env = getenv("PINSHM_SOCKET");
+
+	if (env && env[0]) {
+		snprintf(where, len, "%s", env);
+		return connect_path(env);
+	}
+	int rc = proto_user_socket_path(where, len, geteuid());
+	if (rc != 0)
+		return rc;
+	int fd = connect_path(where);
+	if (fd >= 0)
+		return check_user_daemon(fd, where);
+	if (fd != -ENOENT)
+		return fd;
+	fd = connect_path(PROTO_SYSTEM_SOCKET);
+	if (fd == -ENOENT)
+		return -ENOENT; /* report the user-mode path, the first looked at */
+	snprintf(where, len, "%s", PROTO_SYSTEM_SOCKET);
+	return fd;
+}
+
+int pinshm_connect(const char *socket_path, pinshm_client_t **out)
+{
+	char where[sizeof(((struct sockaddr_un *)0)->sun_path) + 16];
+	struct proto_msg req = {.h.type = PROTO_HELLO}, rep;
+	int rc;
+
+	*out = NULL;
+	connect_error[0] = '\0';
+	pinshm_client_t *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	if (socket_path) {
+		snprintf(where, sizeof(where), "%s", socket_path);
+		c->fd = connect_path(socket_path);
+	} else {
+		c->fd = connect_default(where, sizeof(where));
+	}
+	if (c->fd < 0) {
+		rc = c->fd;
+		if (!connect_error[0])
+			snprintf(connect_error, sizeof(connect_error), "cannot connect to pinshmd at %s: %s", where,
+				 strerror(-rc));
+		free(c);
+		return rc;
+	}
+
+	req.u.hello.version = PROTO_VERSION;
+	req.u.hello.library = LIBRARY_VERSION_CODE;
+	rc = transact(c, &req, &rep, NULL);
+	if (rc == 0 && rep.u.hello_reply.version != PROTO_VERSION)
+		rc = client_fail(c, -EPROTO, "pinshmd speaks protocol version %u, this library %u",
+				 rep.u.hello_reply.version, PROTO_VERSION);
+	if (rc != 0) {
+		snprintf(connect_error, sizeof(connect_error), "pinshmd at %s: %s", where,
+			 c->error[0] ? c->error : strerror(-rc));
+		pinshm_disconnect(c);
+		return rc;
+	}
+	c->daemon_flags = rep.u.hello_reply.flags;
+	*out = c;
+	return 0;
+}
+
+int pinshm_disconnect(pinshm_client_t *c)
+{
+	if (!c)
+		return 0;
+	close(c->fd);
+	free(c);
+	return 0;
+}
+
+const char *pinshm_client_error(const pinshm_client_t *c)
+{
+	return c ? c->error : connect_error;
+}
+
+/* Copy @p name into a name field, checking it first. */
+static int put_name(pinshm_client_t *c, char *field, const char *name)
+{
+	if (!proto_name_valid(name))
+		return client_fail(c, -EINVAL, "invalid channel name: 1 to %d characters of A-Z a-z 0-9 . _ -, "
+						"not starting with '.'",
+				   PINSHM_NAME_MAX);
+	snprintf(field, PROTO_NAME_FIELD, "%s", name);
+	return 0;
+}
+
+int pinshm_create(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr, mode_t mode,
+		  unsigned flags)
+{
+	struct proto_msg req = {.h.type = PROTO_CREATE}, rep;
+	pinshm_channel_attr_t defaults;
+	size_t size;
+
+	c->error[0] = '\0';
+	int rc = put_name(c, req.u.create.name, name);
+	if (rc != 0)
+		return rc;
+	if (!attr) {
+		pinshm_channel_attr_init(&defaults);
+		attr = &defaults;
+	}
+	if (pinshm_segment_size(attr, &size) != 0)
+		return client_fail(c, -EINVAL, "invalid channel geometry");
+	if (mode & ~(mode_t)0777)
+		return client_fail(c, -EINVAL, "invalid mode %#o: permission bits 0..0777 only", (unsigned)mode);
+	if (flags & ~PINSHM_PERSISTENT)
+		return client_fail(c, -EINVAL, "unknown flags %#x", flags & ~PINSHM_PERSISTENT);
+	req.u.create.geo = proto_geometry_from_attr(attr);
+	req.u.create.mode = (uint32_t)mode;
+	req.u.create.flags = flags;
+	return transact(c, &req, &rep, NULL);
+}
+
+/* Whether the attached segment has the geometry the daemon announced. */
+static bool geometry_matches(const pinshm_channel_t *ch, const struct proto_msg *rep)
+{
+	const struct proto_geometry *g = &rep->u.open_reply.geo;
+
+	return ch->g.kind == g->kind && ch->g.flags == g->flags && ch->g.capacity == g->capacity &&
+	       ch->g.max_message == g->max_message && ch->g.max_producers == g->max_producers &&
+	       ch->g.max_consumers == g->max_consumers && ch->g.size == rep->u.open_reply.size &&
+	       ch->endpoint == rep->u.open_reply.endpoint;
+}
+
+int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm_channel_t **out)
+{
+	struct proto_msg req = {.h.type = PROTO_OPEN}, rep;
+	int fd;
+
+	*out = NULL;
+	c->error[0] = '\0';
+	int rc = put_name(c, req.u.open.name, name);
+	if (rc != 0)
+		return rc;
+	if (role != PINSHM_PRODUCER && role != PINSHM_CONSUMER)
+		return client_fail(c, -EINVAL, "invalid role %d", (int)role);
+	req.u.open.role = (uint32_t)role;
+	rc = transact(c, &req, &rep, &fd);
+	if (rc != 0)
+		return rc;
+
+	pinshm_channel_t *ch;
+	rc = channel_attach_claimed(fd, role, rep.u.open_reply.endpoint, &ch);
+	close(fd);
+	if (rc != 0)
+		return client_fail(c, rc, "attaching to endpoint %u of '%s': %s", rep.u.open_reply.endpoint, name,
+				   pinshm_strerror(rc));
+	if (!geometry_matches(ch, &rep)) {
+		pinshm_channel_close(ch);
+		return client_fail(c, -EPROTO, "the segment of '%s' does not have the geometry pinshmd announced",
+				   name);
+	}
+	*out = ch;
+	return 0;
+}
+
+int pinshm_unlink(pinshm_client_t *c, const char *name)
+{
+	struct proto_msg req = {.h.type = PROTO_UNLINK}, rep;
+
+	c->error[0] = '\0';
+	int rc = put_name(c, req.u.unlink.name, name);
+	if (rc != 0)
+		return rc;
+	return transact(c, &req, &rep, NULL);
+}
+
+int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count)
+{
+	struct proto_msg req = {.h.type = PROTO_LIST};
+	struct proto_msg *rep = malloc(sizeof(*rep));
+	pinshm_list_entry_t *list = NULL;
+	size_t n = 0, cap = 0;
+	int rc = 0;
+
+	*entries = NULL;
+	*count = 0;
+	c->error[0] = '\0';
+	if (!rep)
+		return -ENOMEM;
+	for (;;) {
+		rc = transact(c, &req, rep, NULL);
+		if (rc != 0)
+			goto out;
+		uint32_t got = rep->u.list_reply.count;
+		if (n + got > cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			while (ncap < n + got)
+				ncap *= 2;
+			pinshm_list_entry_t *grown = realloc(list, ncap * sizeof(*list));
+			if (!grown) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			list = grown;
+			cap = ncap;
+		}
+		for (uint32_t i = 0; i < got; i++) {
+			const struct proto_list_entry *e = &rep->u.list_reply.entries[i];
+			list[n++] = (pinshm_list_entry_t){
+				.kind = e->geo.kind,
+				.flags = e->geo.flags,
+				.capacity = e->geo.capacity,
+				.max_message = e->geo.max_message,
+				.max_producers = e->geo.max_producers,
+				.max_consumers = e->geo.max_consumers,
+				.state = e->state,
+				.uid = e->uid,
+				.gid = e->gid,
+				.mode = e->mode,
+				.size = e->size,
+				.producers = e->producers,
+				.consumers = e->consumers,
+			};
+			memcpy(list[n - 1].name, e->name, sizeof(list[n - 1].name));
+		}
+		if (!(rep->u.list_reply.flags & PROTO_LIST_MORE))
+			break;
+		/* The cursor must move on, or a faulty daemon would keep us here. */
+		if (rep->u.list_reply.next <= req.u.list.cursor) {
+			rc = client_break(c, client_fail(c, -EPROTO, "pinshmd's channel list does not advance"));
+			goto out;
+		}
+		req.u.list.cursor = rep->u.list_reply.next;
+	}
+out:
+	free(rep);
+	if (rc != 0) {
+		free(list);
+		return rc;
+	}
+	*entries = list;
+	*count = n;
+	return 0;
+}
+
+int pinshm_daemon_shutdown(pinshm_client_t *c)
+{
+	struct proto_msg req = {.h.type = PROTO_SHUTDOWN}, rep;
+
+	return transact(c, &req, &rep, NULL);
+}

@@ -1,0 +1,204 @@
+/*
+ * protocol.h - the wire protocol between pinshmd and libpinshm (private).
+ *
+ * Both sides link protocol.c; nothing else knows the byte layout.  The
+ * normative description for other implementations is pinshm-protocol(7).
+ *
+ * Transport: a SOCK_SEQPACKET Unix socket.  One packet is one message; a
+ * client sends a request and waits for its reply before the next, and the
+ * daemon answers every request in order.  Descriptors travel with
+ * SCM_RIGHTS (fdpass.h): only an OPEN reply carries one.
+ *
+ * Every packet starts with a 16-byte header, then a body.  All integers
+ * are little-endian, fields are packed with no padding:
+ *
+ *   0        4          6        8          12         16
+ *   +--------+----------+--------+----------+----------+-------------
+ *   | magic  | version  | type   | length   | seq      | body ...
+ *   | "PSHM" | u16      | u16    | u32      | u32      |
+ *   +--------+----------+--------+----------+----------+-------------
+ *
+ * - magic: the bytes 'P' 'S' 'H' 'M' (PROTO_MAGIC read as little-endian);
+ * - version: the protocol version the sender speaks (PINSHM_PROTOCOL_VERSION);
+ * - type: a request type, or a reply type (the request's | PROTO_REPLY),
+ *   or PROTO_ERROR (the answer to a packet that could not be served);
+ * - length: of the whole packet, header included; it must equal the size
+ *   received, at most PROTO_MAX_PACKET;
+ * - seq: chosen by the client, echoed in the reply.
+ *
+ * The header's layout is the same in every protocol version, so that two
+ * sides of different versions can still tell each other so.
+ *
+ * Every reply body starts with {i32 status (0 or -errno), u16 text length,
+ * text bytes (no NUL, at most PROTO_TEXT_MAX)}; the type-specific fields
+ * follow only when status is 0.
+ *
+ * Names travel in a fixed field of PROTO_NAME_FIELD bytes: the name, then
+ * NUL bytes to the end (at least one).  Whether the name itself is valid
+ * (proto_name_valid) is a semantic check, answered with -EINVAL.
+ */
+#ifndef PINSHM_PROTOCOL_H
+#define PINSHM_PROTOCOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pinshm.h"
+
+#define PROTO_MAGIC 0x4d485350u /* "PSHM" */
+#define PROTO_VERSION PINSHM_PROTOCOL_VERSION
+#define PROTO_HEADER_SIZE 16u
+#define PROTO_MAX_PACKET 4096u
+#define PROTO_NAME_FIELD 64u   /* PINSHM_NAME_MAX + 1 */
+#define PROTO_TEXT_MAX 200u    /* bytes of a reply's message */
+
+/* Where pinshmd listens unless told otherwise. */
+#define PROTO_SYSTEM_SOCKET "/run/pinshm/socket"
+#define PROTO_SOCKET_NAME "socket" /* in the user-mode folder */
+
+enum proto_type {
+	PROTO_HELLO = 1,    /* body: u32 version, u32 library version */
+	PROTO_CREATE = 2,   /* body: name, u32 kind, u32 flags, u64 capacity, u32 max_message,
+			     *       u32 max_producers, u32 max_consumers, u32 mode, u32 create flags */
+	PROTO_OPEN = 3,     /* body: name, u32 role */
+	PROTO_UNLINK = 4,   /* body: name */
+	PROTO_LIST = 5,     /* body: u64 cursor */
+	PROTO_SHUTDOWN = 6, /* body: empty */
+	PROTO_REPLY = 0x8000,
+	PROTO_ERROR = 0xffff,
+};
+
+/* Flags of a HELLO reply. */
+#define PROTO_HELLO_USER_MODE 0x1u /* the daemon runs in user mode (--user) */
+
+/* Flags of a LIST reply. */
+#define PROTO_LIST_MORE 0x1u /* more channels follow: ask again from `next` */
+
+/* Entries in one LIST reply: what fits with the longest text. */
+#define PROTO_LIST_ENTRY_SIZE 124u
+#define PROTO_LIST_PAGE 31u
+
+struct proto_header {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t length;
+	uint32_t seq;
+};
+
+struct proto_geometry {
+	uint32_t kind, flags;
+	uint64_t capacity;
+	uint32_t max_message, max_producers, max_consumers;
+};
+
+struct proto_list_entry {
+	char name[PROTO_NAME_FIELD];
+	struct proto_geometry geo;
+	uint32_t state; /* PINSHM_LIST_* */
+	uint32_t uid, gid, mode;
+	uint64_t size;
+	uint32_t producers, consumers; /* endpoints attached now */
+};
+
+/*
+ * A decoded message.  Which members of `u` are meaningful follows from
+ * h.type (and, for replies, from status == 0).
+ */
+struct proto_msg {
+	struct proto_header h;
+	/* Replies. */
+	int32_t status;
+	char text[PROTO_TEXT_MAX + 1];
+	union {
+		struct {
+			uint32_t version, library;
+		} hello;
+		struct {
+			uint32_t version, flags, library;
+		} hello_reply;
+		struct {
+			char name[PROTO_NAME_FIELD];
+			struct proto_geometry geo;
+			uint32_t mode, flags;
+		} create;
+		struct {
+			uint64_t size;
+			uint32_t state; /* PINSHM_LIST_* */
+		} create_reply;
+		struct {
+			char name[PROTO_NAME_FIELD];
+			uint32_t role;
+		} open;
+		struct {
+			uint32_t endpoint;
+			struct proto_geometry geo;
+			uint64_t size;
+		} open_reply;
+		struct {
+			char name[PROTO_NAME_FIELD];
+		} unlink;
+		struct {
+			uint64_t cursor;
+		} list;
+		struct {
+			uint64_t next;
+			uint32_t count, flags;
+			struct proto_list_entry entries[PROTO_LIST_PAGE];
+		} list_reply;
+	} u;
+};
+
+/**
+ * Encode @p m into @p buf (at least PROTO_MAX_PACKET bytes).  Magic,
+ * version and length are filled in; the caller sets h.type and h.seq and
+ * the fields of that type (for a reply: status, text, and the type's
+ * fields when status is 0).  A text longer than PROTO_TEXT_MAX is cut.
+ * @return the packet length, or -EINVAL (unknown type, a name that does not
+ *         fit its field, a list count over PROTO_LIST_PAGE).
+ */
+int proto_encode(const struct proto_msg *m, uint8_t *buf);
+
+/**
+ * Decode the packet of @p len bytes at @p buf into @p m, checking its
+ * structure: the header, that the type is a request (@p reply false) or a
+ * reply (@p reply true), that the body has exactly the length of its type,
+ * that names and the text are well formed.  Values are not judged beyond
+ * that (names, roles, modes, flags, geometry: the receiver's business).
+ * @return 0;
+ *         -EBADMSG: malformed (short, bad magic, length field, body size,
+ *                   name field without its NUL or with bytes after it...);
+ *         -EMSGSIZE: over PROTO_MAX_PACKET;
+ *         -EPROTO: a well-formed header of another protocol version;
+ *         -EOPNOTSUPP: a well-formed header of an unknown type.
+ *         With -EPROTO and -EOPNOTSUPP, m->h is filled (to answer it).
+ */
+int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m);
+
+/** The wire form of the geometry @p attr. */
+struct proto_geometry proto_geometry_from_attr(const pinshm_channel_attr_t *attr);
+
+/** The geometry that @p g carries, as channel attributes. */
+pinshm_channel_attr_t proto_geometry_to_attr(const struct proto_geometry *g);
+
+/** @return whether @p name is a valid channel name: 1..PINSHM_NAME_MAX
+ *  characters of [A-Za-z0-9._-], not starting with '.'. */
+bool proto_name_valid(const char *name);
+
+/** @return a static name for a request @p type ("HELLO"...), or "unknown". */
+const char *proto_type_name(uint16_t type);
+
+/**
+ * The folder of the user-mode socket of @p uid: $XDG_RUNTIME_DIR/pinshm when
+ * XDG_RUNTIME_DIR is set to an absolute path, else /tmp/pinshm-UID.
+ * @return 0, or -ENAMETOOLONG if it does not fit @p len.
+ */
+int proto_user_socket_dir(char *buf, size_t len, uid_t uid);
+
+/** The user-mode socket path of @p uid (the folder above, then "/socket").
+ *  @return 0, or -ENAMETOOLONG if it does not fit @p len or a sockaddr_un. */
+int proto_user_socket_path(char *buf, size_t len, uid_t uid);
+
+#endif /* PINSHM_PROTOCOL_H */

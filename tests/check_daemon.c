@@ -1,0 +1,1630 @@
+/*
+ * check_daemon.c - pinshmd and the client API, end to end.
+ *
+ * Every test starts a real pinshmd (the one just built: $PINSHMD) in the
+ * foreground on a socket in a fresh folder under /tmp, talks to it through
+ * libpinshm and through hand-made packets, and stops it with SIGTERM,
+ * checking that it exits cleanly.  The daemon dies with the test process
+ * (PR_SET_PDEATHSIG), so a failed test leaves no daemon behind.
+ *
+ * The permission tests need root: they create the user pinshm-test-a
+ * (useradd -M -N) when it is missing and run clients, and a daemon, as it.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "channel.h"
+#include "pinshm.h"
+#include "protocol.h"
+#include "testutil.h"
+
+#define KiB 1024u
+#define START_MS 15000 /* for a daemon to accept */
+#define STOP_MS 10000  /* for it to exit after SIGTERM */
+#define WAIT_MS 60000  /* for the children of a test */
+#define CALL_MS 20000  /* for one blocking call */
+#define MESSAGES 10000u
+#define TEST_USER "pinshm-test-a"
+
+/* ======================================================================== */
+/* the daemon                                                                */
+/* ======================================================================== */
+
+struct daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[128];
+};
+
+struct daemon_opts {
+	bool system_mode; /* no --user */
+	bool as_user;     /* run as uid/gid instead of the test's user */
+	uid_t uid;
+	gid_t gid;
+	rlim_t memlock;   /* RLIMIT_MEMLOCK to run with, 0: unchanged */
+	rlim_t nofile;    /* RLIMIT_NOFILE to run with, 0: unchanged */
+	bool no_socket;   /* no -s: the default path of the mode */
+};
+
+static const char *pinshmd_path(void)
+{
+	const char *p = getenv("PINSHMD");
+
+	return p && p[0] ? p : "daemon/pinshmd";
+}
+
+/* Whether something accepts on @p path. */
+static bool accepts(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* Fork and exec pinshmd -f on @p d->sock, as @p o says.  Does not wait. */
+static void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
+{
+	pid_t parent = getpid();
+
+	fflush(stdout);
+	fflush(stderr);
+	d->pid = fork();
+	ck_assert_msg(d->pid >= 0, "fork: %s", strerror(errno));
+	if (d->pid > 0)
+		return;
+	if (o->memlock) {
+		struct rlimit rl = {.rlim_cur = o->memlock, .rlim_max = o->memlock};
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+			_exit(126);
+	}
+	if (o->nofile) {
+		struct rlimit rl = {.rlim_cur = o->nofile, .rlim_max = o->nofile};
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			_exit(126);
+	}
+	if (o->as_user && (setgroups(0, NULL) != 0 || setgid(o->gid) != 0 || setuid(o->uid) != 0))
+		_exit(126);
+	/* After the credentials changed, which clears it. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(126);
+	const char *argv[8];
+	int n = 0;
+	argv[n++] = "pinshmd";
+	argv[n++] = "-f";
+	if (!o->system_mode)
+		argv[n++] = "--user";
+	if (!o->no_socket) {
+		argv[n++] = "-s";
+		argv[n++] = d->sock;
+	}
+	argv[n] = NULL;
+	execv(pinshmd_path(), (char *const *)argv);
+	fprintf(stderr, "exec %s: %s\n", pinshmd_path(), strerror(errno));
+	_exit(127);
+}
+
+/* Wait until the daemon accepts on d->sock, failing the test if it exits. */
+static void daemon_wait_ready(struct daemon *d)
+{
+	uint64_t deadline = tu_now_ms() + START_MS;
+
+	while (!accepts(d->sock)) {
+		int st;
+		pid_t r = waitpid(d->pid, &st, WNOHANG);
+		char buf[32];
+		if (r == d->pid) {
+			d->pid = 0;
+			ck_abort_msg("pinshmd exited at start: %s", tu_status_str(st, buf, sizeof(buf)));
+		}
+		ck_assert_msg(tu_now_ms() < deadline, "pinshmd does not accept on %s", d->sock);
+		tu_sleep_ms(10);
+	}
+}
+
+static void daemon_start_opts(struct daemon *d, const struct daemon_opts *o)
+{
+	snprintf(d->dir, sizeof(d->dir), "/tmp/pinshm-check-XXXXXX");
+	ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
+	if (o->as_user)
+		ck_assert_int_eq(chown(d->dir, o->uid, o->gid), 0);
+	if (o->system_mode)
+		ck_assert_int_eq(chmod(d->dir, 0755), 0); /* others reach the 0666 socket */
+	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
+	daemon_spawn(d, o);
+	daemon_wait_ready(d);
+}
+
+static void daemon_start(struct daemon *d)
+{
+	struct daemon_opts o = {0};
+
+	daemon_start_opts(d, &o);
+}
+
+/* Wait for the daemon to exit, up to @p ms. @return its status, or -1. */
+static int daemon_wait_exit(struct daemon *d, int ms)
+{
+	uint64_t deadline = tu_now_ms() + (uint64_t)ms;
+	int st;
+
+	while (tu_now_ms() < deadline) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			return st;
+		}
+		tu_sleep_ms(5);
+	}
+	return -1;
+}
+
+static void daemon_cleanup_dir(struct daemon *d)
+{
+	char path[160];
+
+	unlink(d->sock);
+	snprintf(path, sizeof(path), "%s.lock", d->sock);
+	unlink(path);
+	rmdir(d->dir);
+}
+
+/* SIGTERM, and check that it exits 0 in time (SIGKILL otherwise). */
+static void daemon_stop_ok(struct daemon *d)
+{
+	char buf[32];
+
+	ck_assert_int_gt(d->pid, 0);
+	kill(d->pid, SIGTERM);
+	int st = daemon_wait_exit(d, STOP_MS);
+	if (st == -1) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, &st, 0);
+		d->pid = 0;
+		ck_abort_msg("pinshmd did not stop on SIGTERM");
+	}
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pinshmd: %s", tu_status_str(st, buf, sizeof(buf)));
+	struct stat sb;
+	ck_assert_msg(lstat(d->sock, &sb) != 0, "pinshmd left its socket behind");
+	daemon_cleanup_dir(d);
+}
+
+/* ======================================================================== */
+/* clients                                                                   */
+/* ======================================================================== */
+
+static pinshm_client_t *connect_ok(const struct daemon *d)
+{
+	pinshm_client_t *c = NULL;
+	int rc = pinshm_connect(d->sock, &c);
+
+	ck_assert_msg(rc == 0, "pinshm_connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	return c;
+}
+
+/* Fail the test unless a call on client @p c returns @p want. */
+#define CLIENT_RC(c, expr, want)                                                                              \
+	do {                                                                                                  \
+		int crc_ = (expr);                                                                            \
+		int cwant_ = (want);                                                                          \
+		ck_assert_msg(crc_ == cwant_, "%s: got %d (%s), want %d (%s); daemon says: %s", #expr, crc_,  \
+			      pinshm_strerror(crc_), cwant_, pinshm_strerror(cwant_), pinshm_client_error(c)); \
+	} while (0)
+
+static void attr_small(pinshm_channel_attr_t *a, unsigned producers, unsigned consumers)
+{
+	tu_attr(a, PINSHM_QUEUE, 64 * KiB, producers, consumers);
+}
+
+/* The entry named @p name in @p c's listing (copied), or false. */
+static bool list_find(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out, size_t *total)
+{
+	pinshm_list_entry_t *e;
+	size_t n;
+	bool found = false;
+
+	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(e[i].name, name) == 0) {
+			if (out)
+				*out = e[i];
+			found = true;
+		}
+	if (total)
+		*total = n;
+	free(e);
+	return found;
+}
+
+/* In a child: connect and open, or fail the child. */
+static pinshm_channel_t *child_open(const char *sock, const char *name, pinshm_role_t role, pinshm_client_t **c)
+{
+	pinshm_channel_t *ch;
+	int rc = pinshm_connect(sock, c);
+
+	if (rc != 0)
+		tu_child_fail(2, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	rc = pinshm_open(*c, name, role, &ch);
+	if (rc != 0)
+		tu_child_fail(3, "open %s: %s (%s)", name, pinshm_strerror(rc), pinshm_client_error(*c));
+	return ch;
+}
+
+/* ======================================================================== */
+/* hand-made packets                                                         */
+/* ======================================================================== */
+
+struct pkt {
+	uint8_t b[8192];
+	size_t len;
+};
+
+static void pk_le(struct pkt *p, uint64_t v, unsigned bytes)
+{
+	for (unsigned i = 0; i < bytes; i++)
+		p->b[p->len++] = (uint8_t)(v >> (8 * i));
+}
+
+static void pk_bytes(struct pkt *p, const void *src, size_t n)
+{
+	memcpy(p->b + p->len, src, n);
+	p->len += n;
+}
+
+static void pk_name(struct pkt *p, const char *name)
+{
+	uint8_t field[PROTO_NAME_FIELD] = {0};
+
+	memcpy(field, name, strnlen(name, sizeof(field)));
+	pk_bytes(p, field, sizeof(field));
+}
+
+/* A header, its length field left 0 for pk_end() to fill. */
+static void pk_header(struct pkt *p, uint32_t magic, uint16_t version, uint16_t type, uint32_t seq)
+{
+	p->len = 0;
+	pk_le(p, magic, 4);
+	pk_le(p, version, 2);
+	pk_le(p, type, 2);
+	pk_le(p, 0, 4);
+	pk_le(p, seq, 4);
+}
+
+static void pk_end(struct pkt *p)
+{
+	for (unsigned i = 0; i < 4; i++)
+		p->b[8 + i] = (uint8_t)(p->len >> (8 * i));
+}
+
+static void pk_hello(struct pkt *p, uint16_t hdr_version, uint32_t version, uint32_t seq)
+{
+	pk_header(p, PROTO_MAGIC, hdr_version, PROTO_HELLO, seq);
+	pk_le(p, version, 4);
+	pk_le(p, 0x000100, 4);
+	pk_end(p);
+}
+
+static int raw_connect(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ck_assert_msg(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect: %s", strerror(errno));
+	return fd;
+}
+
+/* Send @p p with @p nfds copies of descriptor @p fd attached. */
+static void raw_send(int sock, const struct pkt *p, int fd, unsigned nfds)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(16 * sizeof(int))];
+	} control;
+	struct iovec iov = {.iov_base = (void *)p->b, .iov_len = p->len};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	ck_assert_uint_le(nfds, 16);
+	if (nfds) {
+		memset(&control, 0, sizeof(control));
+		msg.msg_control = control.buf;
+		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		for (unsigned i = 0; i < nfds; i++)
+			memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
+	}
+	ck_assert_msg(sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)p->len, "sendmsg: %s", strerror(errno));
+}
+
+/* Receive one packet, waiting at most @p ms. @return its length, 0 at EOF, -ETIMEDOUT. */
+static ssize_t raw_recv(int sock, uint8_t *buf, size_t cap, int ms)
+{
+	struct pollfd p = {.fd = sock, .events = POLLIN};
+
+	if (poll(&p, 1, ms) != 1)
+		return -ETIMEDOUT;
+	ssize_t n = recv(sock, buf, cap, MSG_DONTWAIT);
+	return n < 0 ? -errno : n;
+}
+
+/* Receive and decode one reply. */
+static void raw_reply(int sock, struct proto_msg *m)
+{
+	uint8_t buf[PROTO_MAX_PACKET];
+	ssize_t n = raw_recv(sock, buf, sizeof(buf), CALL_MS);
+
+	ck_assert_msg(n > 0, "no reply: %zd", n);
+	ck_assert_int_eq(proto_decode(buf, (size_t)n, true, m), 0);
+}
+
+/* ======================================================================== */
+/* helpers for /proc and /dev/shm                                            */
+/* ======================================================================== */
+
+/* Entries of /dev/shm whose name says pinshm. */
+static unsigned shm_pinshm_entries(void)
+{
+	DIR *d = opendir("/dev/shm");
+	unsigned n = 0;
+
+	if (!d)
+		return 0;
+	for (struct dirent *e; (e = readdir(d));)
+		if (strstr(e->d_name, "pinshm"))
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* The value of field @p key (e.g. "VmLck:") of /proc/PID/status, in kB. */
+static long proc_status_kb(pid_t pid, const char *key)
+{
+	char path[64], line[256];
+	long v = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, strlen(key)) == 0)
+			v = strtol(line + strlen(key), NULL, 10);
+	fclose(f);
+	return v;
+}
+
+/* Lines of /proc/PID/maps that contain @p what. */
+static unsigned proc_maps_count(pid_t pid, const char *what)
+{
+	char path[64], line[512];
+	unsigned n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, what))
+			n++;
+	fclose(f);
+	return n;
+}
+
+/* CPU time (user + system) that process @p pid used, in clock ticks. */
+static long proc_cpu_ticks(pid_t pid)
+{
+	char path[64], line[1024];
+	unsigned long utime = 0, stime = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	ck_assert(fgets(line, sizeof(line), f) != NULL);
+	fclose(f);
+	/* After the command name: state, then fields 4..13, then utime, stime. */
+	const char *p = strrchr(line, ')');
+	ck_assert(p != NULL);
+	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
+	return (long)(utime + stime);
+}
+
+/* Fail the test if pinshmd uses more than a tenth of a core over @p ms. */
+static void assert_daemon_idle(const struct daemon *d, unsigned ms, const char *while_what)
+{
+	long hz = sysconf(_SC_CLK_TCK);
+	long before = proc_cpu_ticks(d->pid);
+
+	tu_sleep_ms(ms);
+	long used = proc_cpu_ticks(d->pid) - before;
+	ck_assert_msg(used * 1000 <= hz * (long)ms / 10, "pinshmd used %ld ms of CPU in %u ms %s", used * 1000 / hz,
+		      ms, while_what);
+}
+
+/* The test user, created if missing; false (and a note) when it cannot be. */
+static bool test_user(uid_t *uid, gid_t *gid)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "note: not root: the test of other users' permissions is skipped\n");
+		return false;
+	}
+	struct passwd *pw = getpwnam(TEST_USER);
+	if (!pw) {
+		int rc = system("useradd -M -N " TEST_USER " >/dev/null 2>&1");
+		(void)rc;
+		pw = getpwnam(TEST_USER);
+	}
+	if (!pw) {
+		fprintf(stderr, "note: cannot create the user %s: the test is skipped\n", TEST_USER);
+		return false;
+	}
+	*uid = pw->pw_uid;
+	*gid = pw->pw_gid;
+	ck_assert_uint_ne(*uid, 0);
+	return true;
+}
+
+/* ======================================================================== */
+/* core: create, open, exchange, errors, lifetimes, listings, pinning        */
+/* ======================================================================== */
+
+struct exchange {
+	const char *sock;
+	const char *name;
+	size_t max_len;
+};
+
+static int exchange_producer(void *arg, int idx)
+{
+	struct exchange *x = arg;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch = child_open(x->sock, x->name, PINSHM_PRODUCER, &c);
+	uint8_t buf[1024];
+
+	(void)idx;
+	for (uint64_t seq = 0; seq < MESSAGES; seq++) {
+		size_t len = tu_msg_len(0, seq, x->max_len);
+		tu_msg_fill(buf, len, 0, seq);
+		int rc = pinshm_send(ch, buf, len, CALL_MS);
+		if (rc != 0)
+			tu_child_fail(4, "send %llu: %s", (unsigned long long)seq, pinshm_strerror(rc));
+	}
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	return 0;
+}
+
+static int exchange_consumer(void *arg, int idx)
+{
+	struct exchange *x = arg;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch = child_open(x->sock, x->name, PINSHM_CONSUMER, &c);
+	uint8_t buf[1024];
+	char why[200];
+
+	(void)idx;
+	for (uint64_t want = 0; want < MESSAGES; want++) {
+		size_t len;
+		uint32_t producer;
+		uint64_t seq;
+		int rc = pinshm_recv(ch, buf, sizeof(buf), &len, CALL_MS);
+		if (rc != 0)
+			tu_child_fail(4, "recv %llu: %s", (unsigned long long)want, pinshm_strerror(rc));
+		if (tu_msg_check(buf, len, x->max_len, &producer, &seq, why, sizeof(why)) != 0)
+			tu_child_fail(5, "message %llu: %s", (unsigned long long)want, why);
+		if (producer != 0 || seq != want)
+			tu_child_fail(6, "got message %u/%llu, want 0/%llu", producer, (unsigned long long)seq,
+				      (unsigned long long)want);
+	}
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	return 0;
+}
+
+START_TEST(test_exchange)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	struct tu_procs ps;
+	struct exchange x = {.name = "exchange", .max_len = 1000};
+	unsigned shm_before = shm_pinshm_entries();
+
+	daemon_start(&d);
+	x.sock = d.sock;
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "exchange", &attr, 0600, 0), 0);
+	ck_assert(list_find(c, "exchange", &e, NULL));
+	ck_assert_uint_eq(e.producers + e.consumers, 0);
+
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "consumer", exchange_consumer, &x, 0);
+	tu_spawn(&ps, "producer", exchange_producer, &x, 0);
+	tu_wait_all_ok(&ps, WAIT_MS);
+
+	/* Both closed their endpoints; the channel lives while we are connected. */
+	ck_assert(list_find(c, "exchange", &e, NULL));
+	ck_assert_uint_eq(e.producers, 0);
+	ck_assert_uint_eq(e.consumers, 0);
+	ck_assert_uint_eq(e.kind, PINSHM_QUEUE);
+	ck_assert_uint_eq(e.capacity, 64 * KiB);
+	ck_assert_uint_eq(e.mode, 0600);
+	ck_assert_uint_eq(e.uid, geteuid());
+	ck_assert_uint_eq(shm_pinshm_entries(), shm_before);
+	pinshm_disconnect(c);
+
+	/* Not persistent: gone with its last connection. */
+	c = connect_ok(&d);
+	ck_assert(!list_find(c, "exchange", NULL, NULL));
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+	static const char *const bad_names[] = {
+		"", ".hidden", "a/b", "sp ace", "tab\t", "caf\xc3\xa9", "semi;colon",
+		"0123456789012345678901234567890123456789012345678901234567890123", /* 64 */
+	};
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *ch, *ch2;
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+
+	CLIENT_RC(c, pinshm_open(c, "missing", PINSHM_CONSUMER, &ch), -ENOENT);
+	ck_assert_ptr_null(ch);
+	ck_assert(strstr(pinshm_client_error(c), "missing") != NULL);
+	CLIENT_RC(c, pinshm_unlink(c, "missing"), -ENOENT);
+
+	CLIENT_RC(c, pinshm_create(c, "dup", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "dup", &attr, 0600, 0), -EEXIST);
+	CLIENT_RC(c, pinshm_create(c, "dup", NULL, 0644, PINSHM_PERSISTENT), -EEXIST);
+
+	for (size_t i = 0; i < sizeof(bad_names) / sizeof(bad_names[0]); i++) {
+		CLIENT_RC(c, pinshm_create(c, bad_names[i], &attr, 0600, 0), -EINVAL);
+		CLIENT_RC(c, pinshm_open(c, bad_names[i], PINSHM_PRODUCER, &ch), -EINVAL);
+		CLIENT_RC(c, pinshm_unlink(c, bad_names[i]), -EINVAL);
+	}
+	CLIENT_RC(c, pinshm_create(c, NULL, &attr, 0600, 0), -EINVAL);
+	/* The longest name, and every allowed character. */
+	static const char longest[] = "012345678901234567890123456789012345678901234567890123456789012";
+	ck_assert_uint_eq(strlen(longest), PINSHM_NAME_MAX);
+	CLIENT_RC(c, pinshm_create(c, longest, &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "Az09._-x", &attr, 0600, 0), 0);
+
+	pinshm_channel_attr_t bad = attr;
+	bad.capacity = 1000;
+	CLIENT_RC(c, pinshm_create(c, "badgeo", &bad, 0600, 0), -EINVAL);
+	CLIENT_RC(c, pinshm_create(c, "badmode", &attr, 01600, 0), -EINVAL);
+	CLIENT_RC(c, pinshm_create(c, "badflags", &attr, 0600, 0x10), -EINVAL);
+	CLIENT_RC(c, pinshm_open(c, "dup", (pinshm_role_t)3, &ch), -EINVAL);
+
+	/* One producer endpoint: the second open is refused, then allowed
+	 * again once the first closed. */
+	CLIENT_RC(c, pinshm_open(c, "dup", PINSHM_PRODUCER, &ch), 0);
+	CLIENT_RC(c, pinshm_open(c, "dup", PINSHM_PRODUCER, &ch2), -EBUSY);
+	pinshm_channel_close(ch);
+	CLIENT_RC(c, pinshm_open(c, "dup", PINSHM_PRODUCER, &ch2), 0);
+	pinshm_channel_close(ch2);
+
+	/* The daemon checks names itself: a hand-made CREATE with a bad name
+	 * gets -EINVAL, and the connection stays open. */
+	struct pkt p;
+	struct proto_msg m;
+	int s = raw_connect(d.sock);
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_CREATE, 7);
+	pk_name(&p, "bad/name");
+	pk_le(&p, PINSHM_QUEUE, 4);
+	pk_le(&p, 0, 4);
+	pk_le(&p, 64 * KiB, 8);
+	pk_le(&p, 0, 4);
+	pk_le(&p, 1, 4);
+	pk_le(&p, 1, 4);
+	pk_le(&p, 0600, 4);
+	pk_le(&p, 0, 4);
+	pk_end(&p);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_uint_eq(m.h.type, PROTO_CREATE | PROTO_REPLY);
+	ck_assert_uint_eq(m.h.seq, 7);
+	ck_assert_int_eq(m.status, -EINVAL);
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, 8);
+	pk_le(&p, 0, 8);
+	pk_end(&p);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_int_eq(m.status, 0);
+	ck_assert_uint_eq(m.u.list_reply.count, 3);
+	close(s);
+
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+START_TEST(test_lifetimes)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *prod, *cons, *other;
+	uint8_t buf[64];
+	size_t len;
+
+	daemon_start(&d);
+	attr_small(&attr, 2, 1);
+
+	/* Non-persistent goes with its creator's connection; persistent stays. */
+	pinshm_client_t *c1 = connect_ok(&d);
+	CLIENT_RC(c1, pinshm_create(c1, "temp", &attr, 0600, 0), 0);
+	CLIENT_RC(c1, pinshm_create(c1, "keep", &attr, 0600, PINSHM_PERSISTENT), 0);
+	pinshm_disconnect(c1);
+	pinshm_client_t *c2 = connect_ok(&d);
+	pinshm_list_entry_t e;
+	ck_assert(!list_find(c2, "temp", NULL, NULL));
+	ck_assert(list_find(c2, "keep", &e, NULL));
+	ck_assert(e.state & PINSHM_LIST_PERSISTENT);
+	CLIENT_RC(c2, pinshm_open(c2, "temp", PINSHM_PRODUCER, &prod), -ENOENT);
+
+	/* Unlink while open: the holders keep working, the name is free. */
+	CLIENT_RC(c2, pinshm_open(c2, "keep", PINSHM_PRODUCER, &prod), 0);
+	CLIENT_RC(c2, pinshm_open(c2, "keep", PINSHM_CONSUMER, &cons), 0);
+	CLIENT_RC(c2, pinshm_unlink(c2, "keep"), 0);
+	ck_assert(!list_find(c2, "keep", NULL, NULL));
+	TU_RC(pinshm_send(prod, "after unlink", 12, CALL_MS), 0);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+	ck_assert_uint_eq(len, 12);
+	ck_assert(memcmp(buf, "after unlink", 12) == 0);
+	CLIENT_RC(c2, pinshm_create(c2, "keep", &attr, 0600, 0), 0);
+	pinshm_channel_close(prod);
+	pinshm_channel_close(cons);
+
+	/* A connection that goes without closing its endpoint: the daemon reaps
+	 * it, and the consumer learns that its only producer is gone. */
+	pinshm_client_t *c3 = connect_ok(&d);
+	pinshm_client_t *c4 = connect_ok(&d);
+	CLIENT_RC(c3, pinshm_open(c3, "keep", PINSHM_PRODUCER, &other), 0);
+	CLIENT_RC(c4, pinshm_open(c4, "keep", PINSHM_CONSUMER, &cons), 0);
+	TU_RC(pinshm_send(other, "x", 1, CALL_MS), 0);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+	pinshm_disconnect(c3);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), -EPIPE);
+	pinshm_channel_forget(other); /* its endpoint was reaped: nothing to close */
+	ck_assert(list_find(c4, "keep", &e, NULL));
+	ck_assert_uint_eq(e.producers, 0);
+	ck_assert_uint_eq(e.consumers, 1);
+	pinshm_channel_close(cons);
+
+	pinshm_disconnect(c4);
+	pinshm_disconnect(c2);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+START_TEST(test_list_pages)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t *e;
+	size_t n;
+	char name[32];
+	const unsigned N = 3 * PROTO_LIST_PAGE + 5;
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	free(e);
+	tu_attr(&attr, PINSHM_TOPIC, 4 * KiB, 1, 2);
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "ch-%03u", i);
+		CLIENT_RC(c, pinshm_create(c, name, &attr, 0640, 0), 0);
+	}
+	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
+	ck_assert_uint_eq(n, N);
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "ch-%03u", i);
+		ck_assert_str_eq(e[i].name, name);
+		ck_assert_uint_eq(e[i].kind, PINSHM_TOPIC);
+		ck_assert_uint_eq(e[i].max_consumers, 2);
+		ck_assert_uint_eq(e[i].mode, 0640);
+		ck_assert_uint_eq(e[i].gid, getegid());
+	}
+	free(e);
+	for (unsigned i = 0; i < N; i += 2) {
+		snprintf(name, sizeof(name), "ch-%03u", i);
+		CLIENT_RC(c, pinshm_unlink(c, name), 0);
+	}
+	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
+	ck_assert_uint_eq(n, N / 2);
+	ck_assert_str_eq(e[0].name, "ch-001");
+	free(e);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* Pinned, sealed memfds: locked in the daemon (VmLck), none under /dev/shm. */
+START_TEST(test_pinned)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e1, e2;
+	pinshm_channel_t *ch;
+	unsigned shm_before = shm_pinshm_entries();
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 256 * KiB, 2, 1);
+	CLIENT_RC(c, pinshm_create(c, "pin-a", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "pin-b", &attr, 0600, 0), 0);
+	ck_assert(list_find(c, "pin-a", &e1, NULL));
+	ck_assert(list_find(c, "pin-b", &e2, NULL));
+	if (geteuid() == 0) /* CAP_IPC_LOCK: pinned whatever RLIMIT_MEMLOCK says */
+		ck_assert_msg(e1.state & PINSHM_LIST_PINNED, "not pinned: %s", pinshm_client_error(c));
+	ck_assert(e1.state & PINSHM_LIST_SEALED);
+	if (e1.state & PINSHM_LIST_PINNED) {
+		long locked = proc_status_kb(d.pid, "VmLck:");
+		ck_assert_msg(locked >= (long)((e1.size + e2.size) / 1024), "VmLck %ld kB for %llu bytes", locked,
+			      (unsigned long long)(e1.size + e2.size));
+	}
+	CLIENT_RC(c, pinshm_open(c, "pin-a", PINSHM_CONSUMER, &ch), 0);
+	ck_assert_uint_eq(proc_maps_count(d.pid, "/dev/shm"), 0);
+	ck_assert_uint_ge(proc_maps_count(d.pid, "memfd:pinshm:pin-a"), 1);
+	ck_assert_uint_ge(proc_maps_count(getpid(), "memfd:pinshm:pin-a"), 1);
+	ck_assert_uint_eq(shm_pinshm_entries(), shm_before);
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A user-mode daemon of an ordinary user, whose RLIMIT_MEMLOCK is 64 KiB:
+ * its channels work, unpinned, and it says so. */
+START_TEST(test_unpinned)
+{
+	struct daemon d;
+	struct daemon_opts o = {.as_user = true, .memlock = 64 * KiB};
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_channel_t *p, *q;
+	uint8_t buf[16];
+	size_t len;
+
+	if (!test_user(&o.uid, &o.gid))
+		return;
+	daemon_start_opts(&d, &o);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 1024 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "big", &attr, 0600, 0), 0);
+	ck_assert_msg(strstr(pinshm_client_error(c), "not pinned") != NULL, "create said: '%s'",
+		      pinshm_client_error(c));
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "small", &attr, 0600, 0), 0);
+	ck_assert(list_find(c, "big", &e, NULL));
+	ck_assert_msg(!(e.state & PINSHM_LIST_PINNED), "a 1 MiB channel pinned under a 64 KiB RLIMIT_MEMLOCK");
+	ck_assert(list_find(c, "small", &e, NULL));
+	ck_assert(e.state & PINSHM_LIST_PINNED);
+	ck_assert_uint_eq(e.uid, 0); /* the creator, not the daemon */
+	CLIENT_RC(c, pinshm_open(c, "big", PINSHM_PRODUCER, &p), 0);
+	CLIENT_RC(c, pinshm_open(c, "big", PINSHM_CONSUMER, &q), 0);
+	TU_RC(pinshm_send(p, "unpinned", 8, CALL_MS), 0);
+	TU_RC(pinshm_recv(q, buf, sizeof(buf), &len, CALL_MS), 0);
+	ck_assert_uint_eq(len, 8);
+	pinshm_channel_close(p);
+	pinshm_channel_close(q);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* The default paths: --user without -s listens under $XDG_RUNTIME_DIR, in a
+ * 0700 folder, where pinshm_connect(NULL) looks; PINSHM_SOCKET overrides. */
+START_TEST(test_default_paths)
+{
+	struct daemon d;
+	struct daemon_opts o = {.no_socket = true};
+	struct stat st;
+	pinshm_client_t *c;
+	char xdg[32];
+
+	snprintf(xdg, sizeof(xdg), "/tmp/pinshm-xdg-XXXXXX");
+	ck_assert(mkdtemp(xdg) != NULL);
+	ck_assert_int_eq(setenv("XDG_RUNTIME_DIR", xdg, 1), 0);
+	unsetenv("PINSHM_SOCKET");
+	snprintf(d.dir, sizeof(d.dir), "%s/pinshm", xdg);
+	snprintf(d.sock, sizeof(d.sock), "%s/pinshm/socket", xdg);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	ck_assert_int_eq(lstat(d.dir, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+	ck_assert_uint_eq(st.st_mode & 0777, 0700);
+	ck_assert_int_eq(lstat(d.sock, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+
+	int rc = pinshm_connect(NULL, &c);
+	ck_assert_msg(rc == 0, "%s", pinshm_client_error(NULL));
+	pinshm_disconnect(c);
+
+	ck_assert_int_eq(setenv("PINSHM_SOCKET", "/tmp/pinshm-nowhere/socket", 1), 0);
+	TU_RC(pinshm_connect(NULL, &c), -ENOENT);
+	ck_assert(strstr(pinshm_client_error(NULL), "/tmp/pinshm-nowhere/socket") != NULL);
+	ck_assert_ptr_null(c);
+	ck_assert_int_eq(setenv("PINSHM_SOCKET", d.sock, 1), 0);
+	TU_RC(pinshm_connect(NULL, &c), 0);
+	pinshm_disconnect(c);
+
+	daemon_stop_ok(&d);
+	rmdir(xdg);
+}
+END_TEST
+
+/* One daemon per socket; a stale socket is replaced; SHUTDOWN stops it. */
+START_TEST(test_socket_lifecycle)
+{
+	struct daemon d, d2;
+	struct daemon_opts o = {0};
+	char buf[32];
+
+	daemon_start(&d);
+	/* A second daemon on the same path fails at once. */
+	d2 = d;
+	daemon_spawn(&d2, &o);
+	int st = daemon_wait_exit(&d2, START_MS);
+	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "a second daemon: %s",
+		      st == -1 ? "still running" : tu_status_str(st, buf, sizeof(buf)));
+	ck_assert(accepts(d.sock)); /* the first one still serves */
+
+	/* Killed: its socket stays; the next daemon replaces it. */
+	kill(d.pid, SIGKILL);
+	ck_assert_int_ne(daemon_wait_exit(&d, STOP_MS), -1);
+	struct stat sb;
+	ck_assert_int_eq(lstat(d.sock, &sb), 0);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+
+	/* SHUTDOWN from its own user. */
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_daemon_shutdown(c), 0);
+	pinshm_disconnect(c);
+	st = daemon_wait_exit(&d, STOP_MS);
+	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "after SHUTDOWN: %s",
+		      st == -1 ? "still running" : tu_status_str(st, buf, sizeof(buf)));
+	ck_assert_int_ne(lstat(d.sock, &sb), 0);
+	daemon_cleanup_dir(&d);
+}
+END_TEST
+
+/* ======================================================================== */
+/* protocol: versions, unknown types, malformed packets                      */
+/* ======================================================================== */
+
+START_TEST(test_versions)
+{
+	struct daemon d;
+	struct pkt p;
+	struct proto_msg m;
+
+	daemon_start(&d);
+	int s = raw_connect(d.sock);
+
+	/* A header of another version: an ERROR reply, and the connection stays. */
+	pk_hello(&p, PROTO_VERSION + 1, PROTO_VERSION + 1, 41);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_uint_eq(m.h.type, PROTO_ERROR);
+	ck_assert_uint_eq(m.h.seq, 41);
+	ck_assert_int_eq(m.status, -EPROTO);
+	ck_assert(strstr(m.text, "version") != NULL);
+
+	/* A HELLO of our header version asking for another protocol. */
+	pk_hello(&p, PROTO_VERSION, 99, 42);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_uint_eq(m.h.type, PROTO_HELLO | PROTO_REPLY);
+	ck_assert_uint_eq(m.h.seq, 42);
+	ck_assert_int_eq(m.status, -EPROTO);
+	ck_assert(strstr(m.text, "99") != NULL);
+
+	/* The right one. */
+	pk_hello(&p, PROTO_VERSION, PROTO_VERSION, 43);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_int_eq(m.status, 0);
+	ck_assert_uint_eq(m.u.hello_reply.version, PROTO_VERSION);
+	ck_assert_uint_eq(m.u.hello_reply.flags & PROTO_HELLO_USER_MODE, PROTO_HELLO_USER_MODE);
+	close(s);
+
+	pinshm_client_t *c = connect_ok(&d);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+START_TEST(test_unknown_type)
+{
+	struct daemon d;
+	struct pkt p;
+	struct proto_msg m;
+
+	daemon_start(&d);
+	int s = raw_connect(d.sock);
+	static const uint16_t types[] = {0, 77, PROTO_HELLO | PROTO_REPLY, PROTO_ERROR};
+	for (unsigned i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		pk_header(&p, PROTO_MAGIC, PROTO_VERSION, types[i], 100 + i);
+		pk_le(&p, 0, 8);
+		pk_end(&p);
+		raw_send(s, &p, -1, 0);
+		raw_reply(s, &m);
+		ck_assert_uint_eq(m.h.type, PROTO_ERROR);
+		ck_assert_uint_eq(m.h.seq, 100 + i);
+		ck_assert_int_eq(m.status, -EOPNOTSUPP);
+	}
+	pk_hello(&p, PROTO_VERSION, PROTO_VERSION, 200);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_int_eq(m.status, 0);
+	close(s);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* The body size of each request type, to make sure a random one is wrong. */
+static size_t body_size(uint16_t type)
+{
+	switch (type) {
+	case PROTO_HELLO:
+		return 8;
+	case PROTO_CREATE:
+		return 100;
+	case PROTO_OPEN:
+		return 68;
+	case PROTO_UNLINK:
+		return 64;
+	case PROTO_LIST:
+		return 8;
+	default:
+		return 0;
+	}
+}
+
+#define MALFORMED_FIXED 11
+#define MALFORMED_RANDOM 8
+
+/* Build bad packet number @p i; @p nfds: descriptors to attach to it. */
+static void malformed_packet(int i, struct pkt *p, unsigned *nfds)
+{
+	*nfds = 0;
+	switch (i) {
+	case 0: /* a truncated header */
+		pk_hello(p, PROTO_VERSION, PROTO_VERSION, 1);
+		p->len = 8;
+		break;
+	case 1: /* bad magic */
+		pk_hello(p, PROTO_VERSION, PROTO_VERSION, 1);
+		p->b[0] = 'X';
+		break;
+	case 2: /* the length field lies */
+		pk_hello(p, PROTO_VERSION, PROTO_VERSION, 1);
+		p->b[8] = 100;
+		break;
+	case 3: /* oversized */
+		pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, 1);
+		memset(p->b + p->len, 0, 5000 - p->len);
+		p->len = 5000;
+		pk_end(p);
+		break;
+	case 4: /* a CREATE body cut short */
+		pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_CREATE, 1);
+		pk_name(p, "short");
+		pk_le(p, PINSHM_QUEUE, 4);
+		pk_end(p);
+		break;
+	case 5: /* a name field without its NUL */
+		pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_OPEN, 1);
+		memset(p->b + p->len, 'a', PROTO_NAME_FIELD);
+		p->len += PROTO_NAME_FIELD;
+		pk_le(p, PINSHM_CONSUMER, 4);
+		pk_end(p);
+		break;
+	case 6: /* bytes after the name's NUL */
+		pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_UNLINK, 1);
+		pk_name(p, "name");
+		p->b[p->len - 1] = 'z';
+		pk_end(p);
+		break;
+	case 7: /* a HELLO with bytes to spare */
+		pk_hello(p, PROTO_VERSION, PROTO_VERSION, 1);
+		pk_le(p, 0, 4);
+		pk_end(p);
+		break;
+	case 8: /* an empty packet */
+		p->len = 0;
+		break;
+	case 9: /* a good HELLO with a descriptor nobody asked for */
+		pk_hello(p, PROTO_VERSION, PROTO_VERSION, 1);
+		*nfds = 1;
+		break;
+	case 10: /* with more descriptors than the daemon's control buffer */
+		pk_hello(p, PROTO_VERSION, PROTO_VERSION, 1);
+		*nfds = 12;
+		break;
+	default: { /* random: a good header, a body of the wrong size, random bytes */
+		uint64_t r = tu_mix(0x5eed0000u + (uint64_t)i);
+		uint16_t type = (uint16_t)(PROTO_HELLO + r % 6);
+		size_t len = 1 + (r >> 8) % 300;
+		if (len == body_size(type))
+			len++;
+		pk_header(p, PROTO_MAGIC, PROTO_VERSION, type, (uint32_t)i);
+		for (size_t k = 0; k < len; k++)
+			p->b[p->len++] = (uint8_t)tu_mix(r + k);
+		pk_end(p);
+		if (i % 2) /* half of them: random bytes throughout */
+			for (size_t k = 0; k < p->len; k++)
+				p->b[k] = (uint8_t)tu_mix(r ^ (k << 20));
+		break;
+	}
+	}
+}
+
+/* Each bad packet closes its own connection (after an ERROR reply where
+ * the daemon can send one); a client connected before keeps working, and
+ * new clients are served. */
+START_TEST(test_malformed)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *prod, *cons;
+	struct pkt p;
+	unsigned nfds;
+	uint8_t buf[PROTO_MAX_PACKET];
+	size_t len;
+
+	daemon_start(&d);
+	pinshm_client_t *bystander = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(bystander, pinshm_create(bystander, "bystander", &attr, 0600, 0), 0);
+	CLIENT_RC(bystander, pinshm_open(bystander, "bystander", PINSHM_PRODUCER, &prod), 0);
+	CLIENT_RC(bystander, pinshm_open(bystander, "bystander", PINSHM_CONSUMER, &cons), 0);
+
+	int fds[2];
+	ck_assert_int_eq(pipe(fds), 0);
+	for (int i = 0; i < MALFORMED_FIXED + MALFORMED_RANDOM; i++) {
+		malformed_packet(i, &p, &nfds);
+		int s = raw_connect(d.sock);
+		raw_send(s, &p, fds[0], nfds);
+		/* An ERROR reply maybe, then the end of the connection. */
+		bool closed = false;
+		for (int k = 0; k < 2 && !closed; k++) {
+			ssize_t n = raw_recv(s, buf, sizeof(buf), CALL_MS);
+			ck_assert_msg(n >= 0, "case %d: the daemon kept the connection open (%zd)", i, n);
+			if (n == 0) {
+				closed = true;
+				break;
+			}
+			struct proto_msg m;
+			ck_assert_msg(proto_decode(buf, (size_t)n, true, &m) == 0, "case %d: a malformed reply", i);
+			ck_assert_msg(m.h.type == PROTO_ERROR && m.status < 0, "case %d: reply %#x status %d", i,
+				      m.h.type, m.status);
+		}
+		ck_assert_msg(closed, "case %d: the connection stayed open", i);
+		close(s);
+
+		/* The bystander still works, through the daemon and its channel. */
+		ck_assert(list_find(bystander, "bystander", NULL, NULL));
+		TU_RC(pinshm_send(prod, &i, sizeof(i), CALL_MS), 0);
+		TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+	}
+	close(fds[0]);
+	close(fds[1]);
+
+	pinshm_client_t *c = connect_ok(&d);
+	ck_assert(list_find(c, "bystander", NULL, NULL));
+	pinshm_disconnect(c);
+	pinshm_channel_close(prod);
+	pinshm_channel_close(cons);
+	pinshm_disconnect(bystander);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* ======================================================================== */
+/* death: clients killed                                                     */
+/* ======================================================================== */
+
+struct death {
+	const char *sock;
+	struct tu_reporter rep;
+};
+
+static int death_producer(void *arg, int idx)
+{
+	struct death *x = arg;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch = child_open(x->sock, "death", PINSHM_PRODUCER, &c);
+
+	(void)idx;
+	int rc = pinshm_send(ch, "first", 5, CALL_MS);
+	if (rc != 0)
+		tu_child_fail(4, "send: %s", pinshm_strerror(rc));
+	for (int i = 0; i < WAIT_MS / 100; i++) /* until killed */
+		tu_sleep_ms(100);
+	return 1;
+}
+
+static int death_consumer(void *arg, int idx)
+{
+	struct death *x = arg;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch = child_open(x->sock, "death", PINSHM_CONSUMER, &c);
+	char buf[16];
+	size_t len;
+
+	(void)idx;
+	int rc = pinshm_recv(ch, buf, sizeof(buf), &len, CALL_MS);
+	if (rc != 0)
+		tu_child_fail(4, "first recv: %s", pinshm_strerror(rc));
+	tu_report_vals(&x->rep, 0, 0, 1, 0); /* ready: now blocked in recv */
+	rc = pinshm_recv(ch, buf, sizeof(buf), &len, CALL_MS);
+	tu_report_vals(&x->rep, 0, rc, 2, 0);
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	return 0;
+}
+
+START_TEST(test_producer_killed)
+{
+	struct daemon d;
+	struct death x;
+	struct tu_procs ps;
+	struct tu_report r;
+	pinshm_channel_attr_t attr;
+
+	daemon_start(&d);
+	x.sock = d.sock;
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "death", &attr, 0600, 0), 0);
+	tu_reporter_open(&x.rep);
+	tu_procs_init(&ps);
+	int prod = tu_spawn(&ps, "producer", death_producer, &x, 0);
+	tu_spawn(&ps, "consumer", death_consumer, &x, 1);
+
+	TU_RC(tu_collect(&x.rep, &r, WAIT_MS), 0);
+	ck_assert_uint_eq(r.v[0], 1);
+	tu_sleep_ms(50); /* let it go to sleep */
+	ck_assert_int_eq(kill(ps.pid[prod], SIGKILL), 0);
+	uint64_t t0 = tu_now_ms();
+	TU_RC(tu_collect(&x.rep, &r, 5000), 0);
+	uint64_t waited = tu_now_ms() - t0;
+	ck_assert_uint_eq(r.v[0], 2);
+	TU_RC(r.status, -EPIPE);
+	ck_assert_msg(waited < 1000, "-EPIPE came %llu ms after the kill", (unsigned long long)waited);
+
+	tu_wait_all(&ps, WAIT_MS);
+	ck_assert(WIFSIGNALED(ps.status[prod]));
+	ck_assert_int_eq(ps.status[1], 0);
+	tu_reporter_close(&x.rep);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+static int death_holder(void *arg, int idx)
+{
+	struct death *x = arg;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch = child_open(x->sock, "death", PINSHM_CONSUMER, &c);
+
+	(void)idx;
+	(void)ch;
+	tu_report_vals(&x->rep, 0, 0, 1, 0);
+	for (int i = 0; i < WAIT_MS / 100; i++) /* until killed */
+		tu_sleep_ms(100);
+	return 1;
+}
+
+/* A consumer killed: its endpoint is reaped and can be opened again. */
+START_TEST(test_consumer_killed)
+{
+	struct daemon d;
+	struct death x;
+	struct tu_procs ps;
+	struct tu_report r;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_channel_t *ch;
+
+	daemon_start(&d);
+	x.sock = d.sock;
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "death", &attr, 0600, 0), 0);
+	tu_reporter_open(&x.rep);
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "holder", death_holder, &x, 0);
+	TU_RC(tu_collect(&x.rep, &r, WAIT_MS), 0);
+	CLIENT_RC(c, pinshm_open(c, "death", PINSHM_CONSUMER, &ch), -EBUSY);
+	tu_kill_all(&ps);
+
+	uint64_t deadline = tu_now_ms() + 5000;
+	do {
+		ck_assert(list_find(c, "death", &e, NULL));
+		if (e.consumers == 0)
+			break;
+		tu_sleep_ms(5);
+	} while (tu_now_ms() < deadline);
+	ck_assert_uint_eq(e.consumers, 0);
+	CLIENT_RC(c, pinshm_open(c, "death", PINSHM_CONSUMER, &ch), 0);
+	pinshm_channel_close(ch);
+	tu_reporter_close(&x.rep);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A client that rewrote the geometry in the segment's header before its
+ * connection closed: the daemon reaps with its own record of the geometry,
+ * and the peer still gets -EPIPE. */
+START_TEST(test_reap_corrupt_header)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *prod, *cons;
+	uint8_t buf[16];
+	size_t len;
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "corrupt", &attr, 0600, 0), 0);
+	pinshm_client_t *hostile = connect_ok(&d);
+	CLIENT_RC(hostile, pinshm_open(hostile, "corrupt", PINSHM_PRODUCER, &prod), 0);
+	CLIENT_RC(c, pinshm_open(c, "corrupt", PINSHM_CONSUMER, &cons), 0);
+	TU_RC(pinshm_send(prod, "x", 1, CALL_MS), 0);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+
+	struct seg_header *h = (struct seg_header *)prod->base;
+	h->magic = 0;
+	h->max_producers = 3;
+	pinshm_disconnect(hostile);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, 5000), -EPIPE);
+	pinshm_channel_forget(prod);
+	pinshm_channel_close(cons);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* ======================================================================== */
+/* limits: clients that do not read, running out of descriptors              */
+/* ======================================================================== */
+
+/* A LIST request with sequence number @p seq. */
+static void pk_list(struct pkt *p, uint32_t seq)
+{
+	pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, seq);
+	pk_le(p, 0, 8);
+	pk_end(p);
+}
+
+/* A client that sends requests, never reads the replies and shuts down its
+ * writing side: the daemon holds one reply for it without spinning, serves
+ * the others, and delivers every reply, in order, once it reads. */
+START_TEST(test_unread_replies)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	struct pkt p;
+	struct proto_msg m;
+	uint8_t buf[PROTO_MAX_PACKET];
+	char name[32];
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	for (unsigned i = 0; i < PROTO_LIST_PAGE; i++) { /* a LIST reply of 4 KiB */
+		snprintf(name, sizeof(name), "full-%02u", i);
+		CLIENT_RC(c, pinshm_create(c, name, &attr, 0600, 0), 0);
+	}
+
+	/* Send until the daemon stops reading (its replies fill our socket). */
+	int s = raw_connect(d.sock);
+	uint32_t sent = 0;
+	uint64_t last_sent = tu_now_ms();
+	while (tu_now_ms() - last_sent < 300) {
+		pk_list(&p, sent);
+		if (send(s, p.b, p.len, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)p.len) {
+			sent++;
+			last_sent = tu_now_ms();
+		} else {
+			ck_assert_msg(errno == EAGAIN, "send: %s", strerror(errno));
+			tu_sleep_ms(5);
+		}
+	}
+	ck_assert_uint_gt(sent, 0);
+	ck_assert_int_eq(shutdown(s, SHUT_WR), 0);
+	tu_sleep_ms(50);
+	assert_daemon_idle(&d, 500, "with a client that does not read its replies");
+	ck_assert(list_find(c, "full-00", NULL, NULL));
+
+	for (uint32_t i = 0; i < sent; i++) {
+		ssize_t n = raw_recv(s, buf, sizeof(buf), CALL_MS);
+		ck_assert_msg(n > 0, "reply %u of %u: %zd", i, sent, n);
+		ck_assert_int_eq(proto_decode(buf, (size_t)n, true, &m), 0);
+		ck_assert_uint_eq(m.h.seq, i);
+		ck_assert_uint_eq(m.u.list_reply.count, PROTO_LIST_PAGE);
+	}
+	ck_assert_int_eq(raw_recv(s, buf, sizeof(buf), CALL_MS), 0); /* then the daemon closes */
+	close(s);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A daemon with few descriptors: connections beyond them are dropped at
+ * once, without the loop spinning, and it serves again once some close. */
+START_TEST(test_out_of_descriptors)
+{
+	enum { CONNS = 40 };
+	struct daemon d;
+	struct daemon_opts o = {.nofile = 24};
+	struct pkt p;
+	uint8_t buf[PROTO_MAX_PACKET];
+	int s[CONNS];
+	unsigned served = 0, dropped = 0;
+
+	daemon_start_opts(&d, &o);
+	for (int i = 0; i < CONNS; i++) {
+		s[i] = raw_connect(d.sock);
+		pk_hello(&p, PROTO_VERSION, PROTO_VERSION, (uint32_t)i);
+		raw_send(s[i], &p, -1, 0);
+	}
+	for (int i = 0; i < CONNS; i++) {
+		ssize_t n = raw_recv(s[i], buf, sizeof(buf), CALL_MS);
+		/* Dropped with its HELLO unread: -ECONNRESET. */
+		ck_assert_msg(n >= 0 || n == -ECONNRESET, "connection %d: neither served nor dropped (%zd)", i, n);
+		if (n > 0)
+			served++;
+		else
+			dropped++;
+	}
+	ck_assert_uint_gt(served, 0);
+	ck_assert_uint_gt(dropped, 0);
+	assert_daemon_idle(&d, 500, "out of descriptors");
+	for (int i = 0; i < CONNS; i++)
+		close(s[i]);
+
+	/* Served again: a connection, and a channel (a descriptor each). */
+	uint64_t deadline = tu_now_ms() + 5000;
+	pinshm_client_t *c = NULL;
+	while (pinshm_connect(d.sock, &c) != 0) {
+		ck_assert_msg(tu_now_ms() < deadline, "no connection after the others closed: %s",
+			      pinshm_client_error(NULL));
+		tu_sleep_ms(10);
+	}
+	pinshm_channel_attr_t attr;
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "after", &attr, 0600, 0), 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* ======================================================================== */
+/* permissions: other users                                                  */
+/* ======================================================================== */
+
+struct perm {
+	const char *sock;
+	uid_t uid;
+	gid_t gid;
+	bool root_group; /* supplementary group 0 */
+};
+
+#define EXPECT(c, expr, want)                                                                                 \
+	do {                                                                                                  \
+		int erc_ = (expr);                                                                            \
+		if (erc_ != (want))                                                                           \
+			tu_child_fail(10, "%s: got %d (%s), want %d; daemon says: %s", #expr, erc_,           \
+				      pinshm_strerror(erc_), (want), pinshm_client_error(c));                 \
+	} while (0)
+
+static int perm_client(void *arg, int idx)
+{
+	struct perm *x = arg;
+	gid_t root = 0;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch;
+	pinshm_channel_attr_t attr;
+
+	(void)idx;
+	if (setgroups(x->root_group ? 1 : 0, &root) != 0 || setgid(x->gid) != 0 || setuid(x->uid) != 0)
+		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by setuid */
+	int rc = pinshm_connect(x->sock, &c);
+	if (rc != 0)
+		tu_child_fail(3, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+
+	EXPECT(c, pinshm_open(c, "secret", PINSHM_CONSUMER, &ch), -EACCES);
+	EXPECT(c, pinshm_open(c, "secret", PINSHM_PRODUCER, &ch), -EACCES);
+	/* As for files: a member of the group gets the group bits (none here),
+	 * even where the other bits would allow more. */
+	EXPECT(c, pinshm_open(c, "open", PINSHM_PRODUCER, &ch), x->root_group ? -EACCES : 0);
+	if (!x->root_group)
+		pinshm_channel_close(ch);
+	EXPECT(c, pinshm_open(c, "readonly", PINSHM_CONSUMER, &ch), 0);
+	pinshm_channel_close(ch);
+	EXPECT(c, pinshm_open(c, "readonly", PINSHM_PRODUCER, &ch), -EACCES);
+	EXPECT(c, pinshm_open(c, "group", PINSHM_CONSUMER, &ch), x->root_group ? 0 : -EACCES);
+	if (x->root_group)
+		pinshm_channel_close(ch);
+	EXPECT(c, pinshm_unlink(c, "open"), -EPERM);
+	EXPECT(c, pinshm_daemon_shutdown(c), -EPERM);
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	char name[32];
+	snprintf(name, sizeof(name), "mine-%d", x->root_group);
+	EXPECT(c, pinshm_create(c, name, &attr, 0600, PINSHM_PERSISTENT), 0);
+	pinshm_disconnect(c);
+	return 0;
+}
+
+START_TEST(test_permissions)
+{
+	struct daemon d;
+	struct daemon_opts o = {.system_mode = true};
+	struct perm x;
+	struct tu_procs ps;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_channel_t *ch;
+
+	if (!test_user(&x.uid, &x.gid))
+		return;
+	daemon_start_opts(&d, &o);
+	x.sock = d.sock;
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "secret", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "open", &attr, 0606, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "readonly", &attr, 0644, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "group", &attr, 0660, 0), 0);
+
+	x.root_group = false;
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "other user", perm_client, &x, 0);
+	tu_wait_all_ok(&ps, WAIT_MS);
+	x.root_group = true;
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "other user in group 0", perm_client, &x, 0);
+	tu_wait_all_ok(&ps, WAIT_MS);
+
+	/* Root may open anything, and unlink another user's channel. */
+	CLIENT_RC(c, pinshm_open(c, "secret", PINSHM_PRODUCER, &ch), 0);
+	pinshm_channel_close(ch);
+	ck_assert(list_find(c, "mine-0", &e, NULL));
+	ck_assert_uint_eq(e.uid, x.uid);
+	ck_assert_uint_eq(e.gid, x.gid);
+	CLIENT_RC(c, pinshm_unlink(c, "mine-0"), 0);
+	CLIENT_RC(c, pinshm_unlink(c, "mine-1"), 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* Where pinshm_connect(NULL) looks in user mode, another user's daemon is
+ * refused (it would see every message of its channels); a path given
+ * explicitly is trusted. */
+START_TEST(test_foreign_user_daemon)
+{
+	struct daemon d;
+	struct daemon_opts o = {.as_user = true, .no_socket = true};
+	pinshm_client_t *c;
+	char xdg[32];
+
+	if (!test_user(&o.uid, &o.gid))
+		return;
+	snprintf(xdg, sizeof(xdg), "/tmp/pinshm-xdg-XXXXXX");
+	ck_assert(mkdtemp(xdg) != NULL);
+	ck_assert_int_eq(chown(xdg, o.uid, o.gid), 0);
+	ck_assert_int_eq(setenv("XDG_RUNTIME_DIR", xdg, 1), 0);
+	unsetenv("PINSHM_SOCKET");
+	snprintf(d.dir, sizeof(d.dir), "%s/pinshm", xdg);
+	snprintf(d.sock, sizeof(d.sock), "%s/pinshm/socket", xdg);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+
+	TU_RC(pinshm_connect(NULL, &c), -EACCES);
+	ck_assert_ptr_null(c);
+	ck_assert_msg(strstr(pinshm_client_error(NULL), "refusing") != NULL, "%s", pinshm_client_error(NULL));
+	TU_RC(pinshm_connect(d.sock, &c), 0);
+	pinshm_disconnect(c);
+
+	daemon_stop_ok(&d);
+	rmdir(xdg);
+}
+END_TEST
+
+/* ======================================================================== */
+
+static Suite *daemon_suite(void)
+{
+	Suite *s = suite_create("daemon");
+	TCase *tc;
+
+	tc = tcase_create("core");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_exchange);
+	tcase_add_test(tc, test_errors);
+	tcase_add_test(tc, test_lifetimes);
+	tcase_add_test(tc, test_list_pages);
+	tcase_add_test(tc, test_pinned);
+	tcase_add_test(tc, test_unpinned);
+	tcase_add_test(tc, test_default_paths);
+	tcase_add_test(tc, test_socket_lifecycle);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("protocol");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_versions);
+	tcase_add_test(tc, test_unknown_type);
+	tcase_add_test(tc, test_malformed);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("death");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_producer_killed);
+	tcase_add_test(tc, test_consumer_killed);
+	tcase_add_test(tc, test_reap_corrupt_header);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("limits");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_unread_replies);
+	tcase_add_test(tc, test_out_of_descriptors);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("permissions");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_permissions);
+	tcase_add_test(tc, test_foreign_user_daemon);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(daemon_suite());
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
