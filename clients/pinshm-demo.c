@@ -36,6 +36,9 @@ struct message {
 };
 
 struct options {
+	bool daemon;        /* through pinshmd, or a segment of our own */
+	const char *socket; /* pinshmd's socket, or NULL: the default one */
+	char name[PINSHM_NAME_MAX + 1];
 	unsigned producers, consumers;
 	uint64_t messages; /* per producer */
 	size_t size;       /* bytes per message */
@@ -84,10 +87,34 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/*
+ * Attach to the channel as @p role: to the segment @p fd that the parent
+ * created, or through the daemon, which hands this process the segment of
+ * the channel it created by name (*client is then this process's
+ * connection, to close after the channel).
+ */
+static int open_channel(int fd, const struct options *o, pinshm_role_t role, pinshm_channel_t **ch,
+			pinshm_client_t **client)
+{
+	*client = NULL;
+	if (!o->daemon)
+		return pinshm_channel_attach(fd, role, ch);
+	int rc = pinshm_connect(o->socket, client);
+	if (rc == 0)
+		rc = pinshm_open(*client, o->name, role, ch);
+	if (rc != 0 && *client) {
+		fprintf(stderr, "pinshm-demo: %s\n", pinshm_client_error(*client));
+		pinshm_disconnect(*client);
+		*client = NULL;
+	}
+	return rc;
+}
+
 static int run_producer(int fd, const struct options *o, unsigned id)
 {
+	pinshm_client_t *client;
 	pinshm_channel_t *ch;
-	int rc = pinshm_channel_attach(fd, PINSHM_PRODUCER, &ch);
+	int rc = open_channel(fd, o, PINSHM_PRODUCER, &ch, &client);
 
 	if (rc != 0) {
 		fprintf(stderr, "producer %u: attach: %s\n", id, pinshm_strerror(rc));
@@ -106,6 +133,7 @@ static int run_producer(int fd, const struct options *o, unsigned id)
 		pinshm_commit(ch, o->size, 0);
 	}
 	pinshm_channel_close(ch);
+	pinshm_disconnect(client);
 	return rc == 0 ? 0 : 1;
 }
 
@@ -113,9 +141,10 @@ static int run_consumer(int fd, const struct options *o, unsigned id, struct tal
 {
 	uint64_t next[MAX_PRODUCERS] = { 0 };
 	uint64_t expected = o->kind == PINSHM_TOPIC ? o->messages * o->producers : UINT64_MAX;
+	pinshm_client_t *client;
 	pinshm_channel_t *ch;
 	pinshm_msg_t msg;
-	int rc = pinshm_channel_attach(fd, PINSHM_CONSUMER, &ch);
+	int rc = open_channel(fd, o, PINSHM_CONSUMER, &ch, &client);
 
 	if (rc != 0) {
 		fprintf(stderr, "consumer %u: attach: %s\n", id, pinshm_strerror(rc));
@@ -144,6 +173,7 @@ static int run_consumer(int fd, const struct options *o, unsigned id, struct tal
 	if (rc != 0 && rc != -EPIPE)
 		fprintf(stderr, "consumer %u: receive: %s (%s)\n", id, pinshm_strerror(rc), pinshm_channel_error(ch));
 	pinshm_channel_close(ch);
+	pinshm_disconnect(client);
 	return rc == 0 || rc == -EPIPE ? 0 : 1;
 }
 
@@ -168,11 +198,16 @@ static int producer_body(int fd, const struct options *o, unsigned id, struct ta
 static void usage(FILE *to)
 {
 	fprintf(to, "usage: pinshm-demo [-p PRODUCERS] [-c CONSUMERS] [-n MESSAGES] [-s SIZE] [-t queue|topic]\n"
+		    "                   [-S SOCKET] [-V] [-h]\n"
+		    "  -S  create the channel through the pinshmd listening at SOCKET (\"\": the\n"
+		    "      default socket); each process opens it there\n"
 		    "  -p  producer processes (1..%d, default 2)\n"
 		    "  -c  consumer processes (1..%d, default 2)\n"
 		    "  -n  messages per producer (default 1000000)\n"
 		    "  -s  bytes per message (%zu..65536, default 64)\n"
-		    "  -t  channel kind (default queue; a topic delivers each message to every consumer)\n",
+		    "  -t  channel kind (default queue; a topic delivers each message to every consumer)\n"
+		    "  -V  print the version and exit\n"
+		    "  -h  print this help and exit\n",
 		MAX_PRODUCERS, MAX_CONSUMERS, sizeof(struct message));
 }
 
@@ -181,8 +216,9 @@ int main(int argc, char **argv)
 	struct options o = { .producers = 2, .consumers = 2, .messages = 1000000, .size = 64, .kind = PINSHM_QUEUE };
 	int opt;
 
-	while ((opt = getopt(argc, argv, "p:c:n:s:t:hV")) != -1) {
+	while ((opt = getopt(argc, argv, "p:c:n:s:t:S:hV")) != -1) {
 		switch (opt) {
+		case 'S': o.daemon = true, o.socket = *optarg ? optarg : NULL; break;
 		case 'p': o.producers = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'c': o.consumers = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'n': o.messages = strtoull(optarg, NULL, 0); break;
@@ -211,9 +247,22 @@ int main(int argc, char **argv)
 	attr.capacity = 1u << 18;
 	attr.max_producers = o.producers;
 	attr.max_consumers = o.consumers;
-	int fd, rc = pinshm_segment_create(&attr, &fd);
+	int fd = -1, rc;
+	pinshm_client_t *client = NULL;
+	if (o.daemon) {
+		/* The daemon creates (and pins) the segment; a name finds it. */
+		snprintf(o.name, sizeof(o.name), "pinshm-demo.%d", (int)getpid());
+		rc = pinshm_connect(o.socket, &client);
+		if (rc == 0)
+			rc = pinshm_create(client, o.name, &attr, 0600, 0);
+		if (rc == 0 && *pinshm_client_error(client))
+			printf("pinshmd: %s\n", pinshm_client_error(client));
+	} else {
+		rc = pinshm_segment_create(&attr, &fd);
+	}
 	if (rc != 0) {
-		fprintf(stderr, "pinshm-demo: cannot create the channel: %s\n", pinshm_strerror(rc));
+		fprintf(stderr, "pinshm-demo: cannot create the channel: %s (%s)\n", pinshm_strerror(rc),
+			client ? pinshm_client_error(client) : pinshm_client_error(NULL));
 		return 1;
 	}
 	struct tally *tally = mmap(NULL, sizeof(*tally), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -240,7 +289,12 @@ int main(int argc, char **argv)
 			failed++;
 	}
 	double elapsed = now_s() - start;
-	close(fd);
+	if (fd >= 0)
+		close(fd);
+	if (client) {
+		pinshm_unlink(client, o.name);
+		pinshm_disconnect(client);
+	}
 
 	uint64_t received = 0, bytes = 0, bad = 0, missing = 0;
 	uint64_t copies = o.kind == PINSHM_TOPIC ? o.consumers : 1;
@@ -254,8 +308,9 @@ int main(int argc, char **argv)
 		missing += got > want ? got - want : want - got;
 	}
 
-	printf("pinshm-demo: %s, %u producer(s), %u consumer(s), %" PRIu64 " messages of %zu bytes each\n",
-	       o.kind == PINSHM_TOPIC ? "topic" : "queue", o.producers, o.consumers, o.messages * o.producers, o.size);
+	printf("pinshm-demo: %s %s, %u producer(s), %u consumer(s), %" PRIu64 " messages of %zu bytes each\n",
+	       o.kind == PINSHM_TOPIC ? "topic" : "queue", o.daemon ? o.name : "(own segment)", o.producers,
+	       o.consumers, o.messages * o.producers, o.size);
 	printf("received %" PRIu64 " messages (%.1f MB) in %.3f s: %.2f M messages/s, %.2f GB/s\n", received,
 	       (double)bytes / 1e6, elapsed, (double)received / elapsed / 1e6, (double)bytes / elapsed / 1e9);
 	printf("lost or duplicated %" PRIu64 ", corrupt or reordered %" PRIu64 ", failed processes %d\n", missing, bad,
