@@ -503,6 +503,20 @@ static bool overrun_lapped(pinshm_channel_t *ch, unsigned lane, uint64_t pos)
 	return reserved + HEADROOM > pos + ch->g.capacity;
 }
 
+/* Topic: the messages of @p lane lost before the one numbered @p seq.
+ * Signed: a subscriber that joined during a batch may see a message or two
+ * older than its starting count.  Always 0 on a queue. */
+static uint64_t topic_count_lost(pinshm_channel_t *ch, unsigned lane, uint32_t seq)
+{
+	if (ch->g.kind != PINSHM_TOPIC)
+		return 0;
+	int32_t gap = (int32_t)(seq - ch->expect_seq[lane]);
+	uint64_t lost = gap > 0 ? (uint64_t)gap : 0;
+	ch->expect_seq[lane] = seq + 1;
+	ch->lost += lost;
+	return lost;
+}
+
 /*
  * Sequential consumers: the next record of @p lane at this handle's cursor.
  * @return 0 (taken unless @p peek), -EAGAIN, -EMSGSIZE (longer than
@@ -514,6 +528,7 @@ static int take_sequential_lane(pinshm_channel_t *ch, unsigned lane, struct take
 	uint8_t *ring = lane_ring(ch, lane);
 	uint64_t pos = ch->cursor[lane];
 	bool resynced = false;
+	unsigned pads = 0;
 
 	for (;;) {
 		struct record_header *rec = rec_at(ring, cap, pos);
@@ -547,6 +562,10 @@ static int take_sequential_lane(pinshm_channel_t *ch, unsigned lane, struct take
 			return corrupt_record(ch, lane, pos);
 		}
 		if (rec_state(word) == REC_PADDING) {
+			/* A producer pads once before the record that wraps: a
+			 * chain of padding is a writer racing us. */
+			if (++pads > 2)
+				return corrupt_record(ch, lane, pos);
 			pos = ch->cursor[lane] = pos + size;
 			continue;
 		}
@@ -567,15 +586,8 @@ static int take_sequential_lane(pinshm_channel_t *ch, unsigned lane, struct take
 		}
 		if (peek)
 			return 0;
-		*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len, 0 };
-		if (ch->g.kind == PINSHM_TOPIC) {
-			/* Signed: a subscriber that joined during a batch may see
-			 * a message or two older than its starting count. */
-			int32_t gap = (int32_t)(seq - ch->expect_seq[lane]);
-			t->lost = gap > 0 ? (uint64_t)gap : 0;
-			ch->expect_seq[lane] = seq + 1;
-			ch->lost += t->lost;
-		}
+		*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len,
+				     topic_count_lost(ch, lane, seq) };
 		ch->cursor[lane] = t->end;
 		return 0;
 	}
@@ -907,14 +919,7 @@ static unsigned take_more_sequential(pinshm_channel_t *ch, unsigned lane, pinshm
 		uint64_t size = rec_extent(&ch->g, word, pos, len);
 		if (size == 0)
 			break;
-		uint64_t lost = 0;
-		if (ch->g.kind == PINSHM_TOPIC) {
-			uint32_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed);
-			int32_t gap = (int32_t)(seq - ch->expect_seq[lane]);
-			lost = gap > 0 ? (uint64_t)gap : 0;
-			ch->expect_seq[lane] = seq + 1;
-			ch->lost += lost;
-		}
+		uint64_t lost = topic_count_lost(ch, lane, atomic_load_explicit(&rec->seq, memory_order_relaxed));
 		ch->held[(ch->held_first + ch->held_count++) % PINSHM_MAX_HELD] =
 			(struct held_record){ .lane = lane, .pos = pos };
 		msgs[n++] = (pinshm_msg_t){ .data = (uint8_t *)rec + PINSHM_RECORD_HEADER, .len = len, .lost = lost,
