@@ -48,6 +48,7 @@ struct options {
 /* Shared by the processes of the demo: what each consumer saw. */
 struct tally {
 	_Atomic unsigned subscribed;
+	_Atomic unsigned producing; /* producers attached */
 	_Atomic uint64_t received[MAX_CONSUMERS];
 	_Atomic uint64_t bytes[MAX_CONSUMERS];
 	_Atomic uint64_t bad[MAX_CONSUMERS];
@@ -110,7 +111,7 @@ static int open_channel(int fd, const struct options *o, pinshm_role_t role, pin
 	return rc;
 }
 
-static int run_producer(int fd, const struct options *o, unsigned id)
+static int run_producer(int fd, const struct options *o, unsigned id, struct tally *tally)
 {
 	pinshm_client_t *client;
 	pinshm_channel_t *ch;
@@ -120,6 +121,12 @@ static int run_producer(int fd, const struct options *o, unsigned id)
 		fprintf(stderr, "producer %u: attach: %s\n", id, pinshm_strerror(rc));
 		return 1;
 	}
+	/* Start once every producer is attached: consumers take "every
+	 * producer has left" (-EPIPE) for the end, which a fast producer
+	 * closing before a slow one attaches would otherwise say too soon. */
+	atomic_fetch_add(&tally->producing, 1);
+	while (atomic_load(&tally->producing) < o->producers)
+		usleep(100);
 	for (uint64_t seq = 0; seq < o->messages; seq++) {
 		void *buf;
 		/* Zero-copy: build the message where the consumer will read it. */
@@ -187,12 +194,6 @@ static pid_t spawn(int (*body)(int, const struct options *, unsigned, struct tal
 		_exit(body(fd, o, id, tally));
 	}
 	return pid;
-}
-
-static int producer_body(int fd, const struct options *o, unsigned id, struct tally *tally)
-{
-	(void)tally;
-	return run_producer(fd, o, id);
 }
 
 static void usage(FILE *to)
@@ -281,7 +282,7 @@ int main(int argc, char **argv)
 
 	double start = now_s();
 	for (unsigned p = 0; p < o.producers; p++)
-		pids[n++] = spawn(producer_body, fd, &o, p, tally);
+		pids[n++] = spawn(run_producer, fd, &o, p, tally);
 	int failed = 0;
 	for (unsigned i = 0; i < n; i++) {
 		int status;
