@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -36,6 +37,8 @@ struct conn {
 	int fd;
 	struct reg_client client;
 	struct reply *pending; /* a reply waiting for room in the socket */
+	int refused;           /* 0, or why its first request is to be refused (-EACCES, -EUSERS) */
+	char refusal[PROTO_TEXT_MAX + 1];
 	struct conn *prev, *next;
 };
 
@@ -46,12 +49,14 @@ static int watch_fd(struct loop *l, int op, int fd, uint32_t events, void *ptr)
 	return epoll_ctl(l->epfd, op, fd, &ev) == 0 ? 0 : -errno;
 }
 
-int loop_init(struct loop *l, int listen_fd, struct registry *reg, bool user_mode)
+int loop_init(struct loop *l, int listen_fd, struct registry *reg, struct account *acct, bool user_mode,
+	      void (*reload)(void *arg), void *reload_arg)
 {
 	sigset_t mask;
 	int rc;
 
-	*l = (struct loop){.epfd = -1, .listen_fd = listen_fd, .signal_fd = -1, .spare_fd = -1, .next_id = 1};
+	*l = (struct loop){.epfd = -1, .listen_fd = listen_fd, .signal_fd = -1, .spare_fd = -1, .next_id = 1,
+			   .acct = acct, .reload = reload, .reload_arg = reload_arg};
 	l->ctx.reg = reg;
 	l->ctx.user_mode = user_mode;
 	l->ctx.daemon_uid = geteuid();
@@ -110,6 +115,10 @@ static void conn_close(struct loop *l, struct conn *c, const char *why)
 	epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	registry_client_gone(l->ctx.reg, &c->client);
+	if (c->refused)
+		l->nrefused--;
+	else
+		account_disconnect(l->acct, c->client.cred.uid);
 	cred_free(&c->client.cred);
 	free(c->pending);
 	if (c->prev)
@@ -127,18 +136,56 @@ static void conn_close(struct loop *l, struct conn *c, const char *why)
 	accept_resume(l);
 }
 
+/*
+ * Whether @p c may stay: the [access] lists, then its user's connections.
+ * A refused connection is marked, to be answered at its first request, or
+ * @return false where too many wait so already.
+ */
+static bool conn_admit(struct loop *l, struct conn *c)
+{
+	const struct cred *cr = &c->client.cred;
+
+	if (!config_admits(l->acct->cfg, cr, l->ctx.daemon_uid)) {
+		c->refused = -EACCES;
+		snprintf(c->refusal, sizeof(c->refusal), "uid %u may not connect to this pinshmd (its [access] lists)",
+			 (unsigned)cr->uid);
+	} else {
+		c->refused = account_connect(l->acct, cr->uid, c->refusal, sizeof(c->refusal));
+		if (c->refused == 0)
+			return true;
+	}
+	bool keep = l->nrefused < LOOP_MAX_REFUSED;
+	log_warn("pid %d uid %u: connection refused: %s%s", (int)cr->pid, (unsigned)cr->uid, c->refusal,
+		 keep ? "" : " (closed at once: too many refused connections wait)");
+	if (keep)
+		l->nrefused++;
+	return keep;
+}
+
 static void conn_new(struct loop *l, int fd)
 {
 	struct conn *c = calloc(1, sizeof(*c));
 	int rc = c ? cred_from_socket(fd, &c->client.cred) : -ENOMEM;
+	bool admitted = false;
 
+	if (rc == 0 && !conn_admit(l, c)) {
+		cred_free(&c->client.cred);
+		free(c);
+		close(fd);
+		return;
+	}
 	if (rc == 0) {
+		admitted = true;
 		c->w.kind = WATCH_CONN;
 		c->fd = fd;
 		rc = watch_fd(l, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, c);
 	}
 	if (rc != 0) {
 		log_warn("refusing a connection: %s", strerror(-rc));
+		if (admitted && c->refused)
+			l->nrefused--;
+		else if (admitted)
+			account_disconnect(l->acct, c->client.cred.uid);
 		if (c)
 			cred_free(&c->client.cred);
 		free(c);
@@ -278,6 +325,11 @@ static void on_readable(struct loop *l, struct conn *c)
 			conn_close(l, c, strerror((int)-n));
 			return;
 		}
+		if (c->refused) {
+			request_deny(buf, (size_t)n, c->refused, c->refusal, &rep);
+			conn_reply(l, c, &rep);
+			return;
+		}
 		request_serve(&l->ctx, &c->client, buf, (size_t)n, &rep);
 		if (!conn_reply(l, c, &rep))
 			return;
@@ -290,7 +342,10 @@ static void on_signal(struct loop *l)
 
 	while (read(l->signal_fd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGHUP) {
-			log_notice("SIGHUP: nothing to reload");
+			if (l->reload)
+				l->reload(l->reload_arg);
+			else
+				log_notice("SIGHUP: nothing to reload");
 			continue;
 		}
 		log_notice("%s: stopping", strsignal((int)si.ssi_signo));

@@ -2,8 +2,14 @@
  * loop.h - pinshmd's event loop: one thread, epoll, non-blocking sockets.
  *
  * It watches the listening socket, every connection and a signalfd
- * (SIGTERM and SIGINT stop the daemon; SIGHUP is logged).  Each connection
- * is identified once, at accept, with SO_PEERCRED and SO_PEERGROUPS.  Its
+ * (SIGTERM and SIGINT stop the daemon; SIGHUP calls the reload hook).  Each
+ * connection is identified once, at accept, with SO_PEERCRED and
+ * SO_PEERGROUPS, and admitted by the [access] lists (config_admits()) and
+ * its user's max_connections (account_connect()).  A connection refused
+ * there is logged, then kept only until its first request, which gets an
+ * ERROR reply with the reason (-EACCES or -EUSERS) and closes it; at most
+ * LOOP_MAX_REFUSED wait so at once, beyond them a refused connection is
+ * closed at once, without a word.  Its
  * packets are served one by one (request.h), at most LOOP_BATCH per turn
  * so that one client cannot starve the others; a reply that does not fit
  * in the socket waits, and the connection is not read until it is sent.
@@ -26,12 +32,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "account.h"
 #include "registry.h"
 #include "request.h"
 
 #define LOOP_MAX_CONNECTIONS 1024u
 #define LOOP_BATCH 16u
 #define LOOP_ACCEPT_RETRY_MS 1000u
+#define LOOP_MAX_REFUSED 64u
 
 struct conn;
 
@@ -44,16 +52,23 @@ struct loop {
 	uint64_t accept_retry_at; /* CLOCK_MONOTONIC ms, while paused */
 	struct conn *conns; /* every open connection */
 	unsigned nconns;
+	unsigned nrefused;  /* of them, refused, waiting for their first request */
 	uint64_t next_id;
+	struct account *acct; /* connections counted per user; its config admits them */
+	void (*reload)(void *arg); /* on SIGHUP */
+	void *reload_arg;
 	struct request_ctx ctx;
 };
 
 /**
- * Set up the loop on listening socket @p listen_fd (not owned) and
- * registry @p reg.  SIGTERM, SIGINT and SIGHUP must be blocked already.
+ * Set up the loop on listening socket @p listen_fd, registry @p reg and
+ * accounts @p acct (none owned).  SIGTERM, SIGINT and SIGHUP must be
+ * blocked already.  @p reload (may be NULL) is called with @p reload_arg
+ * on each SIGHUP, between two events.
  * @return 0 or -errno.
  */
-int loop_init(struct loop *l, int listen_fd, struct registry *reg, bool user_mode);
+int loop_init(struct loop *l, int listen_fd, struct registry *reg, struct account *acct, bool user_mode,
+	      void (*reload)(void *arg), void *reload_arg);
 
 /** Serve until a signal or a SHUTDOWN request stops it. @return 0 or -errno (epoll failed). */
 int loop_run(struct loop *l);

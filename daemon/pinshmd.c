@@ -1,14 +1,16 @@
 /*
  * pinshmd.c - the pinshm daemon: main() is its lifecycle.
  *
- *   options -> log -> signals -> (detach) -> descriptor limit -> socket
- *   -> registry -> loop -> ready -> serve -> teardown in reverse
+ *   options -> log -> config -> signals -> (detach) -> descriptor limit
+ *   -> socket -> accounts -> registry -> loop -> ready -> serve
+ *   -> teardown in reverse
  *
  * See pinshmd(8).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +19,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "account.h"
+#include "config.h"
 #include "listen.h"
 #include "log.h"
 #include "loop.h"
+#include "notify.h"
 #include "protocol.h"
 #include "registry.h"
-#include "segment.h"
 
 /* Descriptors wanted: channels and connections, with room to spare. */
 #define WANTED_NOFILE (REGISTRY_MAX_CHANNELS + LOOP_MAX_CONNECTIONS + 64)
@@ -31,7 +35,16 @@ struct options {
 	bool foreground;
 	bool user_mode;
 	int verbose;
-	const char *socket_path; /* NULL: the default of the mode */
+	const char *socket_path; /* NULL: the config's, or the default of the mode */
+	const char *config_path; /* NULL: CONFIG_SYSTEM_FILE if it exists in system mode, else none */
+};
+
+/* What a reload needs. */
+struct daemon_config {
+	char *path;          /* absolute (the daemon changes folder), NULL: no file */
+	struct config *cfg;  /* in force */
+	struct account *acct;
+	const char *socket;  /* listened on */
 };
 
 static void usage(FILE *out)
@@ -40,6 +53,8 @@ static void usage(FILE *out)
 		"Usage: pinshmd [OPTION]...\n"
 		"The pinshm daemon: creates, pins and hands out shared-memory channels.\n"
 		"\n"
+		"  -c, --config FILE  read the configuration FILE (default: %s in\n"
+		"                     system mode if it exists, none in user mode)\n"
 		"  -f, --foreground   stay in the foreground and log to stderr (default:\n"
 		"                     detach and log to syslog)\n"
 		"  -s, --socket PATH  listen on PATH (default: %s, or in user\n"
@@ -48,14 +63,16 @@ static void usage(FILE *out)
 		"                     channels beyond RLIMIT_MEMLOCK are created unpinned\n"
 		"  -v, --verbose      log more (twice: debug)\n"
 		"      --version      print the versions and exit\n"
-		"  -h, --help         print this help and exit\n",
-		PROTO_SYSTEM_SOCKET);
+		"  -h, --help         print this help and exit\n"
+		"SIGHUP reloads the configuration file; SIGTERM and SIGINT stop the daemon.\n",
+		CONFIG_SYSTEM_FILE, PROTO_SYSTEM_SOCKET);
 }
 
 static void parse_options(int argc, char **argv, struct options *opt)
 {
 	enum { OPT_USER = 256, OPT_VERSION };
 	static const struct option longopts[] = {
+		{"config", required_argument, NULL, 'c'},
 		{"foreground", no_argument, NULL, 'f'},
 		{"socket", required_argument, NULL, 's'},
 		{"user", no_argument, NULL, OPT_USER},
@@ -67,8 +84,11 @@ static void parse_options(int argc, char **argv, struct options *opt)
 	int c;
 
 	*opt = (struct options){0};
-	while ((c = getopt_long(argc, argv, "fs:vh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:fs:vh", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'c':
+			opt->config_path = optarg;
+			break;
 		case 'f':
 			opt->foreground = true;
 			break;
@@ -185,25 +205,108 @@ static void raise_nofile(void)
 			 strerror(errno));
 }
 
+/* "N MiB" or "unlimited", for the log. */
+static const char *mib(uint64_t v, char *buf, size_t len)
+{
+	if (v == CONFIG_UNLIMITED)
+		return "unlimited";
+	snprintf(buf, len, "%llu MiB", (unsigned long long)(v >> 20));
+	return buf;
+}
+
+static void log_config(const char *what, const struct config *cfg)
+{
+	char b1[32], b2[32];
+
+	log_notice("%s%s%s: pin budget %s, default user quota %s, %u [user] section%s%s", what,
+		   cfg->path ? " " : "", cfg->path ? cfg->path : " (no configuration file)",
+		   mib(cfg->budget, b1, sizeof(b1)), mib(cfg->user_default.quota, b2, sizeof(b2)), cfg->nusers,
+		   cfg->nusers == 1 ? "" : "s", cfg->access_set ? ", access lists" : "");
+}
+
+/*
+ * The configuration file: -c FILE, else CONFIG_SYSTEM_FILE where it exists
+ * in system mode, else none.  Its path is made absolute for reloads (a
+ * detached daemon works in /).  @return 0 or -errno, logged.
+ */
+static int config_open(const struct options *opt, struct daemon_config *dc)
+{
+	const char *path = opt->config_path;
+	char why[512];
+
+	if (!path && !opt->user_mode && access(CONFIG_SYSTEM_FILE, F_OK) == 0)
+		path = CONFIG_SYSTEM_FILE;
+	if (path) {
+		dc->path = realpath(path, NULL);
+		if (!dc->path) {
+			int err = errno;
+			log_err("%s: %s", path, strerror(err));
+			return -err;
+		}
+	}
+	int rc = config_load(dc->path, &dc->cfg, why, sizeof(why));
+	if (rc != 0) {
+		log_err("%s", why);
+		free(dc->path);
+		dc->path = NULL;
+	}
+	return rc;
+}
+
+/* SIGHUP: read the file again; the new limits apply to the requests that
+ * follow.  A file with an error changes nothing. */
+static void config_reload(void *arg)
+{
+	struct daemon_config *dc = arg;
+	struct config *next;
+	char why[512];
+
+	if (!dc->path) {
+		log_notice("SIGHUP: no configuration file to reload");
+		return;
+	}
+	notify_systemd("RELOADING=1");
+	int rc = config_load(dc->path, &next, why, sizeof(why));
+	if (rc != 0) {
+		log_err("SIGHUP: %s: keeping the configuration in force", why);
+	} else {
+		if (next->socket && strcmp(next->socket, dc->socket) != 0)
+			log_warn("SIGHUP: the socket stays %s until a restart", dc->socket);
+		account_set_config(dc->acct, next);
+		config_free(dc->cfg);
+		dc->cfg = next;
+		log_config("SIGHUP: reloaded", next);
+	}
+	notify_systemd("READY=1");
+}
+
 int main(int argc, char **argv)
 {
 	struct options opt;
 	struct listener ln;
 	struct registry reg;
+	struct account acct;
 	struct loop loop;
+	struct daemon_config dc = {.acct = &acct};
 	char why[640];
 	int ready_fd = -1;
 	int rc;
 
 	parse_options(argc, argv, &opt);
 	log_open(opt.foreground, opt.verbose);
-	if (!opt.foreground) {
+	if (!opt.foreground)
 		log_to_stderr_too(true); /* until ready: startup errors reach the terminal */
+	if (config_open(&opt, &dc) != 0)
+		return EXIT_FAILURE;
+	if (!opt.socket_path)
+		opt.socket_path = dc.cfg->socket;
+	if (!opt.foreground)
 		ready_fd = daemonize();
-	}
 	rc = setup_signals();
 	if (rc != 0) {
 		log_err("signals: %s", strerror(-rc));
+		config_free(dc.cfg);
+		free(dc.path);
 		return EXIT_FAILURE;
 	}
 	raise_nofile();
@@ -211,27 +314,39 @@ int main(int argc, char **argv)
 	rc = listener_open(&ln, opt.socket_path, opt.user_mode, why, sizeof(why));
 	if (rc != 0) {
 		log_err("%s", why);
+		config_free(dc.cfg);
+		free(dc.path);
 		return EXIT_FAILURE;
 	}
-	segment_set_budget(0);
-	registry_init(&reg);
-	rc = loop_init(&loop, ln.fd, &reg, opt.user_mode);
+	dc.socket = ln.path;
+	account_init(&acct, dc.cfg);
+	registry_init(&reg, &acct);
+	rc = loop_init(&loop, ln.fd, &reg, &acct, opt.user_mode, config_reload, &dc);
 	if (rc != 0) {
 		log_err("event loop: %s", strerror(-rc));
 		listener_close(&ln);
+		config_free(dc.cfg);
+		free(dc.path);
 		return EXIT_FAILURE;
 	}
-	log_notice("pinshmd %s listening on %s (%s mode, protocol %u, layout %u, pin budget %llu MiB)",
-		   pinshm_version(), ln.path, opt.user_mode ? "user" : "system", PINSHM_PROTOCOL_VERSION,
-		   PINSHM_LAYOUT_VERSION, (unsigned long long)(segment_budget() >> 20));
+	log_notice("pinshmd %s listening on %s (%s mode, protocol %u, layout %u)", pinshm_version(), ln.path,
+		   opt.user_mode ? "user" : "system", PINSHM_PROTOCOL_VERSION, PINSHM_LAYOUT_VERSION);
+	log_config("configuration", dc.cfg);
 	if (ready_fd >= 0)
 		daemon_ready(ready_fd);
+	rc = notify_systemd("READY=1");
+	if (rc < 0)
+		log_warn("cannot notify systemd ($NOTIFY_SOCKET): %s", strerror(-rc));
 
 	rc = loop_run(&loop);
 
+	notify_systemd("STOPPING=1");
 	loop_fini(&loop);
 	registry_fini(&reg);
+	account_fini(&acct);
 	listener_close(&ln);
+	config_free(dc.cfg);
+	free(dc.path);
 	log_notice("stopped");
 	log_close();
 	return rc == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

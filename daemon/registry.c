@@ -50,6 +50,7 @@ static void channel_free(struct registry *r, struct channel *ch)
 	else
 		r->last = ch->prev;
 	r->count--;
+	account_release(r->acct, ch->uid, ch->seg.size, ch->seg.pinned);
 	segment_destroy(&ch->seg);
 	free(ch->holder);
 	free(ch);
@@ -101,9 +102,9 @@ static void take_ref(struct reg_client *c, struct channel *ch)
 	ch->refs++;
 }
 
-void registry_init(struct registry *r)
+void registry_init(struct registry *r, struct account *acct)
 {
-	*r = (struct registry){.next_id = 1};
+	*r = (struct registry){.next_id = 1, .acct = acct};
 }
 
 void registry_fini(struct registry *r)
@@ -116,6 +117,8 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 		    unsigned mode, bool persistent, struct channel **out, char *why, size_t whylen)
 {
 	struct seg_geometry g;
+	pinshm_channel_attr_t resolved = *attr;
+	size_t size;
 	int rc;
 
 	if (find(r, name)) {
@@ -126,7 +129,12 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 		snprintf(why, whylen, "the daemon holds %u channels, its most", r->count);
 		return -ENFILE;
 	}
-	if (seg_geometry_compute(attr, &g) != 0) {
+	rc = seg_geometry_compute(attr, &g);
+	if (rc == 0) {
+		resolved.max_message = g.max_message;
+		rc = pinshm_segment_size(&resolved, &size);
+	}
+	if (rc != 0) {
 		snprintf(why, whylen, "invalid geometry: kind %u, flags %#x, capacity %llu (a power of two, %u..%llu), "
 				      "max_message %u, producers %u (1..%u), consumers %u (1..%u)",
 			 attr->kind, attr->flags, (unsigned long long)attr->capacity, PINSHM_MIN_CAPACITY,
@@ -137,9 +145,16 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	rc = ref_room(c, NULL, why, whylen);
 	if (rc != 0)
 		return rc;
+	rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
+	if (rc != 0) {
+		log_info("channel '%s' refused to uid %u (pid %d): %s", name, (unsigned)c->cred.uid,
+			 (int)c->cred.pid, why);
+		return rc;
+	}
 	struct channel *ch = calloc(1, sizeof(*ch));
 	if (!ch || !(ch->holder = calloc(g.max_producers + g.max_consumers, sizeof(*ch->holder)))) {
 		free(ch);
+		account_release(r->acct, c->cred.uid, size, true);
 		snprintf(why, whylen, "out of memory");
 		return -ENOMEM;
 	}
@@ -148,18 +163,20 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	ch->uid = c->cred.uid;
 	ch->gid = c->cred.gid;
 	ch->mode = mode;
-	ch->attr = *attr;
-	ch->attr.max_message = g.max_message;
+	ch->attr = resolved;
 	ch->g = g;
 	rc = segment_create(&ch->seg, &ch->attr, name);
 	if (rc != 0) {
 		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
 		log_err("channel '%s': %s", name, why);
+		account_release(r->acct, c->cred.uid, size, true);
 		free(ch->holder);
 		free(ch);
 		return rc;
 	}
 
+	if (!ch->seg.pinned)
+		account_unpinned(r->acct, size); /* on the quota, not the budget */
 	ch->id = r->next_id++;
 	unsigned b = name_hash(name);
 	ch->hash_next = r->buckets[b];

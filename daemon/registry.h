@@ -4,8 +4,10 @@
  * A channel is a segment with a name (until unlinked), an owner uid and
  * gid, permission bits, and the connections that use it.  The rules:
  *
- * - CREATE: any client; the name must be free.  The creating connection
- *   holds a reference.  Owner: the creator's uid and primary gid.
+ * - CREATE: any client; the name must be free, and the owner's limits and
+ *   the budget must allow it (account.h): the channel's segment is
+ *   charged to its owner until the channel is destroyed.  The creating
+ *   connection holds a reference.  Owner: the creator's uid and primary gid.
  * - OPEN: allowed by cred_may() (read for a consumer, write for a
  *   producer).  The daemon claims a free endpoint of the role in the
  *   segment, for that connection, which holds a reference from then on.
@@ -31,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "account.h"
 #include "channel.h"
 #include "cred.h"
 #include "protocol.h"
@@ -70,9 +73,11 @@ struct registry {
 	struct channel *first, *last;
 	unsigned count;
 	uint64_t next_id;
+	struct account *acct; /* charged for every channel (not owned) */
 };
 
-void registry_init(struct registry *r);
+/** An empty registry that charges its channels to @p acct. */
+void registry_init(struct registry *r, struct account *acct);
 
 /** Destroy every channel without reaping: clients keep what they mapped. */
 void registry_fini(struct registry *r);
@@ -82,7 +87,11 @@ void registry_fini(struct registry *r);
  * client in @p why on failure (and on a success worth a warning).
  */
 
-/** Create channel @p name; @p out set to it. */
+/**
+ * Create channel @p name; @p out set to it.  Beyond the errors of the
+ * request (-EEXIST, -ENFILE, -EINVAL, -EMFILE, -ENOMEM), those of
+ * account_charge(): -EFBIG, -EUSERS, -EDQUOT, -ENOSPC.
+ */
 int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
 		    unsigned mode, bool persistent, struct channel **out, char *why, size_t whylen);
 

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -212,6 +213,23 @@ void request_refuse(int err, struct reply *out)
 		 err == -EMSGSIZE ? "request larger than 4096 bytes"
 		 : err == -EPROTO ? "descriptors or control data that were not asked for"
 				  : "malformed request");
+	out->fd = -1;
+	out->close_after = true;
+	finish(&rep, out);
+}
+
+void request_deny(const uint8_t *pkt, size_t len, int err, const char *text, struct reply *out)
+{
+	struct proto_msg *req = malloc(sizeof(*req));
+	struct proto_msg rep = {.h.type = PROTO_ERROR, .status = err};
+
+	/* The header is filled where it could be read: valid, or of another
+	 * version or type. */
+	int rc = req ? proto_decode(pkt, len, false, req) : -ENOMEM;
+	if (rc == 0 || rc == -EPROTO || rc == -EOPNOTSUPP)
+		rep.h.seq = req->h.seq;
+	free(req);
+	snprintf(rep.text, sizeof(rep.text), "%s", text);
 	out->fd = -1;
 	out->close_after = true;
 	finish(&rep, out);

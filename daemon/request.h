@@ -54,4 +54,12 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
  */
 void request_refuse(int err, struct reply *out);
 
+/**
+ * Build the ERROR reply to the packet @p pkt of @p len bytes from a
+ * connection that was refused at accept: status @p err (-EACCES, -EUSERS),
+ * message @p text, the packet's seq where its header can be read (else 0).
+ * The connection is to be closed after it.
+ */
+void request_deny(const uint8_t *pkt, size_t len, int err, const char *text, struct reply *out);
+
 #endif /* PINSHMD_REQUEST_H */

@@ -11,35 +11,10 @@
 #include "log.h"
 #include "segment.h"
 
-static uint64_t pin_budget;
-static uint64_t pinned_bytes;
-
-void segment_set_budget(uint64_t budget)
-{
-	if (budget == 0) {
-		long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-		budget = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : UINT64_MAX;
-	}
-	pin_budget = budget;
-}
-
-uint64_t segment_budget(void)
-{
-	return pin_budget;
-}
-
-uint64_t segment_pinned(void)
-{
-	return pinned_bytes;
-}
-
-/* Lock the daemon's mapping of @p s, within the budget. */
+/* Lock the daemon's mapping of @p s. */
 static void segment_pin(struct segment *s, const char *name)
 {
-	if (pinned_bytes + s->size > pin_budget || pinned_bytes + s->size < pinned_bytes) {
-		snprintf(s->pin_error, sizeof(s->pin_error), "over the pin budget of %llu bytes",
-			 (unsigned long long)pin_budget);
-	} else if (mlock2(s->base, s->size, 0) != 0) {
+	if (mlock2(s->base, s->size, 0) != 0) {
 		/* mlock2, not mlock: sanitizer runtimes turn mlock() into a no-op
 		 * that reports success, and a segment would pass for pinned. */
 		int err = errno;
@@ -49,7 +24,6 @@ static void segment_pin(struct segment *s, const char *name)
 			 err == ENOMEM || err == EPERM ? " (RLIMIT_MEMLOCK)" : "");
 	} else {
 		s->pinned = true;
-		pinned_bytes += s->size;
 		return;
 	}
 	log_warn("channel '%s': %zu bytes left unpinned: %s", name, s->size, s->pin_error);
@@ -91,11 +65,8 @@ fail:
 
 void segment_destroy(struct segment *s)
 {
-	if (s->base != MAP_FAILED && s->base != NULL) {
+	if (s->base != MAP_FAILED && s->base != NULL)
 		munmap(s->base, s->size); /* also unlocks */
-		if (s->pinned)
-			pinned_bytes -= s->size;
-	}
 	if (s->fd >= 0)
 		close(s->fd);
 	*s = (struct segment){.fd = -1, .base = MAP_FAILED};

@@ -6,8 +6,9 @@
  * holder of its descriptor can resize it and make a mapping fault; nothing
  * appears under /dev/shm.  The daemon maps it, locks it (mlock populates
  * it) and formats it.  Locking fails where RLIMIT_MEMLOCK forbids it (user
- * mode) or past the daemon's pin budget: the segment then stays unpinned,
- * with a warning logged, and says so (pinned false, pin_error).
+ * mode): the segment then stays unpinned, with a warning logged, and says
+ * so (pinned false, pin_error).  The budget of pinned bytes is checked
+ * before, by the caller (account.h).
  *
  * What the seals leave open: a holder may punch holes in the file
  * (fallocate), which zeroes pages of that channel and nothing else; the
@@ -30,16 +31,6 @@ struct segment {
 	bool sealed;   /* resizing sealed */
 	char pin_error[96]; /* why not pinned, "" if pinned */
 };
-
-/**
- * Set the most bytes the daemon pins, all segments together.  Beyond it,
- * new segments are left unpinned.  @p budget 0: half of physical memory.
- */
-void segment_set_budget(uint64_t budget);
-
-/** @return the pin budget and the bytes pinned now. */
-uint64_t segment_budget(void);
-uint64_t segment_pinned(void);
 
 /**
  * Create a segment for a channel of geometry @p attr named @p name (the

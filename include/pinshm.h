@@ -371,7 +371,9 @@ typedef struct pinshm_client pinshm_client_t;
  *        does not exist, the system socket /run/pinshm/socket.
  * @param out  set to the new client (close-on-exec socket), NULL on failure.
  * @return 0; -ENOENT (no socket there), -ECONNREFUSED (nobody listens),
- *         -EACCES (the socket is not ours to use), -ENAMETOOLONG,
+ *         -EACCES (the socket is not ours to use, or the daemon's [access]
+ *         lists do not admit the caller), -EUSERS (the caller's user has
+ *         as many connections open as the daemon allows it), -ENAMETOOLONG,
  *         -EPROTO (another protocol version: pinshm_client_error(NULL) says
  *         which), -ETIMEDOUT, -ECONNRESET, -ENOMEM.  The reason of a failure
  *         is kept for this thread in pinshm_client_error(NULL).
@@ -400,12 +402,17 @@ PINSHM_EXPORT const char *pinshm_client_error(const pinshm_client_t *c);
  * consumer, write as a producer, as for a file; any process that opens it
  * maps the whole segment writable).  Without PINSHM_PERSISTENT in @p flags
  * the channel lives while a connection that created or opened it is open.
- * Where the daemon cannot lock the segment in RAM (its RLIMIT_MEMLOCK, or
- * its budget), the channel is created unpinned: pinshm_client_error() and
- * pinshm_list() say so.
+ * The segment is charged to the caller's user until the channel is
+ * destroyed (pinshmd.conf(5)).  Where the daemon cannot lock the segment
+ * in RAM (its RLIMIT_MEMLOCK), the channel is created unpinned:
+ * pinshm_client_error() and pinshm_list() say so.
  * @return 0; -EINVAL (bad name, geometry, mode or flags), -EEXIST (the name
- *         is taken), -ENFILE (the daemon's channel table is full), -ENOMEM,
- *         or a transport error as pinshm_connect().
+ *         is taken), -ENFILE (the daemon's channel table is full), -EMFILE
+ *         (this connection references too many channels), -EFBIG (the
+ *         segment is over the daemon's max_segment_size), -EUSERS (the user
+ *         owns as many channels as it may), -EDQUOT (over the user's
+ *         quota), -ENOSPC (over the daemon's budget of pinned memory),
+ *         -ENOMEM, or a transport error as pinshm_connect().
  */
 PINSHM_EXPORT int pinshm_create(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr,
 				mode_t mode, unsigned flags);

@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,8 @@ struct daemon {
 	pid_t pid;
 	char dir[64];
 	char sock[128];
+	char conf[128]; /* DIR/pinshmd.conf, used where daemon_opts.config */
+	char log[128];  /* DIR/pinshmd.log, its stderr where daemon_opts.log */
 };
 
 struct daemon_opts {
@@ -60,6 +63,8 @@ struct daemon_opts {
 	rlim_t memlock;   /* RLIMIT_MEMLOCK to run with, 0: unchanged */
 	rlim_t nofile;    /* RLIMIT_NOFILE to run with, 0: unchanged */
 	bool no_socket;   /* no -s: the default path of the mode */
+	bool config;      /* -c d->conf */
+	bool log;         /* stderr to d->log */
 };
 
 static const char *pinshmd_path(void)
@@ -103,16 +108,25 @@ static void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
 		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
 			_exit(126);
 	}
+	if (o->log) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+			_exit(126);
+	}
 	if (o->as_user && (setgroups(0, NULL) != 0 || setgid(o->gid) != 0 || setuid(o->uid) != 0))
 		_exit(126);
 	/* After the credentials changed, which clears it. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(126);
-	const char *argv[8];
+	const char *argv[10];
 	int n = 0;
 	argv[n++] = "pinshmd";
 	argv[n++] = "-f";
+	if (o->config) {
+		argv[n++] = "-c";
+		argv[n++] = d->conf;
+	}
 	if (!o->system_mode)
 		argv[n++] = "--user";
 	if (!o->no_socket) {
@@ -143,7 +157,8 @@ static void daemon_wait_ready(struct daemon *d)
 	}
 }
 
-static void daemon_start_opts(struct daemon *d, const struct daemon_opts *o)
+/* The daemon's folder and paths, before it starts (a config to write there). */
+static void daemon_prepare(struct daemon *d, const struct daemon_opts *o)
 {
 	snprintf(d->dir, sizeof(d->dir), "/tmp/pinshm-check-XXXXXX");
 	ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
@@ -152,6 +167,13 @@ static void daemon_start_opts(struct daemon *d, const struct daemon_opts *o)
 	if (o->system_mode)
 		ck_assert_int_eq(chmod(d->dir, 0755), 0); /* others reach the 0666 socket */
 	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
+	snprintf(d->conf, sizeof(d->conf), "%s/pinshmd.conf", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/pinshmd.log", d->dir);
+}
+
+static void daemon_start_opts(struct daemon *d, const struct daemon_opts *o)
+{
+	daemon_prepare(d, o);
 	daemon_spawn(d, o);
 	daemon_wait_ready(d);
 }
@@ -185,6 +207,10 @@ static void daemon_cleanup_dir(struct daemon *d)
 
 	unlink(d->sock);
 	snprintf(path, sizeof(path), "%s.lock", d->sock);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/pinshmd.conf", d->dir); /* d->conf may be unset */
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/pinshmd.log", d->dir);
 	unlink(path);
 	rmdir(d->dir);
 }
@@ -1578,6 +1604,481 @@ START_TEST(test_foreign_user_daemon)
 END_TEST
 
 /* ======================================================================== */
+/* accounting: budget, quotas, per-user limits, access, the config file      */
+/* ======================================================================== */
+
+#define RELOAD_MS 10000 /* for a SIGHUP to take effect */
+
+/* Write the daemon's config file whole (a reload never reads half of it). */
+static void write_config(const struct daemon *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void write_config(const struct daemon *d, const char *fmt, ...)
+{
+	char tmp[160];
+	va_list ap;
+
+	snprintf(tmp, sizeof(tmp), "%s.new", d->conf);
+	FILE *f = fopen(tmp, "w");
+	ck_assert_msg(f != NULL, "%s: %s", tmp, strerror(errno));
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	ck_assert_int_eq(fchmod(fileno(f), 0644), 0);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(rename(tmp, d->conf), 0);
+}
+
+/* Whether the daemon's log file holds @p what. */
+static bool log_has(const struct daemon *d, const char *what)
+{
+	char line[1024];
+	bool found = false;
+	FILE *f = fopen(d->log, "r");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	fclose(f);
+	return found;
+}
+
+static void wait_log(const struct daemon *d, const char *what)
+{
+	uint64_t deadline = tu_now_ms() + RELOAD_MS;
+
+	while (!log_has(d, what)) {
+		ck_assert_msg(tu_now_ms() < deadline, "pinshmd's log never said '%s'", what);
+		tu_sleep_ms(10);
+	}
+}
+
+static size_t seg_size(const pinshm_channel_attr_t *attr)
+{
+	size_t size;
+
+	TU_RC(pinshm_segment_size(attr, &size), 0);
+	return size;
+}
+
+/*
+ * The sum that a refused create reports (after @p key, e.g. "bytes
+ * pinned"), polled until it is @p want: the daemon releases the channels
+ * of a closed connection when it sees the close.  A channel of geometry
+ * @p over must be refused with @p err whatever the sums.
+ */
+static void wait_sum(pinshm_client_t *c, const pinshm_channel_attr_t *over, int err, const char *fmt,
+		     unsigned long long want)
+{
+	uint64_t deadline = tu_now_ms() + RELOAD_MS;
+	unsigned long long got = ~0ull;
+
+	for (;;) {
+		CLIENT_RC(c, pinshm_create(c, "over", over, 0600, 0), err);
+		const char *msg = pinshm_client_error(c);
+		const char *p = strstr(msg, "exceeded: ");
+		ck_assert_msg(p && sscanf(p, fmt, &got) == 1, "cannot read the sum in '%s'", msg);
+		if (got == want)
+			return;
+		ck_assert_msg(tu_now_ms() < deadline, "the daemon says '%s': want %llu", msg, want);
+		tu_sleep_ms(10);
+	}
+}
+
+/* The budget, and the pinned sum back to 0 when the channels are gone. */
+START_TEST(test_budget)
+{
+	struct daemon d;
+	struct daemon_opts o = {.config = true};
+	pinshm_channel_attr_t attr, over;
+	char name[16];
+
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	tu_attr(&over, PINSHM_QUEUE, 4096 * KiB, 1, 1);
+	size_t size = seg_size(&attr);
+	daemon_prepare(&d, &o);
+	write_config(&d, "[daemon]\nbudget = %zu\n", 3 * size + size / 2);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+
+	for (int round = 0; round < 2; round++) {
+		pinshm_client_t *c = connect_ok(&d);
+		wait_sum(c, &over, -ENOSPC, "exceeded: %llu bytes pinned", 0);
+		for (int i = 0; i < 3; i++) {
+			snprintf(name, sizeof(name), "b%d", i);
+			CLIENT_RC(c, pinshm_create(c, name, &attr, 0600, 0), 0);
+		}
+		CLIENT_RC(c, pinshm_create(c, "b3", &attr, 0600, 0), -ENOSPC);
+		ck_assert_msg(strstr(pinshm_client_error(c), "pin budget exceeded") != NULL, "%s",
+			      pinshm_client_error(c));
+		ck_assert(!list_find(c, "b3", NULL, NULL));
+		wait_sum(c, &over, -ENOSPC, "exceeded: %llu bytes pinned", 3 * size);
+		pinshm_disconnect(c); /* destroys b0..b2: the next round starts from 0 */
+	}
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A user quota; root has one too. */
+START_TEST(test_quota)
+{
+	struct daemon d;
+	struct daemon_opts o = {.config = true};
+	pinshm_channel_attr_t attr, over;
+
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	tu_attr(&over, PINSHM_QUEUE, 4096 * KiB, 1, 1);
+	size_t size = seg_size(&attr);
+	daemon_prepare(&d, &o);
+	write_config(&d, "[daemon]\ndefault_user_quota = %zu\nbudget = 1G\n", 2 * size + 100);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+
+	pinshm_client_t *c = connect_ok(&d), *c2 = connect_ok(&d);
+	CLIENT_RC(c, pinshm_create(c, "q0", &attr, 0600, PINSHM_PERSISTENT), 0);
+	CLIENT_RC(c2, pinshm_create(c2, "q1", &attr, 0600, 0), 0); /* the user's, not the connection's */
+	CLIENT_RC(c, pinshm_create(c, "q2", &attr, 0600, 0), -EDQUOT);
+	ck_assert_msg(strstr(pinshm_client_error(c), "quota of uid 0 exceeded") != NULL, "%s",
+		      pinshm_client_error(c));
+	wait_sum(c, &over, -EDQUOT, "exceeded: %llu bytes used", 2 * size);
+	pinshm_disconnect(c2); /* q1 goes */
+	wait_sum(c, &over, -EDQUOT, "exceeded: %llu bytes used", size);
+	CLIENT_RC(c, pinshm_create(c, "q2", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_unlink(c, "q0"), 0); /* referenced by c still */
+	CLIENT_RC(c, pinshm_create(c, "q3", &attr, 0600, 0), -EDQUOT);
+	pinshm_disconnect(c);
+	c = connect_ok(&d);
+	wait_sum(c, &over, -EDQUOT, "exceeded: %llu bytes used", 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* max_segment_size, and the per-user channel limit of the defaults and of a
+ * [user] section. */
+START_TEST(test_channel_limits)
+{
+	struct daemon d;
+	struct daemon_opts o = {.config = true};
+	pinshm_channel_attr_t attr, big;
+
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	tu_attr(&big, PINSHM_QUEUE, 1024 * KiB, 1, 1);
+	daemon_prepare(&d, &o);
+	write_config(&d, "# limits\n[daemon]\nmax_channels_per_user = 1\nmax_segment_size = 512K\n"
+			 "[user 0]\nmax_channels = 2\n");
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_create(c, "big", &big, 0600, 0), -EFBIG);
+	CLIENT_RC(c, pinshm_create(c, "c0", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "c1", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "c2", &attr, 0600, 0), -EUSERS);
+	ck_assert_msg(strstr(pinshm_client_error(c), "owns 2 channels") != NULL, "%s", pinshm_client_error(c));
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+struct limited {
+	const char *sock;
+	uid_t uid;
+	gid_t gid;
+};
+
+/* As the test user: 2 connections, the third refused; 2 channels, the
+ * third refused; 1 channel of 1 MiB, unpinned or not, fits its quota. */
+static int limited_client(void *arg, int idx)
+{
+	struct limited *x = arg;
+	pinshm_client_t *c[3];
+	pinshm_channel_attr_t attr;
+
+	(void)idx;
+	if (setgroups(0, NULL) != 0 || setgid(x->gid) != 0 || setuid(x->uid) != 0)
+		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	for (int i = 0; i < 2; i++)
+		if (pinshm_connect(x->sock, &c[i]) != 0)
+			tu_child_fail(3, "connect %d: %s", i, pinshm_client_error(NULL));
+	int rc = pinshm_connect(x->sock, &c[2]);
+	if (rc != -EUSERS || !strstr(pinshm_client_error(NULL), "connections open"))
+		tu_child_fail(4, "third connection: %s (%s), want EUSERS", pinshm_strerror(rc),
+			      pinshm_client_error(NULL));
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	EXPECT(c[0], pinshm_create(c[0], "u0", &attr, 0600, 0), 0);
+	EXPECT(c[1], pinshm_create(c[1], "u1", &attr, 0600, 0), 0);
+	EXPECT(c[0], pinshm_create(c[0], "u2", &attr, 0600, 0), -EUSERS);
+	pinshm_disconnect(c[1]);
+	/* Its channel and connection are given back when the daemon sees the
+	 * close: retry for a while. */
+	uint64_t deadline = tu_now_ms() + RELOAD_MS;
+	while ((rc = pinshm_connect(x->sock, &c[1])) == -EUSERS && tu_now_ms() < deadline)
+		tu_sleep_ms(10);
+	if (rc != 0)
+		tu_child_fail(5, "connect again: %s", pinshm_client_error(NULL));
+	while ((rc = pinshm_create(c[1], "u2", &attr, 0600, 0)) == -EUSERS && tu_now_ms() < deadline)
+		tu_sleep_ms(10);
+	EXPECT(c[1], rc, 0);
+	pinshm_disconnect(c[0]);
+	pinshm_disconnect(c[1]);
+	return 0;
+}
+
+/* A [user] section for a user made for the test, in a system daemon; root
+ * keeps the defaults. */
+START_TEST(test_user_limits)
+{
+	struct daemon d;
+	struct daemon_opts o = {.system_mode = true, .config = true};
+	struct limited x;
+	struct tu_procs ps;
+	pinshm_channel_attr_t attr;
+
+	if (!test_user(&x.uid, &x.gid))
+		return;
+	daemon_prepare(&d, &o);
+	write_config(&d, "[daemon]\nmax_connections_per_user = 100\nmax_channels_per_user = 1\n"
+			 "[user %s]\nmax_connections = 2\nmax_channels = 2\n", TEST_USER);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	x.sock = d.sock;
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "limited user", limited_client, &x, 0);
+	tu_wait_all_ok(&ps, WAIT_MS);
+
+	pinshm_client_t *c = connect_ok(&d), *c2 = connect_ok(&d), *c3 = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "r0", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "r1", &attr, 0600, 0), -EUSERS);
+	pinshm_disconnect(c3);
+	pinshm_disconnect(c2);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A user-mode daemon of an ordinary user (RLIMIT_MEMLOCK 64 KiB): its
+ * unpinned channels count on the quota, not on the budget. */
+START_TEST(test_unpinned_quota)
+{
+	struct daemon d;
+	struct daemon_opts o = {.as_user = true, .memlock = 64 * KiB, .config = true};
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+
+	if (!test_user(&o.uid, &o.gid))
+		return;
+	tu_attr(&attr, PINSHM_QUEUE, 1024 * KiB, 1, 1);
+	size_t size = seg_size(&attr);
+	daemon_prepare(&d, &o);
+	write_config(&d, "[daemon]\nbudget = %zu\ndefault_user_quota = %zu\n", size + size / 2,
+		     2 * size + size / 2);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_create(c, "big0", &attr, 0600, 0), 0);
+	ck_assert_msg(strstr(pinshm_client_error(c), "not pinned") != NULL, "%s", pinshm_client_error(c));
+	CLIENT_RC(c, pinshm_create(c, "big1", &attr, 0600, 0), 0); /* not on the budget */
+	ck_assert(list_find(c, "big1", &e, NULL));
+	ck_assert(!(e.state & PINSHM_LIST_PINNED));
+	CLIENT_RC(c, pinshm_create(c, "big2", &attr, 0600, 0), -EDQUOT); /* on the quota */
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A config with an error: the daemon does not start, and says where. */
+START_TEST(test_bad_config)
+{
+	static const char *const bad[] = {
+		"[daemon]\nbudget = 1G\nmax_channels_per_user = many\n",
+		"[daemon]\nbudget = 1G\nno_such_key = 1\n",
+		"[daemon]\n\n[nowhere]\nquota = 1\n",
+		"[daemon]\nbudget = 1G\nthis is not ini\n",
+		"[access]\nallow_users = root\nallow_groups = pinshm-no-such-group\n",
+		"[daemon]\nbudget = 1G\nbudget = 2G\n",
+		"[daemon]\n# budget\n[user pinshm-no-such-user]\n",
+	};
+	static const unsigned line[] = {3, 3, 4, 3, 3, 3, 0};
+	char want[160], buf[32];
+
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct daemon d;
+		struct daemon_opts o = {.config = true, .log = true};
+		daemon_prepare(&d, &o);
+		write_config(&d, "%s", bad[i]);
+		daemon_spawn(&d, &o);
+		int st = daemon_wait_exit(&d, START_MS);
+		if (line[i] == 0) { /* a section without keys: ignored */
+			ck_assert_int_eq(st, -1);
+			daemon_wait_ready(&d);
+			daemon_stop_ok(&d);
+			continue;
+		}
+		ck_assert_msg(st != -1, "pinshmd started with config %u", i);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "config %u: %s", i,
+			      tu_status_str(st, buf, sizeof(buf)));
+		snprintf(want, sizeof(want), "%s:%u: ", d.conf, line[i]);
+		ck_assert_msg(log_has(&d, want), "config %u: its log does not say '%s'", i, want);
+		daemon_cleanup_dir(&d);
+	}
+}
+END_TEST
+
+/* SIGHUP: a new limit applies to the next request; a bad file changes
+ * nothing. */
+START_TEST(test_reload)
+{
+	struct daemon d;
+	struct daemon_opts o = {.config = true, .log = true};
+	pinshm_channel_attr_t attr;
+	int rc;
+
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	daemon_prepare(&d, &o);
+	write_config(&d, "[daemon]\nmax_channels_per_user = 1\n");
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_create(c, "h0", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "h1", &attr, 0600, 0), -EUSERS);
+
+	write_config(&d, "[daemon]\nmax_channels_per_user = 3\n");
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	uint64_t deadline = tu_now_ms() + RELOAD_MS;
+	while ((rc = pinshm_create(c, "h1", &attr, 0600, 0)) == -EUSERS && tu_now_ms() < deadline)
+		tu_sleep_ms(10);
+	CLIENT_RC(c, rc, 0);
+
+	write_config(&d, "[daemon]\nmax_channels_per_user = 9\nbudget = -1\n");
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	wait_log(&d, "keeping the configuration in force");
+	ck_assert(log_has(&d, ":3: budget"));
+	CLIENT_RC(c, pinshm_create(c, "h2", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "h3", &attr, 0600, 0), -EUSERS); /* still 3 */
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+struct access_try {
+	const char *sock;
+	uid_t uid;
+	gid_t gid;
+	int want;          /* what pinshm_connect() returns */
+	unsigned retry_ms; /* retry that long until it does */
+};
+
+static int access_client(void *arg, int idx)
+{
+	struct access_try *x = arg;
+	pinshm_client_t *c = NULL;
+	int rc;
+
+	(void)idx;
+	if (setgroups(0, NULL) != 0 || setgid(x->gid) != 0 || setuid(x->uid) != 0)
+		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	uint64_t deadline = tu_now_ms() + x->retry_ms;
+	while ((rc = pinshm_connect(x->sock, &c)) != x->want && tu_now_ms() < deadline)
+		tu_sleep_ms(10);
+	if (rc != x->want)
+		tu_child_fail(3, "connect: %s (%s), want %s", pinshm_strerror(rc), pinshm_client_error(NULL),
+			      pinshm_strerror(x->want));
+	if (rc == -EACCES && !strstr(pinshm_client_error(NULL), "may not connect"))
+		tu_child_fail(4, "refused, but it says: %s", pinshm_client_error(NULL));
+	pinshm_disconnect(c);
+	return 0;
+}
+
+/* [access]: the test user is refused, with a reason logged, until a reload
+ * lets its group in; root always connects. */
+START_TEST(test_access)
+{
+	struct daemon d;
+	struct daemon_opts o = {.system_mode = true, .config = true, .log = true};
+	struct access_try x = {.want = -EACCES};
+	struct tu_procs ps;
+
+	if (!test_user(&x.uid, &x.gid))
+		return;
+	daemon_prepare(&d, &o);
+	ck_assert_int_ne(x.uid, 12345);
+	/* A number need not name a user. */
+	write_config(&d, "[access]\nallow_users = 12345\n");
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	x.sock = d.sock;
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "refused user", access_client, &x, 0);
+	tu_wait_all_ok(&ps, WAIT_MS);
+	wait_log(&d, "connection refused");
+	pinshm_disconnect(connect_ok(&d)); /* root */
+
+	write_config(&d, "[access]\nallow_users = 12345\nallow_groups = %u\n", (unsigned)x.gid);
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	x.want = 0;
+	x.retry_ms = RELOAD_MS;
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "admitted user", access_client, &x, 0);
+	tu_wait_all_ok(&ps, WAIT_MS);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* Receive one datagram on @p fd as a string, waiting at most @p ms. */
+static bool recv_notify(int fd, char *buf, size_t cap, int ms)
+{
+	ssize_t n = raw_recv(fd, (uint8_t *)buf, cap - 1, ms);
+
+	if (n < 0)
+		return false;
+	buf[n] = '\0';
+	return true;
+}
+
+/* sd_notify without libsystemd: READY=1 once listening, RELOADING=1 and
+ * READY=1 around a reload, STOPPING=1 at the end. */
+START_TEST(test_notify)
+{
+	struct daemon d;
+	struct daemon_opts o = {.config = true};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char path[160], buf[256];
+
+	daemon_prepare(&d, &o);
+	write_config(&d, "[daemon]\nmax_channels_per_user = 4\n");
+	snprintf(path, sizeof(path), "%s/notify", d.dir);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(setenv("NOTIFY_SOCKET", path, 1), 0);
+	daemon_spawn(&d, &o);
+	unsetenv("NOTIFY_SOCKET");
+	ck_assert_msg(recv_notify(fd, buf, sizeof(buf), START_MS), "no READY=1");
+	ck_assert_str_eq(buf, "READY=1");
+	ck_assert(accepts(d.sock)); /* ready means listening */
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	ck_assert(recv_notify(fd, buf, sizeof(buf), CALL_MS));
+	ck_assert_str_eq(buf, "RELOADING=1");
+	ck_assert(recv_notify(fd, buf, sizeof(buf), CALL_MS));
+	ck_assert_str_eq(buf, "READY=1");
+	kill(d.pid, SIGTERM);
+	ck_assert(recv_notify(fd, buf, sizeof(buf), STOP_MS));
+	ck_assert_str_eq(buf, "STOPPING=1");
+	close(fd);
+	unlink(path);
+	int st = daemon_wait_exit(&d, STOP_MS);
+	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "pinshmd did not stop cleanly");
+	daemon_cleanup_dir(&d);
+}
+END_TEST
+
+/* ======================================================================== */
 
 static Suite *daemon_suite(void)
 {
@@ -1620,6 +2121,19 @@ static Suite *daemon_suite(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_permissions);
 	tcase_add_test(tc, test_foreign_user_daemon);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("accounting");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_budget);
+	tcase_add_test(tc, test_quota);
+	tcase_add_test(tc, test_channel_limits);
+	tcase_add_test(tc, test_user_limits);
+	tcase_add_test(tc, test_unpinned_quota);
+	tcase_add_test(tc, test_bad_config);
+	tcase_add_test(tc, test_reload);
+	tcase_add_test(tc, test_access);
+	tcase_add_test(tc, test_notify);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,240 @@
+/*
+ * ctl_output.c - pinshmctl's table and JSON output, and size parsing.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl_output.h"
+
+int ctl_parse_size(const char *s, uint64_t *out)
+{
+	uint64_t v = 0, unit = 1;
+	const char *p = s;
+
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			return -ERANGE;
+		v = v * 10 + d;
+	}
+	switch (*p) {
+	case '\0': break;
+	case 'k': case 'K': unit = 1ull << 10; p++; break;
+	case 'm': case 'M': unit = 1ull << 20; p++; break;
+	case 'g': case 'G': unit = 1ull << 30; p++; break;
+	default: return -EINVAL;
+	}
+	if (*p != '\0')
+		return -EINVAL;
+	if (v > UINT64_MAX / unit)
+		return -ERANGE;
+	*out = v * unit;
+	return 0;
+}
+
+void ctl_mode_string(uint32_t mode, char *buf)
+{
+	static const char letters[] = "rwx";
+
+	for (int i = 0; i < 9; i++)
+		buf[i] = mode & (0400u >> i) ? letters[i % 3] : '-';
+	buf[9] = '\0';
+}
+
+void ctl_size_string(uint64_t bytes, char *buf, size_t len)
+{
+	static const char units[] = "KMGTPE";
+	double v = (double)bytes;
+	int u = -1;
+
+	if (bytes < 1024) {
+		snprintf(buf, len, "%" PRIu64, bytes);
+		return;
+	}
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	/* Whole numbers as such (64K, not 64.0K); one decimal below 10. */
+	if (v == (double)(uint64_t)v || v >= 10)
+		snprintf(buf, len, "%.0f%c", v, units[u]);
+	else
+		snprintf(buf, len, "%.1f%c", v, units[u]);
+}
+
+/* The length of the valid UTF-8 sequence at @p s, or 0 if there is none. */
+static size_t utf8_len(const unsigned char *s)
+{
+	unsigned char c = s[0];
+	size_t n;
+	unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+	else
+		return 0;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+void ctl_json_string(FILE *out, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+
+	fputc('"', out);
+	while (*s) {
+		size_t n = utf8_len(s);
+		if (n == 0) {
+			fputs("\\ufffd", out);
+			s++;
+		} else if (*s == '"' || *s == '\\') {
+			fputc('\\', out);
+			fputc(*s++, out);
+		} else if (*s < 0x20 || *s == 0x7f) {
+			fprintf(out, "\\u%04x", *s++);
+		} else {
+			fwrite(s, 1, n, out);
+			s += n;
+		}
+	}
+	fputc('"', out);
+}
+
+/* The name of user @p uid, or its number, into @p buf. */
+static const char *user_name(uint32_t uid, char *buf, size_t len)
+{
+	const struct passwd *pw = getpwuid((uid_t)uid);
+
+	if (pw && pw->pw_name)
+		snprintf(buf, len, "%s", pw->pw_name);
+	else
+		snprintf(buf, len, "%" PRIu32, uid);
+	return buf;
+}
+
+static const char *group_name(uint32_t gid, char *buf, size_t len)
+{
+	const struct group *gr = getgrgid((gid_t)gid);
+
+	if (gr && gr->gr_name)
+		snprintf(buf, len, "%s", gr->gr_name);
+	else
+		snprintf(buf, len, "%" PRIu32, gid);
+	return buf;
+}
+
+static const char *kind_name(const pinshm_list_entry_t *e)
+{
+	if (e->kind == PINSHM_QUEUE)
+		return "queue";
+	if (e->kind == PINSHM_TOPIC)
+		return e->flags & PINSHM_OVERRUN ? "topic,overrun" : "topic";
+	return "?";
+}
+
+static const char *yes_no(bool b)
+{
+	return b ? "yes" : "no";
+}
+
+#define NAME_BUF 256
+
+void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n)
+{
+	int wname = 4, wkind = 4, wowner = 5, wgroup = 5;
+	char owner[NAME_BUF], group[NAME_BUF];
+
+	for (size_t i = 0; i < n; i++) {
+		int w = (int)strnlen(e[i].name, sizeof(e[i].name));
+		wname = w > wname ? w : wname;
+		w = (int)strlen(kind_name(&e[i]));
+		wkind = w > wkind ? w : wkind;
+		w = (int)strlen(user_name(e[i].uid, owner, sizeof(owner)));
+		wowner = w > wowner ? w : wowner;
+		w = (int)strlen(group_name(e[i].gid, group, sizeof(group)));
+		wgroup = w > wgroup ? w : wgroup;
+	}
+	fprintf(out, "%-*s  %-*s  %-*s  %-*s  %-9s  %6s  %-6s  %-6s  %-10s  %9s  %9s\n", wname, "NAME", wkind, "KIND",
+		wowner, "OWNER", wgroup, "GROUP", "MODE", "SIZE", "PINNED", "SEALED", "PERSISTENT", "PRODUCERS",
+		"CONSUMERS");
+	for (size_t i = 0; i < n; i++) {
+		char mode[10], size[16], prod[24], cons[24];
+		ctl_mode_string(e[i].mode, mode);
+		ctl_size_string(e[i].size, size, sizeof(size));
+		snprintf(prod, sizeof(prod), "%" PRIu32 "/%" PRIu32, e[i].producers, e[i].max_producers);
+		snprintf(cons, sizeof(cons), "%" PRIu32 "/%" PRIu32, e[i].consumers, e[i].max_consumers);
+		fprintf(out, "%-*.*s  %-*s  %-*s  %-*s  %-9s  %6s  %-6s  %-6s  %-10s  %9s  %9s\n", wname,
+			(int)sizeof(e[i].name) - 1, e[i].name, wkind, kind_name(&e[i]), wowner,
+			user_name(e[i].uid, owner, sizeof(owner)), wgroup, group_name(e[i].gid, group, sizeof(group)),
+			mode, size, yes_no(e[i].state & PINSHM_LIST_PINNED), yes_no(e[i].state & PINSHM_LIST_SEALED),
+			yes_no(e[i].state & PINSHM_LIST_PERSISTENT), prod, cons);
+	}
+}
+
+static void json_field_str(FILE *out, const char *key, const char *value)
+{
+	fprintf(out, ",\n    \"%s\": ", key);
+	ctl_json_string(out, value);
+}
+
+static void json_field_u64(FILE *out, const char *key, uint64_t value)
+{
+	fprintf(out, ",\n    \"%s\": %" PRIu64, key, value);
+}
+
+static void json_field_bool(FILE *out, const char *key, bool value)
+{
+	fprintf(out, ",\n    \"%s\": %s", key, value ? "true" : "false");
+}
+
+void ctl_print_json(FILE *out, const pinshm_list_entry_t *e, size_t n)
+{
+	char buf[NAME_BUF], name[PINSHM_NAME_MAX + 1];
+
+	fputc('[', out);
+	for (size_t i = 0; i < n; i++) {
+		char mode[10], octal[8];
+		/* The entry's name is terminated by the library; be safe anyway. */
+		snprintf(name, sizeof(name), "%.*s", (int)sizeof(name) - 1, e[i].name);
+		ctl_mode_string(e[i].mode, mode);
+		snprintf(octal, sizeof(octal), "%04" PRIo32, e[i].mode & 07777u);
+		fputs(i ? ",\n  {\n    \"name\": " : "\n  {\n    \"name\": ", out);
+		ctl_json_string(out, name);
+		json_field_str(out, "kind", e[i].kind == PINSHM_TOPIC ? "topic" : e[i].kind == PINSHM_QUEUE ? "queue" : "unknown");
+		json_field_bool(out, "overrun", e[i].flags & PINSHM_OVERRUN);
+		json_field_str(out, "owner", user_name(e[i].uid, buf, sizeof(buf)));
+		json_field_u64(out, "uid", e[i].uid);
+		json_field_str(out, "group", group_name(e[i].gid, buf, sizeof(buf)));
+		json_field_u64(out, "gid", e[i].gid);
+		json_field_str(out, "mode", octal);
+		json_field_str(out, "permissions", mode);
+		json_field_u64(out, "capacity", e[i].capacity);
+		json_field_u64(out, "max_message", e[i].max_message);
+		json_field_u64(out, "size", e[i].size);
+		json_field_bool(out, "pinned", e[i].state & PINSHM_LIST_PINNED);
+		json_field_bool(out, "sealed", e[i].state & PINSHM_LIST_SEALED);
+		json_field_bool(out, "persistent", e[i].state & PINSHM_LIST_PERSISTENT);
+		json_field_u64(out, "producers", e[i].producers);
+		json_field_u64(out, "max_producers", e[i].max_producers);
+		json_field_u64(out, "consumers", e[i].consumers);
+		json_field_u64(out, "max_consumers", e[i].max_consumers);
+		fputs("\n  }", out);
+	}
+	fputs(n ? "\n]\n" : "]\n", out);
+}

@@ -1,0 +1,42 @@
+/*
+ * ctl_output.h - how pinshmctl prints what the daemon reports: a table for
+ * people, JSON for programs, and the small conversions both need.
+ *
+ * The JSON is valid whatever the strings hold: every string goes through
+ * ctl_json_string(), which escapes quotes, backslashes and control
+ * characters and replaces bytes that are not UTF-8 with U+FFFD (channel
+ * names are restricted by the daemon, user and group names are not).
+ */
+#ifndef PINSHM_CTL_OUTPUT_H
+#define PINSHM_CTL_OUTPUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <pinshm.h>
+
+/**
+ * Parse a size: decimal digits, then an optional k, m or g (either case,
+ * powers of 1024).
+ * @return 0, or -EINVAL (not a size) / -ERANGE (does not fit 64 bits).
+ */
+int ctl_parse_size(const char *s, uint64_t *out);
+
+/** Write permission bits @p mode (0..0777) as "rwxr-x---" into @p buf (10 bytes at least). */
+void ctl_mode_string(uint32_t mode, char *buf);
+
+/** Write @p bytes as "512", "64K", "1.5M" ... into @p buf. */
+void ctl_size_string(uint64_t bytes, char *buf, size_t len);
+
+/** Write @p s as a JSON string, quotes included. */
+void ctl_json_string(FILE *out, const char *s);
+
+/** Print channels as an aligned table with a header line. */
+void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n);
+
+/** Print channels as a JSON array of objects, one per channel. */
+void ctl_print_json(FILE *out, const pinshm_list_entry_t *e, size_t n);
+
+#endif /* PINSHM_CTL_OUTPUT_H */

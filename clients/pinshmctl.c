@@ -1,0 +1,405 @@
+/*
+ * pinshmctl - look at and manage the channels of pinshmd.
+ *
+ * Uses only the public client API of libpinshm: one connection per run,
+ * one or a few requests, then exit.  Exit status: 0 done, 1 a request
+ * failed (the reason on stderr as "pinshmctl: WHAT: ERROR: DAEMON'S MESSAGE"),
+ * 2 bad usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pinshm.h>
+
+#include "ctl_output.h"
+
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+
+struct ctl {
+	const char *socket; /* -s, or NULL: where libpinshm looks by default */
+	bool json;
+};
+
+struct command {
+	const char *name;
+	int (*run)(struct ctl *o, int argc, char **argv);
+	const char *args, *summary;
+};
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Say what was wrong with the command line. @return EXIT_USAGE. */
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("pinshmctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nTry 'pinshmctl help'.\n", stderr);
+	return EXIT_USAGE;
+}
+
+/* Report a failed request as "pinshmctl: WHAT: ERROR[: DETAIL]". @return EXIT_FAILED. */
+static int request_failed(const char *what, int rc, const char *detail)
+{
+	fprintf(stderr, "pinshmctl: %s: %s", what, pinshm_strerror(rc));
+	if (detail && detail[0])
+		fprintf(stderr, ": %s", detail);
+	fputc('\n', stderr);
+	return EXIT_FAILED;
+}
+
+/* Connect, or report why not. @return 0 or EXIT_FAILED. */
+static int ctl_connect(const struct ctl *o, pinshm_client_t **c)
+{
+	int rc = pinshm_connect(o->socket, c);
+
+	return rc == 0 ? 0 : request_failed("connect", rc, pinshm_client_error(NULL));
+}
+
+/* getopt_long over a command's own arguments (argv[0] is the command). */
+static int next_option(int argc, char **argv, const struct option *longopts)
+{
+	int opt = getopt_long(argc, argv, ":", longopts, NULL);
+
+	if (opt == '?')
+		usage_error("%s: unknown option '%s'", argv[0], argv[optind - 1]);
+	else if (opt == ':')
+		usage_error("%s: option '%s' needs a value", argv[0], argv[optind - 1]);
+	return opt;
+}
+
+static void start_options(void)
+{
+	optind = 0; /* glibc: start over, on a new argv */
+	opterr = 0;
+}
+
+/* ---- ls ---------------------------------------------------------------- */
+
+static int cmd_ls(struct ctl *o, int argc, char **argv)
+{
+	static const struct option longopts[] = {{"json", no_argument, NULL, 'j'}, {0}};
+	pinshm_client_t *c;
+	pinshm_list_entry_t *e;
+	size_t n;
+	int opt;
+
+	start_options();
+	while ((opt = next_option(argc, argv, longopts)) != -1) {
+		if (opt != 'j')
+			return EXIT_USAGE;
+		o->json = true;
+	}
+	if (optind != argc)
+		return usage_error("ls: unexpected argument '%s'", argv[optind]);
+
+	if (ctl_connect(o, &c) != 0)
+		return EXIT_FAILED;
+	int rc = pinshm_list(c, &e, &n);
+	if (rc != 0) {
+		request_failed("ls", rc, pinshm_client_error(c));
+		pinshm_disconnect(c);
+		return EXIT_FAILED;
+	}
+	pinshm_disconnect(c);
+	if (o->json)
+		ctl_print_json(stdout, e, n);
+	else
+		ctl_print_table(stdout, e, n);
+	free(e);
+	return 0;
+}
+
+/* ---- create ------------------------------------------------------------ */
+
+/* Parse a count of endpoints: decimal, in [1, max]. */
+static bool parse_count(const char *s, unsigned max, uint32_t *out)
+{
+	unsigned long v = 0;
+
+	if (!*s || strspn(s, "0123456789") != strlen(s) || strlen(s) > 6)
+		return false;
+	v = strtoul(s, NULL, 10);
+	if (v < 1 || v > max)
+		return false;
+	*out = (uint32_t)v;
+	return true;
+}
+
+/* Parse permission bits: octal digits, 0..0777. */
+static bool parse_mode(const char *s, unsigned *out)
+{
+	char *end;
+
+	if (!*s || strspn(s, "01234567") != strlen(s))
+		return false;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 8);
+	if (errno || v > 0777)
+		return false;
+	*out = (unsigned)v;
+	return true;
+}
+
+/* Check the geometry before asking, to say which part is wrong. */
+static int check_geometry(const pinshm_channel_attr_t *a)
+{
+	size_t size;
+
+	if ((a->flags & PINSHM_OVERRUN) && a->kind != PINSHM_TOPIC)
+		return usage_error("create: --overrun applies to topics only (add --topic)");
+	if (a->capacity < PINSHM_MIN_CAPACITY || a->capacity > PINSHM_MAX_CAPACITY ||
+	    (a->capacity & (a->capacity - 1)) != 0)
+		return usage_error("create: --capacity must be a power of two from %uk to %llug",
+				   PINSHM_MIN_CAPACITY / 1024, PINSHM_MAX_CAPACITY >> 30);
+	if (a->max_message > a->capacity / 2 - 32)
+		return usage_error("create: --max-message must be at most capacity / 2 - 32 = %" PRIu64,
+				   a->capacity / 2 - 32);
+	if (pinshm_segment_size(a, &size) != 0)
+		return usage_error("create: invalid channel geometry");
+	return 0;
+}
+
+static int cmd_create(struct ctl *o, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"topic", no_argument, NULL, 't'},           {"overrun", no_argument, NULL, 'o'},
+		{"capacity", required_argument, NULL, 'c'},  {"max-message", required_argument, NULL, 'm'},
+		{"producers", required_argument, NULL, 'P'}, {"consumers", required_argument, NULL, 'C'},
+		{"mode", required_argument, NULL, 'M'},      {"persistent", no_argument, NULL, 'p'},
+		{0}};
+	pinshm_channel_attr_t attr;
+	unsigned mode = 0600, flags = 0;
+	uint64_t v;
+	int opt;
+
+	pinshm_channel_attr_init(&attr);
+	start_options();
+	while ((opt = next_option(argc, argv, longopts)) != -1) {
+		switch (opt) {
+		case 't': attr.kind = PINSHM_TOPIC; break;
+		case 'o': attr.flags |= PINSHM_OVERRUN; break;
+		case 'p': flags |= PINSHM_PERSISTENT; break;
+		case 'c':
+			if (ctl_parse_size(optarg, &v) != 0)
+				return usage_error("create: bad --capacity '%s' (a size: 65536, 64k, 1m)", optarg);
+			attr.capacity = v;
+			break;
+		case 'm':
+			if (ctl_parse_size(optarg, &v) != 0 || v > UINT32_MAX)
+				return usage_error("create: bad --max-message '%s' (a size: 1024, 4k)", optarg);
+			attr.max_message = (uint32_t)v;
+			break;
+		case 'P':
+			if (!parse_count(optarg, PINSHM_MAX_PRODUCERS, &attr.max_producers))
+				return usage_error("create: --producers must be from 1 to %u", PINSHM_MAX_PRODUCERS);
+			break;
+		case 'C':
+			if (!parse_count(optarg, PINSHM_MAX_CONSUMERS, &attr.max_consumers))
+				return usage_error("create: --consumers must be from 1 to %u", PINSHM_MAX_CONSUMERS);
+			break;
+		case 'M':
+			if (!parse_mode(optarg, &mode))
+				return usage_error("create: --mode must be octal permission bits, 0 to 0777");
+			break;
+		default: return EXIT_USAGE;
+		}
+	}
+	if (optind + 1 != argc)
+		return optind == argc ? usage_error("create: which channel? (create NAME [OPTION]...)")
+				      : usage_error("create: unexpected argument '%s'", argv[optind + 1]);
+	const char *name = argv[optind];
+	int rc = check_geometry(&attr);
+	if (rc != 0)
+		return rc;
+
+	pinshm_client_t *c;
+	char what[PINSHM_NAME_MAX + 64];
+	snprintf(what, sizeof(what), "create %.*s", PINSHM_NAME_MAX + 8, name);
+	if (ctl_connect(o, &c) != 0)
+		return EXIT_FAILED;
+	rc = pinshm_create(c, name, &attr, (mode_t)mode, flags);
+	if (rc != 0) {
+		request_failed(what, rc, pinshm_client_error(c));
+		pinshm_disconnect(c);
+		return EXIT_FAILED;
+	}
+	if (pinshm_client_error(c)[0]) /* a warning, such as "created unpinned" */
+		fprintf(stderr, "pinshmctl: %s: pinshmd says: %s\n", what, pinshm_client_error(c));
+	if (!(flags & PINSHM_PERSISTENT))
+		fprintf(stderr, "pinshmctl: %s: not persistent: the channel is destroyed when pinshmctl "
+				"disconnects (use --persistent to keep it)\n", what);
+	pinshm_disconnect(c);
+	return 0;
+}
+
+/* ---- rm, shutdown ------------------------------------------------------ */
+
+static int cmd_rm(struct ctl *o, int argc, char **argv)
+{
+	static const struct option longopts[] = {{0}};
+	pinshm_client_t *c;
+	int status = 0;
+
+	start_options();
+	if (next_option(argc, argv, longopts) != -1)
+		return EXIT_USAGE;
+	if (optind == argc)
+		return usage_error("rm: which channel? (rm NAME...)");
+	if (ctl_connect(o, &c) != 0)
+		return EXIT_FAILED;
+	for (int i = optind; i < argc; i++) {
+		int rc = pinshm_unlink(c, argv[i]);
+		if (rc != 0) {
+			char what[PINSHM_NAME_MAX + 64];
+			snprintf(what, sizeof(what), "rm %.*s", PINSHM_NAME_MAX + 8, argv[i]);
+			status = request_failed(what, rc, pinshm_client_error(c));
+		}
+	}
+	pinshm_disconnect(c);
+	return status;
+}
+
+static int cmd_shutdown(struct ctl *o, int argc, char **argv)
+{
+	pinshm_client_t *c;
+
+	if (argc > 1)
+		return usage_error("shutdown: unexpected argument '%s'", argv[1]);
+	if (ctl_connect(o, &c) != 0)
+		return EXIT_FAILED;
+	int rc = pinshm_daemon_shutdown(c);
+	if (rc != 0)
+		request_failed("shutdown", rc, pinshm_client_error(c));
+	pinshm_disconnect(c);
+	return rc == 0 ? 0 : EXIT_FAILED;
+}
+
+/* ---- version, help ----------------------------------------------------- */
+
+static int cmd_version(struct ctl *o, int argc, char **argv)
+{
+	pinshm_client_t *c;
+
+	if (argc > 1)
+		return usage_error("version: unexpected argument '%s'", argv[1]);
+	/* Connecting succeeds only with a daemon of our protocol version. */
+	int rc = pinshm_connect(o->socket, &c);
+	const char *why = rc == 0 ? "" : pinshm_client_error(NULL)[0] ? pinshm_client_error(NULL) : pinshm_strerror(rc);
+	if (o->json) {
+		printf("{\n  \"pinshmctl\": \"%d.%d.%d\",\n  \"library\": ", PINSHM_VERSION_MAJOR, PINSHM_VERSION_MINOR,
+		       PINSHM_VERSION_PATCH);
+		ctl_json_string(stdout, pinshm_version());
+		printf(",\n  \"protocol\": %d,\n  \"layout\": %d,\n  \"daemon\": {\"reachable\": %s", PINSHM_PROTOCOL_VERSION,
+		       PINSHM_LAYOUT_VERSION, rc == 0 ? "true" : "false");
+		if (rc == 0) {
+			printf(", \"protocol\": %d}\n}\n", PINSHM_PROTOCOL_VERSION);
+		} else {
+			fputs(", \"error\": ", stdout);
+			ctl_json_string(stdout, why);
+			fputs("}\n}\n", stdout);
+		}
+	} else {
+		printf("pinshmctl %d.%d.%d\n", PINSHM_VERSION_MAJOR, PINSHM_VERSION_MINOR, PINSHM_VERSION_PATCH);
+		printf("library   %s\nprotocol  %d\nlayout    %d\n", pinshm_version(), PINSHM_PROTOCOL_VERSION,
+		       PINSHM_LAYOUT_VERSION);
+		if (rc == 0)
+			printf("daemon    reachable, protocol %d\n", PINSHM_PROTOCOL_VERSION);
+		else
+			printf("daemon    not reachable: %s\n", why);
+	}
+	pinshm_disconnect(c);
+	return 0;
+}
+
+static void usage(FILE *to);
+
+static int cmd_help(struct ctl *o, int argc, char **argv)
+{
+	(void)o, (void)argc, (void)argv;
+	usage(stdout);
+	return 0;
+}
+
+static const struct command commands[] = {
+	{"ls", cmd_ls, "[--json]",
+	 "list the channels: name, kind, owner, group, mode, size, pinned, sealed, persistent, endpoints"},
+	{"create", cmd_create,
+	 "NAME [--topic [--overrun]] [--capacity SIZE] [--max-message SIZE]\n"
+	 "         [--producers N] [--consumers N] [--mode OCTAL] [--persistent]",
+	 "create a channel (default: a queue, 1m per producer, 4 producers, 1 consumer, mode 0600)"},
+	{"rm", cmd_rm, "NAME...", "remove channel names (users that opened them keep them)"},
+	{"shutdown", cmd_shutdown, "", "stop the daemon (mapped channels keep working)"},
+	{"version", cmd_version, "", "print the library, protocol and layout versions; whether the daemon answers"},
+	{"help", cmd_help, "", "print this help"},
+	{NULL, NULL, NULL, NULL},
+};
+
+static void usage(FILE *to)
+{
+	fputs("usage: pinshmctl [-s SOCKET] [--json] COMMAND [ARG]...\n"
+	      "  -s, --socket SOCKET  the daemon's socket (default: $PINSHM_SOCKET, then the\n"
+	      "                       user-mode socket, then /run/pinshm/socket)\n"
+	      "  -j, --json           print listings as JSON\n"
+	      "  -h, --help           print this help\n"
+	      "  -V, --version        same as the version command\n"
+	      "commands:\n",
+	      to);
+	for (const struct command *cmd = commands; cmd->name; cmd++)
+		fprintf(to, "  %s%s%s\n      %s\n", cmd->name, cmd->args[0] ? " " : "", cmd->args, cmd->summary);
+	fputs("sizes take a k, m or g suffix (powers of 1024).\n"
+	      "exit status: 0 done, 1 a request failed, 2 bad usage.  See pinshmctl(1).\n",
+	      to);
+}
+
+static const struct command *find_command(const char *name)
+{
+	for (const struct command *cmd = commands; cmd->name; cmd++)
+		if (strcmp(cmd->name, name) == 0)
+			return cmd;
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"socket", required_argument, NULL, 's'}, {"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},         {"version", no_argument, NULL, 'V'},
+		{0}};
+	struct ctl o = {0};
+	bool version = false;
+	int opt;
+
+	opterr = 0;
+	/* '+': stop at the command, whose options are its own. */
+	while ((opt = getopt_long(argc, argv, "+:s:jhV", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 's': o.socket = optarg; break;
+		case 'j': o.json = true; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': version = true; break;
+		case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+		default: return usage_error("unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (version)
+		return cmd_version(&o, 1, (char *[]){"version", NULL});
+	if (optind == argc) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	const struct command *cmd = find_command(argv[optind]);
+	if (!cmd)
+		return usage_error("unknown command '%s'", argv[optind]);
+	return cmd->run(&o, argc - optind, argv + optind);
+}

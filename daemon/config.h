@@ -1,0 +1,90 @@
+/*
+ * config.h - pinshmd's configuration file (pinshmd.conf(5)).
+ *
+ * An INI file read with libinih.  config_load() reads one whole file into
+ * a fresh struct config, or fails with the first error as "FILE:LINE:
+ * what" and leaves nothing behind: the daemon refuses to start on it, and
+ * a reload keeps the configuration it had.  Every key is checked: an
+ * unknown section or key, a key given twice, a bad value, a user or group
+ * that does not exist are errors.
+ *
+ * What the values mean is for the other modules: the budget and the limits
+ * for account.h, the access lists for config_admits().  A config is never
+ * changed once loaded; a reload makes a new one.
+ */
+#ifndef PINSHMD_CONFIG_H
+#define PINSHMD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cred.h"
+
+/* The configuration file of a system daemon started without -c. */
+#define CONFIG_SYSTEM_FILE "/etc/pinshm/pinshmd.conf"
+
+/* A limit that is not set. */
+#define CONFIG_UNLIMITED UINT64_MAX
+
+/* The limits of one user; each CONFIG_UNLIMITED where none applies. */
+struct config_limits {
+	uint64_t quota;           /* bytes of the user's channels' segments */
+	uint64_t max_connections; /* connections open at once */
+	uint64_t max_channels;    /* channels owned, alive (named or not) */
+};
+
+/* A [user NAME] section: what it sets, the rest from [daemon]. */
+struct config_user {
+	uid_t uid;
+	bool has_quota, has_connections, has_channels;
+	struct config_limits limits;
+};
+
+struct config {
+	char *path;                 /* the file read, NULL: no file (every default) */
+	char *socket;               /* [daemon] socket, NULL: not set */
+	uint64_t budget;            /* pinned bytes, all users together (default: half of RAM) */
+	uint64_t max_segment_size;  /* bytes of one channel's segment */
+	struct config_limits user_default; /* default_user_quota, max_*_per_user */
+	struct config_user *users;  /* [user ...] sections, in file order */
+	unsigned nusers;
+	bool access_set;            /* [access] has allow_users or allow_groups */
+	uid_t *allow_uids;
+	unsigned nallow_uids;
+	gid_t *allow_gids;
+	unsigned nallow_gids;
+};
+
+/**
+ * Read the configuration file @p path (NULL: none, every default).
+ * @param out    set to a new config (free with config_free()) on success.
+ * @param why    on failure, "PATH:LINE: what is wrong" (or "PATH: ..."
+ *               for a file that cannot be read or is not safe).
+ * @return 0; -ENOENT, -EACCES...: the file cannot be opened; -EPERM: run
+ *         as root, a file that another user owns or may write; -EINVAL: a
+ *         syntax error or a bad key or value; -ENOMEM.
+ */
+int config_load(const char *path, struct config **out, char *why, size_t whylen);
+
+void config_free(struct config *cfg);
+
+/** The limits that apply to @p uid: its [user] section over the defaults. */
+struct config_limits config_limits_of(const struct config *cfg, uid_t uid);
+
+/**
+ * Whether the [access] lists admit a connection of @p c: always when no
+ * list is set, always root and @p daemon_uid; otherwise its uid is in
+ * allow_users or its primary or a supplementary group is in allow_groups.
+ */
+bool config_admits(const struct config *cfg, const struct cred *c, uid_t daemon_uid);
+
+/**
+ * Parse a size: digits, then optionally K, M, G or T (powers of 1024, case
+ * ignored, an optional "iB" or "B" after it), or "unlimited" where
+ * @p unlimited_ok.  @return 0 or -EINVAL (also on overflow).
+ */
+int config_parse_size(const char *s, bool unlimited_ok, uint64_t *out);
+
+#endif /* PINSHMD_CONFIG_H */

@@ -1,0 +1,20 @@
+/*
+ * notify.h - tell systemd how the daemon stands (sd_notify(3), without
+ * libsystemd): one datagram to the socket that $NOTIFY_SOCKET names.
+ *
+ * Under a unit of Type=notify, pinshmd sends READY=1 once it listens,
+ * RELOADING=1 then READY=1 around a reload, STOPPING=1 when it stops.
+ * Without $NOTIFY_SOCKET (not started by systemd) every call does nothing.
+ */
+#ifndef PINSHMD_NOTIFY_H
+#define PINSHMD_NOTIFY_H
+
+/**
+ * Send @p state ("READY=1", ..., newline-separated assignments) to the
+ * service manager.  An abstract socket is named with a leading '@'.
+ * @return 1 sent, 0 no $NOTIFY_SOCKET, or -errno (logged by the caller
+ *         if it cares; the daemon serves on either way).
+ */
+int notify_systemd(const char *state);
+
+#endif /* PINSHMD_NOTIFY_H */

@@ -1,0 +1,738 @@
+/*
+ * check_pinshmctl.c - pinshmctl, end to end, and its output module.
+ *
+ * The "commands" and "errors" tests start a real pinshmd --user in the
+ * foreground on a socket in a fresh folder under /tmp (the one just built:
+ * $PINSHMD), run the pinshmctl just built ($PINSHMCTL) against it, and check
+ * its exit status, its output and what the daemon then lists.  The daemon
+ * dies with the test process (PR_SET_PDEATHSIG).  The "output" tests call
+ * the table/JSON module directly.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ctl_output.h"
+#include "pinshm.h"
+#include "testutil.h"
+
+#define START_MS 15000 /* for the daemon to accept */
+#define STOP_MS 10000  /* for it to exit */
+#define RUN_MS 20000   /* for one pinshmctl run */
+
+/* ======================================================================== */
+/* the daemon (the same start/stop logic as check_daemon.c)                 */
+/* ======================================================================== */
+
+struct daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+static const char *env_path(const char *var, const char *fallback)
+{
+	const char *p = getenv(var);
+
+	return p && p[0] ? p : fallback;
+}
+
+static bool accepts(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* Wait up to @p ms for the daemon to exit. @return its wait status, or -1. */
+static int daemon_wait_exit(struct daemon *d, int ms)
+{
+	uint64_t deadline = tu_now_ms() + (uint64_t)ms;
+	int st;
+
+	while (tu_now_ms() < deadline) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			return st;
+		}
+		tu_sleep_ms(5);
+	}
+	return -1;
+}
+
+/* mkdtemp, then pinshmd --user -f -s DIR/sock; wait until it accepts. */
+static void daemon_start(struct daemon *d)
+{
+	pid_t parent = getpid();
+	char buf[32];
+
+	snprintf(d->dir, sizeof(d->dir), "/tmp/pinshmctl-check-XXXXXX");
+	ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
+	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
+	fflush(stdout);
+	fflush(stderr);
+	d->pid = fork();
+	ck_assert_msg(d->pid >= 0, "fork: %s", strerror(errno));
+	if (d->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(126);
+		execl(env_path("PINSHMD", "daemon/pinshmd"), "pinshmd", "-f", "--user", "-s", d->sock, (char *)NULL);
+		fprintf(stderr, "exec pinshmd: %s\n", strerror(errno));
+		_exit(127);
+	}
+	uint64_t deadline = tu_now_ms() + START_MS;
+	while (!accepts(d->sock)) {
+		int st;
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			ck_abort_msg("pinshmd exited at start: %s", tu_status_str(st, buf, sizeof(buf)));
+		}
+		ck_assert_msg(tu_now_ms() < deadline, "pinshmd does not accept on %s", d->sock);
+		tu_sleep_ms(10);
+	}
+}
+
+static void daemon_cleanup_dir(struct daemon *d)
+{
+	static const char *const files[] = {"sock", "sock.lock", "out", "err"};
+	char path[192];
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", d->dir, files[i]);
+		unlink(path);
+	}
+	rmdir(d->dir);
+}
+
+/* SIGTERM (unless it already stopped), and check that it exits 0. */
+static void daemon_stop_ok(struct daemon *d)
+{
+	char buf[32];
+
+	if (d->pid > 0) {
+		kill(d->pid, SIGTERM);
+		int st = daemon_wait_exit(d, STOP_MS);
+		if (st == -1) {
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, &st, 0);
+			d->pid = 0;
+			ck_abort_msg("pinshmd did not stop on SIGTERM");
+		}
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pinshmd: %s",
+			      tu_status_str(st, buf, sizeof(buf)));
+	}
+	daemon_cleanup_dir(d);
+}
+
+/* ======================================================================== */
+/* running pinshmctl                                                         */
+/* ======================================================================== */
+
+struct run {
+	int status; /* exit status */
+	char out[32768];
+	char err[4096];
+};
+
+static void read_file(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t n = 0;
+
+	ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
+	for (;;) {
+		ssize_t r = read(fd, buf + n, len - 1 - n);
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	buf[n] = '\0';
+}
+
+/*
+ * Run pinshmctl with @p args (NULL-terminated), its output into files in
+ * @p dir; fail the test if it does not exit in time or is killed.
+ */
+static void ctl_runv(const char *dir, struct run *r, const char *const *args)
+{
+	char out[160], err[160], buf[32];
+	const char *argv[32];
+	int n = 0, st;
+
+	snprintf(out, sizeof(out), "%s/out", dir);
+	snprintf(err, sizeof(err), "%s/err", dir);
+	argv[n++] = "pinshmctl";
+	for (; *args && n < 31; args++)
+		argv[n++] = *args;
+	argv[n] = NULL;
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		int ofd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (ofd < 0 || efd < 0 || dup2(ofd, 1) < 0 || dup2(efd, 2) < 0)
+			_exit(126);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execv(env_path("PINSHMCTL", "clients/pinshmctl"), (char *const *)argv);
+		fprintf(stderr, "exec pinshmctl: %s\n", strerror(errno));
+		_exit(127);
+	}
+	uint64_t deadline = tu_now_ms() + RUN_MS;
+	while (waitpid(pid, &st, WNOHANG) != pid) {
+		if (tu_now_ms() > deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			ck_abort_msg("pinshmctl %s did not exit in %d ms", argv[1], RUN_MS);
+		}
+		tu_sleep_ms(2);
+	}
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 126, "pinshmctl %s: %s", argv[1],
+		      tu_status_str(st, buf, sizeof(buf)));
+	r->status = WEXITSTATUS(st);
+	read_file(out, r->out, sizeof(r->out));
+	read_file(err, r->err, sizeof(r->err));
+}
+
+/* Run "pinshmctl -s SOCK ARGS..." and fail the test unless it exits @p want. */
+#define CTL(d, r, want, ...)                                                                                  \
+	do {                                                                                                  \
+		ctl_runv((d)->dir, (r), (const char *const[]){"-s", (d)->sock, __VA_ARGS__, NULL});           \
+		ck_assert_msg((r)->status == (want), "pinshmctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", \
+			      #__VA_ARGS__, (r)->status, (want), (r)->out, (r)->err);                         \
+	} while (0)
+
+#define HAS(text, s) ck_assert_msg(strstr((text), (s)) != NULL, "'%s' not in:\n%s", (s), (text))
+#define HAS_NOT(text, s) ck_assert_msg(strstr((text), (s)) == NULL, "'%s' in:\n%s", (s), (text))
+
+/* The line of a table that starts with "@p name ". */
+static const char *table_line(const char *table, const char *name, char *line, size_t len)
+{
+	size_t nl = strlen(name);
+
+	for (const char *p = table; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (strncmp(p, name, nl) == 0 && p[nl] == ' ') {
+			size_t n = strcspn(p, "\n");
+			snprintf(line, len, "%.*s", (int)n, p);
+			return line;
+		}
+	return NULL;
+}
+
+/* ======================================================================== */
+/* a minimal JSON checker: the whole text is one valid JSON value            */
+/* ======================================================================== */
+
+static const char *json_value(const char *p);
+
+static const char *json_ws(const char *p)
+{
+	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+		p++;
+	return p;
+}
+
+static const char *json_string(const char *p)
+{
+	if (*p++ != '"')
+		return NULL;
+	while (*p != '"') {
+		if ((unsigned char)*p < 0x20)
+			return NULL;
+		if (*p == '\\') {
+			p++;
+			if (*p == 'u') {
+				for (int i = 1; i <= 4; i++)
+					if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
+						return NULL;
+				p += 4;
+			} else if (!*p || !strchr("\"\\/bfnrt", *p)) {
+				return NULL;
+			}
+		}
+		p++;
+	}
+	return p + 1;
+}
+
+static const char *json_list(const char *p, char close, bool members)
+{
+	p = json_ws(p + 1);
+	if (*p == close)
+		return p + 1;
+	for (;;) {
+		if (members) {
+			p = json_string(json_ws(p));
+			if (!p || *(p = json_ws(p)) != ':')
+				return NULL;
+			p++;
+		}
+		p = json_value(p);
+		if (!p)
+			return NULL;
+		p = json_ws(p);
+		if (*p == close)
+			return p + 1;
+		if (*p++ != ',')
+			return NULL;
+	}
+}
+
+static const char *json_value(const char *p)
+{
+	p = json_ws(p);
+	if (*p == '{')
+		return json_list(p, '}', true);
+	if (*p == '[')
+		return json_list(p, ']', false);
+	if (*p == '"')
+		return json_string(p);
+	for (const char *const *w = (const char *const[]){"true", "false", "null", NULL}; *w; w++)
+		if (strncmp(p, *w, strlen(*w)) == 0)
+			return p + strlen(*w);
+	const char *start = p;
+	if (*p == '-')
+		p++;
+	p += strspn(p, "0123456789");
+	if (*p == '.')
+		p += 1 + strspn(p + 1, "0123456789");
+	return p > start && p[-1] >= '0' && p[-1] <= '9' ? p : NULL;
+}
+
+static bool json_valid(const char *text)
+{
+	const char *end = json_value(text);
+
+	return end && *json_ws(end) == '\0';
+}
+
+/* ======================================================================== */
+/* output                                                                    */
+/* ======================================================================== */
+
+START_TEST(test_parse_size)
+{
+	uint64_t v;
+
+	TU_RC(ctl_parse_size("4096", &v), 0);
+	ck_assert_uint_eq(v, 4096);
+	TU_RC(ctl_parse_size("64k", &v), 0);
+	ck_assert_uint_eq(v, 65536);
+	TU_RC(ctl_parse_size("2M", &v), 0);
+	ck_assert_uint_eq(v, 2u << 20);
+	TU_RC(ctl_parse_size("4g", &v), 0);
+	ck_assert_uint_eq(v, 4ull << 30);
+	TU_RC(ctl_parse_size("", &v), -EINVAL);
+	TU_RC(ctl_parse_size("k", &v), -EINVAL);
+	TU_RC(ctl_parse_size("-1", &v), -EINVAL);
+	TU_RC(ctl_parse_size("1kb", &v), -EINVAL);
+	TU_RC(ctl_parse_size("1t", &v), -EINVAL);
+	TU_RC(ctl_parse_size("0x10", &v), -EINVAL);
+	TU_RC(ctl_parse_size("18446744073709551616", &v), -ERANGE);
+	TU_RC(ctl_parse_size("17179869184g", &v), -ERANGE);
+}
+END_TEST
+
+START_TEST(test_mode_size_strings)
+{
+	char buf[32];
+
+	ctl_mode_string(0640, buf);
+	ck_assert_str_eq(buf, "rw-r-----");
+	ctl_mode_string(0777, buf);
+	ck_assert_str_eq(buf, "rwxrwxrwx");
+	ctl_mode_string(0, buf);
+	ck_assert_str_eq(buf, "---------");
+	ctl_size_string(512, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "512");
+	ctl_size_string(65536, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "64K");
+	ctl_size_string(1536 * 1024, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "1.5M");
+	ctl_size_string(3ull << 30, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "3G");
+}
+END_TEST
+
+/* ctl_json_string(@p in) into @p buf. */
+static void json_of(const char *in, char *buf, size_t len)
+{
+	FILE *f = fmemopen(buf, len, "w");
+
+	ck_assert_ptr_nonnull(f);
+	ctl_json_string(f, in);
+	fclose(f);
+}
+
+START_TEST(test_json_string)
+{
+	char buf[128];
+
+	json_of("plain-name.1", buf, sizeof(buf));
+	ck_assert_str_eq(buf, "\"plain-name.1\"");
+	json_of("a\"b\\c", buf, sizeof(buf));
+	ck_assert_str_eq(buf, "\"a\\\"b\\\\c\"");
+	json_of("tab\there\nnl\x01\x7f", buf, sizeof(buf));
+	ck_assert_str_eq(buf, "\"tab\\u0009here\\u000anl\\u0001\\u007f\"");
+	json_of("caf\xc3\xa9 \xe2\x82\xac", buf, sizeof(buf)); /* valid UTF-8 stays */
+	ck_assert_str_eq(buf, "\"caf\xc3\xa9 \xe2\x82\xac\"");
+	json_of("bad\xff\xc3(\xed\xa0\x80", buf, sizeof(buf)); /* invalid bytes, a surrogate */
+	ck_assert_str_eq(buf, "\"bad\\ufffd\\ufffd(\\ufffd\\ufffd\\ufffd\"");
+	ck_assert(json_valid(buf));
+}
+END_TEST
+
+START_TEST(test_json_list)
+{
+	pinshm_list_entry_t e[2] = {
+		{.name = "q", .kind = PINSHM_QUEUE, .capacity = 65536, .max_producers = 2, .max_consumers = 1,
+		 .state = PINSHM_LIST_PINNED, .uid = 4000000001u, .gid = 4000000001u, .mode = 0640, .size = 200000},
+		{.name = "t", .kind = PINSHM_TOPIC, .flags = PINSHM_OVERRUN, .capacity = 4096, .max_producers = 1,
+		 .max_consumers = 3, .state = PINSHM_LIST_SEALED | PINSHM_LIST_PERSISTENT, .mode = 0600},
+	};
+	char buf[4096];
+	FILE *f = fmemopen(buf, sizeof(buf), "w");
+
+	ctl_print_json(f, e, 2);
+	fclose(f);
+	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	HAS(buf, "\"owner\": \"4000000001\""); /* no such user: the number */
+	HAS(buf, "\"mode\": \"0640\"");
+	HAS(buf, "\"permissions\": \"rw-r-----\"");
+	HAS(buf, "\"overrun\": true");
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_json(f, e, 0);
+	fclose(f);
+	ck_assert_str_eq(buf, "[]\n");
+}
+END_TEST
+
+/* ======================================================================== */
+/* commands                                                                  */
+/* ======================================================================== */
+
+START_TEST(test_create_ls_rm)
+{
+	struct daemon d;
+	struct run r;
+	char line[512], mode[10];
+
+	daemon_start(&d);
+	CTL(&d, &r, 0, "ls");
+	HAS(r.out, "NAME");
+	HAS_NOT(r.out, "q1");
+
+	CTL(&d, &r, 0, "create", "q1", "--persistent", "--capacity", "64k", "--producers", "2", "--consumers", "3",
+	    "--mode", "640");
+	ck_assert_str_eq(r.out, "");
+	CTL(&d, &r, 0, "create", "--topic", "--overrun", "t.1", "--persistent", "--max-message", "1k", "--mode",
+	    "0604");
+	CTL(&d, &r, 0, "ls");
+	ck_assert_ptr_nonnull(table_line(r.out, "q1", line, sizeof(line)));
+	HAS(line, "queue");
+	HAS(line, "rw-r-----");
+	HAS(line, "0/2");
+	HAS(line, "0/3");
+	ck_assert_ptr_nonnull(table_line(r.out, "t.1", line, sizeof(line)));
+	HAS(line, "topic,overrun");
+	ctl_mode_string(0604, mode);
+	HAS(line, mode);
+
+	/* What the daemon holds is what was asked for. */
+	pinshm_client_t *c;
+	pinshm_list_entry_t *e;
+	size_t n;
+	TU_RC(pinshm_connect(d.sock, &c), 0);
+	TU_RC(pinshm_list(c, &e, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_str_eq(e[0].name, "q1");
+	ck_assert_uint_eq(e[0].kind, PINSHM_QUEUE);
+	ck_assert_uint_eq(e[0].capacity, 65536);
+	ck_assert_uint_eq(e[0].max_producers, 2);
+	ck_assert_uint_eq(e[0].max_consumers, 3);
+	ck_assert_uint_eq(e[0].mode, 0640);
+	ck_assert_uint_eq(e[0].uid, geteuid());
+	ck_assert(e[0].state & PINSHM_LIST_PERSISTENT);
+	ck_assert_str_eq(e[1].name, "t.1");
+	ck_assert_uint_eq(e[1].kind, PINSHM_TOPIC);
+	ck_assert_uint_eq(e[1].flags, PINSHM_OVERRUN);
+	ck_assert_uint_eq(e[1].max_message, 1024);
+	free(e);
+
+	/* Attached endpoints show up. */
+	pinshm_channel_t *ch;
+	TU_RC(pinshm_open(c, "q1", PINSHM_CONSUMER, &ch), 0);
+	CTL(&d, &r, 0, "ls");
+	ck_assert_ptr_nonnull(table_line(r.out, "q1", line, sizeof(line)));
+	HAS(line, "1/3");
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+
+	CTL(&d, &r, 0, "rm", "q1");
+	ck_assert_str_eq(r.out, "");
+	CTL(&d, &r, 0, "ls");
+	ck_assert_ptr_null(table_line(r.out, "q1", line, sizeof(line)));
+	ck_assert_ptr_nonnull(table_line(r.out, "t.1", line, sizeof(line)));
+	CTL(&d, &r, 0, "rm", "t.1");
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+START_TEST(test_ls_json)
+{
+	struct daemon d;
+	struct run r;
+
+	daemon_start(&d);
+	CTL(&d, &r, 0, "ls", "--json");
+	ck_assert_str_eq(r.out, "[]\n");
+	CTL(&d, &r, 0, "create", "js-a", "--persistent", "--capacity", "8k", "--mode", "600");
+	CTL(&d, &r, 0, "create", "js_b", "--persistent", "--topic", "--consumers", "4");
+	CTL(&d, &r, 0, "ls", "--json");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	HAS(r.out, "\"name\": \"js-a\"");
+	HAS(r.out, "\"name\": \"js_b\"");
+	HAS(r.out, "\"kind\": \"topic\"");
+	HAS(r.out, "\"capacity\": 8192");
+	HAS(r.out, "\"mode\": \"0600\"");
+	HAS(r.out, "\"persistent\": true");
+	HAS(r.out, "\"max_consumers\": 4");
+	static const char *const fields[] = {"owner", "group", "uid", "gid", "permissions", "size", "pinned",
+					     "sealed", "producers", "consumers", "max_message", "overrun"};
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+		char key[32];
+		snprintf(key, sizeof(key), "\"%s\": ", fields[i]);
+		HAS(r.out, key);
+	}
+	/* --json before the command means the same. */
+	struct run g;
+	CTL(&d, &g, 0, "--json", "ls");
+	ck_assert_str_eq(g.out, r.out);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+START_TEST(test_not_persistent)
+{
+	struct daemon d;
+	struct run r;
+
+	daemon_start(&d);
+	/* It goes with pinshmctl's connection: created, warned about, gone. */
+	CTL(&d, &r, 0, "create", "short-lived");
+	HAS(r.err, "not persistent");
+	CTL(&d, &r, 0, "ls", "--json");
+	ck_assert_str_eq(r.out, "[]\n");
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+START_TEST(test_shutdown)
+{
+	struct daemon d;
+	struct run r;
+	char buf[32];
+
+	daemon_start(&d);
+	CTL(&d, &r, 0, "shutdown");
+	int st = daemon_wait_exit(&d, STOP_MS);
+	ck_assert_msg(st != -1, "pinshmd did not exit after shutdown");
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pinshmd: %s", tu_status_str(st, buf, sizeof(buf)));
+	/* Nobody answers now. */
+	CTL(&d, &r, 1, "ls");
+	HAS(r.err, "pinshmctl: connect: ");
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+START_TEST(test_version)
+{
+	struct daemon d;
+	struct run r;
+	char want[64];
+
+	daemon_start(&d);
+	CTL(&d, &r, 0, "version");
+	snprintf(want, sizeof(want), "library   %s\n", pinshm_version());
+	HAS(r.out, want);
+	snprintf(want, sizeof(want), "protocol  %d\n", PINSHM_PROTOCOL_VERSION);
+	HAS(r.out, want);
+	snprintf(want, sizeof(want), "layout    %d\n", PINSHM_LAYOUT_VERSION);
+	HAS(r.out, want);
+	HAS(r.out, "daemon    reachable");
+	CTL(&d, &r, 0, "--json", "version");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	HAS(r.out, "\"reachable\": true");
+
+	/* No daemon there: still the versions, and why it does not answer. */
+	char none[160];
+	snprintf(none, sizeof(none), "%s/none", d.dir);
+	ctl_runv(d.dir, &r, (const char *const[]){"-s", none, "version", NULL});
+	ck_assert_int_eq(r.status, 0);
+	HAS(r.out, "daemon    not reachable: ");
+	ctl_runv(d.dir, &r, (const char *const[]){"-s", none, "--json", "version", NULL});
+	ck_assert_int_eq(r.status, 0);
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	HAS(r.out, "\"reachable\": false");
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* ======================================================================== */
+/* errors                                                                    */
+/* ======================================================================== */
+
+START_TEST(test_request_errors)
+{
+	struct daemon d;
+	struct run r;
+	char want[128];
+
+	daemon_start(&d);
+	CTL(&d, &r, 1, "rm", "missing");
+	snprintf(want, sizeof(want), "pinshmctl: rm missing: %s", pinshm_strerror(-ENOENT));
+	HAS(r.err, want);
+	ck_assert_str_eq(r.out, "");
+
+	CTL(&d, &r, 0, "create", "dup", "--persistent");
+	CTL(&d, &r, 1, "create", "dup", "--persistent");
+	snprintf(want, sizeof(want), "pinshmctl: create dup: %s: ", pinshm_strerror(-EEXIST));
+	HAS(r.err, want); /* and the daemon's message after it */
+
+	/* One of several names missing: the others are removed, exit 1. */
+	CTL(&d, &r, 1, "rm", "nope", "dup");
+	HAS(r.err, "rm nope: ");
+	HAS_NOT(r.err, "rm dup");
+	CTL(&d, &r, 0, "ls", "--json");
+	ck_assert_str_eq(r.out, "[]\n");
+
+	/* A name the library refuses. */
+	CTL(&d, &r, 1, "create", ".hidden");
+	HAS(r.err, "pinshmctl: create .hidden: ");
+
+	/* No daemon there. */
+	char none[160];
+	snprintf(none, sizeof(none), "%s/none", d.dir);
+	ctl_runv(d.dir, &r, (const char *const[]){"-s", none, "ls", NULL});
+	ck_assert_int_eq(r.status, 1);
+	snprintf(want, sizeof(want), "pinshmctl: connect: %s", pinshm_strerror(-ENOENT));
+	HAS(r.err, want);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+START_TEST(test_usage)
+{
+	static const char *const bad[][8] = {
+		{"frobnicate"},
+		{"ls", "extra"},
+		{"ls", "--bogus"},
+		{"create"},
+		{"create", "a", "b"},
+		{"create", "a", "--capacity"},
+		{"create", "a", "--capacity", "3000"},
+		{"create", "a", "--capacity", "1x"},
+		{"create", "a", "--capacity", "2k"},
+		{"create", "a", "--capacity", "8k", "--max-message", "8k"},
+		{"create", "a", "--producers", "0"},
+		{"create", "a", "--producers", "257"},
+		{"create", "a", "--consumers", "65"},
+		{"create", "a", "--consumers", "x"},
+		{"create", "a", "--mode", "800"},
+		{"create", "a", "--mode", "1777"},
+		{"create", "a", "--overrun"},
+		{"rm"},
+		{"shutdown", "now"},
+	};
+	struct daemon d;
+	struct run r;
+
+	daemon_start(&d);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *args[12] = {"-s", d.sock};
+		for (int j = 0; j < 8 && bad[i][j]; j++)
+			args[2 + j] = bad[i][j];
+		ctl_runv(d.dir, &r, args);
+		ck_assert_msg(r.status == 2, "pinshmctl %s %s %s %s: exit %d, want 2\nstderr: %s", bad[i][0],
+			      bad[i][1] ? bad[i][1] : "", bad[i][2] ? bad[i][2] : "", bad[i][3] ? bad[i][3] : "",
+			      r.status, r.err);
+		HAS(r.err, "pinshmctl: ");
+	}
+	/* Nothing was created by any of them, and the daemon still serves. */
+	CTL(&d, &r, 0, "ls", "--json");
+	ck_assert_str_eq(r.out, "[]\n");
+
+	/* Without a command; a global option without its value. */
+	ctl_runv(d.dir, &r, (const char *const[]){NULL});
+	ck_assert_int_eq(r.status, 2);
+	HAS(r.err, "usage: pinshmctl");
+	ctl_runv(d.dir, &r, (const char *const[]){"-s", NULL});
+	ck_assert_int_eq(r.status, 2);
+	CTL(&d, &r, 0, "help");
+	HAS(r.out, "usage: pinshmctl");
+	ctl_runv(d.dir, &r, (const char *const[]){"--help", NULL});
+	ck_assert_int_eq(r.status, 0);
+	HAS(r.out, "create NAME");
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+static Suite *pinshmctl_suite(void)
+{
+	Suite *s = suite_create("pinshmctl");
+	TCase *tc;
+
+	tc = tcase_create("output");
+	tcase_add_test(tc, test_parse_size);
+	tcase_add_test(tc, test_mode_size_strings);
+	tcase_add_test(tc, test_json_string);
+	tcase_add_test(tc, test_json_list);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("commands");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_create_ls_rm);
+	tcase_add_test(tc, test_ls_json);
+	tcase_add_test(tc, test_not_persistent);
+	tcase_add_test(tc, test_shutdown);
+	tcase_add_test(tc, test_version);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("errors");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_request_errors);
+	tcase_add_test(tc, test_usage);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(pinshmctl_suite());
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
