@@ -943,7 +943,7 @@ int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, unsigned max, in
 	while (rc == 0) {
 		hold(ch, &t);
 		msg_from_taken(&msgs[n++], &t);
-		if (ch->mode == CONSUME_SEQUENTIAL && !is_overrun(ch)) {
+		if (n < max && ch->mode == CONSUME_SEQUENTIAL && !is_overrun(ch)) {
 			unsigned room = PINSHM_MAX_HELD - ch->held_count;
 			n += take_more_sequential(ch, t.lane, msgs + n, max - n < room ? max - n : room);
 		}
