@@ -238,3 +238,128 @@ void ctl_print_json(FILE *out, const pinshm_list_entry_t *e, size_t n)
 	}
 	fputs(n ? "\n]\n" : "]\n", out);
 }
+
+void ctl_duration_string(uint64_t ms, char *buf, size_t len)
+{
+	uint64_t s = ms / 1000, m = s / 60, h = m / 60, d = h / 24;
+
+	if (d > 0)
+		snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h%02" PRIu64 "m", d, h % 24, m % 60);
+	else if (h > 0)
+		snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m%02" PRIu64 "s", h, m % 60, s % 60);
+	else if (m > 0)
+		snprintf(buf, len, "%" PRIu64 "m%02" PRIu64 "s", m, s % 60);
+	else
+		snprintf(buf, len, "%" PRIu64 "s", s);
+}
+
+/* A size, or "unlimited" for UINT64_MAX. */
+static const char *limit_string(uint64_t bytes, char *buf, size_t len)
+{
+	if (bytes == UINT64_MAX)
+		snprintf(buf, len, "unlimited");
+	else
+		ctl_size_string(bytes, buf, len);
+	return buf;
+}
+
+void ctl_print_status(FILE *out, const pinshm_status_t *st, const pinshm_user_usage_t *u, size_t n)
+{
+	char b1[32], b2[32], b3[32], name[NAME_BUF];
+	int wuser = 4;
+
+	ctl_duration_string(st->uptime_ms, b1, sizeof(b1));
+	fprintf(out, "daemon       pid %" PRIu32 ", %s mode, up %s\n", st->pid,
+		st->flags & PINSHM_STATUS_USER_MODE ? "user" : "system", b1);
+	ctl_size_string(st->pinned, b1, sizeof(b1));
+	fprintf(out, "pinned       %s of %s budget (%" PRIu64 " bytes)\n", b1, limit_string(st->budget, b2, sizeof(b2)),
+		st->pinned);
+	fprintf(out, "channels     %" PRIu64 " (%" PRIu32 " pinned, %" PRIu32 " unpinned)\n",
+		(uint64_t)st->channels_pinned + st->channels_unpinned, st->channels_pinned, st->channels_unpinned);
+	fprintf(out, "connections  %" PRIu32 "\n", st->connections);
+	if (n == 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		int w = (int)strlen(user_name(u[i].uid, name, sizeof(name)));
+		wuser = w > wuser ? w : wuser;
+	}
+	fprintf(out, "\n%-*s  %10s  %8s  %11s  %8s  %8s  %9s\n", wuser, "USER", "UID", "CHANNELS", "CONNECTIONS",
+		"PINNED", "CHARGED", "QUOTA");
+	for (size_t i = 0; i < n; i++) {
+		ctl_size_string(u[i].pinned, b1, sizeof(b1));
+		ctl_size_string(u[i].charged, b2, sizeof(b2));
+		fprintf(out, "%-*s  %10" PRIu32 "  %8" PRIu32 "  %11" PRIu32 "  %8s  %8s  %9s\n", wuser,
+			user_name(u[i].uid, name, sizeof(name)), u[i].uid, u[i].channels, u[i].connections, b1, b2,
+			limit_string(u[i].quota, b3, sizeof(b3)));
+	}
+}
+
+/* A byte count, or null for UINT64_MAX (unlimited). */
+static void json_limit(FILE *out, uint64_t v)
+{
+	if (v == UINT64_MAX)
+		fputs("null", out);
+	else
+		fprintf(out, "%" PRIu64, v);
+}
+
+void ctl_print_status_json(FILE *out, const pinshm_status_t *st, const pinshm_user_usage_t *u, size_t n)
+{
+	char name[NAME_BUF];
+
+	fprintf(out, "{\n  \"pid\": %" PRIu32 ",\n  \"user_mode\": %s,\n  \"uptime_ms\": %" PRIu64 ",\n  \"budget\": ",
+		st->pid, st->flags & PINSHM_STATUS_USER_MODE ? "true" : "false", st->uptime_ms);
+	json_limit(out, st->budget);
+	fprintf(out, ",\n  \"pinned\": %" PRIu64 ",\n  \"channels\": %" PRIu64 ",\n  \"channels_pinned\": %" PRIu32
+		",\n  \"channels_unpinned\": %" PRIu32 ",\n  \"connections\": %" PRIu32 ",\n  \"users\": [",
+		st->pinned, (uint64_t)st->channels_pinned + st->channels_unpinned, st->channels_pinned,
+		st->channels_unpinned, st->connections);
+	for (size_t i = 0; i < n; i++) {
+		fputs(i ? ",\n    {\"user\": " : "\n    {\"user\": ", out);
+		ctl_json_string(out, user_name(u[i].uid, name, sizeof(name)));
+		fprintf(out, ", \"uid\": %" PRIu32 ", \"channels\": %" PRIu32 ", \"connections\": %" PRIu32
+			", \"pinned\": %" PRIu64 ", \"charged\": %" PRIu64 ", \"quota\": ",
+			u[i].uid, u[i].channels, u[i].connections, u[i].pinned, u[i].charged);
+		json_limit(out, u[i].quota);
+		fputc('}', out);
+	}
+	fputs(n ? "\n  ]\n}\n" : "]\n}\n", out);
+}
+
+void ctl_print_clients(FILE *out, const pinshm_client_info_t *c, size_t n)
+{
+	char user[NAME_BUF], group[NAME_BUF];
+	int wuser = 4, wgroup = 5;
+
+	for (size_t i = 0; i < n; i++) {
+		int w = (int)strlen(user_name(c[i].uid, user, sizeof(user)));
+		wuser = w > wuser ? w : wuser;
+		w = (int)strlen(group_name(c[i].gid, group, sizeof(group)));
+		wgroup = w > wgroup ? w : wgroup;
+	}
+	fprintf(out, "%8s  %10s  %-*s  %-*s  %8s  %9s\n", "ID", "PID", wuser, "USER", wgroup, "GROUP", "CHANNELS",
+		"ENDPOINTS");
+	for (size_t i = 0; i < n; i++)
+		fprintf(out, "%8" PRIu64 "  %10" PRIu32 "  %-*s  %-*s  %8" PRIu32 "  %9" PRIu32 "\n", c[i].id, c[i].pid,
+			wuser, user_name(c[i].uid, user, sizeof(user)), wgroup,
+			group_name(c[i].gid, group, sizeof(group)), c[i].channels, c[i].endpoints);
+}
+
+void ctl_print_clients_json(FILE *out, const pinshm_client_info_t *c, size_t n)
+{
+	char buf[NAME_BUF];
+
+	fputc('[', out);
+	for (size_t i = 0; i < n; i++) {
+		fprintf(out, "%s\n  {\n    \"id\": %" PRIu64, i ? "," : "", c[i].id);
+		json_field_u64(out, "pid", c[i].pid);
+		json_field_str(out, "user", user_name(c[i].uid, buf, sizeof(buf)));
+		json_field_u64(out, "uid", c[i].uid);
+		json_field_str(out, "group", group_name(c[i].gid, buf, sizeof(buf)));
+		json_field_u64(out, "gid", c[i].gid);
+		json_field_u64(out, "channels", c[i].channels);
+		json_field_u64(out, "endpoints", c[i].endpoints);
+		fputs("\n  }", out);
+	}
+	fputs(n ? "\n]\n" : "]\n", out);
+}

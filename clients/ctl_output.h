@@ -39,4 +39,19 @@ void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n);
 /** Print channels as a JSON array of objects, one per channel. */
 void ctl_print_json(FILE *out, const pinshm_list_entry_t *e, size_t n);
 
+/** Write @p ms as "3s", "2m05s", "1h02m03s", "4d03h02m" into @p buf. */
+void ctl_duration_string(uint64_t ms, char *buf, size_t len);
+
+/** Print the daemon's figures, then a table of @p n users. */
+void ctl_print_status(FILE *out, const pinshm_status_t *st, const pinshm_user_usage_t *u, size_t n);
+
+/** Print the same as one JSON object, the users as an array in it. */
+void ctl_print_status_json(FILE *out, const pinshm_status_t *st, const pinshm_user_usage_t *u, size_t n);
+
+/** Print connections as an aligned table with a header line. */
+void ctl_print_clients(FILE *out, const pinshm_client_info_t *c, size_t n);
+
+/** Print connections as a JSON array of objects, one per connection. */
+void ctl_print_clients_json(FILE *out, const pinshm_client_info_t *c, size_t n);
+
 #endif /* PINSHM_CTL_OUTPUT_H */

@@ -86,12 +86,10 @@ static void start_options(void)
 
 /* ---- ls ---------------------------------------------------------------- */
 
-static int cmd_ls(struct ctl *o, int argc, char **argv)
+/* The arguments of a listing: [--json] only. @return 0 or EXIT_USAGE. */
+static int listing_options(struct ctl *o, int argc, char **argv)
 {
 	static const struct option longopts[] = {{"json", no_argument, NULL, 'j'}, {0}};
-	pinshm_client_t *c;
-	pinshm_list_entry_t *e;
-	size_t n;
 	int opt;
 
 	start_options();
@@ -101,8 +99,18 @@ static int cmd_ls(struct ctl *o, int argc, char **argv)
 		o->json = true;
 	}
 	if (optind != argc)
-		return usage_error("ls: unexpected argument '%s'", argv[optind]);
+		return usage_error("%s: unexpected argument '%s'", argv[0], argv[optind]);
+	return 0;
+}
 
+static int cmd_ls(struct ctl *o, int argc, char **argv)
+{
+	pinshm_client_t *c;
+	pinshm_list_entry_t *e;
+	size_t n;
+
+	if (listing_options(o, argc, argv) != 0)
+		return EXIT_USAGE;
 	if (ctl_connect(o, &c) != 0)
 		return EXIT_FAILED;
 	int rc = pinshm_list(c, &e, &n);
@@ -116,6 +124,59 @@ static int cmd_ls(struct ctl *o, int argc, char **argv)
 		ctl_print_json(stdout, e, n);
 	else
 		ctl_print_table(stdout, e, n);
+	free(e);
+	return 0;
+}
+
+/* ---- status, clients ------------------------------------------------- */
+
+static int cmd_status(struct ctl *o, int argc, char **argv)
+{
+	pinshm_client_t *c;
+	pinshm_status_t st;
+	pinshm_user_usage_t *u;
+	size_t n;
+
+	if (listing_options(o, argc, argv) != 0)
+		return EXIT_USAGE;
+	if (ctl_connect(o, &c) != 0)
+		return EXIT_FAILED;
+	int rc = pinshm_status(c, &st, &u, &n);
+	if (rc != 0) {
+		request_failed("status", rc, pinshm_client_error(c));
+		pinshm_disconnect(c);
+		return EXIT_FAILED;
+	}
+	pinshm_disconnect(c);
+	if (o->json)
+		ctl_print_status_json(stdout, &st, u, n);
+	else
+		ctl_print_status(stdout, &st, u, n);
+	free(u);
+	return 0;
+}
+
+static int cmd_clients(struct ctl *o, int argc, char **argv)
+{
+	pinshm_client_t *c;
+	pinshm_client_info_t *e;
+	size_t n;
+
+	if (listing_options(o, argc, argv) != 0)
+		return EXIT_USAGE;
+	if (ctl_connect(o, &c) != 0)
+		return EXIT_FAILED;
+	int rc = pinshm_clients(c, &e, &n);
+	if (rc != 0) {
+		request_failed("clients", rc, pinshm_client_error(c));
+		pinshm_disconnect(c);
+		return EXIT_FAILED;
+	}
+	pinshm_disconnect(c);
+	if (o->json)
+		ctl_print_clients_json(stdout, e, n);
+	else
+		ctl_print_clients(stdout, e, n);
 	free(e);
 	return 0;
 }
@@ -334,6 +395,10 @@ static int cmd_help(struct ctl *o, int argc, char **argv)
 static const struct command commands[] = {
 	{"ls", cmd_ls, "[--json]",
 	 "list the channels: name, kind, owner, group, mode, size, pinned, sealed, persistent, endpoints"},
+	{"status", cmd_status, "[--json]",
+	 "the daemon's figures: pid, uptime, pinned bytes of the budget, channels, connections; per user"},
+	{"clients", cmd_clients, "[--json]",
+	 "list the connections: id, pid, user, group, channels and endpoints held (pinshmctl's own included)"},
 	{"create", cmd_create,
 	 "NAME [--topic [--overrun]] [--capacity SIZE] [--max-message SIZE]\n"
 	 "         [--producers N] [--consumers N] [--mode OCTAL] [--persistent]",

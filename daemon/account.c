@@ -105,6 +105,7 @@ int account_connect(struct account *a, uid_t uid, char *why, size_t whylen)
 		return -EUSERS;
 	}
 	u->use.connections++;
+	a->connections++;
 	return 0;
 }
 
@@ -117,6 +118,7 @@ void account_disconnect(struct account *a, uid_t uid)
 		return;
 	}
 	u->use.connections--;
+	a->connections--;
 	put(a, u);
 }
 
@@ -153,14 +155,25 @@ int account_charge(struct account *a, uid_t uid, uint64_t size, char *why, size_
 		return -ENOMEM;
 	}
 	u->use.bytes += size;
+	u->use.pinned += size;
 	u->use.channels++;
 	a->pinned += size;
 	return 0;
 }
 
-void account_unpinned(struct account *a, uint64_t size)
+/* Take @p size bytes off a pinned sum, at most all of it. */
+static void unpin(uint64_t *sum, uint64_t size)
 {
-	a->pinned -= size < a->pinned ? size : a->pinned;
+	*sum -= size < *sum ? size : *sum;
+}
+
+void account_unpinned(struct account *a, uid_t uid, uint64_t size)
+{
+	struct account_user *u = find(a, uid);
+
+	unpin(&a->pinned, size);
+	if (u)
+		unpin(&u->use.pinned, size);
 }
 
 void account_release(struct account *a, uid_t uid, uint64_t size, bool pinned)
@@ -171,13 +184,15 @@ void account_release(struct account *a, uid_t uid, uint64_t size, bool pinned)
 		if (size > a->pinned)
 			log_err("accounting: %llu pinned bytes released of %llu", (unsigned long long)size,
 				(unsigned long long)a->pinned);
-		account_unpinned(a, size);
+		unpin(&a->pinned, size);
 	}
-	if (!u || u->use.channels == 0 || u->use.bytes < size) {
+	if (!u || u->use.channels == 0 || u->use.bytes < size || (pinned && u->use.pinned < size)) {
 		log_err("accounting: uid %u releases a channel of %llu bytes that it was not charged",
 			(unsigned)uid, (unsigned long long)size);
 		return;
 	}
+	if (pinned)
+		u->use.pinned -= size;
 	u->use.bytes -= size;
 	u->use.channels--;
 	put(a, u);
@@ -188,4 +203,42 @@ struct account_usage account_usage_of(const struct account *a, uid_t uid)
 	const struct account_user *u = find(a, uid);
 
 	return u ? u->use : (struct account_usage){0};
+}
+
+/* The user of the smallest uid >= @p low, or NULL. */
+static const struct account_user *lowest_from(const struct account *a, uint64_t low)
+{
+	const struct account_user *best = NULL;
+
+	for (unsigned b = 0; b < ACCOUNT_BUCKETS; b++)
+		for (const struct account_user *u = a->buckets[b]; u; u = u->next)
+			if ((uint64_t)u->uid >= low && (!best || u->uid < best->uid))
+				best = u;
+	return best;
+}
+
+unsigned account_list(const struct account *a, uint64_t cursor, struct proto_user_entry *out, unsigned max,
+		      uint64_t *next, bool *more)
+{
+	unsigned n = 0;
+
+	*next = cursor;
+	*more = false;
+	/* A selection in uid order: the users are few, a page at most 100. */
+	for (const struct account_user *u; (u = lowest_from(a, *next)) != NULL;) {
+		if (n == max) {
+			*more = true;
+			break;
+		}
+		out[n++] = (struct proto_user_entry){
+			.uid = (uint32_t)u->uid,
+			.channels = (uint32_t)u->use.channels,
+			.connections = (uint32_t)u->use.connections,
+			.pinned = u->use.pinned,
+			.charged = u->use.bytes,
+			.quota = config_limits_of(a->cfg, u->uid).quota,
+		};
+		*next = (uint64_t)u->uid + 1;
+	}
+	return n;
 }

@@ -14,6 +14,7 @@
  * for the requests that come after it, never a charge already made.  A
  * segment that could not be locked (RLIMIT_MEMLOCK in user mode) stays
  * charged to its owner's quota, not to the budget: account_unpinned().
+ * Each user's pinned bytes are kept too, for STATUS (account_list()).
  *
  * Root and the daemon's own user are charged and limited like anyone; a
  * [user root] section gives root other limits.
@@ -27,6 +28,7 @@
 #include <sys/types.h>
 
 #include "config.h"
+#include "protocol.h"
 
 #define ACCOUNT_BUCKETS 256u
 
@@ -35,12 +37,14 @@ struct account_user;
 struct account {
 	const struct config *cfg;   /* the limits in force (not owned) */
 	uint64_t pinned;            /* bytes locked, all users */
+	uint64_t connections;       /* counted by account_connect(), all users */
 	struct account_user *buckets[ACCOUNT_BUCKETS];
 };
 
 /** What one user holds now. */
 struct account_usage {
 	uint64_t bytes;      /* of the segments of its channels */
+	uint64_t pinned;     /* of them, locked in RAM */
 	uint64_t channels;
 	uint64_t connections;
 };
@@ -74,14 +78,24 @@ void account_disconnect(struct account *a, uid_t uid);
  */
 int account_charge(struct account *a, uid_t uid, uint64_t size, char *why, size_t whylen);
 
-/** The segment charged by account_charge() could not be locked after all:
- *  take its bytes off the pinned sum (it stays on the quota). */
-void account_unpinned(struct account *a, uint64_t size);
+/** The segment of @p size bytes charged to @p uid by account_charge() could
+ *  not be locked after all: take its bytes off the pinned sums (it stays on
+ *  the quota). */
+void account_unpinned(struct account *a, uid_t uid, uint64_t size);
 
 /** Release a channel of @p uid charged for @p size bytes, @p pinned or not. */
 void account_release(struct account *a, uid_t uid, uint64_t size, bool pinned);
 
 /** @return what @p uid holds now. */
 struct account_usage account_usage_of(const struct account *a, uid_t uid);
+
+/**
+ * Fill @p out with up to @p max users that hold anything and whose uid is
+ * at least @p cursor, in uid order, with their quota in force.
+ * @return the number filled; @p next: the last uid filled + 1 (the next
+ * cursor), or @p cursor if none; @p more: whether users remain after it.
+ */
+unsigned account_list(const struct account *a, uint64_t cursor, struct proto_user_entry *out, unsigned max,
+		      uint64_t *next, bool *more);
 
 #endif /* PINSHMD_ACCOUNT_H */

@@ -65,11 +65,20 @@ static int perr(struct parse *p, int err, const char *fmt, ...)
 static char *read_line(char *str, int num, void *stream)
 {
 	struct parse *p = stream;
+	long start = ftell(p->f);
 
 	if (!fgets(str, num, p->f))
 		return NULL;
 	p->line++;
 	size_t len = strlen(str);
+	long end = ftell(p->f);
+	/* fgets() reads on past a NUL byte, which would cut the line short
+	 * unseen (a NUL first: the line ignored whole). */
+	if (start >= 0 && end >= 0 && (size_t)(end - start) != len) {
+		perr(p, -EINVAL, "NUL byte in the line");
+		str[0] = '\0';
+		return str;
+	}
 	if (len > 0 && str[len - 1] != '\n' && !feof(p->f)) {
 		int c;
 		while ((c = fgetc(p->f)) != EOF && c != '\n')
@@ -251,10 +260,49 @@ static int once(struct parse *p, unsigned *seen, unsigned bit, const char *secti
 	return 0;
 }
 
+/* pool_segments = N, 0..CONFIG_POOL_MAX_SEGMENTS. */
+static int parse_pool_segments(struct parse *p, const char *value)
+{
+	uint64_t n;
+
+	if (parse_count(value, &n) != 0 || n > CONFIG_POOL_MAX_SEGMENTS)
+		return perr(p, -EINVAL, "pool_segments: '%s' is not a number of 0 to %u", value,
+			    CONFIG_POOL_MAX_SEGMENTS);
+	p->cfg->pool_segments = (unsigned)n;
+	p->cfg->pool_segments_set = true;
+	return 0;
+}
+
+/* pool_sizes = SIZE..., separated by commas or blanks; may be empty. */
+static int parse_pool_sizes(struct parse *p, const char *value)
+{
+	struct config *cfg = p->cfg;
+	char *copy = strdup(value), *save = NULL;
+	int rc = 0;
+
+	if (!copy)
+		return perr(p, -ENOMEM, "out of memory");
+	cfg->npool_sizes = 0;
+	for (char *tok = strtok_r(copy, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+		uint64_t v;
+		if (cfg->npool_sizes == CONFIG_POOL_MAX_SIZES) {
+			rc = perr(p, -EINVAL, "pool_sizes: more than %u sizes", CONFIG_POOL_MAX_SIZES);
+			break;
+		}
+		if (config_parse_size(tok, false, &v) != 0 || v == 0 || v > CONFIG_POOL_MAX_SIZE) {
+			rc = perr(p, -EINVAL, "pool_sizes: '%s' is not a size of 1 byte to 1G", tok);
+			break;
+		}
+		cfg->pool_sizes[cfg->npool_sizes++] = v;
+	}
+	free(copy);
+	return rc;
+}
+
 static int daemon_key(struct parse *p, const char *key, const char *value)
 {
 	static const char *const keys[] = {"socket", "budget", "default_user_quota", "max_connections_per_user",
-					   "max_channels_per_user", "max_segment_size"};
+					   "max_channels_per_user", "max_segment_size", "pool_segments", "pool_sizes"};
 	struct config *cfg = p->cfg;
 	unsigned k;
 	int rc;
@@ -282,6 +330,10 @@ static int daemon_key(struct parse *p, const char *key, const char *value)
 		return set_count(p, key, value, &cfg->user_default.max_connections);
 	case 4:
 		return set_count(p, key, value, &cfg->user_default.max_channels);
+	case 6:
+		return parse_pool_segments(p, value);
+	case 7:
+		return parse_pool_sizes(p, value);
 	default:
 		rc = set_size(p, key, value, true, &cfg->max_segment_size);
 		if (rc == 0 && cfg->max_segment_size == 0)
@@ -451,6 +503,12 @@ static struct config *config_defaults(void)
 	cfg->budget = half_of_ram();
 	cfg->max_segment_size = CONFIG_UNLIMITED;
 	cfg->user_default = (struct config_limits){CONFIG_UNLIMITED, CONFIG_UNLIMITED, CONFIG_UNLIMITED};
+	/* The segments of a queue of 1 MiB and one producer, and of the
+	 * channel of pinshm_channel_attr_init() (1 MiB for each of 4). */
+	cfg->pool_segments = 2;
+	cfg->pool_sizes[0] = 1032 * 1024;
+	cfg->pool_sizes[1] = 4104 * 1024;
+	cfg->npool_sizes = 2;
 	return cfg;
 }
 
@@ -473,6 +531,32 @@ static int check_file(FILE *f, const char *path, char *why, size_t whylen)
 		snprintf(why, whylen, "%s: owned by uid %u, mode %03o: refusing a file that anyone but root may change",
 			 path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
 		return -EPERM;
+	}
+	return 0;
+}
+
+/* Read the stream p->f into p->cfg.  @return 0, or as config_load() with
+ * @p why set. */
+static int parse_stream(struct parse *p, char *why, size_t whylen)
+{
+	int line = ini_parse_stream(read_line, p, ON_KEY, p);
+
+	if (line < 0) {
+		snprintf(why, whylen, "%s: out of memory", p->path);
+		return -ENOMEM;
+	}
+	if (line > 0 && (!p->err_line || (unsigned)line < p->err_line)) {
+		snprintf(why, whylen, "%s:%d: syntax error: expected [section], 'key = value' or a comment", p->path,
+			 line);
+		return -EINVAL;
+	}
+	if (p->err_line) {
+		snprintf(why, whylen, "%s", p->why);
+		return p->err;
+	}
+	if (ferror(p->f)) {
+		snprintf(why, whylen, "%s: read error", p->path);
+		return -EIO;
 	}
 	return 0;
 }
@@ -502,21 +586,41 @@ int config_load(const char *path, struct config **out, char *why, size_t whylen)
 	rc = check_file(p.f, path, why, whylen);
 	if (rc != 0)
 		goto fail;
-	int line = ini_parse_stream(read_line, &p, ON_KEY, &p);
-	if (line < 0) {
-		rc = -ENOMEM;
-		snprintf(why, whylen, "%s: out of memory", path);
-	} else if (line > 0 && (!p.err_line || (unsigned)line < p.err_line)) {
-		rc = -EINVAL;
-		snprintf(why, whylen, "%s:%d: syntax error: expected [section], 'key = value' or a comment", path,
-			 line);
-	} else if (p.err_line) {
-		rc = p.err;
-		snprintf(why, whylen, "%s", p.why);
-	} else if (ferror(p.f)) {
-		rc = -EIO;
-		snprintf(why, whylen, "%s: read error", path);
+	rc = parse_stream(&p, why, whylen);
+	if (rc != 0)
+		goto fail;
+	fclose(p.f);
+	*out = p.cfg;
+	return 0;
+fail:
+	if (p.f)
+		fclose(p.f);
+	config_free(p.cfg);
+	return rc;
+}
+
+int config_load_buffer(const char *name, const void *buf, size_t len, struct config **out, char *why,
+		       size_t whylen)
+{
+	struct parse p = {.path = name};
+	int rc;
+
+	*out = NULL;
+	p.cfg = config_defaults();
+	if (!p.cfg) {
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
 	}
+	p.cfg->path = strdup(name);
+	/* Read only ("r"): fmemopen() does not write to buf.  It refuses 0
+	 * bytes, so an empty file is read as an empty string. */
+	p.f = fmemopen(len ? (void *)buf : "", len ? len : 1, "r");
+	if (!p.cfg->path || !p.f) {
+		rc = p.cfg->path ? -errno : -ENOMEM;
+		snprintf(why, whylen, "%s: %s", name, strerror(-rc));
+		goto fail;
+	}
+	rc = parse_stream(&p, why, whylen);
 	if (rc != 0)
 		goto fail;
 	fclose(p.f);

@@ -25,6 +25,11 @@
 /* The configuration file of a system daemon started without -c. */
 #define CONFIG_SYSTEM_FILE "/etc/pinshm/pinshmd.conf"
 
+/* Most sizes of pool_sizes, most pool_segments, largest pool size. */
+#define CONFIG_POOL_MAX_SIZES 8u
+#define CONFIG_POOL_MAX_SEGMENTS 64u
+#define CONFIG_POOL_MAX_SIZE (1ull << 30)
+
 /* A limit that is not set. */
 #define CONFIG_UNLIMITED UINT64_MAX
 
@@ -47,6 +52,10 @@ struct config {
 	char *socket;               /* [daemon] socket, NULL: not set */
 	uint64_t budget;            /* pinned bytes, all users together (default: half of RAM) */
 	uint64_t max_segment_size;  /* bytes of one channel's segment */
+	unsigned pool_segments;     /* ready segments per pool size, 0: no pool */
+	bool pool_segments_set;     /* given in the file (else 0 in user mode) */
+	uint64_t pool_sizes[CONFIG_POOL_MAX_SIZES]; /* segment sizes of the pool (pool.h) */
+	unsigned npool_sizes;
 	struct config_limits user_default; /* default_user_quota, max_*_per_user */
 	struct config_user *users;  /* [user ...] sections, in file order */
 	unsigned nusers;
@@ -67,6 +76,14 @@ struct config {
  *         syntax error or a bad key or value; -ENOMEM.
  */
 int config_load(const char *path, struct config **out, char *why, size_t whylen);
+
+/**
+ * config_load() of the file contents @p buf, @p len bytes (any bytes), as if
+ * read from a file named @p name (in messages), without the checks of the
+ * file itself.  For the fuzz target and the tests.
+ */
+int config_load_buffer(const char *name, const void *buf, size_t len, struct config **out, char *why,
+		       size_t whylen);
 
 void config_free(struct config *cfg);
 

@@ -49,6 +49,41 @@ static int watch_fd(struct loop *l, int op, int fd, uint32_t events, void *ptr)
 	return epoll_ctl(l->epfd, op, fd, &ev) == 0 ? 0 : -errno;
 }
 
+/* request_clients_fn over the admitted connections.  The list is newest
+ * first (ids decrease along it): those of id > cursor are its head, taken
+ * backwards from the oldest of them. */
+static unsigned loop_clients(void *arg, uint64_t cursor, struct proto_client_entry *out, unsigned max,
+			     uint64_t *next, bool *more)
+{
+	struct loop *l = arg;
+	struct conn *c = l->conns, *last = NULL;
+	unsigned n = 0;
+
+	*next = cursor;
+	*more = false;
+	for (; c && c->client.id > cursor; c = c->next)
+		last = c;
+	for (c = last; c; c = c->prev) {
+		if (c->refused)
+			continue;
+		if (n == max) {
+			*more = true;
+			break;
+		}
+		const struct cred *cr = &c->client.cred;
+		out[n++] = (struct proto_client_entry){
+			.id = c->client.id,
+			.pid = (uint32_t)cr->pid,
+			.uid = (uint32_t)cr->uid,
+			.gid = (uint32_t)cr->gid,
+			.channels = c->client.nrefs,
+			.endpoints = registry_client_endpoints(&c->client),
+		};
+		*next = c->client.id;
+	}
+	return n;
+}
+
 int loop_init(struct loop *l, int listen_fd, struct registry *reg, struct account *acct, bool user_mode,
 	      void (*reload)(void *arg), void *reload_arg)
 {
@@ -60,6 +95,10 @@ int loop_init(struct loop *l, int listen_fd, struct registry *reg, struct accoun
 	l->ctx.reg = reg;
 	l->ctx.user_mode = user_mode;
 	l->ctx.daemon_uid = geteuid();
+	l->ctx.daemon_pid = getpid();
+	clock_gettime(CLOCK_MONOTONIC, &l->ctx.started);
+	l->ctx.clients = loop_clients;
+	l->ctx.clients_arg = l;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -371,7 +410,15 @@ int loop_run(struct loop *l)
 	struct epoll_event events[32];
 
 	while (!l->ctx.stop) {
-		int n = epoll_wait(l->epfd, events, 32, wait_timeout(l));
+		int timeout = wait_timeout(l);
+		struct pool *pool = l->ctx.reg->pool;
+		if (pool && pool_wants(pool))
+			timeout = 0; /* nothing waiting: make a ready segment */
+		int n = epoll_wait(l->epfd, events, 32, timeout);
+		if (n == 0 && pool && pool_wants(pool)) {
+			pool_refill(pool);
+			continue;
+		}
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;

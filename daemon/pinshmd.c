@@ -25,6 +25,8 @@
 #include "log.h"
 #include "loop.h"
 #include "notify.h"
+#include "numa.h"
+#include "pool.h"
 #include "protocol.h"
 #include "registry.h"
 
@@ -44,8 +46,20 @@ struct daemon_config {
 	char *path;          /* absolute (the daemon changes folder), NULL: no file */
 	struct config *cfg;  /* in force */
 	struct account *acct;
+	struct pool *pool;
+	bool user_mode;
 	const char *socket;  /* listened on */
 };
+
+/* Size the pool as @p cfg says: by default none in user mode, where
+ * RLIMIT_MEMLOCK leaves little to lock. */
+static void pool_apply(struct daemon_config *dc, const struct config *cfg)
+{
+	unsigned n = cfg->pool_segments_set || !dc->user_mode ? cfg->pool_segments : 0;
+
+	if (pool_configure(dc->pool, cfg->pool_sizes, cfg->npool_sizes, n) != 0)
+		log_err("pool: out of memory; no pool");
+}
 
 static void usage(FILE *out)
 {
@@ -273,6 +287,7 @@ static void config_reload(void *arg)
 		if (next->socket && strcmp(next->socket, dc->socket) != 0)
 			log_warn("SIGHUP: the socket stays %s until a restart", dc->socket);
 		account_set_config(dc->acct, next);
+		pool_apply(dc, next);
 		config_free(dc->cfg);
 		dc->cfg = next;
 		log_config("SIGHUP: reloaded", next);
@@ -287,7 +302,8 @@ int main(int argc, char **argv)
 	struct registry reg;
 	struct account acct;
 	struct loop loop;
-	struct daemon_config dc = {.acct = &acct};
+	struct pool pool;
+	struct daemon_config dc = {.acct = &acct, .pool = &pool};
 	char why[640];
 	int ready_fd = -1;
 	int rc;
@@ -298,6 +314,13 @@ int main(int argc, char **argv)
 		log_to_stderr_too(true); /* until ready: startup errors reach the terminal */
 	if (config_open(&opt, &dc) != 0)
 		return EXIT_FAILURE;
+	dc.user_mode = opt.user_mode;
+	if (numa_setup(why, sizeof(why)) != 0) {
+		log_err("%s", why);
+		config_free(dc.cfg);
+		free(dc.path);
+		return EXIT_FAILURE;
+	}
 	if (!opt.socket_path)
 		opt.socket_path = dc.cfg->socket;
 	if (!opt.foreground)
@@ -321,6 +344,9 @@ int main(int argc, char **argv)
 	dc.socket = ln.path;
 	account_init(&acct, dc.cfg);
 	registry_init(&reg, &acct);
+	pool_init(&pool, &acct);
+	pool_apply(&dc, dc.cfg);
+	reg.pool = &pool;
 	rc = loop_init(&loop, ln.fd, &reg, &acct, opt.user_mode, config_reload, &dc);
 	if (rc != 0) {
 		log_err("event loop: %s", strerror(-rc));
@@ -343,6 +369,7 @@ int main(int argc, char **argv)
 	notify_systemd("STOPPING=1");
 	loop_fini(&loop);
 	registry_fini(&reg);
+	pool_fini(&pool);
 	account_fini(&acct);
 	listener_close(&ln);
 	config_free(dc.cfg);

@@ -114,8 +114,11 @@ void registry_fini(struct registry *r)
 }
 
 int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
-		    unsigned mode, bool persistent, struct channel **out, char *why, size_t whylen)
+		    unsigned mode, bool persistent, const struct segment_opts *o, struct channel **out, char *why,
+		    size_t whylen)
 {
+	struct segment pooled;
+	bool from_pool = false;
 	struct seg_geometry g;
 	pinshm_channel_attr_t resolved = *attr;
 	size_t size;
@@ -145,8 +148,28 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	rc = ref_room(c, NULL, why, whylen);
 	if (rc != 0)
 		return rc;
+	size_t need = size;
+	if (segment_backing_size(need, o, &size) != 0) {
+		snprintf(why, whylen, "huge pages asked for, but this kernel has none");
+		return -EINVAL;
+	}
+	if (r->pool && o->node == PINSHM_NODE_ANY && !o->hugepages && pool_take(r->pool, need, &pooled)) {
+		from_pool = true;
+		size = pooled.size;
+	}
 	rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
+	if (rc == -ENOSPC && r->pool && (from_pool || pool_bytes(r->pool) > 0)) {
+		/* Ready segments give way to channels. */
+		if (from_pool)
+			pool_put_back(r->pool, &pooled);
+		from_pool = false;
+		pool_drain(r->pool);
+		segment_backing_size(need, o, &size);
+		rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
+	}
 	if (rc != 0) {
+		if (from_pool)
+			pool_put_back(r->pool, &pooled);
 		log_info("channel '%s' refused to uid %u (pid %d): %s", name, (unsigned)c->cred.uid,
 			 (int)c->cred.pid, why);
 		return rc;
@@ -154,6 +177,8 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	struct channel *ch = calloc(1, sizeof(*ch));
 	if (!ch || !(ch->holder = calloc(g.max_producers + g.max_consumers, sizeof(*ch->holder)))) {
 		free(ch);
+		if (from_pool)
+			pool_put_back(r->pool, &pooled);
 		account_release(r->acct, c->cred.uid, size, true);
 		snprintf(why, whylen, "out of memory");
 		return -ENOMEM;
@@ -165,9 +190,23 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	ch->mode = mode;
 	ch->attr = resolved;
 	ch->g = g;
-	rc = segment_create(&ch->seg, &ch->attr, name);
+	if (from_pool) {
+		ch->seg = pooled;
+		rc = segment_format(&ch->seg, &ch->attr);
+		if (rc != 0)
+			segment_destroy(&ch->seg);
+	} else {
+		rc = segment_create(&ch->seg, &ch->attr, o, name);
+	}
 	if (rc != 0) {
-		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
+		if (o->hugepages && rc == -ENOMEM)
+			snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages", name,
+				 size);
+		else if (o->hugepages && rc == -EINVAL)
+			snprintf(why, whylen, "huge pages for '%s': this kernel cannot make a sealed huge-page memfd",
+				 name);
+		else
+			snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
 		log_err("channel '%s': %s", name, why);
 		account_release(r->acct, c->cred.uid, size, true);
 		free(ch->holder);
@@ -176,7 +215,7 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	}
 
 	if (!ch->seg.pinned)
-		account_unpinned(r->acct, size); /* on the quota, not the budget */
+		account_unpinned(r->acct, ch->uid, size); /* on the quota, not the budget */
 	ch->id = r->next_id++;
 	unsigned b = name_hash(name);
 	ch->hash_next = r->buckets[b];
@@ -193,9 +232,12 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 
 	if (!ch->seg.pinned)
 		snprintf(why, whylen, "channel '%s' created, but not pinned: %s", name, ch->seg.pin_error);
-	log_info("channel '%s' created by uid %u (pid %d): %s, %zu bytes, mode %03o%s%s", name, (unsigned)ch->uid,
-		 (int)c->cred.pid, attr->kind == PINSHM_TOPIC ? "topic" : "queue", ch->seg.size, mode,
-		 persistent ? ", persistent" : "", ch->seg.pinned ? ", pinned" : ", NOT pinned");
+	log_info("channel '%s' created by uid %u (pid %d): %s, %zu bytes, mode %03o%s%s%s%s", name,
+		 (unsigned)ch->uid, (int)c->cred.pid, attr->kind == PINSHM_TOPIC ? "topic" : "queue", ch->seg.size, mode,
+		 persistent ? ", persistent" : "", ch->seg.pinned ? ", pinned" : ", NOT pinned",
+		 ch->seg.hugepages ? ", huge pages" : "", from_pool ? ", from the pool" : "");
+	if (ch->seg.node != PINSHM_NODE_ANY)
+		log_info("channel '%s': pages preferred on NUMA node %d", name, ch->seg.node);
 	*out = ch;
 	return 0;
 }
@@ -253,20 +295,44 @@ int registry_unlink(struct registry *r, struct reg_client *c, const char *name, 
 uint32_t registry_channel_state(const struct channel *ch)
 {
 	return (ch->seg.pinned ? PINSHM_LIST_PINNED : 0) | (ch->persistent ? PINSHM_LIST_PERSISTENT : 0) |
-	       (ch->seg.sealed ? PINSHM_LIST_SEALED : 0);
+	       (ch->seg.sealed ? PINSHM_LIST_SEALED : 0) | (ch->seg.hugepages ? PINSHM_LIST_HUGEPAGES : 0);
 }
 
-/* Endpoints of [first, first + n) attached now, as the segment says. */
+/* Whether endpoint @p i of @p ch is attached now, as the segment says. */
+static bool endpoint_active(const struct channel *ch, unsigned i)
+{
+	struct endpoint *ep = seg_endpoint(&ch->g, ch->seg.base, i);
+
+	return atomic_load_explicit(&ep->state, memory_order_relaxed) == EP_ACTIVE;
+}
+
+/* Endpoints of [first, first + n) attached now. */
 static uint32_t count_active(const struct channel *ch, unsigned first, unsigned n)
 {
 	uint32_t active = 0;
 
-	for (unsigned i = first; i < first + n; i++) {
-		struct endpoint *ep = seg_endpoint(&ch->g, ch->seg.base, i);
-		if (atomic_load_explicit(&ep->state, memory_order_relaxed) == EP_ACTIVE)
-			active++;
-	}
+	for (unsigned i = first; i < first + n; i++)
+		active += endpoint_active(ch, i);
 	return active;
+}
+
+void registry_count(const struct registry *r, uint32_t *pinned, uint32_t *unpinned)
+{
+	*pinned = *unpinned = 0;
+	for (const struct channel *ch = r->first; ch; ch = ch->next)
+		++*(ch->seg.pinned ? pinned : unpinned);
+}
+
+uint32_t registry_client_endpoints(const struct reg_client *c)
+{
+	uint32_t n = 0;
+
+	for (unsigned i = 0; i < c->nrefs; i++) {
+		const struct channel *ch = c->refs[i];
+		for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++)
+			n += ch->holder[ep] == c->id && endpoint_active(ch, ep);
+	}
+	return n;
 }
 
 unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_entry *out, unsigned max,
@@ -292,6 +358,7 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
 		e->gid = ch->gid;
 		e->mode = ch->mode;
 		e->size = ch->seg.size;
+		e->node = ch->seg.node;
 		e->producers = count_active(ch, 0, ch->g.max_producers);
 		e->consumers = count_active(ch, ch->g.max_producers, ch->g.max_consumers);
 		*next = ch->id;

@@ -36,6 +36,7 @@
 #include "account.h"
 #include "channel.h"
 #include "cred.h"
+#include "pool.h"
 #include "protocol.h"
 #include "segment.h"
 
@@ -74,6 +75,7 @@ struct registry {
 	unsigned count;
 	uint64_t next_id;
 	struct account *acct; /* charged for every channel (not owned) */
+	struct pool *pool;    /* ready segments (not owned), NULL: none */
 };
 
 /** An empty registry that charges its channels to @p acct. */
@@ -88,12 +90,17 @@ void registry_fini(struct registry *r);
  */
 
 /**
- * Create channel @p name; @p out set to it.  Beyond the errors of the
- * request (-EEXIST, -ENFILE, -EINVAL, -EMFILE, -ENOMEM), those of
- * account_charge(): -EFBIG, -EUSERS, -EDQUOT, -ENOSPC.
+ * Create channel @p name, its segment made as @p o says (node resolved
+ * already); @p out set to it.  A segment of no node and no huge pages
+ * comes from r->pool where it has one of the size (pool.h).  Beyond the
+ * errors of the request (-EEXIST, -ENFILE, -EINVAL, -EMFILE, -ENOMEM),
+ * those of account_charge(): -EFBIG, -EUSERS, -EDQUOT, -ENOSPC; and of
+ * segment_alloc(): -EINVAL and -ENOMEM for huge pages.  The charge is the
+ * segment's true size (a huge page multiple, or its pool class).
  */
 int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
-		    unsigned mode, bool persistent, struct channel **out, char *why, size_t whylen);
+		    unsigned mode, bool persistent, const struct segment_opts *o, struct channel **out, char *why,
+		    size_t whylen);
 
 /** Open @p name as @p role for @p c; @p out and @p endpoint set. */
 int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,
@@ -108,6 +115,14 @@ int registry_unlink(struct registry *r, struct reg_client *c, const char *name, 
  */
 unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_entry *out, unsigned max,
 		       uint64_t *next, bool *more);
+
+/** Count every live channel (named, or unlinked and still used): @p pinned
+ *  those whose segment is locked in RAM, @p unpinned the others. */
+void registry_count(const struct registry *r, uint32_t *pinned, uint32_t *unpinned);
+
+/** @return the endpoints claimed for @p c that their segments still mark
+ *  attached (closed ones no longer count). */
+uint32_t registry_client_endpoints(const struct reg_client *c);
 
 /** @return the PINSHM_LIST_* state bits of @p ch. */
 uint32_t registry_channel_state(const struct channel *ch);

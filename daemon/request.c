@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
+#include "numa.h"
 #include "request.h"
 
 #define LIBRARY_VERSION_CODE                                                                                  \
@@ -61,11 +63,16 @@ static int serve_create(struct request_ctx *ctx, struct reg_client *c, const str
 		return rc;
 	if (req->u.create.mode & ~0777u)
 		return fail(rep, -EINVAL, "invalid mode %#o: permission bits 0..0777 only", req->u.create.mode);
-	if (req->u.create.flags & ~PINSHM_PERSISTENT)
-		return fail(rep, -EINVAL, "unknown create flags %#x", req->u.create.flags & ~PINSHM_PERSISTENT);
+	const uint32_t known = PINSHM_PERSISTENT | PINSHM_HUGEPAGES;
+	if (req->u.create.flags & ~known)
+		return fail(rep, -EINVAL, "unknown create flags %#x", req->u.create.flags & ~known);
+	struct segment_opts o = {.hugepages = req->u.create.flags & PINSHM_HUGEPAGES};
+	rc = numa_resolve(req->u.create.node, c->cred.pid, &o.node, rep->text, sizeof(rep->text));
+	if (rc != 0)
+		return rc;
 	pinshm_channel_attr_t attr = proto_geometry_to_attr(&req->u.create.geo);
 	rc = registry_create(ctx->reg, c, req->u.create.name, &attr, req->u.create.mode,
-			     req->u.create.flags & PINSHM_PERSISTENT, &ch, rep->text, sizeof(rep->text));
+			     req->u.create.flags & PINSHM_PERSISTENT, &o, &ch, rep->text, sizeof(rep->text));
 	if (rc != 0)
 		return rc;
 	rep->u.create_reply.size = ch->seg.size;
@@ -91,7 +98,7 @@ static int serve_open(struct request_ctx *ctx, struct reg_client *c, const struc
 		return rc;
 	rep->u.open_reply.endpoint = endpoint;
 	rep->u.open_reply.geo = proto_geometry_from_attr(&ch->attr);
-	rep->u.open_reply.size = ch->seg.size;
+	rep->u.open_reply.size = ch->g.size; /* the geometry's; the segment may be larger */
 	*fd = ch->seg.fd;
 	return 0;
 }
@@ -115,6 +122,42 @@ static int serve_list(struct request_ctx *ctx, const struct proto_msg *req, stru
 						PROTO_LIST_PAGE, &next, &more);
 	rep->u.list_reply.next = next;
 	rep->u.list_reply.flags = more ? PROTO_LIST_MORE : 0;
+	return 0;
+}
+
+static int serve_status(struct request_ctx *ctx, const struct proto_msg *req, struct proto_msg *rep)
+{
+	const struct account *acct = ctx->reg->acct;
+	struct timespec now;
+	uint64_t next;
+	bool more;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	rep->u.status_reply.pid = (uint32_t)ctx->daemon_pid;
+	rep->u.status_reply.uptime_ms = (uint64_t)(now.tv_sec - ctx->started.tv_sec) * 1000u +
+					(uint64_t)(now.tv_nsec / 1000000) - (uint64_t)(ctx->started.tv_nsec / 1000000);
+	rep->u.status_reply.budget = acct->cfg->budget;
+	rep->u.status_reply.pinned = acct->pinned;
+	registry_count(ctx->reg, &rep->u.status_reply.channels_pinned, &rep->u.status_reply.channels_unpinned);
+	rep->u.status_reply.connections = (uint32_t)acct->connections;
+	rep->u.status_reply.count = account_list(acct, req->u.status.cursor, rep->u.status_reply.users,
+						 PROTO_STATUS_PAGE, &next, &more);
+	rep->u.status_reply.next = next;
+	rep->u.status_reply.flags = (ctx->user_mode ? PROTO_STATUS_USER_MODE : 0) | (more ? PROTO_STATUS_MORE : 0);
+	return 0;
+}
+
+static int serve_clients(struct request_ctx *ctx, const struct proto_msg *req, struct proto_msg *rep)
+{
+	uint64_t next = req->u.clients.cursor;
+	bool more = false;
+
+	rep->u.clients_reply.count = ctx->clients ? ctx->clients(ctx->clients_arg, req->u.clients.cursor,
+								 rep->u.clients_reply.entries, PROTO_CLIENTS_PAGE,
+								 &next, &more)
+						  : 0;
+	rep->u.clients_reply.next = next;
+	rep->u.clients_reply.flags = more ? PROTO_CLIENTS_MORE : 0;
 	return 0;
 }
 
@@ -191,6 +234,12 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	case PROTO_SHUTDOWN:
 		rc = serve_shutdown(ctx, c, rep);
+		break;
+	case PROTO_STATUS:
+		rc = serve_status(ctx, req, rep);
+		break;
+	case PROTO_CLIENTS:
+		rc = serve_clients(ctx, req, rep);
 		break;
 	default: /* proto_decode() let through requests only */
 		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);

@@ -22,14 +22,28 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "protocol.h"
 #include "registry.h"
 
+/**
+ * The connections, for CLIENTS (set by the event loop): fill @p out with up
+ * to @p max admitted connections of id > @p cursor, in id order.
+ * @return the number filled; @p next: the last id filled (the next cursor),
+ * or @p cursor if none; @p more: whether connections remain after it.
+ */
+typedef unsigned request_clients_fn(void *arg, uint64_t cursor, struct proto_client_entry *out, unsigned max,
+				    uint64_t *next, bool *more);
+
 struct request_ctx {
-	struct registry *reg;
+	struct registry *reg; /* and its accounts (reg->acct), for STATUS */
 	bool user_mode;
 	uid_t daemon_uid;
+	pid_t daemon_pid;
+	struct timespec started; /* CLOCK_MONOTONIC, for the uptime */
+	request_clients_fn *clients;
+	void *clients_arg;
 	bool stop;            /* a SHUTDOWN was accepted */
 	struct proto_msg req; /* scratch */
 	struct proto_msg rep; /* scratch */

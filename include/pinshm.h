@@ -360,6 +360,11 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
 
 /* Flags of pinshm_create(). */
 #define PINSHM_PERSISTENT 0x1u /* the channel outlives its users, until unlinked */
+#define PINSHM_HUGEPAGES 0x2u  /* back the segment with huge pages (vm.nr_hugepages) */
+
+/* The NUMA node of pinshm_create_on_node(): a node number (0, 1...) or: */
+#define PINSHM_NODE_ANY (-1)   /* no placement: the kernel's default policy */
+#define PINSHM_NODE_LOCAL (-2) /* the node of the CPU the creator runs on when asking */
 
 typedef struct pinshm_client pinshm_client_t;
 
@@ -418,6 +423,19 @@ PINSHM_EXPORT int pinshm_create(pinshm_client_t *c, const char *name, const pins
 				mode_t mode, unsigned flags);
 
 /**
+ * As pinshm_create(), with the segment's pages placed on NUMA node @p node
+ * (PINSHM_NODE_ANY: no placement, as pinshm_create(); PINSHM_NODE_LOCAL:
+ * the node of the CPU the caller runs on at the time of the request).  The
+ * placement is a preference (MPOL_PREFERRED): pages go elsewhere only when
+ * the node has no free memory.  With PINSHM_HUGEPAGES in @p flags, the
+ * segment is made of huge pages, its size rounded up to a huge page.
+ * @return as pinshm_create(); -EINVAL also for a node that does not exist;
+ *         -ENOMEM when too few huge pages are free (vm.nr_hugepages).
+ */
+PINSHM_EXPORT int pinshm_create_on_node(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr,
+					mode_t mode, unsigned flags, int node);
+
+/**
  * Open the channel @p name as a producer or a consumer: the daemon checks
  * the caller's credentials against the channel's owner, group and mode,
  * takes an endpoint of @p role for this connection and sends the segment,
@@ -445,6 +463,7 @@ PINSHM_EXPORT int pinshm_unlink(pinshm_client_t *c, const char *name);
 #define PINSHM_LIST_PINNED 0x1u     /* its segment is locked in RAM */
 #define PINSHM_LIST_PERSISTENT 0x2u /* created with PINSHM_PERSISTENT */
 #define PINSHM_LIST_SEALED 0x4u     /* memfd sealed against resizing */
+#define PINSHM_LIST_HUGEPAGES 0x8u  /* made of huge pages */
 
 /** One channel, as pinshm_list() reports it. */
 typedef struct pinshm_list_entry {
@@ -456,6 +475,7 @@ typedef struct pinshm_list_entry {
 	uint32_t uid, gid, mode; /* owner, group, permission bits */
 	uint64_t size;          /* segment bytes */
 	uint32_t producers, consumers; /* endpoints attached now */
+	int32_t node;           /* NUMA node its pages are placed on, PINSHM_NODE_ANY: none */
 } pinshm_list_entry_t;
 
 /**
@@ -466,6 +486,64 @@ typedef struct pinshm_list_entry {
  * @return 0, -ENOMEM, or a transport error.
  */
 PINSHM_EXPORT int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count);
+
+/* Flags of pinshm_status_t. */
+#define PINSHM_STATUS_USER_MODE 0x1u /* the daemon runs in user mode (--user) */
+
+/** The daemon's figures, as pinshm_status() reports them. */
+typedef struct pinshm_status {
+	uint32_t pid;             /* the daemon's process */
+	uint32_t flags;           /* PINSHM_STATUS_* */
+	uint64_t uptime_ms;       /* since it started serving */
+	uint64_t budget;          /* pinned bytes allowed, all users; UINT64_MAX: unlimited */
+	uint64_t pinned;          /* pinned bytes now, all users */
+	uint32_t channels_pinned; /* live channels (unlinked ones still used included) locked in RAM */
+	uint32_t channels_unpinned; /* the others */
+	uint32_t connections;     /* connections admitted and open */
+} pinshm_status_t;
+
+/** What one user holds, as pinshm_status() reports it. */
+typedef struct pinshm_user_usage {
+	uint32_t uid;
+	uint32_t channels;    /* owned, alive (named or not) */
+	uint32_t connections; /* open */
+	uint64_t pinned;      /* bytes of its channels locked in RAM */
+	uint64_t charged;     /* bytes of its channels, pinned or not: what its quota counts */
+	uint64_t quota;       /* UINT64_MAX: unlimited */
+} pinshm_user_usage_t;
+
+/**
+ * Ask the daemon for its figures and what each user holds.  Any client may.
+ * @param out     set to the daemon's figures (as of the first page of users).
+ * @param users   NULL, or set to an array allocated with malloc() (free()
+ *                it), in uid order, of every user that holds a channel or a
+ *                connection (the caller's own included), or NULL when empty.
+ * @param nusers  set to its length (NULL with @p users NULL).
+ * The users come in pages of up to 100, one request each: not a snapshot.
+ * @return 0, -ENOMEM, -EOPNOTSUPP (a daemon that does not know the request),
+ *         -EPROTO (the pages do not follow each other), or a transport
+ *         error as pinshm_connect().
+ */
+PINSHM_EXPORT int pinshm_status(pinshm_client_t *c, pinshm_status_t *out, pinshm_user_usage_t **users,
+				size_t *nusers);
+
+/** One connection to the daemon, as pinshm_clients() reports it. */
+typedef struct pinshm_client_info {
+	uint64_t id;            /* the daemon's number for it, in the order of connection */
+	uint32_t pid, uid, gid; /* of the process that connected (SO_PEERCRED) */
+	uint32_t channels;      /* channels it created or opened and still holds */
+	uint32_t endpoints;     /* endpoints opened through it still attached */
+} pinshm_client_info_t;
+
+/**
+ * List the connections admitted by the daemon, the caller's own included,
+ * in the order they were made.  Any client may.
+ * @param clients  set to an array allocated with malloc() (free() it).
+ * @param count    set to its length.
+ * The daemon sends them in pages of up to 128: not a snapshot.
+ * @return 0, -ENOMEM, -EOPNOTSUPP, -EPROTO, or a transport error.
+ */
+PINSHM_EXPORT int pinshm_clients(pinshm_client_t *c, pinshm_client_info_t **clients, size_t *count);
 
 /**
  * Ask the daemon to stop: it answers, closes every connection and exits;

@@ -294,6 +294,12 @@ static int put_name(pinshm_client_t *c, char *field, const char *name)
 int pinshm_create(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr, mode_t mode,
 		  unsigned flags)
 {
+	return pinshm_create_on_node(c, name, attr, mode, flags, PINSHM_NODE_ANY);
+}
+
+int pinshm_create_on_node(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr, mode_t mode,
+			  unsigned flags, int node)
+{
 	struct proto_msg req = {.h.type = PROTO_CREATE}, rep;
 	pinshm_channel_attr_t defaults;
 	size_t size;
@@ -310,11 +316,14 @@ int pinshm_create(pinshm_client_t *c, const char *name, const pinshm_channel_att
 		return client_fail(c, -EINVAL, "invalid channel geometry");
 	if (mode & ~(mode_t)0777)
 		return client_fail(c, -EINVAL, "invalid mode %#o: permission bits 0..0777 only", (unsigned)mode);
-	if (flags & ~PINSHM_PERSISTENT)
-		return client_fail(c, -EINVAL, "unknown flags %#x", flags & ~PINSHM_PERSISTENT);
+	if (flags & ~(PINSHM_PERSISTENT | PINSHM_HUGEPAGES))
+		return client_fail(c, -EINVAL, "unknown flags %#x", flags & ~(PINSHM_PERSISTENT | PINSHM_HUGEPAGES));
+	if (node < PINSHM_NODE_LOCAL)
+		return client_fail(c, -EINVAL, "invalid NUMA node %d", node);
 	req.u.create.geo = proto_geometry_from_attr(attr);
 	req.u.create.mode = (uint32_t)mode;
 	req.u.create.flags = flags;
+	req.u.create.node = node;
 	return transact(c, &req, &rep, NULL);
 }
 
@@ -372,6 +381,33 @@ int pinshm_unlink(pinshm_client_t *c, const char *name)
 	return transact(c, &req, &rep, NULL);
 }
 
+/* A page that says more follow must hold something and move the cursor on,
+ * or a faulty daemon would keep us asking. */
+static int check_page(pinshm_client_t *c, const char *what, uint32_t count, bool more, uint64_t cursor,
+		      uint64_t next)
+{
+	if (more && (count == 0 || next <= cursor))
+		return client_break(c, client_fail(c, -EPROTO, "pinshmd's %s does not advance", what));
+	return 0;
+}
+
+/* Make room for @p need elements of @p size in the array @p *arr of @p *cap. */
+static int grow(void **arr, size_t *cap, size_t need, size_t size)
+{
+	size_t ncap = *cap ? *cap : 64;
+
+	if (need <= *cap)
+		return 0;
+	while (ncap < need)
+		ncap *= 2;
+	void *grown = realloc(*arr, ncap * size);
+	if (!grown)
+		return -ENOMEM;
+	*arr = grown;
+	*cap = ncap;
+	return 0;
+}
+
 int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count)
 {
 	struct proto_msg req = {.h.type = PROTO_LIST};
@@ -390,18 +426,9 @@ int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count
 		if (rc != 0)
 			goto out;
 		uint32_t got = rep->u.list_reply.count;
-		if (n + got > cap) {
-			size_t ncap = cap ? cap * 2 : 64;
-			while (ncap < n + got)
-				ncap *= 2;
-			pinshm_list_entry_t *grown = realloc(list, ncap * sizeof(*list));
-			if (!grown) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			list = grown;
-			cap = ncap;
-		}
+		rc = grow((void **)&list, &cap, n + got, sizeof(*list));
+		if (rc != 0)
+			goto out;
 		for (uint32_t i = 0; i < got; i++) {
 			const struct proto_list_entry *e = &rep->u.list_reply.entries[i];
 			list[n++] = (pinshm_list_entry_t){
@@ -418,16 +445,14 @@ int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count
 				.size = e->size,
 				.producers = e->producers,
 				.consumers = e->consumers,
+				.node = e->node,
 			};
 			memcpy(list[n - 1].name, e->name, sizeof(list[n - 1].name));
 		}
-		if (!(rep->u.list_reply.flags & PROTO_LIST_MORE))
-			break;
-		/* The cursor must move on, or a faulty daemon would keep us here. */
-		if (rep->u.list_reply.next <= req.u.list.cursor) {
-			rc = client_break(c, client_fail(c, -EPROTO, "pinshmd's channel list does not advance"));
+		bool more = rep->u.list_reply.flags & PROTO_LIST_MORE;
+		rc = check_page(c, "channel list", got, more, req.u.list.cursor, rep->u.list_reply.next);
+		if (rc != 0 || !more)
 			goto out;
-		}
 		req.u.list.cursor = rep->u.list_reply.next;
 	}
 out:
@@ -446,4 +471,129 @@ int pinshm_daemon_shutdown(pinshm_client_t *c)
 	struct proto_msg req = {.h.type = PROTO_SHUTDOWN}, rep;
 
 	return transact(c, &req, &rep, NULL);
+}
+
+int pinshm_status(pinshm_client_t *c, pinshm_status_t *out, pinshm_user_usage_t **users, size_t *nusers)
+{
+	struct proto_msg req = {.h.type = PROTO_STATUS};
+	struct proto_msg *rep = malloc(sizeof(*rep));
+	pinshm_user_usage_t *list = NULL;
+	size_t n = 0, cap = 0;
+	int rc = 0;
+
+	if (users) {
+		*users = NULL;
+		*nusers = 0;
+	}
+	c->error[0] = '\0';
+	if (!rep)
+		return -ENOMEM;
+	for (;;) {
+		rc = transact(c, &req, rep, NULL);
+		if (rc != 0)
+			goto out;
+		const typeof(rep->u.status_reply) *s = &rep->u.status_reply;
+		if (req.u.status.cursor == 0)
+			*out = (pinshm_status_t){
+				.pid = s->pid,
+				.flags = s->flags & PROTO_STATUS_USER_MODE ? PINSHM_STATUS_USER_MODE : 0,
+				.uptime_ms = s->uptime_ms,
+				.budget = s->budget,
+				.pinned = s->pinned,
+				.channels_pinned = s->channels_pinned,
+				.channels_unpinned = s->channels_unpinned,
+				.connections = s->connections,
+			};
+		if (!users)
+			break;
+		rc = grow((void **)&list, &cap, n + s->count, sizeof(*list));
+		if (rc != 0)
+			goto out;
+		for (uint32_t i = 0; i < s->count; i++) {
+			const struct proto_user_entry *u = &s->users[i];
+			/* In uid order, from the cursor on, and `next` just past the last. */
+			if (u->uid < req.u.status.cursor || (n > 0 && u->uid <= list[n - 1].uid) ||
+			    (i + 1 == s->count && s->next != (uint64_t)u->uid + 1)) {
+				rc = client_break(c, client_fail(c, -EPROTO, "pinshmd's user list is out of order"));
+				goto out;
+			}
+			list[n++] = (pinshm_user_usage_t){
+				.uid = u->uid,
+				.channels = u->channels,
+				.connections = u->connections,
+				.pinned = u->pinned,
+				.charged = u->charged,
+				.quota = u->quota,
+			};
+		}
+		bool more = s->flags & PROTO_STATUS_MORE;
+		rc = check_page(c, "user list", s->count, more, req.u.status.cursor, s->next);
+		if (rc != 0 || !more)
+			goto out;
+		req.u.status.cursor = s->next;
+	}
+out:
+	free(rep);
+	if (rc != 0 || !users || n == 0) {
+		free(list);
+		return rc;
+	}
+	*users = list;
+	*nusers = n;
+	return 0;
+}
+
+int pinshm_clients(pinshm_client_t *c, pinshm_client_info_t **clients, size_t *count)
+{
+	struct proto_msg req = {.h.type = PROTO_CLIENTS};
+	struct proto_msg *rep = malloc(sizeof(*rep));
+	pinshm_client_info_t *list = NULL;
+	size_t n = 0, cap = 0;
+	int rc = 0;
+
+	*clients = NULL;
+	*count = 0;
+	c->error[0] = '\0';
+	if (!rep)
+		return -ENOMEM;
+	for (;;) {
+		rc = transact(c, &req, rep, NULL);
+		if (rc != 0)
+			goto out;
+		const typeof(rep->u.clients_reply) *r = &rep->u.clients_reply;
+		rc = grow((void **)&list, &cap, n + r->count, sizeof(*list));
+		if (rc != 0)
+			goto out;
+		for (uint32_t i = 0; i < r->count; i++) {
+			const struct proto_client_entry *e = &r->entries[i];
+			/* In id order, after the cursor, and `next` the last. */
+			if (e->id <= req.u.clients.cursor || (n > 0 && e->id <= list[n - 1].id) ||
+			    (i + 1 == r->count && r->next != e->id)) {
+				rc = client_break(c, client_fail(c, -EPROTO, "pinshmd's connection list is out of order"));
+				goto out;
+			}
+			list[n++] = (pinshm_client_info_t){
+				.id = e->id,
+				.pid = e->pid,
+				.uid = e->uid,
+				.gid = e->gid,
+				.channels = e->channels,
+				.endpoints = e->endpoints,
+			};
+		}
+		bool more = r->flags & PROTO_CLIENTS_MORE;
+		rc = check_page(c, "connection list", r->count, more, req.u.clients.cursor, r->next);
+		if (rc != 0 || !more)
+			goto out;
+		req.u.clients.cursor = r->next;
+	}
+out:
+	free(rep);
+	if (rc != 0 || n == 0) {
+		free(list);
+		return rc;
+	}
+	*clients = list;
+	*count = n;
+	return 0;
 }

@@ -18,6 +18,13 @@ static_assert(PROTO_NAME_FIELD == PINSHM_NAME_MAX + 1, "a name and its NUL fill 
 static_assert(PROTO_HEADER_SIZE + 4 + 2 + PROTO_TEXT_MAX + 16 + PROTO_LIST_PAGE * PROTO_LIST_ENTRY_SIZE <=
 		      PROTO_MAX_PACKET,
 	      "a full LIST reply fits in a packet");
+static_assert(PROTO_HEADER_SIZE + 4 + 2 + PROTO_TEXT_MAX + PROTO_STATUS_FIXED_SIZE +
+			      PROTO_STATUS_PAGE * PROTO_USER_ENTRY_SIZE <=
+		      PROTO_MAX_PACKET,
+	      "a full STATUS reply fits in a packet");
+static_assert(PROTO_HEADER_SIZE + 4 + 2 + PROTO_TEXT_MAX + 16 + PROTO_CLIENTS_PAGE * PROTO_CLIENT_ENTRY_SIZE <=
+		      PROTO_MAX_PACKET,
+	      "a full CLIENTS reply fits in a packet");
 
 /* ---- cursors -------------------------------------------------------------- */
 
@@ -149,6 +156,7 @@ static void put_entry(struct wr *w, const struct proto_list_entry *e)
 	put_u64(w, e->size);
 	put_u32(w, e->producers);
 	put_u32(w, e->consumers);
+	put_u32(w, (uint32_t)e->node);
 	assert(w->bad || w->len - start == PROTO_LIST_ENTRY_SIZE);
 }
 
@@ -163,13 +171,60 @@ static void get_entry(struct rd *r, struct proto_list_entry *e)
 	e->size = get_u64(r);
 	e->producers = get_u32(r);
 	e->consumers = get_u32(r);
+	e->node = (int32_t)get_u32(r);
+}
+
+static void put_user(struct wr *w, const struct proto_user_entry *u)
+{
+	size_t start = w->len;
+
+	put_u32(w, u->uid);
+	put_u32(w, u->channels);
+	put_u32(w, u->connections);
+	put_u64(w, u->pinned);
+	put_u64(w, u->charged);
+	put_u64(w, u->quota);
+	assert(w->bad || w->len - start == PROTO_USER_ENTRY_SIZE);
+}
+
+static void get_user(struct rd *r, struct proto_user_entry *u)
+{
+	u->uid = get_u32(r);
+	u->channels = get_u32(r);
+	u->connections = get_u32(r);
+	u->pinned = get_u64(r);
+	u->charged = get_u64(r);
+	u->quota = get_u64(r);
+}
+
+static void put_client(struct wr *w, const struct proto_client_entry *c)
+{
+	size_t start = w->len;
+
+	put_u64(w, c->id);
+	put_u32(w, c->pid);
+	put_u32(w, c->uid);
+	put_u32(w, c->gid);
+	put_u32(w, c->channels);
+	put_u32(w, c->endpoints);
+	assert(w->bad || w->len - start == PROTO_CLIENT_ENTRY_SIZE);
+}
+
+static void get_client(struct rd *r, struct proto_client_entry *c)
+{
+	c->id = get_u64(r);
+	c->pid = get_u32(r);
+	c->uid = get_u32(r);
+	c->gid = get_u32(r);
+	c->channels = get_u32(r);
+	c->endpoints = get_u32(r);
 }
 
 /* ---- messages --------------------------------------------------------------- */
 
 static bool is_request(uint16_t type)
 {
-	return type >= PROTO_HELLO && type <= PROTO_SHUTDOWN;
+	return type >= PROTO_HELLO && type <= PROTO_CLIENTS;
 }
 
 static bool is_reply(uint16_t type)
@@ -214,6 +269,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 		put_geometry(&w, &m->u.create.geo);
 		put_u32(&w, m->u.create.mode);
 		put_u32(&w, m->u.create.flags);
+		put_u32(&w, (uint32_t)m->u.create.node);
 		break;
 	case PROTO_CREATE | PROTO_REPLY:
 		put_u64(&w, m->u.create_reply.size);
@@ -242,6 +298,40 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 		put_u32(&w, m->u.list_reply.flags);
 		for (uint32_t i = 0; i < m->u.list_reply.count; i++)
 			put_entry(&w, &m->u.list_reply.entries[i]);
+		break;
+	case PROTO_STATUS:
+		put_u64(&w, m->u.status.cursor);
+		break;
+	case PROTO_STATUS | PROTO_REPLY: {
+		size_t start = w.len;
+		if (m->u.status_reply.count > PROTO_STATUS_PAGE)
+			return -EINVAL;
+		put_u32(&w, m->u.status_reply.pid);
+		put_u32(&w, m->u.status_reply.flags);
+		put_u64(&w, m->u.status_reply.uptime_ms);
+		put_u64(&w, m->u.status_reply.budget);
+		put_u64(&w, m->u.status_reply.pinned);
+		put_u32(&w, m->u.status_reply.channels_pinned);
+		put_u32(&w, m->u.status_reply.channels_unpinned);
+		put_u32(&w, m->u.status_reply.connections);
+		put_u32(&w, m->u.status_reply.count);
+		put_u64(&w, m->u.status_reply.next);
+		assert(w.bad || w.len - start == PROTO_STATUS_FIXED_SIZE);
+		for (uint32_t i = 0; i < m->u.status_reply.count; i++)
+			put_user(&w, &m->u.status_reply.users[i]);
+		break;
+	}
+	case PROTO_CLIENTS:
+		put_u64(&w, m->u.clients.cursor);
+		break;
+	case PROTO_CLIENTS | PROTO_REPLY:
+		if (m->u.clients_reply.count > PROTO_CLIENTS_PAGE)
+			return -EINVAL;
+		put_u64(&w, m->u.clients_reply.next);
+		put_u32(&w, m->u.clients_reply.count);
+		put_u32(&w, m->u.clients_reply.flags);
+		for (uint32_t i = 0; i < m->u.clients_reply.count; i++)
+			put_client(&w, &m->u.clients_reply.entries[i]);
 		break;
 	default: /* SHUTDOWN, UNLINK and SHUTDOWN replies: nothing more */
 		break;
@@ -321,6 +411,7 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 		get_geometry(&r, &m->u.create.geo);
 		m->u.create.mode = get_u32(&r);
 		m->u.create.flags = get_u32(&r);
+		m->u.create.node = (int32_t)get_u32(&r);
 		break;
 	case PROTO_CREATE | PROTO_REPLY:
 		m->u.create_reply.size = get_u64(&r);
@@ -351,6 +442,41 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 		}
 		for (uint32_t i = 0; i < m->u.list_reply.count && !r.bad; i++)
 			get_entry(&r, &m->u.list_reply.entries[i]);
+		break;
+	case PROTO_STATUS:
+		m->u.status.cursor = get_u64(&r);
+		break;
+	case PROTO_STATUS | PROTO_REPLY:
+		m->u.status_reply.pid = get_u32(&r);
+		m->u.status_reply.flags = get_u32(&r);
+		m->u.status_reply.uptime_ms = get_u64(&r);
+		m->u.status_reply.budget = get_u64(&r);
+		m->u.status_reply.pinned = get_u64(&r);
+		m->u.status_reply.channels_pinned = get_u32(&r);
+		m->u.status_reply.channels_unpinned = get_u32(&r);
+		m->u.status_reply.connections = get_u32(&r);
+		m->u.status_reply.count = get_u32(&r);
+		m->u.status_reply.next = get_u64(&r);
+		if (m->u.status_reply.count > PROTO_STATUS_PAGE || (m->u.status_reply.flags & ~PROTO_STATUS_FLAGS)) {
+			r.bad = true;
+			break;
+		}
+		for (uint32_t i = 0; i < m->u.status_reply.count && !r.bad; i++)
+			get_user(&r, &m->u.status_reply.users[i]);
+		break;
+	case PROTO_CLIENTS:
+		m->u.clients.cursor = get_u64(&r);
+		break;
+	case PROTO_CLIENTS | PROTO_REPLY:
+		m->u.clients_reply.next = get_u64(&r);
+		m->u.clients_reply.count = get_u32(&r);
+		m->u.clients_reply.flags = get_u32(&r);
+		if (m->u.clients_reply.count > PROTO_CLIENTS_PAGE || (m->u.clients_reply.flags & ~PROTO_CLIENTS_MORE)) {
+			r.bad = true;
+			break;
+		}
+		for (uint32_t i = 0; i < m->u.clients_reply.count && !r.bad; i++)
+			get_client(&r, &m->u.clients_reply.entries[i]);
 		break;
 	default:
 		break;
@@ -418,6 +544,10 @@ const char *proto_type_name(uint16_t type)
 		return "LIST";
 	case PROTO_SHUTDOWN:
 		return "SHUTDOWN";
+	case PROTO_STATUS:
+		return "STATUS";
+	case PROTO_CLIENTS:
+		return "CLIENTS";
 	default:
 		return type == PROTO_ERROR ? "ERROR" : "unknown";
 	}

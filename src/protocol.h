@@ -61,11 +61,14 @@
 enum proto_type {
 	PROTO_HELLO = 1,    /* body: u32 version, u32 library version */
 	PROTO_CREATE = 2,   /* body: name, u32 kind, u32 flags, u64 capacity, u32 max_message,
-			     *       u32 max_producers, u32 max_consumers, u32 mode, u32 create flags */
+			     *       u32 max_producers, u32 max_consumers, u32 mode, u32 create flags,
+			     *       i32 node (PINSHM_NODE_ANY, PINSHM_NODE_LOCAL or a node, since version 2) */
 	PROTO_OPEN = 3,     /* body: name, u32 role */
 	PROTO_UNLINK = 4,   /* body: name */
 	PROTO_LIST = 5,     /* body: u64 cursor */
 	PROTO_SHUTDOWN = 6, /* body: empty */
+	PROTO_STATUS = 7,   /* body: u64 cursor (users of uid >= cursor) */
+	PROTO_CLIENTS = 8,  /* body: u64 cursor (connections of id > cursor) */
 	PROTO_REPLY = 0x8000,
 	PROTO_ERROR = 0xffff,
 };
@@ -77,8 +80,24 @@ enum proto_type {
 #define PROTO_LIST_MORE 0x1u /* more channels follow: ask again from `next` */
 
 /* Entries in one LIST reply: what fits with the longest text. */
-#define PROTO_LIST_ENTRY_SIZE 124u
-#define PROTO_LIST_PAGE 31u
+#define PROTO_LIST_ENTRY_SIZE 128u
+#define PROTO_LIST_PAGE 30u
+
+/* Flags of a STATUS reply. */
+#define PROTO_STATUS_USER_MODE 0x1u /* as PROTO_HELLO_USER_MODE */
+#define PROTO_STATUS_MORE 0x2u      /* more users follow: ask again from `next` */
+#define PROTO_STATUS_FLAGS (PROTO_STATUS_USER_MODE | PROTO_STATUS_MORE)
+
+/* A STATUS reply: the daemon's figures, then a page of users. */
+#define PROTO_STATUS_FIXED_SIZE 56u
+#define PROTO_USER_ENTRY_SIZE 36u
+#define PROTO_STATUS_PAGE 100u
+
+/* Flags of a CLIENTS reply. */
+#define PROTO_CLIENTS_MORE 0x1u /* more connections follow: ask again from `next` */
+
+#define PROTO_CLIENT_ENTRY_SIZE 28u
+#define PROTO_CLIENTS_PAGE 128u
 
 struct proto_header {
 	uint32_t magic;
@@ -101,6 +120,25 @@ struct proto_list_entry {
 	uint32_t uid, gid, mode;
 	uint64_t size;
 	uint32_t producers, consumers; /* endpoints attached now */
+	int32_t node;   /* NUMA node its pages were placed on, PINSHM_NODE_ANY: none */
+};
+
+/* One user in a STATUS reply. */
+struct proto_user_entry {
+	uint32_t uid;
+	uint32_t channels;    /* owned, alive (named or not) */
+	uint32_t connections; /* admitted, open now */
+	uint64_t pinned;      /* bytes of its channels locked in RAM */
+	uint64_t charged;     /* bytes of its channels, pinned or not: against its quota */
+	uint64_t quota;       /* UINT64_MAX: unlimited */
+};
+
+/* One connection in a CLIENTS reply. */
+struct proto_client_entry {
+	uint64_t id;        /* the daemon's number for it, increasing: the cursor */
+	uint32_t pid, uid, gid; /* SO_PEERCRED at connect time */
+	uint32_t channels;  /* channels it created or opened and still references */
+	uint32_t endpoints; /* endpoints claimed for it still attached in their segments */
 };
 
 /*
@@ -123,6 +161,7 @@ struct proto_msg {
 			char name[PROTO_NAME_FIELD];
 			struct proto_geometry geo;
 			uint32_t mode, flags;
+			int32_t node; /* PINSHM_NODE_* or a node number */
 		} create;
 		struct {
 			uint64_t size;
@@ -148,6 +187,22 @@ struct proto_msg {
 			uint32_t count, flags;
 			struct proto_list_entry entries[PROTO_LIST_PAGE];
 		} list_reply;
+		struct {
+			uint64_t cursor;
+		} status, clients; /* STATUS, CLIENTS */
+		struct {
+			uint32_t pid, flags; /* PROTO_STATUS_* */
+			uint64_t uptime_ms, budget, pinned; /* budget UINT64_MAX: unlimited */
+			uint32_t channels_pinned, channels_unpinned, connections;
+			uint32_t count;      /* users that follow */
+			uint64_t next;       /* the cursor of the next page */
+			struct proto_user_entry users[PROTO_STATUS_PAGE];
+		} status_reply;
+		struct {
+			uint64_t next;
+			uint32_t count, flags; /* PROTO_CLIENTS_* */
+			struct proto_client_entry entries[PROTO_CLIENTS_PAGE];
+		} clients_reply;
 	} u;
 };
 
@@ -157,7 +212,8 @@ struct proto_msg {
  * the fields of that type (for a reply: status, text, and the type's
  * fields when status is 0).  A text longer than PROTO_TEXT_MAX is cut.
  * @return the packet length, or -EINVAL (unknown type, a name that does not
- *         fit its field, a list count over PROTO_LIST_PAGE).
+ *         fit its field, a count over its page: PROTO_LIST_PAGE,
+ *         PROTO_STATUS_PAGE, PROTO_CLIENTS_PAGE).
  */
 int proto_encode(const struct proto_msg *m, uint8_t *buf);
 
@@ -165,7 +221,8 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf);
  * Decode the packet of @p len bytes at @p buf into @p m, checking its
  * structure: the header, that the type is a request (@p reply false) or a
  * reply (@p reply true), that the body has exactly the length of its type,
- * that names and the text are well formed.  Values are not judged beyond
+ * that names and the text are well formed, that a reply's count fits its
+ * page (and, for STATUS and CLIENTS, that its flags are known).  Values are not judged beyond
  * that (names, roles, modes, flags, geometry: the receiver's business).
  * @return 0;
  *         -EBADMSG: malformed (short, bad magic, length field, body size,

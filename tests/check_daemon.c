@@ -674,6 +674,7 @@ START_TEST(test_errors)
 	pk_le(&p, 1, 4);
 	pk_le(&p, 0600, 4);
 	pk_le(&p, 0, 4);
+	pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
 	pk_end(&p);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);

@@ -598,6 +598,296 @@ START_TEST(test_version)
 END_TEST
 
 /* ======================================================================== */
+/* status, clients                                                           */
+/* ======================================================================== */
+
+/* The number after the first "KEY": that follows @p from in @p text. */
+static uint64_t json_u64(const char *text, const char *from, const char *key)
+{
+	char pat[64];
+	const char *p = from ? strstr(text, from) : text;
+
+	ck_assert_msg(p != NULL, "'%s' not in:\n%s", from, text);
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(p, pat);
+	ck_assert_msg(p != NULL, "'%s' not in:\n%s", pat, text);
+	p += strlen(pat);
+	ck_assert_msg(*p >= '0' && *p <= '9', "%s is not a number in:\n%s", pat, text);
+	return strtoull(p, NULL, 10);
+}
+
+/* What the daemon should report: the sums over what LIST shows. */
+struct expect {
+	uint64_t pinned, charged;
+	uint32_t channels_pinned, channels_unpinned;
+};
+
+static struct expect expect_from_list(pinshm_client_t *c)
+{
+	struct expect x = {0};
+	pinshm_list_entry_t *e;
+	size_t n;
+
+	TU_RC(pinshm_list(c, &e, &n), 0);
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_uint_eq(e[i].uid, geteuid());
+		x.charged += e[i].size;
+		if (e[i].state & PINSHM_LIST_PINNED) {
+			x.pinned += e[i].size;
+			x.channels_pinned++;
+		} else {
+			x.channels_unpinned++;
+		}
+	}
+	free(e);
+	return x;
+}
+
+/* pinshm_status() reports exactly @p x, @p connections, one user: us. */
+static void check_status(pinshm_client_t *c, const struct expect *x, uint32_t connections)
+{
+	pinshm_status_t st;
+	pinshm_user_usage_t *u;
+	size_t n;
+
+	TU_RC(pinshm_status(c, &st, &u, &n), 0);
+	ck_assert_uint_gt(st.pid, 0);
+	ck_assert_uint_ne(st.pid, (uint32_t)getpid());
+	ck_assert(st.flags & PINSHM_STATUS_USER_MODE);
+	ck_assert_uint_gt(st.budget, 0);
+	ck_assert_uint_eq(st.pinned, x->pinned);
+	ck_assert_uint_eq(st.channels_pinned, x->channels_pinned);
+	ck_assert_uint_eq(st.channels_unpinned, x->channels_unpinned);
+	ck_assert_uint_eq(st.connections, connections);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(u[0].uid, geteuid());
+	ck_assert_uint_eq(u[0].channels, x->channels_pinned + x->channels_unpinned);
+	ck_assert_uint_eq(u[0].connections, connections);
+	ck_assert_uint_eq(u[0].pinned, x->pinned);
+	ck_assert_uint_eq(u[0].charged, x->charged);
+	ck_assert_uint_eq(u[0].quota, UINT64_MAX); /* no configuration: unlimited */
+	free(u);
+
+	/* Without the users: the same figures. */
+	pinshm_status_t again;
+	TU_RC(pinshm_status(c, &again, NULL, NULL), 0);
+	ck_assert_uint_eq(again.pinned, st.pinned);
+	ck_assert_uint_eq(again.connections, st.connections);
+}
+
+START_TEST(test_status_figures)
+{
+	pinshm_channel_attr_t small, big, topic;
+	size_t s_small, s_big, s_topic;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch;
+	struct daemon d;
+	struct run r;
+	char want[96];
+
+	daemon_start(&d);
+	TU_RC(pinshm_connect(d.sock, &c), 0);
+	struct expect none = {0};
+	check_status(c, &none, 1);
+
+	/* Channels of known sizes; one over the daemon's RLIMIT_MEMLOCK of a user
+	 * (8 MiB here) is unpinned unless the daemon may lock more. */
+	tu_attr(&small, PINSHM_QUEUE, 64 * 1024, 2, 1);
+	tu_attr(&topic, PINSHM_TOPIC, 16 * 1024, 1, 3);
+	tu_attr(&big, PINSHM_QUEUE, 8u << 20, 1, 1);
+	TU_RC(pinshm_segment_size(&small, &s_small), 0);
+	TU_RC(pinshm_segment_size(&topic, &s_topic), 0);
+	TU_RC(pinshm_segment_size(&big, &s_big), 0);
+	TU_RC(pinshm_create(c, "st-small", &small, 0600, 0), 0);
+	TU_RC(pinshm_create(c, "st-topic", &topic, 0600, PINSHM_PERSISTENT), 0);
+	TU_RC(pinshm_create(c, "st-big", &big, 0600, 0), 0);
+	struct expect x = expect_from_list(c);
+	ck_assert_uint_eq(x.charged, s_small + s_topic + s_big);
+	ck_assert_uint_eq(x.channels_pinned + x.channels_unpinned, 3);
+	check_status(c, &x, 1);
+
+	/* pinshmctl's own connection is the second. */
+	CTL(&d, &r, 0, "status", "--json");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	ck_assert_uint_eq(json_u64(r.out, NULL, "pinned"), x.pinned);
+	ck_assert_uint_eq(json_u64(r.out, NULL, "channels"), 3);
+	ck_assert_uint_eq(json_u64(r.out, NULL, "channels_pinned"), x.channels_pinned);
+	ck_assert_uint_eq(json_u64(r.out, NULL, "channels_unpinned"), x.channels_unpinned);
+	ck_assert_uint_eq(json_u64(r.out, NULL, "connections"), 2);
+	ck_assert_uint_eq(json_u64(r.out, "\"users\"", "uid"), geteuid());
+	ck_assert_uint_eq(json_u64(r.out, "\"users\"", "channels"), 3);
+	ck_assert_uint_eq(json_u64(r.out, "\"users\"", "connections"), 2);
+	ck_assert_uint_eq(json_u64(r.out, "\"users\"", "pinned"), x.pinned);
+	ck_assert_uint_eq(json_u64(r.out, "\"users\"", "charged"), x.charged);
+	HAS(r.out, "\"user_mode\": true");
+	HAS(r.out, "\"quota\": null");
+	CTL(&d, &r, 0, "status");
+	snprintf(want, sizeof(want), "(%llu bytes)", (unsigned long long)x.pinned);
+	HAS(r.out, want);
+	HAS(r.out, "channels     3 (");
+	HAS(r.out, "connections  2\n");
+	HAS(r.out, "USER");
+	HAS(r.out, "user mode");
+
+	/* An attached endpoint changes nothing in the sums. */
+	TU_RC(pinshm_open(c, "st-small", PINSHM_CONSUMER, &ch), 0);
+	check_status(c, &x, 1);
+	pinshm_channel_close(ch);
+
+	/* Unlinked but still referenced: still counted and charged. */
+	TU_RC(pinshm_unlink(c, "st-small"), 0);
+	check_status(c, &x, 1);
+
+	/* Disconnected: only the persistent topic is left, then nothing. */
+	pinshm_disconnect(c);
+	TU_RC(pinshm_connect(d.sock, &c), 0);
+	x = expect_from_list(c);
+	ck_assert_uint_eq(x.charged, s_topic);
+	check_status(c, &x, 1);
+	TU_RC(pinshm_unlink(c, "st-topic"), 0);
+	check_status(c, &none, 1);
+	pinshm_disconnect(c);
+	CTL(&d, &r, 0, "--json", "status");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	ck_assert_uint_eq(json_u64(r.out, NULL, "pinned"), 0);
+	ck_assert_uint_eq(json_u64(r.out, NULL, "channels"), 0);
+	ck_assert_uint_eq(json_u64(r.out, NULL, "connections"), 1);
+	ck_assert_uint_eq(json_u64(r.out, "\"users\"", "charged"), 0);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+#define NCLIENTS 150 /* more than one page of CLIENTS (128) */
+
+/* Rows of a `clients` table (header excluded) whose PID is @p pid. */
+static unsigned rows_of_pid(const char *table, pid_t pid)
+{
+	char want[32];
+	unsigned n = 0;
+
+	snprintf(want, sizeof(want), "  %10d  ", (int)pid);
+	for (const char *p = strstr(table, want); p; p = strstr(p + 1, want))
+		n++;
+	return n;
+}
+
+START_TEST(test_clients)
+{
+	static pinshm_client_t *cs[NCLIENTS];
+	pinshm_client_info_t *e;
+	pinshm_channel_t *ch;
+	struct daemon d;
+	struct run r;
+	size_t n;
+
+	daemon_start(&d);
+	for (int i = 0; i < NCLIENTS; i++)
+		TU_RC(pinshm_connect(d.sock, &cs[i]), 0);
+	TU_RC(pinshm_create(cs[1], "cl-q", NULL, 0600, 0), 0);
+	TU_RC(pinshm_open(cs[2], "cl-q", PINSHM_PRODUCER, &ch), 0);
+
+	TU_RC(pinshm_clients(cs[0], &e, &n), 0);
+	ck_assert_uint_eq(n, NCLIENTS);
+	for (size_t i = 0; i < n; i++) {
+		ck_assert(i == 0 || e[i].id > e[i - 1].id);
+		ck_assert_uint_eq(e[i].pid, (uint32_t)getpid());
+		ck_assert_uint_eq(e[i].uid, geteuid());
+		ck_assert_uint_eq(e[i].gid, getegid());
+		/* In the order of connection: cs[1] created, cs[2] opened. */
+		ck_assert_uint_eq(e[i].channels, i == 1 || i == 2);
+		ck_assert_uint_eq(e[i].endpoints, i == 2);
+	}
+	free(e);
+
+	CTL(&d, &r, 0, "clients");
+	HAS(r.out, "ENDPOINTS");
+	ck_assert_uint_eq(rows_of_pid(r.out, getpid()), NCLIENTS);
+	CTL(&d, &r, 0, "clients", "--json");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	char want[48];
+	snprintf(want, sizeof(want), "\"pid\": %d,", (int)getpid());
+	unsigned found = 0;
+	for (const char *p = strstr(r.out, want); p; p = strstr(p + 1, want))
+		found++;
+	ck_assert_uint_eq(found, NCLIENTS);
+	HAS(r.out, "\"endpoints\": 1");
+
+	/* A closed endpoint no longer counts; the channel is still held. */
+	pinshm_channel_close(ch);
+	TU_RC(pinshm_clients(cs[0], &e, &n), 0);
+	ck_assert_uint_eq(e[2].channels, 1);
+	ck_assert_uint_eq(e[2].endpoints, 0);
+	free(e);
+
+	for (int i = 0; i < NCLIENTS; i++)
+		pinshm_disconnect(cs[i]);
+	/* Only pinshmctl's own connection is left. */
+	CTL(&d, &r, 0, "clients", "--json");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	ck_assert_uint_eq(json_u64(r.out, NULL, "channels"), 0);
+	HAS_NOT(r.out, "},");
+	CTL(&d, &r, 0, "status", "--json");
+	ck_assert_uint_eq(json_u64(r.out, NULL, "connections"), 1);
+	ck_assert_uint_eq(json_u64(r.out, NULL, "channels"), 0);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+START_TEST(test_status_output)
+{
+	pinshm_status_t st = {.pid = 42, .uptime_ms = 3723000, .budget = UINT64_MAX, .pinned = 65536,
+			      .channels_pinned = 1, .channels_unpinned = 2, .connections = 3};
+	pinshm_user_usage_t u[2] = {
+		{.uid = 4000000001u, .channels = 3, .connections = 3, .pinned = 65536, .charged = 1 << 20,
+		 .quota = UINT64_MAX},
+		{.uid = 4000000002u, .quota = 1 << 30},
+	};
+	pinshm_client_info_t c[1] = {{.id = 7, .pid = 99, .uid = 4000000001u, .gid = 4000000001u, .channels = 2,
+				      .endpoints = 1}};
+	char buf[4096], dur[32];
+
+	ctl_duration_string(3723000, dur, sizeof(dur));
+	ck_assert_str_eq(dur, "1h02m03s");
+	ctl_duration_string(59999, dur, sizeof(dur));
+	ck_assert_str_eq(dur, "59s");
+	ctl_duration_string(90061000, dur, sizeof(dur));
+	ck_assert_str_eq(dur, "1d01h01m");
+
+	FILE *f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_status_json(f, &st, u, 2);
+	fclose(f);
+	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	HAS(buf, "\"budget\": null");
+	HAS(buf, "\"channels\": 3");
+	HAS(buf, "\"user\": \"4000000001\"");
+	HAS(buf, "\"quota\": 1073741824");
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_status_json(f, &st, u, 0);
+	fclose(f);
+	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	HAS(buf, "\"users\": []");
+
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_status(f, &st, u, 2);
+	fclose(f);
+	HAS(buf, "pid 42, system mode, up 1h02m03s");
+	HAS(buf, "64K of unlimited budget (65536 bytes)");
+	HAS(buf, "channels     3 (1 pinned, 2 unpinned)");
+
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_clients_json(f, c, 1);
+	fclose(f);
+	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	HAS(buf, "\"id\": 7");
+	HAS(buf, "\"group\": \"4000000001\"");
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_clients_json(f, c, 0);
+	fclose(f);
+	ck_assert_str_eq(buf, "[]\n");
+}
+END_TEST
+
+/* ======================================================================== */
 /* errors                                                                    */
 /* ======================================================================== */
 
@@ -662,6 +952,9 @@ START_TEST(test_usage)
 		{"create", "a", "--overrun"},
 		{"rm"},
 		{"shutdown", "now"},
+		{"status", "extra"},
+		{"status", "--bogus"},
+		{"clients", "extra"},
 	};
 	struct daemon d;
 	struct run r;
@@ -706,6 +999,13 @@ static Suite *pinshmctl_suite(void)
 	tcase_add_test(tc, test_mode_size_strings);
 	tcase_add_test(tc, test_json_string);
 	tcase_add_test(tc, test_json_list);
+	tcase_add_test(tc, test_status_output);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("status");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_status_figures);
+	tcase_add_test(tc, test_clients);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("commands");

@@ -1,0 +1,126 @@
+/*
+ * numa.c - the topology (real, or injected for tests) and mbind().
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <numa.h>
+#include <numaif.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "numa.h"
+#include "pinshm.h"
+
+#define NUMA_TEST_MAX 64
+
+static struct {
+	int real_max;  /* highest real node, -1: no NUMA support (one node, 0) */
+	int test_nodes; /* injected node count, 0: none */
+} topo = {.real_max = -1};
+
+static bool real_node_exists(int node)
+{
+	if (topo.real_max < 0)
+		return node == 0;
+	return node <= topo.real_max && numa_bitmask_isbitset(numa_all_nodes_ptr, (unsigned)node);
+}
+
+int numa_setup(char *why, size_t whylen)
+{
+	const char *t = getenv("PINSHMD_TEST_NUMA_NODES");
+
+	topo.real_max = numa_available() < 0 ? -1 : numa_max_node();
+	topo.test_nodes = 0;
+	if (t && *t) {
+		char *end;
+		long n = strtol(t, &end, 10);
+		if (!isdigit((unsigned char)*t) || *end || n < 1 || n > NUMA_TEST_MAX) {
+			snprintf(why, whylen, "PINSHMD_TEST_NUMA_NODES='%s': not a number of 1 to %d", t, NUMA_TEST_MAX);
+			return -EINVAL;
+		}
+		topo.test_nodes = (int)n;
+		log_warn("test topology in force (PINSHMD_TEST_NUMA_NODES): %d nodes, CPU c on node c %% %d", topo.test_nodes,
+			 topo.test_nodes);
+	}
+	return 0;
+}
+
+/* The CPU @p pid last ran on (field 39 of /proc/PID/stat), or -errno. */
+static int cpu_of(pid_t pid)
+{
+	char path[64], buf[1024];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* The command name (field 2) may hold blanks and ')': start after the last ')'. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -EIO;
+	int field = 2;
+	for (p++; *p && field < 39; p++)
+		if (*p == ' ')
+			field++;
+	if (field != 39 || !isdigit((unsigned char)*p))
+		return -EIO;
+	return atoi(p);
+}
+
+int numa_resolve(int requested, pid_t creator, int *node, char *why, size_t whylen)
+{
+	*node = PINSHM_NODE_ANY;
+	if (requested == PINSHM_NODE_ANY)
+		return 0;
+	if (requested == PINSHM_NODE_LOCAL) {
+		int cpu = cpu_of(creator);
+		if (cpu < 0) {
+			/* Gone already, or /proc hidden: no placement, not a failure. */
+			log_warn("NUMA node of pid %d unknown (%s): no placement", (int)creator, strerror(-cpu));
+			return 0;
+		}
+		if (topo.test_nodes)
+			*node = cpu % topo.test_nodes;
+		else if (topo.real_max < 0)
+			*node = 0;
+		else if ((*node = numa_node_of_cpu(cpu)) < 0)
+			*node = PINSHM_NODE_ANY;
+		return 0;
+	}
+	bool ok = requested >= 0 &&
+		  (topo.test_nodes ? requested < topo.test_nodes : real_node_exists(requested));
+	if (!ok) {
+		int nodes = topo.test_nodes ? topo.test_nodes : topo.real_max >= 0 ? topo.real_max + 1 : 1;
+		snprintf(why, whylen, "no NUMA node %d: nodes 0..%d here, or -1 (any) or -2 (near the creator)",
+			 requested, nodes - 1);
+		return -EINVAL;
+	}
+	*node = requested;
+	return 0;
+}
+
+int numa_place(void *base, size_t size, int node)
+{
+	unsigned long mask[16] = {0}; /* 1024 nodes, libnuma's most */
+	int real = node;
+
+	if (topo.test_nodes) {
+		int nreal = topo.real_max < 0 ? 1 : topo.real_max + 1;
+		real = node % nreal;
+		while (real > 0 && !real_node_exists(real))
+			real--;
+	}
+	if ((size_t)real >= sizeof(mask) * 8)
+		return -EINVAL;
+	mask[real / 64] |= 1ul << (real % 64);
+	if (mbind(base, size, MPOL_PREFERRED, mask, sizeof(mask) * 8, 0) != 0)
+		return -errno;
+	return 0;
+}

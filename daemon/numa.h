@@ -1,0 +1,46 @@
+/*
+ * numa.h - where a channel's pages go: the NUMA topology and placement.
+ *
+ * The node of a CREATE is a node number, PINSHM_NODE_ANY (no policy: the
+ * kernel's default, first touch by the daemon) or PINSHM_NODE_LOCAL (the
+ * node of the CPU the creating process last ran on, read from
+ * /proc/PID/stat when the request is served: "near the creator", who is
+ * usually one of the parties of the channel).
+ *
+ * Placement is MPOL_PREFERRED, set with mbind() on the daemon's mapping
+ * before the pages are touched (mlock populates them): the pages go to the
+ * node while it has free memory, and elsewhere rather than have the OOM
+ * killer act inside the node (MPOL_BIND would, and a pinned segment can
+ * never be moved or reclaimed afterwards).  A memfd keeps the policy as a
+ * shared policy of the file, so every process mapping the channel sees it
+ * (get_mempolicy(MPOL_F_ADDR)).
+ *
+ * Test hook: PINSHMD_TEST_NUMA_NODES=N in the daemon's environment makes it
+ * believe in N nodes (1..64), CPU c on node c % N; node n is then placed on
+ * the real node n % (real nodes).  Only the test suite sets it; the daemon
+ * logs a warning when it is in force.
+ */
+#ifndef PINSHMD_NUMA_H
+#define PINSHMD_NUMA_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/** Read the topology (once, at start).  @return 0 or -EINVAL (bad test hook). */
+int numa_setup(char *why, size_t whylen);
+
+/**
+ * Resolve the node @p requested of a CREATE by process @p creator.
+ * @param node  set to a node that exists, or PINSHM_NODE_ANY.
+ * @return 0; -EINVAL (no such node, with the nodes there are in @p why).
+ */
+int numa_resolve(int requested, pid_t creator, int *node, char *why, size_t whylen);
+
+/**
+ * Prefer node @p node (from numa_resolve(), not PINSHM_NODE_ANY) for the
+ * pages of the mapping [@p base, @p base + @p size), none of them touched
+ * yet.  @return 0 or the -errno of mbind().
+ */
+int numa_place(void *base, size_t size, int node);
+
+#endif /* PINSHMD_NUMA_H */

@@ -1,0 +1,170 @@
+/*
+ * pool.c - the classes of ready segments, filled from idle time.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pool.h"
+
+void pool_init(struct pool *p, struct account *acct)
+{
+	*p = (struct pool){.acct = acct};
+}
+
+static void class_drain(struct pool *p, struct pool_class *c)
+{
+	while (c->n > 0) {
+		struct segment *s = &c->segs[--c->n];
+		p->acct->pinned -= s->size;
+		segment_destroy(s);
+	}
+}
+
+uint64_t pool_drain(struct pool *p)
+{
+	uint64_t bytes = pool_bytes(p);
+
+	for (unsigned i = 0; i < p->nclasses; i++)
+		class_drain(p, &p->classes[i]);
+	if (bytes)
+		log_info("pool: %llu bytes of ready segments destroyed", (unsigned long long)bytes);
+	return bytes;
+}
+
+void pool_fini(struct pool *p)
+{
+	pool_drain(p);
+	for (unsigned i = 0; i < p->nclasses; i++)
+		free(p->classes[i].segs);
+	free(p->classes);
+	p->classes = NULL;
+	p->nclasses = 0;
+}
+
+static int by_size(const void *a, const void *b)
+{
+	size_t x = ((const struct pool_class *)a)->size, y = ((const struct pool_class *)b)->size;
+
+	return (x > y) - (x < y);
+}
+
+int pool_configure(struct pool *p, const uint64_t *sizes, unsigned nsizes, unsigned per_size)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	pool_fini(p);
+	p->stopped = false;
+	p->target = per_size;
+	if (per_size == 0 || nsizes == 0)
+		return 0;
+	p->classes = calloc(nsizes, sizeof(*p->classes));
+	if (!p->classes)
+		return -ENOMEM;
+	for (unsigned i = 0; i < nsizes; i++) {
+		struct pool_class *c = &p->classes[p->nclasses];
+		c->size = (size_t)(sizes[i] + page - 1) / page * page;
+		c->segs = calloc(per_size, sizeof(*c->segs));
+		if (!c->segs) {
+			pool_fini(p);
+			return -ENOMEM;
+		}
+		p->nclasses++;
+	}
+	qsort(p->classes, p->nclasses, sizeof(*p->classes), by_size);
+	return 0;
+}
+
+bool pool_wants(const struct pool *p)
+{
+	if (p->stopped)
+		return false;
+	for (unsigned i = 0; i < p->nclasses; i++) {
+		const struct pool_class *c = &p->classes[i];
+		if (c->n < p->target && p->acct->pinned + c->size <= p->acct->cfg->budget)
+			return true;
+	}
+	return false;
+}
+
+void pool_refill(struct pool *p)
+{
+	struct pool_class *best = NULL;
+
+	if (p->stopped)
+		return;
+	for (unsigned i = 0; i < p->nclasses; i++) {
+		struct pool_class *c = &p->classes[i];
+		if (c->n < p->target && p->acct->pinned + c->size <= p->acct->cfg->budget &&
+		    (!best || c->n < best->n))
+			best = c;
+	}
+	if (!best)
+		return;
+	struct segment s;
+	const struct segment_opts o = {.node = PINSHM_NODE_ANY};
+	int rc = segment_alloc(&s, best->size, &o, "pool");
+	if (rc != 0) {
+		log_warn("pool: cannot make a segment of %zu bytes: %s; the pool stops filling", best->size,
+			 strerror(-rc));
+		p->stopped = true;
+		return;
+	}
+	if (!s.pinned) {
+		log_warn("pool: segments cannot be pinned (%s); the pool stops filling", s.pin_error);
+		segment_destroy(&s);
+		p->stopped = true;
+		return;
+	}
+	p->acct->pinned += s.size;
+	best->segs[best->n++] = s;
+	log_debug("pool: ready segment of %zu bytes (%u of %u)", best->size, best->n, p->target);
+}
+
+bool pool_take(struct pool *p, size_t size, struct segment *out)
+{
+	for (unsigned i = 0; i < p->nclasses; i++) {
+		struct pool_class *c = &p->classes[i];
+		if (c->size < size)
+			continue;
+		if (c->size - size > c->size / 8)
+			break; /* the classes that follow are larger still */
+		if (c->n == 0)
+			continue;
+		*out = c->segs[--c->n];
+		p->acct->pinned -= out->size;
+		p->hits++;
+		log_debug("pool hit: %zu bytes for %zu (%llu hits, %llu misses)", c->size, size,
+			  (unsigned long long)p->hits, (unsigned long long)p->misses);
+		return true;
+	}
+	p->misses++;
+	log_debug("pool miss: %zu bytes (%llu hits, %llu misses)", size, (unsigned long long)p->hits,
+		  (unsigned long long)p->misses);
+	return false;
+}
+
+void pool_put_back(struct pool *p, struct segment *s)
+{
+	for (unsigned i = 0; i < p->nclasses; i++) {
+		struct pool_class *c = &p->classes[i];
+		if (c->size == s->size && c->n < p->target) {
+			c->segs[c->n++] = *s;
+			p->acct->pinned += s->size;
+			p->hits--;
+			return;
+		}
+	}
+	segment_destroy(s); /* its class went with a reload */
+}
+
+uint64_t pool_bytes(const struct pool *p)
+{
+	uint64_t bytes = 0;
+
+	for (unsigned i = 0; i < p->nclasses; i++)
+		bytes += (uint64_t)p->classes[i].n * p->classes[i].size;
+	return bytes;
+}

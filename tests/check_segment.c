@@ -1,0 +1,725 @@
+/*
+ * check_segment.c - pinshmd's segments: NUMA placement, huge pages, the pool.
+ *
+ * Integration tests: each starts a real pinshmd (--user, as the test's user,
+ * on a socket in a temporary folder) and looks at the pages of what it made
+ * from a client's mapping: the memory policy (get_mempolicy(MPOL_F_ADDR),
+ * move_pages), the page size (/proc/self/smaps), the memfd's name and inode
+ * (/proc/self/maps: a pool segment is named "pinshm:pool").
+ *
+ * This machine has one NUMA node: the daemon's test hook
+ * PINSHMD_TEST_NUMA_NODES makes it believe in more, placed on node 0.
+ * Huge pages need root to reserve (vm.nr_hugepages, restored after).
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <numaif.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pinshm.h"
+#include "testutil.h"
+
+#define KiB 1024u
+#define MiB (1024u * 1024u)
+#define START_MS 10000
+#define STOP_MS 10000
+
+/* ---- the daemon ---------------------------------------------------------- */
+
+struct daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[80];
+	char conf[80];
+	char log[80];
+};
+
+static const char *pinshmd_path(void)
+{
+	const char *p = getenv("PINSHMD");
+
+	return p && p[0] ? p : "daemon/pinshmd";
+}
+
+static bool accepts(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* Start pinshmd -f -v --user on a fresh folder, with config text @p conf
+ * (NULL: none) and PINSHMD_TEST_NUMA_NODES=@p test_nodes (NULL: unset);
+ * its stderr goes to d->log.  Waits until it accepts. */
+static void daemon_start(struct daemon *d, const char *conf, const char *test_nodes)
+{
+	snprintf(d->dir, sizeof(d->dir), "/tmp/pinshm-seg-XXXXXX");
+	ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
+	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
+	snprintf(d->conf, sizeof(d->conf), "%s/pinshmd.conf", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/pinshmd.log", d->dir);
+	if (conf) {
+		FILE *f = fopen(d->conf, "w");
+		ck_assert(f != NULL);
+		fputs(conf, f);
+		fclose(f);
+	}
+	fflush(NULL);
+	d->pid = fork();
+	ck_assert_int_ge(d->pid, 0);
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+			_exit(126);
+		if (test_nodes)
+			setenv("PINSHMD_TEST_NUMA_NODES", test_nodes, 1);
+		else
+			unsetenv("PINSHMD_TEST_NUMA_NODES");
+		const char *argv[10];
+		int n = 0;
+		argv[n++] = "pinshmd";
+		argv[n++] = "-f";
+		argv[n++] = "-vv";
+		argv[n++] = "--user";
+		argv[n++] = "-s";
+		argv[n++] = d->sock;
+		if (conf) {
+			argv[n++] = "-c";
+			argv[n++] = d->conf;
+		}
+		argv[n] = NULL;
+		execv(pinshmd_path(), (char *const *)argv);
+		_exit(127);
+	}
+	uint64_t deadline = tu_now_ms() + START_MS;
+	while (!accepts(d->sock)) {
+		int st;
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			ck_abort_msg("pinshmd exited at start (status %#x)", st);
+		}
+		ck_assert_msg(tu_now_ms() < deadline, "pinshmd does not accept on %s", d->sock);
+		tu_sleep_ms(10);
+	}
+}
+
+static void daemon_stop(struct daemon *d)
+{
+	int st = -1;
+
+	kill(d->pid, SIGTERM);
+	uint64_t deadline = tu_now_ms() + STOP_MS;
+	while (tu_now_ms() < deadline && waitpid(d->pid, &st, WNOHANG) != d->pid)
+		tu_sleep_ms(5);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pinshmd did not stop cleanly (%#x)", st);
+	unlink(d->conf);
+	unlink(d->log);
+	rmdir(d->dir);
+}
+
+static bool log_has(const struct daemon *d, const char *what)
+{
+	char line[512];
+	bool found = false;
+	FILE *f = fopen(d->log, "r");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	fclose(f);
+	return found;
+}
+
+static unsigned log_count(const struct daemon *d, const char *what)
+{
+	char line[512];
+	unsigned n = 0;
+	FILE *f = fopen(d->log, "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Wait until the log has @p n lines with @p what. */
+static void wait_log_count(const struct daemon *d, const char *what, unsigned n)
+{
+	uint64_t deadline = tu_now_ms() + 10000;
+
+	while (log_count(d, what) < n) {
+		ck_assert_msg(tu_now_ms() < deadline, "the daemon's log has %u of %u '%s'", log_count(d, what), n,
+			      what);
+		tu_sleep_ms(5);
+	}
+}
+
+static pinshm_client_t *connect_ok(const struct daemon *d)
+{
+	pinshm_client_t *c = NULL;
+	int rc = pinshm_connect(d->sock, &c);
+
+	ck_assert_msg(rc == 0, "pinshm_connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	return c;
+}
+
+#define CLIENT_RC(c, expr, want)                                                                              \
+	do {                                                                                                  \
+		int crc_ = (expr);                                                                            \
+		int cwant_ = (want);                                                                          \
+		ck_assert_msg(crc_ == cwant_, "%s: got %d (%s), want %d (%s); daemon says: %s", #expr, crc_,  \
+			      pinshm_strerror(crc_), cwant_, pinshm_strerror(cwant_), pinshm_client_error(c)); \
+	} while (0)
+
+static pinshm_list_entry_t list_get(pinshm_client_t *c, const char *name)
+{
+	pinshm_list_entry_t *e, out = {0};
+	size_t n;
+	bool found = false;
+
+	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(e[i].name, name) == 0) {
+			out = e[i];
+			found = true;
+		}
+	free(e);
+	ck_assert_msg(found, "'%s' not listed", name);
+	return out;
+}
+
+/* ---- this process's mappings --------------------------------------------- */
+
+struct mapping {
+	void *start;
+	size_t len;
+	unsigned long inode;
+};
+
+/* The mapping of this process whose path contains @p what ("memfd:pinshm:x "). */
+static bool find_mapping(const char *what, struct mapping *m)
+{
+	char line[512];
+	bool found = false;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	ck_assert(f != NULL);
+	while (!found && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, ino;
+		if (!strstr(line, what) || sscanf(line, "%lx-%lx %*s %*s %*s %lu", &lo, &hi, &ino) != 3)
+			continue;
+		*m = (struct mapping){(void *)lo, hi - lo, ino};
+		found = true;
+	}
+	fclose(f);
+	return found;
+}
+
+/* The inodes of this process's mappings of pool segments (up to @p max). */
+static int pool_inodes(unsigned long *inos, int max)
+{
+	char line[512];
+	int n = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	ck_assert(f != NULL);
+	while (n < max && fgets(line, sizeof(line), f)) {
+		unsigned long ino;
+		if (strstr(line, "memfd:pinshm:pool ") && sscanf(line, "%*s %*s %*s %*s %lu", &ino) == 1)
+			inos[n++] = ino;
+	}
+	fclose(f);
+	return n;
+}
+
+/* KernelPageSize of the smaps entry at @p start, in kB. */
+static long kernel_page_kb(void *start)
+{
+	char line[512], head[32];
+	long kb = -1;
+	bool in = false;
+	FILE *f = fopen("/proc/self/smaps", "r");
+
+	ck_assert(f != NULL);
+	snprintf(head, sizeof(head), "%lx-", (unsigned long)start);
+	while (fgets(line, sizeof(line), f)) {
+		if (strchr(line, '-') && strncmp(line, head, strlen(head)) == 0)
+			in = true;
+		else if (in && sscanf(line, "KernelPageSize: %ld kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return kb;
+}
+
+/* The policy the kernel holds for @p addr: @p mode and the node mask's first word. */
+static void policy_at(void *addr, int *mode, unsigned long *mask)
+{
+	unsigned long nodes[16] = {0};
+
+	ck_assert_msg(get_mempolicy(mode, nodes, sizeof(nodes) * 8, addr, MPOL_F_ADDR) == 0, "get_mempolicy: %s",
+		      strerror(errno));
+	*mask = nodes[0];
+}
+
+/* The node of the page at @p addr (move_pages, querying). */
+static int node_of_page(void *addr)
+{
+	void *pages[1] = {addr};
+	int status[1] = {-1};
+
+	ck_assert_msg(move_pages(0, 1, pages, NULL, status, 0) == 0, "move_pages: %s", strerror(errno));
+	return status[0];
+}
+
+/* Open @p name as a consumer, find its mapping (memfd named @p memfd). */
+static pinshm_channel_t *open_mapped(pinshm_client_t *c, const char *name, const char *memfd, struct mapping *m)
+{
+	pinshm_channel_t *ch;
+	char what[96];
+
+	CLIENT_RC(c, pinshm_open(c, name, PINSHM_CONSUMER, &ch), 0);
+	snprintf(what, sizeof(what), "memfd:pinshm:%s ", memfd);
+	ck_assert_msg(find_mapping(what, m), "no mapping of '%s' here", what);
+	return ch;
+}
+
+/* ======================================================================== */
+/* NUMA                                                                      */
+/* ======================================================================== */
+
+/* Node 0 asked: MPOL_PREFERRED for node 0 on the pages, and the pages there;
+ * no node: the default policy.  LIST shows both. */
+START_TEST(test_numa_node0)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	struct mapping m;
+	int mode;
+	unsigned long mask;
+
+	daemon_start(&d, NULL, NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create_on_node(c, "n0", &attr, 0600, 0, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "any", &attr, 0600, 0), 0);
+	ck_assert_int_eq(list_get(c, "n0").node, 0);
+	ck_assert_int_eq(list_get(c, "any").node, PINSHM_NODE_ANY);
+
+	pinshm_channel_t *ch = open_mapped(c, "n0", "n0", &m);
+	for (size_t off = 0; off < m.len; off += m.len / 4) {
+		char *p = (char *)m.start + off;
+		policy_at(p, &mode, &mask);
+		ck_assert_msg(mode == MPOL_PREFERRED, "policy %d at offset %zu, want MPOL_PREFERRED", mode, off);
+		ck_assert_msg(mask == 1, "node mask %#lx, want node 0", mask);
+		ck_assert_int_eq(node_of_page(p), 0);
+	}
+	pinshm_channel_close(ch);
+
+	ch = open_mapped(c, "any", "any", &m);
+	policy_at(m.start, &mode, &mask);
+	ck_assert_msg(mode == MPOL_DEFAULT, "policy %d, want MPOL_DEFAULT", mode);
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* A node that does not exist is refused, with a message; the name stays free. */
+START_TEST(test_numa_bad_node)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+
+	daemon_start(&d, NULL, NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create_on_node(c, "bad", &attr, 0600, 0, 1), -EINVAL);
+	ck_assert_msg(strstr(pinshm_client_error(c), "no NUMA node 1") != NULL, "%s", pinshm_client_error(c));
+	CLIENT_RC(c, pinshm_create_on_node(c, "bad", &attr, 0600, 0, 1000000), -EINVAL);
+	CLIENT_RC(c, pinshm_create_on_node(c, "bad", &attr, 0600, 0, -3), -EINVAL); /* by the library */
+	CLIENT_RC(c, pinshm_create_on_node(c, "bad", &attr, 0600, 0, PINSHM_NODE_LOCAL), 0);
+	ck_assert_int_eq(list_get(c, "bad").node, 0); /* the only node */
+	pinshm_disconnect(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* Pin this process to @p cpu. */
+static void run_on(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	ck_assert_msg(sched_setaffinity(0, sizeof(set), &set) == 0, "sched_setaffinity: %s", strerror(errno));
+	sched_yield();
+}
+
+/* An injected topology of 4 nodes (CPU c on node c % 4): nodes 0..3 taken,
+ * 4 refused, LOCAL follows the creator's CPU; the pages of node 3 go to the
+ * real node 0, preferred. */
+START_TEST(test_numa_injected)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	struct mapping m;
+	int mode;
+	unsigned long mask;
+
+	daemon_start(&d, NULL, "4");
+	ck_assert(log_has(&d, "test topology in force"));
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create_on_node(c, "n3", &attr, 0600, 0, 3), 0);
+	ck_assert_int_eq(list_get(c, "n3").node, 3);
+	CLIENT_RC(c, pinshm_create_on_node(c, "n4", &attr, 0600, 0, 4), -EINVAL);
+	ck_assert_msg(strstr(pinshm_client_error(c), "nodes 0..3") != NULL, "%s", pinshm_client_error(c));
+
+	pinshm_channel_t *ch = open_mapped(c, "n3", "n3", &m);
+	policy_at(m.start, &mode, &mask);
+	ck_assert_int_eq(mode, MPOL_PREFERRED);
+	ck_assert_uint_eq(mask, 1);
+	pinshm_channel_close(ch);
+
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	for (int cpu = 0; cpu < ncpu && cpu < 4; cpu++) {
+		char name[16];
+		snprintf(name, sizeof(name), "local%d", cpu);
+		run_on(cpu);
+		CLIENT_RC(c, pinshm_create_on_node(c, name, &attr, 0600, 0, PINSHM_NODE_LOCAL), 0);
+		ck_assert_msg(list_get(c, name).node == cpu % 4, "%s on node %d", name, list_get(c, name).node);
+	}
+	pinshm_disconnect(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* A bad test hook stops the daemon at start. */
+START_TEST(test_numa_bad_hook)
+{
+	char dir[] = "/tmp/pinshm-seg-XXXXXX", sock[64];
+	int st;
+
+	ck_assert(mkdtemp(dir) != NULL);
+	snprintf(sock, sizeof(sock), "%s/sock", dir);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open("/dev/null", O_WRONLY);
+		dup2(fd, STDERR_FILENO);
+		setenv("PINSHMD_TEST_NUMA_NODES", "0", 1);
+		execl(pinshmd_path(), "pinshmd", "-f", "--user", "-s", sock, (char *)NULL);
+		_exit(127);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %#x", st);
+	rmdir(dir);
+}
+END_TEST
+
+/* ======================================================================== */
+/* huge pages                                                                */
+/* ======================================================================== */
+
+#define NR_HUGEPAGES "/proc/sys/vm/nr_hugepages"
+
+static long saved_nr_hugepages = -1;
+
+static long read_long(const char *path)
+{
+	long v = -1;
+	FILE *f = fopen(path, "r");
+
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+static bool write_long(const char *path, long v)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return false;
+	bool ok = fprintf(f, "%ld\n", v) > 0;
+	return fclose(f) == 0 && ok;
+}
+
+static long meminfo(const char *key)
+{
+	char line[128];
+	long v = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	ck_assert(f != NULL);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, strlen(key)) == 0)
+			v = strtol(line + strlen(key), NULL, 10);
+	fclose(f);
+	return v;
+}
+
+static void huge_setup(void)
+{
+	saved_nr_hugepages = read_long(NR_HUGEPAGES);
+}
+
+static void huge_teardown(void)
+{
+	if (saved_nr_hugepages >= 0)
+		write_long(NR_HUGEPAGES, saved_nr_hugepages);
+}
+
+/* None free: a clean -ENOMEM.  Some reserved: the channel gets them
+ * (2 MiB pages in the client's mapping, HugePages_Free down), size rounded
+ * up, and it carries messages. */
+START_TEST(test_hugepages)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	struct mapping m;
+
+	if (getuid() != 0 || saved_nr_hugepages < 0) {
+		fprintf(stderr, "check_segment: huge pages: not root, skipped\n");
+		return;
+	}
+	long hp_kb = meminfo("Hugepagesize:");
+	ck_assert_int_gt(hp_kb, 0);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+
+	daemon_start(&d, NULL, NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	if (write_long(NR_HUGEPAGES, 0) && meminfo("HugePages_Free:") == 0) {
+		CLIENT_RC(c, pinshm_create(c, "h0", &attr, 0600, PINSHM_HUGEPAGES), -ENOMEM);
+		ck_assert_msg(strstr(pinshm_client_error(c), "huge pages") != NULL, "%s", pinshm_client_error(c));
+	}
+	if (!write_long(NR_HUGEPAGES, 4) || meminfo("HugePages_Free:") < 2) {
+		fprintf(stderr, "check_segment: huge pages: the kernel reserved %ld, skipped\n",
+			meminfo("HugePages_Free:"));
+		pinshm_disconnect(c);
+		daemon_stop(&d);
+		return;
+	}
+	long before = meminfo("HugePages_Free:");
+	CLIENT_RC(c, pinshm_create(c, "h1", &attr, 0600, PINSHM_HUGEPAGES), 0);
+	pinshm_list_entry_t e = list_get(c, "h1");
+	ck_assert(e.state & PINSHM_LIST_HUGEPAGES);
+	ck_assert(e.state & PINSHM_LIST_SEALED);
+	ck_assert(e.state & PINSHM_LIST_PINNED);
+	ck_assert_uint_eq(e.size, (uint64_t)hp_kb * 1024);
+	ck_assert_int_eq(meminfo("HugePages_Free:"), before - 1);
+
+	pinshm_channel_t *rx = open_mapped(c, "h1", "h1", &m);
+	ck_assert_int_eq(kernel_page_kb(m.start), hp_kb);
+	pinshm_channel_t *tx;
+	CLIENT_RC(c, pinshm_open(c, "h1", PINSHM_PRODUCER, &tx), 0);
+	char buf[64];
+	size_t len;
+	ck_assert_int_eq(pinshm_send(tx, "huge", 5, 1000), 0);
+	ck_assert_int_eq(pinshm_recv(rx, buf, sizeof(buf), &len, 1000), 0);
+	ck_assert_uint_eq(len, 5);
+	ck_assert_str_eq(buf, "huge");
+	pinshm_channel_close(tx);
+	pinshm_channel_close(rx);
+	pinshm_disconnect(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* ======================================================================== */
+/* the pool                                                                  */
+/* ======================================================================== */
+
+static size_t seg_size(const pinshm_channel_attr_t *attr)
+{
+	size_t size;
+
+	ck_assert_int_eq(pinshm_segment_size(attr, &size), 0);
+	return size;
+}
+
+/* A create of a pool size takes a ready segment (its memfd is the pool's),
+ * another size does not; a segment handed out is never handed out again,
+ * even once its channel is gone; the pool fills again from idle time. */
+START_TEST(test_pool_hit_miss)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr, other;
+	struct mapping m1, m2, mo;
+	char conf[256];
+
+	tu_attr(&attr, PINSHM_QUEUE, 1 * MiB, 1, 1);
+	tu_attr(&other, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	snprintf(conf, sizeof(conf), "[daemon]\npool_segments = 2\npool_sizes = %zu\n", seg_size(&attr));
+	daemon_start(&d, conf, NULL);
+	wait_log_count(&d, "pool: ready segment", 2);
+
+	pinshm_client_t *c1 = connect_ok(&d);
+	CLIENT_RC(c1, pinshm_create(c1, "p1", &attr, 0600, 0), 0);
+	ck_assert(log_has(&d, "'p1' created") && log_has(&d, "from the pool"));
+	ck_assert(log_has(&d, "pool hit"));
+	pinshm_channel_t *ch1 = open_mapped(c1, "p1", "pool", &m1);
+	ck_assert_uint_eq(list_get(c1, "p1").size, seg_size(&attr));
+
+	CLIENT_RC(c1, pinshm_create(c1, "o1", &other, 0600, 0), 0);
+	ck_assert(log_has(&d, "pool miss"));
+	pinshm_channel_t *cho = open_mapped(c1, "o1", "o1", &mo);
+	pinshm_channel_close(cho);
+
+	/* p1 goes (its creator leaves); this process keeps its mapping. */
+	memset((char *)m1.start + m1.len - 64, 0x5a, 64);
+	pinshm_disconnect(c1);
+	wait_log_count(&d, "channel 'p1' destroyed", 1);
+	wait_log_count(&d, "pool: ready segment", 3); /* refilled */
+
+	pinshm_client_t *c2 = connect_ok(&d);
+	for (int i = 0; i < 3; i++) { /* 2 ready, then a miss or a refilled one */
+		char name[16];
+		snprintf(name, sizeof(name), "p2-%d", i);
+		CLIENT_RC(c2, pinshm_create(c2, name, &attr, 0600, 0), 0);
+	}
+	ck_assert_uint_ge(log_count(&d, "from the pool"), 3);
+	pinshm_channel_t *ch2;
+	unsigned long inos[4];
+	CLIENT_RC(c2, pinshm_open(c2, "p2-0", PINSHM_CONSUMER, &ch2), 0);
+	ck_assert_int_eq(pool_inodes(inos, 4), 2);
+	ck_assert_msg(inos[0] != inos[1], "a handed-out segment (inode %lu) was handed out again", m1.inode);
+	ck_assert(find_mapping("memfd:pinshm:pool ", &m2));
+	if (m2.inode == m1.inode) { /* the other one */
+		char *lo = (char *)m1.start;
+		FILE *f = fopen("/proc/self/maps", "r");
+		char line[512];
+		while (fgets(line, sizeof(line), f)) {
+			unsigned long a, b, ino;
+			if (strstr(line, "memfd:pinshm:pool ") &&
+			    sscanf(line, "%lx-%lx %*s %*s %*s %lu", &a, &b, &ino) == 3 && (char *)a != lo)
+				m2 = (struct mapping){(void *)a, b - a, ino};
+		}
+		fclose(f);
+	}
+	/* Every pool segment this process maps now is a different one. */
+	for (int i = 1; i < 3; i++) {
+		char name[16];
+		pinshm_channel_t *ch;
+		snprintf(name, sizeof(name), "p2-%d", i);
+		CLIENT_RC(c2, pinshm_open(c2, name, PINSHM_CONSUMER, &ch), 0);
+		pinshm_channel_close(ch);
+	}
+	ck_assert_uint_eq(((unsigned char *)m1.start)[m1.len - 1], 0x5a);
+	ck_assert_uint_eq(((unsigned char *)m2.start)[m2.len - 1], 0);
+	pinshm_channel_close(ch2);
+	pinshm_channel_close(ch1);
+	pinshm_disconnect(c2);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* pool_segments = 0: no pool, every create a miss. */
+START_TEST(test_pool_off)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	char conf[256];
+
+	tu_attr(&attr, PINSHM_QUEUE, 1 * MiB, 1, 1);
+	snprintf(conf, sizeof(conf), "[daemon]\npool_segments = 0\npool_sizes = %zu\n", seg_size(&attr));
+	daemon_start(&d, conf, NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_sleep_ms(100);
+	CLIENT_RC(c, pinshm_create(c, "x", &attr, 0600, 0), 0);
+	ck_assert(!log_has(&d, "pool: ready segment"));
+	ck_assert(!log_has(&d, "from the pool"));
+	pinshm_disconnect(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* Ready segments are charged to the budget and give way to channels: the
+ * pool fills what the budget allows, and a create that needs its room
+ * drains it. */
+START_TEST(test_pool_budget)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr, other;
+	char conf[256];
+
+	tu_attr(&attr, PINSHM_QUEUE, 1 * MiB, 1, 1);
+	tu_attr(&other, PINSHM_QUEUE, 512 * KiB, 1, 1);
+	size_t size = seg_size(&attr);
+	snprintf(conf, sizeof(conf), "[daemon]\nbudget = %zu\npool_segments = 4\npool_sizes = %zu\n", 3 * size,
+		 size);
+	daemon_start(&d, conf, NULL);
+	wait_log_count(&d, "pool: ready segment", 3);
+	tu_sleep_ms(100);
+	ck_assert_uint_eq(log_count(&d, "pool: ready segment"), 3); /* the budget's worth */
+	pinshm_client_t *c = connect_ok(&d);
+	/* Not a pool size: the budget is full of ready segments, which go. */
+	CLIENT_RC(c, pinshm_create(c, "o1", &other, 0600, 0), 0);
+	ck_assert(log_has(&d, "bytes of ready segments destroyed"));
+	CLIENT_RC(c, pinshm_create(c, "o2", &other, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "p1", &attr, 0600, 0), 0);
+	/* 2 * 520K + 1032K pinned of 3096K: 1024K left, no room for 1032K. */
+	CLIENT_RC(c, pinshm_create(c, "p2", &attr, 0600, 0), -ENOSPC);
+	pinshm_disconnect(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+static Suite *segment_suite(void)
+{
+	Suite *s = suite_create("segment");
+	TCase *tc;
+
+	tc = tcase_create("numa");
+	tcase_add_test(tc, test_numa_node0);
+	tcase_add_test(tc, test_numa_bad_node);
+	tcase_add_test(tc, test_numa_injected);
+	tcase_add_test(tc, test_numa_bad_hook);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("hugepages");
+	/* In the parent: restored even when the test's child fails. */
+	tcase_add_unchecked_fixture(tc, huge_setup, huge_teardown);
+	tcase_add_test(tc, test_hugepages);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("pool");
+	tcase_add_test(tc, test_pool_hit_miss);
+	tcase_add_test(tc, test_pool_off);
+	tcase_add_test(tc, test_pool_budget);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(segment_suite());
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
