@@ -55,15 +55,19 @@ static inline bool pos_aligned(uint64_t pos) { return (pos & (PINSHM_RECORD_ALIG
 /*
  * Read the record at @p pos of a shared queue's lane, which other consumers
  * move through too: once `free` passes a record, the producer may rewrite
- * it under us.  The commit word is read again after the length, behind an
- * acquire fence that pairs with the release fence a producer issues before
- * it writes into room it reserved (reserve_attempt()): if the length is
- * new, the word is too.
+ * its bytes under us - with a new record there, or with payload that covers
+ * its header, in any order the copy stores them.  So after the length, `free`
+ * is read again behind an acquire fence that pairs with the release fence a
+ * producer issues after it read `free` and before it writes into the room
+ * (reserve_attempt()): if we read new bytes, we see the `free` that let the
+ * producer write them.  A record still at or after `free` cannot have been
+ * reused; the word is compared too, for another consumer's claim or release.
  * @return 1 (ready: *word, *len, *size set), 0 (not ready), -EAGAIN (it
- * changed: read again), -EBADMSG (impossible record).
+ * changed or may have been reused: look again from `free`), -EBADMSG
+ * (impossible record).
  */
-static int shared_read(const struct seg_geometry *g, uint8_t *ring, uint64_t pos, uint64_t *word, uint32_t *len,
-		       uint64_t *size)
+static int shared_read(const struct seg_geometry *g, uint8_t *ring, _Atomic uint64_t *free, uint64_t pos,
+		       uint64_t *word, uint32_t *len, uint64_t *size)
 {
 	struct record_header *rec = rec_at(ring, g->capacity, pos);
 
@@ -72,7 +76,8 @@ static int shared_read(const struct seg_geometry *g, uint8_t *ring, uint64_t pos
 		return 0;
 	*len = atomic_load_explicit(&rec->len, memory_order_relaxed);
 	atomic_thread_fence(memory_order_acquire);
-	if (atomic_load_explicit(&rec->commit, memory_order_relaxed) != *word)
+	if (atomic_load_explicit(free, memory_order_relaxed) > pos ||
+	    atomic_load_explicit(&rec->commit, memory_order_relaxed) != *word)
 		return -EAGAIN;
 	*size = rec_extent(g, *word, pos, *len);
 	return *size != 0 ? 1 : -EBADMSG;
@@ -611,18 +616,16 @@ static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, struct taken *t
 
 		if (!pos_aligned(pos))
 			return corrupt_record(ch, lane, pos);
-		int rc = shared_read(&ch->g, ring, pos, &word, &len, &size);
-		if (rc == -EAGAIN) {
-			if (restarts++ < SHARED_RESTARTS)
-				continue;
-			return -EAGAIN;
-		}
-		if (rc == 0) {
-			/* Not ready: the end, unless `free` passed us meanwhile. */
+		int rc = shared_read(&ch->g, ring, free, pos, &word, &len, &size);
+		if (rc == -EAGAIN || rc == 0) {
+			/* Changed, or not ready: look again from `free` if it
+			 * passed us meanwhile, else here; not ready is the end. */
 			uint64_t now = atomic_load_explicit(free, memory_order_acquire);
-			if (now > pos && restarts++ < SHARED_RESTARTS) {
-				pos = now;
-				scanned = 0;
+			if ((rc == -EAGAIN || now > pos) && restarts++ < SHARED_RESTARTS) {
+				if (now > pos) {
+					pos = now;
+					scanned = 0;
+				}
 				continue;
 			}
 			return -EAGAIN;
@@ -718,7 +721,7 @@ static int shared_advance_free(const struct seg_geometry *g, void *base, unsigne
 		/* seq_cst: our DONE store and this read against another
 		 * consumer's DONE store and its CAS of free. */
 		atomic_thread_fence(memory_order_seq_cst);
-		int rc = shared_read(g, ring, free, &word, &len, &size);
+		int rc = shared_read(g, ring, &lh->free, free, &word, &len, &size);
 		if (rc == -EAGAIN || (rc == -EBADMSG && atomic_load_explicit(&lh->free, memory_order_acquire) != free)) {
 			/* Another consumer moved on: follow it.  Whoever moved
 			 * `free` also goes on advancing it, so giving up after
@@ -1024,21 +1027,19 @@ int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner)
 
 			if (!pos_aligned(pos))
 				return -EBADMSG;
-			int rc = shared_read(g, ring, pos, &word, &len, &size);
-			if (rc == -EAGAIN && restarts++ < SHARED_RESTARTS)
-				continue;
-			if (rc == -EAGAIN)
-				return -EBADMSG; /* it keeps changing under a dead owner's claims */
-			if (rc == 0 || rc == -EBADMSG) {
+			int rc = shared_read(g, ring, free, pos, &word, &len, &size);
+			if (rc == -EAGAIN || rc == 0 || rc == -EBADMSG) {
 				uint64_t now = atomic_load_explicit(free, memory_order_acquire);
-				if (now > pos && restarts++ < SHARED_RESTARTS) {
-					pos = now;
-					scanned = 0;
+				if ((rc == -EAGAIN || now > pos) && restarts++ < SHARED_RESTARTS) {
+					if (now > pos) {
+						pos = now;
+						scanned = 0;
+					}
 					continue;
 				}
 				if (rc == 0)
 					break;
-				return rc;
+				return -EBADMSG; /* impossible, or changing without end */
 			}
 			if (rec_state(word) == REC_CLAIMED && rec_owner(word) == owner)
 				atomic_compare_exchange_strong_explicit(&rec_at(ring, cap, pos)->commit, &word,
