@@ -89,7 +89,7 @@ int numa_resolve(int requested, pid_t creator, int *node, char *why, size_t whyl
 		if (topo.test_nodes)
 			*node = cpu % topo.test_nodes;
 		else if (topo.real_max < 0)
-			*node = 0;
+			*node = PINSHM_NODE_ANY; /* no NUMA here: nothing to place */
 		else if ((*node = numa_node_of_cpu(cpu)) < 0)
 			*node = PINSHM_NODE_ANY;
 		return 0;
@@ -120,7 +120,14 @@ int numa_place(void *base, size_t size, int node)
 	if ((size_t)real >= sizeof(mask) * 8)
 		return -EINVAL;
 	mask[real / 64] |= 1ul << (real % 64);
-	if (mbind(base, size, MPOL_PREFERRED, mask, sizeof(mask) * 8, 0) != 0)
+	if (mbind(base, size, MPOL_PREFERRED, mask, sizeof(mask) * 8, 0) != 0) {
+		/* A preference the kernel or a sandbox does not let us state
+		 * (ENOSYS, EPERM) costs the placement, not the channel. */
+		if (errno == ENOSYS || errno == EPERM) {
+			log_warn("NUMA placement on node %d not possible here (%s): none", node, strerror(errno));
+			return 0;
+		}
 		return -errno;
+	}
 	return 0;
 }

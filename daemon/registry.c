@@ -158,13 +158,19 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 		size = pooled.size;
 	}
 	rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
-	if (rc == -ENOSPC && r->pool && (from_pool || pool_bytes(r->pool) > 0)) {
-		/* Ready segments give way to channels. */
-		if (from_pool)
-			pool_put_back(r->pool, &pooled);
+	if (rc != 0 && from_pool) {
+		/* The pool's class may be larger than the channel needs: a
+		 * limit it breaks must not refuse what a fresh segment fits. */
+		pool_put_back(r->pool, &pooled);
 		from_pool = false;
-		pool_drain(r->pool);
 		segment_backing_size(need, o, &size);
+		why[0] = '\0';
+		rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
+	}
+	if (rc == -ENOSPC && r->pool && pool_bytes(r->pool) > 0) {
+		/* Ready segments give way to channels. */
+		pool_drain(r->pool);
+		why[0] = '\0';
 		rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
 	}
 	if (rc != 0) {

@@ -62,7 +62,7 @@ enum proto_type {
 	PROTO_HELLO = 1,    /* body: u32 version, u32 library version */
 	PROTO_CREATE = 2,   /* body: name, u32 kind, u32 flags, u64 capacity, u32 max_message,
 			     *       u32 max_producers, u32 max_consumers, u32 mode, u32 create flags,
-			     *       i32 node (PINSHM_NODE_ANY, PINSHM_NODE_LOCAL or a node, since version 2) */
+			     *       i32 node (PINSHM_NODE_ANY, PINSHM_NODE_LOCAL or a node) */
 	PROTO_OPEN = 3,     /* body: name, u32 role */
 	PROTO_UNLINK = 4,   /* body: name */
 	PROTO_LIST = 5,     /* body: u64 cursor */
