@@ -237,10 +237,9 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 		{"topic", no_argument, NULL, 't'},           {"overrun", no_argument, NULL, 'o'},
 		{"capacity", required_argument, NULL, 'c'},  {"max-message", required_argument, NULL, 'm'},
 		{"producers", required_argument, NULL, 'P'}, {"consumers", required_argument, NULL, 'C'},
-		{"mode", required_argument, NULL, 'M'},      {"persistent", no_argument, NULL, 'p'},
-		{0}};
+		{"mode", required_argument, NULL, 'M'},      {0}};
 	pinshm_channel_attr_t attr;
-	unsigned mode = 0600, flags = 0;
+	unsigned mode = 0600;
 	uint64_t v;
 	int opt;
 
@@ -250,7 +249,6 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 		switch (opt) {
 		case 't': attr.kind = PINSHM_TOPIC; break;
 		case 'o': attr.flags |= PINSHM_OVERRUN; break;
-		case 'p': flags |= PINSHM_PERSISTENT; break;
 		case 'c':
 			if (ctl_parse_size(optarg, &v) != 0)
 				return usage_error("create: bad --capacity '%s' (a size: 65536, 64k, 1m)", optarg);
@@ -289,7 +287,8 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 	snprintf(what, sizeof(what), "create %.*s", PINSHM_NAME_MAX + 8, name);
 	if (ctl_connect(o, &c) != 0)
 		return EXIT_FAILED;
-	rc = pinshm_create(c, name, &attr, (mode_t)mode, flags);
+	/* Persistent: the channel outlives this command, until `rm`. */
+	rc = pinshm_create(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT);
 	if (rc != 0) {
 		request_failed(what, rc, pinshm_client_error(c));
 		pinshm_disconnect(c);
@@ -297,9 +296,6 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 	}
 	if (pinshm_client_error(c)[0]) /* a warning, such as "created unpinned" */
 		fprintf(stderr, "pinshmctl: %s: pinshmd says: %s\n", what, pinshm_client_error(c));
-	if (!(flags & PINSHM_PERSISTENT))
-		fprintf(stderr, "pinshmctl: %s: not persistent: the channel is destroyed when pinshmctl "
-				"disconnects (use --persistent to keep it)\n", what);
 	pinshm_disconnect(c);
 	return 0;
 }
@@ -401,7 +397,7 @@ static const struct command commands[] = {
 	 "list the connections: id, pid, user, group, channels and endpoints held (pinshmctl's own included)"},
 	{"create", cmd_create,
 	 "NAME [--topic [--overrun]] [--capacity SIZE] [--max-message SIZE]\n"
-	 "         [--producers N] [--consumers N] [--mode OCTAL] [--persistent]",
+	 "         [--producers N] [--consumers N] [--mode OCTAL]",
 	 "create a channel (default: a queue, 1m per producer, 4 producers, 1 consumer, mode 0600)"},
 	{"rm", cmd_rm, "NAME...", "remove channel names (users that opened them keep them)"},
 	{"shutdown", cmd_shutdown, "", "stop the daemon (mapped channels keep working)"},

@@ -441,10 +441,10 @@ START_TEST(test_create_ls_rm)
 	HAS(r.out, "NAME");
 	HAS_NOT(r.out, "q1");
 
-	CTL(&d, &r, 0, "create", "q1", "--persistent", "--capacity", "64k", "--producers", "2", "--consumers", "3",
+	CTL(&d, &r, 0, "create", "q1", "--capacity", "64k", "--producers", "2", "--consumers", "3",
 	    "--mode", "640");
 	ck_assert_str_eq(r.out, "");
-	CTL(&d, &r, 0, "create", "--topic", "--overrun", "t.1", "--persistent", "--max-message", "1k", "--mode",
+	CTL(&d, &r, 0, "create", "--topic", "--overrun", "t.1", "--max-message", "1k", "--mode",
 	    "0604");
 	CTL(&d, &r, 0, "ls");
 	ck_assert_ptr_nonnull(table_line(r.out, "q1", line, sizeof(line)));
@@ -505,8 +505,8 @@ START_TEST(test_ls_json)
 	daemon_start(&d);
 	CTL(&d, &r, 0, "ls", "--json");
 	ck_assert_str_eq(r.out, "[]\n");
-	CTL(&d, &r, 0, "create", "js-a", "--persistent", "--capacity", "8k", "--mode", "600");
-	CTL(&d, &r, 0, "create", "js_b", "--persistent", "--topic", "--consumers", "4");
+	CTL(&d, &r, 0, "create", "js-a", "--capacity", "8k", "--mode", "600");
+	CTL(&d, &r, 0, "create", "js_b", "--topic", "--consumers", "4");
 	CTL(&d, &r, 0, "ls", "--json");
 	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
 	HAS(r.out, "\"name\": \"js-a\"");
@@ -531,15 +531,19 @@ START_TEST(test_ls_json)
 }
 END_TEST
 
-START_TEST(test_not_persistent)
+START_TEST(test_create_persists)
 {
 	struct daemon d;
 	struct run r;
 
 	daemon_start(&d);
-	/* It goes with pinshmctl's connection: created, warned about, gone. */
-	CTL(&d, &r, 0, "create", "short-lived");
-	HAS(r.err, "not persistent");
+	/* The channel outlives pinshmctl's connection, until rm. */
+	CTL(&d, &r, 0, "create", "kept");
+	HAS_NOT(r.err, "persistent");
+	CTL(&d, &r, 0, "ls", "--json");
+	HAS(r.out, "\"kept\"");
+	HAS(r.out, "\"persistent\": true");
+	CTL(&d, &r, 0, "rm", "kept");
 	CTL(&d, &r, 0, "ls", "--json");
 	ck_assert_str_eq(r.out, "[]\n");
 	daemon_stop_ok(&d);
@@ -903,8 +907,8 @@ START_TEST(test_request_errors)
 	HAS(r.err, want);
 	ck_assert_str_eq(r.out, "");
 
-	CTL(&d, &r, 0, "create", "dup", "--persistent");
-	CTL(&d, &r, 1, "create", "dup", "--persistent");
+	CTL(&d, &r, 0, "create", "dup");
+	CTL(&d, &r, 1, "create", "dup");
 	snprintf(want, sizeof(want), "pinshmctl: create dup: %s: ", pinshm_strerror(-EEXIST));
 	HAS(r.err, want); /* and the daemon's message after it */
 
@@ -1012,7 +1016,7 @@ static Suite *pinshmctl_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_create_ls_rm);
 	tcase_add_test(tc, test_ls_json);
-	tcase_add_test(tc, test_not_persistent);
+	tcase_add_test(tc, test_create_persists);
 	tcase_add_test(tc, test_shutdown);
 	tcase_add_test(tc, test_version);
 	suite_add_tcase(s, tc);
