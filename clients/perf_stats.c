@@ -106,9 +106,9 @@ static const char *fmt_rate(double v, char *buf, size_t len)
 	return buf;
 }
 
-static void table_row(FILE *f, const perf_result_t *r, double baseline_ns)
+static void table_row(FILE *f, const perf_result_t *r, double baseline_ns, int width)
 {
-	char med[32], p99[32], p999[32], max[32], rate[32], ratio[32];
+	char med[32], p99[32], p999[32], max[32], rate[32], ratio[32], gb[32];
 
 	fmt_ns(r->median_ns, med, sizeof(med));
 	if (r->has_tail) {
@@ -127,29 +127,42 @@ static void table_row(FILE *f, const perf_result_t *r, double baseline_ns)
 	} else {
 		strcpy(ratio, "-");
 	}
-	fprintf(f, "%-14s %10s %10s %10s %10s %10s %8.3f %7s\n", r->transport, med, p99, p999, max,
-		fmt_rate(r->msgs_per_s, rate, sizeof(rate)), r->gb_per_s, ratio);
+	if (strcmp(r->pattern, "create") == 0)
+		strcpy(gb, "-"); /* moves no byte */
+	else
+		snprintf(gb, sizeof(gb), "%.3f", r->gb_per_s);
+	fprintf(f, "%-*s %10s %10s %10s %10s %10s %8s %7s\n", width, r->transport, med, p99, p999, max,
+		fmt_rate(r->msgs_per_s, rate, sizeof(rate)), gb, ratio);
 }
 
 static void table_group(FILE *f, const perf_result_t *rows, size_t n, const perf_result_t *mc)
 {
 	const perf_result_t *first = n ? &rows[0] : mc;
-	int stream = strcmp(first->pattern, "stream") == 0;
+	int stream = strcmp(first->pattern, "stream") == 0, create = strcmp(first->pattern, "create") == 0;
 	double baseline_ns = 0;
 	char size[32];
+	int width = 14;
 
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		if (strcmp(rows[i].transport, BASELINE) == 0)
 			baseline_ns = rows[i].median_ns;
-	fprintf(f, "\n%s, %s: %llu %s per row%s\n", first->pattern, fmt_size(first->size, size, sizeof(size)),
-		(unsigned long long)first->iterations, stream ? "messages" : "round trips",
-		baseline_ns > 0 ? "" : " (no " BASELINE " row: no ratio)");
-	fprintf(f, "%-14s %10s %10s %10s %10s %10s %8s %7s\n", "transport", stream ? "mean_ns" : "median_ns",
-		"p99_ns", "p99.9_ns", "max_ns", stream ? "msgs/s" : "rtrips/s", "GB/s", "ratio");
+		if ((int)strlen(rows[i].transport) > width)
+			width = (int)strlen(rows[i].transport);
+	}
+	if (create)
+		fprintf(f, "\n%s, %s channels: %llu operations per row, through pinshmd\n", first->pattern,
+			fmt_size(first->size, size, sizeof(size)), (unsigned long long)first->iterations);
+	else
+		fprintf(f, "\n%s, %s: %llu %s per row%s\n", first->pattern,
+			fmt_size(first->size, size, sizeof(size)), (unsigned long long)first->iterations,
+			stream ? "messages" : "round trips", baseline_ns > 0 ? "" : " (no " BASELINE " row: no ratio)");
+	fprintf(f, "%-*s %10s %10s %10s %10s %10s %8s %7s\n", width, "transport",
+		stream ? "mean_ns" : "median_ns", "p99_ns", "p99.9_ns", "max_ns",
+		stream ? "msgs/s" : create ? "ops/s" : "rtrips/s", "GB/s", "ratio");
 	for (size_t i = 0; i < n; i++)
-		table_row(f, &rows[i], baseline_ns);
+		table_row(f, &rows[i], baseline_ns, width);
 	if (mc != NULL) {
-		table_row(f, mc, 0); /* a reference, not a transport: no ratio */
+		table_row(f, mc, 0, width); /* a reference, not a transport: no ratio */
 		if (mc->size >= (1u << 20))
 			fprintf(f, "target: 0.7 x memcpy = %.2f GB/s\n", 0.7 * mc->gb_per_s);
 	}
@@ -218,6 +231,9 @@ void perf_output_begin(perf_output_t *o, perf_format_t fmt, FILE *f, const char 
 			fprintf(f, "%s\n", title);
 		fprintf(f, "ratio = " BASELINE " time / row time, same pattern and size "
 			   "(> 1: faster than the " BASELINE " ring)\n");
+		if (title != NULL && strstr(title, "pinshmd") != NULL)
+			fprintf(f, "NAME@pinshmd: transport NAME on channels created by pinshmd, "
+				   "NAME: on segments of its own\n");
 		break;
 	case PERF_FMT_CSV:
 		fprintf(f, "transport,pattern,size,iterations,median_ns,p99_ns,p999_ns,max_ns,"

@@ -3,7 +3,9 @@
  *
  * A row is one transport, pattern and message size.  Ping-pong rows carry
  * latency percentiles of the round trip; stream rows carry the mean time
- * per message in median_ns and no percentiles (has_tail == 0).
+ * per message in median_ns and no percentiles (has_tail == 0).  Create rows
+ * (pattern "create") are ping-pong-like: percentiles of one operation's
+ * time, msgs_per_s is operations per second and gb_per_s is 0.
  */
 #ifndef PERF_STATS_H
 #define PERF_STATS_H
@@ -20,8 +22,8 @@ typedef enum perf_format {
 
 typedef struct perf_result {
 	const char *transport;
-	const char *pattern; /* "pingpong" or "stream" */
-	uint64_t size;       /* bytes per message */
+	const char *pattern; /* "pingpong", "stream" or "create" */
+	uint64_t size;       /* bytes per message; create: the channel's capacity */
 	uint64_t iterations; /* measured round trips or messages (warm-up excluded) */
 	double median_ns;    /* ping-pong: median round trip; stream: mean per message */
 	double p99_ns, p999_ns, max_ns; /* ping-pong only */
@@ -58,7 +60,7 @@ typedef struct perf_output {
 
 /**
  * Start the output.  The table prints @p title (may be NULL) and says what
- * the ratio column is; CSV prints its header line; JSON opens the array.
+ * the ratio column is (and what "@pinshmd" means when the title names pinshmd); CSV prints its header line; JSON opens the array.
  */
 void perf_output_begin(perf_output_t *o, perf_format_t fmt, FILE *f, const char *title);
 

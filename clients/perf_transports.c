@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <pinshm.h>
@@ -265,6 +266,10 @@ enum { PS_COPY, PS_ZC, PS_BATCH, PS_SLEEP };
 struct ps_link {
 	int fd[2];                /* [0] A to B, [1] B to A (ping-pong only) */
 	pinshm_channel_t *tx, *rx; /* this side's, after init */
+	/* PERF_DAEMON only: */
+	pinshm_client_t *c;       /* the parent's connection, which created the channels */
+	pinshm_client_t *side_c;  /* this side's, after init */
+	char name[2][PINSHM_NAME_MAX + 1]; /* as fd[]; "" for none */
 };
 
 static int ps_fail(perf_link_t *l, pinshm_channel_t *ch, const char *call, int rc)
@@ -275,14 +280,82 @@ static int ps_fail(perf_link_t *l, pinshm_channel_t *ch, const char *call, int r
 	return rc;
 }
 
+/* As ps_fail(), with the daemon's message about the last request on @c (NULL: the last connect). */
+static int client_fail(char *err, size_t len, const pinshm_client_t *c, const char *call, int rc)
+{
+	const char *why = pinshm_client_error(c);
+
+	snprintf(err, len, "%s: %s%s%s", call, pinshm_strerror(rc), *why ? ": " : "", why);
+	return rc;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A channel name of this process not used before: "perf.<pid>.<tag><n>". */
+static void unique_name(char *buf, size_t len, const char *tag)
+{
+	static unsigned seq;
+
+	snprintf(buf, len, "perf.%ld.%s%u", (long)getpid(), tag, seq++);
+}
+
 static void ps_teardown(perf_link_t *l)
 {
 	struct ps_link *s = l->priv;
 
 	close_fd(&s->fd[0]);
 	close_fd(&s->fd[1]);
+	if (s->c != NULL) {
+		for (int i = 0; i < 2; i++)
+			if (s->name[i][0] != '\0')
+				pinshm_unlink(s->c, s->name[i]); /* best effort: disconnecting destroys it too */
+		pinshm_disconnect(s->c);
+	}
 	free(s);
 	l->priv = NULL;
+}
+
+/* The geometry of every pinshm row: a queue, one producer, one consumer. */
+static void ps_attr(perf_link_t *l, pinshm_channel_attr_t *attr)
+{
+	pinshm_channel_attr_init(attr);
+	attr->capacity = ring_capacity(l->size);
+	attr->max_producers = 1;
+	attr->max_consumers = 1;
+	/* 0 is "the largest"; a fixed default sized for 1 MiB may be too small. */
+	if (attr->max_message != 0 && attr->max_message < l->size)
+		attr->max_message = (uint32_t)(attr->capacity / 2 - 32);
+}
+
+/* PERF_DAEMON: connect and create the channels of the row, named. */
+static int ps_daemon_setup(perf_link_t *l, struct ps_link *s, const pinshm_channel_attr_t *attr)
+{
+	char note[sizeof(l->err)] = "";
+	int rc = pinshm_connect(l->socket, &s->c);
+
+	if (rc < 0) {
+		s->c = NULL;
+		return client_fail(l->err, sizeof(l->err), NULL, "pinshm_connect", rc);
+	}
+	for (int i = 0; i < (l->pattern == PERF_PINGPONG ? 2 : 1); i++) {
+		char name[PINSHM_NAME_MAX + 1];
+
+		unique_name(name, sizeof(name), "");
+		rc = pinshm_create(s->c, name, attr, 0600, 0);
+		if (rc < 0)
+			return client_fail(l->err, sizeof(l->err), s->c, "pinshm_create", rc);
+		strcpy(s->name[i], name);
+		if (note[0] == '\0' && pinshm_client_error(s->c)[0] != '\0')
+			snprintf(note, sizeof(note), "pinshm_create: %s", pinshm_client_error(s->c));
+	}
+	strcpy(l->err, note); /* a note, not an error: see perf_transports.h */
+	return 0;
 }
 
 static int ps_setup(perf_link_t *l)
@@ -295,13 +368,14 @@ static int ps_setup(perf_link_t *l)
 		return fail(l, "calloc", -ENOMEM);
 	s->fd[0] = s->fd[1] = -1;
 	l->priv = s;
-	pinshm_channel_attr_init(&attr);
-	attr.capacity = ring_capacity(l->size);
-	attr.max_producers = 1;
-	attr.max_consumers = 1;
-	/* 0 is "the largest"; a fixed default sized for 1 MiB may be too small. */
-	if (attr.max_message != 0 && attr.max_message < l->size)
-		attr.max_message = (uint32_t)(attr.capacity / 2 - 32);
+	l->err[0] = '\0';
+	ps_attr(l, &attr);
+	if (l->t->flags & PERF_DAEMON) {
+		rc = ps_daemon_setup(l, s, &attr);
+		if (rc < 0)
+			ps_teardown(l);
+		return rc;
+	}
 	for (int i = 0; i < (l->pattern == PERF_PINGPONG ? 2 : 1); i++) {
 		rc = pinshm_segment_create(&attr, &s->fd[i]);
 		if (rc < 0) {
@@ -309,6 +383,27 @@ static int ps_setup(perf_link_t *l)
 			ps_teardown(l);
 			return rc;
 		}
+	}
+	return 0;
+}
+
+/* PERF_DAEMON: this side connects on its own and opens the channels by name. */
+static int ps_daemon_init(perf_link_t *l, struct ps_link *s, int a)
+{
+	int rc = pinshm_connect(l->socket, &s->side_c);
+
+	if (rc < 0) {
+		s->side_c = NULL;
+		return client_fail(l->err, sizeof(l->err), NULL, "pinshm_connect", rc);
+	}
+	rc = pinshm_open(s->side_c, s->name[0], a ? PINSHM_PRODUCER : PINSHM_CONSUMER, a ? &s->tx : &s->rx);
+	if (rc < 0)
+		return client_fail(l->err, sizeof(l->err), s->side_c, "pinshm_open", rc);
+	if (s->name[1][0] != '\0') {
+		rc = pinshm_open(s->side_c, s->name[1], a ? PINSHM_CONSUMER : PINSHM_PRODUCER,
+				 a ? &s->rx : &s->tx);
+		if (rc < 0)
+			return client_fail(l->err, sizeof(l->err), s->side_c, "pinshm_open", rc);
 	}
 	return 0;
 }
@@ -321,6 +416,13 @@ static int ps_init(perf_link_t *l, int side)
 
 	l->side = side;
 	s->tx = s->rx = NULL;
+	s->side_c = NULL;
+	if (l->t->flags & PERF_DAEMON) {
+		rc = ps_daemon_init(l, s, a);
+		if (rc < 0)
+			return rc;
+		goto attached;
+	}
 	rc = pinshm_channel_attach(s->fd[0], a ? PINSHM_PRODUCER : PINSHM_CONSUMER, a ? &s->tx : &s->rx);
 	if (rc < 0)
 		return ps_fail(l, NULL, "pinshm_channel_attach", rc);
@@ -333,6 +435,7 @@ static int ps_init(perf_link_t *l, int side)
 	/* The descriptors are not kept by the channel. */
 	close_fd(&s->fd[0]);
 	close_fd(&s->fd[1]);
+attached:
 	if (l->t->variant == PS_SLEEP) {
 		/* Every wait goes to the futex at once: the peer sleeps between messages. */
 		if (s->tx != NULL)
@@ -352,6 +455,9 @@ static void ps_fini(perf_link_t *l)
 	if (s->rx != NULL)
 		pinshm_channel_close(s->rx);
 	s->tx = s->rx = NULL;
+	/* Channels first, then the connection (PERF_DAEMON); the parent's is not this side's to close. */
+	pinshm_disconnect(s->side_c);
+	s->side_c = NULL;
 }
 
 static int ps_send(perf_link_t *l, const void *buf, size_t len)
@@ -780,6 +886,21 @@ static const perf_transport_t transports[] = {
 	{ .name = "pinshm-sleep", .about = "pinshm with spin 0: every wait sleeps on the futex (ping-pong)",
 	  .patterns = PERF_PINGPONG, .variant = PS_SLEEP, .setup = ps_setup, .init = ps_init,
 	  .send = ps_send, .recv = ps_recv, .fini = ps_fini, .teardown = ps_teardown },
+	{ .name = "pinshm" PERF_DAEMON_SUFFIX, .about = "pinshm, channels created by pinshmd (--socket)",
+	  .patterns = BOTH, .flags = PERF_DAEMON, .variant = PS_COPY, .setup = ps_setup, .init = ps_init,
+	  .send = ps_send, .recv = ps_recv, .fini = ps_fini, .teardown = ps_teardown },
+	{ .name = "pinshm-zc" PERF_DAEMON_SUFFIX, .about = "pinshm-zc, channels created by pinshmd (--socket)",
+	  .patterns = BOTH, .flags = PERF_DAEMON, .variant = PS_ZC, .setup = ps_setup, .init = ps_init,
+	  .send = zc_send, .recv = zc_recv, .fini = ps_fini, .teardown = ps_teardown },
+	{ .name = "pinshm-batch" PERF_DAEMON_SUFFIX,
+	  .about = "pinshm-batch, channels created by pinshmd (--socket)", .patterns = PERF_STREAM,
+	  .flags = PERF_DAEMON, .variant = PS_BATCH, .setup = ps_setup, .init = ps_init, .send = ps_send,
+	  .recv = ps_recv, .send_batch = batch_send, .recv_batch = batch_recv, .fini = ps_fini,
+	  .teardown = ps_teardown },
+	{ .name = "pinshm-sleep" PERF_DAEMON_SUFFIX,
+	  .about = "pinshm-sleep, channels created by pinshmd (--socket)", .patterns = PERF_PINGPONG,
+	  .flags = PERF_DAEMON, .variant = PS_SLEEP, .setup = ps_setup, .init = ps_init, .send = ps_send,
+	  .recv = ps_recv, .fini = ps_fini, .teardown = ps_teardown },
 	{ .name = "pipe", .about = "two pipes, one per direction", .patterns = BOTH, .setup = pipe_setup,
 	  .init = pipe_init, .send = fd_send, .recv = fd_recv, .fini = fd_fini, .teardown = fd_teardown },
 	{ .name = "unix", .about = "a Unix stream socket pair", .patterns = BOTH, .setup = unix_setup,
@@ -788,6 +909,66 @@ static const perf_transport_t transports[] = {
 	  .setup = mq_setup, .init = mq_init, .send = mq_tsend, .recv = mq_trecv, .fini = mq_fini,
 	  .teardown = mq_teardown },
 };
+
+/* ---- create: channel creation through pinshmd ---------------------------------- */
+
+int perf_create_cycle(const char *socket, uint64_t capacity, uint64_t *all_ns, uint64_t *create_ns,
+		      char *note, size_t notelen, char *err, size_t errlen)
+{
+	pinshm_client_t *c = NULL;
+	pinshm_channel_t *ch = NULL;
+	pinshm_channel_attr_t attr;
+	char name[PINSHM_NAME_MAX + 1];
+	uint64_t t0, t1, t2, t3;
+	int rc;
+
+	pinshm_channel_attr_init(&attr);
+	attr.capacity = capacity;
+	attr.max_producers = 1;
+	attr.max_consumers = 1;
+	unique_name(name, sizeof(name), "c");
+	if (note != NULL && notelen > 0)
+		note[0] = '\0';
+
+	t0 = mono_ns();
+	rc = pinshm_connect(socket, &c);
+	if (rc < 0)
+		return client_fail(err, errlen, NULL, "pinshm_connect", rc);
+	t1 = mono_ns();
+	rc = pinshm_create(c, name, &attr, 0600, 0);
+	t2 = mono_ns();
+	if (rc < 0) {
+		client_fail(err, errlen, c, "pinshm_create", rc);
+		goto out;
+	}
+	if (note != NULL && notelen > 0 && pinshm_client_error(c)[0] != '\0')
+		snprintf(note, notelen, "pinshm_create: %s", pinshm_client_error(c));
+	rc = pinshm_open(c, name, PINSHM_CONSUMER, &ch);
+	if (rc < 0) {
+		client_fail(err, errlen, c, "pinshm_open", rc);
+		pinshm_unlink(c, name);
+		goto out;
+	}
+	pinshm_channel_close(ch);
+	rc = pinshm_unlink(c, name);
+	if (rc < 0) {
+		client_fail(err, errlen, c, "pinshm_unlink", rc);
+		goto out;
+	}
+	rc = pinshm_disconnect(c);
+	c = NULL;
+	if (rc < 0) {
+		client_fail(err, errlen, NULL, "pinshm_disconnect", rc);
+		return rc;
+	}
+	t3 = mono_ns();
+	*all_ns = t3 - t0;
+	*create_ns = t2 - t1;
+	return 0;
+out:
+	pinshm_disconnect(c); /* destroys what is left: the channel is not persistent */
+	return rc;
+}
 
 const perf_transport_t *perf_transports(size_t *count)
 {

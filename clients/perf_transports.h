@@ -19,6 +19,16 @@
  * may also return PERF_SKIP: the transport cannot do this row (a message
  * queue limit, say), link->err says why, and it is not an error.
  *
+ * A PERF_DAEMON transport ("pinshm@pinshmd" and the like) differs from its
+ * twin only in where its channels come from: setup() connects to pinshmd
+ * at link->socket and creates uniquely named channels there, each side's
+ * init() connects on its own and opens them by name (pinshm_open), fini()
+ * closes them and disconnects, and teardown() unlinks them and disconnects.
+ * Since the channels live while the parent's connection does, its
+ * teardown() must come after both sides are done, not right after fork().
+ * When setup() succeeds with link->err set, it is a note (the daemon's
+ * warning, such as a channel created unpinned).
+ *
  * Same work per message: send() copies the message from the caller's
  * private buffer, recv() copies it into the caller's private buffer, once
  * each.  The one exception is "cacheline", the floor, which carries no
@@ -34,6 +44,7 @@
 /* Patterns, as a bit mask of what a transport supports. */
 #define PERF_PINGPONG 0x1u
 #define PERF_STREAM 0x2u
+#define PERF_CREATE 0x4u /* not a transport's: channel creation through pinshmd (perf_create_cycle) */
 
 /* Sides of a link. */
 #define PERF_SIDE_A 0
@@ -44,6 +55,10 @@
 
 /* Transport flags. */
 #define PERF_NO_PAYLOAD 0x1u /* moves no payload: the receiver's buffer is not checked */
+#define PERF_DAEMON 0x2u     /* channels made by pinshmd (--socket): see below */
+
+/* The name suffix of the transports of PERF_DAEMON. */
+#define PERF_DAEMON_SUFFIX "@pinshmd"
 
 /* Largest message size pinshm-perf accepts (every ring is 4x that). */
 #define PERF_MAX_SIZE (256u << 20)
@@ -81,6 +96,7 @@ struct perf_link {
 	unsigned pattern; /* PERF_PINGPONG or PERF_STREAM */
 	size_t size;      /* the size of every message of the row */
 	int side;         /* set by init() */
+	const char *socket; /* PERF_DAEMON: pinshmd's socket, NULL: pinshm_connect()'s default */
 	void *priv;       /* the transport's state, made by setup() */
 	char err[256];    /* why the last call failed */
 };
@@ -90,6 +106,19 @@ const perf_transport_t *perf_transports(size_t *count);
 
 /* @return the transport named @name, or NULL. */
 const perf_transport_t *perf_transport_find(const char *name);
+
+/*
+ * One iteration of the "create" pattern: connect to pinshmd at @socket
+ * (NULL: the default), create a queue named "perf.<pid>.c<n>" of @capacity
+ * ring bytes, one producer and one consumer (mode 0600), open it as its
+ * consumer, close it, unlink it and disconnect.  @all_ns is set to the time
+ * of the whole sequence, @create_ns to that of pinshm_create() alone.
+ * @note (may be NULL) is set to the daemon's warning about the create, or "".
+ * @return 0, or a negative errno value with @err saying why (the daemon's
+ * message included); everything made is undone.
+ */
+int perf_create_cycle(const char *socket, uint64_t capacity, uint64_t *all_ns, uint64_t *create_ns,
+		      char *note, size_t notelen, char *err, size_t errlen);
 
 /* A spin-wait hint for busy-polling loops. */
 static inline void perf_cpu_relax(void)

@@ -9,6 +9,10 @@
  * the round-trip samples of a ping-pong, each side its clock at the ends
  * of a stream.  A side that fails writes why and makes the other stop; the
  * parent kills whatever is left and goes on with the next row.
+ *
+ * With --socket, the pinshm transports also run on channels created by
+ * pinshmd (rows "NAME@pinshmd"), and the "create" pattern times channel
+ * creation through the daemon, in the parent alone.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -39,6 +43,7 @@
 #define MEMCPY_PASSES 5
 #define MAX_SIZES 64
 #define MAX_TRANSPORTS 16
+#define DEFAULT_CREATE_ITERATIONS 200ull
 
 static const char *prog = "pinshm-perf";
 
@@ -51,6 +56,10 @@ struct opts {
 	uint64_t iterations;
 	perf_format_t fmt;
 	int cpu[2];
+	int daemon;          /* --socket given */
+	const char *socket;  /* its path; NULL: pinshm_connect()'s default */
+	int iterations_set;  /* --iterations given */
+	uint64_t create_iterations;
 };
 
 /* Shared by the parent and both sides of a row: an anonymous shared mapping. */
@@ -333,7 +342,7 @@ static int side_main(struct row *r, perf_link_t *l, int side)
 
 static const char *pattern_name(unsigned pattern)
 {
-	return pattern == PERF_PINGPONG ? "pingpong" : "stream";
+	return pattern == PERF_PINGPONG ? "pingpong" : pattern == PERF_STREAM ? "stream" : "create";
 }
 
 static void describe_status(int status, char *buf, size_t len)
@@ -428,7 +437,8 @@ static void row_error(const perf_transport_t *t, unsigned pattern, size_t size, 
 static int run_row(struct row *r, const perf_transport_t *t, unsigned pattern, size_t size,
 		   perf_result_t *res)
 {
-	perf_link_t link = { .t = t, .pattern = pattern, .size = size };
+	perf_link_t link = { .t = t, .pattern = pattern, .size = size, .socket = r->o->socket };
+	int daemon = (t->flags & PERF_DAEMON) != 0;
 	pid_t pid[2] = { -1, -1 };
 	char why[160];
 	int rc;
@@ -444,6 +454,9 @@ static int run_row(struct row *r, const perf_transport_t *t, unsigned pattern, s
 		row_error(t, pattern, size, link.err);
 		return -1;
 	}
+	if (link.err[0] != '\0')
+		fprintf(stderr, "%s: note: %s %s %zu bytes: %s\n", prog, t->name, pattern_name(pattern), size,
+			link.err);
 
 	fflush(NULL); /* nothing buffered may be written twice */
 	for (int side = 0; side < 2; side++) {
@@ -463,9 +476,14 @@ static int run_row(struct row *r, const perf_transport_t *t, unsigned pattern, s
 			return -1;
 		}
 	}
-	t->teardown(&link); /* the sides hold what they need */
+	/* The sides hold what they need; channels of pinshmd live while the
+	 * parent's connection does, which goes once the sides are done. */
+	if (!daemon)
+		t->teardown(&link);
 
 	rc = wait_sides(pid, r->timeout_ns, why, sizeof(why));
+	if (daemon)
+		t->teardown(&link);
 	if (atomic_load_explicit(&r->ctl->unlocked, memory_order_relaxed))
 		r->unlocked = 1;
 	if (rc < 0) {
@@ -537,6 +555,64 @@ static int measure_memcpy(const struct opts *o, size_t size, uint64_t iters, per
 	return perf_stats_stream(best ? best : 1, res);
 }
 
+/*
+ * The "create" rows of one capacity: N timed iterations of perf_create_cycle()
+ * after N/10 (at least 1) unmeasured ones, in the parent pinned to CPU A.
+ * @rows gets "pinshmd-create" and "pinshmd-connect-create-open".
+ * @return 0, or -1 (an error was printed).
+ */
+static int measure_create(const struct opts *o, uint64_t capacity, uint64_t iters, perf_result_t rows[2])
+{
+	uint64_t warm = iters / 10 ? iters / 10 : 1;
+	uint64_t *all = malloc(iters * sizeof(*all)), *create = malloc(iters * sizeof(*create));
+	char err[320], note[320], first_note[320] = "";
+	cpu_set_t old, one;
+	int pinned, rc = 0;
+
+	pinned = sched_getaffinity(0, sizeof(old), &old) == 0;
+	if (pinned) {
+		CPU_ZERO(&one);
+		CPU_SET(o->cpu[0], &one);
+		pinned = sched_setaffinity(0, sizeof(one), &one) == 0;
+	}
+	if (all == NULL || create == NULL) {
+		snprintf(err, sizeof(err), "out of memory");
+		rc = -ENOMEM;
+	}
+	for (uint64_t i = 0; rc == 0 && i < warm + iters; i++) {
+		uint64_t a = 0, c = 0;
+
+		rc = perf_create_cycle(o->socket, capacity, &a, &c, note, sizeof(note), err, sizeof(err));
+		if (rc == 0 && first_note[0] == '\0' && note[0] != '\0')
+			strcpy(first_note, note);
+		if (rc == 0 && i >= warm) {
+			all[i - warm] = a;
+			create[i - warm] = c;
+		}
+	}
+	if (pinned)
+		sched_setaffinity(0, sizeof(old), &old);
+	if (first_note[0] != '\0')
+		fprintf(stderr, "%s: note: create %llu bytes: %s\n", prog, (unsigned long long)capacity, first_note);
+	if (rc == 0) {
+		rows[0] = (perf_result_t){ .transport = "pinshmd-create", .pattern = "create", .size = capacity };
+		rows[1] = (perf_result_t){ .transport = "pinshmd-connect-create-open", .pattern = "create",
+					   .size = capacity };
+		if (perf_stats_pingpong(create, iters, &rows[0]) < 0 || perf_stats_pingpong(all, iters, &rows[1]) < 0) {
+			snprintf(err, sizeof(err), "no usable timing");
+			rc = -EINVAL;
+		}
+		rows[0].gb_per_s = rows[1].gb_per_s = 0; /* no byte is moved */
+	}
+	free(all);
+	free(create);
+	if (rc < 0) {
+		fprintf(stderr, "%s: error: create %llu bytes: %s\n", prog, (unsigned long long)capacity, err);
+		return -1;
+	}
+	return 0;
+}
+
 /* Iterations of a row: min(N, max(1000, 2 GiB / size)), so that big sizes stay short. */
 static uint64_t row_iterations(uint64_t n, size_t size)
 {
@@ -581,20 +657,26 @@ static void usage(FILE *f)
 		"a textbook shared-memory ring and a bounced cache line, in one run.\n"
 		"\n"
 		"  -t, --transport LIST   comma-separated transports (default: all)\n"
-		"  -p, --pattern P        pingpong, stream or all (default: all)\n"
+		"  -p, --pattern P        pingpong, stream, all (the two) or create\n"
+		"                         (default: all; create needs --socket)\n"
 		"  -s, --sizes LIST       message sizes in bytes, k/K and m/M suffixes\n"
-		"                         (default: 8,64,1024,65536,1048576; at most 256M)\n"
+		"                         (default: 8,64,1024,65536,1048576; at most 256M);\n"
+		"                         create: the channels' capacities (ring bytes)\n"
 		"  -n, --iterations N     round trips or messages per row (default: %llu);\n"
-		"                         a row runs min(N, max(1000, 2G / size))\n"
+		"                         a row runs min(N, max(1000, 2G / size));\n"
+		"                         create: operations per row (default: %llu)\n"
+		"  -S, --socket PATH      also run the pinshm transports on channels created\n"
+		"                         by pinshmd at PATH (rows NAME@pinshmd; \"\": the\n"
+		"                         default socket), and allow --pattern create\n"
 		"  -f, --format F         table, csv or json (default: table)\n"
 		"  -c, --cpus A,B         the CPUs of the two sides (default: 0,1)\n"
 		"  -h, --help             print this help and exit\n"
 		"  -V, --version          print the library version and exit\n"
 		"\n"
 		"Transports:\n",
-		prog, DEFAULT_ITERATIONS);
+		prog, DEFAULT_ITERATIONS, DEFAULT_CREATE_ITERATIONS);
 	for (size_t i = 0; i < n; i++)
-		fprintf(f, "  %-14s %s\n", t[i].name, t[i].about);
+		fprintf(f, "  %-20s %s\n", t[i].name, t[i].about);
 	fprintf(f, "\nSee pinshm-perf(1).\n");
 }
 
@@ -623,6 +705,27 @@ static int parse_u64(const char *s, uint64_t *out, int suffixes)
 	return 0;
 }
 
+/* Add @t once; with --socket, a pinshm transport brings its twin NAME@pinshmd after it. */
+static void add_transport(struct opts *o, const perf_transport_t *t)
+{
+	char twin[64];
+	int dup = 0;
+
+	for (size_t i = 0; i < o->ntr; i++)
+		dup |= o->tr[i] == t;
+	if (!dup && o->ntr < MAX_TRANSPORTS)
+		o->tr[o->ntr++] = t;
+	if (o->daemon && !(t->flags & PERF_DAEMON)) {
+		const perf_transport_t *d;
+
+		snprintf(twin, sizeof(twin), "%s%s", t->name, PERF_DAEMON_SUFFIX);
+		d = perf_transport_find(twin);
+		if (d != NULL)
+			add_transport(o, d);
+	}
+}
+
+/* After the options: whether NAME@pinshmd rows exist depends on --socket. */
 static int parse_transports(struct opts *o, const char *list)
 {
 	char *copy = strdup(list), *save = NULL, *name;
@@ -635,11 +738,11 @@ static int parse_transports(struct opts *o, const char *list)
 	o->ntr = 0;
 	for (name = strtok_r(copy, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
 		const perf_transport_t *t = perf_transport_find(name);
-		int dup = 0;
 
 		if (strcmp(name, "all") == 0) {
-			for (size_t i = 0; i < n && o->ntr < MAX_TRANSPORTS; i++)
-				o->tr[o->ntr++] = &all[i];
+			for (size_t i = 0; i < n; i++)
+				if (!(all[i].flags & PERF_DAEMON))
+					add_transport(o, &all[i]);
 			continue;
 		}
 		if (t == NULL) {
@@ -647,10 +750,12 @@ static int parse_transports(struct opts *o, const char *list)
 			rc = -EINVAL;
 			break;
 		}
-		for (size_t i = 0; i < o->ntr; i++)
-			dup |= o->tr[i] == t;
-		if (!dup && o->ntr < MAX_TRANSPORTS)
-			o->tr[o->ntr++] = t;
+		if ((t->flags & PERF_DAEMON) && !o->daemon) {
+			fprintf(stderr, "%s: transport '%s' needs --socket\n", prog, name);
+			rc = -EINVAL;
+			break;
+		}
+		add_transport(o, t);
 	}
 	free(copy);
 	if (rc == 0 && o->ntr == 0) {
@@ -731,23 +836,28 @@ static int parse_options(int argc, char **argv, struct opts *o)
 		{ "transport", required_argument, NULL, 't' }, { "pattern", required_argument, NULL, 'p' },
 		{ "sizes", required_argument, NULL, 's' },     { "iterations", required_argument, NULL, 'n' },
 		{ "format", required_argument, NULL, 'f' },    { "cpus", required_argument, NULL, 'c' },
+		{ "socket", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *tr_list = "all";
 	int c;
 
-	if (parse_transports(o, "all") < 0 || parse_sizes(o, "8,64,1024,65536,1048576") < 0)
+	if (parse_sizes(o, "8,64,1024,65536,1048576") < 0)
 		return 2;
 	o->patterns = PERF_PINGPONG | PERF_STREAM;
 	o->iterations = DEFAULT_ITERATIONS;
 	o->fmt = PERF_FMT_TABLE;
 	o->cpu[0] = 0;
 	o->cpu[1] = 1;
-	while ((c = getopt_long(argc, argv, "t:p:s:n:f:c:hV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "t:p:s:n:f:c:S:hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't':
-			if (parse_transports(o, optarg) < 0)
-				return 2;
+			tr_list = optarg;
+			break;
+		case 'S':
+			o->daemon = 1;
+			o->socket = *optarg ? optarg : NULL;
 			break;
 		case 'p':
 			if (strcmp(optarg, "pingpong") == 0)
@@ -756,8 +866,10 @@ static int parse_options(int argc, char **argv, struct opts *o)
 				o->patterns = PERF_STREAM;
 			else if (strcmp(optarg, "all") == 0)
 				o->patterns = PERF_PINGPONG | PERF_STREAM;
+			else if (strcmp(optarg, "create") == 0)
+				o->patterns = PERF_CREATE;
 			else {
-				fprintf(stderr, "%s: --pattern: expected pingpong, stream or all\n", prog);
+				fprintf(stderr, "%s: --pattern: expected pingpong, stream, all or create\n", prog);
 				return 2;
 			}
 			break;
@@ -771,6 +883,7 @@ static int parse_options(int argc, char **argv, struct opts *o)
 				fprintf(stderr, "%s: --iterations: expected 1 to %llu\n", prog, MAX_ITERATIONS);
 				return 2;
 			}
+			o->iterations_set = 1;
 			break;
 		case 'f':
 			if (perf_format_parse(optarg, &o->fmt) < 0) {
@@ -797,6 +910,13 @@ static int parse_options(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "%s: unexpected argument '%s'\nTry '%s --help'.\n", prog, argv[optind], prog);
 		return 2;
 	}
+	if ((o->patterns & PERF_CREATE) && !o->daemon) {
+		fprintf(stderr, "%s: --pattern create needs --socket\n", prog);
+		return 2;
+	}
+	o->create_iterations = o->iterations_set ? o->iterations : DEFAULT_CREATE_ITERATIONS;
+	if (parse_transports(o, tr_list) < 0)
+		return 2;
 	return -1; /* go on */
 }
 
@@ -810,7 +930,7 @@ int main(int argc, char **argv)
 	struct rlimit unlimited = { RLIM_INFINITY, RLIM_INFINITY };
 	perf_output_t out;
 	sigset_t chld;
-	char title[160];
+	char title[4200];
 	int failures = 0, rc;
 	void *p;
 
@@ -844,8 +964,12 @@ int main(int argc, char **argv)
 	r.samples = p;
 	r.parent = getpid();
 
-	snprintf(title, sizeof(title), "%s: libpinshm %s, sides on CPUs %d and %d", prog, pinshm_version(),
-		 o.cpu[0], o.cpu[1]);
+	if (o.daemon)
+		snprintf(title, sizeof(title), "%s: libpinshm %s, sides on CPUs %d and %d, pinshmd at %s", prog,
+			 pinshm_version(), o.cpu[0], o.cpu[1], o.socket ? o.socket : "the default socket");
+	else
+		snprintf(title, sizeof(title), "%s: libpinshm %s, sides on CPUs %d and %d", prog,
+			 pinshm_version(), o.cpu[0], o.cpu[1]);
 	perf_output_begin(&out, o.fmt, stdout, title);
 	for (size_t pi = 0; pi < sizeof(patterns) / sizeof(patterns[0]); pi++) {
 		unsigned pattern = patterns[pi];
@@ -876,6 +1000,14 @@ int main(int argc, char **argv)
 
 			perf_output_group(&out, rows, n, with_memcpy ? &mc : NULL);
 		}
+	}
+	for (size_t si = 0; (o.patterns & PERF_CREATE) && si < o.nsizes; si++) {
+		perf_result_t rows[2];
+
+		if (measure_create(&o, o.sizes[si], o.create_iterations, rows) == 0)
+			perf_output_group(&out, rows, 2, NULL);
+		else
+			failures++;
 	}
 	perf_output_end(&out);
 
