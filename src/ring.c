@@ -610,10 +610,20 @@ static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, struct taken *t
 	uint64_t pos = atomic_load_explicit(free, memory_order_acquire);
 	unsigned restarts = 0;
 
-	for (uint64_t scanned = 0; scanned <= cap;) {
+	for (uint64_t scanned = 0;;) {
 		uint64_t word, size;
 		uint32_t len;
 
+		if (scanned > cap) {
+			/* Other consumers move `free` while we scan: a ring's worth
+			 * of records behind us is no damage unless we are more
+			 * than a ring ahead of `free`. */
+			if (pos - atomic_load_explicit(free, memory_order_acquire) > cap)
+				return corrupt_record(ch, lane, pos);
+			if (restarts++ >= SHARED_RESTARTS)
+				return -EAGAIN;
+			scanned = 0;
+		}
 		if (!pos_aligned(pos))
 			return corrupt_record(ch, lane, pos);
 		int rc = shared_read(&ch->g, ring, free, pos, &word, &len, &size);
@@ -661,7 +671,6 @@ static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, struct taken *t
 			return corrupt_record(ch, lane, pos);
 		}
 	}
-	return corrupt_record(ch, lane, pos);
 }
 
 /* Take the next record from any lane, round robin. */
@@ -744,7 +753,7 @@ static int shared_advance_free(const struct seg_geometry *g, void *base, unsigne
 			free = expected;
 		}
 	}
-	return -EBADMSG;
+	return 0; /* a ring's worth moved: others finishing go on from here */
 }
 
 /* Sequential consumers: release `lane` up to its oldest record still held. */
