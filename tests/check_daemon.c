@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "channel.h"
+#include "daemonutil.h"
 #include "pinshm.h"
 #include "protocol.h"
 #include "testutil.h"
@@ -42,198 +43,6 @@
 #define CALL_MS 20000  /* for one blocking call */
 #define MESSAGES 10000u
 #define TEST_USER "pinshm-test-a"
-
-/* ======================================================================== */
-/* the daemon                                                                */
-/* ======================================================================== */
-
-struct daemon {
-	pid_t pid;
-	char dir[64];
-	char sock[128];
-	char conf[128]; /* DIR/pinshmd.conf, used where daemon_opts.config */
-	char log[128];  /* DIR/pinshmd.log, its stderr where daemon_opts.log */
-};
-
-struct daemon_opts {
-	bool system_mode; /* no --user */
-	bool as_user;     /* run as uid/gid instead of the test's user */
-	uid_t uid;
-	gid_t gid;
-	rlim_t memlock;   /* RLIMIT_MEMLOCK to run with, 0: unchanged */
-	rlim_t nofile;    /* RLIMIT_NOFILE to run with, 0: unchanged */
-	bool no_socket;   /* no -s: the default path of the mode */
-	bool config;      /* -c d->conf */
-	bool log;         /* stderr to d->log */
-};
-
-static const char *pinshmd_path(void)
-{
-	const char *p = getenv("PINSHMD");
-
-	return p && p[0] ? p : "daemon/pinshmd";
-}
-
-/* Whether something accepts on @p path. */
-static bool accepts(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	ck_assert_int_ge(fd, 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	close(fd);
-	return ok;
-}
-
-/* Fork and exec pinshmd -f on @p d->sock, as @p o says.  Does not wait. */
-static void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
-{
-	pid_t parent = getpid();
-
-	fflush(stdout);
-	fflush(stderr);
-	d->pid = fork();
-	ck_assert_msg(d->pid >= 0, "fork: %s", strerror(errno));
-	if (d->pid > 0)
-		return;
-	if (o->memlock) {
-		struct rlimit rl = {.rlim_cur = o->memlock, .rlim_max = o->memlock};
-		if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
-			_exit(126);
-	}
-	if (o->nofile) {
-		struct rlimit rl = {.rlim_cur = o->nofile, .rlim_max = o->nofile};
-		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-			_exit(126);
-	}
-	if (o->log) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
-			_exit(126);
-	}
-	if (o->as_user && (setgroups(0, NULL) != 0 || setgid(o->gid) != 0 || setuid(o->uid) != 0))
-		_exit(126);
-	/* After the credentials changed, which clears it. */
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
-		_exit(126);
-	const char *argv[10];
-	int n = 0;
-	argv[n++] = "pinshmd";
-	argv[n++] = "-f";
-	if (o->config) {
-		argv[n++] = "-c";
-		argv[n++] = d->conf;
-	}
-	if (!o->system_mode)
-		argv[n++] = "--user";
-	if (!o->no_socket) {
-		argv[n++] = "-s";
-		argv[n++] = d->sock;
-	}
-	argv[n] = NULL;
-	execv(pinshmd_path(), (char *const *)argv);
-	fprintf(stderr, "exec %s: %s\n", pinshmd_path(), strerror(errno));
-	_exit(127);
-}
-
-/* Wait until the daemon accepts on d->sock, failing the test if it exits. */
-static void daemon_wait_ready(struct daemon *d)
-{
-	uint64_t deadline = tu_now_ms() + START_MS;
-
-	while (!accepts(d->sock)) {
-		int st;
-		pid_t r = waitpid(d->pid, &st, WNOHANG);
-		char buf[32];
-		if (r == d->pid) {
-			d->pid = 0;
-			ck_abort_msg("pinshmd exited at start: %s", tu_status_str(st, buf, sizeof(buf)));
-		}
-		ck_assert_msg(tu_now_ms() < deadline, "pinshmd does not accept on %s", d->sock);
-		tu_sleep_ms(10);
-	}
-}
-
-/* The daemon's folder and paths, before it starts (a config to write there). */
-static void daemon_prepare(struct daemon *d, const struct daemon_opts *o)
-{
-	snprintf(d->dir, sizeof(d->dir), "/tmp/pinshm-check-XXXXXX");
-	ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
-	if (o->as_user)
-		ck_assert_int_eq(chown(d->dir, o->uid, o->gid), 0);
-	if (o->system_mode)
-		ck_assert_int_eq(chmod(d->dir, 0755), 0); /* others reach the 0666 socket */
-	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
-	snprintf(d->conf, sizeof(d->conf), "%s/pinshmd.conf", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/pinshmd.log", d->dir);
-}
-
-static void daemon_start_opts(struct daemon *d, const struct daemon_opts *o)
-{
-	daemon_prepare(d, o);
-	daemon_spawn(d, o);
-	daemon_wait_ready(d);
-}
-
-static void daemon_start(struct daemon *d)
-{
-	struct daemon_opts o = {0};
-
-	daemon_start_opts(d, &o);
-}
-
-/* Wait for the daemon to exit, up to @p ms. @return its status, or -1. */
-static int daemon_wait_exit(struct daemon *d, int ms)
-{
-	uint64_t deadline = tu_now_ms() + (uint64_t)ms;
-	int st;
-
-	while (tu_now_ms() < deadline) {
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			return st;
-		}
-		tu_sleep_ms(5);
-	}
-	return -1;
-}
-
-static void daemon_cleanup_dir(struct daemon *d)
-{
-	char path[160];
-
-	unlink(d->sock);
-	snprintf(path, sizeof(path), "%s.lock", d->sock);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/pinshmd.conf", d->dir); /* d->conf may be unset */
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/pinshmd.log", d->dir);
-	unlink(path);
-	rmdir(d->dir);
-}
-
-/* SIGTERM, and check that it exits 0 in time (SIGKILL otherwise). */
-static void daemon_stop_ok(struct daemon *d)
-{
-	char buf[32];
-
-	ck_assert_int_gt(d->pid, 0);
-	kill(d->pid, SIGTERM);
-	int st = daemon_wait_exit(d, STOP_MS);
-	if (st == -1) {
-		kill(d->pid, SIGKILL);
-		waitpid(d->pid, &st, 0);
-		d->pid = 0;
-		ck_abort_msg("pinshmd did not stop on SIGTERM");
-	}
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pinshmd: %s", tu_status_str(st, buf, sizeof(buf)));
-	struct stat sb;
-	ck_assert_msg(lstat(d->sock, &sb) != 0, "pinshmd left its socket behind");
-	daemon_cleanup_dir(d);
-}
 
 /* ======================================================================== */
 /* clients                                                                   */
@@ -2048,12 +1857,13 @@ START_TEST(test_notify)
 	struct daemon d;
 	struct daemon_opts o = {.config = true};
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	char path[160], buf[256];
+	char buf[256];
+	const char *path = sa.sun_path;
 
 	daemon_prepare(&d, &o);
 	write_config(&d, "[daemon]\nmax_channels_per_user = 4\n");
-	snprintf(path, sizeof(path), "%s/notify", d.dir);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/notify", d.dir);
+	ck_assert(n > 0 && (size_t)n < sizeof(sa.sun_path));
 	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);

@@ -24,22 +24,12 @@
 #include <unistd.h>
 
 #include "ctl_output.h"
+#include "daemonutil.h"
 #include "pinshm.h"
 #include "testutil.h"
 
-#define START_MS 15000 /* for the daemon to accept */
-#define STOP_MS 10000  /* for it to exit */
-#define RUN_MS 20000   /* for one pinshmctl run */
-
-/* ======================================================================== */
-/* the daemon (the same start/stop logic as check_daemon.c)                 */
-/* ======================================================================== */
-
-struct daemon {
-	pid_t pid;
-	char dir[64];
-	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
-};
+#define STOP_MS 10000 /* for it to exit */
+#define RUN_MS 20000  /* for one pinshmctl run */
 
 static const char *env_path(const char *var, const char *fallback)
 {
@@ -48,97 +38,12 @@ static const char *env_path(const char *var, const char *fallback)
 	return p && p[0] ? p : fallback;
 }
 
-static bool accepts(const char *path)
+/* pinshmd --user -f -s DIR/sock; wait until it accepts. */
+static void ctl_daemon_start(struct daemon *d)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct daemon_opts o = {.tmpl = "/tmp/pinshmctl-check-XXXXXX"};
 
-	ck_assert_int_ge(fd, 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	close(fd);
-	return ok;
-}
-
-/* Wait up to @p ms for the daemon to exit. @return its wait status, or -1. */
-static int daemon_wait_exit(struct daemon *d, int ms)
-{
-	uint64_t deadline = tu_now_ms() + (uint64_t)ms;
-	int st;
-
-	while (tu_now_ms() < deadline) {
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			return st;
-		}
-		tu_sleep_ms(5);
-	}
-	return -1;
-}
-
-/* mkdtemp, then pinshmd --user -f -s DIR/sock; wait until it accepts. */
-static void daemon_start(struct daemon *d)
-{
-	pid_t parent = getpid();
-	char buf[32];
-
-	snprintf(d->dir, sizeof(d->dir), "/tmp/pinshmctl-check-XXXXXX");
-	ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
-	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
-	fflush(stdout);
-	fflush(stderr);
-	d->pid = fork();
-	ck_assert_msg(d->pid >= 0, "fork: %s", strerror(errno));
-	if (d->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126);
-		execl(env_path("PINSHMD", "daemon/pinshmd"), "pinshmd", "-f", "--user", "-s", d->sock, (char *)NULL);
-		fprintf(stderr, "exec pinshmd: %s\n", strerror(errno));
-		_exit(127);
-	}
-	uint64_t deadline = tu_now_ms() + START_MS;
-	while (!accepts(d->sock)) {
-		int st;
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			ck_abort_msg("pinshmd exited at start: %s", tu_status_str(st, buf, sizeof(buf)));
-		}
-		ck_assert_msg(tu_now_ms() < deadline, "pinshmd does not accept on %s", d->sock);
-		tu_sleep_ms(10);
-	}
-}
-
-static void daemon_cleanup_dir(struct daemon *d)
-{
-	static const char *const files[] = {"sock", "sock.lock", "out", "err"};
-	char path[192];
-
-	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-		snprintf(path, sizeof(path), "%s/%s", d->dir, files[i]);
-		unlink(path);
-	}
-	rmdir(d->dir);
-}
-
-/* SIGTERM (unless it already stopped), and check that it exits 0. */
-static void daemon_stop_ok(struct daemon *d)
-{
-	char buf[32];
-
-	if (d->pid > 0) {
-		kill(d->pid, SIGTERM);
-		int st = daemon_wait_exit(d, STOP_MS);
-		if (st == -1) {
-			kill(d->pid, SIGKILL);
-			waitpid(d->pid, &st, 0);
-			d->pid = 0;
-			ck_abort_msg("pinshmd did not stop on SIGTERM");
-		}
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pinshmd: %s",
-			      tu_status_str(st, buf, sizeof(buf)));
-	}
-	daemon_cleanup_dir(d);
+	daemon_start_opts(d, &o);
 }
 
 /* ======================================================================== */
@@ -436,7 +341,7 @@ START_TEST(test_create_ls_rm)
 	struct run r;
 	char line[512], mode[10];
 
-	daemon_start(&d);
+	ctl_daemon_start(&d);
 	CTL(&d, &r, 0, "ls");
 	HAS(r.out, "NAME");
 	HAS_NOT(r.out, "q1");
@@ -493,7 +398,7 @@ START_TEST(test_create_ls_rm)
 	ck_assert_ptr_null(table_line(r.out, "q1", line, sizeof(line)));
 	ck_assert_ptr_nonnull(table_line(r.out, "t.1", line, sizeof(line)));
 	CTL(&d, &r, 0, "rm", "t.1");
-	daemon_stop_ok(&d);
+	daemon_stop(&d);
 }
 END_TEST
 
@@ -502,7 +407,7 @@ START_TEST(test_ls_json)
 	struct daemon d;
 	struct run r;
 
-	daemon_start(&d);
+	ctl_daemon_start(&d);
 	CTL(&d, &r, 0, "ls", "--json");
 	ck_assert_str_eq(r.out, "[]\n");
 	CTL(&d, &r, 0, "create", "js-a", "--capacity", "8k", "--mode", "600");
@@ -527,7 +432,7 @@ START_TEST(test_ls_json)
 	struct run g;
 	CTL(&d, &g, 0, "--json", "ls");
 	ck_assert_str_eq(g.out, r.out);
-	daemon_stop_ok(&d);
+	daemon_stop(&d);
 }
 END_TEST
 
@@ -536,7 +441,7 @@ START_TEST(test_create_persists)
 	struct daemon d;
 	struct run r;
 
-	daemon_start(&d);
+	ctl_daemon_start(&d);
 	/* The channel outlives pinshmctl's connection, until rm. */
 	CTL(&d, &r, 0, "create", "kept");
 	HAS_NOT(r.err, "persistent");
@@ -546,7 +451,7 @@ START_TEST(test_create_persists)
 	CTL(&d, &r, 0, "rm", "kept");
 	CTL(&d, &r, 0, "ls", "--json");
 	ck_assert_str_eq(r.out, "[]\n");
-	daemon_stop_ok(&d);
+	daemon_stop(&d);
 }
 END_TEST
 
@@ -556,7 +461,7 @@ START_TEST(test_shutdown)
 	struct run r;
 	char buf[32];
 
-	daemon_start(&d);
+	ctl_daemon_start(&d);
 	CTL(&d, &r, 0, "shutdown");
 	int st = daemon_wait_exit(&d, STOP_MS);
 	ck_assert_msg(st != -1, "pinshmd did not exit after shutdown");
@@ -564,7 +469,7 @@ START_TEST(test_shutdown)
 	/* Nobody answers now. */
 	CTL(&d, &r, 1, "ls");
 	HAS(r.err, "pinshmctl: connect: ");
-	daemon_stop_ok(&d);
+	daemon_stop(&d);
 }
 END_TEST
 
@@ -574,7 +479,7 @@ START_TEST(test_version)
 	struct run r;
 	char want[64];
 
-	daemon_start(&d);
+	ctl_daemon_start(&d);
 	CTL(&d, &r, 0, "version");
 	snprintf(want, sizeof(want), "library   %s\n", pinshm_version());
 	HAS(r.out, want);
@@ -597,7 +502,7 @@ START_TEST(test_version)
 	ck_assert_int_eq(r.status, 0);
 	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
 	HAS(r.out, "\"reachable\": false");
-	daemon_stop_ok(&d);
+	daemon_stop(&d);
 }
 END_TEST
 
@@ -689,7 +594,7 @@ START_TEST(test_status_figures)
 	struct run r;
 	char want[96];
 
-	daemon_start(&d);
+	ctl_daemon_start(&d);
 	TU_RC(pinshm_connect(d.sock, &c), 0);
 	struct expect none = {0};
 	check_status(c, &none, 1);
@@ -757,7 +662,7 @@ START_TEST(test_status_figures)
 	ck_assert_uint_eq(json_u64(r.out, NULL, "channels"), 0);
 	ck_assert_uint_eq(json_u64(r.out, NULL, "connections"), 1);
 	ck_assert_uint_eq(json_u64(r.out, "\"users\"", "charged"), 0);
-	daemon_stop_ok(&d);
+	daemon_stop(&d);
 }
 END_TEST
 
@@ -784,7 +689,7 @@ START_TEST(test_clients)
 	struct run r;
 	size_t n;
 
-	daemon_start(&d);
+	ctl_daemon_start(&d);
 	for (int i = 0; i < NCLIENTS; i++)
 		TU_RC(pinshm_connect(d.sock, &cs[i]), 0);
 	TU_RC(pinshm_create(cs[1], "cl-q", NULL, 0600, 0), 0);
@@ -833,7 +738,7 @@ START_TEST(test_clients)
 	CTL(&d, &r, 0, "status", "--json");
 	ck_assert_uint_eq(json_u64(r.out, NULL, "connections"), 1);
 	ck_assert_uint_eq(json_u64(r.out, NULL, "channels"), 0);
-	daemon_stop_ok(&d);
+	daemon_stop(&d);
 }
 END_TEST
 
@@ -901,7 +806,7 @@ START_TEST(test_request_errors)
 	struct run r;
 	char want[128];
 
-	daemon_start(&d);
+	ctl_daemon_start(&d);
 	CTL(&d, &r, 1, "rm", "missing");
 	snprintf(want, sizeof(want), "pinshmctl: rm missing: %s", pinshm_strerror(-ENOENT));
 	HAS(r.err, want);
@@ -930,7 +835,7 @@ START_TEST(test_request_errors)
 	ck_assert_int_eq(r.status, 1);
 	snprintf(want, sizeof(want), "pinshmctl: connect: %s", pinshm_strerror(-ENOENT));
 	HAS(r.err, want);
-	daemon_stop_ok(&d);
+	daemon_stop(&d);
 }
 END_TEST
 
@@ -963,7 +868,7 @@ START_TEST(test_usage)
 	struct daemon d;
 	struct run r;
 
-	daemon_start(&d);
+	ctl_daemon_start(&d);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		const char *args[12] = {"-s", d.sock};
 		for (int j = 0; j < 8 && bad[i][j]; j++)
@@ -989,7 +894,7 @@ START_TEST(test_usage)
 	ctl_runv(d.dir, &r, (const char *const[]){"--help", NULL});
 	ck_assert_int_eq(r.status, 0);
 	HAS(r.out, "create NAME");
-	daemon_stop_ok(&d);
+	daemon_stop(&d);
 }
 END_TEST
 

@@ -27,110 +27,36 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemonutil.h"
 #include "pinshm.h"
 #include "testutil.h"
 
 #define KiB 1024u
 #define MiB (1024u * 1024u)
-#define START_MS 10000
-#define STOP_MS 10000
 
 /* ---- the daemon ---------------------------------------------------------- */
 
-struct daemon {
-	pid_t pid;
-	char dir[64];
-	char sock[80];
-	char conf[80];
-	char log[80];
-};
-
-static const char *pinshmd_path(void)
-{
-	const char *p = getenv("PINSHMD");
-
-	return p && p[0] ? p : "daemon/pinshmd";
-}
-
-static bool accepts(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	ck_assert_int_ge(fd, 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	close(fd);
-	return ok;
-}
-
-/* Start pinshmd -f -v --user on a fresh folder, with config text @p conf
+/* Start pinshmd -f -vv --user on a fresh folder, with config text @p conf
  * (NULL: none) and PINSHMD_TEST_NUMA_NODES=@p test_nodes (NULL: unset);
  * its stderr goes to d->log.  Waits until it accepts. */
-static void daemon_start(struct daemon *d, const char *conf, const char *test_nodes)
+static void seg_daemon_start(struct daemon *d, const char *conf, const char *test_nodes)
 {
-	snprintf(d->dir, sizeof(d->dir), "/tmp/pinshm-seg-XXXXXX");
-	ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
-	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
-	snprintf(d->conf, sizeof(d->conf), "%s/pinshmd.conf", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/pinshmd.log", d->dir);
+	struct daemon_opts o = {.tmpl = "/tmp/pinshm-seg-XXXXXX",
+				.config = conf != NULL,
+				.log = true,
+				.verbose = true,
+				.numa_env = true,
+				.numa_nodes = test_nodes};
+
+	daemon_prepare(d, &o);
 	if (conf) {
 		FILE *f = fopen(d->conf, "w");
 		ck_assert(f != NULL);
 		fputs(conf, f);
 		fclose(f);
 	}
-	fflush(NULL);
-	d->pid = fork();
-	ck_assert_int_ge(d->pid, 0);
-	if (d->pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
-			_exit(126);
-		if (test_nodes)
-			setenv("PINSHMD_TEST_NUMA_NODES", test_nodes, 1);
-		else
-			unsetenv("PINSHMD_TEST_NUMA_NODES");
-		const char *argv[10];
-		int n = 0;
-		argv[n++] = "pinshmd";
-		argv[n++] = "-f";
-		argv[n++] = "-vv";
-		argv[n++] = "--user";
-		argv[n++] = "-s";
-		argv[n++] = d->sock;
-		if (conf) {
-			argv[n++] = "-c";
-			argv[n++] = d->conf;
-		}
-		argv[n] = NULL;
-		execv(pinshmd_path(), (char *const *)argv);
-		_exit(127);
-	}
-	uint64_t deadline = tu_now_ms() + START_MS;
-	while (!accepts(d->sock)) {
-		int st;
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			ck_abort_msg("pinshmd exited at start (status %#x)", st);
-		}
-		ck_assert_msg(tu_now_ms() < deadline, "pinshmd does not accept on %s", d->sock);
-		tu_sleep_ms(10);
-	}
-}
-
-static void daemon_stop(struct daemon *d)
-{
-	int st = -1;
-
-	kill(d->pid, SIGTERM);
-	uint64_t deadline = tu_now_ms() + STOP_MS;
-	while (tu_now_ms() < deadline && waitpid(d->pid, &st, WNOHANG) != d->pid)
-		tu_sleep_ms(5);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pinshmd did not stop cleanly (%#x)", st);
-	unlink(d->conf);
-	unlink(d->log);
-	rmdir(d->dir);
+	daemon_spawn(d, &o);
+	daemon_wait_ready(d);
 }
 
 static bool log_has(const struct daemon *d, const char *what)
@@ -317,7 +243,7 @@ START_TEST(test_numa_node0)
 	int mode;
 	unsigned long mask;
 
-	daemon_start(&d, NULL, NULL);
+	seg_daemon_start(&d, NULL, NULL);
 	pinshm_client_t *c = connect_ok(&d);
 	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
 	CLIENT_RC(c, pinshm_create_on_node(c, "n0", &attr, 0600, 0, 0), 0);
@@ -350,7 +276,7 @@ START_TEST(test_numa_bad_node)
 	struct daemon d;
 	pinshm_channel_attr_t attr;
 
-	daemon_start(&d, NULL, NULL);
+	seg_daemon_start(&d, NULL, NULL);
 	pinshm_client_t *c = connect_ok(&d);
 	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
 	CLIENT_RC(c, pinshm_create_on_node(c, "bad", &attr, 0600, 0, 1), -EINVAL);
@@ -386,7 +312,7 @@ START_TEST(test_numa_injected)
 	int mode;
 	unsigned long mask;
 
-	daemon_start(&d, NULL, "4");
+	seg_daemon_start(&d, NULL, "4");
 	ck_assert(log_has(&d, "test topology in force"));
 	pinshm_client_t *c = connect_ok(&d);
 	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
@@ -509,7 +435,7 @@ START_TEST(test_hugepages)
 	ck_assert_int_gt(hp_kb, 0);
 	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
 
-	daemon_start(&d, NULL, NULL);
+	seg_daemon_start(&d, NULL, NULL);
 	pinshm_client_t *c = connect_ok(&d);
 	if (write_long(NR_HUGEPAGES, 0) && meminfo("HugePages_Free:") == 0) {
 		CLIENT_RC(c, pinshm_create(c, "h0", &attr, 0600, PINSHM_HUGEPAGES), -ENOMEM);
@@ -573,7 +499,7 @@ START_TEST(test_pool_hit_miss)
 	tu_attr(&attr, PINSHM_QUEUE, 1 * MiB, 1, 1);
 	tu_attr(&other, PINSHM_QUEUE, 64 * KiB, 1, 1);
 	snprintf(conf, sizeof(conf), "[daemon]\npool_segments = 2\npool_sizes = %zu\n", seg_size(&attr));
-	daemon_start(&d, conf, NULL);
+	seg_daemon_start(&d, conf, NULL);
 	wait_log_count(&d, "pool: ready segment", 2);
 
 	pinshm_client_t *c1 = connect_ok(&d);
@@ -645,7 +571,7 @@ START_TEST(test_pool_off)
 
 	tu_attr(&attr, PINSHM_QUEUE, 1 * MiB, 1, 1);
 	snprintf(conf, sizeof(conf), "[daemon]\npool_segments = 0\npool_sizes = %zu\n", seg_size(&attr));
-	daemon_start(&d, conf, NULL);
+	seg_daemon_start(&d, conf, NULL);
 	pinshm_client_t *c = connect_ok(&d);
 	tu_sleep_ms(100);
 	CLIENT_RC(c, pinshm_create(c, "x", &attr, 0600, 0), 0);
@@ -670,7 +596,7 @@ START_TEST(test_pool_budget)
 	size_t size = seg_size(&attr);
 	snprintf(conf, sizeof(conf), "[daemon]\nbudget = %zu\npool_segments = 4\npool_sizes = %zu\n", 3 * size,
 		 size);
-	daemon_start(&d, conf, NULL);
+	seg_daemon_start(&d, conf, NULL);
 	wait_log_count(&d, "pool: ready segment", 3);
 	tu_sleep_ms(100);
 	ck_assert_uint_eq(log_count(&d, "pool: ready segment"), 3); /* the budget's worth */

@@ -1,0 +1,204 @@
+/*
+ * daemonutil.c - a real pinshmd for the Check tests that talk to one.
+ */
+#include "daemonutil.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+const char *pinshmd_path(void)
+{
+	const char *p = getenv("PINSHMD");
+
+	return p && p[0] ? p : "daemon/pinshmd";
+}
+
+bool accepts(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
+{
+	pid_t parent = getpid();
+
+	fflush(stdout);
+	fflush(stderr);
+	d->pid = fork();
+	ck_assert_msg(d->pid >= 0, "fork: %s", strerror(errno));
+	if (d->pid > 0)
+		return;
+	if (o->memlock) {
+		struct rlimit rl = {.rlim_cur = o->memlock, .rlim_max = o->memlock};
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+			_exit(126);
+	}
+	if (o->nofile) {
+		struct rlimit rl = {.rlim_cur = o->nofile, .rlim_max = o->nofile};
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			_exit(126);
+	}
+	if (o->log) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+			_exit(126);
+	}
+	if (o->numa_env) {
+		if (o->numa_nodes)
+			setenv("PINSHMD_TEST_NUMA_NODES", o->numa_nodes, 1);
+		else
+			unsetenv("PINSHMD_TEST_NUMA_NODES");
+	}
+	if (o->as_user && (setgroups(0, NULL) != 0 || setgid(o->gid) != 0 || setuid(o->uid) != 0))
+		_exit(126);
+	/* After the credentials changed, which clears it. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(126);
+	const char *argv[10];
+	int n = 0;
+	argv[n++] = "pinshmd";
+	argv[n++] = "-f";
+	if (o->verbose)
+		argv[n++] = "-vv";
+	if (o->config) {
+		argv[n++] = "-c";
+		argv[n++] = d->conf;
+	}
+	if (!o->system_mode)
+		argv[n++] = "--user";
+	if (!o->no_socket) {
+		argv[n++] = "-s";
+		argv[n++] = d->sock;
+	}
+	argv[n] = NULL;
+	execv(pinshmd_path(), (char *const *)argv);
+	fprintf(stderr, "exec %s: %s\n", pinshmd_path(), strerror(errno));
+	_exit(127);
+}
+
+void daemon_wait_ready(struct daemon *d)
+{
+	uint64_t deadline = tu_now_ms() + DAEMON_START_MS;
+
+	while (!accepts(d->sock)) {
+		int st;
+		pid_t r = waitpid(d->pid, &st, WNOHANG);
+		char buf[32];
+		if (r == d->pid) {
+			d->pid = 0;
+			ck_abort_msg("pinshmd exited at start: %s", tu_status_str(st, buf, sizeof(buf)));
+		}
+		ck_assert_msg(tu_now_ms() < deadline, "pinshmd does not accept on %s", d->sock);
+		tu_sleep_ms(10);
+	}
+}
+
+void daemon_prepare(struct daemon *d, const struct daemon_opts *o)
+{
+	snprintf(d->dir, sizeof(d->dir), "%s", o->tmpl ? o->tmpl : "/tmp/pinshm-check-XXXXXX");
+	ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
+	if (o->as_user)
+		ck_assert_int_eq(chown(d->dir, o->uid, o->gid), 0);
+	if (o->system_mode)
+		ck_assert_int_eq(chmod(d->dir, 0755), 0); /* others reach the 0666 socket */
+	snprintf(d->sock, sizeof(d->sock), "%s/sock", d->dir);
+	snprintf(d->conf, sizeof(d->conf), "%s/pinshmd.conf", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/pinshmd.log", d->dir);
+}
+
+void daemon_start_opts(struct daemon *d, const struct daemon_opts *o)
+{
+	daemon_prepare(d, o);
+	daemon_spawn(d, o);
+	daemon_wait_ready(d);
+}
+
+void daemon_start(struct daemon *d)
+{
+	struct daemon_opts o = {0};
+
+	daemon_start_opts(d, &o);
+}
+
+int daemon_wait_exit(struct daemon *d, int ms)
+{
+	uint64_t deadline = tu_now_ms() + (uint64_t)ms;
+	int st;
+
+	while (tu_now_ms() < deadline) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			return st;
+		}
+		tu_sleep_ms(5);
+	}
+	return -1;
+}
+
+void daemon_cleanup_dir(struct daemon *d)
+{
+	/* d->conf and d->log may be unset: rebuilt from d->dir. */
+	static const char *const files[] = {"sock", "sock.lock", "pinshmd.conf", "pinshmd.log", "out", "err"};
+	char path[192];
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", d->dir, files[i]);
+		unlink(path);
+	}
+	rmdir(d->dir);
+}
+
+/* SIGTERM, and check that it exits 0 in time (SIGKILL otherwise). */
+static void daemon_term_ok(struct daemon *d)
+{
+	char buf[32];
+
+	kill(d->pid, SIGTERM);
+	int st = daemon_wait_exit(d, DAEMON_STOP_MS);
+	if (st == -1) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, &st, 0);
+		d->pid = 0;
+		ck_abort_msg("pinshmd did not stop on SIGTERM");
+	}
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pinshmd: %s", tu_status_str(st, buf, sizeof(buf)));
+}
+
+void daemon_stop_ok(struct daemon *d)
+{
+	struct stat sb;
+
+	ck_assert_int_gt(d->pid, 0);
+	daemon_term_ok(d);
+	ck_assert_msg(lstat(d->sock, &sb) != 0, "pinshmd left its socket behind");
+	daemon_cleanup_dir(d);
+}
+
+void daemon_stop(struct daemon *d)
+{
+	if (d->pid > 0)
+		daemon_term_ok(d);
+	daemon_cleanup_dir(d);
+}

@@ -1,0 +1,78 @@
+/*
+ * daemonutil.h - a real pinshmd for the Check tests that talk to one.
+ *
+ * The daemon just built ($PINSHMD, else daemon/pinshmd) runs in the
+ * foreground (-f) on DIR/sock, DIR a fresh folder under /tmp; it dies with
+ * the test process (PR_SET_PDEATHSIG).  Start it, wait until it accepts,
+ * stop it with SIGTERM and check that it exits 0, then remove its folder.
+ */
+#ifndef PINSHM_DAEMONUTIL_H
+#define PINSHM_DAEMONUTIL_H
+
+#include <stdbool.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#define DAEMON_START_MS 15000 /* for a daemon to accept */
+#define DAEMON_STOP_MS 10000  /* for it to exit after SIGTERM */
+
+struct daemon {
+	pid_t pid;
+	char dir[64];
+	char sock[128];
+	char conf[128]; /* DIR/pinshmd.conf, used where daemon_opts.config */
+	char log[128];  /* DIR/pinshmd.log, its stderr where daemon_opts.log */
+};
+
+struct daemon_opts {
+	const char *tmpl;  /* mkdtemp template of DIR, NULL: /tmp/pinshm-check-XXXXXX */
+	bool system_mode;  /* no --user */
+	bool as_user;      /* run as uid/gid instead of the test's user */
+	uid_t uid;
+	gid_t gid;
+	rlim_t memlock;    /* RLIMIT_MEMLOCK to run with, 0: unchanged */
+	rlim_t nofile;     /* RLIMIT_NOFILE to run with, 0: unchanged */
+	bool no_socket;    /* no -s: the default path of the mode */
+	bool config;       /* -c d->conf */
+	bool log;          /* stderr to d->log */
+	bool verbose;      /* -vv */
+	bool numa_env;     /* set PINSHMD_TEST_NUMA_NODES to numa_nodes (NULL: unset it) */
+	const char *numa_nodes;
+};
+
+/** The pinshmd to run: $PINSHMD, else daemon/pinshmd. */
+const char *pinshmd_path(void);
+
+/** Whether something accepts on the socket @p path. */
+bool accepts(const char *path);
+
+/** The daemon's folder and paths, before it starts (a config to write there). */
+void daemon_prepare(struct daemon *d, const struct daemon_opts *o);
+
+/** Fork and exec pinshmd -f on @p d->sock, as @p o says.  Does not wait. */
+void daemon_spawn(struct daemon *d, const struct daemon_opts *o);
+
+/** Wait until the daemon accepts on d->sock, failing the test if it exits. */
+void daemon_wait_ready(struct daemon *d);
+
+/** daemon_prepare(), daemon_spawn(), daemon_wait_ready(). */
+void daemon_start_opts(struct daemon *d, const struct daemon_opts *o);
+
+/** daemon_start_opts() with the defaults: pinshmd -f --user -s DIR/sock. */
+void daemon_start(struct daemon *d);
+
+/** Wait for the daemon to exit, up to @p ms. @return its wait status, or -1. */
+int daemon_wait_exit(struct daemon *d, int ms);
+
+/** Remove the daemon's folder and what it and the tests leave there. */
+void daemon_cleanup_dir(struct daemon *d);
+
+/** SIGTERM, and check that it exits 0 in time (SIGKILL otherwise), that it
+ * removed its socket; then daemon_cleanup_dir().  The daemon must run. */
+void daemon_stop_ok(struct daemon *d);
+
+/** As daemon_stop_ok(), but a daemon already waited for (pid 0) is only
+ * cleaned up, and its socket is not looked at. */
+void daemon_stop(struct daemon *d);
+
+#endif
