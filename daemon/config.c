@@ -163,16 +163,27 @@ static bool all_digits(const char *s)
 	return true;
 }
 
+/* A decimal user or group number below @p limit (the type's all-ones
+ * value, which means "none"). @return 0, -EINVAL, or 1 if @p s is a name. */
+static int parse_id(const char *s, unsigned long limit, unsigned long *id)
+{
+	if (!all_digits(s))
+		return 1;
+	errno = 0;
+	*id = strtoul(s, NULL, 10);
+	return errno != 0 || *id >= limit ? -EINVAL : 0;
+}
+
 /* A user name or number.  Numbers need not name an existing user. */
 static int resolve_user(const char *s, uid_t *uid)
 {
-	if (all_digits(s)) {
-		errno = 0;
-		unsigned long v = strtoul(s, NULL, 10);
-		if (errno != 0 || v >= (unsigned long)(uid_t)-1)
-			return -EINVAL;
-		*uid = (uid_t)v;
-		return 0;
+	unsigned long v;
+	int rc = parse_id(s, (unsigned long)(uid_t)-1, &v);
+
+	if (rc <= 0) {
+		if (rc == 0)
+			*uid = (uid_t)v;
+		return rc;
 	}
 	struct passwd *pw = getpwnam(s);
 	if (!pw)
@@ -183,13 +194,13 @@ static int resolve_user(const char *s, uid_t *uid)
 
 static int resolve_group(const char *s, gid_t *gid)
 {
-	if (all_digits(s)) {
-		errno = 0;
-		unsigned long v = strtoul(s, NULL, 10);
-		if (errno != 0 || v >= (unsigned long)(gid_t)-1)
-			return -EINVAL;
-		*gid = (gid_t)v;
-		return 0;
+	unsigned long v;
+	int rc = parse_id(s, (unsigned long)(gid_t)-1, &v);
+
+	if (rc <= 0) {
+		if (rc == 0)
+			*gid = (gid_t)v;
+		return rc;
 	}
 	struct group *gr = getgrnam(s);
 	if (!gr)

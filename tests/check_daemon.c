@@ -48,24 +48,6 @@
 /* clients                                                                   */
 /* ======================================================================== */
 
-static pinshm_client_t *connect_ok(const struct daemon *d)
-{
-	pinshm_client_t *c = NULL;
-	int rc = pinshm_connect(d->sock, &c);
-
-	ck_assert_msg(rc == 0, "pinshm_connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
-	return c;
-}
-
-/* Fail the test unless a call on client @p c returns @p want. */
-#define CLIENT_RC(c, expr, want)                                                                              \
-	do {                                                                                                  \
-		int crc_ = (expr);                                                                            \
-		int cwant_ = (want);                                                                          \
-		ck_assert_msg(crc_ == cwant_, "%s: got %d (%s), want %d (%s); daemon says: %s", #expr, crc_,  \
-			      pinshm_strerror(crc_), cwant_, pinshm_strerror(cwant_), pinshm_client_error(c)); \
-	} while (0)
-
 static void attr_small(pinshm_channel_attr_t *a, unsigned producers, unsigned consumers)
 {
 	tu_attr(a, PINSHM_QUEUE, 64 * KiB, producers, consumers);

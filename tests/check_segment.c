@@ -99,23 +99,6 @@ static void wait_log_count(const struct daemon *d, const char *what, unsigned n)
 	}
 }
 
-static pinshm_client_t *connect_ok(const struct daemon *d)
-{
-	pinshm_client_t *c = NULL;
-	int rc = pinshm_connect(d->sock, &c);
-
-	ck_assert_msg(rc == 0, "pinshm_connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
-	return c;
-}
-
-#define CLIENT_RC(c, expr, want)                                                                              \
-	do {                                                                                                  \
-		int crc_ = (expr);                                                                            \
-		int cwant_ = (want);                                                                          \
-		ck_assert_msg(crc_ == cwant_, "%s: got %d (%s), want %d (%s); daemon says: %s", #expr, crc_,  \
-			      pinshm_strerror(crc_), cwant_, pinshm_strerror(cwant_), pinshm_client_error(c)); \
-	} while (0)
-
 static pinshm_list_entry_t list_get(pinshm_client_t *c, const char *name)
 {
 	pinshm_list_entry_t *e, out = {0};

@@ -202,3 +202,12 @@ void daemon_stop(struct daemon *d)
 		daemon_term_ok(d);
 	daemon_cleanup_dir(d);
 }
+
+pinshm_client_t *connect_ok(const struct daemon *d)
+{
+	pinshm_client_t *c = NULL;
+	int rc = pinshm_connect(d->sock, &c);
+
+	ck_assert_msg(rc == 0, "pinshm_connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	return c;
+}

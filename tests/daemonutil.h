@@ -13,6 +13,10 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <check.h>
+
+#include "pinshm.h"
+
 #define DAEMON_START_MS 15000 /* for a daemon to accept */
 #define DAEMON_STOP_MS 10000  /* for it to exit after SIGTERM */
 
@@ -74,5 +78,17 @@ void daemon_stop_ok(struct daemon *d);
 /** As daemon_stop_ok(), but a daemon already waited for (pid 0) is only
  * cleaned up, and its socket is not looked at. */
 void daemon_stop(struct daemon *d);
+
+/** A client connected to @p d, or fail the test. */
+pinshm_client_t *connect_ok(const struct daemon *d);
+
+/* Fail the test unless a call on client @p c returns @p want. */
+#define CLIENT_RC(c, expr, want)                                                                              \
+	do {                                                                                                  \
+		int crc_ = (expr);                                                                            \
+		int cwant_ = (want);                                                                          \
+		ck_assert_msg(crc_ == cwant_, "%s: got %d (%s), want %d (%s); daemon says: %s", #expr, crc_,  \
+			      pinshm_strerror(crc_), cwant_, pinshm_strerror(cwant_), pinshm_client_error(c)); \
+	} while (0)
 
 #endif
