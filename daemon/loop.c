@@ -5,12 +5,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@ enum watch_kind {
 	WATCH_LISTEN,
 	WATCH_SIGNAL,
 	WATCH_CONN,
+	WATCH_PIDFD, /* the connecting process: readable once it has exited */
 };
 
 struct watch {
@@ -33,14 +36,44 @@ static struct watch listen_watch = {WATCH_LISTEN};
 static struct watch signal_watch = {WATCH_SIGNAL};
 
 struct conn {
-	struct watch w;
-	int fd;
+	struct watch w;  /* WATCH_CONN, on fd */
+	struct watch pw; /* WATCH_PIDFD, on pidfd */
+	int fd;          /* -1 once closed (freed after the current batch of events) */
+	int pidfd;       /* the connecting process, -1: not watched */
 	struct reg_client client;
 	struct reply *pending; /* a reply waiting for room in the socket */
 	int refused;           /* 0, or why its first request is to be refused (-EACCES, -EUSERS) */
 	char refusal[PROTO_TEXT_MAX + 1];
 	struct conn *prev, *next;
 };
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5 */
+#endif
+
+/*
+ * A pidfd of the process at the other end of @p fd: SO_PEERPIDFD (no pid
+ * reuse race), else pidfd_open() of the SO_PEERCRED pid @p pid.  A process
+ * that exited before the fallback pidfd_open() may have its pid reused:
+ * its connection is then reaped when it closes, as without pidfds.
+ * @return the pidfd, or -1 (no pidfd on this kernel, or no pid).
+ */
+static int peer_pidfd(int fd, pid_t pid)
+{
+	int pidfd = -1;
+	socklen_t len = sizeof(pidfd);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && len == sizeof(pidfd) && pidfd >= 0)
+		return pidfd;
+	if (pid <= 0)
+		return -1;
+#ifdef SYS_pidfd_open
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* close-on-exec */
+	return pidfd < 0 ? -1 : pidfd;
+#else
+	return -1;
+#endif
+}
 
 static int watch_fd(struct loop *l, int op, int fd, uint32_t events, void *ptr)
 {
@@ -148,11 +181,22 @@ static void accept_resume(struct loop *l)
 		l->accept_paused = false;
 }
 
+/*
+ * Close @p c: reap what it opened, give back its slot.  Its memory is
+ * freed by conn_free_closed() after the current batch of events, which may
+ * still name it (its socket and its pidfd are two events).
+ */
 static void conn_close(struct loop *l, struct conn *c, const char *why)
 {
 	log_debug("pid %d uid %u: connection closed (%s)", (int)c->client.cred.pid, (unsigned)c->client.cred.uid, why);
 	epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
+	c->fd = -1;
+	if (c->pidfd >= 0) {
+		epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
+		close(c->pidfd);
+		c->pidfd = -1;
+	}
 	registry_client_gone(l->ctx.reg, &c->client);
 	if (c->refused)
 		l->nrefused--;
@@ -160,6 +204,7 @@ static void conn_close(struct loop *l, struct conn *c, const char *why)
 		account_disconnect(l->acct, c->client.cred.uid);
 	cred_free(&c->client.cred);
 	free(c->pending);
+	c->pending = NULL;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -167,12 +212,23 @@ static void conn_close(struct loop *l, struct conn *c, const char *why)
 	if (c->next)
 		c->next->prev = c->prev;
 	l->nconns--;
-	free(c);
+	c->prev = NULL;
+	c->next = l->closed;
+	l->closed = c;
 
 	/* A descriptor was freed: accept again if we had to stop. */
 	if (l->spare_fd < 0)
 		l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	accept_resume(l);
+}
+
+static void conn_free_closed(struct loop *l)
+{
+	while (l->closed) {
+		struct conn *c = l->closed;
+		l->closed = c->next;
+		free(c);
+	}
 }
 
 /*
@@ -215,6 +271,7 @@ static void conn_new(struct loop *l, int fd)
 	}
 	if (rc == 0) {
 		admitted = true;
+		c->pidfd = -1;
 		c->w.kind = WATCH_CONN;
 		c->fd = fd;
 		rc = watch_fd(l, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, c);
@@ -231,6 +288,15 @@ static void conn_new(struct loop *l, int fd)
 		close(fd);
 		return;
 	}
+	c->pw.kind = WATCH_PIDFD;
+	c->pidfd = peer_pidfd(fd, c->client.cred.pid);
+	if (c->pidfd >= 0 && watch_fd(l, EPOLL_CTL_ADD, c->pidfd, EPOLLIN, &c->pw) != 0) {
+		close(c->pidfd);
+		c->pidfd = -1;
+	}
+	if (c->pidfd < 0)
+		log_debug("pid %d: not watched with a pidfd: reaped when its connection closes",
+			  (int)c->client.cred.pid);
 	c->client.id = l->next_id++;
 	c->next = l->conns;
 	if (l->conns)
@@ -433,10 +499,14 @@ int loop_run(struct loop *l)
 				on_accept(l);
 			} else if (w->kind == WATCH_SIGNAL) {
 				on_signal(l);
+			} else if (w->kind == WATCH_PIDFD) {
+				struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, pw));
+				if (c->fd >= 0)
+					conn_close(l, c, "its process exited");
 			} else {
-				/* A connection closed earlier in this batch is not in it:
-				 * conn_close() only ever closes the one being served. */
 				struct conn *c = (struct conn *)w;
+				if (c->fd < 0)
+					continue; /* closed earlier in this batch */
 				if (c->pending) /* EPOLLOUT, or EPOLLHUP/EPOLLERR: the send says which */
 					on_writable(l, c);
 				else if (ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR))
@@ -445,6 +515,7 @@ int loop_run(struct loop *l)
 			if (l->ctx.stop)
 				break;
 		}
+		conn_free_closed(l);
 	}
 	return 0;
 }
@@ -455,12 +526,15 @@ void loop_fini(struct loop *l)
 		struct conn *c = l->conns;
 		l->conns = c->next;
 		close(c->fd);
+		if (c->pidfd >= 0)
+			close(c->pidfd);
 		registry_client_forget(&c->client);
 		cred_free(&c->client.cred);
 		free(c->pending);
 		free(c);
 	}
 	l->nconns = 0;
+	conn_free_closed(l);
 	if (l->spare_fd >= 0)
 		close(l->spare_fd);
 	if (l->signal_fd >= 0)

@@ -15,6 +15,13 @@
  * in the socket waits, and the connection is not read until it is sent.
  * When a connection closes, its endpoints are reaped (registry.h).
  *
+ * A connection belongs to the process that made it (SO_PEERCRED's pid):
+ * the loop watches that process with a pidfd (SO_PEERPIDFD, else
+ * pidfd_open()), and when it exits the connection is closed and reaped at
+ * once, even where a child that inherited the socket still holds it.
+ * Without pidfds (before Linux 5.3, or out of descriptors) a connection is
+ * reaped only when every holder has closed it.
+ *
  * Running out of descriptors does not make the loop spin: a spare
  * descriptor is given up to accept and drop the waiting connection, and
  * when even that fails, accepting pauses until a connection closes or
@@ -51,6 +58,7 @@ struct loop {
 	bool accept_paused;
 	uint64_t accept_retry_at; /* CLOCK_MONOTONIC ms, while paused */
 	struct conn *conns; /* every open connection */
+	struct conn *closed; /* closed in this batch of events, freed after it */
 	unsigned nconns;
 	unsigned nrefused;  /* of them, refused, waiting for their first request */
 	uint64_t next_id;

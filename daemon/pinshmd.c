@@ -30,10 +30,10 @@
 #include "protocol.h"
 #include "registry.h"
 
-/* Descriptors wanted: channels, connections and the pool's ready
- * segments, with room to spare. */
+/* Descriptors wanted: channels, connections and their pidfds, and the
+ * pool's ready segments, with room to spare. */
 #define WANTED_NOFILE \
-	(REGISTRY_MAX_CHANNELS + LOOP_MAX_CONNECTIONS + CONFIG_POOL_MAX_SIZES * CONFIG_POOL_MAX_SEGMENTS + 64)
+	(REGISTRY_MAX_CHANNELS + 2 * LOOP_MAX_CONNECTIONS + CONFIG_POOL_MAX_SIZES * CONFIG_POOL_MAX_SEGMENTS + 64)
 
 struct options {
 	bool foreground;

@@ -339,10 +339,16 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * and is still named.  Keep the client connected while its channels are in
  * use.
  *
- * fork(): the child shares the connection (until it execs), and the daemon
- * sees it closed only when every process holding it has closed it or
- * exited.  A child should pinshm_disconnect() its copy (which closes
- * nothing for the parent), and connect by itself to use the daemon.
+ * A connection belongs to the process that made it (the pid the daemon
+ * reads with SO_PEERCRED at connect).  The daemon watches that process
+ * with a pidfd: when it exits, the connection is reaped at once (its
+ * endpoints marked dead, its references dropped) and closed, even where a
+ * child forked after pinshm_connect() still holds the socket.  A child's
+ * exit reaps nothing.  fork(): the child shares the connection until the
+ * parent exits; it should pinshm_disconnect() its copy (which closes
+ * nothing for the parent) and connect by itself to use the daemon.  On a
+ * kernel without pidfds (before Linux 5.3) the connection is reaped only
+ * when every process holding it has closed it or exited.
  *
  * Thread safety: a pinshm_client_t is used by one thread at a time.  Every
  * call waits for the daemon's reply at most PINSHM_CLIENT_TIMEOUT_MS.
