@@ -27,6 +27,34 @@ const char *pinshmd_path(void)
 	return p && p[0] ? p : "daemon/pinshmd";
 }
 
+const char *pinshmd_wrapper(void)
+{
+	const char *w = getenv("PINSHMD_WRAPPER");
+
+	return w && w[strspn(w, " \t")] ? w : NULL;
+}
+
+/* DAEMON_START_MS or DAEMON_STOP_MS, longer under a wrapper. */
+static uint64_t daemon_time_ms(unsigned ms)
+{
+	return (uint64_t)ms * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
+}
+
+long proc_status_value_kb(pid_t pid, const char *key)
+{
+	char path[64], line[256];
+	long v = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, strlen(key)) == 0)
+			v = strtol(line + strlen(key), NULL, 10);
+	fclose(f);
+	return v;
+}
+
 bool accepts(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -76,9 +104,20 @@ void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(126);
-	const char *argv[10];
+	/* The wrapper's words, then the daemon's (at most 10). */
+	char wrapper[512];
+	const char *argv[64 + 10];
 	int n = 0;
-	argv[n++] = "pinshmd";
+	const char *w = pinshmd_wrapper();
+	if (w) {
+		snprintf(wrapper, sizeof(wrapper), "%s", w);
+		for (char *save = NULL, *word = strtok_r(wrapper, " \t", &save); word && n < 64;
+		     word = strtok_r(NULL, " \t", &save))
+			argv[n++] = word;
+		argv[n++] = pinshmd_path();
+	} else {
+		argv[n++] = "pinshmd";
+	}
 	argv[n++] = "-f";
 	if (o->verbose)
 		argv[n++] = "-vv";
@@ -93,14 +132,17 @@ void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
 		argv[n++] = d->sock;
 	}
 	argv[n] = NULL;
-	execv(pinshmd_path(), (char *const *)argv);
-	fprintf(stderr, "exec %s: %s\n", pinshmd_path(), strerror(errno));
+	if (w)
+		execvp(argv[0], (char *const *)argv);
+	else
+		execv(pinshmd_path(), (char *const *)argv);
+	fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
 	_exit(127);
 }
 
 void daemon_wait_ready(struct daemon *d)
 {
-	uint64_t deadline = tu_now_ms() + DAEMON_START_MS;
+	uint64_t deadline = tu_now_ms() + daemon_time_ms(DAEMON_START_MS);
 
 	while (!accepts(d->sock)) {
 		int st;
@@ -176,7 +218,7 @@ static void daemon_term_ok(struct daemon *d)
 	char buf[32];
 
 	kill(d->pid, SIGTERM);
-	int st = daemon_wait_exit(d, DAEMON_STOP_MS);
+	int st = daemon_wait_exit(d, (int)daemon_time_ms(DAEMON_STOP_MS));
 	if (st == -1) {
 		kill(d->pid, SIGKILL);
 		waitpid(d->pid, &st, 0);

@@ -5,6 +5,11 @@
  * foreground (-f) on DIR/sock, DIR a fresh folder under /tmp; it dies with
  * the test process (PR_SET_PDEATHSIG).  Start it, wait until it accepts,
  * stop it with SIGTERM and check that it exits 0, then remove its folder.
+ *
+ * $PINSHMD_WRAPPER, when set, is a command line (words split on blanks, no
+ * quoting) put before the daemon's, e.g. "valgrind --error-exitcode=99 -q":
+ * the daemon then runs under it, and its start and stop times are scaled
+ * by DAEMON_WRAPPER_SLOWDOWN.
  */
 #ifndef PINSHM_DAEMONUTIL_H
 #define PINSHM_DAEMONUTIL_H
@@ -19,6 +24,7 @@
 
 #define DAEMON_START_MS 15000 /* for a daemon to accept */
 #define DAEMON_STOP_MS 10000  /* for it to exit after SIGTERM */
+#define DAEMON_WRAPPER_SLOWDOWN 6 /* under $PINSHMD_WRAPPER (valgrind: slower) */
 
 struct daemon {
 	pid_t pid;
@@ -46,6 +52,13 @@ struct daemon_opts {
 
 /** The pinshmd to run: $PINSHMD, else daemon/pinshmd. */
 const char *pinshmd_path(void);
+
+/** $PINSHMD_WRAPPER, or NULL when unset or empty. */
+const char *pinshmd_wrapper(void);
+
+/** The value of field @p key (e.g. "VmLck:") of /proc/PID/status, in kB,
+ * or -1 when the field is missing.  Fails the test if the file cannot be read. */
+long proc_status_value_kb(pid_t pid, const char *key);
 
 /** Whether something accepts on the socket @p path. */
 bool accepts(const char *path);
