@@ -148,6 +148,15 @@ static const char *kind_name(const pinshm_list_entry_t *e)
 	return "?";
 }
 
+const char *ctl_backend_name(const pinshm_list_entry_t *e)
+{
+	if (e->backend == PINSHM_BACKEND_MEMFD)
+		return "memfd";
+	if (e->backend == PINSHM_BACKEND_SHM)
+		return e->state & PINSHM_LIST_DAMAGED ? "shm!" : "shm";
+	return "?";
+}
+
 static const char *yes_no(bool b)
 {
 	return b ? "yes" : "no";
@@ -170,19 +179,19 @@ void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n)
 		w = (int)strlen(group_name(e[i].gid, group, sizeof(group)));
 		wgroup = w > wgroup ? w : wgroup;
 	}
-	fprintf(out, "%-*s  %-*s  %-*s  %-*s  %-9s  %6s  %-6s  %-6s  %-10s  %9s  %9s\n", wname, "NAME", wkind, "KIND",
-		wowner, "OWNER", wgroup, "GROUP", "MODE", "SIZE", "PINNED", "SEALED", "PERSISTENT", "PRODUCERS",
-		"CONSUMERS");
+	fprintf(out, "%-*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-6s  %-6s  %-10s  %9s  %9s\n", wname, "NAME", wkind,
+		"KIND", wowner, "OWNER", wgroup, "GROUP", "MODE", "BACKEND", "SIZE", "PINNED", "SEALED", "PERSISTENT",
+		"PRODUCERS", "CONSUMERS");
 	for (size_t i = 0; i < n; i++) {
 		char mode[10], size[16], prod[24], cons[24];
 		ctl_mode_string(e[i].mode, mode);
 		ctl_size_string(e[i].size, size, sizeof(size));
 		snprintf(prod, sizeof(prod), "%" PRIu32 "/%" PRIu32, e[i].producers, e[i].max_producers);
 		snprintf(cons, sizeof(cons), "%" PRIu32 "/%" PRIu32, e[i].consumers, e[i].max_consumers);
-		fprintf(out, "%-*.*s  %-*s  %-*s  %-*s  %-9s  %6s  %-6s  %-6s  %-10s  %9s  %9s\n", wname,
+		fprintf(out, "%-*.*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-6s  %-6s  %-10s  %9s  %9s\n", wname,
 			(int)sizeof(e[i].name) - 1, e[i].name, wkind, kind_name(&e[i]), wowner,
 			user_name(e[i].uid, owner, sizeof(owner)), wgroup, group_name(e[i].gid, group, sizeof(group)),
-			mode, size, yes_no(e[i].state & PINSHM_LIST_PINNED), yes_no(e[i].state & PINSHM_LIST_SEALED),
+			mode, ctl_backend_name(&e[i]), size, yes_no(e[i].state & PINSHM_LIST_PINNED), yes_no(e[i].state & PINSHM_LIST_SEALED),
 			yes_no(e[i].state & PINSHM_LIST_PERSISTENT), prod, cons);
 	}
 }
@@ -227,6 +236,8 @@ void ctl_print_json(FILE *out, const pinshm_list_entry_t *e, size_t n)
 		json_field_u64(out, "capacity", e[i].capacity);
 		json_field_u64(out, "max_message", e[i].max_message);
 		json_field_u64(out, "size", e[i].size);
+		json_field_str(out, "backend", ctl_backend_name(&e[i]));
+		json_field_bool(out, "damaged", e[i].state & PINSHM_LIST_DAMAGED);
 		json_field_bool(out, "pinned", e[i].state & PINSHM_LIST_PINNED);
 		json_field_bool(out, "sealed", e[i].state & PINSHM_LIST_SEALED);
 		json_field_bool(out, "persistent", e[i].state & PINSHM_LIST_PERSISTENT);

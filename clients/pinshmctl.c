@@ -237,9 +237,10 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 		{"topic", no_argument, NULL, 't'},           {"overrun", no_argument, NULL, 'o'},
 		{"capacity", required_argument, NULL, 'c'},  {"max-message", required_argument, NULL, 'm'},
 		{"producers", required_argument, NULL, 'P'}, {"consumers", required_argument, NULL, 'C'},
-		{"mode", required_argument, NULL, 'M'},      {0}};
+		{"mode", required_argument, NULL, 'M'},      {"backend", required_argument, NULL, 'B'},
+		{0}};
 	pinshm_channel_attr_t attr;
-	unsigned mode = 0600;
+	unsigned mode = 0600, backend = 0;
 	uint64_t v;
 	int opt;
 
@@ -271,6 +272,16 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 			if (!parse_mode(optarg, &mode))
 				return usage_error("create: --mode must be octal permission bits, 0 to 0777");
 			break;
+		case 'B':
+			if (strcmp(optarg, "memfd") == 0)
+				backend = PINSHM_USE_MEMFD;
+			else if (strcmp(optarg, "shm") == 0)
+				backend = PINSHM_USE_SHM;
+			else if (strcmp(optarg, "auto") == 0)
+				backend = 0;
+			else
+				return usage_error("create: --backend must be auto, memfd or shm");
+			break;
 		default: return EXIT_USAGE;
 		}
 	}
@@ -288,7 +299,7 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 	if (ctl_connect(o, &c) != 0)
 		return EXIT_FAILED;
 	/* Persistent: the channel outlives this command, until `rm`. */
-	rc = pinshm_create(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT);
+	rc = pinshm_create(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT | backend);
 	if (rc != 0) {
 		request_failed(what, rc, pinshm_client_error(c));
 		pinshm_disconnect(c);
@@ -390,15 +401,17 @@ static int cmd_help(struct ctl *o, int argc, char **argv)
 
 static const struct command commands[] = {
 	{"ls", cmd_ls, "[--json]",
-	 "list the channels: name, kind, owner, group, mode, size, pinned, sealed, persistent, endpoints"},
+	 "list the channels: name, kind, owner, group, mode, backend, size, pinned, sealed, persistent,\n"
+	 "      endpoints"},
 	{"status", cmd_status, "[--json]",
 	 "the daemon's figures: pid, uptime, pinned bytes of the budget, channels, connections; per user"},
 	{"clients", cmd_clients, "[--json]",
 	 "list the connections: id, pid, user, group, channels and endpoints held (pinshmctl's own included)"},
 	{"create", cmd_create,
 	 "NAME [--topic [--overrun]] [--capacity SIZE] [--max-message SIZE]\n"
-	 "         [--producers N] [--consumers N] [--mode OCTAL]",
-	 "create a channel (default: a queue, 1m per producer, 4 producers, 1 consumer, mode 0600)"},
+	 "         [--producers N] [--consumers N] [--mode OCTAL] [--backend auto|memfd|shm]",
+	 "create a channel (default: a queue, 1m per producer, 4 producers, 1 consumer, mode 0600,\n"
+	 "      the daemon's default backend)"},
 	{"rm", cmd_rm, "NAME...", "remove channel names (users that opened them keep them)"},
 	{"shutdown", cmd_shutdown, "", "stop the daemon (mapped channels keep working)"},
 	{"version", cmd_version, "", "print the library, protocol and layout versions; whether the daemon answers"},

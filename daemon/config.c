@@ -310,10 +310,25 @@ static int parse_pool_sizes(struct parse *p, const char *value)
 	return rc;
 }
 
+/* backend = auto | memfd | shm. */
+static int parse_backend(struct parse *p, const char *value)
+{
+	if (strcmp(value, "auto") == 0)
+		p->cfg->backend = CONFIG_BACKEND_AUTO;
+	else if (strcmp(value, "memfd") == 0)
+		p->cfg->backend = CONFIG_BACKEND_MEMFD;
+	else if (strcmp(value, "shm") == 0)
+		p->cfg->backend = CONFIG_BACKEND_SHM;
+	else
+		return perr(p, -EINVAL, "backend: '%s' is not auto, memfd or shm", value);
+	return 0;
+}
+
 static int daemon_key(struct parse *p, const char *key, const char *value)
 {
 	static const char *const keys[] = {"socket", "budget", "default_user_quota", "max_connections_per_user",
-					   "max_channels_per_user", "max_segment_size", "pool_segments", "pool_sizes"};
+					   "max_channels_per_user", "max_segment_size", "pool_segments", "pool_sizes",
+					   "backend"};
 	struct config *cfg = p->cfg;
 	unsigned k;
 	int rc;
@@ -345,6 +360,8 @@ static int daemon_key(struct parse *p, const char *key, const char *value)
 		return parse_pool_segments(p, value);
 	case 7:
 		return parse_pool_sizes(p, value);
+	case 8:
+		return parse_backend(p, value);
 	default:
 		rc = set_size(p, key, value, true, &cfg->max_segment_size);
 		if (rc == 0 && cfg->max_segment_size == 0)

@@ -47,6 +47,14 @@ struct config_user {
 	struct config_limits limits;
 };
 
+/* How channels get their segment when the request leaves it to the daemon
+ * (segment.h): the backend key of [daemon]. */
+enum config_backend {
+	CONFIG_BACKEND_AUTO,  /* sealed memfd where the mode admits another user, shm otherwise */
+	CONFIG_BACKEND_MEMFD, /* always the sealed memfd */
+	CONFIG_BACKEND_SHM,   /* always shm (huge pages still take a memfd) */
+};
+
 struct config {
 	char *path;                 /* the file read, NULL: no file (every default) */
 	char *socket;               /* [daemon] socket, NULL: not set */
@@ -56,6 +64,7 @@ struct config {
 	bool pool_segments_set;     /* given in the file (else 0 in user mode) */
 	uint64_t pool_sizes[CONFIG_POOL_MAX_SIZES]; /* segment sizes of the pool (pool.h) */
 	unsigned npool_sizes;
+	enum config_backend backend; /* default backend of a channel (auto) */
 	struct config_limits user_default; /* default_user_quota, max_*_per_user */
 	struct config_user *users;  /* [user ...] sections, in file order */
 	unsigned nusers;

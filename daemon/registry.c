@@ -102,6 +102,67 @@ static void take_ref(struct reg_client *c, struct channel *ch)
 	ch->refs++;
 }
 
+/*
+ * The daemon's accesses to a segment, each run by segment_access() (a
+ * client may shrink an shm segment under the daemon's mapping): they touch
+ * the segment and their arguments only.
+ */
+struct count_args {
+	const struct seg_geometry *g;
+	unsigned first, n;
+};
+
+/* Endpoints of [first, first + n) attached now, as the segment says. */
+static int count_fn(void *base, void *arg)
+{
+	const struct count_args *a = arg;
+	int active = 0;
+
+	for (unsigned i = a->first; i < a->first + a->n; i++) {
+		struct endpoint *ep = seg_endpoint(a->g, base, i);
+		active += atomic_load_explicit(&ep->state, memory_order_relaxed) == EP_ACTIVE;
+	}
+	return active;
+}
+
+static uint32_t count_active(struct channel *ch, unsigned first, unsigned n)
+{
+	struct count_args a = {.g = &ch->g, .first = first, .n = n};
+	int active = segment_access(&ch->seg, count_fn, &a);
+
+	return active > 0 ? (uint32_t)active : 0;
+}
+
+static bool endpoint_active(struct channel *ch, unsigned i)
+{
+	return count_active(ch, i, 1) == 1;
+}
+
+struct claim_args {
+	const struct seg_geometry *g;
+	pinshm_role_t role;
+	uint32_t pid;
+};
+
+static int claim_fn(void *base, void *arg)
+{
+	const struct claim_args *a = arg;
+
+	return seg_endpoint_claim(a->g, base, a->role, a->pid);
+}
+
+struct reap_args {
+	const struct seg_geometry *g;
+	unsigned endpoint;
+};
+
+static int reap_fn(void *base, void *arg)
+{
+	const struct reap_args *a = arg;
+
+	return seg_endpoint_reap(a->g, base, a->endpoint);
+}
+
 void registry_init(struct registry *r, struct account *acct)
 {
 	*r = (struct registry){.next_id = 1, .acct = acct};
@@ -153,7 +214,8 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 		snprintf(why, whylen, "huge pages asked for, but this kernel has none");
 		return -EINVAL;
 	}
-	if (r->pool && o->node == PINSHM_NODE_ANY && !o->hugepages && pool_take(r->pool, need, &pooled)) {
+	/* The pool's segments are sealed memfds: not for shm. */
+	if (r->pool && o->node == PINSHM_NODE_ANY && !o->hugepages && !o->shm && pool_take(r->pool, need, &pooled)) {
 		from_pool = true;
 		size = pooled.size;
 	}
@@ -238,8 +300,9 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 
 	if (!ch->seg.pinned)
 		snprintf(why, whylen, "channel '%s' created, but not pinned: %s", name, ch->seg.pin_error);
-	log_info("channel '%s' created by uid %u (pid %d): %s, %zu bytes, mode %03o%s%s%s%s", name,
-		 (unsigned)ch->uid, (int)c->cred.pid, attr->kind == PINSHM_TOPIC ? "topic" : "queue", ch->seg.size, mode,
+	log_info("channel '%s' created by uid %u (pid %d): %s, %s, %zu bytes, mode %03o%s%s%s%s", name,
+		 (unsigned)ch->uid, (int)c->cred.pid, attr->kind == PINSHM_TOPIC ? "topic" : "queue",
+		 ch->seg.backend == PINSHM_BACKEND_SHM ? "shm" : "sealed memfd", ch->seg.size, mode,
 		 persistent ? ", persistent" : "", ch->seg.pinned ? ", pinned" : ", NOT pinned",
 		 ch->seg.hugepages ? ", huge pages" : "", from_pool ? ", from the pool" : "");
 	if (ch->seg.node != PINSHM_NODE_ANY)
@@ -266,7 +329,12 @@ int registry_open(struct registry *r, struct reg_client *c, const char *name, pi
 	int rc = ref_room(c, ch, why, whylen);
 	if (rc != 0)
 		return rc;
-	int ep = seg_endpoint_claim(&ch->g, ch->seg.base, role, (uint32_t)c->cred.pid);
+	struct claim_args ca = {.g = &ch->g, .role = role, .pid = (uint32_t)c->cred.pid};
+	int ep = segment_access(&ch->seg, claim_fn, &ca);
+	if (ep == -EBADMSG) {
+		snprintf(why, whylen, "the segment of '%s' is damaged (shrunk by a client)", name);
+		return ep;
+	}
 	if (ep < 0) {
 		snprintf(why, whylen, "every %s endpoint of '%s' is taken (%u)", what, name,
 			 role == PINSHM_PRODUCER ? ch->g.max_producers : ch->g.max_consumers);
@@ -301,26 +369,10 @@ int registry_unlink(struct registry *r, struct reg_client *c, const char *name, 
 uint32_t registry_channel_state(const struct channel *ch)
 {
 	return (ch->seg.pinned ? PINSHM_LIST_PINNED : 0) | (ch->persistent ? PINSHM_LIST_PERSISTENT : 0) |
-	       (ch->seg.sealed ? PINSHM_LIST_SEALED : 0) | (ch->seg.hugepages ? PINSHM_LIST_HUGEPAGES : 0);
+	       (ch->seg.sealed ? PINSHM_LIST_SEALED : 0) | (ch->seg.hugepages ? PINSHM_LIST_HUGEPAGES : 0) |
+	       (ch->seg.damaged ? PINSHM_LIST_DAMAGED : 0);
 }
 
-/* Whether endpoint @p i of @p ch is attached now, as the segment says. */
-static bool endpoint_active(const struct channel *ch, unsigned i)
-{
-	struct endpoint *ep = seg_endpoint(&ch->g, ch->seg.base, i);
-
-	return atomic_load_explicit(&ep->state, memory_order_relaxed) == EP_ACTIVE;
-}
-
-/* Endpoints of [first, first + n) attached now. */
-static uint32_t count_active(const struct channel *ch, unsigned first, unsigned n)
-{
-	uint32_t active = 0;
-
-	for (unsigned i = first; i < first + n; i++)
-		active += endpoint_active(ch, i);
-	return active;
-}
 
 void registry_count(const struct registry *r, uint32_t *pinned, uint32_t *unpinned)
 {
@@ -334,7 +386,7 @@ uint32_t registry_client_endpoints(const struct reg_client *c)
 	uint32_t n = 0;
 
 	for (unsigned i = 0; i < c->nrefs; i++) {
-		const struct channel *ch = c->refs[i];
+		struct channel *ch = c->refs[i];
 		for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++)
 			n += ch->holder[ep] == c->id && endpoint_active(ch, ep);
 	}
@@ -359,14 +411,16 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
 		memset(e, 0, sizeof(*e));
 		snprintf(e->name, sizeof(e->name), "%s", ch->name);
 		e->geo = proto_geometry_from_attr(&ch->attr);
+		/* Counted first: the count may find the segment damaged. */
+		e->producers = count_active(ch, 0, ch->g.max_producers);
+		e->consumers = count_active(ch, ch->g.max_producers, ch->g.max_consumers);
 		e->state = registry_channel_state(ch);
 		e->uid = ch->uid;
 		e->gid = ch->gid;
 		e->mode = ch->mode;
 		e->size = ch->seg.size;
 		e->node = ch->seg.node;
-		e->producers = count_active(ch, 0, ch->g.max_producers);
-		e->consumers = count_active(ch, ch->g.max_producers, ch->g.max_consumers);
+		e->backend = ch->seg.backend;
 		*next = ch->id;
 	}
 	return n;
@@ -380,7 +434,8 @@ void registry_client_gone(struct registry *r, struct reg_client *c)
 			if (ch->holder[ep] != c->id)
 				continue;
 			ch->holder[ep] = 0;
-			int rc = seg_endpoint_reap(&ch->g, ch->seg.base, ep);
+			struct reap_args ra = {.g = &ch->g, .endpoint = ep};
+			int rc = segment_access(&ch->seg, reap_fn, &ra);
 			if (rc == -EINVAL)
 				continue; /* closed by the client */
 			if (rc == 0)

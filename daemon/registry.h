@@ -22,9 +22,12 @@
  * The daemon trusts only its own records (the geometry it formatted, which
  * connection each endpoint was claimed for); the segment's contents are
  * read for counts and repairs only, always placed by that geometry: every
- * process that opened a channel can write anything in it.  The segment is
- * the daemon's own sealed memfd (segment.h), so no client can shrink it
- * under the daemon's mapping.
+ * process that opened a channel can write anything in it.  Every access
+ * goes through segment_access() (segment.h): a sealed memfd cannot be
+ * shrunk under the daemon's mapping, and an shm segment that a client
+ * shrinks is caught (fstat, SIGBUS guard), marked damaged and left alone:
+ * its endpoints are no longer claimed or reaped, it counts none attached,
+ * and it is destroyed as usual.
  */
 #ifndef PINSHMD_REGISTRY_H
 #define PINSHMD_REGISTRY_H

@@ -53,6 +53,36 @@ static int serve_hello(struct request_ctx *ctx, struct reg_client *c, const stru
 	return 0;
 }
 
+/*
+ * The backend of a new channel: the request's (PINSHM_USE_*), else the
+ * configured default.  `auto` takes the sealed memfd: it costs nothing
+ * more than shm, leaves no name anywhere, can be made of huge pages and
+ * comes from the pool, and no holder can shrink it.  A channel whose mode
+ * admits another user must never be shrinkable (one user could make
+ * another's processes fault), so it is refused where this kernel has no
+ * sealed memfd; an owner-only channel falls back to shm there, where a
+ * shrink hurts no one but its owner (shm_fallback).  Huge pages always
+ * take a memfd (MFD_HUGETLB).
+ */
+static int choose_backend(enum config_backend dflt, uint32_t flags, uint32_t mode, struct segment_opts *o,
+			  struct proto_msg *rep)
+{
+	bool memfd = flags & PINSHM_USE_MEMFD, shm = flags & PINSHM_USE_SHM;
+
+	if (memfd && shm)
+		return fail(rep, -EINVAL, "both backends asked for: memfd or shm, not both");
+	if (shm && o->hugepages)
+		return fail(rep, -EINVAL, "huge pages need the memfd backend, not shm");
+	if (!memfd && !shm && !o->hugepages) {
+		if (dflt == CONFIG_BACKEND_SHM)
+			shm = true;
+		else if (dflt == CONFIG_BACKEND_AUTO)
+			o->shm_fallback = (mode & 077) == 0;
+	}
+	o->shm = shm;
+	return 0;
+}
+
 static int serve_create(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
 			struct proto_msg *rep)
 {
@@ -63,10 +93,13 @@ static int serve_create(struct request_ctx *ctx, struct reg_client *c, const str
 		return rc;
 	if (req->u.create.mode & ~0777u)
 		return fail(rep, -EINVAL, "invalid mode %#o: permission bits 0..0777 only", req->u.create.mode);
-	const uint32_t known = PINSHM_PERSISTENT | PINSHM_HUGEPAGES;
+	const uint32_t known = PINSHM_PERSISTENT | PINSHM_HUGEPAGES | PINSHM_USE_MEMFD | PINSHM_USE_SHM;
 	if (req->u.create.flags & ~known)
 		return fail(rep, -EINVAL, "unknown create flags %#x", req->u.create.flags & ~known);
 	struct segment_opts o = {.hugepages = req->u.create.flags & PINSHM_HUGEPAGES};
+	rc = choose_backend(ctx->reg->acct->cfg->backend, req->u.create.flags, req->u.create.mode, &o, rep);
+	if (rc != 0)
+		return rc;
 	rc = numa_resolve(req->u.create.node, c->cred.pid, &o.node, rep->text, sizeof(rep->text));
 	if (rc != 0)
 		return rc;
@@ -77,6 +110,8 @@ static int serve_create(struct request_ctx *ctx, struct reg_client *c, const str
 		return rc;
 	rep->u.create_reply.size = ch->seg.size;
 	rep->u.create_reply.state = registry_channel_state(ch);
+	rep->u.create_reply.backend = ch->seg.backend;
+	rep->u.create_reply.id = ch->id;
 	return 0;
 }
 
@@ -99,6 +134,7 @@ static int serve_open(struct request_ctx *ctx, struct reg_client *c, const struc
 	rep->u.open_reply.endpoint = endpoint;
 	rep->u.open_reply.geo = proto_geometry_from_attr(&ch->attr);
 	rep->u.open_reply.size = ch->g.size; /* the geometry's; the segment may be larger */
+	rep->u.open_reply.id = ch->id;
 	*fd = ch->seg.fd;
 	return 0;
 }

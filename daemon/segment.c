@@ -1,11 +1,17 @@
 /*
- * segment.c - memfd segments, sealed, mapped, placed, locked and formatted.
+ * segment.c - memfd and shm segments, mapped, placed, locked and formatted;
+ * guarded access to the ones a client can shrink.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -64,6 +70,14 @@ int segment_backing_size(size_t size, const struct segment_opts *o, size_t *out)
 	return 0;
 }
 
+/* The test hook PINSHMD_TEST_NO_MEMFD=1: behave as a kernel without memfd_create. */
+static bool no_memfd_for_tests(void)
+{
+	const char *t = getenv("PINSHMD_TEST_NO_MEMFD");
+
+	return t && strcmp(t, "1") == 0;
+}
+
 /* Lock the daemon's mapping of @p s. */
 static void segment_pin(struct segment *s, const char *name)
 {
@@ -82,33 +96,75 @@ static void segment_pin(struct segment *s, const char *name)
 	log_warn("segment '%s': %zu bytes left unpinned: %s", name, s->size, s->pin_error);
 }
 
+/*
+ * An shm object of a unique name, unlinked at once: its name lives for
+ * the two system calls between, and nothing is ever left in /dev/shm.
+ * The name is never reused (pid, a counter, the clock), and O_EXCL makes
+ * sure the object is ours, not one someone made first under that name.
+ * @return the descriptor (close-on-exec, as shm_open() makes it) or -errno.
+ */
+static int shm_create(void)
+{
+	static unsigned long counter;
+	char shm_name[80];
+
+	for (int tries = 0; tries < 16; tries++) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		snprintf(shm_name, sizeof(shm_name), "/pinshm.%ld.%lu.%lx", (long)getpid(), ++counter,
+			 (unsigned long)ts.tv_nsec ^ (unsigned long)ts.tv_sec);
+		int fd = shm_open(shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
+		if (fd >= 0) {
+			shm_unlink(shm_name);
+			return fd;
+		}
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
 int segment_alloc(struct segment *s, size_t size, const struct segment_opts *o, const char *name)
 {
 	char memfd_name[96];
 	unsigned mfd = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	int rc;
 
-	*s = (struct segment){.fd = -1, .base = MAP_FAILED, .node = o->node, .hugepages = o->hugepages};
+	*s = (struct segment){.fd = -1,
+			      .base = MAP_FAILED,
+			      .node = o->node,
+			      .hugepages = o->hugepages,
+			      .backend = o->shm ? PINSHM_BACKEND_SHM : PINSHM_BACKEND_MEMFD};
+	if (o->shm && o->hugepages)
+		return -EINVAL;
 	rc = segment_backing_size(size, o, &s->size);
 	if (rc != 0) {
 		log_warn("segment '%s': huge pages asked for, but this kernel has none", name);
 		return rc;
 	}
-	if (o->hugepages)
-		mfd |= MFD_HUGETLB;
-	snprintf(memfd_name, sizeof(memfd_name), "pinshm:%s", name);
-	s->fd = memfd_create(memfd_name, mfd);
-	if (s->fd < 0)
-		goto fail_errno;
-	if (ftruncate(s->fd, (off_t)s->size) != 0)
-		goto fail_errno;
-	/* Refused rather than unsealed where a kernel cannot seal hugetlbfs
-	 * (before 4.16): any opener could shrink it under every mapping. */
-	if (fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-		rc = errno == EINVAL || errno == EPERM ? -EINVAL : -errno;
-		goto fail;
+	if (o->shm) {
+		s->fd = shm_create();
+		if (s->fd < 0) {
+			rc = s->fd;
+			goto fail;
+		}
+		if (ftruncate(s->fd, (off_t)s->size) != 0)
+			goto fail_errno;
+	} else {
+		if (o->hugepages)
+			mfd |= MFD_HUGETLB;
+		snprintf(memfd_name, sizeof(memfd_name), "pinshm:%s", name);
+		s->fd = no_memfd_for_tests() ? (errno = ENOSYS, -1) : memfd_create(memfd_name, mfd);
+		if (s->fd < 0)
+			goto fail_memfd;
+		if (ftruncate(s->fd, (off_t)s->size) != 0)
+			goto fail_errno;
+		/* Refused rather than unsealed where a kernel cannot seal hugetlbfs
+		 * (before 4.16): any opener could shrink it under every mapping. */
+		if (fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+			goto fail_memfd;
+		s->sealed = true;
 	}
-	s->sealed = true;
 	/* A hugetlbfs mapping reserves its huge pages here: ENOMEM when too
 	 * few are free. */
 	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
@@ -125,6 +181,18 @@ int segment_alloc(struct segment *s, size_t size, const struct segment_opts *o, 
 	}
 	segment_pin(s, name);
 	return 0;
+fail_memfd:
+	/* No sealed memfd on this kernel (no memfd_create, or no seals). */
+	rc = errno == EINVAL || errno == EPERM || errno == ENOSYS ? -EINVAL : -errno;
+	if (rc == -EINVAL && o->shm_fallback && !o->hugepages) {
+		log_warn("segment '%s': no sealed memfd here (%s): POSIX shared memory instead", name,
+			 strerror(errno));
+		segment_destroy(s);
+		struct segment_opts shm = *o;
+		shm.shm = true;
+		return segment_alloc(s, size, &shm, name);
+	}
+	goto fail;
 fail_errno:
 	rc = -errno;
 fail:
@@ -152,6 +220,93 @@ int segment_create(struct segment *s, const pinshm_channel_attr_t *attr, const s
 	rc = segment_format(s, attr);
 	if (rc != 0)
 		segment_destroy(s);
+	return rc;
+}
+
+/*
+ * The SIGBUS guard.  Why a guard and not pread()/pwrite(): the daemon's
+ * accesses to a segment are atomic operations on shared words (claiming an
+ * endpoint with a CAS, marking one dead, waking futex sleepers, reading
+ * counters), which only a mapping can do.  An fstat() before each access
+ * catches a segment already shrunk, but a client can shrink it between the
+ * check and the access: the fault that follows is caught by this handler
+ * and turned into a jump back to segment_access(), which marks the segment
+ * damaged.  A SIGBUS anywhere else is not ours: the handler puts back the
+ * default action and returns, so the faulting access faults again and the
+ * daemon dies of it as it would have without the handler.
+ *
+ * The daemon is single-threaded: one guard at a time, in static storage.
+ * The SIGBUS handler runs on the faulting thread, which is that thread.
+ */
+static sigjmp_buf guard_jump;
+static volatile sig_atomic_t guard_armed;
+static uintptr_t guard_lo, guard_hi; /* the guarded mapping: [lo, hi) */
+
+static void on_sigbus(int sig, siginfo_t *si, void *uctx)
+{
+	(void)uctx;
+	uintptr_t addr = (uintptr_t)si->si_addr;
+
+	if (guard_armed && addr >= guard_lo && addr < guard_hi) {
+		guard_armed = 0;
+		siglongjmp(guard_jump, 1);
+	}
+	signal(sig, SIG_DFL);
+}
+
+static int guard_install(void)
+{
+	static bool installed;
+	struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO};
+
+	if (installed)
+		return 0;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, NULL) != 0)
+		return -errno;
+	installed = true;
+	return 0;
+}
+
+/* Whether the file of @p s still holds its whole mapping. */
+static bool whole(const struct segment *s)
+{
+	struct stat st;
+
+	return fstat(s->fd, &st) == 0 && st.st_size >= 0 && (uint64_t)st.st_size >= s->size;
+}
+
+static void mark_damaged(struct segment *s, const char *how)
+{
+	s->damaged = true;
+	log_warn("shm segment of %zu bytes %s: a client shrank it; the daemon leaves it alone from now on", s->size,
+		 how);
+}
+
+int segment_access(struct segment *s, segment_access_fn *fn, void *arg)
+{
+	if (s->backend != PINSHM_BACKEND_SHM)
+		return fn(s->base, arg); /* sealed: its size cannot change */
+	if (s->damaged)
+		return -EBADMSG;
+	if (!whole(s)) {
+		mark_damaged(s, "found short");
+		return -EBADMSG;
+	}
+	if (guard_install() != 0) {
+		log_err("cannot install the SIGBUS guard: %s", strerror(errno));
+		return -EBADMSG;
+	}
+	guard_lo = (uintptr_t)s->base;
+	guard_hi = guard_lo + s->size;
+	if (sigsetjmp(guard_jump, 1) != 0) {
+		/* Back from on_sigbus(): fn() was cut short by the fault. */
+		mark_damaged(s, "faulted");
+		return -EBADMSG;
+	}
+	guard_armed = 1;
+	int rc = fn(s->base, arg);
+	guard_armed = 0;
 	return rc;
 }
 

@@ -1,12 +1,24 @@
 /*
  * segment.h - the memory of a channel: created, sealed, mapped, pinned.
  *
- * Backend (the only one so far): a memfd with MFD_ALLOW_SEALING (and
- * MFD_HUGETLB for huge pages: sealable since Linux 4.16), sized,
- * then sealed with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, so that no
- * holder of its descriptor can resize it and make a mapping fault; nothing
- * appears under /dev/shm.  The daemon maps it, locks it (mlock populates
- * it) and formats it.  Locking fails where RLIMIT_MEMLOCK forbids it (user
+ * Two backends behind one interface:
+ *
+ * - memfd (PINSHM_BACKEND_MEMFD): a memfd with MFD_ALLOW_SEALING (and
+ *   MFD_HUGETLB for huge pages: sealable since Linux 4.16), sized, then
+ *   sealed with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, so that no
+ *   holder of its descriptor can resize it and make a mapping fault;
+ *   nothing appears under /dev/shm.
+ * - POSIX shared memory (PINSHM_BACKEND_SHM): shm_open() of a unique name
+ *   with O_EXCL, shm_unlink() at once (the name lives for a few system
+ *   calls, nothing is left in /dev/shm whoever dies), then ftruncate().
+ *   Any holder of its descriptor can shrink it: every mapping of it then
+ *   faults (SIGBUS) beyond the new end, the daemon's too.  So the daemon
+ *   touches such a segment only through segment_access(), which checks
+ *   the size with fstat() and runs the access under a SIGBUS guard; a
+ *   segment found shrunk is marked damaged and never touched again (it is
+ *   still unmapped and closed as usual).  No huge pages on this backend.
+ *
+ * The daemon maps the segment, locks it (mlock populates it) and formats it.  Locking fails where RLIMIT_MEMLOCK forbids it (user
  * mode): the segment then stays unpinned, with a warning logged, and says
  * so (pinned false, pin_error).  The budget of pinned bytes is checked
  * before, by the caller (account.h).
@@ -25,13 +37,15 @@
 #include "pinshm.h"
 
 struct segment {
-	int fd;        /* the memfd, close-on-exec; handed to clients */
+	int fd;        /* the memfd or shm object, close-on-exec; handed to clients */
 	void *base;    /* the daemon's mapping */
 	size_t size;   /* of the memfd and the mapping: what is pinned and charged */
 	int node;      /* NUMA node preferred for its pages, PINSHM_NODE_ANY: none */
 	bool hugepages; /* hugetlbfs memfd */
 	bool pinned;   /* locked in RAM through the daemon's mapping */
 	bool sealed;   /* resizing sealed */
+	uint32_t backend; /* PINSHM_BACKEND_MEMFD or PINSHM_BACKEND_SHM */
+	bool damaged;  /* shm: found shrunk by a client, no longer touched */
 	char pin_error[96]; /* why not pinned, "" if pinned */
 };
 
@@ -39,6 +53,9 @@ struct segment {
 struct segment_opts {
 	int node;       /* a node from numa_resolve(), or PINSHM_NODE_ANY */
 	bool hugepages; /* MFD_HUGETLB: size rounded up to a huge page */
+	bool shm;       /* the POSIX shared memory backend (not with hugepages) */
+	bool shm_fallback; /* a memfd, or shm where this kernel cannot make a sealed memfd (`auto`,
+			    * owner-only channels) */
 };
 
 /**
@@ -50,7 +67,10 @@ int segment_backing_size(size_t size, const struct segment_opts *o, size_t *out)
 
 /**
  * Make a segment of at least @p size bytes as @p o says, named @p name
- * (the memfd's name, for /proc): sealed memfd, mapped by the daemon,
+ * (the memfd's name, for /proc): sealed memfd or shm object (o->shm, or
+ * o->shm_fallback where memfd_create() or sealing is not supported:
+ * ENOSYS, EINVAL; the environment variable PINSHMD_TEST_NO_MEMFD=1
+ * pretends so, for the tests), mapped by the daemon,
  * placed on o->node before any page is touched, then locked (which
  * populates it; unpinned with a warning where RLIMIT_MEMLOCK forbids it).
  * Its contents are zero: segment_format() makes it a channel.
@@ -70,6 +90,22 @@ int segment_format(struct segment *s, const pinshm_channel_attr_t *attr);
  */
 int segment_create(struct segment *s, const pinshm_channel_attr_t *attr, const struct segment_opts *o,
 		   const char *name);
+
+/** What segment_access() runs on the daemon's mapping at @p base. */
+typedef int segment_access_fn(void *base, void *arg);
+
+/**
+ * Run @p fn on the daemon's mapping of @p s.  A sealed memfd cannot be
+ * resized: @p fn runs directly.  An shm segment can: its size is checked
+ * with fstat() first, and @p fn runs with a SIGBUS guard (a handler that
+ * siglongjmp()s back here when the fault is inside this mapping), so that
+ * a client that shrinks it between the check and the access costs the
+ * daemon nothing.  @p fn must therefore touch only the segment and its own
+ * locals: no allocation, no lock, no log (it may be cut short anywhere).
+ * @return what @p fn returns; -EBADMSG when the segment is (or turns out to
+ *         be) shrunk or was found so before: it is marked damaged.
+ */
+int segment_access(struct segment *s, segment_access_fn *fn, void *arg);
 
 /** Unmap and close @p s (processes that map it keep their mapping). */
 void segment_destroy(struct segment *s);

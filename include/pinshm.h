@@ -357,7 +357,7 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * changes; a library and a daemon of different protocol versions refuse to
  * talk (-EPROTO, with a message saying both versions).
  */
-#define PINSHM_PROTOCOL_VERSION 1
+#define PINSHM_PROTOCOL_VERSION 2
 #define PINSHM_CLIENT_TIMEOUT_MS 10000
 
 /* A channel name: 1..PINSHM_NAME_MAX characters of [A-Za-z0-9._-], not
@@ -367,6 +367,13 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
 /* Flags of pinshm_create(). */
 #define PINSHM_PERSISTENT 0x1u /* the channel outlives its users, until unlinked */
 #define PINSHM_HUGEPAGES 0x2u  /* back the segment with huge pages (vm.nr_hugepages) */
+/* The segment's backend.  Neither: the daemon's default (pinshmd.conf(5)
+ * `backend`; unless set, `auto`: a sealed memfd, or shm for an owner-only
+ * channel where the kernel has no sealed memfd). */
+#define PINSHM_USE_MEMFD 0x4u  /* a memfd sealed against resizing: no holder can shrink it */
+#define PINSHM_USE_SHM 0x8u    /* shm_open(), unlinked at once; not with huge pages.  Any holder of
+				* its descriptor can shrink it and make every process that maps
+				* it fault (SIGBUS): only for channels whose users trust each other */
 
 /* The NUMA node of pinshm_create_on_node(): a node number (0, 1...) or: */
 #define PINSHM_NODE_ANY (-1)   /* no placement: the kernel's default policy */
@@ -470,6 +477,11 @@ PINSHM_EXPORT int pinshm_unlink(pinshm_client_t *c, const char *name);
 #define PINSHM_LIST_PERSISTENT 0x2u /* created with PINSHM_PERSISTENT */
 #define PINSHM_LIST_SEALED 0x4u     /* memfd sealed against resizing */
 #define PINSHM_LIST_HUGEPAGES 0x8u  /* made of huge pages */
+#define PINSHM_LIST_DAMAGED 0x10u   /* shm segment shrunk by a client: the daemon no longer touches it */
+
+/* The backend of a listed channel. */
+#define PINSHM_BACKEND_MEMFD 1u /* sealed memfd */
+#define PINSHM_BACKEND_SHM 2u   /* POSIX shared memory (shm_open, unlinked) */
 
 /** One channel, as pinshm_list() reports it. */
 typedef struct pinshm_list_entry {
@@ -482,6 +494,7 @@ typedef struct pinshm_list_entry {
 	uint64_t size;          /* segment bytes */
 	uint32_t producers, consumers; /* endpoints attached now */
 	int32_t node;           /* NUMA node its pages are placed on, PINSHM_NODE_ANY: none */
+	uint32_t backend;       /* PINSHM_BACKEND_* */
 } pinshm_list_entry_t;
 
 /**

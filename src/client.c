@@ -316,8 +316,9 @@ int pinshm_create_on_node(pinshm_client_t *c, const char *name, const pinshm_cha
 		return client_fail(c, -EINVAL, "invalid channel geometry");
 	if (mode & ~(mode_t)0777)
 		return client_fail(c, -EINVAL, "invalid mode %#o: permission bits 0..0777 only", (unsigned)mode);
-	if (flags & ~(PINSHM_PERSISTENT | PINSHM_HUGEPAGES))
-		return client_fail(c, -EINVAL, "unknown flags %#x", flags & ~(PINSHM_PERSISTENT | PINSHM_HUGEPAGES));
+	const unsigned known = PINSHM_PERSISTENT | PINSHM_HUGEPAGES | PINSHM_USE_MEMFD | PINSHM_USE_SHM;
+	if (flags & ~known)
+		return client_fail(c, -EINVAL, "unknown flags %#x", flags & ~known);
 	if (node < PINSHM_NODE_LOCAL)
 		return client_fail(c, -EINVAL, "invalid NUMA node %d", node);
 	req.u.create.geo = proto_geometry_from_attr(attr);
@@ -446,6 +447,7 @@ int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count
 				.producers = e->producers,
 				.consumers = e->consumers,
 				.node = e->node,
+				.backend = e->backend,
 			};
 			memcpy(list[n - 1].name, e->name, sizeof(list[n - 1].name));
 		}

@@ -157,6 +157,7 @@ static void put_entry(struct wr *w, const struct proto_list_entry *e)
 	put_u32(w, e->producers);
 	put_u32(w, e->consumers);
 	put_u32(w, (uint32_t)e->node);
+	put_u32(w, e->backend);
 	assert(w->bad || w->len - start == PROTO_LIST_ENTRY_SIZE);
 }
 
@@ -172,6 +173,7 @@ static void get_entry(struct rd *r, struct proto_list_entry *e)
 	e->producers = get_u32(r);
 	e->consumers = get_u32(r);
 	e->node = (int32_t)get_u32(r);
+	e->backend = get_u32(r);
 }
 
 static void put_user(struct wr *w, const struct proto_user_entry *u)
@@ -274,6 +276,8 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 	case PROTO_CREATE | PROTO_REPLY:
 		put_u64(&w, m->u.create_reply.size);
 		put_u32(&w, m->u.create_reply.state);
+		put_u32(&w, m->u.create_reply.backend);
+		put_u64(&w, m->u.create_reply.id);
 		break;
 	case PROTO_OPEN:
 		put_name(&w, m->u.open.name);
@@ -283,6 +287,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 		put_u32(&w, m->u.open_reply.endpoint);
 		put_geometry(&w, &m->u.open_reply.geo);
 		put_u64(&w, m->u.open_reply.size);
+		put_u64(&w, m->u.open_reply.id);
 		break;
 	case PROTO_UNLINK:
 		put_name(&w, m->u.unlink.name);
@@ -416,6 +421,8 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 	case PROTO_CREATE | PROTO_REPLY:
 		m->u.create_reply.size = get_u64(&r);
 		m->u.create_reply.state = get_u32(&r);
+		m->u.create_reply.backend = get_u32(&r);
+		m->u.create_reply.id = get_u64(&r);
 		break;
 	case PROTO_OPEN:
 		get_name(&r, m->u.open.name);
@@ -425,6 +432,7 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 		m->u.open_reply.endpoint = get_u32(&r);
 		get_geometry(&r, &m->u.open_reply.geo);
 		m->u.open_reply.size = get_u64(&r);
+		m->u.open_reply.id = get_u64(&r);
 		break;
 	case PROTO_UNLINK:
 		get_name(&r, m->u.unlink.name);

@@ -80,8 +80,8 @@ enum proto_type {
 #define PROTO_LIST_MORE 0x1u /* more channels follow: ask again from `next` */
 
 /* Entries in one LIST reply: what fits with the longest text. */
-#define PROTO_LIST_ENTRY_SIZE 128u
-#define PROTO_LIST_PAGE 30u
+#define PROTO_LIST_ENTRY_SIZE 132u
+#define PROTO_LIST_PAGE 28u
 
 /* Flags of a STATUS reply. */
 #define PROTO_STATUS_USER_MODE 0x1u /* as PROTO_HELLO_USER_MODE */
@@ -121,6 +121,7 @@ struct proto_list_entry {
 	uint64_t size;
 	uint32_t producers, consumers; /* endpoints attached now */
 	int32_t node;   /* NUMA node its pages were placed on, PINSHM_NODE_ANY: none */
+	uint32_t backend; /* PINSHM_BACKEND_* */
 };
 
 /* One user in a STATUS reply. */
@@ -165,7 +166,9 @@ struct proto_msg {
 		} create;
 		struct {
 			uint64_t size;
-			uint32_t state; /* PINSHM_LIST_* */
+			uint32_t state;   /* PINSHM_LIST_* */
+			uint32_t backend; /* PINSHM_BACKEND_* */
+			uint64_t id;      /* the channel's number (as in CLOSE) */
 		} create_reply;
 		struct {
 			char name[PROTO_NAME_FIELD];
@@ -175,6 +178,7 @@ struct proto_msg {
 			uint32_t endpoint;
 			struct proto_geometry geo;
 			uint64_t size;
+			uint64_t id; /* the channel's number (as in CLOSE) */
 		} open_reply;
 		struct {
 			char name[PROTO_NAME_FIELD];

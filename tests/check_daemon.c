@@ -1693,8 +1693,9 @@ START_TEST(test_bad_config)
 		"[access]\nallow_users = root\nallow_groups = pinshm-no-such-group\n",
 		"[daemon]\nbudget = 1G\nbudget = 2G\n",
 		"[daemon]\n# budget\n[user pinshm-no-such-user]\n",
+		"[daemon]\nbackend = tmpfs\n",
 	};
-	static const unsigned line[] = {3, 3, 4, 3, 3, 3, 0};
+	static const unsigned line[] = {3, 3, 4, 3, 3, 3, 0, 2};
 	char want[160], buf[32];
 
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -312,7 +312,8 @@ START_TEST(test_json_list)
 		{.name = "q", .kind = PINSHM_QUEUE, .capacity = 65536, .max_producers = 2, .max_consumers = 1,
 		 .state = PINSHM_LIST_PINNED, .uid = 4000000001u, .gid = 4000000001u, .mode = 0640, .size = 200000},
 		{.name = "t", .kind = PINSHM_TOPIC, .flags = PINSHM_OVERRUN, .capacity = 4096, .max_producers = 1,
-		 .max_consumers = 3, .state = PINSHM_LIST_SEALED | PINSHM_LIST_PERSISTENT, .mode = 0600},
+		 .max_consumers = 3, .state = PINSHM_LIST_SEALED | PINSHM_LIST_PERSISTENT, .mode = 0600,
+		 .backend = PINSHM_BACKEND_SHM},
 	};
 	char buf[4096];
 	FILE *f = fmemopen(buf, sizeof(buf), "w");
@@ -324,6 +325,8 @@ START_TEST(test_json_list)
 	HAS(buf, "\"mode\": \"0640\"");
 	HAS(buf, "\"permissions\": \"rw-r-----\"");
 	HAS(buf, "\"overrun\": true");
+	HAS(buf, "\"backend\": \"?\""); /* a value this version does not know */
+	HAS(buf, "\"backend\": \"shm\"");
 	f = fmemopen(buf, sizeof(buf), "w");
 	ctl_print_json(f, e, 0);
 	fclose(f);
@@ -350,15 +353,20 @@ START_TEST(test_create_ls_rm)
 	    "--mode", "640");
 	ck_assert_str_eq(r.out, "");
 	CTL(&d, &r, 0, "create", "--topic", "--overrun", "t.1", "--max-message", "1k", "--mode",
-	    "0604");
+	    "0604", "--backend", "shm");
+	CTL(&d, &r, 2, "create", "bad-backend", "--backend", "tmpfs");
+	HAS(r.err, "--backend must be auto, memfd or shm");
 	CTL(&d, &r, 0, "ls");
+	HAS(r.out, "BACKEND");
 	ck_assert_ptr_nonnull(table_line(r.out, "q1", line, sizeof(line)));
+	HAS(line, " memfd ");
 	HAS(line, "queue");
 	HAS(line, "rw-r-----");
 	HAS(line, "0/2");
 	HAS(line, "0/3");
 	ck_assert_ptr_nonnull(table_line(r.out, "t.1", line, sizeof(line)));
 	HAS(line, "topic,overrun");
+	HAS(line, " shm ");
 	ctl_mode_string(0604, mode);
 	HAS(line, mode);
 
@@ -381,6 +389,8 @@ START_TEST(test_create_ls_rm)
 	ck_assert_uint_eq(e[1].kind, PINSHM_TOPIC);
 	ck_assert_uint_eq(e[1].flags, PINSHM_OVERRUN);
 	ck_assert_uint_eq(e[1].max_message, 1024);
+	ck_assert_uint_eq(e[0].backend, PINSHM_BACKEND_MEMFD);
+	ck_assert_uint_eq(e[1].backend, PINSHM_BACKEND_SHM);
 	free(e);
 
 	/* Attached endpoints show up. */
@@ -410,7 +420,7 @@ START_TEST(test_ls_json)
 	ctl_daemon_start(&d);
 	CTL(&d, &r, 0, "ls", "--json");
 	ck_assert_str_eq(r.out, "[]\n");
-	CTL(&d, &r, 0, "create", "js-a", "--capacity", "8k", "--mode", "600");
+	CTL(&d, &r, 0, "create", "js-a", "--capacity", "8k", "--mode", "600", "--backend", "memfd");
 	CTL(&d, &r, 0, "create", "js_b", "--topic", "--consumers", "4");
 	CTL(&d, &r, 0, "ls", "--json");
 	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
@@ -421,6 +431,8 @@ START_TEST(test_ls_json)
 	HAS(r.out, "\"mode\": \"0600\"");
 	HAS(r.out, "\"persistent\": true");
 	HAS(r.out, "\"max_consumers\": 4");
+	HAS(r.out, "\"backend\": \"memfd\"");
+	HAS(r.out, "\"damaged\": false");
 	static const char *const fields[] = {"owner", "group", "uid", "gid", "permissions", "size", "pinned",
 					     "sealed", "producers", "consumers", "max_message", "overrun"};
 	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {

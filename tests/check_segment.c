@@ -1,5 +1,6 @@
 /*
- * check_segment.c - pinshmd's segments: NUMA placement, huge pages, the pool.
+ * check_segment.c - pinshmd's segments: NUMA placement, huge pages, the pool,
+ * the backends (sealed memfd, shm) and the guard against a shrunk segment.
  *
  * Integration tests: each starts a real pinshmd (--user, as the test's user,
  * on a socket in a temporary folder) and looks at the pages of what it made
@@ -10,8 +11,11 @@
  * This machine has one NUMA node: the daemon's test hook
  * PINSHMD_TEST_NUMA_NODES makes it believe in more, placed on node 0.
  * Huge pages need root to reserve (vm.nr_hugepages, restored after).
+ * The shrink tests reach the daemon's segment through /proc/PID/fd (root,
+ * or the daemon's user); the guard test links daemon/segment.c.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <numaif.h>
@@ -27,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../daemon/segment.h"
 #include "daemonutil.h"
 #include "pinshm.h"
 #include "testutil.h"
@@ -596,6 +601,263 @@ START_TEST(test_pool_budget)
 }
 END_TEST
 
+/* ======================================================================== */
+/* Backends: sealed memfd and POSIX shared memory                            */
+/* ======================================================================== */
+
+/* Entries of /dev/shm whose name has "pinshm" in it. */
+static unsigned shm_entries(void)
+{
+	DIR *dir = opendir("/dev/shm");
+	unsigned n = 0;
+
+	if (!dir)
+		return 0;
+	for (struct dirent *e; (e = readdir(dir));)
+		n += strstr(e->d_name, "pinshm") != NULL;
+	closedir(dir);
+	return n;
+}
+
+/* A new descriptor, opened read-write, of the file that the daemon's
+ * descriptor whose link holds @p what refers to (as root or its user). */
+static int daemon_file(pid_t pid, const char *what)
+{
+	char dirpath[64], path[320], link[256];
+	int fd = -1;
+
+	snprintf(dirpath, sizeof(dirpath), "/proc/%d/fd", (int)pid);
+	DIR *dir = opendir(dirpath);
+	ck_assert_msg(dir != NULL, "%s: %s", dirpath, strerror(errno));
+	for (struct dirent *e; fd < 0 && (e = readdir(dir));) {
+		snprintf(path, sizeof(path), "%s/%s", dirpath, e->d_name);
+		ssize_t n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		if (strstr(link, what))
+			fd = open(path, O_RDWR | O_CLOEXEC);
+	}
+	closedir(dir);
+	ck_assert_msg(fd >= 0, "pinshmd %d holds no open file '%s'", (int)pid, what);
+	return fd;
+}
+
+/* The backend asked for, the default (auto: a sealed memfd), shown in the
+ * list; an shm channel carries messages and leaves nothing in /dev/shm;
+ * requests that make no sense are refused. */
+START_TEST(test_backend_choice)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *tx, *rx;
+	struct mapping m;
+	char buf[16];
+	size_t len;
+	unsigned before = shm_entries();
+
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	seg_daemon_start(&d, NULL, NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_create(c, "b-shm", &attr, 0600, PINSHM_USE_SHM), 0);
+	CLIENT_RC(c, pinshm_create(c, "b-memfd", &attr, 0600, PINSHM_USE_MEMFD), 0);
+	CLIENT_RC(c, pinshm_create(c, "b-own", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "b-shared", &attr, 0660, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "b-both", &attr, 0600, PINSHM_USE_SHM | PINSHM_USE_MEMFD), -EINVAL);
+	CLIENT_RC(c, pinshm_create(c, "b-huge", &attr, 0600, PINSHM_USE_SHM | PINSHM_HUGEPAGES), -EINVAL);
+	ck_assert_msg(strstr(pinshm_client_error(c), "huge pages") != NULL, "%s", pinshm_client_error(c));
+
+	pinshm_list_entry_t e = list_get(c, "b-shm");
+	ck_assert_uint_eq(e.backend, PINSHM_BACKEND_SHM);
+	ck_assert(!(e.state & (PINSHM_LIST_SEALED | PINSHM_LIST_DAMAGED)));
+	e = list_get(c, "b-memfd");
+	ck_assert_uint_eq(e.backend, PINSHM_BACKEND_MEMFD);
+	ck_assert(e.state & PINSHM_LIST_SEALED);
+	ck_assert_uint_eq(list_get(c, "b-own").backend, PINSHM_BACKEND_MEMFD);
+	ck_assert_uint_eq(list_get(c, "b-shared").backend, PINSHM_BACKEND_MEMFD);
+
+	CLIENT_RC(c, pinshm_open(c, "b-shm", PINSHM_CONSUMER, &rx), 0);
+	CLIENT_RC(c, pinshm_open(c, "b-shm", PINSHM_PRODUCER, &tx), 0);
+	ck_assert_int_eq(pinshm_send(tx, "posix", 6, 1000), 0);
+	ck_assert_int_eq(pinshm_recv(rx, buf, sizeof(buf), &len, 1000), 0);
+	ck_assert_str_eq(buf, "posix");
+	ck_assert_msg(find_mapping("/dev/shm/pinshm.", &m), "the shm segment is not mapped here");
+	ck_assert_uint_eq(shm_entries(), before); /* unlinked at once */
+	e = list_get(c, "b-shm");
+	ck_assert_uint_eq(e.producers, 1);
+	ck_assert_uint_eq(e.consumers, 1);
+	pinshm_channel_close(tx);
+	pinshm_channel_close(rx);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	ck_assert_uint_eq(shm_entries(), before);
+}
+END_TEST
+
+/* `backend = shm` in the config: every channel on shm, even a shared one,
+ * except what asks for a memfd or for huge pages. */
+START_TEST(test_backend_config)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	seg_daemon_start(&d, "[daemon]\nbackend = shm\n", NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_create(c, "c-shared", &attr, 0666, 0), 0);
+	CLIENT_RC(c, pinshm_create(c, "c-memfd", &attr, 0600, PINSHM_USE_MEMFD), 0);
+	ck_assert_uint_eq(list_get(c, "c-shared").backend, PINSHM_BACKEND_SHM);
+	ck_assert_uint_eq(list_get(c, "c-memfd").backend, PINSHM_BACKEND_MEMFD);
+	ck_assert(log_has(&d, "'c-shared' created by uid") && log_has(&d, "queue, shm,"));
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* Where this kernel has no sealed memfd (the test hook pretends so), `auto`
+ * puts an owner-only channel on shm and refuses a shared one. */
+START_TEST(test_backend_fallback)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	setenv("PINSHMD_TEST_NO_MEMFD", "1", 1);
+	seg_daemon_start(&d, NULL, NULL);
+	unsetenv("PINSHMD_TEST_NO_MEMFD");
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_create(c, "f-own", &attr, 0600, 0), 0);
+	ck_assert_uint_eq(list_get(c, "f-own").backend, PINSHM_BACKEND_SHM);
+	ck_assert(log_has(&d, "no sealed memfd here"));
+	CLIENT_RC(c, pinshm_create(c, "f-shared", &attr, 0640, 0), -EINVAL);
+	CLIENT_RC(c, pinshm_create(c, "f-memfd", &attr, 0600, PINSHM_USE_MEMFD), -EINVAL);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A client shrinks its shm segment to nothing: the daemon does not crash;
+ * it reports the channel damaged, refuses to open it, reaps and destroys it
+ * as usual, and keeps serving.  A sealed segment cannot be shrunk at all. */
+START_TEST(test_shm_shrunk)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *tx, *rx, *ch;
+	unsigned before = shm_entries();
+
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	seg_daemon_start(&d, NULL, NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_create(c, "s-shm", &attr, 0600, PINSHM_USE_SHM), 0);
+	CLIENT_RC(c, pinshm_create(c, "s-sealed", &attr, 0600, PINSHM_USE_MEMFD), 0);
+	CLIENT_RC(c, pinshm_open(c, "s-shm", PINSHM_CONSUMER, &rx), 0);
+	CLIENT_RC(c, pinshm_open(c, "s-shm", PINSHM_PRODUCER, &tx), 0);
+
+	int fd = daemon_file(d.pid, "memfd:pinshm:s-sealed");
+	ck_assert_int_eq(ftruncate(fd, 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+	close(fd);
+
+	fd = daemon_file(d.pid, "/dev/shm/pinshm.");
+	ck_assert_int_eq(ftruncate(fd, 0), 0);
+	close(fd);
+	/* This process's mappings of it fault now: leave them untouched. */
+	pinshm_channel_forget(tx);
+	pinshm_channel_forget(rx);
+
+	pinshm_list_entry_t e = list_get(c, "s-shm");
+	ck_assert(e.state & PINSHM_LIST_DAMAGED);
+	ck_assert_uint_eq(e.producers + e.consumers, 0);
+	CLIENT_RC(c, pinshm_open(c, "s-shm", PINSHM_CONSUMER, &ch), -EBADMSG);
+	ck_assert(log_has(&d, "a client shrank it"));
+	ck_assert(!(list_get(c, "s-sealed").state & PINSHM_LIST_DAMAGED));
+	pinshm_disconnect(c); /* reaps both endpoints, destroys both channels */
+	wait_log_count(&d, "channel 's-shm' destroyed", 1);
+
+	c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_create(c, "s-shm", &attr, 0600, PINSHM_USE_SHM), 0);
+	CLIENT_RC(c, pinshm_open(c, "s-shm", PINSHM_CONSUMER, &ch), 0);
+	ck_assert(!(list_get(c, "s-shm").state & PINSHM_LIST_DAMAGED));
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d); /* exits 0: it never took a signal */
+	ck_assert_uint_eq(shm_entries(), before);
+}
+END_TEST
+
+/* ---- segment_access(), linked in: the SIGBUS guard itself ----------------- */
+
+struct shrink_arg {
+	int fd;
+	bool shrink;
+	int calls;
+};
+
+/* Read the last byte of the segment, after shrinking it first if asked:
+ * the read faults exactly where the guard must catch it. */
+static int read_last(void *base, void *arg)
+{
+	struct shrink_arg *a = arg;
+
+	a->calls++;
+	if (a->shrink && ftruncate(a->fd, 0) != 0)
+		return -errno;
+	return ((volatile uint8_t *)base)[64 * KiB - 1];
+}
+
+START_TEST(test_guard_sigbus)
+{
+	struct segment s;
+	struct segment_opts o = {.node = PINSHM_NODE_ANY, .shm = true};
+
+	ck_assert_int_eq(segment_alloc(&s, 64 * KiB, &o, "guard"), 0);
+	ck_assert_uint_eq(s.backend, PINSHM_BACKEND_SHM);
+	((uint8_t *)s.base)[64 * KiB - 1] = 7;
+	struct shrink_arg a = {.fd = s.fd};
+	ck_assert_int_eq(segment_access(&s, read_last, &a), 7);
+	ck_assert(!s.damaged);
+	/* Shrunk between the check and the access: the fault comes back as -EBADMSG. */
+	a.shrink = true;
+	ck_assert_int_eq(segment_access(&s, read_last, &a), -EBADMSG);
+	ck_assert(s.damaged);
+	ck_assert_int_eq(a.calls, 2);
+	/* Damaged: never touched again. */
+	ck_assert_int_eq(segment_access(&s, read_last, &a), -EBADMSG);
+	ck_assert_int_eq(a.calls, 2);
+	segment_destroy(&s);
+
+	/* Shrunk before the access: fstat sees it, the function is not run. */
+	ck_assert_int_eq(segment_alloc(&s, 64 * KiB, &o, "guard"), 0);
+	ck_assert_int_eq(ftruncate(s.fd, 4096), 0);
+	a = (struct shrink_arg){.fd = s.fd};
+	ck_assert_int_eq(segment_access(&s, read_last, &a), -EBADMSG);
+	ck_assert_int_eq(a.calls, 0);
+
+	/* A fault outside any guard is not swallowed: the process dies of it. */
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		volatile uint8_t *p = s.base;
+		_exit(p[64 * KiB - 1] == 0 ? 10 : 11);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS, "status %#x", st);
+	segment_destroy(&s);
+
+	/* A sealed memfd cannot be shrunk: no guard needed. */
+	o.shm = false;
+	ck_assert_int_eq(segment_alloc(&s, 64 * KiB, &o, "guard"), 0);
+	ck_assert(s.sealed);
+	ck_assert_int_eq(ftruncate(s.fd, 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+	a = (struct shrink_arg){.fd = s.fd};
+	ck_assert_int_eq(segment_access(&s, read_last, &a), 0);
+	segment_destroy(&s);
+}
+END_TEST
+
 static Suite *segment_suite(void)
 {
 	Suite *s = suite_create("segment");
@@ -612,6 +874,14 @@ static Suite *segment_suite(void)
 	/* In the parent: restored even when the test's child fails. */
 	tcase_add_unchecked_fixture(tc, huge_setup, huge_teardown);
 	tcase_add_test(tc, test_hugepages);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("backend");
+	tcase_add_test(tc, test_backend_choice);
+	tcase_add_test(tc, test_backend_config);
+	tcase_add_test(tc, test_backend_fallback);
+	tcase_add_test(tc, test_shm_shrunk);
+	tcase_add_test(tc, test_guard_sigbus);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("pool");
