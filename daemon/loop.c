@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -458,17 +459,52 @@ static void on_signal(struct loop *l)
 	}
 }
 
-/* How long epoll may wait: until accepting is to be tried again, if paused. */
+/* Whether a connection waits in the listening socket's backlog. */
+static bool accept_waiting(struct loop *l)
+{
+	struct pollfd p = {.fd = l->listen_fd, .events = POLLIN};
+
+	return poll(&p, 1, 0) == 1;
+}
+
+/* With exit_idle_ms: stop once idle that long.  @return the ms left
+ * before it would, or -1 (not idle, or no such limit). */
+static int idle_timeout(struct loop *l)
+{
+	if (!l->exit_idle_ms || l->nconns > 0 || l->ctx.reg->count > 0) {
+		l->idle_since = 0;
+		return -1;
+	}
+	uint64_t now = now_ms();
+	if (!l->idle_since)
+		l->idle_since = now;
+	uint64_t end = l->idle_since + l->exit_idle_ms;
+	if (now < end)
+		return (int)(end - now > INT_MAX ? INT_MAX : end - now);
+	if (accept_waiting(l))
+		return 0; /* served first */
+	log_notice("no connection and no channel for %llu s: exiting", (unsigned long long)(l->exit_idle_ms / 1000));
+	l->ctx.stop = true;
+	return 0;
+}
+
+/* How long epoll may wait: until accepting is to be tried again, if
+ * paused, or until an idle daemon is to exit. */
 static int wait_timeout(struct loop *l)
 {
+	int idle = idle_timeout(l);
+
 	if (!l->accept_paused)
-		return -1;
+		return idle;
 	uint64_t now = now_ms();
+	int retry;
 	if (now >= l->accept_retry_at) {
 		accept_resume(l);
-		return l->accept_paused ? (int)LOOP_ACCEPT_RETRY_MS : -1;
+		retry = l->accept_paused ? (int)LOOP_ACCEPT_RETRY_MS : -1;
+	} else {
+		retry = (int)(l->accept_retry_at - now);
 	}
-	return (int)(l->accept_retry_at - now);
+	return idle < 0 || (retry >= 0 && retry < idle) ? retry : idle;
 }
 
 int loop_run(struct loop *l)
@@ -477,6 +513,8 @@ int loop_run(struct loop *l)
 
 	while (!l->ctx.stop) {
 		int timeout = wait_timeout(l);
+		if (l->ctx.stop)
+			break; /* idle */
 		struct pool *pool = l->ctx.reg->pool;
 		if (pool && pool_wants(pool))
 			timeout = 0; /* nothing waiting: make a ready segment */

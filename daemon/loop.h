@@ -27,6 +27,11 @@
  * when even that fails, accepting pauses until a connection closes or
  * LOOP_ACCEPT_RETRY_MS have passed.
  *
+ * Exit when idle (exit_idle_ms, pinshmd --exit-idle; for a daemon that a
+ * client started): the loop stops once no connection has been open and no
+ * channel alive (named or not; the pool's ready segments do not count) for
+ * exit_idle_ms, unless a connection waits to be accepted.
+ *
  * Limits: LOOP_MAX_CONNECTIONS connections in all (not per user), one
  * reply held per connection; a connection that sends without reading its
  * replies is no longer read, and holds its slot until it closes (there is
@@ -63,6 +68,8 @@ struct loop {
 	unsigned nrefused;  /* of them, refused, waiting for their first request */
 	uint64_t next_id;
 	struct account *acct; /* connections counted per user; its config admits them */
+	uint64_t exit_idle_ms; /* 0, or stop after this long with no connection and no channel */
+	uint64_t idle_since;   /* CLOCK_MONOTONIC ms when it last became idle, 0: not idle */
 	void (*reload)(void *arg); /* on SIGHUP */
 	void *reload_arg;
 	struct request_ctx ctx;

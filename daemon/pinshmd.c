@@ -35,10 +35,13 @@
 #define WANTED_NOFILE \
 	(REGISTRY_MAX_CHANNELS + 2 * LOOP_MAX_CONNECTIONS + CONFIG_POOL_MAX_SIZES * CONFIG_POOL_MAX_SEGMENTS + 64)
 
+#define MAX_EXIT_IDLE 86400u /* seconds */
+
 struct options {
 	bool foreground;
 	bool user_mode;
 	int verbose;
+	unsigned exit_idle; /* seconds, 0: never */
 	const char *socket_path; /* NULL: the config's, or the default of the mode */
 	const char *config_path; /* NULL: CONFIG_SYSTEM_FILE if it exists in system mode, else none */
 };
@@ -71,6 +74,8 @@ static void usage(FILE *out)
 		"\n"
 		"  -c, --config FILE  read the configuration FILE (default: %s in\n"
 		"                     system mode if it exists, none in user mode)\n"
+		"      --exit-idle SECONDS  exit once no client has been connected and no\n"
+		"                     channel alive for SECONDS (a daemon started by a client)\n"
 		"  -f, --foreground   stay in the foreground and log to stderr (default:\n"
 		"                     detach and log to syslog)\n"
 		"  -s, --socket PATH  listen on PATH (default: %s, or in user\n"
@@ -86,9 +91,10 @@ static void usage(FILE *out)
 
 static void parse_options(int argc, char **argv, struct options *opt)
 {
-	enum { OPT_USER = 256, OPT_VERSION };
+	enum { OPT_USER = 256, OPT_VERSION, OPT_EXIT_IDLE };
 	static const struct option longopts[] = {
 		{"config", required_argument, NULL, 'c'},
+		{"exit-idle", required_argument, NULL, OPT_EXIT_IDLE},
 		{"foreground", no_argument, NULL, 'f'},
 		{"socket", required_argument, NULL, 's'},
 		{"user", no_argument, NULL, OPT_USER},
@@ -114,6 +120,18 @@ static void parse_options(int argc, char **argv, struct options *opt)
 		case OPT_USER:
 			opt->user_mode = true;
 			break;
+		case OPT_EXIT_IDLE: {
+			char *end;
+			errno = 0;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-' || v == 0 || v > MAX_EXIT_IDLE) {
+				fprintf(stderr, "pinshmd: --exit-idle: '%s' is not a number of seconds 1..%u\n", optarg,
+					MAX_EXIT_IDLE);
+				exit(EXIT_FAILURE);
+			}
+			opt->exit_idle = (unsigned)v;
+			break;
+		}
 		case 'v':
 			opt->verbose++;
 			break;
@@ -357,6 +375,7 @@ int main(int argc, char **argv)
 		free(dc.path);
 		return EXIT_FAILURE;
 	}
+	loop.exit_idle_ms = (uint64_t)opt.exit_idle * 1000u;
 	log_notice("pinshmd %s listening on %s (%s mode, protocol %u, layout %u)", pinshm_version(), ln.path,
 		   opt.user_mode ? "user" : "system", PINSHM_PROTOCOL_VERSION, PINSHM_LAYOUT_VERSION);
 	log_config("configuration", dc.cfg);

@@ -398,6 +398,36 @@ typedef struct pinshm_client pinshm_client_t;
  */
 PINSHM_EXPORT int pinshm_connect(const char *socket_path, pinshm_client_t **out);
 
+/* Flags of pinshm_connect_flags(). */
+#define PINSHM_CONNECT_AUTOSTART 0x1u /* start a user-mode pinshmd where none answers */
+
+/* How long pinshm_connect_flags() may take to start a daemon, in all. */
+#define PINSHM_AUTOSTART_TIMEOUT_MS 10000
+
+/**
+ * pinshm_connect(), and where no daemon answers (-ENOENT, -ECONNREFUSED)
+ * and starting one is allowed, start a user-mode pinshmd, as D-Bus starts
+ * a session bus, then connect to it.  Only one starts when many clients
+ * race: they take turns on a lock file (SOCKET.start) and find the first
+ * one's daemon serving.  The daemon runs as the caller, on @p socket_path
+ * (NULL: $PINSHM_SOCKET if set and not empty, else the user-mode default;
+ * the system socket is used, not started, where it answers), and exits
+ * once no client has been connected and no channel alive for
+ * $PINSHM_AUTOSTART_IDLE seconds (default 60).  The binary:
+ * $PINSHMD, else the pinshmd of the install (sbindir).
+ *
+ * Allowed: $PINSHM_AUTOSTART=0 never; =1 always (plain pinshm_connect()
+ * too); unset or anything else: where @p flags has PINSHM_CONNECT_AUTOSTART.
+ * @param flags  0 or PINSHM_CONNECT_AUTOSTART.
+ * @return as pinshm_connect(), and -EINVAL (unknown flags), -ETIMEDOUT
+ *         (the daemon started did not answer within
+ *         PINSHM_AUTOSTART_TIMEOUT_MS), -EPERM (the user-mode folder is
+ *         not the caller's, or open to others), or the errno of the
+ *         daemon's spawn (-ENOENT: no pinshmd there); the reason in
+ *         pinshm_client_error(NULL).
+ */
+PINSHM_EXPORT int pinshm_connect_flags(const char *socket_path, unsigned flags, pinshm_client_t **out);
+
 /**
  * Close the connection and free @p c (NULL is ignored).  Endpoints opened
  * through it that are still attached are marked dead by the daemon: close

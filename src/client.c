@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "autostart.h"
 #include "channel.h"
 #include "fdpass.h"
 #include "protocol.h"
@@ -223,7 +224,47 @@ static int connect_default(char *where, size_t len)
 	return fd;
 }
 
+/*
+ * Connect to the daemon at @p socket_path (NULL: where pinshm_connect(NULL)
+ * looks), starting one where none answers and autostart_allowed().
+ * @return the socket or -errno; @p where: the path tried last.
+ */
+static int connect_or_start(const char *socket_path, unsigned flags, char *where, size_t len)
+{
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	const char *env = getenv("PINSHM_SOCKET");
+	int fd;
+
+	if (socket_path) {
+		snprintf(where, len, "%s", socket_path);
+		fd = connect_path(socket_path);
+	} else {
+		fd = connect_default(where, len);
+	}
+	if ((fd != -ENOENT && fd != -ECONNREFUSED) || !autostart_allowed(flags))
+		return fd;
+	bool default_path = !socket_path && !(env && env[0]);
+	if (default_path) {
+		int rc = proto_user_socket_path(path, sizeof(path), geteuid());
+		if (rc != 0)
+			return rc;
+	} else {
+		snprintf(path, sizeof(path), "%s", socket_path ? socket_path : env);
+	}
+	snprintf(where, len, "%s", path);
+	int rc = autostart_daemon(path, default_path, connect_error, sizeof(connect_error));
+	if (rc != 0)
+		return rc;
+	fd = connect_path(path);
+	return fd >= 0 && default_path ? check_user_daemon(fd, where) : fd;
+}
+
 int pinshm_connect(const char *socket_path, pinshm_client_t **out)
+{
+	return pinshm_connect_flags(socket_path, 0, out);
+}
+
+int pinshm_connect_flags(const char *socket_path, unsigned flags, pinshm_client_t **out)
 {
 	char where[sizeof(((struct sockaddr_un *)0)->sun_path) + 16];
 	struct proto_msg req = {.h.type = PROTO_HELLO}, rep;
@@ -231,39 +272,44 @@ int pinshm_connect(const char *socket_path, pinshm_client_t **out)
 
 	*out = NULL;
 	connect_error[0] = '\0';
-	pinshm_client_t *c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	if (socket_path) {
-		snprintf(where, sizeof(where), "%s", socket_path);
-		c->fd = connect_path(socket_path);
-	} else {
-		c->fd = connect_default(where, sizeof(where));
+	if (flags & ~PINSHM_CONNECT_AUTOSTART) {
+		snprintf(connect_error, sizeof(connect_error), "unknown connect flags %#x",
+			 flags & ~PINSHM_CONNECT_AUTOSTART);
+		return -EINVAL;
 	}
-	if (c->fd < 0) {
-		rc = c->fd;
-		if (!connect_error[0])
-			snprintf(connect_error, sizeof(connect_error), "cannot connect to pinshmd at %s: %s", where,
-				 strerror(-rc));
-		free(c);
-		return rc;
-	}
+	/* A second try where a daemon exiting idle closed the first connection. */
+	for (int attempt = 0;; attempt++) {
+		pinshm_client_t *c = calloc(1, sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		c->fd = connect_or_start(socket_path, flags, where, sizeof(where));
+		if (c->fd < 0) {
+			rc = c->fd;
+			if (!connect_error[0])
+				snprintf(connect_error, sizeof(connect_error), "cannot connect to pinshmd at %s: %s",
+					 where, strerror(-rc));
+			free(c);
+			return rc;
+		}
 
-	req.u.hello.version = PROTO_VERSION;
-	req.u.hello.library = LIBRARY_VERSION_CODE;
-	rc = transact(c, &req, &rep, NULL);
-	if (rc == 0 && rep.u.hello_reply.version != PROTO_VERSION)
-		rc = client_fail(c, -EPROTO, "pinshmd speaks protocol version %u, this library %u",
-				 rep.u.hello_reply.version, PROTO_VERSION);
-	if (rc != 0) {
+		req.u.hello.version = PROTO_VERSION;
+		req.u.hello.library = LIBRARY_VERSION_CODE;
+		rc = transact(c, &req, &rep, NULL);
+		if (rc == 0 && rep.u.hello_reply.version != PROTO_VERSION)
+			rc = client_fail(c, -EPROTO, "pinshmd speaks protocol version %u, this library %u",
+					 rep.u.hello_reply.version, PROTO_VERSION);
+		if (rc == 0) {
+			c->daemon_flags = rep.u.hello_reply.flags;
+			*out = c;
+			return 0;
+		}
 		snprintf(connect_error, sizeof(connect_error), "pinshmd at %s: %s", where,
 			 c->error[0] ? c->error : strerror(-rc));
 		pinshm_disconnect(c);
-		return rc;
+		if (rc != -ECONNRESET || attempt > 0 || !autostart_allowed(flags))
+			return rc;
+		connect_error[0] = '\0';
 	}
-	c->daemon_flags = rep.u.hello_reply.flags;
-	*out = c;
-	return 0;
 }
 
 int pinshm_disconnect(pinshm_client_t *c)
