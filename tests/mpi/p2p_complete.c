@@ -1,0 +1,309 @@
+/*
+ * p2p_complete.c - completion: Wait, Waitall, Waitany, Waitsome, Test,
+ * Testall, Testany, Testsome on arrays that mix point-to-point requests,
+ * requests of other operations (Ibarrier, Ibcast) and MPI_REQUEST_NULL, with
+ * statuses and MPI_STATUS(ES)_IGNORE; arrays of nothing but
+ * MPI_REQUEST_NULL; Request_get_status before and after completion;
+ * Request_free of an active send; Cancel + Test_cancelled (a cancelled
+ * receive, and one that had completed); Request_c2f/f2c; and, last,
+ * MPI_Finalize right after sends whose requests were freed.
+ *
+ * Call families: nonblocking, blocking (the "go" messages and the receives
+ * of the freed sends).
+ */
+#include "mpitest.h"
+
+#define MIXED 6
+
+struct mixed {
+	MPI_Request rq[MIXED];
+	int in[64], out[64], bc[4];
+	int recv_at, send_at; /* indices of the Irecv and the Isend in rq */
+};
+
+/* [Ibarrier, Irecv, NULL, Isend, Ibcast, NULL], rotated by @p rot. */
+static void mixed_start(struct mixed *m, int peer, int tag, int rot)
+{
+	int pos[MIXED];
+
+	for (int i = 0; i < MIXED; i++)
+		pos[i] = (i + rot) % MIXED;
+	for (int i = 0; i < 64; i++) {
+		m->out[i] = mt_rank * 1000 + tag + i;
+		m->in[i] = -1;
+	}
+	for (int i = 0; i < 4; i++)
+		m->bc[i] = mt_rank == 0 ? 77 + i + tag : -1;
+	m->recv_at = pos[1];
+	m->send_at = pos[3];
+	MT_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &m->rq[pos[0]]));
+	MT_MPI(MPI_Irecv(m->in, 64, MPI_INT, peer, tag, MPI_COMM_WORLD, &m->rq[pos[1]]));
+	m->rq[pos[2]] = MPI_REQUEST_NULL;
+	MT_MPI(MPI_Isend(m->out, 64, MPI_INT, peer, tag, MPI_COMM_WORLD, &m->rq[pos[3]]));
+	MT_MPI(MPI_Ibcast(m->bc, 4, MPI_INT, 0, MPI_COMM_WORLD, &m->rq[pos[4]]));
+	m->rq[pos[5]] = MPI_REQUEST_NULL;
+}
+
+static void mixed_check(struct mixed *m, int peer, int tag)
+{
+	for (int i = 0; i < 64; i++)
+		MT_CHECK(m->in[i] == peer * 1000 + tag + i, "mixed array: in[%d] = %d", i, m->in[i]);
+	for (int i = 0; i < 4; i++)
+		MT_CHECK(m->bc[i] == 77 + i + tag, "mixed array: Ibcast %d", m->bc[i]);
+	for (int i = 0; i < MIXED; i++)
+		MT_CHECK(m->rq[i] == MPI_REQUEST_NULL, "request %d not freed by its completion", i);
+}
+
+/* A status of the array: that of the receive must name it. */
+static void mixed_status(struct mixed *m, int idx, MPI_Status *st, int peer, int tag)
+{
+	if (idx == m->recv_at)
+		MT_CHECK_STATUS(*st, peer, tag, 64, MPI_INT);
+}
+
+static void completions(int peer)
+{
+	struct mixed m;
+	MPI_Status st[MIXED];
+	int tag = 0;
+
+	/* Wait one by one. */
+	mixed_start(&m, peer, ++tag, 0);
+	for (int i = MIXED - 1; i >= 0; i--) {
+		MT_MPI(MPI_Wait(&m.rq[i], &st[i]));
+		mixed_status(&m, i, &st[i], peer, tag);
+	}
+	mixed_check(&m, peer, tag);
+
+	/* Waitall, statuses and STATUSES_IGNORE. */
+	mixed_start(&m, peer, ++tag, 1);
+	MT_MPI(MPI_Waitall(MIXED, m.rq, st));
+	mixed_status(&m, m.recv_at, &st[m.recv_at], peer, tag);
+	mixed_check(&m, peer, tag);
+	mixed_start(&m, peer, ++tag, 2);
+	MT_MPI(MPI_Waitall(MIXED, m.rq, MPI_STATUSES_IGNORE));
+	mixed_check(&m, peer, tag);
+
+	/* Waitany until MPI_UNDEFINED: each active request exactly once. */
+	mixed_start(&m, peer, ++tag, 3);
+	int seen = 0, idx;
+	for (;;) {
+		MPI_Status s;
+		MT_MPI(MPI_Waitany(MIXED, m.rq, &idx, &s));
+		if (idx == MPI_UNDEFINED)
+			break;
+		MT_CHECK(idx >= 0 && idx < MIXED && !(seen & 1 << idx), "Waitany index %d (seen %#x)", idx, seen);
+		seen |= 1 << idx;
+		mixed_status(&m, idx, &s, peer, tag);
+	}
+	MT_CHECK(__builtin_popcount(seen) == 4, "Waitany completed %d requests, want 4", __builtin_popcount(seen));
+	mixed_check(&m, peer, tag);
+
+	/* Waitsome until MPI_UNDEFINED. */
+	mixed_start(&m, peer, ++tag, 4);
+	seen = 0;
+	for (;;) {
+		int out = -1, ind[MIXED];
+		MT_MPI(MPI_Waitsome(MIXED, m.rq, &out, ind, st));
+		if (out == MPI_UNDEFINED)
+			break;
+		MT_CHECK(out >= 1 && out <= MIXED, "Waitsome outcount %d", out);
+		for (int i = 0; i < out; i++) {
+			MT_CHECK(!(seen & 1 << ind[i]), "Waitsome gave %d twice", ind[i]);
+			seen |= 1 << ind[i];
+			mixed_status(&m, ind[i], &st[i], peer, tag);
+		}
+	}
+	MT_CHECK(__builtin_popcount(seen) == 4, "Waitsome completed %d requests", __builtin_popcount(seen));
+	mixed_check(&m, peer, tag);
+
+	/* Test one by one, STATUS_IGNORE. */
+	mixed_start(&m, peer, ++tag, 5);
+	for (int done = 0; !done;) {
+		done = 1;
+		for (int i = 0; i < MIXED; i++) {
+			int flag = 0;
+			MT_MPI(MPI_Test(&m.rq[i], &flag, MPI_STATUS_IGNORE));
+			done &= flag;
+		}
+	}
+	mixed_check(&m, peer, tag);
+
+	/* Testall: all or nothing. */
+	mixed_start(&m, peer, ++tag, 0);
+	for (int flag = 0; !flag;) {
+		MT_MPI(MPI_Testall(MIXED, m.rq, &flag, st));
+		if (!flag)
+			for (int i = 0; i < MIXED; i++)
+				MT_CHECK(i == 2 || i == 5 || m.rq[i] != MPI_REQUEST_NULL,
+					 "Testall without completion freed request %d", i);
+		else
+			mixed_status(&m, m.recv_at, &st[m.recv_at], peer, tag);
+	}
+	mixed_check(&m, peer, tag);
+
+	/* Testany until flag with MPI_UNDEFINED. */
+	mixed_start(&m, peer, ++tag, 1);
+	seen = 0;
+	for (;;) {
+		int flag = 0;
+		MPI_Status s;
+		MT_MPI(MPI_Testany(MIXED, m.rq, &idx, &flag, &s));
+		if (flag && idx == MPI_UNDEFINED)
+			break;
+		if (!flag) {
+			MT_CHECK(idx == MPI_UNDEFINED, "Testany without completion: index %d", idx);
+			continue;
+		}
+		MT_CHECK(!(seen & 1 << idx), "Testany gave %d twice", idx);
+		seen |= 1 << idx;
+		mixed_status(&m, idx, &s, peer, tag);
+	}
+	MT_CHECK(__builtin_popcount(seen) == 4, "Testany completed %d requests", __builtin_popcount(seen));
+	mixed_check(&m, peer, tag);
+
+	/* Testsome until MPI_UNDEFINED, STATUSES_IGNORE. */
+	mixed_start(&m, peer, ++tag, 2);
+	seen = 0;
+	for (;;) {
+		int out = -1, ind[MIXED];
+		MT_MPI(MPI_Testsome(MIXED, m.rq, &out, ind, MPI_STATUSES_IGNORE));
+		if (out == MPI_UNDEFINED)
+			break;
+		MT_CHECK(out >= 0 && out <= MIXED, "Testsome outcount %d", out);
+		for (int i = 0; i < out; i++) {
+			MT_CHECK(!(seen & 1 << ind[i]), "Testsome gave %d twice", ind[i]);
+			seen |= 1 << ind[i];
+		}
+	}
+	MT_CHECK(__builtin_popcount(seen) == 4, "Testsome completed %d requests", __builtin_popcount(seen));
+	mixed_check(&m, peer, tag);
+}
+
+/* Arrays of nothing but MPI_REQUEST_NULL, and a Wait on it. */
+static void all_null(void)
+{
+	MPI_Request rq[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+	MPI_Status st;
+	int idx = 0, flag = 0, out = 0, ind[3];
+
+	MT_MPI(MPI_Wait(&rq[0], &st));
+	MT_CHECK_STATUS(st, MPI_ANY_SOURCE, MPI_ANY_TAG, 0, MPI_INT);
+	MT_MPI(MPI_Test(&rq[0], &flag, &st));
+	MT_CHECK(flag, "Test(MPI_REQUEST_NULL): not complete");
+	MT_MPI(MPI_Waitany(3, rq, &idx, &st));
+	MT_CHECK(idx == MPI_UNDEFINED, "Waitany of nulls: %d", idx);
+	flag = 0;
+	MT_MPI(MPI_Testany(3, rq, &idx, &flag, &st));
+	MT_CHECK(flag && idx == MPI_UNDEFINED, "Testany of nulls: %d %d", flag, idx);
+	MT_MPI(MPI_Waitsome(3, rq, &out, ind, MPI_STATUSES_IGNORE));
+	MT_CHECK(out == MPI_UNDEFINED, "Waitsome of nulls: %d", out);
+	MT_MPI(MPI_Testsome(3, rq, &out, ind, MPI_STATUSES_IGNORE));
+	MT_CHECK(out == MPI_UNDEFINED, "Testsome of nulls: %d", out);
+	flag = 0;
+	MT_MPI(MPI_Testall(3, rq, &flag, MPI_STATUSES_IGNORE));
+	MT_CHECK(flag, "Testall of nulls");
+	MT_MPI(MPI_Waitall(3, rq, MPI_STATUSES_IGNORE));
+	MT_MPI(MPI_Waitall(0, NULL, MPI_STATUSES_IGNORE));
+	flag = 0;
+	MT_MPI(MPI_Request_get_status(MPI_REQUEST_NULL, &flag, &st));
+	MT_CHECK(flag, "Request_get_status(MPI_REQUEST_NULL)");
+}
+
+/* Request_get_status, Request_free, Cancel, c2f/f2c with one peer. */
+static void requests(int peer)
+{
+	int v = mt_rank + 500, w = -1, flag = 1;
+	MPI_Request rq, sq;
+	MPI_Status st;
+
+	/* Before the peer sends (it waits for "go"): not complete. */
+	MT_MPI(MPI_Irecv(&w, 1, MPI_INT, peer, 60, MPI_COMM_WORLD, &rq));
+	MT_MPI(MPI_Request_get_status(rq, &flag, &st));
+	MT_CHECK(!flag, "Request_get_status: complete before the peer sent");
+	MT_MPI(MPI_Sendrecv(NULL, 0, MPI_INT, peer, 61, NULL, 0, MPI_INT, peer, 61, MPI_COMM_WORLD,
+			    MPI_STATUS_IGNORE));
+	/* Through Fortran's handle and back. */
+	MPI_Fint f = MPI_Request_c2f(rq);
+	MPI_Request rq2 = MPI_Request_f2c(f);
+	MT_CHECK(rq2 == rq, "Request_f2c(Request_c2f(r)) != r");
+	/* A send whose request is freed at once: it still arrives. */
+	MT_MPI(MPI_Isend(&v, 1, MPI_INT, peer, 60, MPI_COMM_WORLD, &sq));
+	MT_MPI(MPI_Request_free(&sq));
+	MT_CHECK(sq == MPI_REQUEST_NULL, "Request_free left the handle set");
+	for (flag = 0; !flag;)
+		MT_MPI(MPI_Request_get_status(rq2, &flag, &st));
+	MT_CHECK(rq2 != MPI_REQUEST_NULL, "Request_get_status freed the request");
+	MT_CHECK_STATUS(st, peer, 60, 1, MPI_INT);
+	/* Cancel after completion: no effect. */
+	MT_MPI(MPI_Cancel(&rq2));
+	MT_MPI(MPI_Wait(&rq2, &st));
+	MT_CHECK_STATUS(st, peer, 60, 1, MPI_INT);
+	flag = 1;
+	MT_MPI(MPI_Test_cancelled(&st, &flag));
+	MT_CHECK(!flag, "a completed receive reads as cancelled");
+	MT_CHECK(w == peer + 500, "freed Isend: got %d", w);
+
+	/* A receive that nothing matches, cancelled. */
+	MT_MPI(MPI_Irecv(&w, 1, MPI_INT, MPI_ANY_SOURCE, 62, MPI_COMM_WORLD, &rq));
+	MT_MPI(MPI_Cancel(&rq));
+	MT_MPI(MPI_Wait(&rq, &st));
+	flag = 0;
+	MT_MPI(MPI_Test_cancelled(&st, &flag));
+	MT_CHECK(flag, "a cancelled receive does not read as cancelled");
+	MT_MPI(MPI_Irecv(&w, 1, MPI_INT, peer, 64, MPI_COMM_WORLD, &rq));
+	MT_MPI(MPI_Cancel(&rq));
+	for (flag = 0; !flag;)
+		MT_MPI(MPI_Test(&rq, &flag, &st));
+	MT_MPI(MPI_Test_cancelled(&st, &flag));
+	MT_CHECK(flag, "a cancelled receive (Test) does not read as cancelled");
+	/* The peer still gets through (ahead of it: nothing to match). */
+	MT_MPI(MPI_Sendrecv(&v, 1, MPI_INT, peer, 63, &w, 1, MPI_INT, peer, 63, MPI_COMM_WORLD, &st));
+	MT_CHECK_STATUS(st, peer, 63, 1, MPI_INT);
+	MT_CHECK(w == peer + 500, "after a cancel: got %d", w);
+}
+
+/* The lower rank of (0,1) frees its sends and goes straight to MPI_Finalize. */
+#define FREED_BIG (1 << 20)
+static int finalize_with_freed_sends(void)
+{
+	static const int sizes[] = {0, 4000, FREED_BIG};
+	unsigned char *b[3];
+
+	for (int i = 0; i < 3; i++)
+		b[i] = mt_alloc(FREED_BIG);
+	MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+	if (mt_rank == 0) {
+		/* A freed send's buffer must stay as it is: one buffer each. */
+		for (int i = 0; i < 3; i++) {
+			MPI_Request rq;
+			mt_fill(b[i], sizes[i], mt_seed(0, 1, 700 + i));
+			MT_MPI(MPI_Isend(b[i], sizes[i], MPI_BYTE, 1, 70, MPI_COMM_WORLD, &rq));
+			MT_MPI(MPI_Request_free(&rq));
+		}
+	} else if (mt_rank == 1) {
+		for (int i = 0; i < 3; i++) {
+			MPI_Status st;
+			MT_MPI(MPI_Recv(b[0], FREED_BIG, MPI_BYTE, 0, 70, MPI_COMM_WORLD, &st));
+			MT_CHECK_STATUS(st, 0, 70, sizes[i], MPI_BYTE);
+			MT_CHECK_FILL(b[0], sizes[i], mt_seed(0, 1, 700 + i));
+		}
+		printf("%s: ok (%d ranks)\n", mt_name, mt_size);
+		fflush(stdout);
+	}
+	MPI_Finalize();
+	for (int i = 0; i < 3; i++)
+		free(b[i]);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	mt_init(&argc, &argv, "p2p_complete");
+	all_null();
+	for (int d = 1; d < mt_size; d++) {
+		completions(mt_rank ^ d);
+		requests(mt_rank ^ d);
+	}
+	return finalize_with_freed_sends();
+}

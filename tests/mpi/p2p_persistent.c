@@ -1,0 +1,133 @@
+/*
+ * p2p_persistent.c - persistent requests: Send_init, Ssend_init,
+ * Bsend_init, Rsend_init and Recv_init (one with MPI_ANY_SOURCE), started
+ * with Start and Startall over several rounds with new data each round; a
+ * completed persistent request stays valid (inactive: Wait and Test return at
+ * once with an empty status) until Request_free.
+ *
+ * Call families: persistent, synchronous (Ssend_init), buffered
+ * (Bsend_init), blocking (the handshakes, Sendrecv).
+ */
+#include "mpitest.h"
+
+#define ROUNDS 6
+#define LEN 2000
+
+enum { R_STD, R_SYN, R_BUF, R_RDY, NKIND };
+
+static void check_empty(MPI_Request *rq)
+{
+	MPI_Status st;
+	int flag = 0;
+
+	MT_MPI(MPI_Test(rq, &flag, &st));
+	MT_CHECK(flag, "Test on an inactive persistent request: not complete");
+	MT_CHECK(*rq != MPI_REQUEST_NULL, "Test freed a persistent request");
+	MT_CHECK_STATUS(st, MPI_ANY_SOURCE, MPI_ANY_TAG, 0, MPI_BYTE);
+	MT_MPI(MPI_Wait(rq, &st));
+	MT_CHECK(*rq != MPI_REQUEST_NULL, "Wait freed a persistent request");
+	MT_CHECK_STATUS(st, MPI_ANY_SOURCE, MPI_ANY_TAG, 0, MPI_BYTE);
+	MT_MPI(MPI_Request_get_status(*rq, &flag, &st));
+	MT_CHECK(flag, "Request_get_status on an inactive request: not complete");
+}
+
+static void pair(int peer)
+{
+	unsigned char *out[NKIND], *in[NKIND];
+	MPI_Request sq[NKIND], rq[NKIND];
+	int bsize = LEN + MPI_BSEND_OVERHEAD;
+	char *bbuf = mt_alloc(bsize);
+
+	MT_MPI(MPI_Buffer_attach(bbuf, bsize));
+	for (int k = 0; k < NKIND; k++) {
+		out[k] = mt_alloc(LEN);
+		in[k] = mt_alloc(LEN);
+	}
+	MT_MPI(MPI_Send_init(out[R_STD], LEN, MPI_BYTE, peer, R_STD, MPI_COMM_WORLD, &sq[R_STD]));
+	MT_MPI(MPI_Ssend_init(out[R_SYN], LEN, MPI_BYTE, peer, R_SYN, MPI_COMM_WORLD, &sq[R_SYN]));
+	MT_MPI(MPI_Bsend_init(out[R_BUF], LEN, MPI_BYTE, peer, R_BUF, MPI_COMM_WORLD, &sq[R_BUF]));
+	MT_MPI(MPI_Rsend_init(out[R_RDY], LEN, MPI_BYTE, peer, R_RDY, MPI_COMM_WORLD, &sq[R_RDY]));
+	for (int k = 0; k < NKIND; k++)
+		MT_MPI(MPI_Recv_init(in[k], LEN, MPI_BYTE, k == R_SYN ? MPI_ANY_SOURCE : peer, k, MPI_COMM_WORLD, &rq[k]));
+	/* Never started: inactive. */
+	check_empty(&rq[R_STD]);
+
+	for (int round = 0; round < ROUNDS; round++) {
+		MPI_Status st[NKIND];
+		for (int k = 0; k < NKIND; k++) {
+			mt_fill(out[k], LEN, mt_seed(mt_rank, peer, round * 10 + k));
+			memset(in[k], 0, LEN);
+		}
+		/* Odd rounds: one request at a time with Start; even: Startall. */
+		if (round % 2) {
+			for (int k = 0; k < NKIND; k++)
+				MT_MPI(MPI_Start(&rq[k]));
+		} else {
+			MT_MPI(MPI_Startall(NKIND, rq));
+		}
+		/* Every receive of both sides is posted after this: Rsend may go. */
+		MT_MPI(MPI_Sendrecv(NULL, 0, MPI_BYTE, peer, 99, NULL, 0, MPI_BYTE, peer, 99, MPI_COMM_WORLD,
+				    MPI_STATUS_IGNORE));
+		if (round % 2) {
+			for (int k = NKIND - 1; k >= 0; k--)
+				MT_MPI(MPI_Start(&sq[k]));
+		} else {
+			MT_MPI(MPI_Startall(NKIND, sq));
+		}
+		MT_MPI(MPI_Waitall(NKIND, sq, MPI_STATUSES_IGNORE));
+		if (round % 3 == 0) {
+			for (int k = 0; k < NKIND; k++)
+				MT_MPI(MPI_Wait(&rq[k], &st[k]));
+		} else {
+			MT_MPI(MPI_Waitall(NKIND, rq, st));
+		}
+		for (int k = 0; k < NKIND; k++) {
+			MT_CHECK(sq[k] != MPI_REQUEST_NULL && rq[k] != MPI_REQUEST_NULL,
+				 "a completed persistent request became MPI_REQUEST_NULL");
+			MT_CHECK_STATUS(st[k], peer, k, LEN, MPI_BYTE);
+			MT_CHECK_FILL(in[k], LEN, mt_seed(peer, mt_rank, round * 10 + k));
+		}
+		check_empty(&sq[R_BUF]);
+	}
+	for (int k = 0; k < NKIND; k++) {
+		MT_MPI(MPI_Request_free(&sq[k]));
+		MT_MPI(MPI_Request_free(&rq[k]));
+		MT_CHECK(sq[k] == MPI_REQUEST_NULL && rq[k] == MPI_REQUEST_NULL, "Request_free left a handle");
+		free(out[k]);
+		free(in[k]);
+	}
+	void *back;
+	int back_size;
+	MT_MPI(MPI_Buffer_detach(&back, &back_size));
+	free(bbuf);
+}
+
+/* A persistent receive from PROC_NULL completes at once, again and again. */
+static void proc_null(void)
+{
+	int v = 3;
+	MPI_Request r, s;
+	MPI_Status st;
+
+	MT_MPI(MPI_Recv_init(&v, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &r));
+	MT_MPI(MPI_Send_init(&v, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &s));
+	for (int i = 0; i < 3; i++) {
+		MT_MPI(MPI_Start(&r));
+		MT_MPI(MPI_Start(&s));
+		MT_MPI(MPI_Wait(&r, &st));
+		MT_CHECK_STATUS(st, MPI_PROC_NULL, MPI_ANY_TAG, 0, MPI_INT);
+		MT_MPI(MPI_Wait(&s, MPI_STATUS_IGNORE));
+	}
+	MT_CHECK(v == 3, "a receive from PROC_NULL wrote %d", v);
+	MT_MPI(MPI_Request_free(&r));
+	MT_MPI(MPI_Request_free(&s));
+}
+
+int main(int argc, char **argv)
+{
+	mt_init(&argc, &argv, "p2p_persistent");
+	proc_null();
+	for (int d = 1; d < mt_size; d++)
+		pair(mt_rank ^ d);
+	return mt_finish();
+}
