@@ -83,7 +83,10 @@ void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
 			_exit(126);
 	}
 	if (o->nofile) {
-		struct rlimit rl = {.rlim_cur = o->nofile, .rlim_max = o->nofile};
+		/* A wrapper (valgrind) keeps a few descriptors of the daemon's
+		 * process for itself: give them back. */
+		rlim_t n = o->nofile + (pinshmd_wrapper() ? DAEMON_WRAPPER_FDS : 0);
+		struct rlimit rl = {.rlim_cur = n, .rlim_max = n};
 		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
 			_exit(126);
 	}

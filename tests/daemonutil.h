@@ -8,8 +8,9 @@
  *
  * $PINSHMD_WRAPPER, when set, is a command line (words split on blanks, no
  * quoting) put before the daemon's, e.g. "valgrind --error-exitcode=99 -q":
- * the daemon then runs under it, and its start and stop times are scaled
- * by DAEMON_WRAPPER_SLOWDOWN.
+ * the daemon then runs under it, its start and stop times are scaled by
+ * DAEMON_WRAPPER_SLOWDOWN and a descriptor limit it is given grows by
+ * DAEMON_WRAPPER_FDS.
  */
 #ifndef PINSHM_DAEMONUTIL_H
 #define PINSHM_DAEMONUTIL_H
@@ -25,6 +26,7 @@
 #define DAEMON_START_MS 15000 /* for a daemon to accept */
 #define DAEMON_STOP_MS 10000  /* for it to exit after SIGTERM */
 #define DAEMON_WRAPPER_SLOWDOWN 6 /* under $PINSHMD_WRAPPER (valgrind: slower) */
+#define DAEMON_WRAPPER_FDS 8      /* descriptors the wrapper takes, added to daemon_opts.nofile */
 
 struct daemon {
 	pid_t pid;
