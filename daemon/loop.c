@@ -41,6 +41,7 @@ struct conn {
 	struct watch pw; /* WATCH_PIDFD, on pidfd */
 	int fd;          /* -1 once closed (freed after the current batch of events) */
 	int pidfd;       /* the connecting process, -1: not watched */
+	uint64_t silent_until; /* CLOCK_MONOTONIC ms: closed then unless it has sent a packet; 0: it has */
 	struct reg_client client;
 	struct reply *pending; /* a reply waiting for room in the socket */
 	int refused;           /* 0, or why its first request is to be refused (-EACCES, -EUSERS) */
@@ -199,6 +200,8 @@ static void conn_close(struct loop *l, struct conn *c, const char *why)
 		c->pidfd = -1;
 	}
 	registry_client_gone(l->ctx.reg, &c->client);
+	if (c->silent_until)
+		l->nsilent--;
 	if (c->refused)
 		l->nrefused--;
 	else
@@ -290,6 +293,9 @@ static void conn_new(struct loop *l, int fd)
 		return;
 	}
 	c->pw.kind = WATCH_PIDFD;
+	c->silent_until = now_ms() + LOOP_SILENT_MS;
+	if (l->nsilent++ == 0 || c->silent_until < l->silent_check_at)
+		l->silent_check_at = c->silent_until;
 	c->pidfd = peer_pidfd(fd, c->client.cred.pid);
 	if (c->pidfd >= 0 && watch_fd(l, EPOLL_CTL_ADD, c->pidfd, EPOLLIN, &c->pw) != 0) {
 		close(c->pidfd);
@@ -431,6 +437,11 @@ static void on_readable(struct loop *l, struct conn *c)
 			conn_close(l, c, strerror((int)-n));
 			return;
 		}
+		l->last_request = now_ms();
+		if (c->silent_until) {
+			c->silent_until = 0;
+			l->nsilent--;
+		}
 		if (c->refused) {
 			request_deny(buf, (size_t)n, c->refused, c->refusal, &rep);
 			conn_reply(l, c, &rep);
@@ -488,14 +499,63 @@ static int idle_timeout(struct loop *l)
 	return 0;
 }
 
+/* The earlier of two epoll timeouts (-1: none). */
+static int earlier(int a, int b)
+{
+	return a < 0 || (b >= 0 && b < a) ? b : a;
+}
+
+/* Close the connections that sent nothing within LOOP_SILENT_MS of their
+ * accept.  @return the ms until the next one would be, or -1: none. */
+static int silent_timeout(struct loop *l)
+{
+	if (l->nsilent == 0)
+		return -1;
+	uint64_t now = now_ms();
+	if (now < l->silent_check_at)
+		return (int)(l->silent_check_at - now);
+	uint64_t next = UINT64_MAX;
+	for (struct conn *c = l->conns, *after; c; c = after) {
+		after = c->next;
+		if (!c->silent_until)
+			continue;
+		if (c->silent_until <= now) {
+			log_info("pid %d uid %u: no request in %u ms: closing the connection", (int)c->client.cred.pid,
+				 (unsigned)c->client.cred.uid, LOOP_SILENT_MS);
+			conn_close(l, c, "silent");
+		} else if (c->silent_until < next) {
+			next = c->silent_until;
+		}
+	}
+	conn_free_closed(l);
+	if (next == UINT64_MAX)
+		return -1;
+	l->silent_check_at = next;
+	return (int)(next - now);
+}
+
+/* With ready segments to make: wait until no request has come for
+ * LOOP_POOL_QUIET_MS (a client's burst, such as CREATE then OPEN, is not
+ * delayed by a refill).  @return 0 (refill now), the ms left, or -1. */
+static int pool_timeout(struct loop *l)
+{
+	struct pool *pool = l->ctx.reg->pool;
+
+	if (!pool || !pool_wants(pool))
+		return -1;
+	uint64_t now = now_ms(), quiet = l->last_request + LOOP_POOL_QUIET_MS;
+	return now >= quiet ? 0 : (int)(quiet - now);
+}
+
 /* How long epoll may wait: until accepting is to be tried again, if
- * paused, or until an idle daemon is to exit. */
+ * paused, a silent connection is to be closed, an idle daemon is to
+ * exit, or the pool may be refilled. */
 static int wait_timeout(struct loop *l)
 {
-	int idle = idle_timeout(l);
+	int t = earlier(idle_timeout(l), silent_timeout(l));
 
 	if (!l->accept_paused)
-		return idle;
+		return earlier(t, pool_timeout(l));
 	uint64_t now = now_ms();
 	int retry;
 	if (now >= l->accept_retry_at) {
@@ -504,7 +564,7 @@ static int wait_timeout(struct loop *l)
 	} else {
 		retry = (int)(l->accept_retry_at - now);
 	}
-	return idle < 0 || (retry >= 0 && retry < idle) ? retry : idle;
+	return earlier(earlier(t, retry), pool_timeout(l));
 }
 
 int loop_run(struct loop *l)
@@ -515,12 +575,9 @@ int loop_run(struct loop *l)
 		int timeout = wait_timeout(l);
 		if (l->ctx.stop)
 			break; /* idle */
-		struct pool *pool = l->ctx.reg->pool;
-		if (pool && pool_wants(pool))
-			timeout = 0; /* nothing waiting: make a ready segment */
 		int n = epoll_wait(l->epfd, events, 32, timeout);
-		if (n == 0 && pool && pool_wants(pool)) {
-			pool_refill(pool);
+		if (n == 0 && pool_timeout(l) == 0) {
+			pool_refill(l->ctx.reg->pool); /* nothing waiting, quiet: make a ready segment */
 			continue;
 		}
 		if (n < 0) {

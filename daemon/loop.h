@@ -32,10 +32,15 @@
  * channel alive (named or not; the pool's ready segments do not count) for
  * exit_idle_ms, unless a connection waits to be accepted.
  *
+ * A connection that sends nothing within LOOP_SILENT_MS of its accept
+ * (refused or not) is closed.  The pool (pool.h) is refilled only once no
+ * packet has come for LOOP_POOL_QUIET_MS, so that a refill does not delay
+ * the request that follows a pool hit.
+ *
  * Limits: LOOP_MAX_CONNECTIONS connections in all (not per user), one
  * reply held per connection; a connection that sends without reading its
- * replies is no longer read, and holds its slot until it closes (there is
- * no idle timeout yet).
+ * replies is no longer read, and holds its slot until it closes (a client
+ * that has spoken once may stay idle for ever: it holds a lease).
  */
 #ifndef PINSHMD_LOOP_H
 #define PINSHMD_LOOP_H
@@ -52,6 +57,8 @@
 #define LOOP_BATCH 16u
 #define LOOP_ACCEPT_RETRY_MS 1000u
 #define LOOP_MAX_REFUSED 64u
+#define LOOP_SILENT_MS 5000u     /* for a new connection's first packet */
+#define LOOP_POOL_QUIET_MS 2u    /* without a request before the pool is refilled */
 
 struct conn;
 
@@ -66,6 +73,9 @@ struct loop {
 	struct conn *closed; /* closed in this batch of events, freed after it */
 	unsigned nconns;
 	unsigned nrefused;  /* of them, refused, waiting for their first request */
+	unsigned nsilent;   /* of them, yet to send their first packet */
+	uint64_t silent_check_at; /* CLOCK_MONOTONIC ms: the first silent_until, or later */
+	uint64_t last_request;    /* CLOCK_MONOTONIC ms of the last packet received */
 	uint64_t next_id;
 	struct account *acct; /* connections counted per user; its config admits them */
 	uint64_t exit_idle_ms; /* 0, or stop after this long with no connection and no channel */

@@ -3,7 +3,10 @@
  *
  * Making and pinning a segment costs 0.3-0.5 ms a MiB; the pool does it in
  * the loop's idle time (pool_refill(), one segment a call, never while a
- * request waits), so that a CREATE of a common size only formats one.
+ * request waits, and only once no request has come for LOOP_POOL_QUIET_MS:
+ * the request that follows a pool hit, often the same client's OPEN, is
+ * not delayed by a refill), so that a CREATE of a common size only
+ * formats one.  Creates back to back faster than that outrun the pool.
  *
  * - Classes: the segment sizes of the config (pool_sizes), pool_segments
  *   ready segments of each.  A CREATE of a channel of segment size s, with

@@ -9,16 +9,23 @@
  *   exactly one (counted by a wrapper script around $PINSHMD), which exits
  *   once idle; a daemon that runs already is used; $PINSHM_AUTOSTART.
  *
+ * - scale: 200 clients at once, each with its own channel (the daemon's
+ *   memory is printed for the record); a daemon short of descriptors keeps
+ *   serving and does not spin; a connection that never speaks is closed.
+ *
  * Every test starts a real pinshmd (tests/daemonutil.h) and stops it,
  * checking that it exits cleanly.
  */
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -381,6 +388,245 @@ START_TEST(test_autostart_env)
 }
 END_TEST
 
+/* ======================================================================== */
+/* scale                                                                     */
+/* ======================================================================== */
+
+#define SCALE_CLIENTS 200
+
+/* CPU time (user + system) that process @p pid used, in clock ticks. */
+static long cpu_ticks(pid_t pid)
+{
+	char path[64], line[1024];
+	unsigned long utime = 0, stime = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	ck_assert(fgets(line, sizeof(line), f) != NULL);
+	fclose(f);
+	const char *p = strrchr(line, ')'); /* then state, fields 4..13, utime, stime */
+	ck_assert(p != NULL);
+	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
+	return (long)(utime + stime);
+}
+
+/* Fail the test if the daemon uses more than a tenth of a core over @p ms. */
+static void assert_idle(const struct daemon *d, unsigned ms, const char *while_what)
+{
+	long hz = sysconf(_SC_CLK_TCK);
+	long before = cpu_ticks(d->pid);
+
+	tu_sleep_ms(ms);
+	long used = cpu_ticks(d->pid) - before;
+	ck_assert_msg(used * 1000 <= hz * (long)ms / 10, "pinshmd used %ld ms of CPU in %u ms %s", used * 1000 / hz,
+		      ms, while_what);
+}
+
+/* Wait until the daemon counts @p connections and @p channels. */
+static void wait_counts(pinshm_client_t *c, uint32_t connections, uint32_t channels)
+{
+	pinshm_status_t st;
+	uint64_t deadline = tu_now_ms() + 10000;
+
+	do {
+		CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+		if (st.connections == connections && st.channels_pinned + st.channels_unpinned == channels)
+			return;
+		tu_sleep_ms(20);
+	} while (tu_now_ms() < deadline);
+	ck_abort_msg("the daemon counts %u connections and %u channels, want %u and %u", st.connections,
+		     st.channels_pinned + st.channels_unpinned, connections, channels);
+}
+
+/* One of the 200: its own channel, a message through it, then wait for
+ * the release (its pipe closing) and leave. */
+static void scale_client(const char *sock, int idx, int ready, int release)
+{
+	pinshm_client_t *c;
+	pinshm_channel_t *prod, *cons;
+	pinshm_channel_attr_t attr;
+	char name[32], buf[32];
+	size_t len;
+
+	snprintf(name, sizeof(name), "scale-%d", idx);
+	int rc = pinshm_connect(sock, &c);
+	if (rc != 0)
+		tu_child_fail(2, "connect %d: %s (%s)", idx, pinshm_strerror(rc), pinshm_client_error(NULL));
+	attr_small(&attr, 1, 1);
+	if ((rc = pinshm_create(c, name, &attr, 0600, 0)) != 0 ||
+	    (rc = pinshm_open(c, name, PINSHM_PRODUCER, &prod)) != 0 ||
+	    (rc = pinshm_open(c, name, PINSHM_CONSUMER, &cons)) != 0)
+		tu_child_fail(3, "%s: %s (%s)", name, pinshm_strerror(rc), pinshm_client_error(c));
+	if ((rc = pinshm_send(prod, name, strlen(name), CALL_MS)) != 0 ||
+	    (rc = pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS)) != 0 || len != strlen(name) ||
+	    memcmp(buf, name, len) != 0)
+		tu_child_fail(4, "%s: the message did not come back (%s)", name, pinshm_strerror(rc));
+	if (write(ready, "r", 1) != 1)
+		tu_child_fail(5, "ready: %s", strerror(errno));
+	while (read(release, buf, 1) < 0 && errno == EINTR)
+		;
+	pinshm_channel_close(prod);
+	pinshm_channel_close(cons);
+	pinshm_disconnect(c);
+	_exit(0);
+}
+
+/* SCALE_CLIENTS processes connected at once, each with its own channel:
+ * every one served, counted and accounted; all gone afterwards. */
+START_TEST(test_200_clients)
+{
+	struct daemon d;
+	pid_t pids[SCALE_CLIENTS];
+	int ready[2], release[2];
+	pinshm_status_t st;
+	pinshm_list_entry_t *e;
+	size_t n;
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	long rss0 = proc_status_value_kb(d.pid, "VmRSS:"), lck0 = proc_status_value_kb(d.pid, "VmLck:");
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(release), 0);
+	for (int i = 0; i < SCALE_CLIENTS; i++) {
+		pids[i] = fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			close(ready[0]);
+			close(release[1]);
+			scale_client(d.sock, i, ready[1], release[0]);
+		}
+	}
+	close(ready[1]);
+	close(release[0]);
+	uint64_t deadline = tu_now_ms() + WAIT_MS;
+	for (int got = 0; got < SCALE_CLIENTS;) {
+		struct pollfd p = {.fd = ready[0], .events = POLLIN};
+		ck_assert_msg(tu_now_ms() < deadline, "%d of %d clients ready", got, SCALE_CLIENTS);
+		if (poll(&p, 1, 1000) <= 0)
+			continue;
+		char b[SCALE_CLIENTS];
+		ssize_t r = read(ready[0], b, sizeof(b));
+		ck_assert_msg(r > 0, "a client failed before it was ready");
+		got += (int)r;
+	}
+
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	ck_assert_uint_eq(st.connections, SCALE_CLIENTS + 1);
+	ck_assert_uint_eq(st.channels_pinned + st.channels_unpinned, SCALE_CLIENTS);
+	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
+	ck_assert_uint_eq(n, SCALE_CLIENTS);
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < n; i++) {
+		bytes += e[i].size;
+		ck_assert_uint_eq(e[i].producers, 1);
+		ck_assert_uint_eq(e[i].consumers, 1);
+	}
+	free(e);
+	long rss = proc_status_value_kb(d.pid, "VmRSS:"), lck = proc_status_value_kb(d.pid, "VmLck:");
+	fprintf(stderr, "check_lifecycle: %d clients, %d channels of %llu bytes: pinshmd VmRSS %ld kB (%ld at rest), "
+			"VmLck %ld kB (%ld at rest)\n",
+		SCALE_CLIENTS, SCALE_CLIENTS, (unsigned long long)(bytes / SCALE_CLIENTS), rss, rss0, lck, lck0);
+	if (st.channels_unpinned == 0) {
+		ck_assert_uint_eq(st.pinned, bytes);
+		ck_assert_int_ge(lck - lck0, (long)(bytes / 1024));
+	}
+
+	close(release[1]);
+	for (int i = 0; i < SCALE_CLIENTS; i++) {
+		int status;
+		ck_assert_int_eq(waitpid(pids[i], &status, 0), pids[i]);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "client %d: status %#x", i, status);
+	}
+	wait_counts(c, 1, 0);
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	ck_assert_uint_eq(st.pinned, 0);
+	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0);
+	close(ready[0]);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A daemon with few descriptors under many clients: it refuses what it
+ * cannot take, keeps serving the others, does not spin, and takes new
+ * clients once descriptors are free again. */
+START_TEST(test_emfile_scale)
+{
+	struct daemon d;
+	struct daemon_opts o = {.nofile = 40};
+	pinshm_client_t *cs[100];
+	pinshm_channel_attr_t attr;
+	int connected = 0, created = 0, refused = 0;
+	char name[32];
+
+	daemon_start_opts(&d, &o);
+	pinshm_client_t *first = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	for (int i = 0; i < 100; i++) {
+		int rc = pinshm_connect(d.sock, &cs[i]);
+		if (rc != 0) {
+			cs[i] = NULL;
+			refused++;
+			continue;
+		}
+		connected++;
+		snprintf(name, sizeof(name), "emfile-%d", i);
+		rc = pinshm_create(cs[i], name, &attr, 0600, 0);
+		created += rc == 0;
+	}
+	ck_assert_msg(refused > 0, "every one of 100 connections admitted under RLIMIT_NOFILE 40");
+	ck_assert_int_gt(connected, 0);
+	/* Served, whether the daemon has a descriptor left for a segment or not. */
+	int rc = pinshm_create(first, "emfile-first", &attr, 0600, 0);
+	ck_assert_msg(rc == 0 || rc == -EMFILE || rc == -ENFILE, "create: %s (%s)", pinshm_strerror(rc),
+		      pinshm_client_error(first));
+	pinshm_status_t st;
+	CLIENT_RC(first, pinshm_status(first, &st, NULL, NULL), 0);
+	ck_assert_uint_eq(st.connections, (uint32_t)connected + 1);
+	ck_assert_uint_eq(st.channels_pinned + st.channels_unpinned, (uint32_t)created + (rc == 0));
+	assert_idle(&d, 1000, "out of descriptors with clients waiting");
+
+	for (int i = 0; i < 100; i++)
+		pinshm_disconnect(cs[i]);
+	wait_counts(first, 1, rc == 0);
+	pinshm_client_t *late = connect_ok(&d);
+	CLIENT_RC(late, pinshm_create(late, "emfile-late", &attr, 0600, 0), 0);
+	pinshm_disconnect(late);
+	pinshm_disconnect(first);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A connection that never sends a packet is closed after LOOP_SILENT_MS
+ * (5 s); one that has spoken stays however long it is idle. */
+START_TEST(test_silent_connection)
+{
+	struct daemon d;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char b;
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_uint_lt(strlen(d.sock), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, d.sock, strlen(d.sock) + 1);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	uint64_t t0 = tu_now_ms();
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	ck_assert_int_eq(poll(&p, 1, 15000), 1);
+	uint64_t waited = tu_now_ms() - t0;
+	ck_assert_int_eq(recv(fd, &b, 1, 0), 0);
+	ck_assert_msg(waited >= 4000, "closed after %llu ms, before its time", (unsigned long long)waited);
+	close(fd);
+	wait_counts(c, 1, 0); /* the client that spoke is still served */
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 static Suite *lifecycle_suite(void)
 {
 	Suite *s = suite_create("lifecycle");
@@ -396,6 +642,13 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_autostart_race);
 	tcase_add_test(tc, test_autostart_running);
 	tcase_add_test(tc, test_autostart_env);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("scale");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_200_clients);
+	tcase_add_test(tc, test_emfile_scale);
+	tcase_add_test(tc, test_silent_connection);
 	suite_add_tcase(s, tc);
 	return s;
 }
