@@ -212,42 +212,85 @@ static void json_field_bool(FILE *out, const char *key, bool value)
 	fprintf(out, ",\n    \"%s\": %s", key, value ? "true" : "false");
 }
 
+/* One channel as a JSON object, its members indented by @p indent. */
+static void print_json_entry(FILE *out, const pinshm_list_entry_t *e, const char *indent)
+{
+	char buf[NAME_BUF], name[PINSHM_NAME_MAX + 1], mode[10], octal[8];
+
+	/* The entry's name is terminated by the library; be safe anyway. */
+	snprintf(name, sizeof(name), "%.*s", (int)sizeof(name) - 1, e->name);
+	ctl_mode_string(e->mode, mode);
+	snprintf(octal, sizeof(octal), "%04" PRIo32, e->mode & 07777u);
+	fprintf(out, "{\n    \"name\": ");
+	ctl_json_string(out, name);
+	json_field_str(out, "kind", e->kind == PINSHM_TOPIC ? "topic" : e->kind == PINSHM_QUEUE ? "queue" : "unknown");
+	json_field_bool(out, "overrun", e->flags & PINSHM_OVERRUN);
+	json_field_str(out, "owner", user_name(e->uid, buf, sizeof(buf)));
+	json_field_u64(out, "uid", e->uid);
+	json_field_str(out, "group", group_name(e->gid, buf, sizeof(buf)));
+	json_field_u64(out, "gid", e->gid);
+	json_field_str(out, "mode", octal);
+	json_field_str(out, "permissions", mode);
+	json_field_u64(out, "capacity", e->capacity);
+	json_field_u64(out, "max_message", e->max_message);
+	json_field_u64(out, "size", e->size);
+	json_field_str(out, "backend", ctl_backend_name(e));
+	json_field_bool(out, "damaged", e->state & PINSHM_LIST_DAMAGED);
+	json_field_bool(out, "pinned", e->state & PINSHM_LIST_PINNED);
+	json_field_bool(out, "sealed", e->state & PINSHM_LIST_SEALED);
+	json_field_bool(out, "persistent", e->state & PINSHM_LIST_PERSISTENT);
+	json_field_bool(out, "hugepages", e->state & PINSHM_LIST_HUGEPAGES);
+	fprintf(out, ",\n    \"node\": %" PRId32, e->node);
+	json_field_u64(out, "producers", e->producers);
+	json_field_u64(out, "max_producers", e->max_producers);
+	json_field_u64(out, "consumers", e->consumers);
+	json_field_u64(out, "max_consumers", e->max_consumers);
+	fprintf(out, "\n%s}", indent);
+}
+
 void ctl_print_json(FILE *out, const pinshm_list_entry_t *e, size_t n)
 {
-	char buf[NAME_BUF], name[PINSHM_NAME_MAX + 1];
-
 	fputc('[', out);
 	for (size_t i = 0; i < n; i++) {
-		char mode[10], octal[8];
-		/* The entry's name is terminated by the library; be safe anyway. */
-		snprintf(name, sizeof(name), "%.*s", (int)sizeof(name) - 1, e[i].name);
-		ctl_mode_string(e[i].mode, mode);
-		snprintf(octal, sizeof(octal), "%04" PRIo32, e[i].mode & 07777u);
-		fputs(i ? ",\n  {\n    \"name\": " : "\n  {\n    \"name\": ", out);
-		ctl_json_string(out, name);
-		json_field_str(out, "kind", e[i].kind == PINSHM_TOPIC ? "topic" : e[i].kind == PINSHM_QUEUE ? "queue" : "unknown");
-		json_field_bool(out, "overrun", e[i].flags & PINSHM_OVERRUN);
-		json_field_str(out, "owner", user_name(e[i].uid, buf, sizeof(buf)));
-		json_field_u64(out, "uid", e[i].uid);
-		json_field_str(out, "group", group_name(e[i].gid, buf, sizeof(buf)));
-		json_field_u64(out, "gid", e[i].gid);
-		json_field_str(out, "mode", octal);
-		json_field_str(out, "permissions", mode);
-		json_field_u64(out, "capacity", e[i].capacity);
-		json_field_u64(out, "max_message", e[i].max_message);
-		json_field_u64(out, "size", e[i].size);
-		json_field_str(out, "backend", ctl_backend_name(&e[i]));
-		json_field_bool(out, "damaged", e[i].state & PINSHM_LIST_DAMAGED);
-		json_field_bool(out, "pinned", e[i].state & PINSHM_LIST_PINNED);
-		json_field_bool(out, "sealed", e[i].state & PINSHM_LIST_SEALED);
-		json_field_bool(out, "persistent", e[i].state & PINSHM_LIST_PERSISTENT);
-		json_field_u64(out, "producers", e[i].producers);
-		json_field_u64(out, "max_producers", e[i].max_producers);
-		json_field_u64(out, "consumers", e[i].consumers);
-		json_field_u64(out, "max_consumers", e[i].max_consumers);
-		fputs("\n  }", out);
+		fputs(i ? ",\n  " : "\n  ", out);
+		print_json_entry(out, &e[i], "  ");
 	}
 	fputs(n ? "\n]\n" : "]\n", out);
+}
+
+void ctl_print_stat_json(FILE *out, const pinshm_list_entry_t *e)
+{
+	print_json_entry(out, e, "");
+	fputc('\n', out);
+}
+
+void ctl_print_stat(FILE *out, const pinshm_list_entry_t *e)
+{
+	char buf[NAME_BUF], mode[10], size[16], cap[16];
+
+	ctl_mode_string(e->mode, mode);
+	ctl_size_string(e->size, size, sizeof(size));
+	ctl_size_string(e->capacity, cap, sizeof(cap));
+	fprintf(out, "name         %.*s\n", (int)sizeof(e->name) - 1, e->name);
+	fprintf(out, "kind         %s\n", kind_name(e));
+	fprintf(out, "owner        %s (%" PRIu32 ")\n", user_name(e->uid, buf, sizeof(buf)), e->uid);
+	fprintf(out, "group        %s (%" PRIu32 ")\n", group_name(e->gid, buf, sizeof(buf)), e->gid);
+	fprintf(out, "mode         %s (%04" PRIo32 ")\n", mode, e->mode & 07777u);
+	fprintf(out, "backend      %s\n", ctl_backend_name(e));
+	fprintf(out, "size         %s (%" PRIu64 " bytes)\n", size, e->size);
+	fprintf(out, "capacity     %s per producer\n", cap);
+	fprintf(out, "max_message  %" PRIu32 "\n", e->max_message);
+	fprintf(out, "pinned       %s\n", yes_no(e->state & PINSHM_LIST_PINNED));
+	fprintf(out, "sealed       %s\n", yes_no(e->state & PINSHM_LIST_SEALED));
+	fprintf(out, "persistent   %s\n", yes_no(e->state & PINSHM_LIST_PERSISTENT));
+	fprintf(out, "hugepages    %s\n", yes_no(e->state & PINSHM_LIST_HUGEPAGES));
+	fprintf(out, "damaged      %s\n", yes_no(e->state & PINSHM_LIST_DAMAGED));
+	if (e->node >= 0)
+		fprintf(out, "node         %" PRId32 "\n", e->node);
+	else
+		fprintf(out, "node         none\n");
+	fprintf(out, "producers    %" PRIu32 "/%" PRIu32 "\n", e->producers, e->max_producers);
+	fprintf(out, "consumers    %" PRIu32 "/%" PRIu32 "\n", e->consumers, e->max_consumers);
 }
 
 void ctl_duration_string(uint64_t ms, char *buf, size_t len)

@@ -42,6 +42,12 @@ void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n);
 /** Print channels as a JSON array of objects, one per channel. */
 void ctl_print_json(FILE *out, const pinshm_list_entry_t *e, size_t n);
 
+/** Print one channel, one "key  value" line per field. */
+void ctl_print_stat(FILE *out, const pinshm_list_entry_t *e);
+
+/** Print one channel as a JSON object (the members of ctl_print_json()'s). */
+void ctl_print_stat_json(FILE *out, const pinshm_list_entry_t *e);
+
 /** Write @p ms as "3s", "2m05s", "1h02m03s", "4d03h02m" into @p buf. */
 void ctl_duration_string(uint64_t ms, char *buf, size_t len);
 

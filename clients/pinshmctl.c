@@ -128,6 +128,40 @@ static int cmd_ls(struct ctl *o, int argc, char **argv)
 	return 0;
 }
 
+static int cmd_stat(struct ctl *o, int argc, char **argv)
+{
+	static const struct option longopts[] = {{"json", no_argument, NULL, 'j'}, {0}};
+	pinshm_client_t *c;
+	pinshm_list_entry_t e;
+	int opt;
+
+	start_options();
+	while ((opt = next_option(argc, argv, longopts)) != -1) {
+		if (opt != 'j')
+			return EXIT_USAGE;
+		o->json = true;
+	}
+	if (optind + 1 != argc)
+		return optind == argc ? usage_error("stat: which channel? (stat NAME)")
+				      : usage_error("stat: unexpected argument '%s'", argv[optind + 1]);
+	if (ctl_connect(o, &c) != 0)
+		return EXIT_FAILED;
+	int rc = pinshm_stat(c, argv[optind], &e);
+	if (rc != 0) {
+		char what[PINSHM_NAME_MAX + 64];
+		snprintf(what, sizeof(what), "stat %.*s", PINSHM_NAME_MAX + 8, argv[optind]);
+		request_failed(what, rc, pinshm_client_error(c));
+		pinshm_disconnect(c);
+		return EXIT_FAILED;
+	}
+	pinshm_disconnect(c);
+	if (o->json)
+		ctl_print_stat_json(stdout, &e);
+	else
+		ctl_print_stat(stdout, &e);
+	return 0;
+}
+
 /* ---- status, clients ------------------------------------------------- */
 
 static int cmd_status(struct ctl *o, int argc, char **argv)
@@ -403,6 +437,7 @@ static const struct command commands[] = {
 	{"ls", cmd_ls, "[--json]",
 	 "list the channels: name, kind, owner, group, mode, backend, size, pinned, sealed, persistent,\n"
 	 "      endpoints"},
+	{"stat", cmd_stat, "NAME [--json]", "one channel in full: the fields of ls, one a line"},
 	{"status", cmd_status, "[--json]",
 	 "the daemon's figures: pid, uptime, pinned bytes of the budget, channels, connections; per user"},
 	{"clients", cmd_clients, "[--json]",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adopt.h"
 #include "log.h"
 #include "registry.h"
 
@@ -35,6 +36,7 @@ static void unname(struct registry *r, struct channel *ch)
 	*p = ch->hash_next;
 	ch->hash_next = NULL;
 	ch->named = false;
+	adopt_unstore(ch);
 }
 
 static void channel_free(struct registry *r, struct channel *ch)
@@ -253,6 +255,7 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	}
 	snprintf(ch->name, sizeof(ch->name), "%s", name);
 	ch->persistent = persistent;
+	ch->creator = c->id;
 	ch->uid = c->cred.uid;
 	ch->gid = c->cred.gid;
 	ch->mode = mode;
@@ -297,6 +300,7 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	r->last = ch;
 	r->count++;
 	take_ref(c, ch);
+	adopt_store(ch);
 
 	if (!ch->seg.pinned)
 		snprintf(why, whylen, "channel '%s' created, but not pinned: %s", name, ch->seg.pin_error);
@@ -393,6 +397,91 @@ uint32_t registry_client_endpoints(const struct reg_client *c)
 	return n;
 }
 
+/* What LIST and STAT say of @p ch. */
+static void describe(struct channel *ch, struct proto_list_entry *e)
+{
+	memset(e, 0, sizeof(*e));
+	snprintf(e->name, sizeof(e->name), "%s", ch->name);
+	e->geo = proto_geometry_from_attr(&ch->attr);
+	/* Counted first: the count may find the segment damaged. */
+	e->producers = count_active(ch, 0, ch->g.max_producers);
+	e->consumers = count_active(ch, ch->g.max_producers, ch->g.max_consumers);
+	e->state = registry_channel_state(ch);
+	e->uid = ch->uid;
+	e->gid = ch->gid;
+	e->mode = ch->mode;
+	e->size = ch->seg.size;
+	e->node = ch->seg.node;
+	e->backend = ch->seg.backend;
+}
+
+int registry_stat(struct registry *r, const char *name, struct proto_list_entry *out, char *why, size_t whylen)
+{
+	struct channel *ch = find(r, name);
+
+	if (!ch) {
+		snprintf(why, whylen, "no channel '%s'", name);
+		return -ENOENT;
+	}
+	describe(ch, out);
+	return 0;
+}
+
+/* Drop @p c's reference to @p ch (it has one); @p ch may be destroyed. */
+static void drop_ref(struct registry *r, struct reg_client *c, struct channel *ch)
+{
+	for (unsigned i = 0; i < c->nrefs; i++)
+		if (c->refs[i] == ch) {
+			c->refs[i] = c->refs[--c->nrefs];
+			break;
+		}
+	ch->refs--;
+	collect(r, ch);
+}
+
+/* Reap endpoint @p ep of @p ch if its segment still marks it attached. */
+static void reap_endpoint(struct channel *ch, unsigned ep, pid_t pid)
+{
+	struct reap_args ra = {.g = &ch->g, .endpoint = ep};
+	int rc = segment_access(&ch->seg, reap_fn, &ra);
+
+	if (rc == -EINVAL)
+		return; /* closed by the client */
+	if (rc == 0)
+		log_info("channel '%s': endpoint %u of pid %d reaped", ch->name, ep, (int)pid);
+	else
+		log_warn("channel '%s': cannot reap endpoint %u of pid %d: %s", ch->name, ep, (int)pid,
+			 pinshm_strerror(rc));
+}
+
+int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, char *why,
+		   size_t whylen)
+{
+	struct channel *ch = NULL;
+
+	for (unsigned i = 0; i < c->nrefs && !ch; i++)
+		if (c->refs[i]->id == id)
+			ch = c->refs[i];
+	if (!ch) {
+		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
+		return -ENOENT;
+	}
+	unsigned total = ch->g.max_producers + ch->g.max_consumers;
+	if (endpoint >= total || ch->holder[endpoint] != c->id) {
+		snprintf(why, whylen, "endpoint %u of '%s' is not one this connection opened", endpoint, ch->name);
+		return -EINVAL;
+	}
+	ch->holder[endpoint] = 0;
+	reap_endpoint(ch, endpoint, c->cred.pid);
+	log_debug("channel '%s': endpoint %u closed by pid %d", ch->name, endpoint, (int)c->cred.pid);
+	for (unsigned ep = 0; ep < total; ep++)
+		if (ch->holder[ep] == c->id)
+			return 0; /* it still holds another */
+	if (ch->creator != c->id)
+		drop_ref(r, c, ch);
+	return 0;
+}
+
 unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_entry *out, unsigned max,
 		       uint64_t *next, bool *more)
 {
@@ -407,20 +496,7 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
 			*more = true;
 			break;
 		}
-		struct proto_list_entry *e = &out[n++];
-		memset(e, 0, sizeof(*e));
-		snprintf(e->name, sizeof(e->name), "%s", ch->name);
-		e->geo = proto_geometry_from_attr(&ch->attr);
-		/* Counted first: the count may find the segment damaged. */
-		e->producers = count_active(ch, 0, ch->g.max_producers);
-		e->consumers = count_active(ch, ch->g.max_producers, ch->g.max_consumers);
-		e->state = registry_channel_state(ch);
-		e->uid = ch->uid;
-		e->gid = ch->gid;
-		e->mode = ch->mode;
-		e->size = ch->seg.size;
-		e->node = ch->seg.node;
-		e->backend = ch->seg.backend;
+		describe(ch, &out[n++]);
 		*next = ch->id;
 	}
 	return n;
@@ -434,15 +510,7 @@ void registry_client_gone(struct registry *r, struct reg_client *c)
 			if (ch->holder[ep] != c->id)
 				continue;
 			ch->holder[ep] = 0;
-			struct reap_args ra = {.g = &ch->g, .endpoint = ep};
-			int rc = segment_access(&ch->seg, reap_fn, &ra);
-			if (rc == -EINVAL)
-				continue; /* closed by the client */
-			if (rc == 0)
-				log_info("channel '%s': endpoint %u of pid %d reaped", ch->name, ep, (int)c->cred.pid);
-			else
-				log_warn("channel '%s': cannot reap endpoint %u of pid %d: %s", ch->name, ep,
-					 (int)c->cred.pid, pinshm_strerror(rc));
+			reap_endpoint(ch, ep, c->cred.pid);
 		}
 		ch->refs--;
 		collect(r, ch);
@@ -455,4 +523,30 @@ void registry_client_forget(struct reg_client *c)
 	free(c->refs);
 	c->refs = NULL;
 	c->nrefs = c->cap = 0;
+}
+
+int registry_insert(struct registry *r, struct channel *ch, char *why, size_t whylen)
+{
+	if (find(r, ch->name)) {
+		snprintf(why, whylen, "channel '%s' exists", ch->name);
+		return -EEXIST;
+	}
+	if (r->count >= REGISTRY_MAX_CHANNELS) {
+		snprintf(why, whylen, "the daemon holds %u channels, its most", r->count);
+		return -ENFILE;
+	}
+	ch->id = r->next_id++;
+	unsigned b = name_hash(ch->name);
+	ch->hash_next = r->buckets[b];
+	r->buckets[b] = ch;
+	ch->named = true;
+	ch->prev = r->last;
+	ch->next = NULL;
+	if (r->last)
+		r->last->next = ch;
+	else
+		r->first = ch;
+	r->last = ch;
+	r->count++;
+	return 0;
 }

@@ -11,6 +11,11 @@
  * - OPEN: allowed by cred_may() (read for a consumer, write for a
  *   producer).  The daemon claims a free endpoint of the role in the
  *   segment, for that connection, which holds a reference from then on.
+ * - CLOSE: a connection gives back one endpoint claimed for it (reaped if
+ *   its segment still marks it attached).  Once it holds no endpoint of
+ *   the channel, its reference goes too, unless it created the channel:
+ *   the creator's reference lasts until it closes.
+ * - STAT: any client; one named channel, as LIST shows it.
  * - UNLINK: the owner or root; removes the name at once.
  * - A connection that closes gives back its references; each endpoint
  *   claimed for it that is still ACTIVE in the segment is reaped, once
@@ -59,6 +64,7 @@ struct channel {
 	struct seg_geometry g;          /* computed by the daemon, never read back */
 	struct segment seg;
 	unsigned refs;                  /* connections that created or opened it */
+	uint64_t creator;               /* the connection that created it (its id) */
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	struct channel *hash_next;      /* in its bucket, while named */
 	struct channel *prev, *next;    /* every live channel, by id */
@@ -112,6 +118,18 @@ int registry_open(struct registry *r, struct reg_client *c, const char *name, pi
 int registry_unlink(struct registry *r, struct reg_client *c, const char *name, char *why, size_t whylen);
 
 /**
+ * Give back endpoint @p endpoint of the channel numbered @p id, claimed for
+ * @p c (and @p c's reference, as the rules above say; the channel may be
+ * destroyed).  @return 0; -ENOENT (@p c references no channel @p id);
+ * -EINVAL (@p endpoint is not one claimed for @p c).
+ */
+int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, char *why,
+		   size_t whylen);
+
+/** Describe the named channel @p name in @p out, as registry_list().  @return 0 or -ENOENT. */
+int registry_stat(struct registry *r, const char *name, struct proto_list_entry *out, char *why, size_t whylen);
+
+/**
  * Fill @p out with up to @p max named channels of id > @p cursor, in id
  * order.  @return the number filled; @p next: the last id filled (the next
  * cursor); @p more: whether channels remain after it.
@@ -135,5 +153,12 @@ void registry_client_gone(struct registry *r, struct reg_client *c);
 
 /** Free @p c's references without touching the channels (at teardown). */
 void registry_client_forget(struct reg_client *c);
+
+/**
+ * Name and list @p ch, made outside registry_create() (adopt.h: its
+ * segment, record and charge complete, no reference).
+ * @return 0, -EEXIST (the name is taken), -ENFILE (too many channels).
+ */
+int registry_insert(struct registry *r, struct channel *ch, char *why, size_t whylen);
 
 #endif /* PINSHMD_REGISTRY_H */

@@ -149,6 +149,21 @@ static int serve_unlink(struct request_ctx *ctx, struct reg_client *c, const str
 	return registry_unlink(ctx->reg, c, req->u.unlink.name, rep->text, sizeof(rep->text));
 }
 
+static int serve_close(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
+		       struct proto_msg *rep)
+{
+	return registry_close(ctx->reg, c, req->u.close.id, req->u.close.endpoint, rep->text, sizeof(rep->text));
+}
+
+static int serve_stat(struct request_ctx *ctx, const struct proto_msg *req, struct proto_msg *rep)
+{
+	int rc = check_name(rep, req->u.stat.name);
+
+	if (rc != 0)
+		return rc;
+	return registry_stat(ctx->reg, req->u.stat.name, &rep->u.stat_reply.entry, rep->text, sizeof(rep->text));
+}
+
 static int serve_list(struct request_ctx *ctx, const struct proto_msg *req, struct proto_msg *rep)
 {
 	uint64_t next;
@@ -276,6 +291,12 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	case PROTO_CLIENTS:
 		rc = serve_clients(ctx, req, rep);
+		break;
+	case PROTO_CLOSE:
+		rc = serve_close(ctx, c, req, rep);
+		break;
+	case PROTO_STAT:
+		rc = serve_stat(ctx, req, rep);
 		break;
 	default: /* proto_decode() let through requests only */
 		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);

@@ -143,11 +143,20 @@ PINSHM_EXPORT int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_chann
  * Leave the channel: a pending reservation is dropped, messages received in
  * place and not released are released, the endpoint is marked closed and
  * the segment unmapped.  Peers waiting on this endpoint are woken.
- * @return 0 (the handle is freed in every case).
+ * A handle from pinshm_open() then also tells the daemon, through the
+ * client it came from (a CLOSE request: the endpoint is free for another
+ * open at once, and the connection's reference to the channel goes with
+ * its last endpoint there unless it created the channel), so it follows
+ * the client's rule of one thread at a time; once that client has
+ * disconnected, nothing is sent.
+ * @return 0, or for a handle from pinshm_open() the error of the CLOSE
+ *         request (a transport error as pinshm_connect()); the handle is
+ *         closed and freed in every case.
  */
 PINSHM_EXPORT int pinshm_channel_close(pinshm_channel_t *ch);
 
-/** Unmap and free a handle inherited across fork() without touching the channel. */
+/** Unmap and free a handle inherited across fork() without touching the
+ *  channel (nor telling the daemon, for a handle from pinshm_open()). */
 PINSHM_EXPORT void pinshm_channel_forget(pinshm_channel_t *ch);
 
 /** @return the detail ("why") of the last failure on this handle other than
@@ -483,9 +492,11 @@ PINSHM_EXPORT int pinshm_create_on_node(pinshm_client_t *c, const char *name, co
  * the caller's credentials against the channel's owner, group and mode,
  * takes an endpoint of @p role for this connection and sends the segment,
  * which this process maps and attaches to (as pinshm_channel_attach()).
- * Close the handle with pinshm_channel_close() before disconnecting.  If
- * the attach fails here after the daemon took the endpoint, the endpoint
- * stays taken until @p c disconnects.
+ * Close the handle with pinshm_channel_close() before disconnecting: it
+ * gives the endpoint back to the daemon through @p c.  A handle still open
+ * when @p c disconnects stays usable, but its endpoint is then marked dead
+ * by the daemon.  If the attach fails here after the daemon took the
+ * endpoint, it is given back at once.
  * @return 0; -ENOENT (no such channel), -EACCES (not permitted), -EBUSY
  *         (every endpoint of @p role is taken), -EINVAL (bad name or role),
  *         -EMFILE (this connection holds too many channels), -EPROTO (the
@@ -526,6 +537,15 @@ typedef struct pinshm_list_entry {
 	int32_t node;           /* NUMA node its pages are placed on, PINSHM_NODE_ANY: none */
 	uint32_t backend;       /* PINSHM_BACKEND_* */
 } pinshm_list_entry_t;
+
+/**
+ * Describe the channel @p name in @p out, as pinshm_list() would.  Any
+ * client may.
+ * @return 0; -ENOENT (no channel of that name); -EINVAL (bad name);
+ *         -EOPNOTSUPP (a daemon that does not know the request); or a
+ *         transport error as pinshm_connect().
+ */
+PINSHM_EXPORT int pinshm_stat(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out);
 
 /**
  * List every named channel, in the order they were created.

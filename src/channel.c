@@ -393,6 +393,8 @@ void pinshm_channel_forget(pinshm_channel_t *ch)
 {
 	if (!ch)
 		return;
+	if (ch->client)
+		client_detach_channel(ch);
 	if (ch->base)
 		munmap(ch->base, ch->map_size);
 	free(ch->peer_fds);
@@ -420,8 +422,12 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 	endpoints_changed(ch->hdr);
 	if (ch->role == PINSHM_PRODUCER)
 		producer_notify_armed(ch); /* an event loop learns of it too */
+	struct pinshm_client *c = ch->client;
+	uint64_t id = ch->daemon_id;
+	unsigned endpoint = ch->endpoint;
 	pinshm_channel_forget(ch);
-	return 0;
+	/* Closed here first: the daemon finds it so and has nothing to reap. */
+	return c ? client_close_endpoint(c, id, endpoint) : 0;
 }
 
 const char *pinshm_channel_error(const pinshm_channel_t *ch)

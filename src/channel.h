@@ -70,6 +70,12 @@ struct pinshm_channel {
 	int notify_fd;
 	bool armed;
 	uint64_t lost;
+
+	/* Opened through pinshmd (pinshm_open): the client it came from, until
+	 * that disconnects (NULL: none), in that client's list of handles. */
+	struct pinshm_client *client;
+	uint64_t daemon_id; /* the channel's number for the daemon (CLOSE) */
+	pinshm_channel_t *client_prev, *client_next;
 };
 
 /* channel.c */
@@ -98,6 +104,13 @@ int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoin
  *  @p role's, -EBADMSG if it is not active. */
 int channel_attach_claimed(int fd, pinshm_role_t role, unsigned endpoint, pinshm_channel_t **out);
 int channel_fail(pinshm_channel_t *ch, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* client.c: a handle opened through the daemon. */
+/** Take @p ch out of its client's list (ch->client set). */
+void client_detach_channel(pinshm_channel_t *ch);
+/** Tell the daemon that endpoint @p endpoint of channel @p id is closed
+ *  (CLOSE).  @return 0 or the error of the request. */
+int client_close_endpoint(struct pinshm_client *c, uint64_t id, unsigned endpoint);
 
 /* ring.c */
 void producer_recover_tail(pinshm_channel_t *ch);

@@ -30,6 +30,7 @@ struct pinshm_client {
 	int broken_err;
 	uint32_t daemon_flags;  /* PROTO_HELLO_* */
 	char error[PROTO_TEXT_MAX + 96];
+	pinshm_channel_t *channels; /* handles opened through it, not closed yet */
 };
 
 /* Why the last pinshm_connect() of this thread failed. */
@@ -316,6 +317,12 @@ int pinshm_disconnect(pinshm_client_t *c)
 {
 	if (!c)
 		return 0;
+	/* Its handles stay usable, as channels of their own from now on. */
+	for (pinshm_channel_t *ch = c->channels, *next; ch; ch = next) {
+		next = ch->client_next;
+		ch->client = NULL;
+		ch->client_prev = ch->client_next = NULL;
+	}
 	close(c->fd);
 	free(c);
 	return 0;
@@ -405,16 +412,49 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 	pinshm_channel_t *ch;
 	rc = channel_attach_claimed(fd, role, rep.u.open_reply.endpoint, &ch);
 	close(fd);
-	if (rc != 0)
+	bool mismatch = rc == 0 && !geometry_matches(ch, &rep);
+	if (mismatch) {
+		pinshm_channel_close(ch);
+		rc = -EPROTO;
+	}
+	if (rc != 0) {
+		/* The endpoint goes back (reaped if the segment still marks it). */
+		client_close_endpoint(c, rep.u.open_reply.id, rep.u.open_reply.endpoint);
+		if (mismatch)
+			return client_fail(c, rc, "the segment of '%s' does not have the geometry pinshmd announced",
+					   name);
 		return client_fail(c, rc, "attaching to endpoint %u of '%s': %s", rep.u.open_reply.endpoint, name,
 				   pinshm_strerror(rc));
-	if (!geometry_matches(ch, &rep)) {
-		pinshm_channel_close(ch);
-		return client_fail(c, -EPROTO, "the segment of '%s' does not have the geometry pinshmd announced",
-				   name);
 	}
+	ch->client = c;
+	ch->daemon_id = rep.u.open_reply.id;
+	ch->client_next = c->channels;
+	if (c->channels)
+		c->channels->client_prev = ch;
+	c->channels = ch;
 	*out = ch;
 	return 0;
+}
+
+void client_detach_channel(pinshm_channel_t *ch)
+{
+	if (ch->client_prev)
+		ch->client_prev->client_next = ch->client_next;
+	else
+		ch->client->channels = ch->client_next;
+	if (ch->client_next)
+		ch->client_next->client_prev = ch->client_prev;
+	ch->client = NULL;
+	ch->client_prev = ch->client_next = NULL;
+}
+
+int client_close_endpoint(pinshm_client_t *c, uint64_t id, unsigned endpoint)
+{
+	struct proto_msg req = {.h.type = PROTO_CLOSE}, rep;
+
+	req.u.close.id = id;
+	req.u.close.endpoint = endpoint;
+	return transact(c, &req, &rep, NULL);
 }
 
 int pinshm_unlink(pinshm_client_t *c, const char *name)
@@ -455,6 +495,52 @@ static int grow(void **arr, size_t *cap, size_t need, size_t size)
 	return 0;
 }
 
+/* A listed channel, as the API shows it. */
+static pinshm_list_entry_t entry_from_wire(const struct proto_list_entry *e)
+{
+	pinshm_list_entry_t out = {
+		.kind = e->geo.kind,
+		.flags = e->geo.flags,
+		.capacity = e->geo.capacity,
+		.max_message = e->geo.max_message,
+		.max_producers = e->geo.max_producers,
+		.max_consumers = e->geo.max_consumers,
+		.state = e->state,
+		.uid = e->uid,
+		.gid = e->gid,
+		.mode = e->mode,
+		.size = e->size,
+		.producers = e->producers,
+		.consumers = e->consumers,
+		.node = e->node,
+		.backend = e->backend,
+	};
+	memcpy(out.name, e->name, sizeof(out.name));
+	return out;
+}
+
+int pinshm_stat(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out)
+{
+	struct proto_msg req = {.h.type = PROTO_STAT};
+	struct proto_msg *rep;
+
+	c->error[0] = '\0';
+	int rc = put_name(c, req.u.stat.name, name);
+	if (rc != 0)
+		return rc;
+	rep = malloc(sizeof(*rep));
+	if (!rep)
+		return -ENOMEM;
+	rc = transact(c, &req, rep, NULL);
+	if (rc == 0 && strcmp(rep->u.stat_reply.entry.name, name) != 0)
+		rc = client_break(c, client_fail(c, -EPROTO, "pinshmd described '%s' when asked for '%s'",
+						 rep->u.stat_reply.entry.name, name));
+	if (rc == 0)
+		*out = entry_from_wire(&rep->u.stat_reply.entry);
+	free(rep);
+	return rc;
+}
+
 int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count)
 {
 	struct proto_msg req = {.h.type = PROTO_LIST};
@@ -476,27 +562,8 @@ int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count
 		rc = grow((void **)&list, &cap, n + got, sizeof(*list));
 		if (rc != 0)
 			goto out;
-		for (uint32_t i = 0; i < got; i++) {
-			const struct proto_list_entry *e = &rep->u.list_reply.entries[i];
-			list[n++] = (pinshm_list_entry_t){
-				.kind = e->geo.kind,
-				.flags = e->geo.flags,
-				.capacity = e->geo.capacity,
-				.max_message = e->geo.max_message,
-				.max_producers = e->geo.max_producers,
-				.max_consumers = e->geo.max_consumers,
-				.state = e->state,
-				.uid = e->uid,
-				.gid = e->gid,
-				.mode = e->mode,
-				.size = e->size,
-				.producers = e->producers,
-				.consumers = e->consumers,
-				.node = e->node,
-				.backend = e->backend,
-			};
-			memcpy(list[n - 1].name, e->name, sizeof(list[n - 1].name));
-		}
+		for (uint32_t i = 0; i < got; i++)
+			list[n++] = entry_from_wire(&rep->u.list_reply.entries[i]);
 		bool more = rep->u.list_reply.flags & PROTO_LIST_MORE;
 		rc = check_page(c, "channel list", got, more, req.u.list.cursor, rep->u.list_reply.next);
 		if (rc != 0 || !more)

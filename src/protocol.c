@@ -226,7 +226,7 @@ static void get_client(struct rd *r, struct proto_client_entry *c)
 
 static bool is_request(uint16_t type)
 {
-	return type >= PROTO_HELLO && type <= PROTO_CLIENTS;
+	return type >= PROTO_HELLO && type <= PROTO_STAT;
 }
 
 static bool is_reply(uint16_t type)
@@ -338,7 +338,17 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 		for (uint32_t i = 0; i < m->u.clients_reply.count; i++)
 			put_client(&w, &m->u.clients_reply.entries[i]);
 		break;
-	default: /* SHUTDOWN, UNLINK and SHUTDOWN replies: nothing more */
+	case PROTO_CLOSE:
+		put_u64(&w, m->u.close.id);
+		put_u32(&w, m->u.close.endpoint);
+		break;
+	case PROTO_STAT:
+		put_name(&w, m->u.stat.name);
+		break;
+	case PROTO_STAT | PROTO_REPLY:
+		put_entry(&w, &m->u.stat_reply.entry);
+		break;
+	default: /* SHUTDOWN, and the UNLINK, SHUTDOWN and CLOSE replies: nothing more */
 		break;
 	}
 done:
@@ -486,6 +496,16 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 		for (uint32_t i = 0; i < m->u.clients_reply.count && !r.bad; i++)
 			get_client(&r, &m->u.clients_reply.entries[i]);
 		break;
+	case PROTO_CLOSE:
+		m->u.close.id = get_u64(&r);
+		m->u.close.endpoint = get_u32(&r);
+		break;
+	case PROTO_STAT:
+		get_name(&r, m->u.stat.name);
+		break;
+	case PROTO_STAT | PROTO_REPLY:
+		get_entry(&r, &m->u.stat_reply.entry);
+		break;
 	default:
 		break;
 	}
@@ -556,6 +576,10 @@ const char *proto_type_name(uint16_t type)
 		return "STATUS";
 	case PROTO_CLIENTS:
 		return "CLIENTS";
+	case PROTO_CLOSE:
+		return "CLOSE";
+	case PROTO_STAT:
+		return "STAT";
 	default:
 		return type == PROTO_ERROR ? "ERROR" : "unknown";
 	}

@@ -69,6 +69,8 @@ enum proto_type {
 	PROTO_SHUTDOWN = 6, /* body: empty */
 	PROTO_STATUS = 7,   /* body: u64 cursor (users of uid >= cursor) */
 	PROTO_CLIENTS = 8,  /* body: u64 cursor (connections of id > cursor) */
+	PROTO_CLOSE = 9,    /* body: u64 channel id, u32 endpoint */
+	PROTO_STAT = 10,    /* body: name */
 	PROTO_REPLY = 0x8000,
 	PROTO_ERROR = 0xffff,
 };
@@ -207,6 +209,16 @@ struct proto_msg {
 			uint32_t count, flags; /* PROTO_CLIENTS_* */
 			struct proto_client_entry entries[PROTO_CLIENTS_PAGE];
 		} clients_reply;
+		struct {
+			uint64_t id;       /* the channel's number (CREATE and OPEN replies) */
+			uint32_t endpoint; /* claimed for this connection by an OPEN */
+		} close;
+		struct {
+			char name[PROTO_NAME_FIELD];
+		} stat;
+		struct {
+			struct proto_list_entry entry;
+		} stat_reply;
 	} u;
 };
 

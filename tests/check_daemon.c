@@ -544,6 +544,151 @@ START_TEST(test_lifetimes)
 }
 END_TEST
 
+/* The channels that connection number @p i (in connection order) references. */
+static uint32_t client_channels(pinshm_client_t *c, size_t i)
+{
+	pinshm_client_info_t *e;
+	size_t n;
+
+	CLIENT_RC(c, pinshm_clients(c, &e, &n), 0);
+	ck_assert_uint_gt(n, i);
+	uint32_t channels = e[i].channels;
+	free(e);
+	return channels;
+}
+
+/* CLOSE: pinshm_channel_close() gives the endpoint back at once and, with
+ * the connection's last endpoint of a channel it did not create, its
+ * reference: a channel nobody else holds is destroyed without a
+ * disconnect.  The creator's reference lasts until it disconnects. */
+START_TEST(test_close)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *p1, *p2, *cons;
+	pinshm_list_entry_t e;
+
+	daemon_start(&d);
+	attr_small(&attr, 2, 1);
+	pinshm_client_t *c1 = connect_ok(&d); /* connection 0: creates */
+	pinshm_client_t *c2 = connect_ok(&d); /* connection 1: opens */
+	CLIENT_RC(c1, pinshm_create(c1, "cl", &attr, 0600, 0), 0);
+	CLIENT_RC(c2, pinshm_open(c2, "cl", PINSHM_PRODUCER, &p1), 0);
+	CLIENT_RC(c2, pinshm_open(c2, "cl", PINSHM_PRODUCER, &p2), 0);
+	CLIENT_RC(c2, pinshm_open(c2, "cl", PINSHM_CONSUMER, &cons), 0);
+	ck_assert_uint_eq(client_channels(c1, 1), 1);
+	TU_RC(pinshm_channel_close(p1), 0);
+	ck_assert(list_find(c1, "cl", &e, NULL));
+	ck_assert_uint_eq(e.producers, 1);
+	ck_assert_uint_eq(client_channels(c1, 1), 1); /* two endpoints left */
+
+	/* The creator leaves: c2's reference keeps the channel. */
+	pinshm_disconnect(c1);
+	ck_assert(list_find(c2, "cl", NULL, NULL));
+	TU_RC(pinshm_send(p2, "still", 5, CALL_MS), 0);
+	TU_RC(pinshm_channel_close(p2), 0);
+	ck_assert(list_find(c2, "cl", NULL, NULL));
+	ck_assert_uint_eq(client_channels(c2, 0), 1);
+	/* The last endpoint: the reference goes, and the channel with it. */
+	TU_RC(pinshm_channel_close(cons), 0);
+	ck_assert(!list_find(c2, "cl", NULL, NULL));
+	ck_assert_uint_eq(client_channels(c2, 0), 0);
+	CLIENT_RC(c2, pinshm_create(c2, "cl", &attr, 0600, 0), 0); /* the name is free */
+
+	/* The creator closes its own last endpoint: the channel stays. */
+	CLIENT_RC(c2, pinshm_open(c2, "cl", PINSHM_CONSUMER, &cons), 0);
+	TU_RC(pinshm_channel_close(cons), 0);
+	ck_assert(list_find(c2, "cl", &e, NULL));
+	ck_assert_uint_eq(e.consumers, 0);
+
+	/* A handle outlives its client: closing it then tells no one. */
+	CLIENT_RC(c2, pinshm_open(c2, "cl", PINSHM_CONSUMER, &cons), 0);
+	pinshm_disconnect(c2);
+	TU_RC(pinshm_channel_close(cons), 0);
+
+	/* Hand-made CLOSEs: of a channel this connection does not hold, of an
+	 * endpoint not its own, then the right one, then again. */
+	pinshm_client_t *c3 = connect_ok(&d);
+	CLIENT_RC(c3, pinshm_create(c3, "cl-raw", &attr, 0666, 0), 0);
+	int s = raw_connect(d.sock);
+	struct pkt p;
+	struct proto_msg m;
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_OPEN, 1);
+	pk_name(&p, "cl-raw");
+	pk_le(&p, PINSHM_CONSUMER, 4);
+	pk_end(&p);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m); /* its descriptor is dropped by recv() */
+	ck_assert_int_eq(m.status, 0);
+	uint64_t id = m.u.open_reply.id;
+	uint32_t ep = m.u.open_reply.endpoint;
+	ck_assert_uint_eq(ep, 2); /* after the two producers */
+	static const struct {
+		uint64_t id;
+		uint32_t ep;
+		int status;
+	} closes[] = {{12345, 2, -ENOENT}, {0, 0, -EINVAL}, {0, 99, -EINVAL}, {0, 2, 0}, {0, 2, -ENOENT}};
+	for (unsigned i = 0; i < sizeof(closes) / sizeof(closes[0]); i++) {
+		pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_CLOSE, 10 + i);
+		pk_le(&p, closes[i].id ? closes[i].id : id, 8);
+		pk_le(&p, closes[i].ep, 4);
+		pk_end(&p);
+		raw_send(s, &p, -1, 0);
+		raw_reply(s, &m);
+		ck_assert_uint_eq(m.h.type, PROTO_CLOSE | PROTO_REPLY);
+		ck_assert_uint_eq(m.h.seq, 10 + i);
+		ck_assert_msg(m.status == closes[i].status, "CLOSE %u: %d (%s)", i, m.status, m.text);
+	}
+	close(s);
+	ck_assert(list_find(c3, "cl-raw", &e, NULL));
+	ck_assert_uint_eq(e.consumers, 0);
+	pinshm_disconnect(c3);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* STAT: one channel, as LIST shows it; errors for a missing or bad name. */
+START_TEST(test_stat)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e, l;
+	pinshm_channel_t *ch;
+
+	daemon_start(&d);
+	tu_attr(&attr, PINSHM_TOPIC, 64 * KiB, 2, 3);
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_create(c, "st-a", &attr, 0640, PINSHM_PERSISTENT), 0);
+	CLIENT_RC(c, pinshm_create(c, "st-b", &attr, 0600, PINSHM_USE_SHM), 0);
+	CLIENT_RC(c, pinshm_open(c, "st-a", PINSHM_CONSUMER, &ch), 0);
+	CLIENT_RC(c, pinshm_stat(c, "st-a", &e), 0);
+	ck_assert(list_find(c, "st-a", &l, NULL));
+	/* Field by field: the struct has padding. */
+	ck_assert(e.kind == l.kind && e.flags == l.flags && e.capacity == l.capacity &&
+		  e.max_message == l.max_message && e.max_producers == l.max_producers &&
+		  e.max_consumers == l.max_consumers && e.state == l.state && e.uid == l.uid && e.gid == l.gid &&
+		  e.mode == l.mode && e.size == l.size && e.producers == l.producers && e.consumers == l.consumers &&
+		  e.node == l.node && e.backend == l.backend);
+	ck_assert_str_eq(e.name, "st-a");
+	ck_assert_uint_eq(e.kind, PINSHM_TOPIC);
+	ck_assert_uint_eq(e.max_consumers, 3);
+	ck_assert_uint_eq(e.consumers, 1);
+	ck_assert_uint_eq(e.mode, 0640);
+	ck_assert(e.state & PINSHM_LIST_PERSISTENT);
+	ck_assert_uint_eq(e.backend, PINSHM_BACKEND_MEMFD);
+	CLIENT_RC(c, pinshm_stat(c, "st-b", &e), 0);
+	ck_assert_uint_eq(e.backend, PINSHM_BACKEND_SHM);
+	CLIENT_RC(c, pinshm_stat(c, "st-none", &e), -ENOENT);
+	ck_assert_msg(strstr(pinshm_client_error(c), "st-none") != NULL, "%s", pinshm_client_error(c));
+	CLIENT_RC(c, pinshm_stat(c, "bad/name", &e), -EINVAL);
+	CLIENT_RC(c, pinshm_unlink(c, "st-a"), 0);
+	CLIENT_RC(c, pinshm_stat(c, "st-a", &e), -ENOENT); /* unlinked: no name to ask by */
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 START_TEST(test_list_pages)
 {
 	struct daemon d;
@@ -819,13 +964,18 @@ static size_t body_size(uint16_t type)
 	case PROTO_HELLO:
 		return 8;
 	case PROTO_CREATE:
-		return 100;
+		return 104;
 	case PROTO_OPEN:
 		return 68;
 	case PROTO_UNLINK:
+	case PROTO_STAT:
 		return 64;
 	case PROTO_LIST:
+	case PROTO_STATUS:
+	case PROTO_CLIENTS:
 		return 8;
+	case PROTO_CLOSE:
+		return 12;
 	default:
 		return 0;
 	}
@@ -894,7 +1044,7 @@ static void malformed_packet(int i, struct pkt *p, unsigned *nfds)
 		break;
 	default: { /* random: a good header, a body of the wrong size, random bytes */
 		uint64_t r = tu_mix(0x5eed0000u + (uint64_t)i);
-		uint16_t type = (uint16_t)(PROTO_HELLO + r % 6);
+		uint16_t type = (uint16_t)(PROTO_HELLO + r % PROTO_STAT);
 		size_t len = 1 + (r >> 8) % 300;
 		if (len == body_size(type))
 			len++;
@@ -1884,6 +2034,8 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_exchange);
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_lifetimes);
+	tcase_add_test(tc, test_close);
+	tcase_add_test(tc, test_stat);
 	tcase_add_test(tc, test_list_pages);
 	tcase_add_test(tc, test_pinned);
 	tcase_add_test(tc, test_unpinned);

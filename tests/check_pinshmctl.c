@@ -448,6 +448,38 @@ START_TEST(test_ls_json)
 }
 END_TEST
 
+/* stat NAME: one channel in full, as a table of lines or a JSON object. */
+START_TEST(test_stat)
+{
+	struct daemon d;
+	struct run r;
+
+	ctl_daemon_start(&d);
+	CTL(&d, &r, 0, "create", "st.q", "--capacity", "64k", "--producers", "2", "--mode", "0640", "--backend",
+	    "shm");
+	CTL(&d, &r, 0, "stat", "st.q");
+	HAS(r.out, "name         st.q\n");
+	HAS(r.out, "kind         queue\n");
+	HAS(r.out, "mode         rw-r----- (0640)\n");
+	HAS(r.out, "backend      shm\n");
+	HAS(r.out, "capacity     64K per producer\n");
+	HAS(r.out, "persistent   yes\n");
+	HAS(r.out, "damaged      no\n");
+	HAS(r.out, "producers    0/2\n");
+	CTL(&d, &r, 0, "stat", "--json", "st.q");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	ck_assert_msg(r.out[0] == '{', "not an object:\n%s", r.out);
+	HAS(r.out, "\"name\": \"st.q\"");
+	HAS(r.out, "\"backend\": \"shm\"");
+	HAS(r.out, "\"max_producers\": 2");
+	CTL(&d, &r, 1, "stat", "st.none");
+	HAS(r.err, "no channel 'st.none'");
+	CTL(&d, &r, 2, "stat");
+	CTL(&d, &r, 2, "stat", "st.q", "st.q");
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_create_persists)
 {
 	struct daemon d;
@@ -733,11 +765,13 @@ START_TEST(test_clients)
 	ck_assert_uint_eq(found, NCLIENTS);
 	HAS(r.out, "\"endpoints\": 1");
 
-	/* A closed endpoint no longer counts; the channel is still held. */
-	pinshm_channel_close(ch);
+	/* A closed endpoint no longer counts, and with it goes the reference
+	 * of the connection that opened it (CLOSE); the creator's stays. */
+	TU_RC(pinshm_channel_close(ch), 0);
 	TU_RC(pinshm_clients(cs[0], &e, &n), 0);
-	ck_assert_uint_eq(e[2].channels, 1);
+	ck_assert_uint_eq(e[2].channels, 0);
 	ck_assert_uint_eq(e[2].endpoints, 0);
+	ck_assert_uint_eq(e[1].channels, 1);
 	free(e);
 
 	for (int i = 0; i < NCLIENTS; i++)
@@ -933,6 +967,7 @@ static Suite *pinshmctl_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_create_ls_rm);
 	tcase_add_test(tc, test_ls_json);
+	tcase_add_test(tc, test_stat);
 	tcase_add_test(tc, test_create_persists);
 	tcase_add_test(tc, test_shutdown);
 	tcase_add_test(tc, test_version);

@@ -84,6 +84,12 @@ static void check_accepted(const uint8_t *pkt, size_t len, bool reply, const str
 	case PROTO_UNLINK:
 		check_name(m->u.unlink.name);
 		break;
+	case PROTO_STAT:
+		check_name(m->u.stat.name);
+		break;
+	case PROTO_STAT | PROTO_REPLY:
+		check_name(m->u.stat_reply.entry.name);
+		break;
 	case PROTO_LIST | PROTO_REPLY:
 		FUZZ_CHECK(m->u.list_reply.count <= PROTO_LIST_PAGE);
 		for (uint32_t i = 0; i < m->u.list_reply.count; i++)
