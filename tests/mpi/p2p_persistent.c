@@ -66,8 +66,10 @@ static void pair(int peer)
 			MT_MPI(MPI_Startall(NKIND, rq));
 		}
 		/* Every receive of both sides is posted after this: Rsend may go. */
-		MT_MPI(MPI_Sendrecv(NULL, 0, MPI_BYTE, peer, 99, NULL, 0, MPI_BYTE, peer, 99, MPI_COMM_WORLD,
+		int mine = round * 100 + mt_rank, theirs = -1;
+		MT_MPI(MPI_Sendrecv(&mine, 1, MPI_INT, peer, 99, &theirs, 1, MPI_INT, peer, 99, MPI_COMM_WORLD,
 				    MPI_STATUS_IGNORE));
+		MT_CHECK(theirs == round * 100 + peer, "handshake of round %d: %d", round, theirs);
 		if (round % 2) {
 			for (int k = NKIND - 1; k >= 0; k--)
 				MT_MPI(MPI_Start(&sq[k]));

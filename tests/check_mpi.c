@@ -1,0 +1,480 @@
+/*
+ * check_mpi.c - the MPI test programs of tests/mpi under mpirun, without and
+ * with the PMPI plugin (libpinshm_mpi.so, issue 4).
+ *
+ * Each test starts a real pinshmd (tests/daemonutil.c) and runs one program
+ * with `timeout $MPIRUN --mca pml ob1 --mca btl self,vader -np N`
+ * (--oversubscribe above 2 ranks) in one configuration:
+ *   plain:   no plugin, 2 and 4 ranks (the programs are correct MPI);
+ *   plugin:  LD_PRELOAD=$PINSHM_MPI_LIB at 2 and 4 ranks, and at 4 ranks
+ *            with PINSHM_MPI_NODES=2 (two pretend nodes);
+ * always with PINSHM_SOCKET (the daemon's) and PINSHM_MPI_STATS=1.  A run
+ * passes when mpirun exits 0 in time, no "pinshm-mpi: warning" was printed,
+ * and the stats lines say what the program's call families did: with the
+ * plugin, every rank reports every family, each family that the program
+ * uses carried messages through pinshm, and on one node none went to the MPI
+ * library, except for the families that the program uses on an
+ * intercommunicator only (those must have gone to it); on two pretend nodes
+ * some went to the MPI library.  Without the plugin, no stats line appears.
+ *
+ * Environment: MPIRUN (empty: the test is skipped, exit 77), PINSHM_MPI_LIB
+ * (missing: only the plain runs are made, then exit 77 if they pass),
+ * PINSHMD, PINSHM_MPI_TESTS (the folder of the programs, else the build's).
+ * In an ASan build the plugin is preloaded after the libasan that this
+ * program runs with, and leak checking is off in the ranks (Open MPI's own
+ * allocations at exit are not ours to fix).
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "daemonutil.h"
+#include "testutil.h"
+
+#ifndef MPI_TESTS_DIR
+#define MPI_TESTS_DIR "tests/mpi"
+#endif
+
+#define RUN_LIMIT_S "120" /* for one mpirun, then SIGTERM (SIGKILL 10 s later) */
+#define OUT_MAX (1 << 20) /* of a run's output kept for checking */
+
+enum family { F_BLOCKING, F_NONBLOCKING, F_PERSISTENT, F_PROBE, F_SYNCHRONOUS, F_BUFFERED, NFAMILY };
+
+static const char *const family_name[NFAMILY] = {"blocking", "nonblocking", "persistent",
+						 "probe",    "synchronous", "buffered"};
+
+#define B (1u << F_BLOCKING)
+#define NB (1u << F_NONBLOCKING)
+#define P (1u << F_PERSISTENT)
+#define PR (1u << F_PROBE)
+#define SY (1u << F_SYNCHRONOUS)
+#define BU (1u << F_BUFFERED)
+
+struct program {
+	const char *name;
+	unsigned uses;   /* families that must carry messages through pinshm */
+	unsigned passes; /* families used only where the plugin does not carry (intercommunicators) */
+	bool fortran;    /* bypasses the plugin: exit status and warnings only */
+};
+
+static const struct program programs[] = {
+	{"p2p_basic", B, 0, false},
+	{"p2p_modes", B | NB | SY | BU, 0, false},
+	{"p2p_persistent", B | P | SY | BU, 0, false},
+	{"p2p_probe", B | PR, 0, false},
+	{"p2p_complete", B | NB, 0, false},
+	{"p2p_datatypes", B | NB, 0, false},
+	{"p2p_comms", B | NB | P, SY | PR, false},
+	{"p2p_order", B | NB, 0, false},
+	{"p2p_large", B | NB, 0, false},
+#ifdef HAVE_MPIFORT_TEST
+	{"f_sendrecv", 0, 0, true},
+#endif
+};
+#define NPROGRAMS ((int)(sizeof(programs) / sizeof(programs[0])))
+
+struct config {
+	const char *name;
+	int np;
+	bool plugin;
+	int nodes; /* PINSHM_MPI_NODES, 0: unset */
+};
+
+static const struct config plain_configs[] = {
+	{"plain -np 2", 2, false, 0},
+	{"plain -np 4", 4, false, 0},
+};
+static const struct config plugin_configs[] = {
+	{"plugin -np 2", 2, true, 0},
+	{"plugin -np 4", 4, true, 0},
+	{"plugin -np 4 PINSHM_MPI_NODES=2", 4, true, 2},
+};
+#define NPLAIN ((int)(sizeof(plain_configs) / sizeof(plain_configs[0])))
+#define NPLUGIN ((int)(sizeof(plugin_configs) / sizeof(plugin_configs[0])))
+
+static const char *env_or(const char *var, const char *fallback)
+{
+	const char *v = getenv(var);
+
+	return v && v[0] ? v : fallback;
+}
+
+static const char *plugin_path(void)
+{
+	return env_or("PINSHM_MPI_LIB", "src/mpi/.libs/libpinshm_mpi.so");
+}
+
+static int find_asan(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	if (info->dlpi_name && strstr(info->dlpi_name, "/libasan.so")) {
+		snprintf(arg, PATH_MAX, "%s", info->dlpi_name);
+		return 1;
+	}
+	return 0;
+}
+
+/* The libasan this process runs with (an ASan build), or "". */
+static const char *asan_lib(void)
+{
+	static char path[PATH_MAX];
+
+	path[0] = 0;
+	dl_iterate_phdr(find_asan, path);
+	return path;
+}
+
+/* ======================================================================== */
+/* one run                                                                   */
+/* ======================================================================== */
+
+struct stats {
+	unsigned long long pinshm_msgs, pinshm_bytes, mpi_msgs, mpi_bytes;
+	unsigned long long ranks; /* bit r: rank r reported this family */
+};
+
+struct run {
+	int status;
+	char *out; /* stdout and stderr of mpirun, NUL-terminated */
+	size_t len;
+	struct stats fam[NFAMILY];
+	int stat_lines, bad_lines;
+};
+
+static void run_mpi(const struct daemon *d, const struct program *pg, const struct config *cf, struct run *r)
+{
+	char prog[PATH_MAX], outpath[PATH_MAX], np[16], sock[200], preload[2 * PATH_MAX], nodes[40], asan_opt[300];
+	const char *argv[48];
+	int n = 0;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(prog, sizeof(prog), "%s/%s", env_or("PINSHM_MPI_TESTS", MPI_TESTS_DIR), pg->name);
+	ck_assert_msg(access(prog, X_OK) == 0, "%s: %s (not built?)", prog, strerror(errno));
+	snprintf(outpath, sizeof(outpath), "%s/mpirun.out", d->dir);
+	snprintf(np, sizeof(np), "%d", cf->np);
+	snprintf(sock, sizeof(sock), "PINSHM_SOCKET=%s", d->sock);
+	snprintf(nodes, sizeof(nodes), "PINSHM_MPI_NODES=%d", cf->nodes);
+	const char *asan = asan_lib();
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s", asan, asan[0] ? ":" : "", plugin_path());
+	snprintf(asan_opt, sizeof(asan_opt), "ASAN_OPTIONS=%s%sdetect_leaks=0", env_or("ASAN_OPTIONS", ""),
+		 getenv("ASAN_OPTIONS") && getenv("ASAN_OPTIONS")[0] ? ":" : "");
+
+	argv[n++] = "timeout";
+	argv[n++] = "-k";
+	argv[n++] = "10";
+	argv[n++] = RUN_LIMIT_S;
+	argv[n++] = getenv("MPIRUN");
+	if (cf->np > 2)
+		argv[n++] = "--oversubscribe";
+	argv[n++] = "--mca";
+	argv[n++] = "pml";
+	argv[n++] = "ob1";
+	argv[n++] = "--mca";
+	argv[n++] = "btl";
+	argv[n++] = "self,vader";
+	argv[n++] = "-np";
+	argv[n++] = np;
+	argv[n++] = "-x";
+	argv[n++] = sock;
+	argv[n++] = "-x";
+	argv[n++] = "PINSHM_MPI_STATS=1";
+	if (cf->plugin) {
+		argv[n++] = "-x";
+		argv[n++] = preload;
+	}
+	if (cf->nodes) {
+		argv[n++] = "-x";
+		argv[n++] = nodes;
+	}
+	if (asan[0]) {
+		argv[n++] = "-x";
+		argv[n++] = asan_opt;
+	}
+	argv[n++] = prog;
+	argv[n] = NULL;
+
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
+			_exit(126);
+		int nul = open("/dev/null", O_RDONLY);
+		if (nul < 0 || dup2(nul, STDIN_FILENO) < 0)
+			_exit(126);
+		setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+		setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+		/* The plugin goes to the ranks only (-x), never into mpirun. */
+		unsetenv("LD_PRELOAD");
+		unsetenv("PINSHM_MPI_NODES");
+		execvp(argv[0], (char *const *)argv);
+		fprintf(stderr, "exec timeout: %s\n", strerror(errno));
+		_exit(127);
+	}
+	while (waitpid(pid, &r->status, 0) < 0)
+		ck_assert_int_eq(errno, EINTR);
+
+	FILE *f = fopen(outpath, "r");
+	ck_assert_msg(f != NULL, "%s: %s", outpath, strerror(errno));
+	r->out = malloc(OUT_MAX + 1);
+	ck_assert_ptr_nonnull(r->out);
+	r->len = fread(r->out, 1, OUT_MAX, f);
+	r->out[r->len] = 0;
+	fclose(f);
+	unlink(outpath);
+
+	/* "pinshm-mpi stats: rank=R family=F pinshm_msgs=N pinshm_bytes=N mpi_msgs=N mpi_bytes=N" */
+	for (char *line = strstr(r->out, "pinshm-mpi stats:"); line; line = strstr(line + 1, "pinshm-mpi stats:")) {
+		int rank = -1;
+		char fam[32];
+		struct stats s = {0};
+		r->stat_lines++;
+		if (sscanf(line,
+			   "pinshm-mpi stats: rank=%d family=%31s pinshm_msgs=%llu pinshm_bytes=%llu mpi_msgs=%llu "
+			   "mpi_bytes=%llu",
+			   &rank, fam, &s.pinshm_msgs, &s.pinshm_bytes, &s.mpi_msgs, &s.mpi_bytes) != 6 ||
+		    rank < 0 || rank >= cf->np) {
+			r->bad_lines++;
+			continue;
+		}
+		int k;
+		for (k = 0; k < NFAMILY && strcmp(fam, family_name[k]) != 0; k++)
+			;
+		if (k == NFAMILY) {
+			r->bad_lines++;
+			continue;
+		}
+		struct stats *t = &r->fam[k];
+		if (t->ranks & 1ull << rank)
+			r->bad_lines++; /* twice the same */
+		t->ranks |= 1ull << rank;
+		t->pinshm_msgs += s.pinshm_msgs;
+		t->pinshm_bytes += s.pinshm_bytes;
+		t->mpi_msgs += s.mpi_msgs;
+		t->mpi_bytes += s.mpi_bytes;
+	}
+}
+
+/* The output of a run, for the log of a failed test. */
+static void dump(const struct program *pg, const struct config *cf, const struct run *r)
+{
+	char st[64];
+	size_t from = r->len > 6000 ? r->len - 6000 : 0;
+
+	fprintf(stderr, "---- %s, %s: %s; output%s:\n%s\n", pg->name, cf->name,
+		tu_status_str(r->status, st, sizeof(st)), from ? " (its end)" : "", r->out + from);
+	for (int k = 0; k < NFAMILY; k++)
+		fprintf(stderr, "  %-11s ranks %#llx pinshm %llu msgs %llu bytes, mpi %llu msgs %llu bytes\n",
+			family_name[k], r->fam[k].ranks, r->fam[k].pinshm_msgs, r->fam[k].pinshm_bytes,
+			r->fam[k].mpi_msgs, r->fam[k].mpi_bytes);
+	fflush(stderr);
+}
+
+/* Why run @p r of @p pg in @p cf failed, into @p why; or false if it passed. */
+static bool run_failed(const struct program *pg, const struct config *cf, const struct run *r, char *why,
+		       size_t len)
+{
+	char st[64];
+
+	if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) {
+		bool timed_out = WIFEXITED(r->status) && (WEXITSTATUS(r->status) == 124 || WEXITSTATUS(r->status) == 137);
+		snprintf(why, len, "mpirun: %s%s", tu_status_str(r->status, st, sizeof(st)),
+			 timed_out ? " (timed out after " RUN_LIMIT_S " s: a hang)" : "");
+		return true;
+	}
+	if (strstr(r->out, "pinshm-mpi: warning")) {
+		const char *w = strstr(r->out, "pinshm-mpi: warning");
+		snprintf(why, len, "the plugin warned: %.200s", w);
+		return true;
+	}
+	if (r->bad_lines) {
+		snprintf(why, len, "%d malformed or repeated stats lines", r->bad_lines);
+		return true;
+	}
+	if (!cf->plugin) {
+		if (r->stat_lines) {
+			snprintf(why, len, "%d stats lines without the plugin", r->stat_lines);
+			return true;
+		}
+		return false;
+	}
+	if (pg->fortran)
+		return false;
+	unsigned long long all = (1ull << cf->np) - 1, mpi_total = 0;
+	for (int k = 0; k < NFAMILY; k++) {
+		const struct stats *s = &r->fam[k];
+		unsigned bit = 1u << k;
+		mpi_total += s->mpi_msgs;
+		if (s->ranks != all) {
+			snprintf(why, len, "family %s: stats from ranks %#llx, want %#llx", family_name[k], s->ranks,
+				 all);
+			return true;
+		}
+		if ((pg->uses & bit) && s->pinshm_msgs == 0) {
+			snprintf(why, len, "family %s: no message through pinshm (mpi_msgs=%llu)", family_name[k],
+				 s->mpi_msgs);
+			return true;
+		}
+		if ((pg->uses & bit) && s->pinshm_bytes == 0) {
+			snprintf(why, len, "family %s: %llu messages through pinshm but 0 bytes", family_name[k],
+				 s->pinshm_msgs);
+			return true;
+		}
+		if (cf->nodes <= 1 && !(pg->passes & bit) && s->mpi_msgs != 0) {
+			snprintf(why, len, "family %s: %llu messages (%llu bytes) to the MPI library on one node",
+				 family_name[k], s->mpi_msgs, s->mpi_bytes);
+			return true;
+		}
+		if (cf->nodes <= 1 && (pg->passes & bit) && s->mpi_msgs == 0) {
+			snprintf(why, len, "family %s: used on an intercommunicator, but nothing went to the MPI library",
+				 family_name[k]);
+			return true;
+		}
+	}
+	if (cf->nodes >= 2 && cf->np >= 4 && mpi_total == 0) {
+		snprintf(why, len, "%d pretend nodes, but no message went to the MPI library", cf->nodes);
+		return true;
+	}
+	return false;
+}
+
+static void run_one(const struct program *pg, const struct config *cf)
+{
+	struct daemon d;
+	struct run r;
+	char why[512];
+
+	daemon_start(&d);
+	run_mpi(&d, pg, cf, &r);
+	bool failed = run_failed(pg, cf, &r, why, sizeof(why));
+	if (failed)
+		dump(pg, cf, &r);
+	free(r.out);
+	ck_assert_msg(!failed, "%s, %s: %s", pg->name, cf->name, why);
+	daemon_stop_ok(&d);
+}
+
+START_TEST(test_plain)
+{
+	run_one(&programs[_i / NPLAIN], &plain_configs[_i % NPLAIN]);
+}
+END_TEST
+
+START_TEST(test_plugin)
+{
+	run_one(&programs[_i / NPLUGIN], &plugin_configs[_i % NPLUGIN]);
+}
+END_TEST
+
+/* The checks of the stats themselves, on made-up outputs: each must fail. */
+START_TEST(test_stats_checks)
+{
+	static const struct config one = {"one node", 2, true, 0}, two = {"two nodes", 4, true, 2};
+	const struct program *basic = &programs[0], *comms = &programs[6];
+	struct run r;
+	char why[512];
+
+	ck_assert_str_eq(comms->name, "p2p_comms");
+	memset(&r, 0, sizeof(r));
+	r.out = "";
+	for (int k = 0; k < NFAMILY; k++)
+		r.fam[k].ranks = 3;
+	r.fam[F_BLOCKING].pinshm_msgs = 10;
+	r.fam[F_BLOCKING].pinshm_bytes = 100;
+	ck_assert_msg(!run_failed(basic, &one, &r, why, sizeof(why)), "a good run failed: %s", why);
+	ck_assert(run_failed(basic, &plain_configs[0], &(struct run){.out = "", .stat_lines = 1}, why, sizeof(why)));
+	r.fam[F_PROBE].mpi_msgs = 1;
+	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));
+	ck_assert(strstr(why, "probe") != NULL);
+	r.fam[F_PROBE].mpi_msgs = 0;
+	r.fam[F_BLOCKING].pinshm_msgs = 0;
+	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));
+	r.fam[F_BLOCKING].pinshm_msgs = 10;
+	r.fam[F_BUFFERED].ranks = 1;
+	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));
+	r.fam[F_BUFFERED].ranks = 3;
+	r.out = "x\npinshm-mpi: warning: no daemon\n";
+	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));
+	r.out = "";
+	r.status = 124 << 8;
+	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));
+	ck_assert(strstr(why, "hang") != NULL);
+	r.status = 0;
+	/* p2p_comms: synchronous and probe must go to the MPI library. */
+	r.fam[F_NONBLOCKING].pinshm_msgs = r.fam[F_PERSISTENT].pinshm_msgs = 1;
+	r.fam[F_NONBLOCKING].pinshm_bytes = r.fam[F_PERSISTENT].pinshm_bytes = 1;
+	ck_assert(run_failed(comms, &one, &r, why, sizeof(why)));
+	r.fam[F_SYNCHRONOUS].mpi_msgs = r.fam[F_PROBE].mpi_msgs = 2;
+	ck_assert_msg(!run_failed(comms, &one, &r, why, sizeof(why)), "%s", why);
+	/* Two pretend nodes at 4 ranks: something must go to the MPI library. */
+	for (int k = 0; k < NFAMILY; k++) {
+		r.fam[k].ranks = 15;
+		r.fam[k].mpi_msgs = 0;
+	}
+	ck_assert(run_failed(basic, &two, &r, why, sizeof(why)));
+	r.fam[F_BLOCKING].mpi_msgs = 4;
+	ck_assert_msg(!run_failed(basic, &two, &r, why, sizeof(why)), "%s", why);
+}
+END_TEST
+
+static Suite *mpi_suite(bool plugin)
+{
+	Suite *s = suite_create("mpi");
+	TCase *tc;
+
+	tc = tcase_create("stats");
+	tcase_add_test(tc, test_stats_checks);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("plain");
+	tcase_add_loop_test(tc, test_plain, 0, NPROGRAMS * NPLAIN);
+	tcase_set_timeout(tc, 200);
+	suite_add_tcase(s, tc);
+
+	if (plugin) {
+		tc = tcase_create("plugin");
+		tcase_add_loop_test(tc, test_plugin, 0, NPROGRAMS * NPLUGIN);
+		tcase_set_timeout(tc, 200);
+		suite_add_tcase(s, tc);
+	}
+	return s;
+}
+
+int main(void)
+{
+	const char *mpirun = getenv("MPIRUN");
+
+	if (!mpirun || !mpirun[0]) {
+		printf("check_mpi: SKIP: MPIRUN is empty (configure found no mpirun)\n");
+		return 77;
+	}
+	bool plugin = access(plugin_path(), R_OK) == 0;
+	if (!plugin)
+		printf("check_mpi: the plugin %s is missing: only the runs without it\n", plugin_path());
+	if (asan_lib()[0])
+		printf("check_mpi: ASan build: the ranks preload %s first\n", asan_lib());
+
+	SRunner *sr = srunner_create(mpi_suite(plugin));
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	if (failed)
+		return EXIT_FAILURE;
+	if (!plugin) {
+		printf("check_mpi: SKIP: the runs without the plugin passed; the plugin was not built\n");
+		return 77;
+	}
+	return EXIT_SUCCESS;
+}
