@@ -552,7 +552,11 @@ static int pool_timeout(struct loop *l)
  * exit, or the pool may be refilled. */
 static int wait_timeout(struct loop *l)
 {
+	if (l->adopt && adopt_timeout(l->adopt) == 0)
+		adopt_grace_end(l->adopt);
 	int t = earlier(idle_timeout(l), silent_timeout(l));
+	if (l->adopt)
+		t = earlier(t, adopt_timeout(l->adopt));
 
 	if (!l->accept_paused)
 		return earlier(t, pool_timeout(l));

@@ -50,6 +50,7 @@
 #include <sys/types.h>
 
 #include "account.h"
+#include "adopt.h"
 #include "registry.h"
 #include "request.h"
 
@@ -78,6 +79,7 @@ struct loop {
 	uint64_t last_request;    /* CLOCK_MONOTONIC ms of the last packet received */
 	uint64_t next_id;
 	struct account *acct; /* connections counted per user; its config admits them */
+	struct adopt *adopt;  /* channels adopted at start, for their grace (NULL: none) */
 	uint64_t exit_idle_ms; /* 0, or stop after this long with no connection and no channel */
 	uint64_t idle_since;   /* CLOCK_MONOTONIC ms when it last became idle, 0: not idle */
 	void (*reload)(void *arg); /* on SIGHUP */

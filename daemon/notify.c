@@ -13,8 +13,17 @@
 
 int notify_systemd(const char *state)
 {
+	return notify_systemd_fd(state, -1);
+}
+
+int notify_systemd_fd(const char *state, int fd)
+{
 	const char *path = getenv("NOTIFY_SOCKET");
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
 	size_t len;
 
 	if (!path || !path[0])
@@ -25,12 +34,26 @@ int notify_systemd(const char *state)
 	memcpy(sa.sun_path, path, len);
 	if (path[0] == '@')
 		sa.sun_path[0] = '\0'; /* abstract namespace */
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
+	int sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (sock < 0)
 		return -errno;
-	socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
-	ssize_t n = sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa, salen);
+	struct iovec iov = {.iov_base = (void *)state, .iov_len = strlen(state)};
+	struct msghdr msg = {.msg_name = &sa,
+			     .msg_namelen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len),
+			     .msg_iov = &iov,
+			     .msg_iovlen = 1};
+	if (fd >= 0) {
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
 	int err = n < 0 ? errno : 0;
-	close(fd);
+	close(sock);
 	return err ? -err : 1;
 }

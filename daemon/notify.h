@@ -3,7 +3,8 @@
  * libsystemd): one datagram to the socket that $NOTIFY_SOCKET names.
  *
  * Under a unit of Type=notify, pinshmd sends READY=1 once it listens,
- * RELOADING=1 then READY=1 around a reload, STOPPING=1 when it stops.
+ * RELOADING=1 then READY=1 around a reload, STOPPING=1 when it stops,
+ * and keeps its channels' segments in the descriptor store (adopt.h).
  * Without $NOTIFY_SOCKET (not started by systemd) every call does nothing.
  */
 #ifndef PINSHMD_NOTIFY_H
@@ -16,5 +17,9 @@
  *         if it cares; the daemon serves on either way).
  */
 int notify_systemd(const char *state);
+
+/** notify_systemd() with descriptor @p fd (-1: none) passed along
+ *  (SCM_RIGHTS), as FDSTORE=1 wants. */
+int notify_systemd_fd(const char *state, int fd);
 
 #endif /* PINSHMD_NOTIFY_H */

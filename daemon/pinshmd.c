@@ -1,8 +1,9 @@
 /*
  * pinshmd.c - the pinshm daemon: main() is its lifecycle.
  *
- *   options -> log -> config -> signals -> (detach) -> descriptor limit
- *   -> socket -> accounts -> registry -> loop -> ready -> serve
+ *   systemd's descriptors -> options -> log -> config -> signals -> (detach)
+ *   -> descriptor limit -> socket -> accounts -> registry -> adopted
+ *   channels -> loop -> ready -> serve
  *   -> teardown in reverse
  *
  * See pinshmd(8).
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "account.h"
+#include "adopt.h"
 #include "config.h"
 #include "listen.h"
 #include "log.h"
@@ -323,11 +325,13 @@ int main(int argc, char **argv)
 	struct account acct;
 	struct loop loop;
 	struct pool pool;
+	struct adopt adopt;
 	struct daemon_config dc = {.acct = &acct, .pool = &pool};
 	char why[640];
 	int ready_fd = -1;
 	int rc;
 
+	adopt_take_listen_fds(&adopt); /* before anything opens a descriptor */
 	parse_options(argc, argv, &opt);
 	log_open(opt.foreground, opt.verbose);
 	if (!opt.foreground)
@@ -367,6 +371,7 @@ int main(int argc, char **argv)
 	pool_init(&pool, &acct);
 	pool_apply(&dc, dc.cfg);
 	reg.pool = &pool;
+	adopt_listen_fds(&adopt, &reg);
 	rc = loop_init(&loop, ln.fd, &reg, &acct, opt.user_mode, config_reload, &dc);
 	if (rc != 0) {
 		log_err("event loop: %s", strerror(-rc));
@@ -376,6 +381,7 @@ int main(int argc, char **argv)
 		return EXIT_FAILURE;
 	}
 	loop.exit_idle_ms = (uint64_t)opt.exit_idle * 1000u;
+	loop.adopt = &adopt;
 	log_notice("pinshmd %s listening on %s (%s mode, protocol %u, layout %u)", pinshm_version(), ln.path,
 		   opt.user_mode ? "user" : "system", PINSHM_PROTOCOL_VERSION, PINSHM_LAYOUT_VERSION);
 	log_config("configuration", dc.cfg);
@@ -389,6 +395,7 @@ int main(int argc, char **argv)
 
 	notify_systemd("STOPPING=1");
 	loop_fini(&loop);
+	adopt_fini(&adopt);
 	registry_fini(&reg);
 	pool_fini(&pool);
 	account_fini(&acct);

@@ -9,6 +9,11 @@
  *   exactly one (counted by a wrapper script around $PINSHMD), which exits
  *   once idle; a daemon that runs already is used; $PINSHM_AUTOSTART.
  *
+ * - restart: kill -9 of the daemon while two processes exchange messages;
+ *   the test stands in for systemd's descriptor store ($NOTIFY_SOCKET,
+ *   FDSTORE=1, then $LISTEN_FDS for the daemon started next): traffic never
+ *   stops, the channels are adopted (listed, pinned, accounted), new
+ *   requests are served, and nothing is left over once they are gone.
  * - scale: 200 clients at once, each with its own channel (the daemon's
  *   memory is printed for the record); a daemon short of descriptors keeps
  *   serving and does not spin; a connection that never speaks is closed.
@@ -18,11 +23,14 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -75,6 +83,8 @@ static bool has_client_pid(pinshm_client_t *c, pid_t pid)
 /* ======================================================================== */
 /* pidfd                                                                     */
 /* ======================================================================== */
+
+static void wait_counts(pinshm_client_t *c, uint32_t connections, uint32_t channels);
 
 struct forker {
 	const char *sock;
@@ -389,6 +399,299 @@ START_TEST(test_autostart_env)
 END_TEST
 
 /* ======================================================================== */
+/* restart and adoption                                                      */
+/* ======================================================================== */
+
+#define STORE_MAX 16
+
+/* What systemd keeps for the unit: descriptors by name. */
+struct store {
+	int sock; /* $NOTIFY_SOCKET, bound by the test */
+	char path[128];
+	int fd[STORE_MAX];
+	char name[STORE_MAX][256];
+	unsigned n;
+};
+
+static void store_open(struct store *st, const char *dir)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	*st = (struct store){0};
+	snprintf(st->path, sizeof(st->path), "%s/notify", dir);
+	ck_assert_uint_lt(strlen(st->path), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, st->path, strlen(st->path) + 1);
+	st->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	ck_assert_int_ge(st->sock, 0);
+	ck_assert_int_eq(bind(st->sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(setenv("NOTIFY_SOCKET", st->path, 1), 0);
+}
+
+/* Read every notification waiting: FDSTORE=1 keeps its descriptor under
+ * its FDNAME, FDSTOREREMOVE=1 drops those of the name. */
+static void store_drain(struct store *st)
+{
+	char buf[1024];
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int) * 4)];
+	} ctl;
+
+	for (;;) {
+		struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf) - 1};
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+				     .msg_controllen = sizeof(ctl.b)};
+		ssize_t n = recvmsg(st->sock, &msg, MSG_CMSG_CLOEXEC);
+		if (n < 0)
+			return;
+		buf[n] = '\0';
+		int fd = -1;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+				memcpy(&fd, CMSG_DATA(c), sizeof(int));
+		const char *name = strstr(buf, "FDNAME=");
+		name = name ? name + 7 : "";
+		if (strstr(buf, "FDSTORE=1")) {
+			ck_assert_int_ge(fd, 0);
+			ck_assert_uint_lt(st->n, STORE_MAX);
+			st->fd[st->n] = fd;
+			snprintf(st->name[st->n], sizeof(st->name[0]), "%.*s", (int)strcspn(name, "\n"), name);
+			st->n++;
+			continue;
+		}
+		if (fd >= 0)
+			close(fd);
+		if (strstr(buf, "FDSTOREREMOVE=1"))
+			for (unsigned i = 0; i < st->n; i++)
+				if (strncmp(st->name[i], name, strcspn(name, "\n")) == 0 &&
+				    st->name[i][strcspn(name, "\n")] == '\0') {
+					close(st->fd[i]);
+					st->fd[i] = st->fd[--st->n];
+					memcpy(st->name[i], st->name[st->n], sizeof(st->name[0]));
+					i--;
+				}
+	}
+}
+
+static void store_close(struct store *st)
+{
+	for (unsigned i = 0; i < st->n; i++)
+		close(st->fd[i]);
+	close(st->sock);
+	unlink(st->path);
+	unsetenv("NOTIFY_SOCKET");
+}
+
+/* Start pinshmd on d->sock with the store's descriptors, as systemd does:
+ * descriptors from 3 on, $LISTEN_FDS, $LISTEN_FDNAMES, $LISTEN_PID. */
+static void spawn_with_store(struct daemon *d, const struct store *st)
+{
+	pid_t parent = getpid();
+
+	fflush(stderr);
+	d->pid = fork();
+	ck_assert_int_ge(d->pid, 0);
+	if (d->pid > 0)
+		return;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(126);
+	int high[STORE_MAX];
+	char names[STORE_MAX * 257] = "", num[32];
+	for (unsigned i = 0; i < st->n; i++)
+		if ((high[i] = fcntl(st->fd[i], F_DUPFD, 100)) < 0)
+			_exit(126);
+	for (unsigned i = 0; i < st->n; i++) {
+		if (dup2(high[i], 3 + (int)i) < 0)
+			_exit(126);
+		strcat(names, i ? ":" : "");
+		strcat(names, st->name[i]);
+	}
+	snprintf(num, sizeof(num), "%d", (int)getpid());
+	setenv("LISTEN_PID", num, 1);
+	snprintf(num, sizeof(num), "%u", st->n);
+	setenv("LISTEN_FDS", num, 1);
+	setenv("LISTEN_FDNAMES", names, 1);
+	execl(pinshmd_path(), "pinshmd", "-f", "--user", "-s", d->sock, (char *)NULL);
+	_exit(127);
+}
+
+struct traffic {
+	const char *sock;
+	_Atomic uint64_t *received; /* shared: messages the consumer checked */
+	int stop[2];                /* the producer stops once it closes */
+	struct tu_reporter rep;
+};
+
+static int traffic_producer(void *arg, int idx)
+{
+	struct traffic *x = arg;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch = child_open(x->sock, "used", PINSHM_PRODUCER, &c);
+	uint64_t seq = 0;
+	char b;
+
+	(void)idx;
+	close(x->stop[1]);
+	for (;; seq++) {
+		if (seq % 256 == 0 && read(x->stop[0], &b, 1) == 0)
+			break;
+		int rc = pinshm_send(ch, &seq, sizeof(seq), CALL_MS);
+		if (rc != 0)
+			tu_child_fail(4, "send %llu: %s", (unsigned long long)seq, pinshm_strerror(rc));
+	}
+	uint64_t end = UINT64_MAX;
+	int rc = pinshm_send(ch, &end, sizeof(end), CALL_MS);
+	if (rc != 0)
+		tu_child_fail(5, "send the end: %s", pinshm_strerror(rc));
+	pinshm_channel_close(ch);
+	return 0; /* its connection is to the killed daemon: nothing to say to it */
+}
+
+static int traffic_consumer(void *arg, int idx)
+{
+	struct traffic *x = arg;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch = child_open(x->sock, "used", PINSHM_CONSUMER, &c);
+	uint64_t want = 0, got;
+	size_t len;
+
+	(void)idx;
+	close(x->stop[0]);
+	close(x->stop[1]);
+	for (;;) {
+		int rc = pinshm_recv(ch, &got, sizeof(got), &len, CALL_MS);
+		if (rc != 0)
+			tu_child_fail(4, "recv after %llu: %s", (unsigned long long)want, pinshm_strerror(rc));
+		if (len != sizeof(got))
+			tu_child_fail(5, "a message of %zu bytes", len);
+		if (got == UINT64_MAX)
+			break;
+		if (got != want)
+			tu_child_fail(6, "message %llu where %llu was due", (unsigned long long)got,
+				      (unsigned long long)want);
+		want++;
+		atomic_store_explicit(x->received, want, memory_order_relaxed);
+	}
+	tu_report_vals(&x->rep, idx, 0, want, 0);
+	pinshm_channel_close(ch);
+	return 0;
+}
+
+/* Wait until the consumer has checked more than @p than messages. */
+static uint64_t wait_progress(struct traffic *x, uint64_t than)
+{
+	uint64_t deadline = tu_now_ms() + WAIT_MS, n;
+
+	while ((n = atomic_load_explicit(x->received, memory_order_relaxed)) <= than) {
+		ck_assert_msg(tu_now_ms() < deadline, "traffic stopped at %llu messages", (unsigned long long)n);
+		tu_sleep_ms(5);
+	}
+	return n;
+}
+
+static bool listed(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out)
+{
+	pinshm_list_entry_t *e;
+	size_t n;
+	bool found = false;
+
+	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(e[i].name, name) == 0) {
+			*out = e[i];
+			found = true;
+		}
+	free(e);
+	return found;
+}
+
+START_TEST(test_restart_fdstore)
+{
+	struct daemon d;
+	struct store st;
+	struct traffic x;
+	struct tu_procs ps;
+	struct tu_report r;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_status_t s;
+
+	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", "1000", 1), 0);
+	daemon_prepare(&d, &(struct daemon_opts){0});
+	store_open(&st, d.dir);
+	daemon_spawn(&d, &(struct daemon_opts){0});
+	daemon_wait_ready(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "kept", &attr, 0640, PINSHM_PERSISTENT), 0);
+	CLIENT_RC(c, pinshm_create(c, "used", &attr, 0600, 0), 0);
+	ck_assert(listed(c, "used", &e));
+	uint64_t size = e.size;
+	bool pinned = e.state & PINSHM_LIST_PINNED;
+
+	x.sock = d.sock;
+	x.received = mmap(NULL, sizeof(*x.received), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert(x.received != MAP_FAILED);
+	ck_assert_int_eq(pipe2(x.stop, O_NONBLOCK | O_CLOEXEC), 0);
+	tu_reporter_open(&x.rep);
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "producer", traffic_producer, &x, 0);
+	tu_spawn(&ps, "consumer", traffic_consumer, &x, 1);
+	close(x.stop[0]);
+	uint64_t before = wait_progress(&x, 1000);
+
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 2);
+	ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	pinshm_disconnect(c);
+	uint64_t during = wait_progress(&x, before); /* no daemon: the channel works on */
+
+	spawn_with_store(&d, &st);
+	daemon_wait_ready(&d);
+	c = connect_ok(&d);
+	ck_assert(listed(c, "kept", &e));
+	ck_assert_uint_eq(e.mode, 0640);
+	ck_assert_uint_eq(e.uid, getuid());
+	ck_assert(e.state & PINSHM_LIST_PERSISTENT);
+	ck_assert(listed(c, "used", &e));
+	ck_assert_uint_eq(e.producers, 1); /* as the segment says */
+	ck_assert_uint_eq(e.consumers, 1);
+	ck_assert_uint_eq(e.size, size);
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	if (pinned) {
+		ck_assert(e.state & PINSHM_LIST_PINNED);
+		ck_assert_uint_eq(s.pinned, 2 * size);
+		ck_assert_int_ge(proc_status_value_kb(d.pid, "VmLck:"), (long)(2 * size / 1024));
+	}
+	pinshm_client_t *c2 = connect_ok(&d); /* new requests are served */
+	CLIENT_RC(c2, pinshm_create(c2, "after", &attr, 0600, PINSHM_PERSISTENT), 0);
+	pinshm_disconnect(c2);
+	wait_progress(&x, during);
+
+	close(x.stop[1]); /* the producer ends; the consumer checked every message */
+	TU_RC(tu_collect(&x.rep, &r, WAIT_MS), 0);
+	ck_assert_uint_gt(r.v[0], during);
+	tu_wait_all_ok(&ps, WAIT_MS);
+
+	/* Nothing left: "used" goes with its grace, the others when unlinked. */
+	CLIENT_RC(c, pinshm_unlink(c, "kept"), 0);
+	CLIENT_RC(c, pinshm_unlink(c, "after"), 0);
+	wait_counts(c, 1, 0);
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.pinned, 0);
+	ck_assert_int_eq(proc_status_value_kb(d.pid, "VmLck:"), 0);
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_close(&st);
+	tu_reporter_close(&x.rep);
+}
+END_TEST
+
+/* ======================================================================== */
 /* scale                                                                     */
 /* ======================================================================== */
 
@@ -642,6 +945,11 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_autostart_race);
 	tcase_add_test(tc, test_autostart_running);
 	tcase_add_test(tc, test_autostart_env);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("restart");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_restart_fdstore);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");

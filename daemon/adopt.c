@@ -1,0 +1,361 @@
+/*
+ * adopt.c - the descriptor store: names written, names read, segments
+ * checked and adopted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "adopt.h"
+#include "log.h"
+#include "notify.h"
+
+#define ADOPT_KEEPER_ID UINT64_MAX /* the grace's pseudo-connection */
+#define RECORD_FIELDS 14u          /* before the name */
+
+#ifndef F_SEAL_SHRINK
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#endif
+#ifndef F_GET_SEALS
+#define F_GET_SEALS 1034
+#endif
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Set by adopt_fini(): the channels destroyed at a stop stay in the store,
+ * for the next start (systemd empties it when the unit stops for good). */
+static bool stopping;
+
+/* In service mode only: systemd (or what stands in for it) listens. */
+static bool service_mode(void)
+{
+	const char *s = getenv("NOTIFY_SOCKET");
+
+	return s && s[0] && !stopping;
+}
+
+/* "FDNAME=pinshm.1.INO..." of @p ch into @p buf. */
+static void record_name(const struct channel *ch, char *buf, size_t len)
+{
+	struct stat st;
+	unsigned long long ino = fstat(ch->seg.fd, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+
+	snprintf(buf, len, "pinshm.1.%llu.%u.%u.%o.%u.%u.%u.%" PRIu64 ".%u.%u.%u.%d.%s", ino, (unsigned)ch->uid,
+		 (unsigned)ch->gid, ch->mode, ch->persistent ? PINSHM_PERSISTENT : 0u, (unsigned)ch->attr.kind,
+		 ch->attr.flags, ch->attr.capacity, ch->attr.max_message, ch->attr.max_producers,
+		 ch->attr.max_consumers, ch->seg.node, ch->name);
+}
+
+void adopt_store(const struct channel *ch)
+{
+	char state[400], name[300];
+
+	if (!service_mode())
+		return;
+	record_name(ch, name, sizeof(name));
+	snprintf(state, sizeof(state), "FDSTORE=1\nFDNAME=%s", name);
+	int rc = notify_systemd_fd(state, ch->seg.fd);
+	if (rc < 0)
+		log_warn("channel '%s': not kept in the descriptor store: %s", ch->name, strerror(-rc));
+}
+
+void adopt_unstore(const struct channel *ch)
+{
+	char state[400], name[300];
+
+	if (!service_mode())
+		return;
+	record_name(ch, name, sizeof(name));
+	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", name);
+	notify_systemd(state);
+}
+
+unsigned adopt_take_listen_fds(struct adopt *a)
+{
+	const char *pid = getenv("LISTEN_PID"), *nfds = getenv("LISTEN_FDS"), *names = getenv("LISTEN_FDNAMES");
+	char *end;
+
+	*a = (struct adopt){0};
+	if (!pid || !nfds || strtol(pid, &end, 10) != (long)getpid() || *end)
+		goto out;
+	unsigned long n = strtoul(nfds, &end, 10);
+	if (*end || n == 0 || n > ADOPT_MAX_FDS)
+		goto out;
+	a->fds = calloc(n, sizeof(*a->fds));
+	if (!a->fds)
+		goto out;
+	const char *p = names ? names : "";
+	for (unsigned i = 0; i < n; i++) {
+		int fd = 3 + (int)i;
+		const char *colon = strchr(p, ':');
+		size_t len = colon ? (size_t)(colon - p) : strlen(p);
+		if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+			continue; /* not open after all */
+		a->fds[a->nfds].fd = fd;
+		a->fds[a->nfds].name = strndup(p, len);
+		if (!a->fds[a->nfds].name) {
+			close(fd);
+			continue;
+		}
+		a->nfds++;
+		p = colon ? colon + 1 : p + len;
+	}
+out:
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	return a->nfds;
+}
+
+/* The daemon's record, from an FDNAME. */
+struct record {
+	unsigned long long ino;
+	unsigned uid, gid, mode, flags;
+	pinshm_channel_attr_t attr;
+	int node;
+	char name[PINSHM_NAME_MAX + 1];
+};
+
+static int parse_record(const char *s, struct record *r)
+{
+	unsigned long long v[RECORD_FIELDS];
+	const char *p = s;
+
+	if (strncmp(p, "pinshm.1.", 9) != 0)
+		return -EINVAL;
+	p += 9;
+	for (unsigned i = 2; i < RECORD_FIELDS; i++) {
+		char *end;
+		int neg = *p == '-' && i == RECORD_FIELDS - 1; /* the node may be negative */
+		errno = 0;
+		v[i] = strtoull(p + neg, &end, i == 5 ? 8 : 10);
+		if (errno || end == p + neg || *end != '.')
+			return -EINVAL;
+		if (neg)
+			v[i] = (unsigned long long)-(long long)v[i];
+		p = end + 1;
+	}
+	if (!proto_name_valid(p))
+		return -EINVAL;
+	*r = (struct record){.ino = v[2], .uid = (unsigned)v[3], .gid = (unsigned)v[4], .mode = (unsigned)v[5] & 0777u,
+			     .flags = (unsigned)v[6], .node = (int)(long long)v[13]};
+	r->attr = (pinshm_channel_attr_t){.kind = (pinshm_kind_t)v[7], .flags = (uint32_t)v[8], .capacity = v[9],
+					  .max_message = (uint32_t)v[10], .max_producers = (uint32_t)v[11],
+					  .max_consumers = (uint32_t)v[12]};
+	snprintf(r->name, sizeof(r->name), "%s", p);
+	return 0;
+}
+
+/* segment_access(): the header matches the record's geometry. */
+static int header_matches(void *base, void *arg)
+{
+	const struct seg_geometry *want = arg;
+	struct seg_geometry g;
+	int rc = seg_geometry_read(base, want->size, &g);
+
+	if (rc != 0)
+		return rc;
+	return memcmp(&g, want, sizeof(g)) == 0 ? 0 : -EBADMSG;
+}
+
+/* Map, check and lock the segment @p fd of geometry @p g into @p s. */
+static int adopt_segment(int fd, const struct seg_geometry *g, int node, struct segment *s, char *why, size_t len)
+{
+	struct stat st;
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	*s = (struct segment){.fd = fd, .node = node};
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		snprintf(why, len, "not a shared memory file");
+		return -EINVAL;
+	}
+	if ((uint64_t)st.st_size < g->size || (uint64_t)st.st_size > SIZE_MAX) {
+		snprintf(why, len, "a file of %lld bytes for a geometry of %zu", (long long)st.st_size, g->size);
+		return -EINVAL;
+	}
+	s->size = (size_t)st.st_size;
+	s->sealed = seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW);
+	s->backend = s->sealed ? PINSHM_BACKEND_MEMFD : PINSHM_BACKEND_SHM;
+	s->hugepages = st.st_blksize >= (1 << 21); /* hugetlbfs: its page size */
+	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (s->base == MAP_FAILED) {
+		s->base = NULL;
+		snprintf(why, len, "mmap: %s", strerror(errno));
+		return -EINVAL;
+	}
+	int rc = segment_access(s, header_matches, (void *)g);
+	if (rc != 0) {
+		snprintf(why, len, "its header does not match the daemon's record (%s)", pinshm_strerror(rc));
+		munmap(s->base, s->size);
+		s->base = NULL;
+		return rc;
+	}
+	return 0;
+}
+
+/* Lock @p s in RAM, as segment_alloc() would have (mlock2: sanitizer
+ * runtimes make mlock() a no-op). */
+static void adopt_pin(struct segment *s)
+{
+	if (mlock2(s->base, s->size, 0) == 0) {
+		s->pinned = true;
+		return;
+	}
+	int err = errno;
+	munlock(s->base, s->size); /* it may have locked a part */
+	snprintf(s->pin_error, sizeof(s->pin_error), "mlock: %s%s", strerror(err),
+		 err == ENOMEM || err == EPERM ? " (RLIMIT_MEMLOCK)" : "");
+}
+
+/* Reference @p ch from the grace's pseudo-connection. */
+static int keep_ref(struct adopt *a, struct channel *ch)
+{
+	struct reg_client *k = &a->keep;
+
+	if (k->nrefs == k->cap) {
+		unsigned cap = k->cap ? k->cap * 2 : 16;
+		struct channel **refs = realloc(k->refs, cap * sizeof(*refs));
+		if (!refs)
+			return -ENOMEM;
+		k->refs = refs;
+		k->cap = cap;
+	}
+	k->refs[k->nrefs++] = ch;
+	ch->refs++;
+	return 0;
+}
+
+/* Adopt descriptor @p fd named @p fdname.  @return 0, or -errno (logged). */
+static int adopt_one(struct adopt *a, int fd, const char *fdname)
+{
+	struct registry *r = a->reg;
+	struct record rec;
+	struct seg_geometry g;
+	char why[256] = "";
+	int rc;
+
+	if (parse_record(fdname, &rec) != 0 || seg_geometry_compute(&rec.attr, &g) != 0) {
+		log_warn("descriptor store: '%s' is not a channel's record: closed", fdname);
+		close(fd);
+		return -EINVAL;
+	}
+	struct channel *ch = calloc(1, sizeof(*ch));
+	if (ch)
+		ch->holder = calloc(g.max_producers + g.max_consumers, sizeof(*ch->holder));
+	if (!ch || !ch->holder) {
+		rc = -ENOMEM;
+		snprintf(why, sizeof(why), "out of memory");
+		goto fail;
+	}
+	rc = adopt_segment(fd, &g, rec.node, &ch->seg, why, sizeof(why));
+	if (rc != 0)
+		goto fail;
+	fd = -1; /* the segment's now */
+	rc = account_charge(r->acct, rec.uid, ch->seg.size, why, sizeof(why)); /* as a create */
+	if (rc != 0)
+		goto fail;
+	adopt_pin(&ch->seg);
+	if (!ch->seg.pinned)
+		account_unpinned(r->acct, rec.uid, ch->seg.size);
+	snprintf(ch->name, sizeof(ch->name), "%s", rec.name);
+	ch->persistent = rec.flags & PINSHM_PERSISTENT;
+	ch->uid = rec.uid;
+	ch->gid = rec.gid;
+	ch->mode = rec.mode;
+	ch->attr = rec.attr;
+	ch->g = g;
+	rc = registry_insert(r, ch, why, sizeof(why));
+	if (rc != 0) {
+		account_release(r->acct, ch->uid, ch->seg.size, ch->seg.pinned);
+		goto fail;
+	}
+	if (!ch->persistent && keep_ref(a, ch) != 0)
+		log_warn("channel '%s': no grace for its users to come back (out of memory)", ch->name);
+	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes%s", ch->name, (unsigned)ch->uid,
+		   ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned");
+	return 0;
+fail:
+	log_warn("descriptor store: channel '%s' not adopted: %s", rec.name, why);
+	if (ch) {
+		if (ch->seg.base)
+			segment_destroy(&ch->seg);
+		free(ch->holder);
+		free(ch);
+	}
+	if (fd >= 0)
+		close(fd);
+	/* Out of the store too: systemd would hand it back at every start. */
+	char state[400];
+	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", fdname);
+	if (service_mode())
+		notify_systemd(state);
+	return rc;
+}
+
+unsigned adopt_listen_fds(struct adopt *a, struct registry *reg)
+{
+	unsigned n = 0;
+
+	a->reg = reg;
+	a->keep.id = ADOPT_KEEPER_ID;
+	for (unsigned i = 0; i < a->nfds; i++) {
+		n += adopt_one(a, a->fds[i].fd, a->fds[i].name) == 0;
+		free(a->fds[i].name);
+	}
+	free(a->fds);
+	a->fds = NULL;
+	a->nfds = 0;
+	if (a->keep.nrefs) {
+		/* A test hook shortens the grace. */
+		const char *t = getenv("PINSHMD_TEST_ADOPT_GRACE_MS");
+		unsigned long grace = t && t[0] ? strtoul(t, NULL, 10) : ADOPT_GRACE_MS;
+		a->grace_end = now_ms() + (grace ? grace : 1);
+	}
+	if (n)
+		log_notice("%u channel%s adopted from the descriptor store", n, n == 1 ? "" : "s");
+	return n;
+}
+
+int adopt_timeout(const struct adopt *a)
+{
+	if (!a->grace_end)
+		return -1;
+	uint64_t now = now_ms();
+	return now >= a->grace_end ? 0 : (int)(a->grace_end - now);
+}
+
+void adopt_grace_end(struct adopt *a)
+{
+	a->grace_end = 0;
+	if (a->reg && a->keep.nrefs)
+		registry_client_gone(a->reg, &a->keep);
+	registry_client_forget(&a->keep);
+}
+
+void adopt_fini(struct adopt *a)
+{
+	stopping = true;
+	for (unsigned i = 0; i < a->nfds; i++) {
+		close(a->fds[i].fd);
+		free(a->fds[i].name);
+	}
+	free(a->fds);
+	a->fds = NULL;
+	a->nfds = 0;
+	a->grace_end = 0;
+	registry_client_forget(&a->keep); /* the registry goes next, without reaping */
+}

@@ -1,0 +1,93 @@
+/*
+ * adopt.h - channels that outlive a daemon: kept in systemd's descriptor
+ * store, and adopted again by the daemon that starts next.
+ *
+ * pinshmd killed (even by SIGKILL) breaks no channel: the clients keep
+ * their mappings and exchange messages without it.  What a restarted
+ * daemon must get back is its record of each channel (name, owner, mode,
+ * geometry) and the segment's descriptor, to lock it, account it and hand
+ * it out again.
+ *
+ * In service mode ($NOTIFY_SOCKET set, as under systemd with
+ * FileDescriptorStoreMax=), every channel created is put in the
+ * descriptor store: sd_notify "FDSTORE=1" with the segment's descriptor
+ * and "FDNAME=" the daemon's record of it, written and read by the daemon
+ * alone (clients cannot reach it, so it is trusted):
+ *
+ *   pinshm.1.INO.UID.GID.MODE.FLAGS.KIND.GFLAGS.CAPACITY.MAXMSG.PROD.CONS.NODE.NAME
+ *
+ * (decimal numbers, MODE octal, FLAGS: PINSHM_PERSISTENT or 0; INO, the
+ * segment's inode, makes the name unique).  When a channel is unlinked or
+ * destroyed its entry is removed ("FDSTOREREMOVE=1").  A daemon started
+ * with $LISTEN_FDS / $LISTEN_FDNAMES (for its own $LISTEN_PID) adopts
+ * each descriptor so named: the segment must be a regular file at least as
+ * large as the record's geometry, whose header (magic, layout version,
+ * geometry) matches the record; it is mapped, locked where the budget
+ * allows, charged to its owner as a create would be, and named again.  A
+ * descriptor that fails a check, or whose owner's limits refuse it, is
+ * logged and closed (its users keep their mappings, unmanaged).
+ *
+ * A daemon that stops (SIGTERM, SHUTDOWN) leaves the store as it is, so
+ * that a restart of the unit adopts every channel again.
+ *
+ * The endpoints attached in an adopted segment belong to no connection
+ * until their processes make a request: the daemon does not reap them.
+ * An adopted channel that is not persistent is kept ADOPT_GRACE_MS with no
+ * connection, so that its users can come back, then destroyed as usual if
+ * none did ($PINSHMD_TEST_ADOPT_GRACE_MS, for the tests, shortens it).
+ */
+#ifndef PINSHMD_ADOPT_H
+#define PINSHMD_ADOPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "registry.h"
+
+#define ADOPT_GRACE_MS 30000u
+#define ADOPT_MAX_FDS 8192u /* descriptors taken from $LISTEN_FDS at most */
+
+struct adopt_fd {
+	int fd;
+	char *name; /* its FDNAME, "" if none */
+};
+
+struct adopt {
+	struct registry *reg;   /* not owned */
+	struct reg_client keep; /* references adopted channels during the grace (id ADOPT_KEEPER_ID) */
+	uint64_t grace_end;     /* CLOCK_MONOTONIC ms, 0: no grace running */
+	struct adopt_fd *fds;   /* taken from the environment, to adopt */
+	unsigned nfds;
+};
+
+/**
+ * Take the descriptors systemd passed ($LISTEN_FDS from 3 on, named by
+ * $LISTEN_FDNAMES, for this process's $LISTEN_PID): made close-on-exec,
+ * and the three variables removed.  Call first thing in main(), before
+ * anything else opens a descriptor.  @return how many.
+ */
+unsigned adopt_take_listen_fds(struct adopt *a);
+
+/** Adopt what adopt_take_listen_fds() took into @p reg (logged).
+ *  @return the channels adopted. */
+unsigned adopt_listen_fds(struct adopt *a, struct registry *reg);
+
+/** For the event loop: the ms until the grace ends (then call
+ *  adopt_grace_end()), or -1: none running. */
+int adopt_timeout(const struct adopt *a);
+
+/** The grace is over: drop its references (unused channels go). */
+void adopt_grace_end(struct adopt *a);
+
+/** Close what was not adopted, forget the grace's references, and leave
+ *  the store alone from now on (the daemon stops). */
+void adopt_fini(struct adopt *a);
+
+/** Put @p ch (named, just created) in the descriptor store, in service mode. */
+void adopt_store(const struct channel *ch);
+
+/** Take @p ch out of the descriptor store (unlinked or destroyed). */
+void adopt_unstore(const struct channel *ch);
+
+#endif /* PINSHMD_ADOPT_H */
