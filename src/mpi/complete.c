@@ -1,0 +1,453 @@
+/*
+ * complete.c - Wait, Test and their any/some/all forms, Request_get_status,
+ * Request_free and Cancel, over arrays that mix the plugin's requests, the
+ * MPI library's and MPI_REQUEST_NULL.
+ *
+ * A call whose requests are all the library's goes to the library as it
+ * is: the plugin's engine runs inside the library's progress loop.
+ * Otherwise the plugin's requests are watched here and the library's are
+ * handed to it as one compact array (MPI_Testany, MPI_Testsome, MPI_Testall
+ * or MPI_Waitall keep their own semantics for null and inactive requests).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plugin.h"
+
+static bool inactive(const struct pm_op *op)
+{
+	return op->persistent && op->state == ST_IDLE;
+}
+
+static MPI_Comm error_comm(const struct pm_op *op)
+{
+	return op->comm ? op->comm->comm : MPI_COMM_WORLD;
+}
+
+/* Report a finished op and retire what the user held. @return its error. */
+static int finish(MPI_Request *req, struct pm_op *op, MPI_Status *status, bool multi)
+{
+	int rc = op->st_error;
+	if (multi)
+		pm_op_status(op, status);
+	else
+		pm_op_status_single(op, status);
+	if (op->persistent) {
+		op->state = ST_IDLE;
+	} else {
+		pm_op_release(op);
+		*req = MPI_REQUEST_NULL;
+	}
+	return rc;
+}
+
+static bool any_ours(int count, const MPI_Request reqs[])
+{
+	for (int i = 0; i < count; i++)
+		if (pm_op_by_handle(reqs[i]))
+			return true;
+	return false;
+}
+
+/* The library's requests of an array, compacted. */
+struct subset {
+	int n;
+	int *index;           /* position in the caller's array */
+	MPI_Request *reqs;
+	MPI_Status *st;
+	int *done;            /* Testsome's indices */
+};
+
+static int subset_make(struct subset *s, int count, const MPI_Request reqs[])
+{
+	memset(s, 0, sizeof(*s));
+	size_t n = count > 0 ? (size_t)count : 1;
+	s->index = malloc(n * sizeof(int));
+	s->reqs = malloc(n * sizeof(MPI_Request));
+	s->st = malloc(n * sizeof(MPI_Status));
+	s->done = malloc(n * sizeof(int));
+	if (!s->index || !s->reqs || !s->st || !s->done)
+		return MPI_ERR_NO_MEM;
+	for (int i = 0; i < count; i++)
+		if (reqs[i] != MPI_REQUEST_NULL && !pm_op_by_handle(reqs[i])) {
+			s->index[s->n] = i;
+			s->reqs[s->n++] = reqs[i];
+		}
+	return MPI_SUCCESS;
+}
+
+static void subset_free(struct subset *s)
+{
+	free(s->index);
+	free(s->reqs);
+	free(s->st);
+	free(s->done);
+}
+
+/* Copy the library's handles back (it nulls or keeps them). */
+static void subset_back(const struct subset *s, MPI_Request reqs[])
+{
+	for (int k = 0; k < s->n; k++)
+		reqs[s->index[k]] = s->reqs[k];
+}
+
+static void wait_pass(unsigned *idle)
+{
+	if (pm_progress())
+		*idle = 0;
+	else
+		pm_idle(idle, false);
+}
+
+/* ---- one request --------------------------------------------------------- */
+
+int MPI_Wait(MPI_Request *request, MPI_Status *status)
+{
+	struct pm_op *op = pm_op_by_handle(*request);
+	if (!op)
+		return PMPI_Wait(request, status);
+	if (inactive(op)) {
+		pm_status_empty(status);
+		return MPI_SUCCESS;
+	}
+	pm_wait_op(op);
+	MPI_Comm comm = error_comm(op);
+	return pm_comm_error(comm, finish(request, op, status, false));
+}
+
+int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
+{
+	struct pm_op *op = pm_op_by_handle(*request);
+	if (!op)
+		return PMPI_Test(request, flag, status);
+	if (inactive(op)) {
+		*flag = 1;
+		pm_status_empty(status);
+		return MPI_SUCCESS;
+	}
+	if (op->state != ST_DONE)
+		pm_progress();
+	if (op->state != ST_DONE) {
+		*flag = 0;
+		pm_mpi_progress();
+		return MPI_SUCCESS;
+	}
+	*flag = 1;
+	MPI_Comm comm = error_comm(op);
+	return pm_comm_error(comm, finish(request, op, status, false));
+}
+
+int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status)
+{
+	struct pm_op *op = pm_op_by_handle(request);
+	if (!op)
+		return PMPI_Request_get_status(request, flag, status);
+	if (inactive(op)) {
+		*flag = 1;
+		pm_status_empty(status);
+		return MPI_SUCCESS;
+	}
+	if (op->state != ST_DONE)
+		pm_progress();
+	*flag = op->state == ST_DONE;
+	if (*flag)
+		pm_op_status_single(op, status);
+	else
+		pm_mpi_progress();
+	return MPI_SUCCESS;
+}
+
+int MPI_Request_free(MPI_Request *request)
+{
+	struct pm_op *op = pm_op_by_handle(*request);
+	if (!op)
+		return PMPI_Request_free(request);
+	*request = MPI_REQUEST_NULL;
+	if (op->state == ST_DONE || inactive(op))
+		pm_op_release(op);
+	else
+		op->user_freed = true; /* released when it completes */
+	return MPI_SUCCESS;
+}
+
+int MPI_Cancel(MPI_Request *request)
+{
+	struct pm_op *op = pm_op_by_handle(*request);
+	if (!op)
+		return PMPI_Cancel(request);
+	if (op->kind != OP_IDUP)
+		pm_op_cancel(op);
+	return MPI_SUCCESS;
+}
+
+/* ---- all ------------------------------------------------------------------- */
+
+/* Finish every op of ours (all done) into statuses[i]; @return whether any failed. */
+static bool finish_ours(int count, MPI_Request reqs[], MPI_Status statuses[])
+{
+	bool failed = false;
+	for (int i = 0; i < count; i++) {
+		struct pm_op *op = pm_op_by_handle(reqs[i]);
+		if (!op)
+			continue;
+		MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i];
+		if (inactive(op)) {
+			pm_status_empty(st);
+			if (st != MPI_STATUS_IGNORE)
+				st->MPI_ERROR = MPI_SUCCESS;
+			continue;
+		}
+		if (finish(&reqs[i], op, st, true) != MPI_SUCCESS)
+			failed = true;
+	}
+	return failed;
+}
+
+static bool ours_all_done(int count, const MPI_Request reqs[])
+{
+	for (int i = 0; i < count; i++) {
+		struct pm_op *op = pm_op_by_handle(reqs[i]);
+		if (op && !inactive(op) && op->state != ST_DONE)
+			return false;
+	}
+	return true;
+}
+
+/* The library's part of a completed "all": statuses of its requests. */
+static void subset_statuses(const struct subset *s, MPI_Status statuses[], int rc)
+{
+	if (statuses == MPI_STATUSES_IGNORE)
+		return;
+	for (int k = 0; k < s->n; k++) {
+		statuses[s->index[k]] = s->st[k];
+		if (rc == MPI_SUCCESS)
+			statuses[s->index[k]].MPI_ERROR = MPI_SUCCESS;
+	}
+}
+
+static void null_statuses(int count, const MPI_Request before[], MPI_Status statuses[])
+{
+	if (statuses == MPI_STATUSES_IGNORE)
+		return;
+	for (int i = 0; i < count; i++)
+		if (before[i] == MPI_REQUEST_NULL) {
+			pm_status_empty(&statuses[i]);
+			statuses[i].MPI_ERROR = MPI_SUCCESS;
+		}
+}
+
+static int all_error(bool failed, int count, MPI_Request reqs[])
+{
+	(void)count;
+	(void)reqs;
+	if (!failed)
+		return MPI_SUCCESS;
+	return pm_comm_error(MPI_COMM_WORLD, MPI_ERR_IN_STATUS);
+}
+
+int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
+{
+	if (!any_ours(count, reqs))
+		return PMPI_Waitall(count, reqs, statuses);
+	unsigned idle = 0;
+	while (!ours_all_done(count, reqs))
+		wait_pass(&idle);
+	struct subset s;
+	int rc = subset_make(&s, count, reqs);
+	if (rc == MPI_SUCCESS && s.n)
+		rc = PMPI_Waitall(s.n, s.reqs, s.st);
+	null_statuses(count, reqs, statuses);
+	subset_back(&s, reqs);
+	subset_statuses(&s, statuses, rc);
+	subset_free(&s);
+	bool failed = finish_ours(count, reqs, statuses) || rc != MPI_SUCCESS;
+	return all_error(failed, count, reqs);
+}
+
+int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[])
+{
+	if (!any_ours(count, reqs))
+		return PMPI_Testall(count, reqs, flag, statuses);
+	pm_progress();
+	*flag = 0;
+	if (!ours_all_done(count, reqs)) {
+		pm_mpi_progress();
+		return MPI_SUCCESS;
+	}
+	struct subset s;
+	int rc = subset_make(&s, count, reqs);
+	int lib_done = 1;
+	if (rc == MPI_SUCCESS && s.n)
+		rc = PMPI_Testall(s.n, s.reqs, &lib_done, s.st);
+	if (rc == MPI_SUCCESS && !lib_done) {
+		subset_free(&s);
+		return MPI_SUCCESS;
+	}
+	*flag = 1;
+	null_statuses(count, reqs, statuses);
+	subset_back(&s, reqs);
+	subset_statuses(&s, statuses, rc);
+	subset_free(&s);
+	bool failed = finish_ours(count, reqs, statuses) || rc != MPI_SUCCESS;
+	return all_error(failed, count, reqs);
+}
+
+/* ---- any --------------------------------------------------------------------- */
+
+/* One look for any completed request. @return 1 found (*index set), 0 none
+ * yet, -1 none active at all. */
+static int any_pass(int count, MPI_Request reqs[], struct subset *s, int *index, MPI_Status *status, int *rc)
+{
+	bool active = false;
+	for (int i = 0; i < count; i++) {
+		struct pm_op *op = pm_op_by_handle(reqs[i]);
+		if (!op || inactive(op))
+			continue;
+		if (op->state == ST_DONE) {
+			*index = i;
+			MPI_Comm comm = error_comm(op);
+			*rc = pm_comm_error(comm, finish(&reqs[i], op, status, false));
+			return 1;
+		}
+		active = true;
+	}
+	if (s->n) {
+		int k = MPI_UNDEFINED, flag = 0;
+		*rc = PMPI_Testany(s->n, s->reqs, &k, &flag, status);
+		if (*rc != MPI_SUCCESS || (flag && k != MPI_UNDEFINED)) {
+			if (k != MPI_UNDEFINED) {
+				reqs[s->index[k]] = s->reqs[k];
+				*index = s->index[k];
+			}
+			return 1;
+		}
+		if (!flag)
+			active = true;
+	}
+	return active ? 0 : -1;
+}
+
+int MPI_Waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status)
+{
+	if (!any_ours(count, reqs))
+		return PMPI_Waitany(count, reqs, index, status);
+	struct subset s;
+	int rc = subset_make(&s, count, reqs);
+	unsigned idle = 0;
+	while (rc == MPI_SUCCESS) {
+		int got = any_pass(count, reqs, &s, index, status, &rc);
+		if (got > 0)
+			break;
+		if (got < 0) {
+			*index = MPI_UNDEFINED;
+			pm_status_empty(status);
+			break;
+		}
+		wait_pass(&idle);
+	}
+	subset_free(&s);
+	return rc;
+}
+
+int MPI_Testany(int count, MPI_Request reqs[], int *index, int *flag, MPI_Status *status)
+{
+	if (!any_ours(count, reqs))
+		return PMPI_Testany(count, reqs, index, flag, status);
+	pm_progress();
+	struct subset s;
+	int rc = subset_make(&s, count, reqs);
+	*flag = 0;
+	if (rc == MPI_SUCCESS) {
+		int got = any_pass(count, reqs, &s, index, status, &rc);
+		if (got != 0)
+			*flag = 1;
+		if (got < 0) {
+			*index = MPI_UNDEFINED;
+			pm_status_empty(status);
+		} else if (got == 0) {
+			*index = MPI_UNDEFINED;
+		}
+	}
+	subset_free(&s);
+	return rc;
+}
+
+/* ---- some ------------------------------------------------------------------------ */
+
+/* One look for every completed request. @return how many (*out), or -1
+ * when none is active. */
+static int some_pass(int count, MPI_Request reqs[], struct subset *s, int indices[], MPI_Status statuses[],
+		     bool *failed)
+{
+	int n = 0;
+	bool active = false;
+	for (int i = 0; i < count; i++) {
+		struct pm_op *op = pm_op_by_handle(reqs[i]);
+		if (!op || inactive(op))
+			continue;
+		if (op->state != ST_DONE) {
+			active = true;
+			continue;
+		}
+		MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[n];
+		if (finish(&reqs[i], op, st, true) != MPI_SUCCESS)
+			*failed = true;
+		indices[n++] = i;
+	}
+	if (s->n) {
+		int out = MPI_UNDEFINED;
+		int rc = PMPI_Testsome(s->n, s->reqs, &out, s->done, s->st);
+		if (rc != MPI_SUCCESS)
+			*failed = true;
+		if (out != MPI_UNDEFINED) {
+			active = true;
+			for (int j = 0; j < out; j++) {
+				int k = s->done[j];
+				reqs[s->index[k]] = s->reqs[k];
+				if (statuses != MPI_STATUSES_IGNORE) {
+					statuses[n] = s->st[j];
+					if (rc == MPI_SUCCESS)
+						statuses[n].MPI_ERROR = MPI_SUCCESS;
+				}
+				indices[n++] = s->index[k];
+			}
+		}
+	}
+	return n ? n : active ? 0 : -1;
+}
+
+static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[], bool wait)
+{
+	struct subset s;
+	int rc = subset_make(&s, incount, reqs);
+	bool failed = false;
+	unsigned idle = 0;
+	if (!wait)
+		pm_progress();
+	while (rc == MPI_SUCCESS) {
+		int n = some_pass(incount, reqs, &s, indices, statuses, &failed);
+		if (n != 0 || !wait) {
+			*outcount = n < 0 ? MPI_UNDEFINED : n;
+			break;
+		}
+		wait_pass(&idle);
+	}
+	subset_free(&s);
+	if (rc != MPI_SUCCESS)
+		return rc;
+	return failed ? pm_comm_error(MPI_COMM_WORLD, MPI_ERR_IN_STATUS) : MPI_SUCCESS;
+}
+
+int MPI_Waitsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[])
+{
+	if (!any_ours(incount, reqs))
+		return PMPI_Waitsome(incount, reqs, outcount, indices, statuses);
+	return some(incount, reqs, outcount, indices, statuses, true);
+}
+
+int MPI_Testsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[])
+{
+	if (!any_ours(incount, reqs))
+		return PMPI_Testsome(incount, reqs, outcount, indices, statuses);
+	return some(incount, reqs, outcount, indices, statuses, false);
+}

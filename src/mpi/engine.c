@@ -1,0 +1,706 @@
+/*
+ * engine.c - the plugin's progress engine.
+ *
+ * Inbound: every record of this rank's queue is handled at once: matched
+ * against the posted receives of its communicator (in the order they were
+ * posted) or kept as unexpected (an EAGER's payload copied out, so that the
+ * ring never waits for a receive to be posted), or it advances a rendezvous
+ * (CTS, DATA, ACK).  Records from one rank arrive in the order written, so
+ * messages between a pair never overtake each other.
+ *
+ * Outbound: per peer, CTS/ACK records first, then sends in the order they
+ * were started (each writes its EAGER or RTS), then DATA of the sends that
+ * got their CTS.  Nothing ever waits for room: what does not fit stays
+ * queued and the peer is marked busy.
+ *
+ * The MPI library's side: receives that may match a message of the MPI
+ * library (MPI_ANY_SOURCE on a communicator with members on other nodes)
+ * also probe it (MPI_Improbe) in the order posted; one that finds a message
+ * there receives it with MPI_Imrecv and leaves the posted list.
+ *
+ * Nothing here blocks except pm_idle(), and only when told it may.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "plugin.h"
+#include "wire.h"
+
+static void bad_record(const char *why)
+{
+	static unsigned reported;
+	if (reported++ < 5)
+		fprintf(stderr, "pinshm-mpi: rank %d: dropped a malformed record (%s)\n", pm.world_rank, why);
+}
+
+void pm_peer_mark_busy(int peer)
+{
+	if (!pm.peers[peer].busy) {
+		pm.peers[peer].busy = true;
+		pm.busy[peer / 64] |= 1ull << (peer % 64);
+	}
+}
+
+static void peer_update_busy(int peer)
+{
+	struct pm_peer *p = &pm.peers[peer];
+	if (p->busy && !p->ctl.head && !p->sendq.head && !p->stream.head) {
+		p->busy = false;
+		pm.busy[peer / 64] &= ~(1ull << (peer % 64));
+	}
+}
+
+/* ---- writing records ---------------------------------------------------- */
+
+/* Reserve @p len bytes in @p peer's ring without waiting.
+ * @return 1 with *buf set, 0 when there is no room now. */
+static int reserve(int peer, size_t len, void **buf)
+{
+	int rc = pinshm_reserve(pm.peers[peer].out, len, buf, PINSHM_NONBLOCK);
+	if (rc == 0)
+		return 1;
+	if (rc == -EAGAIN || rc == -ETIMEDOUT)
+		return 0;
+	fprintf(stderr, "pinshm-mpi: rank %d: cannot write to rank %d: %s\n", pm.world_rank,
+		pm.local_world[peer], pinshm_strerror(rc));
+	PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_OTHER);
+	return 0;
+}
+
+struct pm_ctl {
+	struct pm_link link;
+	union {
+		struct rec_cts cts;
+		struct rec_ack ack;
+	} rec;
+	size_t len;
+};
+
+static int write_ctl(int peer, const void *rec, size_t len)
+{
+	void *buf;
+	if (!reserve(peer, len, &buf))
+		return 0;
+	memcpy(buf, rec, len);
+	pinshm_commit(pm.peers[peer].out, len, 0);
+	return 1;
+}
+
+/* Send a CTS or an ACK to @p peer now, or queue it. */
+static void send_ctl(int peer, const void *rec, size_t len)
+{
+	struct pm_peer *p = &pm.peers[peer];
+	if (!p->ctl.head && write_ctl(peer, rec, len))
+		return;
+	struct pm_ctl *c = malloc(sizeof(*c));
+	if (!c) {
+		fprintf(stderr, "pinshm-mpi: out of memory\n");
+		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+		return;
+	}
+	memcpy(&c->rec, rec, len);
+	c->len = len;
+	pm_list_push(&p->ctl, &c->link);
+	pm_peer_mark_busy(peer);
+}
+
+static void send_ack(int peer, uint64_t sid)
+{
+	struct rec_ack a = {.h = {.type = REC_ACK, .from = (uint16_t)pm.local_rank}, .sid = sid};
+	send_ctl(peer, &a, sizeof(a));
+}
+
+static void send_cts(int peer, uint64_t sid, uint64_t rid, uint64_t accept)
+{
+	struct rec_cts c = {
+		.h = {.type = REC_CTS, .from = (uint16_t)pm.local_rank}, .sid = sid, .rid = rid, .accept = accept};
+	send_ctl(peer, &c, sizeof(c));
+}
+
+/* Write a send's first record (EAGER or RTS). @return 1 written, 0 no room. */
+static int write_first(struct pm_op *op)
+{
+	void *buf;
+	int peer = op->peer_local;
+	if (op->bytes <= pm.cfg.eager) {
+		size_t len = sizeof(struct rec_eager) + op->bytes;
+		if (!reserve(peer, len, &buf))
+			return 0;
+		struct rec_eager *r = buf;
+		r->h.type = REC_EAGER;
+		r->h.flags = op->mode == MODE_SYNC ? REC_SYNC : 0;
+		r->h.from = (uint16_t)pm.local_rank;
+		r->src = op->comm->rank;
+		r->tag = op->tag;
+		r->len = (uint32_t)op->bytes;
+		r->ctx = op->comm->ctx;
+		r->sid = pm_op_id(op);
+		if (op->bytes)
+			memcpy(r + 1, op->data, op->bytes);
+		pinshm_commit(pm.peers[peer].out, len, 0);
+		if (op->mode == MODE_SYNC)
+			op->state = ST_WAIT_ACK;
+		else
+			pm_op_complete(op);
+		return 1;
+	}
+	if (!reserve(peer, sizeof(struct rec_rts), &buf))
+		return 0;
+	struct rec_rts *r = buf;
+	memset(r, 0, sizeof(*r));
+	r->h.type = REC_RTS;
+	r->h.from = (uint16_t)pm.local_rank;
+	r->src = op->comm->rank;
+	r->tag = op->tag;
+	r->ctx = op->comm->ctx;
+	r->sid = pm_op_id(op);
+	r->len = op->bytes;
+	pinshm_commit(pm.peers[peer].out, sizeof(*r), 0);
+	op->state = ST_WAIT_CTS;
+	return 1;
+}
+
+/* Write DATA of a send that got its CTS. @return 1 when all is written. */
+static int write_stream(struct pm_op *op, int *did)
+{
+	int peer = op->peer_local;
+	while (op->offset < op->accept) {
+		uint64_t n = op->accept - op->offset;
+		if (n > pm.cfg.chunk)
+			n = pm.cfg.chunk;
+		void *buf;
+		if (!reserve(peer, sizeof(struct rec_data) + n, &buf))
+			return 0;
+		struct rec_data *r = buf;
+		memset(r, 0, sizeof(*r));
+		r->h.type = REC_DATA;
+		r->h.from = (uint16_t)pm.local_rank;
+		r->rid = op->remote_id;
+		r->offset = op->offset;
+		memcpy(r + 1, op->data + op->offset, n);
+		pinshm_commit(pm.peers[peer].out, sizeof(*r) + n, 0);
+		op->offset += n;
+		(*did)++;
+	}
+	return 1;
+}
+
+static int push_peer(int peer)
+{
+	struct pm_peer *p = &pm.peers[peer];
+	int did = 0;
+	while (p->ctl.head) {
+		struct pm_ctl *c = pm_container(p->ctl.head, struct pm_ctl, link);
+		if (!write_ctl(peer, &c->rec, c->len))
+			goto out;
+		pm_list_remove(&p->ctl, &c->link);
+		free(c);
+		did++;
+	}
+	while (p->sendq.head) {
+		struct pm_op *op = pm_container(p->sendq.head, struct pm_op, link);
+		pm_list_remove(&p->sendq, &op->link);
+		if (!write_first(op)) {
+			/* Put it back at the head: order matters. */
+			op->link.next = p->sendq.head;
+			op->link.prev = NULL;
+			if (p->sendq.head)
+				p->sendq.head->prev = &op->link;
+			else
+				p->sendq.tail = &op->link;
+			p->sendq.head = &op->link;
+			p->sendq.length++;
+			goto out;
+		}
+		did++;
+	}
+	while (p->stream.head) {
+		struct pm_op *op = pm_container(p->stream.head, struct pm_op, link);
+		if (!write_stream(op, &did))
+			goto out;
+		pm_list_remove(&p->stream, &op->link);
+		pm_op_complete(op);
+	}
+out:
+	peer_update_busy(peer);
+	return did;
+}
+
+static int push_busy(void)
+{
+	int did = 0;
+	for (uint32_t w = 0; w < pm.busy_mask_words; w++) {
+		uint64_t bits = pm.busy[w];
+		while (bits) {
+			int b = __builtin_ctzll(bits);
+			bits &= bits - 1;
+			did += push_peer((int)(w * 64 + (uint32_t)b));
+		}
+	}
+	return did;
+}
+
+/* ---- starting operations ------------------------------------------------- */
+
+int pm_send_start(struct pm_op *op)
+{
+	struct pm_peer *p = &pm.peers[op->peer_local];
+	op->state = ST_QUEUED;
+	pm.inflight++;
+	if (!p->sendq.head && write_first(op))
+		return MPI_SUCCESS;
+	pm_list_push(&p->sendq, &op->link);
+	pm_peer_mark_busy(op->peer_local);
+	return MPI_SUCCESS;
+}
+
+static bool matches(int want_source, int want_tag, int source, int tag)
+{
+	return (want_source == MPI_ANY_SOURCE || want_source == source) && (want_tag == MPI_ANY_TAG || want_tag == tag);
+}
+
+struct pm_unexp *pm_unexp_find(struct pm_comm *c, int source, int tag)
+{
+	for (struct pm_link *l = c->unexp.head; l; l = l->next) {
+		struct pm_unexp *u = pm_container(l, struct pm_unexp, link);
+		if (matches(source, tag, u->src, u->tag))
+			return u;
+	}
+	return NULL;
+}
+
+void pm_unexp_free(struct pm_unexp *u)
+{
+	free(u->data);
+	free(u);
+}
+
+/* Whether a posted receive may also be matched by the MPI library. */
+static bool may_match_remote(const struct pm_op *op)
+{
+	const struct pm_comm *c = op->comm;
+	if (!c->mixed)
+		return false;
+	return op->peer == MPI_ANY_SOURCE || c->local[op->peer] < 0;
+}
+
+static void unpost(struct pm_op *op)
+{
+	pm_list_remove(&op->comm->posted, &op->link);
+	if (may_match_remote(op)) {
+		pm_list_remove(&pm.hybrid, &op->rlink);
+		op->comm->wild_remote--;
+	}
+}
+
+static void take_eager(struct pm_op *op, int src, int tag, uint8_t flags, int from, uint64_t sid,
+		       const void *payload, uint64_t len)
+{
+	op->st_source = src;
+	op->st_tag = tag;
+	op->accept = len < op->bytes ? len : op->bytes;
+	if (len > op->bytes)
+		op->st_error = MPI_ERR_TRUNCATE;
+	pm_op_deliver(op, payload, op->accept, 0);
+	pm_op_deliver_done(op);
+	op->st_bytes = op->accept;
+	if (flags & REC_SYNC)
+		send_ack(from, sid);
+	pm_op_complete(op);
+}
+
+static void take_rts(struct pm_op *op, int src, int tag, int from, uint64_t sid, uint64_t len)
+{
+	op->st_source = src;
+	op->st_tag = tag;
+	op->accept = len < op->bytes ? len : op->bytes;
+	if (len > op->bytes)
+		op->st_error = MPI_ERR_TRUNCATE;
+	op->remote_id = sid;
+	op->reply_to = from;
+	op->offset = 0;
+	op->state = ST_STREAM;
+	send_cts(from, sid, pm_op_id(op), op->accept);
+	if (op->accept == 0) {
+		op->st_bytes = 0;
+		pm_op_complete(op);
+	}
+}
+
+void pm_recv_take(struct pm_op *op, struct pm_comm *c, struct pm_unexp *u)
+{
+	(void)c;
+	if (u->type == REC_EAGER)
+		take_eager(op, u->src, u->tag, u->flags, u->from, u->sid, u->data, u->len);
+	else
+		take_rts(op, u->src, u->tag, u->from, u->sid, u->len);
+	pm_unexp_free(u);
+}
+
+int pm_recv_start(struct pm_op *op)
+{
+	struct pm_comm *c = op->comm;
+	pm.inflight++;
+	struct pm_unexp *u = pm_unexp_find(c, op->peer, op->tag);
+	if (u) {
+		pm_list_remove(&c->unexp, &u->link);
+		pm_recv_take(op, c, u);
+		return MPI_SUCCESS;
+	}
+	op->state = ST_POSTED;
+	pm_list_push(&c->posted, &op->link);
+	if (may_match_remote(op)) {
+		pm_list_push(&pm.hybrid, &op->rlink);
+		c->wild_remote++;
+	}
+	return MPI_SUCCESS;
+}
+
+bool pm_op_cancel(struct pm_op *op)
+{
+	if (op->state == ST_POSTED) {
+		unpost(op);
+	} else if (op->state == ST_QUEUED) {
+		pm_list_remove(&pm.peers[op->peer_local].sendq, &op->link);
+		peer_update_busy(op->peer_local);
+	} else {
+		return false; /* on its way: it completes as usual */
+	}
+	op->cancelled = true;
+	pm_op_complete(op);
+	return true;
+}
+
+void pm_adopt_orphans(struct pm_comm *c)
+{
+	struct pm_link *l = pm.orphans.head;
+	while (l) {
+		struct pm_link *next = l->next;
+		struct pm_unexp *u = pm_container(l, struct pm_unexp, link);
+		if (u->ctx == c->ctx) {
+			pm_list_remove(&pm.orphans, l);
+			pm_list_push(&c->unexp, l);
+		}
+		l = next;
+	}
+}
+
+/* ---- reading records ------------------------------------------------------ */
+
+static struct pm_op *match_posted(struct pm_comm *c, int src, int tag)
+{
+	for (struct pm_link *l = c->posted.head; l; l = l->next) {
+		struct pm_op *op = pm_container(l, struct pm_op, link);
+		if (matches(op->peer, op->tag, src, tag))
+			return op;
+	}
+	return NULL;
+}
+
+/* The communicator of an envelope, checked against the lane it came on. */
+static struct pm_comm *envelope_comm(uint64_t ctx, int src, int from, bool *orphan)
+{
+	struct pm_comm *c = pm_comm_by_ctx(ctx);
+	*orphan = false;
+	if (!c) {
+		*orphan = true;
+		return NULL;
+	}
+	if (src < 0 || src >= c->size || c->local[src] != from) {
+		bad_record("source does not match its lane");
+		return NULL;
+	}
+	return c;
+}
+
+static void keep_unexpected(struct pm_comm *c, uint8_t type, uint8_t flags, int from, int src, int tag,
+			    uint64_t ctx, uint64_t len, uint64_t sid, const void *payload)
+{
+	struct pm_unexp *u = calloc(1, sizeof(*u));
+	if (!u || (type == REC_EAGER && len && !(u->data = malloc(len)))) {
+		fprintf(stderr, "pinshm-mpi: out of memory for an unexpected message\n");
+		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+		return;
+	}
+	u->type = type;
+	u->flags = flags;
+	u->from = (uint16_t)from;
+	u->src = src;
+	u->tag = tag;
+	u->ctx = ctx;
+	u->len = len;
+	u->sid = sid;
+	if (type == REC_EAGER && len)
+		memcpy(u->data, payload, len);
+	pm_list_push(c ? &c->unexp : &pm.orphans, &u->link);
+}
+
+static void on_eager(const struct rec_eager *r, size_t len)
+{
+	if (len < sizeof(*r) || len - sizeof(*r) != r->len)
+		return bad_record("EAGER length");
+	bool orphan;
+	struct pm_comm *c = envelope_comm(r->ctx, r->src, r->h.from, &orphan);
+	if (!c && !orphan)
+		return;
+	struct pm_op *op = c ? match_posted(c, r->src, r->tag) : NULL;
+	if (!op)
+		return keep_unexpected(c, REC_EAGER, r->h.flags, r->h.from, r->src, r->tag, r->ctx, r->len,
+				       r->sid, r + 1);
+	unpost(op);
+	take_eager(op, r->src, r->tag, r->h.flags, r->h.from, r->sid, r + 1, r->len);
+}
+
+static void on_rts(const struct rec_rts *r, size_t len)
+{
+	if (len != sizeof(*r))
+		return bad_record("RTS length");
+	bool orphan;
+	struct pm_comm *c = envelope_comm(r->ctx, r->src, r->h.from, &orphan);
+	if (!c && !orphan)
+		return;
+	struct pm_op *op = c ? match_posted(c, r->src, r->tag) : NULL;
+	if (!op)
+		return keep_unexpected(c, REC_RTS, 0, r->h.from, r->src, r->tag, r->ctx, r->len, r->sid, NULL);
+	unpost(op);
+	take_rts(op, r->src, r->tag, r->h.from, r->sid, r->len);
+}
+
+static void on_cts(const struct rec_cts *r, size_t len)
+{
+	struct pm_op *op = len == sizeof(*r) ? pm_op_by_id(r->sid) : NULL;
+	if (!op || op->kind != OP_SEND || op->state != ST_WAIT_CTS || r->accept > op->bytes ||
+	    op->peer_local != r->h.from)
+		return bad_record("CTS for no send waiting for one");
+	op->remote_id = r->rid;
+	op->accept = r->accept;
+	op->offset = 0;
+	if (op->accept == 0)
+		return pm_op_complete(op);
+	op->state = ST_STREAM;
+	pm_list_push(&pm.peers[op->peer_local].stream, &op->link);
+	pm_peer_mark_busy(op->peer_local);
+}
+
+static void on_data(const struct rec_data *r, size_t len)
+{
+	struct pm_op *op = len >= sizeof(*r) ? pm_op_by_id(r->rid) : NULL;
+	uint64_t n = len - sizeof(*r);
+	if (!op || op->kind != OP_RECV || op->state != ST_STREAM || op->reply_to != r->h.from ||
+	    r->offset != op->offset || n > op->accept - op->offset)
+		return bad_record("DATA for no receive taking it");
+	pm_op_deliver(op, r + 1, n, r->offset);
+	op->offset += n;
+	if (op->offset == op->accept) {
+		pm_op_deliver_done(op);
+		op->st_bytes = op->accept;
+		pm_op_complete(op);
+	}
+}
+
+static void on_ack(const struct rec_ack *r, size_t len)
+{
+	struct pm_op *op = len == sizeof(*r) ? pm_op_by_id(r->sid) : NULL;
+	if (!op || op->kind != OP_SEND || op->state != ST_WAIT_ACK || op->peer_local != r->h.from)
+		return bad_record("ACK for no send waiting for one");
+	pm_op_complete(op);
+}
+
+static void on_record(const void *data, size_t len)
+{
+	const struct rec_head *h = data;
+	if (len < sizeof(struct rec_ack) || h->from >= pm.nlocal)
+		return bad_record("short record or unknown sender");
+	switch (h->type) {
+	case REC_EAGER:
+		return on_eager(data, len);
+	case REC_RTS:
+		return on_rts(data, len);
+	case REC_CTS:
+		return on_cts(data, len);
+	case REC_DATA:
+		return on_data(data, len);
+	case REC_ACK:
+		return on_ack(data, len);
+	default:
+		return bad_record("unknown type");
+	}
+}
+
+static void take_message(pinshm_msg_t *m)
+{
+	on_record(m->data, m->len);
+	pinshm_release(pm.in, m);
+}
+
+static int drain_inbound(int timeout_ms)
+{
+	int did = 0;
+	for (; did < 64; did++) {
+		pinshm_msg_t m;
+		int rc = pinshm_recv_inplace(pm.in, &m, did ? PINSHM_NONBLOCK : timeout_ms);
+		if (rc == -EAGAIN || rc == -ETIMEDOUT)
+			break;
+		if (rc < 0) {
+			fprintf(stderr, "pinshm-mpi: rank %d: inbound queue failed: %s (%s)\n", pm.world_rank,
+				pinshm_strerror(rc), pinshm_channel_error(pm.in));
+			PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_OTHER);
+			break;
+		}
+		take_message(&m);
+	}
+	return did;
+}
+
+/* ---- the MPI library's side --------------------------------------------------- */
+
+static int poll_remote(void)
+{
+	int did = 0;
+	struct pm_link *l = pm.hybrid.head;
+	while (l) {
+		struct pm_link *next = l->next;
+		struct pm_op *op = pm_container(l, struct pm_op, rlink);
+		int flag = 0;
+		MPI_Message msg;
+		MPI_Status st;
+		int src = op->peer;
+		PMPI_Improbe(src, op->tag, op->comm->comm, &flag, &msg, &st);
+		if (flag) {
+			unpost(op);
+			op->state = ST_REMOTE;
+			PMPI_Imrecv((void *)op->ubuf, op->count, op->dtype, &msg, &op->preq);
+			pm_list_push(&pm.remote, &op->rlink);
+			did++;
+		}
+		l = next;
+	}
+	l = pm.remote.head;
+	while (l) {
+		struct pm_link *next = l->next;
+		struct pm_op *op = pm_container(l, struct pm_op, rlink);
+		int flag = 0;
+		MPI_Status st;
+		int rc = PMPI_Test(&op->preq, &flag, &st);
+		if (flag || rc != MPI_SUCCESS) {
+			pm_list_remove(&pm.remote, &op->rlink);
+			if (op->kind == OP_IDUP) {
+				op->st_error = rc;
+				if (rc == MPI_SUCCESS)
+					pm_comm_register(*op->newcomm, op->new_ctx);
+			} else {
+				MPI_Count n = 0;
+				PMPI_Get_elements_x(&st, MPI_BYTE, &n);
+				op->st_source = st.MPI_SOURCE;
+				op->st_tag = st.MPI_TAG;
+				op->st_error = rc != MPI_SUCCESS ? rc : MPI_SUCCESS;
+				op->st_bytes = n > 0 ? (uint64_t)n : 0;
+				op->counted = true;
+				pm_count_mpi(op->family, op->st_bytes);
+			}
+			pm_op_complete(op);
+			did++;
+		}
+		l = next;
+	}
+	return did;
+}
+
+/* ---- progress and waiting -------------------------------------------------------- */
+
+int pm_progress(void)
+{
+	if (!pm.active || pm.in_progress)
+		return 0;
+	pm.in_progress = 1;
+	int did = drain_inbound(PINSHM_NONBLOCK);
+	for (uint32_t w = 0; w < pm.busy_mask_words; w++)
+		if (pm.busy[w]) {
+			did += push_busy();
+			break;
+		}
+	if (pm.hybrid.head || pm.remote.head)
+		did += poll_remote();
+	pm.in_progress = 0;
+	return did;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static bool any_busy(void)
+{
+	for (uint32_t w = 0; w < pm.busy_mask_words; w++)
+		if (pm.busy[w])
+			return true;
+	return false;
+}
+
+/*
+ * Waiting: poll for spin_ns, then yield the core for yield_ns (other ranks
+ * may need it: ranks can outnumber cores), then sleep on the inbound
+ * queue's futex 1 ms at a time when only a record can end the wait, else
+ * nap 50 us.  The MPI library gets a progress call every 64 polls and at
+ * every yield or sleep.  *idle counts fruitless passes; 0 restarts.
+ */
+void pm_idle(unsigned *idle, bool may_sleep)
+{
+	static uint64_t since;
+	if (*idle == 0)
+		since = now_ns();
+	(*idle)++;
+	if ((*idle & 63) == 0)
+		pm_mpi_progress();
+	if (*idle < 16)
+		return;
+	uint64_t waited = now_ns() - since;
+	if (waited < pm.cfg.spin_ns)
+		return;
+	if (waited < pm.cfg.spin_ns + pm.cfg.yield_ns) {
+		sched_yield();
+		pm_mpi_progress();
+		return;
+	}
+	if (may_sleep && !any_busy() && !pm.hybrid.head && !pm.remote.head && !pm.in_progress) {
+		pm.in_progress = 1;
+		int did = drain_inbound(1);
+		pm.in_progress = 0;
+		if (did)
+			*idle = 0;
+	} else {
+		struct timespec nap = {0, 50000};
+		nanosleep(&nap, NULL);
+	}
+	pm_mpi_progress();
+}
+
+void pm_wait_op(struct pm_op *op)
+{
+	unsigned idle = 0;
+	while (op->state != ST_DONE) {
+		if (pm_progress())
+			idle = 0;
+		else
+			pm_idle(&idle, true);
+	}
+}
+
+int pm_wait_flag(const volatile bool *done)
+{
+	unsigned idle = 0;
+	while (!*done) {
+		if (pm_progress())
+			idle = 0;
+		else
+			pm_idle(&idle, true);
+	}
+	return MPI_SUCCESS;
+}

@@ -1,0 +1,429 @@
+/*
+ * ops.c - the plugin's operations: allocation, wire ids, user handles,
+ * buffers and statuses.
+ *
+ * Every send or receive the plugin carries is a struct pm_op.  Its wire id
+ * (index in the table, generation) names it in CTS, DATA and ACK records;
+ * a record naming a freed or reused op fails the generation check.
+ *
+ * What the user holds: a nonblocking operation is an MPI generalized
+ * request (MPI_Grequest_start), a real Open MPI request that every MPI call
+ * understands; the plugin completes it (MPI_Grequest_complete) when its op
+ * is done, so even a wait that reaches the MPI library directly ends.  A
+ * persistent operation is an inactive persistent request of the MPI
+ * library to MPI_PROC_NULL (persist.c).  A table maps those handles to ops.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plugin.h"
+#include "wire.h"
+
+/* ---- lists ------------------------------------------------------------- */
+
+void pm_list_push(struct pm_list *l, struct pm_link *e)
+{
+	e->next = NULL;
+	e->prev = l->tail;
+	if (l->tail)
+		l->tail->next = e;
+	else
+		l->head = e;
+	l->tail = e;
+	l->length++;
+}
+
+void pm_list_remove(struct pm_list *l, struct pm_link *e)
+{
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		l->head = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		l->tail = e->prev;
+	e->prev = e->next = NULL;
+	l->length--;
+}
+
+/* ---- the op table -------------------------------------------------------- */
+
+static struct pm_op **table; /* index -> op, NULL when free */
+static uint32_t table_len, table_cap;
+static struct pm_op *free_ops; /* recycled, linked through link.next */
+
+static void die_nomem(void)
+{
+	fprintf(stderr, "pinshm-mpi: out of memory\n");
+	PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+	abort();
+}
+
+struct pm_op *pm_op_new(enum pm_kind kind)
+{
+	struct pm_op *op = free_ops;
+	uint32_t gen = 1, index;
+	if (op) {
+		free_ops = (struct pm_op *)(void *)op->link.next;
+		gen = op->gen + 1;
+		index = op->index;
+	} else {
+		op = malloc(sizeof(*op));
+		if (!op)
+			die_nomem();
+		if (table_len == table_cap) {
+			uint32_t cap = table_cap ? table_cap * 2 : 64;
+			struct pm_op **t = realloc(table, cap * sizeof(*t));
+			if (!t)
+				die_nomem();
+			table = t;
+			table_cap = cap;
+		}
+		index = table_len++;
+	}
+	memset(op, 0, sizeof(*op));
+	op->index = index;
+	op->gen = gen ? gen : 1;
+	op->kind = (uint8_t)kind;
+	op->handle = MPI_REQUEST_NULL;
+	op->preq = MPI_REQUEST_NULL;
+	op->dtype = MPI_DATATYPE_NULL;
+	op->st_source = MPI_ANY_SOURCE;
+	op->st_tag = MPI_ANY_TAG;
+	op->st_error = MPI_SUCCESS;
+	op->reply_to = -1;
+	op->peer_local = -1;
+	table[index] = op;
+	return op;
+}
+
+void pm_op_free(struct pm_op *op)
+{
+	free(op->tmp);
+	op->tmp = NULL;
+	pm_comm_release(op->comm);
+	op->comm = NULL;
+	table[op->index] = NULL;
+	op->link.next = (struct pm_link *)(void *)free_ops;
+	free_ops = op;
+}
+
+uint64_t pm_op_id(const struct pm_op *op)
+{
+	return ((uint64_t)op->gen << 32) | op->index;
+}
+
+struct pm_op *pm_op_by_id(uint64_t id)
+{
+	uint32_t index = (uint32_t)id, gen = (uint32_t)(id >> 32);
+	if (index >= table_len || !table[index] || table[index]->gen != gen)
+		return NULL;
+	return table[index];
+}
+
+/* ---- handles: MPI_Request -> op -------------------------------------------- */
+
+/* Open addressing, linear probing; deletion shifts the cluster back. */
+static struct {
+	MPI_Request key;
+	struct pm_op *op;
+} *slots;
+static size_t nslots, nused;
+
+static size_t slot_of(MPI_Request key)
+{
+	return (size_t)(((uintptr_t)key >> 4) * 0x9e3779b97f4a7c15ull) & (nslots - 1);
+}
+
+static void map_put(MPI_Request key, struct pm_op *op);
+
+static void map_grow(void)
+{
+	size_t old_n = nslots;
+	__typeof__(slots) old = slots;
+	nslots = nslots ? nslots * 2 : 256;
+	slots = calloc(nslots, sizeof(*slots));
+	if (!slots)
+		die_nomem();
+	nused = 0;
+	for (size_t i = 0; i < old_n; i++)
+		if (old[i].op)
+			map_put(old[i].key, old[i].op);
+	free(old);
+}
+
+static void map_put(MPI_Request key, struct pm_op *op)
+{
+	if ((nused + 1) * 2 > nslots)
+		map_grow();
+	size_t i = slot_of(key);
+	while (slots[i].op && slots[i].key != key)
+		i = (i + 1) & (nslots - 1);
+	if (!slots[i].op)
+		nused++;
+	slots[i].key = key;
+	slots[i].op = op;
+}
+
+static void map_del(MPI_Request key)
+{
+	if (!nslots)
+		return;
+	size_t i = slot_of(key);
+	while (slots[i].op && slots[i].key != key)
+		i = (i + 1) & (nslots - 1);
+	if (!slots[i].op)
+		return;
+	slots[i].op = NULL;
+	nused--;
+	/* Re-place the rest of the cluster so that lookups still find it. */
+	for (size_t j = (i + 1) & (nslots - 1); slots[j].op; j = (j + 1) & (nslots - 1)) {
+		MPI_Request k = slots[j].key;
+		struct pm_op *o = slots[j].op;
+		slots[j].op = NULL;
+		nused--;
+		map_put(k, o);
+	}
+}
+
+struct pm_op *pm_op_by_handle(MPI_Request req)
+{
+	if (!nused || req == MPI_REQUEST_NULL)
+		return NULL;
+	size_t i = slot_of(req);
+	while (slots[i].op) {
+		if (slots[i].key == req)
+			return slots[i].op;
+		i = (i + 1) & (nslots - 1);
+	}
+	return NULL;
+}
+
+/* Generalized request callbacks: the plugin fills statuses itself, and
+ * these matter only to a wait that reaches the MPI library directly. */
+static int greq_query(void *extra, MPI_Status *status)
+{
+	pm_op_status(extra, status);
+	return MPI_SUCCESS;
+}
+
+static int greq_free(void *extra)
+{
+	(void)extra;
+	return MPI_SUCCESS;
+}
+
+static int greq_cancel(void *extra, int complete)
+{
+	(void)extra;
+	(void)complete;
+	return MPI_SUCCESS;
+}
+
+int pm_op_handle(struct pm_op *op)
+{
+	int rc = PMPI_Grequest_start(greq_query, greq_free, greq_cancel, op, &op->handle);
+	if (rc != MPI_SUCCESS)
+		return rc;
+	map_put(op->handle, op);
+	return MPI_SUCCESS;
+}
+
+/* Persistent ops get their handle from persist.c; it registers it here. */
+void pm_op_register_handle(struct pm_op *op)
+{
+	map_put(op->handle, op);
+}
+
+void pm_op_release(struct pm_op *op)
+{
+	if (op->handle != MPI_REQUEST_NULL) {
+		map_del(op->handle);
+		MPI_Request h = op->handle;
+		op->handle = MPI_REQUEST_NULL;
+		PMPI_Request_free(&h);
+	}
+	pm_op_free(op);
+}
+
+void pm_op_complete(struct pm_op *op)
+{
+	op->state = ST_DONE;
+	if (pm.inflight)
+		pm.inflight--;
+	if (!op->cancelled && !op->counted) {
+		op->counted = true;
+		pm_count_pinshm(op->family, op->kind == OP_SEND ? op->bytes : op->st_bytes);
+	}
+	if (op->kind == OP_SEND && op->mode == MODE_BUFFERED && op->tmp) {
+		size_t charge = op->bytes + MPI_BSEND_OVERHEAD;
+		pm.buffered_used = pm.buffered_used > charge ? pm.buffered_used - charge : 0;
+	}
+	if (op->handle != MPI_REQUEST_NULL && !op->persistent)
+		PMPI_Grequest_complete(op->handle);
+	if (op->user_freed)
+		pm_op_release(op);
+}
+
+void pm_ops_teardown(void)
+{
+	while (free_ops) {
+		struct pm_op *op = free_ops;
+		free_ops = (struct pm_op *)(void *)op->link.next;
+		free(op);
+	}
+	for (uint32_t i = 0; i < table_len; i++)
+		if (table[i]) {
+			free(table[i]->tmp);
+			free(table[i]);
+		}
+	free(table);
+	table = NULL;
+	table_len = table_cap = 0;
+	free(slots);
+	slots = NULL;
+	nslots = nused = 0;
+}
+
+/* ---- buffers ----------------------------------------------------------- */
+
+/* Whether @p count items of @p dtype are @p size bytes in memory order from
+ * the true lower bound, so that they can be copied as they are.  Predefined
+ * types without holes qualify, and contiguous or duplicated derived types of
+ * them; the others are packed (always correct, one more copy). */
+static bool type_is_flat(MPI_Datatype dtype, int count, int size)
+{
+	int ni, na, nd, combiner;
+	if (PMPI_Type_get_envelope(dtype, &ni, &na, &nd, &combiner) != MPI_SUCCESS)
+		return false;
+	MPI_Aint lb, extent, tlb, textent;
+	PMPI_Type_get_extent(dtype, &lb, &extent);
+	PMPI_Type_get_true_extent(dtype, &tlb, &textent);
+	if (textent != size || (count > 1 && extent != size))
+		return false;
+	if (combiner == MPI_COMBINER_NAMED)
+		return true;
+	if ((combiner != MPI_COMBINER_CONTIGUOUS && combiner != MPI_COMBINER_DUP) || ni > 1 || nd != 1)
+		return false;
+	int ints[1];
+	MPI_Aint addrs[1];
+	MPI_Datatype inner;
+	if (PMPI_Type_get_contents(dtype, ni, na, nd, ints, addrs, &inner) != MPI_SUCCESS)
+		return false;
+	int inner_size = 0;
+	PMPI_Type_size(inner, &inner_size);
+	int reps = combiner == MPI_COMBINER_CONTIGUOUS ? ints[0] : 1;
+	bool flat = type_is_flat(inner, reps, inner_size);
+	int ic, x;
+	PMPI_Type_get_envelope(inner, &x, &x, &x, &ic);
+	if (ic != MPI_COMBINER_NAMED)
+		PMPI_Type_free(&inner);
+	return flat;
+}
+
+int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtype)
+{
+	int size = 0;
+	int rc = PMPI_Type_size(dtype, &size);
+	if (rc != MPI_SUCCESS)
+		return rc;
+	op->ubuf = buf;
+	op->count = count;
+	op->dtype = dtype;
+	op->bytes = (size_t)size * (size_t)count;
+	if (op->bytes == 0) {
+		op->contiguous = true;
+		op->data = NULL;
+		return MPI_SUCCESS;
+	}
+	if (type_is_flat(dtype, count, size)) {
+		MPI_Aint tlb, textent;
+		PMPI_Type_get_true_extent(dtype, &tlb, &textent);
+		op->contiguous = true;
+		op->data = (char *)((uintptr_t)buf + (uintptr_t)tlb); /* MPI_BOTTOM + address */
+		return MPI_SUCCESS;
+	}
+	op->contiguous = false;
+	op->data = NULL;
+	if (op->kind == OP_SEND) {
+		int psize = 0, pos = 0;
+		PMPI_Pack_size(count, dtype, op->comm ? op->comm->comm : MPI_COMM_SELF, &psize);
+		op->tmp = malloc(psize ? (size_t)psize : 1);
+		if (!op->tmp)
+			return MPI_ERR_NO_MEM;
+		rc = PMPI_Pack(buf, count, dtype, op->tmp, psize, &pos, op->comm ? op->comm->comm : MPI_COMM_SELF);
+		if (rc != MPI_SUCCESS)
+			return rc;
+		op->data = op->tmp;
+		op->bytes = (size_t)pos;
+	}
+	return MPI_SUCCESS;
+}
+
+void pm_op_deliver(struct pm_op *op, const void *src, size_t len, uint64_t offset)
+{
+	if (len == 0)
+		return;
+	if (op->contiguous) {
+		memcpy(op->data + offset, src, len);
+		return;
+	}
+	if (offset == 0 && len == op->accept) {
+		int pos = 0;
+		PMPI_Unpack(src, (int)len, &pos, (void *)op->ubuf, op->count, op->dtype, op->comm->comm);
+		return;
+	}
+	if (!op->tmp) {
+		op->tmp = malloc(op->accept);
+		if (!op->tmp) {
+			op->st_error = MPI_ERR_NO_MEM;
+			return;
+		}
+	}
+	memcpy(op->tmp + offset, src, len);
+}
+
+void pm_op_deliver_done(struct pm_op *op)
+{
+	if (!op->contiguous && op->tmp) {
+		int pos = 0;
+		PMPI_Unpack(op->tmp, (int)op->accept, &pos, (void *)op->ubuf, op->count, op->dtype, op->comm->comm);
+		free(op->tmp);
+		op->tmp = NULL;
+	}
+}
+
+/* ---- statuses ------------------------------------------------------------ */
+
+void pm_status_empty(MPI_Status *status)
+{
+	if (status == MPI_STATUS_IGNORE)
+		return;
+	status->MPI_SOURCE = MPI_ANY_SOURCE;
+	status->MPI_TAG = MPI_ANY_TAG;
+	PMPI_Status_set_elements_x(status, MPI_BYTE, 0);
+	PMPI_Status_set_cancelled(status, 0);
+}
+
+void pm_op_status(const struct pm_op *op, MPI_Status *status)
+{
+	if (status == MPI_STATUS_IGNORE)
+		return;
+	status->MPI_SOURCE = op->st_source;
+	status->MPI_TAG = op->st_tag;
+	status->MPI_ERROR = op->st_error;
+	PMPI_Status_set_elements_x(status, MPI_BYTE, (MPI_Count)op->st_bytes);
+	PMPI_Status_set_cancelled(status, op->cancelled);
+}
+
+void pm_op_status_single(const struct pm_op *op, MPI_Status *status)
+{
+	if (status == MPI_STATUS_IGNORE)
+		return;
+	int error = status->MPI_ERROR;
+	pm_op_status(op, status);
+	status->MPI_ERROR = error;
+}

@@ -1,0 +1,305 @@
+/*
+ * plugin.h - the internals of libpinshm_mpi (not installed).
+ *
+ * The plugin interposes the MPI point-to-point calls (PMPI profiling
+ * interface).  A message on a communicator that the plugin carries, between
+ * two ranks of the same node, travels through pinshm; everything else is
+ * passed to the MPI library unchanged.
+ *
+ * Files, one concern each:
+ *   setup.c     MPI_Init/Finalize: configuration, channels, statistics
+ *   comm.c      communicators: contexts, which pair takes which path
+ *   ops.c       operations, their wire ids and their MPI_Request handles
+ *   engine.c    progress: the inbound queue, matching, the outbound queues
+ *   send.c      the send calls          recv.c      receives and probes
+ *   complete.c  Wait/Test families, Request_free, Cancel
+ *   persist.c   persistent requests      bsend.c     buffered sends
+ *
+ * Threads: the plugin carries traffic only below MPI_THREAD_MULTIPLE, so
+ * one thread at a time is inside it; its state is plain process memory.
+ */
+#ifndef PINSHM_MPI_PLUGIN_H
+#define PINSHM_MPI_PLUGIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+#include "pinshm.h"
+
+/* ---- intrusive lists ------------------------------------------------- */
+
+struct pm_link {
+	struct pm_link *prev, *next;
+};
+
+struct pm_list {
+	struct pm_link *head, *tail;
+	size_t length;
+};
+
+void pm_list_push(struct pm_list *l, struct pm_link *e);
+void pm_list_remove(struct pm_list *l, struct pm_link *e);
+
+#define pm_container(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- statistics ------------------------------------------------------ */
+
+enum pm_family {
+	FAM_BLOCKING,
+	FAM_NONBLOCKING,
+	FAM_PERSISTENT,
+	FAM_PROBE,
+	FAM_SYNC,
+	FAM_BUFFERED,
+	FAM_COUNT
+};
+
+struct pm_counts {
+	uint64_t pinshm_msgs, pinshm_bytes, mpi_msgs, mpi_bytes;
+};
+
+void pm_count_pinshm(enum pm_family f, uint64_t bytes);
+void pm_count_mpi(enum pm_family f, uint64_t bytes);
+
+/* ---- communicators --------------------------------------------------- */
+
+struct pm_comm {
+	MPI_Comm comm;
+	uint64_t ctx;        /* the matching context, the same at every member */
+	int rank, size;
+	int *local;          /* comm rank -> index of that rank in the node, or -1 */
+	bool mixed;          /* some members are reached through the MPI library */
+	uint32_t derived;    /* communicators derived from this one so far */
+	struct pm_list posted; /* receives not yet matched, in the order posted */
+	struct pm_list unexp;  /* messages not yet matched, in the order they came */
+	unsigned wild_remote;  /* posted receives that may match a message of the MPI library */
+	unsigned refs;         /* ops that point here; freed at 0 once forgotten */
+	bool forgotten;        /* MPI_Comm_free seen */
+};
+
+/* The communicator that the plugin carries for @p comm, or NULL. */
+struct pm_comm *pm_comm_find(MPI_Comm comm);
+struct pm_comm *pm_comm_by_ctx(uint64_t ctx);
+int pm_comm_setup(void);    /* COMM_WORLD, COMM_SELF, the attribute key */
+void pm_comm_teardown(void);
+/*
+ * Contexts.  A communicator made collectively over @p parent (dup, split,
+ * create, cart/graph...) takes a context derived from the parent's and from
+ * how many the parent has made: every member computes the same one without
+ * talking.  pm_comm_derive() counts the creation (call it at every member,
+ * also where the result is MPI_COMM_NULL) and returns that context, or 0
+ * when the parent is not carried.  pm_comm_register() with context 0 makes
+ * the members agree on a fresh one (one allreduce over @p comm).
+ */
+uint64_t pm_comm_derive(MPI_Comm parent);
+void pm_comm_register(MPI_Comm comm, uint64_t ctx);
+void pm_comm_release(struct pm_comm *c); /* an op no longer points to it */
+
+/* ---- operations ------------------------------------------------------ */
+
+enum pm_kind {
+	OP_SEND = 1,
+	OP_RECV = 2,
+	OP_IDUP = 3, /* MPI_Comm_idup: registers the communicator when preq completes */
+};
+
+enum pm_mode { MODE_STANDARD, MODE_SYNC, MODE_BUFFERED, MODE_READY };
+
+enum pm_op_state {
+	ST_IDLE,      /* persistent and not started */
+	ST_QUEUED,    /* send: its first record waits for room in the peer's ring */
+	ST_WAIT_CTS,  /* send: RTS written */
+	ST_STREAM,    /* send: writing DATA; receive: taking DATA */
+	ST_WAIT_ACK,  /* synchronous eager send written */
+	ST_POSTED,    /* receive: in its communicator's posted list */
+	ST_REMOTE,    /* receive: matched by the MPI library (preq) */
+	ST_DONE,
+};
+
+struct pm_unexp;
+
+struct pm_op {
+	struct pm_link link;    /* posted list, a peer's send queue or stream list */
+	struct pm_link rlink;   /* pm.hybrid (may match the MPI library's messages) or pm.remote */
+	uint32_t index, gen;    /* wire id: (gen << 32) | index */
+	uint8_t kind, mode, family, state;
+	bool persistent;        /* stays after completion until freed */
+	bool user_freed;        /* MPI_Request_free before completion */
+	bool cancelled;
+	bool counted;
+	MPI_Request handle;     /* what the user holds, or MPI_REQUEST_NULL */
+	struct pm_comm *comm;
+	int peer, tag;          /* dest or source (may be MPI_ANY_SOURCE), tag */
+	int peer_local;         /* send: the peer's index in the node */
+
+	/* The user's buffer. */
+	const void *ubuf;
+	int count;
+	MPI_Datatype dtype;
+	char *data;             /* contiguous bytes: in the user's buffer or in tmp */
+	size_t bytes;           /* send: message length; receive: room */
+	char *tmp;              /* packed copy (non-contiguous types, buffered sends) */
+	bool contiguous;
+
+	/* Progress. */
+	uint64_t offset;        /* stream: bytes sent or received so far */
+	uint64_t accept;        /* stream: bytes the receiver takes */
+	uint64_t remote_id;     /* send: rid of the receive; receive: sid of the send */
+	int reply_to;           /* receive: the sender's index in the node */
+	MPI_Request preq;       /* ST_REMOTE, OP_IDUP: the MPI library's request */
+	MPI_Comm *newcomm;      /* OP_IDUP: where the new communicator appears */
+	uint64_t new_ctx;       /* OP_IDUP: its context */
+
+	/* Outcome. */
+	int st_source, st_tag, st_error;
+	uint64_t st_bytes;
+};
+
+struct pm_op *pm_op_new(enum pm_kind kind);
+void pm_op_free(struct pm_op *op);
+uint64_t pm_op_id(const struct pm_op *op);
+struct pm_op *pm_op_by_id(uint64_t id);
+/* Describe the user's buffer; packs a send's non-contiguous data into tmp.
+ * @return MPI_SUCCESS or an MPI error code. */
+int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtype);
+void pm_op_complete(struct pm_op *op); /* mark done, signal its handle */
+/* Fill @p status (may be MPI_STATUS_IGNORE) from a finished op. */
+void pm_op_status(const struct pm_op *op, MPI_Status *status);
+void pm_status_empty(MPI_Status *status);
+/* As pm_op_status() for a single-completion call (MPI_Wait, MPI_Recv...),
+ * which leaves MPI_ERROR as it was. */
+void pm_op_status_single(const struct pm_op *op, MPI_Status *status);
+/* Give @p op a user-visible generalized request. */
+int pm_op_handle(struct pm_op *op);
+struct pm_op *pm_op_by_handle(MPI_Request req);
+/* Release what the user saw of a finished op (not persistent). */
+void pm_op_release(struct pm_op *op);
+void pm_ops_teardown(void);
+/* Unpack or copy @p len bytes of message into a receive op at @p offset. */
+void pm_op_deliver(struct pm_op *op, const void *src, size_t len, uint64_t offset);
+void pm_op_deliver_done(struct pm_op *op);
+
+/* ---- the engine ------------------------------------------------------ */
+
+struct pm_peer {
+	pinshm_channel_t *out;  /* producer into that rank's inbound queue */
+	struct pm_list sendq;   /* sends whose first record is not written yet */
+	struct pm_list stream;  /* sends writing DATA */
+	struct pm_list ctl;     /* CTS and ACK records waiting for room */
+	bool busy;              /* in pm.busy_peers */
+};
+
+struct pm_unexp {
+	struct pm_link link;
+	uint8_t type;           /* REC_EAGER or REC_RTS */
+	uint8_t flags;
+	uint16_t from;
+	int src, tag;
+	uint64_t ctx, len, sid;
+	char *data;             /* EAGER: a copy of the payload */
+};
+
+/* Start a send (queued or written at once); the op is set up. */
+int pm_send_start(struct pm_op *op);
+/* Start a receive: match an unexpected message or post it. */
+int pm_recv_start(struct pm_op *op);
+/* Take a matched unexpected message into a receive op (frees @p u). */
+void pm_recv_take(struct pm_op *op, struct pm_comm *c, struct pm_unexp *u);
+/* The first unexpected message of @p c that (source, tag) matches, or NULL. */
+struct pm_unexp *pm_unexp_find(struct pm_comm *c, int source, int tag);
+void pm_unexp_free(struct pm_unexp *u);
+void pm_unexp_status(const struct pm_unexp *u, MPI_Status *status);
+/* Whether a probe on @p c from @p source must also ask the MPI library. */
+bool pm_probe_lib(const struct pm_comm *c, int source);
+/* Cancel an op that has not reached its peer. @return true if cancelled. */
+bool pm_op_cancel(struct pm_op *op);
+/* Messages that came for a context not known yet: move them to @p c. */
+void pm_adopt_orphans(struct pm_comm *c);
+
+/* One pass over everything: @return how much it did (0: nothing). */
+int pm_progress(void);
+/* Wait until *done becomes true, driving both engines. */
+int pm_wait_flag(const volatile bool *done);
+/* Wait for one op. */
+void pm_wait_op(struct pm_op *op);
+/* Let the MPI library progress (its opal_progress, or an MPI_Iprobe). */
+void pm_mpi_progress(void);
+/* The waiting strategy: call between fruitless passes. */
+void pm_idle(unsigned *idle, bool may_sleep);
+
+/* ---- routing (send.c, recv.c) ------------------------------------------ */
+
+/* The carried communicator if a send to @p dest goes through pinshm, else
+ * NULL (the MPI library takes it). */
+struct pm_comm *pm_send_route(MPI_Comm comm, int dest, int tag, int count);
+/* Whether a receive goes through the plugin: the carried communicator, or NULL. */
+struct pm_comm *pm_recv_route(MPI_Comm comm, int source, int tag, int count);
+uint64_t pm_type_bytes(MPI_Datatype dtype, int count);
+/* A send op, set up but not started. */
+int pm_send_op(struct pm_comm *c, const void *buf, int count, MPI_Datatype dtype, int dest, int tag,
+	       enum pm_mode mode, enum pm_family family, struct pm_op **out);
+int pm_recv_op(struct pm_comm *c, void *buf, int count, MPI_Datatype dtype, int source, int tag,
+	       enum pm_family family, struct pm_op **out);
+/* MPI_Recv, either path, counted in @p family. */
+int pm_recv_blocking(void *buf, int count, MPI_Datatype dtype, int source, int tag, MPI_Comm comm,
+		     MPI_Status *status, enum pm_family family);
+
+static inline void pm_op_attach(struct pm_op *op, struct pm_comm *c)
+{
+	op->comm = c;
+	c->refs++;
+}
+
+/* ---- the process ----------------------------------------------------- */
+
+struct pm_config {
+	bool stats;
+	unsigned nodes;     /* PINSHM_MPI_NODES */
+	size_t eager;       /* largest message sent eagerly */
+	size_t chunk;       /* DATA payload bytes */
+	uint64_t ring;      /* ring bytes per sender */
+	uint64_t spin_ns;   /* polling before yielding */
+	uint64_t yield_ns;  /* yielding before sleeping */
+};
+
+struct pm_state {
+	bool active;        /* carrying traffic */
+	bool finalizing;
+	int world_rank, world_size;
+	int tag_ub;         /* MPI_TAG_UB */
+	int nlocal, local_rank; /* the (pretend) node */
+	int *local_world;   /* node index -> world rank */
+	int *world_local;   /* world rank -> node index or -1 */
+	MPI_Comm node_comm; /* private: the ranks of the (pretend) node */
+	MPI_Group world_group;
+	pinshm_client_t *client;
+	pinshm_channel_t *in; /* this rank's inbound queue */
+	struct pm_peer *peers;
+	uint32_t busy_mask_words;
+	uint64_t *busy;     /* bit per peer with records waiting */
+	unsigned inflight;  /* ops started and not done */
+	unsigned pending_remote; /* ops waiting on the MPI library */
+	int in_progress;    /* re-entry guard */
+	struct pm_list orphans; /* messages for contexts not known yet */
+	struct pm_list hybrid;  /* posted receives that also probe the MPI library, in posted order */
+	struct pm_list remote;  /* ops waiting on a request of the MPI library */
+	struct pm_config cfg;
+	struct pm_counts counts[FAM_COUNT];
+	uint64_t buffered_attached, buffered_used; /* MPI_Buffer_attach accounting */
+};
+
+extern struct pm_state pm;
+
+void pm_peer_mark_busy(int peer);
+
+int pm_bsend_start(struct pm_op *op);      /* bsend.c: copy, charge, start */
+void pm_op_register_handle(struct pm_op *op); /* ops.c: a persistent op's handle */
+void pm_mprobe_teardown(void);              /* mprobe.c */
+
+/* Error through the communicator's error handler. */
+int pm_comm_error(MPI_Comm comm, int code);
+
+#endif /* PINSHM_MPI_PLUGIN_H */

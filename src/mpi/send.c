@@ -1,0 +1,197 @@
+/*
+ * send.c - the send calls: Send, Ssend, Rsend, Isend, Issend, Irsend,
+ * Sendrecv, Sendrecv_replace.  (Buffered sends: bsend.c; persistent ones:
+ * persist.c.)
+ *
+ * A send goes through pinshm when its communicator is carried and the
+ * destination shares this rank's node; every other case - another node, a
+ * communicator the plugin does not carry, MPI_PROC_NULL, an argument the
+ * MPI library must reject - is passed to the MPI library unchanged.
+ * Ready sends are standard sends: a ready send's receive is posted, so
+ * both behave the same.
+ */
+#include <stdlib.h>
+
+#include "plugin.h"
+
+struct pm_comm *pm_send_route(MPI_Comm comm, int dest, int tag, int count)
+{
+	if (!pm.active || count < 0 || tag < 0 || tag > pm.tag_ub)
+		return NULL;
+	struct pm_comm *c = pm_comm_find(comm);
+	if (!c || dest < 0 || dest >= c->size || c->local[dest] < 0)
+		return NULL;
+	return c;
+}
+
+uint64_t pm_type_bytes(MPI_Datatype dtype, int count)
+{
+	int size = 0;
+	if (count <= 0 || PMPI_Type_size(dtype, &size) != MPI_SUCCESS || size < 0)
+		return 0;
+	return (uint64_t)size * (uint64_t)count;
+}
+
+int pm_send_op(struct pm_comm *c, const void *buf, int count, MPI_Datatype dtype, int dest, int tag,
+	       enum pm_mode mode, enum pm_family family, struct pm_op **out)
+{
+	struct pm_op *op = pm_op_new(OP_SEND);
+	pm_op_attach(op, c);
+	op->peer = dest;
+	op->tag = tag;
+	op->mode = (uint8_t)mode;
+	op->family = (uint8_t)family;
+	op->peer_local = c->local[dest];
+	int rc = pm_op_buffer(op, buf, count, dtype);
+	if (rc != MPI_SUCCESS) {
+		pm_op_free(op);
+		return rc;
+	}
+	*out = op;
+	return MPI_SUCCESS;
+}
+
+static int blocking_send(const void *buf, int count, MPI_Datatype dtype, int dest, int tag, MPI_Comm comm,
+			 enum pm_mode mode, enum pm_family family)
+{
+	struct pm_comm *c = pm_send_route(comm, dest, tag, count);
+	if (!c) {
+		if (dest != MPI_PROC_NULL)
+			pm_count_mpi(family, pm_type_bytes(dtype, count));
+		switch (mode) {
+		case MODE_SYNC:
+			return PMPI_Ssend(buf, count, dtype, dest, tag, comm);
+		case MODE_READY:
+			return PMPI_Rsend(buf, count, dtype, dest, tag, comm);
+		default:
+			return PMPI_Send(buf, count, dtype, dest, tag, comm);
+		}
+	}
+	struct pm_op *op;
+	int rc = pm_send_op(c, buf, count, dtype, dest, tag, mode, family, &op);
+	if (rc != MPI_SUCCESS)
+		return pm_comm_error(comm, rc);
+	pm_send_start(op);
+	pm_wait_op(op);
+	rc = op->st_error;
+	pm_op_free(op);
+	return pm_comm_error(comm, rc);
+}
+
+static int nonblocking_send(const void *buf, int count, MPI_Datatype dtype, int dest, int tag, MPI_Comm comm,
+			    enum pm_mode mode, enum pm_family family, MPI_Request *request)
+{
+	struct pm_comm *c = pm_send_route(comm, dest, tag, count);
+	if (!c) {
+		if (dest != MPI_PROC_NULL)
+			pm_count_mpi(family, pm_type_bytes(dtype, count));
+		switch (mode) {
+		case MODE_SYNC:
+			return PMPI_Issend(buf, count, dtype, dest, tag, comm, request);
+		case MODE_READY:
+			return PMPI_Irsend(buf, count, dtype, dest, tag, comm, request);
+		default:
+			return PMPI_Isend(buf, count, dtype, dest, tag, comm, request);
+		}
+	}
+	struct pm_op *op;
+	int rc = pm_send_op(c, buf, count, dtype, dest, tag, mode, family, &op);
+	if (rc == MPI_SUCCESS)
+		rc = pm_op_handle(op);
+	if (rc != MPI_SUCCESS) {
+		if (op && rc != MPI_SUCCESS && op->handle == MPI_REQUEST_NULL)
+			pm_op_free(op);
+		return pm_comm_error(comm, rc);
+	}
+	pm_send_start(op);
+	*request = op->handle;
+	return MPI_SUCCESS;
+}
+
+int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
+{
+	return blocking_send(buf, count, datatype, dest, tag, comm, MODE_STANDARD, FAM_BLOCKING);
+}
+
+int MPI_Rsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
+{
+	return blocking_send(buf, count, datatype, dest, tag, comm, MODE_READY, FAM_BLOCKING);
+}
+
+int MPI_Ssend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
+{
+	return blocking_send(buf, count, datatype, dest, tag, comm, MODE_SYNC, FAM_SYNC);
+}
+
+int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+	      MPI_Request *request)
+{
+	return nonblocking_send(buf, count, datatype, dest, tag, comm, MODE_STANDARD, FAM_NONBLOCKING, request);
+}
+
+int MPI_Irsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+	       MPI_Request *request)
+{
+	return nonblocking_send(buf, count, datatype, dest, tag, comm, MODE_READY, FAM_NONBLOCKING, request);
+}
+
+int MPI_Issend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+	       MPI_Request *request)
+{
+	return nonblocking_send(buf, count, datatype, dest, tag, comm, MODE_SYNC, FAM_SYNC, request);
+}
+
+/* Sendrecv: start the send (either path), receive (either path), then
+ * finish the send; the engine moves both. */
+int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf,
+		 int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status)
+{
+	struct pm_comm *c = pm_send_route(comm, dest, sendtag, sendcount);
+	struct pm_op *op = NULL;
+	MPI_Request lib = MPI_REQUEST_NULL;
+	int rc;
+	if (c) {
+		rc = pm_send_op(c, sendbuf, sendcount, sendtype, dest, sendtag, MODE_STANDARD, FAM_BLOCKING, &op);
+		if (rc != MPI_SUCCESS)
+			return pm_comm_error(comm, rc);
+		pm_send_start(op);
+	} else {
+		if (dest != MPI_PROC_NULL)
+			pm_count_mpi(FAM_BLOCKING, pm_type_bytes(sendtype, sendcount));
+		rc = PMPI_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &lib);
+		if (rc != MPI_SUCCESS)
+			return rc;
+	}
+	int rrc = pm_recv_blocking(recvbuf, recvcount, recvtype, source, recvtag, comm, status, FAM_BLOCKING);
+	if (op) {
+		pm_wait_op(op);
+		rc = op->st_error;
+		pm_op_free(op);
+		rc = pm_comm_error(comm, rc);
+	} else {
+		rc = PMPI_Wait(&lib, MPI_STATUS_IGNORE);
+	}
+	return rrc != MPI_SUCCESS ? rrc : rc;
+}
+
+/* The message to send is packed first, so that the receive may overwrite
+ * the buffer; MPI_PACKED data matches a receive of the packed types. */
+int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source,
+			 int recvtag, MPI_Comm comm, MPI_Status *status)
+{
+	if (!pm.active || !pm_comm_find(comm))
+		return PMPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, status);
+	int size = 0, pos = 0;
+	int rc = PMPI_Pack_size(count, datatype, comm, &size);
+	if (rc != MPI_SUCCESS)
+		return pm_comm_error(comm, rc);
+	char *tmp = malloc(size ? (size_t)size : 1);
+	if (!tmp)
+		return pm_comm_error(comm, MPI_ERR_NO_MEM);
+	rc = PMPI_Pack(buf, count, datatype, tmp, size, &pos, comm);
+	if (rc == MPI_SUCCESS)
+		rc = MPI_Sendrecv(tmp, pos, MPI_PACKED, dest, sendtag, buf, count, datatype, source, recvtag, comm,
+				  status);
+	free(tmp);
+	return rc;
+}

@@ -1,0 +1,422 @@
+/*
+ * setup.c - MPI_Init and MPI_Finalize of the plugin: configuration, the
+ * channels between the ranks of a node, statistics.
+ *
+ * At MPI_Init: the ranks of each node (MPI_Comm_split_type shared, cut into
+ * PINSHM_MPI_NODES pretend nodes) get one inbound queue each from pinshmd:
+ * the node's first rank creates them under a name made of a random token
+ * it broadcasts, then every rank opens its own as the consumer and every
+ * queue of the node, its own included, as a producer.  The ranks of a node
+ * agree (allreduce) that all of them succeeded; otherwise every one of them
+ * leaves everything to the MPI library, and the first that failed says why
+ * in one warning.
+ *
+ * Progress: the plugin registers its engine with Open MPI's progress loop
+ * (opal_progress_register, found with dlsym), so that a rank blocked in any
+ * MPI call - a barrier, a wait on a request of the library - still moves the
+ * plugin's messages; where that is missing, the plugin's own calls drive it.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "plugin.h"
+
+struct pm_state pm;
+
+typedef int (*opal_callback_t)(void);
+static int (*opal_register)(opal_callback_t);
+static int (*opal_unregister)(opal_callback_t);
+static void (*opal_progress_fn)(void);
+static bool registered;
+
+static const char *const family_names[FAM_COUNT] = {
+	"blocking", "nonblocking", "persistent", "probe", "synchronous", "buffered",
+};
+
+void pm_count_pinshm(enum pm_family f, uint64_t bytes)
+{
+	if (f < FAM_COUNT) {
+		pm.counts[f].pinshm_msgs++;
+		pm.counts[f].pinshm_bytes += bytes;
+	}
+}
+
+void pm_count_mpi(enum pm_family f, uint64_t bytes)
+{
+	if (f < FAM_COUNT) {
+		pm.counts[f].mpi_msgs++;
+		pm.counts[f].mpi_bytes += bytes;
+	}
+}
+
+void pm_mpi_progress(void)
+{
+	if (opal_progress_fn) {
+		opal_progress_fn();
+		return;
+	}
+	int flag;
+	PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+}
+
+static int progress_callback(void)
+{
+	return pm_progress();
+}
+
+/* ---- configuration ---------------------------------------------------- */
+
+static uint64_t env_size(const char *name, uint64_t def, uint64_t min, uint64_t max)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return def;
+	char *end;
+	errno = 0;
+	unsigned long long x = strtoull(v, &end, 0);
+	uint64_t unit = 1;
+	if (*end == 'k' || *end == 'K')
+		unit = 1024, end++;
+	else if (*end == 'm' || *end == 'M')
+		unit = 1024 * 1024, end++;
+	if (errno || *end || v[0] == '-' || x > max / unit || x * unit < min) {
+		if (pm.world_rank == 0)
+			fprintf(stderr,
+				"pinshm-mpi: warning: %s=%s is not a size from %" PRIu64 " to %" PRIu64
+				": using %" PRIu64 "\n",
+				name, v, min, max, def);
+		return def;
+	}
+	return x * unit;
+}
+
+static unsigned cpus_available(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		return (unsigned)CPU_COUNT(&set);
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (unsigned)n : 1;
+}
+
+static void read_config(void)
+{
+	struct pm_config *c = &pm.cfg;
+	c->stats = getenv("PINSHM_MPI_STATS") && strcmp(getenv("PINSHM_MPI_STATS"), "0") != 0;
+	c->nodes = (unsigned)env_size("PINSHM_MPI_NODES", 1, 1, 1 << 20);
+	c->ring = env_size("PINSHM_MPI_RING", 256 * 1024, 16 * 1024, 1ull << 30);
+	if (c->ring & (c->ring - 1)) { /* a power of two */
+		uint64_t r = 16 * 1024;
+		while (r * 2 <= c->ring)
+			r *= 2;
+		c->ring = r;
+	}
+	uint64_t max_payload = c->ring / 2 - 64 - 32;
+	c->eager = env_size("PINSHM_MPI_EAGER", 16 * 1024, 0, max_payload);
+	c->chunk = env_size("PINSHM_MPI_CHUNK", 32 * 1024, 1024, max_payload);
+	c->spin_ns = env_size("PINSHM_MPI_SPIN_NS", 20000, 0, 1000000000);
+	c->yield_ns = env_size("PINSHM_MPI_YIELD_NS", 500000, 0, 1000000000);
+}
+
+/* ---- channels ---------------------------------------------------------- */
+
+static void channel_name(char *buf, size_t size, uint64_t token, int index)
+{
+	snprintf(buf, size, "mpi.%016" PRIx64 ".%d", token, index);
+}
+
+static uint64_t make_token(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t x = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+	FILE *f = fopen("/dev/urandom", "re");
+	if (f) {
+		uint64_t r = 0;
+		if (fread(&r, sizeof(r), 1, f) == 1)
+			x ^= r;
+		fclose(f);
+	}
+	return x;
+}
+
+/* Create (first rank of the node) and open the channels.
+ * @return 0, or a negative errno with @p why filled. */
+static int open_channels(char *why, size_t whylen)
+{
+	uint64_t token = 0;
+	int rc = 0;
+	char name[PINSHM_NAME_MAX + 1];
+	int created = 0;
+
+	rc = pinshm_connect(NULL, &pm.client);
+	if (rc < 0) {
+		snprintf(why, whylen, "cannot reach pinshmd: %s (%s)", pinshm_strerror(rc),
+			 pinshm_client_error(NULL));
+		pm.client = NULL;
+	}
+	if (pm.local_rank == 0 && rc == 0) {
+		token = make_token();
+		pinshm_channel_attr_t attr;
+		pinshm_channel_attr_init(&attr);
+		attr.kind = PINSHM_QUEUE;
+		attr.capacity = pm.cfg.ring;
+		attr.max_producers = (uint32_t)pm.nlocal;
+		attr.max_consumers = 1;
+		for (; created < pm.nlocal; created++) {
+			channel_name(name, sizeof(name), token, created);
+			rc = pinshm_create(pm.client, name, &attr, 0600, 0);
+			if (rc < 0) {
+				snprintf(why, whylen, "pinshmd refused channel %s: %s (%s)", name, pinshm_strerror(rc),
+					 pinshm_client_error(pm.client));
+				break;
+			}
+		}
+	}
+	/* Everybody learns the token, or that the first rank failed. */
+	int64_t msg[2] = {rc, (int64_t)token};
+	PMPI_Bcast(msg, 2, MPI_INT64_T, 0, pm.node_comm);
+	if (pm.local_rank != 0) {
+		if (msg[0] < 0 && rc == 0) {
+			rc = (int)msg[0];
+			snprintf(why, whylen, "the node's first rank could not create the channels");
+		}
+		token = (uint64_t)msg[1];
+	}
+	if (rc == 0) {
+		channel_name(name, sizeof(name), token, pm.local_rank);
+		rc = pinshm_open(pm.client, name, PINSHM_CONSUMER, &pm.in);
+		if (rc < 0)
+			snprintf(why, whylen, "cannot open %s: %s (%s)", name, pinshm_strerror(rc),
+				 pinshm_client_error(pm.client));
+	}
+	for (int i = 0; rc == 0 && i < pm.nlocal; i++) {
+		channel_name(name, sizeof(name), token, i);
+		rc = pinshm_open(pm.client, name, PINSHM_PRODUCER, &pm.peers[i].out);
+		if (rc < 0)
+			snprintf(why, whylen, "cannot open %s: %s (%s)", name, pinshm_strerror(rc),
+				 pinshm_client_error(pm.client));
+	}
+	if (rc == 0)
+		pinshm_channel_set_spin(pm.in, 0); /* pm_idle spins before it sleeps */
+	/* The names are not needed once everybody has opened them: the queues
+	 * live while a rank's connection holds them. */
+	PMPI_Barrier(pm.node_comm);
+	if (pm.local_rank == 0 && pm.client)
+		for (int i = 0; i < created; i++) {
+			channel_name(name, sizeof(name), token, i);
+			pinshm_unlink(pm.client, name);
+		}
+	return rc;
+}
+
+static void close_channels(void)
+{
+	if (pm.peers)
+		for (int i = 0; i < pm.nlocal; i++)
+			if (pm.peers[i].out) {
+				pinshm_channel_close(pm.peers[i].out);
+				pm.peers[i].out = NULL;
+			}
+	if (pm.in) {
+		pinshm_channel_close(pm.in);
+		pm.in = NULL;
+	}
+	if (pm.client) {
+		pinshm_disconnect(pm.client);
+		pm.client = NULL;
+	}
+}
+
+static void free_state(void)
+{
+	free(pm.peers);
+	free(pm.busy);
+	free(pm.local_world);
+	free(pm.world_local);
+	pm.peers = NULL;
+	pm.busy = NULL;
+	pm.local_world = pm.world_local = NULL;
+	if (pm.world_group != MPI_GROUP_NULL)
+		PMPI_Group_free(&pm.world_group);
+	if (pm.node_comm != MPI_COMM_NULL)
+		PMPI_Comm_free(&pm.node_comm);
+}
+
+/* ---- MPI_Init ------------------------------------------------------------ */
+
+static void setup(int provided)
+{
+	char why[512] = "";
+	int rc = 0;
+	pm.node_comm = MPI_COMM_NULL;
+	pm.world_group = MPI_GROUP_NULL;
+	PMPI_Comm_rank(MPI_COMM_WORLD, &pm.world_rank);
+	PMPI_Comm_size(MPI_COMM_WORLD, &pm.world_size);
+	const char *on = getenv("PINSHM_MPI");
+	if (on && strcmp(on, "0") == 0)
+		return;
+	read_config();
+
+	/* The (pretend) node: collective over MPI_COMM_WORLD, so every rank
+	 * takes part even where it will fail. */
+	MPI_Comm shared;
+	PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared);
+	int srank, ssize;
+	PMPI_Comm_rank(shared, &srank);
+	PMPI_Comm_size(shared, &ssize);
+	unsigned k = pm.cfg.nodes < (unsigned)ssize ? pm.cfg.nodes : (unsigned)ssize;
+	int color = (int)((uint64_t)srank * k / (uint64_t)ssize);
+	PMPI_Comm_split(shared, color, srank, &pm.node_comm);
+	PMPI_Comm_free(&shared);
+	PMPI_Comm_rank(pm.node_comm, &pm.local_rank);
+	PMPI_Comm_size(pm.node_comm, &pm.nlocal);
+	PMPI_Comm_group(MPI_COMM_WORLD, &pm.world_group);
+
+	if (provided == MPI_THREAD_MULTIPLE) {
+		rc = -ENOTSUP;
+		snprintf(why, sizeof(why), "MPI_THREAD_MULTIPLE is not carried");
+	} else if (pm.nlocal > 0xffff) {
+		rc = -E2BIG;
+		snprintf(why, sizeof(why), "more than 65535 ranks on a node");
+	}
+
+	pm.local_world = calloc((size_t)pm.nlocal, sizeof(int));
+	pm.world_local = malloc((size_t)pm.world_size * sizeof(int));
+	pm.peers = calloc((size_t)pm.nlocal, sizeof(*pm.peers));
+	pm.busy_mask_words = (uint32_t)(pm.nlocal + 63) / 64;
+	pm.busy = calloc(pm.busy_mask_words, sizeof(uint64_t));
+	if (!pm.local_world || !pm.world_local || !pm.peers || !pm.busy) {
+		fprintf(stderr, "pinshm-mpi: out of memory\n");
+		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+	}
+	PMPI_Allgather(&pm.world_rank, 1, MPI_INT, pm.local_world, 1, MPI_INT, pm.node_comm);
+	for (int w = 0; w < pm.world_size; w++)
+		pm.world_local[w] = -1;
+	for (int i = 0; i < pm.nlocal; i++)
+		pm.world_local[pm.local_world[i]] = i;
+
+	/* Everyone of the node opens, or nobody carries anything. */
+	int bad = rc < 0;
+	PMPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, pm.node_comm);
+	if (!bad) {
+		rc = open_channels(why, sizeof(why));
+		int first_failed = rc < 0 ? pm.local_rank : pm.nlocal;
+		PMPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, pm.node_comm);
+		bad = first_failed < pm.nlocal;
+		if (bad && first_failed != pm.local_rank)
+			why[0] = '\0';
+	} else if (rc == 0) {
+		why[0] = '\0';
+	}
+	if (bad) {
+		if (why[0] && (rc != -ENOTSUP || pm.world_rank == 0))
+			fprintf(stderr,
+				"pinshm-mpi: warning: rank %d: %s; the ranks of its node use the MPI library for "
+				"everything\n",
+				pm.world_rank, why);
+		close_channels();
+		free_state();
+		return;
+	}
+
+	int *ub = NULL, found = 0;
+	PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+	pm.tag_ub = found && ub ? *ub : 32767;
+	pm.active = true;
+	if (pm_comm_setup() != MPI_SUCCESS) {
+		fprintf(stderr, "pinshm-mpi: rank %d: out of memory\n", pm.world_rank);
+		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+	}
+	if (pm.nlocal > (int)cpus_available())
+		pm.cfg.spin_ns = pm.cfg.spin_ns < 2000 ? pm.cfg.spin_ns : 2000; /* share the cores */
+	opal_register = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_register");
+	opal_unregister = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_unregister");
+	opal_progress_fn = (void (*)(void))dlsym(RTLD_DEFAULT, "opal_progress");
+	if (opal_register && opal_unregister && opal_register(progress_callback) == 0)
+		registered = true;
+}
+
+int MPI_Init(int *argc, char ***argv)
+{
+	int rc = PMPI_Init(argc, argv);
+	if (rc == MPI_SUCCESS)
+		setup(MPI_THREAD_SINGLE);
+	return rc;
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
+{
+	int rc = PMPI_Init_thread(argc, argv, required, provided);
+	if (rc == MPI_SUCCESS)
+		setup(*provided);
+	return rc;
+}
+
+/* ---- MPI_Finalize ---------------------------------------------------------- */
+
+static void print_stats(void)
+{
+	for (int f = 0; f < FAM_COUNT; f++) {
+		const struct pm_counts *c = &pm.counts[f];
+		fprintf(stderr,
+			"pinshm-mpi stats: rank=%d family=%s pinshm_msgs=%" PRIu64 " pinshm_bytes=%" PRIu64
+			" mpi_msgs=%" PRIu64 " mpi_bytes=%" PRIu64 "\n",
+			pm.world_rank, family_names[f], c->pinshm_msgs, c->pinshm_bytes, c->mpi_msgs, c->mpi_bytes);
+	}
+}
+
+int MPI_Finalize(void)
+{
+	if (pm.active) {
+		/* Deliver what is still queued (sends whose requests were freed
+		 * included), then wait at a barrier that keeps serving the others:
+		 * a rank may still need this one's CTS or ACK. */
+		pm.finalizing = true;
+		unsigned idle = 0;
+		while (pm.inflight > 0 && pm.remote.head == NULL) {
+			bool sends = false;
+			for (int i = 0; i < pm.nlocal && !sends; i++)
+				sends = pm.peers[i].sendq.head || pm.peers[i].stream.head || pm.peers[i].ctl.head;
+			if (!sends)
+				break; /* what is left are receives nobody will match */
+			if (pm_progress())
+				idle = 0;
+			else
+				pm_idle(&idle, true);
+		}
+		MPI_Request barrier;
+		PMPI_Ibarrier(pm.node_comm, &barrier);
+		int done = 0;
+		idle = 0;
+		while (!done) {
+			PMPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+			if (!done) {
+				if (pm_progress())
+					idle = 0;
+				else
+					pm_idle(&idle, false);
+			}
+		}
+		if (registered) {
+			opal_unregister(progress_callback);
+			registered = false;
+		}
+		pm.active = false;
+	}
+	if (pm.cfg.stats)
+		print_stats();
+	pm_mprobe_teardown();
+	pm_comm_teardown();
+	close_channels();
+	free_state();
+	pm_ops_teardown();
+	return PMPI_Finalize();
+}

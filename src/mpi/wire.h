@@ -1,0 +1,94 @@
+/*
+ * wire.h - the records that the MPI plugin's ranks exchange through pinshm.
+ *
+ * Each rank of a node consumes one inbound queue; every rank of the node,
+ * itself included, produces into it on a lane of its own, so the records
+ * from one rank to another arrive in the order they were written.  One
+ * pinshm message is one record: a header, then (EAGER, DATA) payload bytes.
+ *
+ * Protocols:
+ * - eager: EAGER carries the whole message; with REC_SYNC the receiver
+ *   answers ACK{sid} once a receive matched it (MPI_Ssend).
+ * - rendezvous (longer than the eager limit): RTS{sid, len} is matched like
+ *   an EAGER; the receiver answers CTS{sid, rid, accept}; the sender then
+ *   writes DATA{rid, offset} chunks of `accept` bytes in order, which the
+ *   receiver copies into the receive buffer as they come (pipelining).
+ *   accept < len when the receive buffer is shorter (truncation).
+ *
+ * sid and rid name operations in the sender's and the receiver's tables;
+ * they are checked on arrival (index, generation, state), never trusted.
+ * Headers are 16, 32 or 48 bytes so that payloads stay 16-byte aligned.
+ * All fields are in the byte order of the machine (one node).
+ */
+#ifndef PINSHM_MPI_WIRE_H
+#define PINSHM_MPI_WIRE_H
+
+#include <assert.h>
+#include <stdint.h>
+
+enum rec_type {
+	REC_EAGER = 1,
+	REC_RTS = 2,
+	REC_CTS = 3,
+	REC_DATA = 4,
+	REC_ACK = 5,
+};
+
+#define REC_SYNC 0x1u /* EAGER: the sender waits for an ACK when it is matched */
+
+/* The first 4 bytes of every record. */
+struct rec_head {
+	uint8_t type;
+	uint8_t flags;
+	uint16_t from; /* the sender's index among the ranks of the node */
+};
+
+struct rec_eager {
+	struct rec_head h;
+	int32_t src;  /* the sender's rank in the communicator */
+	int32_t tag;
+	uint32_t len; /* payload bytes that follow the header */
+	uint64_t ctx; /* the communicator's context */
+	uint64_t sid; /* REC_SYNC: the send to acknowledge */
+};
+
+struct rec_rts {
+	struct rec_head h;
+	int32_t src;
+	int32_t tag;
+	uint32_t reserved;
+	uint64_t ctx;
+	uint64_t sid;
+	uint64_t len; /* the whole message */
+	uint64_t reserved2;
+};
+
+struct rec_cts {
+	struct rec_head h;
+	uint32_t reserved;
+	uint64_t sid;    /* the send that may go on */
+	uint64_t rid;    /* the receive that takes its DATA */
+	uint64_t accept; /* bytes to send: min(len, receive buffer) */
+};
+
+struct rec_data {
+	struct rec_head h;
+	uint32_t reserved;
+	uint64_t rid;
+	uint64_t offset; /* of the payload in the message */
+	uint64_t reserved2;
+};
+
+struct rec_ack {
+	struct rec_head h;
+	uint32_t reserved;
+	uint64_t sid;
+};
+
+static_assert(sizeof(struct rec_eager) == 32, "EAGER header is 32 bytes");
+static_assert(sizeof(struct rec_rts) == 48, "RTS is 48 bytes");
+static_assert(sizeof(struct rec_cts) == 32, "CTS is 32 bytes");
+static_assert(sizeof(struct rec_data) == 32, "DATA header is 32 bytes");
+static_assert(sizeof(struct rec_ack) == 16, "ACK is 16 bytes");
+
+#endif /* PINSHM_MPI_WIRE_H */
