@@ -1,0 +1,396 @@
+/*
+ * pinshm-mpi-bench.c - point-to-point benchmark for an MPI program, run
+ * under mpirun with or without the pinshm plugin (pinshm-mpi-compare runs it
+ * both ways).  Three modes:
+ *
+ *   latency    ranks 0 and 1 ping-pong with MPI_Send/MPI_Recv; a sample is
+ *              the one-way time of a batch of round trips (its time / 2 /
+ *              round trips); the median, 10th and 90th percentiles of the
+ *              samples are printed per size;
+ *   bandwidth  rank 0 streams a window of MPI_Isend to rank 1's posted
+ *              MPI_Irecv (distinct buffers), rank 1 answers each window with
+ *              a 4-byte ack; a sample is window * size / time of one window;
+ *   ring       every rank MPI_Sendrecv's to rank + 1 from rank - 1; a sample
+ *              is the time of one step, as the slowest rank saw it (a batch
+ *              of steps between barriers, the maximum over the ranks).
+ *
+ * Output: one line per mode and size, "MODE bytes=N KEY=VALUE ...", for
+ * scripts; lines starting with '#' are comments.  Every received message is
+ * checked (its first and last byte), so that a broken path cannot look fast.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MIB (1024L * 1024)
+#define MAX_SIZES 64
+
+static int rank, nranks;
+
+struct opts {
+	int modes;           /* bits of MODE_* */
+	long sizes[MAX_SIZES];
+	int nsizes;          /* 0: each mode's default sizes */
+	int samples;         /* per size */
+	double target_s;     /* measuring time per size and mode (roughly) */
+	int window;          /* bandwidth: messages in flight, at most */
+};
+
+enum { MODE_LATENCY = 1, MODE_BANDWIDTH = 2, MODE_RING = 4 };
+
+static const long latency_sizes[] = {0, 8, 64, 512, 4096, 16384, 65536, 262144, MIB, 4 * MIB};
+static const long bandwidth_sizes[] = {65536, 262144, MIB, 4 * MIB};
+static const long ring_sizes[] = {8, 4096, 65536, MIB};
+
+static void die(const char *fmt, const char *arg)
+{
+	if (rank == 0) {
+		fprintf(stderr, "pinshm-mpi-bench: ");
+		fprintf(stderr, fmt, arg);
+		fprintf(stderr, "\n");
+	}
+	MPI_Abort(MPI_COMM_WORLD, 2);
+	exit(2);
+}
+
+static void usage(void)
+{
+	if (rank == 0)
+		printf("usage: mpirun -np N pinshm-mpi-bench [-m MODES] [-z SIZES] [-n SAMPLES] [-t SECONDS] [-w WINDOW]\n"
+		       "  -m MODES    latency,bandwidth,ring or all (default: all; ring needs 2+ ranks)\n"
+		       "  -z SIZES    comma-separated sizes in bytes, K and M suffixes (default: per mode)\n"
+		       "  -n SAMPLES  samples per size (default 41)\n"
+		       "  -t SECONDS  time to measure per size and mode, about (default 0.2)\n"
+		       "  -w WINDOW   bandwidth: messages in flight (default 64, fewer for large sizes)\n");
+}
+
+static long parse_size(const char *s)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+
+	if (errno || end == s || v < 0)
+		die("bad size '%s'", s);
+	if (*end == 'K' || *end == 'k')
+		v *= 1024, end++;
+	else if (*end == 'M' || *end == 'm')
+		v *= MIB, end++;
+	if (*end || v > 1024 * MIB)
+		die("bad size '%s'", s);
+	return v;
+}
+
+static void parse(int argc, char **argv, struct opts *o)
+{
+	int c;
+
+	*o = (struct opts){.modes = MODE_LATENCY | MODE_BANDWIDTH | MODE_RING, .samples = 41, .target_s = 0.2,
+			   .window = 64};
+	while ((c = getopt(argc, argv, "m:z:n:t:w:h")) != -1) {
+		switch (c) {
+		case 'm': {
+			o->modes = 0;
+			char *copy = strdup(optarg), *save = NULL;
+			for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+				if (!strcmp(t, "latency"))
+					o->modes |= MODE_LATENCY;
+				else if (!strcmp(t, "bandwidth"))
+					o->modes |= MODE_BANDWIDTH;
+				else if (!strcmp(t, "ring"))
+					o->modes |= MODE_RING;
+				else if (!strcmp(t, "all"))
+					o->modes |= MODE_LATENCY | MODE_BANDWIDTH | MODE_RING;
+				else
+					die("unknown mode '%s'", t);
+			}
+			free(copy);
+			break;
+		}
+		case 'z': {
+			char *copy = strdup(optarg), *save = NULL;
+			o->nsizes = 0;
+			for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+				if (o->nsizes == MAX_SIZES)
+					die("more than 64 sizes%s", "");
+				o->sizes[o->nsizes++] = parse_size(t);
+			}
+			free(copy);
+			break;
+		}
+		case 'n':
+			o->samples = atoi(optarg);
+			if (o->samples < 1 || o->samples > 100000)
+				die("bad sample count '%s'", optarg);
+			break;
+		case 't':
+			o->target_s = atof(optarg);
+			if (!(o->target_s > 0 && o->target_s < 3600))
+				die("bad time '%s'", optarg);
+			break;
+		case 'w':
+			o->window = atoi(optarg);
+			if (o->window < 1 || o->window > 4096)
+				die("bad window '%s'", optarg);
+			break;
+		case 'h':
+			usage();
+			MPI_Finalize();
+			exit(0);
+		default:
+			usage();
+			MPI_Abort(MPI_COMM_WORLD, 2);
+		}
+	}
+	if (optind < argc)
+		die("unexpected argument '%s'", argv[optind]);
+	if (nranks < 2)
+		die("needs at least 2 ranks%s", "");
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The @p q quantile (0..1) of @p n sorted values, nearest rank. */
+static double quantile(const double *v, int n, double q)
+{
+	int i = (int)(q * (n - 1) + 0.5);
+
+	return v[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+static unsigned char *alloc_touched(long n)
+{
+	unsigned char *p = NULL;
+
+	if (posix_memalign((void **)&p, 4096, n ? (size_t)n : 1) != 0)
+		die("out of memory%s", "");
+	memset(p, 0, n ? (size_t)n : 1);
+	return p;
+}
+
+/* Mark a message (first and last byte) and check a received one. */
+static void mark(unsigned char *b, long n, unsigned char v)
+{
+	if (n) {
+		b[0] = v;
+		b[n - 1] = v;
+	}
+}
+
+static void check(const unsigned char *b, long n, unsigned char v, const char *what)
+{
+	if (n && (b[0] != v || b[n - 1] != v)) {
+		fprintf(stderr, "pinshm-mpi-bench: rank %d: %s of %ld bytes: wrong data (%u %u, want %u)\n", rank, what,
+			n, b[0], b[n - 1], v);
+		MPI_Abort(MPI_COMM_WORLD, 3);
+	}
+}
+
+/* Iterations per sample, so that samples * iterations take about target_s:
+ * measured by rank 0 from @p one (seconds per iteration), shared with all. */
+static long per_sample(double one, const struct opts *o)
+{
+	long k = 1;
+
+	if (rank == 0 && one > 0)
+		k = (long)(o->target_s / o->samples / one);
+	if (k < 1)
+		k = 1;
+	if (k > 100000)
+		k = 100000;
+	MPI_Bcast(&k, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+	return k;
+}
+
+static void latency(long n, const struct opts *o)
+{
+	unsigned char *buf = alloc_touched(n);
+	double *sample = calloc(o->samples, sizeof(double));
+	int peer = 1 - rank;
+	unsigned char v = 1;
+
+	/* Warm-up, which also times one round trip. */
+	double t0 = MPI_Wtime();
+	for (int i = 0; i < 20 && rank < 2; i++, v++) {
+		if (rank == 0) {
+			mark(buf, n, v);
+			MPI_Send(buf, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+			MPI_Recv(buf, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			check(buf, n, v, "latency reply");
+		} else {
+			MPI_Recv(buf, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			check(buf, n, v, "latency message");
+			MPI_Send(buf, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+		}
+	}
+	long k = per_sample((MPI_Wtime() - t0) / 20, o);
+	for (int s = 0; s < o->samples; s++) {
+		MPI_Barrier(MPI_COMM_WORLD);
+		if (rank >= 2)
+			continue;
+		t0 = MPI_Wtime();
+		for (long i = 0; i < k; i++, v++) {
+			if (rank == 0) {
+				mark(buf, n, v);
+				MPI_Send(buf, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+				MPI_Recv(buf, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			} else {
+				MPI_Recv(buf, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+				MPI_Send(buf, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+			}
+		}
+		sample[s] = (MPI_Wtime() - t0) / k / 2 * 1e6;
+		check(buf, n, (unsigned char)(v - 1), "latency");
+	}
+	if (rank == 0) {
+		qsort(sample, o->samples, sizeof(double), cmp_double);
+		printf("latency bytes=%ld oneway_us=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld\n", n,
+		       quantile(sample, o->samples, 0.5), quantile(sample, o->samples, 0.1),
+		       quantile(sample, o->samples, 0.9), o->samples, k);
+		fflush(stdout);
+	}
+	free(sample);
+	free(buf);
+}
+
+static void bandwidth(long n, const struct opts *o)
+{
+	int w = o->window;
+
+	/* At most 64 MiB of buffers per side. */
+	while (w > 4 && (long)w * n > 64 * MIB)
+		w /= 2;
+	unsigned char **bufs = calloc(w, sizeof(*bufs));
+	MPI_Request *rq = calloc(w, sizeof(*rq));
+	double *sample = calloc(o->samples, sizeof(double));
+	int ack = 0;
+	unsigned char v = 1;
+
+	for (int i = 0; i < w; i++)
+		bufs[i] = rank < 2 ? alloc_touched(n) : NULL;
+	double t0 = 0, one = 0;
+	long k = 1;
+	for (int s = -1; s < o->samples; s++) {
+		MPI_Barrier(MPI_COMM_WORLD);
+		if (rank >= 2)
+			goto next;
+		t0 = MPI_Wtime();
+		for (long it = 0; it < k; it++, v++) {
+			if (rank == 0) {
+				for (int i = 0; i < w; i++) {
+					mark(bufs[i], n, v);
+					MPI_Isend(bufs[i], (int)n, MPI_BYTE, 1, 2, MPI_COMM_WORLD, &rq[i]);
+				}
+				MPI_Waitall(w, rq, MPI_STATUSES_IGNORE);
+				MPI_Recv(&ack, 1, MPI_INT, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			} else {
+				for (int i = 0; i < w; i++)
+					MPI_Irecv(bufs[i], (int)n, MPI_BYTE, 0, 2, MPI_COMM_WORLD, &rq[i]);
+				MPI_Waitall(w, rq, MPI_STATUSES_IGNORE);
+				for (int i = 0; i < w; i++)
+					check(bufs[i], n, v, "bandwidth");
+				MPI_Send(&ack, 1, MPI_INT, 0, 3, MPI_COMM_WORLD);
+			}
+		}
+		if (s >= 0)
+			sample[s] = (double)n * w * k / ((MPI_Wtime() - t0) * 1e9);
+		else
+			one = MPI_Wtime() - t0;
+	next:
+		if (s < 0)
+			k = per_sample(one, o); /* the first window was the warm-up */
+	}
+	if (rank == 0) {
+		qsort(sample, o->samples, sizeof(double), cmp_double);
+		printf("bandwidth bytes=%ld gbps=%.3f p10_gbps=%.3f p90_gbps=%.3f window=%d samples=%d per_sample=%ld\n",
+		       n, quantile(sample, o->samples, 0.5), quantile(sample, o->samples, 0.1),
+		       quantile(sample, o->samples, 0.9), w, o->samples, k);
+		fflush(stdout);
+	}
+	for (int i = 0; i < w; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(rq);
+	free(sample);
+}
+
+static void ring(long n, const struct opts *o)
+{
+	unsigned char *out = alloc_touched(n), *in = alloc_touched(n);
+	double *sample = calloc(o->samples, sizeof(double));
+	int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+	unsigned char v = 1;
+	long k = 1;
+
+	for (int s = -1; s < o->samples; s++) {
+		MPI_Barrier(MPI_COMM_WORLD);
+		double t0 = MPI_Wtime();
+		for (long it = 0; it < k; it++, v++) {
+			mark(out, n, v);
+			MPI_Sendrecv(out, (int)n, MPI_BYTE, next, 4, in, (int)n, MPI_BYTE, prev, 4, MPI_COMM_WORLD,
+				     MPI_STATUS_IGNORE);
+			check(in, n, v, "ring");
+		}
+		double t = (MPI_Wtime() - t0) / k, tmax = 0;
+		MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+		if (s >= 0)
+			sample[s] = tmax * 1e6;
+		else
+			k = per_sample(tmax, o);
+	}
+	if (rank == 0) {
+		qsort(sample, o->samples, sizeof(double), cmp_double);
+		printf("ring bytes=%ld ranks=%d step_us=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld\n", n,
+		       nranks, quantile(sample, o->samples, 0.5), quantile(sample, o->samples, 0.1),
+		       quantile(sample, o->samples, 0.9), o->samples, k);
+		fflush(stdout);
+	}
+	free(out);
+	free(in);
+	free(sample);
+}
+
+static void run_mode(int mode, void (*fn)(long, const struct opts *), const long *defaults, int ndefaults,
+		     const struct opts *o)
+{
+	if (!(o->modes & mode))
+		return;
+	const long *sizes = o->nsizes ? o->sizes : defaults;
+	int nsizes = o->nsizes ? o->nsizes : ndefaults;
+
+	for (int i = 0; i < nsizes; i++)
+		fn(sizes[i], o);
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	char name[MPI_MAX_PROCESSOR_NAME];
+	int len;
+
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	parse(argc, argv, &o);
+	MPI_Get_processor_name(name, &len);
+	if (rank == 0) {
+		printf("# pinshm-mpi-bench: %d ranks on %s, %d samples per size, about %.2f s each, %ld online CPUs\n",
+		       nranks, name, o.samples, o.target_s, sysconf(_SC_NPROCESSORS_ONLN));
+		fflush(stdout);
+	}
+	run_mode(MODE_LATENCY, latency, latency_sizes, sizeof(latency_sizes) / sizeof(long), &o);
+	run_mode(MODE_BANDWIDTH, bandwidth, bandwidth_sizes, sizeof(bandwidth_sizes) / sizeof(long), &o);
+	run_mode(MODE_RING, ring, ring_sizes, sizeof(ring_sizes) / sizeof(long), &o);
+	MPI_Finalize();
+	return 0;
+}
