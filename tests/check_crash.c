@@ -1,7 +1,7 @@
 /*
  * check_crash.c - kill -9 loops against a real pinshmd.
  *
- * One daemon, four channels created through it, and a loop of kills: each
+ * One daemon, five channels created through it, and a loop of kills: each
  * turn forks a victim that connects, opens one channel and works on it with
  * the test process as its peer, and kills it with SIGKILL at a random moment
  * or at a chosen point:
@@ -65,7 +65,7 @@
 #define VICTIM_MS 120000   /* a victim that lives longer exits with an error */
 #define DEFAULT_KILLS 1000u
 
-/* The four kinds of victim, and the channel each one works on. */
+/* The five kinds of victim, and the channel each one works on. */
 enum scenario {
 	SC_QUEUE_PRODUCER,  /* "crash-q": victims produce, the test consumes */
 	SC_TOPIC_PUBLISHER, /* "crash-t": victims publish, the test subscribes */
