@@ -397,6 +397,32 @@ uint32_t registry_client_endpoints(const struct reg_client *c)
 	return n;
 }
 
+struct stats_args {
+	const struct seg_geometry *g;
+	struct proto_list_entry *e;
+};
+
+/* Sum the counters of the lanes and of the subscribers' endpoints.  They
+ * are the clients' writing: summed (modulo 2^64) and reported, never used
+ * as an index or a size. */
+static int stats_fn(void *base, void *arg)
+{
+	const struct stats_args *a = arg;
+	struct proto_list_entry *e = a->e;
+
+	for (unsigned l = 0; l < a->g->max_producers; l++) {
+		struct lane_header *lh = seg_lane(a->g, base, l);
+		e->messages += atomic_load_explicit(&lh->messages, memory_order_relaxed);
+		e->bytes += atomic_load_explicit(&lh->bytes, memory_order_relaxed);
+		e->refused += atomic_load_explicit(&lh->refused, memory_order_relaxed);
+	}
+	for (unsigned i = 0; i < a->g->max_consumers; i++) {
+		struct endpoint *ep = seg_endpoint(a->g, base, a->g->max_producers + i);
+		e->lost += atomic_load_explicit(&ep->lost, memory_order_relaxed);
+	}
+	return 0;
+}
+
 /* What LIST and STAT say of @p ch. */
 static void describe(struct channel *ch, struct proto_list_entry *e)
 {
@@ -413,6 +439,10 @@ static void describe(struct channel *ch, struct proto_list_entry *e)
 	e->size = ch->seg.size;
 	e->node = ch->seg.node;
 	e->backend = ch->seg.backend;
+	struct stats_args sa = {.g = &ch->g, .e = e};
+	if (segment_access(&ch->seg, stats_fn, &sa) != 0)
+		e->messages = e->bytes = e->lost = e->refused = 0; /* damaged: nothing to say */
+	e->state = registry_channel_state(ch);
 }
 
 int registry_stat(struct registry *r, const char *name, struct proto_list_entry *out, char *why, size_t whylen)

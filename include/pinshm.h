@@ -55,7 +55,7 @@ extern "C" {
 #define PINSHM_VERSION_MAJOR 0
 #define PINSHM_VERSION_MINOR 1
 #define PINSHM_VERSION_PATCH 0
-#define PINSHM_LAYOUT_VERSION 1
+#define PINSHM_LAYOUT_VERSION 2
 
 /** @return the library version as "MAJOR.MINOR.PATCH". */
 PINSHM_EXPORT const char *pinshm_version(void);
@@ -366,7 +366,7 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * changes; a library and a daemon of different protocol versions refuse to
  * talk (-EPROTO, with a message saying both versions).
  */
-#define PINSHM_PROTOCOL_VERSION 2
+#define PINSHM_PROTOCOL_VERSION 3
 #define PINSHM_CLIENT_TIMEOUT_MS 10000
 
 /* A channel name: 1..PINSHM_NAME_MAX characters of [A-Za-z0-9._-], not
@@ -536,6 +536,13 @@ typedef struct pinshm_list_entry {
 	uint32_t producers, consumers; /* endpoints attached now */
 	int32_t node;           /* NUMA node its pages are placed on, PINSHM_NODE_ANY: none */
 	uint32_t backend;       /* PINSHM_BACKEND_* */
+	/* Statistics, from counters that the channel's users keep in its
+	 * segment (any of them can write anything there: figures to report,
+	 * not to trust).  Since the channel was created: */
+	uint64_t messages;      /* messages committed by its producers (mod 2^32 per producer endpoint) */
+	uint64_t bytes;         /* payload bytes committed */
+	uint64_t lost;          /* messages that overrun subscribers lost (drops) */
+	uint64_t refused;       /* sends that found no room and gave up: -EAGAIN, -ETIMEDOUT (drops) */
 } pinshm_list_entry_t;
 
 /**

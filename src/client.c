@@ -514,6 +514,10 @@ static pinshm_list_entry_t entry_from_wire(const struct proto_list_entry *e)
 		.consumers = e->consumers,
 		.node = e->node,
 		.backend = e->backend,
+		.messages = e->messages,
+		.bytes = e->bytes,
+		.lost = e->lost,
+		.refused = e->refused,
 	};
 	memcpy(out.name, e->name, sizeof(out.name));
 	return out;

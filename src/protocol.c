@@ -158,6 +158,10 @@ static void put_entry(struct wr *w, const struct proto_list_entry *e)
 	put_u32(w, e->consumers);
 	put_u32(w, (uint32_t)e->node);
 	put_u32(w, e->backend);
+	put_u64(w, e->messages);
+	put_u64(w, e->bytes);
+	put_u64(w, e->lost);
+	put_u64(w, e->refused);
 	assert(w->bad || w->len - start == PROTO_LIST_ENTRY_SIZE);
 }
 
@@ -174,6 +178,10 @@ static void get_entry(struct rd *r, struct proto_list_entry *e)
 	e->consumers = get_u32(r);
 	e->node = (int32_t)get_u32(r);
 	e->backend = get_u32(r);
+	e->messages = get_u64(r);
+	e->bytes = get_u64(r);
+	e->lost = get_u64(r);
+	e->refused = get_u64(r);
 }
 
 static void put_user(struct wr *w, const struct proto_user_entry *u)

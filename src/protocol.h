@@ -82,8 +82,8 @@ enum proto_type {
 #define PROTO_LIST_MORE 0x1u /* more channels follow: ask again from `next` */
 
 /* Entries in one LIST reply: what fits with the longest text. */
-#define PROTO_LIST_ENTRY_SIZE 132u
-#define PROTO_LIST_PAGE 28u
+#define PROTO_LIST_ENTRY_SIZE 164u
+#define PROTO_LIST_PAGE 23u
 
 /* Flags of a STATUS reply. */
 #define PROTO_STATUS_USER_MODE 0x1u /* as PROTO_HELLO_USER_MODE */
@@ -124,6 +124,11 @@ struct proto_list_entry {
 	uint32_t producers, consumers; /* endpoints attached now */
 	int32_t node;   /* NUMA node its pages were placed on, PINSHM_NODE_ANY: none */
 	uint32_t backend; /* PINSHM_BACKEND_* */
+	/* Statistics, summed by the daemon from the segment's counters
+	 * (written by the channel's users: reported, never trusted). */
+	uint64_t messages, bytes; /* committed, all lanes */
+	uint64_t lost;            /* overrun losses, all subscribers */
+	uint64_t refused;         /* sends that found no room and gave up */
 };
 
 /* One user in a STATUS reply. */

@@ -571,11 +571,22 @@ static int poll_remote(void)
 		int src = op->peer;
 		PMPI_Improbe(src, op->tag, op->comm->comm, &flag, &msg, &st);
 		if (flag) {
+			/* The message goes to the first posted receive that matches
+			 * it: an earlier one may have probed just before it came. */
+			for (struct pm_link *e = pm.hybrid.head; e != l; e = e->next) {
+				struct pm_op *o = pm_container(e, struct pm_op, rlink);
+				if (o->comm == op->comm && matches(o->peer, o->tag, st.MPI_SOURCE, st.MPI_TAG)) {
+					op = o;
+					break;
+				}
+			}
 			unpost(op);
 			op->state = ST_REMOTE;
 			PMPI_Imrecv((void *)op->ubuf, op->count, op->dtype, &msg, &op->preq);
 			pm_list_push(&pm.remote, &op->rlink);
 			did++;
+			if (&op->rlink != l)
+				continue; /* l is still posted: let it probe again */
 		}
 		l = next;
 	}
@@ -659,8 +670,8 @@ void pm_idle(unsigned *idle, bool may_sleep)
 	(*idle)++;
 	if ((*idle & 63) == 0)
 		pm_mpi_progress();
-	if (*idle < 16)
-		return;
+	if (*idle < 16 || (*idle & 15) != 0)
+		return; /* look at the clock every 16 passes */
 	uint64_t waited = now_ns() - since;
 	if (waited < pm.cfg.spin_ns)
 		return;

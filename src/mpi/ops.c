@@ -290,19 +290,21 @@ void pm_ops_teardown(void)
 
 /* ---- buffers ----------------------------------------------------------- */
 
-/* Whether @p count items of @p dtype are @p size bytes in memory order from
- * the true lower bound, so that they can be copied as they are.  Predefined
- * types without holes qualify, and contiguous or duplicated derived types of
- * them; the others are packed (always correct, one more copy). */
-static bool type_is_flat(MPI_Datatype dtype, int count, int size)
+/* Whether the items of @p dtype lie in memory in the order MPI packs them,
+ * with no hole: predefined types without holes qualify, and contiguous or
+ * duplicated derived types of them; the others are packed (always correct,
+ * one more copy). */
+static bool type_is_flat(MPI_Datatype dtype)
 {
 	int ni, na, nd, combiner;
 	if (PMPI_Type_get_envelope(dtype, &ni, &na, &nd, &combiner) != MPI_SUCCESS)
 		return false;
+	int size = 0;
 	MPI_Aint lb, extent, tlb, textent;
+	PMPI_Type_size(dtype, &size);
 	PMPI_Type_get_extent(dtype, &lb, &extent);
 	PMPI_Type_get_true_extent(dtype, &tlb, &textent);
-	if (textent != size || (count > 1 && extent != size))
+	if (textent != size)
 		return false;
 	if (combiner == MPI_COMBINER_NAMED)
 		return true;
@@ -314,9 +316,10 @@ static bool type_is_flat(MPI_Datatype dtype, int count, int size)
 	if (PMPI_Type_get_contents(dtype, ni, na, nd, ints, addrs, &inner) != MPI_SUCCESS)
 		return false;
 	int inner_size = 0;
+	MPI_Aint inner_lb, inner_extent;
 	PMPI_Type_size(inner, &inner_size);
-	int reps = combiner == MPI_COMBINER_CONTIGUOUS ? ints[0] : 1;
-	bool flat = type_is_flat(inner, reps, inner_size);
+	PMPI_Type_get_extent(inner, &inner_lb, &inner_extent);
+	bool flat = type_is_flat(inner) && (combiner == MPI_COMBINER_DUP || ints[0] <= 1 || inner_extent == inner_size);
 	int ic, x;
 	PMPI_Type_get_envelope(inner, &x, &x, &x, &ic);
 	if (ic != MPI_COMBINER_NAMED)
@@ -324,37 +327,74 @@ static bool type_is_flat(MPI_Datatype dtype, int count, int size)
 	return flat;
 }
 
+/* What a send or receive needs to know of a datatype, cached by handle:
+ * a handle names the same type until MPI_Type_free, which empties the
+ * cache. */
+struct type_info {
+	MPI_Datatype type;
+	int size;
+	MPI_Aint tlb, extent;
+	bool flat;
+};
+
+static struct type_info type_cache[64];
+
+static const struct type_info *type_info(MPI_Datatype dtype)
+{
+	struct type_info *t = &type_cache[((uintptr_t)dtype >> 4) & 63];
+	if (t->type == dtype && dtype != MPI_DATATYPE_NULL)
+		return t;
+	int size = 0;
+	MPI_Aint lb, extent, tlb, textent;
+	if (PMPI_Type_size(dtype, &size) != MPI_SUCCESS)
+		return NULL;
+	PMPI_Type_get_extent(dtype, &lb, &extent);
+	PMPI_Type_get_true_extent(dtype, &tlb, &textent);
+	t->type = dtype;
+	t->size = size;
+	t->tlb = tlb;
+	t->extent = extent;
+	t->flat = type_is_flat(dtype);
+	return t;
+}
+
+int MPI_Type_free(MPI_Datatype *datatype)
+{
+	memset(type_cache, 0, sizeof(type_cache));
+	return PMPI_Type_free(datatype);
+}
+
 int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtype)
 {
-	int size = 0;
-	int rc = PMPI_Type_size(dtype, &size);
-	if (rc != MPI_SUCCESS)
-		return rc;
+	const struct type_info *t = type_info(dtype);
+	if (!t)
+		return MPI_ERR_TYPE;
 	op->ubuf = buf;
 	op->count = count;
 	op->dtype = dtype;
-	op->bytes = (size_t)size * (size_t)count;
+	op->bytes = (size_t)t->size * (size_t)count;
 	if (op->bytes == 0) {
 		op->contiguous = true;
 		op->data = NULL;
 		return MPI_SUCCESS;
 	}
-	if (type_is_flat(dtype, count, size)) {
-		MPI_Aint tlb, textent;
-		PMPI_Type_get_true_extent(dtype, &tlb, &textent);
+	if (t->flat && (count == 1 || t->extent == t->size)) {
 		op->contiguous = true;
-		op->data = (char *)((uintptr_t)buf + (uintptr_t)tlb); /* MPI_BOTTOM + address */
+		op->data = (char *)((uintptr_t)buf + (uintptr_t)t->tlb); /* MPI_BOTTOM + address */
 		return MPI_SUCCESS;
 	}
 	op->contiguous = false;
 	op->data = NULL;
 	if (op->kind == OP_SEND) {
+		MPI_Comm comm = op->comm ? op->comm->comm : MPI_COMM_SELF;
 		int psize = 0, pos = 0;
-		PMPI_Pack_size(count, dtype, op->comm ? op->comm->comm : MPI_COMM_SELF, &psize);
+		int rc = PMPI_Pack_size(count, dtype, comm, &psize);
+		if (rc != MPI_SUCCESS)
+			return rc;
 		op->tmp = malloc(psize ? (size_t)psize : 1);
 		if (!op->tmp)
 			return MPI_ERR_NO_MEM;
-		rc = PMPI_Pack(buf, count, dtype, op->tmp, psize, &pos, op->comm ? op->comm->comm : MPI_COMM_SELF);
+		rc = PMPI_Pack(buf, count, dtype, op->tmp, psize, &pos, comm);
 		if (rc != MPI_SUCCESS)
 			return rc;
 		op->data = op->tmp;

@@ -97,11 +97,10 @@ static uint64_t env_size(const char *name, uint64_t def, uint64_t min, uint64_t 
 	return x * unit;
 }
 
-static unsigned cpus_available(void)
+/* The machine's cores, not this process's affinity (mpirun binds each rank
+ * to one core, which says nothing about how many ranks share the cores). */
+static unsigned cpus_online(void)
 {
-	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set) == 0)
-		return (unsigned)CPU_COUNT(&set);
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (unsigned)n : 1;
 }
@@ -335,7 +334,7 @@ static void setup(int provided)
 		fprintf(stderr, "pinshm-mpi: rank %d: out of memory\n", pm.world_rank);
 		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
 	}
-	if (pm.nlocal > (int)cpus_available())
+	if (pm.nlocal > (int)cpus_online())
 		pm.cfg.spin_ns = pm.cfg.spin_ns < 2000 ? pm.cfg.spin_ns : 2000; /* share the cores */
 	opal_register = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_register");
 	opal_unregister = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_unregister");
