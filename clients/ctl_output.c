@@ -148,6 +148,11 @@ static const char *kind_name(const pinshm_list_entry_t *e)
 	return "?";
 }
 
+uint64_t ctl_drops(const pinshm_list_entry_t *e)
+{
+	return e->lost > UINT64_MAX - e->refused ? UINT64_MAX : e->lost + e->refused;
+}
+
 const char *ctl_backend_name(const pinshm_list_entry_t *e)
 {
 	if (e->backend == PINSHM_BACKEND_MEMFD)
@@ -179,20 +184,24 @@ void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n)
 		w = (int)strlen(group_name(e[i].gid, group, sizeof(group)));
 		wgroup = w > wgroup ? w : wgroup;
 	}
-	fprintf(out, "%-*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-6s  %-6s  %-10s  %9s  %9s\n", wname, "NAME", wkind,
-		"KIND", wowner, "OWNER", wgroup, "GROUP", "MODE", "BACKEND", "SIZE", "PINNED", "SEALED", "PERSISTENT",
-		"PRODUCERS", "CONSUMERS");
+	fprintf(out, "%-*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-6s  %-6s  %-10s  %9s  %9s  %10s  %6s  %8s\n", wname,
+		"NAME", wkind, "KIND", wowner, "OWNER", wgroup, "GROUP", "MODE", "BACKEND", "SIZE", "PINNED", "SEALED",
+		"PERSISTENT", "PRODUCERS", "CONSUMERS", "MESSAGES", "BYTES", "DROPS");
 	for (size_t i = 0; i < n; i++) {
-		char mode[10], size[16], prod[24], cons[24];
+		char mode[10], size[16], prod[24], cons[24], bytes[16];
 		ctl_mode_string(e[i].mode, mode);
 		ctl_size_string(e[i].size, size, sizeof(size));
+		ctl_size_string(e[i].bytes, bytes, sizeof(bytes));
 		snprintf(prod, sizeof(prod), "%" PRIu32 "/%" PRIu32, e[i].producers, e[i].max_producers);
 		snprintf(cons, sizeof(cons), "%" PRIu32 "/%" PRIu32, e[i].consumers, e[i].max_consumers);
-		fprintf(out, "%-*.*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-6s  %-6s  %-10s  %9s  %9s\n", wname,
+		fprintf(out, "%-*.*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-6s  %-6s  %-10s  %9s  %9s  %10" PRIu64
+			     "  %6s  %8" PRIu64 "\n",
+			wname,
 			(int)sizeof(e[i].name) - 1, e[i].name, wkind, kind_name(&e[i]), wowner,
 			user_name(e[i].uid, owner, sizeof(owner)), wgroup, group_name(e[i].gid, group, sizeof(group)),
 			mode, ctl_backend_name(&e[i]), size, yes_no(e[i].state & PINSHM_LIST_PINNED), yes_no(e[i].state & PINSHM_LIST_SEALED),
-			yes_no(e[i].state & PINSHM_LIST_PERSISTENT), prod, cons);
+			yes_no(e[i].state & PINSHM_LIST_PERSISTENT), prod, cons, e[i].messages, bytes,
+			ctl_drops(&e[i]));
 	}
 }
 
@@ -245,6 +254,11 @@ static void print_json_entry(FILE *out, const pinshm_list_entry_t *e, const char
 	json_field_u64(out, "max_producers", e->max_producers);
 	json_field_u64(out, "consumers", e->consumers);
 	json_field_u64(out, "max_consumers", e->max_consumers);
+	json_field_u64(out, "messages", e->messages);
+	json_field_u64(out, "bytes", e->bytes);
+	json_field_u64(out, "lost", e->lost);
+	json_field_u64(out, "refused", e->refused);
+	json_field_u64(out, "drops", ctl_drops(e));
 	fprintf(out, "\n%s}", indent);
 }
 
@@ -291,6 +305,10 @@ void ctl_print_stat(FILE *out, const pinshm_list_entry_t *e)
 		fprintf(out, "node         none\n");
 	fprintf(out, "producers    %" PRIu32 "/%" PRIu32 "\n", e->producers, e->max_producers);
 	fprintf(out, "consumers    %" PRIu32 "/%" PRIu32 "\n", e->consumers, e->max_consumers);
+	fprintf(out, "messages     %" PRIu64 "\n", e->messages);
+	fprintf(out, "bytes        %" PRIu64 "\n", e->bytes);
+	fprintf(out, "drops        %" PRIu64 " (lost %" PRIu64 ", refused %" PRIu64 ")\n", ctl_drops(e), e->lost,
+		e->refused);
 }
 
 void ctl_duration_string(uint64_t ms, char *buf, size_t len)

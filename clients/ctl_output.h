@@ -33,6 +33,9 @@ void ctl_size_string(uint64_t bytes, char *buf, size_t len);
 /** Write @p s as a JSON string, quotes included. */
 void ctl_json_string(FILE *out, const char *s);
 
+/** @return the drops of a channel: its lost and refused messages (saturated). */
+uint64_t ctl_drops(const pinshm_list_entry_t *e);
+
 /** @return "memfd", "shm" ("shm!" when damaged: shrunk by a client) or "?". */
 const char *ctl_backend_name(const pinshm_list_entry_t *e);
 

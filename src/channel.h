@@ -49,6 +49,7 @@ struct pinshm_channel {
 	uint64_t last;        /* start of the last record committed */
 	uint64_t limit;       /* cached: may write below this position without looking */
 	uint32_t seq;         /* next record's message number */
+	uint64_t bytes;       /* payload bytes committed or staged (lane statistics) */
 	bool reserved;        /* a reservation is pending */
 	uint64_t resv_pos;    /* its record's position (after any padding) */
 	uint64_t resv_len;    /* its reserved payload length */

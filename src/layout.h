@@ -1,5 +1,5 @@
 /*
- * layout.h - the shared layout of a channel segment (PINSHM_LAYOUT_VERSION 1).
+ * layout.h - the shared layout of a channel segment (PINSHM_LAYOUT_VERSION 2).
  *
  * These structures are an ABI between processes: any change to them or to
  * the record format bumps PINSHM_LAYOUT_VERSION.  There is no pointer in a
@@ -154,7 +154,11 @@ struct endpoint {
 	_Atomic uint32_t armed;                           /* consumer: its eventfd wants a write on the next message */
 	_Atomic uint32_t generation;                      /* bumped on every attach */
 	_Atomic uint32_t sleeping;                        /* wait lines it is counted on (SLEEPING_* of wait.h) */
+	_Atomic uint64_t lost;                            /* subscriber: messages it lost (overrun), over every
+							     attach of this endpoint; written by its holder only,
+							     when it loses some (statistics: read, never trusted) */
 };
+static_assert(offsetof(struct endpoint, lost) == 24, "lost after the 32-bit words");
 static_assert(sizeof(struct endpoint) == PINSHM_CACHELINE, "one line per endpoint");
 
 struct lane_header {
@@ -164,6 +168,11 @@ struct lane_header {
 	_Atomic uint64_t messages;                       /* messages committed (its seq + 1) */
 	_Atomic uint64_t reserve;                        /* end of the record being written: no reader is past it;
 							    overrun topic: the 16 bytes after it are written too */
+	/* Statistics, on the producer's own line: published with `messages`
+	 * (bytes) or on the slow path (refused); read, never trusted. */
+	_Atomic uint64_t bytes;                          /* payload bytes committed */
+	_Atomic uint64_t refused;                        /* sends that found no room and gave up (-EAGAIN,
+							    -ETIMEDOUT) */
 	/* Consumer line. */
 	alignas(PINSHM_CACHELINE) _Atomic uint64_t free; /* queue: room before this position is reusable */
 };

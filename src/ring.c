@@ -90,10 +90,12 @@ static int shared_read(const struct seg_geometry *g, uint8_t *ring, _Atomic uint
 
 /* Publish the tail, the last record and the message count (once per call,
  * not per record): a subscriber joining a topic starts from the tail, one
- * lapped on an overrun topic from the last record. */
+ * lapped on an overrun topic from the last record.  The byte count rides
+ * along for the statistics (same line, no ordering needed). */
 static void producer_publish(pinshm_channel_t *ch)
 {
 	atomic_store_explicit(&ch->lane->messages, ch->seq, memory_order_relaxed);
+	atomic_store_explicit(&ch->lane->bytes, ch->bytes, memory_order_relaxed);
 	atomic_store_explicit(&ch->lane->last, ch->last, memory_order_relaxed);
 	atomic_store_explicit(&ch->lane->tail, ch->committed, memory_order_release);
 }
@@ -106,6 +108,7 @@ void producer_recover_tail(pinshm_channel_t *ch)
 	uint64_t pos = atomic_load_explicit(&ch->lane->tail, memory_order_acquire);
 	uint64_t seq = atomic_load_explicit(&ch->lane->messages, memory_order_relaxed);
 	uint64_t last = atomic_load_explicit(&ch->lane->last, memory_order_relaxed);
+	uint64_t bytes = atomic_load_explicit(&ch->lane->bytes, memory_order_relaxed); /* a count only */
 
 	if (!pos_aligned(pos)) {
 		channel_fail(ch, -EBADMSG, "lane %u: tail %llu is not a record boundary", ch->endpoint,
@@ -124,6 +127,7 @@ void producer_recover_tail(pinshm_channel_t *ch)
 		if (rec_state(word) != REC_PADDING) {
 			seq = atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1;
 			last = pos;
+			bytes += len;
 		}
 		pos += size;
 		scanned += size;
@@ -131,6 +135,7 @@ void producer_recover_tail(pinshm_channel_t *ch)
 	ch->tail = ch->committed = pos;
 	ch->last = last;
 	ch->seq = (uint32_t)seq;
+	ch->bytes = bytes;
 	ch->limit = 0;
 	atomic_store_explicit(&ch->lane->reserve, pos, memory_order_relaxed);
 	producer_publish(ch);
@@ -288,6 +293,7 @@ static void stage_reserved(pinshm_channel_t *ch, size_t len)
 
 	atomic_store_explicit(&rec->len, (uint32_t)len, memory_order_relaxed);
 	atomic_store_explicit(&rec->seq, ch->seq++, memory_order_relaxed);
+	ch->bytes += len;
 	/* The next record's word, zeroed before this one is published: what a
 	 * consumer polls next is never a stale word of an earlier lap. */
 	atomic_store_explicit(&rec_at(ch->ring, cap, end)->commit, 0, memory_order_relaxed);
@@ -320,13 +326,24 @@ static void commit_reserved(pinshm_channel_t *ch, size_t len)
 	ch->committed = ch->tail;
 }
 
+/* A send that found no room and gives up: counted on the lane (only its
+ * producer writes it), for the statistics.  @return @p rc. */
+static int count_refused(pinshm_channel_t *ch, int rc)
+{
+	if ((rc == -EAGAIN || rc == -ETIMEDOUT) && ch->role == PINSHM_PRODUCER) {
+		uint64_t n = atomic_load_explicit(&ch->lane->refused, memory_order_relaxed);
+		atomic_store_explicit(&ch->lane->refused, n + 1, memory_order_relaxed);
+	}
+	return rc;
+}
+
 int pinshm_reserve(pinshm_channel_t *ch, size_t len, void **buf, int timeout_ms)
 {
 	int rc = reserve(ch, len, timeout_ms);
 
 	if (rc == 0)
 		*buf = reserved_payload(ch);
-	return rc;
+	return count_refused(ch, rc);
 }
 
 int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags)
@@ -365,7 +382,7 @@ int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_m
 	int rc = reserve(ch, len, timeout_ms);
 
 	if (rc != 0)
-		return rc;
+		return count_refused(ch, rc);
 	memcpy(reserved_payload(ch), buf, len);
 	commit_reserved(ch, len);
 	producer_publish(ch);
@@ -441,6 +458,7 @@ int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned c
 			publish_staged(ch, &st);
 	}
 	publish_staged(ch, &st);
+	count_refused(ch, rc); /* the message that found no room */
 	return sent > 0 ? (int)sent : rc;
 }
 
@@ -508,6 +526,15 @@ static bool overrun_lapped(pinshm_channel_t *ch, unsigned lane, uint64_t pos)
 	return reserved + HEADROOM > pos + ch->g.capacity;
 }
 
+/* A subscriber lost @p n messages: counted here and on its endpoint (only
+ * its holder writes it), for the statistics. */
+static void count_lost(pinshm_channel_t *ch, uint64_t n)
+{
+	ch->lost += n;
+	uint64_t total = atomic_load_explicit(&ch->ep->lost, memory_order_relaxed);
+	atomic_store_explicit(&ch->ep->lost, total + n, memory_order_relaxed);
+}
+
 /* Topic: the messages of @p lane lost before the one numbered @p seq.
  * Signed: a subscriber that joined during a batch may see a message or two
  * older than its starting count.  Always 0 on a queue. */
@@ -518,7 +545,8 @@ static uint64_t topic_count_lost(pinshm_channel_t *ch, unsigned lane, uint32_t s
 	int32_t gap = (int32_t)(seq - ch->expect_seq[lane]);
 	uint64_t lost = gap > 0 ? (uint64_t)gap : 0;
 	ch->expect_seq[lane] = seq + 1;
-	ch->lost += lost;
+	if (lost > 0)
+		count_lost(ch, lost);
 	return lost;
 }
 
@@ -889,7 +917,7 @@ int pinshm_recv(pinshm_channel_t *ch, void *buf, size_t cap, size_t *len, int ti
 		memcpy(buf, t.data, t.len);
 	*len = t.len;
 	if (is_overrun(ch) && overrun_lapped(ch, t.lane, t.pos)) {
-		ch->lost++;
+		count_lost(ch, 1);
 		return channel_fail(ch, -ESTALE, "message overwritten while it was copied");
 	}
 	rc = release_record(ch, t.lane, t.pos);
@@ -982,7 +1010,7 @@ int pinshm_release(pinshm_channel_t *ch, const pinshm_msg_t *msg)
 		bool stale = is_overrun(ch) && overrun_lapped(ch, h->lane, h->pos);
 		int rc = release_held(ch, i + 1);
 		if (rc == 0 && stale) {
-			ch->lost++;
+			count_lost(ch, 1);
 			rc = channel_fail(ch, -ESTALE, "message overwritten while it was held");
 		}
 		return rc;

@@ -26,6 +26,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -684,6 +685,123 @@ START_TEST(test_stat)
 	CLIENT_RC(c, pinshm_unlink(c, "st-a"), 0);
 	CLIENT_RC(c, pinshm_stat(c, "st-a", &e), -ENOENT); /* unlinked: no name to ask by */
 	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* This process's mapping of the memfd named "pinshm:@p name": its start. */
+static void *mapping_of(const char *name)
+{
+	char line[512], what[96];
+	void *start = NULL;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	ck_assert(f != NULL);
+	snprintf(what, sizeof(what), "memfd:pinshm:%s ", name);
+	while (!start && fgets(line, sizeof(line), f)) {
+		unsigned long lo;
+		if (strstr(line, what) && sscanf(line, "%lx-", &lo) == 1)
+			start = (void *)lo;
+	}
+	fclose(f);
+	ck_assert_msg(start != NULL, "'%s' is not mapped here", what);
+	return start;
+}
+
+/* Per-channel statistics: what the producers committed (messages, bytes),
+ * what found no room (refused), what subscribers lost to overruns, summed
+ * by the daemon from the segment; counters carried over a new producer on
+ * the same lane; counters a client wrote garbage into are reported as they
+ * are and break nothing. */
+START_TEST(test_stats)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *p1, *p2, *cons;
+	pinshm_list_entry_t e;
+	uint8_t buf[4096] = {0};
+	size_t len;
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 2, 1);
+	CLIENT_RC(c, pinshm_create(c, "stq", &attr, 0600, PINSHM_USE_MEMFD), 0);
+	CLIENT_RC(c, pinshm_stat(c, "stq", &e), 0);
+	ck_assert(e.messages == 0 && e.bytes == 0 && e.lost == 0 && e.refused == 0);
+	CLIENT_RC(c, pinshm_open(c, "stq", PINSHM_PRODUCER, &p1), 0);
+	CLIENT_RC(c, pinshm_open(c, "stq", PINSHM_PRODUCER, &p2), 0);
+	CLIENT_RC(c, pinshm_open(c, "stq", PINSHM_CONSUMER, &cons), 0);
+	for (int i = 0; i < 10; i++)
+		TU_RC(pinshm_send(p1, buf, 100, CALL_MS), 0);
+	for (int i = 0; i < 5; i++)
+		TU_RC(pinshm_send(p2, buf, 7, CALL_MS), 0);
+	struct iovec iov[3] = {{buf, 1}, {buf, 2}, {buf, 3}};
+	TU_RC(pinshm_send_batch(p2, iov, 3, CALL_MS), 3);
+	CLIENT_RC(c, pinshm_stat(c, "stq", &e), 0);
+	ck_assert_uint_eq(e.messages, 18);
+	ck_assert_uint_eq(e.bytes, 10 * 100 + 5 * 7 + 6);
+	ck_assert_uint_eq(e.refused, 0);
+
+	/* Fill p1's lane: each send that finds no room is refused. */
+	unsigned refused = 0;
+	for (int i = 0; i < 100 && refused < 3; i++) {
+		int rc = pinshm_send(p1, buf, 200, PINSHM_NONBLOCK);
+		ck_assert(rc == 0 || rc == -EAGAIN);
+		refused += rc == -EAGAIN;
+	}
+	ck_assert_uint_eq(refused, 3);
+	TU_RC(pinshm_send(p1, buf, 200, 10), -ETIMEDOUT);
+	CLIENT_RC(c, pinshm_stat(c, "stq", &e), 0);
+	ck_assert_uint_eq(e.refused, 4);
+	ck_assert_uint_eq(e.lost, 0);
+	uint64_t sent = e.messages;
+	while (pinshm_recv(cons, buf, sizeof(buf), &len, PINSHM_NONBLOCK) == 0)
+		;
+	/* A new producer on p1's lane goes on counting. */
+	pinshm_channel_close(p1);
+	CLIENT_RC(c, pinshm_open(c, "stq", PINSHM_PRODUCER, &p1), 0);
+	TU_RC(pinshm_send(p1, buf, 50, CALL_MS), 0);
+	CLIENT_RC(c, pinshm_stat(c, "stq", &e), 0);
+	ck_assert_uint_eq(e.messages, sent + 1);
+
+	/* Garbage in the counters: reported as it is (summed modulo 2^64). */
+	uint8_t *base = mapping_of("stq");
+	struct seg_geometry g;
+	ck_assert_int_eq(seg_geometry_compute(&attr, &g), 0);
+	atomic_store(&seg_lane(&g, base, 0)->messages, UINT64_MAX - 1);
+	atomic_store(&seg_lane(&g, base, 1)->messages, 5);
+	atomic_store(&seg_lane(&g, base, 0)->bytes, UINT64_MAX);
+	atomic_store(&seg_endpoint(&g, base, 2)->lost, 77);
+	CLIENT_RC(c, pinshm_stat(c, "stq", &e), 0);
+	ck_assert_uint_eq(e.messages, 3);
+	ck_assert_uint_eq(e.lost, 77);
+	pinshm_channel_close(p1);
+	pinshm_channel_close(p2);
+	pinshm_channel_close(cons);
+
+	/* An overrun topic: what the subscriber lost is what the daemon says. */
+	pinshm_channel_t *pub, *sub;
+	pinshm_channel_info_t info;
+	tu_attr(&attr, PINSHM_TOPIC, 4 * KiB, 1, 1);
+	attr.flags = PINSHM_OVERRUN;
+	CLIENT_RC(c, pinshm_create(c, "stt", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_open(c, "stt", PINSHM_CONSUMER, &sub), 0);
+	CLIENT_RC(c, pinshm_open(c, "stt", PINSHM_PRODUCER, &pub), 0);
+	for (int i = 0; i < 200; i++)
+		TU_RC(pinshm_send(pub, buf, 64, CALL_MS), 0);
+	unsigned got = 0;
+	while (pinshm_recv(sub, buf, sizeof(buf), &len, PINSHM_NONBLOCK) == 0)
+		got++;
+	ck_assert_int_eq(pinshm_channel_info(sub, &info), 0);
+	ck_assert_uint_gt(info.lost, 0);
+	ck_assert_uint_eq(got + info.lost, 200);
+	CLIENT_RC(c, pinshm_stat(c, "stt", &e), 0);
+	ck_assert_uint_eq(e.messages, 200);
+	ck_assert_uint_eq(e.lost, info.lost);
+	ck_assert_uint_eq(e.refused, 0);
+	pinshm_channel_close(pub);
+	pinshm_channel_close(sub);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }
@@ -2036,6 +2154,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_lifetimes);
 	tcase_add_test(tc, test_close);
 	tcase_add_test(tc, test_stat);
+	tcase_add_test(tc, test_stats);
 	tcase_add_test(tc, test_list_pages);
 	tcase_add_test(tc, test_pinned);
 	tcase_add_test(tc, test_unpinned);

@@ -434,7 +434,8 @@ START_TEST(test_ls_json)
 	HAS(r.out, "\"backend\": \"memfd\"");
 	HAS(r.out, "\"damaged\": false");
 	static const char *const fields[] = {"owner", "group", "uid", "gid", "permissions", "size", "pinned",
-					     "sealed", "producers", "consumers", "max_message", "overrun"};
+					     "sealed", "producers", "consumers", "max_message", "overrun",
+					     "messages", "bytes", "lost", "refused", "drops"};
 	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
 		char key[32];
 		snprintf(key, sizeof(key), "\"%s\": ", fields[i]);
@@ -466,6 +467,29 @@ START_TEST(test_stat)
 	HAS(r.out, "persistent   yes\n");
 	HAS(r.out, "damaged      no\n");
 	HAS(r.out, "producers    0/2\n");
+	HAS(r.out, "messages     0\n");
+	HAS(r.out, "drops        0 (lost 0, refused 0)\n");
+
+	/* Statistics: what the daemon sums from the segment. */
+	pinshm_client_t *c;
+	pinshm_channel_t *tx;
+	char ten[10] = {0};
+	TU_RC(pinshm_connect(d.sock, &c), 0);
+	TU_RC(pinshm_open(c, "st.q", PINSHM_PRODUCER, &tx), 0);
+	for (int i = 0; i < 3; i++)
+		TU_RC(pinshm_send(tx, ten, sizeof(ten), 1000), 0);
+	CTL(&d, &r, 0, "stat", "st.q");
+	HAS(r.out, "messages     3\n");
+	HAS(r.out, "bytes        30\n");
+	CTL(&d, &r, 0, "ls");
+	HAS(r.out, "MESSAGES");
+	HAS(r.out, "DROPS");
+	CTL(&d, &r, 0, "stat", "--json", "st.q");
+	HAS(r.out, "\"messages\": 3");
+	HAS(r.out, "\"bytes\": 30");
+	HAS(r.out, "\"drops\": 0");
+	pinshm_channel_close(tx);
+	pinshm_disconnect(c);
 	CTL(&d, &r, 0, "stat", "--json", "st.q");
 	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
 	ck_assert_msg(r.out[0] == '{', "not an object:\n%s", r.out);
