@@ -27,6 +27,15 @@
  * descriptor that fails a check, or whose owner's limits refuse it, is
  * logged and closed (its users keep their mappings, unmanaged).
  *
+ * Outside service mode, clients hand their segments back when they
+ * reconnect (pinshm_reconnect(3), an ADOPT request with the descriptor):
+ * see adopt_client() for what the daemon checks and trusts.  A client can
+ * prove only that it holds the segment: not who owned the channel, its
+ * mode or its name.  So a channel the daemon learns from a client belongs
+ * to that client's user, mode 0600, not persistent; the original owner,
+ * group, mode and persistence are kept only where the daemon's own record
+ * survived (the descriptor store).
+ *
  * A daemon that stops (SIGTERM, SHUTDOWN) leaves the store as it is, so
  * that a restart of the unit adopts every channel again.
  *
@@ -89,5 +98,32 @@ void adopt_store(const struct channel *ch);
 
 /** Take @p ch out of the descriptor store (unlinked or destroyed). */
 void adopt_unstore(const struct channel *ch);
+
+/* What a client says of a channel it hands back (an ADOPT request). */
+struct adopt_request {
+	const char *name;             /* valid */
+	pinshm_channel_attr_t attr;   /* the geometry it attached with */
+	uint32_t role, endpoint;      /* the endpoint it is attached to */
+};
+
+/**
+ * Client @p c hands back the segment @p *fd of a channel it has open.
+ * The segment is checked as one from the store (a regular file at least
+ * as large as the geometry, a header that matches it).  Where the daemon
+ * has that segment already (same st_dev and st_ino: adopted from the
+ * store, or handed back by another client), it is that channel, with its
+ * record; else it becomes a new channel whose record is what the daemon
+ * can trust: owner @p c's uid and gid, mode 0600, not persistent, named
+ * @p q->name where that name is free (else unnamed), charged to @p c's
+ * user as a create.  Either way @p c references it, and the endpoint is
+ * claimed for @p c again where the segment marks it attached for @p c's
+ * process and no connection holds it.
+ * @return 0 with @p id (the channel's number) and @p flags (PROTO_ADOPT_*),
+ *         @p *fd set to -1 where the channel took it; or -EINVAL (bad
+ *         geometry, endpoint or segment), -EPROTO/-EBADMSG (its header),
+ *         the errors of account_charge(), -ENFILE, -EMFILE, -ENOMEM.
+ */
+int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_request *q, int *fd, uint64_t *id,
+		 uint32_t *flags, char *why, size_t whylen);
 
 #endif /* PINSHMD_ADOPT_H */

@@ -134,6 +134,7 @@ int loop_init(struct loop *l, int listen_fd, struct registry *reg, struct accoun
 	clock_gettime(CLOCK_MONOTONIC, &l->ctx.started);
 	l->ctx.clients = loop_clients;
 	l->ctx.clients_arg = l;
+	l->ctx.in_fd = -1;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -415,7 +416,16 @@ static void on_readable(struct loop *l, struct conn *c)
 
 	for (unsigned i = 0; i < LOOP_BATCH && !c->pending && !l->ctx.stop; i++) {
 		unsigned nfds;
-		ssize_t n = fdpass_recv(c->fd, buf, sizeof(buf), NULL, 0, &nfds, MSG_DONTWAIT);
+		int fd = -1;
+		ssize_t n = fdpass_recv(c->fd, buf, sizeof(buf), &fd, 1, &nfds, MSG_DONTWAIT);
+		if (n < 0 || nfds == 0)
+			fd = -1;
+		if (fd >= 0 && (c->refused || n == 0)) {
+			close(fd); /* a request with a descriptor is ADOPT's alone, served below */
+			fd = -1;
+			if (n > 0)
+				n = -EPROTO;
+		}
 		if (n == -EAGAIN)
 			return;
 		if (n == 0 && peer_closed(c->fd)) {
@@ -447,7 +457,11 @@ static void on_readable(struct loop *l, struct conn *c)
 			conn_reply(l, c, &rep);
 			return;
 		}
+		l->ctx.in_fd = fd;
 		request_serve(&l->ctx, &c->client, buf, (size_t)n, &rep);
+		if (l->ctx.in_fd >= 0)
+			close(l->ctx.in_fd);
+		l->ctx.in_fd = -1;
 		if (!conn_reply(l, c, &rep))
 			return;
 	}

@@ -557,7 +557,7 @@ void registry_client_forget(struct reg_client *c)
 
 int registry_insert(struct registry *r, struct channel *ch, char *why, size_t whylen)
 {
-	if (find(r, ch->name)) {
+	if (ch->named && find(r, ch->name)) {
 		snprintf(why, whylen, "channel '%s' exists", ch->name);
 		return -EEXIST;
 	}
@@ -566,10 +566,11 @@ int registry_insert(struct registry *r, struct channel *ch, char *why, size_t wh
 		return -ENFILE;
 	}
 	ch->id = r->next_id++;
-	unsigned b = name_hash(ch->name);
-	ch->hash_next = r->buckets[b];
-	r->buckets[b] = ch;
-	ch->named = true;
+	if (ch->named) {
+		unsigned b = name_hash(ch->name);
+		ch->hash_next = r->buckets[b];
+		r->buckets[b] = ch;
+	}
 	ch->prev = r->last;
 	ch->next = NULL;
 	if (r->last)
@@ -579,4 +580,15 @@ int registry_insert(struct registry *r, struct channel *ch, char *why, size_t wh
 	r->last = ch;
 	r->count++;
 	return 0;
+}
+
+int registry_ref(struct registry *r, struct reg_client *c, struct channel *ch, char *why, size_t whylen)
+{
+	int rc = ref_room(c, ch, why, whylen);
+
+	if (rc == 0)
+		take_ref(c, ch);
+	else
+		collect(r, ch);
+	return rc;
 }

@@ -155,10 +155,16 @@ void registry_client_gone(struct registry *r, struct reg_client *c);
 void registry_client_forget(struct reg_client *c);
 
 /**
- * Name and list @p ch, made outside registry_create() (adopt.h: its
- * segment, record and charge complete, no reference).
+ * List @p ch, made outside registry_create() (adopt.h: its segment, record
+ * and charge complete, no reference), and name it if ch->named.
  * @return 0, -EEXIST (the name is taken), -ENFILE (too many channels).
  */
 int registry_insert(struct registry *r, struct channel *ch, char *why, size_t whylen);
+
+/**
+ * Reference @p ch from @p c (once).  @return 0, or -EMFILE / -ENOMEM, and
+ * then @p ch is destroyed if nothing else keeps it.
+ */
+int registry_ref(struct registry *r, struct reg_client *c, struct channel *ch, char *why, size_t whylen);
 
 #endif /* PINSHMD_REGISTRY_H */

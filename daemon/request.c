@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "adopt.h"
 #include "log.h"
 #include "numa.h"
 #include "request.h"
@@ -164,6 +165,23 @@ static int serve_stat(struct request_ctx *ctx, const struct proto_msg *req, stru
 	return registry_stat(ctx->reg, req->u.stat.name, &rep->u.stat_reply.entry, rep->text, sizeof(rep->text));
 }
 
+static int serve_adopt(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
+		       struct proto_msg *rep)
+{
+	int rc = check_name(rep, req->u.adopt.name);
+
+	if (rc != 0)
+		return rc;
+	if (ctx->in_fd < 0)
+		return fail(rep, -EINVAL, "ADOPT comes with the channel's descriptor");
+	struct adopt_request q = {.name = req->u.adopt.name,
+				  .attr = proto_geometry_to_attr(&req->u.adopt.geo),
+				  .role = req->u.adopt.role,
+				  .endpoint = req->u.adopt.endpoint};
+	return adopt_client(ctx->reg, c, &q, &ctx->in_fd, &rep->u.adopt_reply.id, &rep->u.adopt_reply.flags,
+			    rep->text, sizeof(rep->text));
+}
+
 static int serve_list(struct request_ctx *ctx, const struct proto_msg *req, struct proto_msg *rep)
 {
 	uint64_t next;
@@ -245,6 +263,12 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 
 	out->fd = -1;
 	out->close_after = false;
+	if (ctx->in_fd >= 0 && (rc != 0 || !proto_request_takes_fd(req->h.type))) {
+		log_warn("pid %d uid %u: a descriptor with a request that takes none: closing the connection",
+			 (int)c->cred.pid, (unsigned)c->cred.uid);
+		request_refuse(-EPROTO, out);
+		return;
+	}
 	memset(rep, 0, offsetof(struct proto_msg, u));
 	rep->h.seq = req->h.seq;
 	if (rc != 0) {
@@ -297,6 +321,9 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	case PROTO_STAT:
 		rc = serve_stat(ctx, req, rep);
+		break;
+	case PROTO_ADOPT:
+		rc = serve_adopt(ctx, c, req, rep);
 		break;
 	default: /* proto_decode() let through requests only */
 		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);

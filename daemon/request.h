@@ -12,6 +12,8 @@
  * - a header of another protocol version: an ERROR reply (-EPROTO); the
  *   connection stays open (the client may retry in our version);
  * - an unknown request type: an ERROR reply (-EOPNOTSUPP); it stays open;
+ * - a descriptor with any request but ADOPT: an ERROR reply (-EPROTO), and
+ *   the connection is closed after it;
  * - a well-formed request with bad values (name, role, mode, flags,
  *   geometry) or one that is refused: its reply with a negative status.
  */
@@ -45,6 +47,8 @@ struct request_ctx {
 	request_clients_fn *clients;
 	void *clients_arg;
 	bool stop;            /* a SHUTDOWN was accepted */
+	int in_fd;            /* the descriptor that came with the packet, or -1; a handler that keeps it
+			       * sets -1, the loop closes it otherwise */
 	struct proto_msg req; /* scratch */
 	struct proto_msg rep; /* scratch */
 };

@@ -346,7 +346,9 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * its peers get -EPIPE, and a channel that no open connection created or
  * opened any more is destroyed, unless it was created PINSHM_PERSISTENT
  * and is still named.  Keep the client connected while its channels are in
- * use.
+ * use.  When the daemon goes (killed, restarted), the channels keep
+ * working, and the client hands them back to the next daemon when it next
+ * talks to it (pinshm_reconnect()).
  *
  * A connection belongs to the process that made it (the pid the daemon
  * reads with SO_PEERCRED at connect).  The daemon watches that process
@@ -443,6 +445,31 @@ PINSHM_EXPORT int pinshm_connect_flags(const char *socket_path, unsigned flags, 
  * channels first.  @return 0.
  */
 PINSHM_EXPORT int pinshm_disconnect(pinshm_client_t *c);
+
+/**
+ * Connect again where the daemon closed the connection (it was killed or
+ * restarted, or it exited idle): to the same place, as
+ * pinshm_connect_flags() did (starting a daemon where it was allowed to),
+ * then hand back to the new daemon the segment of every channel open
+ * through @p c (an ADOPT request with its descriptor: the client keeps one
+ * descriptor per open handle for this), so that it locks, accounts and
+ * serves them again and claims their endpoints for the new connection.
+ * Every other call on @p c does this by itself before its request when it
+ * finds the connection closed; a call cut short by the daemon's death
+ * fails with -ECONNRESET, and the next one reconnects.
+ *
+ * What the new daemon trusts: a channel it has already (its descriptor
+ * store, or another client's hand-back of the same segment) keeps its
+ * record; one it learns from a client belongs to that client's user, mode
+ * 0600, not persistent, and keeps its name where the name is free.  Only
+ * handles from pinshm_open() are handed back: a channel that its creator
+ * never opened is gone with the old daemon, unless the store kept it.
+ * @return 0 (also where the connection was fine, or where the daemon took
+ *         back fewer channels: pinshm_client_error() says how many), or as
+ *         pinshm_connect_flags(); -EPROTO/-ETIMEDOUT for a connection out
+ *         of step (connect again).
+ */
+PINSHM_EXPORT int pinshm_reconnect(pinshm_client_t *c);
 
 /**
  * @return the daemon's message about the last request on @p c (why it

@@ -31,7 +31,24 @@ struct pinshm_client {
 	uint32_t daemon_flags;  /* PROTO_HELLO_* */
 	char error[PROTO_TEXT_MAX + 96];
 	pinshm_channel_t *channels; /* handles opened through it, not closed yet */
+	/* Reconnecting (pinshm_reconnect()): where and how it connected, and,
+	 * per open handle, a descriptor of its segment to hand back. */
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "": where pinshm_connect(NULL) looks */
+	unsigned flags;
+	bool reconnecting;
+	int out_fd;              /* a descriptor to send with the next request, or -1 */
+	struct kept_segment *kept;
+	unsigned nkept, capkept;
 };
+
+/* The segment of an open handle, kept to hand it back to a new daemon. */
+struct kept_segment {
+	pinshm_channel_t *ch;
+	int fd;
+	char name[PINSHM_NAME_MAX + 1];
+};
+
+static int client_reconnect(pinshm_client_t *c);
 
 /* Why the last pinshm_connect() of this thread failed. */
 static __thread char connect_error[512];
@@ -67,6 +84,14 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Whether the daemon closed the connection @p fd (checked before a request). */
+static bool hung_up(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
+}
+
 /* Wait until @p fd is readable or @p deadline passes. @return 0, -ETIMEDOUT, -errno. */
 static int wait_readable(int fd, uint64_t deadline)
 {
@@ -100,6 +125,12 @@ static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 	if (fd)
 		*fd = -1;
 	c->error[0] = '\0';
+	if (!c->reconnecting && (c->broken ? c->broken_err == -ECONNRESET : hung_up(c->fd))) {
+		int rc = client_reconnect(c); /* the daemon went: a new one, if one answers */
+		if (rc != 0)
+			return rc;
+		c->error[0] = '\0';
+	}
 	if (c->broken)
 		return client_fail(c, c->broken_err, "the connection to pinshmd was lost earlier");
 
@@ -107,7 +138,7 @@ static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 	int len = proto_encode(req, buf);
 	if (len < 0)
 		return client_fail(c, len, "cannot encode the %s request", proto_type_name(type));
-	int rc = fdpass_send(c->fd, buf, (size_t)len, NULL, 0, 0);
+	int rc = fdpass_send(c->fd, buf, (size_t)len, &c->out_fd, c->out_fd >= 0 ? 1 : 0, 0);
 	if (rc == -EAGAIN)
 		rc = -ETIMEDOUT; /* SO_SNDTIMEO ran out */
 	if (rc != 0)
@@ -265,10 +296,25 @@ int pinshm_connect(const char *socket_path, pinshm_client_t **out)
 	return pinshm_connect_flags(socket_path, 0, out);
 }
 
+/* HELLO on @p c's new socket. @return 0 or as transact(). */
+static int client_hello(pinshm_client_t *c)
+{
+	struct proto_msg req = {.h.type = PROTO_HELLO}, rep;
+
+	req.u.hello.version = PROTO_VERSION;
+	req.u.hello.library = LIBRARY_VERSION_CODE;
+	int rc = transact(c, &req, &rep, NULL);
+	if (rc == 0 && rep.u.hello_reply.version != PROTO_VERSION)
+		rc = client_fail(c, -EPROTO, "pinshmd speaks protocol version %u, this library %u",
+				 rep.u.hello_reply.version, PROTO_VERSION);
+	if (rc == 0)
+		c->daemon_flags = rep.u.hello_reply.flags;
+	return rc;
+}
+
 int pinshm_connect_flags(const char *socket_path, unsigned flags, pinshm_client_t **out)
 {
 	char where[sizeof(((struct sockaddr_un *)0)->sun_path) + 16];
-	struct proto_msg req = {.h.type = PROTO_HELLO}, rep;
 	int rc;
 
 	*out = NULL;
@@ -283,6 +329,10 @@ int pinshm_connect_flags(const char *socket_path, unsigned flags, pinshm_client_
 		pinshm_client_t *c = calloc(1, sizeof(*c));
 		if (!c)
 			return -ENOMEM;
+		c->out_fd = -1;
+		c->flags = flags;
+		snprintf(c->path, sizeof(c->path), "%s", socket_path ? socket_path : "");
+		c->reconnecting = true; /* no reconnect while connecting */
 		c->fd = connect_or_start(socket_path, flags, where, sizeof(where));
 		if (c->fd < 0) {
 			rc = c->fd;
@@ -293,14 +343,9 @@ int pinshm_connect_flags(const char *socket_path, unsigned flags, pinshm_client_
 			return rc;
 		}
 
-		req.u.hello.version = PROTO_VERSION;
-		req.u.hello.library = LIBRARY_VERSION_CODE;
-		rc = transact(c, &req, &rep, NULL);
-		if (rc == 0 && rep.u.hello_reply.version != PROTO_VERSION)
-			rc = client_fail(c, -EPROTO, "pinshmd speaks protocol version %u, this library %u",
-					 rep.u.hello_reply.version, PROTO_VERSION);
+		rc = client_hello(c);
 		if (rc == 0) {
-			c->daemon_flags = rep.u.hello_reply.flags;
+			c->reconnecting = false;
 			*out = c;
 			return 0;
 		}
@@ -317,6 +362,9 @@ int pinshm_disconnect(pinshm_client_t *c)
 {
 	if (!c)
 		return 0;
+	for (unsigned i = 0; i < c->nkept; i++)
+		close(c->kept[i].fd);
+	free(c->kept);
 	/* Its handles stay usable, as channels of their own from now on. */
 	for (pinshm_channel_t *ch = c->channels, *next; ch; ch = next) {
 		next = ch->client_next;
@@ -381,6 +429,24 @@ int pinshm_create_on_node(pinshm_client_t *c, const char *name, const pinshm_cha
 	return transact(c, &req, &rep, NULL);
 }
 
+/* Keep @p fd, the segment of @p ch opened as @p name, for a reconnect. */
+static int keep_segment(pinshm_client_t *c, pinshm_channel_t *ch, const char *name, int fd)
+{
+	if (c->nkept == c->capkept) {
+		unsigned cap = c->capkept ? c->capkept * 2 : 8;
+		struct kept_segment *k = realloc(c->kept, cap * sizeof(*k));
+		if (!k)
+			return -ENOMEM;
+		c->kept = k;
+		c->capkept = cap;
+	}
+	struct kept_segment *k = &c->kept[c->nkept++];
+	k->ch = ch;
+	k->fd = fd;
+	snprintf(k->name, sizeof(k->name), "%s", name);
+	return 0;
+}
+
 /* Whether the attached segment has the geometry the daemon announced. */
 static bool geometry_matches(const pinshm_channel_t *ch, const struct proto_msg *rep)
 {
@@ -411,13 +477,13 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 
 	pinshm_channel_t *ch;
 	rc = channel_attach_claimed(fd, role, rep.u.open_reply.endpoint, &ch);
-	close(fd);
 	bool mismatch = rc == 0 && !geometry_matches(ch, &rep);
 	if (mismatch) {
 		pinshm_channel_close(ch);
 		rc = -EPROTO;
 	}
 	if (rc != 0) {
+		close(fd);
 		/* The endpoint goes back (reaped if the segment still marks it). */
 		client_close_endpoint(c, rep.u.open_reply.id, rep.u.open_reply.endpoint);
 		if (mismatch)
@@ -432,12 +498,22 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 	if (c->channels)
 		c->channels->client_prev = ch;
 	c->channels = ch;
+	if (keep_segment(c, ch, name, fd) != 0)
+		close(fd); /* not handed back after a restart */
 	*out = ch;
 	return 0;
 }
 
 void client_detach_channel(pinshm_channel_t *ch)
 {
+	pinshm_client_t *c = ch->client;
+
+	for (unsigned i = 0; i < c->nkept; i++)
+		if (c->kept[i].ch == ch) {
+			close(c->kept[i].fd);
+			c->kept[i] = c->kept[--c->nkept];
+			break;
+		}
 	if (ch->client_prev)
 		ch->client_prev->client_next = ch->client_next;
 	else
@@ -455,6 +531,76 @@ int client_close_endpoint(pinshm_client_t *c, uint64_t id, unsigned endpoint)
 	req.u.close.id = id;
 	req.u.close.endpoint = endpoint;
 	return transact(c, &req, &rep, NULL);
+}
+
+/* Hand the segment of @p k back to the daemon of @p c's new connection. */
+static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
+{
+	struct proto_msg req = {.h.type = PROTO_ADOPT}, rep;
+	const pinshm_channel_t *ch = k->ch;
+
+	snprintf(req.u.adopt.name, sizeof(req.u.adopt.name), "%s", k->name);
+	req.u.adopt.geo = (struct proto_geometry){.kind = ch->g.kind,
+						  .flags = ch->g.flags,
+						  .capacity = ch->g.capacity,
+						  .max_message = ch->g.max_message,
+						  .max_producers = ch->g.max_producers,
+						  .max_consumers = ch->g.max_consumers};
+	req.u.adopt.role = (uint32_t)ch->role;
+	req.u.adopt.endpoint = ch->endpoint;
+	c->out_fd = k->fd;
+	int rc = transact(c, &req, &rep, NULL);
+	c->out_fd = -1;
+	if (rc == 0)
+		k->ch->daemon_id = rep.u.adopt_reply.id;
+	return rc;
+}
+
+/*
+ * A new connection where the daemon closed this one (it was restarted, or
+ * it exited idle): connect as pinshm_connect_flags() did, then hand back
+ * the segment of every open handle (ADOPT).  A channel the new daemon
+ * refuses is still usable; only a failure of the connection is returned.
+ */
+static int client_reconnect(pinshm_client_t *c)
+{
+	char where[sizeof(((struct sockaddr_un *)0)->sun_path) + 16];
+	unsigned refused = 0;
+
+	c->reconnecting = true;
+	connect_error[0] = '\0';
+	int fd = connect_or_start(c->path[0] ? c->path : NULL, c->flags, where, sizeof(where));
+	if (fd < 0) {
+		c->reconnecting = false;
+		return client_fail(c, fd, "the connection to pinshmd was lost, and reconnecting failed: %s",
+				   connect_error[0] ? connect_error : strerror(-fd));
+	}
+	close(c->fd);
+	c->fd = fd;
+	c->broken = false;
+	c->broken_err = 0;
+	int rc = client_hello(c);
+	for (unsigned i = 0; rc == 0 && i < c->nkept; i++) {
+		int r = hand_back(c, &c->kept[i]);
+		if (r != 0 && c->broken)
+			rc = r;
+		refused += r != 0;
+	}
+	c->reconnecting = false;
+	if (rc == 0 && refused)
+		snprintf(c->error, sizeof(c->error), "reconnected to pinshmd at %s; it did not take back %u channel%s",
+			 where, refused, refused == 1 ? "" : "s");
+	return rc;
+}
+
+int pinshm_reconnect(pinshm_client_t *c)
+{
+	c->error[0] = '\0';
+	if (!c->broken && !hung_up(c->fd))
+		return 0;
+	if (c->broken && c->broken_err != -ECONNRESET)
+		return client_fail(c, c->broken_err, "the connection to pinshmd is out of step: connect again");
+	return client_reconnect(c);
 }
 
 int pinshm_unlink(pinshm_client_t *c, const char *name)

@@ -234,7 +234,7 @@ static void get_client(struct rd *r, struct proto_client_entry *c)
 
 static bool is_request(uint16_t type)
 {
-	return type >= PROTO_HELLO && type <= PROTO_STAT;
+	return (type >= PROTO_HELLO && type <= PROTO_STAT) || type == PROTO_ADOPT;
 }
 
 static bool is_reply(uint16_t type)
@@ -355,6 +355,16 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 		break;
 	case PROTO_STAT | PROTO_REPLY:
 		put_entry(&w, &m->u.stat_reply.entry);
+		break;
+	case PROTO_ADOPT:
+		put_name(&w, m->u.adopt.name);
+		put_geometry(&w, &m->u.adopt.geo);
+		put_u32(&w, m->u.adopt.role);
+		put_u32(&w, m->u.adopt.endpoint);
+		break;
+	case PROTO_ADOPT | PROTO_REPLY:
+		put_u64(&w, m->u.adopt_reply.id);
+		put_u32(&w, m->u.adopt_reply.flags);
 		break;
 	default: /* SHUTDOWN, and the UNLINK, SHUTDOWN and CLOSE replies: nothing more */
 		break;
@@ -514,6 +524,18 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 	case PROTO_STAT | PROTO_REPLY:
 		get_entry(&r, &m->u.stat_reply.entry);
 		break;
+	case PROTO_ADOPT:
+		get_name(&r, m->u.adopt.name);
+		get_geometry(&r, &m->u.adopt.geo);
+		m->u.adopt.role = get_u32(&r);
+		m->u.adopt.endpoint = get_u32(&r);
+		break;
+	case PROTO_ADOPT | PROTO_REPLY:
+		m->u.adopt_reply.id = get_u64(&r);
+		m->u.adopt_reply.flags = get_u32(&r);
+		if (m->u.adopt_reply.flags & ~PROTO_ADOPT_FLAGS)
+			r.bad = true;
+		break;
 	default:
 		break;
 	}
@@ -588,6 +610,8 @@ const char *proto_type_name(uint16_t type)
 		return "CLOSE";
 	case PROTO_STAT:
 		return "STAT";
+	case PROTO_ADOPT:
+		return "ADOPT";
 	default:
 		return type == PROTO_ERROR ? "ERROR" : "unknown";
 	}
@@ -616,4 +640,9 @@ int proto_user_socket_path(char *buf, size_t len, uid_t uid)
 	if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(dir))
 		return -ENAMETOOLONG;
 	return 0;
+}
+
+bool proto_request_takes_fd(uint16_t type)
+{
+	return type == PROTO_ADOPT;
 }

@@ -7,7 +7,7 @@
  * Transport: a SOCK_SEQPACKET Unix socket.  One packet is one message; a
  * client sends a request and waits for its reply before the next, and the
  * daemon answers every request in order.  Descriptors travel with
- * SCM_RIGHTS (fdpass.h): only an OPEN reply carries one.
+ * SCM_RIGHTS (fdpass.h): only an OPEN reply and an ADOPT request carry one.
  *
  * Every packet starts with a 16-byte header, then a body.  All integers
  * are little-endian, fields are packed with no padding:
@@ -71,12 +71,21 @@ enum proto_type {
 	PROTO_CLIENTS = 8,  /* body: u64 cursor (connections of id > cursor) */
 	PROTO_CLOSE = 9,    /* body: u64 channel id, u32 endpoint */
 	PROTO_STAT = 10,    /* body: name */
+	PROTO_ADOPT = 12,   /* body: name, u32 kind, u32 flags, u64 capacity, u32 max_message,
+			     *       u32 max_producers, u32 max_consumers, u32 role, u32 endpoint;
+			     *       with one descriptor: the channel's segment */
 	PROTO_REPLY = 0x8000,
 	PROTO_ERROR = 0xffff,
 };
 
 /* Flags of a HELLO reply. */
 #define PROTO_HELLO_USER_MODE 0x1u /* the daemon runs in user mode (--user) */
+
+/* Flags of an ADOPT reply. */
+#define PROTO_ADOPT_KNOWN 0x1u    /* the daemon had the channel already (same segment) */
+#define PROTO_ADOPT_NAMED 0x2u    /* the channel is named (else the name was taken: unnamed) */
+#define PROTO_ADOPT_ENDPOINT 0x4u /* the endpoint is claimed for this connection again */
+#define PROTO_ADOPT_FLAGS (PROTO_ADOPT_KNOWN | PROTO_ADOPT_NAMED | PROTO_ADOPT_ENDPOINT)
 
 /* Flags of a LIST reply. */
 #define PROTO_LIST_MORE 0x1u /* more channels follow: ask again from `next` */
@@ -224,6 +233,15 @@ struct proto_msg {
 		struct {
 			struct proto_list_entry entry;
 		} stat_reply;
+		struct {
+			char name[PROTO_NAME_FIELD];
+			struct proto_geometry geo;
+			uint32_t role, endpoint; /* the endpoint the client is attached to */
+		} adopt;
+		struct {
+			uint64_t id;    /* the channel's number in this daemon (as in CLOSE) */
+			uint32_t flags; /* PROTO_ADOPT_* */
+		} adopt_reply;
 	} u;
 };
 
@@ -278,5 +296,9 @@ int proto_user_socket_dir(char *buf, size_t len, uid_t uid);
 /** The user-mode socket path of @p uid (the folder above, then "/socket").
  *  @return 0, or -ENAMETOOLONG if it does not fit @p len or a sockaddr_un. */
 int proto_user_socket_path(char *buf, size_t len, uid_t uid);
+
+/** Whether a request of @p type comes with one descriptor (ADOPT); every
+ *  other request comes with none. */
+bool proto_request_takes_fd(uint16_t type);
 
 #endif /* PINSHM_PROTOCOL_H */

@@ -518,6 +518,7 @@ static void spawn_with_store(struct daemon *d, const struct store *st)
 
 struct traffic {
 	const char *sock;
+	bool reconnect;             /* the children call pinshm_reconnect() as they go */
 	_Atomic uint64_t *received; /* shared: messages the consumer checked */
 	int stop[2];                /* the producer stops once it closes */
 	struct tu_reporter rep;
@@ -536,6 +537,8 @@ static int traffic_producer(void *arg, int idx)
 	for (;; seq++) {
 		if (seq % 256 == 0 && read(x->stop[0], &b, 1) == 0)
 			break;
+		if (seq % 256 == 0 && x->reconnect)
+			pinshm_reconnect(c); /* fails while no daemon runs */
 		int rc = pinshm_send(ch, &seq, sizeof(seq), CALL_MS);
 		if (rc != 0)
 			tu_child_fail(4, "send %llu: %s", (unsigned long long)seq, pinshm_strerror(rc));
@@ -545,7 +548,8 @@ static int traffic_producer(void *arg, int idx)
 	if (rc != 0)
 		tu_child_fail(5, "send the end: %s", pinshm_strerror(rc));
 	pinshm_channel_close(ch);
-	return 0; /* its connection is to the killed daemon: nothing to say to it */
+	pinshm_disconnect(c);
+	return 0;
 }
 
 static int traffic_consumer(void *arg, int idx)
@@ -570,11 +574,14 @@ static int traffic_consumer(void *arg, int idx)
 		if (got != want)
 			tu_child_fail(6, "message %llu where %llu was due", (unsigned long long)got,
 				      (unsigned long long)want);
+		if (want % 256 == 0 && x->reconnect)
+			pinshm_reconnect(c);
 		want++;
 		atomic_store_explicit(x->received, want, memory_order_relaxed);
 	}
 	tu_report_vals(&x->rep, idx, 0, want, 0);
 	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
 	return 0;
 }
 
@@ -631,6 +638,7 @@ START_TEST(test_restart_fdstore)
 	bool pinned = e.state & PINSHM_LIST_PINNED;
 
 	x.sock = d.sock;
+	x.reconnect = false;
 	x.received = mmap(NULL, sizeof(*x.received), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert(x.received != MAP_FAILED);
 	ck_assert_int_eq(pipe2(x.stop, O_NONBLOCK | O_CLOEXEC), 0);
@@ -687,6 +695,101 @@ START_TEST(test_restart_fdstore)
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 	store_close(&st);
+	tu_reporter_close(&x.rep);
+}
+END_TEST
+
+/* Without a descriptor store: the two processes hand their segment back
+ * to the new daemon as they reconnect.  The channel is adopted once (the
+ * same segment from both), named again, owned by their user with mode
+ * 0600 (what the daemon can trust), locked and charged; both endpoints are
+ * claimed again, so that their closes and exits leave nothing behind. */
+START_TEST(test_restart_handback)
+{
+	struct daemon d;
+	struct traffic x;
+	struct tu_procs ps;
+	struct tu_report r;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_status_t s;
+	pinshm_client_info_t *info;
+	size_t n;
+
+	unsetenv("NOTIFY_SOCKET");
+	daemon_start(&d);
+	long lck0 = proc_status_value_kb(d.pid, "VmLck:");
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "used", &attr, 0640, PINSHM_PERSISTENT), 0);
+	ck_assert(listed(c, "used", &e));
+	uint64_t size = e.size;
+	bool pinned = e.state & PINSHM_LIST_PINNED;
+
+	x.sock = d.sock;
+	x.reconnect = true;
+	x.received = mmap(NULL, sizeof(*x.received), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert(x.received != MAP_FAILED);
+	ck_assert_int_eq(pipe2(x.stop, O_NONBLOCK | O_CLOEXEC), 0);
+	tu_reporter_open(&x.rep);
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "producer", traffic_producer, &x, 0);
+	tu_spawn(&ps, "consumer", traffic_consumer, &x, 1);
+	close(x.stop[0]);
+	uint64_t before = wait_progress(&x, 1000);
+
+	ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	uint64_t during = wait_progress(&x, before); /* no daemon: the channel works on */
+
+	daemon_spawn(&d, &(struct daemon_opts){0});
+	daemon_wait_ready(&d);
+	/* c reconnects by itself (it has nothing to hand back). */
+	uint64_t deadline = tu_now_ms() + 20000;
+	while (!listed(c, "used", &e) && tu_now_ms() < deadline)
+		tu_sleep_ms(20);
+	ck_assert_msg(listed(c, "used", &e), "the channel was not handed back");
+	ck_assert_uint_eq(e.mode, 0600);
+	ck_assert_uint_eq(e.uid, getuid());
+	ck_assert(!(e.state & PINSHM_LIST_PERSISTENT));
+	ck_assert_uint_eq(e.size, size);
+	/* Both endpoints claimed again, by the two connections. */
+	deadline = tu_now_ms() + 20000;
+	uint32_t endpoints = 0;
+	do {
+		CLIENT_RC(c, pinshm_clients(c, &info, &n), 0);
+		endpoints = 0;
+		for (size_t i = 0; i < n; i++)
+			endpoints += info[i].endpoints;
+		free(info);
+		if (endpoints == 2)
+			break;
+		tu_sleep_ms(20);
+	} while (tu_now_ms() < deadline);
+	ck_assert_uint_eq(endpoints, 2);
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.channels_pinned + s.channels_unpinned, 1); /* one channel for the two hand-backs */
+	if (pinned) {
+		ck_assert(e.state & PINSHM_LIST_PINNED);
+		ck_assert_uint_eq(s.pinned, size);
+		ck_assert_int_ge(proc_status_value_kb(d.pid, "VmLck:"), (long)(size / 1024));
+	}
+	CLIENT_RC(c, pinshm_create(c, "after", &attr, 0600, 0), 0); /* new requests are served */
+	CLIENT_RC(c, pinshm_unlink(c, "after"), 0);
+	wait_progress(&x, during);
+
+	close(x.stop[1]);
+	TU_RC(tu_collect(&x.rep, &r, WAIT_MS), 0);
+	ck_assert_uint_gt(r.v[0], during);
+	tu_wait_all_ok(&ps, WAIT_MS);
+	pinshm_disconnect(c);
+	c = connect_ok(&d);
+	wait_counts(c, 1, 0); /* "used" went with its last user, "after" with c's old connection */
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.pinned, 0);
+	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
 	tu_reporter_close(&x.rep);
 }
 END_TEST
@@ -950,6 +1053,7 @@ static Suite *lifecycle_suite(void)
 	tc = tcase_create("restart");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_restart_fdstore);
+	tcase_add_test(tc, test_restart_handback);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");

@@ -18,7 +18,7 @@
  *   reply encodes to a packet of the same length that decodes again to the
  *   same encoding (the text's unprintable bytes become '?' once);
  * - the client takes a descriptor only with a successful OPEN reply, and
- *   pinshmd refuses any request that came with one.
+ *   pinshmd refuses any request that came with one, but an ADOPT.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -86,6 +86,12 @@ static void check_accepted(const uint8_t *pkt, size_t len, bool reply, const str
 		break;
 	case PROTO_STAT:
 		check_name(m->u.stat.name);
+		break;
+	case PROTO_ADOPT:
+		check_name(m->u.adopt.name);
+		break;
+	case PROTO_ADOPT | PROTO_REPLY:
+		FUZZ_CHECK((m->u.adopt_reply.flags & ~PROTO_ADOPT_FLAGS) == 0);
 		break;
 	case PROTO_STAT | PROTO_REPLY:
 		check_name(m->u.stat_reply.entry.name);
@@ -159,9 +165,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		bool accepted = rc == 0 && wants_fd == (nfds == 1);
 		FUZZ_CHECK(!accepted || nfds == 0 || (m.h.type == (PROTO_OPEN | PROTO_REPLY) && m.status == 0));
 		FUZZ_CHECK(!accepted || nfds == 1 || m.h.type != (PROTO_OPEN | PROTO_REPLY) || m.status != 0);
-	} else if (nfds > 0) {
-		/* pinshmd refuses a request that came with descriptors, and
-		 * echoes its seq where the header could be read. */
+	} else if (nfds > 0 && !(rc == 0 && nfds == 1 && proto_request_takes_fd(m.h.type))) {
+		/* pinshmd refuses a request that came with descriptors (but an
+		 * ADOPT with its one), and echoes its seq where the header could
+		 * be read. */
 		struct proto_msg err = {.h.type = PROTO_ERROR, .status = -EPROTO};
 		static uint8_t out[PROTO_MAX_PACKET];
 		if (rc == 0 || rc == -EPROTO || rc == -EOPNOTSUPP)
