@@ -3,7 +3,8 @@
  * channels between the ranks of a node, statistics.
  *
  * At MPI_Init: the ranks of each node (MPI_Comm_split_type shared, cut into
- * PINSHM_MPI_NODES pretend nodes) get one inbound queue each from pinshmd:
+ * PINSHM_MPI_NODES pretend nodes) get one inbound queue each from pinshmd
+ * (a user-mode one is started where none answers, see pinshm_connect_flags):
  * the node's first rank creates them under a name made of a random token
  * it broadcasts, then every rank opens its own as the consumer and every
  * queue of the node, its own included, as a producer.  The ranks of a node
@@ -155,7 +156,7 @@ static int open_channels(char *why, size_t whylen)
 	char name[PINSHM_NAME_MAX + 1];
 	int created = 0;
 
-	rc = pinshm_connect(NULL, &pm.client);
+	rc = pinshm_connect_flags(NULL, PINSHM_CONNECT_AUTOSTART, &pm.client);
 	if (rc < 0) {
 		snprintf(why, whylen, "cannot reach pinshmd: %s (%s)", pinshm_strerror(rc),
 			 pinshm_client_error(NULL));
