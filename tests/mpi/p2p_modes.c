@@ -174,6 +174,7 @@ int main(int argc, char **argv)
 		buffered(peer);
 		ready(peer);
 		nonblocking(peer);
+		MT_MPI(MPI_Barrier(MPI_COMM_WORLD)); /* no wildcard meets the next round */
 	}
 	return mt_finish();
 }

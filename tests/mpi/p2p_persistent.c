@@ -129,7 +129,9 @@ int main(int argc, char **argv)
 {
 	mt_init(&argc, &argv, "p2p_persistent");
 	proc_null();
-	for (int d = 1; d < mt_size; d++)
+	for (int d = 1; d < mt_size; d++) {
 		pair(mt_rank ^ d);
+		MT_MPI(MPI_Barrier(MPI_COMM_WORLD)); /* no wildcard meets the next round */
+	}
 	return mt_finish();
 }
