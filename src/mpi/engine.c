@@ -23,6 +23,8 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
+#include <sys/uio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -159,6 +161,11 @@ static int write_first(struct pm_op *op)
 	r->ctx = op->comm->ctx;
 	r->sid = pm_op_id(op);
 	r->len = op->bytes;
+	if (pm.cfg.cma && op->bytes >= pm.cfg.cma) {
+		r->h.flags = REC_CMA;
+		r->pid = (uint32_t)getpid();
+		r->addr = (uint64_t)(uintptr_t)op->data;
+	}
 	pinshm_commit(pm.peers[peer].out, sizeof(*r), 0);
 	op->state = ST_WAIT_CTS;
 	return 1;
@@ -313,18 +320,63 @@ static void take_eager(struct pm_op *op, int src, int tag, uint8_t flags, int fr
 	pm_op_complete(op);
 }
 
-static void take_rts(struct pm_op *op, int src, int tag, int from, uint64_t sid, uint64_t len)
+/* Copy a message straight from its sender's memory. @return whether it did. */
+static bool copy_from_sender(struct pm_op *op, uint32_t pid, uint64_t addr)
 {
-	op->st_source = src;
-	op->st_tag = tag;
-	op->accept = len < op->bytes ? len : op->bytes;
-	if (len > op->bytes)
+	static bool refused; /* the kernel said no once: it will again */
+	if (refused || op->accept == 0)
+		return false;
+	char *dst = op->data;
+	if (!op->contiguous) {
+		op->tmp = malloc(op->accept);
+		if (!op->tmp)
+			return false;
+		dst = op->tmp;
+	}
+	uint64_t done = 0;
+	while (done < op->accept) {
+		struct iovec local = {dst + done, op->accept - done};
+		struct iovec remote = {(void *)(uintptr_t)(addr + done), op->accept - done};
+		ssize_t n = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
+		if (n <= 0) {
+			if (done == 0 && (errno == EPERM || errno == ENOSYS))
+				refused = true;
+			if (done)
+				bad_record("the sender's memory could not be read");
+			free(op->tmp);
+			op->tmp = NULL;
+			return false;
+		}
+		done += (uint64_t)n;
+	}
+	if (!op->contiguous) {
+		op->offset = op->accept;
+		pm_op_deliver_done(op);
+	}
+	return true;
+}
+
+static void take_rts(struct pm_op *op, const struct pm_unexp *e)
+{
+	op->st_source = e->src;
+	op->st_tag = e->tag;
+	op->accept = e->len < op->bytes ? e->len : op->bytes;
+	if (e->len > op->bytes)
 		op->st_error = MPI_ERR_TRUNCATE;
-	op->remote_id = sid;
-	op->reply_to = from;
+	op->remote_id = e->sid;
+	op->reply_to = e->from;
 	op->offset = 0;
+	if ((e->flags & REC_CMA) && copy_from_sender(op, e->pid, e->addr)) {
+		struct rec_cts c = {.h = {.type = REC_CTS, .flags = REC_DONE, .from = (uint16_t)pm.local_rank},
+				    .sid = e->sid,
+				    .accept = op->accept};
+		send_ctl(e->from, &c, sizeof(c));
+		op->st_bytes = op->accept;
+		pm_op_complete(op);
+		return;
+	}
 	op->state = ST_STREAM;
-	send_cts(from, sid, pm_op_id(op), op->accept);
+	send_cts(e->from, e->sid, pm_op_id(op), op->accept);
 	if (op->accept == 0) {
 		op->st_bytes = 0;
 		pm_op_complete(op);
@@ -337,7 +389,7 @@ void pm_recv_take(struct pm_op *op, struct pm_comm *c, struct pm_unexp *u)
 	if (u->type == REC_EAGER)
 		take_eager(op, u->src, u->tag, u->flags, u->from, u->sid, u->data, u->len);
 	else
-		take_rts(op, u->src, u->tag, u->from, u->sid, u->len);
+		take_rts(op, u);
 	pm_unexp_free(u);
 }
 
@@ -417,25 +469,22 @@ static struct pm_comm *envelope_comm(uint64_t ctx, int src, int from, bool *orph
 	return c;
 }
 
-static void keep_unexpected(struct pm_comm *c, uint8_t type, uint8_t flags, int from, int src, int tag,
-			    uint64_t ctx, uint64_t len, uint64_t sid, const void *payload)
+/* Keep a copy of envelope @p e (and of an EAGER's payload) until a receive
+ * matches it; @p c NULL: its communicator is not known yet. */
+static void keep_unexpected(struct pm_comm *c, const struct pm_unexp *e, const void *payload)
 {
-	struct pm_unexp *u = calloc(1, sizeof(*u));
-	if (!u || (type == REC_EAGER && len && !(u->data = malloc(len)))) {
+	struct pm_unexp *u = malloc(sizeof(*u));
+	if (u) {
+		*u = *e;
+		u->data = NULL;
+	}
+	if (!u || (e->type == REC_EAGER && e->len && !(u->data = malloc(e->len)))) {
 		fprintf(stderr, "pinshm-mpi: out of memory for an unexpected message\n");
 		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
 		return;
 	}
-	u->type = type;
-	u->flags = flags;
-	u->from = (uint16_t)from;
-	u->src = src;
-	u->tag = tag;
-	u->ctx = ctx;
-	u->len = len;
-	u->sid = sid;
-	if (type == REC_EAGER && len)
-		memcpy(u->data, payload, len);
+	if (e->type == REC_EAGER && e->len)
+		memcpy(u->data, payload, e->len);
 	pm_list_push(c ? &c->unexp : &pm.orphans, &u->link);
 }
 
@@ -448,9 +497,11 @@ static void on_eager(const struct rec_eager *r, size_t len)
 	if (!c && !orphan)
 		return;
 	struct pm_op *op = c ? match_posted(c, r->src, r->tag) : NULL;
-	if (!op)
-		return keep_unexpected(c, REC_EAGER, r->h.flags, r->h.from, r->src, r->tag, r->ctx, r->len,
-				       r->sid, r + 1);
+	if (!op) {
+		struct pm_unexp e = {.type = REC_EAGER, .flags = r->h.flags, .from = r->h.from, .src = r->src,
+				     .tag = r->tag, .ctx = r->ctx, .len = r->len, .sid = r->sid};
+		return keep_unexpected(c, &e, r + 1);
+	}
 	unpost(op);
 	take_eager(op, r->src, r->tag, r->h.flags, r->h.from, r->sid, r + 1, r->len);
 }
@@ -463,11 +514,13 @@ static void on_rts(const struct rec_rts *r, size_t len)
 	struct pm_comm *c = envelope_comm(r->ctx, r->src, r->h.from, &orphan);
 	if (!c && !orphan)
 		return;
+	struct pm_unexp e = {.type = REC_RTS, .flags = r->h.flags, .from = r->h.from, .src = r->src, .tag = r->tag,
+			     .ctx = r->ctx, .len = r->len, .sid = r->sid, .pid = r->pid, .addr = r->addr};
 	struct pm_op *op = c ? match_posted(c, r->src, r->tag) : NULL;
 	if (!op)
-		return keep_unexpected(c, REC_RTS, 0, r->h.from, r->src, r->tag, r->ctx, r->len, r->sid, NULL);
+		return keep_unexpected(c, &e, NULL);
 	unpost(op);
-	take_rts(op, r->src, r->tag, r->h.from, r->sid, r->len);
+	take_rts(op, &e);
 }
 
 static void on_cts(const struct rec_cts *r, size_t len)
@@ -479,7 +532,7 @@ static void on_cts(const struct rec_cts *r, size_t len)
 	op->remote_id = r->rid;
 	op->accept = r->accept;
 	op->offset = 0;
-	if (op->accept == 0)
+	if (op->accept == 0 || (r->h.flags & REC_DONE))
 		return pm_op_complete(op);
 	op->state = ST_STREAM;
 	pm_list_push(&pm.peers[op->peer_local].stream, &op->link);

@@ -199,6 +199,8 @@ struct pm_unexp {
 	uint16_t from;
 	int src, tag;
 	uint64_t ctx, len, sid;
+	uint32_t pid;           /* RTS with REC_CMA: where the message lies */
+	uint64_t addr;
 	char *data;             /* EAGER: a copy of the payload */
 };
 
@@ -260,6 +262,7 @@ struct pm_config {
 	unsigned nodes;     /* PINSHM_MPI_NODES */
 	size_t eager;       /* largest message sent eagerly */
 	size_t chunk;       /* DATA payload bytes */
+	size_t cma;         /* messages from this size up are copied once (0: never) */
 	uint64_t ring;      /* ring bytes per sender */
 	uint64_t spin_ns;   /* polling before yielding */
 	uint64_t yield_ns;  /* yielding before sleeping */

@@ -121,6 +121,7 @@ static void read_config(void)
 	uint64_t max_payload = c->ring / 2 - 64 - 32;
 	c->eager = env_size("PINSHM_MPI_EAGER", 16 * 1024, 0, max_payload);
 	c->chunk = env_size("PINSHM_MPI_CHUNK", 32 * 1024, 1024, max_payload);
+	c->cma = env_size("PINSHM_MPI_CMA", 0, 0, UINT64_MAX);
 	c->spin_ns = env_size("PINSHM_MPI_SPIN_NS", 20000, 0, 1000000000);
 	c->yield_ns = env_size("PINSHM_MPI_YIELD_NS", 500000, 0, 1000000000);
 }

@@ -14,6 +14,11 @@
  *   writes DATA{rid, offset} chunks of `accept` bytes in order, which the
  *   receiver copies into the receive buffer as they come (pipelining).
  *   accept < len when the receive buffer is shorter (truncation).
+ * - single copy (REC_CMA on an RTS): the RTS also says where the message
+ *   lies in the sender (pid, address); the receiver copies it from there
+ *   at once with process_vm_readv(2) and answers CTS with REC_DONE, which
+ *   completes the send.  Where the kernel refuses (ptrace rules), the
+ *   receiver answers a plain CTS and the message is streamed.
  *
  * sid and rid name operations in the sender's and the receiver's tables;
  * they are checked on arrival (index, generation, state), never trusted.
@@ -35,6 +40,8 @@ enum rec_type {
 };
 
 #define REC_SYNC 0x1u /* EAGER: the sender waits for an ACK when it is matched */
+#define REC_CMA 0x2u  /* RTS: the receiver may copy the message from the sender itself */
+#define REC_DONE 0x4u /* CTS: the receiver copied the message: the send is complete */
 
 /* The first 4 bytes of every record. */
 struct rec_head {
@@ -56,11 +63,11 @@ struct rec_rts {
 	struct rec_head h;
 	int32_t src;
 	int32_t tag;
-	uint32_t reserved;
+	uint32_t pid;  /* REC_CMA: the sender's process */
 	uint64_t ctx;
 	uint64_t sid;
-	uint64_t len; /* the whole message */
-	uint64_t reserved2;
+	uint64_t len;  /* the whole message */
+	uint64_t addr; /* REC_CMA: where it lies in the sender */
 };
 
 struct rec_cts {
