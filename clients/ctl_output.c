@@ -167,6 +167,14 @@ static const char *yes_no(bool b)
 	return b ? "yes" : "no";
 }
 
+/* "yes", "no", or "idle" for a pinned channel unlocked for want of use. */
+static const char *pinned_word(const pinshm_list_entry_t *e)
+{
+	if (!(e->state & PINSHM_LIST_PINNED))
+		return "no";
+	return e->state & PINSHM_LIST_UNLOCKED ? "idle" : "yes";
+}
+
 #define NAME_BUF 256
 
 void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n)
@@ -199,7 +207,7 @@ void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n)
 			wname,
 			(int)sizeof(e[i].name) - 1, e[i].name, wkind, kind_name(&e[i]), wowner,
 			user_name(e[i].uid, owner, sizeof(owner)), wgroup, group_name(e[i].gid, group, sizeof(group)),
-			mode, ctl_backend_name(&e[i]), size, yes_no(e[i].state & PINSHM_LIST_PINNED), yes_no(e[i].state & PINSHM_LIST_SEALED),
+			mode, ctl_backend_name(&e[i]), size, pinned_word(&e[i]), yes_no(e[i].state & PINSHM_LIST_SEALED),
 			yes_no(e[i].state & PINSHM_LIST_PERSISTENT), prod, cons, e[i].messages, bytes,
 			ctl_drops(&e[i]));
 	}
@@ -249,6 +257,8 @@ static void print_json_entry(FILE *out, const pinshm_list_entry_t *e, const char
 	json_field_bool(out, "sealed", e->state & PINSHM_LIST_SEALED);
 	json_field_bool(out, "persistent", e->state & PINSHM_LIST_PERSISTENT);
 	json_field_bool(out, "hugepages", e->state & PINSHM_LIST_HUGEPAGES);
+	json_field_bool(out, "unlocked", e->state & PINSHM_LIST_UNLOCKED);
+	json_field_u64(out, "pin_idle", e->pin_idle);
 	fprintf(out, ",\n    \"node\": %" PRId32, e->node);
 	json_field_u64(out, "producers", e->producers);
 	json_field_u64(out, "max_producers", e->max_producers);
@@ -294,7 +304,11 @@ void ctl_print_stat(FILE *out, const pinshm_list_entry_t *e)
 	fprintf(out, "size         %s (%" PRIu64 " bytes)\n", size, e->size);
 	fprintf(out, "capacity     %s per producer\n", cap);
 	fprintf(out, "max_message  %" PRIu32 "\n", e->max_message);
-	fprintf(out, "pinned       %s\n", yes_no(e->state & PINSHM_LIST_PINNED));
+	fprintf(out, "pinned       %s\n", pinned_word(e));
+	if (e->pin_idle)
+		fprintf(out, "pin_policy   unlocked after %" PRIu32 " s unused\n", e->pin_idle);
+	else
+		fprintf(out, "pin_policy   always\n");
 	fprintf(out, "sealed       %s\n", yes_no(e->state & PINSHM_LIST_SEALED));
 	fprintf(out, "persistent   %s\n", yes_no(e->state & PINSHM_LIST_PERSISTENT));
 	fprintf(out, "hugepages    %s\n", yes_no(e->state & PINSHM_LIST_HUGEPAGES));

@@ -272,9 +272,10 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 		{"capacity", required_argument, NULL, 'c'},  {"max-message", required_argument, NULL, 'm'},
 		{"producers", required_argument, NULL, 'P'}, {"consumers", required_argument, NULL, 'C'},
 		{"mode", required_argument, NULL, 'M'},      {"backend", required_argument, NULL, 'B'},
-		{0}};
+		{"pin", required_argument, NULL, 'p'},       {0}};
 	pinshm_channel_attr_t attr;
 	unsigned mode = 0600, backend = 0;
+	uint32_t pin_idle = PINSHM_PIN_DEFAULT;
 	uint64_t v;
 	int opt;
 
@@ -316,6 +317,19 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 			else
 				return usage_error("create: --backend must be auto, memfd or shm");
 			break;
+		case 'p':
+			if (strcmp(optarg, "always") == 0) {
+				pin_idle = PINSHM_PIN_ALWAYS;
+			} else {
+				char *end;
+				errno = 0;
+				unsigned long n = strtoul(optarg, &end, 10);
+				if (optarg[0] < '0' || optarg[0] > '9' || errno || *end || n < 1 || n > PINSHM_PIN_IDLE_MAX)
+					return usage_error("create: --pin must be always or seconds, 1 to %u",
+							   PINSHM_PIN_IDLE_MAX);
+				pin_idle = (uint32_t)n;
+			}
+			break;
 		default: return EXIT_USAGE;
 		}
 	}
@@ -333,7 +347,7 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 	if (ctl_connect(o, &c) != 0)
 		return EXIT_FAILED;
 	/* Persistent: the channel outlives this command, until `rm`. */
-	rc = pinshm_create(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT | backend);
+	rc = pinshm_create_full(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT | backend, PINSHM_NODE_ANY, pin_idle);
 	if (rc != 0) {
 		request_failed(what, rc, pinshm_client_error(c));
 		pinshm_disconnect(c);
@@ -444,7 +458,8 @@ static const struct command commands[] = {
 	 "list the connections: id, pid, user, group, channels and endpoints held (pinshmctl's own included)"},
 	{"create", cmd_create,
 	 "NAME [--topic [--overrun]] [--capacity SIZE] [--max-message SIZE]\n"
-	 "         [--producers N] [--consumers N] [--mode OCTAL] [--backend auto|memfd|shm]",
+	 "         [--producers N] [--consumers N] [--mode OCTAL] [--backend auto|memfd|shm]\n"
+	 "         [--pin always|SECONDS]",
 	 "create a channel (default: a queue, 1m per producer, 4 producers, 1 consumer, mode 0600,\n"
 	 "      the daemon's default backend)"},
 	{"rm", cmd_rm, "NAME...", "remove channel names (users that opened them keep them)"},

@@ -310,6 +310,24 @@ static int parse_pool_sizes(struct parse *p, const char *value)
 	return rc;
 }
 
+/* pin_idle = always | SECONDS (1..CONFIG_PIN_IDLE_MAX). */
+static int parse_pin_idle(struct parse *p, const char *value)
+{
+	char *end;
+
+	if (strcmp(value, "always") == 0) {
+		p->cfg->pin_idle = 0;
+		return 0;
+	}
+	errno = 0;
+	unsigned long long n = strtoull(value, &end, 10);
+	if (!isdigit((unsigned char)value[0]) || errno != 0 || *end != '\0' || n < 1 || n > CONFIG_PIN_IDLE_MAX)
+		return perr(p, -EINVAL, "pin_idle: '%s' is not always or a number of seconds, 1 to %u", value,
+			    CONFIG_PIN_IDLE_MAX);
+	p->cfg->pin_idle = (uint32_t)n;
+	return 0;
+}
+
 /* backend = auto | memfd | shm. */
 static int parse_backend(struct parse *p, const char *value)
 {
@@ -328,7 +346,7 @@ static int daemon_key(struct parse *p, const char *key, const char *value)
 {
 	static const char *const keys[] = {"socket", "budget", "default_user_quota", "max_connections_per_user",
 					   "max_channels_per_user", "max_segment_size", "pool_segments", "pool_sizes",
-					   "backend"};
+					   "backend", "pin_idle"};
 	struct config *cfg = p->cfg;
 	unsigned k;
 	int rc;
@@ -362,6 +380,8 @@ static int daemon_key(struct parse *p, const char *key, const char *value)
 		return parse_pool_sizes(p, value);
 	case 8:
 		return parse_backend(p, value);
+	case 9:
+		return parse_pin_idle(p, value);
 	default:
 		rc = set_size(p, key, value, true, &cfg->max_segment_size);
 		if (rc == 0 && cfg->max_segment_size == 0)

@@ -30,6 +30,9 @@
 #define CONFIG_POOL_MAX_SEGMENTS 64u
 #define CONFIG_POOL_MAX_SIZE (1ull << 30)
 
+/* The longest pin_idle (PINSHM_PIN_IDLE_MAX). */
+#define CONFIG_PIN_IDLE_MAX 31536000u
+
 /* A limit that is not set. */
 #define CONFIG_UNLIMITED UINT64_MAX
 
@@ -65,6 +68,8 @@ struct config {
 	uint64_t pool_sizes[CONFIG_POOL_MAX_SIZES]; /* segment sizes of the pool (pool.h) */
 	unsigned npool_sizes;
 	enum config_backend backend; /* default backend of a channel (auto) */
+	uint32_t pin_idle;          /* default working-set pinning: seconds idle before a channel is
+				     * unlocked, 0: always pinned (the default) */
 	struct config_limits user_default; /* default_user_quota, max_*_per_user */
 	struct config_user *users;  /* [user ...] sections, in file order */
 	unsigned nusers;

@@ -569,6 +569,7 @@ static int wait_timeout(struct loop *l)
 	if (l->adopt && adopt_timeout(l->adopt) == 0)
 		adopt_grace_end(l->adopt);
 	int t = earlier(idle_timeout(l), silent_timeout(l));
+	t = earlier(t, registry_tick(l->ctx.reg, now_ms())); /* working-set pinning */
 	if (l->adopt)
 		t = earlier(t, adopt_timeout(l->adopt));
 

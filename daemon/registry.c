@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "adopt.h"
 #include "log.h"
@@ -52,6 +53,8 @@ static void channel_free(struct registry *r, struct channel *ch)
 	else
 		r->last = ch->prev;
 	r->count--;
+	if (ch->pin_idle)
+		r->idle_policies--;
 	account_release(r->acct, ch->uid, ch->seg.size, ch->seg.pinned);
 	segment_destroy(&ch->seg);
 	free(ch->holder);
@@ -165,6 +168,95 @@ static int reap_fn(void *base, void *arg)
 	return seg_endpoint_reap(a->g, base, a->endpoint);
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- working-set pinning ---------------------------------------------------- */
+
+struct activity_args {
+	const struct seg_geometry *g;
+	uint64_t sig;
+};
+
+/* A signature of the segment's activity: it changes when a message is
+ * committed, queue room is given back or an endpoint comes or goes. */
+static int activity_fn(void *base, void *arg)
+{
+	struct activity_args *a = arg;
+	const struct seg_header *h = base;
+	uint64_t sig = atomic_load_explicit(&h->endpoint_changes, memory_order_relaxed);
+
+	for (unsigned l = 0; l < a->g->max_producers; l++) {
+		struct lane_header *lh = seg_lane(a->g, base, l);
+		sig = sig * 31 + atomic_load_explicit(&lh->messages, memory_order_relaxed);
+		sig = sig * 31 + atomic_load_explicit(&lh->free, memory_order_relaxed);
+	}
+	a->sig = sig;
+	return 0;
+}
+
+/* Lock @p ch's segment again; log why, or why not. */
+static int relock(struct channel *ch, const char *why)
+{
+	int rc = segment_relock(&ch->seg);
+
+	if (rc == 0)
+		log_info("channel '%s': locked again (%s)", ch->name, why);
+	else
+		log_warn("channel '%s': cannot lock it again (%s): %s", ch->name, why, strerror(-rc));
+	ch->active_at = now_ms();
+	return rc;
+}
+
+int registry_tick(struct registry *r, uint64_t now)
+{
+	if (r->idle_policies == 0)
+		return -1;
+	if (now < r->next_tick)
+		return (int)(r->next_tick - now);
+	r->next_tick = now + REGISTRY_TICK_MS;
+	for (struct channel *ch = r->first; ch; ch = ch->next) {
+		if (!ch->pin_idle || !ch->seg.pinned || ch->seg.damaged)
+			continue;
+		struct activity_args a = {.g = &ch->g};
+		if (segment_access(&ch->seg, activity_fn, &a) != 0)
+			continue;
+		if (a.sig != ch->activity) {
+			ch->activity = a.sig;
+			ch->active_at = now;
+			if (ch->seg.unlocked)
+				relock(ch, "used again");
+		} else if (!ch->seg.unlocked && now - ch->active_at >= (uint64_t)ch->pin_idle * 1000u) {
+			segment_unlock(&ch->seg);
+			log_info("channel '%s': unlocked after %u s unused (still charged)", ch->name, ch->pin_idle);
+		}
+	}
+	return REGISTRY_TICK_MS;
+}
+
+int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char *why, size_t whylen)
+{
+	(void)r;
+	for (unsigned i = 0; i < c->nrefs; i++) {
+		struct channel *ch = c->refs[i];
+		if (ch->id != id)
+			continue;
+		if (!ch->seg.unlocked)
+			return 0;
+		int rc = relock(ch, "asked");
+		if (rc != 0)
+			snprintf(why, whylen, "cannot lock '%s' again: %s", ch->name, strerror(-rc));
+		return rc;
+	}
+	snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
+	return -ENOENT;
+}
+
 void registry_init(struct registry *r, struct account *acct)
 {
 	*r = (struct registry){.next_id = 1, .acct = acct};
@@ -256,6 +348,7 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	snprintf(ch->name, sizeof(ch->name), "%s", name);
 	ch->persistent = persistent;
 	ch->creator = c->id;
+	ch->pin_idle = o->pin_idle;
 	ch->uid = c->cred.uid;
 	ch->gid = c->cred.gid;
 	ch->mode = mode;
@@ -301,6 +394,10 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	r->count++;
 	take_ref(c, ch);
 	adopt_store(ch);
+	if (ch->pin_idle) {
+		r->idle_policies++;
+		ch->active_at = now_ms();
+	}
 
 	if (!ch->seg.pinned)
 		snprintf(why, whylen, "channel '%s' created, but not pinned: %s", name, ch->seg.pin_error);
@@ -347,6 +444,8 @@ int registry_open(struct registry *r, struct reg_client *c, const char *name, pi
 	ch->holder[ep] = c->id;
 	take_ref(c, ch);
 	log_debug("channel '%s': endpoint %d (%s) claimed for pid %d", name, ep, what, (int)c->cred.pid);
+	if (ch->seg.unlocked)
+		relock(ch, "opened"); /* about to be used */
 	*out = ch;
 	*endpoint = (unsigned)ep;
 	return 0;
@@ -374,7 +473,7 @@ uint32_t registry_channel_state(const struct channel *ch)
 {
 	return (ch->seg.pinned ? PINSHM_LIST_PINNED : 0) | (ch->persistent ? PINSHM_LIST_PERSISTENT : 0) |
 	       (ch->seg.sealed ? PINSHM_LIST_SEALED : 0) | (ch->seg.hugepages ? PINSHM_LIST_HUGEPAGES : 0) |
-	       (ch->seg.damaged ? PINSHM_LIST_DAMAGED : 0);
+	       (ch->seg.damaged ? PINSHM_LIST_DAMAGED : 0) | (ch->seg.unlocked ? PINSHM_LIST_UNLOCKED : 0);
 }
 
 
@@ -439,6 +538,7 @@ static void describe(struct channel *ch, struct proto_list_entry *e)
 	e->size = ch->seg.size;
 	e->node = ch->seg.node;
 	e->backend = ch->seg.backend;
+	e->pin_idle = ch->pin_idle;
 	struct stats_args sa = {.g = &ch->g, .e = e};
 	if (segment_access(&ch->seg, stats_fn, &sa) != 0)
 		e->messages = e->bytes = e->lost = e->refused = 0; /* damaged: nothing to say */

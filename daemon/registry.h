@@ -16,6 +16,15 @@
  *   the channel, its reference goes too, unless it created the channel:
  *   the creator's reference lasts until it closes.
  * - STAT: any client; one named channel, as LIST shows it.
+ * - RELOCK: a connection that references a channel asks for its segment,
+ *   unlocked for want of use, to be locked again.
+ * - Working-set pinning: a channel created with a pin_idle of N seconds
+ *   whose segment shows no activity for N seconds is unlocked
+ *   (segment_unlock()), and locked again when registry_tick() sees it used,
+ *   at an OPEN, or at a RELOCK.  Activity: a change of the messages
+ *   committed, the queue room given back, or the endpoint changes, all
+ *   read from the segment (a client could fake activity, or hide it: that
+ *   costs only its own channel's pinning).  It stays charged whole.
  * - UNLINK: the owner or root; removes the name at once.
  * - A connection that closes gives back its references; each endpoint
  *   claimed for it that is still ACTIVE in the segment is reaped, once
@@ -51,6 +60,7 @@
 #define REGISTRY_BUCKETS 1024u      /* name hash table */
 #define REGISTRY_MAX_CHANNELS 4096u /* channels alive at once (named or not) */
 #define REGISTRY_MAX_REFS 1024u     /* channels one connection may reference */
+#define REGISTRY_TICK_MS 250u       /* how often working-set pinning looks at the channels */
 
 struct channel {
 	uint64_t id;                    /* creation order, from 1: the LIST cursor */
@@ -65,6 +75,9 @@ struct channel {
 	struct segment seg;
 	unsigned refs;                  /* connections that created or opened it */
 	uint64_t creator;               /* the connection that created it (its id) */
+	uint32_t pin_idle;              /* working-set pinning: seconds idle before unlocked, 0: never */
+	uint64_t activity;              /* the segment's activity signature at the last look */
+	uint64_t active_at;             /* CLOCK_MONOTONIC ms when it last changed */
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	struct channel *hash_next;      /* in its bucket, while named */
 	struct channel *prev, *next;    /* every live channel, by id */
@@ -85,6 +98,8 @@ struct registry {
 	uint64_t next_id;
 	struct account *acct; /* charged for every channel (not owned) */
 	struct pool *pool;    /* ready segments (not owned), NULL: none */
+	unsigned idle_policies; /* live channels with a pin_idle */
+	uint64_t next_tick;     /* when registry_tick() looks again (ms) */
 };
 
 /** An empty registry that charges its channels to @p acct. */
@@ -125,6 +140,21 @@ int registry_unlink(struct registry *r, struct reg_client *c, const char *name, 
  */
 int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, char *why,
 		   size_t whylen);
+
+/**
+ * Lock the segment of the channel numbered @p id, which @p c references,
+ * again if it was unlocked for want of use.
+ * @return 0; -ENOENT (@p c references no channel @p id); or as segment_relock().
+ */
+int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char *why, size_t whylen);
+
+/**
+ * Working-set pinning, from the event loop: every REGISTRY_TICK_MS, look at
+ * the channels with a pin_idle, unlock those idle for that long and lock
+ * again those used since.  @p now: CLOCK_MONOTONIC ms.
+ * @return ms until it wants to run again, or -1 (no channel has a pin_idle).
+ */
+int registry_tick(struct registry *r, uint64_t now);
 
 /** Describe the named channel @p name in @p out, as registry_list().  @return 0 or -ENOENT. */
 int registry_stat(struct registry *r, const char *name, struct proto_list_entry *out, char *why, size_t whylen);

@@ -101,6 +101,12 @@ static int serve_create(struct request_ctx *ctx, struct reg_client *c, const str
 	rc = choose_backend(ctx->reg->acct->cfg->backend, req->u.create.flags, req->u.create.mode, &o, rep);
 	if (rc != 0)
 		return rc;
+	o.pin_idle = req->u.create.pin_idle;
+	if (o.pin_idle == PINSHM_PIN_DEFAULT)
+		o.pin_idle = ctx->reg->acct->cfg->pin_idle;
+	else if (o.pin_idle > PINSHM_PIN_IDLE_MAX)
+		return fail(rep, -EINVAL, "invalid pin_idle %u: 0 (always pinned) or 1 to %u seconds", o.pin_idle,
+			    PINSHM_PIN_IDLE_MAX);
 	rc = numa_resolve(req->u.create.node, c->cred.pid, &o.node, rep->text, sizeof(rep->text));
 	if (rc != 0)
 		return rc;
@@ -154,6 +160,12 @@ static int serve_close(struct request_ctx *ctx, struct reg_client *c, const stru
 		       struct proto_msg *rep)
 {
 	return registry_close(ctx->reg, c, req->u.close.id, req->u.close.endpoint, rep->text, sizeof(rep->text));
+}
+
+static int serve_relock(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
+			struct proto_msg *rep)
+{
+	return registry_relock(ctx->reg, c, req->u.relock.id, rep->text, sizeof(rep->text));
 }
 
 static int serve_stat(struct request_ctx *ctx, const struct proto_msg *req, struct proto_msg *rep)
@@ -321,6 +333,9 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	case PROTO_STAT:
 		rc = serve_stat(ctx, req, rep);
+		break;
+	case PROTO_RELOCK:
+		rc = serve_relock(ctx, c, req, rep);
 		break;
 	case PROTO_ADOPT:
 		rc = serve_adopt(ctx, c, req, rep);

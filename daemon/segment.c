@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "layout.h"
 #include "log.h"
 #include "numa.h"
 #include "segment.h"
@@ -308,6 +309,45 @@ int segment_access(struct segment *s, segment_access_fn *fn, void *arg)
 	int rc = fn(s->base, arg);
 	guard_armed = 0;
 	return rc;
+}
+
+/* The `unlocked` word of the header: the daemon's own note for clients. */
+static int set_unlocked_fn(void *base, void *arg)
+{
+	struct seg_header *h = base;
+
+	atomic_store_explicit(&h->unlocked, *(const uint32_t *)arg, memory_order_relaxed);
+	return 0;
+}
+
+void segment_unlock(struct segment *s)
+{
+	uint32_t one = 1;
+
+	if (!s->pinned || s->unlocked)
+		return;
+	munlock(s->base, s->size);
+	s->unlocked = true;
+	segment_access(s, set_unlocked_fn, &one);
+}
+
+int segment_relock(struct segment *s)
+{
+	uint32_t zero = 0;
+
+	if (!s->unlocked)
+		return 0;
+	if (s->damaged || segment_access(s, set_unlocked_fn, &zero) != 0)
+		return -EBADMSG; /* shm, shrunk: mlock would fault on what is gone */
+	if (mlock2(s->base, s->size, 0) != 0) {
+		int err = errno;
+		uint32_t one = 1;
+		munlock(s->base, s->size); /* a failed mlock may have locked part of it */
+		segment_access(s, set_unlocked_fn, &one);
+		return -err;
+	}
+	s->unlocked = false;
+	return 0;
 }
 
 void segment_destroy(struct segment *s)

@@ -46,6 +46,7 @@ struct segment {
 	bool sealed;   /* resizing sealed */
 	uint32_t backend; /* PINSHM_BACKEND_MEMFD or PINSHM_BACKEND_SHM */
 	bool damaged;  /* shm: found shrunk by a client, no longer touched */
+	bool unlocked; /* pinned, but unlocked for now (working-set pinning) */
 	char pin_error[96]; /* why not pinned, "" if pinned */
 };
 
@@ -56,6 +57,8 @@ struct segment_opts {
 	bool shm;       /* the POSIX shared memory backend (not with hugepages) */
 	bool shm_fallback; /* a memfd, or shm where this kernel cannot make a sealed memfd (`auto`,
 			    * owner-only channels) */
+	uint32_t pin_idle; /* working-set pinning (registry.h): seconds idle before it is unlocked,
+			    * 0: always locked */
 };
 
 /**
@@ -106,6 +109,22 @@ typedef int segment_access_fn(void *base, void *arg);
  *         be) shrunk or was found so before: it is marked damaged.
  */
 int segment_access(struct segment *s, segment_access_fn *fn, void *arg);
+
+/**
+ * Working-set pinning: unlock a pinned segment @p s for now (munlock; its
+ * pages may be swapped out), and say so in its header (`unlocked`, for the
+ * clients).  It stays pinned for the accounts.
+ */
+void segment_unlock(struct segment *s);
+
+/**
+ * Lock @p s again after segment_unlock() (mlock2, which faults its pages
+ * back in) and clear `unlocked` in its header.
+ * @return 0; -EBADMSG (a damaged segment: left alone); or the -errno of
+ *         mlock2 (ENOMEM, EAGAIN: RLIMIT_MEMLOCK in user mode; it stays
+ *         unlocked).
+ */
+int segment_relock(struct segment *s);
 
 /** Unmap and close @p s (processes that map it keep their mapping). */
 void segment_destroy(struct segment *s);

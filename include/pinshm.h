@@ -55,7 +55,7 @@ extern "C" {
 #define PINSHM_VERSION_MAJOR 0
 #define PINSHM_VERSION_MINOR 1
 #define PINSHM_VERSION_PATCH 0
-#define PINSHM_LAYOUT_VERSION 2
+#define PINSHM_LAYOUT_VERSION 3
 
 /** @return the library version as "MAJOR.MINOR.PATCH". */
 PINSHM_EXPORT const char *pinshm_version(void);
@@ -368,7 +368,7 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * changes; a library and a daemon of different protocol versions refuse to
  * talk (-EPROTO, with a message saying both versions).
  */
-#define PINSHM_PROTOCOL_VERSION 3
+#define PINSHM_PROTOCOL_VERSION 4
 #define PINSHM_CLIENT_TIMEOUT_MS 10000
 
 /* A channel name: 1..PINSHM_NAME_MAX characters of [A-Za-z0-9._-], not
@@ -514,6 +514,43 @@ PINSHM_EXPORT int pinshm_create(pinshm_client_t *c, const char *name, const pins
 PINSHM_EXPORT int pinshm_create_on_node(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr,
 					mode_t mode, unsigned flags, int node);
 
+/* The pinning policy of pinshm_create_full(): seconds of idleness after
+ * which the daemon unlocks the channel's segment (1 to PINSHM_PIN_IDLE_MAX),
+ * or: */
+#define PINSHM_PIN_ALWAYS 0u            /* never unlocked */
+#define PINSHM_PIN_DEFAULT UINT32_MAX   /* the daemon's pin_idle (pinshmd.conf(5); always unless set) */
+#define PINSHM_PIN_IDLE_MAX 31536000u   /* a year */
+
+/**
+ * As pinshm_create_on_node(), with the channel's working-set pinning
+ * policy @p pin_idle.  With N seconds, the daemon unlocks the segment of a
+ * channel that nobody used for N seconds (no message committed or
+ * released, no endpoint attached or closed: it looks every quarter of a
+ * second) and locks it again as soon as it sees it used, or when a client
+ * asks (pinshm_channel_relock(), or an open).  Unlocked, the channel still
+ * counts whole on the budget and quota, so that locking it again cannot
+ * be refused for want of budget.  Only a pinned channel is ever unlocked.
+ * @return as pinshm_create_on_node(); -EINVAL also for a @p pin_idle over
+ *         PINSHM_PIN_IDLE_MAX (other than PINSHM_PIN_DEFAULT).
+ */
+PINSHM_EXPORT int pinshm_create_full(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr,
+				     mode_t mode, unsigned flags, int node, uint32_t pin_idle);
+
+/**
+ * If the daemon has unlocked @p ch's segment for want of use (working-set
+ * pinning, see pinshm_create_full()), ask it to lock it again now, through
+ * the client that opened @p ch (a RELOCK request; the same rule of one
+ * thread at a time).  Costs one load from the segment when it is locked.
+ * The daemon also relocks a channel by itself within a quarter of a second
+ * of seeing it used: this call is for a client that wants it locked before
+ * it goes on.
+ * @return 0 (locked, or asked and locked again); -ENOTCONN (unlocked, and
+ *         @p ch was not opened through a client still connected); -ENOMEM
+ *         (the daemon could not lock it: its RLIMIT_MEMLOCK in user mode);
+ *         or a transport error as pinshm_connect().
+ */
+PINSHM_EXPORT int pinshm_channel_relock(pinshm_channel_t *ch);
+
 /**
  * Open the channel @p name as a producer or a consumer: the daemon checks
  * the caller's credentials against the channel's owner, group and mode,
@@ -546,6 +583,7 @@ PINSHM_EXPORT int pinshm_unlink(pinshm_client_t *c, const char *name);
 #define PINSHM_LIST_SEALED 0x4u     /* memfd sealed against resizing */
 #define PINSHM_LIST_HUGEPAGES 0x8u  /* made of huge pages */
 #define PINSHM_LIST_DAMAGED 0x10u   /* shm segment shrunk by a client: the daemon no longer touches it */
+#define PINSHM_LIST_UNLOCKED 0x20u  /* pinned, but unlocked for now for want of use (pin_idle) */
 
 /* The backend of a listed channel. */
 #define PINSHM_BACKEND_MEMFD 1u /* sealed memfd */
@@ -563,6 +601,7 @@ typedef struct pinshm_list_entry {
 	uint32_t producers, consumers; /* endpoints attached now */
 	int32_t node;           /* NUMA node its pages are placed on, PINSHM_NODE_ANY: none */
 	uint32_t backend;       /* PINSHM_BACKEND_* */
+	uint32_t pin_idle;      /* working-set pinning: seconds idle before it is unlocked, PINSHM_PIN_ALWAYS: never */
 	/* Statistics, from counters that the channel's users keep in its
 	 * segment (any of them can write anything there: figures to report,
 	 * not to trust).  Since the channel was created: */

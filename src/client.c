@@ -401,6 +401,12 @@ int pinshm_create(pinshm_client_t *c, const char *name, const pinshm_channel_att
 int pinshm_create_on_node(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr, mode_t mode,
 			  unsigned flags, int node)
 {
+	return pinshm_create_full(c, name, attr, mode, flags, node, PINSHM_PIN_DEFAULT);
+}
+
+int pinshm_create_full(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr, mode_t mode,
+		       unsigned flags, int node, uint32_t pin_idle)
+{
 	struct proto_msg req = {.h.type = PROTO_CREATE}, rep;
 	pinshm_channel_attr_t defaults;
 	size_t size;
@@ -422,10 +428,14 @@ int pinshm_create_on_node(pinshm_client_t *c, const char *name, const pinshm_cha
 		return client_fail(c, -EINVAL, "unknown flags %#x", flags & ~known);
 	if (node < PINSHM_NODE_LOCAL)
 		return client_fail(c, -EINVAL, "invalid NUMA node %d", node);
+	if (pin_idle > PINSHM_PIN_IDLE_MAX && pin_idle != PINSHM_PIN_DEFAULT)
+		return client_fail(c, -EINVAL, "invalid pin_idle %u: 0 (always pinned) or 1 to %u seconds", pin_idle,
+				   PINSHM_PIN_IDLE_MAX);
 	req.u.create.geo = proto_geometry_from_attr(attr);
 	req.u.create.mode = (uint32_t)mode;
 	req.u.create.flags = flags;
 	req.u.create.node = node;
+	req.u.create.pin_idle = pin_idle;
 	return transact(c, &req, &rep, NULL);
 }
 
@@ -522,6 +532,19 @@ void client_detach_channel(pinshm_channel_t *ch)
 		ch->client_next->client_prev = ch->client_prev;
 	ch->client = NULL;
 	ch->client_prev = ch->client_next = NULL;
+}
+
+int pinshm_channel_relock(pinshm_channel_t *ch)
+{
+	struct proto_msg req = {.h.type = PROTO_RELOCK}, rep;
+
+	/* The daemon's note in the header: a hint (anyone could write it). */
+	if (!atomic_load_explicit(&ch->hdr->unlocked, memory_order_relaxed))
+		return 0;
+	if (!ch->client)
+		return channel_fail(ch, -ENOTCONN, "unlocked by pinshmd, and no connection to ask it again");
+	req.u.relock.id = ch->daemon_id;
+	return transact(ch->client, &req, &rep, NULL);
 }
 
 int client_close_endpoint(pinshm_client_t *c, uint64_t id, unsigned endpoint)
@@ -660,6 +683,7 @@ static pinshm_list_entry_t entry_from_wire(const struct proto_list_entry *e)
 		.consumers = e->consumers,
 		.node = e->node,
 		.backend = e->backend,
+		.pin_idle = e->pin_idle,
 		.messages = e->messages,
 		.bytes = e->bytes,
 		.lost = e->lost,

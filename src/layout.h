@@ -1,5 +1,5 @@
 /*
- * layout.h - the shared layout of a channel segment (PINSHM_LAYOUT_VERSION 2).
+ * layout.h - the shared layout of a channel segment (PINSHM_LAYOUT_VERSION 3).
  *
  * These structures are an ABI between processes: any change to them or to
  * the record format bumps PINSHM_LAYOUT_VERSION.  There is no pointer in a
@@ -11,7 +11,8 @@
  *             | seg_header          geometry (line 0)        |
  *             |                     data wait words (line 1) |
  *             |                     space wait words (line 2)|
- *             |                     endpoint changes (line 3)|
+ *             |                     endpoint changes, pinning|
+ *             |                     state (line 3)           |
  *             +----------------------------------------------+
  *             | endpoint[P + C]     one line each: producers |
  *             |                     0..P-1, consumers P..P+C-1|
@@ -143,7 +144,12 @@ struct seg_header {
 	struct wait_line space;
 	/* Line 3: bumped on every endpoint state change (attach, close, reap). */
 	alignas(PINSHM_CACHELINE) _Atomic uint32_t endpoint_changes;
+	/* Written by pinshmd only: 1 while it has unlocked the segment for
+	 * want of use (working-set pinning), else 0.  A client reads it to ask
+	 * for a relock (pinshm_channel_relock()); a hint, never trusted. */
+	_Atomic uint32_t unlocked;
 };
+static_assert(offsetof(struct seg_header, unlocked) == 196, "pinning state beside endpoint_changes");
 static_assert(offsetof(struct seg_header, data) == 64, "data wait line");
 static_assert(offsetof(struct seg_header, space) == 128, "space wait line");
 static_assert(sizeof(struct seg_header) == 256, "segment header is 4 lines");

@@ -158,6 +158,7 @@ static void put_entry(struct wr *w, const struct proto_list_entry *e)
 	put_u32(w, e->consumers);
 	put_u32(w, (uint32_t)e->node);
 	put_u32(w, e->backend);
+	put_u32(w, e->pin_idle);
 	put_u64(w, e->messages);
 	put_u64(w, e->bytes);
 	put_u64(w, e->lost);
@@ -178,6 +179,7 @@ static void get_entry(struct rd *r, struct proto_list_entry *e)
 	e->consumers = get_u32(r);
 	e->node = (int32_t)get_u32(r);
 	e->backend = get_u32(r);
+	e->pin_idle = get_u32(r);
 	e->messages = get_u64(r);
 	e->bytes = get_u64(r);
 	e->lost = get_u64(r);
@@ -234,7 +236,7 @@ static void get_client(struct rd *r, struct proto_client_entry *c)
 
 static bool is_request(uint16_t type)
 {
-	return (type >= PROTO_HELLO && type <= PROTO_STAT) || type == PROTO_ADOPT;
+	return (type >= PROTO_HELLO && type <= PROTO_RELOCK) || type == PROTO_ADOPT;
 }
 
 static bool is_reply(uint16_t type)
@@ -280,6 +282,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 		put_u32(&w, m->u.create.mode);
 		put_u32(&w, m->u.create.flags);
 		put_u32(&w, (uint32_t)m->u.create.node);
+		put_u32(&w, m->u.create.pin_idle);
 		break;
 	case PROTO_CREATE | PROTO_REPLY:
 		put_u64(&w, m->u.create_reply.size);
@@ -353,6 +356,9 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 	case PROTO_STAT:
 		put_name(&w, m->u.stat.name);
 		break;
+	case PROTO_RELOCK:
+		put_u64(&w, m->u.relock.id);
+		break;
 	case PROTO_STAT | PROTO_REPLY:
 		put_entry(&w, &m->u.stat_reply.entry);
 		break;
@@ -366,7 +372,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 		put_u64(&w, m->u.adopt_reply.id);
 		put_u32(&w, m->u.adopt_reply.flags);
 		break;
-	default: /* SHUTDOWN, and the UNLINK, SHUTDOWN and CLOSE replies: nothing more */
+	default: /* SHUTDOWN, and the UNLINK, SHUTDOWN, CLOSE and RELOCK replies: nothing more */
 		break;
 	}
 done:
@@ -445,6 +451,7 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 		m->u.create.mode = get_u32(&r);
 		m->u.create.flags = get_u32(&r);
 		m->u.create.node = (int32_t)get_u32(&r);
+		m->u.create.pin_idle = get_u32(&r);
 		break;
 	case PROTO_CREATE | PROTO_REPLY:
 		m->u.create_reply.size = get_u64(&r);
@@ -520,6 +527,9 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 		break;
 	case PROTO_STAT:
 		get_name(&r, m->u.stat.name);
+		break;
+	case PROTO_RELOCK:
+		m->u.relock.id = get_u64(&r);
 		break;
 	case PROTO_STAT | PROTO_REPLY:
 		get_entry(&r, &m->u.stat_reply.entry);
@@ -610,6 +620,8 @@ const char *proto_type_name(uint16_t type)
 		return "CLOSE";
 	case PROTO_STAT:
 		return "STAT";
+	case PROTO_RELOCK:
+		return "RELOCK";
 	case PROTO_ADOPT:
 		return "ADOPT";
 	default:

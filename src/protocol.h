@@ -62,7 +62,8 @@ enum proto_type {
 	PROTO_HELLO = 1,    /* body: u32 version, u32 library version */
 	PROTO_CREATE = 2,   /* body: name, u32 kind, u32 flags, u64 capacity, u32 max_message,
 			     *       u32 max_producers, u32 max_consumers, u32 mode, u32 create flags,
-			     *       i32 node (PINSHM_NODE_ANY, PINSHM_NODE_LOCAL or a node) */
+			     *       i32 node (PINSHM_NODE_ANY, PINSHM_NODE_LOCAL or a node),
+			     *       u32 pin_idle (PINSHM_PIN_*, or seconds) */
 	PROTO_OPEN = 3,     /* body: name, u32 role */
 	PROTO_UNLINK = 4,   /* body: name */
 	PROTO_LIST = 5,     /* body: u64 cursor */
@@ -71,6 +72,7 @@ enum proto_type {
 	PROTO_CLIENTS = 8,  /* body: u64 cursor (connections of id > cursor) */
 	PROTO_CLOSE = 9,    /* body: u64 channel id, u32 endpoint */
 	PROTO_STAT = 10,    /* body: name */
+	PROTO_RELOCK = 11,  /* body: u64 channel id */
 	PROTO_ADOPT = 12,   /* body: name, u32 kind, u32 flags, u64 capacity, u32 max_message,
 			     *       u32 max_producers, u32 max_consumers, u32 role, u32 endpoint;
 			     *       with one descriptor: the channel's segment */
@@ -91,8 +93,8 @@ enum proto_type {
 #define PROTO_LIST_MORE 0x1u /* more channels follow: ask again from `next` */
 
 /* Entries in one LIST reply: what fits with the longest text. */
-#define PROTO_LIST_ENTRY_SIZE 164u
-#define PROTO_LIST_PAGE 23u
+#define PROTO_LIST_ENTRY_SIZE 168u
+#define PROTO_LIST_PAGE 22u
 
 /* Flags of a STATUS reply. */
 #define PROTO_STATUS_USER_MODE 0x1u /* as PROTO_HELLO_USER_MODE */
@@ -133,6 +135,7 @@ struct proto_list_entry {
 	uint32_t producers, consumers; /* endpoints attached now */
 	int32_t node;   /* NUMA node its pages were placed on, PINSHM_NODE_ANY: none */
 	uint32_t backend; /* PINSHM_BACKEND_* */
+	uint32_t pin_idle; /* seconds idle before it is unlocked, 0: always pinned */
 	/* Statistics, summed by the daemon from the segment's counters
 	 * (written by the channel's users: reported, never trusted). */
 	uint64_t messages, bytes; /* committed, all lanes */
@@ -179,6 +182,7 @@ struct proto_msg {
 			struct proto_geometry geo;
 			uint32_t mode, flags;
 			int32_t node; /* PINSHM_NODE_* or a node number */
+			uint32_t pin_idle; /* PINSHM_PIN_ALWAYS, PINSHM_PIN_DEFAULT or seconds */
 		} create;
 		struct {
 			uint64_t size;
@@ -230,6 +234,9 @@ struct proto_msg {
 		struct {
 			char name[PROTO_NAME_FIELD];
 		} stat;
+		struct {
+			uint64_t id; /* the channel's number (CREATE and OPEN replies) */
+		} relock;
 		struct {
 			struct proto_list_entry entry;
 		} stat_reply;

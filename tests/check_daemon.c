@@ -467,6 +467,7 @@ START_TEST(test_errors)
 	pk_le(&p, 0600, 4);
 	pk_le(&p, 0, 4);
 	pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
+	pk_le(&p, PINSHM_PIN_DEFAULT, 4);
 	pk_end(&p);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
@@ -1082,7 +1083,7 @@ static size_t body_size(uint16_t type)
 	case PROTO_HELLO:
 		return 8;
 	case PROTO_CREATE:
-		return 104;
+		return 108;
 	case PROTO_OPEN:
 		return 68;
 	case PROTO_UNLINK:
@@ -1094,6 +1095,8 @@ static size_t body_size(uint16_t type)
 		return 8;
 	case PROTO_CLOSE:
 		return 12;
+	case PROTO_RELOCK:
+		return 8;
 	default:
 		return 0;
 	}
@@ -1162,7 +1165,7 @@ static void malformed_packet(int i, struct pkt *p, unsigned *nfds)
 		break;
 	default: { /* random: a good header, a body of the wrong size, random bytes */
 		uint64_t r = tu_mix(0x5eed0000u + (uint64_t)i);
-		uint16_t type = (uint16_t)(PROTO_HELLO + r % PROTO_STAT);
+		uint16_t type = (uint16_t)(PROTO_HELLO + r % PROTO_RELOCK);
 		size_t len = 1 + (r >> 8) % 300;
 		if (len == body_size(type))
 			len++;
@@ -1962,8 +1965,10 @@ START_TEST(test_bad_config)
 		"[daemon]\nbudget = 1G\nbudget = 2G\n",
 		"[daemon]\n# budget\n[user pinshm-no-such-user]\n",
 		"[daemon]\nbackend = tmpfs\n",
+		"[daemon]\npin_idle = 0\n",
+		"[daemon]\n\npin_idle = soon\n",
 	};
-	static const unsigned line[] = {3, 3, 4, 3, 3, 3, 0, 2};
+	static const unsigned line[] = {3, 3, 4, 3, 3, 3, 0, 2, 2, 3};
 	char want[160], buf[32];
 
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -2142,6 +2147,118 @@ END_TEST
 
 /* ======================================================================== */
 
+/* ======================================================================== */
+/* working-set pinning                                                       */
+/* ======================================================================== */
+
+/* Wait until the state of @p name has @p bit set (@p set) or clear. */
+static void wait_state(pinshm_client_t *c, const char *name, uint32_t bit, bool set)
+{
+	uint64_t deadline = tu_now_ms() + 10000;
+	pinshm_list_entry_t e;
+
+	for (;;) {
+		CLIENT_RC(c, pinshm_stat(c, name, &e), 0);
+		if (((e.state & bit) != 0) == set)
+			return;
+		ck_assert_msg(tu_now_ms() < deadline, "'%s': state %#x never %s %#x", name, e.state,
+			      set ? "got" : "lost", bit);
+		tu_sleep_ms(20);
+	}
+}
+
+/* A channel unused for its pin_idle is unlocked (the daemon's VmLck drops,
+ * the listing says so, it stays charged), and locked again when a client
+ * asks (RELOCK) or when the daemon sees it used; pin_idle comes from the
+ * request or the config; a channel that is always pinned stays locked. */
+START_TEST(test_working_set)
+{
+	struct daemon d;
+	struct daemon_opts o = {.config = true, .log = true, .verbose = true};
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_channel_t *tx, *rx;
+	pinshm_status_t st;
+	char buf[16];
+	size_t len;
+
+	daemon_prepare(&d, &o);
+	write_config(&d, "[daemon]\npin_idle = 1\n");
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 1024 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create_full(c, "ws-idle", &attr, 0600, 0, PINSHM_NODE_ANY, PINSHM_PIN_DEFAULT), 0);
+	CLIENT_RC(c, pinshm_create_full(c, "ws-always", &attr, 0600, 0, PINSHM_NODE_ANY, PINSHM_PIN_ALWAYS), 0);
+	CLIENT_RC(c, pinshm_create_full(c, "ws-bad", &attr, 0600, 0, PINSHM_NODE_ANY, PINSHM_PIN_IDLE_MAX + 1),
+		  -EINVAL);
+	CLIENT_RC(c, pinshm_stat(c, "ws-idle", &e), 0);
+	ck_assert_uint_eq(e.pin_idle, 1);
+	CLIENT_RC(c, pinshm_stat(c, "ws-always", &e), 0);
+	ck_assert_uint_eq(e.pin_idle, 0);
+	if (!(e.state & PINSHM_LIST_PINNED)) { /* nothing to unlock without CAP_IPC_LOCK or a large RLIMIT_MEMLOCK */
+		fprintf(stderr, "check_daemon: working-set pinning: channels not pinned here, skipped\n");
+		pinshm_disconnect(c);
+		daemon_stop_ok(&d);
+		return;
+	}
+	CLIENT_RC(c, pinshm_open(c, "ws-idle", PINSHM_CONSUMER, &rx), 0);
+	CLIENT_RC(c, pinshm_open(c, "ws-idle", PINSHM_PRODUCER, &tx), 0);
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	uint64_t pinned = st.pinned;
+	long locked = proc_status_kb(d.pid, "VmLck:");
+	uint64_t t0 = tu_now_ms();
+
+	/* Unused for a second: unlocked, still charged. */
+	wait_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, true);
+	ck_assert_uint_ge(tu_now_ms() - t0, 900);
+	CLIENT_RC(c, pinshm_stat(c, "ws-idle", &e), 0);
+	ck_assert(e.state & PINSHM_LIST_PINNED);
+	long size_kb = (long)(e.size / 1024);
+	ck_assert_msg(proc_status_kb(d.pid, "VmLck:") <= locked - size_kb, "VmLck %ld kB, was %ld, channel %ld kB",
+		      proc_status_kb(d.pid, "VmLck:"), locked, size_kb);
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	ck_assert_uint_eq(st.pinned, pinned);
+	CLIENT_RC(c, pinshm_stat(c, "ws-always", &e), 0);
+	ck_assert(!(e.state & PINSHM_LIST_UNLOCKED));
+	ck_assert(log_has(&d, "'ws-idle': unlocked after 1 s unused"));
+
+	/* A client asks: locked again at once. */
+	TU_RC(pinshm_channel_relock(rx), 0);
+	CLIENT_RC(c, pinshm_stat(c, "ws-idle", &e), 0);
+	ck_assert(!(e.state & PINSHM_LIST_UNLOCKED));
+	ck_assert_int_ge(proc_status_kb(d.pid, "VmLck:"), locked);
+	ck_assert(log_has(&d, "'ws-idle': locked again (asked)"));
+	TU_RC(pinshm_channel_relock(rx), 0); /* locked: nothing asked */
+
+	/* Unused again, then used: the daemon sees it and locks it again. */
+	wait_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, true);
+	TU_RC(pinshm_send(tx, "wake", 5, CALL_MS), 0);
+	wait_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, false);
+	ck_assert(log_has(&d, "'ws-idle': locked again (used again)"));
+	TU_RC(pinshm_recv(rx, buf, sizeof(buf), &len, CALL_MS), 0);
+	ck_assert_str_eq(buf, "wake");
+
+	/* RELOCK of a channel this connection does not hold. */
+	int s = raw_connect(d.sock);
+	struct pkt p;
+	struct proto_msg m;
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_RELOCK, 5);
+	pk_le(&p, 4242, 8);
+	pk_end(&p);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_uint_eq(m.h.type, PROTO_RELOCK | PROTO_REPLY);
+	ck_assert_int_eq(m.status, -ENOENT);
+	close(s);
+
+	pinshm_channel_close(tx);
+	pinshm_channel_close(rx);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 static Suite *daemon_suite(void)
 {
 	Suite *s = suite_create("daemon");
@@ -2199,6 +2316,11 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_reload);
 	tcase_add_test(tc, test_access);
 	tcase_add_test(tc, test_notify);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("pinning");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_working_set);
 	suite_add_tcase(s, tc);
 	return s;
 }

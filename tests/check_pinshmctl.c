@@ -457,7 +457,13 @@ START_TEST(test_stat)
 
 	ctl_daemon_start(&d);
 	CTL(&d, &r, 0, "create", "st.q", "--capacity", "64k", "--producers", "2", "--mode", "0640", "--backend",
-	    "shm");
+	    "shm", "--pin", "300");
+	CTL(&d, &r, 0, "create", "st.a", "--pin", "always");
+	CTL(&d, &r, 2, "create", "st.b", "--pin", "0");
+	HAS(r.err, "--pin must be always or seconds");
+	CTL(&d, &r, 2, "create", "st.b", "--pin", "5s");
+	CTL(&d, &r, 0, "stat", "st.a");
+	HAS(r.out, "pin_policy   always\n");
 	CTL(&d, &r, 0, "stat", "st.q");
 	HAS(r.out, "name         st.q\n");
 	HAS(r.out, "kind         queue\n");
@@ -465,6 +471,7 @@ START_TEST(test_stat)
 	HAS(r.out, "backend      shm\n");
 	HAS(r.out, "capacity     64K per producer\n");
 	HAS(r.out, "persistent   yes\n");
+	HAS(r.out, "pin_policy   unlocked after 300 s unused\n");
 	HAS(r.out, "damaged      no\n");
 	HAS(r.out, "producers    0/2\n");
 	HAS(r.out, "messages     0\n");
@@ -488,6 +495,8 @@ START_TEST(test_stat)
 	HAS(r.out, "\"messages\": 3");
 	HAS(r.out, "\"bytes\": 30");
 	HAS(r.out, "\"drops\": 0");
+	HAS(r.out, "\"pin_idle\": 300");
+	HAS(r.out, "\"unlocked\": false");
 	pinshm_channel_close(tx);
 	pinshm_disconnect(c);
 	CTL(&d, &r, 0, "stat", "--json", "st.q");
