@@ -123,27 +123,46 @@ static void send_cts(int peer, uint64_t sid, uint64_t rid, uint64_t accept)
 	send_ctl(peer, &c, sizeof(c));
 }
 
+/* Write an EAGER record of @p bytes at @p data. @return 1, or 0 without room. */
+static int write_eager(int peer, const struct pm_comm *c, int tag, uint8_t flags, uint64_t sid, const void *data,
+		       size_t bytes)
+{
+	void *buf;
+	size_t len = sizeof(struct rec_eager) + bytes;
+	if (!reserve(peer, len, &buf))
+		return 0;
+	struct rec_eager *r = buf;
+	r->h.type = REC_EAGER;
+	r->h.flags = flags;
+	r->h.from = (uint16_t)pm.local_rank;
+	r->src = c->rank;
+	r->tag = tag;
+	r->len = (uint32_t)bytes;
+	r->ctx = c->ctx;
+	r->sid = sid;
+	if (bytes)
+		memcpy(r + 1, data, bytes);
+	pinshm_commit(pm.peers[peer].out, len, 0);
+	return 1;
+}
+
+bool pm_send_now(struct pm_comm *c, int dest, int tag, const void *data, size_t bytes)
+{
+	int peer = c->local[dest];
+	if (bytes > pm.cfg.eager || pm.peers[peer].sendq.head)
+		return false; /* too long, or it would pass sends still queued */
+	return write_eager(peer, c, tag, 0, 0, data, bytes);
+}
+
 /* Write a send's first record (EAGER or RTS). @return 1 written, 0 no room. */
 static int write_first(struct pm_op *op)
 {
 	void *buf;
 	int peer = op->peer_local;
 	if (op->bytes <= pm.cfg.eager) {
-		size_t len = sizeof(struct rec_eager) + op->bytes;
-		if (!reserve(peer, len, &buf))
+		if (!write_eager(peer, op->comm, op->tag, op->mode == MODE_SYNC ? REC_SYNC : 0, pm_op_id(op), op->data,
+				 op->bytes))
 			return 0;
-		struct rec_eager *r = buf;
-		r->h.type = REC_EAGER;
-		r->h.flags = op->mode == MODE_SYNC ? REC_SYNC : 0;
-		r->h.from = (uint16_t)pm.local_rank;
-		r->src = op->comm->rank;
-		r->tag = op->tag;
-		r->len = (uint32_t)op->bytes;
-		r->ctx = op->comm->ctx;
-		r->sid = pm_op_id(op);
-		if (op->bytes)
-			memcpy(r + 1, op->data, op->bytes);
-		pinshm_commit(pm.peers[peer].out, len, 0);
 		if (op->mode == MODE_SYNC)
 			op->state = ST_WAIT_ACK;
 		else

@@ -364,6 +364,15 @@ int MPI_Type_free(MPI_Datatype *datatype)
 	return PMPI_Type_free(datatype);
 }
 
+const void *pm_flat_data(const void *buf, int count, MPI_Datatype dtype, size_t *bytes)
+{
+	const struct type_info *t = type_info(dtype);
+	if (!t || !t->flat || (count > 1 && t->extent != t->size))
+		return NULL;
+	*bytes = (size_t)t->size * (size_t)count;
+	return (const char *)((uintptr_t)buf + (uintptr_t)t->tlb);
+}
+
 int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtype)
 {
 	const struct type_info *t = type_info(dtype);

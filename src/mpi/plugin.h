@@ -204,6 +204,12 @@ struct pm_unexp {
 	char *data;             /* EAGER: a copy of the payload */
 };
 
+/* A standard send of @p bytes of contiguous @p data written at once, with no
+ * op, when it is eager and nothing is queued before it. @return whether it was. */
+bool pm_send_now(struct pm_comm *c, int dest, int tag, const void *data, size_t bytes);
+/* Contiguous bytes of @p count items of @p dtype at @p buf: the address of
+ * the first byte, or NULL if they must be packed. */
+const void *pm_flat_data(const void *buf, int count, MPI_Datatype dtype, size_t *bytes);
 /* Start a send (queued or written at once); the op is set up. */
 int pm_send_start(struct pm_op *op);
 /* Start a receive: match an unexpected message or post it. */

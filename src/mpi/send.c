@@ -67,6 +67,13 @@ static int blocking_send(const void *buf, int count, MPI_Datatype dtype, int des
 			return PMPI_Send(buf, count, dtype, dest, tag, comm);
 		}
 	}
+	size_t bytes;
+	const void *data;
+	if (mode != MODE_SYNC && (data = pm_flat_data(buf, count, dtype, &bytes)) &&
+	    pm_send_now(c, dest, tag, data, bytes)) {
+		pm_count_pinshm(family, bytes);
+		return MPI_SUCCESS;
+	}
 	struct pm_op *op;
 	int rc = pm_send_op(c, buf, count, dtype, dest, tag, mode, family, &op);
 	if (rc != MPI_SUCCESS)
