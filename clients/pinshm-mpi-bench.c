@@ -279,7 +279,7 @@ static void bandwidth(long n, const struct opts *o)
 	for (int i = 0; i < w; i++)
 		bufs[i] = rank < 2 ? alloc_touched(n) : NULL;
 	double t0 = 0, one = 0;
-	long k = 1;
+	long k = 2; /* the warm-up (s = -1): windows, timed to size the samples */
 	for (int s = -1; s < o->samples; s++) {
 		MPI_Barrier(MPI_COMM_WORLD);
 		if (rank >= 2)
@@ -305,10 +305,10 @@ static void bandwidth(long n, const struct opts *o)
 		if (s >= 0)
 			sample[s] = (double)n * w * k / ((MPI_Wtime() - t0) * 1e9);
 		else
-			one = MPI_Wtime() - t0;
+			one = (MPI_Wtime() - t0) / k;
 	next:
 		if (s < 0)
-			k = per_sample(one, o); /* the first window was the warm-up */
+			k = per_sample(one, o);
 	}
 	if (rank == 0) {
 		qsort(sample, o->samples, sizeof(double), cmp_double);
@@ -330,7 +330,7 @@ static void ring(long n, const struct opts *o)
 	double *sample = calloc(o->samples, sizeof(double));
 	int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
 	unsigned char v = 1;
-	long k = 1;
+	long k = 20; /* the warm-up (s = -1): steps, timed to size the samples */
 
 	for (int s = -1; s < o->samples; s++) {
 		MPI_Barrier(MPI_COMM_WORLD);
