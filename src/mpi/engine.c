@@ -729,7 +729,8 @@ static bool any_busy(void)
 
 /*
  * Waiting: poll for spin_ns, then yield the core for yield_ns (other ranks
- * may need it: ranks can outnumber cores), then sleep on the inbound
+ * may need it: ranks can outnumber cores; with spin_ns 0 every fruitless
+ * pass yields, as Open MPI's own loop does then), then sleep on the inbound
  * queue's futex 1 ms at a time when only a record can end the wait, else
  * nap 50 us.  The MPI library gets a progress call every 64 polls and at
  * every yield or sleep.  *idle counts fruitless passes; 0 restarts.
@@ -742,8 +743,8 @@ void pm_idle(unsigned *idle, bool may_sleep)
 	(*idle)++;
 	if ((*idle & 63) == 0)
 		pm_mpi_progress();
-	if (*idle < 16 || (*idle & 15) != 0)
-		return; /* look at the clock every 16 passes */
+	if (pm.cfg.spin_ns && (*idle < 16 || (*idle & 15) != 0))
+		return; /* polling: look at the clock every 16 passes */
 	uint64_t waited = now_ns() - since;
 	if (waited < pm.cfg.spin_ns)
 		return;

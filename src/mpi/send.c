@@ -156,8 +156,13 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
 	struct pm_comm *c = pm_send_route(comm, dest, sendtag, sendcount);
 	struct pm_op *op = NULL;
 	MPI_Request lib = MPI_REQUEST_NULL;
-	int rc;
-	if (c) {
+	int rc = MPI_SUCCESS;
+	size_t bytes;
+	const void *data;
+	if (c && (data = pm_flat_data(sendbuf, sendcount, sendtype, &bytes)) &&
+	    pm_send_now(c, dest, sendtag, data, bytes)) {
+		pm_count_pinshm(FAM_BLOCKING, bytes);
+	} else if (c) {
 		rc = pm_send_op(c, sendbuf, sendcount, sendtype, dest, sendtag, MODE_STANDARD, FAM_BLOCKING, &op);
 		if (rc != MPI_SUCCESS)
 			return pm_comm_error(comm, rc);
@@ -175,7 +180,7 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
 		rc = op->st_error;
 		pm_op_free(op);
 		rc = pm_comm_error(comm, rc);
-	} else {
+	} else if (!c) {
 		rc = PMPI_Wait(&lib, MPI_STATUS_IGNORE);
 	}
 	return rrc != MPI_SUCCESS ? rrc : rc;

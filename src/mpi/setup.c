@@ -336,8 +336,8 @@ static void setup(int provided)
 		fprintf(stderr, "pinshm-mpi: rank %d: out of memory\n", pm.world_rank);
 		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
 	}
-	if (pm.nlocal > (int)cpus_online())
-		pm.cfg.spin_ns = pm.cfg.spin_ns < 2000 ? pm.cfg.spin_ns : 2000; /* share the cores */
+	if (pm.nlocal > (int)cpus_online() && !getenv("PINSHM_MPI_SPIN_NS"))
+		pm.cfg.spin_ns = 0; /* more ranks than cores: a waiting rank yields at once */
 	opal_register = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_register");
 	opal_unregister = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_unregister");
 	opal_progress_fn = (void (*)(void))dlsym(RTLD_DEFAULT, "opal_progress");
