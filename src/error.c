@@ -28,7 +28,7 @@ const char *pinshm_strerror(int err)
 	case -EBADMSG:
 		return "channel is corrupt";
 	case -EPROTO:
-		return "not a pinshm segment of this layout version";
+		return "another version (segment layout or protocol)";
 	case -ESTALE:
 		return "message overwritten by the publisher";
 	case -ENOBUFS:
