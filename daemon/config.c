@@ -550,7 +550,8 @@ static struct config *config_defaults(void)
 		return NULL;
 	cfg->budget = half_of_ram();
 	cfg->max_segment_size = CONFIG_UNLIMITED;
-	cfg->user_default = (struct config_limits){CONFIG_UNLIMITED, CONFIG_UNLIMITED, CONFIG_UNLIMITED};
+	cfg->user_default = (struct config_limits){CONFIG_UNLIMITED, CONFIG_DEFAULT_MAX_CONNECTIONS,
+						   CONFIG_DEFAULT_MAX_CHANNELS};
 	/* The segments of a queue of 1 MiB and one producer, and of the
 	 * channel of pinshm_channel_attr_init() (1 MiB for each of 4). */
 	cfg->pool_segments = 2;

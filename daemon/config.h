@@ -36,6 +36,12 @@
 /* A limit that is not set. */
 #define CONFIG_UNLIMITED UINT64_MAX
 
+/* The default per-user limits of connections and channels: half of what
+ * the daemon takes in all (1024 connections, 4096 channels), so that one
+ * user cannot take every slot from the others. */
+#define CONFIG_DEFAULT_MAX_CONNECTIONS 512u
+#define CONFIG_DEFAULT_MAX_CHANNELS 2048u
+
 /* The limits of one user; each CONFIG_UNLIMITED where none applies. */
 struct config_limits {
 	uint64_t quota;           /* bytes of the user's channels' segments */

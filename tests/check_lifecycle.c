@@ -16,7 +16,8 @@
  *   requests are served, and nothing is left over once they are gone.
  * - scale: 200 clients at once, each with its own channel (the daemon's
  *   memory is printed for the record); a daemon short of descriptors keeps
- *   serving and does not spin; a connection that never speaks is closed.
+ *   serving and does not spin; a connection that never speaks is closed;
+ *   one user gets at most half of the daemon's connections by default.
  *
  * Every test starts a real pinshmd (tests/daemonutil.h) and stops it,
  * checking that it exits cleanly.
@@ -32,6 +33,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
@@ -1005,6 +1007,38 @@ START_TEST(test_emfile_scale)
 }
 END_TEST
 
+/* The default per-user limit of connections (pinshmd.conf(5)): 512, half
+ * of the daemon's, so one user cannot take them all. */
+START_TEST(test_default_user_limit)
+{
+	struct daemon d;
+	pinshm_client_t *cs[512], *over;
+	struct rlimit rl;
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < 600) {
+		rl.rlim_cur = rl.rlim_max < 600 ? rl.rlim_max : 600;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < 600) {
+		fprintf(stderr, "check_lifecycle: test_default_user_limit skipped: RLIMIT_NOFILE %llu\n",
+			(unsigned long long)rl.rlim_cur);
+		return;
+	}
+	daemon_start(&d);
+	for (int i = 0; i < 512; i++)
+		cs[i] = connect_ok(&d);
+	CLIENT_RC(NULL, pinshm_connect(d.sock, &over), -EUSERS);
+	pinshm_disconnect(cs[0]);
+	wait_counts(cs[1], 511, 0);
+	CLIENT_RC(NULL, pinshm_connect(d.sock, &over), 0);
+	pinshm_disconnect(over);
+	for (int i = 1; i < 512; i++)
+		pinshm_disconnect(cs[i]);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* A connection that never sends a packet is closed after LOOP_SILENT_MS
  * (5 s); one that has spoken stays however long it is idle. */
 START_TEST(test_silent_connection)
@@ -1061,6 +1095,7 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_200_clients);
 	tcase_add_test(tc, test_emfile_scale);
 	tcase_add_test(tc, test_silent_connection);
+	tcase_add_test(tc, test_default_user_limit);
 	suite_add_tcase(s, tc);
 	return s;
 }
