@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,6 +80,13 @@ static bool no_memfd_for_tests(void)
 	return t && strcmp(t, "1") == 0;
 }
 
+/* munlock() by its system call: sanitizer runtimes turn munlock() (like
+ * mlock()) into a no-op, and a segment would stay locked. */
+static void unlock_range(void *addr, size_t len)
+{
+	syscall(SYS_munlock, addr, len);
+}
+
 /* Lock the daemon's mapping of @p s. */
 static void segment_pin(struct segment *s, const char *name)
 {
@@ -87,7 +95,7 @@ static void segment_pin(struct segment *s, const char *name)
 		 * that reports success, and a segment would pass for pinned. */
 		int err = errno;
 		/* A failed mlock may have locked part of the range. */
-		munlock(s->base, s->size);
+		unlock_range(s->base, s->size);
 		snprintf(s->pin_error, sizeof(s->pin_error), "mlock: %s%s", strerror(err),
 			 err == ENOMEM || err == EPERM ? " (RLIMIT_MEMLOCK)" : "");
 	} else {
@@ -326,7 +334,7 @@ void segment_unlock(struct segment *s)
 
 	if (!s->pinned || s->unlocked)
 		return;
-	munlock(s->base, s->size);
+	unlock_range(s->base, s->size);
 	s->unlocked = true;
 	segment_access(s, set_unlocked_fn, &one);
 }
@@ -342,7 +350,7 @@ int segment_relock(struct segment *s)
 	if (mlock2(s->base, s->size, 0) != 0) {
 		int err = errno;
 		uint32_t one = 1;
-		munlock(s->base, s->size); /* a failed mlock may have locked part of it */
+		unlock_range(s->base, s->size); /* a failed mlock may have locked part of it */
 		segment_access(s, set_unlocked_fn, &one);
 		return -err;
 	}
