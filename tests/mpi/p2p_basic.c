@@ -2,7 +2,8 @@
  * p2p_basic.c - blocking point-to-point: Send/Recv of several sizes,
  * Sendrecv and Sendrecv_replace, MPI_ANY_SOURCE/MPI_ANY_TAG, MPI_PROC_NULL,
  * MPI_STATUS_IGNORE, Get_count/Get_elements, truncation (MPI_ERR_TRUNCATE
- * through MPI_ERRORS_RETURN, the next message intact) and the send-send
+ * through MPI_ERRORS_RETURN, the next message intact, and through a
+ * communicator's own error handler, called once) and the send-send
  * exchange of eager-size messages (both ranks send before they receive).
  *
  * Call families: blocking only.
@@ -142,6 +143,44 @@ static void truncation(int peer)
 	}
 }
 
+/* A truncation goes through the communicator's own error handler. */
+static int handler_calls, handler_class;
+
+static void record_error(MPI_Comm *comm, int *code, ...)
+{
+	(void)comm;
+	handler_calls++;
+	MPI_Error_class(*code, &handler_class);
+}
+
+static void truncation_handler(int peer)
+{
+	MPI_Comm dup;
+	MPI_Errhandler eh;
+	int big[8] = {1, 2, 3, 4, 5, 6, 7, 8}, small[2];
+
+	MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+	MT_MPI(MPI_Comm_create_errhandler(record_error, &eh));
+	MT_MPI(MPI_Comm_set_errhandler(dup, eh));
+	handler_calls = 0;
+	handler_class = MPI_SUCCESS;
+	for (int turn = 0; turn < 2; turn++) {
+		if ((turn == 0) == (mt_rank < peer)) {
+			MT_MPI(MPI_Send(big, 8, MPI_INT, peer, 22, dup));
+		} else {
+			int rc = MPI_Recv(small, 2, MPI_INT, peer, 22, dup, MPI_STATUS_IGNORE);
+			int cls = -1;
+			MPI_Error_class(rc, &cls);
+			MT_CHECK(cls == MPI_ERR_TRUNCATE, "truncation on a dup: error class %d", cls);
+			MT_CHECK(handler_calls == 1 && handler_class == MPI_ERR_TRUNCATE,
+				 "the communicator's error handler: %d calls, class %d; want 1 call, MPI_ERR_TRUNCATE",
+				 handler_calls, handler_class);
+		}
+	}
+	MT_MPI(MPI_Errhandler_free(&eh));
+	MT_MPI(MPI_Comm_free(&dup));
+}
+
 /* Both ranks send first: correct only because small sends complete eagerly. */
 static void send_send(int peer, unsigned char *sbuf, unsigned char *rbuf)
 {
@@ -172,6 +211,7 @@ int main(int argc, char **argv)
 		sendrecv(peer);
 		wildcards(peer);
 		truncation(peer);
+		truncation_handler(peer);
 		send_send(peer, sbuf, rbuf);
 		/* The wildcard receives of a round must not meet the next round's messages. */
 		MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
