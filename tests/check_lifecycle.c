@@ -13,7 +13,8 @@
  *   the test stands in for systemd's descriptor store ($NOTIFY_SOCKET,
  *   FDSTORE=1, then $LISTEN_FDS for the daemon started next): traffic never
  *   stops, the channels are adopted (listed, pinned, accounted), new
- *   requests are served, and nothing is left over once they are gone.
+ *   requests are served, and nothing is left over once they are gone; the
+ *   same through the clients' hand-back (ADOPT), and hostile hand-backs.
  * - scale: 200 clients at once, each with its own channel (the daemon's
  *   memory is printed for the record); a daemon short of descriptors keeps
  *   serving and does not spin; a connection that never speaks is closed;
@@ -41,7 +42,9 @@
 #include <unistd.h>
 
 #include "daemonutil.h"
+#include "fdpass.h"
 #include "pinshm.h"
+#include "protocol.h"
 #include "testutil.h"
 
 #define KiB 1024u
@@ -796,6 +799,124 @@ START_TEST(test_restart_handback)
 }
 END_TEST
 
+/* A raw connection to @p d that has said HELLO. */
+static int raw_hello(const struct daemon *d)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct proto_msg m = {.h.type = PROTO_HELLO, .h.seq = 1};
+	uint8_t buf[PROTO_MAX_PACKET];
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_uint_lt(strlen(d->sock), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, d->sock, strlen(d->sock) + 1);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	m.u.hello.version = PROTO_VERSION;
+	int len = proto_encode(&m, buf);
+	ck_assert_int_gt(len, 0);
+	ck_assert_int_eq(fdpass_send(fd, buf, (size_t)len, NULL, 0, 0), 0);
+	unsigned nfds;
+	ck_assert_int_gt(fdpass_recv(fd, buf, sizeof(buf), NULL, 0, &nfds, 0), 0);
+	return fd;
+}
+
+/*
+ * Send an ADOPT of @p name with geometry @p attr, endpoint @p endpoint of
+ * @p role, and @p nfds copies of @p seg; receive the reply into @p rep.
+ * @return the reply's status, or -ECONNRESET when the daemon closed.
+ */
+static int raw_adopt(int sock, const char *name, const pinshm_channel_attr_t *attr, uint32_t role,
+		     uint32_t endpoint, int seg, unsigned nfds, struct proto_msg *rep)
+{
+	static struct proto_msg m;
+	uint8_t buf[PROTO_MAX_PACKET];
+	int fds[2] = {seg, seg};
+	unsigned got;
+
+	memset(&m, 0, sizeof(m));
+	m.h.type = PROTO_ADOPT;
+	m.h.seq = 2;
+	snprintf(m.u.adopt.name, sizeof(m.u.adopt.name), "%s", name);
+	m.u.adopt.geo = proto_geometry_from_attr(attr);
+	m.u.adopt.role = role;
+	m.u.adopt.endpoint = endpoint;
+	int len = proto_encode(&m, buf);
+	ck_assert_int_gt(len, 0);
+	ck_assert_int_eq(fdpass_send(sock, buf, (size_t)len, fds, nfds, 0), 0);
+	ssize_t n = fdpass_recv(sock, buf, sizeof(buf), NULL, 0, &got, 0);
+	if (n <= 0)
+		return -ECONNRESET;
+	ck_assert_int_eq(proto_decode(buf, (size_t)n, true, rep), 0);
+	return rep->status;
+}
+
+/* Hostile hand-backs: what is not a segment of the geometry claimed gets a
+ * clear error and the connection goes on; a good one is adopted once,
+ * owned by the caller with mode 0600, and goes with its last user. */
+START_TEST(test_adopt_hostile)
+{
+	struct daemon d;
+	struct proto_msg rep;
+	pinshm_channel_attr_t attr, other;
+	pinshm_list_entry_t e;
+	int p[2];
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	int sock = raw_hello(&d);
+	attr_small(&attr, 1, 1);
+	other = attr;
+	other.capacity *= 2;
+	other.max_message = (uint32_t)tu_max_message(other.capacity);
+
+	ck_assert_int_eq(pipe(p), 0);
+	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, p[0], 1, &rep), -EINVAL); /* not a file */
+	int zero = memfd_create("zero", MFD_CLOEXEC);
+	ck_assert_int_eq(ftruncate(zero, 1 << 20), 0);
+	int rc = raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, zero, 1, &rep); /* no header */
+	ck_assert_msg(rc == -EPROTO || rc == -EBADMSG, "a zero file: %d", rc);
+	int seg = tu_create(&attr);
+	rc = raw_adopt(sock, "h", &other, PINSHM_CONSUMER, 1, seg, 1, &rep); /* not its geometry */
+	ck_assert_msg(rc == -EBADMSG || rc == -EINVAL, "another geometry: %d", rc);
+	int small = memfd_create("small", MFD_CLOEXEC); /* its header, but short of its rings */
+	char head[4096];
+	ck_assert_int_eq(pread(seg, head, sizeof(head), 0), (ssize_t)sizeof(head));
+	ck_assert_int_eq(write(small, head, sizeof(head)), (ssize_t)sizeof(head));
+	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, small, 1, &rep), -EINVAL);
+	close(small);
+	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 0, seg, 1, &rep), -EINVAL); /* a producer's endpoint */
+	TU_RC(raw_adopt(sock, "h", &attr, 7, 1, seg, 1, &rep), -EINVAL);              /* no such role */
+	TU_RC(raw_adopt(sock, ".h", &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), -EINVAL); /* a bad name */
+	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, seg, 0, &rep), -EINVAL);  /* no descriptor */
+
+	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), 0);
+	ck_assert_uint_eq(rep.u.adopt_reply.flags, PROTO_ADOPT_NAMED); /* new, named, endpoint not attached */
+	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), 0);
+	ck_assert_uint_eq(rep.u.adopt_reply.flags, PROTO_ADOPT_KNOWN | PROTO_ADOPT_NAMED);
+	ck_assert(listed(c, "h", &e));
+	ck_assert_uint_eq(e.mode, 0600);
+	ck_assert_uint_eq(e.uid, getuid());
+	ck_assert_uint_eq(e.size, tu_fd_size(seg));
+	wait_counts(c, 2, 1);
+
+	/* Two descriptors: the connection is closed, and the channel with it. */
+	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, seg, 2, &rep), -EPROTO);
+	char b;
+	ck_assert_int_eq(recv(sock, &b, 1, 0), 0);
+	wait_counts(c, 1, 0);
+	pinshm_status_t st;
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	ck_assert_uint_eq(st.pinned, 0);
+	close(sock);
+	close(seg);
+	close(zero);
+	close(p[0]);
+	close(p[1]);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* ======================================================================== */
 /* scale                                                                     */
 /* ======================================================================== */
@@ -1088,6 +1209,7 @@ static Suite *lifecycle_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_restart_fdstore);
 	tcase_add_test(tc, test_restart_handback);
+	tcase_add_test(tc, test_adopt_hostile);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");
