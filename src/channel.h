@@ -71,6 +71,7 @@ struct pinshm_channel {
 	int notify_fd;
 	bool armed;
 	uint64_t lost;
+	unsigned empty_polls; /* non-blocking receives that found nothing */
 
 	/* Opened through pinshmd (pinshm_open): the client it came from, until
 	 * that disconnects (NULL: none), in that client's list of handles. */
