@@ -904,9 +904,9 @@ static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, 
 	if (rc != -EAGAIN && rc != -ETIMEDOUT)
 		return rc;
 	/* The check reads every producer's own line: a consumer that polls
-	 * without waiting pays it once in 64 polls, not on each, so that it
+	 * without waiting pays it on its first and then once in 64 polls, so that it
 	 * does not pull those lines away from producers writing records. */
-	if (timeout_ms == PINSHM_NONBLOCK && (++ch->empty_polls & 63) != 0)
+	if (timeout_ms == PINSHM_NONBLOCK && (ch->empty_polls++ & 63) != 0)
 		return rc;
 	return consumer_check_positions(ch, rc);
 }

@@ -498,7 +498,13 @@ START_TEST(test_lane_free_consumer)
 		ch.c = c2;
 		TU_RC(pinshm_channel_set_notify_fd(ch.c, ch.efd), 0);
 	}
-	TU_RC(pinshm_recv(ch.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), -EBADMSG);
+	/* A consumer that polls without waiting checks lane positions on its
+	 * first empty poll and then once in 64: it must report the damage
+	 * within 65 polls. */
+	rc = -EAGAIN;
+	for (int i = 0; i < 65 && rc == -EAGAIN; i++)
+		rc = pinshm_recv(ch.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK);
+	ck_assert_int_eq(rc, -EBADMSG);
 	expect_broken(ch.c);
 	chan_close(&ch);
 }
@@ -579,7 +585,7 @@ struct rnd {
 	unsigned duration_ms;
 	int efd[4];
 	struct seg_geometry g;
-	_Atomic uint32_t *stop;
+	_Atomic uint32_t *stop; /* [0]: stop now; [1]: calls made by the workers */
 	struct tu_reporter rep;
 };
 
@@ -644,6 +650,7 @@ static int rnd_producer(void *arg, int idx)
 		size_t len = (r >> 8) % 4 == 0 ? (size_t)((r >> 16) % (maxm + 1)) : (size_t)((r >> 16) % 200);
 		int timeout = (int)((r >> 40) % 3); /* 0, 1 or 2 ms */
 		calls++;
+		atomic_fetch_add(&R->stop[1], 1);
 		switch (op) {
 		case 0:
 		case 1:
@@ -753,6 +760,7 @@ static int rnd_consumer(void *arg, int idx)
 		op = (int)(r % 8);
 		int timeout = (int)((r >> 40) % 3);
 		calls++;
+		atomic_fetch_add(&R->stop[1], 1);
 		switch (op) {
 		case 0:
 		case 1: {
@@ -874,6 +882,7 @@ static int rnd_corrupter(void *arg, int idx)
 	uint8_t *base;
 	struct seg_geometry g;
 	uint64_t r = tu_mix(R->seed ^ 0x300u), end = tu_now_ms() + R->duration_ms;
+	uint64_t hard_end = end + 20000;
 	unsigned writes = 0;
 
 	(void)idx;
@@ -888,7 +897,10 @@ static int rnd_corrupter(void *arg, int idx)
 		tu_child_fail(1, "mmap");
 	if (seg_geometry_read(base, size, &g) != 0)
 		tu_child_fail(1, "geometry");
-	while (tu_now_ms() < end) {
+	/* At least the duration, and (a loaded machine runs us slowly) until
+	 * there were enough corruptions and calls to judge by. */
+	while (tu_now_ms() < end ||
+	       ((writes < 150 || atomic_load(&R->stop[1]) < 150) && tu_now_ms() < hard_end)) {
 		unsigned where;
 		uint8_t *p;
 		uint64_t cap = g.capacity;
@@ -987,7 +999,8 @@ static void random_round(int _i, int round)
 	_Atomic uint32_t *stop = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
 	ck_assert_ptr_ne(stop, MAP_FAILED);
-	atomic_store(stop, 0);
+	atomic_store(&stop[0], 0);
+	atomic_store(&stop[1], 0);
 	memset(&R, 0, sizeof(R));
 	R.kind = cfg[k].kind;
 	R.flags = cfg[k].flags;
