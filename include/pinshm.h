@@ -240,8 +240,10 @@ typedef struct pinshm_msg {
  * @return 0; -EMSGSIZE if the message is longer than @p cap (it stays in the
  *         channel, *len says how much room it needs); -EAGAIN/-ETIMEDOUT if
  *         none came; -EPIPE if the channel is empty and every producer has
- *         left (after one had attached); -EBADMSG on a corrupt channel;
- *         -EINVAL if not a consumer.
+ *         left (after one had attached); -EBADMSG on a corrupt channel
+ *         (a receive that does not wait checks the lanes' positions on the
+ *         first call that finds nothing, then once in 64, so that polling
+ *         costs the producers nothing); -EINVAL if not a consumer.
  *         On an overrun topic, -ESTALE if the message was overwritten while
  *         being copied (it counts as lost; call again).
  */
