@@ -368,8 +368,10 @@ static struct channel *find_segment(struct registry *r, const struct stat *st)
 {
 	struct stat other;
 
+	/* The size first: an fstat() only for the channels of the same size. */
 	for (struct channel *ch = r->first; ch; ch = ch->next)
-		if (fstat(ch->seg.fd, &other) == 0 && other.st_dev == st->st_dev && other.st_ino == st->st_ino)
+		if ((off_t)ch->seg.size == st->st_size && fstat(ch->seg.fd, &other) == 0 && other.st_dev == st->st_dev &&
+		    other.st_ino == st->st_ino)
 			return ch;
 	return NULL;
 }
