@@ -609,10 +609,12 @@ static void take_message(pinshm_msg_t *m)
 	pinshm_release(pm.in, m);
 }
 
+/* Take up to 64 records; stop early once the op a blocking call waits
+ * for is done, so that its caller returns at once. */
 static int drain_inbound(int timeout_ms)
 {
 	int did = 0;
-	for (; did < 64; did++) {
+	for (; did < 64 && !(pm.watch && pm.watch->state == ST_DONE); did++) {
 		pinshm_msg_t m;
 		int rc = pinshm_recv_inplace(pm.in, &m, did ? PINSHM_NONBLOCK : timeout_ms);
 		if (rc == -EAGAIN || rc == -ETIMEDOUT)
@@ -769,12 +771,14 @@ void pm_idle(unsigned *idle, bool may_sleep)
 void pm_wait_op(struct pm_op *op)
 {
 	unsigned idle = 0;
+	pm.watch = op;
 	while (op->state != ST_DONE) {
 		if (pm_progress())
 			idle = 0;
 		else
 			pm_idle(&idle, true);
 	}
+	pm.watch = NULL;
 }
 
 int pm_wait_flag(const volatile bool *done)

@@ -61,8 +61,8 @@ struct pm_counts {
 	uint64_t pinshm_msgs, pinshm_bytes, mpi_msgs, mpi_bytes;
 };
 
-void pm_count_pinshm(enum pm_family f, uint64_t bytes);
-void pm_count_mpi(enum pm_family f, uint64_t bytes);
+static inline void pm_count_pinshm(enum pm_family f, uint64_t bytes);
+static inline void pm_count_mpi(enum pm_family f, uint64_t bytes);
 
 /* ---- communicators --------------------------------------------------- */
 
@@ -292,6 +292,7 @@ struct pm_state {
 	unsigned inflight;  /* ops started and not done */
 	unsigned pending_remote; /* ops waiting on the MPI library */
 	int in_progress;    /* re-entry guard */
+	struct pm_op *watch; /* the op a blocking call waits for, or NULL */
 	struct pm_list orphans; /* messages for contexts not known yet */
 	struct pm_list hybrid;  /* posted receives that also probe the MPI library, in posted order */
 	struct pm_list remote;  /* ops waiting on a request of the MPI library */
@@ -301,6 +302,23 @@ struct pm_state {
 };
 
 extern struct pm_state pm;
+
+/* What went through pinshm, and what was passed to the MPI library. */
+static inline void pm_count_pinshm(enum pm_family f, uint64_t bytes)
+{
+	if (f < FAM_COUNT) {
+		pm.counts[f].pinshm_msgs++;
+		pm.counts[f].pinshm_bytes += bytes;
+	}
+}
+
+static inline void pm_count_mpi(enum pm_family f, uint64_t bytes)
+{
+	if (f < FAM_COUNT) {
+		pm.counts[f].mpi_msgs++;
+		pm.counts[f].mpi_bytes += bytes;
+	}
+}
 
 void pm_peer_mark_busy(int peer);
 

@@ -41,22 +41,6 @@ static const char *const family_names[FAM_COUNT] = {
 	"blocking", "nonblocking", "persistent", "probe", "synchronous", "buffered",
 };
 
-void pm_count_pinshm(enum pm_family f, uint64_t bytes)
-{
-	if (f < FAM_COUNT) {
-		pm.counts[f].pinshm_msgs++;
-		pm.counts[f].pinshm_bytes += bytes;
-	}
-}
-
-void pm_count_mpi(enum pm_family f, uint64_t bytes)
-{
-	if (f < FAM_COUNT) {
-		pm.counts[f].mpi_msgs++;
-		pm.counts[f].mpi_bytes += bytes;
-	}
-}
-
 void pm_mpi_progress(void)
 {
 	if (opal_progress_fn) {
