@@ -208,6 +208,8 @@ static void conn_close(struct loop *l, struct conn *c, const char *why)
 	else
 		account_disconnect(l->acct, c->client.cred.uid);
 	cred_free(&c->client.cred);
+	if (c->pending)
+		reply_release_fd(c->pending);
 	free(c->pending);
 	c->pending = NULL;
 	if (c->prev)
@@ -369,12 +371,17 @@ static bool conn_reply(struct loop *l, struct conn *c, const struct reply *rep)
 {
 	int rc = fdpass_send(c->fd, rep->buf, rep->len, &rep->fd, rep->fd >= 0 ? 1 : 0, MSG_DONTWAIT);
 
+	if (rc != -EAGAIN)
+		reply_release_fd(rep); /* sent, or never will be */
 	if (rc == -EAGAIN) {
 		c->pending = malloc(sizeof(*c->pending));
 		if (c->pending && watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLOUT, c) == 0) {
 			memcpy(c->pending, rep, sizeof(*rep));
 			return true;
 		}
+		free(c->pending);
+		c->pending = NULL;
+		reply_release_fd(rep);
 		rc = -ENOMEM;
 	}
 	if (rc != 0) {
@@ -644,6 +651,8 @@ void loop_fini(struct loop *l)
 			close(c->pidfd);
 		registry_client_forget(&c->client);
 		cred_free(&c->client.cred);
+		if (c->pending)
+			reply_release_fd(c->pending);
 		free(c->pending);
 		free(c);
 	}

@@ -2,10 +2,12 @@
  * registry.c - the channel table, permissions, references and reaping.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "adopt.h"
 #include "log.h"
@@ -40,6 +42,16 @@ static void unname(struct registry *r, struct channel *ch)
 	adopt_unstore(ch);
 }
 
+/* Close the eventfd kept for endpoint @p ep of @p ch, if any. */
+static void forget_notify(struct registry *r, struct channel *ch, unsigned ep)
+{
+	if (!ch->notify_fd || ep < ch->g.max_producers || ch->notify_fd[ep - ch->g.max_producers] < 0)
+		return;
+	close(ch->notify_fd[ep - ch->g.max_producers]);
+	ch->notify_fd[ep - ch->g.max_producers] = -1;
+	r->notify_fds--;
+}
+
 static void channel_free(struct registry *r, struct channel *ch)
 {
 	if (ch->named)
@@ -56,6 +68,9 @@ static void channel_free(struct registry *r, struct channel *ch)
 	if (ch->pin_idle)
 		r->idle_policies--;
 	account_release(r->acct, ch->uid, ch->seg.size, ch->seg.pinned);
+	for (unsigned i = 0; ch->notify_fd && i < ch->g.max_consumers; i++)
+		forget_notify(r, ch, ch->g.max_producers + i);
+	free(ch->notify_fd);
 	segment_destroy(&ch->seg);
 	free(ch->holder);
 	free(ch);
@@ -237,6 +252,96 @@ int registry_tick(struct registry *r, uint64_t now)
 		}
 	}
 	return REGISTRY_TICK_MS;
+}
+
+/* The channel numbered @p id among those @p c references, or NULL. */
+static struct channel *referenced(struct reg_client *c, uint64_t id)
+{
+	for (unsigned i = 0; i < c->nrefs; i++)
+		if (c->refs[i]->id == id)
+			return c->refs[i];
+	return NULL;
+}
+
+/* Whether @p fd is an eventfd (what its /proc link says). */
+static bool is_eventfd(int fd)
+{
+	char path[64], link[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(path, link, sizeof(link) - 1);
+	if (n <= 0)
+		return false;
+	link[n] = '\0';
+	return strcmp(link, "anon_inode:[eventfd]") == 0;
+}
+
+int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
+		    size_t whylen)
+{
+	struct channel *ch = referenced(c, id);
+
+	if (!ch) {
+		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
+		return -ENOENT;
+	}
+	if (endpoint < ch->g.max_producers || endpoint >= ch->g.max_producers + ch->g.max_consumers ||
+	    ch->holder[endpoint] != c->id) {
+		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer this connection opened", endpoint,
+			 ch->name);
+		return -EINVAL;
+	}
+	if (*fd < 0 || !is_eventfd(*fd)) {
+		snprintf(why, whylen, "NOTIFY comes with an eventfd");
+		return -EINVAL;
+	}
+	unsigned i = endpoint - ch->g.max_producers;
+	if (!ch->notify_fd) {
+		ch->notify_fd = malloc(ch->g.max_consumers * sizeof(*ch->notify_fd));
+		if (!ch->notify_fd) {
+			snprintf(why, whylen, "out of memory");
+			return -ENOMEM;
+		}
+		for (unsigned k = 0; k < ch->g.max_consumers; k++)
+			ch->notify_fd[k] = -1;
+	}
+	forget_notify(r, ch, endpoint);
+	if (r->notify_fds >= REGISTRY_MAX_NOTIFY_FDS) {
+		snprintf(why, whylen, "the daemon holds %u eventfds, its most", r->notify_fds);
+		return -ENFILE;
+	}
+	ch->notify_fd[i] = *fd;
+	*fd = -1;
+	r->notify_fds++;
+	log_debug("channel '%s': endpoint %u's eventfd kept", ch->name, endpoint);
+	return 0;
+}
+
+int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
+		  size_t whylen)
+{
+	struct channel *ch = referenced(c, id);
+
+	(void)r;
+	if (!ch) {
+		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
+		return -ENOENT;
+	}
+	if (endpoint < ch->g.max_producers || endpoint >= ch->g.max_producers + ch->g.max_consumers) {
+		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer endpoint", endpoint, ch->name);
+		return -EINVAL;
+	}
+	if (!ch->notify_fd || ch->notify_fd[endpoint - ch->g.max_producers] < 0) {
+		snprintf(why, whylen, "endpoint %u of '%s' has no eventfd", endpoint, ch->name);
+		return -ENOENT;
+	}
+	*fd = fcntl(ch->notify_fd[endpoint - ch->g.max_producers], F_DUPFD_CLOEXEC, 0);
+	if (*fd < 0) {
+		int err = errno;
+		snprintf(why, whylen, "dup: %s", strerror(err));
+		return -err;
+	}
+	return 0;
 }
 
 int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char *why, size_t whylen)
@@ -602,6 +707,7 @@ int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32
 		return -EINVAL;
 	}
 	ch->holder[endpoint] = 0;
+	forget_notify(r, ch, endpoint);
 	reap_endpoint(ch, endpoint, c->cred.pid);
 	log_debug("channel '%s': endpoint %u closed by pid %d", ch->name, endpoint, (int)c->cred.pid);
 	for (unsigned ep = 0; ep < total; ep++)
@@ -640,6 +746,7 @@ void registry_client_gone(struct registry *r, struct reg_client *c)
 			if (ch->holder[ep] != c->id)
 				continue;
 			ch->holder[ep] = 0;
+			forget_notify(r, ch, ep);
 			reap_endpoint(ch, ep, c->cred.pid);
 		}
 		ch->refs--;

@@ -16,6 +16,11 @@
  *   the channel, its reference goes too, unless it created the channel:
  *   the creator's reference lasts until it closes.
  * - STAT: any client; one named channel, as LIST shows it.
+ * - NOTIFY: a consumer endpoint's holder gives the daemon its eventfd (it
+ *   must be one: checked), kept until the endpoint is closed or reaped or
+ *   another replaces it.  PEER: a connection that references the channel
+ *   gets a copy of a consumer endpoint's eventfd, to signal it (what any
+ *   user of the channel could do through the segment anyway).
  * - RELOCK: a connection that references a channel asks for its segment,
  *   unlocked for want of use, to be locked again.
  * - Working-set pinning: a channel created with a pin_idle of N seconds
@@ -61,6 +66,7 @@
 #define REGISTRY_MAX_CHANNELS 4096u /* channels alive at once (named or not) */
 #define REGISTRY_MAX_REFS 1024u     /* channels one connection may reference */
 #define REGISTRY_TICK_MS 250u       /* how often working-set pinning looks at the channels */
+#define REGISTRY_MAX_NOTIFY_FDS 4096u /* consumers' eventfds held at once, all channels */
 
 struct channel {
 	uint64_t id;                    /* creation order, from 1: the LIST cursor */
@@ -78,6 +84,8 @@ struct channel {
 	uint32_t pin_idle;              /* working-set pinning: seconds idle before unlocked, 0: never */
 	uint64_t activity;              /* the segment's activity signature at the last look */
 	uint64_t active_at;             /* CLOCK_MONOTONIC ms when it last changed */
+	int *notify_fd;                 /* per consumer endpoint: its eventfd (NOTIFY), -1: none; NULL
+					 * until the first NOTIFY */
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	struct channel *hash_next;      /* in its bucket, while named */
 	struct channel *prev, *next;    /* every live channel, by id */
@@ -99,6 +107,7 @@ struct registry {
 	struct account *acct; /* charged for every channel (not owned) */
 	struct pool *pool;    /* ready segments (not owned), NULL: none */
 	unsigned idle_policies; /* live channels with a pin_idle */
+	unsigned notify_fds;    /* eventfds held for consumers, all channels (REGISTRY_MAX_NOTIFY_FDS) */
 	uint64_t next_tick;     /* when registry_tick() looks again (ms) */
 };
 
@@ -147,6 +156,25 @@ int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32
  * @return 0; -ENOENT (@p c references no channel @p id); or as segment_relock().
  */
 int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char *why, size_t whylen);
+
+/**
+ * Keep *@p fd, an eventfd, for consumer endpoint @p endpoint of the channel
+ * numbered @p id, claimed for @p c: on success *@p fd is taken (set to -1).
+ * @return 0; -ENOENT (@p c references no channel @p id); -EINVAL (not a
+ *         consumer endpoint claimed for @p c, or not an eventfd); -ENFILE
+ *         (the daemon holds REGISTRY_MAX_NOTIFY_FDS already).
+ */
+int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
+		    size_t whylen);
+
+/**
+ * A new descriptor (the caller's) of the eventfd of consumer endpoint
+ * @p endpoint of the channel numbered @p id, which @p c references.
+ * @return 0; -ENOENT (no such channel for @p c, or no eventfd for that
+ *         endpoint); -EINVAL (not a consumer endpoint); -EMFILE (dup).
+ */
+int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
+		  size_t whylen);
 
 /**
  * Working-set pinning, from the event loop: every REGISTRY_TICK_MS, look at

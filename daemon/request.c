@@ -262,7 +262,9 @@ static void finish(struct proto_msg *rep, struct reply *out)
 		rep->status = -EIO;
 		snprintf(rep->text, sizeof(rep->text), "internal error");
 		len = proto_encode(rep, out->buf);
+		reply_release_fd(out);
 		out->fd = -1;
+		out->fd_owned = false;
 		out->close_after = true;
 	}
 	out->len = (size_t)len;
@@ -274,6 +276,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 	int rc = proto_decode(pkt, len, false, req);
 
 	out->fd = -1;
+	out->fd_owned = false;
 	out->close_after = false;
 	if (ctx->in_fd >= 0 && (rc != 0 || !proto_request_takes_fd(req->h.type))) {
 		log_warn("pid %d uid %u: a descriptor with a request that takes none: closing the connection",
@@ -340,13 +343,24 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 	case PROTO_ADOPT:
 		rc = serve_adopt(ctx, c, req, rep);
 		break;
+	case PROTO_NOTIFY:
+		rc = registry_notify(ctx->reg, c, req->u.notify.id, req->u.notify.endpoint, &ctx->in_fd, rep->text,
+				     sizeof(rep->text));
+		break;
+	case PROTO_PEER:
+		rc = registry_peer(ctx->reg, c, req->u.peer.id, req->u.peer.endpoint, &out->fd, rep->text,
+				   sizeof(rep->text));
+		out->fd_owned = rc == 0;
+		break;
 	default: /* proto_decode() let through requests only */
 		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);
 		break;
 	}
 	rep->status = rc;
 	if (rc != 0) {
+		reply_release_fd(out);
 		out->fd = -1;
+		out->fd_owned = false;
 		log_debug("pid %d uid %u: %s: %s", (int)c->cred.pid, (unsigned)c->cred.uid,
 			  proto_type_name(req->h.type), rep->text);
 	}
@@ -362,6 +376,7 @@ void request_refuse(int err, struct reply *out)
 		 : err == -EPROTO ? "descriptors or control data that were not asked for"
 				  : "malformed request");
 	out->fd = -1;
+	out->fd_owned = false;
 	out->close_after = true;
 	finish(&rep, out);
 }
@@ -379,6 +394,7 @@ void request_deny(const uint8_t *pkt, size_t len, int err, const char *text, str
 	free(req);
 	snprintf(rep.text, sizeof(rep.text), "%s", text);
 	out->fd = -1;
+	out->fd_owned = false;
 	out->close_after = true;
 	finish(&rep, out);
 }

@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "protocol.h"
 #include "registry.h"
@@ -58,8 +59,19 @@ struct reply {
 	size_t len;
 	int fd;           /* a descriptor to send with it, or -1: a channel's, not owned; valid while
 			   * the connection is open (it references that channel from the OPEN on) */
+	bool fd_owned;    /* fd is the reply's own (a PEER reply's dup): closed by reply_release_fd()
+			   * once it is sent or dropped, so no later close of the original can make
+			   * a pending reply send another descriptor under the same number */
 	bool close_after; /* close the connection once it is sent */
 };
+
+/** Close the descriptor of @p r if it owns one (after sending it, or when
+ *  the reply is dropped). */
+static inline void reply_release_fd(const struct reply *r)
+{
+	if (r->fd_owned && r->fd >= 0)
+		close(r->fd);
+}
 
 /** Serve the packet @p pkt of @p len bytes from client @p c into @p out. */
 void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t *pkt, size_t len, struct reply *out);

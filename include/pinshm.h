@@ -278,8 +278,13 @@ PINSHM_EXPORT int pinshm_release(pinshm_channel_t *ch, const pinshm_msg_t *msg);
 /**
  * Give this consumer handle an eventfd (EFD_NONBLOCK advised) that producers
  * write to when a message arrives while the consumer is armed.  The caller
- * keeps ownership of @p efd.  Producers learn it with pinshm_channel_set_peer_fd()
- * (the daemon passes it over its socket).  @return 0 or -EINVAL.
+ * keeps ownership of @p efd.  Producers of a channel of one's own learn it
+ * with pinshm_channel_set_peer_fd().  For a handle from pinshm_open(), the
+ * daemon is given a copy (a NOTIFY request through the handle's client),
+ * and producers opened through it fetch it by themselves (PEER) when they
+ * first find this consumer armed.  Set it once, before the first arm.
+ * @return 0, -EINVAL (a producer; for the daemon: not an eventfd), or the
+ *         error of the NOTIFY request.
  */
 PINSHM_EXPORT int pinshm_channel_set_notify_fd(pinshm_channel_t *ch, int efd);
 

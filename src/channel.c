@@ -348,6 +348,13 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 		}
 		for (unsigned i = 0; i < consumers; i++)
 			ch->peer_fds[i] = -1;
+		ch->fetched = calloc(consumers, sizeof(*ch->fetched));
+		if (!ch->fetched) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		for (unsigned i = 0; i < consumers; i++)
+			ch->fetched[i].fd = -1;
 		rc = endpoint < 0 ? endpoint_claim(ch, 0, producers)
 				  : endpoint_adopt(ch, (unsigned)endpoint, 0, producers);
 		if (rc != 0)
@@ -398,6 +405,10 @@ void pinshm_channel_forget(pinshm_channel_t *ch)
 	if (ch->base)
 		munmap(ch->base, ch->map_size);
 	free(ch->peer_fds);
+	for (unsigned i = 0; ch->fetched && i < ch->g.max_consumers; i++)
+		if (ch->fetched[i].fd >= 0)
+			close(ch->fetched[i].fd);
+	free(ch->fetched);
 	free(ch->cursor);
 	free(ch->expect_seq);
 	free(ch);

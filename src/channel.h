@@ -23,6 +23,13 @@ enum consume_mode {
 	CONSUME_SHARED,     /* one of several consumers of a queue: records are claimed */
 };
 
+/* A consumer's eventfd fetched from pinshmd, for the consumer that holds the
+ * endpoint at generation `gen` (0: never fetched); fd -1: it has none. */
+struct fetched_peer {
+	int fd; /* owned by the handle */
+	uint32_t gen;
+};
+
 /* A record received in place and not yet released. */
 struct held_record {
 	uint32_t lane;
@@ -56,6 +63,7 @@ struct pinshm_channel {
 	uint64_t resv_start;  /* where it begins, padding included */
 	bool wake_pending;    /* committed with PINSHM_MORE */
 	int *peer_fds;        /* eventfd of each consumer endpoint, or -1 */
+	struct fetched_peer *fetched; /* eventfds fetched from pinshmd (PEER), per consumer endpoint */
 
 	/* Both: whether every peer has left, as of endpoint_changes == gone_changes. */
 	bool gone;
@@ -110,6 +118,12 @@ int channel_fail(pinshm_channel_t *ch, int err, const char *fmt, ...) __attribut
 /* client.c: a handle opened through the daemon. */
 /** Take @p ch out of its client's list (ch->client set). */
 void client_detach_channel(pinshm_channel_t *ch);
+/** Give the daemon consumer endpoint @p endpoint's eventfd @p efd (NOTIFY;
+ *  the caller keeps @p efd).  @return 0 or the error of the request. */
+int client_register_notify(struct pinshm_client *c, uint64_t id, unsigned endpoint, int efd);
+/** Fetch consumer endpoint @p endpoint's eventfd from the daemon (PEER) into
+ *  *@p fd (a new descriptor).  @return 0 or the error of the request. */
+int client_fetch_peer(struct pinshm_client *c, uint64_t id, unsigned endpoint, int *fd);
 /** Tell the daemon that endpoint @p endpoint of channel @p id is closed
  *  (CLOSE).  @return 0 or the error of the request. */
 int client_close_endpoint(struct pinshm_client *c, uint64_t id, unsigned endpoint);

@@ -163,7 +163,7 @@ static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 	else if (rc == 0 && rep->h.type != (type | PROTO_REPLY) && rep->h.type != PROTO_ERROR)
 		rc = client_fail(c, -EPROTO, "pinshmd answered %s with %s", proto_type_name(type),
 				 proto_type_name(rep->h.type));
-	else if (rc == 0 && (rep->status == 0 && rep->h.type == (PROTO_OPEN | PROTO_REPLY)) != (nfds == 1))
+	else if (rc == 0 && (rep->status == 0 && proto_reply_gives_fd(rep->h.type)) != (nfds == 1))
 		rc = client_fail(c, -EPROTO, "pinshmd sent %u descriptors with its %s reply", nfds,
 				 proto_type_name(type));
 	else if (rc == -EPROTO)
@@ -545,6 +545,27 @@ int pinshm_channel_relock(pinshm_channel_t *ch)
 		return channel_fail(ch, -ENOTCONN, "unlocked by pinshmd, and no connection to ask it again");
 	req.u.relock.id = ch->daemon_id;
 	return transact(ch->client, &req, &rep, NULL);
+}
+
+int client_register_notify(pinshm_client_t *c, uint64_t id, unsigned endpoint, int efd)
+{
+	struct proto_msg req = {.h.type = PROTO_NOTIFY}, rep;
+
+	req.u.notify.id = id;
+	req.u.notify.endpoint = endpoint;
+	c->out_fd = efd;
+	int rc = transact(c, &req, &rep, NULL);
+	c->out_fd = -1;
+	return rc;
+}
+
+int client_fetch_peer(pinshm_client_t *c, uint64_t id, unsigned endpoint, int *fd)
+{
+	struct proto_msg req = {.h.type = PROTO_PEER}, rep;
+
+	req.u.peer.id = id;
+	req.u.peer.endpoint = endpoint;
+	return transact(c, &req, &rep, fd);
 }
 
 int client_close_endpoint(pinshm_client_t *c, uint64_t id, unsigned endpoint)

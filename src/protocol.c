@@ -236,7 +236,7 @@ static void get_client(struct rd *r, struct proto_client_entry *c)
 
 static bool is_request(uint16_t type)
 {
-	return (type >= PROTO_HELLO && type <= PROTO_RELOCK) || type == PROTO_ADOPT;
+	return type >= PROTO_HELLO && type <= PROTO_PEER;
 }
 
 static bool is_reply(uint16_t type)
@@ -359,6 +359,11 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 	case PROTO_RELOCK:
 		put_u64(&w, m->u.relock.id);
 		break;
+	case PROTO_NOTIFY:
+	case PROTO_PEER:
+		put_u64(&w, m->u.notify.id);
+		put_u32(&w, m->u.notify.endpoint);
+		break;
 	case PROTO_STAT | PROTO_REPLY:
 		put_entry(&w, &m->u.stat_reply.entry);
 		break;
@@ -372,7 +377,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 		put_u64(&w, m->u.adopt_reply.id);
 		put_u32(&w, m->u.adopt_reply.flags);
 		break;
-	default: /* SHUTDOWN, and the UNLINK, SHUTDOWN, CLOSE and RELOCK replies: nothing more */
+	default: /* SHUTDOWN, and the UNLINK, SHUTDOWN, CLOSE, RELOCK, NOTIFY and PEER replies: nothing more */
 		break;
 	}
 done:
@@ -531,6 +536,11 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 	case PROTO_RELOCK:
 		m->u.relock.id = get_u64(&r);
 		break;
+	case PROTO_NOTIFY:
+	case PROTO_PEER:
+		m->u.notify.id = get_u64(&r);
+		m->u.notify.endpoint = get_u32(&r);
+		break;
 	case PROTO_STAT | PROTO_REPLY:
 		get_entry(&r, &m->u.stat_reply.entry);
 		break;
@@ -622,6 +632,10 @@ const char *proto_type_name(uint16_t type)
 		return "STAT";
 	case PROTO_RELOCK:
 		return "RELOCK";
+	case PROTO_NOTIFY:
+		return "NOTIFY";
+	case PROTO_PEER:
+		return "PEER";
 	case PROTO_ADOPT:
 		return "ADOPT";
 	default:
@@ -656,5 +670,10 @@ int proto_user_socket_path(char *buf, size_t len, uid_t uid)
 
 bool proto_request_takes_fd(uint16_t type)
 {
-	return type == PROTO_ADOPT;
+	return type == PROTO_ADOPT || type == PROTO_NOTIFY;
+}
+
+bool proto_reply_gives_fd(uint16_t type)
+{
+	return type == (PROTO_OPEN | PROTO_REPLY) || type == (PROTO_PEER | PROTO_REPLY);
 }

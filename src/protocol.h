@@ -7,7 +7,8 @@
  * Transport: a SOCK_SEQPACKET Unix socket.  One packet is one message; a
  * client sends a request and waits for its reply before the next, and the
  * daemon answers every request in order.  Descriptors travel with
- * SCM_RIGHTS (fdpass.h): only an OPEN reply and an ADOPT request carry one.
+ * SCM_RIGHTS (fdpass.h): only OPEN and PEER replies and ADOPT and NOTIFY
+ * requests carry one.
  *
  * Every packet starts with a 16-byte header, then a body.  All integers
  * are little-endian, fields are packed with no padding:
@@ -76,6 +77,8 @@ enum proto_type {
 	PROTO_ADOPT = 12,   /* body: name, u32 kind, u32 flags, u64 capacity, u32 max_message,
 			     *       u32 max_producers, u32 max_consumers, u32 role, u32 endpoint;
 			     *       with one descriptor: the channel's segment */
+	PROTO_NOTIFY = 13,  /* body: u64 channel id, u32 endpoint; with one descriptor: its eventfd */
+	PROTO_PEER = 14,    /* body: u64 channel id, u32 endpoint; the reply carries that eventfd */
 	PROTO_REPLY = 0x8000,
 	PROTO_ERROR = 0xffff,
 };
@@ -238,6 +241,10 @@ struct proto_msg {
 			uint64_t id; /* the channel's number (CREATE and OPEN replies) */
 		} relock;
 		struct {
+			uint64_t id;       /* the channel's number */
+			uint32_t endpoint; /* a consumer endpoint */
+		} notify, peer; /* NOTIFY, PEER */
+		struct {
 			struct proto_list_entry entry;
 		} stat_reply;
 		struct {
@@ -304,8 +311,12 @@ int proto_user_socket_dir(char *buf, size_t len, uid_t uid);
  *  @return 0, or -ENAMETOOLONG if it does not fit @p len or a sockaddr_un. */
 int proto_user_socket_path(char *buf, size_t len, uid_t uid);
 
-/** Whether a request of @p type comes with one descriptor (ADOPT); every
- *  other request comes with none. */
+/** Whether a request of @p type comes with one descriptor (ADOPT, NOTIFY);
+ *  every other request comes with none. */
 bool proto_request_takes_fd(uint16_t type);
+
+/** Whether a successful reply of type @p type (OPEN, PEER) comes with one
+ *  descriptor; every other reply comes with none. */
+bool proto_reply_gives_fd(uint16_t type);
 
 #endif /* PINSHM_PROTOCOL_H */

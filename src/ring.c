@@ -188,16 +188,45 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 	return 0;
 }
 
-/* Write the eventfd of every consumer armed on one that we know. */
+/*
+ * The eventfd of armed consumer @p c fetched from pinshmd, for a handle
+ * opened through it: asked once per consumer (endpoint generation), on the
+ * slow path of a producer that finds it armed (a request to the daemon
+ * through the handle's client).  @return the descriptor, or -1.
+ */
+static int fetched_peer_fd(pinshm_channel_t *ch, unsigned c, struct endpoint *ep)
+{
+	struct fetched_peer *f = &ch->fetched[c];
+	uint32_t gen = atomic_load_explicit(&ep->generation, memory_order_relaxed);
+
+	if (!ch->client || gen == f->gen)
+		return f->fd;
+	if (f->fd >= 0)
+		close(f->fd);
+	f->fd = -1;
+	f->gen = gen;
+	if (client_fetch_peer(ch->client, ch->daemon_id, ch->g.max_producers + c, &f->fd) != 0)
+		f->fd = -1;
+	return f->fd;
+}
+
+/* Write the eventfd of every consumer armed on one that we know (given by
+ * pinshm_channel_set_peer_fd(), else fetched from pinshmd). */
 void producer_notify_armed(pinshm_channel_t *ch)
 {
 	for (unsigned c = 0; c < ch->g.max_consumers; c++) {
-		if (ch->peer_fds[c] < 0)
-			continue;
 		struct endpoint *ep = seg_endpoint(&ch->g, ch->base, ch->g.max_producers + c);
+		int fd = ch->peer_fds[c];
+		if (fd < 0) {
+			if (!atomic_load_explicit(&ep->armed, memory_order_relaxed))
+				continue;
+			fd = fetched_peer_fd(ch, c, ep);
+			if (fd < 0)
+				continue;
+		}
 		if (atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel)) {
 			uint64_t one = 1;
-			ssize_t n = write(ch->peer_fds[c], &one, sizeof(one));
+			ssize_t n = write(fd, &one, sizeof(one));
 			(void)n; /* a full eventfd is already readable */
 		}
 	}
@@ -1030,6 +1059,9 @@ int pinshm_channel_set_notify_fd(pinshm_channel_t *ch, int efd)
 	if (ch->role != PINSHM_CONSUMER)
 		return channel_fail(ch, -EINVAL, "not a consumer");
 	ch->notify_fd = efd;
+	/* Opened through pinshmd: it carries the eventfd to the producers. */
+	if (ch->client && efd >= 0)
+		return client_register_notify(ch->client, ch->daemon_id, ch->endpoint, efd);
 	return 0;
 }
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -2148,6 +2149,132 @@ END_TEST
 /* ======================================================================== */
 
 /* ======================================================================== */
+/* eventfds carried between processes                                       */
+/* ======================================================================== */
+
+#define EV_MESSAGES 3
+
+/* A consumer in its own process that waits in poll() on its eventfd only:
+ * it gets every message only if the producer, in another process, learns
+ * that eventfd from the daemon and signals it. */
+static int ev_consumer(void *arg, int idx)
+{
+	const char *sock = arg;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch = child_open(sock, "ev", PINSHM_CONSUMER, &c);
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	char buf[16];
+	size_t len;
+	int rc;
+
+	(void)idx;
+	if (efd < 0 || (rc = pinshm_channel_set_notify_fd(ch, efd)) != 0)
+		tu_child_fail(4, "set_notify_fd: %s (%s)", efd < 0 ? "eventfd" : pinshm_strerror(rc),
+			      pinshm_client_error(c));
+	for (int got = 0; got < EV_MESSAGES;) {
+		rc = pinshm_channel_arm(ch);
+		if (rc == 0) {
+			struct pollfd p = {.fd = efd, .events = POLLIN};
+			if (poll(&p, 1, 10000) != 1)
+				tu_child_fail(5, "no wake-up on the eventfd in 10 s (%d of %d messages)", got,
+					      EV_MESSAGES);
+			uint64_t n;
+			if (read(efd, &n, sizeof(n)) != sizeof(n))
+				tu_child_fail(6, "read eventfd: %s", strerror(errno));
+		} else if (rc != -EAGAIN) {
+			tu_child_fail(7, "arm: %s", pinshm_strerror(rc));
+		}
+		while ((rc = pinshm_recv(ch, buf, sizeof(buf), &len, PINSHM_NONBLOCK)) == 0) {
+			char want[16];
+			snprintf(want, sizeof(want), "m%d", got++);
+			if (strcmp(buf, want) != 0)
+				tu_child_fail(8, "got '%s', want '%s'", buf, want);
+		}
+		if (rc != -EAGAIN)
+			tu_child_fail(9, "recv: %s", pinshm_strerror(rc));
+	}
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	close(efd);
+	return 0;
+}
+
+/* NOTIFY and PEER: a consumer's eventfd reaches producers of other
+ * processes through the daemon; what is not an eventfd, or not the caller's
+ * endpoint, is refused. */
+START_TEST(test_eventfd_handover)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *tx;
+	struct tu_procs ps;
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "ev", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_open(c, "ev", PINSHM_PRODUCER, &tx), 0);
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "consumer", ev_consumer, d.sock, 0);
+	for (int i = 0; i < EV_MESSAGES; i++) {
+		char msg[16];
+		tu_sleep_ms(200); /* the consumer goes to sleep in poll() meanwhile */
+		snprintf(msg, sizeof(msg), "m%d", i);
+		TU_RC(pinshm_send(tx, msg, strlen(msg) + 1, CALL_MS), 0);
+	}
+	tu_wait_all_ok(&ps, WAIT_MS);
+	pinshm_channel_close(tx);
+
+	/* By hand: NOTIFY of an endpoint not its own, with no descriptor, with
+	 * a pipe; PEER of an endpoint with no eventfd, then with one. */
+	CLIENT_RC(c, pinshm_create(c, "ev-raw", &attr, 0600, 0), 0);
+	int s = raw_connect(d.sock);
+	struct pkt p;
+	struct proto_msg m;
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_OPEN, 1);
+	pk_name(&p, "ev-raw");
+	pk_le(&p, PINSHM_CONSUMER, 4);
+	pk_end(&p);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_int_eq(m.status, 0);
+	uint64_t id = m.u.open_reply.id;
+	uint32_t ep = m.u.open_reply.endpoint;
+	int pipefd[2];
+	ck_assert_int_eq(pipe(pipefd), 0);
+	int efd = eventfd(0, EFD_CLOEXEC);
+	ck_assert_int_ge(efd, 0);
+	static const struct {
+		uint16_t type;
+		uint32_t ep_delta; /* added to the consumer endpoint */
+		int which;         /* descriptor: 0 none, 1 pipe, 2 eventfd */
+		int status;
+	} steps[] = {
+		{PROTO_PEER, 0, 0, -ENOENT},   {PROTO_NOTIFY, 0, 0, -EINVAL}, {PROTO_NOTIFY, 0, 1, -EINVAL},
+		{PROTO_NOTIFY, 1, 2, -EINVAL}, {PROTO_PEER, 1, 0, -EINVAL},   {PROTO_NOTIFY, 0, 2, 0},
+		{PROTO_PEER, 0, 0, 0},
+	};
+	for (unsigned i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		int fd = steps[i].which == 1 ? pipefd[1] : steps[i].which == 2 ? efd : -1;
+		pk_header(&p, PROTO_MAGIC, PROTO_VERSION, steps[i].type, 20 + i);
+		pk_le(&p, id, 8);
+		pk_le(&p, ep + steps[i].ep_delta, 4);
+		pk_end(&p);
+		raw_send(s, &p, fd, fd >= 0 ? 1 : 0);
+		raw_reply(s, &m); /* a descriptor with the PEER reply is dropped by recv() */
+		ck_assert_uint_eq(m.h.seq, 20 + i);
+		ck_assert_msg(m.status == steps[i].status, "step %u: %d (%s)", i, m.status, m.text);
+	}
+	close(s);
+	close(pipefd[0]);
+	close(pipefd[1]);
+	close(efd);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* ======================================================================== */
 /* working-set pinning                                                       */
 /* ======================================================================== */
 
@@ -2316,6 +2443,11 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_reload);
 	tcase_add_test(tc, test_access);
 	tcase_add_test(tc, test_notify);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("events");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_eventfd_handover);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("pinning");

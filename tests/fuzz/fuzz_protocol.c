@@ -17,8 +17,8 @@
  * - an accepted request encodes back to exactly the same bytes; an accepted
  *   reply encodes to a packet of the same length that decodes again to the
  *   same encoding (the text's unprintable bytes become '?' once);
- * - the client takes a descriptor only with a successful OPEN reply, and
- *   pinshmd refuses any request that came with one, but an ADOPT.
+ * - the client takes a descriptor only with a successful OPEN or PEER reply, and
+ *   pinshmd refuses any request that came with one, but an ADOPT or a NOTIFY.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -157,17 +157,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	unsigned nfds = fds - 1;
 	if (reply) {
 		/* The client's rule (client.c transact()): a descriptor comes
-		 * with a successful OPEN reply and with nothing else.  It asks
-		 * fdpass_recv() for at most one: more never reach this point. */
+		 * with a successful OPEN or PEER reply and with nothing else.  It
+		 * asks fdpass_recv() for at most one: more never reach this point. */
 		if (nfds > 1)
 			return 0;
-		bool wants_fd = rc == 0 && m.status == 0 && m.h.type == (PROTO_OPEN | PROTO_REPLY);
+		bool gives = m.h.type == (PROTO_OPEN | PROTO_REPLY) || m.h.type == (PROTO_PEER | PROTO_REPLY);
+		FUZZ_CHECK(rc != 0 || gives == proto_reply_gives_fd(m.h.type));
+		bool wants_fd = rc == 0 && m.status == 0 && gives;
 		bool accepted = rc == 0 && wants_fd == (nfds == 1);
-		FUZZ_CHECK(!accepted || nfds == 0 || (m.h.type == (PROTO_OPEN | PROTO_REPLY) && m.status == 0));
-		FUZZ_CHECK(!accepted || nfds == 1 || m.h.type != (PROTO_OPEN | PROTO_REPLY) || m.status != 0);
+		FUZZ_CHECK(!accepted || nfds == 0 || (gives && m.status == 0));
+		FUZZ_CHECK(!accepted || nfds == 1 || !gives || m.status != 0);
 	} else if (nfds > 0 && !(rc == 0 && nfds == 1 && proto_request_takes_fd(m.h.type))) {
 		/* pinshmd refuses a request that came with descriptors (but an
-		 * ADOPT with its one), and echoes its seq where the header could
+		 * ADOPT or a NOTIFY with its one), and echoes its seq where the header could
 		 * be read. */
 		struct proto_msg err = {.h.type = PROTO_ERROR, .status = -EPROTO};
 		static uint8_t out[PROTO_MAX_PACKET];
