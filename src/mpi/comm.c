@@ -143,7 +143,7 @@ uint64_t pm_comm_derive(MPI_Comm parent)
 	return splitmix64(p->ctx ^ splitmix64(p->derived)) | CTX_DERIVED;
 }
 
-static void drop_entry(struct pm_comm *c)
+static void free_entry(struct pm_comm *c)
 {
 	while (c->unexp.head) {
 		struct pm_unexp *u = pm_container(c->unexp.head, struct pm_unexp, link);
@@ -154,7 +154,16 @@ static void drop_entry(struct pm_comm *c)
 	free(c);
 }
 
-/* Unlink @p c from the tables; freed now or when its last op lets go. */
+static void drop_entry(struct pm_comm *c)
+{
+	if (pm_comm_by_ctx(c->ctx) == c)
+		table_del(&by_ctx, (uintptr_t)c->ctx);
+	free_entry(c);
+}
+
+/* MPI_Comm_free: the handle may name another communicator from now on,
+ * but operations still pending on this one complete normally, so its
+ * context keeps matching records until its last op lets go. */
 static void forget(struct pm_comm *c)
 {
 	if (c->forgotten)
@@ -163,8 +172,6 @@ static void forget(struct pm_comm *c)
 	if (last == c)
 		last = NULL;
 	table_del(&by_handle, (uintptr_t)c->comm);
-	if (pm_comm_by_ctx(c->ctx) == c)
-		table_del(&by_ctx, (uintptr_t)c->ctx);
 	if (c->refs == 0)
 		drop_entry(c);
 }
@@ -263,14 +270,15 @@ int pm_comm_setup(void)
 
 void pm_comm_teardown(void)
 {
-	for (size_t i = 0; i < by_handle.n; i++) {
-		struct pm_comm *c = by_handle.s[i].c;
-		if (c) {
-			c->refs = 0;
-			by_handle.s[i].c = NULL;
-			drop_entry(c);
-		}
+	/* Forgotten entries are only in by_ctx, the others in by_handle. */
+	for (size_t i = 0; i < by_ctx.n; i++) {
+		struct pm_comm *c = by_ctx.s[i].c;
+		if (c && c->forgotten)
+			free_entry(c);
 	}
+	for (size_t i = 0; i < by_handle.n; i++)
+		if (by_handle.s[i].c)
+			free_entry(by_handle.s[i].c);
 	free(by_handle.s);
 	free(by_ctx.s);
 	memset(&by_handle, 0, sizeof(by_handle));

@@ -14,6 +14,7 @@
  * library to MPI_PROC_NULL (persist.c).  A table maps those handles to ops.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,8 @@ void pm_list_remove(struct pm_list *l, struct pm_link *e)
 }
 
 /* ---- the op table -------------------------------------------------------- */
+
+static void release_type(struct pm_op *op);
 
 static struct pm_op **table; /* index -> op, NULL when free */
 static uint32_t table_len, table_cap;
@@ -104,6 +107,7 @@ void pm_op_free(struct pm_op *op)
 {
 	free(op->tmp);
 	op->tmp = NULL;
+	release_type(op);
 	pm_comm_release(op->comm);
 	op->comm = NULL;
 	table[op->index] = NULL;
@@ -332,9 +336,10 @@ static bool type_is_flat(MPI_Datatype dtype)
  * cache. */
 struct type_info {
 	MPI_Datatype type;
-	int size;
+	MPI_Count size;
 	MPI_Aint tlb, extent;
 	bool flat;
+	bool named; /* predefined: never freed */
 };
 
 static struct type_info type_cache[64];
@@ -344,10 +349,20 @@ static const struct type_info *type_info(MPI_Datatype dtype)
 	struct type_info *t = &type_cache[((uintptr_t)dtype >> 4) & 63];
 	if (t->type == dtype && dtype != MPI_DATATYPE_NULL)
 		return t;
-	int size = 0;
+	MPI_Count size = 0;
 	MPI_Aint lb, extent, tlb, textent;
-	if (PMPI_Type_size(dtype, &size) != MPI_SUCCESS)
+	int ni, na, nd, combiner;
+	if (PMPI_Type_size_x(dtype, &size) != MPI_SUCCESS || size < 0 ||
+	    PMPI_Type_get_envelope(dtype, &ni, &na, &nd, &combiner) != MPI_SUCCESS)
 		return NULL;
+	if (combiner != MPI_COMBINER_NAMED) {
+		/* A derived type must be committed: packing none of it says so
+		 * (the library checks that there, and may crash elsewhere). */
+		char none;
+		int pos = 0;
+		if (PMPI_Pack(&none, 0, dtype, &none, 0, &pos, pm.quiet_comm) != MPI_SUCCESS)
+			return NULL;
+	}
 	PMPI_Type_get_extent(dtype, &lb, &extent);
 	PMPI_Type_get_true_extent(dtype, &tlb, &textent);
 	t->type = dtype;
@@ -355,6 +370,7 @@ static const struct type_info *type_info(MPI_Datatype dtype)
 	t->tlb = tlb;
 	t->extent = extent;
 	t->flat = type_is_flat(dtype);
+	t->named = combiner == MPI_COMBINER_NAMED;
 	return t;
 }
 
@@ -362,6 +378,37 @@ int MPI_Type_free(MPI_Datatype *datatype)
 {
 	memset(type_cache, 0, sizeof(type_cache));
 	return PMPI_Type_free(datatype);
+}
+
+/* An op keeps its own reference (a duplicate) to a derived datatype that
+ * it uses after the call that started it returns, as MPI lets the user
+ * free the type meanwhile. */
+static int hold_type(struct pm_op *op, const struct type_info *t)
+{
+	if (t->named || op->dtype_held)
+		return MPI_SUCCESS;
+	MPI_Datatype dup;
+	int rc = PMPI_Type_dup(op->dtype, &dup);
+	if (rc != MPI_SUCCESS)
+		return rc;
+	op->dtype = dup;
+	op->dtype_held = true;
+	return MPI_SUCCESS;
+}
+
+int pm_op_hold_type(struct pm_op *op)
+{
+	const struct type_info *t = type_info(op->dtype);
+	return t ? hold_type(op, t) : MPI_ERR_TYPE;
+}
+
+static void release_type(struct pm_op *op)
+{
+	if (op->dtype_held) {
+		memset(type_cache, 0, sizeof(type_cache)); /* its handle may come back */
+		PMPI_Type_free(&op->dtype);
+		op->dtype_held = false;
+	}
 }
 
 const void *pm_flat_data(const void *buf, int count, MPI_Datatype dtype, size_t *bytes)
@@ -382,6 +429,8 @@ int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtyp
 	op->count = count;
 	op->dtype = dtype;
 	op->bytes = (size_t)t->size * (size_t)count;
+	if ((op->kind == OP_RECV || op->persistent) && hold_type(op, t) != MPI_SUCCESS)
+		return MPI_ERR_TYPE;
 	if (op->bytes == 0) {
 		op->contiguous = true;
 		op->data = NULL;
@@ -392,18 +441,20 @@ int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtyp
 		op->data = (char *)((uintptr_t)buf + (uintptr_t)t->tlb); /* MPI_BOTTOM + address */
 		return MPI_SUCCESS;
 	}
+	/* MPI_Pack and MPI_Unpack count bytes in an int. */
+	if (op->bytes > INT_MAX)
+		return MPI_ERR_COUNT;
 	op->contiguous = false;
 	op->data = NULL;
 	if (op->kind == OP_SEND) {
+		/* One node: the packed form is the type's bytes, as MPI_Pack_size
+		 * says for a homogeneous job. */
 		MPI_Comm comm = op->comm ? op->comm->comm : MPI_COMM_SELF;
-		int psize = 0, pos = 0;
-		int rc = PMPI_Pack_size(count, dtype, comm, &psize);
-		if (rc != MPI_SUCCESS)
-			return rc;
+		int psize = (int)op->bytes, pos = 0, rc;
 		op->tmp = malloc(psize ? (size_t)psize : 1);
 		if (!op->tmp)
 			return MPI_ERR_NO_MEM;
-		rc = PMPI_Pack(buf, count, dtype, op->tmp, psize, &pos, comm);
+		rc = PMPI_Pack(buf, count, op->dtype, op->tmp, psize, &pos, comm);
 		if (rc != MPI_SUCCESS)
 			return rc;
 		op->data = op->tmp;

@@ -48,7 +48,12 @@ static int init_op(const void *buf, int count, MPI_Datatype dtype, int peer, int
 	op->ubuf = buf;
 	op->count = count;
 	op->dtype = dtype;
-	int rc = kind == OP_SEND ? PMPI_Send_init(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, &op->handle)
+	int rc = pm_op_hold_type(op); /* the user may free the type before a start */
+	if (rc != MPI_SUCCESS) {
+		pm_op_free(op);
+		return pm_comm_error(comm, rc);
+	}
+	rc = kind == OP_SEND ? PMPI_Send_init(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, &op->handle)
 				 : PMPI_Recv_init(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, &op->handle);
 	if (rc != MPI_SUCCESS) {
 		pm_op_free(op);

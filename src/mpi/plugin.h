@@ -143,6 +143,7 @@ struct pm_op {
 	size_t bytes;           /* send: message length; receive: room */
 	char *tmp;              /* packed copy (non-contiguous types, buffered sends) */
 	bool contiguous;
+	bool dtype_held;        /* dtype is the op's own duplicate */
 
 	/* Progress. */
 	uint64_t offset;        /* stream: bytes sent or received so far */
@@ -165,6 +166,8 @@ struct pm_op *pm_op_by_id(uint64_t id);
 /* Describe the user's buffer; packs a send's non-contiguous data into tmp.
  * @return MPI_SUCCESS or an MPI error code. */
 int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtype);
+/* Take the op's own reference to op->dtype (a duplicate, if derived). */
+int pm_op_hold_type(struct pm_op *op);
 void pm_op_complete(struct pm_op *op); /* mark done, signal its handle */
 /* Fill @p status (may be MPI_STATUS_IGNORE) from a finished op. */
 void pm_op_status(const struct pm_op *op, MPI_Status *status);
@@ -283,6 +286,7 @@ struct pm_state {
 	int *local_world;   /* node index -> world rank */
 	int *world_local;   /* world rank -> node index or -1 */
 	MPI_Comm node_comm; /* private: the ranks of the (pretend) node */
+	MPI_Comm quiet_comm; /* private: MPI_COMM_SELF with MPI_ERRORS_RETURN, for checks */
 	MPI_Group world_group;
 	pinshm_client_t *client;
 	pinshm_channel_t *in; /* this rank's inbound queue */

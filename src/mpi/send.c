@@ -26,8 +26,8 @@ struct pm_comm *pm_send_route(MPI_Comm comm, int dest, int tag, int count)
 
 uint64_t pm_type_bytes(MPI_Datatype dtype, int count)
 {
-	int size = 0;
-	if (count <= 0 || PMPI_Type_size(dtype, &size) != MPI_SUCCESS || size < 0)
+	MPI_Count size = 0;
+	if (count <= 0 || PMPI_Type_size_x(dtype, &size) != MPI_SUCCESS || size < 0)
 		return 0;
 	return (uint64_t)size * (uint64_t)count;
 }
@@ -103,11 +103,11 @@ static int nonblocking_send(const void *buf, int count, MPI_Datatype dtype, int 
 	}
 	struct pm_op *op;
 	int rc = pm_send_op(c, buf, count, dtype, dest, tag, mode, family, &op);
-	if (rc == MPI_SUCCESS)
-		rc = pm_op_handle(op);
+	if (rc != MPI_SUCCESS)
+		return pm_comm_error(comm, rc); /* pm_send_op freed the op */
+	rc = pm_op_handle(op);
 	if (rc != MPI_SUCCESS) {
-		if (op && rc != MPI_SUCCESS && op->handle == MPI_REQUEST_NULL)
-			pm_op_free(op);
+		pm_op_free(op);
 		return pm_comm_error(comm, rc);
 	}
 	pm_send_start(op);

@@ -233,6 +233,8 @@ static void free_state(void)
 		PMPI_Group_free(&pm.world_group);
 	if (pm.node_comm != MPI_COMM_NULL)
 		PMPI_Comm_free(&pm.node_comm);
+	if (pm.quiet_comm != MPI_COMM_NULL)
+		PMPI_Comm_free(&pm.quiet_comm);
 }
 
 /* ---- MPI_Init ------------------------------------------------------------ */
@@ -242,6 +244,7 @@ static void setup(int provided)
 	char why[512] = "";
 	int rc = 0;
 	pm.node_comm = MPI_COMM_NULL;
+	pm.quiet_comm = MPI_COMM_NULL;
 	pm.world_group = MPI_GROUP_NULL;
 	PMPI_Comm_rank(MPI_COMM_WORLD, &pm.world_rank);
 	PMPI_Comm_size(MPI_COMM_WORLD, &pm.world_size);
@@ -315,6 +318,8 @@ static void setup(int provided)
 	int *ub = NULL, found = 0;
 	PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
 	pm.tag_ub = found && ub ? *ub : 32767;
+	PMPI_Comm_dup(MPI_COMM_SELF, &pm.quiet_comm);
+	PMPI_Comm_set_errhandler(pm.quiet_comm, MPI_ERRORS_RETURN);
 	pm.active = true;
 	if (pm_comm_setup() != MPI_SUCCESS) {
 		fprintf(stderr, "pinshm-mpi: rank %d: out of memory\n", pm.world_rank);
