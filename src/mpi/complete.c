@@ -182,10 +182,11 @@ int MPI_Cancel(MPI_Request *request)
 
 /* ---- all ------------------------------------------------------------------- */
 
-/* Finish every op of ours (all done) into statuses[i]; @return whether any failed. */
-static bool finish_ours(int count, MPI_Request reqs[], MPI_Status statuses[])
+/* Finish every op of ours (all done) into statuses[i]; @return the
+ * communicator of the first that failed, or MPI_COMM_NULL. */
+static MPI_Comm finish_ours(int count, MPI_Request reqs[], MPI_Status statuses[])
 {
-	bool failed = false;
+	MPI_Comm failed = MPI_COMM_NULL;
 	for (int i = 0; i < count; i++) {
 		struct pm_op *op = pm_op_by_handle(reqs[i]);
 		if (!op)
@@ -197,8 +198,9 @@ static bool finish_ours(int count, MPI_Request reqs[], MPI_Status statuses[])
 				st->MPI_ERROR = MPI_SUCCESS;
 			continue;
 		}
-		if (finish(&reqs[i], op, st, true) != MPI_SUCCESS)
-			failed = true;
+		MPI_Comm comm = error_comm(op);
+		if (finish(&reqs[i], op, st, true) != MPI_SUCCESS && failed == MPI_COMM_NULL)
+			failed = comm;
 	}
 	return failed;
 }
@@ -236,13 +238,14 @@ static void null_statuses(int count, const MPI_Request before[], MPI_Status stat
 		}
 }
 
-static int all_error(bool failed, int count, MPI_Request reqs[])
+/* The outcome of an "all" or "some" call: MPI_ERR_IN_STATUS if one of
+ * ours failed (through the error handler of its communicator) or one of
+ * the library's did (whose handler the library has called already). */
+static int multi_error(MPI_Comm ours_failed, int lib_rc)
 {
-	(void)count;
-	(void)reqs;
-	if (!failed)
-		return MPI_SUCCESS;
-	return pm_comm_error(MPI_COMM_WORLD, MPI_ERR_IN_STATUS);
+	if (ours_failed != MPI_COMM_NULL)
+		return pm_comm_error(ours_failed, MPI_ERR_IN_STATUS);
+	return lib_rc == MPI_SUCCESS ? MPI_SUCCESS : MPI_ERR_IN_STATUS;
 }
 
 int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
@@ -260,8 +263,7 @@ int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
 	subset_back(&s, reqs);
 	subset_statuses(&s, statuses, rc);
 	subset_free(&s);
-	bool failed = finish_ours(count, reqs, statuses) || rc != MPI_SUCCESS;
-	return all_error(failed, count, reqs);
+	return multi_error(finish_ours(count, reqs, statuses), rc);
 }
 
 int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[])
@@ -288,8 +290,7 @@ int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[])
 	subset_back(&s, reqs);
 	subset_statuses(&s, statuses, rc);
 	subset_free(&s);
-	bool failed = finish_ours(count, reqs, statuses) || rc != MPI_SUCCESS;
-	return all_error(failed, count, reqs);
+	return multi_error(finish_ours(count, reqs, statuses), rc);
 }
 
 /* ---- any --------------------------------------------------------------------- */
@@ -377,7 +378,7 @@ int MPI_Testany(int count, MPI_Request reqs[], int *index, int *flag, MPI_Status
 /* One look for every completed request. @return how many (*out), or -1
  * when none is active. */
 static int some_pass(int count, MPI_Request reqs[], struct subset *s, int indices[], MPI_Status statuses[],
-		     bool *failed)
+		     MPI_Comm *ours_failed, int *lib_rc)
 {
 	int n = 0;
 	bool active = false;
@@ -390,15 +391,16 @@ static int some_pass(int count, MPI_Request reqs[], struct subset *s, int indice
 			continue;
 		}
 		MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[n];
-		if (finish(&reqs[i], op, st, true) != MPI_SUCCESS)
-			*failed = true;
+		MPI_Comm comm = error_comm(op);
+		if (finish(&reqs[i], op, st, true) != MPI_SUCCESS && *ours_failed == MPI_COMM_NULL)
+			*ours_failed = comm;
 		indices[n++] = i;
 	}
 	if (s->n) {
 		int out = MPI_UNDEFINED;
 		int rc = PMPI_Testsome(s->n, s->reqs, &out, s->done, s->st);
 		if (rc != MPI_SUCCESS)
-			*failed = true;
+			*lib_rc = rc;
 		if (out != MPI_UNDEFINED) {
 			active = true;
 			for (int j = 0; j < out; j++) {
@@ -420,12 +422,13 @@ static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], M
 {
 	struct subset s;
 	int rc = subset_make(&s, incount, reqs);
-	bool failed = false;
+	MPI_Comm ours_failed = MPI_COMM_NULL;
+	int lib_rc = MPI_SUCCESS;
 	unsigned idle = 0;
 	if (!wait)
 		pm_progress();
 	while (rc == MPI_SUCCESS) {
-		int n = some_pass(incount, reqs, &s, indices, statuses, &failed);
+		int n = some_pass(incount, reqs, &s, indices, statuses, &ours_failed, &lib_rc);
 		if (n != 0 || !wait) {
 			*outcount = n < 0 ? MPI_UNDEFINED : n;
 			break;
@@ -435,7 +438,7 @@ static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], M
 	subset_free(&s);
 	if (rc != MPI_SUCCESS)
 		return rc;
-	return failed ? pm_comm_error(MPI_COMM_WORLD, MPI_ERR_IN_STATUS) : MPI_SUCCESS;
+	return multi_error(ours_failed, lib_rc);
 }
 
 int MPI_Waitsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[])

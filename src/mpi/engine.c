@@ -385,7 +385,8 @@ static void take_rts(struct pm_op *op, const struct pm_unexp *e)
 	op->remote_id = e->sid;
 	op->reply_to = e->from;
 	op->offset = 0;
-	if ((e->flags & REC_CMA) && copy_from_sender(op, e->pid, e->addr)) {
+	/* Only from the process that owns the lane it came on. */
+	if ((e->flags & REC_CMA) && e->pid == (uint32_t)pm.local_pid[e->from] && copy_from_sender(op, e->pid, e->addr)) {
 		struct rec_cts c = {.h = {.type = REC_CTS, .flags = REC_DONE, .from = (uint16_t)pm.local_rank},
 				    .sid = e->sid,
 				    .accept = op->accept};
@@ -507,9 +508,16 @@ static void keep_unexpected(struct pm_comm *c, const struct pm_unexp *e, const v
 	pm_list_push(c ? &c->unexp : &pm.orphans, &u->link);
 }
 
-static void on_eager(const struct rec_eager *r, size_t len)
+/*
+ * The handlers get a private copy of the record's header, read once from
+ * the ring and checked (type, sender), and the payload's place and length
+ * computed from the record's length: another rank may rewrite the record
+ * meanwhile, which can garble a payload but never move a read or a write
+ * outside the record or the receive buffer.
+ */
+static void on_eager(const struct rec_eager *r, const void *payload, size_t n)
 {
-	if (len < sizeof(*r) || len - sizeof(*r) != r->len)
+	if (n != r->len)
 		return bad_record("EAGER length");
 	bool orphan;
 	struct pm_comm *c = envelope_comm(r->ctx, r->src, r->h.from, &orphan);
@@ -518,16 +526,16 @@ static void on_eager(const struct rec_eager *r, size_t len)
 	struct pm_op *op = c ? match_posted(c, r->src, r->tag) : NULL;
 	if (!op) {
 		struct pm_unexp e = {.type = REC_EAGER, .flags = r->h.flags, .from = r->h.from, .src = r->src,
-				     .tag = r->tag, .ctx = r->ctx, .len = r->len, .sid = r->sid};
-		return keep_unexpected(c, &e, r + 1);
+				     .tag = r->tag, .ctx = r->ctx, .len = n, .sid = r->sid};
+		return keep_unexpected(c, &e, payload);
 	}
 	unpost(op);
-	take_eager(op, r->src, r->tag, r->h.flags, r->h.from, r->sid, r + 1, r->len);
+	take_eager(op, r->src, r->tag, r->h.flags, r->h.from, r->sid, payload, n);
 }
 
-static void on_rts(const struct rec_rts *r, size_t len)
+static void on_rts(const struct rec_rts *r, size_t n)
 {
-	if (len != sizeof(*r))
+	if (n != 0)
 		return bad_record("RTS length");
 	bool orphan;
 	struct pm_comm *c = envelope_comm(r->ctx, r->src, r->h.from, &orphan);
@@ -542,9 +550,9 @@ static void on_rts(const struct rec_rts *r, size_t len)
 	take_rts(op, &e);
 }
 
-static void on_cts(const struct rec_cts *r, size_t len)
+static void on_cts(const struct rec_cts *r, size_t n)
 {
-	struct pm_op *op = len == sizeof(*r) ? pm_op_by_id(r->sid) : NULL;
+	struct pm_op *op = n == 0 ? pm_op_by_id(r->sid) : NULL;
 	if (!op || op->kind != OP_SEND || op->state != ST_WAIT_CTS || r->accept > op->bytes ||
 	    op->peer_local != r->h.from)
 		return bad_record("CTS for no send waiting for one");
@@ -558,14 +566,13 @@ static void on_cts(const struct rec_cts *r, size_t len)
 	pm_peer_mark_busy(op->peer_local);
 }
 
-static void on_data(const struct rec_data *r, size_t len)
+static void on_data(const struct rec_data *r, const void *payload, size_t n)
 {
-	struct pm_op *op = len >= sizeof(*r) ? pm_op_by_id(r->rid) : NULL;
-	uint64_t n = len - sizeof(*r);
+	struct pm_op *op = pm_op_by_id(r->rid);
 	if (!op || op->kind != OP_RECV || op->state != ST_STREAM || op->reply_to != r->h.from ||
 	    r->offset != op->offset || n > op->accept - op->offset)
 		return bad_record("DATA for no receive taking it");
-	pm_op_deliver(op, r + 1, n, r->offset);
+	pm_op_deliver(op, payload, n, op->offset);
 	op->offset += n;
 	if (op->offset == op->accept) {
 		pm_op_deliver_done(op);
@@ -574,32 +581,50 @@ static void on_data(const struct rec_data *r, size_t len)
 	}
 }
 
-static void on_ack(const struct rec_ack *r, size_t len)
+static void on_ack(const struct rec_ack *r, size_t n)
 {
-	struct pm_op *op = len == sizeof(*r) ? pm_op_by_id(r->sid) : NULL;
+	struct pm_op *op = n == 0 ? pm_op_by_id(r->sid) : NULL;
 	if (!op || op->kind != OP_SEND || op->state != ST_WAIT_ACK || op->peer_local != r->h.from)
 		return bad_record("ACK for no send waiting for one");
 	pm_op_complete(op);
 }
 
+static const size_t header_size[] = {
+	[REC_EAGER] = sizeof(struct rec_eager), [REC_RTS] = sizeof(struct rec_rts),
+	[REC_CTS] = sizeof(struct rec_cts),     [REC_DATA] = sizeof(struct rec_data),
+	[REC_ACK] = sizeof(struct rec_ack),
+};
+
 static void on_record(const void *data, size_t len)
 {
-	const struct rec_head *h = data;
-	if (len < sizeof(struct rec_ack) || h->from >= pm.nlocal)
-		return bad_record("short record or unknown sender");
-	switch (h->type) {
+	union {
+		struct rec_head h;
+		struct rec_eager eager;
+		struct rec_rts rts;
+		struct rec_cts cts;
+		struct rec_data dat;
+		struct rec_ack ack;
+	} r;
+	uint8_t type = ((const volatile struct rec_head *)data)->type;
+	if (type < REC_EAGER || type > REC_ACK || len < header_size[type])
+		return bad_record("unknown type or short record");
+	memcpy(&r, data, header_size[type]);
+	r.h.type = type;
+	if (r.h.from >= pm.nlocal)
+		return bad_record("unknown sender");
+	const char *payload = (const char *)data + header_size[type];
+	size_t n = len - header_size[type];
+	switch (type) {
 	case REC_EAGER:
-		return on_eager(data, len);
+		return on_eager(&r.eager, payload, n);
 	case REC_RTS:
-		return on_rts(data, len);
+		return on_rts(&r.rts, n);
 	case REC_CTS:
-		return on_cts(data, len);
+		return on_cts(&r.cts, n);
 	case REC_DATA:
-		return on_data(data, len);
-	case REC_ACK:
-		return on_ack(data, len);
+		return on_data(&r.dat, payload, n);
 	default:
-		return bad_record("unknown type");
+		return on_ack(&r.ack, n);
 	}
 }
 

@@ -284,6 +284,7 @@ struct pm_state {
 	int tag_ub;         /* MPI_TAG_UB */
 	int nlocal, local_rank; /* the (pretend) node */
 	int *local_world;   /* node index -> world rank */
+	int *local_pid;     /* node index -> process id */
 	int *world_local;   /* world rank -> node index or -1 */
 	MPI_Comm node_comm; /* private: the ranks of the (pretend) node */
 	MPI_Comm quiet_comm; /* private: MPI_COMM_SELF with MPI_ERRORS_RETURN, for checks */

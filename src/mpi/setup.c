@@ -225,10 +225,11 @@ static void free_state(void)
 	free(pm.peers);
 	free(pm.busy);
 	free(pm.local_world);
+	free(pm.local_pid);
 	free(pm.world_local);
 	pm.peers = NULL;
 	pm.busy = NULL;
-	pm.local_world = pm.world_local = NULL;
+	pm.local_world = pm.world_local = pm.local_pid = NULL;
 	if (pm.world_group != MPI_GROUP_NULL)
 		PMPI_Group_free(&pm.world_group);
 	if (pm.node_comm != MPI_COMM_NULL)
@@ -277,15 +278,18 @@ static void setup(int provided)
 	}
 
 	pm.local_world = calloc((size_t)pm.nlocal, sizeof(int));
+	pm.local_pid = calloc((size_t)pm.nlocal, sizeof(int));
 	pm.world_local = malloc((size_t)pm.world_size * sizeof(int));
 	pm.peers = calloc((size_t)pm.nlocal, sizeof(*pm.peers));
 	pm.busy_mask_words = (uint32_t)(pm.nlocal + 63) / 64;
 	pm.busy = calloc(pm.busy_mask_words, sizeof(uint64_t));
-	if (!pm.local_world || !pm.world_local || !pm.peers || !pm.busy) {
+	if (!pm.local_world || !pm.local_pid || !pm.world_local || !pm.peers || !pm.busy) {
 		fprintf(stderr, "pinshm-mpi: out of memory\n");
 		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
 	}
 	PMPI_Allgather(&pm.world_rank, 1, MPI_INT, pm.local_world, 1, MPI_INT, pm.node_comm);
+	int pid = (int)getpid();
+	PMPI_Allgather(&pid, 1, MPI_INT, pm.local_pid, 1, MPI_INT, pm.node_comm);
 	for (int w = 0; w < pm.world_size; w++)
 		pm.world_local[w] = -1;
 	for (int i = 0; i < pm.nlocal; i++)
