@@ -44,7 +44,7 @@
 #define MPI_TESTS_DIR "tests/mpi"
 #endif
 
-#define RUN_LIMIT_S "120" /* for one mpirun, then SIGTERM (SIGKILL 10 s later) */
+#define RUN_LIMIT_S "60" /* for one mpirun (each takes seconds), then SIGTERM, SIGKILL 10 s later */
 #define OUT_MAX (1 << 20) /* of a run's output kept for checking */
 
 enum family { F_BLOCKING, F_NONBLOCKING, F_PERSISTENT, F_PROBE, F_SYNCHRONOUS, F_BUFFERED, NFAMILY };

@@ -62,15 +62,35 @@ static inline void mt_fail_at(const char *file, int line, const char *fmt, ...)
 		}                                                                               \
 	} while (0)
 
-/** MPI_Init, rank and size (a power of two, at least 2); errors return on COMM_WORLD. */
-static inline void mt_init(int *argc, char ***argv, const char *name)
+/**
+ * MPI_Init (@p level < 0) or MPI_Init_thread(@p level), rank and size (a
+ * power of two, at least 2); errors return on COMM_WORLD.
+ */
+static inline void mt_init_level(int *argc, char ***argv, const char *name, int level)
 {
+	int provided = MPI_THREAD_SINGLE;
+
 	mt_name = name;
-	MPI_Init(argc, argv);
+	if (level < 0)
+		MPI_Init(argc, argv);
+	else
+		MPI_Init_thread(argc, argv, level, &provided);
 	MPI_Comm_rank(MPI_COMM_WORLD, &mt_rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &mt_size);
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	MT_CHECK(mt_size >= 2 && (mt_size & (mt_size - 1)) == 0, "needs 2, 4, 8... ranks, not %d", mt_size);
+	if (level >= 0) {
+		int query = -1;
+		MT_MPI(MPI_Query_thread(&query));
+		MT_CHECK(provided >= MPI_THREAD_SINGLE && provided <= MPI_THREAD_MULTIPLE && query == provided,
+			 "Init_thread(%d): provided %d, Query_thread %d", level, provided, query);
+	}
+}
+
+/** MPI_Init, rank and size; see mt_init_level(). */
+static inline void mt_init(int *argc, char ***argv, const char *name)
+{
+	mt_init_level(argc, argv, name, -1);
 }
 
 /** Barrier, "NAME: ok" from rank 0, MPI_Finalize; @return 0 for main. */

@@ -2,8 +2,9 @@
  * p2p_comms.c - communicators: MPI_COMM_SELF and self-sends, dup (its own
  * matching context: the same tag on two communicators never mixes), idup,
  * split, split_type, create, create_group, cart, graph, dist_graph,
- * Comm_free and reuse (a new communicator per round, which Open MPI builds on
- * the freed one's context id), an intercommunicator (which the plugin leaves
+ * Comm_free with operations pending, Comm_free and reuse (a new
+ * communicator per round, which Open MPI builds on the freed one's context
+ * id), an intercommunicator (which the plugin leaves
  * to the MPI library) in a request array beside a plugin request, and
  * Intercomm_merge.
  *
@@ -89,6 +90,30 @@ static void reuse(void)
 		exchange(c, 10 + round, "reused communicator");
 		MT_MPI(MPI_Comm_free(&c));
 	}
+}
+
+/* Communicators freed while their operations are pending (a large send and
+ * its receive, both posted just before Comm_free): they complete. */
+static void free_pending(void)
+{
+	enum { N = 1 << 18 };
+	int peer = mt_rank ^ 1;
+	unsigned char *out = mt_alloc(N), *in = mt_alloc(N);
+	MPI_Comm c;
+	MPI_Request rq[2];
+	MPI_Status st[2];
+
+	MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+	mt_fill(out, N, mt_seed(mt_rank, peer, 90));
+	MT_MPI(MPI_Irecv(in, N, MPI_BYTE, peer, 90, c, &rq[0]));
+	MT_MPI(MPI_Isend(out, N, MPI_BYTE, peer, 90, c, &rq[1]));
+	MT_MPI(MPI_Comm_free(&c));
+	MT_CHECK(c == MPI_COMM_NULL, "Comm_free left the handle set");
+	MT_MPI(MPI_Waitall(2, rq, st));
+	MT_CHECK_STATUS(st[0], peer, 90, N, MPI_BYTE);
+	MT_CHECK_FILL(in, N, mt_seed(peer, mt_rank, 90));
+	free(out);
+	free(in);
 }
 
 static void derived_comms(void)
@@ -252,6 +277,7 @@ int main(int argc, char **argv)
 	mt_init(&argc, &argv, "p2p_comms");
 	self();
 	dup_isolation();
+	free_pending();
 	reuse();
 	derived_comms();
 	topologies();

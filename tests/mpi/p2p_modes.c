@@ -2,7 +2,8 @@
  * p2p_modes.c - the send modes: Ssend/Issend (complete only once matched),
  * Bsend/Ibsend with Buffer_attach/Buffer_detach (several buffered before the
  * receiver posts), Rsend/Irsend (to a receive known to be posted), Isend and
- * Irecv of several sizes, and truncation of a nonblocking receive.
+ * Irecv of several sizes, truncation of a nonblocking receive, and 1 MiB
+ * Bsend, Ssend and Issend.
  *
  * Call families: blocking, nonblocking, synchronous, buffered.
  */
@@ -103,6 +104,49 @@ static void buffered(int peer)
 	free(msg);
 }
 
+/* Large messages (not eager): Ssend and Issend, and a Bsend that completes
+ * into the attached buffer before the receiver posts anything. */
+#define BIG (1 << 20)
+static void large(int peer)
+{
+	unsigned char *b = mt_alloc(BIG), *r = mt_alloc(BIG);
+	int size = BIG + MPI_BSEND_OVERHEAD;
+	char *att = mt_alloc(size);
+	MPI_Status st;
+
+	MT_MPI(MPI_Buffer_attach(att, size));
+	for (int turn = 0; turn < 2; turn++) {
+		if ((turn == 0) == (mt_rank < peer)) {
+			mt_fill(b, BIG, mt_seed(mt_rank, peer, 60));
+			MT_MPI(MPI_Bsend(b, BIG, MPI_BYTE, peer, 60, MPI_COMM_WORLD));
+			memset(b, 0, BIG); /* the buffered copy is what goes */
+			MT_MPI(MPI_Send(NULL, 0, MPI_BYTE, peer, 61, MPI_COMM_WORLD));
+			mt_fill(b, BIG, mt_seed(mt_rank, peer, 62));
+			MT_MPI(MPI_Ssend(b, BIG, MPI_BYTE, peer, 62, MPI_COMM_WORLD));
+			MPI_Request rq;
+			mt_fill(b, BIG, mt_seed(mt_rank, peer, 63));
+			MT_MPI(MPI_Issend(b, BIG, MPI_BYTE, peer, 63, MPI_COMM_WORLD, &rq));
+			MT_MPI(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+		} else {
+			MT_MPI(MPI_Recv(NULL, 0, MPI_BYTE, peer, 61, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+			for (int tag = 60; tag <= 63; tag++) {
+				if (tag == 61)
+					continue;
+				memset(r, 0, BIG);
+				MT_MPI(MPI_Recv(r, BIG, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &st));
+				MT_CHECK_STATUS(st, peer, tag, BIG, MPI_BYTE);
+				MT_CHECK_FILL(r, BIG, mt_seed(peer, mt_rank, tag));
+			}
+		}
+	}
+	void *back;
+	int back_size;
+	MT_MPI(MPI_Buffer_detach(&back, &back_size));
+	free(att);
+	free(b);
+	free(r);
+}
+
 /* Rsend and Irsend go to receives posted before a zero-byte "ready". */
 static void ready(int peer)
 {
@@ -174,6 +218,7 @@ int main(int argc, char **argv)
 		buffered(peer);
 		ready(peer);
 		nonblocking(peer);
+		large(peer);
 		MT_MPI(MPI_Barrier(MPI_COMM_WORLD)); /* no wildcard meets the next round */
 	}
 	return mt_finish();

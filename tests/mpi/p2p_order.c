@@ -8,6 +8,8 @@
  * before the messages were sent (each source's messages fill the receives in
  * the order they were posted).
  *
+ * Started with MPI_Init_thread(MPI_THREAD_SERIALIZED).
+ *
  * Call families: nonblocking, blocking.
  */
 #include "mpitest.h"
@@ -154,7 +156,8 @@ static void preposted(int root, unsigned char **bufs)
 
 int main(int argc, char **argv)
 {
-	mt_init(&argc, &argv, "p2p_order");
+	/* Through MPI_Init_thread, single-threaded use. */
+	mt_init_level(&argc, &argv, "p2p_order", MPI_THREAD_SERIALIZED);
 	unsigned char *bufs[NMSG], *rb = mt_alloc(MAXLEN);
 
 	for (int s = 0; s < NMSG; s++)

@@ -4,6 +4,8 @@
  * receive can take, Message_c2f/f2c, MPI_MESSAGE_NO_PROC from PROC_NULL, and
  * probes that find nothing.
  *
+ * Messages of 0 bytes to 1 MiB (eager and not).
+ *
  * Call families: blocking (the sends, Probe + Recv), probe (Mrecv, Imrecv).
  */
 #include "mpitest.h"
@@ -99,6 +101,42 @@ static void matched(int peer)
 	}
 }
 
+/* A large message (not eager): Mprobe + Mrecv, and Improbe + Imrecv. */
+#define BIG (1 << 20)
+static void matched_large(int peer)
+{
+	unsigned char *b = mt_alloc(BIG);
+	MPI_Status st;
+
+	for (int turn = 0; turn < 2; turn++) {
+		if ((turn == 0) == (mt_rank < peer)) {
+			mt_fill(b, BIG, mt_seed(mt_rank, peer, 50));
+			MT_MPI(MPI_Send(b, BIG, MPI_BYTE, peer, 50, MPI_COMM_WORLD));
+			mt_fill(b, BIG - 1, mt_seed(mt_rank, peer, 51));
+			MT_MPI(MPI_Send(b, BIG - 1, MPI_BYTE, peer, 51, MPI_COMM_WORLD));
+			continue;
+		}
+		MPI_Message m;
+		MT_MPI(MPI_Mprobe(peer, 50, MPI_COMM_WORLD, &m, &st));
+		MT_CHECK_STATUS(st, peer, 50, BIG, MPI_BYTE);
+		memset(b, 0, BIG);
+		MT_MPI(MPI_Mrecv(b, BIG, MPI_BYTE, &m, &st));
+		MT_CHECK_STATUS(st, peer, 50, BIG, MPI_BYTE);
+		MT_CHECK_FILL(b, BIG, mt_seed(peer, mt_rank, 50));
+		int flag = 0;
+		while (!flag)
+			MT_MPI(MPI_Improbe(peer, 51, MPI_COMM_WORLD, &flag, &m, &st));
+		MT_CHECK_STATUS(st, peer, 51, BIG - 1, MPI_BYTE);
+		MPI_Request rq;
+		memset(b, 0, BIG);
+		MT_MPI(MPI_Imrecv(b, BIG, MPI_BYTE, &m, &rq));
+		MT_MPI(MPI_Wait(&rq, &st));
+		MT_CHECK_STATUS(st, peer, 51, BIG - 1, MPI_BYTE);
+		MT_CHECK_FILL(b, BIG - 1, mt_seed(peer, mt_rank, 51));
+	}
+	free(b);
+}
+
 static void nothing_there(void)
 {
 	int flag = 1;
@@ -136,6 +174,7 @@ int main(int argc, char **argv)
 	for (int d = 1; d < mt_size; d++) {
 		probe_recv(mt_rank ^ d);
 		matched(mt_rank ^ d);
+		matched_large(mt_rank ^ d);
 		MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
 	}
 	return mt_finish();
