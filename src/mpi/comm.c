@@ -232,9 +232,11 @@ static struct pm_comm *make_entry(MPI_Comm comm, uint64_t ctx)
 
 void pm_comm_register(MPI_Comm comm, uint64_t ctx)
 {
-	if (!pm.active || comm == MPI_COMM_NULL)
+	if (!pm.loaded || comm == MPI_COMM_NULL)
 		return;
 	if (ctx == 0) {
+		/* Every member agrees, carrying traffic or not (its node may
+		 * have fallen back while others did not). */
 		int inter = 0;
 		PMPI_Comm_test_inter(comm, &inter);
 		if (inter)
@@ -243,6 +245,8 @@ void pm_comm_register(MPI_Comm comm, uint64_t ctx)
 		PMPI_Allreduce(&mine, &ctx, 1, MPI_UINT64_T, MPI_MAX, comm);
 		next_agreed = ctx + 1;
 	}
+	if (!pm.active)
+		return;
 	struct pm_comm *c = make_entry(comm, ctx);
 	if (!c)
 		return;
@@ -369,7 +373,7 @@ int MPI_Dist_graph_create_adjacent(MPI_Comm comm, int indegree, const int source
 int MPI_Comm_create_group(MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *newcomm)
 {
 	int rc = PMPI_Comm_create_group(comm, group, tag, newcomm);
-	if (rc == MPI_SUCCESS && pm.active && pm_comm_find(comm))
+	if (rc == MPI_SUCCESS)
 		pm_comm_register(*newcomm, 0);
 	return rc;
 }
@@ -377,7 +381,7 @@ int MPI_Comm_create_group(MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *new
 int MPI_Intercomm_merge(MPI_Comm intercomm, int high, MPI_Comm *newcomm)
 {
 	int rc = PMPI_Intercomm_merge(intercomm, high, newcomm);
-	if (rc == MPI_SUCCESS && pm.active)
+	if (rc == MPI_SUCCESS)
 		pm_comm_register(*newcomm, 0);
 	return rc;
 }

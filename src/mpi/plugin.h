@@ -278,7 +278,8 @@ struct pm_config {
 };
 
 struct pm_state {
-	bool active;        /* carrying traffic */
+	bool loaded;        /* MPI_Init ran the plugin's setup (all ranks do) */
+	bool active;        /* carrying traffic (all ranks of a node or none) */
 	bool finalizing;
 	int world_rank, world_size;
 	int tag_ub;         /* MPI_TAG_UB */

@@ -249,10 +249,8 @@ static void setup(int provided)
 	pm.world_group = MPI_GROUP_NULL;
 	PMPI_Comm_rank(MPI_COMM_WORLD, &pm.world_rank);
 	PMPI_Comm_size(MPI_COMM_WORLD, &pm.world_size);
-	const char *on = getenv("PINSHM_MPI");
-	if (on && strcmp(on, "0") == 0)
-		return;
 	read_config();
+	pm.loaded = true;
 
 	/* The (pretend) node: collective over MPI_COMM_WORLD, so every rank
 	 * takes part even where it will fail. */
@@ -269,7 +267,13 @@ static void setup(int provided)
 	PMPI_Comm_size(pm.node_comm, &pm.nlocal);
 	PMPI_Comm_group(MPI_COMM_WORLD, &pm.world_group);
 
-	if (provided == MPI_THREAD_MULTIPLE) {
+	/* Every rank takes part in the collective calls here and in the
+	 * creation of communicators, turned off or not, so that ranks that
+	 * differ never wait for each other. */
+	const char *on = getenv("PINSHM_MPI");
+	if (on && strcmp(on, "0") == 0) {
+		rc = -ECANCELED; /* turned off: silently */
+	} else if (provided == MPI_THREAD_MULTIPLE) {
 		rc = -ENOTSUP;
 		snprintf(why, sizeof(why), "MPI_THREAD_MULTIPLE is not carried");
 	} else if (pm.nlocal > 0xffff) {
