@@ -346,20 +346,19 @@ int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_
 
 int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char *why, size_t whylen)
 {
+	struct channel *ch = referenced(c, id);
+
 	(void)r;
-	for (unsigned i = 0; i < c->nrefs; i++) {
-		struct channel *ch = c->refs[i];
-		if (ch->id != id)
-			continue;
-		if (!ch->seg.unlocked)
-			return 0;
-		int rc = relock(ch, "asked");
-		if (rc != 0)
-			snprintf(why, whylen, "cannot lock '%s' again: %s", ch->name, strerror(-rc));
-		return rc;
+	if (!ch) {
+		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
+		return -ENOENT;
 	}
-	snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
-	return -ENOENT;
+	if (!ch->seg.unlocked)
+		return 0;
+	int rc = relock(ch, "asked");
+	if (rc != 0)
+		snprintf(why, whylen, "cannot lock '%s' again: %s", ch->name, strerror(-rc));
+	return rc;
 }
 
 void registry_init(struct registry *r, struct account *acct)
@@ -692,11 +691,8 @@ static void reap_endpoint(struct channel *ch, unsigned ep, pid_t pid)
 int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, char *why,
 		   size_t whylen)
 {
-	struct channel *ch = NULL;
+	struct channel *ch = referenced(c, id);
 
-	for (unsigned i = 0; i < c->nrefs && !ch; i++)
-		if (c->refs[i]->id == id)
-			ch = c->refs[i];
 	if (!ch) {
 		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
 		return -ENOENT;
