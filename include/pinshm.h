@@ -148,7 +148,8 @@ PINSHM_EXPORT int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_chann
  * open at once, and the connection's reference to the channel goes with
  * its last endpoint there unless it created the channel), so it follows
  * the client's rule of one thread at a time; once that client has
- * disconnected, nothing is sent.
+ * disconnected, or in a child that inherited the handle across fork(),
+ * nothing is sent.
  * @return 0, or for a handle from pinshm_open() the error of the CLOSE
  *         request (a transport error as pinshm_connect()); the handle is
  *         closed and freed in every case.

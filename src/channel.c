@@ -433,7 +433,7 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 	endpoints_changed(ch->hdr);
 	if (ch->role == PINSHM_PRODUCER)
 		producer_notify_armed(ch); /* an event loop learns of it too */
-	struct pinshm_client *c = ch->client;
+	struct pinshm_client *c = channel_client(ch);
 	uint64_t id = ch->daemon_id;
 	unsigned endpoint = ch->endpoint;
 	pinshm_channel_forget(ch);

@@ -10,6 +10,8 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "layout.h"
 #include "pinshm.h"
@@ -84,6 +86,8 @@ struct pinshm_channel {
 	/* Opened through pinshmd (pinshm_open): the client it came from, until
 	 * that disconnects (NULL: none), in that client's list of handles. */
 	struct pinshm_client *client;
+	pid_t client_pid;   /* the process that opened it: a child that inherited the handle
+			     * must not speak on its parent's connection */
 	uint64_t daemon_id; /* the channel's number for the daemon (CLOSE) */
 	pinshm_channel_t *client_prev, *client_next;
 };
@@ -116,6 +120,12 @@ int channel_attach_claimed(int fd, pinshm_role_t role, unsigned endpoint, pinshm
 int channel_fail(pinshm_channel_t *ch, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* client.c: a handle opened through the daemon. */
+/** The client to ask the daemon through for @p ch, or NULL: none, or this
+ *  process is not the one that opened it (a child after fork()). */
+static inline struct pinshm_client *channel_client(const pinshm_channel_t *ch)
+{
+	return ch->client && ch->client_pid == getpid() ? ch->client : NULL;
+}
 /** Take @p ch out of its client's list (ch->client set). */
 void client_detach_channel(pinshm_channel_t *ch);
 /** Give the daemon consumer endpoint @p endpoint's eventfd @p efd (NOTIFY;

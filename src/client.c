@@ -503,6 +503,7 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 				   pinshm_strerror(rc));
 	}
 	ch->client = c;
+	ch->client_pid = getpid();
 	ch->daemon_id = rep.u.open_reply.id;
 	ch->client_next = c->channels;
 	if (c->channels)
@@ -541,7 +542,7 @@ int pinshm_channel_relock(pinshm_channel_t *ch)
 	/* The daemon's note in the header: a hint (anyone could write it). */
 	if (!atomic_load_explicit(&ch->hdr->unlocked, memory_order_relaxed))
 		return 0;
-	if (!ch->client)
+	if (!channel_client(ch))
 		return channel_fail(ch, -ENOTCONN, "unlocked by pinshmd, and no connection to ask it again");
 	req.u.relock.id = ch->daemon_id;
 	return transact(ch->client, &req, &rep, NULL);

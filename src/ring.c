@@ -199,7 +199,7 @@ static int fetched_peer_fd(pinshm_channel_t *ch, unsigned c, struct endpoint *ep
 	struct fetched_peer *f = &ch->fetched[c];
 	uint32_t gen = atomic_load_explicit(&ep->generation, memory_order_relaxed);
 
-	if (!ch->client || gen == f->gen)
+	if (!channel_client(ch) || gen == f->gen)
 		return f->fd;
 	if (f->fd >= 0)
 		close(f->fd);
@@ -1060,7 +1060,7 @@ int pinshm_channel_set_notify_fd(pinshm_channel_t *ch, int efd)
 		return channel_fail(ch, -EINVAL, "not a consumer");
 	ch->notify_fd = efd;
 	/* Opened through pinshmd: it carries the eventfd to the producers. */
-	if (ch->client && efd >= 0)
+	if (channel_client(ch) && efd >= 0)
 		return client_register_notify(ch->client, ch->daemon_id, ch->endpoint, efd);
 	return 0;
 }
