@@ -277,6 +277,7 @@ int pm_send_start(struct pm_op *op)
 	struct pm_peer *p = &pm.peers[op->peer_local];
 	op->state = ST_QUEUED;
 	pm.inflight++;
+	pm.sends_inflight++;
 	if (!p->sendq.head && write_first(op))
 		return MPI_SUCCESS;
 	pm_list_push(&p->sendq, &op->link);
@@ -396,6 +397,7 @@ static void take_rts(struct pm_op *op, const struct pm_unexp *e)
 		return;
 	}
 	op->state = ST_STREAM;
+	pm.streaming++;
 	send_cts(e->from, e->sid, pm_op_id(op), op->accept);
 	if (op->accept == 0) {
 		op->st_bytes = 0;
@@ -439,6 +441,9 @@ bool pm_op_cancel(struct pm_op *op)
 	} else if (op->state == ST_QUEUED) {
 		pm_list_remove(&pm.peers[op->peer_local].sendq, &op->link);
 		peer_update_busy(op->peer_local);
+	} else if (op->state == ST_REMOTE && op->kind == OP_RECV) {
+		PMPI_Cancel(&op->preq); /* the engine sees the outcome in its status */
+		return true;
 	} else {
 		return false; /* on its way: it completes as usual */
 	}
@@ -657,6 +662,46 @@ static int drain_inbound(int timeout_ms)
 
 /* ---- the MPI library's side --------------------------------------------------- */
 
+void pm_remote_start(struct pm_op *op)
+{
+	op->state = ST_REMOTE;
+	pm.inflight++;
+	pm_list_push(&pm.remote, &op->rlink);
+}
+
+static struct pm_op *first_hybrid(const struct pm_comm *c, int source, int tag, const struct pm_link *stop)
+{
+	for (struct pm_link *e = pm.hybrid.head; e != stop; e = e->next) {
+		struct pm_op *o = pm_container(e, struct pm_op, rlink);
+		if (o->comm == c && matches(o->peer, o->tag, source, tag))
+			return o;
+	}
+	return NULL;
+}
+
+/* The library matched @p msg for @p op (in the hybrid list): receive it. */
+static void hybrid_receive(struct pm_op *op, MPI_Message *msg)
+{
+	unpost(op);
+	op->state = ST_REMOTE;
+	PMPI_Imrecv((void *)op->ubuf, op->count, op->dtype, msg, &op->preq);
+	pm_list_push(&pm.remote, &op->rlink);
+}
+
+bool pm_hybrid_wants(const struct pm_comm *c, int source, int tag)
+{
+	return first_hybrid(c, source, tag, NULL) != NULL;
+}
+
+bool pm_hybrid_take(const struct pm_comm *c, int source, int tag, MPI_Message *msg)
+{
+	struct pm_op *op = first_hybrid(c, source, tag, NULL);
+	if (!op)
+		return false;
+	hybrid_receive(op, msg);
+	return true;
+}
+
 static int poll_remote(void)
 {
 	int did = 0;
@@ -672,17 +717,10 @@ static int poll_remote(void)
 		if (flag) {
 			/* The message goes to the first posted receive that matches
 			 * it: an earlier one may have probed just before it came. */
-			for (struct pm_link *e = pm.hybrid.head; e != l; e = e->next) {
-				struct pm_op *o = pm_container(e, struct pm_op, rlink);
-				if (o->comm == op->comm && matches(o->peer, o->tag, st.MPI_SOURCE, st.MPI_TAG)) {
-					op = o;
-					break;
-				}
-			}
-			unpost(op);
-			op->state = ST_REMOTE;
-			PMPI_Imrecv((void *)op->ubuf, op->count, op->dtype, &msg, &op->preq);
-			pm_list_push(&pm.remote, &op->rlink);
+			struct pm_op *first = first_hybrid(op->comm, st.MPI_SOURCE, st.MPI_TAG, l);
+			if (first)
+				op = first;
+			hybrid_receive(op, &msg);
 			did++;
 			if (&op->rlink != l)
 				continue; /* l is still posted: let it probe again */
@@ -704,13 +742,17 @@ static int poll_remote(void)
 					pm_comm_register(*op->newcomm, op->new_ctx);
 			} else {
 				MPI_Count n = 0;
+				int cancelled = 0;
+				PMPI_Test_cancelled(&st, &cancelled);
+				op->cancelled = cancelled;
 				PMPI_Get_elements_x(&st, MPI_BYTE, &n);
 				op->st_source = st.MPI_SOURCE;
 				op->st_tag = st.MPI_TAG;
 				op->st_error = rc != MPI_SUCCESS ? rc : MPI_SUCCESS;
 				op->st_bytes = n > 0 ? (uint64_t)n : 0;
 				op->counted = true;
-				pm_count_mpi(op->family, op->st_bytes);
+				if (!cancelled)
+					pm_count_mpi(op->family, op->st_bytes);
 			}
 			pm_op_complete(op);
 			did++;

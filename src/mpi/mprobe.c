@@ -95,8 +95,19 @@ static int mprobe_once(struct pm_comm *c, int source, int tag, MPI_Comm comm, MP
 	}
 	if (pm_probe_lib(c, source)) {
 		int flag = 0;
-		*rc = PMPI_Improbe(source, tag, comm, &flag, message, status);
-		return flag || *rc != MPI_SUCCESS;
+		MPI_Status st;
+		*rc = PMPI_Improbe(source, tag, comm, &flag, message, &st);
+		if (*rc != MPI_SUCCESS)
+			return 1;
+		/* A receive posted earlier in the plugin that matches it has it. */
+		if (!flag || pm_hybrid_take(c, st.MPI_SOURCE, st.MPI_TAG, message))
+			return 0;
+		if (status != MPI_STATUS_IGNORE) {
+			int error = status->MPI_ERROR;
+			*status = st;
+			status->MPI_ERROR = error;
+		}
+		return 1;
 	}
 	return 0;
 }

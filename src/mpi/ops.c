@@ -255,9 +255,13 @@ void pm_op_release(struct pm_op *op)
 
 void pm_op_complete(struct pm_op *op)
 {
+	if (op->state == ST_STREAM && op->kind == OP_RECV && pm.streaming)
+		pm.streaming--;
 	op->state = ST_DONE;
 	if (pm.inflight)
 		pm.inflight--;
+	if (op->kind == OP_SEND && pm.sends_inflight)
+		pm.sends_inflight--;
 	if (!op->cancelled && !op->counted) {
 		op->counted = true;
 		pm_count_pinshm(op->family, op->kind == OP_SEND ? op->bytes : op->st_bytes);

@@ -16,12 +16,11 @@
 static int init_op(const void *buf, int count, MPI_Datatype dtype, int peer, int tag, MPI_Comm comm,
 		   enum pm_kind kind, enum pm_mode mode, enum pm_family family, MPI_Request *request)
 {
+	/* Every receive of a carried communicator is the plugin's, also one
+	 * from another node: MPI_Start decides how it is posted then (behind
+	 * a wildcard receive posted meanwhile, or in the library). */
 	struct pm_comm *c = kind == OP_SEND ? pm_send_route(comm, peer, tag, count)
-					    : pm_recv_route(comm, peer, tag, count);
-	/* A receive from another node goes to the library even if a wildcard
-	 * happens to be posted now: the route is fixed at init. */
-	if (c && kind == OP_RECV && peer != MPI_ANY_SOURCE && c->local[peer] < 0)
-		c = NULL;
+					    : pm_recv_route_any(comm, peer, tag, count);
 	if (!c) {
 		switch (kind == OP_RECV ? -1 : (int)mode) {
 		case -1:
@@ -113,7 +112,7 @@ static int restart(struct pm_op *op)
 	if (rc != MPI_SUCCESS)
 		return rc;
 	if (op->kind == OP_RECV)
-		return pm_recv_start(op);
+		return pm_recv_start_any(op);
 	if (op->mode == MODE_BUFFERED)
 		return pm_bsend_start(op);
 	return pm_send_start(op);

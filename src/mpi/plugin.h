@@ -248,6 +248,19 @@ void pm_idle(unsigned *idle, bool may_sleep);
 struct pm_comm *pm_send_route(MPI_Comm comm, int dest, int tag, int count);
 /* Whether a receive goes through the plugin: the carried communicator, or NULL. */
 struct pm_comm *pm_recv_route(MPI_Comm comm, int source, int tag, int count);
+/* The carried communicator of a receive from any member (persistent ones). */
+struct pm_comm *pm_recv_route_any(MPI_Comm comm, int source, int tag, int count);
+/* Start a receive op from any member: as pm_recv_start(), or through the
+ * library when it comes from another node and no wildcard precedes it. */
+int pm_recv_start_any(struct pm_op *op);
+/* Watch op->preq, a request of the library, until it completes. */
+void pm_remote_start(struct pm_op *op);
+/* A message of the library on @p c that a posted receive of the plugin
+ * would take: @return whether one would (MPI_Iprobe must not report it). */
+bool pm_hybrid_wants(const struct pm_comm *c, int source, int tag);
+/* Give a message matched by MPI_Improbe to the first posted receive of the
+ * plugin that matches it. @return whether one took it. */
+bool pm_hybrid_take(const struct pm_comm *c, int source, int tag, MPI_Message *msg);
 uint64_t pm_type_bytes(MPI_Datatype dtype, int count);
 /* A send op, set up but not started. */
 int pm_send_op(struct pm_comm *c, const void *buf, int count, MPI_Datatype dtype, int dest, int tag,
@@ -296,6 +309,8 @@ struct pm_state {
 	uint32_t busy_mask_words;
 	uint64_t *busy;     /* bit per peer with records waiting */
 	unsigned inflight;  /* ops started and not done */
+	unsigned sends_inflight; /* of which sends */
+	unsigned streaming; /* receives taking DATA */
 	unsigned pending_remote; /* ops waiting on the MPI library */
 	int in_progress;    /* re-entry guard */
 	struct pm_op *watch; /* the op a blocking call waits for, or NULL */

@@ -12,7 +12,7 @@
  */
 #include "plugin.h"
 
-struct pm_comm *pm_recv_route(MPI_Comm comm, int source, int tag, int count)
+struct pm_comm *pm_recv_route_any(MPI_Comm comm, int source, int tag, int count)
 {
 	if (!pm.active || count < 0 || source == MPI_PROC_NULL)
 		return NULL;
@@ -21,9 +21,29 @@ struct pm_comm *pm_recv_route(MPI_Comm comm, int source, int tag, int count)
 	struct pm_comm *c = pm_comm_find(comm);
 	if (!c || source == MPI_ANY_SOURCE)
 		return c;
-	if (source < 0 || source >= c->size)
-		return NULL;
+	return source >= 0 && source < c->size ? c : NULL;
+}
+
+struct pm_comm *pm_recv_route(MPI_Comm comm, int source, int tag, int count)
+{
+	struct pm_comm *c = pm_recv_route_any(comm, source, tag, count);
+	if (!c || source == MPI_ANY_SOURCE)
+		return c;
 	return c->local[source] >= 0 || c->wild_remote ? c : NULL;
+}
+
+int pm_recv_start_any(struct pm_op *op)
+{
+	struct pm_comm *c = op->comm;
+	if (op->peer == MPI_ANY_SOURCE || c->local[op->peer] >= 0 || c->wild_remote)
+		return pm_recv_start(op);
+	/* From another node with no wildcard posted before it: the library
+	 * receives it, and the engine watches its request. */
+	int rc = PMPI_Irecv((void *)op->ubuf, op->count, op->dtype, op->peer, op->tag, c->comm, &op->preq);
+	if (rc != MPI_SUCCESS)
+		return rc;
+	pm_remote_start(op);
+	return MPI_SUCCESS;
 }
 
 int pm_recv_op(struct pm_comm *c, void *buf, int count, MPI_Datatype dtype, int source, int tag,
@@ -119,8 +139,23 @@ static int probe_once(struct pm_comm *c, int source, int tag, MPI_Comm comm, int
 		return MPI_SUCCESS;
 	}
 	*flag = 0;
-	if (pm_probe_lib(c, source))
-		return PMPI_Iprobe(source, tag, comm, flag, status);
+	if (!pm_probe_lib(c, source))
+		return MPI_SUCCESS;
+	MPI_Status st;
+	int rc = PMPI_Iprobe(source, tag, comm, flag, &st);
+	if (rc != MPI_SUCCESS || !*flag)
+		return rc;
+	/* A receive posted earlier in the plugin will take it: not ours to see. */
+	if (pm_hybrid_wants(c, st.MPI_SOURCE, st.MPI_TAG)) {
+		*flag = 0;
+		pm_progress();
+		return MPI_SUCCESS;
+	}
+	if (status != MPI_STATUS_IGNORE) {
+		int error = status->MPI_ERROR;
+		*status = st;
+		status->MPI_ERROR = error;
+	}
 	return MPI_SUCCESS;
 }
 

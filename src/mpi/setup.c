@@ -374,34 +374,37 @@ static void print_stats(void)
 int MPI_Finalize(void)
 {
 	if (pm.active) {
-		/* Deliver what is still queued (sends whose requests were freed
-		 * included), then wait at a barrier that keeps serving the others:
-		 * a rank may still need this one's CTS or ACK. */
+		/* Deliver what is still on its way (sends whose requests were
+		 * freed included) while waiting at a barrier of the node that
+		 * keeps serving the others: a rank may still need this one's
+		 * records, CTS or ACK.  Once every rank is here, what is left
+		 * can only be a send that nobody will receive: after 2 s without
+		 * any progress, leave. */
 		pm.finalizing = true;
-		unsigned idle = 0;
-		while (pm.inflight > 0 && pm.remote.head == NULL) {
-			bool sends = false;
-			for (int i = 0; i < pm.nlocal && !sends; i++)
-				sends = pm.peers[i].sendq.head || pm.peers[i].stream.head || pm.peers[i].ctl.head;
-			if (!sends)
-				break; /* what is left are receives nobody will match */
-			if (pm_progress())
-				idle = 0;
-			else
-				pm_idle(&idle, true);
-		}
 		MPI_Request barrier;
 		PMPI_Ibarrier(pm.node_comm, &barrier);
 		int done = 0;
-		idle = 0;
-		while (!done) {
-			PMPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
-			if (!done) {
-				if (pm_progress())
-					idle = 0;
-				else
-					pm_idle(&idle, false);
+		unsigned idle = 0;
+		bool quiet = false;
+		struct timespec since, now;
+		while (!done || pm.sends_inflight > 0 || pm.streaming > 0) {
+			if (!done)
+				PMPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+			if (pm_progress()) {
+				idle = 0;
+				quiet = false;
+				continue;
 			}
+			if (done) {
+				clock_gettime(CLOCK_MONOTONIC, &now);
+				if (!quiet) {
+					quiet = true;
+					since = now;
+				} else if (now.tv_sec - since.tv_sec >= 2) {
+					break;
+				}
+			}
+			pm_idle(&idle, false);
 		}
 		if (registered) {
 			opal_unregister(progress_callback);
