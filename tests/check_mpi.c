@@ -7,7 +7,8 @@
  * (--oversubscribe above 2 ranks) in one configuration:
  *   plain:   no plugin, 2 and 4 ranks (the programs are correct MPI);
  *   plugin:  LD_PRELOAD=$PINSHM_MPI_LIB at 2 and 4 ranks, and at 4 ranks
- *            with PINSHM_MPI_NODES=2 (two pretend nodes);
+ *            with PINSHM_MPI_NODES=2 (two pretend nodes), and at 2 ranks
+ *            with PINSHM_MPI=0 (turned off: nothing through pinshm);
  * always with PINSHM_SOCKET (the daemon's) and PINSHM_MPI_STATS=1.  A run
  * passes when mpirun exits 0 in time, no "pinshm-mpi: warning" was printed,
  * and the stats lines say what the program's call families did: with the
@@ -87,16 +88,18 @@ struct config {
 	int np;
 	bool plugin;
 	int nodes; /* PINSHM_MPI_NODES, 0: unset */
+	bool off;  /* PINSHM_MPI=0: preloaded, but turned off */
 };
 
 static const struct config plain_configs[] = {
-	{"plain -np 2", 2, false, 0},
-	{"plain -np 4", 4, false, 0},
+	{"plain -np 2", 2, false, 0, false},
+	{"plain -np 4", 4, false, 0, false},
 };
 static const struct config plugin_configs[] = {
-	{"plugin -np 2", 2, true, 0},
-	{"plugin -np 4", 4, true, 0},
-	{"plugin -np 4 PINSHM_MPI_NODES=2", 4, true, 2},
+	{"plugin -np 2", 2, true, 0, false},
+	{"plugin -np 4", 4, true, 0, false},
+	{"plugin -np 4 PINSHM_MPI_NODES=2", 4, true, 2, false},
+	{"plugin -np 2 PINSHM_MPI=0", 2, true, 0, true},
 };
 #define NPLAIN ((int)(sizeof(plain_configs) / sizeof(plain_configs[0])))
 #define NPLUGIN ((int)(sizeof(plugin_configs) / sizeof(plugin_configs[0])))
@@ -195,6 +198,10 @@ static void run_mpi(const struct daemon *d, const struct program *pg, const stru
 		argv[n++] = "-x";
 		argv[n++] = nodes;
 	}
+	if (cf->off) {
+		argv[n++] = "-x";
+		argv[n++] = "PINSHM_MPI=0";
+	}
 	if (asan[0]) {
 		argv[n++] = "-x";
 		argv[n++] = asan_opt;
@@ -218,6 +225,7 @@ static void run_mpi(const struct daemon *d, const struct program *pg, const stru
 		/* The plugin goes to the ranks only (-x), never into mpirun. */
 		unsetenv("LD_PRELOAD");
 		unsetenv("PINSHM_MPI_NODES");
+		unsetenv("PINSHM_MPI");
 		execvp(argv[0], (char *const *)argv);
 		fprintf(stderr, "exec timeout: %s\n", strerror(errno));
 		_exit(127);
@@ -309,6 +317,16 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 		}
 		return false;
 	}
+	if (cf->off) {
+		/* Turned off: stats are optional, but nothing may go through pinshm. */
+		for (int k = 0; k < NFAMILY; k++)
+			if (r->fam[k].pinshm_msgs) {
+				snprintf(why, len, "PINSHM_MPI=0, yet family %s carried %llu messages through pinshm",
+					 family_name[k], r->fam[k].pinshm_msgs);
+				return true;
+			}
+		return false;
+	}
 	if (pg->fortran)
 		return false;
 	unsigned long long all = (1ull << cf->np) - 1, mpi_total = 0;
@@ -380,7 +398,8 @@ END_TEST
 /* The checks of the stats themselves, on made-up outputs: each must fail. */
 START_TEST(test_stats_checks)
 {
-	static const struct config one = {"one node", 2, true, 0}, two = {"two nodes", 4, true, 2};
+	static const struct config one = {"one node", 2, true, 0, false}, two = {"two nodes", 4, true, 2, false},
+				   off = {"off", 2, true, 0, true};
 	const struct program *basic = &programs[0], *comms = &programs[6];
 	struct run r;
 	char why[512];
@@ -425,6 +444,9 @@ START_TEST(test_stats_checks)
 	ck_assert(run_failed(basic, &two, &r, why, sizeof(why)));
 	r.fam[F_BLOCKING].mpi_msgs = 4;
 	ck_assert_msg(!run_failed(basic, &two, &r, why, sizeof(why)), "%s", why);
+	/* Turned off: no stats is fine, a message through pinshm is not. */
+	ck_assert(!run_failed(basic, &off, &(struct run){.out = ""}, why, sizeof(why)));
+	ck_assert(run_failed(basic, &off, &r, why, sizeof(why)));
 }
 END_TEST
 
