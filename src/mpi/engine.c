@@ -797,7 +797,9 @@ static bool any_busy(void)
 }
 
 /*
- * Waiting: poll for spin_ns, then yield the core for yield_ns (other ranks
+ * Waiting, where only a record can end the wait and ranks do not outnumber
+ * cores: in the ring itself (below).  Otherwise: poll for spin_ns, then
+ * yield the core for yield_ns (other ranks
  * may need it: ranks can outnumber cores; with spin_ns 0 every fruitless
  * pass yields, as Open MPI's own loop does then), then sleep on the inbound
  * queue's futex 1 ms at a time when only a record can end the wait, else
@@ -807,6 +809,21 @@ static bool any_busy(void)
 void pm_idle(unsigned *idle, bool may_sleep)
 {
 	static uint64_t since;
+	if (may_sleep && pm.cfg.spin_ns && !any_busy() && !pm.hybrid.head && !pm.remote.head && !pm.in_progress) {
+		/* Only a record can end this wait: the ring waits for it, polling
+		 * its lanes tightly for spin_ns (the first time), then yielding,
+		 * then asleep, 1 ms at a time between calls to the library. */
+		pinshm_channel_set_spin(pm.in, *idle == 0 ? pm.cfg.spin_ns : 0);
+		(*idle)++;
+		pm.in_progress = 1;
+		int did = drain_inbound(1);
+		pm.in_progress = 0;
+		if (did)
+			*idle = 0;
+		else
+			pm_mpi_progress();
+		return;
+	}
 	if (*idle == 0)
 		since = now_ns();
 	(*idle)++;
