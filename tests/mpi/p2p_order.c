@@ -4,9 +4,10 @@
  * their size (eager or not) and tag: received with MPI_ANY_TAG, selected by
  * tag (a later tag first, then the rest in order), fanned in to one rank with
  * MPI_ANY_SOURCE from every other rank (both paths at once when the plugin
- * splits the ranks into pretend nodes), and matched against receives posted
- * before the messages were sent (each source's messages fill the receives in
- * the order they were posted).
+ * splits the ranks into pretend nodes) or from one rank at a time (a
+ * blocked wildcard receive sees whichever path has the message), and
+ * matched against receives posted before the messages were sent (each
+ * source's messages fill the receives in the order they were posted).
  *
  * Started with MPI_Init_thread(MPI_THREAD_SERIALIZED).
  *
@@ -118,6 +119,30 @@ static void fan_in(int root, unsigned char **bufs, unsigned char *rb)
 	free(next);
 }
 
+/* One sender at a time (the root lets each go in turn), the root blocked in
+ * an ANY_SOURCE receive while only that sender's path (the rings or the MPI
+ * library) has a message: a wildcard receive must watch both. */
+static void one_at_a_time(int root)
+{
+	for (int round = 0; round < 3; round++)
+		for (int s = 0; s < mt_size; s++) {
+			if (s == root)
+				continue;
+			int v = s * 100 + round, w = -1;
+			MPI_Status st;
+			if (mt_rank == root) {
+				MT_MPI(MPI_Send(&v, 1, MPI_INT, s, 76, MPI_COMM_WORLD));
+				MT_MPI(MPI_Recv(&w, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st));
+				MT_CHECK_STATUS(st, s, 77, 1, MPI_INT);
+				MT_CHECK(w == v, "one at a time: got %d, want %d", w, v);
+			} else if (mt_rank == s) {
+				MT_MPI(MPI_Recv(&w, 1, MPI_INT, root, 76, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+				MT_CHECK(w == v, "one at a time: the root sent %d, want %d", w, v);
+				MT_MPI(MPI_Send(&w, 1, MPI_INT, root, 77, MPI_COMM_WORLD));
+			}
+		}
+}
+
 /* The root posts every receive (ANY_SOURCE) before the others send. */
 static void preposted(int root, unsigned char **bufs)
 {
@@ -167,6 +192,8 @@ int main(int argc, char **argv)
 		MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
 	}
 	for (int root = 0; root < mt_size; root++) {
+		one_at_a_time(root);
+		MT_MPI(MPI_Barrier(MPI_COMM_WORLD)); /* no fan-in message meets its wildcards */
 		fan_in(root, bufs, rb);
 		MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
 	}
