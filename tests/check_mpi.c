@@ -8,7 +8,9 @@
  *   plain:   no plugin, 2 and 4 ranks (the programs are correct MPI);
  *   plugin:  LD_PRELOAD=$PINSHM_MPI_LIB at 2 and 4 ranks, and at 4 ranks
  *            with PINSHM_MPI_NODES=2 (two pretend nodes), and at 2 ranks
- *            with PINSHM_MPI=0 (turned off: nothing through pinshm);
+ *            with PINSHM_MPI=0 (turned off: nothing through pinshm) and
+ *            with PINSHM_SOCKET where no daemon can be (the plugin falls
+ *            back: one "pinshm-mpi: warning" line, everything to MPI);
  * always with PINSHM_SOCKET (the daemon's) and PINSHM_MPI_STATS=1.  A run
  * passes when mpirun exits 0 in time, no "pinshm-mpi: warning" was printed,
  * and the stats lines say what the program's call families did: with the
@@ -88,18 +90,20 @@ struct config {
 	int np;
 	bool plugin;
 	int nodes; /* PINSHM_MPI_NODES, 0: unset */
-	bool off;  /* PINSHM_MPI=0: preloaded, but turned off */
+	bool off;      /* PINSHM_MPI=0: preloaded, but turned off */
+	bool fallback; /* PINSHM_SOCKET where no daemon can be: one warning, all through MPI */
 };
 
 static const struct config plain_configs[] = {
-	{"plain -np 2", 2, false, 0, false},
-	{"plain -np 4", 4, false, 0, false},
+	{"plain -np 2", 2, false, 0, false, false},
+	{"plain -np 4", 4, false, 0, false, false},
 };
 static const struct config plugin_configs[] = {
-	{"plugin -np 2", 2, true, 0, false},
-	{"plugin -np 4", 4, true, 0, false},
-	{"plugin -np 4 PINSHM_MPI_NODES=2", 4, true, 2, false},
-	{"plugin -np 2 PINSHM_MPI=0", 2, true, 0, true},
+	{"plugin -np 2", 2, true, 0, false, false},
+	{"plugin -np 4", 4, true, 0, false, false},
+	{"plugin -np 4 PINSHM_MPI_NODES=2", 4, true, 2, false, false},
+	{"plugin -np 2 PINSHM_MPI=0", 2, true, 0, true, false},
+	{"plugin -np 2 without a daemon", 2, true, 0, false, true},
 };
 #define NPLAIN ((int)(sizeof(plain_configs) / sizeof(plain_configs[0])))
 #define NPLUGIN ((int)(sizeof(plugin_configs) / sizeof(plugin_configs[0])))
@@ -164,7 +168,9 @@ static void run_mpi(const struct daemon *d, const struct program *pg, const stru
 	ck_assert_msg(access(prog, X_OK) == 0, "%s: %s (not built?)", prog, strerror(errno));
 	snprintf(outpath, sizeof(outpath), "%s/mpirun.out", d->dir);
 	snprintf(np, sizeof(np), "%d", cf->np);
-	snprintf(sock, sizeof(sock), "PINSHM_SOCKET=%s", d->sock);
+	/* Without a daemon: a socket in a folder that does not exist, where none can start. */
+	snprintf(sock, sizeof(sock), "PINSHM_SOCKET=%s%s", cf->fallback ? d->dir : d->sock,
+		 cf->fallback ? "/missing/sock" : "");
 	snprintf(nodes, sizeof(nodes), "PINSHM_MPI_NODES=%d", cf->nodes);
 	const char *asan = asan_lib();
 	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s", asan, asan[0] ? ":" : "", plugin_path());
@@ -301,9 +307,11 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 			 timed_out ? " (timed out after " RUN_LIMIT_S " s: a hang)" : "");
 		return true;
 	}
-	if (strstr(r->out, "pinshm-mpi: warning")) {
-		const char *w = strstr(r->out, "pinshm-mpi: warning");
-		snprintf(why, len, "the plugin warned: %.200s", w);
+	int warnings = 0;
+	for (const char *w = strstr(r->out, "pinshm-mpi: warning"); w; w = strstr(w + 1, "pinshm-mpi: warning"))
+		warnings++;
+	if (warnings && !cf->fallback) {
+		snprintf(why, len, "the plugin warned: %.200s", strstr(r->out, "pinshm-mpi: warning"));
 		return true;
 	}
 	if (r->bad_lines) {
@@ -325,6 +333,27 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 					 family_name[k], r->fam[k].pinshm_msgs);
 				return true;
 			}
+		return false;
+	}
+	if (cf->fallback) {
+		/* One line for the node, then everything through the MPI library. */
+		if (!pg->fortran && warnings != 1) {
+			snprintf(why, len, "without a daemon: %d warning lines, want 1", warnings);
+			return true;
+		}
+		unsigned long long passed = 0;
+		for (int k = 0; k < NFAMILY; k++) {
+			if (r->fam[k].pinshm_msgs) {
+				snprintf(why, len, "without a daemon, family %s carried %llu messages through pinshm",
+					 family_name[k], r->fam[k].pinshm_msgs);
+				return true;
+			}
+			passed += r->fam[k].mpi_msgs;
+		}
+		if (!pg->fortran && passed == 0) {
+			snprintf(why, len, "without a daemon, the stats show nothing passed to the MPI library");
+			return true;
+		}
 		return false;
 	}
 	if (pg->fortran)
@@ -398,8 +427,9 @@ END_TEST
 /* The checks of the stats themselves, on made-up outputs: each must fail. */
 START_TEST(test_stats_checks)
 {
-	static const struct config one = {"one node", 2, true, 0, false}, two = {"two nodes", 4, true, 2, false},
-				   off = {"off", 2, true, 0, true};
+	static const struct config one = {"one node", 2, true, 0, false, false},
+				   two = {"two nodes", 4, true, 2, false, false}, off = {"off", 2, true, 0, true, false},
+				   nodaemon = {"no daemon", 2, true, 0, false, true};
 	const struct program *basic = &programs[0], *comms = &programs[6];
 	struct run r;
 	char why[512];
@@ -447,6 +477,17 @@ START_TEST(test_stats_checks)
 	/* Turned off: no stats is fine, a message through pinshm is not. */
 	ck_assert(!run_failed(basic, &off, &(struct run){.out = ""}, why, sizeof(why)));
 	ck_assert(run_failed(basic, &off, &r, why, sizeof(why)));
+	/* Without a daemon: exactly one warning, and the traffic through MPI. */
+	struct run fb = {.out = "pinshm-mpi: warning: rank 0: cannot reach pinshmd\n"};
+	fb.fam[F_BLOCKING].mpi_msgs = 5;
+	ck_assert_msg(!run_failed(basic, &nodaemon, &fb, why, sizeof(why)), "%s", why);
+	fb.out = "";
+	ck_assert(run_failed(basic, &nodaemon, &fb, why, sizeof(why)));
+	fb.out = "pinshm-mpi: warning: a\npinshm-mpi: warning: b\n";
+	ck_assert(run_failed(basic, &nodaemon, &fb, why, sizeof(why)));
+	fb.out = "pinshm-mpi: warning: a\n";
+	fb.fam[F_BLOCKING].pinshm_msgs = 1;
+	ck_assert(run_failed(basic, &nodaemon, &fb, why, sizeof(why)));
 }
 END_TEST
 
