@@ -160,8 +160,10 @@ int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status)
 int MPI_Request_free(MPI_Request *request)
 {
 	struct pm_op *op = pm_op_by_handle(*request);
-	if (!op)
+	if (!op) {
+		pm_forget_passed(*request);
 		return PMPI_Request_free(request);
+	}
 	*request = MPI_REQUEST_NULL;
 	if (op->state == ST_DONE || inactive(op))
 		pm_op_release(op);

@@ -13,6 +13,69 @@
 
 #include "plugin.h"
 
+/*
+ * Persistent requests passed to the library, remembered (with
+ * PINSHM_MPI_STATS only) so that each start counts in the statistics.
+ */
+struct passed {
+	MPI_Request handle;
+	uint8_t family;
+	uint64_t bytes;
+};
+static struct passed *passed;
+static size_t npassed, cap_passed;
+
+static void remember_passed(MPI_Request handle, enum pm_family family, uint64_t bytes)
+{
+	if (!pm.cfg.stats || handle == MPI_REQUEST_NULL)
+		return;
+	if (npassed == cap_passed) {
+		size_t cap = cap_passed ? 2 * cap_passed : 16;
+		struct passed *p = realloc(passed, cap * sizeof(*p));
+		if (!p)
+			return; /* only the statistics lose it */
+		passed = p;
+		cap_passed = cap;
+	}
+	passed[npassed++] = (struct passed){handle, (uint8_t)family, bytes};
+}
+
+static struct passed *find_passed(MPI_Request handle)
+{
+	for (size_t i = 0; i < npassed; i++)
+		if (passed[i].handle == handle)
+			return &passed[i];
+	return NULL;
+}
+
+void pm_forget_passed(MPI_Request handle)
+{
+	struct passed *p = npassed ? find_passed(handle) : NULL;
+	if (p)
+		*p = passed[--npassed];
+	if (!npassed) {
+		free(passed);
+		passed = NULL;
+		cap_passed = 0;
+	}
+}
+
+void pm_persist_teardown(void)
+{
+	free(passed);
+	passed = NULL;
+	npassed = cap_passed = 0;
+}
+
+/* The library's persistent request, remembered for the statistics. */
+static int passed_init(int rc, MPI_Request *request, int peer, enum pm_family family, MPI_Datatype dtype,
+		       int count)
+{
+	if (rc == MPI_SUCCESS && peer != MPI_PROC_NULL)
+		remember_passed(*request, family, pm_type_bytes(dtype, count));
+	return rc;
+}
+
 static int init_op(const void *buf, int count, MPI_Datatype dtype, int peer, int tag, MPI_Comm comm,
 		   enum pm_kind kind, enum pm_mode mode, enum pm_family family, MPI_Request *request)
 {
@@ -22,18 +85,25 @@ static int init_op(const void *buf, int count, MPI_Datatype dtype, int peer, int
 	struct pm_comm *c = kind == OP_SEND ? pm_send_route(comm, peer, tag, count)
 					    : pm_recv_route_any(comm, peer, tag, count);
 	if (!c) {
+		int rc;
 		switch (kind == OP_RECV ? -1 : (int)mode) {
 		case -1:
-			return PMPI_Recv_init((void *)buf, count, dtype, peer, tag, comm, request);
+			rc = PMPI_Recv_init((void *)buf, count, dtype, peer, tag, comm, request);
+			break;
 		case MODE_SYNC:
-			return PMPI_Ssend_init(buf, count, dtype, peer, tag, comm, request);
+			rc = PMPI_Ssend_init(buf, count, dtype, peer, tag, comm, request);
+			break;
 		case MODE_READY:
-			return PMPI_Rsend_init(buf, count, dtype, peer, tag, comm, request);
+			rc = PMPI_Rsend_init(buf, count, dtype, peer, tag, comm, request);
+			break;
 		case MODE_BUFFERED:
-			return PMPI_Bsend_init(buf, count, dtype, peer, tag, comm, request);
+			rc = PMPI_Bsend_init(buf, count, dtype, peer, tag, comm, request);
+			break;
 		default:
-			return PMPI_Send_init(buf, count, dtype, peer, tag, comm, request);
+			rc = PMPI_Send_init(buf, count, dtype, peer, tag, comm, request);
+			break;
 		}
+		return passed_init(rc, request, peer, family, dtype, count);
 	}
 	struct pm_op *op = pm_op_new(kind);
 	pm_op_attach(op, c);
@@ -121,8 +191,12 @@ static int restart(struct pm_op *op)
 int MPI_Start(MPI_Request *request)
 {
 	struct pm_op *op = pm_op_by_handle(*request);
-	if (!op)
+	if (!op) {
+		struct passed *p = npassed ? find_passed(*request) : NULL;
+		if (p)
+			pm_count_mpi(p->family, p->bytes);
 		return PMPI_Start(request);
+	}
 	MPI_Comm comm = op->comm->comm;
 	return pm_comm_error(comm, restart(op));
 }

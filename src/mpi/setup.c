@@ -415,6 +415,7 @@ int MPI_Finalize(void)
 	if (pm.cfg.stats)
 		print_stats();
 	pm_mprobe_teardown();
+	pm_persist_teardown();
 	pm_comm_teardown();
 	close_channels();
 	free_state();
