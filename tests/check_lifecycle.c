@@ -704,6 +704,97 @@ START_TEST(test_restart_fdstore)
 }
 END_TEST
 
+/* The daemon killed again and again while two processes exchange
+ * messages (issue 5: "kill -9 of the daemon itself, repeatedly"): traffic
+ * goes on throughout, every new daemon gets the channel handed back, locked
+ * and charged once, serves a new request, and the last one, once the
+ * processes are gone, holds nothing. */
+#define RESTARTS 5
+
+static uint32_t endpoints_claimed(pinshm_client_t *c)
+{
+	pinshm_client_info_t *info;
+	size_t n;
+	uint32_t endpoints = 0;
+
+	CLIENT_RC(c, pinshm_clients(c, &info, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		endpoints += info[i].endpoints;
+	free(info);
+	return endpoints;
+}
+
+START_TEST(test_restart_repeatedly)
+{
+	struct daemon d;
+	struct traffic x;
+	struct tu_procs ps;
+	struct tu_report r;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_status_t s;
+
+	unsetenv("NOTIFY_SOCKET");
+	daemon_start(&d);
+	long lck0 = proc_status_value_kb(d.pid, "VmLck:");
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "used", &attr, 0640, PINSHM_PERSISTENT), 0);
+	ck_assert(listed(c, "used", &e));
+	uint64_t size = e.size;
+	bool pinned = e.state & PINSHM_LIST_PINNED;
+
+	x.sock = d.sock;
+	x.reconnect = true;
+	x.received = mmap(NULL, sizeof(*x.received), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert(x.received != MAP_FAILED);
+	ck_assert_int_eq(pipe2(x.stop, O_NONBLOCK | O_CLOEXEC), 0);
+	tu_reporter_open(&x.rep);
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "producer", traffic_producer, &x, 0);
+	tu_spawn(&ps, "consumer", traffic_consumer, &x, 1);
+	close(x.stop[0]);
+	uint64_t seen = wait_progress(&x, 1000);
+
+	for (int round = 0; round < RESTARTS; round++) {
+		ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
+		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+		seen = wait_progress(&x, seen); /* no daemon: the channel works on */
+		daemon_spawn(&d, &(struct daemon_opts){0});
+		daemon_wait_ready(&d);
+		uint64_t deadline = tu_now_ms() + 20000;
+		while (!(listed(c, "used", &e) && endpoints_claimed(c) == 2) && tu_now_ms() < deadline)
+			tu_sleep_ms(20);
+		ck_assert_msg(listed(c, "used", &e), "restart %d: the channel was not handed back", round);
+		ck_assert_uint_eq(endpoints_claimed(c), 2);
+		ck_assert_uint_eq(e.size, size);
+		CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+		ck_assert_uint_eq(s.channels_pinned + s.channels_unpinned, 1);
+		if (pinned) {
+			ck_assert(e.state & PINSHM_LIST_PINNED);
+			ck_assert_uint_eq(s.pinned, size);
+		}
+		CLIENT_RC(c, pinshm_create(c, "after", &attr, 0600, 0), 0); /* new requests are served */
+		CLIENT_RC(c, pinshm_unlink(c, "after"), 0);
+		seen = wait_progress(&x, seen);
+	}
+
+	close(x.stop[1]);
+	TU_RC(tu_collect(&x.rep, &r, WAIT_MS), 0);
+	ck_assert_uint_gt(r.v[0], seen - 1);
+	tu_wait_all_ok(&ps, WAIT_MS);
+	pinshm_disconnect(c);
+	c = connect_ok(&d);
+	wait_counts(c, 1, 0);
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.pinned, 0);
+	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	tu_reporter_close(&x.rep);
+}
+END_TEST
+
 /* Without a descriptor store: the two processes hand their segment back
  * to the new daemon as they reconnect.  The channel is adopted once (the
  * same segment from both), named again, owned by their user with mode
@@ -1209,6 +1300,7 @@ static Suite *lifecycle_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_restart_fdstore);
 	tcase_add_test(tc, test_restart_handback);
+	tcase_add_test(tc, test_restart_repeatedly);
 	tcase_add_test(tc, test_adopt_hostile);
 	suite_add_tcase(s, tc);
 
