@@ -11,7 +11,8 @@
  * Outbound: per peer, CTS/ACK records first, then sends in the order they
  * were started (each writes its EAGER or RTS), then DATA of the sends that
  * got their CTS.  Nothing ever waits for room: what does not fit stays
- * queued and the peer is marked busy.
+ * queued and the peer is marked busy.  (With PINSHM_MPI_CMA, a receiver
+ * may copy a long message straight from its sender instead: wire.h.)
  *
  * The MPI library's side: receives that may match a message of the MPI
  * library (MPI_ANY_SOURCE on a communicator with members on other nodes)
@@ -23,11 +24,11 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
-#include <sys/uio.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "plugin.h"
 #include "wire.h"
