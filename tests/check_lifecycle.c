@@ -1169,6 +1169,80 @@ START_TEST(test_200_clients)
 }
 END_TEST
 
+/* A user creates channels until the daemon's default per-user limit
+ * (2048, through three connections: one references at most 1024): the
+ * next one gets -EUSERS; the daemon keeps serving (list, status, open)
+ * and, once some are unlinked, takes new ones again; its accounting is
+ * exact throughout and back to nothing at the end. */
+#define MANY_CHANNELS 2048
+#define CONNECTION_CHANNELS 1024
+
+START_TEST(test_thousands_of_channels)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_status_t st;
+	pinshm_list_entry_t *e;
+	pinshm_channel_t *ch;
+	pinshm_client_t *cs[3];
+	char name[PINSHM_NAME_MAX + 1];
+	size_t n;
+	int made = 0, rc = 0;
+
+	daemon_start(&d);
+	long lck0 = proc_status_value_kb(d.pid, "VmLck:");
+	for (int i = 0; i < 3; i++)
+		cs[i] = connect_ok(&d);
+	pinshm_client_t *c = cs[2];
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	while (made <= MANY_CHANNELS) {
+		pinshm_client_t *by = cs[made / CONNECTION_CHANNELS];
+		snprintf(name, sizeof(name), "many-%d", made);
+		rc = pinshm_create(by, name, &attr, 0600, PINSHM_PERSISTENT);
+		if (rc != 0)
+			break;
+		made++;
+	}
+	ck_assert_int_eq(made, MANY_CHANNELS);
+	ck_assert_msg(rc == -EUSERS, "channel %d: %d (%s)", made + 1, rc, pinshm_client_error(c));
+
+	CLIENT_RC(c, pinshm_list(c, &e, &n), 0); /* still served */
+	ck_assert_uint_eq(n, MANY_CHANNELS);
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < n; i++)
+		bytes += e[i].size;
+	free(e);
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	ck_assert_uint_eq(st.channels_pinned + st.channels_unpinned, MANY_CHANNELS);
+	if (st.channels_unpinned == 0)
+		ck_assert_uint_eq(st.pinned, bytes);
+	CLIENT_RC(c, pinshm_open(c, "many-7", PINSHM_CONSUMER, &ch), 0);
+	TU_RC(pinshm_channel_close(ch), 0);
+
+	/* The first connection's channels unlinked and let go: room again. */
+	for (int i = 0; i < MANY_CHANNELS; i++) {
+		snprintf(name, sizeof(name), "many-%d", i);
+		CLIENT_RC(c, pinshm_unlink(c, name), 0);
+		if (i == CONNECTION_CHANNELS - 1) {
+			pinshm_disconnect(cs[0]);
+			wait_counts(c, 2, MANY_CHANNELS - CONNECTION_CHANNELS);
+			CLIENT_RC(c, pinshm_create(c, "many-again", &attr, 0600, 0), 0);
+			CLIENT_RC(c, pinshm_unlink(c, "many-again"), 0);
+		}
+	}
+	pinshm_disconnect(cs[1]);
+	wait_counts(c, 1, 1); /* many-again lives while its creator is connected */
+	pinshm_disconnect(c);
+	c = connect_ok(&d);
+	wait_counts(c, 1, 0);
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	ck_assert_uint_eq(st.pinned, 0);
+	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* A daemon with few descriptors under many clients: it refuses what it
  * cannot take, keeps serving the others, does not spin, and takes new
  * clients once descriptors are free again. */
@@ -1307,6 +1381,7 @@ static Suite *lifecycle_suite(void)
 	tc = tcase_create("scale");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_200_clients);
+	tcase_add_test(tc, test_thousands_of_channels);
 	tcase_add_test(tc, test_emfile_scale);
 	tcase_add_test(tc, test_silent_connection);
 	tcase_add_test(tc, test_default_user_limit);
