@@ -103,8 +103,15 @@ static void read_config(void)
 		c->ring = r;
 	}
 	uint64_t max_payload = c->ring / 2 - 64 - 32;
-	c->eager = env_size("PINSHM_MPI_EAGER", 16 * 1024, 0, max_payload);
+	/* Eager up to 64 KiB: measured against 4 and 16 KiB here, it gains on
+	 * 32 and 64 KiB messages (no RTS/CTS round trip) and costs nothing
+	 * below.  Both bounded by what one record of the ring may carry. */
+	c->eager = env_size("PINSHM_MPI_EAGER", 64 * 1024, 0, max_payload);
 	c->chunk = env_size("PINSHM_MPI_CHUNK", 32 * 1024, 1024, max_payload);
+	if (c->eager > max_payload)
+		c->eager = max_payload;
+	if (c->chunk > max_payload)
+		c->chunk = max_payload;
 	c->cma = env_size("PINSHM_MPI_CMA", 0, 0, UINT64_MAX);
 	c->spin_ns = env_size("PINSHM_MPI_SPIN_NS", 20000, 0, 1000000000);
 	c->yield_ns = env_size("PINSHM_MPI_YIELD_NS", 500000, 0, 1000000000);
