@@ -59,7 +59,7 @@ static void record_name(const struct channel *ch, char *buf, size_t len)
 	snprintf(buf, len, "pinshm.1.%llu.%u.%u.%o.%u.%u.%u.%" PRIu64 ".%u.%u.%u.%d.%s", ino, (unsigned)ch->uid,
 		 (unsigned)ch->gid, ch->mode, ch->persistent ? PINSHM_PERSISTENT : 0u, (unsigned)ch->attr.kind,
 		 ch->attr.flags, ch->attr.capacity, ch->attr.max_message, ch->attr.max_producers,
-		 ch->attr.max_consumers, ch->seg.node, ch->name);
+		 ch->attr.max_consumers, ch->seg.at_consumer ? PINSHM_NODE_CONSUMER : ch->seg.node, ch->name);
 }
 
 void adopt_store(const struct channel *ch)
@@ -180,7 +180,7 @@ static int adopt_segment(int fd, const struct seg_geometry *g, int node, struct 
 	struct stat st;
 	int seals = fcntl(fd, F_GET_SEALS);
 
-	*s = (struct segment){.fd = fd, .node = node};
+	*s = (struct segment){.fd = fd, .node = node, .at_consumer = node == PINSHM_NODE_CONSUMER};
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		snprintf(why, len, "not a shared memory file");
 		return -EINVAL;

@@ -74,11 +74,20 @@ static int cpu_of(pid_t pid)
 	return atoi(p);
 }
 
+bool numa_node_known(int node)
+{
+	return node >= 0 && (topo.test_nodes ? node < topo.test_nodes : real_node_exists(node));
+}
+
 int numa_resolve(int requested, pid_t creator, int *node, char *why, size_t whylen)
 {
 	*node = PINSHM_NODE_ANY;
 	if (requested == PINSHM_NODE_ANY)
 		return 0;
+	if (requested == PINSHM_NODE_CONSUMER) {
+		*node = PINSHM_NODE_CONSUMER; /* at the first consumer's OPEN */
+		return 0;
+	}
 	if (requested == PINSHM_NODE_LOCAL) {
 		int cpu = cpu_of(creator);
 		if (cpu < 0) {
@@ -94,11 +103,10 @@ int numa_resolve(int requested, pid_t creator, int *node, char *why, size_t whyl
 			*node = PINSHM_NODE_ANY;
 		return 0;
 	}
-	bool ok = requested >= 0 &&
-		  (topo.test_nodes ? requested < topo.test_nodes : real_node_exists(requested));
-	if (!ok) {
+	if (!numa_node_known(requested)) {
 		int nodes = topo.test_nodes ? topo.test_nodes : topo.real_max >= 0 ? topo.real_max + 1 : 1;
-		snprintf(why, whylen, "no NUMA node %d: nodes 0..%d here, or -1 (any) or -2 (near the creator)",
+		snprintf(why, whylen, "no NUMA node %d: nodes 0..%d here, or -1 (any), -2 (near the creator) or -3 "
+			 "(near the consumer)",
 			 requested, nodes - 1);
 		return -EINVAL;
 	}
@@ -106,9 +114,11 @@ int numa_resolve(int requested, pid_t creator, int *node, char *why, size_t whyl
 	return 0;
 }
 
-int numa_place(void *base, size_t size, int node)
+#define NUMA_MASK_WORDS 16 /* 1024 nodes, libnuma's most */
+
+/* The mask of the real node that stands for @p node. @return 0 or -EINVAL. */
+static int real_mask(int node, unsigned long mask[NUMA_MASK_WORDS])
 {
-	unsigned long mask[16] = {0}; /* 1024 nodes, libnuma's most */
 	int real = node;
 
 	if (topo.test_nodes) {
@@ -117,10 +127,20 @@ int numa_place(void *base, size_t size, int node)
 		while (real > 0 && !real_node_exists(real))
 			real--;
 	}
-	if ((size_t)real >= sizeof(mask) * 8)
+	if (real < 0 || real >= NUMA_MASK_WORDS * 64)
 		return -EINVAL;
+	memset(mask, 0, NUMA_MASK_WORDS * sizeof(mask[0]));
 	mask[real / 64] |= 1ul << (real % 64);
-	if (mbind(base, size, MPOL_PREFERRED, mask, sizeof(mask) * 8, 0) != 0) {
+	return 0;
+}
+
+int numa_place(void *base, size_t size, int node)
+{
+	unsigned long mask[NUMA_MASK_WORDS];
+
+	if (real_mask(node, mask) != 0)
+		return -EINVAL;
+	if (mbind(base, size, MPOL_PREFERRED, mask, NUMA_MASK_WORDS * 64, 0) != 0) {
 		/* A preference the kernel or a sandbox does not let us state
 		 * (ENOSYS, EPERM) costs the placement, not the channel. */
 		if (errno == ENOSYS || errno == EPERM) {
@@ -130,4 +150,31 @@ int numa_place(void *base, size_t size, int node)
 		return -errno;
 	}
 	return 0;
+}
+
+int numa_move(void *base, size_t size, int node, char *why, size_t whylen)
+{
+	unsigned long mask[NUMA_MASK_WORDS];
+
+	if (!numa_node_known(node) || real_mask(node, mask) != 0) {
+		snprintf(why, whylen, "no NUMA node %d here", node);
+		return -EINVAL;
+	}
+	/* MPOL_MF_STRICT: EIO where some page could not be moved. */
+	unsigned flags = MPOL_MF_MOVE_ALL | MPOL_MF_STRICT;
+	int rc = mbind(base, size, MPOL_PREFERRED, mask, NUMA_MASK_WORDS * 64, flags);
+	if (rc != 0 && errno == EPERM) { /* no CAP_SYS_NICE: only the pages no one else maps */
+		flags = MPOL_MF_MOVE | MPOL_MF_STRICT;
+		rc = mbind(base, size, MPOL_PREFERRED, mask, NUMA_MASK_WORDS * 64, flags);
+	}
+	if (rc == 0)
+		return 0;
+	int err = errno;
+	if (err == EIO)
+		snprintf(why, whylen, "some pages stay where they are (%s)",
+			 flags & MPOL_MF_MOVE_ALL ? "no room on the node"
+						  : "mapped by other processes, and no CAP_SYS_NICE to move those");
+	else
+		snprintf(why, whylen, "mbind: %s", strerror(err));
+	return -err;
 }

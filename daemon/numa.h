@@ -5,7 +5,10 @@
  * kernel's default, first touch by the daemon) or PINSHM_NODE_LOCAL (the
  * node of the CPU the creating process last ran on, read from
  * /proc/PID/stat when the request is served: "near the creator", who is
- * usually one of the parties of the channel).
+ * usually one of the parties of the channel), or PINSHM_NODE_CONSUMER
+ * ("near the consumer": unplaced until the first consumer's OPEN, which
+ * carries the node of that client's CPU; the daemon checks the node, then
+ * moves the pages, already locked, with numa_move()).
  *
  * Placement is MPOL_PREFERRED, set with mbind() on the daemon's mapping
  * before the pages are touched (mlock populates them): the pages go to the
@@ -23,6 +26,7 @@
 #ifndef PINSHMD_NUMA_H
 #define PINSHMD_NUMA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -31,7 +35,8 @@ int numa_setup(char *why, size_t whylen);
 
 /**
  * Resolve the node @p requested of a CREATE by process @p creator.
- * @param node  set to a node that exists, or PINSHM_NODE_ANY.
+ * @param node  set to a node that exists, PINSHM_NODE_ANY, or
+ *              PINSHM_NODE_CONSUMER (placed later, by numa_move()).
  * @return 0; -EINVAL (no such node, with the nodes there are in @p why).
  */
 int numa_resolve(int requested, pid_t creator, int *node, char *why, size_t whylen);
@@ -42,5 +47,21 @@ int numa_resolve(int requested, pid_t creator, int *node, char *why, size_t whyl
  * yet.  @return 0 or the -errno of mbind().
  */
 int numa_place(void *base, size_t size, int node);
+
+/** Whether @p node is a node of this machine (or of the test topology). */
+bool numa_node_known(int node);
+
+/**
+ * Move the pages of the mapping [@p base, @p base + @p size), populated
+ * (and locked) already, to node @p node (numa_node_known()), and prefer it
+ * for any page made later: mbind(MPOL_PREFERRED) with MPOL_MF_MOVE_ALL
+ * where the daemon may (CAP_SYS_NICE), else MPOL_MF_MOVE, which leaves the
+ * pages that other processes map where they are.
+ * @return 0 (all moved); -EIO (the policy is set, but some pages stay
+ *         where they are: mapped by others, or no room on the node);
+ *         or the -errno of mbind() (nothing changed: EPERM, ENOMEM, ...),
+ *         with the reason in @p why.
+ */
+int numa_move(void *base, size_t size, int node, char *why, size_t whylen);
 
 #endif /* PINSHMD_NUMA_H */

@@ -11,6 +11,7 @@
 
 #include "adopt.h"
 #include "log.h"
+#include "numa.h"
 #include "registry.h"
 
 static unsigned name_hash(const char *name)
@@ -510,14 +511,58 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 		 ch->seg.backend == PINSHM_BACKEND_SHM ? "shm" : "sealed memfd", ch->seg.size, mode,
 		 persistent ? ", persistent" : "", ch->seg.pinned ? ", pinned" : ", NOT pinned",
 		 ch->seg.hugepages ? ", huge pages" : "", from_pool ? ", from the pool" : "");
-	if (ch->seg.node != PINSHM_NODE_ANY)
+	if (ch->seg.node >= 0)
 		log_info("channel '%s': pages preferred on NUMA node %d", name, ch->seg.node);
+	else if (ch->seg.at_consumer)
+		log_info("channel '%s': unplaced until its first consumer opens it (near the consumer)", name);
 	*out = ch;
 	return 0;
 }
 
+/*
+ * A channel made near its consumer, at its first consumer's OPEN: move its
+ * pages to @p node, the node that consumer says it runs on (a hint from a
+ * client: checked against the nodes there are, else ignored).  Whatever
+ * fails, the channel keeps working where its pages are.
+ */
+static void place_near_consumer(struct channel *ch, int node, pid_t pid)
+{
+	char why[160];
+
+	if (node == PINSHM_NODE_ANY) {
+		log_info("channel '%s': its consumer (pid %d) does not know its NUMA node: not placed yet", ch->name,
+			 (int)pid);
+		return;
+	}
+	if (!numa_node_known(node)) {
+		log_warn("channel '%s': its consumer (pid %d) says NUMA node %d, not a node here: "
+			 "ignored, not placed yet",
+			 ch->name, (int)pid, node);
+		return;
+	}
+	int rc = -EBADMSG;
+	if (ch->seg.damaged)
+		snprintf(why, sizeof(why), "the segment is damaged (shrunk by a client)");
+	else
+		rc = numa_move(ch->seg.base, ch->seg.size, node, why, sizeof(why));
+	if (rc == 0 || rc == -EIO) {
+		ch->seg.node = node;
+		if (rc == 0)
+			log_info("channel '%s': pages moved to NUMA node %d, near its consumer (pid %d)", ch->name,
+				 node, (int)pid);
+		else
+			log_warn("channel '%s': pages preferred on NUMA node %d, near its consumer (pid %d), but %s",
+				 ch->name, node, (int)pid, why);
+		return;
+	}
+	ch->seg.node = PINSHM_NODE_ANY;
+	log_warn("channel '%s': pages not moved to NUMA node %d, near its consumer (pid %d): %s; "
+		 "they stay where they are",
+		 ch->name, node, (int)pid, why);
+}
+
 int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,
-		  struct channel **out, unsigned *endpoint, char *why, size_t whylen)
+		  int client_node, struct channel **out, unsigned *endpoint, char *why, size_t whylen)
 {
 	struct channel *ch = find(r, name);
 	const char *what = role == PINSHM_PRODUCER ? "producer" : "consumer";
@@ -550,6 +595,8 @@ int registry_open(struct registry *r, struct reg_client *c, const char *name, pi
 	log_debug("channel '%s': endpoint %d (%s) claimed for pid %d", name, ep, what, (int)c->cred.pid);
 	if (ch->seg.unlocked)
 		relock(ch, "opened"); /* about to be used */
+	if (role == PINSHM_CONSUMER && ch->seg.node == PINSHM_NODE_CONSUMER)
+		place_near_consumer(ch, client_node, c->cred.pid);
 	*out = ch;
 	*endpoint = (unsigned)ep;
 	return 0;

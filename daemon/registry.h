@@ -135,9 +135,14 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 		    unsigned mode, bool persistent, const struct segment_opts *o, struct channel **out, char *why,
 		    size_t whylen);
 
-/** Open @p name as @p role for @p c; @p out and @p endpoint set. */
+/**
+ * Open @p name as @p role for @p c; @p out and @p endpoint set.  The first
+ * consumer of a channel made near its consumer (PINSHM_NODE_CONSUMER)
+ * places it on @p client_node, the node the client says it runs on
+ * (checked: a node this machine does not have is ignored, with a log line).
+ */
 int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,
-		  struct channel **out, unsigned *endpoint, char *why, size_t whylen);
+		  int client_node, struct channel **out, unsigned *endpoint, char *why, size_t whylen);
 
 int registry_unlink(struct registry *r, struct reg_client *c, const char *name, char *why, size_t whylen);
 

@@ -134,8 +134,8 @@ static int serve_open(struct request_ctx *ctx, struct reg_client *c, const struc
 		return rc;
 	if (role != PINSHM_PRODUCER && role != PINSHM_CONSUMER)
 		return fail(rep, -EINVAL, "invalid role %u", role);
-	rc = registry_open(ctx->reg, c, req->u.open.name, (pinshm_role_t)role, &ch, &endpoint, rep->text,
-			   sizeof(rep->text));
+	rc = registry_open(ctx->reg, c, req->u.open.name, (pinshm_role_t)role, req->u.open.node, &ch, &endpoint,
+			   rep->text, sizeof(rep->text));
 	if (rc != 0)
 		return rc;
 	rep->u.open_reply.endpoint = endpoint;

@@ -142,6 +142,7 @@ int segment_alloc(struct segment *s, size_t size, const struct segment_opts *o, 
 	*s = (struct segment){.fd = -1,
 			      .base = MAP_FAILED,
 			      .node = o->node,
+			      .at_consumer = o->node == PINSHM_NODE_CONSUMER,
 			      .hugepages = o->hugepages,
 			      .backend = o->shm ? PINSHM_BACKEND_SHM : PINSHM_BACKEND_MEMFD};
 	if (o->shm && o->hugepages)
@@ -183,7 +184,7 @@ int segment_alloc(struct segment *s, size_t size, const struct segment_opts *o, 
 				 s->size / huge_page_size(), huge_pages_free());
 		goto fail_errno;
 	}
-	if (o->node != PINSHM_NODE_ANY) {
+	if (o->node >= 0) {
 		rc = numa_place(s->base, s->size, o->node);
 		if (rc != 0)
 			goto fail;

@@ -40,7 +40,9 @@ struct segment {
 	int fd;        /* the memfd or shm object, close-on-exec; handed to clients */
 	void *base;    /* the daemon's mapping */
 	size_t size;   /* of the memfd and the mapping: what is pinned and charged */
-	int node;      /* NUMA node preferred for its pages, PINSHM_NODE_ANY: none */
+	int node;      /* NUMA node preferred for its pages, PINSHM_NODE_ANY: none,
+			* PINSHM_NODE_CONSUMER: not yet (at_consumer) */
+	bool at_consumer; /* made near its consumer: placed at the first consumer's open */
 	bool hugepages; /* hugetlbfs memfd */
 	bool pinned;   /* locked in RAM through the daemon's mapping */
 	bool sealed;   /* resizing sealed */
@@ -52,7 +54,7 @@ struct segment {
 
 /* How a segment is made. */
 struct segment_opts {
-	int node;       /* a node from numa_resolve(), or PINSHM_NODE_ANY */
+	int node;       /* a node from numa_resolve(), PINSHM_NODE_ANY or PINSHM_NODE_CONSUMER (later) */
 	bool hugepages; /* MFD_HUGETLB: size rounded up to a huge page */
 	bool shm;       /* the POSIX shared memory backend (not with hugepages) */
 	bool shm_fallback; /* a memfd, or shm where this kernel cannot make a sealed memfd (`auto`,
@@ -74,7 +76,7 @@ int segment_backing_size(size_t size, const struct segment_opts *o, size_t *out)
  * o->shm_fallback where memfd_create() or sealing is not supported:
  * ENOSYS, EINVAL; the environment variable PINSHMD_TEST_NO_MEMFD=1
  * pretends so, for the tests), mapped by the daemon,
- * placed on o->node before any page is touched, then locked (which
+ * placed on o->node (a node number) before any page is touched, then locked (which
  * populates it; unpinned with a warning where RLIMIT_MEMLOCK forbids it).
  * Its contents are zero: segment_format() makes it a channel.
  * @return 0; -EINVAL (huge pages not supported, or not sealable: a channel

@@ -376,7 +376,7 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * changes; a library and a daemon of different protocol versions refuse to
  * talk (-EPROTO, with a message saying both versions).
  */
-#define PINSHM_PROTOCOL_VERSION 4
+#define PINSHM_PROTOCOL_VERSION 5
 #define PINSHM_CLIENT_TIMEOUT_MS 10000
 
 /* A channel name: 1..PINSHM_NAME_MAX characters of [A-Za-z0-9._-], not
@@ -397,6 +397,8 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
 /* The NUMA node of pinshm_create_on_node(): a node number (0, 1...) or: */
 #define PINSHM_NODE_ANY (-1)   /* no placement: the kernel's default policy */
 #define PINSHM_NODE_LOCAL (-2) /* the node of the CPU the creator runs on when asking */
+#define PINSHM_NODE_CONSUMER (-3) /* the node of the CPU of the first consumer, when it opens
+				   * the channel; a listing shows this value until then */
 
 typedef struct pinshm_client pinshm_client_t;
 
@@ -512,9 +514,21 @@ PINSHM_EXPORT int pinshm_create(pinshm_client_t *c, const char *name, const pins
 /**
  * As pinshm_create(), with the segment's pages placed on NUMA node @p node
  * (PINSHM_NODE_ANY: no placement, as pinshm_create(); PINSHM_NODE_LOCAL:
- * the node of the CPU the caller runs on at the time of the request).  The
- * placement is a preference (MPOL_PREFERRED): pages go elsewhere only when
- * the node has no free memory.  With PINSHM_HUGEPAGES in @p flags, the
+ * the node of the CPU the caller runs on at the time of the request;
+ * PINSHM_NODE_CONSUMER: near the consumer, see below).  The placement is a
+ * preference (MPOL_PREFERRED): pages go elsewhere only when the node has no
+ * free memory.
+ *
+ * PINSHM_NODE_CONSUMER leaves the segment unplaced (the listing's node is
+ * PINSHM_NODE_CONSUMER) until the first process opens the channel as a
+ * consumer: pinshm_open() tells the daemon the node of the CPU it runs on
+ * (getcpu(2)), and the daemon then moves the segment's pages, already
+ * locked, to that node (mbind(2) with MPOL_MF_MOVE) and lists it there.  A
+ * producer's open does not place it.  Where the pages cannot be moved (no
+ * node known for that consumer, EPERM, ENOMEM...), the channel keeps
+ * working where it is, and the daemon logs why; pages that other processes
+ * have mapped already move only where the daemon has CAP_SYS_NICE
+ * (MPOL_MF_MOVE_ALL).  With PINSHM_HUGEPAGES in @p flags, the
  * segment is made of huge pages, its size rounded up to a huge page.
  * @return as pinshm_create(); -EINVAL also for a node that does not exist;
  *         -ENOMEM when too few huge pages are free (vm.nr_hugepages).

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -426,7 +427,7 @@ int pinshm_create_full(pinshm_client_t *c, const char *name, const pinshm_channe
 	const unsigned known = PINSHM_PERSISTENT | PINSHM_HUGEPAGES | PINSHM_USE_MEMFD | PINSHM_USE_SHM;
 	if (flags & ~known)
 		return client_fail(c, -EINVAL, "unknown flags %#x", flags & ~known);
-	if (node < PINSHM_NODE_LOCAL)
+	if (node < PINSHM_NODE_CONSUMER)
 		return client_fail(c, -EINVAL, "invalid NUMA node %d", node);
 	if (pin_idle > PINSHM_PIN_IDLE_MAX && pin_idle != PINSHM_PIN_DEFAULT)
 		return client_fail(c, -EINVAL, "invalid pin_idle %u: 0 (always pinned) or 1 to %u seconds", pin_idle,
@@ -468,6 +469,18 @@ static bool geometry_matches(const pinshm_channel_t *ch, const struct proto_msg 
 	       ch->endpoint == rep->u.open_reply.endpoint;
 }
 
+/* The NUMA node of the CPU this thread runs on now, PINSHM_NODE_ANY where
+ * the kernel does not say (getcpu(2), called directly: older C libraries
+ * have no wrapper). */
+static int32_t current_node(void)
+{
+	unsigned cpu, node;
+
+	if (syscall(SYS_getcpu, &cpu, &node, NULL) != 0 || node > INT32_MAX)
+		return PINSHM_NODE_ANY;
+	return (int32_t)node;
+}
+
 int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm_channel_t **out)
 {
 	struct proto_msg req = {.h.type = PROTO_OPEN}, rep;
@@ -481,6 +494,7 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 	if (role != PINSHM_PRODUCER && role != PINSHM_CONSUMER)
 		return client_fail(c, -EINVAL, "invalid role %d", (int)role);
 	req.u.open.role = (uint32_t)role;
+	req.u.open.node = current_node(); /* where a channel placed near its consumer goes */
 	rc = transact(c, &req, &rep, &fd);
 	if (rc != 0)
 		return rc;

@@ -293,6 +293,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 	case PROTO_OPEN:
 		put_name(&w, m->u.open.name);
 		put_u32(&w, m->u.open.role);
+		put_u32(&w, (uint32_t)m->u.open.node);
 		break;
 	case PROTO_OPEN | PROTO_REPLY:
 		put_u32(&w, m->u.open_reply.endpoint);
@@ -467,6 +468,7 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 	case PROTO_OPEN:
 		get_name(&r, m->u.open.name);
 		m->u.open.role = get_u32(&r);
+		m->u.open.node = (int32_t)get_u32(&r);
 		break;
 	case PROTO_OPEN | PROTO_REPLY:
 		m->u.open_reply.endpoint = get_u32(&r);

@@ -63,9 +63,10 @@ enum proto_type {
 	PROTO_HELLO = 1,    /* body: u32 version, u32 library version */
 	PROTO_CREATE = 2,   /* body: name, u32 kind, u32 flags, u64 capacity, u32 max_message,
 			     *       u32 max_producers, u32 max_consumers, u32 mode, u32 create flags,
-			     *       i32 node (PINSHM_NODE_ANY, PINSHM_NODE_LOCAL or a node),
+			     *       i32 node (PINSHM_NODE_ANY, _LOCAL, _CONSUMER or a node),
 			     *       u32 pin_idle (PINSHM_PIN_*, or seconds) */
-	PROTO_OPEN = 3,     /* body: name, u32 role */
+	PROTO_OPEN = 3,     /* body: name, u32 role, i32 node (the client's NUMA node now,
+			     *       PINSHM_NODE_ANY: unknown) */
 	PROTO_UNLINK = 4,   /* body: name */
 	PROTO_LIST = 5,     /* body: u64 cursor */
 	PROTO_SHUTDOWN = 6, /* body: empty */
@@ -196,6 +197,7 @@ struct proto_msg {
 		struct {
 			char name[PROTO_NAME_FIELD];
 			uint32_t role;
+			int32_t node; /* the node of the client's CPU, PINSHM_NODE_ANY: unknown (a hint, checked) */
 		} open;
 		struct {
 			uint32_t endpoint;

@@ -619,6 +619,7 @@ START_TEST(test_close)
 	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_OPEN, 1);
 	pk_name(&p, "cl-raw");
 	pk_le(&p, PINSHM_CONSUMER, 4);
+	pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
 	pk_end(&p);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m); /* its descriptor is dropped by recv() */
@@ -1099,7 +1100,7 @@ static size_t body_size(uint16_t type)
 	case PROTO_CREATE:
 		return 108;
 	case PROTO_OPEN:
-		return 68;
+		return 72;
 	case PROTO_UNLINK:
 	case PROTO_STAT:
 		return 64;
@@ -1153,6 +1154,7 @@ static void malformed_packet(int i, struct pkt *p, unsigned *nfds)
 		memset(p->b + p->len, 'a', PROTO_NAME_FIELD);
 		p->len += PROTO_NAME_FIELD;
 		pk_le(p, PINSHM_CONSUMER, 4);
+		pk_le(p, (uint32_t)PINSHM_NODE_ANY, 4);
 		pk_end(p);
 		break;
 	case 6: /* bytes after the name's NUL */
@@ -2247,6 +2249,7 @@ START_TEST(test_eventfd_handover)
 	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_OPEN, 1);
 	pk_name(&p, "ev-raw");
 	pk_le(&p, PINSHM_CONSUMER, 4);
+	pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
 	pk_end(&p);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);

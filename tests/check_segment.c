@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <numaif.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -34,6 +35,7 @@
 #include "../daemon/segment.h"
 #include "daemonutil.h"
 #include "pinshm.h"
+#include "protocol.h"
 #include "testutil.h"
 
 #define KiB 1024u
@@ -270,7 +272,7 @@ START_TEST(test_numa_bad_node)
 	CLIENT_RC(c, pinshm_create_on_node(c, "bad", &attr, 0600, 0, 1), -EINVAL);
 	ck_assert_msg(strstr(pinshm_client_error(c), "no NUMA node 1") != NULL, "%s", pinshm_client_error(c));
 	CLIENT_RC(c, pinshm_create_on_node(c, "bad", &attr, 0600, 0, 1000000), -EINVAL);
-	CLIENT_RC(c, pinshm_create_on_node(c, "bad", &attr, 0600, 0, -3), -EINVAL); /* by the library */
+	CLIENT_RC(c, pinshm_create_on_node(c, "bad", &attr, 0600, 0, -4), -EINVAL); /* by the library */
 	CLIENT_RC(c, pinshm_create_on_node(c, "bad", &attr, 0600, 0, PINSHM_NODE_LOCAL), 0);
 	ck_assert_int_eq(list_get(c, "bad").node, 0); /* the only node */
 	pinshm_disconnect(c);
@@ -347,6 +349,150 @@ START_TEST(test_numa_bad_hook)
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %#x", st);
 	rmdir(dir);
+}
+END_TEST
+
+/* An OPEN by hand, as @p role, saying the client runs on NUMA node @p node.
+ * @return the connection, which holds the endpoint until closed; the
+ * reply's status in @p status. */
+static int raw_open(const struct daemon *d, const char *name, pinshm_role_t role, int32_t node, int *status)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct proto_msg req = {.h.type = PROTO_OPEN, .h.seq = 1}, rep;
+	uint8_t buf[PROTO_MAX_PACKET];
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(s, 0);
+	ck_assert_uint_lt(strlen(d->sock), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, d->sock, strlen(d->sock) + 1);
+	ck_assert_msg(connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect: %s", strerror(errno));
+	snprintf(req.u.open.name, sizeof(req.u.open.name), "%s", name);
+	req.u.open.role = (uint32_t)role;
+	req.u.open.node = node;
+	int len = proto_encode(&req, buf);
+	ck_assert_int_gt(len, 0);
+	ck_assert_int_eq(send(s, buf, (size_t)len, MSG_NOSIGNAL), len);
+	struct pollfd pf = {.fd = s, .events = POLLIN};
+	ck_assert_int_eq(poll(&pf, 1, 10000), 1);
+	ssize_t n = recv(s, buf, sizeof(buf), 0); /* the segment's descriptor, unasked, is dropped */
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(proto_decode(buf, (size_t)n, true, &rep), 0);
+	*status = rep.status;
+	return s;
+}
+
+/* Near the consumer, on an injected topology of 2 nodes: unplaced after
+ * the create, after a producer's open, after consumers that say no node,
+ * or a node that does not exist; placed on the node the first consumer
+ * that says a good one reports (then listed there, its pages preferred on
+ * the real node that stands for it), and not moved by a later consumer. */
+START_TEST(test_numa_consumer_injected)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	struct mapping m;
+	int mode, st;
+	unsigned long mask;
+
+	seg_daemon_start(&d, NULL, "2");
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_TOPIC, 64 * KiB, 2, 8);
+	CLIENT_RC(c, pinshm_create_on_node(c, "nc", &attr, 0600, 0, PINSHM_NODE_CONSUMER), 0);
+	ck_assert_int_eq(list_get(c, "nc").node, PINSHM_NODE_CONSUMER);
+	ck_assert(log_has(&d, "unplaced until its first consumer opens it"));
+
+	pinshm_channel_t *prod = NULL;
+	CLIENT_RC(c, pinshm_open(c, "nc", PINSHM_PRODUCER, &prod), 0);
+	int sp = raw_open(&d, "nc", PINSHM_PRODUCER, 1, &st);
+	ck_assert_int_eq(st, 0);
+	ck_assert_int_eq(list_get(c, "nc").node, PINSHM_NODE_CONSUMER);
+	ck_assert(!log_has(&d, "near its consumer"));
+
+	int s_unknown = raw_open(&d, "nc", PINSHM_CONSUMER, PINSHM_NODE_ANY, &st);
+	ck_assert_int_eq(st, 0);
+	ck_assert_int_eq(list_get(c, "nc").node, PINSHM_NODE_CONSUMER);
+	wait_log_count(&d, "does not know its NUMA node", 1);
+	static const int32_t bogus[] = {2, 7, -3, -1000, INT32_MAX};
+	int sb[5];
+	for (int i = 0; i < 5; i++) {
+		sb[i] = raw_open(&d, "nc", PINSHM_CONSUMER, bogus[i], &st);
+		ck_assert_int_eq(st, 0); /* the open itself is served */
+		ck_assert_int_eq(list_get(c, "nc").node, PINSHM_NODE_CONSUMER);
+	}
+	wait_log_count(&d, "not a node here: ignored", 5);
+	ck_assert(log_has(&d, "says NUMA node 7, not a node here"));
+
+	int s1 = raw_open(&d, "nc", PINSHM_CONSUMER, 1, &st);
+	ck_assert_int_eq(st, 0);
+	ck_assert_int_eq(list_get(c, "nc").node, 1);
+	wait_log_count(&d, "pages moved to NUMA node 1, near its consumer", 1);
+	int s0 = raw_open(&d, "nc", PINSHM_CONSUMER, 0, &st);
+	ck_assert_int_eq(st, 0);
+	ck_assert_int_eq(list_get(c, "nc").node, 1); /* the first consumer's */
+
+	/* The producer's mapping sees the preference: node 1 is the real node 0 here. */
+	ck_assert(find_mapping("memfd:pinshm:nc ", &m));
+	policy_at(m.start, &mode, &mask);
+	ck_assert_int_eq(mode, MPOL_PREFERRED);
+	ck_assert_uint_eq(mask, 1);
+
+	close(s0);
+	close(s1);
+	for (int i = 0; i < 5; i++)
+		close(sb[i]);
+	close(s_unknown);
+	close(sp);
+	pinshm_channel_close(prod);
+	pinshm_disconnect(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* Near the consumer on this machine's real topology: the pages have the
+ * default policy until the first consumer opens through the library (which
+ * says the node it runs on, getcpu(2)); then they are preferred on that
+ * node, in a mapping made before the move too, and live there.  A
+ * placement the library refuses: below PINSHM_NODE_CONSUMER. */
+START_TEST(test_numa_consumer_real)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	struct mapping m;
+	int mode;
+	unsigned long mask;
+	unsigned cpu, node;
+
+	ck_assert_int_eq(getcpu(&cpu, &node), 0);
+	run_on((int)cpu); /* so that the library says this node when it opens */
+	seg_daemon_start(&d, NULL, NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create_on_node(c, "ncr", &attr, 0600, 0, PINSHM_NODE_CONSUMER - 1), -EINVAL);
+	CLIENT_RC(c, pinshm_create_on_node(c, "ncr", &attr, 0600, 0, PINSHM_NODE_CONSUMER), 0);
+	ck_assert_int_eq(list_get(c, "ncr").node, PINSHM_NODE_CONSUMER);
+
+	pinshm_channel_t *prod;
+	CLIENT_RC(c, pinshm_open(c, "ncr", PINSHM_PRODUCER, &prod), 0);
+	ck_assert(find_mapping("memfd:pinshm:ncr ", &m));
+	policy_at(m.start, &mode, &mask);
+	ck_assert_msg(mode == MPOL_DEFAULT, "policy %d before a consumer, want MPOL_DEFAULT", mode);
+	ck_assert_int_eq(list_get(c, "ncr").node, PINSHM_NODE_CONSUMER);
+
+	pinshm_channel_t *cons;
+	CLIENT_RC(c, pinshm_open(c, "ncr", PINSHM_CONSUMER, &cons), 0);
+	ck_assert_int_eq(list_get(c, "ncr").node, (int)node);
+	for (size_t off = 0; off < m.len; off += m.len / 4) {
+		char *p = (char *)m.start + off;
+		policy_at(p, &mode, &mask);
+		ck_assert_msg(mode == MPOL_PREFERRED, "policy %d at offset %zu, want MPOL_PREFERRED", mode, off);
+		ck_assert_msg(mask == 1ul << node, "node mask %#lx, want node %u", mask, node);
+		ck_assert_int_eq(node_of_page(p), (int)node);
+	}
+	ck_assert(log_has(&d, "near its consumer"));
+	pinshm_channel_close(cons);
+	pinshm_channel_close(prod);
+	pinshm_disconnect(c);
+	daemon_stop(&d);
 }
 END_TEST
 
@@ -868,6 +1014,8 @@ static Suite *segment_suite(void)
 	tcase_add_test(tc, test_numa_bad_node);
 	tcase_add_test(tc, test_numa_injected);
 	tcase_add_test(tc, test_numa_bad_hook);
+	tcase_add_test(tc, test_numa_consumer_injected);
+	tcase_add_test(tc, test_numa_consumer_real);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("hugepages");
