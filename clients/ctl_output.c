@@ -175,6 +175,17 @@ static const char *pinned_word(const pinshm_list_entry_t *e)
 	return e->state & PINSHM_LIST_UNLOCKED ? "idle" : "yes";
 }
 
+/* The NUMA node: a number, "none", or "consumer" (near the consumer, none opened yet). */
+static const char *node_word(const pinshm_list_entry_t *e, char *buf, size_t len)
+{
+	if (e->node == PINSHM_NODE_CONSUMER)
+		return "consumer";
+	if (e->node < 0)
+		return "none";
+	snprintf(buf, len, "%" PRId32, e->node);
+	return buf;
+}
+
 #define NAME_BUF 256
 
 void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n)
@@ -192,22 +203,24 @@ void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n)
 		w = (int)strlen(group_name(e[i].gid, group, sizeof(group)));
 		wgroup = w > wgroup ? w : wgroup;
 	}
-	fprintf(out, "%-*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-6s  %-6s  %-10s  %9s  %9s  %10s  %6s  %8s\n", wname,
-		"NAME", wkind, "KIND", wowner, "OWNER", wgroup, "GROUP", "MODE", "BACKEND", "SIZE", "PINNED", "SEALED",
+	fprintf(out, "%-*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-8s  %-6s  %-6s  %-10s  %9s  %9s  %10s  %6s  %8s\n",
+		wname, "NAME", wkind, "KIND", wowner, "OWNER", wgroup, "GROUP", "MODE", "BACKEND", "SIZE", "NODE",
+		"PINNED", "SEALED",
 		"PERSISTENT", "PRODUCERS", "CONSUMERS", "MESSAGES", "BYTES", "DROPS");
 	for (size_t i = 0; i < n; i++) {
-		char mode[10], size[16], prod[24], cons[24], bytes[16];
+		char mode[10], size[16], prod[24], cons[24], bytes[16], node[16];
 		ctl_mode_string(e[i].mode, mode);
 		ctl_size_string(e[i].size, size, sizeof(size));
 		ctl_size_string(e[i].bytes, bytes, sizeof(bytes));
 		snprintf(prod, sizeof(prod), "%" PRIu32 "/%" PRIu32, e[i].producers, e[i].max_producers);
 		snprintf(cons, sizeof(cons), "%" PRIu32 "/%" PRIu32, e[i].consumers, e[i].max_consumers);
-		fprintf(out, "%-*.*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-6s  %-6s  %-10s  %9s  %9s  %10" PRIu64
+		fprintf(out, "%-*.*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-8s  %-6s  %-6s  %-10s  %9s  %9s  %10" PRIu64
 			     "  %6s  %8" PRIu64 "\n",
 			wname,
 			(int)sizeof(e[i].name) - 1, e[i].name, wkind, kind_name(&e[i]), wowner,
 			user_name(e[i].uid, owner, sizeof(owner)), wgroup, group_name(e[i].gid, group, sizeof(group)),
-			mode, ctl_backend_name(&e[i]), size, pinned_word(&e[i]), yes_no(e[i].state & PINSHM_LIST_SEALED),
+			mode, ctl_backend_name(&e[i]), size, node_word(&e[i], node, sizeof(node)), pinned_word(&e[i]),
+			yes_no(e[i].state & PINSHM_LIST_SEALED),
 			yes_no(e[i].state & PINSHM_LIST_PERSISTENT), prod, cons, e[i].messages, bytes,
 			ctl_drops(&e[i]));
 	}
@@ -313,10 +326,9 @@ void ctl_print_stat(FILE *out, const pinshm_list_entry_t *e)
 	fprintf(out, "persistent   %s\n", yes_no(e->state & PINSHM_LIST_PERSISTENT));
 	fprintf(out, "hugepages    %s\n", yes_no(e->state & PINSHM_LIST_HUGEPAGES));
 	fprintf(out, "damaged      %s\n", yes_no(e->state & PINSHM_LIST_DAMAGED));
-	if (e->node >= 0)
-		fprintf(out, "node         %" PRId32 "\n", e->node);
-	else
-		fprintf(out, "node         none\n");
+	char node[16];
+	fprintf(out, "node         %s%s\n", node_word(e, node, sizeof(node)),
+		e->node == PINSHM_NODE_CONSUMER ? " (unplaced until a consumer opens it)" : "");
 	fprintf(out, "producers    %" PRIu32 "/%" PRIu32 "\n", e->producers, e->max_producers);
 	fprintf(out, "consumers    %" PRIu32 "/%" PRIu32 "\n", e->consumers, e->max_consumers);
 	fprintf(out, "messages     %" PRIu64 "\n", e->messages);

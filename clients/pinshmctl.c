@@ -265,6 +265,28 @@ static int check_geometry(const pinshm_channel_attr_t *a)
 	return 0;
 }
 
+/* --node: a node number, any, local (the creator's) or consumer (the first consumer's). */
+static bool parse_node(const char *s, int *node)
+{
+	static const struct {
+		const char *word;
+		int node;
+	} words[] = {{"any", PINSHM_NODE_ANY}, {"local", PINSHM_NODE_LOCAL}, {"consumer", PINSHM_NODE_CONSUMER}};
+	char *end;
+
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		if (strcmp(s, words[i].word) == 0) {
+			*node = words[i].node;
+			return true;
+		}
+	errno = 0;
+	unsigned long n = strtoul(s, &end, 10);
+	if (s[0] < '0' || s[0] > '9' || errno || *end || n > 1023) /* libnuma's most nodes */
+		return false;
+	*node = (int)n;
+	return true;
+}
+
 static int cmd_create(struct ctl *o, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -272,10 +294,12 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 		{"capacity", required_argument, NULL, 'c'},  {"max-message", required_argument, NULL, 'm'},
 		{"producers", required_argument, NULL, 'P'}, {"consumers", required_argument, NULL, 'C'},
 		{"mode", required_argument, NULL, 'M'},      {"backend", required_argument, NULL, 'B'},
-		{"pin", required_argument, NULL, 'p'},       {0}};
+		{"pin", required_argument, NULL, 'p'},       {"node", required_argument, NULL, 'N'},
+		{0}};
 	pinshm_channel_attr_t attr;
 	unsigned mode = 0600, backend = 0;
 	uint32_t pin_idle = PINSHM_PIN_DEFAULT;
+	int node = PINSHM_NODE_ANY;
 	uint64_t v;
 	int opt;
 
@@ -330,6 +354,10 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 				pin_idle = (uint32_t)n;
 			}
 			break;
+		case 'N':
+			if (!parse_node(optarg, &node))
+				return usage_error("create: --node must be a node number, any, local or consumer");
+			break;
 		default: return EXIT_USAGE;
 		}
 	}
@@ -347,7 +375,7 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 	if (ctl_connect(o, &c) != 0)
 		return EXIT_FAILED;
 	/* Persistent: the channel outlives this command, until `rm`. */
-	rc = pinshm_create_full(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT | backend, PINSHM_NODE_ANY, pin_idle);
+	rc = pinshm_create_full(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT | backend, node, pin_idle);
 	if (rc != 0) {
 		request_failed(what, rc, pinshm_client_error(c));
 		pinshm_disconnect(c);
@@ -459,7 +487,7 @@ static const struct command commands[] = {
 	{"create", cmd_create,
 	 "NAME [--topic [--overrun]] [--capacity SIZE] [--max-message SIZE]\n"
 	 "         [--producers N] [--consumers N] [--mode OCTAL] [--backend auto|memfd|shm]\n"
-	 "         [--pin always|SECONDS]",
+	 "         [--pin always|SECONDS] [--node N|any|local|consumer]",
 	 "create a channel (default: a queue, 1m per producer, 4 producers, 1 consumer, mode 0600,\n"
 	 "      the daemon's default backend)"},
 	{"rm", cmd_rm, "NAME...", "remove channel names (users that opened them keep them)"},

@@ -513,6 +513,46 @@ START_TEST(test_stat)
 }
 END_TEST
 
+/* --node: a node, none, or near the consumer: shown as "consumer" in stat,
+ * ls and --json (node -3) until a consumer opens it, then on its node. */
+START_TEST(test_create_node)
+{
+	struct daemon d;
+	struct run r;
+
+	ctl_daemon_start(&d);
+	CTL(&d, &r, 0, "create", "nd.0", "--node", "0");
+	CTL(&d, &r, 0, "create", "nd.any", "--node", "any");
+	CTL(&d, &r, 0, "create", "nd.c", "--node", "consumer");
+	CTL(&d, &r, 1, "create", "nd.9", "--node", "1023");
+	HAS(r.err, "no NUMA node 1023");
+	CTL(&d, &r, 0, "stat", "nd.0");
+	HAS(r.out, "node         0\n");
+	CTL(&d, &r, 0, "stat", "nd.any");
+	HAS(r.out, "node         none\n");
+	CTL(&d, &r, 0, "stat", "nd.c");
+	HAS(r.out, "node         consumer (unplaced until a consumer opens it)\n");
+	CTL(&d, &r, 0, "stat", "--json", "nd.c");
+	HAS(r.out, "\"node\": -3");
+	CTL(&d, &r, 0, "ls");
+	HAS(r.out, "NODE");
+	HAS(r.out, "consumer");
+
+	pinshm_client_t *c;
+	pinshm_channel_t *rx;
+	TU_RC(pinshm_connect(d.sock, &c), 0);
+	TU_RC(pinshm_open(c, "nd.c", PINSHM_CONSUMER, &rx), 0);
+	CTL(&d, &r, 0, "stat", "nd.c"); /* on this process's node now */
+	ck_assert_msg(strstr(r.out, "node         consumer") == NULL && strstr(r.out, "node         none") == NULL,
+		      "not placed:\n%s", r.out);
+	CTL(&d, &r, 0, "ls");
+	ck_assert_msg(strstr(r.out, "consumer") == NULL, "still unplaced:\n%s", r.out);
+	pinshm_channel_close(rx);
+	pinshm_disconnect(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_create_persists)
 {
 	struct daemon d;
@@ -938,6 +978,9 @@ START_TEST(test_usage)
 		{"create", "a", "--mode", "800"},
 		{"create", "a", "--mode", "1777"},
 		{"create", "a", "--overrun"},
+		{"create", "a", "--node", "near"},
+		{"create", "a", "--node", "-1"},
+		{"create", "a", "--node", "1x"},
 		{"rm"},
 		{"shutdown", "now"},
 		{"status", "extra"},
@@ -1001,6 +1044,7 @@ static Suite *pinshmctl_suite(void)
 	tcase_add_test(tc, test_create_ls_rm);
 	tcase_add_test(tc, test_ls_json);
 	tcase_add_test(tc, test_stat);
+	tcase_add_test(tc, test_create_node);
 	tcase_add_test(tc, test_create_persists);
 	tcase_add_test(tc, test_shutdown);
 	tcase_add_test(tc, test_version);
