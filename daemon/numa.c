@@ -160,6 +160,11 @@ int numa_move(void *base, size_t size, int node, char *why, size_t whylen)
 		snprintf(why, whylen, "no NUMA node %d here", node);
 		return -EINVAL;
 	}
+	const char *t = getenv("PINSHMD_TEST_NUMA_MOVE_FAIL");
+	if (t && strcmp(t, "1") == 0) {
+		snprintf(why, whylen, "mbind: %s (test hook PINSHMD_TEST_NUMA_MOVE_FAIL)", strerror(ENOMEM));
+		return -ENOMEM;
+	}
 	/* MPOL_MF_STRICT: EIO where some page could not be moved. */
 	unsigned flags = MPOL_MF_MOVE_ALL | MPOL_MF_STRICT;
 	int rc = mbind(base, size, MPOL_PREFERRED, mask, NUMA_MASK_WORDS * 64, flags);

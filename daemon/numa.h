@@ -21,7 +21,8 @@
  * Test hook: PINSHMD_TEST_NUMA_NODES=N in the daemon's environment makes it
  * believe in N nodes (1..64), CPU c on node c % N; node n is then placed on
  * the real node n % (real nodes).  Only the test suite sets it; the daemon
- * logs a warning when it is in force.
+ * logs a warning when it is in force.  PINSHMD_TEST_NUMA_MOVE_FAIL=1 makes
+ * every numa_move() fail with -ENOMEM, as a full node would.
  */
 #ifndef PINSHMD_NUMA_H
 #define PINSHMD_NUMA_H

@@ -448,6 +448,38 @@ START_TEST(test_numa_consumer_injected)
 }
 END_TEST
 
+/* A move that fails (the test hook makes mbind's ENOMEM): the channel is
+ * listed with no node, the log says why, and it carries messages. */
+START_TEST(test_numa_consumer_move_fails)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *tx, *rx;
+	char buf[16];
+	size_t len;
+
+	setenv("PINSHMD_TEST_NUMA_MOVE_FAIL", "1", 1);
+	seg_daemon_start(&d, NULL, NULL);
+	unsetenv("PINSHMD_TEST_NUMA_MOVE_FAIL");
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create_on_node(c, "ncf", &attr, 0600, 0, PINSHM_NODE_CONSUMER), 0);
+	CLIENT_RC(c, pinshm_open(c, "ncf", PINSHM_PRODUCER, &tx), 0);
+	CLIENT_RC(c, pinshm_open(c, "ncf", PINSHM_CONSUMER, &rx), 0);
+	ck_assert_int_eq(list_get(c, "ncf").node, PINSHM_NODE_ANY);
+	wait_log_count(&d, "pages not moved to NUMA node", 1);
+	ck_assert(log_has(&d, "PINSHMD_TEST_NUMA_MOVE_FAIL"));
+	ck_assert_int_eq(pinshm_send(tx, "moved?", 6, 1000), 0);
+	ck_assert_int_eq(pinshm_recv(rx, buf, sizeof(buf), &len, 1000), 0);
+	ck_assert_uint_eq(len, 6);
+	ck_assert(memcmp(buf, "moved?", 6) == 0);
+	pinshm_channel_close(rx);
+	pinshm_channel_close(tx);
+	pinshm_disconnect(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 /* Near the consumer on this machine's real topology: the pages have the
  * default policy until the first consumer opens through the library (which
  * says the node it runs on, getcpu(2)); then they are preferred on that
@@ -1016,6 +1048,7 @@ static Suite *segment_suite(void)
 	tcase_add_test(tc, test_numa_bad_hook);
 	tcase_add_test(tc, test_numa_consumer_injected);
 	tcase_add_test(tc, test_numa_consumer_real);
+	tcase_add_test(tc, test_numa_consumer_move_fails);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("hugepages");
