@@ -1557,6 +1557,7 @@ struct perm {
 	uid_t uid;
 	gid_t gid;
 	bool root_group; /* supplementary group 0 */
+	int report, hold; /* memlock_client: pipes to and from the test */
 };
 
 #define EXPECT(c, expr, want)                                                                                 \
@@ -1644,6 +1645,108 @@ START_TEST(test_permissions)
 	ck_assert_uint_eq(e.gid, x.gid);
 	CLIENT_RC(c, pinshm_unlink(c, "mine-0"), 0);
 	CLIENT_RC(c, pinshm_unlink(c, "mine-1"), 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+static void write_config(const struct daemon *d, const char *fmt, ...);
+
+/* An ordinary user whose RLIMIT_MEMLOCK is 64 KiB gets a 1 MiB channel
+ * pinned through the system daemon, and uses it; the daemon's VmLck counts
+ * it.  The child reports the segment's size on a pipe. */
+static int memlock_client(void *arg, int idx)
+{
+	struct perm *x = arg;
+	struct rlimit rl = {.rlim_cur = 64 * KiB, .rlim_max = 64 * KiB};
+	pinshm_client_t *c;
+	pinshm_channel_t *p, *q;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t *e;
+	size_t n, len;
+	char buf[16];
+
+	(void)idx;
+	if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0 || setgroups(0, NULL) != 0 || setgid(x->gid) != 0 ||
+	    setuid(x->uid) != 0)
+		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by setuid */
+	int rc = pinshm_connect(x->sock, &c);
+	if (rc != 0)
+		tu_child_fail(3, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	tu_attr(&attr, PINSHM_QUEUE, 1024 * KiB, 1, 1);
+	EXPECT(c, pinshm_create(c, "big", &attr, 0600, 0), 0);
+	EXPECT(c, pinshm_list(c, &e, &n), 0);
+	if (n != 1 || strcmp(e[0].name, "big") != 0 || !(e[0].state & PINSHM_LIST_PINNED) || e[0].uid != x->uid)
+		tu_child_fail(4, "the 1 MiB channel is not listed pinned and ours (%zu entries, state %#x)", n,
+			      n ? e[0].state : 0u);
+	uint64_t size = e[0].size;
+	free(e);
+	EXPECT(c, pinshm_open(c, "big", PINSHM_PRODUCER, &p), 0);
+	EXPECT(c, pinshm_open(c, "big", PINSHM_CONSUMER, &q), 0);
+	EXPECT(c, pinshm_send(p, "pinned", 6, CALL_MS), 0);
+	EXPECT(c, pinshm_recv(q, buf, sizeof(buf), &len, CALL_MS), 0);
+	if (len != 6 || memcmp(buf, "pinned", 6) != 0)
+		tu_child_fail(5, "received %zu bytes, not the message", len);
+	if (write(x->report, &size, sizeof(size)) != (ssize_t)sizeof(size))
+		tu_child_fail(6, "report: %s", strerror(errno));
+	/* Hold it until the parent has looked at the daemon's VmLck. */
+	if (read(x->hold, buf, 1) < 0)
+		tu_child_fail(7, "hold: %s", strerror(errno));
+	pinshm_channel_close(p);
+	pinshm_channel_close(q);
+	pinshm_disconnect(c);
+	return 0;
+}
+
+START_TEST(test_unprivileged_pinned)
+{
+	struct daemon d;
+	struct daemon_opts o = {.system_mode = true, .config = true};
+	struct perm x;
+	struct tu_procs ps;
+	int report[2], hold[2];
+	uint64_t size = 0;
+
+	if (!test_user(&x.uid, &x.gid))
+		return;
+	daemon_prepare(&d, &o);
+	write_config(&d, "[daemon]\npool_segments = 0\n"); /* VmLck grows with the channel, not before */
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	long lck0 = proc_status_value_kb(d.pid, "VmLck:");
+	x.sock = d.sock;
+	ck_assert_int_eq(pipe2(report, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(hold, O_CLOEXEC), 0);
+	x.report = report[1];
+	x.hold = hold[0];
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "user with 64 KiB of RLIMIT_MEMLOCK", memlock_client, &x, 0);
+	struct pollfd pf = {.fd = report[0], .events = POLLIN};
+	ck_assert_int_eq(poll(&pf, 1, WAIT_MS), 1);
+	ck_assert_int_eq(read(report[0], &size, sizeof(size)), (ssize_t)sizeof(size));
+	ck_assert_uint_gt(size, 1024 * KiB);
+	long lck = proc_status_value_kb(d.pid, "VmLck:");
+	ck_assert_msg(lck - lck0 >= (long)(size / 1024), "VmLck %ld kB, %ld before: %llu bytes not counted", lck, lck0,
+		      (unsigned long long)size);
+	ck_assert_int_eq(write(hold[1], "", 1), 1); /* let it go */
+	tu_wait_all_ok(&ps, WAIT_MS);
+	close(report[0]);
+	close(report[1]);
+	close(hold[0]);
+	close(hold[1]);
+	pinshm_client_t *c = connect_ok(&d);
+	pinshm_status_t st;
+	uint64_t deadline = tu_now_ms() + WAIT_MS;
+	do {
+		CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+		if (st.channels_pinned + st.channels_unpinned == 0)
+			break;
+		tu_sleep_ms(10);
+	} while (tu_now_ms() < deadline);
+	ck_assert_uint_eq(st.channels_pinned + st.channels_unpinned, 0); /* gone with its user */
+	ck_assert_uint_eq(st.pinned, 0);
+	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }
@@ -2445,6 +2548,7 @@ static Suite *daemon_suite(void)
 	tc = tcase_create("permissions");
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_permissions);
+	tcase_add_test(tc, test_unprivileged_pinned);
 	tcase_add_test(tc, test_foreign_user_daemon);
 	suite_add_tcase(s, tc);
 
