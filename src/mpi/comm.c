@@ -406,7 +406,6 @@ int MPI_Comm_idup(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request)
 		return rc;
 	}
 	op->state = ST_REMOTE;
-	pm.inflight++;
 	pm_list_push(&pm.remote, &op->rlink);
 	*request = op->handle;
 	return MPI_SUCCESS;

@@ -277,7 +277,6 @@ int pm_send_start(struct pm_op *op)
 {
 	struct pm_peer *p = &pm.peers[op->peer_local];
 	op->state = ST_QUEUED;
-	pm.inflight++;
 	pm.sends_inflight++;
 	if (!p->sendq.head && write_first(op))
 		return MPI_SUCCESS;
@@ -406,9 +405,8 @@ static void take_rts(struct pm_op *op, const struct pm_unexp *e)
 	}
 }
 
-void pm_recv_take(struct pm_op *op, struct pm_comm *c, struct pm_unexp *u)
+void pm_recv_take(struct pm_op *op, struct pm_unexp *u)
 {
-	(void)c;
 	if (u->type == REC_EAGER)
 		take_eager(op, u->src, u->tag, u->flags, u->from, u->sid, u->data, u->len);
 	else
@@ -419,11 +417,10 @@ void pm_recv_take(struct pm_op *op, struct pm_comm *c, struct pm_unexp *u)
 int pm_recv_start(struct pm_op *op)
 {
 	struct pm_comm *c = op->comm;
-	pm.inflight++;
 	struct pm_unexp *u = pm_unexp_find(c, op->peer, op->tag);
 	if (u) {
 		pm_list_remove(&c->unexp, &u->link);
-		pm_recv_take(op, c, u);
+		pm_recv_take(op, u);
 		return MPI_SUCCESS;
 	}
 	op->state = ST_POSTED;
@@ -666,7 +663,6 @@ static int drain_inbound(int timeout_ms)
 void pm_remote_start(struct pm_op *op)
 {
 	op->state = ST_REMOTE;
-	pm.inflight++;
 	pm_list_push(&pm.remote, &op->rlink);
 }
 
@@ -863,16 +859,4 @@ void pm_wait_op(struct pm_op *op)
 			pm_idle(&idle, true);
 	}
 	pm.watch = NULL;
-}
-
-int pm_wait_flag(const volatile bool *done)
-{
-	unsigned idle = 0;
-	while (!*done) {
-		if (pm_progress())
-			idle = 0;
-		else
-			pm_idle(&idle, true);
-	}
-	return MPI_SUCCESS;
 }

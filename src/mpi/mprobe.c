@@ -158,8 +158,7 @@ static int matched_op(struct matched *m, void *buf, int count, MPI_Datatype dtyp
 
 static void take_matched(struct matched *m, struct pm_op *op)
 {
-	pm.inflight++;
-	pm_recv_take(op, m->comm, m->msg);
+	pm_recv_take(op, m->msg);
 	pm_comm_release(m->comm);
 	free(m);
 }

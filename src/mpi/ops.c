@@ -258,8 +258,6 @@ void pm_op_complete(struct pm_op *op)
 	if (op->state == ST_STREAM && op->kind == OP_RECV && pm.streaming)
 		pm.streaming--;
 	op->state = ST_DONE;
-	if (pm.inflight)
-		pm.inflight--;
 	if (op->kind == OP_SEND && pm.sends_inflight)
 		pm.sends_inflight--;
 	if (!op->cancelled && !op->counted) {

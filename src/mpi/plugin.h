@@ -218,7 +218,7 @@ int pm_send_start(struct pm_op *op);
 /* Start a receive: match an unexpected message or post it. */
 int pm_recv_start(struct pm_op *op);
 /* Take a matched unexpected message into a receive op (frees @p u). */
-void pm_recv_take(struct pm_op *op, struct pm_comm *c, struct pm_unexp *u);
+void pm_recv_take(struct pm_op *op, struct pm_unexp *u);
 /* The first unexpected message of @p c that (source, tag) matches, or NULL. */
 struct pm_unexp *pm_unexp_find(struct pm_comm *c, int source, int tag);
 void pm_unexp_free(struct pm_unexp *u);
@@ -232,8 +232,6 @@ void pm_adopt_orphans(struct pm_comm *c);
 
 /* One pass over everything: @return how much it did (0: nothing). */
 int pm_progress(void);
-/* Wait until *done becomes true, driving both engines. */
-int pm_wait_flag(const volatile bool *done);
 /* Wait for one op. */
 void pm_wait_op(struct pm_op *op);
 /* Let the MPI library progress (its opal_progress, or an MPI_Iprobe). */
@@ -293,7 +291,6 @@ struct pm_config {
 struct pm_state {
 	bool loaded;        /* MPI_Init ran the plugin's setup (all ranks do) */
 	bool active;        /* carrying traffic (all ranks of a node or none) */
-	bool finalizing;
 	int world_rank, world_size;
 	int tag_ub;         /* MPI_TAG_UB */
 	int nlocal, local_rank; /* the (pretend) node */
@@ -308,8 +305,7 @@ struct pm_state {
 	struct pm_peer *peers;
 	uint32_t busy_mask_words;
 	uint64_t *busy;     /* bit per peer with records waiting */
-	unsigned inflight;  /* ops started and not done */
-	unsigned sends_inflight; /* of which sends */
+	unsigned sends_inflight; /* sends started and not done */
 	unsigned streaming; /* receives taking DATA */
 	unsigned pending_remote; /* ops waiting on the MPI library */
 	int in_progress;    /* re-entry guard */

@@ -387,7 +387,6 @@ int MPI_Finalize(void)
 		 * records, CTS or ACK.  Once every rank is here, what is left
 		 * can only be a send that nobody will receive: after 2 s without
 		 * any progress, leave. */
-		pm.finalizing = true;
 		MPI_Request barrier;
 		PMPI_Ibarrier(pm.node_comm, &barrier);
 		int done = 0;
