@@ -1136,11 +1136,5 @@ static Suite *corrupt_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(corrupt_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed != 0;
+	return tu_run_suite(corrupt_suite(), false) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

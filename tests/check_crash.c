@@ -920,12 +920,5 @@ static Suite *crash_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(crash_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(crash_suite(), true) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -2579,12 +2579,5 @@ static Suite *daemon_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(daemon_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(daemon_suite(), true) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -749,12 +749,5 @@ int main(void)
 		printf("check_isolation: SKIP: needs root (it makes users and namespaces)\n");
 		return 77;
 	}
-	SRunner *sr = srunner_create(isolation_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(isolation_suite(), true) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -528,12 +528,7 @@ int main(void)
 	if (asan_lib()[0])
 		printf("check_mpi: ASan build: the ranks preload %s first\n", asan_lib());
 
-	SRunner *sr = srunner_create(mpi_suite(plugin));
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	if (failed)
+	if (tu_run_suite(mpi_suite(plugin), true) != 0)
 		return EXIT_FAILURE;
 	if (!plugin) {
 		printf("check_mpi: SKIP: the runs without the plugin passed; the plugin was not built\n");

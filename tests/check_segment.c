@@ -1075,11 +1075,5 @@ static Suite *segment_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(segment_suite());
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return tu_run_suite(segment_suite(), true) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1209,11 +1209,5 @@ static Suite *stress_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(stress_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed != 0;
+	return tu_run_suite(stress_suite(), false) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -453,3 +453,15 @@ bool tu_rc_in(int rc, const int *allowed)
 			return true;
 	return false;
 }
+
+int tu_run_suite(Suite *s, bool force_fork)
+{
+	SRunner *sr = srunner_create(s);
+
+	if (force_fork)
+		srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed;
+}

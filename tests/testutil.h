@@ -69,6 +69,11 @@ void tu_sleep_ms(unsigned ms);
 void tu_attr(pinshm_channel_attr_t *attr, pinshm_kind_t kind, uint64_t capacity, unsigned producers,
 	     unsigned consumers);
 
+
+/** Run every test of @p s (in forked children; with @p force_fork even
+ * where CK_FORK=no asks otherwise) and free it.
+ * @return the number of tests that failed. */
+int tu_run_suite(Suite *s, bool force_fork);
 /** pinshm_segment_create() or fail the test. @return the descriptor. */
 int tu_create(const pinshm_channel_attr_t *attr);
 
