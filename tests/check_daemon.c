@@ -219,22 +219,6 @@ static unsigned shm_pinshm_entries(void)
 	return n;
 }
 
-/* The value of field @p key (e.g. "VmLck:") of /proc/PID/status, in kB. */
-static long proc_status_kb(pid_t pid, const char *key)
-{
-	char path[64], line[256];
-	long v = -1;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, key, strlen(key)) == 0)
-			v = strtol(line + strlen(key), NULL, 10);
-	fclose(f);
-	return v;
-}
-
 /* Lines of /proc/PID/maps that contain @p what. */
 static unsigned proc_maps_count(pid_t pid, const char *what)
 {
@@ -249,36 +233,6 @@ static unsigned proc_maps_count(pid_t pid, const char *what)
 			n++;
 	fclose(f);
 	return n;
-}
-
-/* CPU time (user + system) that process @p pid used, in clock ticks. */
-static long proc_cpu_ticks(pid_t pid)
-{
-	char path[64], line[1024];
-	unsigned long utime = 0, stime = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-	ck_assert(fgets(line, sizeof(line), f) != NULL);
-	fclose(f);
-	/* After the command name: state, then fields 4..13, then utime, stime. */
-	const char *p = strrchr(line, ')');
-	ck_assert(p != NULL);
-	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
-	return (long)(utime + stime);
-}
-
-/* Fail the test if pinshmd uses more than a tenth of a core over @p ms. */
-static void assert_daemon_idle(const struct daemon *d, unsigned ms, const char *while_what)
-{
-	long hz = sysconf(_SC_CLK_TCK);
-	long before = proc_cpu_ticks(d->pid);
-
-	tu_sleep_ms(ms);
-	long used = proc_cpu_ticks(d->pid) - before;
-	ck_assert_msg(used * 1000 <= hz * (long)ms / 10, "pinshmd used %ld ms of CPU in %u ms %s", used * 1000 / hz,
-		      ms, while_what);
 }
 
 /* The test user, created if missing; false (and a note) when it cannot be. */
@@ -886,7 +840,7 @@ START_TEST(test_pinned)
 		ck_assert_msg(e1.state & PINSHM_LIST_PINNED, "not pinned: %s", pinshm_client_error(c));
 	ck_assert(e1.state & PINSHM_LIST_SEALED);
 	if (e1.state & PINSHM_LIST_PINNED) {
-		long locked = proc_status_kb(d.pid, "VmLck:");
+		long locked = proc_status_value_kb(d.pid, "VmLck:");
 		ck_assert_msg(locked >= (long)((e1.size + e2.size) / 1024), "VmLck %ld kB for %llu bytes", locked,
 			      (unsigned long long)(e1.size + e2.size));
 	}
@@ -1475,7 +1429,7 @@ START_TEST(test_unread_replies)
 	ck_assert_uint_gt(sent, 0);
 	ck_assert_int_eq(shutdown(s, SHUT_WR), 0);
 	tu_sleep_ms(50);
-	assert_daemon_idle(&d, 500, "with a client that does not read its replies");
+	daemon_assert_idle(&d, 500, "with a client that does not read its replies");
 	ck_assert(list_find(c, "full-00", NULL, NULL));
 
 	for (uint32_t i = 0; i < sent; i++) {
@@ -1528,7 +1482,7 @@ START_TEST(test_out_of_descriptors)
 	}
 	ck_assert_uint_gt(served, 0);
 	ck_assert_uint_gt(dropped, 0);
-	assert_daemon_idle(&d, 500, "out of descriptors");
+	daemon_assert_idle(&d, 500, "out of descriptors");
 	for (int i = 0; i < CONNS; i++)
 		close(s[i]);
 
@@ -2452,7 +2406,7 @@ START_TEST(test_working_set)
 	CLIENT_RC(c, pinshm_open(c, "ws-idle", PINSHM_PRODUCER, &tx), 0);
 	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
 	uint64_t pinned = st.pinned;
-	long locked = proc_status_kb(d.pid, "VmLck:");
+	long locked = proc_status_value_kb(d.pid, "VmLck:");
 	uint64_t t0 = tu_now_ms();
 
 	/* Unused for a second: unlocked, still charged. */
@@ -2461,8 +2415,8 @@ START_TEST(test_working_set)
 	CLIENT_RC(c, pinshm_stat(c, "ws-idle", &e), 0);
 	ck_assert(e.state & PINSHM_LIST_PINNED);
 	long size_kb = (long)(e.size / 1024);
-	ck_assert_msg(proc_status_kb(d.pid, "VmLck:") <= locked - size_kb, "VmLck %ld kB, was %ld, channel %ld kB",
-		      proc_status_kb(d.pid, "VmLck:"), locked, size_kb);
+	ck_assert_msg(proc_status_value_kb(d.pid, "VmLck:") <= locked - size_kb, "VmLck %ld kB, was %ld, channel %ld kB",
+		      proc_status_value_kb(d.pid, "VmLck:"), locked, size_kb);
 	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
 	ck_assert_uint_eq(st.pinned, pinned);
 	CLIENT_RC(c, pinshm_stat(c, "ws-always", &e), 0);
@@ -2473,7 +2427,7 @@ START_TEST(test_working_set)
 	TU_RC(pinshm_channel_relock(rx), 0);
 	CLIENT_RC(c, pinshm_stat(c, "ws-idle", &e), 0);
 	ck_assert(!(e.state & PINSHM_LIST_UNLOCKED));
-	ck_assert_int_ge(proc_status_kb(d.pid, "VmLck:"), locked);
+	ck_assert_int_ge(proc_status_value_kb(d.pid, "VmLck:"), locked);
 	ck_assert(log_has(&d, "'ws-idle': locked again (asked)"));
 	TU_RC(pinshm_channel_relock(rx), 0); /* locked: nothing asked */
 

@@ -1014,35 +1014,6 @@ END_TEST
 
 #define SCALE_CLIENTS 200
 
-/* CPU time (user + system) that process @p pid used, in clock ticks. */
-static long cpu_ticks(pid_t pid)
-{
-	char path[64], line[1024];
-	unsigned long utime = 0, stime = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-	ck_assert(fgets(line, sizeof(line), f) != NULL);
-	fclose(f);
-	const char *p = strrchr(line, ')'); /* then state, fields 4..13, utime, stime */
-	ck_assert(p != NULL);
-	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
-	return (long)(utime + stime);
-}
-
-/* Fail the test if the daemon uses more than a tenth of a core over @p ms. */
-static void assert_idle(const struct daemon *d, unsigned ms, const char *while_what)
-{
-	long hz = sysconf(_SC_CLK_TCK);
-	long before = cpu_ticks(d->pid);
-
-	tu_sleep_ms(ms);
-	long used = cpu_ticks(d->pid) - before;
-	ck_assert_msg(used * 1000 <= hz * (long)ms / 10, "pinshmd used %ld ms of CPU in %u ms %s", used * 1000 / hz,
-		      ms, while_what);
-}
-
 /* Wait until the daemon counts @p connections and @p channels. */
 static void wait_counts(pinshm_client_t *c, uint32_t connections, uint32_t channels)
 {
@@ -1280,7 +1251,7 @@ START_TEST(test_emfile_scale)
 	CLIENT_RC(first, pinshm_status(first, &st, NULL, NULL), 0);
 	ck_assert_uint_eq(st.connections, (uint32_t)connected + 1);
 	ck_assert_uint_eq(st.channels_pinned + st.channels_unpinned, (uint32_t)created + (rc == 0));
-	assert_idle(&d, 1000, "out of descriptors with clients waiting");
+	daemon_assert_idle(&d, 1000, "out of descriptors with clients waiting");
 
 	for (int i = 0; i < 100; i++)
 		pinshm_disconnect(cs[i]);

@@ -256,3 +256,33 @@ pinshm_client_t *connect_ok(const struct daemon *d)
 	ck_assert_msg(rc == 0, "pinshm_connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
 	return c;
 }
+
+/* CPU time (user + system) that process @p pid used, in clock ticks. */
+static long proc_cpu_ticks(pid_t pid)
+{
+	char path[64], line[1024];
+	unsigned long utime = 0, stime = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	ck_assert(fgets(line, sizeof(line), f) != NULL);
+	fclose(f);
+	/* After the command name: state, then fields 4..13, then utime, stime. */
+	const char *p = strrchr(line, ')');
+	ck_assert(p != NULL);
+	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
+	return (long)(utime + stime);
+}
+
+/* Fail the test if pinshmd uses more than a tenth of a core over @p ms. */
+void daemon_assert_idle(const struct daemon *d, unsigned ms, const char *while_what)
+{
+	long hz = sysconf(_SC_CLK_TCK);
+	long before = proc_cpu_ticks(d->pid);
+
+	tu_sleep_ms(ms);
+	long used = proc_cpu_ticks(d->pid) - before;
+	ck_assert_msg(used * 1000 <= hz * (long)ms / 10, "pinshmd used %ld ms of CPU in %u ms %s", used * 1000 / hz,
+		      ms, while_what);
+}

@@ -62,6 +62,10 @@ const char *pinshmd_wrapper(void);
  * or -1 when the field is missing.  Fails the test if the file cannot be read. */
 long proc_status_value_kb(pid_t pid, const char *key);
 
+/** Fail the test if the daemon uses more than a tenth of a core over @p ms
+ * (a loop that spins instead of waiting). */
+void daemon_assert_idle(const struct daemon *d, unsigned ms, const char *while_what);
+
 /** Whether something accepts on the socket @p path. */
 bool accepts(const char *path);
 
