@@ -1764,26 +1764,11 @@ static void write_config(const struct daemon *d, const char *fmt, ...)
 	ck_assert_int_eq(rename(tmp, d->conf), 0);
 }
 
-/* Whether the daemon's log file holds @p what. */
-static bool log_has(const struct daemon *d, const char *what)
-{
-	char line[1024];
-	bool found = false;
-	FILE *f = fopen(d->log, "r");
-
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, what) != NULL;
-	fclose(f);
-	return found;
-}
-
 static void wait_log(const struct daemon *d, const char *what)
 {
 	uint64_t deadline = tu_now_ms() + RELOAD_MS;
 
-	while (!log_has(d, what)) {
+	while (!daemon_log_has(d, what)) {
 		ck_assert_msg(tu_now_ms() < deadline, "pinshmd's log never said '%s'", what);
 		tu_sleep_ms(10);
 	}
@@ -2061,7 +2046,7 @@ START_TEST(test_bad_config)
 		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "config %u: %s", i,
 			      tu_status_str(st, buf, sizeof(buf)));
 		snprintf(want, sizeof(want), "%s:%u: ", d.conf, line[i]);
-		ck_assert_msg(log_has(&d, want), "config %u: its log does not say '%s'", i, want);
+		ck_assert_msg(daemon_log_has(&d, want), "config %u: its log does not say '%s'", i, want);
 		daemon_cleanup_dir(&d);
 	}
 }
@@ -2095,7 +2080,7 @@ START_TEST(test_reload)
 	write_config(&d, "[daemon]\nmax_channels_per_user = 9\nbudget = -1\n");
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
 	wait_log(&d, "keeping the configuration in force");
-	ck_assert(log_has(&d, ":3: budget"));
+	ck_assert(daemon_log_has(&d, ":3: budget"));
 	CLIENT_RC(c, pinshm_create(c, "h2", &attr, 0600, 0), 0);
 	CLIENT_RC(c, pinshm_create(c, "h3", &attr, 0600, 0), -EUSERS); /* still 3 */
 	pinshm_disconnect(c);
@@ -2421,21 +2406,21 @@ START_TEST(test_working_set)
 	ck_assert_uint_eq(st.pinned, pinned);
 	CLIENT_RC(c, pinshm_stat(c, "ws-always", &e), 0);
 	ck_assert(!(e.state & PINSHM_LIST_UNLOCKED));
-	ck_assert(log_has(&d, "'ws-idle': unlocked after 1 s unused"));
+	ck_assert(daemon_log_has(&d, "'ws-idle': unlocked after 1 s unused"));
 
 	/* A client asks: locked again at once. */
 	TU_RC(pinshm_channel_relock(rx), 0);
 	CLIENT_RC(c, pinshm_stat(c, "ws-idle", &e), 0);
 	ck_assert(!(e.state & PINSHM_LIST_UNLOCKED));
 	ck_assert_int_ge(proc_status_value_kb(d.pid, "VmLck:"), locked);
-	ck_assert(log_has(&d, "'ws-idle': locked again (asked)"));
+	ck_assert(daemon_log_has(&d, "'ws-idle': locked again (asked)"));
 	TU_RC(pinshm_channel_relock(rx), 0); /* locked: nothing asked */
 
 	/* Unused again, then used: the daemon sees it and locks it again. */
 	wait_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, true);
 	TU_RC(pinshm_send(tx, "wake", 5, CALL_MS), 0);
 	wait_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, false);
-	ck_assert(log_has(&d, "'ws-idle': locked again (used again)"));
+	ck_assert(daemon_log_has(&d, "'ws-idle': locked again (used again)"));
 	TU_RC(pinshm_recv(rx, buf, sizeof(buf), &len, CALL_MS), 0);
 	ck_assert_str_eq(buf, "wake");
 

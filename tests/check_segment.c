@@ -66,20 +66,6 @@ static void seg_daemon_start(struct daemon *d, const char *conf, const char *tes
 	daemon_wait_ready(d);
 }
 
-static bool log_has(const struct daemon *d, const char *what)
-{
-	char line[512];
-	bool found = false;
-	FILE *f = fopen(d->log, "r");
-
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, what) != NULL;
-	fclose(f);
-	return found;
-}
-
 static unsigned log_count(const struct daemon *d, const char *what)
 {
 	char line[512];
@@ -303,7 +289,7 @@ START_TEST(test_numa_injected)
 	unsigned long mask;
 
 	seg_daemon_start(&d, NULL, "4");
-	ck_assert(log_has(&d, "test topology in force"));
+	ck_assert(daemon_log_has(&d, "test topology in force"));
 	pinshm_client_t *c = connect_ok(&d);
 	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
 	CLIENT_RC(c, pinshm_create_on_node(c, "n3", &attr, 0600, 0, 3), 0);
@@ -399,14 +385,14 @@ START_TEST(test_numa_consumer_injected)
 	tu_attr(&attr, PINSHM_TOPIC, 64 * KiB, 2, 8);
 	CLIENT_RC(c, pinshm_create_on_node(c, "nc", &attr, 0600, 0, PINSHM_NODE_CONSUMER), 0);
 	ck_assert_int_eq(list_get(c, "nc").node, PINSHM_NODE_CONSUMER);
-	ck_assert(log_has(&d, "unplaced until its first consumer opens it"));
+	ck_assert(daemon_log_has(&d, "unplaced until its first consumer opens it"));
 
 	pinshm_channel_t *prod = NULL;
 	CLIENT_RC(c, pinshm_open(c, "nc", PINSHM_PRODUCER, &prod), 0);
 	int sp = raw_open(&d, "nc", PINSHM_PRODUCER, 1, &st);
 	ck_assert_int_eq(st, 0);
 	ck_assert_int_eq(list_get(c, "nc").node, PINSHM_NODE_CONSUMER);
-	ck_assert(!log_has(&d, "near its consumer"));
+	ck_assert(!daemon_log_has(&d, "near its consumer"));
 
 	int s_unknown = raw_open(&d, "nc", PINSHM_CONSUMER, PINSHM_NODE_ANY, &st);
 	ck_assert_int_eq(st, 0);
@@ -420,7 +406,7 @@ START_TEST(test_numa_consumer_injected)
 		ck_assert_int_eq(list_get(c, "nc").node, PINSHM_NODE_CONSUMER);
 	}
 	wait_log_count(&d, "not a node here: ignored", 5);
-	ck_assert(log_has(&d, "says NUMA node 7, not a node here"));
+	ck_assert(daemon_log_has(&d, "says NUMA node 7, not a node here"));
 
 	int s1 = raw_open(&d, "nc", PINSHM_CONSUMER, 1, &st);
 	ck_assert_int_eq(st, 0);
@@ -468,7 +454,7 @@ START_TEST(test_numa_consumer_move_fails)
 	CLIENT_RC(c, pinshm_open(c, "ncf", PINSHM_CONSUMER, &rx), 0);
 	ck_assert_int_eq(list_get(c, "ncf").node, PINSHM_NODE_ANY);
 	wait_log_count(&d, "pages not moved to NUMA node", 1);
-	ck_assert(log_has(&d, "PINSHMD_TEST_NUMA_MOVE_FAIL"));
+	ck_assert(daemon_log_has(&d, "PINSHMD_TEST_NUMA_MOVE_FAIL"));
 	ck_assert_int_eq(pinshm_send(tx, "moved?", 6, 1000), 0);
 	ck_assert_int_eq(pinshm_recv(rx, buf, sizeof(buf), &len, 1000), 0);
 	ck_assert_uint_eq(len, 6);
@@ -520,7 +506,7 @@ START_TEST(test_numa_consumer_real)
 		ck_assert_msg(mask == 1ul << node, "node mask %#lx, want node %u", mask, node);
 		ck_assert_int_eq(node_of_page(p), (int)node);
 	}
-	ck_assert(log_has(&d, "near its consumer"));
+	ck_assert(daemon_log_has(&d, "near its consumer"));
 	pinshm_channel_close(cons);
 	pinshm_channel_close(prod);
 	pinshm_disconnect(c);
@@ -670,13 +656,13 @@ START_TEST(test_pool_hit_miss)
 
 	pinshm_client_t *c1 = connect_ok(&d);
 	CLIENT_RC(c1, pinshm_create(c1, "p1", &attr, 0600, 0), 0);
-	ck_assert(log_has(&d, "'p1' created") && log_has(&d, "from the pool"));
-	ck_assert(log_has(&d, "pool hit"));
+	ck_assert(daemon_log_has(&d, "'p1' created") && daemon_log_has(&d, "from the pool"));
+	ck_assert(daemon_log_has(&d, "pool hit"));
 	pinshm_channel_t *ch1 = open_mapped(c1, "p1", "pool", &m1);
 	ck_assert_uint_eq(list_get(c1, "p1").size, seg_size(&attr));
 
 	CLIENT_RC(c1, pinshm_create(c1, "o1", &other, 0600, 0), 0);
-	ck_assert(log_has(&d, "pool miss"));
+	ck_assert(daemon_log_has(&d, "pool miss"));
 	pinshm_channel_t *cho = open_mapped(c1, "o1", "o1", &mo);
 	pinshm_channel_close(cho);
 
@@ -741,8 +727,8 @@ START_TEST(test_pool_off)
 	pinshm_client_t *c = connect_ok(&d);
 	tu_sleep_ms(100);
 	CLIENT_RC(c, pinshm_create(c, "x", &attr, 0600, 0), 0);
-	ck_assert(!log_has(&d, "pool: ready segment"));
-	ck_assert(!log_has(&d, "from the pool"));
+	ck_assert(!daemon_log_has(&d, "pool: ready segment"));
+	ck_assert(!daemon_log_has(&d, "from the pool"));
 	pinshm_disconnect(c);
 	daemon_stop(&d);
 }
@@ -769,7 +755,7 @@ START_TEST(test_pool_budget)
 	pinshm_client_t *c = connect_ok(&d);
 	/* Not a pool size: the budget is full of ready segments, which go. */
 	CLIENT_RC(c, pinshm_create(c, "o1", &other, 0600, 0), 0);
-	ck_assert(log_has(&d, "bytes of ready segments destroyed"));
+	ck_assert(daemon_log_has(&d, "bytes of ready segments destroyed"));
 	CLIENT_RC(c, pinshm_create(c, "o2", &other, 0600, 0), 0);
 	CLIENT_RC(c, pinshm_create(c, "p1", &attr, 0600, 0), 0);
 	/* 2 * 520K + 1032K pinned of 3096K: 1024K left, no room for 1032K. */
@@ -886,7 +872,7 @@ START_TEST(test_backend_config)
 	CLIENT_RC(c, pinshm_create(c, "c-memfd", &attr, 0600, PINSHM_USE_MEMFD), 0);
 	ck_assert_uint_eq(list_get(c, "c-shared").backend, PINSHM_BACKEND_SHM);
 	ck_assert_uint_eq(list_get(c, "c-memfd").backend, PINSHM_BACKEND_MEMFD);
-	ck_assert(log_has(&d, "'c-shared' created by uid") && log_has(&d, "queue, shm,"));
+	ck_assert(daemon_log_has(&d, "'c-shared' created by uid") && daemon_log_has(&d, "queue, shm,"));
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }
@@ -906,7 +892,7 @@ START_TEST(test_backend_fallback)
 	pinshm_client_t *c = connect_ok(&d);
 	CLIENT_RC(c, pinshm_create(c, "f-own", &attr, 0600, 0), 0);
 	ck_assert_uint_eq(list_get(c, "f-own").backend, PINSHM_BACKEND_SHM);
-	ck_assert(log_has(&d, "no sealed memfd here"));
+	ck_assert(daemon_log_has(&d, "no sealed memfd here"));
 	CLIENT_RC(c, pinshm_create(c, "f-shared", &attr, 0640, 0), -EINVAL);
 	CLIENT_RC(c, pinshm_create(c, "f-memfd", &attr, 0600, PINSHM_USE_MEMFD), -EINVAL);
 	pinshm_disconnect(c);
@@ -948,7 +934,7 @@ START_TEST(test_shm_shrunk)
 	ck_assert(e.state & PINSHM_LIST_DAMAGED);
 	ck_assert_uint_eq(e.producers + e.consumers, 0);
 	CLIENT_RC(c, pinshm_open(c, "s-shm", PINSHM_CONSUMER, &ch), -EBADMSG);
-	ck_assert(log_has(&d, "a client shrank it"));
+	ck_assert(daemon_log_has(&d, "a client shrank it"));
 	ck_assert(!(list_get(c, "s-sealed").state & PINSHM_LIST_DAMAGED));
 	pinshm_disconnect(c); /* reaps both endpoints, destroys both channels */
 	wait_log_count(&d, "channel 's-shm' destroyed", 1);

@@ -286,3 +286,17 @@ void daemon_assert_idle(const struct daemon *d, unsigned ms, const char *while_w
 	ck_assert_msg(used * 1000 <= hz * (long)ms / 10, "pinshmd used %ld ms of CPU in %u ms %s", used * 1000 / hz,
 		      ms, while_what);
 }
+
+bool daemon_log_has(const struct daemon *d, const char *what)
+{
+	char line[1024];
+	bool found = false;
+	FILE *f = fopen(d->log, "r");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	fclose(f);
+	return found;
+}

@@ -62,6 +62,9 @@ const char *pinshmd_wrapper(void);
  * or -1 when the field is missing.  Fails the test if the file cannot be read. */
 long proc_status_value_kb(pid_t pid, const char *key);
 
+/** Whether the daemon's log file (daemon_opts.log) holds @p what. */
+bool daemon_log_has(const struct daemon *d, const char *what);
+
 /** Fail the test if the daemon uses more than a tenth of a core over @p ms
  * (a loop that spins instead of waiting). */
 void daemon_assert_idle(const struct daemon *d, unsigned ms, const char *while_what);
