@@ -602,6 +602,24 @@ static uint64_t wait_progress(struct traffic *x, uint64_t than)
 	return n;
 }
 
+/* Start a producer and a consumer exchanging messages over the channel
+ * "used" of the daemon on @p sock (@p reconnect: they hand it back to a
+ * restarted daemon).  @return the messages received once some came. */
+static uint64_t traffic_start(struct traffic *x, struct tu_procs *ps, const char *sock, bool reconnect)
+{
+	x->sock = sock;
+	x->reconnect = reconnect;
+	x->received = mmap(NULL, sizeof(*x->received), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert(x->received != MAP_FAILED);
+	ck_assert_int_eq(pipe2(x->stop, O_NONBLOCK | O_CLOEXEC), 0);
+	tu_reporter_open(&x->rep);
+	tu_procs_init(ps);
+	tu_spawn(ps, "producer", traffic_producer, x, 0);
+	tu_spawn(ps, "consumer", traffic_consumer, x, 1);
+	close(x->stop[0]);
+	return wait_progress(x, 1000);
+}
+
 static bool listed(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out)
 {
 	pinshm_list_entry_t *e;
@@ -642,17 +660,7 @@ START_TEST(test_restart_fdstore)
 	uint64_t size = e.size;
 	bool pinned = e.state & PINSHM_LIST_PINNED;
 
-	x.sock = d.sock;
-	x.reconnect = false;
-	x.received = mmap(NULL, sizeof(*x.received), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert(x.received != MAP_FAILED);
-	ck_assert_int_eq(pipe2(x.stop, O_NONBLOCK | O_CLOEXEC), 0);
-	tu_reporter_open(&x.rep);
-	tu_procs_init(&ps);
-	tu_spawn(&ps, "producer", traffic_producer, &x, 0);
-	tu_spawn(&ps, "consumer", traffic_consumer, &x, 1);
-	close(x.stop[0]);
-	uint64_t before = wait_progress(&x, 1000);
+	uint64_t before = traffic_start(&x, &ps, d.sock, false);
 
 	store_drain(&st);
 	ck_assert_uint_eq(st.n, 2);
@@ -744,17 +752,7 @@ START_TEST(test_restart_repeatedly)
 	uint64_t size = e.size;
 	bool pinned = e.state & PINSHM_LIST_PINNED;
 
-	x.sock = d.sock;
-	x.reconnect = true;
-	x.received = mmap(NULL, sizeof(*x.received), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert(x.received != MAP_FAILED);
-	ck_assert_int_eq(pipe2(x.stop, O_NONBLOCK | O_CLOEXEC), 0);
-	tu_reporter_open(&x.rep);
-	tu_procs_init(&ps);
-	tu_spawn(&ps, "producer", traffic_producer, &x, 0);
-	tu_spawn(&ps, "consumer", traffic_consumer, &x, 1);
-	close(x.stop[0]);
-	uint64_t seen = wait_progress(&x, 1000);
+	uint64_t seen = traffic_start(&x, &ps, d.sock, true);
 
 	for (int round = 0; round < RESTARTS; round++) {
 		ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
@@ -809,8 +807,6 @@ START_TEST(test_restart_handback)
 	pinshm_channel_attr_t attr;
 	pinshm_list_entry_t e;
 	pinshm_status_t s;
-	pinshm_client_info_t *info;
-	size_t n;
 
 	unsetenv("NOTIFY_SOCKET");
 	daemon_start(&d);
@@ -822,17 +818,7 @@ START_TEST(test_restart_handback)
 	uint64_t size = e.size;
 	bool pinned = e.state & PINSHM_LIST_PINNED;
 
-	x.sock = d.sock;
-	x.reconnect = true;
-	x.received = mmap(NULL, sizeof(*x.received), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert(x.received != MAP_FAILED);
-	ck_assert_int_eq(pipe2(x.stop, O_NONBLOCK | O_CLOEXEC), 0);
-	tu_reporter_open(&x.rep);
-	tu_procs_init(&ps);
-	tu_spawn(&ps, "producer", traffic_producer, &x, 0);
-	tu_spawn(&ps, "consumer", traffic_consumer, &x, 1);
-	close(x.stop[0]);
-	uint64_t before = wait_progress(&x, 1000);
+	uint64_t before = traffic_start(&x, &ps, d.sock, true);
 
 	ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
 	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
@@ -851,18 +837,9 @@ START_TEST(test_restart_handback)
 	ck_assert_uint_eq(e.size, size);
 	/* Both endpoints claimed again, by the two connections. */
 	deadline = tu_now_ms() + 20000;
-	uint32_t endpoints = 0;
-	do {
-		CLIENT_RC(c, pinshm_clients(c, &info, &n), 0);
-		endpoints = 0;
-		for (size_t i = 0; i < n; i++)
-			endpoints += info[i].endpoints;
-		free(info);
-		if (endpoints == 2)
-			break;
+	while (endpoints_claimed(c) != 2 && tu_now_ms() < deadline)
 		tu_sleep_ms(20);
-	} while (tu_now_ms() < deadline);
-	ck_assert_uint_eq(endpoints, 2);
+	ck_assert_uint_eq(endpoints_claimed(c), 2);
 	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
 	ck_assert_uint_eq(s.channels_pinned + s.channels_unpinned, 1); /* one channel for the two hand-backs */
 	if (pinned) {
