@@ -309,10 +309,7 @@ void pm_unexp_free(struct pm_unexp *u)
 /* Whether a posted receive may also be matched by the MPI library. */
 static bool may_match_remote(const struct pm_op *op)
 {
-	const struct pm_comm *c = op->comm;
-	if (!c->mixed)
-		return false;
-	return op->peer == MPI_ANY_SOURCE || c->local[op->peer] < 0;
+	return pm_probe_lib(op->comm, op->peer);
 }
 
 static void unpost(struct pm_op *op)

@@ -223,7 +223,8 @@ void pm_recv_take(struct pm_op *op, struct pm_unexp *u);
 struct pm_unexp *pm_unexp_find(struct pm_comm *c, int source, int tag);
 void pm_unexp_free(struct pm_unexp *u);
 void pm_unexp_status(const struct pm_unexp *u, MPI_Status *status);
-/* Whether a probe on @p c from @p source must also ask the MPI library. */
+/* Whether a probe or receive on @p c from @p source must also ask the MPI
+ * library (a wildcard, or a member on another node, of a mixed communicator). */
 bool pm_probe_lib(const struct pm_comm *c, int source);
 /* Cancel an op that has not reached its peer. @return true if cancelled. */
 bool pm_op_cancel(struct pm_op *op);
