@@ -75,20 +75,6 @@ static bool list_find(pinshm_client_t *c, const char *name, pinshm_list_entry_t 
 	return found;
 }
 
-/* In a child: connect and open, or fail the child. */
-static pinshm_channel_t *child_open(const char *sock, const char *name, pinshm_role_t role, pinshm_client_t **c)
-{
-	pinshm_channel_t *ch;
-	int rc = pinshm_connect(sock, c);
-
-	if (rc != 0)
-		tu_child_fail(2, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
-	rc = pinshm_open(*c, name, role, &ch);
-	if (rc != 0)
-		tu_child_fail(3, "open %s: %s (%s)", name, pinshm_strerror(rc), pinshm_client_error(*c));
-	return ch;
-}
-
 /* ======================================================================== */
 /* hand-made packets                                                         */
 /* ======================================================================== */
@@ -272,7 +258,7 @@ static int exchange_producer(void *arg, int idx)
 {
 	struct exchange *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_open(x->sock, x->name, PINSHM_PRODUCER, &c);
+	pinshm_channel_t *ch = child_connect_open(x->sock, x->name, PINSHM_PRODUCER, &c);
 	uint8_t buf[1024];
 
 	(void)idx;
@@ -292,7 +278,7 @@ static int exchange_consumer(void *arg, int idx)
 {
 	struct exchange *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_open(x->sock, x->name, PINSHM_CONSUMER, &c);
+	pinshm_channel_t *ch = child_connect_open(x->sock, x->name, PINSHM_CONSUMER, &c);
 	uint8_t buf[1024];
 	char why[200];
 
@@ -1225,7 +1211,7 @@ static int death_producer(void *arg, int idx)
 {
 	struct death *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_open(x->sock, "death", PINSHM_PRODUCER, &c);
+	pinshm_channel_t *ch = child_connect_open(x->sock, "death", PINSHM_PRODUCER, &c);
 
 	(void)idx;
 	int rc = pinshm_send(ch, "first", 5, CALL_MS);
@@ -1240,7 +1226,7 @@ static int death_consumer(void *arg, int idx)
 {
 	struct death *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_open(x->sock, "death", PINSHM_CONSUMER, &c);
+	pinshm_channel_t *ch = child_connect_open(x->sock, "death", PINSHM_CONSUMER, &c);
 	char buf[16];
 	size_t len;
 
@@ -1298,7 +1284,7 @@ static int death_holder(void *arg, int idx)
 {
 	struct death *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_open(x->sock, "death", PINSHM_CONSUMER, &c);
+	pinshm_channel_t *ch = child_connect_open(x->sock, "death", PINSHM_CONSUMER, &c);
 
 	(void)idx;
 	(void)ch;
@@ -2218,7 +2204,7 @@ static int ev_consumer(void *arg, int idx)
 {
 	const char *sock = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_open(sock, "ev", PINSHM_CONSUMER, &c);
+	pinshm_channel_t *ch = child_connect_open(sock, "ev", PINSHM_CONSUMER, &c);
 	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	char buf[16];
 	size_t len;

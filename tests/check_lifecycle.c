@@ -57,20 +57,6 @@ static void attr_small(pinshm_channel_attr_t *a, unsigned producers, unsigned co
 	tu_attr(a, PINSHM_QUEUE, 64 * KiB, producers, consumers);
 }
 
-/* In a child: connect and open, or fail the child. */
-static pinshm_channel_t *child_open(const char *sock, const char *name, pinshm_role_t role, pinshm_client_t **c)
-{
-	pinshm_channel_t *ch;
-	int rc = pinshm_connect(sock, c);
-
-	if (rc != 0)
-		tu_child_fail(2, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
-	rc = pinshm_open(*c, name, role, &ch);
-	if (rc != 0)
-		tu_child_fail(3, "open %s: %s (%s)", name, pinshm_strerror(rc), pinshm_client_error(*c));
-	return ch;
-}
-
 /* Whether the daemon lists a connection of process @p pid. */
 static bool has_client_pid(pinshm_client_t *c, pid_t pid)
 {
@@ -102,7 +88,7 @@ static int forking_producer(void *arg, int idx)
 {
 	struct forker *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_open(x->sock, "fork", PINSHM_PRODUCER, &c);
+	pinshm_channel_t *ch = child_connect_open(x->sock, "fork", PINSHM_PRODUCER, &c);
 
 	(void)idx;
 	int rc = pinshm_send(ch, "first", 5, CALL_MS);
@@ -533,7 +519,7 @@ static int traffic_producer(void *arg, int idx)
 {
 	struct traffic *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_open(x->sock, "used", PINSHM_PRODUCER, &c);
+	pinshm_channel_t *ch = child_connect_open(x->sock, "used", PINSHM_PRODUCER, &c);
 	uint64_t seq = 0;
 	char b;
 
@@ -561,7 +547,7 @@ static int traffic_consumer(void *arg, int idx)
 {
 	struct traffic *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_open(x->sock, "used", PINSHM_CONSUMER, &c);
+	pinshm_channel_t *ch = child_connect_open(x->sock, "used", PINSHM_CONSUMER, &c);
 	uint64_t want = 0, got;
 	size_t len;
 

@@ -300,3 +300,16 @@ bool daemon_log_has(const struct daemon *d, const char *what)
 	fclose(f);
 	return found;
 }
+
+pinshm_channel_t *child_connect_open(const char *sock, const char *name, pinshm_role_t role, pinshm_client_t **c)
+{
+	pinshm_channel_t *ch;
+	int rc = pinshm_connect(sock, c);
+
+	if (rc != 0)
+		tu_child_fail(2, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	rc = pinshm_open(*c, name, role, &ch);
+	if (rc != 0)
+		tu_child_fail(3, "open %s: %s (%s)", name, pinshm_strerror(rc), pinshm_client_error(*c));
+	return ch;
+}
