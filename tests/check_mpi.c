@@ -77,7 +77,7 @@ static const struct program programs[] = {
 	{"p2p_complete", B | NB, 0, false},
 	{"p2p_datatypes", B | NB, 0, false},
 	{"p2p_comms", B | NB | P, SY | PR, false},
-	{"p2p_order", B | NB, 0, false},
+	{"p2p_order", B | NB | SY, 0, false},
 	{"p2p_large", B | NB, 0, false},
 #ifdef HAVE_MPIFORT_TEST
 	{"f_sendrecv", 0, 0, true},

@@ -473,6 +473,13 @@ static struct pm_op *match_posted(struct pm_comm *c, int src, int tag)
 	return NULL;
 }
 
+/* Whether the blocking receive waiting unposted (pm_recv_direct) matches. */
+static bool direct_matches(const struct pm_comm *c, int src, int tag)
+{
+	const struct pm_op *d = pm.direct;
+	return d && d->comm == c && d->state == ST_POSTED && matches(d->peer, d->tag, src, tag);
+}
+
 /* The communicator of an envelope, checked against the lane it came on. */
 static struct pm_comm *envelope_comm(uint64_t ctx, int src, int from, bool *orphan)
 {
@@ -524,12 +531,15 @@ static void on_eager(const struct rec_eager *r, const void *payload, size_t n)
 	if (!c && !orphan)
 		return;
 	struct pm_op *op = c ? match_posted(c, r->src, r->tag) : NULL;
-	if (!op) {
+	if (op) {
+		unpost(op);
+	} else if (direct_matches(c, r->src, r->tag)) {
+		op = pm.direct;
+	} else {
 		struct pm_unexp e = {.type = REC_EAGER, .flags = r->h.flags, .from = r->h.from, .src = r->src,
 				     .tag = r->tag, .ctx = r->ctx, .len = n, .sid = r->sid};
 		return keep_unexpected(c, &e, payload);
 	}
-	unpost(op);
 	take_eager(op, r->src, r->tag, r->h.flags, r->h.from, r->sid, payload, n);
 }
 
@@ -544,8 +554,11 @@ static void on_rts(const struct rec_rts *r, size_t n)
 	struct pm_unexp e = {.type = REC_RTS, .flags = r->h.flags, .from = r->h.from, .src = r->src, .tag = r->tag,
 			     .ctx = r->ctx, .len = r->len, .sid = r->sid, .pid = r->pid, .addr = r->addr};
 	struct pm_op *op = c ? match_posted(c, r->src, r->tag) : NULL;
-	if (!op)
+	if (!op) {
+		if (direct_matches(c, r->src, r->tag))
+			pm.direct_missed = true; /* it has no wire id for the CTS */
 		return keep_unexpected(c, &e, NULL);
+	}
 	unpost(op);
 	take_rts(op, &e);
 }
@@ -634,12 +647,18 @@ static void take_message(pinshm_msg_t *m)
 	pinshm_release(pm.in, m);
 }
 
+/* Whether a blocking call waiting for @p op may return. */
+static bool wait_over(const struct pm_op *op)
+{
+	return op->state == ST_DONE || (op == pm.direct && pm.direct_missed);
+}
+
 /* Take up to 64 records; stop early once the op a blocking call waits
  * for is done, so that its caller returns at once. */
 static int drain_inbound(int timeout_ms)
 {
 	int did = 0;
-	for (; did < 64 && !(pm.watch && pm.watch->state == ST_DONE); did++) {
+	for (; did < 64 && !(pm.watch && wait_over(pm.watch)); did++) {
 		pinshm_msg_t m;
 		int rc = pinshm_recv_inplace(pm.in, &m, did ? PINSHM_NONBLOCK : timeout_ms);
 		if (rc == -EAGAIN || rc == -ETIMEDOUT)
@@ -849,11 +868,21 @@ void pm_wait_op(struct pm_op *op)
 {
 	unsigned idle = 0;
 	pm.watch = op;
-	while (op->state != ST_DONE) {
+	while (!wait_over(op)) {
 		if (pm_progress())
 			idle = 0;
 		else
 			pm_idle(&idle, true);
 	}
 	pm.watch = NULL;
+}
+
+bool pm_recv_direct(struct pm_op *op)
+{
+	op->state = ST_POSTED;
+	pm.direct = op;
+	pm.direct_missed = false;
+	pm_wait_op(op);
+	pm.direct = NULL;
+	return op->state == ST_DONE;
 }

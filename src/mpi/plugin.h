@@ -235,6 +235,16 @@ void pm_adopt_orphans(struct pm_comm *c);
 int pm_progress(void);
 /* Wait for one op. */
 void pm_wait_op(struct pm_op *op);
+/*
+ * A blocking receive's short cut: @p op, set up on the caller's stack (no
+ * wire id, not posted), takes the first EAGER record that it matches and
+ * that no posted receive matches, straight from the ring.  A matching
+ * message it cannot take that way (RTS) is kept unexpected instead.
+ * Call only when no unexpected message matches @p op and the MPI library
+ * cannot (see pm_probe_lib()).  @return whether @p op got its message;
+ * if not, receive it through a posted op as usual.
+ */
+bool pm_recv_direct(struct pm_op *op);
 /* Let the MPI library progress (its opal_progress, or an MPI_Iprobe). */
 void pm_mpi_progress(void);
 /* The waiting strategy: call between fruitless passes. */
@@ -311,6 +321,8 @@ struct pm_state {
 	unsigned pending_remote; /* ops waiting on the MPI library */
 	int in_progress;    /* re-entry guard */
 	struct pm_op *watch; /* the op a blocking call waits for, or NULL */
+	struct pm_op *direct; /* a blocking receive waiting unposted (pm_recv_direct), or NULL */
+	bool direct_missed;  /* a message it matches was kept unexpected */
 	struct pm_list orphans; /* messages for contexts not known yet */
 	struct pm_list hybrid;  /* posted receives that also probe the MPI library, in posted order */
 	struct pm_list remote;  /* ops waiting on a request of the MPI library */

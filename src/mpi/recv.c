@@ -72,6 +72,20 @@ int pm_recv_blocking(void *buf, int count, MPI_Datatype dtype, int source, int t
 			pm_count_mpi(family, pm_type_bytes(dtype, count));
 		return PMPI_Recv(buf, count, dtype, source, tag, comm, status);
 	}
+	size_t bytes;
+	void *data = (void *)pm_flat_data(buf, count, dtype, &bytes);
+	if (data && (source == MPI_ANY_SOURCE || c->local[source] >= 0) && !pm_probe_lib(c, source) &&
+	    !pm_unexp_find(c, source, tag)) {
+		/* The short cut: nothing in hand matches; the next EAGER record
+		 * that does goes straight into the buffer. */
+		struct pm_op direct = {.kind = OP_RECV, .family = (uint8_t)family, .handle = MPI_REQUEST_NULL,
+				       .comm = c, .peer = source, .tag = tag, .data = data, .bytes = bytes,
+				       .contiguous = true, .st_error = MPI_SUCCESS};
+		if (pm_recv_direct(&direct)) {
+			pm_op_status_single(&direct, status);
+			return pm_comm_error(comm, direct.st_error);
+		}
+	}
 	struct pm_op *op;
 	int rc = pm_recv_op(c, buf, count, dtype, source, tag, family, &op);
 	if (rc != MPI_SUCCESS)

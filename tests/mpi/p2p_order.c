@@ -7,12 +7,15 @@
  * splits the ranks into pretend nodes) or from one rank at a time (a
  * blocked wildcard receive sees whichever path has the message), and
  * matched against receives posted before the messages were sent (each
- * source's messages fill the receives in the order they were posted).
+ * source's messages fill the receives in the order they were posted), and
+ * a blocked receive behind a nonblocking one posted before it.
  *
  * Started with MPI_Init_thread(MPI_THREAD_SERIALIZED).
  *
- * Call families: nonblocking, blocking.
+ * Call families: nonblocking, blocking, synchronous.
  */
+#include <time.h>
+
 #include "mpitest.h"
 
 #define NMSG 40
@@ -94,6 +97,44 @@ static void pair(int peer, unsigned char **bufs, unsigned char *rb)
 		MT_CHECK(got == s && st.MPI_SOURCE == peer, "after the tag-3 ones: message %d from %d, want %d", got,
 			 st.MPI_SOURCE, s);
 	}
+}
+
+/*
+ * A blocking receive waits behind a nonblocking one posted before it: the
+ * lower rank posts MPI_Irecv(ANY_TAG), then blocks in MPI_Recv(tag 5)
+ * before the peer sends (the peer waits a moment after "go").  The first
+ * message (tag 5) goes to the posted receive; the blocked receive gets the
+ * second, long (rendezvous); a third, synchronous, completes its MPI_Ssend.
+ */
+static void behind_posted(int peer, unsigned char **bufs, unsigned char *rb)
+{
+	MPI_Status st;
+	int go = 1;
+
+	if (mt_rank < peer) {
+		MPI_Request rq;
+		int first = -1, third = -1;
+		MT_MPI(MPI_Irecv(&first, 1, MPI_INT, peer, MPI_ANY_TAG, MPI_COMM_WORLD, &rq));
+		MT_MPI(MPI_Send(&go, 1, MPI_INT, peer, 4, MPI_COMM_WORLD));
+		MT_MPI(MPI_Recv(rb, MAXLEN, MPI_BYTE, peer, 5, MPI_COMM_WORLD, &st));
+		MT_CHECK_STATUS(st, peer, 5, MAXLEN, MPI_BYTE);
+		MT_CHECK_FILL(rb, MAXLEN, mt_seed(peer, mt_rank, 5));
+		MT_MPI(MPI_Recv(&third, 1, MPI_INT, peer, 5, MPI_COMM_WORLD, &st));
+		MT_CHECK_STATUS(st, peer, 5, 1, MPI_INT);
+		MT_MPI(MPI_Wait(&rq, &st));
+		MT_CHECK_STATUS(st, peer, 5, 1, MPI_INT);
+		MT_CHECK(first == 1 && third == 3, "behind a posted receive: it got %d, the blocked one %d; want 1, 3",
+			 first, third);
+		return;
+	}
+	int one = 1, three = 3;
+	struct timespec pause = {0, 20 * 1000 * 1000};
+	MT_MPI(MPI_Recv(&go, 1, MPI_INT, peer, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+	nanosleep(&pause, NULL); /* let the peer block first (either order must work) */
+	mt_fill(bufs[0], MAXLEN, mt_seed(mt_rank, peer, 5));
+	MT_MPI(MPI_Send(&one, 1, MPI_INT, peer, 5, MPI_COMM_WORLD));
+	MT_MPI(MPI_Send(bufs[0], MAXLEN, MPI_BYTE, peer, 5, MPI_COMM_WORLD));
+	MT_MPI(MPI_Ssend(&three, 1, MPI_INT, peer, 5, MPI_COMM_WORLD));
 }
 
 /* Every rank sends to @p root; the root receives with ANY_SOURCE. */
@@ -189,6 +230,8 @@ int main(int argc, char **argv)
 		bufs[s] = mt_alloc(MAXLEN);
 	for (int d = 1; d < mt_size; d++) {
 		pair(mt_rank ^ d, bufs, rb);
+		MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+		behind_posted(mt_rank ^ d, bufs, rb);
 		MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
 	}
 	for (int root = 0; root < mt_size; root++) {
