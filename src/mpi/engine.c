@@ -877,12 +877,24 @@ void pm_wait_op(struct pm_op *op)
 	pm.watch = NULL;
 }
 
-bool pm_recv_direct(struct pm_op *op)
+const struct pm_op *pm_recv_direct(struct pm_comm *c, int source, int tag, void *data, size_t bytes,
+				   enum pm_family family)
 {
-	op->state = ST_POSTED;
-	pm.direct = op;
+	/* Set field by field, not cleared whole: this is the hot path of
+	 * MPI_Recv, and clearing the op costs more than the rest of it. */
+	static struct pm_op op = {.kind = OP_RECV, .handle = MPI_REQUEST_NULL, .contiguous = true};
+	op.comm = c;
+	op.peer = source;
+	op.tag = tag;
+	op.data = data;
+	op.bytes = bytes;
+	op.family = (uint8_t)family;
+	op.counted = false;
+	op.st_error = MPI_SUCCESS;
+	op.state = ST_POSTED;
+	pm.direct = &op;
 	pm.direct_missed = false;
-	pm_wait_op(op);
+	pm_wait_op(&op);
 	pm.direct = NULL;
-	return op->state == ST_DONE;
+	return op.state == ST_DONE ? &op : NULL;
 }

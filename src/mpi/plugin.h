@@ -236,15 +236,16 @@ int pm_progress(void);
 /* Wait for one op. */
 void pm_wait_op(struct pm_op *op);
 /*
- * A blocking receive's short cut: @p op, set up on the caller's stack (no
- * wire id, not posted), takes the first EAGER record that it matches and
- * that no posted receive matches, straight from the ring.  A matching
- * message it cannot take that way (RTS) is kept unexpected instead.
- * Call only when no unexpected message matches @p op and the MPI library
- * cannot (see pm_probe_lib()).  @return whether @p op got its message;
- * if not, receive it through a posted op as usual.
+ * A blocking receive's short cut into @p bytes of contiguous @p data: an op
+ * of the engine's own (no wire id, not posted) takes the first EAGER record
+ * that it matches and that no posted receive matches, straight from the
+ * ring.  A matching message it cannot take that way (RTS) is kept
+ * unexpected instead.  Call only when no unexpected message matches and
+ * the MPI library cannot (see pm_probe_lib()).  @return the finished op
+ * (valid until the next call), or NULL: receive through a posted op.
  */
-bool pm_recv_direct(struct pm_op *op);
+const struct pm_op *pm_recv_direct(struct pm_comm *c, int source, int tag, void *data, size_t bytes,
+				   enum pm_family family);
 /* Let the MPI library progress (its opal_progress, or an MPI_Iprobe). */
 void pm_mpi_progress(void);
 /* The waiting strategy: call between fruitless passes. */

@@ -78,12 +78,10 @@ int pm_recv_blocking(void *buf, int count, MPI_Datatype dtype, int source, int t
 	    !pm_unexp_find(c, source, tag)) {
 		/* The short cut: nothing in hand matches; the next EAGER record
 		 * that does goes straight into the buffer. */
-		struct pm_op direct = {.kind = OP_RECV, .family = (uint8_t)family, .handle = MPI_REQUEST_NULL,
-				       .comm = c, .peer = source, .tag = tag, .data = data, .bytes = bytes,
-				       .contiguous = true, .st_error = MPI_SUCCESS};
-		if (pm_recv_direct(&direct)) {
-			pm_op_status_single(&direct, status);
-			return pm_comm_error(comm, direct.st_error);
+		const struct pm_op *done = pm_recv_direct(c, source, tag, data, bytes, family);
+		if (done) {
+			pm_op_status_single(done, status);
+			return pm_comm_error(comm, done->st_error);
 		}
 	}
 	struct pm_op *op;
