@@ -673,16 +673,6 @@ int pinshm_unlink(pinshm_client_t *c, const char *name)
 	return transact(c, &req, &rep, NULL);
 }
 
-/* A page that says more follow must hold something and move the cursor on,
- * or a faulty daemon would keep us asking. */
-static int check_page(pinshm_client_t *c, const char *what, uint32_t count, bool more, uint64_t cursor,
-		      uint64_t next)
-{
-	if (more && (count == 0 || next <= cursor))
-		return client_break(c, client_fail(c, -EPROTO, "pinshmd's %s does not advance", what));
-	return 0;
-}
-
 /* Make room for @p need elements of @p size in the array @p *arr of @p *cap. */
 static int grow(void **arr, size_t *cap, size_t need, size_t size)
 {
@@ -751,44 +741,130 @@ int pinshm_stat(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out)
 	return rc;
 }
 
-int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count)
+/* What a page of a paged reply (LIST, STATUS, CLIENTS) says about the paging. */
+struct page {
+	uint32_t count; /* entries in this page */
+	bool more;      /* more pages follow, asked for from `next` */
+	uint64_t next;
+};
+
+/*
+ * How to read one kind of paged reply.  page() reads the paging fields of a
+ * reply asked for from @p cursor (and whatever else a page carries, into @p arg).
+ * take() writes entry @p i of the page as element @p n of @p list and returns
+ * false where the entry is out of the order the daemon promises (after the
+ * cursor, after element n - 1, and `next` consistent with the last entry).
+ */
+struct paging {
+	uint32_t type;    /* PROTO_LIST, PROTO_STATUS or PROTO_CLIENTS */
+	const char *what; /* what the pages list, for errors: "channel list" */
+	size_t size;      /* of one element of the list */
+	struct page (*page)(const struct proto_msg *rep, uint64_t cursor, void *arg);
+	bool (*take)(const struct proto_msg *rep, uint32_t i, uint64_t cursor, void *list, size_t n);
+};
+
+static void set_cursor(struct proto_msg *req, uint64_t cursor)
 {
-	struct proto_msg req = {.h.type = PROTO_LIST};
+	switch (req->h.type) {
+	case PROTO_LIST:
+		req->u.list.cursor = cursor;
+		break;
+	case PROTO_STATUS:
+		req->u.status.cursor = cursor;
+		break;
+	default:
+		req->u.clients.cursor = cursor;
+		break;
+	}
+}
+
+/*
+ * Asks for the pages of @p pg from cursor 0 until the daemon says no more
+ * follow, and gathers their entries into a new array @p *list of @p *count
+ * (NULL and 0 where there are none).  With @p list NULL it asks for the first
+ * page only and gathers nothing.  A page that is out of order, or that says
+ * more follow but holds nothing or does not move the cursor on (a faulty daemon
+ * would keep us asking), breaks the connection with -EPROTO.
+ */
+static int fetch_pages(pinshm_client_t *c, const struct paging *pg, void *arg, void **list, size_t *count)
+{
+	struct proto_msg req = {.h.type = pg->type};
 	struct proto_msg *rep = malloc(sizeof(*rep));
-	pinshm_list_entry_t *list = NULL;
+	uint64_t cursor = 0;
+	void *got = NULL;
 	size_t n = 0, cap = 0;
 	int rc = 0;
 
-	*entries = NULL;
-	*count = 0;
+	if (list) {
+		*list = NULL;
+		*count = 0;
+	}
 	c->error[0] = '\0';
 	if (!rep)
 		return -ENOMEM;
 	for (;;) {
+		set_cursor(&req, cursor);
 		rc = transact(c, &req, rep, NULL);
 		if (rc != 0)
-			goto out;
-		uint32_t got = rep->u.list_reply.count;
-		rc = grow((void **)&list, &cap, n + got, sizeof(*list));
+			break;
+		struct page p = pg->page(rep, cursor, arg);
+		if (!list)
+			break;
+		rc = grow(&got, &cap, n + p.count, pg->size);
 		if (rc != 0)
-			goto out;
-		for (uint32_t i = 0; i < got; i++)
-			list[n++] = entry_from_wire(&rep->u.list_reply.entries[i]);
-		bool more = rep->u.list_reply.flags & PROTO_LIST_MORE;
-		rc = check_page(c, "channel list", got, more, req.u.list.cursor, rep->u.list_reply.next);
-		if (rc != 0 || !more)
-			goto out;
-		req.u.list.cursor = rep->u.list_reply.next;
+			break;
+		for (uint32_t i = 0; rc == 0 && i < p.count; i++, n++)
+			if (!pg->take(rep, i, cursor, got, n))
+				rc = client_break(c, client_fail(c, -EPROTO, "pinshmd's %s is out of order", pg->what));
+		if (rc == 0 && p.more && (p.count == 0 || p.next <= cursor))
+			rc = client_break(c, client_fail(c, -EPROTO, "pinshmd's %s does not advance", pg->what));
+		if (rc != 0 || !p.more)
+			break;
+		cursor = p.next;
 	}
-out:
 	free(rep);
-	if (rc != 0) {
-		free(list);
+	if (rc != 0 || n == 0) {
+		free(got);
 		return rc;
 	}
-	*entries = list;
+	*list = got;
 	*count = n;
 	return 0;
+}
+
+static struct page channel_page(const struct proto_msg *rep, uint64_t cursor, void *arg)
+{
+	(void)cursor;
+	(void)arg;
+	return (struct page){
+		.count = rep->u.list_reply.count,
+		.more = rep->u.list_reply.flags & PROTO_LIST_MORE,
+		.next = rep->u.list_reply.next,
+	};
+}
+
+static bool take_channel(const struct proto_msg *rep, uint32_t i, uint64_t cursor, void *list, size_t n)
+{
+	(void)cursor;
+	((pinshm_list_entry_t *)list)[n] = entry_from_wire(&rep->u.list_reply.entries[i]);
+	return true;
+}
+
+static const struct paging channel_paging = {
+	.type = PROTO_LIST,
+	.what = "channel list",
+	.size = sizeof(pinshm_list_entry_t),
+	.page = channel_page,
+	.take = take_channel,
+};
+
+int pinshm_list(pinshm_client_t *c, pinshm_list_entry_t **entries, size_t *count)
+{
+	void *list;
+	int rc = fetch_pages(c, &channel_paging, NULL, &list, count);
+
+	*entries = list;
+	return rc;
 }
 
 int pinshm_daemon_shutdown(pinshm_client_t *c)
@@ -798,127 +874,108 @@ int pinshm_daemon_shutdown(pinshm_client_t *c)
 	return transact(c, &req, &rep, NULL);
 }
 
+/* The daemon's figures come with the first page (into @p arg, a pinshm_status_t). */
+static struct page user_page(const struct proto_msg *rep, uint64_t cursor, void *arg)
+{
+	const typeof(rep->u.status_reply) *s = &rep->u.status_reply;
+
+	if (cursor == 0)
+		*(pinshm_status_t *)arg = (pinshm_status_t){
+			.pid = s->pid,
+			.flags = s->flags & PROTO_STATUS_USER_MODE ? PINSHM_STATUS_USER_MODE : 0,
+			.uptime_ms = s->uptime_ms,
+			.budget = s->budget,
+			.pinned = s->pinned,
+			.channels_pinned = s->channels_pinned,
+			.channels_unpinned = s->channels_unpinned,
+			.connections = s->connections,
+		};
+	return (struct page){.count = s->count, .more = s->flags & PROTO_STATUS_MORE, .next = s->next};
+}
+
+/* In uid order, from the cursor on, and `next` just past the last. */
+static bool take_user(const struct proto_msg *rep, uint32_t i, uint64_t cursor, void *list, size_t n)
+{
+	const typeof(rep->u.status_reply) *s = &rep->u.status_reply;
+	const struct proto_user_entry *u = &s->users[i];
+	pinshm_user_usage_t *users = list;
+
+	if (u->uid < cursor || (n > 0 && u->uid <= users[n - 1].uid) ||
+	    (i + 1 == s->count && s->next != (uint64_t)u->uid + 1))
+		return false;
+	users[n] = (pinshm_user_usage_t){
+		.uid = u->uid,
+		.channels = u->channels,
+		.connections = u->connections,
+		.pinned = u->pinned,
+		.charged = u->charged,
+		.quota = u->quota,
+	};
+	return true;
+}
+
+static const struct paging user_paging = {
+	.type = PROTO_STATUS,
+	.what = "user list",
+	.size = sizeof(pinshm_user_usage_t),
+	.page = user_page,
+	.take = take_user,
+};
+
 int pinshm_status(pinshm_client_t *c, pinshm_status_t *out, pinshm_user_usage_t **users, size_t *nusers)
 {
-	struct proto_msg req = {.h.type = PROTO_STATUS};
-	struct proto_msg *rep = malloc(sizeof(*rep));
-	pinshm_user_usage_t *list = NULL;
-	size_t n = 0, cap = 0;
-	int rc = 0;
+	void *list;
+	int rc = fetch_pages(c, &user_paging, out, users ? &list : NULL, nusers);
 
-	if (users) {
-		*users = NULL;
-		*nusers = 0;
-	}
-	c->error[0] = '\0';
-	if (!rep)
-		return -ENOMEM;
-	for (;;) {
-		rc = transact(c, &req, rep, NULL);
-		if (rc != 0)
-			goto out;
-		const typeof(rep->u.status_reply) *s = &rep->u.status_reply;
-		if (req.u.status.cursor == 0)
-			*out = (pinshm_status_t){
-				.pid = s->pid,
-				.flags = s->flags & PROTO_STATUS_USER_MODE ? PINSHM_STATUS_USER_MODE : 0,
-				.uptime_ms = s->uptime_ms,
-				.budget = s->budget,
-				.pinned = s->pinned,
-				.channels_pinned = s->channels_pinned,
-				.channels_unpinned = s->channels_unpinned,
-				.connections = s->connections,
-			};
-		if (!users)
-			break;
-		rc = grow((void **)&list, &cap, n + s->count, sizeof(*list));
-		if (rc != 0)
-			goto out;
-		for (uint32_t i = 0; i < s->count; i++) {
-			const struct proto_user_entry *u = &s->users[i];
-			/* In uid order, from the cursor on, and `next` just past the last. */
-			if (u->uid < req.u.status.cursor || (n > 0 && u->uid <= list[n - 1].uid) ||
-			    (i + 1 == s->count && s->next != (uint64_t)u->uid + 1)) {
-				rc = client_break(c, client_fail(c, -EPROTO, "pinshmd's user list is out of order"));
-				goto out;
-			}
-			list[n++] = (pinshm_user_usage_t){
-				.uid = u->uid,
-				.channels = u->channels,
-				.connections = u->connections,
-				.pinned = u->pinned,
-				.charged = u->charged,
-				.quota = u->quota,
-			};
-		}
-		bool more = s->flags & PROTO_STATUS_MORE;
-		rc = check_page(c, "user list", s->count, more, req.u.status.cursor, s->next);
-		if (rc != 0 || !more)
-			goto out;
-		req.u.status.cursor = s->next;
-	}
-out:
-	free(rep);
-	if (rc != 0 || !users || n == 0) {
-		free(list);
-		return rc;
-	}
-	*users = list;
-	*nusers = n;
-	return 0;
+	if (users)
+		*users = list;
+	return rc;
 }
+
+static struct page connection_page(const struct proto_msg *rep, uint64_t cursor, void *arg)
+{
+	(void)cursor;
+	(void)arg;
+	return (struct page){
+		.count = rep->u.clients_reply.count,
+		.more = rep->u.clients_reply.flags & PROTO_CLIENTS_MORE,
+		.next = rep->u.clients_reply.next,
+	};
+}
+
+/* In id order, after the cursor, and `next` the last. */
+static bool take_connection(const struct proto_msg *rep, uint32_t i, uint64_t cursor, void *list, size_t n)
+{
+	const typeof(rep->u.clients_reply) *r = &rep->u.clients_reply;
+	const struct proto_client_entry *e = &r->entries[i];
+	pinshm_client_info_t *clients = list;
+
+	if (e->id <= cursor || (n > 0 && e->id <= clients[n - 1].id) || (i + 1 == r->count && r->next != e->id))
+		return false;
+	clients[n] = (pinshm_client_info_t){
+		.id = e->id,
+		.pid = e->pid,
+		.uid = e->uid,
+		.gid = e->gid,
+		.channels = e->channels,
+		.endpoints = e->endpoints,
+	};
+	return true;
+}
+
+static const struct paging connection_paging = {
+	.type = PROTO_CLIENTS,
+	.what = "connection list",
+	.size = sizeof(pinshm_client_info_t),
+	.page = connection_page,
+	.take = take_connection,
+};
 
 int pinshm_clients(pinshm_client_t *c, pinshm_client_info_t **clients, size_t *count)
 {
-	struct proto_msg req = {.h.type = PROTO_CLIENTS};
-	struct proto_msg *rep = malloc(sizeof(*rep));
-	pinshm_client_info_t *list = NULL;
-	size_t n = 0, cap = 0;
-	int rc = 0;
+	void *list;
+	int rc = fetch_pages(c, &connection_paging, NULL, &list, count);
 
-	*clients = NULL;
-	*count = 0;
-	c->error[0] = '\0';
-	if (!rep)
-		return -ENOMEM;
-	for (;;) {
-		rc = transact(c, &req, rep, NULL);
-		if (rc != 0)
-			goto out;
-		const typeof(rep->u.clients_reply) *r = &rep->u.clients_reply;
-		rc = grow((void **)&list, &cap, n + r->count, sizeof(*list));
-		if (rc != 0)
-			goto out;
-		for (uint32_t i = 0; i < r->count; i++) {
-			const struct proto_client_entry *e = &r->entries[i];
-			/* In id order, after the cursor, and `next` the last. */
-			if (e->id <= req.u.clients.cursor || (n > 0 && e->id <= list[n - 1].id) ||
-			    (i + 1 == r->count && r->next != e->id)) {
-				rc = client_break(c, client_fail(c, -EPROTO, "pinshmd's connection list is out of order"));
-				goto out;
-			}
-			list[n++] = (pinshm_client_info_t){
-				.id = e->id,
-				.pid = e->pid,
-				.uid = e->uid,
-				.gid = e->gid,
-				.channels = e->channels,
-				.endpoints = e->endpoints,
-			};
-		}
-		bool more = r->flags & PROTO_CLIENTS_MORE;
-		rc = check_page(c, "connection list", r->count, more, req.u.clients.cursor, r->next);
-		if (rc != 0 || !more)
-			goto out;
-		req.u.clients.cursor = r->next;
-	}
-out:
-	free(rep);
-	if (rc != 0 || n == 0) {
-		free(list);
-		return rc;
-	}
 	*clients = list;
-	*count = n;
-	return 0;
+	return rc;
 }
