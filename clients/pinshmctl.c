@@ -48,10 +48,13 @@ static int usage_error(const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
-/* Report a failed request as "pinshmctl: WHAT: ERROR[: DETAIL]". @return EXIT_FAILED. */
-static int request_failed(const char *what, int rc, const char *detail)
+/* Report a failed request as "pinshmctl: WHAT[ NAME]: ERROR[: DETAIL]". @return EXIT_FAILED. */
+static int request_failed(const char *what, const char *name, int rc, const char *detail)
 {
-	fprintf(stderr, "pinshmctl: %s: %s", what, pinshm_strerror(rc));
+	fprintf(stderr, "pinshmctl: %s", what);
+	if (name)
+		fprintf(stderr, " %.*s", PINSHM_NAME_MAX + 8, name);
+	fprintf(stderr, ": %s", pinshm_strerror(rc));
 	if (detail && detail[0])
 		fprintf(stderr, ": %s", detail);
 	fputc('\n', stderr);
@@ -63,7 +66,16 @@ static int ctl_connect(const struct ctl *o, pinshm_client_t **c)
 {
 	int rc = pinshm_connect(o->socket, c);
 
-	return rc == 0 ? 0 : request_failed("connect", rc, pinshm_client_error(NULL));
+	return rc == 0 ? 0 : request_failed("connect", NULL, rc, pinshm_client_error(NULL));
+}
+
+/* A command's request is done (@p rc): report it where it failed, then disconnect. @return 0 or EXIT_FAILED. */
+static int request_done(pinshm_client_t *c, const char *what, const char *name, int rc)
+{
+	if (rc != 0)
+		request_failed(what, name, rc, pinshm_client_error(c));
+	pinshm_disconnect(c);
+	return rc == 0 ? 0 : EXIT_FAILED;
 }
 
 /* getopt_long over a command's own arguments (argv[0] is the command). */
@@ -84,10 +96,10 @@ static void start_options(void)
 	opterr = 0;
 }
 
-/* ---- ls ---------------------------------------------------------------- */
+/* ---- ls, stat, status, clients ---------------------------------------- */
 
-/* The arguments of a listing: [--json] only. @return 0 or EXIT_USAGE. */
-static int listing_options(struct ctl *o, int argc, char **argv)
+/* The options of a listing: --json only; its operands from optind on. @return 0 or EXIT_USAGE. */
+static int json_option(struct ctl *o, int argc, char **argv)
 {
 	static const struct option longopts[] = {{"json", no_argument, NULL, 'j'}, {0}};
 	int opt;
@@ -98,6 +110,14 @@ static int listing_options(struct ctl *o, int argc, char **argv)
 			return EXIT_USAGE;
 		o->json = true;
 	}
+	return 0;
+}
+
+/* The arguments of a listing of all: [--json] only. @return 0 or EXIT_USAGE. */
+static int listing_options(struct ctl *o, int argc, char **argv)
+{
+	if (json_option(o, argc, argv) != 0)
+		return EXIT_USAGE;
 	if (optind != argc)
 		return usage_error("%s: unexpected argument '%s'", argv[0], argv[optind]);
 	return 0;
@@ -111,58 +131,29 @@ static int cmd_ls(struct ctl *o, int argc, char **argv)
 
 	if (listing_options(o, argc, argv) != 0)
 		return EXIT_USAGE;
-	if (ctl_connect(o, &c) != 0)
+	if (ctl_connect(o, &c) != 0 || request_done(c, "ls", NULL, pinshm_list(c, &e, &n)) != 0)
 		return EXIT_FAILED;
-	int rc = pinshm_list(c, &e, &n);
-	if (rc != 0) {
-		request_failed("ls", rc, pinshm_client_error(c));
-		pinshm_disconnect(c);
-		return EXIT_FAILED;
-	}
-	pinshm_disconnect(c);
-	if (o->json)
-		ctl_print_json(stdout, e, n);
-	else
-		ctl_print_table(stdout, e, n);
+	(o->json ? ctl_print_json : ctl_print_table)(stdout, e, n);
 	free(e);
 	return 0;
 }
 
 static int cmd_stat(struct ctl *o, int argc, char **argv)
 {
-	static const struct option longopts[] = {{"json", no_argument, NULL, 'j'}, {0}};
 	pinshm_client_t *c;
 	pinshm_list_entry_t e;
-	int opt;
 
-	start_options();
-	while ((opt = next_option(argc, argv, longopts)) != -1) {
-		if (opt != 'j')
-			return EXIT_USAGE;
-		o->json = true;
-	}
+	if (json_option(o, argc, argv) != 0)
+		return EXIT_USAGE;
 	if (optind + 1 != argc)
 		return optind == argc ? usage_error("stat: which channel? (stat NAME)")
 				      : usage_error("stat: unexpected argument '%s'", argv[optind + 1]);
-	if (ctl_connect(o, &c) != 0)
+	const char *name = argv[optind];
+	if (ctl_connect(o, &c) != 0 || request_done(c, "stat", name, pinshm_stat(c, name, &e)) != 0)
 		return EXIT_FAILED;
-	int rc = pinshm_stat(c, argv[optind], &e);
-	if (rc != 0) {
-		char what[PINSHM_NAME_MAX + 64];
-		snprintf(what, sizeof(what), "stat %.*s", PINSHM_NAME_MAX + 8, argv[optind]);
-		request_failed(what, rc, pinshm_client_error(c));
-		pinshm_disconnect(c);
-		return EXIT_FAILED;
-	}
-	pinshm_disconnect(c);
-	if (o->json)
-		ctl_print_stat_json(stdout, &e);
-	else
-		ctl_print_stat(stdout, &e);
+	(o->json ? ctl_print_stat_json : ctl_print_stat)(stdout, &e);
 	return 0;
 }
-
-/* ---- status, clients ------------------------------------------------- */
 
 static int cmd_status(struct ctl *o, int argc, char **argv)
 {
@@ -173,19 +164,9 @@ static int cmd_status(struct ctl *o, int argc, char **argv)
 
 	if (listing_options(o, argc, argv) != 0)
 		return EXIT_USAGE;
-	if (ctl_connect(o, &c) != 0)
+	if (ctl_connect(o, &c) != 0 || request_done(c, "status", NULL, pinshm_status(c, &st, &u, &n)) != 0)
 		return EXIT_FAILED;
-	int rc = pinshm_status(c, &st, &u, &n);
-	if (rc != 0) {
-		request_failed("status", rc, pinshm_client_error(c));
-		pinshm_disconnect(c);
-		return EXIT_FAILED;
-	}
-	pinshm_disconnect(c);
-	if (o->json)
-		ctl_print_status_json(stdout, &st, u, n);
-	else
-		ctl_print_status(stdout, &st, u, n);
+	(o->json ? ctl_print_status_json : ctl_print_status)(stdout, &st, u, n);
 	free(u);
 	return 0;
 }
@@ -198,19 +179,9 @@ static int cmd_clients(struct ctl *o, int argc, char **argv)
 
 	if (listing_options(o, argc, argv) != 0)
 		return EXIT_USAGE;
-	if (ctl_connect(o, &c) != 0)
+	if (ctl_connect(o, &c) != 0 || request_done(c, "clients", NULL, pinshm_clients(c, &e, &n)) != 0)
 		return EXIT_FAILED;
-	int rc = pinshm_clients(c, &e, &n);
-	if (rc != 0) {
-		request_failed("clients", rc, pinshm_client_error(c));
-		pinshm_disconnect(c);
-		return EXIT_FAILED;
-	}
-	pinshm_disconnect(c);
-	if (o->json)
-		ctl_print_clients_json(stdout, e, n);
-	else
-		ctl_print_clients(stdout, e, n);
+	(o->json ? ctl_print_clients_json : ctl_print_clients)(stdout, e, n);
 	free(e);
 	return 0;
 }
@@ -370,21 +341,14 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 		return rc;
 
 	pinshm_client_t *c;
-	char what[PINSHM_NAME_MAX + 64];
-	snprintf(what, sizeof(what), "create %.*s", PINSHM_NAME_MAX + 8, name);
 	if (ctl_connect(o, &c) != 0)
 		return EXIT_FAILED;
 	/* Persistent: the channel outlives this command, until `rm`. */
 	rc = pinshm_create_full(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT | backend, node, pin_idle);
-	if (rc != 0) {
-		request_failed(what, rc, pinshm_client_error(c));
-		pinshm_disconnect(c);
-		return EXIT_FAILED;
-	}
-	if (pinshm_client_error(c)[0]) /* a warning, such as "created unpinned" */
-		fprintf(stderr, "pinshmctl: %s: pinshmd says: %s\n", what, pinshm_client_error(c));
-	pinshm_disconnect(c);
-	return 0;
+	if (rc == 0 && pinshm_client_error(c)[0]) /* a warning, such as "created unpinned" */
+		fprintf(stderr, "pinshmctl: create %.*s: pinshmd says: %s\n", PINSHM_NAME_MAX + 8, name,
+			pinshm_client_error(c));
+	return request_done(c, "create", name, rc);
 }
 
 /* ---- rm, shutdown ------------------------------------------------------ */
@@ -404,11 +368,8 @@ static int cmd_rm(struct ctl *o, int argc, char **argv)
 		return EXIT_FAILED;
 	for (int i = optind; i < argc; i++) {
 		int rc = pinshm_unlink(c, argv[i]);
-		if (rc != 0) {
-			char what[PINSHM_NAME_MAX + 64];
-			snprintf(what, sizeof(what), "rm %.*s", PINSHM_NAME_MAX + 8, argv[i]);
-			status = request_failed(what, rc, pinshm_client_error(c));
-		}
+		if (rc != 0)
+			status = request_failed("rm", argv[i], rc, pinshm_client_error(c));
 	}
 	pinshm_disconnect(c);
 	return status;
@@ -422,11 +383,7 @@ static int cmd_shutdown(struct ctl *o, int argc, char **argv)
 		return usage_error("shutdown: unexpected argument '%s'", argv[1]);
 	if (ctl_connect(o, &c) != 0)
 		return EXIT_FAILED;
-	int rc = pinshm_daemon_shutdown(c);
-	if (rc != 0)
-		request_failed("shutdown", rc, pinshm_client_error(c));
-	pinshm_disconnect(c);
-	return rc == 0 ? 0 : EXIT_FAILED;
+	return request_done(c, "shutdown", NULL, pinshm_daemon_shutdown(c));
 }
 
 /* ---- version, help ----------------------------------------------------- */
