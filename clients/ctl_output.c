@@ -116,27 +116,38 @@ void ctl_json_string(FILE *out, const char *str)
 	fputc('"', out);
 }
 
+/* @p name (of a user or group) where there is one, else the number @p id, into @p buf. */
+static const char *name_or_number(const char *name, uint32_t id, char *buf, size_t len)
+{
+	if (name)
+		snprintf(buf, len, "%s", name);
+	else
+		snprintf(buf, len, "%" PRIu32, id);
+	return buf;
+}
+
 /* The name of user @p uid, or its number, into @p buf. */
 static const char *user_name(uint32_t uid, char *buf, size_t len)
 {
 	const struct passwd *pw = getpwuid((uid_t)uid);
 
-	if (pw && pw->pw_name)
-		snprintf(buf, len, "%s", pw->pw_name);
-	else
-		snprintf(buf, len, "%" PRIu32, uid);
-	return buf;
+	return name_or_number(pw ? pw->pw_name : NULL, uid, buf, len);
 }
 
+/* The name of group @p gid, or its number, into @p buf. */
 static const char *group_name(uint32_t gid, char *buf, size_t len)
 {
 	const struct group *gr = getgrgid((gid_t)gid);
 
-	if (gr && gr->gr_name)
-		snprintf(buf, len, "%s", gr->gr_name);
-	else
-		snprintf(buf, len, "%" PRIu32, gid);
-	return buf;
+	return name_or_number(gr ? gr->gr_name : NULL, gid, buf, len);
+}
+
+/* The width of a column that holds @p s, and held @p width before. */
+static int widest(int width, const char *s)
+{
+	int w = (int)strlen(s);
+
+	return w > width ? w : width;
 }
 
 static const char *kind_name(const pinshm_list_entry_t *e)
@@ -196,12 +207,9 @@ void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		int w = (int)strnlen(e[i].name, sizeof(e[i].name));
 		wname = w > wname ? w : wname;
-		w = (int)strlen(kind_name(&e[i]));
-		wkind = w > wkind ? w : wkind;
-		w = (int)strlen(user_name(e[i].uid, owner, sizeof(owner)));
-		wowner = w > wowner ? w : wowner;
-		w = (int)strlen(group_name(e[i].gid, group, sizeof(group)));
-		wgroup = w > wgroup ? w : wgroup;
+		wkind = widest(wkind, kind_name(&e[i]));
+		wowner = widest(wowner, user_name(e[i].uid, owner, sizeof(owner)));
+		wgroup = widest(wgroup, group_name(e[i].gid, group, sizeof(group)));
 	}
 	fprintf(out, "%-*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-8s  %-6s  %-6s  %-10s  %9s  %9s  %10s  %6s  %8s\n",
 		wname, "NAME", wkind, "KIND", wowner, "OWNER", wgroup, "GROUP", "MODE", "BACKEND", "SIZE", "NODE",
@@ -377,10 +385,8 @@ void ctl_print_status(FILE *out, const pinshm_status_t *st, const pinshm_user_us
 	fprintf(out, "connections  %" PRIu32 "\n", st->connections);
 	if (n == 0)
 		return;
-	for (size_t i = 0; i < n; i++) {
-		int w = (int)strlen(user_name(u[i].uid, name, sizeof(name)));
-		wuser = w > wuser ? w : wuser;
-	}
+	for (size_t i = 0; i < n; i++)
+		wuser = widest(wuser, user_name(u[i].uid, name, sizeof(name)));
 	fprintf(out, "\n%-*s  %10s  %8s  %11s  %8s  %8s  %9s\n", wuser, "USER", "UID", "CHANNELS", "CONNECTIONS",
 		"PINNED", "CHARGED", "QUOTA");
 	for (size_t i = 0; i < n; i++) {
@@ -430,10 +436,8 @@ void ctl_print_clients(FILE *out, const pinshm_client_info_t *c, size_t n)
 	int wuser = 4, wgroup = 5;
 
 	for (size_t i = 0; i < n; i++) {
-		int w = (int)strlen(user_name(c[i].uid, user, sizeof(user)));
-		wuser = w > wuser ? w : wuser;
-		w = (int)strlen(group_name(c[i].gid, group, sizeof(group)));
-		wgroup = w > wgroup ? w : wgroup;
+		wuser = widest(wuser, user_name(c[i].uid, user, sizeof(user)));
+		wgroup = widest(wgroup, group_name(c[i].gid, group, sizeof(group)));
 	}
 	fprintf(out, "%8s  %10s  %-*s  %-*s  %8s  %9s\n", "ID", "PID", wuser, "USER", wgroup, "GROUP", "CHANNELS",
 		"ENDPOINTS");
