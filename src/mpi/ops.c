@@ -87,7 +87,7 @@ struct pm_op *pm_op_new(enum pm_kind kind)
 		}
 		index = table_len++;
 	}
-	memset(op, 0, sizeof(*op));
+	pm_clear(op, sizeof(*op));
 	op->index = index;
 	op->gen = gen ? gen : 1;
 	op->kind = (uint8_t)kind;

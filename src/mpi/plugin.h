@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <mpi.h>
 
@@ -44,6 +45,18 @@ void pm_list_push(struct pm_list *l, struct pm_link *e);
 void pm_list_remove(struct pm_list *l, struct pm_link *e);
 
 #define pm_container(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* Clear @p n bytes at @p p, 64 at a time.  A compiler turns a memset of a
+ * known size over 64 bytes into `rep stos`, whose start-up alone costs
+ * 16 ns on the machine measured (an op is 216 bytes); memsets of 64 bytes
+ * become plain stores. */
+static inline void pm_clear(void *p, size_t n)
+{
+	char *c = p;
+	for (; n >= 64; n -= 64, c += 64)
+		memset(c, 0, 64);
+	memset(c, 0, n);
+}
 
 /* ---- statistics ------------------------------------------------------ */
 
