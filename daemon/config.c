@@ -7,6 +7,7 @@
  * libinih is an error, not two lines, and an indented line is not taken
  * for the continuation of the value above it.
  */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
@@ -163,49 +164,29 @@ static bool all_digits(const char *s)
 	return true;
 }
 
-/* A decimal user or group number below @p limit (the type's all-ones
- * value, which means "none"). @return 0, -EINVAL, or 1 if @p s is a name. */
-static int parse_id(const char *s, unsigned long limit, unsigned long *id)
+/*
+ * A user name or number (with @p group: a group's) into @p id.  A number need
+ * not name an existing user or group; it is below the type's all-ones value,
+ * which means "none".  @return 0, -EINVAL (a bad number) or -ENOENT (no such name).
+ */
+static int resolve_id(const char *s, bool group, unsigned long *id)
 {
-	if (!all_digits(s))
-		return 1;
-	errno = 0;
-	*id = strtoul(s, NULL, 10);
-	return errno != 0 || *id >= limit ? -EINVAL : 0;
-}
-
-/* A user name or number.  Numbers need not name an existing user. */
-static int resolve_user(const char *s, uid_t *uid)
-{
-	unsigned long v;
-	int rc = parse_id(s, (unsigned long)(uid_t)-1, &v);
-
-	if (rc <= 0) {
-		if (rc == 0)
-			*uid = (uid_t)v;
-		return rc;
+	if (all_digits(s)) {
+		errno = 0;
+		*id = strtoul(s, NULL, 10);
+		return errno != 0 || *id >= (group ? (unsigned long)(gid_t)-1 : (unsigned long)(uid_t)-1) ? -EINVAL : 0;
 	}
-	struct passwd *pw = getpwnam(s);
-	if (!pw)
-		return -ENOENT;
-	*uid = pw->pw_uid;
-	return 0;
-}
-
-static int resolve_group(const char *s, gid_t *gid)
-{
-	unsigned long v;
-	int rc = parse_id(s, (unsigned long)(gid_t)-1, &v);
-
-	if (rc <= 0) {
-		if (rc == 0)
-			*gid = (gid_t)v;
-		return rc;
+	if (group) {
+		const struct group *gr = getgrnam(s);
+		if (!gr)
+			return -ENOENT;
+		*id = gr->gr_gid;
+	} else {
+		const struct passwd *pw = getpwnam(s);
+		if (!pw)
+			return -ENOENT;
+		*id = pw->pw_uid;
 	}
-	struct group *gr = getgrnam(s);
-	if (!gr)
-		return -ENOENT;
-	*gid = gr->gr_gid;
 	return 0;
 }
 
@@ -394,45 +375,34 @@ static int daemon_key(struct parse *p, const char *key, const char *value)
 static int access_list(struct parse *p, const char *key, const char *value, bool groups)
 {
 	struct config *cfg = p->cfg;
+	unsigned *n = groups ? &cfg->nallow_gids : &cfg->nallow_uids;
 	char *copy = strdup(value), *save = NULL;
 	int rc = 0;
 
+	static_assert(sizeof(uid_t) == sizeof(gid_t), "one array growth serves both lists");
 	if (!copy)
 		return perr(p, -ENOMEM, "out of memory");
 	for (char *tok = strtok_r(copy, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
-		unsigned *n = groups ? &cfg->nallow_gids : &cfg->nallow_uids;
+		unsigned long id;
 		if (*n >= CONFIG_MAX_LIST) {
 			rc = perr(p, -EINVAL, "%s: more than %u entries", key, CONFIG_MAX_LIST);
 			break;
 		}
+		if (resolve_id(tok, groups, &id) != 0) {
+			rc = perr(p, -EINVAL, "%s: no %s '%s'", key, groups ? "group" : "user", tok);
+			break;
+		}
+		void *a = realloc(groups ? (void *)cfg->allow_gids : (void *)cfg->allow_uids, (*n + 1) * sizeof(uid_t));
+		if (!a) {
+			rc = perr(p, -ENOMEM, "out of memory");
+			break;
+		}
 		if (groups) {
-			gid_t gid, *a;
-			rc = resolve_group(tok, &gid);
-			if (rc != 0) {
-				rc = perr(p, -EINVAL, "%s: no group '%s'", key, tok);
-				break;
-			}
-			a = realloc(cfg->allow_gids, (*n + 1) * sizeof(*a));
-			if (!a) {
-				rc = perr(p, -ENOMEM, "out of memory");
-				break;
-			}
-			a[(*n)++] = gid;
 			cfg->allow_gids = a;
+			cfg->allow_gids[(*n)++] = (gid_t)id;
 		} else {
-			uid_t uid, *a;
-			rc = resolve_user(tok, &uid);
-			if (rc != 0) {
-				rc = perr(p, -EINVAL, "%s: no user '%s'", key, tok);
-				break;
-			}
-			a = realloc(cfg->allow_uids, (*n + 1) * sizeof(*a));
-			if (!a) {
-				rc = perr(p, -ENOMEM, "out of memory");
-				break;
-			}
-			a[(*n)++] = uid;
 			cfg->allow_uids = a;
+			cfg->allow_uids[(*n)++] = (uid_t)id;
 		}
 	}
 	free(copy);
@@ -459,10 +429,11 @@ static int access_key(struct parse *p, const char *key, const char *value)
 static int user_entry(struct parse *p, const char *who, struct config_user **out)
 {
 	struct config *cfg = p->cfg;
-	uid_t uid;
+	unsigned long id;
 
-	if (resolve_user(who, &uid) != 0)
+	if (resolve_id(who, false, &id) != 0)
 		return perr(p, -EINVAL, "[user %s]: no such user", who);
+	uid_t uid = (uid_t)id;
 	for (unsigned i = 0; i < cfg->nusers; i++)
 		if (cfg->users[i].uid == uid) {
 			*out = &cfg->users[i];
