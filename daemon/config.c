@@ -581,76 +581,59 @@ static int parse_stream(struct parse *p, char *why, size_t whylen)
 	return 0;
 }
 
-int config_load(const char *path, struct config **out, char *why, size_t whylen)
+/*
+ * Read the configuration @p name from @p f (NULL where it did not open, for
+ * the reason @p open_err), checking it as a file first where @p is_file, and
+ * close @p f.  @return as config_load().
+ */
+static int load_stream(const char *name, FILE *f, int open_err, bool is_file, struct config **out, char *why,
+		       size_t whylen)
 {
-	struct parse p = {.path = path};
+	struct parse p = {.path = name, .f = f};
 	int rc;
 
 	*out = NULL;
 	p.cfg = config_defaults();
-	if (!p.cfg) {
+	if (p.cfg)
+		p.cfg->path = strdup(name);
+	if (!p.cfg || !p.cfg->path || !f) {
+		rc = !p.cfg || !p.cfg->path ? -ENOMEM : -open_err;
+		snprintf(why, whylen, "%s: %s", name, strerror(-rc));
+	} else {
+		rc = is_file ? check_file(f, name, why, whylen) : 0;
+		if (rc == 0)
+			rc = parse_stream(&p, why, whylen);
+	}
+	if (f)
+		fclose(f);
+	if (rc != 0) {
+		config_free(p.cfg);
+		return rc;
+	}
+	*out = p.cfg;
+	return 0;
+}
+
+int config_load(const char *path, struct config **out, char *why, size_t whylen)
+{
+	if (!path) {
+		*out = config_defaults();
+		if (*out)
+			return 0;
 		snprintf(why, whylen, "out of memory");
 		return -ENOMEM;
 	}
-	if (!path) {
-		*out = p.cfg;
-		return 0;
-	}
-	p.cfg->path = strdup(path);
-	p.f = fopen(path, "re");
-	if (!p.cfg->path || !p.f) {
-		rc = p.cfg->path ? -errno : -ENOMEM;
-		snprintf(why, whylen, "%s: %s", path, strerror(-rc));
-		goto fail;
-	}
-	rc = check_file(p.f, path, why, whylen);
-	if (rc != 0)
-		goto fail;
-	rc = parse_stream(&p, why, whylen);
-	if (rc != 0)
-		goto fail;
-	fclose(p.f);
-	*out = p.cfg;
-	return 0;
-fail:
-	if (p.f)
-		fclose(p.f);
-	config_free(p.cfg);
-	return rc;
+	FILE *f = fopen(path, "re");
+	return load_stream(path, f, errno, true, out, why, whylen);
 }
 
 int config_load_buffer(const char *name, const void *buf, size_t len, struct config **out, char *why,
 		       size_t whylen)
 {
-	struct parse p = {.path = name};
-	int rc;
-
-	*out = NULL;
-	p.cfg = config_defaults();
-	if (!p.cfg) {
-		snprintf(why, whylen, "out of memory");
-		return -ENOMEM;
-	}
-	p.cfg->path = strdup(name);
 	/* Read only ("r"): fmemopen() does not write to buf.  It refuses 0
 	 * bytes, so an empty file is read as an empty string. */
-	p.f = fmemopen(len ? (void *)buf : "", len ? len : 1, "r");
-	if (!p.cfg->path || !p.f) {
-		rc = p.cfg->path ? -errno : -ENOMEM;
-		snprintf(why, whylen, "%s: %s", name, strerror(-rc));
-		goto fail;
-	}
-	rc = parse_stream(&p, why, whylen);
-	if (rc != 0)
-		goto fail;
-	fclose(p.f);
-	*out = p.cfg;
-	return 0;
-fail:
-	if (p.f)
-		fclose(p.f);
-	config_free(p.cfg);
-	return rc;
+	FILE *f = fmemopen(len ? (void *)buf : "", len ? len : 1, "r");
+	return load_stream(name, f, errno, false, out, why, whylen);
 }
 
 void config_free(struct config *cfg)
