@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,11 +136,34 @@ static struct pair pair_open(pinshm_kind_t kind, uint64_t cap)
 	return pr;
 }
 
+static void close_all(int fd, ...) __attribute__((sentinel));
+
+/* Close the handles that follow @p fd, up to a NULL, each successfully; then @p fd. */
+static void close_all(int fd, ...)
+{
+	pinshm_channel_t *h;
+	va_list ap;
+
+	va_start(ap, fd);
+	while ((h = va_arg(ap, pinshm_channel_t *)) != NULL)
+		TU_RC(pinshm_channel_close(h), 0);
+	va_end(ap);
+	close(fd);
+}
+
 static void pair_close(struct pair *pr)
 {
-	TU_RC(pinshm_channel_close(pr->p), 0);
-	TU_RC(pinshm_channel_close(pr->c), 0);
-	close(pr->fd);
+	close_all(pr->fd, pr->p, pr->c, NULL);
+}
+
+/* An overrun topic of capacity @p cap, one publisher, up to @p subscribers. @return its descriptor. */
+static int overrun_topic(uint64_t cap, unsigned subscribers)
+{
+	pinshm_channel_attr_t attr;
+
+	tu_attr(&attr, PINSHM_TOPIC, cap, 1, subscribers);
+	attr.flags = PINSHM_OVERRUN;
+	return tu_create(&attr);
 }
 
 /* ======================================================================== */
@@ -749,14 +773,10 @@ START_TEST(test_info)
 	ck_assert_uint_eq(info.producers, 1);
 	ck_assert_uint_eq(info.consumers, 1);
 	ck_assert_uint_eq(info.segment_size, size);
-	TU_RC(pinshm_channel_close(p0), 0);
-	TU_RC(pinshm_channel_close(c0), 0);
-	close(fd);
+	close_all(fd, p0, c0, NULL);
 
 	/* A topic reports its kind and flags. */
-	tu_attr(&attr, PINSHM_TOPIC, 4 * KiB, 1, 4);
-	attr.flags = PINSHM_OVERRUN;
-	fd = tu_create(&attr);
+	fd = overrun_topic(4 * KiB, 4);
 	c0 = tu_attach(fd, PINSHM_CONSUMER);
 	TU_RC(pinshm_channel_info(c0, &info), 0);
 	ck_assert_uint_eq(info.kind, PINSHM_TOPIC);
@@ -875,9 +895,7 @@ START_TEST(test_shared_queue)
 	recv_pat(c[1], 10, 2003);
 	expect_empty(c[1]);
 	check_fill_count(fill(p, 100, 3000, 100), 4 * KiB, 100);
-	TU_RC(pinshm_channel_close(p), 0);
-	TU_RC(pinshm_channel_close(c[1]), 0);
-	close(fd);
+	close_all(fd, p, c[1], NULL);
 }
 END_TEST
 
@@ -1053,12 +1071,7 @@ START_TEST(test_attach_limits)
 		}
 		ck_assert_uint_eq(got, 2);
 	}
-	TU_RC(pinshm_channel_close(p[1]), 0);
-	TU_RC(pinshm_channel_close(p[2]), 0);
-	TU_RC(pinshm_channel_close(c[0]), 0);
-	TU_RC(pinshm_channel_close(c[2]), 0);
-	TU_RC(pinshm_channel_close(c[3]), 0);
-	close(fd);
+	close_all(fd, p[1], p[2], c[0], c[2], c[3], NULL);
 }
 END_TEST
 
@@ -1082,12 +1095,7 @@ START_TEST(test_endpoint_numbers)
 	TU_RC(pinshm_channel_close(c0), 0);
 	c0 = tu_attach(fd, PINSHM_CONSUMER);
 	ck_assert_uint_eq(pinshm_channel_endpoint(c0), 3);
-	TU_RC(pinshm_channel_close(p0), 0);
-	TU_RC(pinshm_channel_close(p1), 0);
-	TU_RC(pinshm_channel_close(p2), 0);
-	TU_RC(pinshm_channel_close(c0), 0);
-	TU_RC(pinshm_channel_close(c1), 0);
-	close(fd);
+	close_all(fd, p0, p1, p2, c0, c1, NULL);
 }
 END_TEST
 
@@ -1360,13 +1368,29 @@ START_TEST(test_topic_basic)
 	TU_RC(pinshm_channel_info(a, &info), 0);
 	ck_assert_uint_eq(info.lost, 0);
 	ck_assert_uint_eq(info.consumers, 3);
-	TU_RC(pinshm_channel_close(a), 0);
-	TU_RC(pinshm_channel_close(b), 0);
-	TU_RC(pinshm_channel_close(c), 0);
-	TU_RC(pinshm_channel_close(p), 0);
-	close(fd);
+	close_all(fd, a, b, c, p, NULL);
 }
 END_TEST
+
+/* Receive what subscriber @p s has of two publishers: intact, each publisher's in order from @p next. */
+static void drain_two_publishers(pinshm_channel_t *s, uint64_t next[2])
+{
+	char why[200];
+
+	for (;;) {
+		size_t got;
+		uint32_t who;
+		uint64_t seq;
+		int rc = pinshm_recv(s, rbuf, sizeof(rbuf), &got, PINSHM_NONBLOCK);
+		if (rc == -EAGAIN)
+			break;
+		TU_RC(rc, 0);
+		ck_assert_msg(tu_msg_check(rbuf, got, 200, &who, &seq, why, sizeof(why)) == 0, "%s", why);
+		ck_assert_uint_lt(who, 2);
+		ck_assert_uint_eq(seq, next[who]);
+		next[who]++;
+	}
+}
 
 START_TEST(test_topic_two_publishers)
 {
@@ -1375,7 +1399,6 @@ START_TEST(test_topic_two_publishers)
 	pinshm_channel_t *s[2] = {tu_attach(fd, PINSHM_CONSUMER), tu_attach(fd, PINSHM_CONSUMER)};
 	uint64_t sent[2] = {0}, next[2][2] = {{0}};
 	uint64_t r = 7;
-	char why[200];
 
 	for (unsigned round = 0; round < 2000; round++) {
 		unsigned w = (unsigned)((r = tu_mix(r)) % 2);
@@ -1385,37 +1408,12 @@ START_TEST(test_topic_two_publishers)
 		sent[w]++;
 		/* Each subscriber drains at its own pace. */
 		for (unsigned k = 0; k < 2; k++) {
-			if ((r >> (8 + k)) & 1 && round % 7 != 0)
-				continue;
-			for (;;) {
-				size_t got;
-				uint32_t who;
-				uint64_t seq;
-				int rc = pinshm_recv(s[k], rbuf, sizeof(rbuf), &got, PINSHM_NONBLOCK);
-				if (rc == -EAGAIN)
-					break;
-				TU_RC(rc, 0);
-				ck_assert_msg(tu_msg_check(rbuf, got, 200, &who, &seq, why, sizeof(why)) == 0, "%s",
-					      why);
-				ck_assert_uint_lt(who, 2);
-				ck_assert_uint_eq(seq, next[k][who]);
-				next[k][who]++;
-			}
+			if (!((r >> (8 + k)) & 1 && round % 7 != 0))
+				drain_two_publishers(s[k], next[k]);
 		}
 	}
 	for (unsigned k = 0; k < 2; k++) {
-		for (;;) {
-			size_t got;
-			uint32_t who;
-			uint64_t seq;
-			int rc = pinshm_recv(s[k], rbuf, sizeof(rbuf), &got, PINSHM_NONBLOCK);
-			if (rc == -EAGAIN)
-				break;
-			TU_RC(rc, 0);
-			ck_assert_int_eq(tu_msg_check(rbuf, got, 200, &who, &seq, why, sizeof(why)), 0);
-			ck_assert_uint_eq(seq, next[k][who]);
-			next[k][who]++;
-		}
+		drain_two_publishers(s[k], next[k]);
 		ck_assert_uint_eq(next[k][0], sent[0]);
 		ck_assert_uint_eq(next[k][1], sent[1]);
 	}
@@ -1427,6 +1425,31 @@ START_TEST(test_topic_two_publishers)
 }
 END_TEST
 
+/*
+ * Publish 100-byte pattern messages from seed @p seed0 until the ring is
+ * full, each received at once by @p a (and by @p b where not NULL); fail with
+ * @p why after @p limit.  @return how many were published.
+ */
+static unsigned publish_until_full(pinshm_channel_t *p, uint64_t seed0, unsigned limit, const char *why,
+				   pinshm_channel_t *a, pinshm_channel_t *b)
+{
+	unsigned n = 0;
+
+	for (;;) {
+		tu_pattern(sbuf, 100, seed0 + n);
+		int rc = pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK);
+		if (rc == -EAGAIN)
+			break;
+		TU_RC(rc, 0);
+		recv_pat(a, 100, seed0 + n);
+		if (b)
+			recv_pat(b, 100, seed0 + n);
+		n++;
+		ck_assert_msg(n <= limit, "%s", why);
+	}
+	return n;
+}
+
 START_TEST(test_topic_backpressure)
 {
 	const uint64_t cap = 4 * KiB;
@@ -1434,20 +1457,10 @@ START_TEST(test_topic_backpressure)
 	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER);
 	pinshm_channel_t *a = tu_attach(fd, PINSHM_CONSUMER), *b = tu_attach(fd, PINSHM_CONSUMER);
 	pinshm_channel_info_t info;
-	unsigned n = 0, more = 0;
-	int rc;
+	unsigned n, more;
 
 	/* a keeps up, b reads nothing: the publisher stops when the ring is full. */
-	for (;;) {
-		tu_pattern(sbuf, 100, n);
-		rc = pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK);
-		if (rc == -EAGAIN)
-			break;
-		TU_RC(rc, 0);
-		recv_pat(a, 100, n);
-		n++;
-		ck_assert_msg(n <= 64, "the publisher did not wait for the slow subscriber");
-	}
+	n = publish_until_full(p, 0, 64, "the publisher did not wait for the slow subscriber", a, NULL);
 	check_fill_count(n, cap, 100);
 	expect_empty(a);
 	TU_RC(pinshm_send(p, sbuf, 100, 20), -ETIMEDOUT);
@@ -1455,15 +1468,7 @@ START_TEST(test_topic_backpressure)
 	for (unsigned i = 0; i < n; i++)
 		recv_pat(b, 100, i);
 	expect_empty(b);
-	for (;;) {
-		tu_pattern(sbuf, 100, n + more);
-		rc = pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK);
-		if (rc == -EAGAIN)
-			break;
-		TU_RC(rc, 0);
-		more++;
-		ck_assert_uint_le(more, 64);
-	}
+	more = fill(p, 100, n, 64);
 	check_fill_count(more, cap, 100);
 	for (unsigned i = 0; i < more; i++) {
 		recv_pat(a, 100, n + i);
@@ -1478,31 +1483,17 @@ START_TEST(test_topic_backpressure)
 	/* A subscriber holding messages in place holds the publisher back too. */
 	{
 		pinshm_msg_t m;
-		unsigned k = 0;
 		send_pat(p, 100, 1);
 		recv_pat(a, 100, 1);
 		TU_RC(pinshm_recv_inplace(b, &m, PINSHM_NONBLOCK), 0);
-		for (;;) {
-			tu_pattern(sbuf, 100, 2 + k);
-			rc = pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK);
-			if (rc == -EAGAIN)
-				break;
-			TU_RC(rc, 0);
-			recv_pat(a, 100, 2 + k);
-			recv_pat(b, 100, 2 + k);
-			k++;
-			ck_assert_msg(k <= 64, "a message held in place was overwritten");
-		}
+		publish_until_full(p, 2, 64, "a message held in place was overwritten", a, b);
 		ck_assert_int_lt(tu_pattern_bad(m.data, 100, 1), 0);
 		TU_RC(pinshm_release(b, &m), 0);
 		send_pat(p, 100, 5);
 		recv_pat(a, 100, 5);
 		recv_pat(b, 100, 5);
 	}
-	TU_RC(pinshm_channel_close(a), 0);
-	TU_RC(pinshm_channel_close(b), 0);
-	TU_RC(pinshm_channel_close(p), 0);
-	close(fd);
+	close_all(fd, a, b, p, NULL);
 }
 END_TEST
 
@@ -1532,10 +1523,7 @@ START_TEST(test_topic_subscriber_leaves)
 	send_pat(p, 100, 1000);
 	recv_pat(a, 100, 1000);
 	recv_pat(b, 100, 1000);
-	TU_RC(pinshm_channel_close(a), 0);
-	TU_RC(pinshm_channel_close(b), 0);
-	TU_RC(pinshm_channel_close(p), 0);
-	close(fd);
+	close_all(fd, a, b, p, NULL);
 }
 END_TEST
 
@@ -1552,11 +1540,16 @@ START_TEST(test_topic_no_subscriber)
 	send_pat(p, 100, 500);
 	recv_pat(a, 100, 500);
 	expect_empty(a);
-	TU_RC(pinshm_channel_close(a), 0);
-	TU_RC(pinshm_channel_close(p), 0);
-	close(fd);
+	close_all(fd, a, p, NULL);
 }
 END_TEST
+
+/* Publish message @p seq of producer 0, 100 bytes, which must go at once. */
+static void send_seq(pinshm_channel_t *p, uint64_t seq)
+{
+	tu_msg_fill(sbuf, 100, 0, seq);
+	TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+}
 
 /* Receive what @p c has; check seq == previous + 1 + lost (in place) or
  * seq > previous (copies); @return how many, adding the lost to *lost. */
@@ -1602,16 +1595,12 @@ START_TEST(test_topic_overrun)
 {
 	enum { N = 2000, M = 100 };
 	const uint64_t cap = 4 * KiB;
-	pinshm_channel_attr_t attr;
 	pinshm_channel_t *p, *fast, *slow, *slow2;
 	pinshm_channel_info_t info;
 	uint64_t lost = 0, got = 0, prev = UINT64_MAX, lost2 = 0, got2 = 0, prev2 = UINT64_MAX;
 	char why[200];
-	int fd;
+	int fd = overrun_topic(cap, 3);
 
-	tu_attr(&attr, PINSHM_TOPIC, cap, 1, 3);
-	attr.flags = PINSHM_OVERRUN;
-	fd = tu_create(&attr);
 	p = tu_attach(fd, PINSHM_PRODUCER);
 	fast = tu_attach(fd, PINSHM_CONSUMER);
 	slow = tu_attach(fd, PINSHM_CONSUMER);
@@ -1621,8 +1610,7 @@ START_TEST(test_topic_overrun)
 		uint32_t w;
 		uint64_t s;
 		/* The publisher never waits. */
-		tu_msg_fill(sbuf, 100, 0, i);
-		TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+		send_seq(p, i);
 		TU_RC(pinshm_recv_inplace(fast, &m, PINSHM_NONBLOCK), 0);
 		ck_assert_uint_eq(m.lost, 0);
 		ck_assert_int_eq(tu_msg_check(m.data, m.len, 0, &w, &s, why, sizeof(why)), 0);
@@ -1637,8 +1625,7 @@ START_TEST(test_topic_overrun)
 	got2 += overrun_drain(slow2, false, &prev2, &lost2);
 	/* Then they keep up with what comes next, and account for the rest. */
 	for (unsigned i = N; i < N + M; i++) {
-		tu_msg_fill(sbuf, 100, 0, i);
-		TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+		send_seq(p, i);
 		ck_assert_uint_eq(overrun_drain(fast, true, &(uint64_t){i - 1}, &(uint64_t){0}), 1);
 		got += overrun_drain(slow, true, &prev, &lost);
 		got2 += overrun_drain(slow2, false, &prev2, &lost2);
@@ -1655,45 +1642,32 @@ START_TEST(test_topic_overrun)
 	ck_assert_uint_eq(info.lost + got2, N + M);
 	TU_RC(pinshm_channel_info(fast, &info), 0);
 	ck_assert_uint_eq(info.lost, 0);
-	TU_RC(pinshm_channel_close(fast), 0);
-	TU_RC(pinshm_channel_close(slow), 0);
-	TU_RC(pinshm_channel_close(slow2), 0);
-	TU_RC(pinshm_channel_close(p), 0);
-	close(fd);
+	close_all(fd, fast, slow, slow2, p, NULL);
 }
 END_TEST
 
 /* On an overrun topic a message held in place may be overwritten; release says so. */
 START_TEST(test_topic_overrun_held)
 {
-	pinshm_channel_attr_t attr;
-	pinshm_channel_t *p, *s;
+	int fd = overrun_topic(4 * KiB, 1);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *s = tu_attach(fd, PINSHM_CONSUMER);
 	pinshm_msg_t m;
 	char why[200];
 	uint32_t w;
 	uint64_t seq;
-	int fd, rc;
+	int rc;
 
-	tu_attr(&attr, PINSHM_TOPIC, 4 * KiB, 1, 1);
-	attr.flags = PINSHM_OVERRUN;
-	fd = tu_create(&attr);
-	p = tu_attach(fd, PINSHM_PRODUCER);
-	s = tu_attach(fd, PINSHM_CONSUMER);
-	tu_msg_fill(sbuf, 100, 0, 0);
-	TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+	send_seq(p, 0);
 	TU_RC(pinshm_recv_inplace(s, &m, PINSHM_NONBLOCK), 0);
 	ck_assert_int_eq(tu_msg_check(m.data, m.len, 0, &w, &seq, why, sizeof(why)), 0);
-	for (unsigned i = 1; i < 200; i++) {
-		tu_msg_fill(sbuf, 100, 0, i);
-		TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
-	}
+	for (unsigned i = 1; i < 200; i++)
+		send_seq(p, i);
 	TU_RC(pinshm_release(s, &m), -ESTALE);
 	/* The subscriber goes on, in order and intact: with what is left in
 	 * the ring, or else with the next message. */
 	rc = pinshm_recv_inplace(s, &m, PINSHM_NONBLOCK);
 	if (rc == -EAGAIN) {
-		tu_msg_fill(sbuf, 100, 0, 200);
-		TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
+		send_seq(p, 200);
 		rc = pinshm_recv_inplace(s, &m, PINSHM_NONBLOCK);
 	}
 	TU_RC(rc, 0);
@@ -1701,9 +1675,7 @@ START_TEST(test_topic_overrun_held)
 	ck_assert_int_eq(tu_msg_check(m.data, m.len, 0, &w, &seq, why, sizeof(why)), 0);
 	ck_assert_uint_eq(seq, 1 + m.lost);
 	TU_RC(pinshm_release(s, &m), 0);
-	TU_RC(pinshm_channel_close(s), 0);
-	TU_RC(pinshm_channel_close(p), 0);
-	close(fd);
+	close_all(fd, s, p, NULL);
 }
 END_TEST
 
@@ -1712,39 +1684,18 @@ END_TEST
  * count of those it lost before. */
 START_TEST(test_topic_overrun_newest)
 {
-	pinshm_channel_attr_t attr;
-	pinshm_channel_t *p, *s;
-	pinshm_msg_t m;
-	char why[200];
-	uint32_t w;
-	uint64_t seq, prev = UINT64_MAX;
-	unsigned got = 0;
-	int fd, rc;
+	int fd = overrun_topic(4 * KiB, 1);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *s = tu_attach(fd, PINSHM_CONSUMER);
+	uint64_t prev = UINT64_MAX, lost = 0;
 
-	tu_attr(&attr, PINSHM_TOPIC, 4 * KiB, 1, 1);
-	attr.flags = PINSHM_OVERRUN;
-	fd = tu_create(&attr);
-	p = tu_attach(fd, PINSHM_PRODUCER);
-	s = tu_attach(fd, PINSHM_CONSUMER);
-	for (unsigned i = 0; i < 200; i++) {
-		tu_msg_fill(sbuf, 100, 0, i);
-		TU_RC(pinshm_send(p, sbuf, 100, PINSHM_NONBLOCK), 0);
-	}
-	while ((rc = pinshm_recv_inplace(s, &m, PINSHM_NONBLOCK)) == 0) {
-		ck_assert_int_eq(tu_msg_check(m.data, m.len, 0, &w, &seq, why, sizeof(why)), 0);
-		ck_assert_msg(seq == prev + 1 + m.lost, "seq %llu after %lld with %llu lost", (unsigned long long)seq,
-			      (long long)prev, (unsigned long long)m.lost);
-		TU_RC(pinshm_release(s, &m), 0);
-		prev = seq;
-		got++;
-	}
-	TU_RC(rc, -EAGAIN);
+	for (unsigned i = 0; i < 200; i++)
+		send_seq(p, i);
+	/* Each in place: intact, and seq == previous + 1 + lost, until -EAGAIN. */
+	uint64_t got = overrun_drain(s, true, &prev, &lost);
 	ck_assert_msg(got >= 1 && prev == 199, "lapped subscriber got %u messages, the last %lld; the newest (199) "
 					       "was intact in the ring",
-		      got, (long long)prev);
-	TU_RC(pinshm_channel_close(s), 0);
-	TU_RC(pinshm_channel_close(p), 0);
-	close(fd);
+		      (unsigned)got, (long long)prev);
+	close_all(fd, s, p, NULL);
 }
 END_TEST
 
@@ -1857,9 +1808,7 @@ START_TEST(test_epipe_producer)
 	expect_empty(c);
 	send_pat(p, 100, 8);
 	recv_pat(c, 100, 8);
-	TU_RC(pinshm_channel_close(c), 0);
-	TU_RC(pinshm_channel_close(p), 0);
-	close(fd);
+	close_all(fd, c, p, NULL);
 }
 END_TEST
 
