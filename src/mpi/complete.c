@@ -41,51 +41,74 @@ static int finish(MPI_Request *req, struct pm_op *op, MPI_Status *status, bool m
 	return rc;
 }
 
-static bool any_ours(int count, const MPI_Request reqs[])
-{
-	for (int i = 0; i < count; i++)
-		if (pm_op_by_handle(reqs[i]))
-			return true;
-	return false;
-}
+/*
+ * An array of requests, split once per call: the plugin's op at each
+ * position (NULL: the library's request or MPI_REQUEST_NULL), and the
+ * library's requests compacted.  Ops stay valid through the call: only
+ * finishing one (once) releases it.  Arrays of up to FEW requests live
+ * in the struct itself (on the caller's stack).
+ */
+#define FEW 16
 
-/* The library's requests of an array, compacted. */
-struct subset {
-	int n;
-	int *index;           /* position in the caller's array */
+struct split {
+	int ours;             /* requests of the plugin */
+	struct pm_op **op;    /* per position */
+	int n;                /* requests of the library */
+	int *index;           /* their positions in the caller's array */
 	MPI_Request *reqs;
 	MPI_Status *st;
 	int *done;            /* Testsome's indices */
+	void *block;          /* allocated for the arrays above, or NULL */
+	struct {
+		struct pm_op *op[FEW];
+		int index[FEW], done[FEW];
+		MPI_Request reqs[FEW];
+		MPI_Status st[FEW];
+	} few;
 };
 
-static int subset_make(struct subset *s, int count, const MPI_Request reqs[])
+/* @return MPI_SUCCESS or MPI_ERR_NO_MEM; when no request is the plugin's,
+ * only s->ours (0) is meaningful: pass the call to the library. */
+static int split_make(struct split *s, int count, const MPI_Request reqs[])
 {
-	memset(s, 0, sizeof(*s));
-	size_t n = count > 0 ? (size_t)count : 1;
-	s->index = malloc(n * sizeof(int));
-	s->reqs = malloc(n * sizeof(MPI_Request));
-	s->st = malloc(n * sizeof(MPI_Status));
-	s->done = malloc(n * sizeof(int));
-	if (!s->index || !s->reqs || !s->st || !s->done)
-		return MPI_ERR_NO_MEM;
-	for (int i = 0; i < count; i++)
-		if (reqs[i] != MPI_REQUEST_NULL && !pm_op_by_handle(reqs[i])) {
-			s->index[s->n] = i;
+	size_t c = count > 0 ? (size_t)count : 0;
+	s->ours = s->n = 0;
+	s->block = NULL;
+	s->op = s->few.op;
+	s->index = s->few.index;
+	s->done = s->few.done;
+	s->reqs = s->few.reqs;
+	s->st = s->few.st;
+	if (c > FEW) {
+		char *b = s->block = malloc(c * (sizeof(struct pm_op *) + sizeof(MPI_Request) + sizeof(MPI_Status) +
+						 2 * sizeof(int)));
+		if (!b)
+			return MPI_ERR_NO_MEM;
+		s->op = (struct pm_op **)(void *)b;
+		s->reqs = (MPI_Request *)(void *)(s->op + c);
+		s->st = (MPI_Status *)(void *)(s->reqs + c);
+		s->index = (int *)(void *)(s->st + c);
+		s->done = s->index + c;
+	}
+	for (size_t i = 0; i < c; i++) {
+		s->op[i] = pm_op_by_handle(reqs[i]);
+		if (s->op[i]) {
+			s->ours++;
+		} else if (reqs[i] != MPI_REQUEST_NULL) {
+			s->index[s->n] = (int)i;
 			s->reqs[s->n++] = reqs[i];
 		}
+	}
 	return MPI_SUCCESS;
 }
 
-static void subset_free(struct subset *s)
+static void split_free(struct split *s)
 {
-	free(s->index);
-	free(s->reqs);
-	free(s->st);
-	free(s->done);
+	free(s->block);
 }
 
 /* Copy the library's handles back (it nulls or keeps them). */
-static void subset_back(const struct subset *s, MPI_Request reqs[])
+static void subset_back(const struct split *s, MPI_Request reqs[])
 {
 	for (int k = 0; k < s->n; k++)
 		reqs[s->index[k]] = s->reqs[k];
@@ -186,11 +209,11 @@ int MPI_Cancel(MPI_Request *request)
 
 /* Finish every op of ours (all done) into statuses[i]; @return the
  * communicator of the first that failed, or MPI_COMM_NULL. */
-static MPI_Comm finish_ours(int count, MPI_Request reqs[], MPI_Status statuses[])
+static MPI_Comm finish_ours(const struct split *s, int count, MPI_Request reqs[], MPI_Status statuses[])
 {
 	MPI_Comm failed = MPI_COMM_NULL;
 	for (int i = 0; i < count; i++) {
-		struct pm_op *op = pm_op_by_handle(reqs[i]);
+		struct pm_op *op = s->op[i];
 		if (!op)
 			continue;
 		MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i];
@@ -207,10 +230,10 @@ static MPI_Comm finish_ours(int count, MPI_Request reqs[], MPI_Status statuses[]
 	return failed;
 }
 
-static bool ours_all_done(int count, const MPI_Request reqs[])
+static bool ours_all_done(const struct split *s, int count)
 {
 	for (int i = 0; i < count; i++) {
-		struct pm_op *op = pm_op_by_handle(reqs[i]);
+		struct pm_op *op = s->op[i];
 		if (op && !inactive(op) && op->state != ST_DONE)
 			return false;
 	}
@@ -218,7 +241,7 @@ static bool ours_all_done(int count, const MPI_Request reqs[])
 }
 
 /* The library's part of a completed "all": statuses of its requests. */
-static void subset_statuses(const struct subset *s, MPI_Status statuses[], int rc)
+static void subset_statuses(const struct split *s, MPI_Status statuses[], int rc)
 {
 	if (statuses == MPI_STATUSES_IGNORE)
 		return;
@@ -252,58 +275,65 @@ static int multi_error(MPI_Comm ours_failed, int lib_rc)
 
 int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
 {
-	if (!any_ours(count, reqs))
-		return PMPI_Waitall(count, reqs, statuses);
+	struct split s;
+	int rc = split_make(&s, count, reqs);
+	if (rc != MPI_SUCCESS || !s.ours) {
+		split_free(&s);
+		return rc != MPI_SUCCESS ? rc : PMPI_Waitall(count, reqs, statuses);
+	}
 	unsigned idle = 0;
-	while (!ours_all_done(count, reqs))
+	while (!ours_all_done(&s, count))
 		wait_pass(&idle);
-	struct subset s;
-	int rc = subset_make(&s, count, reqs);
-	if (rc == MPI_SUCCESS && s.n)
+	if (s.n)
 		rc = PMPI_Waitall(s.n, s.reqs, s.st);
 	null_statuses(count, reqs, statuses);
 	subset_back(&s, reqs);
 	subset_statuses(&s, statuses, rc);
-	subset_free(&s);
-	return multi_error(finish_ours(count, reqs, statuses), rc);
+	MPI_Comm failed = finish_ours(&s, count, reqs, statuses);
+	split_free(&s);
+	return multi_error(failed, rc);
 }
 
 int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[])
 {
-	if (!any_ours(count, reqs))
-		return PMPI_Testall(count, reqs, flag, statuses);
+	struct split s;
+	int rc = split_make(&s, count, reqs);
+	if (rc != MPI_SUCCESS || !s.ours) {
+		split_free(&s);
+		return rc != MPI_SUCCESS ? rc : PMPI_Testall(count, reqs, flag, statuses);
+	}
 	pm_progress();
 	*flag = 0;
-	if (!ours_all_done(count, reqs)) {
+	if (!ours_all_done(&s, count)) {
+		split_free(&s);
 		pm_mpi_progress();
 		return MPI_SUCCESS;
 	}
-	struct subset s;
-	int rc = subset_make(&s, count, reqs);
 	int lib_done = 1;
-	if (rc == MPI_SUCCESS && s.n)
+	if (s.n)
 		rc = PMPI_Testall(s.n, s.reqs, &lib_done, s.st);
 	if (rc == MPI_SUCCESS && !lib_done) {
-		subset_free(&s);
+		split_free(&s);
 		return MPI_SUCCESS;
 	}
 	*flag = 1;
 	null_statuses(count, reqs, statuses);
 	subset_back(&s, reqs);
 	subset_statuses(&s, statuses, rc);
-	subset_free(&s);
-	return multi_error(finish_ours(count, reqs, statuses), rc);
+	MPI_Comm failed = finish_ours(&s, count, reqs, statuses);
+	split_free(&s);
+	return multi_error(failed, rc);
 }
 
 /* ---- any --------------------------------------------------------------------- */
 
 /* One look for any completed request. @return 1 found (*index set), 0 none
  * yet, -1 none active at all. */
-static int any_pass(int count, MPI_Request reqs[], struct subset *s, int *index, MPI_Status *status, int *rc)
+static int any_pass(int count, MPI_Request reqs[], struct split *s, int *index, MPI_Status *status, int *rc)
 {
 	bool active = false;
 	for (int i = 0; i < count; i++) {
-		struct pm_op *op = pm_op_by_handle(reqs[i]);
+		struct pm_op *op = s->op[i];
 		if (!op || inactive(op))
 			continue;
 		if (op->state == ST_DONE) {
@@ -332,10 +362,12 @@ static int any_pass(int count, MPI_Request reqs[], struct subset *s, int *index,
 
 int MPI_Waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status)
 {
-	if (!any_ours(count, reqs))
-		return PMPI_Waitany(count, reqs, index, status);
-	struct subset s;
-	int rc = subset_make(&s, count, reqs);
+	struct split s;
+	int rc = split_make(&s, count, reqs);
+	if (rc != MPI_SUCCESS || !s.ours) {
+		split_free(&s);
+		return rc != MPI_SUCCESS ? rc : PMPI_Waitany(count, reqs, index, status);
+	}
 	unsigned idle = 0;
 	while (rc == MPI_SUCCESS) {
 		int got = any_pass(count, reqs, &s, index, status, &rc);
@@ -348,30 +380,26 @@ int MPI_Waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status)
 		}
 		wait_pass(&idle);
 	}
-	subset_free(&s);
+	split_free(&s);
 	return rc;
 }
 
 int MPI_Testany(int count, MPI_Request reqs[], int *index, int *flag, MPI_Status *status)
 {
-	if (!any_ours(count, reqs))
-		return PMPI_Testany(count, reqs, index, flag, status);
-	pm_progress();
-	struct subset s;
-	int rc = subset_make(&s, count, reqs);
-	*flag = 0;
-	if (rc == MPI_SUCCESS) {
-		int got = any_pass(count, reqs, &s, index, status, &rc);
-		if (got != 0)
-			*flag = 1;
-		if (got < 0) {
-			*index = MPI_UNDEFINED;
-			pm_status_empty(status);
-		} else if (got == 0) {
-			*index = MPI_UNDEFINED;
-		}
+	struct split s;
+	int rc = split_make(&s, count, reqs);
+	if (rc != MPI_SUCCESS || !s.ours) {
+		split_free(&s);
+		return rc != MPI_SUCCESS ? rc : PMPI_Testany(count, reqs, index, flag, status);
 	}
-	subset_free(&s);
+	pm_progress();
+	int got = any_pass(count, reqs, &s, index, status, &rc);
+	*flag = got != 0;
+	if (got <= 0)
+		*index = MPI_UNDEFINED;
+	if (got < 0)
+		pm_status_empty(status);
+	split_free(&s);
 	return rc;
 }
 
@@ -379,13 +407,13 @@ int MPI_Testany(int count, MPI_Request reqs[], int *index, int *flag, MPI_Status
 
 /* One look for every completed request. @return how many (*out), or -1
  * when none is active. */
-static int some_pass(int count, MPI_Request reqs[], struct subset *s, int indices[], MPI_Status statuses[],
+static int some_pass(int count, MPI_Request reqs[], struct split *s, int indices[], MPI_Status statuses[],
 		     MPI_Comm *ours_failed, int *lib_rc)
 {
 	int n = 0;
 	bool active = false;
 	for (int i = 0; i < count; i++) {
-		struct pm_op *op = pm_op_by_handle(reqs[i]);
+		struct pm_op *op = s->op[i];
 		if (!op || inactive(op))
 			continue;
 		if (op->state != ST_DONE) {
@@ -420,10 +448,16 @@ static int some_pass(int count, MPI_Request reqs[], struct subset *s, int indice
 	return n ? n : active ? 0 : -1;
 }
 
+/* Waitsome (@p wait) or Testsome; @return -1 when no request is the
+ * plugin's (pass the call to the library), else the call's result. */
 static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[], bool wait)
 {
-	struct subset s;
-	int rc = subset_make(&s, incount, reqs);
+	struct split s;
+	int rc = split_make(&s, incount, reqs);
+	if (rc == MPI_SUCCESS && !s.ours) {
+		split_free(&s);
+		return -1;
+	}
 	MPI_Comm ours_failed = MPI_COMM_NULL;
 	int lib_rc = MPI_SUCCESS;
 	unsigned idle = 0;
@@ -437,7 +471,7 @@ static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], M
 		}
 		wait_pass(&idle);
 	}
-	subset_free(&s);
+	split_free(&s);
 	if (rc != MPI_SUCCESS)
 		return rc;
 	return multi_error(ours_failed, lib_rc);
@@ -445,14 +479,12 @@ static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], M
 
 int MPI_Waitsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[])
 {
-	if (!any_ours(incount, reqs))
-		return PMPI_Waitsome(incount, reqs, outcount, indices, statuses);
-	return some(incount, reqs, outcount, indices, statuses, true);
+	int rc = some(incount, reqs, outcount, indices, statuses, true);
+	return rc != -1 ? rc : PMPI_Waitsome(incount, reqs, outcount, indices, statuses);
 }
 
 int MPI_Testsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[])
 {
-	if (!any_ours(incount, reqs))
-		return PMPI_Testsome(incount, reqs, outcount, indices, statuses);
-	return some(incount, reqs, outcount, indices, statuses, false);
+	int rc = some(incount, reqs, outcount, indices, statuses, false);
+	return rc != -1 ? rc : PMPI_Testsome(incount, reqs, outcount, indices, statuses);
 }

@@ -9,7 +9,9 @@
  * What the user holds: a nonblocking operation is an MPI generalized
  * request (MPI_Grequest_start), a real Open MPI request that every MPI call
  * understands; the plugin completes it (MPI_Grequest_complete) when its op
- * is done, so even a wait that reaches the MPI library directly ends.  A
+ * is done, so even a wait that reaches the MPI library directly ends.  (A
+ * nonblocking send written whole at once has no op: send.c gives it the
+ * library's completed request of a send to MPI_PROC_NULL.)  A
  * persistent operation is an inactive persistent request of the MPI
  * library to MPI_PROC_NULL (persist.c).  A table maps those handles to ops.
  */

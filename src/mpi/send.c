@@ -101,6 +101,15 @@ static int nonblocking_send(const void *buf, int count, MPI_Datatype dtype, int 
 			return PMPI_Isend(buf, count, dtype, dest, tag, comm, request);
 		}
 	}
+	size_t bytes;
+	const void *data;
+	if (mode != MODE_SYNC && (data = pm_flat_data(buf, count, dtype, &bytes)) &&
+	    pm_send_now(c, dest, tag, data, bytes)) {
+		/* Written whole: the send is complete, and its request is the
+		 * library's for a send that is (one to MPI_PROC_NULL). */
+		pm_count_pinshm(family, bytes);
+		return PMPI_Isend(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, request);
+	}
 	struct pm_op *op;
 	int rc = pm_send_op(c, buf, count, dtype, dest, tag, mode, family, &op);
 	if (rc != MPI_SUCCESS)
