@@ -280,13 +280,27 @@ static void chan_open(struct chan *ch, int k)
 	seg_open(&ch->s, ch->fd);
 }
 
+/* Close what is open of @p ch (a handle the test closed itself is NULL). */
 static void chan_close(struct chan *ch)
 {
-	TU_RC(pinshm_channel_close(ch->p), 0);
-	TU_RC(pinshm_channel_close(ch->c), 0);
+	if (ch->p)
+		TU_RC(pinshm_channel_close(ch->p), 0);
+	if (ch->c)
+		TU_RC(pinshm_channel_close(ch->c), 0);
 	seg_close(&ch->s);
 	close(ch->efd);
 	close(ch->fd);
+}
+
+/* Send and receive @p n messages of 100 bytes. */
+static void pass_messages(struct chan *ch, unsigned n)
+{
+	size_t len;
+
+	for (unsigned i = 0; i < n; i++) {
+		TU_RC(pinshm_send(ch->p, sbuf, 100, PINSHM_NONBLOCK), 0);
+		TU_RC(pinshm_recv(ch->c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
+	}
 }
 
 /* Move the (empty) ring to offset @p off with records sent and received. */
@@ -437,13 +451,9 @@ START_TEST(test_lane_free_out_of_bounds)
 	struct chan ch;
 	struct lane_header *l;
 	uint64_t tail;
-	size_t len;
 
 	chan_open(&ch, k);
-	for (unsigned i = 0; i < 100; i++) {
-		TU_RC(pinshm_send(ch.p, sbuf, 100, PINSHM_NONBLOCK), 0);
-		TU_RC(pinshm_recv(ch.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
-	}
+	pass_messages(&ch, 100);
 	l = seg_lane(&ch.s.g, ch.s.base, 0);
 	tail = atomic_load(&l->tail);
 	ck_assert_uint_eq(tail, 100 * rec_size(100));
@@ -473,15 +483,14 @@ START_TEST(test_lane_free_consumer)
 	int rc;
 
 	chan_open(&ch, k);
-	for (unsigned i = 0; i < 3; i++) {
-		TU_RC(pinshm_send(ch.p, sbuf, 100, PINSHM_NONBLOCK), 0);
-		TU_RC(pinshm_recv(ch.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
-	}
+	pass_messages(&ch, 3);
 	l = seg_lane(&ch.s.g, ch.s.base, 0);
 	free = atomic_load(&l->free);
 	ck_assert_uint_eq(free, 3 * rec_size(100));
-	if (k == 0)
+	if (k == 0) {
 		TU_RC(pinshm_channel_close(ch.c), 0);
+		ch.c = NULL;
+	}
 	TU_RC(pinshm_send(ch.p, sbuf, 100, PINSHM_NONBLOCK), 0);
 	/* far ahead of the tail; just ahead of it; not even 8-byte aligned */
 	atomic_store(&l->free, v == 0 ? free + 10 * 4 * KiB : v == 1 ? free + rec_size(100) + 16 : free + 3);
@@ -489,10 +498,7 @@ START_TEST(test_lane_free_consumer)
 		rc = pinshm_channel_attach(ch.fd, PINSHM_CONSUMER, &c2);
 		ck_assert_msg(rc == 0 || rc == -EBADMSG, "attach: %d", rc);
 		if (rc != 0) {
-			TU_RC(pinshm_channel_close(ch.p), 0);
-			seg_close(&ch.s);
-			close(ch.efd);
-			close(ch.fd);
+			chan_close(&ch);
 			return;
 		}
 		ch.c = c2;
@@ -516,13 +522,9 @@ START_TEST(test_topic_cursor_out_of_bounds)
 	struct chan ch;
 	struct lane_header *l;
 	uint64_t tail;
-	size_t len;
 
 	chan_open(&ch, 2);
-	for (unsigned i = 0; i < 100; i++) {
-		TU_RC(pinshm_send(ch.p, sbuf, 100, PINSHM_NONBLOCK), 0);
-		TU_RC(pinshm_recv(ch.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
-	}
+	pass_messages(&ch, 100);
 	l = seg_lane(&ch.s.g, ch.s.base, 0);
 	tail = atomic_load(&l->tail);
 	ck_assert_uint_eq(tail, 100 * rec_size(100));
@@ -547,11 +549,9 @@ START_TEST(test_lane_tail_corrupt)
 	int rc;
 
 	chan_open(&ch, 0);
-	for (unsigned i = 0; i < 5; i++) {
-		TU_RC(pinshm_send(ch.p, sbuf, 100, PINSHM_NONBLOCK), 0);
-		TU_RC(pinshm_recv(ch.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
-	}
+	pass_messages(&ch, 5);
 	TU_RC(pinshm_channel_close(ch.p), 0);
+	ch.p = NULL;
 	l = seg_lane(&ch.s.g, ch.s.base, 0);
 	atomic_store(&l->tail, bad_tails[_i]);
 	rc = pinshm_channel_attach(ch.fd, PINSHM_PRODUCER, &p2);
@@ -564,10 +564,7 @@ START_TEST(test_lane_tail_corrupt)
 	/* The consumer saw nothing. */
 	rc = pinshm_recv(ch.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK);
 	ck_assert_msg(rc == -EAGAIN || rc == -EPIPE || rc == -EBADMSG, "recv: %d", rc);
-	TU_RC(pinshm_channel_close(ch.c), 0);
-	seg_close(&ch.s);
-	close(ch.efd);
-	close(ch.fd);
+	chan_close(&ch);
 }
 END_TEST
 
@@ -609,48 +606,118 @@ static uint8_t touch(const void *p, size_t len)
 	return x;
 }
 
+/* A producer or consumer of the random test: its handle, and how it met a broken channel. */
+struct rnd_worker {
+	struct rnd *R;
+	pinshm_role_t role;
+	int idx;
+	uint64_t deadline;
+	pinshm_channel_t *ch;
+	bool broken;    /* an operation said -EBADMSG (each that looks at the segment says so from then on) */
+	unsigned after; /* operations since it broke: the handle is closed after 10 */
+	unsigned calls, broke;
+};
+
+static const char *rnd_name(const struct rnd_worker *w)
+{
+	return w->role == PINSHM_PRODUCER ? "producer" : "consumer";
+}
+
+static struct rnd_worker rnd_worker(struct rnd *R, pinshm_role_t role, int idx)
+{
+	return (struct rnd_worker){.R = R, .role = role, .idx = idx, .deadline = tu_now_ms() + 60000};
+}
+
+/*
+ * The top of a worker's loop: fail past the deadline; attach where it has no
+ * handle (the corrupter may make that fail for now); count the call to come.
+ * @return 1: a fresh handle, 0: the one it had, -1: none for now.
+ */
+static int rnd_attach(struct rnd_worker *w)
+{
+	int rc;
+
+	if (tu_now_ms() > w->deadline)
+		tu_child_fail(2, "%s %d: never told to stop", rnd_name(w), w->idx);
+	if (!w->ch) {
+		rc = pinshm_channel_attach(w->R->fd, w->role, &w->ch);
+		if (rc != 0 && rc != -EPROTO && rc != -EBADMSG && rc != -EBUSY)
+			tu_child_fail(3, "%s attach: %d (%s)", rnd_name(w), rc, pinshm_strerror(rc));
+		if (rc != 0) {
+			w->ch = NULL;
+			tu_sleep_ms(1);
+			return -1;
+		}
+		w->broken = false;
+		w->after = 0;
+		rc = 1;
+	} else {
+		rc = 0;
+	}
+	w->calls++;
+	atomic_fetch_add(&w->R->stop[1], 1);
+	return rc;
+}
+
+/* What operation @p op returned: a documented code, and once the handle
+ * broke, -EBADMSG from every one that @p looks at the segment. */
+static void rnd_check(struct rnd_worker *w, int op, int rc, bool looks)
+{
+	if (!tu_rc_in(rc, documented))
+		tu_child_fail(6, "%s op %d: %d (%s) %s", rnd_name(w), op, rc, pinshm_strerror(rc),
+			      pinshm_channel_error(w->ch));
+	if (w->broken && looks && rc != -EBADMSG)
+		tu_child_fail(7, "%s op %d returned %d (%s) after -EBADMSG", rnd_name(w), op, rc, pinshm_strerror(rc));
+	if (rc == -EBADMSG) {
+		if (!w->broken)
+			w->broke++;
+		w->broken = true;
+	}
+}
+
+/* A broken handle is closed after 10 more operations (a fresh one tries again). */
+static void rnd_close_if_broken(struct rnd_worker *w)
+{
+	if (w->broken && ++w->after > 10) {
+		pinshm_channel_close(w->ch);
+		w->ch = NULL;
+	}
+}
+
+/* The end of a worker: close, and report its calls and breaks as @p id. */
+static void rnd_finish(struct rnd_worker *w, int id)
+{
+	if (w->ch)
+		pinshm_channel_close(w->ch);
+	tu_report_vals(&w->R->rep, id, 0, w->calls, w->broke);
+}
+
 static int rnd_producer(void *arg, int idx)
 {
 	struct rnd *R = arg;
-	pinshm_channel_t *ch = NULL;
-	bool broken = false;
-	unsigned after = 0, calls = 0, broke = 0;
+	struct rnd_worker w = rnd_worker(R, PINSHM_PRODUCER, idx);
 	uint64_t r = tu_mix(R->seed ^ (0x100u + (unsigned)idx));
-	uint64_t deadline = tu_now_ms() + 60000;
 	const size_t maxm = R->g.max_message;
 	uint8_t *buf = malloc(4 * (maxm + 16));
 
 	if (!buf)
 		tu_child_fail(1, "malloc");
 	while (!atomic_load(R->stop)) {
-		int rc, op;
+		int rc, op, fresh = rnd_attach(&w);
+		pinshm_channel_t *ch = w.ch;
 		bool looks = true;
 
-		if (tu_now_ms() > deadline)
-			tu_child_fail(2, "producer %d: never told to stop", idx);
-		if (!ch) {
-			rc = pinshm_channel_attach(R->fd, PINSHM_PRODUCER, &ch);
-			if (rc != 0 && rc != -EPROTO && rc != -EBADMSG && rc != -EBUSY)
-				tu_child_fail(3, "producer attach: %d (%s)", rc, pinshm_strerror(rc));
-			if (rc != 0) {
-				ch = NULL;
-				tu_sleep_ms(1);
-				continue;
-			}
-			for (unsigned c = 0; c < R->C; c++) {
-				rc = pinshm_channel_set_peer_fd(ch, R->P + c, R->efd[c]);
-				if (rc)
-					tu_child_fail(3, "set_peer_fd: %d", rc);
-			}
-			broken = false;
-			after = 0;
+		if (fresh < 0)
+			continue;
+		for (unsigned c = 0; fresh && c < R->C; c++) {
+			rc = pinshm_channel_set_peer_fd(ch, R->P + c, R->efd[c]);
+			if (rc)
+				tu_child_fail(3, "set_peer_fd: %d", rc);
 		}
 		r = tu_mix(r);
 		op = (int)(r % 8);
 		size_t len = (r >> 8) % 4 == 0 ? (size_t)((r >> 16) % (maxm + 1)) : (size_t)((r >> 16) % 200);
 		int timeout = (int)((r >> 40) % 3); /* 0, 1 or 2 ms */
-		calls++;
-		atomic_fetch_add(&R->stop[1], 1);
 		switch (op) {
 		case 0:
 		case 1:
@@ -697,24 +764,10 @@ static int rnd_producer(void *arg, int idx)
 			looks = false;
 			break;
 		}
-		if (!tu_rc_in(rc, documented))
-			tu_child_fail(6, "producer op %d: %d (%s) %s", op, rc, pinshm_strerror(rc),
-				      pinshm_channel_error(ch));
-		if (broken && looks && rc != -EBADMSG)
-			tu_child_fail(7, "producer op %d returned %d (%s) after -EBADMSG", op, rc, pinshm_strerror(rc));
-		if (rc == -EBADMSG) {
-			if (!broken)
-				broke++;
-			broken = true;
-		}
-		if (broken && ++after > 10) {
-			pinshm_channel_close(ch);
-			ch = NULL;
-		}
+		rnd_check(&w, op, rc, looks);
+		rnd_close_if_broken(&w);
 	}
-	if (ch)
-		pinshm_channel_close(ch);
-	tu_report_vals(&R->rep, idx, 0, calls, broke);
+	rnd_finish(&w, idx);
 	free(buf);
 	return 0;
 }
@@ -722,12 +775,10 @@ static int rnd_producer(void *arg, int idx)
 static int rnd_consumer(void *arg, int idx)
 {
 	struct rnd *R = arg;
-	pinshm_channel_t *ch = NULL;
+	struct rnd_worker w = rnd_worker(R, PINSHM_CONSUMER, idx);
 	pinshm_msg_t held[24];
-	unsigned nheld = 0, after = 0, calls = 0, broke = 0;
-	bool broken = false;
+	unsigned nheld = 0;
 	uint64_t r = tu_mix(R->seed ^ (0x200u + (unsigned)idx));
-	uint64_t deadline = tu_now_ms() + 60000;
 	const size_t maxm = R->g.max_message;
 	uint8_t *buf = malloc(maxm + 16);
 	int efd = R->efd[idx];
@@ -735,32 +786,21 @@ static int rnd_consumer(void *arg, int idx)
 	if (!buf)
 		tu_child_fail(1, "malloc");
 	while (!atomic_load(R->stop)) {
-		int rc, op;
+		int rc, op, fresh = rnd_attach(&w);
+		pinshm_channel_t *ch = w.ch;
 		bool looks = true;
 
-		if (tu_now_ms() > deadline)
-			tu_child_fail(2, "consumer %d: never told to stop", idx);
-		if (!ch) {
-			rc = pinshm_channel_attach(R->fd, PINSHM_CONSUMER, &ch);
-			if (rc != 0 && rc != -EPROTO && rc != -EBADMSG && rc != -EBUSY)
-				tu_child_fail(3, "consumer attach: %d (%s)", rc, pinshm_strerror(rc));
-			if (rc != 0) {
-				ch = NULL;
-				tu_sleep_ms(1);
-				continue;
-			}
+		if (fresh < 0)
+			continue;
+		if (fresh) {
 			rc = pinshm_channel_set_notify_fd(ch, efd);
 			if (rc)
 				tu_child_fail(3, "set_notify_fd: %d", rc);
-			broken = false;
-			after = 0;
 			nheld = 0;
 		}
 		r = tu_mix(r);
 		op = (int)(r % 8);
 		int timeout = (int)((r >> 40) % 3);
-		calls++;
-		atomic_fetch_add(&R->stop[1], 1);
 		switch (op) {
 		case 0:
 		case 1: {
@@ -826,17 +866,9 @@ static int rnd_consumer(void *arg, int idx)
 			break;
 		}
 		}
-		if (!tu_rc_in(rc, documented))
-			tu_child_fail(6, "consumer op %d: %d (%s) %s", op, rc, pinshm_strerror(rc),
-				      pinshm_channel_error(ch));
-		if (broken && looks && rc != -EBADMSG)
-			tu_child_fail(7, "consumer op %d returned %d (%s) after -EBADMSG", op, rc, pinshm_strerror(rc));
-		if (rc == -EBADMSG) {
-			if (!broken)
-				broke++;
-			broken = true;
+		rnd_check(&w, op, rc, looks);
+		if (rc == -EBADMSG)
 			nheld = 0; /* do not touch what a broken channel handed out */
-		}
 		/* What is held lies in the segment and can be read. */
 		for (unsigned i = 0; i < nheld; i++) {
 			if (held[i].len > maxm || !in_mapping(ch, held[i].data, held[i].len))
@@ -844,14 +876,9 @@ static int rnd_consumer(void *arg, int idx)
 					      held[i].len);
 			touch(held[i].data, held[i].len);
 		}
-		if (broken && ++after > 10) {
-			pinshm_channel_close(ch);
-			ch = NULL;
-		}
+		rnd_close_if_broken(&w);
 	}
-	if (ch)
-		pinshm_channel_close(ch);
-	tu_report_vals(&R->rep, 100 + idx, 0, calls, broke);
+	rnd_finish(&w, 100 + idx);
 	free(buf);
 	return 0;
 }
