@@ -54,7 +54,8 @@ struct rec_eager {
 	struct rec_head h;
 	int32_t src;  /* the sender's rank in the communicator */
 	int32_t tag;
-	uint32_t len; /* payload bytes that follow the header */
+	uint32_t len; /* payload bytes that follow the header; up to 63 bytes of
+		       * padding may follow them (a small record ends on a cache line) */
 	uint64_t ctx; /* the communicator's context */
 	uint64_t sid; /* REC_SYNC: the send to acknowledge */
 };
