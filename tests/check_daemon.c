@@ -304,7 +304,6 @@ static int exchange_consumer(void *arg, int idx)
 START_TEST(test_exchange)
 {
 	struct daemon d;
-	pinshm_channel_attr_t attr;
 	pinshm_list_entry_t e;
 	struct tu_procs ps;
 	struct exchange x = {.name = "exchange", .max_len = 1000};
@@ -312,9 +311,7 @@ START_TEST(test_exchange)
 
 	daemon_start(&d);
 	x.sock = d.sock;
-	pinshm_client_t *c = connect_ok(&d);
-	attr_small(&attr, 1, 1);
-	CLIENT_RC(c, pinshm_create(c, "exchange", &attr, 0600, 0), 0);
+	pinshm_client_t *c = connect_create_small(&d, "exchange");
 	ck_assert(list_find(c, "exchange", &e, NULL));
 	ck_assert_uint_eq(e.producers + e.consumers, 0);
 
@@ -1211,15 +1208,10 @@ static int death_producer(void *arg, int idx)
 {
 	struct death *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_connect_open(x->sock, "death", PINSHM_PRODUCER, &c);
 
 	(void)idx;
-	int rc = pinshm_send(ch, "first", 5, CALL_MS);
-	if (rc != 0)
-		tu_child_fail(4, "send: %s", pinshm_strerror(rc));
-	for (int i = 0; i < WAIT_MS / 100; i++) /* until killed */
-		tu_sleep_ms(100);
-	return 1;
+	child_open_send_first(x->sock, "death", CALL_MS, &c);
+	return child_sleep_until_killed(WAIT_MS);
 }
 
 static int death_consumer(void *arg, int idx)
@@ -1248,13 +1240,10 @@ START_TEST(test_producer_killed)
 	struct death x;
 	struct tu_procs ps;
 	struct tu_report r;
-	pinshm_channel_attr_t attr;
 
 	daemon_start(&d);
 	x.sock = d.sock;
-	pinshm_client_t *c = connect_ok(&d);
-	attr_small(&attr, 1, 1);
-	CLIENT_RC(c, pinshm_create(c, "death", &attr, 0600, 0), 0);
+	pinshm_client_t *c = connect_create_small(&d, "death");
 	tu_reporter_open(&x.rep);
 	tu_procs_init(&ps);
 	int prod = tu_spawn(&ps, "producer", death_producer, &x, 0);
@@ -1289,9 +1278,7 @@ static int death_holder(void *arg, int idx)
 	(void)idx;
 	(void)ch;
 	tu_report_vals(&x->rep, 0, 0, 1, 0);
-	for (int i = 0; i < WAIT_MS / 100; i++) /* until killed */
-		tu_sleep_ms(100);
-	return 1;
+	return child_sleep_until_killed(WAIT_MS);
 }
 
 /* A consumer killed: its endpoint is reaped and can be opened again. */
@@ -1301,15 +1288,12 @@ START_TEST(test_consumer_killed)
 	struct death x;
 	struct tu_procs ps;
 	struct tu_report r;
-	pinshm_channel_attr_t attr;
 	pinshm_list_entry_t e;
 	pinshm_channel_t *ch;
 
 	daemon_start(&d);
 	x.sock = d.sock;
-	pinshm_client_t *c = connect_ok(&d);
-	attr_small(&attr, 1, 1);
-	CLIENT_RC(c, pinshm_create(c, "death", &attr, 0600, 0), 0);
+	pinshm_client_t *c = connect_create_small(&d, "death");
 	tu_reporter_open(&x.rep);
 	tu_procs_init(&ps);
 	tu_spawn(&ps, "holder", death_holder, &x, 0);
@@ -1339,15 +1323,12 @@ END_TEST
 START_TEST(test_reap_corrupt_header)
 {
 	struct daemon d;
-	pinshm_channel_attr_t attr;
 	pinshm_channel_t *prod, *cons;
 	uint8_t buf[16];
 	size_t len;
 
 	daemon_start(&d);
-	pinshm_client_t *c = connect_ok(&d);
-	attr_small(&attr, 1, 1);
-	CLIENT_RC(c, pinshm_create(c, "corrupt", &attr, 0600, 0), 0);
+	pinshm_client_t *c = connect_create_small(&d, "corrupt");
 	pinshm_client_t *hostile = connect_ok(&d);
 	CLIENT_RC(hostile, pinshm_open(hostile, "corrupt", PINSHM_PRODUCER, &prod), 0);
 	CLIENT_RC(c, pinshm_open(c, "corrupt", PINSHM_CONSUMER, &cons), 0);

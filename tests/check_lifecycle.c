@@ -88,24 +88,18 @@ static int forking_producer(void *arg, int idx)
 {
 	struct forker *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_connect_open(x->sock, "fork", PINSHM_PRODUCER, &c);
 
 	(void)idx;
-	int rc = pinshm_send(ch, "first", 5, CALL_MS);
-	if (rc != 0)
-		tu_child_fail(4, "send: %s", pinshm_strerror(rc));
+	child_open_send_first(x->sock, "fork", CALL_MS, &c);
 	pid_t g = fork();
 	if (g < 0)
 		tu_child_fail(5, "fork: %s", strerror(errno));
 	if (g == 0) { /* holds the socket and the mapping; no death signal */
-		for (int i = 0; i < HOLD_MS / 100; i++)
-			tu_sleep_ms(100);
+		child_sleep_until_killed(HOLD_MS);
 		_exit(0);
 	}
 	tu_report_vals(&x->rep, 0, 0, (uint64_t)g, (uint64_t)getpid());
-	for (int i = 0; i < WAIT_MS / 100; i++) /* until killed */
-		tu_sleep_ms(100);
-	return 1;
+	return child_sleep_until_killed(WAIT_MS);
 }
 
 /* The producer is killed while a child it forked holds its connection: the
@@ -116,7 +110,6 @@ START_TEST(test_pidfd_forked_holder)
 	struct forker x;
 	struct tu_procs ps;
 	struct tu_report r;
-	pinshm_channel_attr_t attr;
 	pinshm_channel_t *cons;
 	char buf[16];
 	size_t len;
@@ -124,9 +117,7 @@ START_TEST(test_pidfd_forked_holder)
 	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0); /* the grandchild is reaped here */
 	daemon_start(&d);
 	x.sock = d.sock;
-	pinshm_client_t *c = connect_ok(&d);
-	attr_small(&attr, 1, 1);
-	CLIENT_RC(c, pinshm_create(c, "fork", &attr, 0600, 0), 0);
+	pinshm_client_t *c = connect_create_small(&d, "fork");
 	CLIENT_RC(c, pinshm_open(c, "fork", PINSHM_CONSUMER, &cons), 0);
 	tu_reporter_open(&x.rep);
 	tu_procs_init(&ps);
@@ -161,16 +152,13 @@ END_TEST
 START_TEST(test_pidfd_child_exit)
 {
 	struct daemon d;
-	pinshm_channel_attr_t attr;
 	pinshm_channel_t *prod, *cons;
 	char buf[16];
 	size_t len;
 	int status;
 
 	daemon_start(&d);
-	pinshm_client_t *c = connect_ok(&d);
-	attr_small(&attr, 1, 1);
-	CLIENT_RC(c, pinshm_create(c, "fork", &attr, 0600, 0), 0);
+	pinshm_client_t *c = connect_create_small(&d, "fork");
 	CLIENT_RC(c, pinshm_open(c, "fork", PINSHM_CONSUMER, &cons), 0);
 	CLIENT_RC(c, pinshm_open(c, "fork", PINSHM_PRODUCER, &prod), 0);
 	pid_t child = fork();

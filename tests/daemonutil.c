@@ -257,6 +257,16 @@ pinshm_client_t *connect_ok(const struct daemon *d)
 	return c;
 }
 
+pinshm_client_t *connect_create_small(const struct daemon *d, const char *name)
+{
+	pinshm_client_t *c = connect_ok(d);
+	pinshm_channel_attr_t attr;
+
+	tu_attr(&attr, PINSHM_QUEUE, 64 * 1024, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, name, &attr, 0600, 0), 0);
+	return c;
+}
+
 /* CPU time (user + system) that process @p pid used, in clock ticks. */
 static long proc_cpu_ticks(pid_t pid)
 {
@@ -312,4 +322,21 @@ pinshm_channel_t *child_connect_open(const char *sock, const char *name, pinshm_
 	if (rc != 0)
 		tu_child_fail(3, "open %s: %s (%s)", name, pinshm_strerror(rc), pinshm_client_error(*c));
 	return ch;
+}
+
+pinshm_channel_t *child_open_send_first(const char *sock, const char *name, int ms, pinshm_client_t **c)
+{
+	pinshm_channel_t *ch = child_connect_open(sock, name, PINSHM_PRODUCER, c);
+	int rc = pinshm_send(ch, "first", 5, ms);
+
+	if (rc != 0)
+		tu_child_fail(4, "send: %s", pinshm_strerror(rc));
+	return ch;
+}
+
+int child_sleep_until_killed(int ms)
+{
+	for (int i = 0; i < ms / 100; i++)
+		tu_sleep_ms(100);
+	return 1;
 }

@@ -66,6 +66,18 @@ long proc_status_value_kb(pid_t pid, const char *key);
  * fail the child (tu_child_fail). */
 pinshm_channel_t *child_connect_open(const char *sock, const char *name, pinshm_role_t role, pinshm_client_t **c);
 
+/** In a child process: connect to @p sock, open @p name as a producer and
+ * send it the 5 bytes "first" (waiting @p ms at most), or fail the child. */
+pinshm_channel_t *child_open_send_first(const char *sock, const char *name, int ms, pinshm_client_t **c);
+
+/** In a child process: sleep until killed, @p ms at the most.
+ * @return 1, an exit status that says it was not killed. */
+int child_sleep_until_killed(int ms);
+
+/** A client connected to @p d that created @p name, a queue of 64 KiB for one
+ * producer and one consumer, mode 0600; or fail the test. */
+pinshm_client_t *connect_create_small(const struct daemon *d, const char *name);
+
 /** Whether the daemon's log file (daemon_opts.log) holds @p what. */
 bool daemon_log_has(const struct daemon *d, const char *what);
 
