@@ -610,6 +610,12 @@ static bool listed(pinshm_client_t *c, const char *name, pinshm_list_entry_t *ou
 	return found;
 }
 
+static void daemon_kill9(struct daemon *d)
+{
+	ck_assert_int_eq(kill(d->pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(d->pid, NULL, 0), d->pid);
+}
+
 START_TEST(test_restart_fdstore)
 {
 	struct daemon d;
@@ -638,8 +644,7 @@ START_TEST(test_restart_fdstore)
 
 	store_drain(&st);
 	ck_assert_uint_eq(st.n, 2);
-	ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
-	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	daemon_kill9(&d);
 	pinshm_disconnect(c);
 	uint64_t during = wait_progress(&x, before); /* no daemon: the channel works on */
 
@@ -706,64 +711,97 @@ static uint32_t endpoints_claimed(pinshm_client_t *c)
 	return endpoints;
 }
 
-START_TEST(test_restart_repeatedly)
-{
+/* A daemon that is killed and restarted while two processes use its channel "used". */
+struct restart {
 	struct daemon d;
-	struct traffic x;
-	struct tu_procs ps;
-	struct tu_report r;
+	long lck0;          /* the daemon's VmLck before any channel, kB */
+	pinshm_client_t *c; /* it created "used" (persistent, mode 0640) */
+	uint64_t size;      /* of "used", as first listed */
+	bool pinned;        /* "used" was pinned */
+};
+
+static void restart_start(struct restart *t)
+{
 	pinshm_channel_attr_t attr;
 	pinshm_list_entry_t e;
-	pinshm_status_t s;
 
 	unsetenv("NOTIFY_SOCKET");
-	daemon_start(&d);
-	long lck0 = proc_status_value_kb(d.pid, "VmLck:");
-	pinshm_client_t *c = connect_ok(&d);
+	daemon_start(&t->d);
+	t->lck0 = proc_status_value_kb(t->d.pid, "VmLck:");
+	t->c = connect_ok(&t->d);
 	attr_small(&attr, 1, 1);
-	CLIENT_RC(c, pinshm_create(c, "used", &attr, 0640, PINSHM_PERSISTENT), 0);
-	ck_assert(listed(c, "used", &e));
-	uint64_t size = e.size;
-	bool pinned = e.state & PINSHM_LIST_PINNED;
+	CLIENT_RC(t->c, pinshm_create(t->c, "used", &attr, 0640, PINSHM_PERSISTENT), 0);
+	ck_assert(listed(t->c, "used", &e));
+	t->size = e.size;
+	t->pinned = e.state & PINSHM_LIST_PINNED;
+}
 
-	uint64_t seen = traffic_start(&x, &ps, d.sock, true);
+/* The restarted daemon holds "used" (listed as @p e) once: one channel, of
+ * its size, charged once and pinned as before; it serves a new request. */
+static void restart_check_adopted(struct restart *t, const pinshm_list_entry_t *e)
+{
+	pinshm_channel_attr_t attr;
+	pinshm_status_t s;
+
+	ck_assert_uint_eq(e->size, t->size);
+	CLIENT_RC(t->c, pinshm_status(t->c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.channels_pinned + s.channels_unpinned, 1);
+	if (t->pinned) {
+		ck_assert(e->state & PINSHM_LIST_PINNED);
+		ck_assert_uint_eq(s.pinned, t->size);
+	}
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(t->c, pinshm_create(t->c, "after", &attr, 0600, 0), 0);
+	CLIENT_RC(t->c, pinshm_unlink(t->c, "after"), 0);
+}
+
+/* Stop the traffic (its consumer checked more than @p received messages);
+ * once its processes are gone the daemon holds nothing and has unlocked
+ * what it locked.  Then stop the daemon. */
+static void restart_finish(struct restart *t, struct traffic *x, struct tu_procs *ps, uint64_t received)
+{
+	struct tu_report r;
+	pinshm_status_t s;
+
+	close(x->stop[1]);
+	TU_RC(tu_collect(&x->rep, &r, WAIT_MS), 0);
+	ck_assert_uint_gt(r.v[0], received);
+	tu_wait_all_ok(ps, WAIT_MS);
+	pinshm_disconnect(t->c);
+	t->c = connect_ok(&t->d);
+	wait_counts(t->c, 1, 0);
+	CLIENT_RC(t->c, pinshm_status(t->c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.pinned, 0);
+	ck_assert_int_le(proc_status_value_kb(t->d.pid, "VmLck:"), t->lck0);
+	pinshm_disconnect(t->c);
+	daemon_stop_ok(&t->d);
+	tu_reporter_close(&x->rep);
+}
+
+START_TEST(test_restart_repeatedly)
+{
+	struct restart t;
+	struct traffic x;
+	struct tu_procs ps;
+	pinshm_list_entry_t e;
+
+	restart_start(&t);
+	uint64_t seen = traffic_start(&x, &ps, t.d.sock, true);
 
 	for (int round = 0; round < RESTARTS; round++) {
-		ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
-		ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+		daemon_kill9(&t.d);
 		seen = wait_progress(&x, seen); /* no daemon: the channel works on */
-		daemon_spawn(&d, &(struct daemon_opts){0});
-		daemon_wait_ready(&d);
+		daemon_spawn(&t.d, &(struct daemon_opts){0});
+		daemon_wait_ready(&t.d);
 		uint64_t deadline = tu_now_ms() + 20000;
-		while (!(listed(c, "used", &e) && endpoints_claimed(c) == 2) && tu_now_ms() < deadline)
+		while (!(listed(t.c, "used", &e) && endpoints_claimed(t.c) == 2) && tu_now_ms() < deadline)
 			tu_sleep_ms(20);
-		ck_assert_msg(listed(c, "used", &e), "restart %d: the channel was not handed back", round);
-		ck_assert_uint_eq(endpoints_claimed(c), 2);
-		ck_assert_uint_eq(e.size, size);
-		CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
-		ck_assert_uint_eq(s.channels_pinned + s.channels_unpinned, 1);
-		if (pinned) {
-			ck_assert(e.state & PINSHM_LIST_PINNED);
-			ck_assert_uint_eq(s.pinned, size);
-		}
-		CLIENT_RC(c, pinshm_create(c, "after", &attr, 0600, 0), 0); /* new requests are served */
-		CLIENT_RC(c, pinshm_unlink(c, "after"), 0);
+		ck_assert_msg(listed(t.c, "used", &e), "restart %d: the channel was not handed back", round);
+		ck_assert_uint_eq(endpoints_claimed(t.c), 2);
+		restart_check_adopted(&t, &e);
 		seen = wait_progress(&x, seen);
 	}
-
-	close(x.stop[1]);
-	TU_RC(tu_collect(&x.rep, &r, WAIT_MS), 0);
-	ck_assert_uint_gt(r.v[0], seen - 1);
-	tu_wait_all_ok(&ps, WAIT_MS);
-	pinshm_disconnect(c);
-	c = connect_ok(&d);
-	wait_counts(c, 1, 0);
-	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
-	ck_assert_uint_eq(s.pinned, 0);
-	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0);
-	pinshm_disconnect(c);
-	daemon_stop_ok(&d);
-	tu_reporter_close(&x.rep);
+	restart_finish(&t, &x, &ps, seen - 1);
 }
 END_TEST
 
@@ -774,70 +812,38 @@ END_TEST
  * claimed again, so that their closes and exits leave nothing behind. */
 START_TEST(test_restart_handback)
 {
-	struct daemon d;
+	struct restart t;
 	struct traffic x;
 	struct tu_procs ps;
-	struct tu_report r;
-	pinshm_channel_attr_t attr;
 	pinshm_list_entry_t e;
-	pinshm_status_t s;
 
-	unsetenv("NOTIFY_SOCKET");
-	daemon_start(&d);
-	long lck0 = proc_status_value_kb(d.pid, "VmLck:");
-	pinshm_client_t *c = connect_ok(&d);
-	attr_small(&attr, 1, 1);
-	CLIENT_RC(c, pinshm_create(c, "used", &attr, 0640, PINSHM_PERSISTENT), 0);
-	ck_assert(listed(c, "used", &e));
-	uint64_t size = e.size;
-	bool pinned = e.state & PINSHM_LIST_PINNED;
+	restart_start(&t);
+	uint64_t before = traffic_start(&x, &ps, t.d.sock, true);
 
-	uint64_t before = traffic_start(&x, &ps, d.sock, true);
-
-	ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
-	ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+	daemon_kill9(&t.d);
 	uint64_t during = wait_progress(&x, before); /* no daemon: the channel works on */
 
-	daemon_spawn(&d, &(struct daemon_opts){0});
-	daemon_wait_ready(&d);
+	daemon_spawn(&t.d, &(struct daemon_opts){0});
+	daemon_wait_ready(&t.d);
 	/* c reconnects by itself (it has nothing to hand back). */
 	uint64_t deadline = tu_now_ms() + 20000;
-	while (!listed(c, "used", &e) && tu_now_ms() < deadline)
+	while (!listed(t.c, "used", &e) && tu_now_ms() < deadline)
 		tu_sleep_ms(20);
-	ck_assert_msg(listed(c, "used", &e), "the channel was not handed back");
+	ck_assert_msg(listed(t.c, "used", &e), "the channel was not handed back");
 	ck_assert_uint_eq(e.mode, 0600);
 	ck_assert_uint_eq(e.uid, getuid());
 	ck_assert(!(e.state & PINSHM_LIST_PERSISTENT));
-	ck_assert_uint_eq(e.size, size);
 	/* Both endpoints claimed again, by the two connections. */
 	deadline = tu_now_ms() + 20000;
-	while (endpoints_claimed(c) != 2 && tu_now_ms() < deadline)
+	while (endpoints_claimed(t.c) != 2 && tu_now_ms() < deadline)
 		tu_sleep_ms(20);
-	ck_assert_uint_eq(endpoints_claimed(c), 2);
-	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
-	ck_assert_uint_eq(s.channels_pinned + s.channels_unpinned, 1); /* one channel for the two hand-backs */
-	if (pinned) {
-		ck_assert(e.state & PINSHM_LIST_PINNED);
-		ck_assert_uint_eq(s.pinned, size);
-		ck_assert_int_ge(proc_status_value_kb(d.pid, "VmLck:"), (long)(size / 1024));
-	}
-	CLIENT_RC(c, pinshm_create(c, "after", &attr, 0600, 0), 0); /* new requests are served */
-	CLIENT_RC(c, pinshm_unlink(c, "after"), 0);
+	ck_assert_uint_eq(endpoints_claimed(t.c), 2);
+	restart_check_adopted(&t, &e); /* one channel for the two hand-backs */
+	if (t.pinned)
+		ck_assert_int_ge(proc_status_value_kb(t.d.pid, "VmLck:"), (long)(t.size / 1024));
 	wait_progress(&x, during);
-
-	close(x.stop[1]);
-	TU_RC(tu_collect(&x.rep, &r, WAIT_MS), 0);
-	ck_assert_uint_gt(r.v[0], during);
-	tu_wait_all_ok(&ps, WAIT_MS);
-	pinshm_disconnect(c);
-	c = connect_ok(&d);
-	wait_counts(c, 1, 0); /* "used" went with its last user, "after" with c's old connection */
-	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
-	ck_assert_uint_eq(s.pinned, 0);
-	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0);
-	pinshm_disconnect(c);
-	daemon_stop_ok(&d);
-	tu_reporter_close(&x.rep);
+	/* "used" goes with its last user, "after" went with c's old connection */
+	restart_finish(&t, &x, &ps, during);
 }
 END_TEST
 
