@@ -55,26 +55,6 @@ static void attr_small(pinshm_channel_attr_t *a, unsigned producers, unsigned co
 	tu_attr(a, PINSHM_QUEUE, 64 * KiB, producers, consumers);
 }
 
-/* The entry named @p name in @p c's listing (copied), or false. */
-static bool list_find(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out, size_t *total)
-{
-	pinshm_list_entry_t *e;
-	size_t n;
-	bool found = false;
-
-	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(e[i].name, name) == 0) {
-			if (out)
-				*out = e[i];
-			found = true;
-		}
-	if (total)
-		*total = n;
-	free(e);
-	return found;
-}
-
 /* ======================================================================== */
 /* hand-made packets                                                         */
 /* ======================================================================== */

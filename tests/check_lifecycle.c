@@ -594,22 +594,6 @@ static uint64_t traffic_start(struct traffic *x, struct tu_procs *ps, const char
 	return wait_progress(x, 1000);
 }
 
-static bool listed(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out)
-{
-	pinshm_list_entry_t *e;
-	size_t n;
-	bool found = false;
-
-	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(e[i].name, name) == 0) {
-			*out = e[i];
-			found = true;
-		}
-	free(e);
-	return found;
-}
-
 static void daemon_kill9(struct daemon *d)
 {
 	ck_assert_int_eq(kill(d->pid, SIGKILL), 0);
@@ -636,7 +620,7 @@ START_TEST(test_restart_fdstore)
 	attr_small(&attr, 1, 1);
 	CLIENT_RC(c, pinshm_create(c, "kept", &attr, 0640, PINSHM_PERSISTENT), 0);
 	CLIENT_RC(c, pinshm_create(c, "used", &attr, 0600, 0), 0);
-	ck_assert(listed(c, "used", &e));
+	ck_assert(list_find(c, "used", &e, NULL));
 	uint64_t size = e.size;
 	bool pinned = e.state & PINSHM_LIST_PINNED;
 
@@ -651,11 +635,11 @@ START_TEST(test_restart_fdstore)
 	spawn_with_store(&d, &st);
 	daemon_wait_ready(&d);
 	c = connect_ok(&d);
-	ck_assert(listed(c, "kept", &e));
+	ck_assert(list_find(c, "kept", &e, NULL));
 	ck_assert_uint_eq(e.mode, 0640);
 	ck_assert_uint_eq(e.uid, getuid());
 	ck_assert(e.state & PINSHM_LIST_PERSISTENT);
-	ck_assert(listed(c, "used", &e));
+	ck_assert(list_find(c, "used", &e, NULL));
 	ck_assert_uint_eq(e.producers, 1); /* as the segment says */
 	ck_assert_uint_eq(e.consumers, 1);
 	ck_assert_uint_eq(e.size, size);
@@ -731,7 +715,7 @@ static void restart_start(struct restart *t)
 	t->c = connect_ok(&t->d);
 	attr_small(&attr, 1, 1);
 	CLIENT_RC(t->c, pinshm_create(t->c, "used", &attr, 0640, PINSHM_PERSISTENT), 0);
-	ck_assert(listed(t->c, "used", &e));
+	ck_assert(list_find(t->c, "used", &e, NULL));
 	t->size = e.size;
 	t->pinned = e.state & PINSHM_LIST_PINNED;
 }
@@ -794,9 +778,9 @@ START_TEST(test_restart_repeatedly)
 		daemon_spawn(&t.d, &(struct daemon_opts){0});
 		daemon_wait_ready(&t.d);
 		uint64_t deadline = tu_now_ms() + 20000;
-		while (!(listed(t.c, "used", &e) && endpoints_claimed(t.c) == 2) && tu_now_ms() < deadline)
+		while (!(list_find(t.c, "used", &e, NULL) && endpoints_claimed(t.c) == 2) && tu_now_ms() < deadline)
 			tu_sleep_ms(20);
-		ck_assert_msg(listed(t.c, "used", &e), "restart %d: the channel was not handed back", round);
+		ck_assert_msg(list_find(t.c, "used", &e, NULL), "restart %d: the channel was not handed back", round);
 		ck_assert_uint_eq(endpoints_claimed(t.c), 2);
 		restart_check_adopted(&t, &e);
 		seen = wait_progress(&x, seen);
@@ -827,9 +811,9 @@ START_TEST(test_restart_handback)
 	daemon_wait_ready(&t.d);
 	/* c reconnects by itself (it has nothing to hand back). */
 	uint64_t deadline = tu_now_ms() + 20000;
-	while (!listed(t.c, "used", &e) && tu_now_ms() < deadline)
+	while (!list_find(t.c, "used", &e, NULL) && tu_now_ms() < deadline)
 		tu_sleep_ms(20);
-	ck_assert_msg(listed(t.c, "used", &e), "the channel was not handed back");
+	ck_assert_msg(list_find(t.c, "used", &e, NULL), "the channel was not handed back");
 	ck_assert_uint_eq(e.mode, 0600);
 	ck_assert_uint_eq(e.uid, getuid());
 	ck_assert(!(e.state & PINSHM_LIST_PERSISTENT));
@@ -941,7 +925,7 @@ START_TEST(test_adopt_hostile)
 	ck_assert_uint_eq(rep.u.adopt_reply.flags, PROTO_ADOPT_NAMED); /* new, named, endpoint not attached */
 	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), 0);
 	ck_assert_uint_eq(rep.u.adopt_reply.flags, PROTO_ADOPT_KNOWN | PROTO_ADOPT_NAMED);
-	ck_assert(listed(c, "h", &e));
+	ck_assert(list_find(c, "h", &e, NULL));
 	ck_assert_uint_eq(e.mode, 0600);
 	ck_assert_uint_eq(e.uid, getuid());
 	ck_assert_uint_eq(e.size, tu_fd_size(seg));

@@ -257,6 +257,25 @@ pinshm_client_t *connect_ok(const struct daemon *d)
 	return c;
 }
 
+bool list_find(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out, size_t *total)
+{
+	pinshm_list_entry_t *e;
+	size_t n;
+	bool found = false;
+
+	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(e[i].name, name) == 0) {
+			if (out)
+				*out = e[i];
+			found = true;
+		}
+	if (total)
+		*total = n;
+	free(e);
+	return found;
+}
+
 pinshm_client_t *connect_create_small(const struct daemon *d, const char *name)
 {
 	pinshm_client_t *c = connect_ok(d);

@@ -74,6 +74,10 @@ pinshm_channel_t *child_open_send_first(const char *sock, const char *name, int 
  * @return 1, an exit status that says it was not killed. */
 int child_sleep_until_killed(int ms);
 
+/** Whether the daemon of @p c lists a channel @p name: its entry into @p out,
+ * and how many it lists into @p total (either may be NULL). */
+bool list_find(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out, size_t *total);
+
 /** A client connected to @p d that created @p name, a queue of 64 KiB for one
  * producer and one consumer, mode 0600; or fail the test. */
 pinshm_client_t *connect_create_small(const struct daemon *d, const char *name);
