@@ -859,6 +859,27 @@ END_TEST
 
 /* The default paths: --user without -s listens under $XDG_RUNTIME_DIR, in a
  * 0700 folder, where pinshm_connect(NULL) looks; PINSHM_SOCKET overrides. */
+/*
+ * Start a user-mode daemon as @p o says, with no -s (o->no_socket), in a
+ * fresh $XDG_RUNTIME_DIR @p xdg (owned by o->uid where o->as_user), with
+ * $PINSHM_SOCKET unset; wait until it accepts.  Remove @p xdg after
+ * daemon_stop_ok().
+ */
+static void xdg_daemon_start(struct daemon *d, const struct daemon_opts *o, char xdg[32])
+{
+	ck_assert(o->no_socket);
+	snprintf(xdg, 32, "/tmp/pinshm-xdg-XXXXXX");
+	ck_assert(mkdtemp(xdg) != NULL);
+	if (o->as_user)
+		ck_assert_int_eq(chown(xdg, o->uid, o->gid), 0);
+	ck_assert_int_eq(setenv("XDG_RUNTIME_DIR", xdg, 1), 0);
+	unsetenv("PINSHM_SOCKET");
+	snprintf(d->dir, sizeof(d->dir), "%s/pinshm", xdg);
+	snprintf(d->sock, sizeof(d->sock), "%s/pinshm/socket", xdg);
+	daemon_spawn(d, o);
+	daemon_wait_ready(d);
+}
+
 START_TEST(test_default_paths)
 {
 	struct daemon d;
@@ -867,14 +888,7 @@ START_TEST(test_default_paths)
 	pinshm_client_t *c;
 	char xdg[32];
 
-	snprintf(xdg, sizeof(xdg), "/tmp/pinshm-xdg-XXXXXX");
-	ck_assert(mkdtemp(xdg) != NULL);
-	ck_assert_int_eq(setenv("XDG_RUNTIME_DIR", xdg, 1), 0);
-	unsetenv("PINSHM_SOCKET");
-	snprintf(d.dir, sizeof(d.dir), "%s/pinshm", xdg);
-	snprintf(d.sock, sizeof(d.sock), "%s/pinshm/socket", xdg);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	xdg_daemon_start(&d, &o, xdg);
 	ck_assert_int_eq(lstat(d.dir, &st), 0);
 	ck_assert(S_ISDIR(st.st_mode));
 	ck_assert_uint_eq(st.st_mode & 0777, 0700);
@@ -1551,7 +1565,8 @@ START_TEST(test_permissions)
 }
 END_TEST
 
-static void write_config(const struct daemon *d, const char *fmt, ...);
+static void daemon_start_config(struct daemon *d, const struct daemon_opts *o, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* An ordinary user whose RLIMIT_MEMLOCK is 64 KiB gets a 1 MiB channel
  * pinned through the system daemon, and uses it; the daemon's VmLck counts
@@ -1611,10 +1626,8 @@ START_TEST(test_unprivileged_pinned)
 
 	if (!test_user(&x.uid, &x.gid))
 		return;
-	daemon_prepare(&d, &o);
-	write_config(&d, "[daemon]\npool_segments = 0\n"); /* VmLck grows with the channel, not before */
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	/* No pool: VmLck grows with the channel, not before. */
+	daemon_start_config(&d, &o, "[daemon]\npool_segments = 0\n");
 	long lck0 = proc_status_value_kb(d.pid, "VmLck:");
 	x.sock = d.sock;
 	ck_assert_int_eq(pipe2(report, O_CLOEXEC), 0);
@@ -1665,15 +1678,7 @@ START_TEST(test_foreign_user_daemon)
 
 	if (!test_user(&o.uid, &o.gid))
 		return;
-	snprintf(xdg, sizeof(xdg), "/tmp/pinshm-xdg-XXXXXX");
-	ck_assert(mkdtemp(xdg) != NULL);
-	ck_assert_int_eq(chown(xdg, o.uid, o.gid), 0);
-	ck_assert_int_eq(setenv("XDG_RUNTIME_DIR", xdg, 1), 0);
-	unsetenv("PINSHM_SOCKET");
-	snprintf(d.dir, sizeof(d.dir), "%s/pinshm", xdg);
-	snprintf(d.sock, sizeof(d.sock), "%s/pinshm/socket", xdg);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	xdg_daemon_start(&d, &o, xdg);
 
 	TU_RC(pinshm_connect(NULL, &c), -EACCES);
 	ck_assert_ptr_null(c);
@@ -1693,22 +1698,42 @@ END_TEST
 #define RELOAD_MS 10000 /* for a SIGHUP to take effect */
 
 /* Write the daemon's config file whole (a reload never reads half of it). */
-static void write_config(const struct daemon *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void write_config(const struct daemon *d, const char *fmt, ...)
+static void vwrite_config(const struct daemon *d, const char *fmt, va_list ap)
 {
 	char tmp[160];
-	va_list ap;
 
 	snprintf(tmp, sizeof(tmp), "%s.new", d->conf);
 	FILE *f = fopen(tmp, "w");
 	ck_assert_msg(f != NULL, "%s: %s", tmp, strerror(errno));
-	va_start(ap, fmt);
 	vfprintf(f, fmt, ap);
-	va_end(ap);
 	ck_assert_int_eq(fchmod(fileno(f), 0644), 0);
 	ck_assert_int_eq(fclose(f), 0);
 	ck_assert_int_eq(rename(tmp, d->conf), 0);
+}
+
+static void write_config(const struct daemon *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void write_config(const struct daemon *d, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vwrite_config(d, fmt, ap);
+	va_end(ap);
+}
+
+/* Start the daemon as @p o says (with -c: o->config) on the config @p fmt; wait until it accepts. */
+static void daemon_start_config(struct daemon *d, const struct daemon_opts *o, const char *fmt, ...)
+{
+	va_list ap;
+
+	ck_assert(o->config);
+	daemon_prepare(d, o);
+	va_start(ap, fmt);
+	vwrite_config(d, fmt, ap);
+	va_end(ap);
+	daemon_spawn(d, o);
+	daemon_wait_ready(d);
 }
 
 static void wait_log(const struct daemon *d, const char *what)
@@ -1764,10 +1789,7 @@ START_TEST(test_budget)
 	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
 	tu_attr(&over, PINSHM_QUEUE, 4096 * KiB, 1, 1);
 	size_t size = seg_size(&attr);
-	daemon_prepare(&d, &o);
-	write_config(&d, "[daemon]\nbudget = %zu\n", 3 * size + size / 2);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\nbudget = %zu\n", 3 * size + size / 2);
 
 	for (int round = 0; round < 2; round++) {
 		pinshm_client_t *c = connect_ok(&d);
@@ -1797,10 +1819,7 @@ START_TEST(test_quota)
 	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
 	tu_attr(&over, PINSHM_QUEUE, 4096 * KiB, 1, 1);
 	size_t size = seg_size(&attr);
-	daemon_prepare(&d, &o);
-	write_config(&d, "[daemon]\ndefault_user_quota = %zu\nbudget = 1G\n", 2 * size + 100);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\ndefault_user_quota = %zu\nbudget = 1G\n", 2 * size + 100);
 
 	pinshm_client_t *c = connect_ok(&d), *c2 = connect_ok(&d);
 	CLIENT_RC(c, pinshm_create(c, "q0", &attr, 0600, PINSHM_PERSISTENT), 0);
@@ -1832,11 +1851,8 @@ START_TEST(test_channel_limits)
 
 	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
 	tu_attr(&big, PINSHM_QUEUE, 1024 * KiB, 1, 1);
-	daemon_prepare(&d, &o);
-	write_config(&d, "# limits\n[daemon]\nmax_channels_per_user = 1\nmax_segment_size = 512K\n"
-			 "[user 0]\nmax_channels = 2\n");
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "# limits\n[daemon]\nmax_channels_per_user = 1\nmax_segment_size = 512K\n"
+			    "[user 0]\nmax_channels = 2\n");
 
 	pinshm_client_t *c = connect_ok(&d);
 	CLIENT_RC(c, pinshm_create(c, "big", &big, 0600, 0), -EFBIG);
@@ -1906,11 +1922,8 @@ START_TEST(test_user_limits)
 
 	if (!test_user(&x.uid, &x.gid))
 		return;
-	daemon_prepare(&d, &o);
-	write_config(&d, "[daemon]\nmax_connections_per_user = 100\nmax_channels_per_user = 1\n"
-			 "[user %s]\nmax_connections = 2\nmax_channels = 2\n", TEST_USER);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\nmax_connections_per_user = 100\nmax_channels_per_user = 1\n"
+			    "[user %s]\nmax_connections = 2\nmax_channels = 2\n", TEST_USER);
 	x.sock = d.sock;
 	tu_procs_init(&ps);
 	tu_spawn(&ps, "limited user", limited_client, &x, 0);
@@ -1940,11 +1953,8 @@ START_TEST(test_unpinned_quota)
 		return;
 	tu_attr(&attr, PINSHM_QUEUE, 1024 * KiB, 1, 1);
 	size_t size = seg_size(&attr);
-	daemon_prepare(&d, &o);
-	write_config(&d, "[daemon]\nbudget = %zu\ndefault_user_quota = %zu\n", size + size / 2,
-		     2 * size + size / 2);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\nbudget = %zu\ndefault_user_quota = %zu\n", size + size / 2,
+			    2 * size + size / 2);
 
 	pinshm_client_t *c = connect_ok(&d);
 	CLIENT_RC(c, pinshm_create(c, "big0", &attr, 0600, 0), 0);
@@ -2009,10 +2019,7 @@ START_TEST(test_reload)
 	int rc;
 
 	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
-	daemon_prepare(&d, &o);
-	write_config(&d, "[daemon]\nmax_channels_per_user = 1\n");
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\nmax_channels_per_user = 1\n");
 	pinshm_client_t *c = connect_ok(&d);
 	CLIENT_RC(c, pinshm_create(c, "h0", &attr, 0600, 0), 0);
 	CLIENT_RC(c, pinshm_create(c, "h1", &attr, 0600, 0), -EUSERS);
@@ -2314,10 +2321,7 @@ START_TEST(test_working_set)
 	char buf[16];
 	size_t len;
 
-	daemon_prepare(&d, &o);
-	write_config(&d, "[daemon]\npin_idle = 1\n");
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\npin_idle = 1\n");
 	pinshm_client_t *c = connect_ok(&d);
 	tu_attr(&attr, PINSHM_QUEUE, 1024 * KiB, 1, 1);
 	CLIENT_RC(c, pinshm_create_full(c, "ws-idle", &attr, 0600, 0, PINSHM_NODE_ANY, PINSHM_PIN_DEFAULT), 0);
