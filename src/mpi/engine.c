@@ -895,7 +895,8 @@ const struct pm_op *pm_recv_direct(struct pm_comm *c, int source, int tag, void 
 {
 	/* Set field by field, not cleared whole: this is the hot path of
 	 * MPI_Recv, and clearing the op costs more than the rest of it. */
-	static struct pm_op op = {.kind = OP_RECV, .handle = MPI_REQUEST_NULL, .contiguous = true};
+	static struct pm_op op = {
+		.kind = OP_RECV, .handle = MPI_REQUEST_NULL, .fortran = MPI_REQUEST_NULL, .contiguous = true};
 	op.comm = c;
 	op.peer = source;
 	op.tag = tag;

@@ -6,14 +6,20 @@
  * (index in the table, generation) names it in CTS, DATA and ACK records;
  * a record naming a freed or reused op fails the generation check.
  *
- * What the user holds: a nonblocking operation is an MPI generalized
- * request (MPI_Grequest_start), a real Open MPI request that every MPI call
- * understands; the plugin completes it (MPI_Grequest_complete) when its op
- * is done, so even a wait that reaches the MPI library directly ends.  (A
- * nonblocking send written whole at once has no op: send.c gives it the
- * library's completed request of a send to MPI_PROC_NULL.)  A
- * persistent operation is an inactive persistent request of the MPI
- * library to MPI_PROC_NULL (persist.c).  A table maps those handles to ops.
+ * What the user holds is always a real Open MPI request, which every MPI
+ * call accepts:
+ * - a nonblocking operation: an inactive persistent receive from
+ *   MPI_PROC_NULL, taken from a pool of them and given back when the user
+ *   is done with it (no allocation on the message path).  The plugin's
+ *   Wait/Test calls complete it.  A Fortran caller gets, from
+ *   MPI_Request_c2f, a generalized request made for the op then, which the
+ *   plugin completes with the op: a wait that reaches the MPI library ends
+ *   when the op is done.  MPI_Request_f2c maps it back.
+ * - a nonblocking send written whole at once has no op: send.c gives it
+ *   the library's completed request of a send to MPI_PROC_NULL;
+ * - a persistent operation: an inactive persistent request of the library
+ *   to MPI_PROC_NULL (persist.c).
+ * A table maps those handles to ops.
  */
 #include <errno.h>
 #include <limits.h>
@@ -94,6 +100,7 @@ struct pm_op *pm_op_new(enum pm_kind kind)
 	op->gen = gen ? gen : 1;
 	op->kind = (uint8_t)kind;
 	op->handle = MPI_REQUEST_NULL;
+	op->fortran = MPI_REQUEST_NULL;
 	op->preq = MPI_REQUEST_NULL;
 	op->dtype = MPI_DATATYPE_NULL;
 	op->st_source = MPI_ANY_SOURCE;
@@ -208,8 +215,41 @@ struct pm_op *pm_op_by_handle(MPI_Request req)
 	return NULL;
 }
 
-/* Generalized request callbacks: the plugin fills statuses itself, and
- * these matter only to a wait that reaches the MPI library directly. */
+/* Inactive persistent requests for nonblocking ops' handles. */
+static MPI_Request *spare;
+static size_t nspare, spare_cap;
+
+int pm_op_handle(struct pm_op *op)
+{
+	if (nspare) {
+		op->handle = spare[--nspare];
+	} else {
+		int rc = PMPI_Recv_init(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, &op->handle);
+		if (rc != MPI_SUCCESS)
+			return rc;
+	}
+	map_put(op->handle, op);
+	return MPI_SUCCESS;
+}
+
+static void give_back_handle(MPI_Request h)
+{
+	if (nspare == spare_cap) {
+		size_t cap = spare_cap ? spare_cap * 2 : 64;
+		MPI_Request *s = realloc(spare, cap * sizeof(*s));
+		if (!s) {
+			PMPI_Request_free(&h);
+			return;
+		}
+		spare = s;
+		spare_cap = cap;
+	}
+	spare[nspare++] = h;
+}
+
+/* Generalized request callbacks, for an op's Fortran handle: a wait that
+ * reaches the MPI library reads the status here, and freeing the request
+ * there (MPI_Wait, MPI_Request_free in Fortran) ends the user's hold. */
 static int greq_query(void *extra, MPI_Status *status)
 {
 	pm_op_status(extra, status);
@@ -218,24 +258,48 @@ static int greq_query(void *extra, MPI_Status *status)
 
 static int greq_free(void *extra)
 {
-	(void)extra;
+	struct pm_op *op = extra;
+	if (op->fortran == MPI_REQUEST_NULL)
+		return MPI_SUCCESS; /* the plugin frees it (pm_op_release) */
+	map_del(op->fortran);
+	op->fortran = MPI_REQUEST_NULL;
+	if (op->state == ST_DONE && !op->completing)
+		pm_op_release(op);
+	else
+		op->user_freed = true; /* released when it completes */
 	return MPI_SUCCESS;
 }
 
 static int greq_cancel(void *extra, int complete)
 {
-	(void)extra;
-	(void)complete;
+	struct pm_op *op = extra;
+	if (!complete && op->kind != OP_IDUP)
+		pm_op_cancel(op);
 	return MPI_SUCCESS;
 }
 
-int pm_op_handle(struct pm_op *op)
+MPI_Fint MPI_Request_c2f(MPI_Request request)
 {
-	int rc = PMPI_Grequest_start(greq_query, greq_free, greq_cancel, op, &op->handle);
-	if (rc != MPI_SUCCESS)
-		return rc;
-	map_put(op->handle, op);
-	return MPI_SUCCESS;
+	struct pm_op *op = pm_op_by_handle(request);
+	if (!op || op->persistent || op->handle != request)
+		return PMPI_Request_c2f(request);
+	if (op->fortran == MPI_REQUEST_NULL) {
+		MPI_Request g;
+		if (PMPI_Grequest_start(greq_query, greq_free, greq_cancel, op, &g) != MPI_SUCCESS)
+			return PMPI_Request_c2f(request);
+		op->fortran = g;
+		map_put(g, op);
+		if (op->state == ST_DONE)
+			PMPI_Grequest_complete(g);
+	}
+	return PMPI_Request_c2f(op->fortran);
+}
+
+MPI_Request MPI_Request_f2c(MPI_Fint request)
+{
+	MPI_Request h = PMPI_Request_f2c(request);
+	struct pm_op *op = pm_op_by_handle(h);
+	return op && op->fortran == h ? op->handle : h;
 }
 
 /* Persistent ops get their handle from persist.c; it registers it here. */
@@ -246,11 +310,19 @@ void pm_op_register_handle(struct pm_op *op)
 
 void pm_op_release(struct pm_op *op)
 {
+	if (op->fortran != MPI_REQUEST_NULL) {
+		MPI_Request g = op->fortran;
+		map_del(g);
+		op->fortran = MPI_REQUEST_NULL; /* greq_free: ours to free */
+		PMPI_Request_free(&g);
+	}
 	if (op->handle != MPI_REQUEST_NULL) {
 		map_del(op->handle);
-		MPI_Request h = op->handle;
+		if (op->persistent)
+			PMPI_Request_free(&op->handle);
+		else
+			give_back_handle(op->handle);
 		op->handle = MPI_REQUEST_NULL;
-		PMPI_Request_free(&h);
 	}
 	pm_op_free(op);
 }
@@ -270,14 +342,22 @@ void pm_op_complete(struct pm_op *op)
 		size_t charge = op->bytes + MPI_BSEND_OVERHEAD;
 		pm.buffered_used = pm.buffered_used > charge ? pm.buffered_used - charge : 0;
 	}
-	if (op->handle != MPI_REQUEST_NULL && !op->persistent)
-		PMPI_Grequest_complete(op->handle);
+	if (op->fortran != MPI_REQUEST_NULL) {
+		op->completing = true; /* greq_free may run inside: it must not release */
+		PMPI_Grequest_complete(op->fortran);
+		op->completing = false;
+	}
 	if (op->user_freed)
 		pm_op_release(op);
 }
 
 void pm_ops_teardown(void)
 {
+	while (nspare)
+		PMPI_Request_free(&spare[--nspare]);
+	free(spare);
+	spare = NULL;
+	spare_cap = 0;
 	while (free_ops) {
 		struct pm_op *op = free_ops;
 		free_ops = (struct pm_op *)(void *)op->link.next;

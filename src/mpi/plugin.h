@@ -144,6 +144,8 @@ struct pm_op {
 	bool cancelled;
 	bool counted;
 	MPI_Request handle;     /* what the user holds, or MPI_REQUEST_NULL */
+	MPI_Request fortran;    /* the same request for Fortran (Request_c2f), or MPI_REQUEST_NULL */
+	bool completing;        /* inside pm_op_complete() */
 	struct pm_comm *comm;
 	int peer, tag;          /* dest or source (may be MPI_ANY_SOURCE), tag */
 	int peer_local;         /* send: the peer's index in the node */
@@ -188,7 +190,7 @@ void pm_status_empty(MPI_Status *status);
 /* As pm_op_status() for a single-completion call (MPI_Wait, MPI_Recv...),
  * which leaves MPI_ERROR as it was. */
 void pm_op_status_single(const struct pm_op *op, MPI_Status *status);
-/* Give @p op a user-visible generalized request. */
+/* Give a nonblocking @p op its user-visible request (ops.c tells what it is). */
 int pm_op_handle(struct pm_op *op);
 struct pm_op *pm_op_by_handle(MPI_Request req);
 /* Release what the user saw of a finished op (not persistent). */

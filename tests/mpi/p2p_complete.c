@@ -5,12 +5,15 @@
  * statuses and MPI_STATUS(ES)_IGNORE; arrays of nothing but
  * MPI_REQUEST_NULL; Request_get_status before and after completion;
  * Request_free of an active send; Cancel + Test_cancelled (a cancelled
- * receive, and one that had completed); Request_c2f/f2c; and, last,
- * MPI_Finalize right after sends whose requests were freed.
+ * receive, and one that had completed); Request_c2f/f2c, and a receive
+ * request waited for and freed by the library itself, as Fortran would;
+ * and, last, MPI_Finalize right after sends whose requests were freed.
  *
  * Call families: nonblocking, blocking (the "go" messages and the receives
  * of the freed sends).
  */
+#include <time.h>
+
 #include "mpitest.h"
 
 #define MIXED 6
@@ -297,6 +300,50 @@ static int finalize_with_freed_sends(void)
 	return 0;
 }
 
+/*
+ * What Fortran does with a receive request made in C: MPI_Request_c2f, then
+ * the library's own calls, which the plugin does not see (here
+ * PMPI_Request_f2c, PMPI_Wait and PMPI_Request_free).  The library's wait
+ * ends when the message has come, with its status; a receive freed there
+ * before its message came still takes it (messages between a pair keep
+ * their order, so it has once the next one arrived).
+ */
+static void library_side(int peer)
+{
+	int go = 1, w = -1, x = -1;
+	MPI_Request rq, lib;
+	MPI_Status st;
+	struct timespec pause = {0, 10 * 1000 * 1000};
+
+	if (mt_rank > peer) {
+		int v[3] = {mt_rank + 700, mt_rank + 720, mt_rank + 730};
+		MT_MPI(MPI_Recv(&go, 1, MPI_INT, peer, 71, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+		nanosleep(&pause, NULL); /* the peer's wait starts first (either order must work) */
+		MT_MPI(MPI_Send(&v[0], 1, MPI_INT, peer, 70, MPI_COMM_WORLD));
+		MT_MPI(MPI_Recv(&go, 1, MPI_INT, peer, 71, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+		MT_MPI(MPI_Send(&v[1], 1, MPI_INT, peer, 72, MPI_COMM_WORLD));
+		MT_MPI(MPI_Send(&v[2], 1, MPI_INT, peer, 73, MPI_COMM_WORLD));
+		return;
+	}
+	MT_MPI(MPI_Irecv(&w, 1, MPI_INT, peer, 70, MPI_COMM_WORLD, &rq));
+	MPI_Fint f = MPI_Request_c2f(rq);
+	MT_CHECK(MPI_Request_f2c(f) == rq, "Request_f2c(Request_c2f(r)) != r for an active receive");
+	lib = PMPI_Request_f2c(f);
+	MT_MPI(MPI_Send(&go, 1, MPI_INT, peer, 71, MPI_COMM_WORLD));
+	MT_MPI(PMPI_Wait(&lib, &st));
+	MT_CHECK(lib == MPI_REQUEST_NULL, "the library's wait left its handle set");
+	MT_CHECK_STATUS(st, peer, 70, 1, MPI_INT);
+	MT_CHECK(w == peer + 700, "the library's wait: got %d, want %d", w, peer + 700);
+
+	MT_MPI(MPI_Irecv(&w, 1, MPI_INT, peer, 72, MPI_COMM_WORLD, &rq));
+	lib = PMPI_Request_f2c(MPI_Request_c2f(rq));
+	MT_MPI(PMPI_Request_free(&lib));
+	MT_MPI(MPI_Send(&go, 1, MPI_INT, peer, 71, MPI_COMM_WORLD));
+	MT_MPI(MPI_Recv(&x, 1, MPI_INT, peer, 73, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+	MT_CHECK(x == peer + 730 && w == peer + 720, "freed in the library: got %d and %d, want %d and %d", w, x,
+		 peer + 720, peer + 730);
+}
+
 int main(int argc, char **argv)
 {
 	mt_init(&argc, &argv, "p2p_complete");
@@ -304,6 +351,7 @@ int main(int argc, char **argv)
 	for (int d = 1; d < mt_size; d++) {
 		completions(mt_rank ^ d);
 		requests(mt_rank ^ d);
+		library_side(mt_rank ^ d);
 	}
 	return finalize_with_freed_sends();
 }
