@@ -550,68 +550,76 @@ static int overrun_publisher(void *arg, int idx)
 		tu_child_fail(code, __VA_ARGS__);                                                             \
 	} while (0)
 
+/*
+ * One receive of subscriber @p idx within 100 ms, copied or (@p inplace) in
+ * place and released.  @return 0 with an intact message (its seq in @p s and,
+ * in place, the messages lost before it in @p lost), or -ESTALE (overwritten
+ * while held) or -ETIMEDOUT; any other result fails the subscriber.
+ */
+static int overrun_receive(struct overrun_ctx *o, pinshm_channel_t *ch, int idx, bool inplace, uint64_t *s,
+			   uint64_t *lost)
+{
+	uint8_t buf[512];
+	char why[200];
+	uint32_t w;
+	int rc, bad;
+
+	*lost = 0;
+	if (!inplace) {
+		size_t len;
+		rc = pinshm_recv(ch, buf, sizeof(buf), &len, 100);
+		if (rc == -ESTALE || rc == -ETIMEDOUT)
+			return rc;
+		if (rc)
+			SUB_FAIL(3, "recv: %d (%s)", rc, pinshm_strerror(rc));
+		if (tu_msg_check(buf, len, sizeof(buf), &w, s, why, sizeof(why)))
+			SUB_FAIL(4, "subscriber %d: recv returned a bad message: %s", idx, why);
+		return 0;
+	}
+	pinshm_msg_t m;
+	rc = pinshm_recv_inplace(ch, &m, 100);
+	if (rc == -ESTALE || rc == -ETIMEDOUT)
+		return rc;
+	if (rc)
+		SUB_FAIL(3, "recv_inplace: %d (%s)", rc, pinshm_strerror(rc));
+	/* Check it, then ask whether it was overwritten meanwhile. */
+	bad = tu_msg_check(m.data, m.len, sizeof(buf), &w, s, why, sizeof(why));
+	rc = pinshm_release(ch, &m);
+	if (rc == -ESTALE)
+		return rc;
+	if (rc)
+		SUB_FAIL(3, "release: %d (%s)", rc, pinshm_strerror(rc));
+	if (bad)
+		SUB_FAIL(4, "subscriber %d: a message released intact was bad: %s", idx, why);
+	*lost = m.lost;
+	return 0;
+}
+
 static int overrun_subscriber(void *arg, int idx)
 {
 	struct overrun_ctx *o = arg;
 	pinshm_channel_t *ch;
-	uint8_t buf[512];
 	uint64_t next = 0, got = 0, stale = 0, r = (uint64_t)idx + 1;
 	uint64_t deadline = tu_now_ms() + WAIT_MS;
 	pinshm_channel_info_t info;
-	char why[200];
 	int rc = pinshm_channel_attach(o->fd, PINSHM_CONSUMER, &ch);
 
 	if (rc)
 		SUB_FAIL(1, "subscriber attach: %d", rc);
 	atomic_fetch_add(&o->ready[0], 1);
 	while (next < o->N) {
-		uint32_t w;
-		uint64_t s;
+		uint64_t s, lost;
 
 		if (tu_now_ms() > deadline)
 			SUB_FAIL(2, "subscriber %d: stuck at %llu", idx, (unsigned long long)next);
 		r = tu_mix(r);
-		if (r % 2) {
-			size_t len;
-			rc = pinshm_recv(ch, buf, sizeof(buf), &len, 100);
-			if (rc == -ESTALE) {
-				stale++;
-				continue;
-			}
-			if (rc == -ETIMEDOUT)
-				continue;
-			if (rc)
-				SUB_FAIL(3, "recv: %d (%s)", rc, pinshm_strerror(rc));
-			if (tu_msg_check(buf, len, sizeof(buf), &w, &s, why, sizeof(why)))
-				SUB_FAIL(4, "subscriber %d: recv returned a bad message: %s", idx, why);
-		} else {
-			pinshm_msg_t m;
-			int bad;
-			rc = pinshm_recv_inplace(ch, &m, 100);
-			if (rc == -ESTALE) {
-				stale++;
-				continue;
-			}
-			if (rc == -ETIMEDOUT)
-				continue;
-			if (rc)
-				SUB_FAIL(3, "recv_inplace: %d (%s)", rc, pinshm_strerror(rc));
-			/* Check it, then ask whether it was overwritten meanwhile. */
-			bad = tu_msg_check(m.data, m.len, sizeof(buf), &w, &s, why, sizeof(why));
-			rc = pinshm_release(ch, &m);
-			if (rc == -ESTALE) {
-				stale++;
-				continue;
-			}
-			if (rc)
-				SUB_FAIL(3, "release: %d (%s)", rc, pinshm_strerror(rc));
-			if (bad)
-				SUB_FAIL(4, "subscriber %d: a message released intact was bad: %s", idx, why);
-			if (s < next + m.lost)
-				SUB_FAIL(5, "subscriber %d: seq %llu, but %llu lost after %llu", idx,
-					      (unsigned long long)s, (unsigned long long)m.lost,
-					      (unsigned long long)next);
-		}
+		rc = overrun_receive(o, ch, idx, r % 2 == 0, &s, &lost);
+		stale += rc == -ESTALE;
+		if (rc)
+			continue;
+		if (lost && s < next + lost)
+			SUB_FAIL(5, "subscriber %d: seq %llu, but %llu lost after %llu", idx, (unsigned long long)s,
+				 (unsigned long long)lost, (unsigned long long)next);
 		if (s < next)
 			SUB_FAIL(5, "subscriber %d: seq %llu after %llu", idx, (unsigned long long)s,
 				      (unsigned long long)next);
@@ -686,16 +694,27 @@ static void expect_killed(struct tu_procs *ps, int i)
 		      ps->name[i], tu_status_str(ps->status[i], s, sizeof(s)));
 }
 
-static void recv_msg_expect(pinshm_channel_t *c, uint32_t who, uint64_t seq, size_t max_len, int timeout_ms)
+/* Receive a message (of @p max_len bytes at most) within @p timeout_ms.
+ * @return 0 with its producer in @p who and its seq in @p seq, checked
+ * intact (or the test fails), or what pinshm_recv() said. */
+static int recv_seq(pinshm_channel_t *c, size_t max_len, int timeout_ms, uint32_t *who, uint64_t *seq)
 {
 	uint8_t buf[8192];
 	char why[200];
+	size_t len;
+	int rc = pinshm_recv(c, buf, sizeof(buf), &len, timeout_ms);
+
+	if (rc == 0)
+		ck_assert_msg(tu_msg_check(buf, len, max_len, who, seq, why, sizeof(why)) == 0, "%s", why);
+	return rc;
+}
+
+static void recv_msg_expect(pinshm_channel_t *c, uint32_t who, uint64_t seq, size_t max_len, int timeout_ms)
+{
 	uint32_t w;
 	uint64_t s;
-	size_t len;
 
-	TU_RC(pinshm_recv(c, buf, sizeof(buf), &len, timeout_ms), 0);
-	ck_assert_msg(tu_msg_check(buf, len, max_len, &w, &s, why, sizeof(why)) == 0, "%s", why);
+	TU_RC(recv_seq(c, max_len, timeout_ms, &w, &s), 0);
 	ck_assert_msg(w == who && s == seq, "got (%u, %llu), expected (%u, %llu)", w, (unsigned long long)s, who,
 		      (unsigned long long)seq);
 }
@@ -707,6 +726,17 @@ static void send_msg(pinshm_channel_t *p, uint32_t who, uint64_t seq, size_t max
 
 	tu_msg_fill(buf, len, who, seq);
 	TU_RC(pinshm_send(p, buf, len, timeout_ms), 0);
+}
+
+/* The end of a dying child: wait to be killed by the test where
+ * @p wait_for_kill, else die of SIGKILL now.  @return never. */
+static int child_die(bool wait_for_kill)
+{
+	if (wait_for_kill)
+		for (;;)
+			pause();
+	raise(SIGKILL);
+	return 9;
 }
 
 /* Producer child: send `count` messages of 100 bytes, reserve 500 and write
@@ -735,11 +765,7 @@ static int dying_producer(void *arg, int idx)
 	tu_msg_fill(b, 500, 0, d->count);
 	memset((uint8_t *)b + 250, 0xab, 250);
 	tu_report_vals(&d->rep, 0, 0, pinshm_channel_endpoint(ch), d->count);
-	if (d->variant == 2)
-		for (;;)
-			pause();
-	raise(SIGKILL);
-	return 9;
+	return child_die(d->variant == 2);
 }
 
 /* A producer dies between reserve and commit: after the reap, a new
@@ -860,9 +886,9 @@ START_TEST(test_producer_killed_midstream)
 	struct death_ctx d = {.variant = 0};
 	struct tu_procs ps;
 	pinshm_channel_t *c, *p;
-	uint64_t next = 0, stop = 500 + (uint64_t)_i * 1733;
+	uint64_t next = 0, stop = 500 + (uint64_t)_i * 1733, s;
 	uint8_t buf[8192];
-	char why[200];
+	uint32_t w;
 	size_t size, len;
 	void *base;
 	int rc;
@@ -872,20 +898,14 @@ START_TEST(test_producer_killed_midstream)
 	tu_procs_init(&ps);
 	tu_spawn(&ps, "producer", streaming_producer, &d, 0);
 	while (next < stop) {
-		uint32_t w;
-		uint64_t s;
-		TU_RC(pinshm_recv(c, buf, sizeof(buf), &len, CALL_MS), 0);
-		ck_assert_msg(tu_msg_check(buf, len, 600, &w, &s, why, sizeof(why)) == 0, "%s", why);
+		TU_RC(recv_seq(c, 600, CALL_MS, &w, &s), 0);
 		ck_assert_uint_eq(s, next);
 		next++;
 	}
 	ck_assert_int_eq(kill(ps.pid[0], SIGKILL), 0);
 	expect_killed(&ps, 0);
 	/* What it committed before dying: still a clean sequence. */
-	while ((rc = pinshm_recv(c, buf, sizeof(buf), &len, PINSHM_NONBLOCK)) == 0) {
-		uint32_t w;
-		uint64_t s;
-		ck_assert_msg(tu_msg_check(buf, len, 600, &w, &s, why, sizeof(why)) == 0, "%s", why);
+	while ((rc = recv_seq(c, 600, PINSHM_NONBLOCK, &w, &s)) == 0) {
 		ck_assert_uint_eq(s, next);
 		next++;
 	}
@@ -908,42 +928,39 @@ END_TEST
 
 /* Consumer child of a shared queue: receive two and release them, then hold
  * three in place, report them, and die (variant 1: wait to be killed). */
+/* In a child: receive in place into @p m, an intact message whose seq goes into @p seq, or fail. */
+static void child_recv_inplace(pinshm_channel_t *ch, pinshm_msg_t *m, uint64_t *seq)
+{
+	char why[200];
+	uint32_t w;
+	int rc = pinshm_recv_inplace(ch, m, CALL_MS);
+
+	if (rc)
+		tu_child_fail(2, "recv_inplace: %d", rc);
+	if (tu_msg_check(m->data, m->len, 0, &w, seq, why, sizeof(why)))
+		tu_child_fail(3, "%s", why);
+}
+
 static int dying_consumer(void *arg, int idx)
 {
 	struct death_ctx *d = arg;
 	pinshm_channel_t *ch;
 	pinshm_msg_t m[3];
 	struct tu_report rep = {.who = idx};
-	char why[200];
-	uint32_t w;
 	int rc = pinshm_channel_attach(d->fd, PINSHM_CONSUMER, &ch);
 
 	if (rc)
 		tu_child_fail(1, "attach: %d", rc);
 	rep.v[0] = pinshm_channel_endpoint(ch);
-	for (unsigned i = 0; i < 2; i++) {
-		rc = pinshm_recv_inplace(ch, &m[i], CALL_MS);
-		if (rc)
-			tu_child_fail(2, "recv_inplace: %d", rc);
-		if (tu_msg_check(m[i].data, m[i].len, 0, &w, &rep.v[1 + i], why, sizeof(why)))
-			tu_child_fail(3, "%s", why);
-	}
+	for (unsigned i = 0; i < 2; i++)
+		child_recv_inplace(ch, &m[i], &rep.v[1 + i]);
 	rc = pinshm_release(ch, &m[1]);
 	if (rc)
 		tu_child_fail(4, "release: %d", rc);
-	for (unsigned i = 0; i < 3; i++) {
-		rc = pinshm_recv_inplace(ch, &m[i], CALL_MS);
-		if (rc)
-			tu_child_fail(2, "recv_inplace: %d", rc);
-		if (tu_msg_check(m[i].data, m[i].len, 0, &w, &rep.v[3 + i], why, sizeof(why)))
-			tu_child_fail(3, "%s", why);
-	}
+	for (unsigned i = 0; i < 3; i++)
+		child_recv_inplace(ch, &m[i], &rep.v[3 + i]);
 	tu_report(&d->rep, &rep);
-	if (d->variant == 1)
-		for (;;)
-			pause();
-	raise(SIGKILL);
-	return 9;
+	return child_die(d->variant == 1);
 }
 
 /* A consumer of a shared queue dies holding messages in place: after the
@@ -956,9 +973,9 @@ START_TEST(test_consumer_dies_holding)
 	struct tu_report rep;
 	pinshm_channel_t *p, *b, *c3;
 	unsigned seen[N] = {0}, expect[N];
-	uint8_t buf[8192];
-	char why[200];
-	size_t size, len;
+	uint32_t w;
+	uint64_t s;
+	size_t size;
 	void *base;
 	int rc;
 
@@ -980,10 +997,7 @@ START_TEST(test_consumer_dies_holding)
 	if (d.variant == 1) {
 		/* b takes some while the dying one holds three. */
 		for (unsigned i = 0; i < 5; i++) {
-			uint32_t w;
-			uint64_t s;
-			TU_RC(pinshm_recv(b, buf, sizeof(buf), &len, PINSHM_NONBLOCK), 0);
-			ck_assert_int_eq(tu_msg_check(buf, len, 300, &w, &s, why, sizeof(why)), 0);
+			TU_RC(recv_seq(b, 300, PINSHM_NONBLOCK, &w, &s), 0);
 			ck_assert_uint_lt(s, N);
 			seen[s]++;
 		}
@@ -992,10 +1006,7 @@ START_TEST(test_consumer_dies_holding)
 	expect_killed(&ps, 0);
 	base = tu_map(d.fd, &size);
 	TU_RC(pinshm_segment_reap(base, size, (unsigned)rep.v[0]), 0);
-	while ((rc = pinshm_recv(b, buf, sizeof(buf), &len, PINSHM_NONBLOCK)) == 0) {
-		uint32_t w;
-		uint64_t s;
-		ck_assert_msg(tu_msg_check(buf, len, 300, &w, &s, why, sizeof(why)) == 0, "%s", why);
+	while ((rc = recv_seq(b, 300, PINSHM_NONBLOCK, &w, &s)) == 0) {
 		ck_assert_uint_lt(s, N);
 		seen[s]++;
 	}
