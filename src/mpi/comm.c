@@ -43,7 +43,8 @@ struct table {
 	size_t n, used;
 };
 static struct table by_handle, by_ctx;
-static struct pm_comm *last; /* the entry found last */
+static struct pm_comm *last;     /* the entry found last by handle */
+static struct pm_comm *last_ctx; /* ... and by context (every record asks) */
 
 static size_t hash(uintptr_t key, size_t n)
 {
@@ -123,7 +124,12 @@ struct pm_comm *pm_comm_find(MPI_Comm comm)
 
 struct pm_comm *pm_comm_by_ctx(uint64_t ctx)
 {
-	return table_get(&by_ctx, (uintptr_t)ctx);
+	if (last_ctx && last_ctx->ctx == ctx)
+		return last_ctx;
+	struct pm_comm *c = table_get(&by_ctx, (uintptr_t)ctx);
+	if (c)
+		last_ctx = c;
+	return c;
 }
 
 static uint64_t splitmix64(uint64_t x)
@@ -158,6 +164,7 @@ static void drop_entry(struct pm_comm *c)
 {
 	if (pm_comm_by_ctx(c->ctx) == c)
 		table_del(&by_ctx, (uintptr_t)c->ctx);
+	last_ctx = NULL;
 	free_entry(c);
 }
 
@@ -255,6 +262,7 @@ void pm_comm_register(MPI_Comm comm, uint64_t ctx)
 		forget(old);
 	table_put(&by_handle, (uintptr_t)comm, c);
 	table_put(&by_ctx, (uintptr_t)ctx, c);
+	last_ctx = NULL;
 	if (comm != MPI_COMM_WORLD && comm != MPI_COMM_SELF)
 		PMPI_Comm_set_attr(comm, keyval, c);
 	pm_adopt_orphans(c);
@@ -287,7 +295,7 @@ void pm_comm_teardown(void)
 	free(by_ctx.s);
 	memset(&by_handle, 0, sizeof(by_handle));
 	memset(&by_ctx, 0, sizeof(by_ctx));
-	last = NULL;
+	last = last_ctx = NULL;
 	if (keyval != MPI_KEYVAL_INVALID)
 		PMPI_Comm_free_keyval(&keyval);
 }
