@@ -48,7 +48,7 @@ static struct pm_comm *last_ctx; /* ... and by context (every record asks) */
 
 static size_t hash(uintptr_t key, size_t n)
 {
-	return (size_t)((key ^ (key >> 29)) * 0x9e3779b97f4a7c15ull) & (n - 1);
+	return pm_hash(key, n);
 }
 
 static void table_put(struct table *t, uintptr_t key, struct pm_comm *c);

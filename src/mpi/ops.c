@@ -148,7 +148,7 @@ static size_t nslots, nused;
 
 static size_t slot_of(MPI_Request key)
 {
-	return (size_t)(((uintptr_t)key >> 4) * 0x9e3779b97f4a7c15ull) & (nslots - 1);
+	return pm_hash((uintptr_t)key, nslots);
 }
 
 static void map_put(MPI_Request key, struct pm_op *op);

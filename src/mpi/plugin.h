@@ -46,6 +46,15 @@ void pm_list_remove(struct pm_list *l, struct pm_link *e);
 
 #define pm_container(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
+/* The slot of @p key (a pointer or a context) in a table of @p n, a power
+ * of two: bits 32 and up of a Fibonacci product, which depend on all the
+ * key's low bits (the product's own low bits depend only on the key's low
+ * bits, which are alike for handles allocated at a regular stride). */
+static inline size_t pm_hash(uint64_t key, size_t n)
+{
+	return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & (n - 1);
+}
+
 /* Clear @p n bytes at @p p, 64 at a time.  A compiler turns a memset of a
  * known size over 64 bytes into `rep stos`, whose start-up alone costs
  * 16 ns on the machine measured (an op is 216 bytes); memsets of 64 bytes
