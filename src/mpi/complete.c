@@ -109,7 +109,7 @@ static void split_free(struct split *s)
 }
 
 /* Copy the library's handles back (it nulls or keeps them). */
-static void subset_back(const struct split *s, MPI_Request reqs[])
+static void library_back(const struct split *s, MPI_Request reqs[])
 {
 	for (int k = 0; k < s->n; k++)
 		reqs[s->index[k]] = s->reqs[k];
@@ -244,7 +244,7 @@ static bool ours_all_done(struct split *s, int count)
 }
 
 /* The library's part of a completed "all": statuses of its requests. */
-static void subset_statuses(const struct split *s, MPI_Status statuses[], int rc)
+static void library_statuses(const struct split *s, MPI_Status statuses[], int rc)
 {
 	if (statuses == MPI_STATUSES_IGNORE)
 		return;
@@ -290,8 +290,8 @@ int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
 	if (s.n)
 		rc = PMPI_Waitall(s.n, s.reqs, s.st);
 	null_statuses(count, reqs, statuses);
-	subset_back(&s, reqs);
-	subset_statuses(&s, statuses, rc);
+	library_back(&s, reqs);
+	library_statuses(&s, statuses, rc);
 	MPI_Comm failed = finish_ours(&s, count, reqs, statuses);
 	split_free(&s);
 	return multi_error(failed, rc);
@@ -321,8 +321,8 @@ int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[])
 	}
 	*flag = 1;
 	null_statuses(count, reqs, statuses);
-	subset_back(&s, reqs);
-	subset_statuses(&s, statuses, rc);
+	library_back(&s, reqs);
+	library_statuses(&s, statuses, rc);
 	MPI_Comm failed = finish_ours(&s, count, reqs, statuses);
 	split_free(&s);
 	return multi_error(failed, rc);
