@@ -166,6 +166,23 @@ static void raw_reply(int sock, struct proto_msg *m)
 	ck_assert_int_eq(proto_decode(buf, (size_t)n, true, m), 0);
 }
 
+/* OPEN @p name as a consumer (sequence number 1) on the raw connection
+ * @p sock, which must succeed; the reply into @p m (its descriptor is
+ * dropped by recv()). */
+static void raw_open_consumer(int sock, const char *name, struct proto_msg *m)
+{
+	struct pkt p;
+
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_OPEN, 1);
+	pk_name(&p, name);
+	pk_le(&p, PINSHM_CONSUMER, 4);
+	pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
+	pk_end(&p);
+	raw_send(sock, &p, -1, 0);
+	raw_reply(sock, m);
+	ck_assert_int_eq(m->status, 0);
+}
+
 /* ======================================================================== */
 /* helpers for /proc and /dev/shm                                            */
 /* ======================================================================== */
@@ -533,14 +550,7 @@ START_TEST(test_close)
 	int s = raw_connect(d.sock);
 	struct pkt p;
 	struct proto_msg m;
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_OPEN, 1);
-	pk_name(&p, "cl-raw");
-	pk_le(&p, PINSHM_CONSUMER, 4);
-	pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
-	pk_end(&p);
-	raw_send(s, &p, -1, 0);
-	raw_reply(s, &m); /* its descriptor is dropped by recv() */
-	ck_assert_int_eq(m.status, 0);
+	raw_open_consumer(s, "cl-raw", &m);
 	uint64_t id = m.u.open_reply.id;
 	uint32_t ep = m.u.open_reply.endpoint;
 	ck_assert_uint_eq(ep, 2); /* after the two producers */
@@ -1193,26 +1203,21 @@ END_TEST
 /* death: clients killed                                                     */
 /* ======================================================================== */
 
-struct death {
-	const char *sock;
-	struct tu_reporter rep;
-};
-
 static int death_producer(void *arg, int idx)
 {
-	struct death *x = arg;
+	struct scene *x = arg;
 	pinshm_client_t *c;
 
 	(void)idx;
-	child_open_send_first(x->sock, "death", CALL_MS, &c);
+	child_open_send_first(x->d.sock, "death", CALL_MS, &c);
 	return child_sleep_until_killed(WAIT_MS);
 }
 
 static int death_consumer(void *arg, int idx)
 {
-	struct death *x = arg;
+	struct scene *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_connect_open(x->sock, "death", PINSHM_CONSUMER, &c);
+	pinshm_channel_t *ch = child_connect_open(x->d.sock, "death", PINSHM_CONSUMER, &c);
 	char buf[16];
 	size_t len;
 
@@ -1230,23 +1235,18 @@ static int death_consumer(void *arg, int idx)
 
 START_TEST(test_producer_killed)
 {
-	struct daemon d;
-	struct death x;
-	struct tu_procs ps;
+	struct scene x;
+	struct tu_procs *ps = &x.ps;
 	struct tu_report r;
 
-	daemon_start(&d);
-	x.sock = d.sock;
-	pinshm_client_t *c = connect_create_small(&d, "death");
-	tu_reporter_open(&x.rep);
-	tu_procs_init(&ps);
-	int prod = tu_spawn(&ps, "producer", death_producer, &x, 0);
-	tu_spawn(&ps, "consumer", death_consumer, &x, 1);
+	scene_start(&x, "death");
+	int prod = tu_spawn(ps, "producer", death_producer, &x, 0);
+	tu_spawn(ps, "consumer", death_consumer, &x, 1);
 
 	TU_RC(tu_collect(&x.rep, &r, WAIT_MS), 0);
 	ck_assert_uint_eq(r.v[0], 1);
 	tu_sleep_ms(50); /* let it go to sleep */
-	ck_assert_int_eq(kill(ps.pid[prod], SIGKILL), 0);
+	ck_assert_int_eq(kill(ps->pid[prod], SIGKILL), 0);
 	uint64_t t0 = tu_now_ms();
 	TU_RC(tu_collect(&x.rep, &r, 5000), 0);
 	uint64_t waited = tu_now_ms() - t0;
@@ -1254,20 +1254,18 @@ START_TEST(test_producer_killed)
 	TU_RC(r.status, -EPIPE);
 	ck_assert_msg(waited < 1000, "-EPIPE came %llu ms after the kill", (unsigned long long)waited);
 
-	tu_wait_all(&ps, WAIT_MS);
-	ck_assert(WIFSIGNALED(ps.status[prod]));
-	ck_assert_int_eq(ps.status[1], 0);
-	tu_reporter_close(&x.rep);
-	pinshm_disconnect(c);
-	daemon_stop_ok(&d);
+	tu_wait_all(ps, WAIT_MS);
+	ck_assert(WIFSIGNALED(ps->status[prod]));
+	ck_assert_int_eq(ps->status[1], 0);
+	scene_end(&x);
 }
 END_TEST
 
 static int death_holder(void *arg, int idx)
 {
-	struct death *x = arg;
+	struct scene *x = arg;
 	pinshm_client_t *c;
-	pinshm_channel_t *ch = child_connect_open(x->sock, "death", PINSHM_CONSUMER, &c);
+	pinshm_channel_t *ch = child_connect_open(x->d.sock, "death", PINSHM_CONSUMER, &c);
 
 	(void)idx;
 	(void)ch;
@@ -1278,22 +1276,17 @@ static int death_holder(void *arg, int idx)
 /* A consumer killed: its endpoint is reaped and can be opened again. */
 START_TEST(test_consumer_killed)
 {
-	struct daemon d;
-	struct death x;
-	struct tu_procs ps;
+	struct scene x;
 	struct tu_report r;
 	pinshm_list_entry_t e;
 	pinshm_channel_t *ch;
 
-	daemon_start(&d);
-	x.sock = d.sock;
-	pinshm_client_t *c = connect_create_small(&d, "death");
-	tu_reporter_open(&x.rep);
-	tu_procs_init(&ps);
-	tu_spawn(&ps, "holder", death_holder, &x, 0);
+	scene_start(&x, "death");
+	pinshm_client_t *c = x.c;
+	tu_spawn(&x.ps, "holder", death_holder, &x, 0);
 	TU_RC(tu_collect(&x.rep, &r, WAIT_MS), 0);
 	CLIENT_RC(c, pinshm_open(c, "death", PINSHM_CONSUMER, &ch), -EBUSY);
-	tu_kill_all(&ps);
+	tu_kill_all(&x.ps);
 
 	uint64_t deadline = tu_now_ms() + 5000;
 	do {
@@ -1305,9 +1298,7 @@ START_TEST(test_consumer_killed)
 	ck_assert_uint_eq(e.consumers, 0);
 	CLIENT_RC(c, pinshm_open(c, "death", PINSHM_CONSUMER, &ch), 0);
 	pinshm_channel_close(ch);
-	tu_reporter_close(&x.rep);
-	pinshm_disconnect(c);
-	daemon_stop_ok(&d);
+	scene_end(&x);
 }
 END_TEST
 
@@ -2242,14 +2233,7 @@ START_TEST(test_eventfd_handover)
 	int s = raw_connect(d.sock);
 	struct pkt p;
 	struct proto_msg m;
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_OPEN, 1);
-	pk_name(&p, "ev-raw");
-	pk_le(&p, PINSHM_CONSUMER, 4);
-	pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
-	pk_end(&p);
-	raw_send(s, &p, -1, 0);
-	raw_reply(s, &m);
-	ck_assert_int_eq(m.status, 0);
+	raw_open_consumer(s, "ev-raw", &m);
 	uint64_t id = m.u.open_reply.id;
 	uint32_t ep = m.u.open_reply.endpoint;
 	int pipefd[2];

@@ -76,21 +76,17 @@ static bool has_client_pid(pinshm_client_t *c, pid_t pid)
 /* ======================================================================== */
 
 static void wait_counts(pinshm_client_t *c, uint32_t connections, uint32_t channels);
-
-struct forker {
-	const char *sock;
-	struct tu_reporter rep;
-};
+static void assert_holds_nothing(const struct daemon *d, pinshm_client_t *c, long lck0);
 
 /* Open the producer, send one message, fork a grandchild that holds the
  * connection (and sleeps), report its pid, wait to be killed. */
 static int forking_producer(void *arg, int idx)
 {
-	struct forker *x = arg;
+	struct scene *x = arg;
 	pinshm_client_t *c;
 
 	(void)idx;
-	child_open_send_first(x->sock, "fork", CALL_MS, &c);
+	child_open_send_first(x->d.sock, "fork", CALL_MS, &c);
 	pid_t g = fork();
 	if (g < 0)
 		tu_child_fail(5, "fork: %s", strerror(errno));
@@ -106,44 +102,38 @@ static int forking_producer(void *arg, int idx)
  * consumer gets -EPIPE within a second, and the connection is gone. */
 START_TEST(test_pidfd_forked_holder)
 {
-	struct daemon d;
-	struct forker x;
-	struct tu_procs ps;
+	struct scene x;
+	struct tu_procs *ps = &x.ps;
 	struct tu_report r;
 	pinshm_channel_t *cons;
 	char buf[16];
 	size_t len;
 
 	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0); /* the grandchild is reaped here */
-	daemon_start(&d);
-	x.sock = d.sock;
-	pinshm_client_t *c = connect_create_small(&d, "fork");
+	scene_start(&x, "fork");
+	pinshm_client_t *c = x.c;
 	CLIENT_RC(c, pinshm_open(c, "fork", PINSHM_CONSUMER, &cons), 0);
-	tu_reporter_open(&x.rep);
-	tu_procs_init(&ps);
-	int prod = tu_spawn(&ps, "producer", forking_producer, &x, 0);
+	int prod = tu_spawn(ps, "producer", forking_producer, &x, 0);
 
 	TU_RC(tu_collect(&x.rep, &r, WAIT_MS), 0);
 	pid_t grandchild = (pid_t)r.v[0];
-	ck_assert_int_eq((pid_t)r.v[1], ps.pid[prod]);
+	ck_assert_int_eq((pid_t)r.v[1], ps->pid[prod]);
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
-	ck_assert(has_client_pid(c, ps.pid[prod]));
+	ck_assert(has_client_pid(c, ps->pid[prod]));
 
-	ck_assert_int_eq(kill(ps.pid[prod], SIGKILL), 0);
+	ck_assert_int_eq(kill(ps->pid[prod], SIGKILL), 0);
 	uint64_t t0 = tu_now_ms();
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, 5000), -EPIPE);
 	uint64_t waited = tu_now_ms() - t0;
 	ck_assert_msg(waited < 1000, "-EPIPE came %llu ms after the kill", (unsigned long long)waited);
 	ck_assert_msg(kill(grandchild, 0) == 0, "the grandchild holding the connection is gone already");
-	ck_assert(!has_client_pid(c, ps.pid[prod]));
+	ck_assert(!has_client_pid(c, ps->pid[prod]));
 
 	kill(grandchild, SIGKILL);
 	ck_assert_int_eq(waitpid(grandchild, NULL, 0), grandchild);
-	tu_wait_all(&ps, WAIT_MS);
+	tu_wait_all(ps, WAIT_MS);
 	pinshm_channel_close(cons);
-	tu_reporter_close(&x.rep);
-	pinshm_disconnect(c);
-	daemon_stop_ok(&d);
+	scene_end(&x);
 }
 END_TEST
 
@@ -745,7 +735,6 @@ static void restart_check_adopted(struct restart *t, const pinshm_list_entry_t *
 static void restart_finish(struct restart *t, struct traffic *x, struct tu_procs *ps, uint64_t received)
 {
 	struct tu_report r;
-	pinshm_status_t s;
 
 	close(x->stop[1]);
 	TU_RC(tu_collect(&x->rep, &r, WAIT_MS), 0);
@@ -753,10 +742,7 @@ static void restart_finish(struct restart *t, struct traffic *x, struct tu_procs
 	tu_wait_all_ok(ps, WAIT_MS);
 	pinshm_disconnect(t->c);
 	t->c = connect_ok(&t->d);
-	wait_counts(t->c, 1, 0);
-	CLIENT_RC(t->c, pinshm_status(t->c, &s, NULL, NULL), 0);
-	ck_assert_uint_eq(s.pinned, 0);
-	ck_assert_int_le(proc_status_value_kb(t->d.pid, "VmLck:"), t->lck0);
+	assert_holds_nothing(&t->d, t->c, t->lck0);
 	pinshm_disconnect(t->c);
 	daemon_stop_ok(&t->d);
 	tu_reporter_close(&x->rep);
@@ -971,6 +957,18 @@ static void wait_counts(pinshm_client_t *c, uint32_t connections, uint32_t chann
 		     st.channels_pinned + st.channels_unpinned, connections, channels);
 }
 
+/* The daemon @p d serves @p c alone, holds no channel and nothing pinned, and
+ * has no more memory locked than @p lck0 kB (what it had before). */
+static void assert_holds_nothing(const struct daemon *d, pinshm_client_t *c, long lck0)
+{
+	pinshm_status_t st;
+
+	wait_counts(c, 1, 0);
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	ck_assert_uint_eq(st.pinned, 0);
+	ck_assert_int_le(proc_status_value_kb(d->pid, "VmLck:"), lck0);
+}
+
 /* One of the 200: its own channel, a message through it, then wait for
  * the release (its pipe closing) and leave. */
 static void scale_client(const char *sock, int idx, int ready, int release)
@@ -1071,10 +1069,7 @@ START_TEST(test_200_clients)
 		ck_assert_int_eq(waitpid(pids[i], &status, 0), pids[i]);
 		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "client %d: status %#x", i, status);
 	}
-	wait_counts(c, 1, 0);
-	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
-	ck_assert_uint_eq(st.pinned, 0);
-	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0);
+	assert_holds_nothing(&d, c, lck0);
 	close(ready[0]);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
@@ -1146,10 +1141,7 @@ START_TEST(test_thousands_of_channels)
 	wait_counts(c, 1, 1); /* many-again lives while its creator is connected */
 	pinshm_disconnect(c);
 	c = connect_ok(&d);
-	wait_counts(c, 1, 0);
-	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
-	ck_assert_uint_eq(st.pinned, 0);
-	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0);
+	assert_holds_nothing(&d, c, lck0);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }

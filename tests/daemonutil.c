@@ -286,6 +286,21 @@ pinshm_client_t *connect_create_small(const struct daemon *d, const char *name)
 	return c;
 }
 
+void scene_start(struct scene *s, const char *name)
+{
+	daemon_start(&s->d);
+	s->c = connect_create_small(&s->d, name);
+	tu_reporter_open(&s->rep);
+	tu_procs_init(&s->ps);
+}
+
+void scene_end(struct scene *s)
+{
+	tu_reporter_close(&s->rep);
+	pinshm_disconnect(s->c);
+	daemon_stop_ok(&s->d);
+}
+
 /* CPU time (user + system) that process @p pid used, in clock ticks. */
 static long proc_cpu_ticks(pid_t pid)
 {

@@ -22,6 +22,7 @@
 #include <check.h>
 
 #include "pinshm.h"
+#include "testutil.h"
 
 #define DAEMON_START_MS 15000 /* for a daemon to accept */
 #define DAEMON_STOP_MS 10000  /* for it to exit after SIGTERM */
@@ -77,6 +78,23 @@ int child_sleep_until_killed(int ms);
 /** Whether the daemon of @p c lists a channel @p name: its entry into @p out,
  * and how many it lists into @p total (either may be NULL). */
 bool list_find(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out, size_t *total);
+
+/* A daemon, a queue on it, and child processes of the test that use the
+ * queue and report to the test (the tests of killed clients). */
+struct scene {
+	struct daemon d;
+	pinshm_client_t *c;    /* it created the queue */
+	struct tu_reporter rep; /* the children report here */
+	struct tu_procs ps;
+};
+
+/** Start @p s: a daemon, the queue @p name made by connect_create_small(),
+ * the reporter open, no children yet. */
+void scene_start(struct scene *s, const char *name);
+
+/** End @p s (its children waited for): close the reporter, disconnect,
+ * daemon_stop_ok(). */
+void scene_end(struct scene *s);
 
 /** A client connected to @p d that created @p name, a queue of 64 KiB for one
  * producer and one consumer, mode 0600; or fail the test. */
