@@ -7,6 +7,7 @@
 #endif
 #include <check.h>
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -1241,6 +1242,34 @@ END_TEST
 /* several producers                                                         */
 /* ======================================================================== */
 
+/*
+ * Receive up to @p limit messages (tu_msg_fill(), @p max_len bytes at most)
+ * that @p c has now, of producers 0 to @p producers - 1: each intact, and
+ * each producer's in order from @p next[producer].  @return how many.
+ */
+static unsigned recv_in_order(pinshm_channel_t *c, size_t max_len, unsigned producers, uint64_t *next,
+			      unsigned limit)
+{
+	char why[200];
+	unsigned n = 0;
+
+	for (; n < limit; n++) {
+		size_t len;
+		uint32_t who;
+		uint64_t seq;
+		int rc = pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK);
+		if (rc == -EAGAIN)
+			break;
+		TU_RC(rc, 0);
+		ck_assert_msg(tu_msg_check(rbuf, len, max_len, &who, &seq, why, sizeof(why)) == 0, "%s", why);
+		ck_assert_uint_lt(who, producers);
+		ck_assert_msg(seq == next[who], "producer %u: got seq %llu, expected %llu", who,
+			      (unsigned long long)seq, (unsigned long long)next[who]);
+		next[who]++;
+	}
+	return n;
+}
+
 START_TEST(test_multi_producer)
 {
 	enum { P = 3, N = 3000 };
@@ -1249,7 +1278,6 @@ START_TEST(test_multi_producer)
 	pinshm_channel_t *p[P], *c;
 	uint64_t sent[P] = {0}, next[P] = {0};
 	uint64_t r = 1, total = 0;
-	char why[200];
 
 	for (unsigned i = 0; i < P; i++)
 		p[i] = tu_attach(fd, PINSHM_PRODUCER);
@@ -1270,21 +1298,7 @@ START_TEST(test_multi_producer)
 			if (rc == 0)
 				sent[w]++;
 		}
-		for (unsigned k = 0; k < nr || (ns == 0 && k < 1); k++) {
-			size_t len;
-			uint32_t who;
-			uint64_t seq;
-			int rc = pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK);
-			if (rc == -EAGAIN)
-				break;
-			TU_RC(rc, 0);
-			ck_assert_msg(tu_msg_check(rbuf, len, 300, &who, &seq, why, sizeof(why)) == 0, "%s", why);
-			ck_assert_uint_lt(who, P);
-			ck_assert_msg(seq == next[who], "producer %u: got seq %llu, expected %llu", who,
-				      (unsigned long long)seq, (unsigned long long)next[who]);
-			next[who]++;
-			total++;
-		}
+		total += recv_in_order(c, 300, P, next, ns == 0 && nr == 0 ? 1 : nr);
 	}
 	for (unsigned i = 0; i < P; i++)
 		ck_assert_uint_eq(next[i], N);
@@ -1372,26 +1386,6 @@ START_TEST(test_topic_basic)
 }
 END_TEST
 
-/* Receive what subscriber @p s has of two publishers: intact, each publisher's in order from @p next. */
-static void drain_two_publishers(pinshm_channel_t *s, uint64_t next[2])
-{
-	char why[200];
-
-	for (;;) {
-		size_t got;
-		uint32_t who;
-		uint64_t seq;
-		int rc = pinshm_recv(s, rbuf, sizeof(rbuf), &got, PINSHM_NONBLOCK);
-		if (rc == -EAGAIN)
-			break;
-		TU_RC(rc, 0);
-		ck_assert_msg(tu_msg_check(rbuf, got, 200, &who, &seq, why, sizeof(why)) == 0, "%s", why);
-		ck_assert_uint_lt(who, 2);
-		ck_assert_uint_eq(seq, next[who]);
-		next[who]++;
-	}
-}
-
 START_TEST(test_topic_two_publishers)
 {
 	int fd = tu_channel(PINSHM_TOPIC, 4 * KiB, 2, 2);
@@ -1409,11 +1403,11 @@ START_TEST(test_topic_two_publishers)
 		/* Each subscriber drains at its own pace. */
 		for (unsigned k = 0; k < 2; k++) {
 			if (!((r >> (8 + k)) & 1 && round % 7 != 0))
-				drain_two_publishers(s[k], next[k]);
+				recv_in_order(s[k], 200, 2, next[k], UINT_MAX);
 		}
 	}
 	for (unsigned k = 0; k < 2; k++) {
-		drain_two_publishers(s[k], next[k]);
+		recv_in_order(s[k], 200, 2, next[k], UINT_MAX);
 		ck_assert_uint_eq(next[k][0], sent[0]);
 		ck_assert_uint_eq(next[k][1], sent[1]);
 	}
