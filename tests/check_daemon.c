@@ -1199,6 +1199,199 @@ START_TEST(test_malformed)
 }
 END_TEST
 
+/*
+ * A faulty pinshmd, for the client's paging of LIST, STATUS and CLIENTS: it
+ * answers HELLO, then each paged request with pages that break the rules as
+ * its fault says (fake_page()), until the client hangs up.
+ */
+enum page_fault {
+	LIST_STUCK,        /* more follow, but `next` is the cursor asked for */
+	LIST_EMPTY_MORE,   /* more follow, but the page is empty */
+	USERS_BACKWARDS,   /* uid 5, then uid 3 */
+	USERS_REPEATED,    /* the second page starts before its cursor */
+	CLIENTS_BACKWARDS, /* id 3, then id 2 */
+	CLIENTS_BAD_NEXT,  /* `next` is not the last id */
+	CLIENTS_TWO_PAGES, /* a correct answer in two pages: ids 1, 2, then 3 */
+	PAGE_FAULTS
+};
+
+struct fake {
+	char dir[64], sock[96];
+	int lfd;
+	enum page_fault fault;
+};
+
+/* The reply to paged request @p req (asked from @p cursor) under @p fault. */
+static void fake_page(enum page_fault fault, uint64_t cursor, struct proto_msg *rep)
+{
+	typeof(rep->u.list_reply) *l = &rep->u.list_reply;
+	typeof(rep->u.status_reply) *st = &rep->u.status_reply;
+	typeof(rep->u.clients_reply) *cl = &rep->u.clients_reply;
+
+	switch (fault) {
+	case LIST_STUCK:
+		l->count = 1;
+		snprintf(l->entries[0].name, sizeof(l->entries[0].name), "stuck");
+		l->flags = PROTO_LIST_MORE;
+		l->next = cursor;
+		break;
+	case LIST_EMPTY_MORE:
+		l->flags = PROTO_LIST_MORE;
+		l->next = cursor + 1;
+		break;
+	case USERS_BACKWARDS:
+		st->pid = 4242;
+		st->count = 2;
+		st->users[0].uid = 5;
+		st->users[1].uid = 3;
+		st->next = 4;
+		break;
+	case USERS_REPEATED:
+		st->pid = 4242;
+		st->count = 1;
+		st->users[0].uid = 7;
+		st->next = 8;
+		st->flags = cursor == 0 ? PROTO_STATUS_MORE : 0;
+		break;
+	case CLIENTS_BACKWARDS:
+		cl->count = 2;
+		cl->entries[0].id = 3;
+		cl->entries[1].id = 2;
+		cl->next = 2;
+		break;
+	case CLIENTS_BAD_NEXT:
+		cl->count = 1;
+		cl->entries[0].id = 4;
+		cl->next = 9;
+		break;
+	default: /* CLIENTS_TWO_PAGES */
+		cl->count = cursor == 0 ? 2 : 1;
+		for (uint32_t i = 0; i < cl->count; i++)
+			cl->entries[i] = (struct proto_client_entry){.id = cursor + 1 + i, .pid = 100 + (uint32_t)i};
+		cl->next = cursor + cl->count;
+		cl->flags = cursor == 0 ? PROTO_CLIENTS_MORE : 0;
+		break;
+	}
+}
+
+/* The fake daemon's process: one connection, served until it closes. */
+static int fake_daemon(void *arg, int idx)
+{
+	const struct fake *f = arg;
+	struct proto_msg *req = malloc(sizeof(*req)), *rep = malloc(sizeof(*rep));
+	uint8_t buf[PROTO_MAX_PACKET];
+	int s = accept(f->lfd, NULL, NULL);
+
+	(void)idx;
+	if (s < 0 || !req || !rep)
+		tu_child_fail(2, "accept: %s", strerror(errno));
+	for (;;) {
+		ssize_t n = recv(s, buf, sizeof(buf), 0);
+		if (n <= 0)
+			break;
+		if (proto_decode(buf, (size_t)n, false, req) != 0)
+			tu_child_fail(3, "the client sent a malformed request");
+		memset(rep, 0, sizeof(*rep));
+		rep->h.type = req->h.type | PROTO_REPLY;
+		rep->h.seq = req->h.seq;
+		if (req->h.type == PROTO_HELLO)
+			rep->u.hello_reply.version = PROTO_VERSION;
+		else if (req->h.type == PROTO_LIST)
+			fake_page(f->fault, req->u.list.cursor, rep);
+		else if (req->h.type == PROTO_STATUS)
+			fake_page(f->fault, req->u.status.cursor, rep);
+		else if (req->h.type == PROTO_CLIENTS)
+			fake_page(f->fault, req->u.clients.cursor, rep);
+		else
+			tu_child_fail(4, "unexpected request %u", req->h.type);
+		int len = proto_encode(rep, buf);
+		if (len < 0 || send(s, buf, (size_t)len, MSG_NOSIGNAL) != len)
+			tu_child_fail(5, "reply: %d, %s", len, strerror(errno));
+	}
+	free(req);
+	free(rep);
+	return 0;
+}
+
+/* The client refuses pages that break the rules (out of order, or saying
+ * more follow without moving on) with -EPROTO and a reason, at once rather
+ * than asking for ever, and the connection is done with; a correct answer
+ * in two pages is read whole. */
+START_TEST(test_faulty_daemon_pages)
+{
+	struct fake f = {.fault = (enum page_fault)_i};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct tu_procs ps;
+	pinshm_client_t *c;
+	pinshm_list_entry_t *le;
+	pinshm_user_usage_t *u;
+	pinshm_client_info_t *ci;
+	pinshm_status_t st;
+	size_t n;
+	int rc;
+
+	snprintf(f.dir, sizeof(f.dir), "/tmp/pinshm-fake-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(f.dir));
+	snprintf(f.sock, sizeof(f.sock), "%s/sock", f.dir);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f.sock);
+	f.lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(f.lfd, 0);
+	ck_assert_int_eq(bind(f.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(f.lfd, 1), 0);
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "fake pinshmd", fake_daemon, &f, 0);
+	CLIENT_RC(NULL, pinshm_connect(f.sock, &c), 0);
+
+	const char *why = NULL;
+	switch (f.fault) {
+	case LIST_STUCK:
+	case LIST_EMPTY_MORE:
+		rc = pinshm_list(c, &le, &n);
+		why = "pinshmd's channel list does not advance";
+		ck_assert_ptr_null(le);
+		break;
+	case USERS_BACKWARDS:
+		/* Without the users, only the first page's figures are read. */
+		CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+		ck_assert_uint_eq(st.pid, 4242);
+		/* fall through */
+	case USERS_REPEATED:
+		rc = pinshm_status(c, &st, &u, &n);
+		why = "pinshmd's user list is out of order";
+		ck_assert_ptr_null(u);
+		break;
+	case CLIENTS_BACKWARDS:
+	case CLIENTS_BAD_NEXT:
+		rc = pinshm_clients(c, &ci, &n);
+		why = "pinshmd's connection list is out of order";
+		ck_assert_ptr_null(ci);
+		break;
+	default:
+		CLIENT_RC(c, pinshm_clients(c, &ci, &n), 0);
+		ck_assert_uint_eq(n, 3);
+		for (unsigned i = 0; i < 3; i++)
+			ck_assert_uint_eq(ci[i].id, i + 1);
+		ck_assert_uint_eq(ci[2].pid, 100);
+		free(ci);
+		rc = 0;
+		break;
+	}
+	if (why) {
+		TU_RC(rc, -EPROTO);
+		ck_assert_uint_eq(n, 0);
+		ck_assert_msg(strcmp(pinshm_client_error(c), why) == 0, "error '%s', want '%s'", pinshm_client_error(c),
+			      why);
+		/* Out of step: nothing more is asked on this connection. */
+		TU_RC(pinshm_clients(c, &ci, &n), -EPROTO);
+	}
+	pinshm_disconnect(c);
+	tu_wait_all_ok(&ps, WAIT_MS);
+	close(f.lfd);
+	unlink(f.sock);
+	rmdir(f.dir);
+}
+END_TEST
+
 /* ======================================================================== */
 /* death: clients killed                                                     */
 /* ======================================================================== */
@@ -2404,6 +2597,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_versions);
 	tcase_add_test(tc, test_unknown_type);
 	tcase_add_test(tc, test_malformed);
+	tcase_add_loop_test(tc, test_faulty_daemon_pages, 0, PAGE_FAULTS);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("death");
