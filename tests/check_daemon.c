@@ -1221,55 +1221,58 @@ struct fake {
 	enum page_fault fault;
 };
 
-/* The reply to paged request @p req (asked from @p cursor) under @p fault. */
+/* A STATUS page (from pid 4242) of the users @p uids. */
+static void users_page(struct proto_msg *rep, uint32_t count, const uint32_t *uids, uint64_t next, uint32_t flags)
+{
+	rep->u.status_reply.pid = 4242;
+	rep->u.status_reply.count = count;
+	for (uint32_t i = 0; i < count; i++)
+		rep->u.status_reply.users[i].uid = uids[i];
+	rep->u.status_reply.next = next;
+	rep->u.status_reply.flags = flags;
+}
+
+/* A CLIENTS page of the connections @p ids (pids 100, 101...). */
+static void clients_page(struct proto_msg *rep, uint32_t count, const uint64_t *ids, uint64_t next, uint32_t flags)
+{
+	rep->u.clients_reply.count = count;
+	for (uint32_t i = 0; i < count; i++)
+		rep->u.clients_reply.entries[i] = (struct proto_client_entry){.id = ids[i], .pid = 100 + i};
+	rep->u.clients_reply.next = next;
+	rep->u.clients_reply.flags = flags;
+}
+
+/* The reply to a paged request asked from @p cursor under @p fault. */
 static void fake_page(enum page_fault fault, uint64_t cursor, struct proto_msg *rep)
 {
-	typeof(rep->u.list_reply) *l = &rep->u.list_reply;
-	typeof(rep->u.status_reply) *st = &rep->u.status_reply;
-	typeof(rep->u.clients_reply) *cl = &rep->u.clients_reply;
-
 	switch (fault) {
 	case LIST_STUCK:
-		l->count = 1;
-		snprintf(l->entries[0].name, sizeof(l->entries[0].name), "stuck");
-		l->flags = PROTO_LIST_MORE;
-		l->next = cursor;
+		rep->u.list_reply.count = 1;
+		snprintf(rep->u.list_reply.entries[0].name, sizeof(rep->u.list_reply.entries[0].name), "stuck");
+		rep->u.list_reply.flags = PROTO_LIST_MORE;
+		rep->u.list_reply.next = cursor;
 		break;
 	case LIST_EMPTY_MORE:
-		l->flags = PROTO_LIST_MORE;
-		l->next = cursor + 1;
+		rep->u.list_reply.flags = PROTO_LIST_MORE;
+		rep->u.list_reply.next = cursor + 1;
 		break;
 	case USERS_BACKWARDS:
-		st->pid = 4242;
-		st->count = 2;
-		st->users[0].uid = 5;
-		st->users[1].uid = 3;
-		st->next = 4;
+		users_page(rep, 2, (uint32_t[]){5, 3}, 4, 0);
 		break;
 	case USERS_REPEATED:
-		st->pid = 4242;
-		st->count = 1;
-		st->users[0].uid = 7;
-		st->next = 8;
-		st->flags = cursor == 0 ? PROTO_STATUS_MORE : 0;
+		users_page(rep, 1, (uint32_t[]){7}, 8, cursor == 0 ? PROTO_STATUS_MORE : 0);
 		break;
 	case CLIENTS_BACKWARDS:
-		cl->count = 2;
-		cl->entries[0].id = 3;
-		cl->entries[1].id = 2;
-		cl->next = 2;
+		clients_page(rep, 2, (uint64_t[]){3, 2}, 2, 0);
 		break;
 	case CLIENTS_BAD_NEXT:
-		cl->count = 1;
-		cl->entries[0].id = 4;
-		cl->next = 9;
+		clients_page(rep, 1, (uint64_t[]){4}, 9, 0);
 		break;
 	default: /* CLIENTS_TWO_PAGES */
-		cl->count = cursor == 0 ? 2 : 1;
-		for (uint32_t i = 0; i < cl->count; i++)
-			cl->entries[i] = (struct proto_client_entry){.id = cursor + 1 + i, .pid = 100 + (uint32_t)i};
-		cl->next = cursor + cl->count;
-		cl->flags = cursor == 0 ? PROTO_CLIENTS_MORE : 0;
+		if (cursor == 0)
+			clients_page(rep, 2, (uint64_t[]){1, 2}, 2, PROTO_CLIENTS_MORE);
+		else
+			clients_page(rep, 1, (uint64_t[]){3}, 3, 0);
 		break;
 	}
 }
@@ -1371,7 +1374,8 @@ START_TEST(test_faulty_daemon_pages)
 		ck_assert_uint_eq(n, 3);
 		for (unsigned i = 0; i < 3; i++)
 			ck_assert_uint_eq(ci[i].id, i + 1);
-		ck_assert_uint_eq(ci[2].pid, 100);
+		ck_assert_uint_eq(ci[1].pid, 101);
+		ck_assert_uint_eq(ci[2].pid, 100); /* the first of its page */
 		free(ci);
 		rc = 0;
 		break;
