@@ -11,6 +11,9 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -72,11 +75,18 @@ static void read_file(const char *path, char *buf, size_t len)
 	buf[n] = '\0';
 }
 
+/* A user and group to run as. */
+struct ident {
+	uid_t uid;
+	gid_t gid;
+};
+
 /*
- * Run pinshmctl with @p args (NULL-terminated), its output into files in
- * @p dir; fail the test if it does not exit in time or is killed.
+ * Run pinshmctl with @p args (NULL-terminated), as @p as (NULL: as this
+ * process), its output into files in @p dir; fail the test if it does not
+ * exit in time or is killed.
  */
-static void ctl_runv(const char *dir, struct run *r, const char *const *args)
+static void ctl_runv_as(const char *dir, struct run *r, const struct ident *as, const char *const *args)
 {
 	char out[160], err[160], buf[32];
 	const char *argv[32];
@@ -97,7 +107,9 @@ static void ctl_runv(const char *dir, struct run *r, const char *const *args)
 		int efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		if (ofd < 0 || efd < 0 || dup2(ofd, 1) < 0 || dup2(efd, 2) < 0)
 			_exit(126);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (as && (setgroups(0, NULL) != 0 || setgid(as->gid) != 0 || setuid(as->uid) != 0))
+			_exit(126);
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* after setuid, which clears it */
 		execv(env_path("PINSHMCTL", "clients/pinshmctl"), (char *const *)argv);
 		fprintf(stderr, "exec pinshmctl: %s\n", strerror(errno));
 		_exit(127);
@@ -118,12 +130,25 @@ static void ctl_runv(const char *dir, struct run *r, const char *const *args)
 	read_file(err, r->err, sizeof(r->err));
 }
 
+static void ctl_runv(const char *dir, struct run *r, const char *const *args)
+{
+	ctl_runv_as(dir, r, NULL, args);
+}
+
 /* Run "pinshmctl -s SOCK ARGS..." and fail the test unless it exits @p want. */
 #define CTL(d, r, want, ...)                                                                                  \
 	do {                                                                                                  \
 		ctl_runv((d)->dir, (r), (const char *const[]){"-s", (d)->sock, __VA_ARGS__, NULL});           \
 		ck_assert_msg((r)->status == (want), "pinshmctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", \
 			      #__VA_ARGS__, (r)->status, (want), (r)->out, (r)->err);                         \
+	} while (0)
+
+/* The same, as @p as (a struct ident *). */
+#define CTL_AS(d, r, as, want, ...)                                                                           \
+	do {                                                                                                  \
+		ctl_runv_as((d)->dir, (r), (as), (const char *const[]){"-s", (d)->sock, __VA_ARGS__, NULL});  \
+		ck_assert_msg((r)->status == (want), "pinshmctl %s as uid %u: exit %d, want %d\nstdout: %s\nstderr: %s", \
+			      #__VA_ARGS__, (unsigned)(as)->uid, (r)->status, (want), (r)->out, (r)->err);     \
 	} while (0)
 
 #define HAS(text, s) ck_assert_msg(strstr((text), (s)) != NULL, "'%s' not in:\n%s", (s), (text))
@@ -141,6 +166,87 @@ static const char *table_line(const char *table, const char *name, char *line, s
 			return line;
 		}
 	return NULL;
+}
+
+/* The words of one line of a table (runs of non-blanks): where each starts and ends. */
+struct columns {
+	int n;
+	int start[32], end[32];
+};
+
+static void columns_of(const char *line, struct columns *c)
+{
+	c->n = 0;
+	for (int i = 0; line[i] && line[i] != '\n';) {
+		if (line[i] == ' ') {
+			i++;
+			continue;
+		}
+		ck_assert_int_lt(c->n, 32);
+		c->start[c->n] = i;
+		while (line[i] && line[i] != '\n' && line[i] != ' ')
+			i++;
+		c->end[c->n++] = i;
+	}
+}
+
+/* Word @p i of @p line, into @p buf. */
+static const char *word_of(const char *line, int i, char *buf, size_t len)
+{
+	struct columns c;
+
+	columns_of(line, &c);
+	ck_assert_msg(i < c.n, "no word %d in: %s", i, line);
+	snprintf(buf, len, "%.*s", c.end[i] - c.start[i], line + c.start[i]);
+	return buf;
+}
+
+/* The line of @p table whose word @p col is @p value, into @p line; or NULL. */
+static const char *row_with(const char *table, int col, const char *value, char *line, size_t len)
+{
+	char w[256];
+
+	for (const char *p = table; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		struct columns c;
+		columns_of(p, &c);
+		if (col < c.n && strcmp(word_of(p, col, w, sizeof(w)), value) == 0) {
+			snprintf(line, len, "%.*s", (int)strcspn(p, "\n"), p);
+			return line;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Fail unless each row of the table in @p text whose header is the line
+ * holding @p header_word lines up with that header: as many words, each
+ * starting where the header's starts (a left-aligned column) or ending
+ * where it ends (a right-aligned one).  The rows: the lines after the
+ * header, up to an empty line or the end.  @return the rows checked.
+ */
+static unsigned assert_aligned(const char *text, const char *header_word)
+{
+	const char *h = strstr(text, header_word);
+	struct columns hc, rc;
+	unsigned rows = 0;
+
+	ck_assert_msg(h != NULL, "no '%s' header in:\n%s", header_word, text);
+	while (h > text && h[-1] != '\n')
+		h--;
+	columns_of(h, &hc);
+	for (const char *p = strchr(h, '\n'); p && p[1] && p[1] != '\n'; p = strchr(p + 1, '\n')) {
+		const char *row = p + 1;
+		int len = (int)strcspn(row, "\n");
+		columns_of(row, &rc);
+		ck_assert_msg(rc.n == hc.n, "%d words, the header %d:\n%.*s\n%.*s", rc.n, hc.n, (int)strcspn(h, "\n"), h,
+			      len, row);
+		for (int i = 0; i < hc.n; i++)
+			ck_assert_msg(rc.start[i] == hc.start[i] || rc.end[i] == hc.end[i],
+				      "column %d at %d..%d, the header's at %d..%d:\n%.*s\n%.*s", i, rc.start[i],
+				      rc.end[i], hc.start[i], hc.end[i], (int)strcspn(h, "\n"), h, len, row);
+		rows++;
+	}
+	return rows;
 }
 
 /* ======================================================================== */
@@ -228,6 +334,99 @@ static bool json_valid(const char *text)
 	const char *end = json_value(text);
 
 	return end && *json_ws(end) == '\0';
+}
+
+/* The members of the JSON object at @p obj, one by one: @p i-th member's key
+ * (quotes included) and raw value text.  @return false past the last, or if
+ * @p obj is not an object. */
+static bool json_nth_member(const char *obj, size_t i, const char **key, size_t *keylen, const char **val,
+			    size_t *vallen)
+{
+	const char *p = json_ws(obj);
+
+	if (*p != '{')
+		return false;
+	p = json_ws(p + 1);
+	for (size_t k = 0; *p == '"'; k++) {
+		const char *kend = json_string(p);
+		if (!kend || *(kend = json_ws(kend)) != ':')
+			return false;
+		const char *v = json_ws(kend + 1), *vend = json_value(v);
+		if (!vend)
+			return false;
+		if (k == i) {
+			*key = p;
+			*keylen = (size_t)(json_string(p) - p);
+			*val = v;
+			*vallen = (size_t)(vend - v);
+			return true;
+		}
+		p = json_ws(vend);
+		if (*p == ',')
+			p = json_ws(p + 1);
+	}
+	return false;
+}
+
+/* The raw text of member @p key of the JSON object at @p obj ("\"root\"",
+ * "0", "true"), into @p val.  @return false where there is no such member. */
+static bool json_member(const char *obj, const char *key, char *val, size_t len)
+{
+	const char *k, *v;
+	size_t kl, vl;
+
+	for (size_t i = 0; json_nth_member(obj, i, &k, &kl, &v, &vl); i++)
+		if (kl == strlen(key) + 2 && strncmp(k + 1, key, kl - 2) == 0) {
+			snprintf(val, len, "%.*s", (int)vl, v);
+			return true;
+		}
+	return false;
+}
+
+/* The element of the JSON array @p arr whose member @p key has the raw text
+ * @p want, or NULL. */
+static const char *json_find(const char *arr, const char *key, const char *want)
+{
+	const char *p = json_ws(arr);
+	char val[256];
+
+	if (*p != '[')
+		return NULL;
+	p = json_ws(p + 1);
+	while (*p && *p != ']') {
+		if (json_member(p, key, val, sizeof(val)) && strcmp(val, want) == 0)
+			return p;
+		p = json_value(p);
+		if (!p)
+			return NULL;
+		p = json_ws(p);
+		if (*p == ',')
+			p = json_ws(p + 1);
+	}
+	return NULL;
+}
+
+/* Fail unless member @p key of the JSON object @p obj has the raw text @p want. */
+#define JSON_IS(obj, key, want)                                                                               \
+	do {                                                                                                  \
+		char v_[256];                                                                                 \
+		ck_assert_msg(json_member((obj), (key), v_, sizeof(v_)), "no member \"%s\" in:\n%.600s", (key),  \
+			      (obj));                                                                         \
+		ck_assert_msg(strcmp(v_, (want)) == 0, "\"%s\": %s, want %s, in:\n%.600s", (key), v_, (want), \
+			      (obj));                                                                         \
+	} while (0)
+
+/* The JSON text of a number, or of a string (quoted, for names without escapes). */
+static const char *json_num(uint64_t v, char *buf, size_t len)
+{
+	snprintf(buf, len, "%llu", (unsigned long long)v);
+	return buf;
+}
+
+static const char *json_str(const char *s, char *buf, size_t len)
+{
+	snprintf(buf, len, "\"%s\"", s);
+	return buf;
 }
 
 /* ======================================================================== */
@@ -916,6 +1115,291 @@ START_TEST(test_status_output)
 END_TEST
 
 /* ======================================================================== */
+/* owners: names where the system has them, numbers where not; columns       */
+/* ======================================================================== */
+
+/* A user and a group with names longer than any header, made when missing. */
+#define NAMED_USER "pinshm-ctl-long-user-name-x"
+#define NAMED_GROUP "pinshm-ctl-long-group-name"
+/* A channel name of PINSHM_NAME_MAX characters. */
+#define LONG_CHANNEL "ow.channel-with-a-name-as-long-as-any-may-be-0123456789abcdefgh"
+#define WAIT_MS 20000
+
+/*
+ * A system-mode pinshmd and three owners of one channel each: NAMED_USER
+ * (its group NAMED_GROUP) owns ow.named, @p anon (an id that is neither a
+ * user's nor a group's, for both) owns ow.anon, and root owns LONG_CHANNEL.
+ * The first two create theirs with pinshmctl run as them.
+ */
+struct owners {
+	struct daemon d;
+	struct ident named, anon, root;
+	char anon_id[16]; /* anon's uid (= gid) as text */
+	char root_user[64], root_group[64];
+};
+
+/* @return false (with a note) where it cannot be: not root, no useradd. */
+static bool owners_start(struct owners *o)
+{
+	struct daemon_opts dopts = {.tmpl = "/tmp/pinshmctl-check-XXXXXX", .system_mode = true};
+	struct run r;
+	int rc;
+
+	_Static_assert(sizeof(LONG_CHANNEL) == PINSHM_NAME_MAX + 1, "LONG_CHANNEL is as long as a name may be");
+	if (geteuid() != 0) {
+		fprintf(stderr, "note: not root: the tests of owners' names are skipped\n");
+		return false;
+	}
+	if (!getgrnam(NAMED_GROUP)) {
+		rc = system("groupadd " NAMED_GROUP " >/dev/null 2>&1");
+		(void)rc;
+	}
+	if (!getpwnam(NAMED_USER)) {
+		rc = system("useradd -M -N " NAMED_USER " >/dev/null 2>&1");
+		(void)rc;
+	}
+	const struct passwd *pw = getpwnam(NAMED_USER);
+	const struct group *gr = getgrnam(NAMED_GROUP);
+	if (!pw || !gr) {
+		fprintf(stderr, "note: cannot make the user %s and group %s: the tests of owners' names are skipped\n",
+			NAMED_USER, NAMED_GROUP);
+		return false;
+	}
+	o->named = (struct ident){pw->pw_uid, gr->gr_gid};
+	ck_assert_uint_ne(o->named.uid, 0);
+	o->anon.uid = 3999999001u;
+	while (getpwuid(o->anon.uid) || getgrgid((gid_t)o->anon.uid))
+		o->anon.uid++;
+	o->anon.gid = (gid_t)o->anon.uid;
+	snprintf(o->anon_id, sizeof(o->anon_id), "%u", (unsigned)o->anon.uid);
+	o->root = (struct ident){0, 0};
+	snprintf(o->root_user, sizeof(o->root_user), "%s", getpwuid(0) ? getpwuid(0)->pw_name : "0");
+	snprintf(o->root_group, sizeof(o->root_group), "%s", getgrgid(0) ? getgrgid(0)->gr_name : "0");
+
+	daemon_start_opts(&o->d, &dopts);
+	CTL_AS(&o->d, &r, &o->named, 0, "create", "ow.named", "--mode", "0644");
+	CTL_AS(&o->d, &r, &o->anon, 0, "create", "ow.anon", "--mode", "0644");
+	CTL(&o->d, &r, 0, "create", LONG_CHANNEL);
+	return true;
+}
+
+/* A process connected to the daemon as another user, until released. */
+struct holder {
+	pid_t pid;
+	int hold; /* closing it lets the holder go */
+	char pid_text[16];
+};
+
+static void holder_start(struct holder *h, const struct daemon *d, const struct ident *as)
+{
+	int ready[2], hold[2];
+	char byte;
+
+	ck_assert_int_eq(pipe2(ready, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(hold, O_CLOEXEC), 0);
+	fflush(stdout);
+	fflush(stderr);
+	h->pid = fork();
+	ck_assert_msg(h->pid >= 0, "fork: %s", strerror(errno));
+	if (h->pid == 0) {
+		pinshm_client_t *c;
+		close(ready[0]);
+		close(hold[1]);
+		if (setgroups(0, NULL) != 0 || setgid(as->gid) != 0 || setuid(as->uid) != 0)
+			_exit(2);
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* after setuid, which clears it */
+		if (pinshm_connect(d->sock, &c) != 0 || write(ready[1], "r", 1) != 1)
+			_exit(3);
+		while (read(hold[0], &byte, 1) > 0)
+			;
+		pinshm_disconnect(c);
+		_exit(0);
+	}
+	close(ready[1]);
+	close(hold[0]);
+	h->hold = hold[1];
+	snprintf(h->pid_text, sizeof(h->pid_text), "%d", (int)h->pid);
+	struct pollfd pf = {.fd = ready[0], .events = POLLIN};
+	ck_assert_msg(poll(&pf, 1, WAIT_MS) == 1 && read(ready[0], &byte, 1) == 1, "the holder as uid %u did not connect",
+		      (unsigned)as->uid);
+	close(ready[0]);
+}
+
+/* Let the @p n holders go (all at once: each has the others' ends of the
+ * pipes that hold them), and check that they end well. */
+static void holders_end(struct holder *h, int n)
+{
+	int st;
+	char buf[32];
+
+	for (int i = 0; i < n; i++)
+		close(h[i].hold);
+	uint64_t deadline = tu_now_ms() + WAIT_MS;
+	for (int i = 0; i < n; i++) {
+		while (waitpid(h[i].pid, &st, WNOHANG) != h[i].pid) {
+			if (tu_now_ms() > deadline) {
+				kill(h[i].pid, SIGKILL);
+				waitpid(h[i].pid, &st, 0);
+				ck_abort_msg("holder %d did not exit", i);
+			}
+			tu_sleep_ms(2);
+		}
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "holder %d: %s", i,
+			      tu_status_str(st, buf, sizeof(buf)));
+	}
+}
+
+/* Fail unless words @p col and @p col + 1 of @p line are @p user and @p group. */
+static void assert_owner_words(const char *line, int col, const char *user, const char *group)
+{
+	char w[256];
+
+	ck_assert_msg(strcmp(word_of(line, col, w, sizeof(w)), user) == 0, "user %s, want %s, in: %s", w, user, line);
+	ck_assert_msg(strcmp(word_of(line, col + 1, w, sizeof(w)), group) == 0, "group %s, want %s, in: %s", w, group,
+		      line);
+}
+
+/* Fail unless the JSON object @p obj has @p ukey @p user, uid, @p gkey @p group, gid. */
+static void assert_owner_json(const char *obj, const char *ukey, const char *gkey, const struct ident *id,
+			      const char *user, const char *group)
+{
+	char want[128];
+
+	JSON_IS(obj, ukey, json_str(user, want, sizeof(want)));
+	JSON_IS(obj, "uid", json_num(id->uid, want, sizeof(want)));
+	if (gkey) {
+		JSON_IS(obj, gkey, json_str(group, want, sizeof(want)));
+		JSON_IS(obj, "gid", json_num(id->gid, want, sizeof(want)));
+	}
+}
+
+/* ls and stat: OWNER and GROUP by name where the system has one, else by number. */
+START_TEST(test_owner_names_ls)
+{
+	struct owners o;
+	struct run r;
+	char line[512], want[64];
+	const char *e;
+
+	if (!owners_start(&o))
+		return;
+	CTL(&o.d, &r, 0, "ls");
+	ck_assert_ptr_nonnull(table_line(r.out, "ow.named", line, sizeof(line)));
+	assert_owner_words(line, 2, NAMED_USER, NAMED_GROUP);
+	ck_assert_ptr_nonnull(table_line(r.out, "ow.anon", line, sizeof(line)));
+	assert_owner_words(line, 2, o.anon_id, o.anon_id);
+	ck_assert_ptr_nonnull(table_line(r.out, LONG_CHANNEL, line, sizeof(line)));
+	assert_owner_words(line, 2, o.root_user, o.root_group);
+
+	CTL(&o.d, &r, 0, "ls", "--json");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	ck_assert_ptr_nonnull(e = json_find(r.out, "name", "\"ow.named\""));
+	assert_owner_json(e, "owner", "group", &o.named, NAMED_USER, NAMED_GROUP);
+	ck_assert_ptr_nonnull(e = json_find(r.out, "name", "\"ow.anon\""));
+	assert_owner_json(e, "owner", "group", &o.anon, o.anon_id, o.anon_id);
+	ck_assert_ptr_nonnull(e = json_find(r.out, "name", "\"" LONG_CHANNEL "\""));
+	assert_owner_json(e, "owner", "group", &o.root, o.root_user, o.root_group);
+
+	CTL(&o.d, &r, 0, "stat", "ow.named");
+	snprintf(want, sizeof(want), "owner        %s (%u)\n", NAMED_USER, (unsigned)o.named.uid);
+	HAS(r.out, want);
+	snprintf(want, sizeof(want), "group        %s (%u)\n", NAMED_GROUP, (unsigned)o.named.gid);
+	HAS(r.out, want);
+	CTL(&o.d, &r, 0, "stat", "ow.anon");
+	snprintf(want, sizeof(want), "owner        %s (%s)\n", o.anon_id, o.anon_id);
+	HAS(r.out, want);
+	snprintf(want, sizeof(want), "group        %s (%s)\n", o.anon_id, o.anon_id);
+	HAS(r.out, want);
+	daemon_stop(&o.d);
+}
+END_TEST
+
+/* status: the users that own channels, by name, else by number. */
+START_TEST(test_owner_names_status)
+{
+	struct owners o;
+	struct run r;
+	char line[512], num[16], uid[16];
+	const char *users, *e;
+
+	if (!owners_start(&o))
+		return;
+	CTL(&o.d, &r, 0, "status");
+	ck_assert_ptr_nonnull(row_with(r.out, 0, NAMED_USER, line, sizeof(line)));
+	ck_assert_str_eq(word_of(line, 1, uid, sizeof(uid)), json_num(o.named.uid, num, sizeof(num)));
+	ck_assert_ptr_nonnull(row_with(r.out, 0, o.anon_id, line, sizeof(line)));
+	assert_owner_words(line, 0, o.anon_id, o.anon_id); /* USER, then UID: the number twice */
+	ck_assert_ptr_nonnull(row_with(r.out, 0, o.root_user, line, sizeof(line)));
+	ck_assert_str_eq(word_of(line, 1, num, sizeof(num)), "0");
+
+	CTL(&o.d, &r, 0, "status", "--json");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	ck_assert_ptr_nonnull(users = strstr(r.out, "\"users\": ["));
+	users += strlen("\"users\": ");
+	ck_assert_ptr_nonnull(e = json_find(users, "uid", json_num(o.named.uid, num, sizeof(num))));
+	assert_owner_json(e, "user", NULL, &o.named, NAMED_USER, NULL);
+	ck_assert_ptr_nonnull(e = json_find(users, "uid", o.anon_id));
+	assert_owner_json(e, "user", NULL, &o.anon, o.anon_id, NULL);
+	ck_assert_ptr_nonnull(e = json_find(users, "uid", "0"));
+	assert_owner_json(e, "user", NULL, &o.root, o.root_user, NULL);
+	daemon_stop(&o.d);
+}
+END_TEST
+
+/* clients: who connected, by name, else by number. */
+START_TEST(test_owner_names_clients)
+{
+	struct owners o;
+	struct holder h[2];
+	struct run r;
+	char line[512];
+	const char *e;
+
+	if (!owners_start(&o))
+		return;
+	holder_start(&h[0], &o.d, &o.named);
+	holder_start(&h[1], &o.d, &o.anon);
+	CTL(&o.d, &r, 0, "clients");
+	ck_assert_ptr_nonnull(row_with(r.out, 1, h[0].pid_text, line, sizeof(line)));
+	assert_owner_words(line, 2, NAMED_USER, NAMED_GROUP);
+	ck_assert_ptr_nonnull(row_with(r.out, 1, h[1].pid_text, line, sizeof(line)));
+	assert_owner_words(line, 2, o.anon_id, o.anon_id);
+
+	CTL(&o.d, &r, 0, "clients", "--json");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	ck_assert_ptr_nonnull(e = json_find(r.out, "pid", h[0].pid_text));
+	assert_owner_json(e, "user", "group", &o.named, NAMED_USER, NAMED_GROUP);
+	ck_assert_ptr_nonnull(e = json_find(r.out, "pid", h[1].pid_text));
+	assert_owner_json(e, "user", "group", &o.anon, o.anon_id, o.anon_id);
+	holders_end(h, 2);
+	daemon_stop(&o.d);
+}
+END_TEST
+
+/* A long channel name, a long user and group name and long numbers widen
+ * their columns: every row of ls, status and clients lines up with its header. */
+START_TEST(test_columns_aligned)
+{
+	struct owners o;
+	struct holder h[2];
+	struct run r;
+
+	if (!owners_start(&o))
+		return;
+	holder_start(&h[0], &o.d, &o.named);
+	holder_start(&h[1], &o.d, &o.anon);
+	CTL(&o.d, &r, 0, "ls");
+	ck_assert_uint_eq(assert_aligned(r.out, "NAME"), 3);
+	CTL(&o.d, &r, 0, "status");
+	ck_assert_uint_eq(assert_aligned(r.out, "QUOTA"), 3);
+	CTL(&o.d, &r, 0, "clients");
+	ck_assert_uint_eq(assert_aligned(r.out, "ENDPOINTS"), 3); /* the holders and pinshmctl */
+	holders_end(h, 2);
+	daemon_stop(&o.d);
+}
+END_TEST
+
+/* ======================================================================== */
 /* errors                                                                    */
 /* ======================================================================== */
 
@@ -954,6 +1438,145 @@ START_TEST(test_request_errors)
 	ck_assert_int_eq(r.status, 1);
 	snprintf(want, sizeof(want), "pinshmctl: connect: %s", pinshm_strerror(-ENOENT));
 	HAS(r.err, want);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* stat's usage errors: the message, "Try 'pinshmctl help'." and exit 2, nothing on stdout;
+ * a channel that is not there: exit 1 and the daemon's reason. */
+START_TEST(test_stat_errors)
+{
+	static const struct {
+		const char *args[4];
+		const char *err;
+	} bad[] = {
+		{{"stat"}, "pinshmctl: stat: which channel? (stat NAME)\n"},
+		{{"stat", "--json"}, "pinshmctl: stat: which channel? (stat NAME)\n"},
+		{{"stat", "st.a", "st.b"}, "pinshmctl: stat: unexpected argument 'st.b'\n"},
+		{{"stat", "--json", "st.a", "st.b"}, "pinshmctl: stat: unexpected argument 'st.b'\n"},
+		{{"stat", "--bogus", "st.a"}, "pinshmctl: stat: unknown option '--bogus'\n"},
+		{{"stat", "st.a", "-x"}, "pinshmctl: stat: unknown option '-x'\n"},
+	};
+	struct daemon d;
+	struct run r;
+	char want[256];
+
+	ctl_daemon_start(&d);
+	CTL(&d, &r, 0, "create", "st.a");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *args[8] = {"-s", d.sock};
+		for (int j = 0; j < 4 && bad[i].args[j]; j++)
+			args[2 + j] = bad[i].args[j];
+		ctl_runv(d.dir, &r, args);
+		snprintf(want, sizeof(want), "%sTry 'pinshmctl help'.\n", bad[i].err);
+		ck_assert_msg(r.status == 2, "case %zu: exit %d, want 2\nstderr: %s", i, r.status, r.err);
+		ck_assert_msg(strcmp(r.err, want) == 0, "case %zu: stderr\n%s, want\n%s", i, r.err, want);
+		ck_assert_msg(r.out[0] == '\0', "case %zu: stdout: %s", i, r.out);
+	}
+
+	snprintf(want, sizeof(want), "pinshmctl: stat st.none: %s: no channel 'st.none'\n", pinshm_strerror(-ENOENT));
+	CTL(&d, &r, 1, "stat", "st.none");
+	ck_assert_str_eq(r.err, want);
+	ck_assert_str_eq(r.out, "");
+	CTL(&d, &r, 1, "stat", "--json", "st.none");
+	ck_assert_str_eq(r.err, want);
+	ck_assert_str_eq(r.out, ""); /* no half of an object */
+	CTL(&d, &r, 0, "stat", "st.a"); /* the daemon still serves */
+	HAS(r.out, "name         st.a\n");
+	daemon_stop(&d);
+}
+END_TEST
+
+/* stat --json: one object that parses, with the members of ls --json and
+ * the values that the client API reports, which are what was asked for. */
+START_TEST(test_stat_json)
+{
+	static const char *const members[] = {
+		"name", "kind", "overrun", "owner", "uid", "group", "gid", "mode", "permissions", "capacity",
+		"max_message", "size", "backend", "damaged", "pinned", "sealed", "persistent", "hugepages", "unlocked",
+		"pin_idle", "node", "producers", "max_producers", "consumers", "max_consumers", "messages", "bytes",
+		"lost", "refused", "drops"};
+	const size_t nmembers = sizeof(members) / sizeof(members[0]);
+	pinshm_list_entry_t e;
+	pinshm_client_t *c;
+	pinshm_channel_t *tx;
+	struct daemon d;
+	struct run r, ls;
+	char want[128], user[64], group[64];
+	const char *k, *v;
+	size_t kl, vl, n;
+
+	ctl_daemon_start(&d);
+	CTL(&d, &r, 0, "create", "sj.q", "--capacity", "64k", "--producers", "2", "--consumers", "3", "--mode", "0640",
+	    "--backend", "shm", "--pin", "300", "--max-message", "1k");
+	CTL(&d, &r, 0, "create", "sj.t", "--topic", "--overrun");
+	TU_RC(pinshm_connect(d.sock, &c), 0);
+	TU_RC(pinshm_open(c, "sj.q", PINSHM_PRODUCER, &tx), 0);
+	for (int i = 0; i < 3; i++)
+		TU_RC(pinshm_send(tx, "0123456789", 10, 1000), 0);
+
+	CTL(&d, &r, 0, "stat", "--json", "sj.q");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	ck_assert_msg(r.out[0] == '{', "not an object:\n%s", r.out);
+	for (n = 0; json_nth_member(r.out, n, &k, &kl, &v, &vl); n++)
+		ck_assert_msg(n < nmembers && kl == strlen(members[n]) + 2 && strncmp(k + 1, members[n], kl - 2) == 0,
+			      "member %zu is %.*s, want \"%s\"", n, (int)kl, k, n < nmembers ? members[n] : "none");
+	ck_assert_uint_eq(n, nmembers);
+
+	/* What was asked for, and what the daemon reports to the API. */
+	TU_RC(pinshm_stat(c, "sj.q", &e), 0);
+	snprintf(user, sizeof(user), "%s", getpwuid(geteuid()) ? getpwuid(geteuid())->pw_name : "?");
+	snprintf(group, sizeof(group), "%s", getgrgid(getegid()) ? getgrgid(getegid())->gr_name : "?");
+	JSON_IS(r.out, "name", "\"sj.q\"");
+	JSON_IS(r.out, "kind", "\"queue\"");
+	JSON_IS(r.out, "overrun", "false");
+	JSON_IS(r.out, "owner", json_str(user, want, sizeof(want)));
+	JSON_IS(r.out, "uid", json_num(geteuid(), want, sizeof(want)));
+	JSON_IS(r.out, "group", json_str(group, want, sizeof(want)));
+	JSON_IS(r.out, "gid", json_num(getegid(), want, sizeof(want)));
+	JSON_IS(r.out, "mode", "\"0640\"");
+	JSON_IS(r.out, "permissions", "\"rw-r-----\"");
+	JSON_IS(r.out, "capacity", "65536");
+	JSON_IS(r.out, "max_message", "1024");
+	JSON_IS(r.out, "size", json_num(e.size, want, sizeof(want)));
+	JSON_IS(r.out, "backend", "\"shm\"");
+	JSON_IS(r.out, "damaged", "false");
+	JSON_IS(r.out, "pinned", e.state & PINSHM_LIST_PINNED ? "true" : "false");
+	JSON_IS(r.out, "sealed", "false");
+	JSON_IS(r.out, "persistent", "true");
+	JSON_IS(r.out, "hugepages", "false");
+	JSON_IS(r.out, "unlocked", "false");
+	JSON_IS(r.out, "pin_idle", "300");
+	snprintf(want, sizeof(want), "%d", (int)e.node);
+	JSON_IS(r.out, "node", want);
+	JSON_IS(r.out, "producers", "1");
+	JSON_IS(r.out, "max_producers", "2");
+	JSON_IS(r.out, "consumers", "0");
+	JSON_IS(r.out, "max_consumers", "3");
+	JSON_IS(r.out, "messages", "3");
+	JSON_IS(r.out, "bytes", "30");
+	JSON_IS(r.out, "lost", "0");
+	JSON_IS(r.out, "refused", "0");
+	JSON_IS(r.out, "drops", "0");
+
+	/* The same object as the channel's in ls --json; a topic's kind and overrun. */
+	CTL(&d, &ls, 0, "ls", "--json");
+	const char *in_ls = json_find(ls.out, "name", "\"sj.q\"");
+	ck_assert_ptr_nonnull(in_ls);
+	for (size_t i = 0; i < nmembers; i++) {
+		char mine[256];
+		ck_assert(json_member(r.out, members[i], mine, sizeof(mine)));
+		JSON_IS(in_ls, members[i], mine);
+	}
+	CTL(&d, &r, 0, "--json", "stat", "sj.t");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	JSON_IS(r.out, "name", "\"sj.t\"");
+	JSON_IS(r.out, "kind", "\"topic\"");
+	JSON_IS(r.out, "overrun", "true");
+	JSON_IS(r.out, "sealed", "true");
+	JSON_IS(r.out, "backend", "\"memfd\"");
+	pinshm_channel_close(tx);
+	pinshm_disconnect(c);
 	daemon_stop(&d);
 }
 END_TEST
@@ -1044,16 +1667,26 @@ static Suite *pinshmctl_suite(void)
 	tcase_add_test(tc, test_create_ls_rm);
 	tcase_add_test(tc, test_ls_json);
 	tcase_add_test(tc, test_stat);
+	tcase_add_test(tc, test_stat_json);
 	tcase_add_test(tc, test_create_node);
 	tcase_add_test(tc, test_create_persists);
 	tcase_add_test(tc, test_shutdown);
 	tcase_add_test(tc, test_version);
 	suite_add_tcase(s, tc);
 
+	tc = tcase_create("owners");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_owner_names_ls);
+	tcase_add_test(tc, test_owner_names_status);
+	tcase_add_test(tc, test_owner_names_clients);
+	tcase_add_test(tc, test_columns_aligned);
+	suite_add_tcase(s, tc);
+
 	tc = tcase_create("errors");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_request_errors);
 	tcase_add_test(tc, test_usage);
+	tcase_add_test(tc, test_stat_errors);
 	suite_add_tcase(s, tc);
 	return s;
 }
