@@ -222,29 +222,51 @@ static const char *row_with(const char *table, int col, const char *value, char 
  * holding @p header_word lines up with that header: as many words, each
  * starting where the header's starts (a left-aligned column) or ending
  * where it ends (a right-aligned one).  The rows: the lines after the
- * header, up to an empty line or the end.  @return the rows checked.
+ * header, up to an empty line or the end.
+ *
+ * And the columns whose headers @p fitted names (NULL-terminated) are as
+ * wide as their widest cell, header included: two blanks after it, the
+ * next column's leftmost cell starts (for a right-aligned next column that
+ * is its field's start where one of its cells fills it, as the tests here
+ * make sure).  @return the rows checked.
  */
-static unsigned assert_aligned(const char *text, const char *header_word)
+static unsigned assert_aligned(const char *text, const char *header_word, const char *const *fitted)
 {
 	const char *h = strstr(text, header_word);
 	struct columns hc, rc;
 	unsigned rows = 0;
+	int max_end[32], min_start[32];
 
 	ck_assert_msg(h != NULL, "no '%s' header in:\n%s", header_word, text);
 	while (h > text && h[-1] != '\n')
 		h--;
+	const int hlen = (int)strcspn(h, "\n");
 	columns_of(h, &hc);
+	memcpy(max_end, hc.end, sizeof(max_end));
+	memcpy(min_start, hc.start, sizeof(min_start));
 	for (const char *p = strchr(h, '\n'); p && p[1] && p[1] != '\n'; p = strchr(p + 1, '\n')) {
 		const char *row = p + 1;
 		int len = (int)strcspn(row, "\n");
 		columns_of(row, &rc);
-		ck_assert_msg(rc.n == hc.n, "%d words, the header %d:\n%.*s\n%.*s", rc.n, hc.n, (int)strcspn(h, "\n"), h,
-			      len, row);
-		for (int i = 0; i < hc.n; i++)
+		ck_assert_msg(rc.n == hc.n, "%d words, the header %d:\n%.*s\n%.*s", rc.n, hc.n, hlen, h, len, row);
+		for (int i = 0; i < hc.n; i++) {
 			ck_assert_msg(rc.start[i] == hc.start[i] || rc.end[i] == hc.end[i],
 				      "column %d at %d..%d, the header's at %d..%d:\n%.*s\n%.*s", i, rc.start[i],
-				      rc.end[i], hc.start[i], hc.end[i], (int)strcspn(h, "\n"), h, len, row);
+				      rc.end[i], hc.start[i], hc.end[i], hlen, h, len, row);
+			max_end[i] = rc.end[i] > max_end[i] ? rc.end[i] : max_end[i];
+			min_start[i] = rc.start[i] < min_start[i] ? rc.start[i] : min_start[i];
+		}
 		rows++;
+	}
+	for (; fitted && *fitted; fitted++) {
+		int i = 0;
+		while (i < hc.n && !(hc.end[i] - hc.start[i] == (int)strlen(*fitted) &&
+				     strncmp(h + hc.start[i], *fitted, strlen(*fitted)) == 0))
+			i++;
+		ck_assert_msg(i + 1 < hc.n, "no column %s before another in: %.*s", *fitted, hlen, h);
+		ck_assert_msg(max_end[i] + 2 == min_start[i + 1],
+			      "column %s: its widest cell ends at %d, the next column starts at %d, in:\n%s", *fitted,
+			      max_end[i], min_start[i + 1], h);
 	}
 	return rows;
 }
@@ -1389,11 +1411,14 @@ START_TEST(test_columns_aligned)
 	holder_start(&h[0], &o.d, &o.named);
 	holder_start(&h[1], &o.d, &o.anon);
 	CTL(&o.d, &r, 0, "ls");
-	ck_assert_uint_eq(assert_aligned(r.out, "NAME"), 3);
+	ck_assert_uint_eq(assert_aligned(r.out, "NAME", (const char *const[]){"NAME", "KIND", "OWNER", "GROUP", NULL}),
+			  3);
+	/* UID: the id without a name fills its 10 digits. */
 	CTL(&o.d, &r, 0, "status");
-	ck_assert_uint_eq(assert_aligned(r.out, "QUOTA"), 3);
+	ck_assert_uint_eq(assert_aligned(r.out, "QUOTA", (const char *const[]){"USER", NULL}), 3);
+	/* The holders and pinshmctl; CHANNELS fills its field. */
 	CTL(&o.d, &r, 0, "clients");
-	ck_assert_uint_eq(assert_aligned(r.out, "ENDPOINTS"), 3); /* the holders and pinshmctl */
+	ck_assert_uint_eq(assert_aligned(r.out, "ENDPOINTS", (const char *const[]){"USER", "GROUP", NULL}), 3);
 	holders_end(h, 2);
 	daemon_stop(&o.d);
 }
