@@ -198,14 +198,12 @@ static bool page_resident(void *addr)
 
 /*
  * The node of the page at @p addr (move_pages, querying), which the daemon
- * made and locked.  move_pages() looks in this process's page table, where
- * nothing promises the page is: the library maps a channel without
- * populating it, and the kernel's fault-around maps the pages near the
- * first one touched only up to a page-table (2 MiB) boundary, which lands
- * inside a small mapping now and then (-ENOENT, "not present").  So: check
- * that the daemon made the page (resident), read it (the fault maps that
- * page, it cannot make another), then ask; -ENOENT again means a migration
- * (compaction) had it unmapped for a moment: read it and ask once more.
+ * made and locked.  move_pages() looks in this process's page table: the
+ * library populates it when it maps a channel (test_open_populated), but a
+ * migration (compaction) may unmap a page for a moment (-ENOENT, "not
+ * present").  So: check that the daemon made the page (resident), read it
+ * (the fault maps that page, it cannot make another), then ask, and again
+ * while -ENOENT.
  */
 static int node_of_page(void *addr)
 {
@@ -235,6 +233,40 @@ static pinshm_channel_t *open_mapped(pinshm_client_t *c, const char *name, const
 /* ======================================================================== */
 /* NUMA                                                                      */
 /* ======================================================================== */
+
+/* Opening a channel maps every page of it at once, so that no page fault
+ * stands on the path of a message: a segment of 4 MiB of ring (past any
+ * 2 MiB page-table boundary, where the kernel's fault-around stops), every
+ * page present in this process's page table before anything reads it. */
+START_TEST(test_open_populated)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	struct mapping m;
+	long psz = sysconf(_SC_PAGESIZE);
+
+	seg_daemon_start(&d, NULL, NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 4 * 1024 * KiB, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "pop", &attr, 0600, 0), 0);
+	pinshm_channel_t *ch = open_mapped(c, "pop", "pop", &m);
+	size_t n = m.len / (size_t)psz, absent = 0;
+	void **pages = calloc(n, sizeof(*pages));
+	int *status = calloc(n, sizeof(*status));
+	ck_assert(pages && status);
+	for (size_t i = 0; i < n; i++)
+		pages[i] = (char *)m.start + i * (size_t)psz;
+	ck_assert_msg(move_pages(0, (unsigned long)n, pages, NULL, status, 0) == 0, "move_pages: %s", strerror(errno));
+	for (size_t i = 0; i < n; i++)
+		absent += status[i] == -ENOENT;
+	ck_assert_msg(absent == 0, "%zu of %zu pages of the channel not mapped after opening it", absent, n);
+	free(pages);
+	free(status);
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	daemon_stop(&d);
+}
+END_TEST
 
 /* Node 0 asked: MPOL_PREFERRED for node 0 on the pages, and the pages there;
  * no node: the default policy.  LIST shows both. */
@@ -1055,6 +1087,7 @@ static Suite *segment_suite(void)
 	TCase *tc;
 
 	tc = tcase_create("numa");
+	tcase_add_test(tc, test_open_populated);
 	tcase_add_test(tc, test_numa_node0);
 	tcase_add_test(tc, test_numa_bad_node);
 	tcase_add_test(tc, test_numa_injected);
