@@ -95,18 +95,9 @@ static void wait_log_count(const struct daemon *d, const char *what, unsigned n)
 
 static pinshm_list_entry_t list_get(pinshm_client_t *c, const char *name)
 {
-	pinshm_list_entry_t *e, out = {0};
-	size_t n;
-	bool found = false;
+	pinshm_list_entry_t out = {0};
 
-	CLIENT_RC(c, pinshm_list(c, &e, &n), 0);
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(e[i].name, name) == 0) {
-			out = e[i];
-			found = true;
-		}
-	free(e);
-	ck_assert_msg(found, "'%s' not listed", name);
+	ck_assert_msg(list_find(c, name, &out, NULL), "'%s' not listed", name);
 	return out;
 }
 
