@@ -46,11 +46,6 @@ static struct table by_handle, by_ctx;
 static struct pm_comm *last;     /* the entry found last by handle */
 static struct pm_comm *last_ctx; /* ... and by context (every record asks) */
 
-static size_t hash(uintptr_t key, size_t n)
-{
-	return pm_hash(key, n);
-}
-
 static void table_put(struct table *t, uintptr_t key, struct pm_comm *c);
 
 static void table_grow(struct table *t)
@@ -74,7 +69,7 @@ static void table_put(struct table *t, uintptr_t key, struct pm_comm *c)
 {
 	if ((t->used + 1) * 2 > t->n)
 		table_grow(t);
-	size_t i = hash(key, t->n);
+	size_t i = pm_hash(key, t->n);
 	while (t->s[i].c && t->s[i].key != key)
 		i = (i + 1) & (t->n - 1);
 	if (!t->s[i].c)
@@ -87,7 +82,7 @@ static struct pm_comm *table_get(const struct table *t, uintptr_t key)
 {
 	if (!t->used)
 		return NULL;
-	for (size_t i = hash(key, t->n); t->s[i].c; i = (i + 1) & (t->n - 1))
+	for (size_t i = pm_hash(key, t->n); t->s[i].c; i = (i + 1) & (t->n - 1))
 		if (t->s[i].key == key)
 			return t->s[i].c;
 	return NULL;
@@ -97,7 +92,7 @@ static void table_del(struct table *t, uintptr_t key)
 {
 	if (!t->used)
 		return;
-	size_t i = hash(key, t->n);
+	size_t i = pm_hash(key, t->n);
 	while (t->s[i].c && t->s[i].key != key)
 		i = (i + 1) & (t->n - 1);
 	if (!t->s[i].c)

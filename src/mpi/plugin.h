@@ -202,7 +202,8 @@ void pm_op_status_single(const struct pm_op *op, MPI_Status *status);
 /* Give a nonblocking @p op its user-visible request (ops.c tells what it is). */
 int pm_op_handle(struct pm_op *op);
 struct pm_op *pm_op_by_handle(MPI_Request req);
-/* Release what the user saw of a finished op (not persistent). */
+/* Release an op that is over (finished, or persistent and inactive): its
+ * handles, then the op. */
 void pm_op_release(struct pm_op *op);
 void pm_ops_teardown(void);
 /* Unpack or copy @p len bytes of message into a receive op at @p offset. */
