@@ -338,11 +338,14 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 	rc = seg_geometry_read(ch->base, ch->map_size, &ch->g);
 	if (rc != 0)
 		goto fail;
+#ifdef MADV_POPULATE_WRITE
 	/* Map every page of the segment now, not at its first touch: no page
 	 * fault on the path of a message (a pinned segment has all its pages;
 	 * the kernel maps only a few around each fault).  Best effort: an
-	 * older kernel, or a segment shrunk under us, leaves it to the faults. */
+	 * older kernel, or a segment shrunk under us, leaves it to the faults.
+	 * (Linux 5.14; C libraries before glibc 2.35 do not name it.) */
 	(void)madvise(ch->base, ch->g.size, MADV_POPULATE_WRITE);
+#endif
 
 	unsigned producers = ch->g.max_producers, consumers = ch->g.max_consumers;
 	if (role == PINSHM_PRODUCER) {
