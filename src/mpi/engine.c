@@ -343,7 +343,7 @@ static void take_eager(struct pm_op *op, int src, int tag, uint8_t flags, int fr
 		op->st_error = MPI_ERR_TRUNCATE;
 	pm_op_deliver(op, payload, op->accept, 0);
 	pm_op_deliver_done(op);
-	op->st_bytes = op->accept;
+	op->st_bytes = len; /* the message's, truncated or not, as Open MPI reports it */
 	if (flags & REC_SYNC)
 		send_ack(from, sid);
 	pm_op_complete(op);
@@ -392,6 +392,7 @@ static void take_rts(struct pm_op *op, const struct pm_unexp *e)
 	op->accept = e->len < op->bytes ? e->len : op->bytes;
 	if (e->len > op->bytes)
 		op->st_error = MPI_ERR_TRUNCATE;
+	op->st_bytes = e->len; /* the message's, truncated or not, as Open MPI reports it */
 	op->remote_id = e->sid;
 	op->reply_to = e->from;
 	op->offset = 0;
@@ -401,17 +402,14 @@ static void take_rts(struct pm_op *op, const struct pm_unexp *e)
 				    .sid = e->sid,
 				    .accept = op->accept};
 		send_ctl(e->from, &c, sizeof(c));
-		op->st_bytes = op->accept;
 		pm_op_complete(op);
 		return;
 	}
 	op->state = ST_STREAM;
 	pm.streaming++;
 	send_cts(e->from, e->sid, pm_op_id(op), op->accept);
-	if (op->accept == 0) {
-		op->st_bytes = 0;
+	if (op->accept == 0)
 		pm_op_complete(op);
-	}
 }
 
 void pm_recv_take(struct pm_op *op, struct pm_unexp *u)
@@ -602,7 +600,6 @@ static void on_data(const struct rec_data *r, const void *payload, size_t n)
 	op->offset += n;
 	if (op->offset == op->accept) {
 		pm_op_deliver_done(op);
-		op->st_bytes = op->accept;
 		pm_op_complete(op);
 	}
 }

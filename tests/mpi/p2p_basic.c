@@ -131,9 +131,13 @@ static void truncation(int peer)
 		} else {
 			MPI_Status st;
 			int rc = MPI_Recv(small, 10, MPI_INT, peer, 20, MPI_COMM_WORLD, &st);
-			int cls = -1;
+			int cls = -1, n = -1;
 			MPI_Error_class(rc, &cls);
 			MT_CHECK(cls == MPI_ERR_TRUNCATE, "100 ints into 10: error class %d, want MPI_ERR_TRUNCATE", cls);
+			/* The count is the message's, as Open MPI reports it. */
+			MT_MPI(MPI_Get_count(&st, MPI_INT, &n));
+			MT_CHECK(n == 100, "100 ints into 10: count %d, want 100", n);
+			MT_CHECK(small[9] == 9, "100 ints into 10: small[9] = %d, want 9", small[9]);
 			memset(small, 0, sizeof(small));
 			MT_MPI(MPI_Recv(small, 10, MPI_INT, peer, 21, MPI_COMM_WORLD, &st));
 			MT_CHECK_STATUS(st, peer, 21, 3, MPI_INT);
