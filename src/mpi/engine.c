@@ -159,12 +159,18 @@ static int write_eager(int peer, const struct pm_comm *c, int tag, uint8_t flags
 	return 1;
 }
 
-bool pm_send_now(struct pm_comm *c, int dest, int tag, const void *data, size_t bytes)
+bool pm_send_now(struct pm_comm *c, const void *buf, int count, MPI_Datatype dtype, int dest, int tag,
+		 enum pm_family family)
 {
 	int peer = c->local[dest];
-	if (bytes > pm.cfg.eager || pm.peers[peer].sendq.head)
-		return false; /* too long, or it would pass sends still queued */
-	return write_eager(peer, c, tag, 0, 0, data, bytes);
+	size_t bytes;
+	const void *data = pm_flat_data(buf, count, dtype, &bytes);
+	if (!data || bytes > pm.cfg.eager || pm.peers[peer].sendq.head)
+		return false; /* to be packed, too long, or it would pass sends still queued */
+	if (!write_eager(peer, c, tag, 0, 0, data, bytes))
+		return false;
+	pm_count_pinshm(family, bytes);
+	return true;
 }
 
 /* Write a send's first record (EAGER or RTS). @return 1 written, 0 no room. */

@@ -232,9 +232,11 @@ struct pm_unexp {
 	char *data;             /* EAGER: a copy of the payload */
 };
 
-/* A standard send of @p bytes of contiguous @p data written at once, with no
- * op, when it is eager and nothing is queued before it. @return whether it was. */
-bool pm_send_now(struct pm_comm *c, int dest, int tag, const void *data, size_t bytes);
+/* A standard send written whole at once, with no op, when its data is
+ * contiguous, eager and nothing is queued before it; counted in @p family.
+ * @return whether it was (if not, start a send op). */
+bool pm_send_now(struct pm_comm *c, const void *buf, int count, MPI_Datatype dtype, int dest, int tag,
+		 enum pm_family family);
 /* Contiguous bytes of @p count items of @p dtype at @p buf: the address of
  * the first byte, or NULL if they must be packed. */
 const void *pm_flat_data(const void *buf, int count, MPI_Datatype dtype, size_t *bytes);

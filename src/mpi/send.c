@@ -67,13 +67,8 @@ static int blocking_send(const void *buf, int count, MPI_Datatype dtype, int des
 			return PMPI_Send(buf, count, dtype, dest, tag, comm);
 		}
 	}
-	size_t bytes;
-	const void *data;
-	if (mode != MODE_SYNC && (data = pm_flat_data(buf, count, dtype, &bytes)) &&
-	    pm_send_now(c, dest, tag, data, bytes)) {
-		pm_count_pinshm(family, bytes);
+	if (mode != MODE_SYNC && pm_send_now(c, buf, count, dtype, dest, tag, family))
 		return MPI_SUCCESS;
-	}
 	struct pm_op *op;
 	int rc = pm_send_op(c, buf, count, dtype, dest, tag, mode, family, &op);
 	if (rc != MPI_SUCCESS)
@@ -101,13 +96,9 @@ static int nonblocking_send(const void *buf, int count, MPI_Datatype dtype, int 
 			return PMPI_Isend(buf, count, dtype, dest, tag, comm, request);
 		}
 	}
-	size_t bytes;
-	const void *data;
-	if (mode != MODE_SYNC && (data = pm_flat_data(buf, count, dtype, &bytes)) &&
-	    pm_send_now(c, dest, tag, data, bytes)) {
+	if (mode != MODE_SYNC && pm_send_now(c, buf, count, dtype, dest, tag, family)) {
 		/* Written whole: the send is complete, and its request is the
 		 * library's for a send that is (one to MPI_PROC_NULL). */
-		pm_count_pinshm(family, bytes);
 		return PMPI_Isend(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, request);
 	}
 	struct pm_op *op;
@@ -166,17 +157,12 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
 	struct pm_op *op = NULL;
 	MPI_Request lib = MPI_REQUEST_NULL;
 	int rc = MPI_SUCCESS;
-	size_t bytes;
-	const void *data;
-	if (c && (data = pm_flat_data(sendbuf, sendcount, sendtype, &bytes)) &&
-	    pm_send_now(c, dest, sendtag, data, bytes)) {
-		pm_count_pinshm(FAM_BLOCKING, bytes);
-	} else if (c) {
+	if (c && !pm_send_now(c, sendbuf, sendcount, sendtype, dest, sendtag, FAM_BLOCKING)) {
 		rc = pm_send_op(c, sendbuf, sendcount, sendtype, dest, sendtag, MODE_STANDARD, FAM_BLOCKING, &op);
 		if (rc != MPI_SUCCESS)
 			return pm_comm_error(comm, rc);
 		pm_send_start(op);
-	} else {
+	} else if (!c) {
 		if (dest != MPI_PROC_NULL)
 			pm_count_mpi(FAM_BLOCKING, pm_type_bytes(sendtype, sendcount));
 		rc = PMPI_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &lib);
