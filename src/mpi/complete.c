@@ -139,24 +139,33 @@ int MPI_Wait(MPI_Request *request, MPI_Status *status)
 	return pm_comm_error(comm, finish(request, op, status, false));
 }
 
+/* One look at @p op for Test and Request_get_status: progress both
+ * engines unless it is done. @return whether it is done (an inactive
+ * persistent op is, with an empty status). */
+static bool test_once(struct pm_op *op)
+{
+	if (inactive(op))
+		return true;
+	if (op->state != ST_DONE)
+		pm_progress();
+	if (op->state == ST_DONE)
+		return true;
+	pm_mpi_progress();
+	return false;
+}
+
 int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
 {
 	struct pm_op *op = pm_op_by_handle(*request);
 	if (!op)
 		return PMPI_Test(request, flag, status);
+	*flag = test_once(op);
+	if (!*flag)
+		return MPI_SUCCESS;
 	if (inactive(op)) {
-		*flag = 1;
 		pm_status_empty(status);
 		return MPI_SUCCESS;
 	}
-	if (op->state != ST_DONE)
-		pm_progress();
-	if (op->state != ST_DONE) {
-		*flag = 0;
-		pm_mpi_progress();
-		return MPI_SUCCESS;
-	}
-	*flag = 1;
 	MPI_Comm comm = error_comm(op);
 	return pm_comm_error(comm, finish(request, op, status, false));
 }
@@ -166,18 +175,11 @@ int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status)
 	struct pm_op *op = pm_op_by_handle(request);
 	if (!op)
 		return PMPI_Request_get_status(request, flag, status);
-	if (inactive(op)) {
-		*flag = 1;
+	*flag = test_once(op);
+	if (*flag && inactive(op))
 		pm_status_empty(status);
-		return MPI_SUCCESS;
-	}
-	if (op->state != ST_DONE)
-		pm_progress();
-	*flag = op->state == ST_DONE;
-	if (*flag)
+	else if (*flag)
 		pm_op_status_single(op, status);
-	else
-		pm_mpi_progress();
 	return MPI_SUCCESS;
 }
 
