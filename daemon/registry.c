@@ -53,6 +53,26 @@ static void forget_notify(struct registry *r, struct channel *ch, unsigned ep)
 	r->notify_fds--;
 }
 
+/* Number @p ch, file it under its name (if named) and append it to the
+ * registry's list; channel_free() undoes it. */
+static void link_channel(struct registry *r, struct channel *ch)
+{
+	ch->id = r->next_id++;
+	if (ch->named) {
+		unsigned b = name_hash(ch->name);
+		ch->hash_next = r->buckets[b];
+		r->buckets[b] = ch;
+	}
+	ch->prev = r->last;
+	ch->next = NULL;
+	if (r->last)
+		r->last->next = ch;
+	else
+		r->first = ch;
+	r->last = ch;
+	r->count++;
+}
+
 static void channel_free(struct registry *r, struct channel *ch)
 {
 	if (ch->named)
@@ -485,18 +505,8 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 
 	if (!ch->seg.pinned)
 		account_unpinned(r->acct, ch->uid, size); /* on the quota, not the budget */
-	ch->id = r->next_id++;
-	unsigned b = name_hash(name);
-	ch->hash_next = r->buckets[b];
-	r->buckets[b] = ch;
 	ch->named = true;
-	ch->prev = r->last;
-	if (r->last)
-		r->last->next = ch;
-	else
-		r->first = ch;
-	r->last = ch;
-	r->count++;
+	link_channel(r, ch);
 	take_ref(c, ch);
 	adopt_store(ch);
 	if (ch->pin_idle) {
@@ -815,20 +825,7 @@ int registry_insert(struct registry *r, struct channel *ch, char *why, size_t wh
 		snprintf(why, whylen, "the daemon holds %u channels, its most", r->count);
 		return -ENFILE;
 	}
-	ch->id = r->next_id++;
-	if (ch->named) {
-		unsigned b = name_hash(ch->name);
-		ch->hash_next = r->buckets[b];
-		r->buckets[b] = ch;
-	}
-	ch->prev = r->last;
-	ch->next = NULL;
-	if (r->last)
-		r->last->next = ch;
-	else
-		r->first = ch;
-	r->last = ch;
-	r->count++;
+	link_channel(r, ch);
 	return 0;
 }
 
