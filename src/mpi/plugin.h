@@ -230,6 +230,7 @@ struct pm_unexp {
 	uint32_t pid;           /* RTS with REC_CMA: where the message lies */
 	uint64_t addr;
 	char *data;             /* EAGER: a copy of the payload */
+	size_t room;            /* bytes at data (kept with a recycled entry) */
 };
 
 /* A standard send written whole at once, with no op, when its data is
@@ -249,6 +250,7 @@ void pm_recv_take(struct pm_op *op, struct pm_unexp *u);
 /* The first unexpected message of @p c that (source, tag) matches, or NULL. */
 struct pm_unexp *pm_unexp_find(struct pm_comm *c, int source, int tag);
 void pm_unexp_free(struct pm_unexp *u);
+void pm_unexp_teardown(void); /* at MPI_Finalize: orphans, recycled entries */
 void pm_unexp_status(const struct pm_unexp *u, MPI_Status *status);
 /* Whether a probe or receive on @p c from @p source must also ask the MPI
  * library (a wildcard, or a member on another node, of a mixed communicator). */

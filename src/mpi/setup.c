@@ -423,6 +423,7 @@ int MPI_Finalize(void)
 	pm_mprobe_teardown();
 	pm_persist_teardown();
 	pm_comm_teardown();
+	pm_unexp_teardown();
 	close_channels();
 	free_state();
 	pm_ops_teardown();
