@@ -348,7 +348,6 @@ struct pm_state {
 	uint64_t *busy;     /* bit per peer with records waiting */
 	unsigned sends_inflight; /* sends started and not done */
 	unsigned streaming; /* receives taking DATA */
-	unsigned pending_remote; /* ops waiting on the MPI library */
 	int in_progress;    /* re-entry guard */
 	struct pm_op *watch; /* the op a blocking call waits for, or NULL */
 	struct pm_op *direct; /* a blocking receive waiting unposted (pm_recv_direct), or NULL */
