@@ -11,7 +11,6 @@
  * (useradd -M -N) when it is missing and run clients, and a daemon, as it.
  */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -186,21 +185,6 @@ static void raw_open_consumer(int sock, const char *name, struct proto_msg *m)
 /* ======================================================================== */
 /* helpers for /proc and /dev/shm                                            */
 /* ======================================================================== */
-
-/* Entries of /dev/shm whose name says pinshm. */
-static unsigned shm_pinshm_entries(void)
-{
-	DIR *d = opendir("/dev/shm");
-	unsigned n = 0;
-
-	if (!d)
-		return 0;
-	for (struct dirent *e; (e = readdir(d));)
-		if (strstr(e->d_name, "pinshm"))
-			n++;
-	closedir(d);
-	return n;
-}
 
 /* Lines of /proc/PID/maps that contain @p what. */
 static unsigned proc_maps_count(pid_t pid, const char *what)

@@ -823,20 +823,6 @@ END_TEST
 /* Backends: sealed memfd and POSIX shared memory                            */
 /* ======================================================================== */
 
-/* Entries of /dev/shm whose name has "pinshm" in it. */
-static unsigned shm_entries(void)
-{
-	DIR *dir = opendir("/dev/shm");
-	unsigned n = 0;
-
-	if (!dir)
-		return 0;
-	for (struct dirent *e; (e = readdir(dir));)
-		n += strstr(e->d_name, "pinshm") != NULL;
-	closedir(dir);
-	return n;
-}
-
 /* A new descriptor, opened read-write, of the file that the daemon's
  * descriptor whose link holds @p what refers to (as root or its user). */
 static int daemon_file(pid_t pid, const char *what)
@@ -872,7 +858,7 @@ START_TEST(test_backend_choice)
 	struct mapping m;
 	char buf[16];
 	size_t len;
-	unsigned before = shm_entries();
+	unsigned before = shm_pinshm_entries();
 
 	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
 	seg_daemon_start(&d, NULL, NULL);
@@ -900,7 +886,7 @@ START_TEST(test_backend_choice)
 	ck_assert_int_eq(pinshm_recv(rx, buf, sizeof(buf), &len, 1000), 0);
 	ck_assert_str_eq(buf, "posix");
 	ck_assert_msg(find_mapping("/dev/shm/pinshm.", &m), "the shm segment is not mapped here");
-	ck_assert_uint_eq(shm_entries(), before); /* unlinked at once */
+	ck_assert_uint_eq(shm_pinshm_entries(), before); /* unlinked at once */
 	e = list_get(c, "b-shm");
 	ck_assert_uint_eq(e.producers, 1);
 	ck_assert_uint_eq(e.consumers, 1);
@@ -908,7 +894,7 @@ START_TEST(test_backend_choice)
 	pinshm_channel_close(rx);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
-	ck_assert_uint_eq(shm_entries(), before);
+	ck_assert_uint_eq(shm_pinshm_entries(), before);
 }
 END_TEST
 
@@ -962,7 +948,7 @@ START_TEST(test_shm_shrunk)
 	struct daemon d;
 	pinshm_channel_attr_t attr;
 	pinshm_channel_t *tx, *rx, *ch;
-	unsigned before = shm_entries();
+	unsigned before = shm_pinshm_entries();
 
 	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
 	seg_daemon_start(&d, NULL, NULL);
@@ -1000,7 +986,7 @@ START_TEST(test_shm_shrunk)
 	pinshm_channel_close(ch);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d); /* exits 0: it never took a signal */
-	ck_assert_uint_eq(shm_entries(), before);
+	ck_assert_uint_eq(shm_pinshm_entries(), before);
 }
 END_TEST
 

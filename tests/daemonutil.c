@@ -4,6 +4,7 @@
 #include "daemonutil.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -38,6 +39,19 @@ const char *pinshmd_wrapper(void)
 static uint64_t daemon_time_ms(unsigned ms)
 {
 	return (uint64_t)ms * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
+}
+
+unsigned shm_pinshm_entries(void)
+{
+	DIR *d = opendir("/dev/shm");
+	unsigned n = 0;
+
+	if (!d)
+		return 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += strstr(e->d_name, "pinshm") != NULL;
+	closedir(d);
+	return n;
 }
 
 long proc_status_value_kb(pid_t pid, const char *key)

@@ -63,6 +63,9 @@ const char *pinshmd_wrapper(void);
  * or -1 when the field is missing.  Fails the test if the file cannot be read. */
 long proc_status_value_kb(pid_t pid, const char *key);
 
+/** Entries of /dev/shm whose name says pinshm (0 if it cannot be read). */
+unsigned shm_pinshm_entries(void);
+
 /** In a child process: connect to @p sock and open @p name as @p role, or
  * fail the child (tu_child_fail). */
 pinshm_channel_t *child_connect_open(const char *sock, const char *name, pinshm_role_t role, pinshm_client_t **c);
