@@ -278,6 +278,18 @@ static int multi_error(MPI_Comm ours_failed, int lib_rc)
 	return lib_rc == MPI_SUCCESS ? MPI_SUCCESS : MPI_ERR_IN_STATUS;
 }
 
+/* The end of an "all" call once every request is done, the library's with
+ * result @p rc: statuses, handles, the split freed. @return the call's result. */
+static int all_finish(struct split *s, int count, MPI_Request reqs[], MPI_Status statuses[], int rc)
+{
+	null_statuses(count, reqs, statuses);
+	library_back(s, reqs);
+	library_statuses(s, statuses, rc);
+	MPI_Comm failed = finish_ours(s, count, reqs, statuses);
+	split_free(s);
+	return multi_error(failed, rc);
+}
+
 int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
 {
 	struct split s;
@@ -291,12 +303,7 @@ int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
 		wait_pass(&idle);
 	if (s.n)
 		rc = PMPI_Waitall(s.n, s.reqs, s.st);
-	null_statuses(count, reqs, statuses);
-	library_back(&s, reqs);
-	library_statuses(&s, statuses, rc);
-	MPI_Comm failed = finish_ours(&s, count, reqs, statuses);
-	split_free(&s);
-	return multi_error(failed, rc);
+	return all_finish(&s, count, reqs, statuses, rc);
 }
 
 int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[])
@@ -322,12 +329,7 @@ int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[])
 		return MPI_SUCCESS;
 	}
 	*flag = 1;
-	null_statuses(count, reqs, statuses);
-	library_back(&s, reqs);
-	library_statuses(&s, statuses, rc);
-	MPI_Comm failed = finish_ours(&s, count, reqs, statuses);
-	split_free(&s);
-	return multi_error(failed, rc);
+	return all_finish(&s, count, reqs, statuses, rc);
 }
 
 /* ---- any --------------------------------------------------------------------- */
