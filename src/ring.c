@@ -346,21 +346,6 @@ static void publish_record(pinshm_channel_t *ch, uint64_t start, uint64_t pos)
 				      memory_order_release);
 }
 
-/* Ask for the line after the one the consumer polls next, to be written:
- * the next send writes there (its payload, or the commit word it zeroes
- * ahead), and would otherwise wait for the consumer's copy of the line to
- * be invalidated before its record can be published (stores become
- * visible in order).  A hint: nothing is written. */
-static inline void prefetch_next_line(const pinshm_channel_t *ch)
-{
-	const void *line = rec_at(ch->ring, ch->g.capacity, (ch->tail | (PINSHM_CACHELINE - 1)) + 1);
-#if defined(__x86_64__) || defined(__i386__)
-	__asm__ volatile("prefetchw %0" : : "m"(*(const char *)line));
-#else
-	__builtin_prefetch(line, 1);
-#endif
-}
-
 static void commit_reserved(pinshm_channel_t *ch, size_t len)
 {
 	uint64_t start = ch->resv_start, pos = ch->resv_pos;
@@ -368,7 +353,6 @@ static void commit_reserved(pinshm_channel_t *ch, size_t len)
 	stage_reserved(ch, len);
 	publish_record(ch, start, pos);
 	ch->committed = ch->tail;
-	prefetch_next_line(ch);
 }
 
 /* A send that found no room and gives up: counted on the lane (only its
