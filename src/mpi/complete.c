@@ -52,6 +52,7 @@ static int finish(MPI_Request *req, struct pm_op *op, MPI_Status *status, bool m
 
 struct split {
 	int ours;             /* requests of the plugin */
+	int sent;             /* pm.sent requests left out of the library's (all_sent) */
 	int pending;          /* ours_all_done(): ops before this one are done */
 	struct pm_op **op;    /* per position */
 	int n;                /* requests of the library */
@@ -69,11 +70,13 @@ struct split {
 };
 
 /* @return MPI_SUCCESS or MPI_ERR_NO_MEM; when no request is the plugin's,
- * only s->ours (0) is meaningful: pass the call to the library. */
-static int split_make(struct split *s, int count, const MPI_Request reqs[])
+ * only s->ours (0) is meaningful: pass the call to the library.  With
+ * @p all_sent, the library's completed send request (pm.sent) is left out
+ * of the library's part: an "all" call finishes it itself (all_finish()). */
+static int split_make(struct split *s, int count, const MPI_Request reqs[], bool all_sent)
 {
 	size_t c = count > 0 ? (size_t)count : 0;
-	s->ours = s->n = s->pending = 0;
+	s->ours = s->n = s->pending = s->sent = 0;
 	s->block = NULL;
 	s->op = s->few.op;
 	s->index = s->few.index;
@@ -95,6 +98,8 @@ static int split_make(struct split *s, int count, const MPI_Request reqs[])
 		s->op[i] = pm_op_by_handle(reqs[i]);
 		if (s->op[i]) {
 			s->ours++;
+		} else if (all_sent && reqs[i] == pm.sent && pm.sent != MPI_REQUEST_NULL) {
+			s->sent++;
 		} else if (reqs[i] != MPI_REQUEST_NULL) {
 			s->index[s->n] = (int)i;
 			s->reqs[s->n++] = reqs[i];
@@ -245,6 +250,17 @@ static bool ours_all_done(struct split *s, int count)
 	return true;
 }
 
+/* The last op of ours not done (ours_all_done() found one). */
+static struct pm_op *last_pending(const struct split *s, int count)
+{
+	for (int i = count - 1; i > s->pending; i--) {
+		struct pm_op *op = s->op[i];
+		if (op && !inactive(op) && op->state != ST_DONE)
+			return op;
+	}
+	return s->op[s->pending];
+}
+
 /* The library's part of a completed "all": statuses of its requests. */
 static void library_statuses(const struct split *s, MPI_Status statuses[], int rc)
 {
@@ -268,6 +284,22 @@ static void null_statuses(int count, const MPI_Request before[], MPI_Status stat
 		}
 }
 
+/* The completed sends left out of the library's part: what a wait on
+ * them in the library does (the status it gives, the handle nulled). */
+static void sent_finish(const struct split *s, int count, MPI_Request reqs[], MPI_Status statuses[])
+{
+	if (!s->sent)
+		return;
+	for (int i = 0; i < count; i++)
+		if (reqs[i] == pm.sent && !s->op[i]) {
+			reqs[i] = MPI_REQUEST_NULL;
+			if (statuses != MPI_STATUSES_IGNORE) {
+				statuses[i] = pm.sent_status;
+				statuses[i].MPI_ERROR = MPI_SUCCESS;
+			}
+		}
+}
+
 /* The outcome of an "all" or "some" call: MPI_ERR_IN_STATUS if one of
  * ours failed (through the error handler of its communicator) or one of
  * the library's did (whose handler the library has called already). */
@@ -283,6 +315,7 @@ static int multi_error(MPI_Comm ours_failed, int lib_rc)
 static int all_finish(struct split *s, int count, MPI_Request reqs[], MPI_Status statuses[], int rc)
 {
 	null_statuses(count, reqs, statuses);
+	sent_finish(s, count, reqs, statuses);
 	library_back(s, reqs);
 	library_statuses(s, statuses, rc);
 	MPI_Comm failed = finish_ours(s, count, reqs, statuses);
@@ -293,14 +326,20 @@ static int all_finish(struct split *s, int count, MPI_Request reqs[], MPI_Status
 int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
 {
 	struct split s;
-	int rc = split_make(&s, count, reqs);
+	int rc = split_make(&s, count, reqs, true);
 	if (rc != MPI_SUCCESS || !s.ours) {
 		split_free(&s);
 		return rc != MPI_SUCCESS ? rc : PMPI_Waitall(count, reqs, statuses);
 	}
+	/* Watch the last op not done (ops finish mostly in order): the engine
+	 * stops taking records once it is, rather than polling on for more. */
 	unsigned idle = 0;
-	while (!ours_all_done(&s, count))
+	struct pm_op *outer = pm.watch;
+	while (!ours_all_done(&s, count)) {
+		pm.watch = last_pending(&s, count);
 		wait_pass(&idle);
+	}
+	pm.watch = outer;
 	if (s.n)
 		rc = PMPI_Waitall(s.n, s.reqs, s.st);
 	return all_finish(&s, count, reqs, statuses, rc);
@@ -309,7 +348,7 @@ int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
 int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[])
 {
 	struct split s;
-	int rc = split_make(&s, count, reqs);
+	int rc = split_make(&s, count, reqs, true);
 	if (rc != MPI_SUCCESS || !s.ours) {
 		split_free(&s);
 		return rc != MPI_SUCCESS ? rc : PMPI_Testall(count, reqs, flag, statuses);
@@ -370,7 +409,7 @@ static int any_pass(int count, MPI_Request reqs[], struct split *s, int *index, 
 int MPI_Waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status)
 {
 	struct split s;
-	int rc = split_make(&s, count, reqs);
+	int rc = split_make(&s, count, reqs, false);
 	if (rc != MPI_SUCCESS || !s.ours) {
 		split_free(&s);
 		return rc != MPI_SUCCESS ? rc : PMPI_Waitany(count, reqs, index, status);
@@ -394,7 +433,7 @@ int MPI_Waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status)
 int MPI_Testany(int count, MPI_Request reqs[], int *index, int *flag, MPI_Status *status)
 {
 	struct split s;
-	int rc = split_make(&s, count, reqs);
+	int rc = split_make(&s, count, reqs, false);
 	if (rc != MPI_SUCCESS || !s.ours) {
 		split_free(&s);
 		return rc != MPI_SUCCESS ? rc : PMPI_Testany(count, reqs, index, flag, status);
@@ -460,7 +499,7 @@ static int some_pass(int count, MPI_Request reqs[], struct split *s, int indices
 static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[], bool wait)
 {
 	struct split s;
-	int rc = split_make(&s, incount, reqs);
+	int rc = split_make(&s, incount, reqs, false);
 	if (rc == MPI_SUCCESS && !s.ours) {
 		split_free(&s);
 		return -1;

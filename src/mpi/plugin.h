@@ -350,6 +350,11 @@ struct pm_state {
 	unsigned streaming; /* receives taking DATA */
 	int in_progress;    /* re-entry guard */
 	struct pm_op *watch; /* the op a blocking call waits for, or NULL */
+	/* The library's request of a completed send (what MPI_Isend to
+	 * MPI_PROC_NULL gives), where that is one shared object, else
+	 * MPI_REQUEST_NULL; and the status its completion reports. */
+	MPI_Request sent;
+	MPI_Status sent_status;
 	struct pm_op *direct; /* a blocking receive waiting unposted (pm_recv_direct), or NULL */
 	bool direct_missed;  /* a message it matches was kept unexpected */
 	struct pm_list orphans; /* messages for contexts not known yet */

@@ -99,6 +99,10 @@ static int nonblocking_send(const void *buf, int count, MPI_Datatype dtype, int 
 	if (mode != MODE_SYNC && pm_send_now(c, buf, count, dtype, dest, tag, family)) {
 		/* Written whole: the send is complete, and its request is the
 		 * library's for a send that is (one to MPI_PROC_NULL). */
+		if (pm.sent != MPI_REQUEST_NULL) {
+			*request = pm.sent;
+			return MPI_SUCCESS;
+		}
 		return PMPI_Isend(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, request);
 	}
 	struct pm_op *op;

@@ -247,6 +247,28 @@ static void free_state(void)
 
 /* ---- MPI_Init ------------------------------------------------------------ */
 
+/* Open MPI answers every send to MPI_PROC_NULL with one shared request
+ * that is complete (a wait only nulls the caller's handle).  Where two
+ * such sends give the same handle, an eager send written whole returns it
+ * without asking, and Waitall and Testall complete it themselves. */
+static void find_sent_request(void)
+{
+	MPI_Request a, b;
+	pm.sent = MPI_REQUEST_NULL;
+	if (PMPI_Isend(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, &a) != MPI_SUCCESS)
+		return;
+	if (PMPI_Isend(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, MPI_COMM_SELF, &b) != MPI_SUCCESS) {
+		PMPI_Wait(&a, MPI_STATUS_IGNORE);
+		return;
+	}
+	bool same = a == b;
+	MPI_Request shared = a;
+	PMPI_Wait(&a, &pm.sent_status);
+	PMPI_Wait(&b, MPI_STATUS_IGNORE);
+	if (same && shared != MPI_REQUEST_NULL)
+		pm.sent = shared;
+}
+
 static void setup(int provided)
 {
 	char why[512] = "";
@@ -335,6 +357,7 @@ static void setup(int provided)
 	pm.tag_ub = found && ub ? *ub : 32767;
 	PMPI_Comm_dup(MPI_COMM_SELF, &pm.quiet_comm);
 	PMPI_Comm_set_errhandler(pm.quiet_comm, MPI_ERRORS_RETURN);
+	find_sent_request();
 	pm.active = true;
 	if (pm_comm_setup() != MPI_SUCCESS) {
 		fprintf(stderr, "pinshm-mpi: rank %d: out of memory\n", pm.world_rank);

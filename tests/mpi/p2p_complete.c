@@ -64,6 +64,24 @@ static void mixed_status(struct mixed *m, int idx, MPI_Status *st, int peer, int
 		MT_CHECK_STATUS(*st, peer, tag, 64, MPI_INT);
 }
 
+static void poison(MPI_Status st[])
+{
+	for (int i = 0; i < MIXED; i++)
+		st[i].MPI_ERROR = -77;
+}
+
+/* After Waitall or Testall: every status is written (MPI_ERROR included),
+ * the send's one says it was not cancelled. */
+static void mixed_all_statuses(struct mixed *m, MPI_Status st[])
+{
+	int cancelled = 1;
+
+	for (int i = 0; i < MIXED; i++)
+		MT_CHECK(st[i].MPI_ERROR == MPI_SUCCESS, "status %d: MPI_ERROR %d", i, st[i].MPI_ERROR);
+	MT_MPI(MPI_Test_cancelled(&st[m->send_at], &cancelled));
+	MT_CHECK(!cancelled, "the Isend's status says cancelled");
+}
+
 static void completions(int peer)
 {
 	struct mixed m;
@@ -80,8 +98,10 @@ static void completions(int peer)
 
 	/* Waitall, statuses and STATUSES_IGNORE. */
 	mixed_start(&m, peer, ++tag, 1);
+	poison(st);
 	MT_MPI(MPI_Waitall(MIXED, m.rq, st));
 	mixed_status(&m, m.recv_at, &st[m.recv_at], peer, tag);
+	mixed_all_statuses(&m, st);
 	mixed_check(&m, peer, tag);
 	mixed_start(&m, peer, ++tag, 2);
 	MT_MPI(MPI_Waitall(MIXED, m.rq, MPI_STATUSES_IGNORE));
@@ -135,6 +155,7 @@ static void completions(int peer)
 	/* Testall: all or nothing. */
 	mixed_start(&m, peer, ++tag, 0);
 	for (int flag = 0; !flag;) {
+		poison(st);
 		MT_MPI(MPI_Testall(MIXED, m.rq, &flag, st));
 		if (!flag)
 			for (int i = 0; i < MIXED; i++)
@@ -143,6 +164,7 @@ static void completions(int peer)
 		else
 			mixed_status(&m, m.recv_at, &st[m.recv_at], peer, tag);
 	}
+	mixed_all_statuses(&m, st);
 	mixed_check(&m, peer, tag);
 
 	/* Testany until flag with MPI_UNDEFINED. */
