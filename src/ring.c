@@ -582,6 +582,18 @@ static uint64_t topic_count_lost(pinshm_channel_t *ch, unsigned lane, uint32_t s
 	return lost;
 }
 
+/* Start fetching the lines of a record after its first (up to 4 more),
+ * which the producer wrote before its commit word: the caller reads the
+ * payload later, and its copy would otherwise wait for each line then. */
+static inline void prefetch_rest(const uint8_t *ring, uint64_t cap, uint64_t pos, uint64_t size)
+{
+	uint64_t line = (pos | (PINSHM_CACHELINE - 1)) + 1;
+	uint64_t end = pos + (size < 5 * PINSHM_CACHELINE ? size : 5 * PINSHM_CACHELINE);
+
+	for (; line < end; line += PINSHM_CACHELINE)
+		__builtin_prefetch(ring + (line & (cap - 1)));
+}
+
 /*
  * Sequential consumers: the next record of @p lane at this handle's cursor.
  * @return 0 (taken unless @p peek), -EAGAIN, -EMSGSIZE (longer than
@@ -654,6 +666,7 @@ static int take_sequential_lane(pinshm_channel_t *ch, unsigned lane, struct take
 		*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len,
 				     topic_count_lost(ch, lane, seq) };
 		ch->cursor[lane] = t->end;
+		prefetch_rest(ring, cap, pos, size);
 		return 0;
 	}
 }
