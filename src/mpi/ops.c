@@ -281,17 +281,8 @@ static int greq_cancel(void *extra, int complete)
 MPI_Fint MPI_Request_c2f(MPI_Request request)
 {
 	struct pm_op *op = pm_op_by_handle(request);
-	if (op && op->persistent && op->handle == request) {
-		/* Fortran's MPI_START and waits go to the library, whose
-		 * stand-in request transfers nothing: say so, once. */
-		static bool warned;
-		if (!warned) {
-			warned = true;
-			fprintf(stderr, "pinshm-mpi: warning: rank %d: a persistent request passed to Fortran "
-					"(MPI_Request_c2f) must be started and completed from C\n",
-				pm.world_rank);
-		}
-	}
+	/* A persistent op's handle is the library's own (persist.c): Fortran's
+	 * MPI_START and waits reach the plugin through fortran.c. */
 	if (!op || op->persistent || op->handle != request)
 		return PMPI_Request_c2f(request);
 	if (op->fortran == MPI_REQUEST_NULL) {

@@ -1,12 +1,11 @@
-! f_sendrecv.f90 - Fortran point-to-point with the plugin preloaded.
-!
-! Open MPI's Fortran bindings call PMPI directly, so this traffic bypasses
-! the plugin; the program must still run correctly with it preloaded.
-! Send/Recv, Sendrecv, Isend/Irecv/Waitall and a status check between ranks
-! rank and ieor(rank, 1); MPI_Abort with a message on any failure.
+! f_sendrecv.f90 - Fortran point-to-point through mpif.h (Open MPI's mpi_x_
+! names, which the plugin's Fortran layer defines), between ranks rank and
+! ieor(rank, 1): Send/Recv (MPI_ANY_SOURCE, MPI_ANY_TAG), Sendrecv,
+! Isend/Irecv/Waitall and their statuses; then a ring Sendrecv (rank + 1),
+! which crosses pretend nodes.  MPI_Abort with a message on any failure.
 program f_sendrecv
-  use mpi
   implicit none
+  include 'mpif.h'
   integer, parameter :: n = 1000
   integer :: ierr, rank, nprocs, peer, i
   integer :: status(MPI_STATUS_SIZE), statuses(MPI_STATUS_SIZE, 2), reqs(2), cnt
@@ -47,6 +46,14 @@ program f_sendrecv
   call MPI_Waitall(2, reqs, statuses, ierr)
   call check_data('Isend/Irecv')
   if (statuses(MPI_SOURCE, 1) /= peer .or. statuses(MPI_TAG, 1) /= 3) call fail('Irecv: wrong status')
+
+  ! The ring: from rank - 1, to rank + 1.
+  peer = mod(rank + nprocs - 1, nprocs)
+  rbuf = -1
+  call MPI_Sendrecv(sbuf, n, MPI_DOUBLE_PRECISION, mod(rank + 1, nprocs), 4, rbuf, n, MPI_DOUBLE_PRECISION, &
+                    MPI_ANY_SOURCE, 4, MPI_COMM_WORLD, status, ierr)
+  call check_data('ring Sendrecv')
+  if (status(MPI_SOURCE) /= peer .or. status(MPI_TAG) /= 4) call fail('ring Sendrecv: wrong status')
 
   call MPI_Barrier(MPI_COMM_WORLD, ierr)
   if (rank == 0) print '(a, i0, a)', 'f_sendrecv: ok (', nprocs, ' ranks)'

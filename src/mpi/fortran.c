@@ -1,0 +1,607 @@
+/*
+ * fortran.c - Fortran's point-to-point calls, carried by the plugin.
+ *
+ * Open MPI's Fortran bindings (libmpi_mpifh) call PMPI directly, so a
+ * Fortran program's messages would bypass the plugin, and a pair of ranks
+ * whose C code sends through pinshm while its Fortran code receives through
+ * the library would never meet.  This file defines, for every call that
+ * sends, receives, probes, starts or completes a point-to-point operation
+ * or takes a request (and MPI_Init, MPI_Init_thread, MPI_Finalize, without
+ * which the plugin never starts, and MPI_Type_free, which must empty its
+ * type cache), the names those bindings define:
+ *   ompi_X_f                     what mpi_f08 (libmpi_usempif08) calls
+ *   MPI_X, mpi_x, mpi_x_, mpi_x__ what mpif.h and `use mpi` programs call
+ *                                (gfortran: mpi_x_)
+ * and, for the calls whose mpi_f08 wrapper goes to the profiling name
+ * (pmpi_test_...) instead, the mpi_f08 name mpi_x_f08_.  The profiling
+ * names pmpi_x_ stay the library's.
+ *
+ * Each converts its Fortran arguments and calls the plugin's own C function
+ * of the same call (MPI_Send...), which passes everything to the library
+ * where the plugin is inactive.  Conversions: communicators and datatypes
+ * with PMPI_Comm_f2c/PMPI_Type_f2c; requests with the plugin's
+ * MPI_Request_f2c/c2f (a plugin op's Fortran handle is a generalized
+ * request that the library can wait on too); messages, real ones of the
+ * library (mprobe.c), with PMPI_Message_f2c/c2f; statuses with
+ * PMPI_Status_f2c/c2f.  Fortran's MPI_BOTTOM and MPI_STATUS(ES)_IGNORE are
+ * the addresses of Open MPI's common blocks.
+ */
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "plugin.h"
+
+/* Open MPI's Fortran integers, logicals and indices are C ints here. */
+_Static_assert(sizeof(MPI_Fint) == sizeof(int), "MPI_Fint is not an int");
+
+/* Open MPI's common blocks (libmpi): Fortran passes their addresses. */
+extern char mpi_fortran_bottom_ __attribute__((weak));
+extern char mpi_fortran_status_ignore_ __attribute__((weak));
+extern char mpi_fortran_statuses_ignore_ __attribute__((weak));
+
+/* A Fortran status is this many integers. */
+#define F_STATUS_SIZE (sizeof(MPI_Status) / sizeof(MPI_Fint))
+
+/* Every Fortran name of a call, bound to its ompi_X_f. */
+#define F_NAME(name, impl) extern __typeof__(impl) name __attribute__((alias(#impl), visibility("default")));
+#define FORTRAN_NAMES(UPPER, lower)                         \
+	F_NAME(UPPER, ompi_##lower##_f)                     \
+	F_NAME(mpi_##lower, ompi_##lower##_f)               \
+	F_NAME(mpi_##lower##_, ompi_##lower##_f)            \
+	F_NAME(mpi_##lower##__, ompi_##lower##_f)
+/* ... and its mpi_f08 name, where mpi_f08 does not call ompi_X_f. */
+#define F08_NAME(lower) F_NAME(mpi_##lower##_f08_, ompi_##lower##_f)
+
+/* Each implementation has this prototype first (-Wmissing-prototypes). */
+#define F_API __attribute__((visibility("default")))
+
+/* ---- conversions ----------------------------------------------------------- */
+
+static void *buf_f2c(void *buf)
+{
+	return &mpi_fortran_bottom_ && buf == (void *)&mpi_fortran_bottom_ ? MPI_BOTTOM : buf;
+}
+
+static bool status_ignored(const MPI_Fint *f)
+{
+	return &mpi_fortran_status_ignore_ && (const void *)f == (const void *)&mpi_fortran_status_ignore_;
+}
+
+static bool statuses_ignored(const MPI_Fint *f)
+{
+	return &mpi_fortran_statuses_ignore_ && (const void *)f == (const void *)&mpi_fortran_statuses_ignore_;
+}
+
+/* The C status for Fortran's @p f (its present fields copied in: a
+ * single-completion call leaves MPI_ERROR as it was), or MPI_STATUS_IGNORE. */
+static MPI_Status *status_in(const MPI_Fint *f, MPI_Status *c)
+{
+	if (status_ignored(f))
+		return MPI_STATUS_IGNORE;
+	PMPI_Status_f2c(f, c);
+	return c;
+}
+
+static void status_out(const MPI_Status *c, MPI_Fint *f)
+{
+	if (c != MPI_STATUS_IGNORE)
+		PMPI_Status_c2f(c, f);
+}
+
+static void set_ierr(MPI_Fint *ierr, int rc)
+{
+	if (ierr)
+		*ierr = (MPI_Fint)rc;
+}
+
+/* Fortran's LOGICAL as gfortran (and Open MPI's configure) sees it. */
+static int logical(int c_flag)
+{
+	return c_flag ? 1 : 0;
+}
+
+/* A call on an array of requests: the C handles (and the ones given, to
+ * write back only those that changed: a finished nonblocking request
+ * becomes MPI_REQUEST_NULL, a persistent one stays) and C statuses. */
+#define ARRAY_ON_STACK 16
+struct req_array {
+	int n;
+	MPI_Request *c, *given;
+	MPI_Status *st; /* MPI_STATUSES_IGNORE where Fortran ignores them */
+	MPI_Request c_s[ARRAY_ON_STACK], given_s[ARRAY_ON_STACK];
+	MPI_Status st_s[ARRAY_ON_STACK];
+	void *heap;
+};
+
+/* @return MPI_SUCCESS or MPI_ERR_NO_MEM (through MPI_COMM_WORLD's handler). */
+static int array_in(struct req_array *a, int n, const MPI_Fint *freqs, MPI_Fint *fstatuses)
+{
+	a->n = n > 0 ? n : 0;
+	a->heap = NULL;
+	a->c = a->c_s;
+	a->given = a->given_s;
+	a->st = a->st_s;
+	if (a->n > ARRAY_ON_STACK) {
+		size_t each = 2 * sizeof(MPI_Request) + sizeof(MPI_Status);
+		a->heap = malloc((size_t)a->n * each);
+		if (!a->heap)
+			return pm_comm_error(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+		a->st = a->heap;
+		a->c = (MPI_Request *)(void *)(a->st + a->n);
+		a->given = a->c + a->n;
+	}
+	for (int i = 0; i < a->n; i++)
+		a->c[i] = a->given[i] = MPI_Request_f2c(freqs[i]);
+	if (!fstatuses || statuses_ignored(fstatuses))
+		a->st = MPI_STATUSES_IGNORE;
+	else
+		for (int i = 0; i < a->n; i++)
+			PMPI_Status_f2c(fstatuses + (size_t)i * F_STATUS_SIZE, &a->st[i]);
+	return MPI_SUCCESS;
+}
+
+/* Write back the requests that changed, and the statuses; free. */
+static void array_out(struct req_array *a, MPI_Fint *freqs, MPI_Fint *fstatuses)
+{
+	for (int i = 0; i < a->n; i++)
+		if (a->c[i] != a->given[i])
+			freqs[i] = MPI_Request_c2f(a->c[i]);
+	if (a->st != MPI_STATUSES_IGNORE)
+		for (int i = 0; i < a->n; i++)
+			PMPI_Status_c2f(&a->st[i], fstatuses + (size_t)i * F_STATUS_SIZE);
+	free(a->heap);
+}
+
+/* ---- start and end ------------------------------------------------------------ */
+
+F_API void ompi_init_f(MPI_Fint *ierr);
+void ompi_init_f(MPI_Fint *ierr)
+{
+	int argc = 0;
+	char **argv = NULL;
+	set_ierr(ierr, MPI_Init(&argc, &argv));
+}
+FORTRAN_NAMES(MPI_INIT, init)
+
+F_API void ompi_init_thread_f(MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr);
+void ompi_init_thread_f(MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr)
+{
+	int argc = 0, c_provided = MPI_THREAD_SINGLE;
+	char **argv = NULL;
+	int rc = MPI_Init_thread(&argc, &argv, *required, &c_provided);
+	if (rc == MPI_SUCCESS)
+		*provided = c_provided;
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_INIT_THREAD, init_thread)
+
+F_API void ompi_finalize_f(MPI_Fint *ierr);
+void ompi_finalize_f(MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Finalize());
+}
+FORTRAN_NAMES(MPI_FINALIZE, finalize)
+
+F_API void ompi_type_free_f(MPI_Fint *type, MPI_Fint *ierr);
+void ompi_type_free_f(MPI_Fint *type, MPI_Fint *ierr)
+{
+	MPI_Datatype c = PMPI_Type_f2c(*type);
+	int rc = MPI_Type_free(&c);
+	if (rc == MPI_SUCCESS)
+		*type = PMPI_Type_c2f(c);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_TYPE_FREE, type_free)
+
+/* ---- sends ----------------------------------------------------------------- */
+
+/* Send, Ssend, Bsend, Rsend. */
+#define F_SEND(UPPER, lower, cfunc)                                                                          \
+	F_API void ompi_##lower##_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *dest, MPI_Fint *tag, \
+				    MPI_Fint *comm, MPI_Fint *ierr);                                           \
+	void ompi_##lower##_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *dest, MPI_Fint *tag,       \
+			      MPI_Fint *comm, MPI_Fint *ierr)                                                  \
+	{                                                                                                      \
+		set_ierr(ierr, cfunc(buf_f2c(buf), *count, PMPI_Type_f2c(*type), *dest, *tag,                 \
+				     PMPI_Comm_f2c(*comm)));                                                   \
+	}                                                                                                      \
+	FORTRAN_NAMES(UPPER, lower)
+
+F_SEND(MPI_SEND, send, MPI_Send)
+F_SEND(MPI_SSEND, ssend, MPI_Ssend)
+F_SEND(MPI_BSEND, bsend, MPI_Bsend)
+F_SEND(MPI_RSEND, rsend, MPI_Rsend)
+
+/* Isend..., the persistent inits and Irecv, Recv_init: a request out. */
+#define F_REQUEST(UPPER, lower, cfunc)                                                                        \
+	F_API void ompi_##lower##_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *peer, MPI_Fint *tag,  \
+				    MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr);                         \
+	void ompi_##lower##_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *peer, MPI_Fint *tag,        \
+			      MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)                                \
+	{                                                                                                       \
+		MPI_Request c = MPI_REQUEST_NULL;                                                               \
+		int rc = cfunc(buf_f2c(buf), *count, PMPI_Type_f2c(*type), *peer, *tag, PMPI_Comm_f2c(*comm), \
+			       &c);                                                                             \
+		if (rc == MPI_SUCCESS)                                                                          \
+			*request = MPI_Request_c2f(c);                                                          \
+		set_ierr(ierr, rc);                                                                             \
+	}                                                                                                       \
+	FORTRAN_NAMES(UPPER, lower)
+
+F_REQUEST(MPI_ISEND, isend, MPI_Isend)
+F_REQUEST(MPI_ISSEND, issend, MPI_Issend)
+F_REQUEST(MPI_IBSEND, ibsend, MPI_Ibsend)
+F_REQUEST(MPI_IRSEND, irsend, MPI_Irsend)
+F_REQUEST(MPI_SEND_INIT, send_init, MPI_Send_init)
+F_REQUEST(MPI_SSEND_INIT, ssend_init, MPI_Ssend_init)
+F_REQUEST(MPI_BSEND_INIT, bsend_init, MPI_Bsend_init)
+F_REQUEST(MPI_RSEND_INIT, rsend_init, MPI_Rsend_init)
+F_REQUEST(MPI_RECV_INIT, recv_init, MPI_Recv_init)
+F_REQUEST(MPI_IRECV, irecv, MPI_Irecv)
+
+F_API void ompi_sendrecv_f(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, MPI_Fint *dest,
+			   MPI_Fint *sendtag, void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype,
+			   MPI_Fint *source, MPI_Fint *recvtag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr);
+void ompi_sendrecv_f(void *sendbuf, MPI_Fint *sendcount, MPI_Fint *sendtype, MPI_Fint *dest, MPI_Fint *sendtag,
+		     void *recvbuf, MPI_Fint *recvcount, MPI_Fint *recvtype, MPI_Fint *source, MPI_Fint *recvtag,
+		     MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	int rc = MPI_Sendrecv(buf_f2c(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), *dest, *sendtag,
+			      buf_f2c(recvbuf), *recvcount, PMPI_Type_f2c(*recvtype), *source, *recvtag,
+			      PMPI_Comm_f2c(*comm), c_status);
+	status_out(c_status, status);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_SENDRECV, sendrecv)
+
+F_API void ompi_sendrecv_replace_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *dest, MPI_Fint *sendtag,
+				   MPI_Fint *source, MPI_Fint *recvtag, MPI_Fint *comm, MPI_Fint *status,
+				   MPI_Fint *ierr);
+void ompi_sendrecv_replace_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *dest, MPI_Fint *sendtag,
+			     MPI_Fint *source, MPI_Fint *recvtag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	int rc = MPI_Sendrecv_replace(buf_f2c(buf), *count, PMPI_Type_f2c(*type), *dest, *sendtag, *source,
+				      *recvtag, PMPI_Comm_f2c(*comm), c_status);
+	status_out(c_status, status);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_SENDRECV_REPLACE, sendrecv_replace)
+
+/* Fortran's MPI_BUFFER_DETACH (mpif.h, `use mpi`) does not return the
+ * address; mpi_f08's does (a TYPE(C_PTR)). */
+F_API void ompi_buffer_attach_f(void *buffer, MPI_Fint *size, MPI_Fint *ierr);
+void ompi_buffer_attach_f(void *buffer, MPI_Fint *size, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Buffer_attach(buffer, *size));
+}
+FORTRAN_NAMES(MPI_BUFFER_ATTACH, buffer_attach)
+
+F_API void ompi_buffer_detach_f(void *buffer, MPI_Fint *size, MPI_Fint *ierr);
+void ompi_buffer_detach_f(void *buffer, MPI_Fint *size, MPI_Fint *ierr)
+{
+	void *addr;
+	int c_size = 0;
+	(void)buffer;
+	int rc = MPI_Buffer_detach(&addr, &c_size);
+	if (rc == MPI_SUCCESS)
+		*size = c_size;
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_BUFFER_DETACH, buffer_detach)
+
+F_API void mpi_buffer_detach_f08_(void **buffer_addr, MPI_Fint *size, MPI_Fint *ierr);
+void mpi_buffer_detach_f08_(void **buffer_addr, MPI_Fint *size, MPI_Fint *ierr)
+{
+	int c_size = 0;
+	int rc = MPI_Buffer_detach(buffer_addr, &c_size);
+	if (rc == MPI_SUCCESS)
+		*size = c_size;
+	set_ierr(ierr, rc);
+}
+
+/* ---- receives and probes ------------------------------------------------------ */
+
+F_API void ompi_recv_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *source, MPI_Fint *tag,
+		       MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr);
+void ompi_recv_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm,
+		 MPI_Fint *status, MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	int rc = MPI_Recv(buf_f2c(buf), *count, PMPI_Type_f2c(*type), *source, *tag, PMPI_Comm_f2c(*comm),
+			  c_status);
+	status_out(c_status, status);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_RECV, recv)
+
+F_API void ompi_probe_f(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr);
+void ompi_probe_f(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *status, MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	int rc = MPI_Probe(*source, *tag, PMPI_Comm_f2c(*comm), c_status);
+	status_out(c_status, status);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_PROBE, probe)
+
+F_API void ompi_iprobe_f(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, int *flag, MPI_Fint *status,
+			 MPI_Fint *ierr);
+void ompi_iprobe_f(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, int *flag, MPI_Fint *status, MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	int c_flag = 0;
+	int rc = MPI_Iprobe(*source, *tag, PMPI_Comm_f2c(*comm), &c_flag, c_status);
+	if (rc == MPI_SUCCESS) {
+		*flag = logical(c_flag);
+		if (c_flag)
+			status_out(c_status, status);
+	}
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_IPROBE, iprobe)
+F08_NAME(iprobe)
+
+F_API void ompi_mprobe_f(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *message, MPI_Fint *status,
+			 MPI_Fint *ierr);
+void ompi_mprobe_f(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, MPI_Fint *message, MPI_Fint *status,
+		   MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	MPI_Message c_message = MPI_MESSAGE_NULL;
+	int rc = MPI_Mprobe(*source, *tag, PMPI_Comm_f2c(*comm), &c_message, c_status);
+	if (rc == MPI_SUCCESS) {
+		*message = PMPI_Message_c2f(c_message);
+		status_out(c_status, status);
+	}
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_MPROBE, mprobe)
+
+F_API void ompi_improbe_f(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, int *flag, MPI_Fint *message,
+			  MPI_Fint *status, MPI_Fint *ierr);
+void ompi_improbe_f(MPI_Fint *source, MPI_Fint *tag, MPI_Fint *comm, int *flag, MPI_Fint *message,
+		    MPI_Fint *status, MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	MPI_Message c_message = MPI_MESSAGE_NULL;
+	int c_flag = 0;
+	int rc = MPI_Improbe(*source, *tag, PMPI_Comm_f2c(*comm), &c_flag, &c_message, c_status);
+	if (rc == MPI_SUCCESS) {
+		*flag = logical(c_flag);
+		if (c_flag) {
+			*message = PMPI_Message_c2f(c_message);
+			status_out(c_status, status);
+		}
+	}
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_IMPROBE, improbe)
+F08_NAME(improbe)
+
+F_API void ompi_mrecv_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *message, MPI_Fint *status,
+			MPI_Fint *ierr);
+void ompi_mrecv_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *message, MPI_Fint *status,
+		  MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	MPI_Message c_message = PMPI_Message_f2c(*message);
+	int rc = MPI_Mrecv(buf_f2c(buf), *count, PMPI_Type_f2c(*type), &c_message, c_status);
+	if (rc == MPI_SUCCESS)
+		*message = PMPI_Message_c2f(c_message);
+	status_out(c_status, status);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_MRECV, mrecv)
+
+F_API void ompi_imrecv_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *message, MPI_Fint *request,
+			 MPI_Fint *ierr);
+void ompi_imrecv_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *message, MPI_Fint *request,
+		   MPI_Fint *ierr)
+{
+	MPI_Message c_message = PMPI_Message_f2c(*message);
+	MPI_Request c = MPI_REQUEST_NULL;
+	int rc = MPI_Imrecv(buf_f2c(buf), *count, PMPI_Type_f2c(*type), &c_message, &c);
+	if (rc == MPI_SUCCESS) {
+		*message = PMPI_Message_c2f(c_message);
+		*request = MPI_Request_c2f(c);
+	}
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_IMRECV, imrecv)
+
+/* ---- one request ------------------------------------------------------------ */
+
+F_API void ompi_start_f(MPI_Fint *request, MPI_Fint *ierr);
+void ompi_start_f(MPI_Fint *request, MPI_Fint *ierr)
+{
+	MPI_Request c = MPI_Request_f2c(*request), given = c;
+	int rc = MPI_Start(&c);
+	if (c != given)
+		*request = MPI_Request_c2f(c);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_START, start)
+
+F_API void ompi_wait_f(MPI_Fint *request, MPI_Fint *status, MPI_Fint *ierr);
+void ompi_wait_f(MPI_Fint *request, MPI_Fint *status, MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	MPI_Request c = MPI_Request_f2c(*request), given = c;
+	int rc = MPI_Wait(&c, c_status);
+	if (c != given)
+		*request = MPI_Request_c2f(c);
+	status_out(c_status, status);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_WAIT, wait)
+
+F_API void ompi_test_f(MPI_Fint *request, int *flag, MPI_Fint *status, MPI_Fint *ierr);
+void ompi_test_f(MPI_Fint *request, int *flag, MPI_Fint *status, MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	MPI_Request c = MPI_Request_f2c(*request), given = c;
+	int c_flag = 0;
+	int rc = MPI_Test(&c, &c_flag, c_status);
+	if (c != given)
+		*request = MPI_Request_c2f(c);
+	*flag = logical(c_flag);
+	if (c_flag)
+		status_out(c_status, status);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_TEST, test)
+F08_NAME(test)
+
+F_API void ompi_request_get_status_f(MPI_Fint *request, int *flag, MPI_Fint *status, MPI_Fint *ierr);
+void ompi_request_get_status_f(MPI_Fint *request, int *flag, MPI_Fint *status, MPI_Fint *ierr)
+{
+	MPI_Status s, *c_status = status_in(status, &s);
+	int c_flag = 0;
+	int rc = MPI_Request_get_status(MPI_Request_f2c(*request), &c_flag, c_status);
+	if (rc == MPI_SUCCESS) {
+		*flag = logical(c_flag);
+		if (c_flag)
+			status_out(c_status, status);
+	}
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_REQUEST_GET_STATUS, request_get_status)
+F08_NAME(request_get_status)
+
+F_API void ompi_request_free_f(MPI_Fint *request, MPI_Fint *ierr);
+void ompi_request_free_f(MPI_Fint *request, MPI_Fint *ierr)
+{
+	MPI_Request c = MPI_Request_f2c(*request);
+	int rc = MPI_Request_free(&c);
+	if (rc == MPI_SUCCESS)
+		*request = MPI_Request_c2f(MPI_REQUEST_NULL);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_REQUEST_FREE, request_free)
+
+F_API void ompi_cancel_f(MPI_Fint *request, MPI_Fint *ierr);
+void ompi_cancel_f(MPI_Fint *request, MPI_Fint *ierr)
+{
+	MPI_Request c = MPI_Request_f2c(*request);
+	set_ierr(ierr, MPI_Cancel(&c));
+}
+FORTRAN_NAMES(MPI_CANCEL, cancel)
+
+/* ---- arrays of requests ------------------------------------------------------- */
+
+F_API void ompi_startall_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *ierr);
+void ompi_startall_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *ierr)
+{
+	struct req_array a;
+	int rc = array_in(&a, *count, requests, NULL);
+	if (rc == MPI_SUCCESS) {
+		rc = MPI_Startall(a.n, a.c);
+		array_out(&a, requests, NULL);
+	}
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_STARTALL, startall)
+
+F_API void ompi_waitall_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *statuses, MPI_Fint *ierr);
+void ompi_waitall_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *statuses, MPI_Fint *ierr)
+{
+	struct req_array a;
+	int rc = array_in(&a, *count, requests, statuses);
+	if (rc == MPI_SUCCESS) {
+		rc = MPI_Waitall(a.n, a.c, a.st);
+		array_out(&a, requests, statuses);
+	}
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_WAITALL, waitall)
+
+F_API void ompi_testall_f(MPI_Fint *count, MPI_Fint *requests, int *flag, MPI_Fint *statuses, MPI_Fint *ierr);
+void ompi_testall_f(MPI_Fint *count, MPI_Fint *requests, int *flag, MPI_Fint *statuses, MPI_Fint *ierr)
+{
+	struct req_array a;
+	int c_flag = 0;
+	int rc = array_in(&a, *count, requests, statuses);
+	if (rc == MPI_SUCCESS) {
+		rc = MPI_Testall(a.n, a.c, &c_flag, a.st);
+		if (!c_flag && rc == MPI_SUCCESS)
+			a.st = MPI_STATUSES_IGNORE; /* nothing to say yet */
+		array_out(&a, requests, statuses);
+		*flag = logical(c_flag);
+	}
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_TESTALL, testall)
+F08_NAME(testall)
+
+/* MPI_Waitany and MPI_Testany: Fortran's index counts from 1. */
+static void index_out(int c_index, MPI_Fint *index)
+{
+	*index = c_index == MPI_UNDEFINED ? MPI_UNDEFINED : c_index + 1;
+}
+
+F_API void ompi_waitany_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *index, MPI_Fint *status,
+			  MPI_Fint *ierr);
+void ompi_waitany_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *index, MPI_Fint *status, MPI_Fint *ierr)
+{
+	struct req_array a;
+	MPI_Status s, *c_status = status_in(status, &s);
+	int c_index = MPI_UNDEFINED;
+	int rc = array_in(&a, *count, requests, NULL);
+	if (rc == MPI_SUCCESS) {
+		rc = MPI_Waitany(a.n, a.c, &c_index, c_status);
+		array_out(&a, requests, NULL);
+		index_out(c_index, index);
+		status_out(c_status, status);
+	}
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_WAITANY, waitany)
+
+F_API void ompi_testany_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *index, int *flag, MPI_Fint *status,
+			  MPI_Fint *ierr);
+void ompi_testany_f(MPI_Fint *count, MPI_Fint *requests, MPI_Fint *index, int *flag, MPI_Fint *status,
+		    MPI_Fint *ierr)
+{
+	struct req_array a;
+	MPI_Status s, *c_status = status_in(status, &s);
+	int c_index = MPI_UNDEFINED, c_flag = 0;
+	int rc = array_in(&a, *count, requests, NULL);
+	if (rc == MPI_SUCCESS) {
+		rc = MPI_Testany(a.n, a.c, &c_index, &c_flag, c_status);
+		array_out(&a, requests, NULL);
+		index_out(c_index, index);
+		*flag = logical(c_flag);
+		if (c_flag)
+			status_out(c_status, status);
+	}
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_TESTANY, testany)
+F08_NAME(testany)
+
+/* MPI_Waitsome and MPI_Testsome: Fortran's indices count from 1. */
+#define F_SOME(UPPER, lower, cfunc)                                                                         \
+	F_API void ompi_##lower##_f(MPI_Fint *incount, MPI_Fint *requests, MPI_Fint *outcount,               \
+				    MPI_Fint *indices, MPI_Fint *statuses, MPI_Fint *ierr);                  \
+	void ompi_##lower##_f(MPI_Fint *incount, MPI_Fint *requests, MPI_Fint *outcount, MPI_Fint *indices,  \
+			      MPI_Fint *statuses, MPI_Fint *ierr)                                            \
+	{                                                                                                     \
+		struct req_array a;                                                                           \
+		int c_out = MPI_UNDEFINED;                                                                    \
+		int rc = array_in(&a, *incount, requests, statuses);                                          \
+		if (rc == MPI_SUCCESS) {                                                                      \
+			rc = cfunc(a.n, a.c, &c_out, indices, a.st);                                          \
+			array_out(&a, requests, statuses);                                                    \
+			*outcount = c_out;                                                                    \
+			for (int i = 0; c_out != MPI_UNDEFINED && i < c_out; i++)                             \
+				indices[i]++;                                                                 \
+		}                                                                                             \
+		set_ierr(ierr, rc);                                                                           \
+	}                                                                                                     \
+	FORTRAN_NAMES(UPPER, lower)
+
+F_SOME(MPI_WAITSOME, waitsome, MPI_Waitsome)
+F_SOME(MPI_TESTSOME, testsome, MPI_Testsome)
+F08_NAME(testsome)
