@@ -113,10 +113,13 @@ struct req_array {
 	void *heap;
 };
 
-/* @return MPI_SUCCESS or MPI_ERR_NO_MEM (through MPI_COMM_WORLD's handler). */
+/* @return MPI_SUCCESS, or MPI_ERR_ARG (a negative count) or MPI_ERR_NO_MEM
+ * through MPI_COMM_WORLD's handler, as Open MPI's bindings do. */
 static int array_in(struct req_array *a, int n, const MPI_Fint *freqs, MPI_Fint *fstatuses)
 {
-	a->n = n > 0 ? n : 0;
+	if (n < 0)
+		return pm_comm_error(MPI_COMM_WORLD, MPI_ERR_ARG);
+	a->n = n;
 	a->heap = NULL;
 	a->c = a->c_s;
 	a->given = a->given_s;

@@ -1,8 +1,8 @@
 ! f_sendrecv.f90 - Fortran point-to-point through mpif.h (Open MPI's mpi_x_
 ! names, which the plugin's Fortran layer defines), between ranks rank and
 ! ieor(rank, 1): Send/Recv (MPI_ANY_SOURCE, MPI_ANY_TAG), Sendrecv,
-! Isend/Irecv/Waitall and their statuses; then a ring Sendrecv (rank + 1),
-! which crosses pretend nodes.  MPI_Abort with a message on any failure.
+! Isend/Irecv/Waitall and their statuses, MPI_STATUS_IGNORE left as it is;
+! then a ring Sendrecv (rank + 1), which crosses pretend nodes.  MPI_Abort with a message on any failure.
 program f_sendrecv
   implicit none
   include 'mpif.h'
@@ -46,6 +46,13 @@ program f_sendrecv
   call MPI_Waitall(2, reqs, statuses, ierr)
   call check_data('Isend/Irecv')
   if (statuses(MPI_SOURCE, 1) /= peer .or. statuses(MPI_TAG, 1) /= 3) call fail('Irecv: wrong status')
+
+  ! MPI_STATUS_IGNORE is a common block: nothing may be written there.
+  rbuf = -1
+  call MPI_Sendrecv(sbuf, n, MPI_DOUBLE_PRECISION, peer, 5, rbuf, n, MPI_DOUBLE_PRECISION, peer, 5, &
+                    MPI_COMM_WORLD, MPI_STATUS_IGNORE, ierr)
+  call check_data('Sendrecv (MPI_STATUS_IGNORE)')
+  if (MPI_STATUS_IGNORE(MPI_TAG) /= 0) call fail('a status was written into MPI_STATUS_IGNORE')
 
   ! The ring: from rank - 1, to rank + 1.
   peer = mod(rank + nprocs - 1, nprocs)
