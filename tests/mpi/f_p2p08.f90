@@ -9,16 +9,18 @@
 ! Testany, Testsome, Testall and Waitany (1-based indices, requests set to
 ! MPI_REQUEST_NULL), Request_get_status, persistent Send_init/Recv_init
 ! with Startall/Waitall, Iprobe, Improbe, Mprobe, Mrecv, Imrecv, Cancel, a
-! truncated receive (ierror MPI_ERR_TRUNCATE), and calls without the
-! optional ierror.  MPI_Abort with a message on any failure.
+! truncated receive (ierror MPI_ERR_TRUNCATE), calls without the optional
+! ierror, and MPI_Init_thread (FUNNELED: carried).  MPI_Abort with a
+! message on any failure.
 program f_p2p08
   use mpi_f08
   use, intrinsic :: iso_c_binding, only : c_ptr, c_intptr_t
   implicit none
   integer, parameter :: n = 500
-  integer :: rank, nprocs, peer, d
+  integer :: rank, nprocs, peer, d, provided
 
-  call MPI_Init()
+  call MPI_Init_thread(MPI_THREAD_FUNNELED, provided)
+  if (provided < MPI_THREAD_FUNNELED) call fail('MPI_Init_thread: provided below FUNNELED', provided)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
   call MPI_Comm_size(MPI_COMM_WORLD, nprocs)
   if (mod(nprocs, 2) /= 0) call fail('needs an even number of ranks', 0)
