@@ -11,7 +11,9 @@
 ! Iprobe, Mprobe, Improbe, Mrecv, Imrecv; MPI_ANY_SOURCE and MPI_ANY_TAG;
 ! MPI_PROC_NULL; a truncated receive (ierr MPI_ERR_TRUNCATE under
 ! MPI_ERRORS_RETURN); a derived type; MPI_BOTTOM with an absolute address;
-! Cancel and Request_free.  Statuses: source, tag and MPI_Get_count.
+! Cancel and Request_free; a Waitall over more requests than fortran.c
+! keeps on its stack, mixing the plugin's, the library's (Ibarrier) and
+! MPI_REQUEST_NULL.  Statuses: source, tag and MPI_Get_count.
 ! MPI_Abort with a message on any failure; "f_p2p: ok" from rank 0.
 program f_p2p
   use mpi
@@ -32,6 +34,7 @@ program f_p2p
     call buffered()
     call nonblocking()
     call tests()
+    call arrays()
     call persistent()
     call probes()
     call special()
@@ -290,6 +293,30 @@ contains
     end do
     if (any(sq /= MPI_REQUEST_NULL)) call fail('Testall left a request', 0)
   end subroutine tests
+
+  ! A long array of requests of all kinds.
+  subroutine arrays()
+    integer, parameter :: m = 12
+    integer :: sbuf(n), rbuf(n, m), reqs(2 * m + 2), sts(MPI_STATUS_SIZE, 2 * m + 2), k, e
+    call fill(sbuf, n, 8)
+    rbuf = -1
+    do k = 1, m
+      call MPI_Irecv(rbuf(1, k), n, MPI_INTEGER, peer, 80 + k, MPI_COMM_WORLD, reqs(k), e)
+    end do
+    call MPI_Ibarrier(MPI_COMM_WORLD, reqs(m + 1), e)
+    reqs(m + 2) = MPI_REQUEST_NULL
+    do k = 1, m
+      call MPI_Isend(sbuf, n, MPI_INTEGER, peer, 80 + k, MPI_COMM_WORLD, reqs(m + 2 + k), e)
+    end do
+    call MPI_Waitall(2 * m + 2, reqs, sts, e)
+    call check(e, 'Waitall (long)')
+    if (any(reqs /= MPI_REQUEST_NULL)) call fail('Waitall (long) left a request', 0)
+    do k = 1, m
+      call expect(rbuf(1, k), n, 8, 'Waitall (long)')
+      call expect_status(sts(:, k), peer, 80 + k, n, 'Waitall (long)')
+    end do
+    call expect_status(sts(:, m + 2), MPI_ANY_SOURCE, MPI_ANY_TAG, 0, 'Waitall (long), MPI_REQUEST_NULL')
+  end subroutine arrays
 
   ! Every persistent kind, Startall over rounds, Start, Waitall; they stay.
   subroutine persistent()
