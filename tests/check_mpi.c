@@ -85,6 +85,7 @@ static const struct program programs[] = {
 	{"f_sendrecv", B | NB, 0},
 	{"f_p2p", B | NB | P | PR | SY | BU, 0},
 	{"f_p2p08", B | NB | P | PR | SY | BU, 0},
+	{"f_comms", B | NB, 0},
 	{"mixed_cf", B | NB | P, 0},
 #endif
 };

@@ -7,13 +7,14 @@
  * the library would never meet.  This file defines, for every call that
  * sends, receives, probes, starts or completes a point-to-point operation
  * or takes a request (and MPI_Init, MPI_Init_thread, MPI_Finalize, without
- * which the plugin never starts, and MPI_Type_free, which must empty its
- * type cache), the names those bindings define:
+ * which the plugin never starts, MPI_Type_free, which must empty its type
+ * cache, and the calls that make communicators, so that those made in
+ * Fortran are carried too), the names those bindings define:
  *   ompi_X_f                     what mpi_f08 (libmpi_usempif08) calls
  *   MPI_X, mpi_x, mpi_x_, mpi_x__ what mpif.h and `use mpi` programs call
  *                                (gfortran: mpi_x_)
  * and, for the calls whose mpi_f08 wrapper goes to the profiling name
- * (pmpi_test_...) instead, the mpi_f08 name mpi_x_f08_.  The profiling
+ * (pmpi_test_, pmpi_cart_create_...) instead, the mpi_f08 name mpi_x_f08_.  The profiling
  * names pmpi_x_ stay the library's.
  *
  * Each converts its Fortran arguments and calls the plugin's own C function
@@ -23,8 +24,9 @@
  * MPI_Request_f2c/c2f (a plugin op's Fortran handle is a generalized
  * request that the library can wait on too); messages, real ones of the
  * library (mprobe.c), with PMPI_Message_f2c/c2f; statuses with
- * PMPI_Status_f2c/c2f.  Fortran's MPI_BOTTOM and MPI_STATUS(ES)_IGNORE are
- * the addresses of Open MPI's common blocks.
+ * PMPI_Status_f2c/c2f.  Fortran's MPI_BOTTOM, MPI_STATUS(ES)_IGNORE,
+ * MPI_UNWEIGHTED and MPI_WEIGHTS_EMPTY are the addresses of Open MPI's
+ * common blocks.
  */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -38,6 +40,8 @@ _Static_assert(sizeof(MPI_Fint) == sizeof(int), "MPI_Fint is not an int");
 extern char mpi_fortran_bottom_ __attribute__((weak));
 extern char mpi_fortran_status_ignore_ __attribute__((weak));
 extern char mpi_fortran_statuses_ignore_ __attribute__((weak));
+extern char mpi_fortran_unweighted_ __attribute__((weak));
+extern char mpi_fortran_weights_empty_ __attribute__((weak));
 
 /* A Fortran status is this many integers. */
 #define F_STATUS_SIZE (sizeof(MPI_Status) / sizeof(MPI_Fint))
@@ -94,7 +98,19 @@ static void set_ierr(MPI_Fint *ierr, int rc)
 		*ierr = (MPI_Fint)rc;
 }
 
-/* Fortran's LOGICAL as gfortran (and Open MPI's configure) sees it. */
+/* Dist_graph weights: Fortran's MPI_UNWEIGHTED and MPI_WEIGHTS_EMPTY. */
+static const int *weights_f2c(const MPI_Fint *w)
+{
+	if (&mpi_fortran_unweighted_ && (const void *)w == (const void *)&mpi_fortran_unweighted_)
+		return MPI_UNWEIGHTED;
+	if (&mpi_fortran_weights_empty_ && (const void *)w == (const void *)&mpi_fortran_weights_empty_)
+		return MPI_WEIGHTS_EMPTY;
+	return w;
+}
+
+/* Fortran's LOGICAL as gfortran (and Open MPI's configure) sees it: an
+ * int, .TRUE. 1, so that an array of them reads in C as ints that are
+ * nonzero where true. */
 static int logical(int c_flag)
 {
 	return c_flag ? 1 : 0;
@@ -608,3 +624,154 @@ F08_NAME(testany)
 F_SOME(MPI_WAITSOME, waitsome, MPI_Waitsome)
 F_SOME(MPI_TESTSOME, testsome, MPI_Testsome)
 F08_NAME(testsome)
+
+/* ---- communicators ------------------------------------------------------------ */
+
+/*
+ * The calls that make a communicator from a carried one go to comm.c, as
+ * C's do, so that a communicator made in Fortran is carried as well and
+ * every member counts the creation on the parent the same way (contexts
+ * are derived from that count).  MPI_Comm_idup is left to the library
+ * (its C form writes the new handle when the request completes, which a
+ * Fortran integer cannot follow): that communicator is not carried.
+ */
+#define F_COMM_OUT(rc, newcomm, c_new)                      \
+	do {                                                \
+		if ((rc) == MPI_SUCCESS)                    \
+			*(newcomm) = PMPI_Comm_c2f(c_new);  \
+		set_ierr(ierr, rc);                         \
+	} while (0)
+
+F_API void ompi_comm_dup_f(MPI_Fint *comm, MPI_Fint *newcomm, MPI_Fint *ierr);
+void ompi_comm_dup_f(MPI_Fint *comm, MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Comm_dup(PMPI_Comm_f2c(*comm), &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_COMM_DUP, comm_dup)
+
+F_API void ompi_comm_dup_with_info_f(MPI_Fint *comm, MPI_Fint *info, MPI_Fint *newcomm, MPI_Fint *ierr);
+void ompi_comm_dup_with_info_f(MPI_Fint *comm, MPI_Fint *info, MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Comm_dup_with_info(PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_COMM_DUP_WITH_INFO, comm_dup_with_info)
+
+F_API void ompi_comm_split_f(MPI_Fint *comm, MPI_Fint *color, MPI_Fint *key, MPI_Fint *newcomm, MPI_Fint *ierr);
+void ompi_comm_split_f(MPI_Fint *comm, MPI_Fint *color, MPI_Fint *key, MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Comm_split(PMPI_Comm_f2c(*comm), *color, *key, &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_COMM_SPLIT, comm_split)
+
+F_API void ompi_comm_split_type_f(MPI_Fint *comm, MPI_Fint *split_type, MPI_Fint *key, MPI_Fint *info,
+				  MPI_Fint *newcomm, MPI_Fint *ierr);
+void ompi_comm_split_type_f(MPI_Fint *comm, MPI_Fint *split_type, MPI_Fint *key, MPI_Fint *info,
+			    MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Comm_split_type(PMPI_Comm_f2c(*comm), *split_type, *key, PMPI_Info_f2c(*info), &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_COMM_SPLIT_TYPE, comm_split_type)
+
+F_API void ompi_comm_create_f(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *newcomm, MPI_Fint *ierr);
+void ompi_comm_create_f(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Comm_create(PMPI_Comm_f2c(*comm), PMPI_Group_f2c(*group), &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_COMM_CREATE, comm_create)
+
+F_API void ompi_comm_create_group_f(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *tag, MPI_Fint *newcomm,
+				    MPI_Fint *ierr);
+void ompi_comm_create_group_f(MPI_Fint *comm, MPI_Fint *group, MPI_Fint *tag, MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Comm_create_group(PMPI_Comm_f2c(*comm), PMPI_Group_f2c(*group), *tag, &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_COMM_CREATE_GROUP, comm_create_group)
+
+F_API void ompi_cart_create_f(MPI_Fint *comm, MPI_Fint *ndims, MPI_Fint *dims, int *periods, int *reorder,
+			      MPI_Fint *newcomm, MPI_Fint *ierr);
+void ompi_cart_create_f(MPI_Fint *comm, MPI_Fint *ndims, MPI_Fint *dims, int *periods, int *reorder,
+			MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Cart_create(PMPI_Comm_f2c(*comm), *ndims, dims, periods, *reorder != 0, &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_CART_CREATE, cart_create)
+F08_NAME(cart_create)
+
+F_API void ompi_cart_sub_f(MPI_Fint *comm, int *remain_dims, MPI_Fint *newcomm, MPI_Fint *ierr);
+void ompi_cart_sub_f(MPI_Fint *comm, int *remain_dims, MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Cart_sub(PMPI_Comm_f2c(*comm), remain_dims, &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_CART_SUB, cart_sub)
+F08_NAME(cart_sub)
+
+F_API void ompi_graph_create_f(MPI_Fint *comm, MPI_Fint *nnodes, MPI_Fint *index, MPI_Fint *edges, int *reorder,
+			       MPI_Fint *newcomm, MPI_Fint *ierr);
+void ompi_graph_create_f(MPI_Fint *comm, MPI_Fint *nnodes, MPI_Fint *index, MPI_Fint *edges, int *reorder,
+			 MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Graph_create(PMPI_Comm_f2c(*comm), *nnodes, index, edges, *reorder != 0, &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_GRAPH_CREATE, graph_create)
+F08_NAME(graph_create)
+
+F_API void ompi_dist_graph_create_f(MPI_Fint *comm, MPI_Fint *n, MPI_Fint *sources, MPI_Fint *degrees,
+				    MPI_Fint *destinations, MPI_Fint *weights, MPI_Fint *info, int *reorder,
+				    MPI_Fint *newcomm, MPI_Fint *ierr);
+void ompi_dist_graph_create_f(MPI_Fint *comm, MPI_Fint *n, MPI_Fint *sources, MPI_Fint *degrees,
+			      MPI_Fint *destinations, MPI_Fint *weights, MPI_Fint *info, int *reorder,
+			      MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Dist_graph_create(PMPI_Comm_f2c(*comm), *n, sources, degrees, destinations, weights_f2c(weights),
+				       PMPI_Info_f2c(*info), *reorder != 0, &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_DIST_GRAPH_CREATE, dist_graph_create)
+F08_NAME(dist_graph_create)
+
+F_API void ompi_dist_graph_create_adjacent_f(MPI_Fint *comm, MPI_Fint *indegree, MPI_Fint *sources,
+					     MPI_Fint *sourceweights, MPI_Fint *outdegree, MPI_Fint *destinations,
+					     MPI_Fint *destweights, MPI_Fint *info, int *reorder, MPI_Fint *newcomm,
+					     MPI_Fint *ierr);
+void ompi_dist_graph_create_adjacent_f(MPI_Fint *comm, MPI_Fint *indegree, MPI_Fint *sources,
+				       MPI_Fint *sourceweights, MPI_Fint *outdegree, MPI_Fint *destinations,
+				       MPI_Fint *destweights, MPI_Fint *info, int *reorder, MPI_Fint *newcomm,
+				       MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Dist_graph_create_adjacent(PMPI_Comm_f2c(*comm), *indegree, sources, weights_f2c(sourceweights),
+						*outdegree, destinations, weights_f2c(destweights),
+						PMPI_Info_f2c(*info), *reorder != 0, &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_DIST_GRAPH_CREATE_ADJACENT, dist_graph_create_adjacent)
+F08_NAME(dist_graph_create_adjacent)
+
+F_API void ompi_intercomm_merge_f(MPI_Fint *intercomm, int *high, MPI_Fint *newcomm, MPI_Fint *ierr);
+void ompi_intercomm_merge_f(MPI_Fint *intercomm, int *high, MPI_Fint *newcomm, MPI_Fint *ierr)
+{
+	MPI_Comm c = MPI_COMM_NULL;
+	int rc = MPI_Intercomm_merge(PMPI_Comm_f2c(*intercomm), *high != 0, &c);
+	F_COMM_OUT(rc, newcomm, c);
+}
+FORTRAN_NAMES(MPI_INTERCOMM_MERGE, intercomm_merge)
+F08_NAME(intercomm_merge)
