@@ -10,7 +10,8 @@
 ! MPI_REQUEST_NULL), Request_get_status, persistent Send_init/Recv_init
 ! with Startall/Waitall, Iprobe, Improbe, Mprobe, Mrecv, Imrecv, Cancel, a
 ! truncated receive (ierror MPI_ERR_TRUNCATE), calls without the optional
-! ierror, and MPI_Init_thread (FUNNELED: carried).  MPI_Abort with a
+! ierror, MPI_Init_thread (FUNNELED: carried), and a ring on a
+! communicator of MPI_Cart_create (whose mpi_f08 form goes to pmpi_).  MPI_Abort with a
 ! message on any failure.
 program f_p2p08
   use mpi_f08
@@ -33,6 +34,7 @@ program f_p2p08
     call probes()
     call MPI_Barrier(MPI_COMM_WORLD)
   end do
+  call cart_ring()
 
   if (rank == 0) print '(a, i0, a)', 'f_p2p08: ok (', nprocs, ' ranks)'
   call MPI_Finalize()
@@ -239,6 +241,26 @@ contains
     call expect_status(st, 33, n - 3, 'Imrecv')
     call MPI_Waitall(3, sq, MPI_STATUSES_IGNORE)
   end subroutine probes
+
+  ! A periodic 1-D Cartesian communicator, made here: carried like the world.
+  subroutine cart_ring()
+    type(MPI_Comm) :: cart
+    type(MPI_Status) :: st
+    integer :: me, sbuf(n), rbuf(n), i, left, right
+    call MPI_Cart_create(MPI_COMM_WORLD, 1, [nprocs], [.true.], .false., cart)
+    call MPI_Comm_rank(cart, me)
+    call MPI_Cart_shift(cart, 0, 1, left, right)
+    do i = 1, n
+      sbuf(i) = me * 7 + i
+    end do
+    rbuf = -1
+    call MPI_Sendrecv(sbuf, n, MPI_INTEGER, right, 41, rbuf, n, MPI_INTEGER, MPI_ANY_SOURCE, 41, cart, st)
+    if (st%MPI_SOURCE /= left) call fail('Cart_create ring: wrong MPI_SOURCE', st%MPI_SOURCE)
+    do i = 1, n
+      if (rbuf(i) /= left * 7 + i) call fail('Cart_create ring: wrong data', i)
+    end do
+    call MPI_Comm_free(cart)
+  end subroutine cart_ring
 
   subroutine fail(why, what)
     character(len=*), intent(in) :: why
