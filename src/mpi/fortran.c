@@ -14,8 +14,8 @@
  *   MPI_X, mpi_x, mpi_x_, mpi_x__ what mpif.h and `use mpi` programs call
  *                                (gfortran: mpi_x_)
  * and, for the calls whose mpi_f08 wrapper goes to the profiling name
- * (pmpi_test_, pmpi_cart_create_...) instead, the mpi_f08 name mpi_x_f08_.  The profiling
- * names pmpi_x_ stay the library's.
+ * (pmpi_test_, pmpi_cart_create_...) instead, the mpi_f08 name
+ * mpi_x_f08_.  The profiling names pmpi_x_ stay the library's.
  *
  * Each converts its Fortran arguments and calls the plugin's own C function
  * of the same call (MPI_Send...), which passes everything to the library
@@ -56,7 +56,8 @@ extern char mpi_fortran_weights_empty_ __attribute__((weak));
 /* ... and its mpi_f08 name, where mpi_f08 does not call ompi_X_f. */
 #define F08_NAME(lower) F_NAME(mpi_##lower##_f08_, ompi_##lower##_f)
 
-/* Each implementation has this prototype first (-Wmissing-prototypes). */
+/* Exported (the library is built with -fvisibility=hidden); each
+ * implementation is declared with it first. */
 #define F_API __attribute__((visibility("default")))
 
 /* ---- conversions ----------------------------------------------------------- */
