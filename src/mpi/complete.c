@@ -215,11 +215,26 @@ int MPI_Cancel(MPI_Request *request)
 
 /* ---- all ------------------------------------------------------------------- */
 
-/* Finish every op of ours (all done) into statuses[i]; @return the
- * communicator of the first that failed, or MPI_COMM_NULL. */
-static MPI_Comm finish_ours(const struct split *s, int count, MPI_Request reqs[], MPI_Status statuses[])
+/* The first op of ours that failed in an "all" or "some" call. */
+struct failure {
+	MPI_Comm comm; /* its communicator, whose error handler reports it */
+	int code;      /* its error; MPI_SUCCESS: none failed */
+};
+
+/* Finish @p op into @p st, noting it in @p f if it is the first to fail. */
+static void finish_noting(MPI_Request *req, struct pm_op *op, MPI_Status *st, struct failure *f)
 {
-	MPI_Comm failed = MPI_COMM_NULL;
+	MPI_Comm comm = error_comm(op);
+	int code = finish(req, op, st, true);
+	if (code != MPI_SUCCESS && f->code == MPI_SUCCESS)
+		*f = (struct failure){comm, code};
+}
+
+/* Finish every op of ours (all done) into statuses[i], noting the first
+ * that failed in @p f. */
+static void finish_ours(const struct split *s, int count, MPI_Request reqs[], MPI_Status statuses[],
+			struct failure *f)
+{
 	for (int i = 0; i < count; i++) {
 		struct pm_op *op = s->op[i];
 		if (!op)
@@ -231,11 +246,8 @@ static MPI_Comm finish_ours(const struct split *s, int count, MPI_Request reqs[]
 				st->MPI_ERROR = MPI_SUCCESS;
 			continue;
 		}
-		MPI_Comm comm = error_comm(op);
-		if (finish(&reqs[i], op, st, true) != MPI_SUCCESS && failed == MPI_COMM_NULL)
-			failed = comm;
+		finish_noting(&reqs[i], op, st, f);
 	}
-	return failed;
 }
 
 /* Ops finish mostly in the order they were started, and stay finished: a
@@ -300,14 +312,19 @@ static void sent_finish(const struct split *s, int count, MPI_Request reqs[], MP
 		}
 }
 
-/* The outcome of an "all" or "some" call: MPI_ERR_IN_STATUS if one of
- * ours failed (through the error handler of its communicator) or one of
- * the library's did (whose handler the library has called already). */
-static int multi_error(MPI_Comm ours_failed, int lib_rc)
+/* The outcome of an "all" or "some" call, as Open MPI gives it: where one
+ * of the library's requests failed, the library has called its handler and
+ * says what the call returns; otherwise, where one of ours failed, the
+ * handler of its communicator is called once with its own code, and the
+ * call returns MPI_ERR_IN_STATUS. */
+static int multi_error(const struct failure *ours, int lib_rc)
 {
-	if (ours_failed != MPI_COMM_NULL)
-		return pm_comm_error(ours_failed, MPI_ERR_IN_STATUS);
-	return lib_rc == MPI_SUCCESS ? MPI_SUCCESS : MPI_ERR_IN_STATUS;
+	if (lib_rc != MPI_SUCCESS)
+		return lib_rc;
+	if (ours->code == MPI_SUCCESS)
+		return MPI_SUCCESS;
+	pm_comm_error(ours->comm, ours->code);
+	return MPI_ERR_IN_STATUS;
 }
 
 /* The end of an "all" call once every request is done, the library's with
@@ -318,9 +335,10 @@ static int all_finish(struct split *s, int count, MPI_Request reqs[], MPI_Status
 	sent_finish(s, count, reqs, statuses);
 	library_back(s, reqs);
 	library_statuses(s, statuses, rc);
-	MPI_Comm failed = finish_ours(s, count, reqs, statuses);
+	struct failure ours = {MPI_COMM_NULL, MPI_SUCCESS};
+	finish_ours(s, count, reqs, statuses, &ours);
 	split_free(s);
-	return multi_error(failed, rc);
+	return multi_error(&ours, rc);
 }
 
 int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
@@ -454,7 +472,7 @@ int MPI_Testany(int count, MPI_Request reqs[], int *index, int *flag, MPI_Status
 /* One look for every completed request. @return how many (*out), or -1
  * when none is active. */
 static int some_pass(int count, MPI_Request reqs[], struct split *s, int indices[], MPI_Status statuses[],
-		     MPI_Comm *ours_failed, int *lib_rc)
+		     struct failure *ours, int *lib_rc)
 {
 	int n = 0;
 	bool active = false;
@@ -467,9 +485,7 @@ static int some_pass(int count, MPI_Request reqs[], struct split *s, int indices
 			continue;
 		}
 		MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[n];
-		MPI_Comm comm = error_comm(op);
-		if (finish(&reqs[i], op, st, true) != MPI_SUCCESS && *ours_failed == MPI_COMM_NULL)
-			*ours_failed = comm;
+		finish_noting(&reqs[i], op, st, ours);
 		indices[n++] = i;
 	}
 	if (s->n) {
@@ -504,13 +520,13 @@ static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], M
 		split_free(&s);
 		return -1;
 	}
-	MPI_Comm ours_failed = MPI_COMM_NULL;
+	struct failure ours = {MPI_COMM_NULL, MPI_SUCCESS};
 	int lib_rc = MPI_SUCCESS;
 	unsigned idle = 0;
 	if (!wait)
 		pm_progress();
 	while (rc == MPI_SUCCESS) {
-		int n = some_pass(incount, reqs, &s, indices, statuses, &ours_failed, &lib_rc);
+		int n = some_pass(incount, reqs, &s, indices, statuses, &ours, &lib_rc);
 		if (n != 0 || !wait) {
 			*outcount = n < 0 ? MPI_UNDEFINED : n;
 			break;
@@ -520,7 +536,7 @@ static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], M
 	split_free(&s);
 	if (rc != MPI_SUCCESS)
 		return rc;
-	return multi_error(ours_failed, lib_rc);
+	return multi_error(&ours, lib_rc);
 }
 
 int MPI_Waitsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[])

@@ -7,7 +7,8 @@
  * Request_free of an active send; Cancel + Test_cancelled (a cancelled
  * receive, and one that had completed); Request_c2f/f2c, and a receive
  * request waited for and freed by the library itself, as Fortran would;
- * and, last, MPI_Finalize right after sends whose requests were freed.
+ * a truncated receive through each completion call (one call of the error
+ * handler, with MPI_ERR_TRUNCATE, as Open MPI makes); and, last, MPI_Finalize right after sends whose requests were freed.
  *
  * Call families: nonblocking, blocking (the "go" messages and the receives
  * of the freed sends).
@@ -366,6 +367,65 @@ static void library_side(int peer)
 		 peer + 720, peer + 730);
 }
 
+/* A truncated receive through each completion call, on a communicator
+ * whose error handler counts its calls: one call with the request's own
+ * code (MPI_ERR_TRUNCATE), as Open MPI makes; the single calls return that
+ * code, the all and some calls MPI_ERR_IN_STATUS with it in the status. */
+static int handler_calls, handler_code;
+
+static void count_error(MPI_Comm *comm, int *code, ...)
+{
+	(void)comm;
+	handler_calls++;
+	handler_code = *code;
+}
+
+static void truncated_completions(int peer)
+{
+	static const char *const name[] = {"Wait", "Test", "Waitany", "Testany",
+					   "Waitsome", "Testsome", "Waitall", "Testall"};
+	MPI_Comm comm;
+	MPI_Errhandler eh;
+	char out[8] = "abcdefg", in[4];
+
+	MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+	MT_MPI(MPI_Comm_create_errhandler(count_error, &eh));
+	MT_MPI(MPI_Comm_set_errhandler(comm, eh));
+	for (int k = 0; k < 8; k++) {
+		if (mt_rank > peer) {
+			MT_MPI(MPI_Send(out, 8, MPI_BYTE, peer, k, comm));
+			continue;
+		}
+		MPI_Request rq;
+		MPI_Status st;
+		int flag = 0, idx, n = 0, done[1], rc, cls = -1;
+		st.MPI_ERROR = MPI_SUCCESS;
+		MT_MPI(MPI_Irecv(in, 4, MPI_BYTE, peer, k, comm, &rq));
+		handler_calls = 0;
+		switch (k) {
+		case 0: rc = MPI_Wait(&rq, &st); break;
+		case 1: do rc = MPI_Test(&rq, &flag, &st); while (rc == MPI_SUCCESS && !flag); break;
+		case 2: rc = MPI_Waitany(1, &rq, &idx, &st); break;
+		case 3: do rc = MPI_Testany(1, &rq, &idx, &flag, &st); while (rc == MPI_SUCCESS && !flag); break;
+		case 4: rc = MPI_Waitsome(1, &rq, &n, done, &st); break;
+		case 5: do rc = MPI_Testsome(1, &rq, &n, done, &st); while (rc == MPI_SUCCESS && n == 0); break;
+		case 6: rc = MPI_Waitall(1, &rq, &st); break;
+		default: do rc = MPI_Testall(1, &rq, &flag, &st); while (rc == MPI_SUCCESS && !flag); break;
+		}
+		int multi = k >= 4;
+		MPI_Error_class(multi ? st.MPI_ERROR : rc, &cls);
+		MT_CHECK(cls == MPI_ERR_TRUNCATE, "%s: error class %d, want MPI_ERR_TRUNCATE", name[k], cls);
+		MT_CHECK(!multi || rc == MPI_ERR_IN_STATUS, "%s returned %d, want MPI_ERR_IN_STATUS", name[k], rc);
+		MT_CHECK(handler_calls == 1, "%s: the error handler ran %d times", name[k], handler_calls);
+		MPI_Error_class(handler_code, &cls);
+		MT_CHECK(cls == MPI_ERR_TRUNCATE, "%s: the handler got class %d, want MPI_ERR_TRUNCATE", name[k], cls);
+		if (rq != MPI_REQUEST_NULL)
+			MT_MPI(MPI_Request_free(&rq));
+	}
+	MT_MPI(MPI_Comm_free(&comm));
+	MT_MPI(MPI_Errhandler_free(&eh));
+}
+
 int main(int argc, char **argv)
 {
 	mt_init(&argc, &argv, "p2p_complete");
@@ -374,6 +434,7 @@ int main(int argc, char **argv)
 		completions(mt_rank ^ d);
 		requests(mt_rank ^ d);
 		library_side(mt_rank ^ d);
+		truncated_completions(mt_rank ^ d);
 	}
 	return finalize_with_freed_sends();
 }
