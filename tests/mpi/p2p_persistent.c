@@ -3,8 +3,8 @@
  * Bsend_init, Rsend_init and Recv_init (one with MPI_ANY_SOURCE), started
  * with Start and Startall over several rounds with new data each round; a
  * completed persistent request stays valid (inactive: Wait and Test return at
- * once with an empty status) until Request_free; MPI_Request_c2f of a
- * persistent send (the plugin's warning).
+ * once with an empty status) until Request_free; a persistent send whose
+ * Fortran handle was asked for (MPI_Request_c2f, f2c) used from C.
  *
  * Call families: persistent, synchronous (Ssend_init), buffered
  * (Bsend_init), blocking (the handshakes, Sendrecv).
@@ -127,8 +127,8 @@ static void proc_null(void)
 }
 
 /* A persistent send whose Fortran handle was asked for (MPI_Request_c2f)
- * still works from C.  The plugin warns once that Fortran must not start
- * or complete it (check_mpi expects that warning where the plugin carries). */
+ * still works from C, and f2c gives its C handle back.  (tests/mpi/mixed_cf
+ * starts such requests from Fortran.) */
 static void fortran_handle(int peer)
 {
 	int out[4] = {peer, mt_rank, 7, 11}, in[4] = {0};
