@@ -582,9 +582,10 @@ static uint64_t topic_count_lost(pinshm_channel_t *ch, unsigned lane, uint32_t s
 	return lost;
 }
 
-/* Start fetching the lines of a record after its first (up to 4 more),
- * which the producer wrote before its commit word: the caller reads the
- * payload later, and its copy would otherwise wait for each line then. */
+/* Start fetching the lines of a record after the one its header is in
+ * (those within its first 320 bytes), which the producer wrote before its
+ * commit word: the caller reads the payload later, and its copy would
+ * otherwise wait for each line then. */
 static inline void prefetch_rest(const uint8_t *ring, uint64_t cap, uint64_t pos, uint64_t size)
 {
 	uint64_t line = (pos | (PINSHM_CACHELINE - 1)) + 1;

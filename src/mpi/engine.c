@@ -706,7 +706,7 @@ static void on_record(const void *data, size_t len)
 	case REC_DATA:
 		memcpy(&r.dat, data, sizeof(r.dat));
 		break;
-	default:
+	case REC_ACK:
 		memcpy(&r.ack, data, sizeof(r.ack));
 		break;
 	}
@@ -724,7 +724,7 @@ static void on_record(const void *data, size_t len)
 		return on_cts(&r.cts, n);
 	case REC_DATA:
 		return on_data(&r.dat, payload, n);
-	default:
+	case REC_ACK:
 		return on_ack(&r.ack, n);
 	}
 }
@@ -955,6 +955,7 @@ void pm_idle(unsigned *idle, bool may_sleep)
 void pm_wait_op(struct pm_op *op)
 {
 	unsigned idle = 0;
+	struct pm_op *outer = pm.watch;
 	pm.watch = op;
 	while (!wait_over(op)) {
 		if (pm_progress())
@@ -962,7 +963,7 @@ void pm_wait_op(struct pm_op *op)
 		else
 			pm_idle(&idle, true);
 	}
-	pm.watch = NULL;
+	pm.watch = outer;
 }
 
 const struct pm_op *pm_recv_direct(struct pm_comm *c, int source, int tag, void *data, size_t bytes,

@@ -237,6 +237,7 @@ static void free_state(void)
 	pm.peers = NULL;
 	pm.busy = NULL;
 	pm.local_world = pm.world_local = pm.local_pid = NULL;
+	pm.sent = MPI_REQUEST_NULL;
 	if (pm.world_group != MPI_GROUP_NULL)
 		PMPI_Group_free(&pm.world_group);
 	if (pm.node_comm != MPI_COMM_NULL)
@@ -273,6 +274,7 @@ static void setup(int provided)
 {
 	char why[512] = "";
 	int rc = 0;
+	pm.sent = MPI_REQUEST_NULL;
 	pm.node_comm = MPI_COMM_NULL;
 	pm.quiet_comm = MPI_COMM_NULL;
 	pm.world_group = MPI_GROUP_NULL;
