@@ -4,7 +4,8 @@
  * MPI_STATUS_IGNORE, Get_count/Get_elements, truncation (MPI_ERR_TRUNCATE
  * through MPI_ERRORS_RETURN, the next message intact, and through a
  * communicator's own error handler, called once) and the send-send
- * exchange of eager-size messages (both ranks send before they receive).
+ * exchange of eager-size messages (both ranks send before they receive);
+ * every size from 0 to 300 bytes.
  *
  * Call families: blocking only.
  */
@@ -34,6 +35,31 @@ static void send_recv(int peer, unsigned char *sbuf, unsigned char *rbuf)
 				MT_MPI(MPI_Get_elements(&st, MPI_BYTE, &el));
 				MT_CHECK(el == n, "Get_elements %d, want %d", el, n);
 				MT_CHECK_FILL(rbuf, n, mt_seed(peer, mt_rank, i));
+				for (int k = n; k < n + 16; k++)
+					MT_CHECK(rbuf[k] == 0, "byte %d written past the message of %d", k, n);
+			}
+		}
+	}
+}
+
+/* Every size from 0 to SWEEP bytes, each checked to the byte and for
+ * nothing written past it: the small records' layouts (header, payload,
+ * line padding) at every length.  The lower rank sends first. */
+#define SWEEP 300
+
+static void size_sweep(int peer, unsigned char *sbuf, unsigned char *rbuf)
+{
+	for (int n = 0; n <= SWEEP; n++) {
+		for (int turn = 0; turn < 2; turn++) {
+			if ((turn == 0) == (mt_rank < peer)) {
+				mt_fill(sbuf, n, mt_seed(mt_rank, peer, 100 + n));
+				MT_MPI(MPI_Send(sbuf, n, MPI_BYTE, peer, 7, MPI_COMM_WORLD));
+			} else {
+				MPI_Status st;
+				memset(rbuf, 0, n + 16);
+				MT_MPI(MPI_Recv(rbuf, n + 16, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &st));
+				MT_CHECK_STATUS(st, peer, 7, n, MPI_BYTE);
+				MT_CHECK_FILL(rbuf, n, mt_seed(peer, mt_rank, 100 + n));
 				for (int k = n; k < n + 16; k++)
 					MT_CHECK(rbuf[k] == 0, "byte %d written past the message of %d", k, n);
 			}
@@ -212,6 +238,7 @@ int main(int argc, char **argv)
 	for (int d = 1; d < mt_size; d++) {
 		int peer = mt_rank ^ d;
 		send_recv(peer, sbuf, rbuf);
+		size_sweep(peer, sbuf, rbuf);
 		sendrecv(peer);
 		wildcards(peer);
 		truncation(peer);

@@ -2,8 +2,8 @@
  * p2p_modes.c - the send modes: Ssend/Issend (complete only once matched),
  * Bsend/Ibsend with Buffer_attach/Buffer_detach (several buffered before the
  * receiver posts), Rsend/Irsend (to a receive known to be posted), Isend and
- * Irecv of several sizes, truncation of a nonblocking receive, and 1 MiB
- * Bsend, Ssend and Issend.
+ * Irecv of several sizes, truncation of a nonblocking receive, 1 MiB
+ * Bsend, Ssend and Issend, and Ssend of every size from 0 to 100 bytes.
  *
  * Call families: blocking, nonblocking, synchronous, buffered.
  */
@@ -43,6 +43,29 @@ static void synchronous(int peer)
 			MT_CHECK(w == peer * 10, "Ssend data %d", w);
 			MT_MPI(MPI_Recv(&w, 1, MPI_INT, peer, 4, MPI_COMM_WORLD, &st));
 			MT_CHECK_STATUS(st, peer, 4, 0, MPI_INT);
+		}
+	}
+}
+
+/* Ssend of every size from 0 to 100 bytes, each checked to the byte. */
+static void synchronous_sizes(int peer)
+{
+	unsigned char out[100], in[116];
+
+	for (int n = 0; n <= 100; n++) {
+		for (int turn = 0; turn < 2; turn++) {
+			if ((turn == 0) == (mt_rank < peer)) {
+				mt_fill(out, n, mt_seed(mt_rank, peer, n));
+				MT_MPI(MPI_Ssend(out, n, MPI_BYTE, peer, 5, MPI_COMM_WORLD));
+			} else {
+				MPI_Status st;
+				memset(in, 0, sizeof(in));
+				MT_MPI(MPI_Recv(in, n + 16, MPI_BYTE, peer, 5, MPI_COMM_WORLD, &st));
+				MT_CHECK_STATUS(st, peer, 5, n, MPI_BYTE);
+				MT_CHECK_FILL(in, n, mt_seed(peer, mt_rank, n));
+				for (int k = n; k < n + 16; k++)
+					MT_CHECK(in[k] == 0, "byte %d written past the Ssend of %d", k, n);
+			}
 		}
 	}
 }
@@ -215,6 +238,7 @@ int main(int argc, char **argv)
 	for (int d = 1; d < mt_size; d++) {
 		int peer = mt_rank ^ d;
 		synchronous(peer);
+		synchronous_sizes(peer);
 		buffered(peer);
 		ready(peer);
 		nonblocking(peer);
