@@ -133,7 +133,9 @@ static int write_eager(int peer, const struct pm_comm *c, int tag, uint8_t flags
 		       size_t bytes)
 {
 	void *buf;
-	size_t len = sizeof(struct rec_eager) + bytes;
+	bool with_sid = (flags & REC_SYNC) || bytes > LINE_ALIGNED_EAGER;
+	size_t hdr = with_sid ? sizeof(struct rec_eager_sync) : sizeof(struct rec_eager);
+	size_t len = hdr + bytes;
 	bool align = bytes <= LINE_ALIGNED_EAGER;
 	if (!reserve(peer, align ? len + LINE - 16 : len, &buf))
 		return 0;
@@ -146,15 +148,16 @@ static int write_eager(int peer, const struct pm_comm *c, int tag, uint8_t flags
 		len += (LINE - end % LINE) % LINE;
 	}
 	r->h.type = REC_EAGER;
-	r->h.flags = flags;
+	r->h.flags = flags | (with_sid ? REC_SID : 0);
 	r->h.from = (uint16_t)pm.local_rank;
 	r->src = c->rank;
 	r->tag = tag;
 	r->len = (uint32_t)bytes;
 	r->ctx = c->ctx;
-	r->sid = sid;
+	if (with_sid)
+		((struct rec_eager_sync *)buf)->sid = sid;
 	if (bytes)
-		memcpy(r + 1, data, bytes);
+		memcpy((char *)buf + hdr, data, bytes);
 	pinshm_commit(pm.peers[peer].out, len, 0);
 	return 1;
 }
@@ -592,7 +595,7 @@ static void keep_unexpected(struct pm_comm *c, const struct pm_unexp *e, const v
  * meanwhile, which can garble a payload but never move a read or a write
  * outside the record or the receive buffer.
  */
-static void on_eager(const struct rec_eager *r, const void *payload, size_t n)
+static void on_eager(const struct rec_eager *r, uint64_t sid, const void *payload, size_t n)
 {
 	if (n < r->len || n - r->len >= LINE)
 		return bad_record("EAGER length");
@@ -608,10 +611,10 @@ static void on_eager(const struct rec_eager *r, const void *payload, size_t n)
 		op = pm.direct;
 	} else {
 		struct pm_unexp e = {.type = REC_EAGER, .flags = r->h.flags, .from = r->h.from, .src = r->src,
-				     .tag = r->tag, .ctx = r->ctx, .len = n, .sid = r->sid};
+				     .tag = r->tag, .ctx = r->ctx, .len = n, .sid = sid};
 		return keep_unexpected(c, &e, payload);
 	}
-	take_eager(op, r->src, r->tag, r->h.flags, r->h.from, r->sid, payload, n);
+	take_eager(op, r->src, r->tag, r->h.flags, r->h.from, sid, payload, n);
 }
 
 static void on_rts(const struct rec_rts *r, size_t n)
@@ -716,8 +719,19 @@ static void on_record(const void *data, size_t len)
 	const char *payload = (const char *)data + header_size[type];
 	size_t n = len - header_size[type];
 	switch (type) {
-	case REC_EAGER:
-		return on_eager(&r.eager, payload, n);
+	case REC_EAGER: {
+		uint64_t sid = 0;
+		if (r.h.flags & REC_SID) {
+			if (n < sizeof(sid))
+				return bad_record("EAGER without room for its sid");
+			memcpy(&sid, payload, sizeof(sid));
+			payload += sizeof(sid);
+			n -= sizeof(sid);
+		} else if (r.h.flags & REC_SYNC) {
+			return bad_record("synchronous EAGER without a sid");
+		}
+		return on_eager(&r.eager, sid, payload, n);
+	}
 	case REC_RTS:
 		return on_rts(&r.rts, n);
 	case REC_CTS:

@@ -22,7 +22,8 @@
  *
  * sid and rid name operations in the sender's and the receiver's tables;
  * they are checked on arrival (index, generation, state), never trusted.
- * Headers are 16, 32 or 48 bytes so that payloads stay 16-byte aligned.
+ * Headers are 16, 24 (a small EAGER), 32 or 48 bytes: payloads over 256
+ * bytes start 16-byte aligned.
  * All fields are in the byte order of the machine (one node).
  */
 #ifndef PINSHM_MPI_WIRE_H
@@ -42,6 +43,7 @@ enum rec_type {
 #define REC_SYNC 0x1u /* EAGER: the sender waits for an ACK when it is matched */
 #define REC_CMA 0x2u  /* RTS: the receiver may copy the message from the sender itself */
 #define REC_DONE 0x4u /* CTS: the receiver copied the message: the send is complete */
+#define REC_SID 0x8u  /* EAGER: a sid follows the header (struct rec_eager_sync) */
 
 /* The first 4 bytes of every record. */
 struct rec_head {
@@ -50,6 +52,12 @@ struct rec_head {
 	uint16_t from; /* the sender's index among the ranks of the node */
 };
 
+/* With REC_SID, the 8-byte id of the send follows the header (struct
+ * rec_eager_sync), then the payload.  A sender sets it with REC_SYNC (the
+ * receiver acknowledges that id) and for payloads over 256 bytes (which
+ * then start 16-byte aligned).  Without it the header is 24 bytes, so that
+ * behind the ring's own 16 a payload of up to 24 bytes fits in the
+ * record's first line. */
 struct rec_eager {
 	struct rec_head h;
 	int32_t src;  /* the sender's rank in the communicator */
@@ -57,7 +65,11 @@ struct rec_eager {
 	uint32_t len; /* payload bytes that follow the header; up to 63 bytes of
 		       * padding may follow them (a small record ends on a cache line) */
 	uint64_t ctx; /* the communicator's context */
-	uint64_t sid; /* REC_SYNC: the send to acknowledge */
+};
+
+struct rec_eager_sync {
+	struct rec_eager e;
+	uint64_t sid; /* the send to acknowledge */
 };
 
 struct rec_rts {
@@ -93,7 +105,8 @@ struct rec_ack {
 	uint64_t sid;
 };
 
-static_assert(sizeof(struct rec_eager) == 32, "EAGER header is 32 bytes");
+static_assert(sizeof(struct rec_eager) == 24, "EAGER header is 24 bytes");
+static_assert(sizeof(struct rec_eager_sync) == 32, "synchronous EAGER header is 32 bytes");
 static_assert(sizeof(struct rec_rts) == 48, "RTS is 48 bytes");
 static_assert(sizeof(struct rec_cts) == 32, "CTS is 32 bytes");
 static_assert(sizeof(struct rec_data) == 32, "DATA header is 32 bytes");
