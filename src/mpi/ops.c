@@ -462,7 +462,8 @@ static const struct type_info *type_info(MPI_Datatype dtype)
 
 int MPI_Type_free(MPI_Datatype *datatype)
 {
-	memset(type_cache, 0, sizeof(type_cache));
+	if (!pm.multiple) /* unused then, and threads would race on it */
+		memset(type_cache, 0, sizeof(type_cache));
 	return PMPI_Type_free(datatype);
 }
 

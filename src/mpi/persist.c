@@ -27,7 +27,7 @@ static size_t npassed, cap_passed;
 
 static void remember_passed(MPI_Request handle, enum pm_family family, uint64_t bytes)
 {
-	if (!pm.cfg.stats || handle == MPI_REQUEST_NULL)
+	if (!pm.cfg.stats || pm.multiple || handle == MPI_REQUEST_NULL)
 		return;
 	if (npassed == cap_passed) {
 		size_t cap = cap_passed ? 2 * cap_passed : 16;

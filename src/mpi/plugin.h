@@ -332,6 +332,8 @@ struct pm_config {
 struct pm_state {
 	bool loaded;        /* MPI_Init ran the plugin's setup (all ranks do) */
 	bool active;        /* carrying traffic (all ranks of a node or none) */
+	bool multiple;      /* MPI_THREAD_MULTIPLE: every call goes to the library, and the
+			     * plugin keeps no statistics (its threads would race on them) */
 	int world_rank, world_size;
 	int tag_ub;         /* MPI_TAG_UB */
 	int nlocal, local_rank; /* the (pretend) node */
@@ -378,7 +380,7 @@ static inline void pm_count_pinshm(enum pm_family f, uint64_t bytes)
 
 static inline void pm_count_mpi(enum pm_family f, uint64_t bytes)
 {
-	if (f < FAM_COUNT) {
+	if (f < FAM_COUNT && !pm.multiple) {
 		pm.counts[f].mpi_msgs++;
 		pm.counts[f].mpi_bytes += bytes;
 	}

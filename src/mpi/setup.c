@@ -305,6 +305,7 @@ static void setup(int provided)
 	if (on && strcmp(on, "0") == 0) {
 		rc = -ECANCELED; /* turned off: silently */
 	} else if (provided == MPI_THREAD_MULTIPLE) {
+		pm.multiple = true;
 		rc = -ENOTSUP;
 		snprintf(why, sizeof(why), "MPI_THREAD_MULTIPLE is not carried");
 	} else if (pm.nlocal > 0xffff) {
@@ -394,6 +395,11 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 
 static void print_stats(void)
 {
+	if (pm.multiple) {
+		fprintf(stderr, "pinshm-mpi stats: rank=%d not kept (MPI_THREAD_MULTIPLE: every call went to "
+				"the MPI library)\n", pm.world_rank);
+		return;
+	}
 	for (int f = 0; f < FAM_COUNT; f++) {
 		const struct pm_counts *c = &pm.counts[f];
 		fprintf(stderr,
