@@ -389,22 +389,40 @@ int MPI_Intercomm_merge(MPI_Comm intercomm, int high, MPI_Comm *newcomm)
 	return rc;
 }
 
-/* The new communicator exists when the request completes: an OP_IDUP op
- * watches the library's request and registers it then (engine.c). */
-int MPI_Comm_idup(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request)
+/*
+ * The new communicator exists when the request completes: an OP_IDUP op
+ * watches the library's request and registers it then (engine.c).
+ * @p fnewcomm is NULL for C.  For Fortran's MPI_COMM_IDUP (fortran.c) it is
+ * the Fortran handle, and @p newcomm a cell from malloc that this call
+ * takes: where the op is made, the handle is written and the cell freed
+ * when the idup completes (MPI forbids reading the handle before); where
+ * the parent is not carried, the handle is written at once, as Open MPI's
+ * own binding does (its communicator exists from the call, only its
+ * context comes later).
+ */
+int pm_comm_idup(MPI_Comm comm, MPI_Comm *newcomm, MPI_Fint *fnewcomm, MPI_Request *request)
 {
 	int rc = PMPI_Comm_idup(comm, newcomm, request);
 	uint64_t ctx = pm_comm_derive(comm);
-	if (rc != MPI_SUCCESS || !ctx)
+	if (rc != MPI_SUCCESS || !ctx) {
+		if (fnewcomm) {
+			if (rc == MPI_SUCCESS)
+				*fnewcomm = PMPI_Comm_c2f(*newcomm);
+			free(newcomm);
+		}
 		return rc;
+	}
 	struct pm_op *op = pm_op_new(OP_IDUP);
 	op->preq = *request;
 	op->newcomm = newcomm;
+	op->fnewcomm = fnewcomm;
 	op->new_ctx = ctx;
 	op->family = FAM_COUNT;
 	op->counted = true;
 	rc = pm_op_handle(op);
 	if (rc != MPI_SUCCESS) {
+		if (fnewcomm)
+			free(newcomm);
 		pm_op_free(op);
 		return rc;
 	}
@@ -412,4 +430,9 @@ int MPI_Comm_idup(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request)
 	pm_list_push(&pm.remote, &op->rlink);
 	*request = op->handle;
 	return MPI_SUCCESS;
+}
+
+int MPI_Comm_idup(MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request)
+{
+	return pm_comm_idup(comm, newcomm, NULL, request);
 }

@@ -855,6 +855,13 @@ static int poll_remote(void)
 				op->st_error = rc;
 				if (rc == MPI_SUCCESS)
 					pm_comm_register(*op->newcomm, op->new_ctx);
+				if (op->fnewcomm) { /* Fortran's MPI_COMM_IDUP (comm.c) */
+					if (rc == MPI_SUCCESS)
+						*op->fnewcomm = PMPI_Comm_c2f(*op->newcomm);
+					free(op->newcomm);
+					op->newcomm = NULL;
+					op->fnewcomm = NULL;
+				}
 			} else {
 				MPI_Count n = 0;
 				int cancelled = 0;

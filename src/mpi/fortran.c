@@ -131,7 +131,9 @@ struct req_array {
 };
 
 /* @return MPI_SUCCESS, or MPI_ERR_ARG (a negative count) or MPI_ERR_NO_MEM
- * through MPI_COMM_WORLD's handler, as Open MPI's bindings do. */
+ * through MPI_COMM_WORLD's handler.  (Open MPI 4.1's own bindings give
+ * MPI_ERR_NO_MEM for a negative count, their malloc of it failing;
+ * MPI_ERR_ARG is the class that says what is wrong.) */
 static int array_in(struct req_array *a, int n, const MPI_Fint *freqs, MPI_Fint *fstatuses)
 {
 	if (n < 0)
@@ -632,9 +634,7 @@ F08_NAME(testsome)
  * The calls that make a communicator from a carried one go to comm.c, as
  * C's do, so that a communicator made in Fortran is carried as well and
  * every member counts the creation on the parent the same way (contexts
- * are derived from that count).  MPI_Comm_idup is left to the library
- * (its C form writes the new handle when the request completes, which a
- * Fortran integer cannot follow): that communicator is not carried.
+ * are derived from that count), whichever language each member calls from.
  */
 #define F_COMM_OUT(rc, newcomm, c_new)                      \
 	do {                                                \
@@ -776,3 +776,23 @@ void ompi_intercomm_merge_f(MPI_Fint *intercomm, int *high, MPI_Fint *newcomm, M
 }
 FORTRAN_NAMES(MPI_INTERCOMM_MERGE, intercomm_merge)
 F08_NAME(intercomm_merge)
+
+/* The new handle is written when the request completes (pm_comm_idup), so
+ * the C communicator lives in a cell of its own until then; the request is
+ * the C one's Fortran handle, which Fortran's waits and tests (above) turn
+ * back into the plugin's op.  mpi_f08 calls ompi_comm_idup_f. */
+F_API void ompi_comm_idup_f(MPI_Fint *comm, MPI_Fint *newcomm, MPI_Fint *request, MPI_Fint *ierr);
+void ompi_comm_idup_f(MPI_Fint *comm, MPI_Fint *newcomm, MPI_Fint *request, MPI_Fint *ierr)
+{
+	MPI_Comm c_comm = PMPI_Comm_f2c(*comm), *cell = malloc(sizeof(*cell));
+	MPI_Request c = MPI_REQUEST_NULL;
+	if (!cell) {
+		set_ierr(ierr, pm_comm_error(c_comm, MPI_ERR_NO_MEM));
+		return;
+	}
+	int rc = pm_comm_idup(c_comm, cell, newcomm, &c); /* takes the cell */
+	if (rc == MPI_SUCCESS)
+		*request = MPI_Request_c2f(c);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_COMM_IDUP, comm_idup)

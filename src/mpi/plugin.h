@@ -119,6 +119,8 @@ void pm_comm_teardown(void);
 uint64_t pm_comm_derive(MPI_Comm parent);
 void pm_comm_register(MPI_Comm comm, uint64_t ctx);
 void pm_comm_release(struct pm_comm *c); /* an op no longer points to it */
+/* MPI_Comm_idup; @p fnewcomm: Fortran's handle, or NULL for C (comm.c). */
+int pm_comm_idup(MPI_Comm comm, MPI_Comm *newcomm, MPI_Fint *fnewcomm, MPI_Request *request);
 
 /* ---- operations ------------------------------------------------------ */
 
@@ -176,6 +178,8 @@ struct pm_op {
 	int reply_to;           /* receive: the sender's index in the node */
 	MPI_Request preq;       /* ST_REMOTE, OP_IDUP: the MPI library's request */
 	MPI_Comm *newcomm;      /* OP_IDUP: where the new communicator appears */
+	MPI_Fint *fnewcomm;     /* OP_IDUP from Fortran: its handle, written at completion
+				 * (newcomm is then the op's cell from malloc, freed then) */
 	uint64_t new_ctx;       /* OP_IDUP: its context */
 
 	/* Outcome. */
