@@ -5,7 +5,11 @@
  * Each test starts a real pinshmd (tests/daemonutil.c) and runs one program
  * (C, Fortran through the plugin's Fortran layer, or both in one program)
  * with `timeout $MPIRUN --mca pml ob1 --mca btl self,vader -np N`
- * (--oversubscribe above 2 ranks) in one configuration:
+ * (--oversubscribe above 2 ranks), or an MPMD pair of programs (a C one and
+ * a Fortran one) as `-np N/2 PROG : -np N/2 PROG2`, with every -x option
+ * repeated in each app context (in Open MPI 4.1 an -x reaches only the
+ * context it is in, and the plugin must be in every rank), in one
+ * configuration:
  *   plain:   no plugin, 2 and 4 ranks (the programs are correct MPI);
  *   plugin:  LD_PRELOAD=$PINSHM_MPI_LIB at 2 and 4 ranks, and at 4 ranks
  *            with PINSHM_MPI_NODES=2 (two pretend nodes), and at 2 ranks
@@ -23,7 +27,9 @@
  *
  * Environment: MPIRUN (empty: the test is skipped, exit 77), PINSHM_MPI_LIB
  * (missing: only the plain runs are made, then exit 77 if they pass),
- * PINSHMD, PINSHM_MPI_TESTS (the folder of the programs, else the build's).
+ * PINSHMD, PINSHM_MPI_TESTS (the folder of the programs, else the build's),
+ * PINSHM_MPI_ONLY (a program's name: only its runs are made, the others
+ * pass at once; for iterating on one).
  * In an ASan build the plugin is preloaded after the libasan that this
  * program runs with, and leak checking is off in the ranks (Open MPI's own
  * allocations at exit are not ours to fix).
@@ -67,6 +73,7 @@ struct program {
 	const char *name;
 	unsigned uses;   /* families that must carry messages through pinshm */
 	unsigned passes; /* families used only where the plugin does not carry (intercommunicators) */
+	const char *mpmd; /* the second app context's program (half the ranks each), or NULL */
 };
 
 static const struct program programs[] = {
@@ -87,6 +94,10 @@ static const struct program programs[] = {
 	{"f_p2p08", B | NB | P | PR | SY | BU, 0},
 	{"f_comms", B | NB, 0},
 	{"mixed_cf", B | NB | P, 0},
+	/* MPI_COMM_IDUP from Fortran, alone and in an MPMD job whose other
+	 * half idups from C: carried alike on both sides. */
+	{"f_idup", B | NB, 0},
+	{"idup_c", B | NB, 0, "f_idup"},
 #endif
 };
 #define NPROGRAMS ((int)(sizeof(programs) / sizeof(programs[0])))
@@ -165,15 +176,18 @@ struct run {
 
 static void run_mpi(const struct daemon *d, const struct program *pg, const struct config *cf, struct run *r)
 {
-	char prog[PATH_MAX], outpath[PATH_MAX], np[16], sock[200], preload[2 * PATH_MAX], nodes[40], asan_opt[300];
-	const char *argv[48];
-	int n = 0;
+	char prog[2][PATH_MAX], outpath[PATH_MAX], np[16], sock[200], preload[2 * PATH_MAX], nodes[40], asan_opt[300];
+	const char *argv[64];
+	int n = 0, contexts = pg->mpmd ? 2 : 1;
 
 	memset(r, 0, sizeof(*r));
-	snprintf(prog, sizeof(prog), "%s/%s", env_or("PINSHM_MPI_TESTS", MPI_TESTS_DIR), pg->name);
-	ck_assert_msg(access(prog, X_OK) == 0, "%s: %s (not built?)", prog, strerror(errno));
+	for (int c = 0; c < contexts; c++) {
+		snprintf(prog[c], sizeof(prog[c]), "%s/%s", env_or("PINSHM_MPI_TESTS", MPI_TESTS_DIR),
+			 c ? pg->mpmd : pg->name);
+		ck_assert_msg(access(prog[c], X_OK) == 0, "%s: %s (not built?)", prog[c], strerror(errno));
+	}
 	snprintf(outpath, sizeof(outpath), "%s/mpirun.out", d->dir);
-	snprintf(np, sizeof(np), "%d", cf->np);
+	snprintf(np, sizeof(np), "%d", cf->np / contexts);
 	/* Without a daemon: a socket in a folder that does not exist, where none can start. */
 	snprintf(sock, sizeof(sock), "PINSHM_SOCKET=%s%s", cf->fallback ? d->dir : d->sock,
 		 cf->fallback ? "/missing/sock" : "");
@@ -196,29 +210,33 @@ static void run_mpi(const struct daemon *d, const struct program *pg, const stru
 	argv[n++] = "--mca";
 	argv[n++] = "btl";
 	argv[n++] = "self,vader";
-	argv[n++] = "-np";
-	argv[n++] = np;
-	argv[n++] = "-x";
-	argv[n++] = sock;
-	argv[n++] = "-x";
-	argv[n++] = "PINSHM_MPI_STATS=1";
-	if (cf->plugin) {
+	for (int c = 0; c < contexts; c++) {
+		if (c)
+			argv[n++] = ":";
+		argv[n++] = "-np";
+		argv[n++] = np;
 		argv[n++] = "-x";
-		argv[n++] = preload;
-	}
-	if (cf->nodes) {
+		argv[n++] = sock;
 		argv[n++] = "-x";
-		argv[n++] = nodes;
+		argv[n++] = "PINSHM_MPI_STATS=1";
+		if (cf->plugin) {
+			argv[n++] = "-x";
+			argv[n++] = preload;
+		}
+		if (cf->nodes) {
+			argv[n++] = "-x";
+			argv[n++] = nodes;
+		}
+		if (cf->off) {
+			argv[n++] = "-x";
+			argv[n++] = "PINSHM_MPI=0";
+		}
+		if (asan[0]) {
+			argv[n++] = "-x";
+			argv[n++] = asan_opt;
+		}
+		argv[n++] = prog[c];
 	}
-	if (cf->off) {
-		argv[n++] = "-x";
-		argv[n++] = "PINSHM_MPI=0";
-	}
-	if (asan[0]) {
-		argv[n++] = "-x";
-		argv[n++] = asan_opt;
-	}
-	argv[n++] = prog;
 	argv[n] = NULL;
 
 	fflush(stdout);
@@ -292,8 +310,9 @@ static void dump(const struct program *pg, const struct config *cf, const struct
 	char st[64];
 	size_t from = r->len > 6000 ? r->len - 6000 : 0;
 
-	fprintf(stderr, "---- %s, %s: %s; output%s:\n%s\n", pg->name, cf->name,
-		tu_status_str(r->status, st, sizeof(st)), from ? " (its end)" : "", r->out + from);
+	fprintf(stderr, "---- %s%s%s, %s: %s; output%s:\n%s\n", pg->name, pg->mpmd ? " : " : "",
+		pg->mpmd ? pg->mpmd : "", cf->name, tu_status_str(r->status, st, sizeof(st)), from ? " (its end)" : "",
+		r->out + from);
 	for (int k = 0; k < NFAMILY; k++)
 		fprintf(stderr, "  %-11s ranks %#llx pinshm %llu msgs %llu bytes, mpi %llu msgs %llu bytes\n",
 			family_name[k], r->fam[k].ranks, r->fam[k].pinshm_msgs, r->fam[k].pinshm_bytes,
@@ -405,14 +424,18 @@ static void run_one(const struct program *pg, const struct config *cf)
 	struct daemon d;
 	struct run r;
 	char why[512];
+	const char *only = getenv("PINSHM_MPI_ONLY");
 
+	if (only && only[0] && strcmp(only, pg->name) != 0)
+		return;
 	daemon_start(&d);
 	run_mpi(&d, pg, cf, &r);
 	bool failed = run_failed(pg, cf, &r, why, sizeof(why));
 	if (failed)
 		dump(pg, cf, &r);
 	free(r.out);
-	ck_assert_msg(!failed, "%s, %s: %s", pg->name, cf->name, why);
+	ck_assert_msg(!failed, "%s%s%s, %s: %s", pg->name, pg->mpmd ? " : " : "", pg->mpmd ? pg->mpmd : "", cf->name,
+		      why);
 	daemon_stop_ok(&d);
 }
 
