@@ -94,9 +94,10 @@ static const struct program programs[] = {
 	{"f_p2p08", B | NB | P | PR | SY | BU, 0},
 	{"f_comms", B | NB, 0},
 	{"mixed_cf", B | NB | P, 0},
-	/* MPI_COMM_IDUP from Fortran, alone and in an MPMD job whose other
-	 * half idups from C: carried alike on both sides. */
+	/* MPI_COMM_IDUP from Fortran (use mpi, mpi_f08), alone and in an
+	 * MPMD job whose other half idups from C: carried alike on both sides. */
 	{"f_idup", B | NB, 0},
+	{"f_idup08", B | NB, 0},
 	{"idup_c", B | NB, 0, "f_idup"},
 #endif
 };
