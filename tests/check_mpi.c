@@ -452,6 +452,57 @@ START_TEST(test_plugin)
 }
 END_TEST
 
+/* Why a run of p2p_threads (MPI_THREAD_MULTIPLE) in @p cf failed, or NULL:
+ * it must pass its checks; with the plugin, every rank says its statistics
+ * were not kept, and the plugin warns once unless turned off. */
+static const char *threads_failed(const struct config *cf, const struct run *r, char *why, size_t len)
+{
+	int warnings = 0, not_kept = 0;
+	for (const char *w = strstr(r->out, "pinshm-mpi: warning"); w; w = strstr(w + 1, "pinshm-mpi: warning"))
+		warnings++;
+	for (const char *w = strstr(r->out, "not kept (MPI_THREAD_MULTIPLE"); w;
+	     w = strstr(w + 1, "not kept (MPI_THREAD_MULTIPLE"))
+		not_kept++;
+	bool warned = strstr(r->out, "MPI_THREAD_MULTIPLE is not carried") != NULL;
+	if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0 || !strstr(r->out, "p2p_threads: ok"))
+		snprintf(why, len, "the program failed (status %#x)", (unsigned)r->status);
+	else if (!cf->plugin && (r->stat_lines || warnings))
+		snprintf(why, len, "%d stats lines and %d warnings without the plugin", r->stat_lines, warnings);
+	else if (cf->plugin && (not_kept != cf->np || r->stat_lines != cf->np))
+		snprintf(why, len, "%d \"not kept\" lines of %d stats lines, want %d", not_kept, r->stat_lines,
+			 cf->np);
+	else if (cf->plugin && !cf->off && (warnings != 1 || !warned))
+		snprintf(why, len, "%d warnings, want 1 saying MPI_THREAD_MULTIPLE is not carried", warnings);
+	else if (cf->off && warnings)
+		snprintf(why, len, "PINSHM_MPI=0, yet %d warnings", warnings);
+	else
+		return NULL;
+	return why;
+}
+
+/* MPI_THREAD_MULTIPLE, every configuration: left to the library whole. */
+START_TEST(test_thread_multiple)
+{
+	static const struct program threads = {"p2p_threads", 0, 0, NULL};
+	const struct config *cf = _i < NPLAIN ? &plain_configs[_i] : &plugin_configs[_i - NPLAIN];
+	struct daemon d;
+	struct run r;
+	char why[512];
+	const char *only = getenv("PINSHM_MPI_ONLY");
+
+	if (only && only[0] && strcmp(only, threads.name) != 0)
+		return;
+	daemon_start(&d);
+	run_mpi(&d, &threads, cf, &r);
+	const char *failed = threads_failed(cf, &r, why, sizeof(why));
+	if (failed)
+		dump(&threads, cf, &r);
+	free(r.out);
+	ck_assert_msg(!failed, "p2p_threads, %s: %s", cf->name, failed);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* The checks of the stats themselves, on made-up outputs: each must fail. */
 START_TEST(test_stats_checks)
 {
@@ -555,6 +606,11 @@ static Suite *mpi_suite(bool plugin)
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 	}
+
+	tc = tcase_create("threads");
+	tcase_add_loop_test(tc, test_thread_multiple, 0, plugin ? NPLAIN + NPLUGIN : NPLAIN);
+	tcase_set_timeout(tc, 200);
+	suite_add_tcase(s, tc);
 	return s;
 }
 

@@ -302,10 +302,10 @@ static void setup(int provided)
 	 * creation of communicators, turned off or not, so that ranks that
 	 * differ never wait for each other. */
 	const char *on = getenv("PINSHM_MPI");
+	pm.multiple = provided == MPI_THREAD_MULTIPLE;
 	if (on && strcmp(on, "0") == 0) {
 		rc = -ECANCELED; /* turned off: silently */
-	} else if (provided == MPI_THREAD_MULTIPLE) {
-		pm.multiple = true;
+	} else if (pm.multiple) {
 		rc = -ENOTSUP;
 		snprintf(why, sizeof(why), "MPI_THREAD_MULTIPLE is not carried");
 	} else if (pm.nlocal > 0xffff) {
