@@ -462,7 +462,7 @@ static const struct type_info *type_info(MPI_Datatype dtype)
 
 int MPI_Type_free(MPI_Datatype *datatype)
 {
-	if (!pm.multiple) /* unused then, and threads would race on it */
+	if (pm.active) /* filled only while carrying (never under MPI_THREAD_MULTIPLE) */
 		memset(type_cache, 0, sizeof(type_cache));
 	return PMPI_Type_free(datatype);
 }
