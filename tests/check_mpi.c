@@ -321,6 +321,15 @@ static void dump(const struct program *pg, const struct config *cf, const struct
 	fflush(stderr);
 }
 
+/* How many times @p what appears in @p out. */
+static int occurrences(const char *out, const char *what)
+{
+	int n = 0;
+	for (const char *w = strstr(out, what); w; w = strstr(w + 1, what))
+		n++;
+	return n;
+}
+
 /* Why run @p r of @p pg in @p cf failed, into @p why; or false if it passed. */
 static bool run_failed(const struct program *pg, const struct config *cf, const struct run *r, char *why,
 		       size_t len)
@@ -333,9 +342,7 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 			 timed_out ? " (timed out after " RUN_LIMIT_S " s: a hang)" : "");
 		return true;
 	}
-	int warnings = 0;
-	for (const char *w = strstr(r->out, "pinshm-mpi: warning"); w; w = strstr(w + 1, "pinshm-mpi: warning"))
-		warnings++;
+	int warnings = occurrences(r->out, "pinshm-mpi: warning");
 	if (warnings && !cf->fallback) {
 		snprintf(why, len, "the plugin warned: %.200s", strstr(r->out, "pinshm-mpi: warning"));
 		return true;
@@ -457,12 +464,8 @@ END_TEST
  * were not kept, and the plugin warns once unless turned off. */
 static const char *threads_failed(const struct config *cf, const struct run *r, char *why, size_t len)
 {
-	int warnings = 0, not_kept = 0;
-	for (const char *w = strstr(r->out, "pinshm-mpi: warning"); w; w = strstr(w + 1, "pinshm-mpi: warning"))
-		warnings++;
-	for (const char *w = strstr(r->out, "not kept (MPI_THREAD_MULTIPLE"); w;
-	     w = strstr(w + 1, "not kept (MPI_THREAD_MULTIPLE"))
-		not_kept++;
+	int warnings = occurrences(r->out, "pinshm-mpi: warning");
+	int not_kept = occurrences(r->out, "not kept (MPI_THREAD_MULTIPLE");
 	bool warned = strstr(r->out, "MPI_THREAD_MULTIPLE is not carried") != NULL;
 	if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0 || !strstr(r->out, "p2p_threads: ok"))
 		snprintf(why, len, "the program failed (status %#x)", (unsigned)r->status);
