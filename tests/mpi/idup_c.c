@@ -22,42 +22,27 @@ static int value(int from, int to, int what, int i)
 	return from * 1000003 + to * 10007 + what * 101 + i;
 }
 
-/* Sendrecv with every other rank on @p comm. */
-static void exchange_sendrecv(MPI_Comm comm, int what)
-{
-	int out[N], in[N];
-	MPI_Status st;
-
-	for (int d = 1; d < mt_size; d++) {
-		int peer = mt_rank ^ d;
-		for (int i = 0; i < N; i++)
-			out[i] = value(mt_rank, peer, what, i + 1);
-		memset(in, 0, sizeof(in));
-		MT_MPI(MPI_Sendrecv(out, N, MPI_INT, peer, what * 10 + d, in, N, MPI_INT, peer, what * 10 + d, comm,
-				    &st));
-		MT_CHECK_STATUS(st, peer, what * 10 + d, N, MPI_INT);
-		for (int i = 0; i < N; i++)
-			MT_CHECK(in[i] == value(peer, mt_rank, what, i + 1), "what %d from %d: [%d] = %d", what, peer,
-				 i, in[i]);
-	}
-}
-
-/* Irecv, Send, Wait with every other rank on @p comm. */
-static void exchange_irecv(MPI_Comm comm, int what)
+/* With every other rank on @p comm: Sendrecv, or with @p irecv Irecv,
+ * Send and Wait; the data and status checked. */
+static void exchange(MPI_Comm comm, int what, int irecv)
 {
 	int out[N], in[N];
 	MPI_Request r;
 	MPI_Status st;
 
 	for (int d = 1; d < mt_size; d++) {
-		int peer = mt_rank ^ d;
+		int peer = mt_rank ^ d, tag = what * 10 + d;
 		for (int i = 0; i < N; i++)
 			out[i] = value(mt_rank, peer, what, i + 1);
 		memset(in, 0, sizeof(in));
-		MT_MPI(MPI_Irecv(in, N, MPI_INT, peer, what * 10 + d, comm, &r));
-		MT_MPI(MPI_Send(out, N, MPI_INT, peer, what * 10 + d, comm));
-		MT_MPI(MPI_Wait(&r, &st));
-		MT_CHECK_STATUS(st, peer, what * 10 + d, N, MPI_INT);
+		if (irecv) {
+			MT_MPI(MPI_Irecv(in, N, MPI_INT, peer, tag, comm, &r));
+			MT_MPI(MPI_Send(out, N, MPI_INT, peer, tag, comm));
+			MT_MPI(MPI_Wait(&r, &st));
+		} else {
+			MT_MPI(MPI_Sendrecv(out, N, MPI_INT, peer, tag, in, N, MPI_INT, peer, tag, comm, &st));
+		}
+		MT_CHECK_STATUS(st, peer, tag, N, MPI_INT);
 		for (int i = 0; i < N; i++)
 			MT_CHECK(in[i] == value(peer, mt_rank, what, i + 1), "what %d from %d: [%d] = %d", what, peer,
 				 i, in[i]);
@@ -76,12 +61,12 @@ int main(int argc, char **argv)
 	MT_CHECK(r == MPI_REQUEST_NULL, "MPI_Wait left the idup's request");
 	MT_MPI(MPI_Comm_compare(idup, MPI_COMM_WORLD, &cmp));
 	MT_CHECK(cmp == MPI_CONGRUENT, "the idup'd communicator compares %d to MPI_COMM_WORLD", cmp);
-	exchange_sendrecv(idup, 1);
-	exchange_irecv(idup, 2);
+	exchange(idup, 1, 0);
+	exchange(idup, 2, 1);
 
 	MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-	exchange_sendrecv(dup, 3);
-	exchange_irecv(dup, 4);
+	exchange(dup, 3, 0);
+	exchange(dup, 4, 1);
 
 	MT_MPI(MPI_Comm_free(&idup));
 	MT_MPI(MPI_Comm_free(&dup));
