@@ -557,7 +557,10 @@ static int silent_timeout(struct loop *l)
 
 /* With ready segments to make: wait until no request has come for
  * LOOP_POOL_QUIET_MS (a client's burst, such as CREATE then OPEN, is not
- * delayed by a refill).  @return 0 (refill now), the ms left, or -1. */
+ * delayed by a refill).  A refill goes in steps of a millisecond or so
+ * (pool.h): a request that comes between two steps is served first, and
+ * the next step waits for the quiet again.  @return 0 (a step now), the
+ * ms left, or -1. */
 static int pool_timeout(struct loop *l)
 {
 	struct pool *pool = l->ctx.reg->pool;
@@ -603,7 +606,7 @@ int loop_run(struct loop *l)
 			break; /* idle */
 		int n = epoll_wait(l->epfd, events, 32, timeout);
 		if (n == 0 && pool_timeout(l) == 0) {
-			pool_refill(l->ctx.reg->pool); /* nothing waiting, quiet: make a ready segment */
+			pool_refill(l->ctx.reg->pool); /* nothing waiting, quiet: one step of a refill */
 			continue;
 		}
 		if (n < 0) {

@@ -11,7 +11,24 @@
 
 void pool_init(struct pool *p, struct account *acct)
 {
-	*p = (struct pool){.acct = acct};
+	*p = (struct pool){.acct = acct, .fill = {.fd = -1, .base = NULL}};
+}
+
+/* Give up the segment being filled: unmapping it unlocks what was locked,
+ * and its whole charge goes.  @return its bytes (0: none was). */
+static uint64_t fill_abandon(struct pool *p, const char *why)
+{
+	uint64_t bytes = p->fill.size;
+
+	if (!p->fill_class)
+		return 0;
+	log_info("pool: the segment of %zu bytes being filled (%zu locked) destroyed: %s", p->fill.size,
+		 p->fill_locked, why);
+	p->acct->pinned -= bytes;
+	segment_destroy(&p->fill);
+	p->fill_class = NULL;
+	p->fill_locked = 0;
+	return bytes;
 }
 
 static void class_drain(struct pool *p, struct pool_class *c)
@@ -25,13 +42,13 @@ static void class_drain(struct pool *p, struct pool_class *c)
 
 uint64_t pool_drain(struct pool *p)
 {
-	uint64_t bytes = pool_bytes(p);
+	uint64_t bytes = pool_bytes(p) - pool_filling_bytes(p, NULL);
 
 	for (unsigned i = 0; i < p->nclasses; i++)
 		class_drain(p, &p->classes[i]);
 	if (bytes)
 		log_info("pool: %llu bytes of ready segments destroyed", (unsigned long long)bytes);
-	return bytes;
+	return bytes + fill_abandon(p, "the pool is emptied");
 }
 
 void pool_fini(struct pool *p)
@@ -81,6 +98,8 @@ bool pool_wants(const struct pool *p)
 {
 	if (p->stopped)
 		return false;
+	if (p->fill_class)
+		return true; /* charged already */
 	for (unsigned i = 0; i < p->nclasses; i++) {
 		const struct pool_class *c = &p->classes[i];
 		if (c->n < p->target && p->acct->pinned + c->size <= p->acct->cfg->budget)
@@ -89,12 +108,11 @@ bool pool_wants(const struct pool *p)
 	return false;
 }
 
-void pool_refill(struct pool *p)
+/* Start a segment for the class that lacks most, charged whole. */
+static void fill_start(struct pool *p)
 {
 	struct pool_class *best = NULL;
 
-	if (p->stopped)
-		return;
 	for (unsigned i = 0; i < p->nclasses; i++) {
 		struct pool_class *c = &p->classes[i];
 		if (c->n < p->target && p->acct->pinned + c->size <= p->acct->cfg->budget &&
@@ -103,24 +121,47 @@ void pool_refill(struct pool *p)
 	}
 	if (!best)
 		return;
-	struct segment s;
-	const struct segment_opts o = {.node = PINSHM_NODE_ANY};
-	int rc = segment_alloc(&s, best->size, &o, "pool");
+	const struct segment_opts o = {.node = PINSHM_NODE_ANY, .lock_later = true};
+	int rc = segment_alloc(&p->fill, best->size, &o, "pool");
 	if (rc != 0) {
 		log_warn("pool: cannot make a segment of %zu bytes: %s; the pool stops filling", best->size,
 			 strerror(-rc));
 		p->stopped = true;
 		return;
 	}
-	if (!s.pinned) {
-		log_warn("pool: segments cannot be pinned (%s); the pool stops filling", s.pin_error);
-		segment_destroy(&s);
+	p->acct->pinned += p->fill.size;
+	p->fill_class = best;
+	p->fill_locked = 0;
+	log_debug("pool: filling a segment of %zu bytes, %u bytes a step", p->fill.size, POOL_SLICE_BYTES);
+}
+
+void pool_refill(struct pool *p)
+{
+	if (p->stopped)
+		return;
+	if (!p->fill_class)
+		fill_start(p);
+	if (!p->fill_class)
+		return;
+	int rc = segment_lock_step(&p->fill, &p->fill_locked, POOL_SLICE_BYTES);
+	if (rc > 0)
+		return; /* more slices, from the next idle turns */
+	if (rc < 0) {
+		log_warn("pool: segments cannot be pinned (%s); the pool stops filling", p->fill.pin_error);
+		fill_abandon(p, "not pinned");
 		p->stopped = true;
 		return;
 	}
-	p->acct->pinned += s.size;
-	best->segs[best->n++] = s;
-	log_debug("pool: ready segment of %zu bytes (%u of %u)", best->size, best->n, p->target);
+	struct pool_class *c = p->fill_class;
+	if (c->n >= p->target) { /* filled up meanwhile (pool_put_back) */
+		fill_abandon(p, "its class is full");
+		return;
+	}
+	c->segs[c->n++] = p->fill;
+	p->fill_class = NULL;
+	p->fill_locked = 0;
+	p->fill = (struct segment){.fd = -1, .base = NULL};
+	log_debug("pool: ready segment of %zu bytes (%u of %u)", c->size, c->n, p->target);
 }
 
 bool pool_take(struct pool *p, size_t size, struct segment *out)
@@ -162,9 +203,16 @@ void pool_put_back(struct pool *p, struct segment *s)
 
 uint64_t pool_bytes(const struct pool *p)
 {
-	uint64_t bytes = 0;
+	uint64_t bytes = pool_filling_bytes(p, NULL);
 
 	for (unsigned i = 0; i < p->nclasses; i++)
 		bytes += (uint64_t)p->classes[i].n * p->classes[i].size;
 	return bytes;
+}
+
+uint64_t pool_filling_bytes(const struct pool *p, uint64_t *locked)
+{
+	if (locked)
+		*locked = p->fill_class ? p->fill_locked : 0;
+	return p->fill_class ? p->fill.size : 0;
 }

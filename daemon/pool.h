@@ -1,12 +1,28 @@
 /*
  * pool.h - ready segments: made, placed and pinned ahead of the requests.
  *
- * Making and pinning a segment costs 0.3-0.5 ms a MiB; the pool does it in
- * the loop's idle time (pool_refill(), one segment a call, never while a
- * request waits, and only once no request has come for LOOP_POOL_QUIET_MS:
- * the request that follows a pool hit, often the same client's OPEN, is
- * not delayed by a refill), so that a CREATE of a common size only
- * formats one.  Creates back to back faster than that outrun the pool.
+ * Making and pinning a segment costs 0.4-0.7 ms a MiB; the pool does it in
+ * the loop's idle time (pool_refill(), never while a request waits, and
+ * only once no request has come for LOOP_POOL_QUIET_MS: the request that
+ * follows a pool hit, often the same client's OPEN, is not delayed by a
+ * refill), so that a CREATE of a common size only formats one.  Creates
+ * back to back faster than that outrun the pool.
+ *
+ * - In slices: one pool_refill() call does one step, so that a class of
+ *   256 MiB or 1 GiB does not hold the loop for a quarter of a second.  The
+ *   first step makes the segment (memfd, size, seals, mapping: no page
+ *   touched) and locks its first slice; each step after locks (and so
+ *   populates) the next POOL_SLICE_BYTES; the loop serves what came in
+ *   between.  One segment fills at a time (`filling`), and it is ready, in
+ *   its class, for pool_take(), only once wholly locked.
+ * - A filling segment is charged whole to the budget from its first step,
+ *   not slice by slice: the loop serves CREATEs between its slices, and a
+ *   CREATE admitted into room that the pool's next slices are about to
+ *   lock would take the pinned sum over the budget.  Charged whole, the
+ *   sum is an upper bound of what is locked at every moment, and exact
+ *   once the segment is ready; a segment abandoned half-filled (drain,
+ *   reload, shutdown, a failed lock) is unmapped, which unlocks what was
+ *   locked of it, and its whole charge is taken off at that moment.
  *
  * - Classes: the segment sizes of the config (pool_sizes), pool_segments
  *   ready segments of each.  A CREATE of a channel of segment size s, with
@@ -20,8 +36,10 @@
  *   as the budget allows.  A CREATE refused for the budget drains the pool
  *   (pool_drain()) and is tried again; a taken segment's charge passes to
  *   the channel's owner.
- * - A segment that cannot be locked (RLIMIT_MEMLOCK) is not kept: the pool
- *   stops filling until the next pool_configure().
+ * - A segment that cannot be locked (RLIMIT_MEMLOCK), in any slice, is not
+ *   kept: the pool stops filling until the next pool_configure().
+ * - NUMA placement and huge pages: none.  A pool segment is a sealed memfd
+ *   of small pages, for CREATEs that ask for neither.
  */
 #ifndef PINSHMD_POOL_H
 #define PINSHMD_POOL_H
@@ -39,13 +57,22 @@ struct pool_class {
 	unsigned n;
 };
 
+/* Bytes locked by one step of a refill: at 0.4-0.7 ms a MiB, a millisecond
+ * or so of the loop's time (measured: 2 MiB of a memfd, 1.3-1.8 ms). */
+#define POOL_SLICE_BYTES (2u * 1024u * 1024u)
+
 struct pool {
 	struct account *acct;    /* whose pinned sum is charged (not owned) */
 	struct pool_class *classes;
 	unsigned nclasses;
 	unsigned target;         /* ready segments wanted per class */
-	bool stopped;            /* a segment could not be pinned */
+	bool stopped;            /* a segment could not be made or pinned */
 	uint64_t hits, misses;   /* eligible CREATEs served from it, or not */
+	/* The segment being filled, charged whole (see above); fill_class
+	 * NULL: none. */
+	struct pool_class *fill_class;
+	struct segment fill;
+	size_t fill_locked;      /* bytes of it locked, from its start */
 };
 
 /** An empty pool, no classes, charging @p acct. */
@@ -61,8 +88,12 @@ int pool_configure(struct pool *p, const uint64_t *sizes, unsigned nsizes, unsig
 /** Whether pool_refill() has something to do. */
 bool pool_wants(const struct pool *p);
 
-/** Make one ready segment for the class that lacks most, if the budget
- *  allows.  Call from idle time only. */
+/**
+ * One step of a refill: go on with the segment being filled (lock its next
+ * slice), or start one for the class that lacks most, if the budget allows
+ * it whole.  A segment whose last slice is locked goes into its class.
+ * Call from idle time only.
+ */
 void pool_refill(struct pool *p);
 
 /**
@@ -75,13 +106,19 @@ bool pool_take(struct pool *p, size_t size, struct segment *out);
 /** Give back @p s, taken by pool_take() and never handed out. */
 void pool_put_back(struct pool *p, struct segment *s);
 
-/** Destroy every ready segment.  @return the bytes freed from the budget. */
+/** Destroy every ready segment and the one being filled.
+ *  @return the bytes freed from the budget. */
 uint64_t pool_drain(struct pool *p);
 
-/** @return the bytes of the ready segments. */
+/** @return the bytes the pool holds of the budget: its ready segments and
+ *  the one being filled, whole. */
 uint64_t pool_bytes(const struct pool *p);
 
-/** Destroy every ready segment, free the classes. */
+/** @return the bytes of the segment being filled (0: none); of them,
+ *  @p locked (may be NULL) are locked so far. */
+uint64_t pool_filling_bytes(const struct pool *p, uint64_t *locked);
+
+/** pool_drain(), and free the classes. */
 void pool_fini(struct pool *p);
 
 #endif /* PINSHMD_POOL_H */

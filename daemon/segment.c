@@ -189,7 +189,8 @@ int segment_alloc(struct segment *s, size_t size, const struct segment_opts *o, 
 		if (rc != 0)
 			goto fail;
 	}
-	segment_pin(s, name);
+	if (!o->lock_later)
+		segment_pin(s, name);
 	return 0;
 fail_memfd:
 	/* No sealed memfd on this kernel (no memfd_create, or no seals). */
@@ -208,6 +209,26 @@ fail_errno:
 fail:
 	segment_destroy(s);
 	return rc;
+}
+
+int segment_lock_step(struct segment *s, size_t *locked, size_t max)
+{
+	size_t len = s->size - *locked < max ? s->size - *locked : max;
+
+	if (len > 0 && mlock2((char *)s->base + *locked, len, 0) != 0) {
+		int err = errno;
+		/* The slices locked before, and maybe part of this one. */
+		unlock_range(s->base, s->size);
+		*locked = 0;
+		snprintf(s->pin_error, sizeof(s->pin_error), "mlock: %s%s", strerror(err),
+			 err == ENOMEM || err == EPERM ? " (RLIMIT_MEMLOCK)" : "");
+		return -err;
+	}
+	*locked += len;
+	if (*locked < s->size)
+		return 1;
+	s->pinned = true;
+	return 0;
 }
 
 int segment_format(struct segment *s, const pinshm_channel_attr_t *attr)

@@ -61,6 +61,7 @@ struct segment_opts {
 			    * owner-only channels) */
 	uint32_t pin_idle; /* working-set pinning (registry.h): seconds idle before it is unlocked,
 			    * 0: always locked */
+	bool lock_later; /* made and mapped, not locked: segment_lock_step() locks it (the pool) */
 };
 
 /**
@@ -77,7 +78,9 @@ int segment_backing_size(size_t size, const struct segment_opts *o, size_t *out)
  * ENOSYS, EINVAL; the environment variable PINSHMD_TEST_NO_MEMFD=1
  * pretends so, for the tests), mapped by the daemon,
  * placed on o->node (a node number) before any page is touched, then locked (which
- * populates it; unpinned with a warning where RLIMIT_MEMLOCK forbids it).
+ * populates it; unpinned with a warning where RLIMIT_MEMLOCK forbids it),
+ * unless o->lock_later: then it is left unlocked and unpopulated for
+ * segment_lock_step().
  * Its contents are zero: segment_format() makes it a channel.
  * @return 0; -EINVAL (huge pages not supported, or not sealable: a channel
  *         of huge pages would be unsealed, and is refused); -ENOMEM (for
@@ -85,6 +88,19 @@ int segment_backing_size(size_t size, const struct segment_opts *o, size_t *out)
  *         memfd_create, ftruncate, fcntl, mmap or mbind.
  */
 int segment_alloc(struct segment *s, size_t size, const struct segment_opts *o, const char *name);
+
+/**
+ * Lock the next @p max bytes of @p s, made with o->lock_later, from
+ * @p *locked on (mlock2, which populates them), and advance @p *locked: a
+ * large segment is locked in slices, between which the caller does other
+ * work.  Once the last slice is locked, the segment is pinned (s->pinned).
+ * @return 1: more to lock; 0: the whole segment is locked; or the -errno
+ *         of mlock2 (ENOMEM, EAGAIN, EPERM: RLIMIT_MEMLOCK in user mode):
+ *         then nothing of it stays locked (the slices before are unlocked
+ *         too), pin_error says why, and the segment is for
+ *         segment_destroy() only.
+ */
+int segment_lock_step(struct segment *s, size_t *locked, size_t max);
 
 /** Format @p s as a channel of geometry @p attr.  @return 0 or -EINVAL/-ENOSPC. */
 int segment_format(struct segment *s, const pinshm_channel_attr_t *attr);
