@@ -77,27 +77,27 @@ struct program {
 };
 
 static const struct program programs[] = {
-	{"p2p_basic", B, 0},
-	{"p2p_modes", B | NB | SY | BU, 0},
-	{"p2p_persistent", B | P | SY | BU, 0},
-	{"p2p_probe", B | PR, 0},
-	{"p2p_complete", B | NB, 0},
-	{"p2p_datatypes", B | NB, 0},
-	{"p2p_comms", B | NB | P, SY | PR},
-	{"p2p_order", B | NB | SY, 0},
-	{"p2p_large", B | NB, 0},
+	{"p2p_basic", B, 0, NULL},
+	{"p2p_modes", B | NB | SY | BU, 0, NULL},
+	{"p2p_persistent", B | P | SY | BU, 0, NULL},
+	{"p2p_probe", B | PR, 0, NULL},
+	{"p2p_complete", B | NB, 0, NULL},
+	{"p2p_datatypes", B | NB, 0, NULL},
+	{"p2p_comms", B | NB | P, SY | PR, NULL},
+	{"p2p_order", B | NB | SY, 0, NULL},
+	{"p2p_large", B | NB, 0, NULL},
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
-	{"f_sendrecv", B | NB, 0},
-	{"f_p2p", B | NB | P | PR | SY | BU, 0},
-	{"f_p2p08", B | NB | P | PR | SY | BU, 0},
-	{"f_comms", B | NB, 0},
-	{"mixed_cf", B | NB | P, 0},
+	{"f_sendrecv", B | NB, 0, NULL},
+	{"f_p2p", B | NB | P | PR | SY | BU, 0, NULL},
+	{"f_p2p08", B | NB | P | PR | SY | BU, 0, NULL},
+	{"f_comms", B | NB, 0, NULL},
+	{"mixed_cf", B | NB | P, 0, NULL},
 	/* MPI_COMM_IDUP from Fortran (use mpi, mpi_f08), alone and in an
 	 * MPMD job whose other half idups from C: carried alike on both sides. */
-	{"f_idup", B | NB, 0},
-	{"f_idup08", B | NB, 0},
+	{"f_idup", B | NB, 0, NULL},
+	{"f_idup08", B | NB, 0, NULL},
 	{"idup_c", B | NB, 0, "f_idup"},
 #endif
 };
