@@ -86,6 +86,9 @@ static const struct program programs[] = {
 	{"p2p_comms", B | NB | P, SY | PR, NULL},
 	{"p2p_order", B | NB | SY, 0, NULL},
 	{"p2p_large", B | NB, 0, NULL},
+	/* MPI_Dist_graph_create(_adjacent) communicators, made and freed
+	 * round after round. */
+	{"p2p_distgraph", B | NB, 0, NULL},
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
