@@ -87,8 +87,9 @@ static const struct program programs[] = {
 	{"p2p_order", B | NB | SY, 0, NULL},
 	{"p2p_large", B | NB, 0, NULL},
 	/* MPI_Dist_graph_create(_adjacent) communicators, made and freed
-	 * round after round. */
+	 * round after round; a negative count of requests (MPI_ERR_ARG). */
 	{"p2p_distgraph", B | NB, 0, NULL},
+	{"p2p_negcount", B | NB | P, 0, NULL},
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
@@ -102,6 +103,8 @@ static const struct program programs[] = {
 	{"f_idup", B | NB, 0, NULL},
 	{"f_idup08", B | NB, 0, NULL},
 	{"idup_c", B | NB, 0, "f_idup"},
+	/* A negative count of requests from Fortran (MPI_ERR_ARG). */
+	{"f_negcount", B | NB | P, 0, NULL},
 #endif
 };
 #define NPROGRAMS ((int)(sizeof(programs) / sizeof(programs[0])))
