@@ -105,6 +105,9 @@ static const struct program programs[] = {
 	{"idup_c", B | NB, 0, "f_idup"},
 	/* A negative count of requests from Fortran (MPI_ERR_ARG). */
 	{"f_negcount", B | NB | P, 0, NULL},
+	/* MPI_COMM_IDUP of an intercommunicator (left to the library), then
+	 * used across, merged, and a later dup of WORLD carried. */
+	{"f_idup_inter", B, NB | SY, NULL},
 #endif
 };
 #define NPROGRAMS ((int)(sizeof(programs) / sizeof(programs[0])))
