@@ -143,11 +143,13 @@ void pool_refill(struct pool *p)
 		fill_start(p);
 	if (!p->fill_class)
 		return;
+	size_t locked = p->fill_locked;
 	int rc = segment_lock_step(&p->fill, &p->fill_locked, POOL_SLICE_BYTES);
 	if (rc > 0)
 		return; /* more slices, from the next idle turns */
 	if (rc < 0) {
-		log_warn("pool: segments cannot be pinned (%s); the pool stops filling", p->fill.pin_error);
+		log_warn("pool: segments cannot be pinned (%s, %zu of %zu bytes locked); the pool stops filling",
+			 p->fill.pin_error, locked, p->fill.size);
 		fill_abandon(p, "not pinned");
 		p->stopped = true;
 		return;

@@ -534,6 +534,63 @@ START_TEST(test_daemon_shutdown)
 }
 END_TEST
 
+#define TEST_USER "pinshm-test-a" /* as check_daemon's */
+
+/* An ordinary user for a daemon (made if missing); false: skipped. */
+static bool test_user(uid_t *uid, gid_t *gid)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "note: not root: the test of a daemon of an ordinary user is skipped\n");
+		return false;
+	}
+	struct passwd *pw = getpwnam(TEST_USER);
+	if (!pw) {
+		int rc = system("useradd -M -N " TEST_USER " >/dev/null 2>&1");
+		(void)rc;
+		pw = getpwnam(TEST_USER);
+	}
+	if (!pw) {
+		fprintf(stderr, "note: cannot create the user %s: the test is skipped\n", TEST_USER);
+		return false;
+	}
+	*uid = pw->pw_uid;
+	*gid = pw->pw_gid;
+	return true;
+}
+
+/* A daemon of an ordinary user whose RLIMIT_MEMLOCK holds 3 slices of a
+ * class of 16 MiB: the lock is refused halfway, nothing stays locked or
+ * charged, the pool stops filling, and the daemon serves on. */
+START_TEST(test_daemon_lock_fails)
+{
+	struct daemon d;
+	struct daemon_opts o = {.tmpl = "/tmp/pinshm-pool-XXXXXX",
+				.config = true,
+				.log = true,
+				.verbose = true,
+				.as_user = true,
+				.memlock = 3 * SLICE};
+
+	if (!test_user(&o.uid, &o.gid))
+		return;
+	daemon_prepare(&d, &o);
+	write_conf(&d, "[daemon]\npool_segments = 1\npool_sizes = 16M\n");
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	for (int i = 0; i < TRIES && !daemon_log_has(&d, "the pool stops filling"); i++)
+		tu_sleep_ms(10);
+	ck_assert(daemon_log_has(&d, "(RLIMIT_MEMLOCK), 6291456 of 16777216 bytes locked); the pool stops filling"));
+	ck_assert(daemon_log_has(&d, "pool: the segment of 16777216 bytes being filled"));
+	ck_assert_uint_eq(locked_bytes(d.pid), 0);
+	ck_assert_uint_eq(status_of(c).pinned, 0);
+	tu_sleep_ms(20);
+	ck_assert_uint_eq(locked_bytes(d.pid), 0); /* stopped, not retried */
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -554,6 +611,7 @@ Suite *pool_suite(void)
 	tcase_add_test(tc, test_daemon_budget_drain);
 	tcase_add_test(tc, test_daemon_reload);
 	tcase_add_test(tc, test_daemon_shutdown);
+	tcase_add_test(tc, test_daemon_lock_fails);
 	suite_add_tcase(s, tc);
 	return s;
 }
