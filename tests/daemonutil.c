@@ -81,6 +81,33 @@ bool accepts(const char *path)
 	return ok;
 }
 
+/* In the daemon's child: o->listen_fds at 3, 4, ... and the $LISTEN_*
+ * variables, as systemd starts a unit.  @return 0, or -1 (exit then). */
+static int pass_listen_fds(const struct daemon_opts *o)
+{
+	int high[64];
+	char names[64 * 257] = "", num[32];
+
+	if (o->nlisten > 64)
+		return -1;
+	/* Out of the way first: 3, 4, ... may be one of them. */
+	for (unsigned i = 0; i < o->nlisten; i++)
+		if ((high[i] = fcntl(o->listen_fds[i], F_DUPFD_CLOEXEC, 100)) < 0)
+			return -1;
+	for (unsigned i = 0; i < o->nlisten; i++) {
+		if (dup2(high[i], 3 + (int)i) < 0 || strlen(names) + strlen(o->listen_names[i]) + 2 > sizeof(names))
+			return -1;
+		strcat(names, i ? ":" : "");
+		strcat(names, o->listen_names[i]);
+	}
+	snprintf(num, sizeof(num), "%d", (int)getpid()); /* a wrapper such as valgrind keeps the pid */
+	setenv("LISTEN_PID", num, 1);
+	snprintf(num, sizeof(num), "%u", o->nlisten);
+	setenv("LISTEN_FDS", num, 1);
+	setenv("LISTEN_FDNAMES", names, 1);
+	return 0;
+}
+
 void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
 {
 	pid_t parent = getpid();
@@ -120,6 +147,8 @@ void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
 	/* After the credentials changed, which clears it. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
+		_exit(126);
+	if (o->nlisten && pass_listen_fds(o) != 0)
 		_exit(126);
 	/* The wrapper's words, then the daemon's (at most 10). */
 	char wrapper[512];

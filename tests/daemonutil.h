@@ -51,6 +51,11 @@ struct daemon_opts {
 	bool verbose;      /* -vv */
 	bool numa_env;     /* set PINSHMD_TEST_NUMA_NODES to numa_nodes (NULL: unset it) */
 	const char *numa_nodes;
+	/* Descriptors handed over as systemd hands its descriptor store to the
+	 * unit: from 3 on, with $LISTEN_FDS, $LISTEN_FDNAMES and $LISTEN_PID. */
+	const int *listen_fds;
+	const char *const *listen_names; /* their FDNAMEs */
+	unsigned nlisten;
 };
 
 /** The pinshmd to run: $PINSHMD, else daemon/pinshmd. */
