@@ -308,9 +308,10 @@ static void setup(int provided)
 	} else if (pm.multiple) {
 		rc = -ENOTSUP;
 		snprintf(why, sizeof(why), "MPI_THREAD_MULTIPLE is not carried");
-	} else if (pm.nlocal > 0xffff) {
-		rc = -E2BIG;
-		snprintf(why, sizeof(why), "more than 65535 ranks on a node");
+	} else if (pm.nlocal > (int)PINSHM_MAX_PRODUCERS) {
+		rc = -E2BIG; /* each rank writes into every queue on a lane of its own */
+		snprintf(why, sizeof(why), "%d ranks on a node, more than the %u writers a queue may have", pm.nlocal,
+			 PINSHM_MAX_PRODUCERS);
 	}
 
 	pm.local_world = calloc((size_t)pm.nlocal, sizeof(int));
