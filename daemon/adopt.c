@@ -290,6 +290,7 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 		log_warn("channel '%s': no grace for its users to come back (out of memory)", ch->name);
 	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes%s", ch->name, (unsigned)ch->uid,
 		   ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned");
+	registry_adopt_endpoints(r, ch); /* no connection holds any yet */
 	return 0;
 fail:
 	log_warn("descriptor store: channel '%s' not adopted: %s", rec.name, why);
@@ -499,6 +500,16 @@ int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_re
 		ch->holder[q->endpoint] = c->id;
 		*flags |= PROTO_ADOPT_ENDPOINT;
 	}
+	/* A channel new to this daemon: the endpoints of the others, judged by
+	 * their pids where the caller's own endpoint records the pid that the
+	 * daemon sees for it: not where the caller runs in another PID
+	 * namespace (its peers likely too), whose pids mean nothing here. */
+	if (!(*flags & PROTO_ADOPT_KNOWN) && (*flags & PROTO_ADOPT_ENDPOINT))
+		registry_adopt_endpoints(r, ch);
+	else if (!(*flags & PROTO_ADOPT_KNOWN))
+		log_info("channel '%s': endpoint %u does not record pid %d, its hand-back's: the others are not "
+			 "judged by their pids (another PID namespace?)",
+			 ch->name, q->endpoint, (int)c->cred.pid);
 	*id = chid;
 	return 0;
 }

@@ -40,10 +40,16 @@
  * that a restart of the unit adopts every channel again.
  *
  * The endpoints attached in an adopted segment belong to no connection
- * until their processes make a request: the daemon does not reap them.
+ * until their processes hand it back.  As a channel is adopted (from the
+ * store, or first handed back), registry_adopt_endpoints() judges each
+ * such endpoint by the pid the segment records: one whose process died
+ * while no daemon ran is reaped at once, as a closed connection's is (its
+ * peers get -EPIPE); one whose process lives is watched and reaped when it
+ * exits, unless its process claims it again first (registry.h).
  * An adopted channel that is not persistent is kept ADOPT_GRACE_MS with no
- * connection, so that its users can come back, then destroyed as usual if
- * none did ($PINSHMD_TEST_ADOPT_GRACE_MS, for the tests, shortens it).
+ * connection, so that its users can come back, and longer while an
+ * endpoint of it is watched; then destroyed as usual if none came back
+ * ($PINSHMD_TEST_ADOPT_GRACE_MS, for the tests, shortens the grace).
  */
 #ifndef PINSHMD_ADOPT_H
 #define PINSHMD_ADOPT_H

@@ -3,9 +3,15 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -212,6 +218,225 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+static void reap_endpoint(struct channel *ch, unsigned ep, pid_t pid);
+static void drop_ref(struct registry *r, struct reg_client *c, struct channel *ch);
+
+/* ---- endpoints of adopted channels that no connection holds ---------------- */
+
+struct endpoint_view {
+	const struct seg_geometry *g;
+	unsigned endpoint;
+	uint32_t state, pid, generation; /* as the segment says now */
+};
+
+static int view_fn(void *base, void *arg)
+{
+	struct endpoint_view *v = arg;
+	struct endpoint *ep = seg_endpoint(v->g, base, v->endpoint);
+
+	v->state = atomic_load_explicit(&ep->state, memory_order_acquire); /* its attach's writes before */
+	v->pid = atomic_load_explicit(&ep->pid, memory_order_relaxed);
+	v->generation = atomic_load_explicit(&ep->generation, memory_order_relaxed);
+	return 0;
+}
+
+/* Endpoint @p ep of @p ch as its segment says.  @return 0, or -EBADMSG (damaged). */
+static int view_endpoint(struct channel *ch, unsigned ep, struct endpoint_view *v)
+{
+	*v = (struct endpoint_view){.g = &ch->g, .endpoint = ep};
+	return segment_access(&ch->seg, view_fn, v);
+}
+
+/* Whether process @p pid maps the file @p st: 1, 0, or -1 (its maps
+ * cannot be read: another user's process, or gone). */
+static int maps_file(pid_t pid, const struct stat *st)
+{
+	char path[64], line[512];
+	bool at_start = true;
+	int found = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	/* "START-END PERMS OFFSET MAJOR:MINOR INODE PATH", hex device numbers. */
+	while (!found && fgets(line, sizeof(line), f)) {
+		unsigned maj, min;
+		unsigned long long ino;
+		bool starts = at_start;
+		at_start = strchr(line, '\n') != NULL;
+		if (starts && sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 &&
+		    ino == (unsigned long long)st->st_ino && maj == major(st->st_dev) && min == minor(st->st_dev))
+			found = 1;
+	}
+	if (!found && ferror(f))
+		found = -1;
+	fclose(f);
+	return found;
+}
+
+/*
+ * Whether the process recorded as @p pid for an endpoint of the segment
+ * @p st lives; if so, @p pidfd is a pidfd of it, or -1 where this kernel
+ * (or valgrind) has none; if not, @p why says why.  The segment records a
+ * pid only: a process that has that pid now but does not map the segment
+ * got it later (the pid was reused).  Its maps are read while the pidfd
+ * holds it, and the pidfd looked at after, so that they are its own
+ * (without a pidfd, kill(pid, 0) after the read narrows the race).
+ */
+static bool owner_lives(uint32_t pid, const struct stat *st, int *pidfd, const char **why)
+{
+	int fd = -1;
+
+	*pidfd = -1;
+	*why = "no process has its pid";
+	if (pid == 0 || pid > INT_MAX)
+		return false;
+	if ((pid_t)pid == getpid()) {
+		*why = "its pid is this daemon's now";
+		return false;
+	}
+#ifdef SYS_pidfd_open
+	static bool no_pidfds; /* ENOSYS once: not asked again */
+	if (!no_pidfds) {
+		fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0); /* close-on-exec */
+		if (fd < 0 && (errno == ESRCH || errno == EINVAL)) /* EINVAL: a thread's id, not a process's */
+			return false;
+		no_pidfds = fd < 0 && errno == ENOSYS;
+	}
+#endif
+	if (fd < 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+		return false;
+	int maps = maps_file((pid_t)pid, st);
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	if (fd >= 0 ? poll(&p, 1, 0) == 1 : kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+		*why = "its process has exited";
+		maps = 0;
+	} else if (maps == 0) {
+		*why = "the process that has its pid does not map the channel (the pid was reused)";
+	}
+	if (maps == 0) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	*pidfd = fd;
+	return true;
+}
+
+/* Watch endpoint @p v of @p ch, whose process @p pidfd lives.  @return 0 or -ENOMEM. */
+static int watch_orphan(struct registry *r, struct channel *ch, const struct endpoint_view *v, int pidfd)
+{
+	char why[80];
+
+	if (r->norphans == r->orphans_cap) {
+		unsigned cap = r->orphans_cap ? r->orphans_cap * 2 : 8;
+		struct reg_orphan *o = realloc(r->orphans, cap * sizeof(*o));
+		if (o)
+			r->orphans = o;
+		struct pollfd *p = o ? realloc(r->orphan_pidfds, cap * sizeof(*p)) : NULL;
+		if (!p)
+			return -ENOMEM;
+		r->orphan_pidfds = p;
+		r->orphans_cap = cap;
+	}
+	if (ref_room(&r->orphan_keeper, ch, why, sizeof(why)) != 0)
+		return -ENOMEM;
+	take_ref(&r->orphan_keeper, ch);
+	r->orphans[r->norphans] = (struct reg_orphan){
+		.ch = ch, .endpoint = v->endpoint, .pid = v->pid, .generation = v->generation};
+	r->orphan_pidfds[r->norphans] = (struct pollfd){.fd = pidfd, .events = POLLIN};
+	r->norphans++;
+	return 0;
+}
+
+/* Stop watching orphan @p i; its channel may be destroyed. */
+static void drop_orphan(struct registry *r, unsigned i)
+{
+	struct channel *ch = r->orphans[i].ch;
+
+	if (r->orphan_pidfds[i].fd >= 0)
+		close(r->orphan_pidfds[i].fd);
+	r->norphans--;
+	r->orphans[i] = r->orphans[r->norphans];
+	r->orphan_pidfds[i] = r->orphan_pidfds[r->norphans];
+	for (unsigned k = 0; k < r->norphans; k++)
+		if (r->orphans[k].ch == ch)
+			return; /* still watched */
+	drop_ref(r, &r->orphan_keeper, ch);
+}
+
+void registry_adopt_endpoints(struct registry *r, struct channel *ch)
+{
+	struct stat st;
+
+	if (fstat(ch->seg.fd, &st) != 0)
+		return;
+	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
+		struct endpoint_view v;
+		const char *why = "";
+		if (ch->holder[ep] != 0 || view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE)
+			continue;
+		int pidfd;
+		if (!owner_lives(v.pid, &st, &pidfd, &why)) {
+			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name,
+				   ep, (unsigned)v.pid, why);
+			reap_endpoint(ch, ep, (pid_t)v.pid);
+		} else if (watch_orphan(r, ch, &v, pidfd) != 0) {
+			if (pidfd >= 0)
+				close(pidfd);
+			log_warn("channel '%s': endpoint %u of pid %u: out of memory: not reaped when it exits",
+				 ch->name, ep, (unsigned)v.pid);
+		} else {
+			log_info("channel '%s': endpoint %u of pid %u, alive: watched until it exits%s", ch->name, ep,
+				 (unsigned)v.pid, pidfd >= 0 ? "" : " (no pidfd: looked at every tick)");
+		}
+	}
+}
+
+/* Whether the process of orphan @p i has exited: its pidfd polled
+ * readable (@p polled: poll() reported events), or, with no pidfd, as
+ * owner_lives() judges it now (taking the pidfd it may get this time). */
+static bool orphan_exited(struct registry *r, unsigned i, bool polled, const char **why)
+{
+	struct pollfd *p = &r->orphan_pidfds[i];
+	struct stat st;
+	int pidfd;
+
+	*why = "its process has exited";
+	if (p->fd >= 0)
+		return polled && p->revents != 0; /* POLLIN */
+	if (fstat(r->orphans[i].ch->seg.fd, &st) != 0)
+		return false;
+	if (!owner_lives(r->orphans[i].pid, &st, &pidfd, why))
+		return true;
+	p->fd = pidfd;
+	return false;
+}
+
+/* Reap the watched endpoints whose process exited; forget those a
+ * connection claimed, that were closed, reaped or attached again, or whose
+ * segment is damaged. */
+static void orphans_tick(struct registry *r)
+{
+	bool polled = r->norphans && poll(r->orphan_pidfds, r->norphans, 0) > 0;
+
+	for (unsigned i = r->norphans; i-- > 0;) {
+		const struct reg_orphan *o = &r->orphans[i];
+		struct endpoint_view v;
+		const char *why;
+		if (o->ch->holder[o->endpoint] != 0 || view_endpoint(o->ch, o->endpoint, &v) != 0 ||
+		    v.state != EP_ACTIVE || v.pid != o->pid || v.generation != o->generation) {
+			drop_orphan(r, i);
+		} else if (orphan_exited(r, i, polled, &why)) {
+			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s",
+				   o->ch->name, o->endpoint, (unsigned)o->pid, why);
+			reap_endpoint(o->ch, o->endpoint, (pid_t)o->pid);
+			drop_orphan(r, i);
+		}
+	}
+}
+
 /* ---- working-set pinning ---------------------------------------------------- */
 
 struct activity_args {
@@ -251,12 +476,13 @@ static int relock(struct channel *ch, const char *why)
 
 int registry_tick(struct registry *r, uint64_t now)
 {
-	if (r->idle_policies == 0)
+	if (r->idle_policies == 0 && r->norphans == 0)
 		return -1;
 	if (now < r->next_tick)
 		return (int)(r->next_tick - now);
 	r->next_tick = now + REGISTRY_TICK_MS;
-	for (struct channel *ch = r->first; ch; ch = ch->next) {
+	orphans_tick(r);
+	for (struct channel *ch = r->first; ch && r->idle_policies; ch = ch->next) {
 		if (!ch->pin_idle || !ch->seg.pinned || ch->seg.damaged)
 			continue;
 		struct activity_args a = {.g = &ch->g};
@@ -385,10 +611,20 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
 void registry_init(struct registry *r, struct account *acct)
 {
 	*r = (struct registry){.next_id = 1, .acct = acct};
+	r->orphan_keeper.id = REGISTRY_ORPHANS_ID;
 }
 
 void registry_fini(struct registry *r)
 {
+	for (unsigned i = 0; i < r->norphans; i++)
+		if (r->orphan_pidfds[i].fd >= 0)
+			close(r->orphan_pidfds[i].fd);
+	free(r->orphans);
+	free(r->orphan_pidfds);
+	r->orphans = NULL;
+	r->orphan_pidfds = NULL;
+	r->norphans = r->orphans_cap = 0;
+	registry_client_forget(&r->orphan_keeper);
 	while (r->first)
 		channel_free(r, r->first);
 }

@@ -37,6 +37,18 @@
  * - A channel is destroyed (segment unmapped and closed: the memory goes
  *   when the last process unmaps it) when no connection references it and
  *   it is not persistent or no longer named.
+ * - Adopted channels (adopt.h) come with endpoints attached by processes
+ *   that no connection of this daemon stands for: registry_adopt_endpoints()
+ *   judges each one's owner, the pid the segment records for it.  Where
+ *   that process is gone it is reaped at once, as a closed connection's
+ *   endpoint is; where it lives it is watched (a pidfd; without pidfds,
+ *   its pid is judged again every REGISTRY_TICK_MS) and reaped when it
+ *   exits, unless a connection claimed it again before (adopt_client());
+ *   the channel is kept while an endpoint of it is watched.  A pid is
+ *   taken for gone where no process has it, where it is the daemon's own,
+ *   or where the process that has it now does not map the segment (the pid
+ *   was reused: its /proc/PID/maps lacks the segment's device and inode);
+ *   a process whose maps the daemon may not read is taken for the owner.
  *
  * The daemon trusts only its own records (the geometry it formatted, which
  * connection each endpoint was claimed for); the segment's contents are
@@ -51,6 +63,7 @@
 #ifndef PINSHMD_REGISTRY_H
 #define PINSHMD_REGISTRY_H
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,6 +112,17 @@ struct reg_client {
 	unsigned nrefs, cap;
 };
 
+#define REGISTRY_ORPHANS_ID (UINT64_MAX - 1) /* the pseudo-connection that keeps watched channels */
+
+/* An endpoint of an adopted channel that no connection holds, attached by
+ * a process that lived when the channel was adopted: watched until it exits. */
+struct reg_orphan {
+	struct channel *ch;  /* referenced by registry.orphan_keeper */
+	unsigned endpoint;
+	uint32_t pid;        /* as the segment recorded it */
+	uint32_t generation; /* the endpoint's, then: another attach changes it */
+};
+
 struct registry {
 	struct channel *buckets[REGISTRY_BUCKETS];
 	struct channel *first, *last;
@@ -109,6 +133,11 @@ struct registry {
 	unsigned idle_policies; /* live channels with a pin_idle */
 	unsigned notify_fds;    /* eventfds held for consumers, all channels (REGISTRY_MAX_NOTIFY_FDS) */
 	uint64_t next_tick;     /* when registry_tick() looks again (ms) */
+	struct reg_orphan *orphans; /* watched endpoints (registry_adopt_endpoints()) */
+	struct pollfd *orphan_pidfds; /* their processes' pidfds, same index (POLLIN: exited); -1: no
+				       * pidfd here, the pid is judged again at every tick */
+	unsigned norphans, orphans_cap;
+	struct reg_client orphan_keeper; /* references the channels of orphans (id REGISTRY_ORPHANS_ID) */
 };
 
 /** An empty registry that charges its channels to @p acct. */
@@ -182,10 +211,13 @@ int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_
 		  size_t whylen);
 
 /**
- * Working-set pinning, from the event loop: every REGISTRY_TICK_MS, look at
- * the channels with a pin_idle, unlock those idle for that long and lock
- * again those used since.  @p now: CLOCK_MONOTONIC ms.
- * @return ms until it wants to run again, or -1 (no channel has a pin_idle).
+ * From the event loop, every REGISTRY_TICK_MS: working-set pinning (look
+ * at the channels with a pin_idle, unlock those idle for that long and
+ * lock again those used since), and the watched endpoints of adopted
+ * channels (reap those whose process exited; forget those claimed by a
+ * connection, closed or attached again since).  @p now: CLOCK_MONOTONIC ms.
+ * @return ms until it wants to run again, or -1 (no channel has a
+ *         pin_idle, no endpoint is watched).
  */
 int registry_tick(struct registry *r, uint64_t now);
 
@@ -223,6 +255,13 @@ void registry_client_forget(struct reg_client *c);
  * @return 0, -EEXIST (the name is taken), -ENFILE (too many channels).
  */
 int registry_insert(struct registry *r, struct channel *ch, char *why, size_t whylen);
+
+/**
+ * Judge the endpoints of @p ch, just adopted, that are attached and held by
+ * no connection (the rules above): reap those whose process is gone, watch
+ * the others until it exits.  Logged.
+ */
+void registry_adopt_endpoints(struct registry *r, struct channel *ch);
 
 /**
  * Reference @p ch from @p c (once).  @return 0, or -EMFILE / -ENOMEM, and

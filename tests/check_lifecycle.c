@@ -15,6 +15,10 @@
  *   stops, the channels are adopted (listed, pinned, accounted), new
  *   requests are served, and nothing is left over once they are gone; the
  *   same through the clients' hand-back (ADOPT), and hostile hand-backs.
+ * - reap: a producer that dies while no daemon runs (its pid maybe reused
+ *   since), or that lives on without coming back and dies later: the
+ *   restarted daemon reaps its endpoint, its consumer gets -EPIPE, and a
+ *   new producer takes the endpoint.
  * - scale: 200 clients at once, each with its own channel (the daemon's
  *   memory is printed for the record); a daemon short of descriptors keeps
  *   serving and does not spin; a connection that never speaks is closed;
@@ -43,6 +47,7 @@
 
 #include "daemonutil.h"
 #include "fdpass.h"
+#include "layout.h"
 #include "pinshm.h"
 #include "protocol.h"
 #include "testutil.h"
@@ -451,38 +456,15 @@ static void store_close(struct store *st)
 	unsetenv("NOTIFY_SOCKET");
 }
 
-/* Start pinshmd on d->sock with the store's descriptors, as systemd does:
- * descriptors from 3 on, $LISTEN_FDS, $LISTEN_FDNAMES, $LISTEN_PID. */
+/* Start pinshmd on d->sock with the store's descriptors, as systemd does
+ * (under $PINSHMD_WRAPPER too). */
 static void spawn_with_store(struct daemon *d, const struct store *st)
 {
-	pid_t parent = getpid();
+	const char *names[STORE_MAX];
 
-	fflush(stderr);
-	d->pid = fork();
-	ck_assert_int_ge(d->pid, 0);
-	if (d->pid > 0)
-		return;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
-		_exit(126);
-	int high[STORE_MAX];
-	char names[STORE_MAX * 257] = "", num[32];
 	for (unsigned i = 0; i < st->n; i++)
-		if ((high[i] = fcntl(st->fd[i], F_DUPFD, 100)) < 0)
-			_exit(126);
-	for (unsigned i = 0; i < st->n; i++) {
-		if (dup2(high[i], 3 + (int)i) < 0)
-			_exit(126);
-		strcat(names, i ? ":" : "");
-		strcat(names, st->name[i]);
-	}
-	snprintf(num, sizeof(num), "%d", (int)getpid());
-	setenv("LISTEN_PID", num, 1);
-	snprintf(num, sizeof(num), "%u", st->n);
-	setenv("LISTEN_FDS", num, 1);
-	setenv("LISTEN_FDNAMES", names, 1);
-	execl(pinshmd_path(), "pinshmd", "-f", "--user", "-s", d->sock, (char *)NULL);
-	_exit(127);
+		names[i] = st->name[i];
+	daemon_spawn(d, &(struct daemon_opts){.listen_fds = st->fd, .listen_names = names, .nlisten = st->n});
 }
 
 struct traffic {
@@ -814,6 +796,182 @@ START_TEST(test_restart_handback)
 	wait_progress(&x, during);
 	/* "used" goes with its last user, "after" went with c's old connection */
 	restart_finish(&t, &x, &ps, during);
+}
+END_TEST
+
+/*
+ * Endpoints whose processes die while no daemon runs (issue 3: peers get
+ * -EPIPE, not a wait for ever).  A producer and a consumer (the test
+ * process) use the queue "gone"; the daemon is killed; then:
+ * - REAP_DIED: the producer is killed -9 before the daemon restarts: the
+ *   restarted daemon, as it adopts the channel, reaps its endpoint;
+ * - REAP_REUSED: the same, and the producer's pid in the segment is then
+ *   that of another live process (a pid reused): reaped all the same;
+ * - REAP_LATER: the producer lives on and never hands the channel back:
+ *   its endpoint is kept, the channel too after the adoption's grace, and
+ *   the daemon reaps it when the producer is killed later.
+ * Either way the consumer gets -EPIPE, a new producer takes the endpoint
+ * and its message comes through, and once all are gone nothing is left.
+ * @p store: the daemon adopts from the descriptor store at its start (the
+ * consumer never reconnects); else the consumer hands the channel back.
+ */
+enum reap_case { REAP_DIED, REAP_REUSED, REAP_LATER };
+
+#define REAP_GRACE_MS 1000 /* PINSHMD_TEST_ADOPT_GRACE_MS */
+#define REAP_MS 10000      /* for -EPIPE once the daemon can know (longer under a wrapper) */
+
+static int reap_producer(void *arg, int idx)
+{
+	pinshm_client_t *c;
+
+	(void)idx;
+	child_open_send_first(arg, "gone", CALL_MS, &c);
+	return child_sleep_until_killed(WAIT_MS); /* never hands the channel back */
+}
+
+static int reap_sleeper(void *arg, int idx)
+{
+	(void)arg;
+	(void)idx;
+	return child_sleep_until_killed(WAIT_MS);
+}
+
+/* Write @p pid as the pid of producer endpoint 0 of the segment @p fd, a
+ * queue of one producer (endpoints follow the segment's header). */
+static void set_producer_pid(int fd, pid_t pid)
+{
+	size_t len = sizeof(struct seg_header) + sizeof(struct endpoint);
+	uint8_t *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	ck_assert(base != MAP_FAILED);
+	struct endpoint *ep = (struct endpoint *)(base + sizeof(struct seg_header));
+	ck_assert_uint_eq(atomic_load(&ep->state), EP_ACTIVE);
+	atomic_store(&ep->pid, (uint32_t)pid);
+	munmap(base, len);
+}
+
+static void kill_child(struct tu_procs *ps, int i)
+{
+	ck_assert_int_eq(kill(ps->pid[i], SIGKILL), 0);
+	TU_RC(tu_wait_one(ps, i, WAIT_MS), 0);
+}
+
+static void reap_scenario(enum reap_case how, bool store)
+{
+	struct daemon d;
+	struct store st;
+	struct tu_procs ps;
+	pinshm_channel_t *cons, *prod;
+	pinshm_list_entry_t e;
+	char buf[16];
+	size_t len;
+
+	char grace[16];
+
+	snprintf(grace, sizeof(grace), "%d", REAP_GRACE_MS);
+	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", grace, 1), 0);
+	daemon_prepare(&d, &(struct daemon_opts){0});
+	if (store)
+		store_open(&st, d.dir);
+	else
+		unsetenv("NOTIFY_SOCKET");
+	daemon_spawn(&d, &(struct daemon_opts){0});
+	daemon_wait_ready(&d);
+	tu_procs_init(&ps);
+	/* Forked before the test maps the channel: it does not map it. */
+	int sleeper = how == REAP_REUSED ? tu_spawn(&ps, "sleeper", reap_sleeper, NULL, 1) : -1;
+	pinshm_client_t *cc = connect_create_small(&d, "gone");
+	CLIENT_RC(cc, pinshm_open(cc, "gone", PINSHM_CONSUMER, &cons), 0);
+	int producer = tu_spawn(&ps, "producer", reap_producer, d.sock, 0);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+	ck_assert(len == 5 && memcmp(buf, "first", 5) == 0);
+	if (store) {
+		store_drain(&st);
+		ck_assert_uint_eq(st.n, 1);
+	}
+
+	daemon_kill9(&d);
+	if (how != REAP_LATER)
+		kill_child(&ps, producer);
+	if (how == REAP_REUSED)
+		set_producer_pid(st.fd[0], ps.pid[sleeper]);
+	/* No daemon: nobody reaps, the consumer's waits end empty. */
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, 200), -ETIMEDOUT);
+
+	if (store)
+		spawn_with_store(&d, &st);
+	else
+		daemon_spawn(&d, &(struct daemon_opts){0});
+	daemon_wait_ready(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	if (!store)
+		CLIENT_RC(cc, pinshm_reconnect(cc), 0); /* hands "gone" back */
+	if (how == REAP_LATER) {
+		tu_sleep_ms(REAP_GRACE_MS + 500); /* past the grace: kept for its live processes */
+		ck_assert_msg(list_find(c, "gone", &e, NULL), "a channel of live processes went with the grace");
+		ck_assert_uint_eq(e.producers, 1);
+		TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, 200), -ETIMEDOUT);
+		kill_child(&ps, producer);
+	}
+	uint64_t t0 = tu_now_ms();
+	int reap_ms = REAP_MS * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, reap_ms), -EPIPE);
+	printf("reap %d%s: -EPIPE %llu ms after the %s\n", (int)how, store ? " (store)" : " (hand-back)",
+	       (unsigned long long)(tu_now_ms() - t0), how == REAP_LATER ? "kill" : "restart");
+	ck_assert(list_find(c, "gone", &e, NULL));
+	ck_assert_uint_eq(e.producers, 0);
+	ck_assert_uint_eq(e.consumers, 1);
+
+	/* The endpoint is free again: a new producer's message comes through. */
+	CLIENT_RC(c, pinshm_open(c, "gone", PINSHM_PRODUCER, &prod), 0);
+	TU_RC(pinshm_send(prod, "second", 6, CALL_MS), 0);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+	ck_assert(len == 6 && memcmp(buf, "second", 6) == 0);
+
+	pinshm_channel_close(prod);
+	pinshm_channel_close(cons);
+	pinshm_disconnect(cc);
+	tu_kill_all(&ps);
+	wait_counts(c, 1, 0); /* "gone" went with its last user */
+	pinshm_status_t s;
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.pinned, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	if (store) {
+		store_drain(&st);
+		ck_assert_uint_eq(st.n, 0);
+		store_close(&st);
+	}
+}
+
+START_TEST(test_reap_died_store)
+{
+	reap_scenario(REAP_DIED, true);
+}
+END_TEST
+
+START_TEST(test_reap_died_handback)
+{
+	reap_scenario(REAP_DIED, false);
+}
+END_TEST
+
+START_TEST(test_reap_reused_pid)
+{
+	reap_scenario(REAP_REUSED, true);
+}
+END_TEST
+
+START_TEST(test_reap_later_store)
+{
+	reap_scenario(REAP_LATER, true);
+}
+END_TEST
+
+START_TEST(test_reap_later_handback)
+{
+	reap_scenario(REAP_LATER, false);
 }
 END_TEST
 
@@ -1280,6 +1438,15 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_restart_handback);
 	tcase_add_test(tc, test_restart_repeatedly);
 	tcase_add_test(tc, test_adopt_hostile);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("reap");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_reap_died_store);
+	tcase_add_test(tc, test_reap_died_handback);
+	tcase_add_test(tc, test_reap_reused_pid);
+	tcase_add_test(tc, test_reap_later_store);
+	tcase_add_test(tc, test_reap_later_handback);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");
