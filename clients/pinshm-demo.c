@@ -7,6 +7,7 @@
  * message is lost, duplicated, reordered or corrupt.  It is also a short
  * example of the API: create a segment, attach, send, receive in place.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -26,6 +27,8 @@
 
 #define MAX_PRODUCERS 16
 #define MAX_CONSUMERS 16
+#define MAX_MESSAGES 1000000000000ull /* per producer: a day at 10 M/s */
+#define MAX_SIZE 65536
 
 struct message {
 	uint32_t producer;
@@ -204,40 +207,76 @@ static void usage(FILE *to)
 		    "      default socket); each process opens it there\n"
 		    "  -p  producer processes (1..%d, default 2)\n"
 		    "  -c  consumer processes (1..%d, default 2)\n"
-		    "  -n  messages per producer (default 1000000)\n"
-		    "  -s  bytes per message (%zu..65536, default 64)\n"
+		    "  -n  messages per producer (1..%llu, default 1000000)\n"
+		    "  -s  bytes per message (%zu..%d, default 64)\n"
 		    "  -t  channel kind (default queue; a topic delivers each message to every consumer)\n"
-		    "  -V  print the version and exit\n"
-		    "  -h  print this help and exit\n",
-		MAX_PRODUCERS, MAX_CONSUMERS, sizeof(struct message));
+		    "  -V, --version  print the version and exit\n"
+		    "  -h, --help     print this help and exit\n"
+		    "Numbers are decimal, hexadecimal (0x...) or octal (0...).\n",
+		MAX_PRODUCERS, MAX_CONSUMERS, MAX_MESSAGES, sizeof(struct message), MAX_SIZE);
+}
+
+/*
+ * The value of option -@p opt: a whole number (decimal, 0x hex or 0 octal)
+ * from @p min to @p max and nothing else.  @return false, said on stderr.
+ */
+static bool parse_number(int opt, const char *arg, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+
+	errno = 0;
+	unsigned long long v = isdigit((unsigned char)arg[0]) ? strtoull(arg, &end, 0) : 0;
+	if (!isdigit((unsigned char)arg[0]) || *end != '\0' || errno != 0 || v < min || v > max) {
+		fprintf(stderr, "pinshm-demo: -%c: '%s' is not a number from %" PRIu64 " to %" PRIu64 "\n", opt, arg,
+			min, max);
+		return false;
+	}
+	*out = v;
+	return true;
 }
 
 int main(int argc, char **argv)
 {
 	struct options o = { .producers = 2, .consumers = 2, .messages = 1000000, .size = 64, .kind = PINSHM_QUEUE };
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	uint64_t v = 0;
+	bool good = true;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "p:c:n:s:t:S:hV")) != -1) {
+	while (good && (opt = getopt_long(argc, argv, "p:c:n:s:t:S:hV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'S': o.daemon = true, o.socket = *optarg ? optarg : NULL; break;
-		case 'p': o.producers = (unsigned)strtoul(optarg, NULL, 0); break;
-		case 'c': o.consumers = (unsigned)strtoul(optarg, NULL, 0); break;
-		case 'n': o.messages = strtoull(optarg, NULL, 0); break;
-		case 's': o.size = strtoul(optarg, NULL, 0); break;
+		case 'p':
+			good = parse_number(opt, optarg, 1, MAX_PRODUCERS, &v);
+			o.producers = (unsigned)v;
+			break;
+		case 'c':
+			good = parse_number(opt, optarg, 1, MAX_CONSUMERS, &v);
+			o.consumers = (unsigned)v;
+			break;
+		case 'n': good = parse_number(opt, optarg, 1, MAX_MESSAGES, &o.messages); break;
+		case 's':
+			good = parse_number(opt, optarg, sizeof(struct message), MAX_SIZE, &v);
+			o.size = (size_t)v;
+			break;
 		case 't':
-			if (strcmp(optarg, "queue") != 0 && strcmp(optarg, "topic") != 0) {
-				usage(stderr);
-				return 2;
-			}
+			good = strcmp(optarg, "queue") == 0 || strcmp(optarg, "topic") == 0;
+			if (!good)
+				fprintf(stderr, "pinshm-demo: -t: '%s' is neither queue nor topic\n", optarg);
 			o.kind = strcmp(optarg, "topic") == 0 ? PINSHM_TOPIC : PINSHM_QUEUE;
 			break;
 		case 'V': printf("pinshm-demo %s\n", pinshm_version()); return 0;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default: good = false; break;
 		}
 	}
-	if (o.producers < 1 || o.producers > MAX_PRODUCERS || o.consumers < 1 || o.consumers > MAX_CONSUMERS ||
-	    o.size < sizeof(struct message) || o.size > 65536) {
+	if (!good || optind != argc) {
+		if (good)
+			fprintf(stderr, "pinshm-demo: unexpected argument '%s'\n", argv[optind]);
 		usage(stderr);
 		return 2;
 	}
