@@ -203,6 +203,8 @@ int MPI_Start(MPI_Request *request)
 
 int MPI_Startall(int count, MPI_Request requests[])
 {
+	if (count < 0)
+		return PMPI_Startall(count, requests); /* the library's error, through its handler */
 	int rc = MPI_SUCCESS;
 	for (int i = 0; i < count && rc == MPI_SUCCESS; i++)
 		rc = MPI_Start(&requests[i]);

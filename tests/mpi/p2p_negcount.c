@@ -1,7 +1,7 @@
 /*
  * p2p_negcount.c - a negative count of requests given to MPI_Waitall,
- * MPI_Testall, MPI_Waitany, MPI_Testany, MPI_Waitsome and MPI_Testsome
- * gets MPI_ERR_ARG, through the error handler the MPI library itself
+ * MPI_Testall, MPI_Waitany, MPI_Testany, MPI_Waitsome, MPI_Testsome and
+ * MPI_Startall gets MPI_ERR_ARG, through the error handler the MPI library itself
  * would call, and leaves the requests of the array alone.
  *
  * The array holds a pending receive of the plugin's (MPI_Irecv) and an
@@ -17,20 +17,18 @@
  * inactive: the peer's MPI_Send completes the one, MPI_Start and MPI_Wait
  * the other, data and statuses checked.
  *
- * MPI_Startall is not among the calls: the plugin's MPI_Startall returns
- * MPI_SUCCESS for a negative count, calling no handler (Open MPI gives
- * MPI_ERR_ARG through MPI_COMM_WORLD's); reported, to be added here once
- * it is fixed.  f_negcount.f90 tests the Fortran calls, MPI_STARTALL's
- * included.
+ * The plugin's MPI_Startall once returned MPI_SUCCESS for a negative
+ * count, calling no handler.  f_negcount.f90 tests the Fortran calls.
  *
  * Each pair of ranks in turn (peer = rank ^ d).  Call families: blocking
  * (Send), nonblocking (Irecv), persistent (Send_init, Start).
  */
 #include "mpitest.h"
 
-enum call { WAITALL, TESTALL, WAITANY, TESTANY, WAITSOME, TESTSOME, NCALLS };
+enum call { WAITALL, TESTALL, WAITANY, TESTANY, WAITSOME, TESTSOME, STARTALL, NCALLS };
 
-static const char *const call_name[NCALLS] = {"Waitall", "Testall", "Waitany", "Testany", "Waitsome", "Testsome"};
+static const char *const call_name[NCALLS] = {"Waitall",  "Testall",  "Waitany", "Testany",
+					      "Waitsome", "Testsome", "Startall"};
 
 /* What the two counting handlers saw. */
 struct seen {
@@ -70,9 +68,11 @@ static int negative(enum call k, int library, MPI_Request rq[])
 	case WAITSOME:
 		return library ? PMPI_Waitsome(-1, rq, &outcount, indices, st)
 			       : MPI_Waitsome(-1, rq, &outcount, indices, st);
-	default:
+	case TESTSOME:
 		return library ? PMPI_Testsome(-1, rq, &outcount, indices, st)
 			       : MPI_Testsome(-1, rq, &outcount, indices, st);
+	default:
+		return library ? PMPI_Startall(-1, rq) : MPI_Startall(-1, rq);
 	}
 }
 
