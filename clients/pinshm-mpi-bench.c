@@ -58,15 +58,29 @@ static void die(const char *fmt, const char *arg)
 	exit(2);
 }
 
-static void usage(void)
+static void usage(FILE *to)
 {
 	if (rank == 0)
-		printf("usage: mpirun -np N pinshm-mpi-bench [-m MODES] [-z SIZES] [-n SAMPLES] [-t SECONDS] [-w WINDOW]\n"
-		       "  -m MODES    latency,bandwidth,ring or all (default: all; ring needs 2+ ranks)\n"
-		       "  -z SIZES    comma-separated sizes in bytes, K and M suffixes (default: per mode)\n"
-		       "  -n SAMPLES  samples per size (default 41)\n"
-		       "  -t SECONDS  time to measure per size and mode, about (default 0.2)\n"
-		       "  -w WINDOW   bandwidth: messages in flight (default 64, fewer for large sizes)\n");
+		fprintf(to,
+			"usage: mpirun -np N pinshm-mpi-bench [-m MODES] [-z SIZES] [-n SAMPLES] [-t SECONDS] [-w WINDOW]\n"
+			"  -m MODES    latency,bandwidth,ring or all (default: all; ring needs 2+ ranks)\n"
+			"  -z SIZES    comma-separated sizes in bytes, K and M suffixes (default: per mode)\n"
+			"  -n SAMPLES  samples per size, 1..100000 (default 41)\n"
+			"  -t SECONDS  time to measure per size and mode, about (default 0.2)\n"
+			"  -w WINDOW   bandwidth: messages in flight, 1..4096 (default 64, fewer for large sizes)\n"
+			"  -h, --help  print this help and exit\n");
+}
+
+/* A whole decimal number from @p min to @p max and nothing else, or die. */
+static int parse_int(const char *s, int min, int max, const char *what)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+
+	if (errno || end == s || *end || v < min || v > max)
+		die(what, s);
+	return (int)v;
 }
 
 static long parse_size(const char *s)
@@ -92,7 +106,8 @@ static void parse(int argc, char **argv, struct opts *o)
 
 	*o = (struct opts){.modes = MODE_LATENCY | MODE_BANDWIDTH | MODE_RING, .samples = 41, .target_s = 0.2,
 			   .window = 64};
-	while ((c = getopt(argc, argv, "m:z:n:t:w:h")) != -1) {
+	static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+	while ((c = getopt_long(argc, argv, "m:z:n:t:w:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm': {
 			o->modes = 0;
@@ -123,27 +138,21 @@ static void parse(int argc, char **argv, struct opts *o)
 			free(copy);
 			break;
 		}
-		case 'n':
-			o->samples = atoi(optarg);
-			if (o->samples < 1 || o->samples > 100000)
-				die("bad sample count '%s'", optarg);
+		case 'n': o->samples = parse_int(optarg, 1, 100000, "bad sample count '%s': 1 to 100000"); break;
+		case 't': {
+			char *end;
+			o->target_s = strtod(optarg, &end);
+			if (end == optarg || *end || !(o->target_s > 0 && o->target_s < 3600))
+				die("bad time '%s': seconds, above 0 and below 3600", optarg);
 			break;
-		case 't':
-			o->target_s = atof(optarg);
-			if (!(o->target_s > 0 && o->target_s < 3600))
-				die("bad time '%s'", optarg);
-			break;
-		case 'w':
-			o->window = atoi(optarg);
-			if (o->window < 1 || o->window > 4096)
-				die("bad window '%s'", optarg);
-			break;
+		}
+		case 'w': o->window = parse_int(optarg, 1, 4096, "bad window '%s': 1 to 4096"); break;
 		case 'h':
-			usage();
+			usage(stdout);
 			MPI_Finalize();
 			exit(0);
 		default:
-			usage();
+			usage(stderr);
 			MPI_Abort(MPI_COMM_WORLD, 2);
 		}
 	}
