@@ -500,16 +500,9 @@ int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_re
 		ch->holder[q->endpoint] = c->id;
 		*flags |= PROTO_ADOPT_ENDPOINT;
 	}
-	/* A channel new to this daemon: the endpoints of the others, judged by
-	 * their pids where the caller's own endpoint records the pid that the
-	 * daemon sees for it: not where the caller runs in another PID
-	 * namespace (its peers likely too), whose pids mean nothing here. */
-	if (!(*flags & PROTO_ADOPT_KNOWN) && (*flags & PROTO_ADOPT_ENDPOINT))
+	/* A channel new to this daemon: the endpoints of the others. */
+	if (!(*flags & PROTO_ADOPT_KNOWN))
 		registry_adopt_endpoints(r, ch);
-	else if (!(*flags & PROTO_ADOPT_KNOWN))
-		log_info("channel '%s': endpoint %u does not record pid %d, its hand-back's: the others are not "
-			 "judged by their pids (another PID namespace?)",
-			 ch->name, q->endpoint, (int)c->cred.pid);
 	*id = chid;
 	return 0;
 }

@@ -1,6 +1,7 @@
 /*
  * registry.c - the channel table, permissions, references and reaping.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -276,40 +277,34 @@ static int maps_file(pid_t pid, const struct stat *st)
 }
 
 /*
- * Whether the process recorded as @p pid for an endpoint of the segment
- * @p st lives; if so, @p pidfd is a pidfd of it, or -1 where this kernel
- * (or valgrind) has none; if not, @p why says why.  The segment records a
- * pid only: a process that has that pid now but does not map the segment
- * got it later (the pid was reused).  Its maps are read while the pidfd
- * holds it, and the pidfd looked at after, so that they are its own
- * (without a pidfd, kill(pid, 0) after the read narrows the race).
+ * Whether process @p pid (of this PID namespace) lives and maps the file
+ * @p st: 1, with @p pidfd a pidfd of it (-1 where this kernel, or
+ * valgrind, has none); -1 where it lives but its maps may not be read
+ * (another user's process), @p pidfd set too; 0 where it does not, and
+ * @p why says why.  Its maps are read while the pidfd holds it, and the
+ * pidfd looked at after, so that they are its own (without a pidfd,
+ * kill(pid, 0) after the read narrows the race).
  */
-static bool owner_lives(uint32_t pid, const struct stat *st, int *pidfd, const char **why)
+static int process_maps(pid_t pid, const struct stat *st, int *pidfd, const char **why)
 {
 	int fd = -1;
 
 	*pidfd = -1;
 	*why = "no process has its pid";
-	if (pid == 0 || pid > INT_MAX)
-		return false;
-	if ((pid_t)pid == getpid()) {
-		*why = "its pid is this daemon's now";
-		return false;
-	}
 #ifdef SYS_pidfd_open
 	static bool no_pidfds; /* ENOSYS once: not asked again */
 	if (!no_pidfds) {
-		fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0); /* close-on-exec */
+		fd = (int)syscall(SYS_pidfd_open, pid, 0); /* close-on-exec */
 		if (fd < 0 && (errno == ESRCH || errno == EINVAL)) /* EINVAL: a thread's id, not a process's */
-			return false;
+			return 0;
 		no_pidfds = fd < 0 && errno == ENOSYS;
 	}
 #endif
-	if (fd < 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-		return false;
-	int maps = maps_file((pid_t)pid, st);
+	if (fd < 0 && kill(pid, 0) != 0 && errno == ESRCH)
+		return 0;
+	int maps = maps_file(pid, st);
 	struct pollfd p = {.fd = fd, .events = POLLIN};
-	if (fd >= 0 ? poll(&p, 1, 0) == 1 : kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+	if (fd >= 0 ? poll(&p, 1, 0) == 1 : kill(pid, 0) != 0 && errno == ESRCH) {
 		*why = "its process has exited";
 		maps = 0;
 	} else if (maps == 0) {
@@ -318,14 +313,99 @@ static bool owner_lives(uint32_t pid, const struct stat *st, int *pidfd, const c
 	if (maps == 0) {
 		if (fd >= 0)
 			close(fd);
-		return false;
+		return 0;
 	}
 	*pidfd = fd;
-	return true;
+	return maps;
 }
 
-/* Watch endpoint @p v of @p ch, whose process @p pidfd lives.  @return 0 or -ENOMEM. */
-static int watch_orphan(struct registry *r, struct channel *ch, const struct endpoint_view *v, int pidfd)
+/* The pid that process @p pid has in its own PID namespace, where that is
+ * not the daemon's (its NSpid line has more than one), else 0. */
+static uint32_t nested_pid(pid_t pid)
+{
+	char path[64], line[512];
+	uint32_t inner = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "NSpid:", 6) != 0)
+			continue;
+		unsigned n = 0;
+		char *p = line + 6, *end;
+		for (unsigned long v; (v = strtoul(p, &end, 10)), end != p; p = end, n++)
+			inner = v <= UINT32_MAX ? (uint32_t)v : 0;
+		if (n < 2)
+			inner = 0;
+		break;
+	}
+	fclose(f);
+	return inner;
+}
+
+/* A process of a nested PID namespace whose pid there is @p pid and that
+ * maps the file @p st: its pid here, or 0. */
+static pid_t nested_owner(uint32_t pid, const struct stat *st)
+{
+	DIR *d = opendir("/proc");
+	pid_t found = 0;
+
+	if (!d)
+		return 0;
+	for (struct dirent *e; !found && (e = readdir(d));) {
+		char *end;
+		long outer = strtol(e->d_name, &end, 10);
+		if (*end == '\0' && outer > 0 && outer <= INT_MAX && nested_pid((pid_t)outer) == pid &&
+		    maps_file((pid_t)outer, st) == 1)
+			found = (pid_t)outer;
+	}
+	closedir(d);
+	return found;
+}
+
+/*
+ * Whether the process recorded as @p pid for an endpoint of the segment
+ * @p st lives: as process_maps() (@p pidfd and @p why set so), @p here
+ * its pid in the daemon's PID namespace.  The
+ * segment records a pid only, as the client saw its own: a process that
+ * has that pid here but does not map the segment got it later (the pid was
+ * reused), unless the pid is one of a nested PID namespace, whose process
+ * there maps the segment (a client in a container): then that process.
+ */
+static bool owner_lives(uint32_t pid, const struct stat *st, int *pidfd, pid_t *here, const char **why)
+{
+	int direct = 0, nested_fd;
+	const char *ignored;
+
+	*here = (pid_t)pid;
+	*pidfd = -1;
+	*why = "no process can have its pid";
+	if (pid == 0 || pid > INT_MAX)
+		return false;
+	if ((pid_t)pid == getpid())
+		*why = "its pid is this daemon's now";
+	else
+		direct = process_maps((pid_t)pid, st, pidfd, why);
+	if (direct == 1)
+		return true;
+	/* Not proven here: a nested namespace's process, where one maps it,
+	 * is the better answer (rare: a scan of /proc). */
+	pid_t nested = nested_owner(pid, st);
+	if (nested > 0 && process_maps(nested, st, &nested_fd, &ignored) != 0) {
+		if (*pidfd >= 0)
+			close(*pidfd);
+		*pidfd = nested_fd;
+		*here = nested;
+		return true;
+	}
+	return direct == -1; /* a process whose maps are closed to the daemon: taken for the owner */
+}
+
+/* Watch endpoint @p v of @p ch, whose process lives: @p pidfd, pid @p here.
+ * @return 0 or -ENOMEM. */
+static int watch_orphan(struct registry *r, struct channel *ch, const struct endpoint_view *v, int pidfd, pid_t here)
 {
 	char why[80];
 
@@ -344,7 +424,7 @@ static int watch_orphan(struct registry *r, struct channel *ch, const struct end
 		return -ENOMEM;
 	take_ref(&r->orphan_keeper, ch);
 	r->orphans[r->norphans] = (struct reg_orphan){
-		.ch = ch, .endpoint = v->endpoint, .pid = v->pid, .generation = v->generation};
+		.ch = ch, .endpoint = v->endpoint, .pid = v->pid, .generation = v->generation, .here = here};
 	r->orphan_pidfds[r->norphans] = (struct pollfd){.fd = pidfd, .events = POLLIN};
 	r->norphans++;
 	return 0;
@@ -378,40 +458,38 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 		if (ch->holder[ep] != 0 || view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE)
 			continue;
 		int pidfd;
-		if (!owner_lives(v.pid, &st, &pidfd, &why)) {
+		pid_t here;
+		if (!owner_lives(v.pid, &st, &pidfd, &here, &why)) {
 			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name,
 				   ep, (unsigned)v.pid, why);
 			reap_endpoint(ch, ep, (pid_t)v.pid);
-		} else if (watch_orphan(r, ch, &v, pidfd) != 0) {
+		} else if (watch_orphan(r, ch, &v, pidfd, here) != 0) {
 			if (pidfd >= 0)
 				close(pidfd);
 			log_warn("channel '%s': endpoint %u of pid %u: out of memory: not reaped when it exits",
 				 ch->name, ep, (unsigned)v.pid);
 		} else {
-			log_info("channel '%s': endpoint %u of pid %u, alive: watched until it exits%s", ch->name, ep,
-				 (unsigned)v.pid, pidfd >= 0 ? "" : " (no pidfd: looked at every tick)");
+			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: watched until it exits%s",
+				 ch->name, ep, (unsigned)v.pid, (int)here,
+				 pidfd >= 0 ? "" : " (no pidfd: looked at every tick)");
 		}
 	}
 }
 
 /* Whether the process of orphan @p i has exited: its pidfd polled
  * readable (@p polled: poll() reported events), or, with no pidfd, as
- * owner_lives() judges it now (taking the pidfd it may get this time). */
+ * process_maps() judges its pid now. */
 static bool orphan_exited(struct registry *r, unsigned i, bool polled, const char **why)
 {
 	struct pollfd *p = &r->orphan_pidfds[i];
 	struct stat st;
-	int pidfd;
 
 	*why = "its process has exited";
 	if (p->fd >= 0)
 		return polled && p->revents != 0; /* POLLIN */
 	if (fstat(r->orphans[i].ch->seg.fd, &st) != 0)
 		return false;
-	if (!owner_lives(r->orphans[i].pid, &st, &pidfd, why))
-		return true;
-	p->fd = pidfd;
-	return false;
+	return process_maps(r->orphans[i].here, &st, &p->fd, why) == 0; /* it may give a pidfd this time */
 }
 
 /* Reap the watched endpoints whose process exited; forget those a

@@ -47,8 +47,11 @@
  *   the channel is kept while an endpoint of it is watched.  A pid is
  *   taken for gone where no process has it, where it is the daemon's own,
  *   or where the process that has it now does not map the segment (the pid
- *   was reused: its /proc/PID/maps lacks the segment's device and inode);
- *   a process whose maps the daemon may not read is taken for the owner.
+ *   was reused: its /proc/PID/maps lacks the segment's device and inode),
+ *   unless a process of a nested PID namespace has that pid there and maps
+ *   the segment (the pid is the client's own view: a client in a
+ *   container).  Where none does, a process whose maps the daemon may not
+ *   read is taken for the owner.
  *
  * The daemon trusts only its own records (the geometry it formatted, which
  * connection each endpoint was claimed for); the segment's contents are
@@ -121,6 +124,8 @@ struct reg_orphan {
 	unsigned endpoint;
 	uint32_t pid;        /* as the segment recorded it */
 	uint32_t generation; /* the endpoint's, then: another attach changes it */
+	pid_t here;          /* that process's pid for the daemon (another where it runs in a nested
+			      * PID namespace) */
 };
 
 struct registry {
@@ -135,7 +140,7 @@ struct registry {
 	uint64_t next_tick;     /* when registry_tick() looks again (ms) */
 	struct reg_orphan *orphans; /* watched endpoints (registry_adopt_endpoints()) */
 	struct pollfd *orphan_pidfds; /* their processes' pidfds, same index (POLLIN: exited); -1: no
-				       * pidfd here, the pid is judged again at every tick */
+				       * pidfd here, its process is judged again at every tick */
 	unsigned norphans, orphans_cap;
 	struct reg_client orphan_keeper; /* references the channels of orphans (id REGISTRY_ORPHANS_ID) */
 };

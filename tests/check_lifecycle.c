@@ -16,9 +16,9 @@
  *   requests are served, and nothing is left over once they are gone; the
  *   same through the clients' hand-back (ADOPT), and hostile hand-backs.
  * - reap: a producer that dies while no daemon runs (its pid maybe reused
- *   since), or that lives on without coming back and dies later: the
- *   restarted daemon reaps its endpoint, its consumer gets -EPIPE, and a
- *   new producer takes the endpoint.
+ *   since), or that lives on without coming back (in a PID namespace of its
+ *   own too) and dies later: the restarted daemon reaps its endpoint, its
+ *   consumer gets -EPIPE, and a new producer takes the endpoint.
  * - scale: 200 clients at once, each with its own channel (the daemon's
  *   memory is printed for the record); a daemon short of descriptors keeps
  *   serving and does not spin; a connection that never speaks is closed;
@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -814,19 +815,56 @@ END_TEST
  * and its message comes through, and once all are gone nothing is left.
  * @p store: the daemon adopts from the descriptor store at its start (the
  * consumer never reconnects); else the consumer hands the channel back.
+ * @p nested: the producer runs in a PID namespace of its own (as pid 1
+ * there, the pid it records in the segment).
  */
 enum reap_case { REAP_DIED, REAP_REUSED, REAP_LATER };
 
 #define REAP_GRACE_MS 1000 /* PINSHMD_TEST_ADOPT_GRACE_MS */
 #define REAP_MS 10000      /* for -EPIPE once the daemon can know (longer under a wrapper) */
 
+struct reap_producer_args {
+	const char *sock;
+	bool nested;
+};
+
 static int reap_producer(void *arg, int idx)
 {
+	const struct reap_producer_args *a = arg;
 	pinshm_client_t *c;
 
 	(void)idx;
-	child_open_send_first(arg, "gone", CALL_MS, &c);
+	if (a->nested) {
+		if (unshare(CLONE_NEWPID) != 0)
+			tu_child_fail(2, "unshare(CLONE_NEWPID): %s", strerror(errno));
+		pid_t g = fork(); /* pid 1 of the new namespace */
+		if (g < 0)
+			tu_child_fail(3, "fork: %s", strerror(errno));
+		if (g > 0) {
+			int st;
+			while (waitpid(g, &st, 0) < 0 && errno == EINTR)
+				;
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+		}
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* killed with the producer's first process */
+		if (getpid() != 1)
+			tu_child_fail(4, "pid %d in a new PID namespace", (int)getpid());
+	}
+	child_open_send_first(a->sock, "gone", CALL_MS, &c);
 	return child_sleep_until_killed(WAIT_MS); /* never hands the channel back */
+}
+
+/* Whether this process may make a PID namespace (root, and not refused). */
+static bool pid_namespaces_here(void)
+{
+	int st;
+	pid_t p = fork();
+
+	ck_assert_int_ge(p, 0);
+	if (p == 0)
+		_exit(unshare(CLONE_NEWPID) == 0 ? 0 : 1);
+	ck_assert_int_eq(waitpid(p, &st, 0), p);
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 static int reap_sleeper(void *arg, int idx)
@@ -856,7 +894,7 @@ static void kill_child(struct tu_procs *ps, int i)
 	TU_RC(tu_wait_one(ps, i, WAIT_MS), 0);
 }
 
-static void reap_scenario(enum reap_case how, bool store)
+static void reap_scenario(enum reap_case how, bool store, bool nested)
 {
 	struct daemon d;
 	struct store st;
@@ -882,7 +920,8 @@ static void reap_scenario(enum reap_case how, bool store)
 	int sleeper = how == REAP_REUSED ? tu_spawn(&ps, "sleeper", reap_sleeper, NULL, 1) : -1;
 	pinshm_client_t *cc = connect_create_small(&d, "gone");
 	CLIENT_RC(cc, pinshm_open(cc, "gone", PINSHM_CONSUMER, &cons), 0);
-	int producer = tu_spawn(&ps, "producer", reap_producer, d.sock, 0);
+	struct reap_producer_args pa = {.sock = d.sock, .nested = nested};
+	int producer = tu_spawn(&ps, "producer", reap_producer, &pa, 0);
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
 	ck_assert(len == 5 && memcmp(buf, "first", 5) == 0);
 	if (store) {
@@ -947,31 +986,43 @@ static void reap_scenario(enum reap_case how, bool store)
 
 START_TEST(test_reap_died_store)
 {
-	reap_scenario(REAP_DIED, true);
+	reap_scenario(REAP_DIED, true, false);
 }
 END_TEST
 
 START_TEST(test_reap_died_handback)
 {
-	reap_scenario(REAP_DIED, false);
+	reap_scenario(REAP_DIED, false, false);
 }
 END_TEST
 
 START_TEST(test_reap_reused_pid)
 {
-	reap_scenario(REAP_REUSED, true);
+	reap_scenario(REAP_REUSED, true, false);
 }
 END_TEST
 
 START_TEST(test_reap_later_store)
 {
-	reap_scenario(REAP_LATER, true);
+	reap_scenario(REAP_LATER, true, false);
 }
 END_TEST
 
 START_TEST(test_reap_later_handback)
 {
-	reap_scenario(REAP_LATER, false);
+	reap_scenario(REAP_LATER, false, false);
+}
+END_TEST
+
+/* A producer in a container (a PID namespace of its own, where it is pid
+ * 1) is not taken for gone: the daemon finds it by its nested pid. */
+START_TEST(test_reap_later_nested)
+{
+	if (!pid_namespaces_here()) {
+		fprintf(stderr, "note: no PID namespaces here (root needed): the nested producer test is skipped\n");
+		return;
+	}
+	reap_scenario(REAP_LATER, true, true);
 }
 END_TEST
 
@@ -1447,6 +1498,7 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_reap_reused_pid);
 	tcase_add_test(tc, test_reap_later_store);
 	tcase_add_test(tc, test_reap_later_handback);
+	tcase_add_test(tc, test_reap_later_nested);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");
