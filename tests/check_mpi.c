@@ -112,6 +112,13 @@ static const struct program programs[] = {
 };
 #define NPROGRAMS ((int)(sizeof(programs) / sizeof(programs[0])))
 
+/* p2p_random (a seeded random mix of every call and family) with each of
+ * these seeds, in every configuration; another seed: run it with that seed
+ * as its argument. */
+static const char *const random_seeds[] = {"1", "2", "3"};
+#define NSEEDS ((int)(sizeof(random_seeds) / sizeof(random_seeds[0])))
+static const char *program_arg; /* the program's one argument, or NULL */
+
 struct config {
 	const char *name;
 	int np;
@@ -246,6 +253,8 @@ static void run_mpi(const struct daemon *d, const struct program *pg, const stru
 			argv[n++] = asan_opt;
 		}
 		argv[n++] = prog[c];
+		if (c == 0 && program_arg)
+			argv[n++] = program_arg;
 	}
 	argv[n] = NULL;
 
@@ -451,8 +460,8 @@ static void run_one(const struct program *pg, const struct config *cf)
 	if (failed)
 		dump(pg, cf, &r);
 	free(r.out);
-	ck_assert_msg(!failed, "%s%s%s, %s: %s", pg->name, pg->mpmd ? " : " : "", pg->mpmd ? pg->mpmd : "", cf->name,
-		      why);
+	ck_assert_msg(!failed, "%s%s%s%s%s, %s: %s", pg->name, program_arg ? " " : "", program_arg ? program_arg : "",
+		      pg->mpmd ? " : " : "", pg->mpmd ? pg->mpmd : "", cf->name, why);
 	daemon_stop_ok(&d);
 }
 
@@ -465,6 +474,18 @@ END_TEST
 START_TEST(test_plugin)
 {
 	run_one(&programs[_i / NPLUGIN], &plugin_configs[_i % NPLUGIN]);
+}
+END_TEST
+
+/* p2p_random, with one seed in one configuration (plain ones first). */
+START_TEST(test_random)
+{
+	static const struct program prog = {"p2p_random", B | NB | P | PR | SY | BU, 0, NULL};
+	int c = _i % (NPLAIN + NPLUGIN);
+
+	program_arg = random_seeds[_i / (NPLAIN + NPLUGIN)];
+	run_one(&prog, c < NPLAIN ? &plain_configs[c] : &plugin_configs[c - NPLAIN]);
+	program_arg = NULL;
 }
 END_TEST
 
@@ -618,6 +639,13 @@ static Suite *mpi_suite(bool plugin)
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 	}
+
+	tc = tcase_create("random");
+	for (int k = 0; k < NSEEDS; k++) /* the plugin's configurations only where it was built */
+		tcase_add_loop_test(tc, test_random, k * (NPLAIN + NPLUGIN),
+				    k * (NPLAIN + NPLUGIN) + (plugin ? NPLAIN + NPLUGIN : NPLAIN));
+	tcase_set_timeout(tc, 200);
+	suite_add_tcase(s, tc);
 
 	tc = tcase_create("threads");
 	tcase_add_loop_test(tc, test_thread_multiple, 0, plugin ? NPLAIN + NPLUGIN : NPLAIN);
