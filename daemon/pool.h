@@ -13,7 +13,7 @@
  *   first step makes the segment (memfd, size, seals, mapping: no page
  *   touched) and locks its first slice; each step after locks (and so
  *   populates) the next POOL_SLICE_BYTES; the loop serves what came in
- *   between.  One segment fills at a time (`filling`), and it is ready, in
+ *   between.  One segment fills at a time (`fill`), and it is ready, in
  *   its class, for pool_take(), only once wholly locked.
  * - A filling segment is charged whole to the budget from its first step,
  *   not slice by slice: the loop serves CREATEs between its slices, and a
