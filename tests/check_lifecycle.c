@@ -803,7 +803,7 @@ END_TEST
 /*
  * Endpoints whose processes die while no daemon runs (issue 3: peers get
  * -EPIPE, not a wait for ever).  A producer and a consumer (the test
- * process) use the queue "gone"; the daemon is killed; then:
+ * process) use the queue "gone"; the daemon is killed (or stopped); then:
  * - REAP_DIED: the producer is killed -9 before the daemon restarts: the
  *   restarted daemon, as it adopts the channel, reaps its endpoint;
  * - REAP_REUSED: the same, and the producer's pid in the segment is then
@@ -813,12 +813,16 @@ END_TEST
  *   the daemon reaps it when the producer is killed later.
  * Either way the consumer gets -EPIPE, a new producer takes the endpoint
  * and its message comes through, and once all are gone nothing is left.
- * @p store: the daemon adopts from the descriptor store at its start (the
- * consumer never reconnects); else the consumer hands the channel back.
- * @p nested: the producer runs in a PID namespace of its own (as pid 1
- * there, the pid it records in the segment).
  */
 enum reap_case { REAP_DIED, REAP_REUSED, REAP_LATER };
+
+struct reap_opts {
+	bool store;  /* the daemon adopts from the descriptor store at its start (the consumer
+		      * never reconnects); else the consumer hands the channel back */
+	bool nested; /* the producer runs in a PID namespace of its own (pid 1 there, the pid it
+		      * records in the segment) */
+	bool term;   /* the daemon is stopped with SIGTERM, not killed */
+};
 
 #define REAP_GRACE_MS 1000 /* PINSHMD_TEST_ADOPT_GRACE_MS */
 #define REAP_MS 10000      /* for -EPIPE once the daemon can know (longer under a wrapper) */
@@ -894,17 +898,16 @@ static void kill_child(struct tu_procs *ps, int i)
 	TU_RC(tu_wait_one(ps, i, WAIT_MS), 0);
 }
 
-static void reap_scenario(enum reap_case how, bool store, bool nested)
+static void reap_scenario(enum reap_case how, struct reap_opts o)
 {
 	struct daemon d;
 	struct store st;
 	struct tu_procs ps;
 	pinshm_channel_t *cons, *prod;
 	pinshm_list_entry_t e;
-	char buf[16];
+	char buf[16], grace[16];
 	size_t len;
-
-	char grace[16];
+	bool store = o.store;
 
 	snprintf(grace, sizeof(grace), "%d", REAP_GRACE_MS);
 	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", grace, 1), 0);
@@ -920,7 +923,7 @@ static void reap_scenario(enum reap_case how, bool store, bool nested)
 	int sleeper = how == REAP_REUSED ? tu_spawn(&ps, "sleeper", reap_sleeper, NULL, 1) : -1;
 	pinshm_client_t *cc = connect_create_small(&d, "gone");
 	CLIENT_RC(cc, pinshm_open(cc, "gone", PINSHM_CONSUMER, &cons), 0);
-	struct reap_producer_args pa = {.sock = d.sock, .nested = nested};
+	struct reap_producer_args pa = {.sock = d.sock, .nested = o.nested};
 	int producer = tu_spawn(&ps, "producer", reap_producer, &pa, 0);
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
 	ck_assert(len == 5 && memcmp(buf, "first", 5) == 0);
@@ -929,7 +932,13 @@ static void reap_scenario(enum reap_case how, bool store, bool nested)
 		ck_assert_uint_eq(st.n, 1);
 	}
 
-	daemon_kill9(&d);
+	if (o.term) {
+		ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
+		int status = daemon_wait_exit(&d, DAEMON_STOP_MS * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1));
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "pinshmd: status %#x at SIGTERM", status);
+	} else {
+		daemon_kill9(&d);
+	}
 	if (how != REAP_LATER)
 		kill_child(&ps, producer);
 	if (how == REAP_REUSED)
@@ -946,7 +955,8 @@ static void reap_scenario(enum reap_case how, bool store, bool nested)
 	if (!store)
 		CLIENT_RC(cc, pinshm_reconnect(cc), 0); /* hands "gone" back */
 	if (how == REAP_LATER) {
-		tu_sleep_ms(REAP_GRACE_MS + 500); /* past the grace: kept for its live processes */
+		/* Past the grace: kept for its live processes, watched without a busy loop. */
+		daemon_assert_idle(&d, REAP_GRACE_MS + 500, "while it watches the processes of an adopted channel");
 		ck_assert_msg(list_find(c, "gone", &e, NULL), "a channel of live processes went with the grace");
 		ck_assert_uint_eq(e.producers, 1);
 		TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, 200), -ETIMEDOUT);
@@ -955,8 +965,9 @@ static void reap_scenario(enum reap_case how, bool store, bool nested)
 	uint64_t t0 = tu_now_ms();
 	int reap_ms = REAP_MS * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, reap_ms), -EPIPE);
-	printf("reap %d%s: -EPIPE %llu ms after the %s\n", (int)how, store ? " (store)" : " (hand-back)",
-	       (unsigned long long)(tu_now_ms() - t0), how == REAP_LATER ? "kill" : "restart");
+	printf("reap %d%s%s%s: -EPIPE %llu ms after the %s\n", (int)how, store ? " (store)" : " (hand-back)",
+	       o.nested ? " (nested)" : "", o.term ? " (SIGTERM)" : "", (unsigned long long)(tu_now_ms() - t0),
+	       how == REAP_LATER ? "kill" : "restart");
 	ck_assert(list_find(c, "gone", &e, NULL));
 	ck_assert_uint_eq(e.producers, 0);
 	ck_assert_uint_eq(e.consumers, 1);
@@ -986,31 +997,38 @@ static void reap_scenario(enum reap_case how, bool store, bool nested)
 
 START_TEST(test_reap_died_store)
 {
-	reap_scenario(REAP_DIED, true, false);
+	reap_scenario(REAP_DIED, (struct reap_opts){.store = true});
 }
 END_TEST
 
 START_TEST(test_reap_died_handback)
 {
-	reap_scenario(REAP_DIED, false, false);
+	reap_scenario(REAP_DIED, (struct reap_opts){0});
 }
 END_TEST
 
 START_TEST(test_reap_reused_pid)
 {
-	reap_scenario(REAP_REUSED, true, false);
+	reap_scenario(REAP_REUSED, (struct reap_opts){.store = true});
 }
 END_TEST
 
 START_TEST(test_reap_later_store)
 {
-	reap_scenario(REAP_LATER, true, false);
+	reap_scenario(REAP_LATER, (struct reap_opts){.store = true});
 }
 END_TEST
 
 START_TEST(test_reap_later_handback)
 {
-	reap_scenario(REAP_LATER, false, false);
+	reap_scenario(REAP_LATER, (struct reap_opts){0});
+}
+END_TEST
+
+/* The daemon stopped cleanly (SIGTERM) rather than killed: the same. */
+START_TEST(test_reap_died_term)
+{
+	reap_scenario(REAP_DIED, (struct reap_opts){.store = true, .term = true});
 }
 END_TEST
 
@@ -1022,7 +1040,7 @@ START_TEST(test_reap_later_nested)
 		fprintf(stderr, "note: no PID namespaces here (root needed): the nested producer test is skipped\n");
 		return;
 	}
-	reap_scenario(REAP_LATER, true, true);
+	reap_scenario(REAP_LATER, (struct reap_opts){.store = true, .nested = true});
 }
 END_TEST
 
@@ -1495,6 +1513,7 @@ static Suite *lifecycle_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_reap_died_store);
 	tcase_add_test(tc, test_reap_died_handback);
+	tcase_add_test(tc, test_reap_died_term);
 	tcase_add_test(tc, test_reap_reused_pid);
 	tcase_add_test(tc, test_reap_later_store);
 	tcase_add_test(tc, test_reap_later_handback);
