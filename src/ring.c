@@ -9,7 +9,8 @@
  *   position (lane free index, or its topic cursor) with a release store,
  *   or, sharing a queue, advances `free` with seq_cst CAS; the producer's
  *   acquire load of it means no consumer still reads what it overwrites.
- * - sleepers: see wait.h (seq_cst fence on the waking side).
+ * - sleepers: see wait.h (on the waking side a compiler fence that the
+ *   sleeper's membarrier(2) completes, or a seq_cst RMW of `sleepers`).
  *
  * Every value read from the segment is checked before it is used to
  * address memory: records must lie inside the ring, lengths within

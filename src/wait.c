@@ -38,6 +38,8 @@ void wait_init(void)
 	pthread_mutex_unlock(&init_lock);
 }
 
+/* Every change of `sleepers` is an RMW (here, in wait_unregister() and in
+ * uncount()): wait_has_sleepers() relies on its release sequences. */
 void wait_register(struct wait_line *wl, _Atomic uint32_t *mark, uint32_t bit)
 {
 	atomic_fetch_add_explicit(&wl->sleepers, 1, memory_order_seq_cst);

@@ -1,14 +1,17 @@
 /*
  * wait.h - waiting for a peer: spin, yield, then sleep on a shared futex.
  *
- * A waiter registers in a wait_line's `sleepers` (seq_cst), issues a
- * barrier, reads the futex word, checks its condition once more and only
- * then sleeps; the waker makes its change visible, issues a barrier and
- * looks at `sleepers`.  Of the two, one always sees the other (store-buffer
- * litmus), so no wake-up is lost.  The waker is the hot path, so where the
- * kernel allows, its barrier is a compiler fence and the sleeper pays for
- * both with membarrier(2) (see wait_light_fences).  Each sleep is bounded (WAIT_SLICE_MS): a peer that corrupts the
- * words costs a waiter latency, never an endless sleep.
+ * A waiter registers in a wait_line's `sleepers` (a seq_cst increment),
+ * reads the futex word, checks its condition once more and only then
+ * sleeps; the waker makes its change visible, then looks at `sleepers`.
+ * Of the two, one always sees the other, so no wake-up is lost.  The waker
+ * is the hot path, so where the kernel allows, it looks with a plain load
+ * behind a compiler fence and the sleeper pays for both with membarrier(2)
+ * after its increment (an asymmetric store-buffer litmus; see
+ * wait_light_fences).  Elsewhere the waker looks with a read-modify-write
+ * of `sleepers` (see wait_has_sleepers()).  Each sleep is bounded
+ * (WAIT_SLICE_MS): a peer that corrupts the words costs a waiter latency,
+ * never an endless sleep.
  */
 #ifndef PINSHM_WAIT_H
 #define PINSHM_WAIT_H
@@ -63,14 +66,25 @@ void wait_init(void);
 /** Whether @p wl has sleepers to wake, after a change they wait for. */
 static inline bool wait_has_sleepers(struct wait_line *wl)
 {
-	/* Pairs with the sleeper's seq_cst increment of sleepers followed by
-	 * its membarrier() or, without it, with a full fence here: either we
-	 * see the sleeper or it sees our preceding stores. */
-	if (wait_light_fences)
+	if (__builtin_expect(wait_light_fences, 1)) {
+		/* Pairs with the sleeper's seq_cst increment followed by its
+		 * membarrier(), which acts as a full fence here too: either we
+		 * see the sleeper or it sees our preceding stores. */
 		atomic_signal_fence(memory_order_seq_cst);
-	else
-		atomic_thread_fence(memory_order_seq_cst);
-	return atomic_load_explicit(&wl->sleepers, memory_order_relaxed) != 0;
+		return atomic_load_explicit(&wl->sleepers, memory_order_relaxed) != 0;
+	}
+	/* Without membarrier: a seq_cst CAS of `sleepers` from 0 to 0, in place
+	 * of a fence and a load.  If it fails, there are sleepers.  If it
+	 * succeeds, it is an RMW that found none registered; every change of
+	 * `sleepers` is an RMW too (wait.c), so a sleeper's later increment
+	 * reads from our CAS or from an RMW after it (its release sequence):
+	 * the increment synchronizes with our CAS, and the sleeper's check
+	 * after it sees our preceding stores.  One locked instruction on x86,
+	 * as the seq_cst fence was, and one that ThreadSanitizer models (it
+	 * ignores fences). */
+	uint32_t none = 0;
+	return !atomic_compare_exchange_strong_explicit(&wl->sleepers, &none, 0, memory_order_seq_cst,
+							memory_order_seq_cst);
 }
 
 void wait_wake_all(struct wait_line *wl);
