@@ -11,6 +11,10 @@
  *   acquire load of it means no consumer still reads what it overwrites.
  * - sleepers: see wait.h (on the waking side a compiler fence that the
  *   sleeper's membarrier(2) completes, or a seq_cst RMW of `sleepers`).
+ * - store-buffer litmus (a store, then a load of another word, on each
+ *   side): the shared queue's release scan uses seq_cst RMWs and loads of
+ *   the words themselves, not a seq_cst fence, so that ThreadSanitizer,
+ *   which ignores fences, models its side too.
  *
  * Every value read from the segment is checked before it is used to
  * address memory: records must lie inside the ring, lengths within
@@ -63,6 +67,8 @@ static inline bool pos_aligned(uint64_t pos) { return (pos & (PINSHM_RECORD_ALIG
  * (reserve_attempt()): if we read new bytes, we see the `free` that let the
  * producer write them.  A record still at or after `free` cannot have been
  * reused; the word is compared too, for another consumer's claim or release.
+ * The word is first read seq_cst (on x86 the same plain load as acquire):
+ * shared_advance_free() needs it so.
  * @return 1 (ready: *word, *len, *size set), 0 (not ready), -EAGAIN (it
  * changed or may have been reused: look again from `free`), -EBADMSG
  * (impossible record).
@@ -72,7 +78,7 @@ static int shared_read(const struct seg_geometry *g, uint8_t *ring, _Atomic uint
 {
 	struct record_header *rec = rec_at(ring, g->capacity, pos);
 
-	*word = atomic_load_explicit(&rec->commit, memory_order_acquire);
+	*word = atomic_load_explicit(&rec->commit, memory_order_seq_cst);
 	if (!rec_ready(*word, pos))
 		return 0;
 	*len = atomic_load_explicit(&rec->len, memory_order_relaxed);
@@ -786,8 +792,11 @@ static void consumer_wake_producers(pinshm_channel_t *ch)
 
 /* Shared queue: room before `free` is reusable once every record before it
  * is done; whoever finds the oldest records done moves `free` past them.
- * seq_cst pairs the DONE store of one consumer with the CAS of another, so
- * that the last one to finish always sees the others' DONE. */
+ * Each consumer stores its DONE with a seq_cst CAS (release_record()), then
+ * reads the words here seq_cst (shared_read()) and moves `free` with seq_cst
+ * loads and CAS: all in one total order, so of two consumers that finish at
+ * once, at least one sees the other's DONE (store-buffer litmus), and the
+ * last one to finish always moves `free` past both. */
 static int shared_advance_free(const struct seg_geometry *g, void *base, unsigned lane)
 {
 	uint64_t cap = g->capacity;
@@ -802,9 +811,6 @@ static int shared_advance_free(const struct seg_geometry *g, void *base, unsigne
 
 		if (!pos_aligned(free))
 			return -EBADMSG;
-		/* seq_cst: our DONE store and this read against another
-		 * consumer's DONE store and its CAS of free. */
-		atomic_thread_fence(memory_order_seq_cst);
 		int rc = shared_read(g, ring, &lh->free, free, &word, &len, &size);
 		if (rc == -EAGAIN || (rc == -EBADMSG && atomic_load_explicit(&lh->free, memory_order_acquire) != free)) {
 			/* Another consumer moved on: follow it.  Whoever moved
