@@ -12,9 +12,9 @@
  * - sleepers: see wait.h (on the waking side a compiler fence that the
  *   sleeper's membarrier(2) completes, or a seq_cst RMW of `sleepers`).
  * - store-buffer litmus (a store, then a load of another word, on each
- *   side): the shared queue's release scan uses seq_cst RMWs and loads of
- *   the words themselves, not a seq_cst fence, so that ThreadSanitizer,
- *   which ignores fences, models its side too.
+ *   side): the back-pressure publisher and the shared queue's release scan
+ *   use seq_cst RMWs and loads of the words themselves, not a seq_cst fence,
+ *   so that ThreadSanitizer, which ignores fences, models their side too.
  *
  * Every value read from the segment is checked before it is used to
  * address memory: records must lie inside the ring, lengths within
@@ -165,18 +165,20 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 		ch->limit = tail + cap;
 		return 0;
 	}
-	/* Back-pressure topic: the slowest subscriber sets the limit.  The
-	 * fence pairs with the one in consumer_start(): a subscriber we do not
-	 * see as active yet will start at a tail no older than the one we
-	 * publish here (the end of what is committed, staged records aside),
-	 * so the limit computed from it without that subscriber is safe. */
-	atomic_store_explicit(&ch->lane->tail, ch->committed, memory_order_release);
-	atomic_thread_fence(memory_order_seq_cst);
+	/* Back-pressure topic: the slowest subscriber sets the limit.  We
+	 * publish the tail (the end of what is committed, staged records
+	 * aside) with a seq_cst exchange, then read each subscriber's state
+	 * seq_cst; a joining subscriber makes its state active, then a seq_cst
+	 * fence, then reads the tails (consumer_start()).  So either we see it
+	 * active, or it starts at a tail no older than this one and the limit
+	 * computed without it is safe.  (An RMW, not a store and a fence: on
+	 * x86 one xchg instead of a store and a locked fence.) */
+	(void)atomic_exchange_explicit(&ch->lane->tail, ch->committed, memory_order_seq_cst);
 	uint64_t limit = ch->committed + cap;
 	unsigned first = ch->g.max_producers;
 	for (unsigned c = 0; c < ch->g.max_consumers; c++) {
 		struct endpoint *ep = seg_endpoint(&ch->g, ch->base, first + c);
-		if (atomic_load_explicit(&ep->state, memory_order_acquire) != EP_ACTIVE)
+		if (atomic_load_explicit(&ep->state, memory_order_seq_cst) != EP_ACTIVE)
 			continue;
 		uint64_t cursor = atomic_load_explicit(seg_cursor(&ch->g, ch->base, c, ch->endpoint),
 						       memory_order_acquire);
@@ -535,7 +537,9 @@ void consumer_start(pinshm_channel_t *ch)
 
 	if (ch->g.kind == PINSHM_TOPIC) {
 		/* Join: we are active (seq_cst) before we read the tails, so a
-		 * publisher that misses us never overwrites past them. */
+		 * publisher that misses us never overwrites past them: the
+		 * fence pairs with its seq_cst exchange of its tail and load
+		 * of our state (producer_refresh_limit()). */
 		atomic_thread_fence(memory_order_seq_cst);
 		for (unsigned l = 0; l < producers; l++) {
 			ch->cursor[l] = atomic_load_explicit(&lane_hdr(ch, l)->tail, memory_order_acquire);
