@@ -235,7 +235,8 @@ static int view_fn(void *base, void *arg)
 	struct endpoint_view *v = arg;
 	struct endpoint *ep = seg_endpoint(v->g, base, v->endpoint);
 
-	v->state = atomic_load_explicit(&ep->state, memory_order_acquire); /* its attach's writes before */
+	/* Hints, as everything a client can write: relaxed, checked by their use. */
+	v->state = atomic_load_explicit(&ep->state, memory_order_relaxed);
 	v->pid = atomic_load_explicit(&ep->pid, memory_order_relaxed);
 	v->generation = atomic_load_explicit(&ep->generation, memory_order_relaxed);
 	return 0;
@@ -367,12 +368,12 @@ static pid_t nested_owner(uint32_t pid, const struct stat *st)
 
 /*
  * Whether the process recorded as @p pid for an endpoint of the segment
- * @p st lives: as process_maps() (@p pidfd and @p why set so), @p here
- * its pid in the daemon's PID namespace.  The
- * segment records a pid only, as the client saw its own: a process that
- * has that pid here but does not map the segment got it later (the pid was
- * reused), unless the pid is one of a nested PID namespace, whose process
- * there maps the segment (a client in a container): then that process.
+ * @p st lives: as process_maps() (@p pidfd and @p why set so), @p here its
+ * pid in the daemon's PID namespace.  The segment records a pid only, as
+ * the client saw its own: a process that has that pid here but does not
+ * map the segment got it later (the pid was reused), unless the pid is one
+ * of a nested PID namespace, whose process there maps the segment (a
+ * client in a container): then that process.
  */
 static bool owner_lives(uint32_t pid, const struct stat *st, int *pidfd, pid_t *here, const char **why)
 {
