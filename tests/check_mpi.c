@@ -16,7 +16,18 @@
  *            with PINSHM_MPI=0 (turned off: nothing through pinshm) and
  *            with PINSHM_SOCKET where no daemon can be (the plugin falls
  *            back: one "pinshm-mpi: warning" line, everything to MPI);
- * always with PINSHM_SOCKET (the daemon's) and PINSHM_MPI_STATS=1.  A run
+ * always with PINSHM_SOCKET (the daemon's) and PINSHM_MPI_STATS=1;
+ *   user:    as MPI users run it (root only: the test makes the user
+ *            pinshm-mpi-user): mpirun as that user, in a clean environment,
+ *            with no PINSHM_SOCKET and no daemon running, so that the plugin
+ *            starts a user-mode one itself (PINSHMD), with RLIMIT_MEMLOCK at
+ *            64 KiB in one run and as it is in another; the plugin, pinshmd
+ *            and the program run from copies in a folder of mode 0755 (the
+ *            build's may be closed to others).  On top of a plugin run's
+ *            checks, the daemon started runs the copy as that user, with
+ *            that RLIMIT_MEMLOCK, is the one the user's clients reach, and
+ *            stops on SIGTERM; nothing of the user is left running.
+ * A run
  * passes when mpirun exits 0 in time, no "pinshm-mpi: warning" was printed,
  * and the stats lines say what the program's call families did: with the
  * plugin, every rank reports every family, each family that the program
@@ -35,14 +46,22 @@
  * allocations at exit are not ours to fix).
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
 #include <limits.h>
 #include <link.h>
+#include <pwd.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -175,6 +194,65 @@ static const char *asan_lib(void)
 }
 
 /* ======================================================================== */
+/* an ordinary user                                                          */
+/* ======================================================================== */
+
+#define MPI_USER "pinshm-mpi-user"
+#define MPI_USER_LOCK "/tmp/pinshm-check-mpi-user.lock" /* one run as the user at a time */
+#define USER_PATH "/usr/local/bin:/usr/bin:/bin"
+
+/* A run as MPI_USER, from copies in dir (mode 0755): the user's processes
+ * may not be able to read the build. */
+struct mpi_user {
+	uid_t uid;
+	gid_t gid;
+	rlim_t memlock; /* RLIMIT_MEMLOCK to run with, 0: the test's own */
+	bool xdg;       /* XDG_RUNTIME_DIR=dir/run, else unset (the socket in /tmp/pinshm-UID) */
+	int lock;       /* flock of MPI_USER_LOCK */
+	char dir[64];
+	char home[80], tmp[80], run[80]; /* the user's HOME, TMPDIR, XDG_RUNTIME_DIR (0700, its own) */
+	char plugin[PATH_MAX], pinshmd[PATH_MAX];
+	char asan[PATH_MAX]; /* the copy of the libasan the ranks preload, or "" */
+};
+
+/* In a child: become the user, with its RLIMIT_MEMLOCK, in its HOME and a
+ * clean environment (Open MPI's OMPI_MCA_* settings kept: CI sets some for
+ * containers), or print why on stderr and exit 125. */
+static void user_enter(const struct mpi_user *u)
+{
+	extern char **environ;
+	char *keep[32];
+	int nkeep = 0;
+	gid_t groups[64];
+
+	if (u->memlock) {
+		struct rlimit rl = {u->memlock, u->memlock};
+		if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+			tu_child_fail(125, "RLIMIT_MEMLOCK: %s", strerror(errno));
+	}
+	if (initgroups(MPI_USER, u->gid) != 0 || setgid(u->gid) != 0 || setuid(u->uid) != 0)
+		tu_child_fail(125, "become %s: %s", MPI_USER, strerror(errno));
+	int n = getgroups(64, groups);
+	for (int i = 0; i < n; i++)
+		if (groups[i] == 0)
+			tu_child_fail(125, "%s is still in group 0", MPI_USER);
+	if (n < 0 || getuid() != u->uid || geteuid() != u->uid || getgid() != u->gid || getegid() != u->gid ||
+	    setuid(0) == 0)
+		tu_child_fail(125, "still root after becoming %s", MPI_USER);
+	if (chdir(u->home) != 0)
+		tu_child_fail(125, "cd %s: %s", u->home, strerror(errno));
+	for (char **e = environ; *e && nkeep < 32; e++)
+		if (strncmp(*e, "OMPI_MCA_", 9) == 0 && (keep[nkeep] = strdup(*e)) != NULL)
+			nkeep++;
+	if (clearenv() != 0 || setenv("PATH", USER_PATH, 1) != 0 || setenv("HOME", u->home, 1) != 0 ||
+	    setenv("TMPDIR", u->tmp, 1) != 0 || setenv("USER", MPI_USER, 1) != 0 ||
+	    setenv("LOGNAME", MPI_USER, 1) != 0 || (u->xdg && setenv("XDG_RUNTIME_DIR", u->run, 1) != 0))
+		tu_child_fail(125, "environment: %s", strerror(errno));
+	for (int i = 0; i < nkeep; i++)
+		putenv(keep[i]);
+}
+
+/* ======================================================================== */
 /* one run                                                                   */
 /* ======================================================================== */
 
@@ -191,26 +269,34 @@ struct run {
 	int stat_lines, bad_lines;
 };
 
-static void run_mpi(const struct daemon *d, const struct program *pg, const struct config *cf, struct run *r)
+/* Run @p pg in @p cf: with the test daemon @p d, or, where @p u is not NULL,
+ * as the ordinary user @p u (@p d NULL) from its copies, with PINSHMD and
+ * without PINSHM_SOCKET. */
+static void run_mpi(const struct daemon *d, const struct mpi_user *u, const struct program *pg,
+		    const struct config *cf, struct run *r)
 {
-	char prog[2][PATH_MAX], outpath[PATH_MAX], np[16], sock[200], preload[2 * PATH_MAX], nodes[40], asan_opt[300];
+	char prog[2][PATH_MAX], outpath[PATH_MAX], np[16], sock[200], preload[3 * PATH_MAX], nodes[40], asan_opt[300];
+	char pinshmd[PATH_MAX + 16];
 	const char *argv[64];
 	int n = 0, contexts = pg->mpmd ? 2 : 1;
 
 	memset(r, 0, sizeof(*r));
 	for (int c = 0; c < contexts; c++) {
-		snprintf(prog[c], sizeof(prog[c]), "%s/%s", env_or("PINSHM_MPI_TESTS", MPI_TESTS_DIR),
+		snprintf(prog[c], sizeof(prog[c]), "%s/%s", u ? u->dir : env_or("PINSHM_MPI_TESTS", MPI_TESTS_DIR),
 			 c ? pg->mpmd : pg->name);
 		ck_assert_msg(access(prog[c], X_OK) == 0, "%s: %s (not built?)", prog[c], strerror(errno));
 	}
-	snprintf(outpath, sizeof(outpath), "%s/mpirun.out", d->dir);
+	snprintf(outpath, sizeof(outpath), "%s/mpirun.out", u ? u->dir : d->dir);
 	snprintf(np, sizeof(np), "%d", cf->np / contexts);
 	/* Without a daemon: a socket in a folder that does not exist, where none can start. */
-	snprintf(sock, sizeof(sock), "PINSHM_SOCKET=%s%s", cf->fallback ? d->dir : d->sock,
-		 cf->fallback ? "/missing/sock" : "");
+	if (!u)
+		snprintf(sock, sizeof(sock), "PINSHM_SOCKET=%s%s", cf->fallback ? d->dir : d->sock,
+			 cf->fallback ? "/missing/sock" : "");
+	else
+		snprintf(pinshmd, sizeof(pinshmd), "PINSHMD=%s", u->pinshmd);
 	snprintf(nodes, sizeof(nodes), "PINSHM_MPI_NODES=%d", cf->nodes);
-	const char *asan = asan_lib();
-	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s", asan, asan[0] ? ":" : "", plugin_path());
+	const char *asan = u ? u->asan : asan_lib();
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s", asan, asan[0] ? ":" : "", u ? u->plugin : plugin_path());
 	snprintf(asan_opt, sizeof(asan_opt), "ASAN_OPTIONS=%s%sdetect_leaks=0", env_or("ASAN_OPTIONS", ""),
 		 getenv("ASAN_OPTIONS") && getenv("ASAN_OPTIONS")[0] ? ":" : "");
 
@@ -233,7 +319,7 @@ static void run_mpi(const struct daemon *d, const struct program *pg, const stru
 		argv[n++] = "-np";
 		argv[n++] = np;
 		argv[n++] = "-x";
-		argv[n++] = sock;
+		argv[n++] = u ? pinshmd : sock;
 		argv[n++] = "-x";
 		argv[n++] = "PINSHM_MPI_STATS=1";
 		if (cf->plugin) {
@@ -275,6 +361,8 @@ static void run_mpi(const struct daemon *d, const struct program *pg, const stru
 		unsetenv("LD_PRELOAD");
 		unsetenv("PINSHM_MPI_NODES");
 		unsetenv("PINSHM_MPI");
+		if (u)
+			user_enter(u);
 		execvp(argv[0], (char *const *)argv);
 		fprintf(stderr, "exec timeout: %s\n", strerror(errno));
 		_exit(127);
@@ -455,7 +543,7 @@ static void run_one(const struct program *pg, const struct config *cf)
 	if (only && only[0] && strcmp(only, pg->name) != 0)
 		return;
 	daemon_start(&d);
-	run_mpi(&d, pg, cf, &r);
+	run_mpi(&d, NULL, pg, cf, &r);
 	bool failed = run_failed(pg, cf, &r, why, sizeof(why));
 	if (failed)
 		dump(pg, cf, &r);
@@ -526,13 +614,393 @@ START_TEST(test_thread_multiple)
 	if (only && only[0] && strcmp(only, threads.name) != 0)
 		return;
 	daemon_start(&d);
-	run_mpi(&d, &threads, cf, &r);
+	run_mpi(&d, NULL, &threads, cf, &r);
 	const char *failed = threads_failed(cf, &r, why, sizeof(why));
 	if (failed)
 		dump(&threads, cf, &r);
 	free(r.out);
 	ck_assert_msg(!failed, "p2p_threads, %s: %s", cf->name, failed);
 	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* ======================================================================== */
+/* as an ordinary user                                                       */
+/* ======================================================================== */
+
+struct user_case {
+	const char *program;
+	struct config cf;
+	rlim_t memlock; /* RLIMIT_MEMLOCK of the run, 0: the test's own (8 MiB on Debian) */
+	bool xdg;       /* XDG_RUNTIME_DIR set, else the daemon's socket goes to /tmp/pinshm-UID */
+};
+
+static const struct user_case user_cases[] = {
+	{"p2p_basic", {"as a user, -np 2, RLIMIT_MEMLOCK 64 KiB", 2, true, 0, false, false}, 64 * 1024, false},
+	{"p2p_modes", {"as a user, -np 4, XDG_RUNTIME_DIR", 4, true, 0, false, false}, 0, true},
+};
+#define NUSER ((int)(sizeof(user_cases) / sizeof(user_cases[0])))
+
+/* Real, effective, saved and filesystem uids and the state (R, S, Z...) of
+ * process @p pid; false if it is gone. */
+static bool proc_ids(pid_t pid, unsigned uid[4], char *state)
+{
+	char path[64], line[256];
+	int got = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "State: %c", state) == 1)
+			got |= 1;
+		else if (sscanf(line, "Uid: %u %u %u %u", &uid[0], &uid[1], &uid[2], &uid[3]) == 4)
+			got |= 2;
+	}
+	fclose(f);
+	return got == 3;
+}
+
+/* Processes that have not exited (zombies aside): those of real uid @p uid,
+ * or of any uid where it is (uid_t)-1, and where @p exe is not NULL only
+ * those that run the file @p exe.  Their pids into @p pids (at most @p max).
+ * @return how many there are. */
+static int find_procs(uid_t uid, const char *exe, pid_t *pids, int max)
+{
+	DIR *d = opendir("/proc");
+	int n = 0;
+
+	ck_assert_msg(d != NULL, "/proc: %s", strerror(errno));
+	for (struct dirent *e; (e = readdir(d));) {
+		char *end, path[64], target[PATH_MAX], state;
+		unsigned ids[4];
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 0 || !proc_ids((pid_t)pid, ids, &state) || state == 'Z' ||
+		    (uid != (uid_t)-1 && ids[0] != uid))
+			continue;
+		if (exe) {
+			snprintf(path, sizeof(path), "/proc/%ld/exe", pid);
+			ssize_t len = readlink(path, target, sizeof(target) - 1);
+			if (len < 0)
+				continue;
+			target[len] = 0;
+			if (strcmp(target, exe) != 0)
+				continue;
+		}
+		if (n < max)
+			pids[n] = (pid_t)pid;
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* The soft RLIMIT_MEMLOCK of process @p pid (/proc/PID/limits), in bytes or
+ * RLIM_INFINITY; false if it cannot be read. */
+static bool proc_memlock(pid_t pid, rlim_t *soft)
+{
+	char path[64], line[256], word[32];
+	bool found = false;
+
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Max locked memory %31s", word) == 1) {
+			*soft = strcmp(word, "unlimited") == 0 ? RLIM_INFINITY : (rlim_t)strtoull(word, NULL, 10);
+			found = true;
+		}
+	fclose(f);
+	return found;
+}
+
+/* Reap this process's children that exited (the daemons and helpers that
+ * were orphaned to it: it is their subreaper). */
+static void reap_orphans(void)
+{
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+}
+
+/* Wait up to @p ms until process @p pid is gone (its status into @p status
+ * where this process reaps it, else -1).  @return whether it is gone. */
+static bool wait_gone(pid_t pid, int ms, int *status)
+{
+	uint64_t deadline = tu_now_ms() + (uint64_t)ms;
+	unsigned ids[4];
+	char state;
+
+	*status = -1;
+	for (;;) {
+		pid_t w = waitpid(pid, status, WNOHANG);
+		if (w == pid)
+			return true;
+		if (w < 0 && (!proc_ids(pid, ids, &state) || state == 'Z'))
+			return true; /* not a child of this process, and gone */
+		if (tu_now_ms() >= deadline)
+			return false;
+		tu_sleep_ms(20);
+	}
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+/* Remove the folder @p dir and all it holds (not following links). */
+static void remove_tree(const char *dir)
+{
+	nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+/* Kill whatever runs as the user (SIGKILL), and remove its default socket
+ * folder (/tmp/pinshm-UID, where it is the user's). */
+static void user_kill_all(const struct mpi_user *u)
+{
+	pid_t pids[64];
+	char dir[64];
+	struct stat st;
+
+	for (int round = 0; round < 50; round++) {
+		int n = find_procs(u->uid, NULL, pids, 64);
+		if (n == 0)
+			break;
+		for (int i = 0; i < n && i < 64; i++)
+			kill(pids[i], SIGKILL);
+		tu_sleep_ms(20);
+		reap_orphans();
+	}
+	snprintf(dir, sizeof(dir), "/tmp/pinshm-%u", (unsigned)u->uid);
+	if (lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == u->uid)
+		remove_tree(dir);
+}
+
+/* Leave nothing: the user's processes, its socket folder, the copies. */
+static void user_cleanup(struct mpi_user *u)
+{
+	user_kill_all(u);
+	remove_tree(u->dir);
+	close(u->lock);
+}
+
+/* Copy @p from into the folder @p dir (mode 0755).  @return 0 or -errno. */
+static int copy_into(const char *dir, const char *from, char *to, size_t tolen)
+{
+	const char *base = strrchr(from, '/');
+	char buf[1 << 16];
+	ssize_t got = 0;
+	int rc = 0;
+
+	snprintf(to, tolen, "%s/%s", dir, base ? base + 1 : from);
+	int in = open(from, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return -errno;
+	int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+	if (out < 0) {
+		rc = -errno;
+		close(in);
+		return rc;
+	}
+	while (rc == 0 && (got = read(in, buf, sizeof(buf))) != 0) {
+		if (got < 0 && errno != EINTR)
+			rc = -errno;
+		for (ssize_t off = 0; rc == 0 && got > 0 && off < got;) {
+			ssize_t put = write(out, buf + off, (size_t)(got - off));
+			if (put < 0 && errno != EINTR)
+				rc = -errno;
+			off += put > 0 ? put : 0;
+		}
+	}
+	if (rc == 0 && fchmod(out, 0755) != 0)
+		rc = -errno;
+	close(in);
+	if (close(out) != 0 && rc == 0)
+		rc = -errno;
+	return rc;
+}
+
+/* A folder of the user's under dir, mode 0700.  @return 0 or -errno. */
+static int user_folder(const struct mpi_user *u, const char *name, char *path, size_t len)
+{
+	snprintf(path, len, "%s/%s", u->dir, name);
+	return mkdir(path, 0700) != 0 || chown(path, u->uid, u->gid) != 0 ? -errno : 0;
+}
+
+/* Make the user (useradd -M -N) where missing, wait for the other runs as
+ * it, kill what an earlier run left, and copy the plugin, pinshmd, @p pg
+ * and the libasan the ranks preload into a fresh folder of mode 0755. */
+static void user_prepare(struct mpi_user *u, const struct user_case *uc, const struct program *pg)
+{
+	struct passwd *pw = getpwnam(MPI_USER);
+	char tmpl[64], path[PATH_MAX], copy[PATH_MAX];
+	const char *why = NULL;
+	int rc = 0;
+
+	memset(u, 0, sizeof(*u));
+	if (!pw) {
+		rc = system("useradd -M -N " MPI_USER " >/dev/null 2>&1");
+		(void)rc;
+		pw = getpwnam(MPI_USER);
+	}
+	ck_assert_msg(pw != NULL, "cannot make the user %s (useradd)", MPI_USER);
+	ck_assert_uint_ne(pw->pw_uid, 0);
+	u->uid = pw->pw_uid;
+	u->gid = pw->pw_gid;
+	u->memlock = uc->memlock;
+	u->xdg = uc->xdg;
+	u->lock = open(MPI_USER_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	ck_assert_msg(u->lock >= 0, "%s: %s", MPI_USER_LOCK, strerror(errno));
+	while (flock(u->lock, LOCK_EX) != 0)
+		ck_assert_int_eq(errno, EINTR);
+	/* The daemon detaches from the rank that starts it: it becomes a child
+	 * of this process, which reaps it. */
+	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	user_kill_all(u);
+
+	snprintf(tmpl, sizeof(tmpl), "/tmp/pinshm-mpi-user-XXXXXX");
+	ck_assert_msg(mkdtemp(tmpl) != NULL, "mkdtemp: %s", strerror(errno));
+	ck_assert_msg(realpath(tmpl, u->dir) != NULL && strlen(u->dir) < sizeof(u->dir) - 1, "realpath %s", tmpl);
+	if (chmod(u->dir, 0755) != 0)
+		why = "chmod 0755";
+	else if ((rc = copy_into(u->dir, plugin_path(), u->plugin, sizeof(u->plugin))) != 0)
+		why = plugin_path();
+	else if ((rc = copy_into(u->dir, pinshmd_path(), u->pinshmd, sizeof(u->pinshmd))) != 0)
+		why = pinshmd_path();
+	else if (asan_lib()[0] && (rc = copy_into(u->dir, asan_lib(), u->asan, sizeof(u->asan))) != 0)
+		why = asan_lib();
+	else if (snprintf(path, sizeof(path), "%s/%s", env_or("PINSHM_MPI_TESTS", MPI_TESTS_DIR), pg->name) > 0 &&
+		 (rc = copy_into(u->dir, path, copy, sizeof(copy))) != 0)
+		why = pg->name;
+	else if ((rc = user_folder(u, "home", u->home, sizeof(u->home))) != 0 ||
+		 (rc = user_folder(u, "tmp", u->tmp, sizeof(u->tmp))) != 0 ||
+		 (rc = user_folder(u, "run", u->run, sizeof(u->run))) != 0)
+		why = "the user's folders";
+	if (why) {
+		int err = rc ? -rc : errno;
+		user_cleanup(u);
+		ck_abort_msg("%s: %s: %s", u->dir, why, strerror(err));
+	}
+}
+
+/* In a child, as the user: the daemon that its clients reach at its default
+ * socket is process @p pid, in user mode. */
+static int user_status_child(void *arg, int pid)
+{
+	const struct mpi_user *u = arg;
+	pinshm_client_t *c;
+	pinshm_status_t st;
+
+	user_enter(u);
+	int rc = pinshm_connect(NULL, &c);
+	if (rc != 0)
+		tu_child_fail(2, "as %s: connect: %s (%s)", MPI_USER, pinshm_strerror(rc), pinshm_client_error(NULL));
+	rc = pinshm_status(c, &st, NULL, NULL);
+	if (rc != 0)
+		tu_child_fail(3, "as %s: status: %s", MPI_USER, pinshm_strerror(rc));
+	if ((int)st.pid != pid || !(st.flags & PINSHM_STATUS_USER_MODE))
+		tu_child_fail(4, "as %s: the daemon at the default socket is %u (flags %#x), want %d in user mode",
+			      MPI_USER, st.pid, st.flags, pid);
+	pinshm_disconnect(c);
+	return 0;
+}
+
+/* After a run that passed: the daemon that the plugin started runs the copy
+ * as the user, with the run's RLIMIT_MEMLOCK, and answers the user at its
+ * default socket; it stops on SIGTERM, and nothing of the user is left.
+ * @return whether something failed, and why into @p why. */
+static bool user_daemon_failed(const struct mpi_user *u, char *why, size_t len)
+{
+	pid_t pids[8];
+	unsigned ids[4] = {0};
+	char state, st[48];
+	struct rlimit own;
+	rlim_t memlock = 0, want;
+	struct tu_procs ps;
+	int status;
+
+	reap_orphans();
+	int n = find_procs((uid_t)-1, u->pinshmd, pids, 8);
+	if (n != 1) {
+		snprintf(why, len, "%d processes run the copy of pinshmd, want 1 (the daemon that the plugin started)", n);
+		return true;
+	}
+	pid_t pid = pids[0];
+	if (!proc_ids(pid, ids, &state) || ids[0] != u->uid || ids[1] != u->uid || ids[2] != u->uid ||
+	    ids[3] != u->uid) {
+		snprintf(why, len, "the daemon %d runs as uids %u %u %u %u, want %u (%s)", (int)pid, ids[0], ids[1],
+			 ids[2], ids[3], (unsigned)u->uid, MPI_USER);
+		return true;
+	}
+	ck_assert_int_eq(getrlimit(RLIMIT_MEMLOCK, &own), 0);
+	want = u->memlock ? u->memlock : own.rlim_cur;
+	if (!proc_memlock(pid, &memlock) || memlock != want) {
+		snprintf(why, len, "the daemon %d has RLIMIT_MEMLOCK %llu, want %llu", (int)pid,
+			 (unsigned long long)memlock, (unsigned long long)want);
+		return true;
+	}
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "status", user_status_child, (void *)u, (int)pid);
+	if (tu_wait_all(&ps, 30000) != 0 || !WIFEXITED(ps.status[0]) || WEXITSTATUS(ps.status[0]) != 0) {
+		snprintf(why, len, "status as %s: %s (its stderr says why)", MPI_USER,
+			 tu_status_str(ps.status[0], st, sizeof(st)));
+		return true;
+	}
+	kill(pid, SIGTERM);
+	if (!wait_gone(pid, DAEMON_STOP_MS, &status)) {
+		snprintf(why, len, "the daemon %d did not stop on SIGTERM", (int)pid);
+		return true;
+	}
+	if (status != -1 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+		snprintf(why, len, "the daemon %d stopped with %s on SIGTERM", (int)pid,
+			 tu_status_str(status, st, sizeof(st)));
+		return true;
+	}
+	uint64_t deadline = tu_now_ms() + 5000;
+	while ((n = find_procs(u->uid, NULL, pids, 8)) != 0 && tu_now_ms() < deadline) {
+		tu_sleep_ms(50);
+		reap_orphans();
+	}
+	if (n) {
+		snprintf(why, len, "%d processes of %s left after the run (pid %d)", n, MPI_USER, (int)pids[0]);
+		return true;
+	}
+	return false;
+}
+
+/* A program through the plugin as MPI users run it: as an ordinary user,
+ * nobody's daemon running, the plugin starts one (root only). */
+START_TEST(test_user)
+{
+	const struct user_case *uc = &user_cases[_i];
+	const struct program *pg = NULL;
+	const char *only = getenv("PINSHM_MPI_ONLY");
+	struct mpi_user u;
+	struct run r;
+	char why[512];
+
+	for (int i = 0; i < NPROGRAMS && !pg; i++)
+		if (strcmp(programs[i].name, uc->program) == 0)
+			pg = &programs[i];
+	ck_assert_msg(pg != NULL, "%s is not a program of this file", uc->program);
+	if (only && only[0] && strcmp(only, pg->name) != 0)
+		return;
+	user_prepare(&u, uc, pg);
+	run_mpi(NULL, &u, pg, &uc->cf, &r);
+	bool failed = run_failed(pg, &uc->cf, &r, why, sizeof(why));
+	if (failed)
+		dump(pg, &uc->cf, &r);
+	free(r.out);
+	if (!failed)
+		failed = user_daemon_failed(&u, why, sizeof(why));
+	user_cleanup(&u);
+	ck_assert_msg(!failed, "%s, %s: %s", pg->name, uc->cf.name, why);
 }
 END_TEST
 
@@ -619,7 +1087,7 @@ START_TEST(test_stats_checks)
 }
 END_TEST
 
-static Suite *mpi_suite(bool plugin)
+static Suite *mpi_suite(bool plugin, bool user)
 {
 	Suite *s = suite_create("mpi");
 	TCase *tc;
@@ -647,6 +1115,13 @@ static Suite *mpi_suite(bool plugin)
 	tcase_set_timeout(tc, 200);
 	suite_add_tcase(s, tc);
 
+	if (user) {
+		tc = tcase_create("user");
+		tcase_add_loop_test(tc, test_user, 0, NUSER);
+		tcase_set_timeout(tc, 200);
+		suite_add_tcase(s, tc);
+	}
+
 	tc = tcase_create("threads");
 	tcase_add_loop_test(tc, test_thread_multiple, 0, plugin ? NPLAIN + NPLUGIN : NPLAIN);
 	tcase_set_timeout(tc, 200);
@@ -667,8 +1142,11 @@ int main(void)
 		printf("check_mpi: the plugin %s is missing: only the runs without it\n", plugin_path());
 	if (asan_lib()[0])
 		printf("check_mpi: ASan build: the ranks preload %s first\n", asan_lib());
+	bool user = plugin && geteuid() == 0;
+	if (plugin && !user)
+		printf("check_mpi: not root: the runs as an ordinary user are skipped (they make one)\n");
 
-	if (tu_run_suite(mpi_suite(plugin), true) != 0)
+	if (tu_run_suite(mpi_suite(plugin, user), true) != 0)
 		return EXIT_FAILURE;
 	if (!plugin) {
 		printf("check_mpi: SKIP: the runs without the plugin passed; the plugin was not built\n");
