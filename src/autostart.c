@@ -119,6 +119,24 @@ static int lock_start(const char *lock_path, uint64_t deadline, char *why, size_
 	return fd;
 }
 
+/* The daemon's environment: the caller's without LD_PRELOAD, which names
+ * libraries meant for the caller, not for the daemon (an MPI rank preloads
+ * the pinshm plugin, and with it the MPI library).  NULL without memory. */
+static char **daemon_environ(void)
+{
+	size_t n = 0, kept = 0;
+	while (environ[n])
+		n++;
+	char **env = malloc((n + 1) * sizeof(*env));
+	if (!env)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", strlen("LD_PRELOAD=")) != 0)
+			env[kept++] = environ[i];
+	env[kept] = NULL;
+	return env;
+}
+
 /* Start pinshmd; it detaches, and its first process exits once it serves. */
 static int spawn_daemon(const char *path, bool default_path, pid_t *pid)
 {
@@ -139,6 +157,9 @@ static int spawn_daemon(const char *path, bool default_path, pid_t *pid)
 	char *argv[] = {(char *)bin, "--user", "--exit-idle", idle, "-s", (char *)path, NULL};
 	if (default_path)
 		argv[4] = NULL;
+	char **env = daemon_environ();
+	if (!env)
+		return -ENOMEM;
 
 	sigemptyset(&none);
 	sigfillset(&all);
@@ -155,9 +176,10 @@ static int spawn_daemon(const char *path, bool default_path, pid_t *pid)
 	posix_spawnattr_setsigmask(&attr, &none);
 	posix_spawnattr_setsigdefault(&attr, &all);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	int rc = posix_spawn(pid, bin, &fa, &attr, argv, environ);
+	int rc = posix_spawn(pid, bin, &fa, &attr, argv, env);
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&fa);
+	free(env);
 	return -rc;
 }
 

@@ -338,9 +338,27 @@ START_TEST(test_autostart_running)
 }
 END_TEST
 
+/* Whether the environment of process @p pid holds a variable @p name. */
+static bool environ_has(pid_t pid, const char *name)
+{
+	char path[64], buf[65536];
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_msg(fd >= 0, "%s: %s", path, strerror(errno));
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	ck_assert_msg(n > 0, "%s: empty", path);
+	size_t len = strlen(name);
+	for (ssize_t i = 0; i < n; i += (ssize_t)strnlen(buf + i, (size_t)(n - i)) + 1)
+		if (strncmp(buf + i, name, len) == 0 && buf[i + len] == '=')
+			return true;
+	return false;
+}
+
 /* $PINSHM_AUTOSTART: 0 forbids it even to the flag, 1 allows it to a
  * plain pinshm_connect(); unknown flags are refused.  A daemon with a
- * channel alive does not exit idle. */
+ * channel alive does not exit idle.  The daemon gets the client's
+ * environment but LD_PRELOAD (an MPI rank's preloads the plugin). */
 START_TEST(test_autostart_env)
 {
 	struct autostart a;
@@ -355,9 +373,13 @@ START_TEST(test_autostart_env)
 	ck_assert_uint_eq(count_starts(&a), 0);
 
 	ck_assert_int_eq(setenv("PINSHM_AUTOSTART", "1", 1), 0);
+	ck_assert_int_eq(setenv("LD_PRELOAD", "libc.so.6", 1), 0);
 	CLIENT_RC(NULL, pinshm_connect(a.sock, &c), 0);
+	unsetenv("LD_PRELOAD");
 	ck_assert_uint_eq(count_starts(&a), 1);
 	pid_t pid = daemon_pid(c);
+	ck_assert_msg(environ_has(pid, "PINSHM_AUTOSTART_IDLE"), "the daemon lacks the client's environment");
+	ck_assert_msg(!environ_has(pid, "LD_PRELOAD"), "the daemon got the client's LD_PRELOAD");
 	attr_small(&attr, 1, 1);
 	CLIENT_RC(c, pinshm_create(c, "keep", &attr, 0600, PINSHM_PERSISTENT), 0);
 	pinshm_disconnect(c);
@@ -878,17 +900,17 @@ static int reap_sleeper(void *arg, int idx)
 	return child_sleep_until_killed(WAIT_MS);
 }
 
-/* Write @p pid as the pid of producer endpoint 0 of the segment @p fd, a
- * queue of one producer (endpoints follow the segment's header). */
-static void set_producer_pid(int fd, pid_t pid)
+/* Mark endpoint @p i of the segment @p fd attached (the endpoints follow
+ * the segment's header) with pid @p pid, as a process could. */
+static void set_endpoint(int fd, unsigned i, uint32_t pid)
 {
-	size_t len = sizeof(struct seg_header) + sizeof(struct endpoint);
+	size_t len = sizeof(struct seg_header) + (i + 1) * sizeof(struct endpoint);
 	uint8_t *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 
 	ck_assert(base != MAP_FAILED);
-	struct endpoint *ep = (struct endpoint *)(base + sizeof(struct seg_header));
-	ck_assert_uint_eq(atomic_load(&ep->state), EP_ACTIVE);
-	atomic_store(&ep->pid, (uint32_t)pid);
+	struct endpoint *ep = (struct endpoint *)(base + sizeof(struct seg_header)) + i;
+	atomic_store(&ep->state, EP_ACTIVE);
+	atomic_store(&ep->pid, pid);
 	munmap(base, len);
 }
 
@@ -942,7 +964,7 @@ static void reap_scenario(enum reap_case how, struct reap_opts o)
 	if (how != REAP_LATER)
 		kill_child(&ps, producer);
 	if (how == REAP_REUSED)
-		set_producer_pid(st.fd[0], ps.pid[sleeper]);
+		set_endpoint(st.fd[0], 0, (uint32_t)ps.pid[sleeper]);
 	/* No daemon: nobody reaps, the consumer's waits end empty. */
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, 200), -ETIMEDOUT);
 
@@ -1157,6 +1179,44 @@ START_TEST(test_adopt_hostile)
 	close(zero);
 	close(p[0]);
 	close(p[1]);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A hand-back of a segment whose endpoints record pids that no owner can
+ * have (0, beyond any pid, the daemon's own, a live process that does not
+ * map it): each is reaped, and the daemon serves on. */
+START_TEST(test_adopt_bogus_pids)
+{
+	struct daemon d;
+	struct proto_msg rep;
+	struct tu_procs ps;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+
+	daemon_start(&d);
+	tu_procs_init(&ps);
+	int sleeper = tu_spawn(&ps, "sleeper", reap_sleeper, NULL, 0); /* before the segment exists */
+	pinshm_client_t *c = connect_ok(&d);
+	int sock = raw_hello(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 4, 1);
+	int seg = tu_create(&attr);
+	const uint32_t pids[4] = {0, UINT32_MAX, (uint32_t)d.pid, (uint32_t)ps.pid[sleeper]};
+	for (unsigned i = 0; i < 4; i++)
+		set_endpoint(seg, i, pids[i]);
+	set_endpoint(seg, 4, (uint32_t)getpid()); /* the consumer: the caller */
+
+	TU_RC(raw_adopt(sock, "bogus", &attr, PINSHM_CONSUMER, 4, seg, 1, &rep), 0);
+	ck_assert_uint_eq(rep.u.adopt_reply.flags, PROTO_ADOPT_NAMED | PROTO_ADOPT_ENDPOINT);
+	ck_assert(list_find(c, "bogus", &e, NULL));
+	ck_assert_uint_eq(e.producers, 0);
+	ck_assert_uint_eq(e.consumers, 1);
+
+	close(sock); /* the consumer's connection: the channel goes */
+	wait_counts(c, 1, 0);
+	close(seg);
+	tu_kill_all(&ps);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }
@@ -1507,6 +1567,7 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_restart_handback);
 	tcase_add_test(tc, test_restart_repeatedly);
 	tcase_add_test(tc, test_adopt_hostile);
+	tcase_add_test(tc, test_adopt_bogus_pids);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("reap");
