@@ -346,36 +346,66 @@ static uint32_t nested_pid(pid_t pid)
 	return inner;
 }
 
-/* A process of a nested PID namespace whose pid there is @p pid and that
- * maps the file @p st: its pid here, or 0. */
-static pid_t nested_owner(uint32_t pid, const struct stat *st)
+/* The processes of nested PID namespaces, read from /proc once for the
+ * endpoints of one channel (a client may record any pid in any of them). */
+struct nested_procs {
+	bool scanned;
+	unsigned n, cap;
+	struct nested_proc {
+		uint32_t inner; /* its pid in its own namespace */
+		pid_t here;     /* in the daemon's */
+	} *p;
+};
+
+static void nested_scan(struct nested_procs *np)
 {
 	DIR *d = opendir("/proc");
-	pid_t found = 0;
 
+	np->scanned = true;
 	if (!d)
-		return 0;
-	for (struct dirent *e; !found && (e = readdir(d));) {
+		return;
+	for (struct dirent *e; (e = readdir(d));) {
 		char *end;
-		long outer = strtol(e->d_name, &end, 10);
-		if (*end == '\0' && outer > 0 && outer <= INT_MAX && nested_pid((pid_t)outer) == pid &&
-		    maps_file((pid_t)outer, st) == 1)
-			found = (pid_t)outer;
+		long here = strtol(e->d_name, &end, 10);
+		uint32_t inner = *end == '\0' && here > 0 && here <= INT_MAX ? nested_pid((pid_t)here) : 0;
+		if (!inner)
+			continue;
+		if (np->n == np->cap) {
+			unsigned cap = np->cap ? np->cap * 2 : 16;
+			struct nested_proc *p = realloc(np->p, cap * sizeof(*p));
+			if (!p)
+				break; /* those found so far */
+			np->p = p;
+			np->cap = cap;
+		}
+		np->p[np->n++] = (struct nested_proc){.inner = inner, .here = (pid_t)here};
 	}
 	closedir(d);
-	return found;
+}
+
+/* A process of a nested PID namespace whose pid there is @p pid and that
+ * maps the file @p st: its pid here, or 0. */
+static pid_t nested_owner(struct nested_procs *np, uint32_t pid, const struct stat *st)
+{
+	if (!np->scanned)
+		nested_scan(np);
+	for (unsigned i = 0; i < np->n; i++)
+		if (np->p[i].inner == pid && maps_file(np->p[i].here, st) == 1)
+			return np->p[i].here;
+	return 0;
 }
 
 /*
  * Whether the process recorded as @p pid for an endpoint of the segment
  * @p st lives: as process_maps() (@p pidfd and @p why set so), @p here its
- * pid in the daemon's PID namespace.  The segment records a pid only, as
+ * pid in the daemon's PID namespace (@p np: the nested ones, scanned once).  The segment records a pid only, as
  * the client saw its own: a process that has that pid here but does not
  * map the segment got it later (the pid was reused), unless the pid is one
  * of a nested PID namespace, whose process there maps the segment (a
  * client in a container): then that process.
  */
-static bool owner_lives(uint32_t pid, const struct stat *st, int *pidfd, pid_t *here, const char **why)
+static bool owner_lives(struct nested_procs *np, uint32_t pid, const struct stat *st, int *pidfd, pid_t *here,
+			const char **why)
 {
 	int direct = 0, nested_fd;
 	const char *ignored;
@@ -392,8 +422,8 @@ static bool owner_lives(uint32_t pid, const struct stat *st, int *pidfd, pid_t *
 	if (direct == 1)
 		return true;
 	/* Not proven here: a nested namespace's process, where one maps it,
-	 * is the better answer (rare: a scan of /proc). */
-	pid_t nested = nested_owner(pid, st);
+	 * is the better answer (rare: a scan of /proc, once a channel). */
+	pid_t nested = nested_owner(np, pid, st);
 	if (nested > 0 && process_maps(nested, st, &nested_fd, &ignored) != 0) {
 		if (*pidfd >= 0)
 			close(*pidfd);
@@ -449,6 +479,7 @@ static void drop_orphan(struct registry *r, unsigned i)
 
 void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 {
+	struct nested_procs np = {0};
 	struct stat st;
 
 	if (fstat(ch->seg.fd, &st) != 0)
@@ -460,7 +491,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 			continue;
 		int pidfd;
 		pid_t here;
-		if (!owner_lives(v.pid, &st, &pidfd, &here, &why)) {
+		if (!owner_lives(&np, v.pid, &st, &pidfd, &here, &why)) {
 			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name,
 				   ep, (unsigned)v.pid, why);
 			reap_endpoint(ch, ep, (pid_t)v.pid);
@@ -475,6 +506,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 				 pidfd >= 0 ? "" : " (no pidfd: looked at every tick)");
 		}
 	}
+	free(np.p);
 }
 
 /* Whether the process of orphan @p i has exited: its pidfd polled

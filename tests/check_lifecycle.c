@@ -14,7 +14,8 @@
  *   FDSTORE=1, then $LISTEN_FDS for the daemon started next): traffic never
  *   stops, the channels are adopted (listed, pinned, accounted), new
  *   requests are served, and nothing is left over once they are gone; the
- *   same through the clients' hand-back (ADOPT), and hostile hand-backs.
+ *   same through the clients' hand-back (ADOPT), and hostile hand-backs
+ *   (endpoints with pids no owner can have are reaped).
  * - reap: a producer that dies while no daemon runs (its pid maybe reused
  *   since), or that lives on without coming back (in a PID namespace of its
  *   own too) and dies later: the restarted daemon reaps its endpoint, its
