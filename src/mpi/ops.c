@@ -550,6 +550,44 @@ int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtyp
 	return MPI_SUCCESS;
 }
 
+/* Unpack the @p len bytes of message at @p src into a receive's buffer of
+ * a derived type.  The message may be shorter than the buffer: its whole
+ * elements are unpacked, then a part of one over that element as the buffer
+ * holds it (packed first, its head overwritten with the message's rest), so
+ * that the locations past the message keep what they held. */
+static void unpack_message(struct pm_op *op, const char *src, size_t len)
+{
+	const struct type_info *t = type_info(op->dtype);
+	if (!t || t->size <= 0) {
+		op->st_error = MPI_ERR_TYPE;
+		return;
+	}
+	MPI_Comm comm = op->comm->comm;
+	int whole = (int)(len / (size_t)t->size), pos = 0;
+	if (whole > 0 && PMPI_Unpack(src, (int)len, &pos, (void *)op->ubuf, whole, op->dtype, comm) != MPI_SUCCESS) {
+		op->st_error = MPI_ERR_INTERN;
+		return;
+	}
+	size_t rest = len - (size_t)pos;
+	if (rest == 0)
+		return;
+	void *part = (void *)((uintptr_t)op->ubuf + (uintptr_t)((MPI_Aint)whole * t->extent));
+	int one = (int)t->size, at = 0;
+	char *elem = malloc((size_t)one);
+	if (!elem) {
+		op->st_error = MPI_ERR_NO_MEM;
+		return;
+	}
+	if (PMPI_Pack(part, 1, op->dtype, elem, one, &at, comm) == MPI_SUCCESS && (size_t)at > rest) {
+		memcpy(elem, src + pos, rest);
+		at = 0;
+		PMPI_Unpack(elem, one, &at, part, 1, op->dtype, comm);
+	} else {
+		op->st_error = MPI_ERR_INTERN;
+	}
+	free(elem);
+}
+
 void pm_op_deliver(struct pm_op *op, const void *src, size_t len, uint64_t offset)
 {
 	if (len == 0)
@@ -559,8 +597,7 @@ void pm_op_deliver(struct pm_op *op, const void *src, size_t len, uint64_t offse
 		return;
 	}
 	if (offset == 0 && len == op->accept) {
-		int pos = 0;
-		PMPI_Unpack(src, (int)len, &pos, (void *)op->ubuf, op->count, op->dtype, op->comm->comm);
+		unpack_message(op, src, len);
 		return;
 	}
 	if (!op->tmp) {
@@ -576,8 +613,7 @@ void pm_op_deliver(struct pm_op *op, const void *src, size_t len, uint64_t offse
 void pm_op_deliver_done(struct pm_op *op)
 {
 	if (!op->contiguous && op->tmp) {
-		int pos = 0;
-		PMPI_Unpack(op->tmp, (int)op->accept, &pos, (void *)op->ubuf, op->count, op->dtype, op->comm->comm);
+		unpack_message(op, op->tmp, op->accept);
 		free(op->tmp);
 		op->tmp = NULL;
 	}

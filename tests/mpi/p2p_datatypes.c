@@ -70,6 +70,26 @@ static void vector_indexed(int peer)
 		 el);
 	MT_CHECK(into[6] == 7, "partial: into[6] = %d", into[6]);
 
+	/* The same 7 ints into 4 elements of a type with gaps (ints 0 and 2 of
+	 * 3): the message fills 3 whole elements and half of the 4th, whose
+	 * other half and every gap keep what they held. */
+	MPI_Datatype gappy;
+	int spread[12];
+	for (int i = 0; i < 12; i++)
+		spread[i] = -1;
+	MT_MPI(MPI_Type_vector(2, 1, 2, MPI_INT, &gappy));
+	MT_MPI(MPI_Type_commit(&gappy));
+	MT_MPI(MPI_Sendrecv(seven, 7, MPI_INT, peer, 14, spread, 4, gappy, peer, 14, MPI_COMM_WORLD, &st));
+	MT_MPI(MPI_Get_count(&st, gappy, &cnt));
+	MT_MPI(MPI_Get_elements(&st, gappy, &el));
+	MT_CHECK(cnt == MPI_UNDEFINED && el == 7, "partial, gaps: Get_count %d (want MPI_UNDEFINED), Get_elements %d",
+		 cnt, el);
+	static const int spread_want[12] = {1, -1, 2, 3, -1, 4, 5, -1, 6, 7, -1, -1};
+	for (int i = 0; i < 12; i++)
+		MT_CHECK(spread[i] == spread_want[i], "partial, gaps: spread[%d] = %d, want %d", i, spread[i],
+			 spread_want[i]);
+	MT_MPI(MPI_Type_free(&gappy));
+
 	/* Sendrecv_replace with the vector: only the columns are exchanged. */
 	for (int i = 0; i < 10; i++)
 		for (int j = 0; j < 5; j++)
