@@ -31,6 +31,34 @@ int pm_bsend_start(struct pm_op *op)
 	return pm_send_start(op);
 }
 
+/* Start a buffered send that nobody waits for: it frees itself when out. */
+static int bsend_detached(const void *buf, int count, MPI_Datatype dtype, int dest, int tag, struct pm_comm *c,
+			  enum pm_family family)
+{
+	struct pm_op *op;
+	int rc = pm_send_op(c, buf, count, dtype, dest, tag, MODE_BUFFERED, family, &op);
+	if (rc != MPI_SUCCESS)
+		return rc;
+	op->user_freed = true;
+	rc = pm_bsend_start(op);
+	if (rc != MPI_SUCCESS)
+		pm_op_free(op);
+	return rc;
+}
+
+int pm_bsend_start_persistent(struct pm_op *op)
+{
+	int rc = bsend_detached(op->ubuf, op->count, op->dtype, op->peer, op->tag, op->comm, op->family);
+	if (rc != MPI_SUCCESS)
+		return rc;
+	/* Complete as a send that went out at once; the copy counts it. */
+	op->counted = true;
+	op->state = ST_QUEUED;
+	pm.sends_inflight++;
+	pm_op_complete(op);
+	return MPI_SUCCESS;
+}
+
 int MPI_Buffer_attach(void *buffer, int size)
 {
 	int rc = PMPI_Buffer_attach(buffer, size);
@@ -54,21 +82,10 @@ int MPI_Buffer_detach(void *buffer_addr, int *size)
 	return rc;
 }
 
-/* Start a buffered send that nobody waits for: it frees itself when out. */
 static int bsend(const void *buf, int count, MPI_Datatype dtype, int dest, int tag, MPI_Comm comm,
 		 struct pm_comm *c)
 {
-	struct pm_op *op;
-	int rc = pm_send_op(c, buf, count, dtype, dest, tag, MODE_BUFFERED, FAM_BUFFERED, &op);
-	if (rc != MPI_SUCCESS)
-		return pm_comm_error(comm, rc);
-	op->user_freed = true;
-	rc = pm_bsend_start(op);
-	if (rc != MPI_SUCCESS) {
-		pm_op_free(op);
-		return pm_comm_error(comm, rc);
-	}
-	return MPI_SUCCESS;
+	return pm_comm_error(comm, bsend_detached(buf, count, dtype, dest, tag, c, FAM_BUFFERED));
 }
 
 int MPI_Bsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)

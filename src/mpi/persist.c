@@ -178,13 +178,13 @@ static int restart(struct pm_op *op)
 	op->st_tag = MPI_ANY_TAG;
 	op->st_error = MPI_SUCCESS;
 	op->st_bytes = 0;
+	if (op->kind == OP_SEND && op->mode == MODE_BUFFERED)
+		return pm_bsend_start_persistent(op); /* complete once copied, as MPI_Ibsend */
 	int rc = pm_op_buffer(op, op->ubuf, op->count, op->dtype);
 	if (rc != MPI_SUCCESS)
 		return rc;
 	if (op->kind == OP_RECV)
 		return pm_recv_start_any(op);
-	if (op->mode == MODE_BUFFERED)
-		return pm_bsend_start(op);
 	return pm_send_start(op);
 }
 

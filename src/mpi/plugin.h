@@ -393,6 +393,9 @@ static inline void pm_count_mpi(enum pm_family f, uint64_t bytes)
 void pm_peer_mark_busy(int peer);
 
 int pm_bsend_start(struct pm_op *op);      /* bsend.c: copy, charge, start */
+/* bsend.c: start a persistent buffered send: its message goes out as a
+ * buffered send of its own, and @p op completes at once. */
+int pm_bsend_start_persistent(struct pm_op *op);
 void pm_forget_passed(MPI_Request handle);  /* persist.c: a library request freed */
 void pm_persist_teardown(void);
 void pm_op_register_handle(struct pm_op *op); /* ops.c: a persistent op's handle */

@@ -4,7 +4,9 @@
  * with Start and Startall over several rounds with new data each round; a
  * completed persistent request stays valid (inactive: Wait and Test return at
  * once with an empty status) until Request_free; a persistent send whose
- * Fortran handle was asked for (MPI_Request_c2f, f2c) used from C.
+ * Fortran handle was asked for (MPI_Request_c2f, f2c) used from C; a
+ * persistent buffered send longer than the eager size completes before its
+ * receive is posted (the copy into the buffer completes it).
  *
  * Call families: persistent, synchronous (Ssend_init), buffered
  * (Bsend_init), blocking (the handshakes, Sendrecv).
@@ -105,6 +107,45 @@ static void pair(int peer)
 	free(bbuf);
 }
 
+/* The lower rank of the pair starts and waits for a buffered send of BIG
+ * bytes, twice, and only then tells the other, which only then receives
+ * them: the sends must complete without their receives. */
+#define BIG (256 * 1024)
+static void buffered_first(int peer)
+{
+	int bsize = 2 * (BIG + MPI_BSEND_OVERHEAD);
+	char *bbuf = mt_alloc(bsize);
+	unsigned char *msg = mt_alloc(BIG);
+	int token = 0;
+
+	MT_MPI(MPI_Buffer_attach(bbuf, bsize));
+	if (mt_rank < peer) {
+		MPI_Request sq;
+		MT_MPI(MPI_Bsend_init(msg, BIG, MPI_BYTE, peer, 20, MPI_COMM_WORLD, &sq));
+		for (int k = 0; k < 2; k++) {
+			mt_fill(msg, BIG, mt_seed(mt_rank, peer, 20 + k));
+			MT_MPI(MPI_Start(&sq));
+			MT_MPI(MPI_Wait(&sq, MPI_STATUS_IGNORE));
+		}
+		MT_MPI(MPI_Send(&token, 1, MPI_INT, peer, 21, MPI_COMM_WORLD));
+		MT_MPI(MPI_Request_free(&sq));
+	} else {
+		MPI_Status st;
+		MT_MPI(MPI_Recv(&token, 1, MPI_INT, peer, 21, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+		for (int k = 0; k < 2; k++) {
+			memset(msg, 0, BIG);
+			MT_MPI(MPI_Recv(msg, BIG, MPI_BYTE, peer, 20, MPI_COMM_WORLD, &st));
+			MT_CHECK_STATUS(st, peer, 20, BIG, MPI_BYTE);
+			MT_CHECK_FILL(msg, BIG, mt_seed(peer, mt_rank, 20 + k));
+		}
+	}
+	void *back;
+	int back_size;
+	MT_MPI(MPI_Buffer_detach(&back, &back_size));
+	free(bbuf);
+	free(msg);
+}
+
 /* A persistent receive from PROC_NULL completes at once, again and again. */
 static void proc_null(void)
 {
@@ -158,6 +199,7 @@ int main(int argc, char **argv)
 	fortran_handle(mt_rank ^ 1);
 	for (int d = 1; d < mt_size; d++) {
 		pair(mt_rank ^ d);
+		buffered_first(mt_rank ^ d);
 		MT_MPI(MPI_Barrier(MPI_COMM_WORLD)); /* no wildcard meets the next round */
 	}
 	return mt_finish();
