@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +59,82 @@ static void forget_notify(struct registry *r, struct channel *ch, unsigned ep)
 	close(ch->notify_fd[ep - ch->g.max_producers]);
 	ch->notify_fd[ep - ch->g.max_producers] = -1;
 	r->notify_fds--;
+}
+
+/* Interrupts a write to an eventfd that would block (no SA_RESTART). */
+static void on_write_alarm(int sig)
+{
+	(void)sig;
+}
+
+#define EVENTFD_WRITE_MS 20 /* the longest a write to a consumer's eventfd may take */
+
+/*
+ * Add 1 to eventfd @p fd, a consumer's, without blocking.  The daemon's
+ * copy shares its file status with the consumer's, who may have made it
+ * blocking (O_NONBLOCK is the file's, not the descriptor's, and can be
+ * changed under us), and a write blocks while the counter is full (2^64 -
+ * 2).  A full one is readable already: not written.  A writer that fills
+ * it between the look and the write makes the write block: an interval
+ * timer cuts it short (EINTR) after EVENTFD_WRITE_MS.
+ */
+static void write_eventfd(int fd)
+{
+	static bool handler_set;
+	struct pollfd p = {.fd = fd, .events = POLLOUT};
+	uint64_t one = 1;
+
+	if (poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT))
+		return;
+	if (!handler_set) {
+		/* Unblocked too: a mask inherited across exec may block it. */
+		struct sigaction sa = {.sa_handler = on_write_alarm};
+		sigset_t alarm;
+		sigemptyset(&sa.sa_mask);
+		sigemptyset(&alarm);
+		sigaddset(&alarm, SIGALRM);
+		handler_set = sigaction(SIGALRM, &sa, NULL) == 0 && sigprocmask(SIG_UNBLOCK, &alarm, NULL) == 0;
+		if (!handler_set)
+			return; /* unguarded, it could block: not written */
+	}
+	struct itimerval guard = {.it_value = {.tv_usec = EVENTFD_WRITE_MS * 1000}}, off = {{0, 0}, {0, 0}};
+	setitimer(ITIMER_REAL, &guard, NULL);
+	ssize_t n = write(fd, &one, sizeof(one));
+	int err = errno;
+	setitimer(ITIMER_REAL, &off, NULL);
+	if (n != (ssize_t)sizeof(one))
+		log_debug("an eventfd not written: %s", strerror(err)); /* full: readable anyway */
+}
+
+struct disarm_args {
+	const struct seg_geometry *g;
+	unsigned endpoint;
+};
+
+/* Disarm consumer endpoint a->endpoint, as a producer that wakes it does.
+ * @return whether it was armed (its eventfd wants a write). */
+static int disarm_fn(void *base, void *arg)
+{
+	const struct disarm_args *a = arg;
+	struct endpoint *ep = seg_endpoint(a->g, base, a->endpoint);
+
+	/* acq_rel, as a producer's exchange: pairs with the consumer's seq_cst
+	 * store of armed, and publishes what the daemon wrote before (an
+	 * endpoint marked dead) to the consumer that sees it disarmed. */
+	return atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel) != 0;
+}
+
+/* Wake consumer endpoint @p ep of @p ch on the eventfd the daemon keeps for
+ * it, if it is armed: disarmed, one write per arming. */
+static void wake_armed(struct channel *ch, unsigned ep)
+{
+	int fd = ch->notify_fd ? ch->notify_fd[ep - ch->g.max_producers] : -1;
+	struct disarm_args a = {.g = &ch->g, .endpoint = ep};
+
+	if (fd >= 0 && segment_access(&ch->seg, disarm_fn, &a) == 1) {
+		write_eventfd(fd);
+		log_debug("channel '%s': endpoint %u woken on its eventfd", ch->name, ep);
+	}
 }
 
 /* Number @p ch, file it under its name (if named) and append it to the
@@ -1077,7 +1154,12 @@ static void drop_ref(struct registry *r, struct reg_client *c, struct channel *c
 	collect(r, ch);
 }
 
-/* Reap endpoint @p ep of @p ch if its segment still marks it attached. */
+/*
+ * Reap endpoint @p ep of @p ch if its segment still marks it attached.
+ * Then, as a producer that leaves does, wake the consumers armed on an
+ * eventfd that the daemon keeps: marked dead first, so that they see it
+ * (-EPIPE, or the records a dead consumer held, handed back).
+ */
 static void reap_endpoint(struct channel *ch, unsigned ep, pid_t pid)
 {
 	struct reap_args ra = {.g = &ch->g, .endpoint = ep};
@@ -1085,11 +1167,15 @@ static void reap_endpoint(struct channel *ch, unsigned ep, pid_t pid)
 
 	if (rc == -EINVAL)
 		return; /* closed by the client */
-	if (rc == 0)
-		log_info("channel '%s': endpoint %u of pid %d reaped", ch->name, ep, (int)pid);
-	else
+	if (rc != 0) {
 		log_warn("channel '%s': cannot reap endpoint %u of pid %d: %s", ch->name, ep, (int)pid,
 			 pinshm_strerror(rc));
+		return;
+	}
+	log_info("channel '%s': endpoint %u of pid %d reaped", ch->name, ep, (int)pid);
+	for (unsigned i = 0; ch->notify_fd && i < ch->g.max_consumers; i++)
+		if (ch->g.max_producers + i != ep)
+			wake_armed(ch, ch->g.max_producers + i);
 }
 
 int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, char *why,

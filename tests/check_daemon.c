@@ -2451,6 +2451,81 @@ START_TEST(test_eventfd_handover)
 }
 END_TEST
 
+#define EV_REAP_MS 10000 /* for the daemon to reap a killed producer (longer under a wrapper) */
+
+static int ev_dying_producer(void *arg, int idx)
+{
+	pinshm_client_t *c;
+
+	(void)idx;
+	child_open_send_first(arg, "evdead", CALL_MS, &c);
+	return child_sleep_until_killed(WAIT_MS);
+}
+
+/*
+ * A consumer waiting on its eventfd (armed, empty queue) whose producer is
+ * killed -9: the daemon, as it reaps the producer, writes the eventfd
+ * (once: it reads 1), and a receive then says -EPIPE.  With @p full, the
+ * eventfd is a blocking one that the consumer filled up (a counter of
+ * 2^64 - 2: a write would block): the daemon must not block on it, and
+ * answers a request at once after the reap.
+ */
+static void ev_dying_producer_scenario(bool full)
+{
+	struct scene x;
+	pinshm_channel_t *cons;
+	char buf[16];
+	size_t len;
+	int reap_ms = EV_REAP_MS * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
+
+	scene_start(&x, "evdead");
+	CLIENT_RC(x.c, pinshm_open(x.c, "evdead", PINSHM_CONSUMER, &cons), 0);
+	int prod = tu_spawn(&x.ps, "producer", ev_dying_producer, x.d.sock, 0);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+	ck_assert(len == 5 && memcmp(buf, "first", 5) == 0);
+	int efd = eventfd(0, full ? EFD_CLOEXEC : EFD_NONBLOCK | EFD_CLOEXEC);
+	ck_assert_int_ge(efd, 0);
+	CLIENT_RC(x.c, pinshm_channel_set_notify_fd(cons, efd), 0);
+	if (full) {
+		uint64_t most = UINT64_MAX - 1;
+		ck_assert_int_eq(write(efd, &most, sizeof(most)), sizeof(most));
+	}
+	TU_RC(pinshm_channel_arm(cons), 0); /* empty, its producer alive: sleep */
+
+	ck_assert_int_eq(kill(x.ps.pid[prod], SIGKILL), 0);
+	TU_RC(tu_wait_one(&x.ps, prod, WAIT_MS), 0);
+	if (full) {
+		/* Reaped (the futex sleep ends with it), and the daemon serves on. */
+		TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, reap_ms), -EPIPE);
+		pinshm_status_t s;
+		CLIENT_RC(x.c, pinshm_status(x.c, &s, NULL, NULL), 0);
+	} else {
+		struct pollfd p = {.fd = efd, .events = POLLIN};
+		ck_assert_msg(poll(&p, 1, reap_ms) == 1, "the eventfd was not written in %d ms after the kill",
+			      reap_ms);
+		uint64_t n = 0;
+		ck_assert_int_eq(read(efd, &n, sizeof(n)), sizeof(n));
+		ck_assert_uint_eq(n, 1); /* one write per arming */
+		TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, PINSHM_NONBLOCK), -EPIPE);
+		TU_RC(pinshm_channel_arm(cons), -EPIPE);
+	}
+	pinshm_channel_close(cons);
+	close(efd);
+	scene_end(&x);
+}
+
+START_TEST(test_eventfd_producer_killed)
+{
+	ev_dying_producer_scenario(false);
+}
+END_TEST
+
+START_TEST(test_eventfd_full_producer_killed)
+{
+	ev_dying_producer_scenario(true);
+}
+END_TEST
+
 /* ======================================================================== */
 /* working-set pinning                                                       */
 /* ======================================================================== */
@@ -2624,6 +2699,8 @@ static Suite *daemon_suite(void)
 	tc = tcase_create("events");
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_eventfd_handover);
+	tcase_add_test(tc, test_eventfd_producer_killed);
+	tcase_add_test(tc, test_eventfd_full_producer_killed);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("pinning");
