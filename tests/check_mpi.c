@@ -266,6 +266,7 @@ struct run {
 	char *out; /* stdout and stderr of mpirun, NUL-terminated */
 	size_t len;
 	struct stats fam[NFAMILY];
+	unsigned long long queue_pinned, queue_unpinned; /* bit r: rank r's queue was (not) locked in RAM */
 	int stat_lines, bad_lines;
 };
 
@@ -385,6 +386,17 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		char fam[32];
 		struct stats s = {0};
 		r->stat_lines++;
+		/* "pinshm-mpi stats: rank=R queue=pinned|unpinned" */
+		if (sscanf(line, "pinshm-mpi stats: rank=%d queue=%31s", &rank, fam) == 2) {
+			unsigned long long *m = !strcmp(fam, "pinned")	 ? &r->queue_pinned
+						: !strcmp(fam, "unpinned") ? &r->queue_unpinned
+									   : NULL;
+			if (!m || rank < 0 || rank >= cf->np || ((r->queue_pinned | r->queue_unpinned) >> rank & 1))
+				r->bad_lines++;
+			else
+				*m |= 1ull << rank;
+			continue;
+		}
 		if (sscanf(line,
 			   "pinshm-mpi stats: rank=%d family=%31s pinshm_msgs=%llu pinshm_bytes=%llu mpi_msgs=%llu "
 			   "mpi_bytes=%llu",
@@ -464,6 +476,10 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 		}
 		return false;
 	}
+	if ((cf->off || cf->fallback) && (r->queue_pinned | r->queue_unpinned)) {
+		snprintf(why, len, "a queue line, but no queue (%s)", cf->off ? "PINSHM_MPI=0" : "no daemon");
+		return true;
+	}
 	if (cf->off) {
 		/* Turned off: stats are optional, but nothing may go through pinshm. */
 		for (int k = 0; k < NFAMILY; k++)
@@ -496,6 +512,10 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 		return false;
 	}
 	unsigned long long all = (1ull << cf->np) - 1, mpi_total = 0;
+	if ((r->queue_pinned | r->queue_unpinned) != all) {
+		snprintf(why, len, "queue lines from ranks %#llx, want %#llx", r->queue_pinned | r->queue_unpinned, all);
+		return true;
+	}
 	for (int k = 0; k < NFAMILY; k++) {
 		const struct stats *s = &r->fam[k];
 		unsigned bit = 1u << k;
@@ -545,6 +565,10 @@ static void run_one(const struct program *pg, const struct config *cf)
 	daemon_start(&d);
 	run_mpi(&d, NULL, pg, cf, &r);
 	bool failed = run_failed(pg, cf, &r, why, sizeof(why));
+	if (!failed && geteuid() == 0 && r.queue_unpinned) { /* root's test daemon locks every queue */
+		snprintf(why, sizeof(why), "the queues of ranks %#llx were not locked in RAM", r.queue_unpinned);
+		failed = true;
+	}
 	if (failed)
 		dump(pg, cf, &r);
 	free(r.out);
@@ -633,11 +657,12 @@ struct user_case {
 	struct config cf;
 	rlim_t memlock; /* RLIMIT_MEMLOCK of the run, 0: the test's own (8 MiB on Debian) */
 	bool xdg;       /* XDG_RUNTIME_DIR set, else the daemon's socket goes to /tmp/pinshm-UID */
+	bool unpinned;  /* the limit is too small for any queue: each rank must say so */
 };
 
 static const struct user_case user_cases[] = {
-	{"p2p_basic", {"as a user, -np 2, RLIMIT_MEMLOCK 64 KiB", 2, true, 0, false, false}, 64 * 1024, false},
-	{"p2p_modes", {"as a user, -np 4, XDG_RUNTIME_DIR", 4, true, 0, false, false}, 0, true},
+	{"p2p_basic", {"as a user, -np 2, RLIMIT_MEMLOCK 64 KiB", 2, true, 0, false, false}, 64 * 1024, false, true},
+	{"p2p_modes", {"as a user, -np 4, XDG_RUNTIME_DIR", 4, true, 0, false, false}, 0, true, false},
 };
 #define NUSER ((int)(sizeof(user_cases) / sizeof(user_cases[0])))
 
@@ -994,6 +1019,11 @@ START_TEST(test_user)
 	user_prepare(&u, uc, pg);
 	run_mpi(NULL, &u, pg, &uc->cf, &r);
 	bool failed = run_failed(pg, &uc->cf, &r, why, sizeof(why));
+	if (!failed && uc->unpinned && r.queue_pinned) {
+		snprintf(why, sizeof(why), "ranks %#llx say their queue is locked in RAM beyond RLIMIT_MEMLOCK",
+			 r.queue_pinned);
+		failed = true;
+	}
 	if (failed)
 		dump(pg, &uc->cf, &r);
 	free(r.out);
@@ -1021,6 +1051,10 @@ START_TEST(test_stats_checks)
 		r.fam[k].ranks = 3;
 	r.fam[F_BLOCKING].pinshm_msgs = 10;
 	r.fam[F_BLOCKING].pinshm_bytes = 100;
+	r.queue_pinned = 1;
+	ck_assert(run_failed(basic, &one, &r, why, sizeof(why))); /* rank 1's queue line missing */
+	ck_assert(strstr(why, "queue") != NULL);
+	r.queue_unpinned = 2;
 	ck_assert_msg(!run_failed(basic, &one, &r, why, sizeof(why)), "a good run failed: %s", why);
 	ck_assert(run_failed(basic, &plain_configs[0], &(struct run){.out = "", .stat_lines = 1}, why, sizeof(why)));
 	r.fam[F_PROBE].mpi_msgs = 1;
@@ -1051,12 +1085,15 @@ START_TEST(test_stats_checks)
 		r.fam[k].ranks = 15;
 		r.fam[k].mpi_msgs = 0;
 	}
+	r.queue_pinned = 15;
+	r.queue_unpinned = 0;
 	ck_assert(run_failed(basic, &two, &r, why, sizeof(why)));
 	r.fam[F_BLOCKING].mpi_msgs = 4;
 	ck_assert_msg(!run_failed(basic, &two, &r, why, sizeof(why)), "%s", why);
 	/* Turned off: no stats is fine, a message through pinshm is not. */
 	ck_assert(!run_failed(basic, &off, &(struct run){.out = ""}, why, sizeof(why)));
 	ck_assert(run_failed(basic, &off, &r, why, sizeof(why)));
+	ck_assert(run_failed(basic, &off, &(struct run){.out = "", .queue_pinned = 1}, why, sizeof(why)));
 	/* Without a daemon: exactly one warning, and the traffic through MPI. */
 	struct run fb = {.out = "pinshm-mpi: warning: rank 0: cannot reach pinshmd\n"};
 	fb.fam[F_BLOCKING].mpi_msgs = 5;
@@ -1071,7 +1108,7 @@ START_TEST(test_stats_checks)
 	/* Every program is held to its stats, Fortran ones too: a family
 	 * that went to the MPI library on one node fails it. */
 	for (int i = 0; i < NPROGRAMS; i++) {
-		struct run pr = {.out = ""};
+		struct run pr = {.out = "", .queue_pinned = 3};
 		for (int k = 0; k < NFAMILY; k++) {
 			pr.fam[k].ranks = 3;
 			pr.fam[k].pinshm_msgs = pr.fam[k].pinshm_bytes = 1;

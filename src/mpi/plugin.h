@@ -349,6 +349,7 @@ struct pm_state {
 	MPI_Group world_group;
 	pinshm_client_t *client;
 	pinshm_channel_t *in; /* this rank's inbound queue */
+	enum { QUEUE_UNKNOWN, QUEUE_PINNED, QUEUE_UNPINNED } in_locked; /* asked with PINSHM_MPI_STATS */
 	struct pm_peer *peers;
 	uint32_t busy_mask_words;
 	uint64_t *busy;     /* bit per peer with records waiting */

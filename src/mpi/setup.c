@@ -188,6 +188,9 @@ static int open_channels(char *why, size_t whylen)
 		if (rc < 0)
 			snprintf(why, whylen, "cannot open %s: %s (%s)", name, pinshm_strerror(rc),
 				 pinshm_client_error(pm.client));
+		pinshm_list_entry_t e;
+		if (rc == 0 && pm.cfg.stats && pinshm_stat(pm.client, name, &e) == 0)
+			pm.in_locked = e.state & PINSHM_LIST_PINNED ? QUEUE_PINNED : QUEUE_UNPINNED;
 	}
 	for (int i = 0; rc == 0 && i < pm.nlocal; i++) {
 		channel_name(name, sizeof(name), token, i);
@@ -221,6 +224,7 @@ static void close_channels(void)
 		pinshm_channel_close(pm.in);
 		pm.in = NULL;
 	}
+	pm.in_locked = QUEUE_UNKNOWN;
 	if (pm.client) {
 		pinshm_disconnect(pm.client);
 		pm.client = NULL;
@@ -408,6 +412,9 @@ static void print_stats(void)
 			" mpi_msgs=%" PRIu64 " mpi_bytes=%" PRIu64 "\n",
 			pm.world_rank, family_names[f], c->pinshm_msgs, c->pinshm_bytes, c->mpi_msgs, c->mpi_bytes);
 	}
+	if (pm.in_locked != QUEUE_UNKNOWN)
+		fprintf(stderr, "pinshm-mpi stats: rank=%d queue=%s\n", pm.world_rank,
+			pm.in_locked == QUEUE_PINNED ? "pinned" : "unpinned");
 }
 
 int MPI_Finalize(void)
