@@ -749,6 +749,10 @@ int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint3
 	*fd = -1;
 	r->notify_fds++;
 	log_debug("channel '%s': endpoint %u's eventfd kept", ch->name, endpoint);
+	/* Armed already: it may have missed a wake-up that nobody could give
+	 * (a restart: producers could not fetch its eventfd, and endpoints
+	 * reaped at the adoption), so it is woken now; at worst, for nothing. */
+	wake_armed(ch, endpoint);
 	return 0;
 }
 

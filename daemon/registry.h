@@ -20,7 +20,12 @@
  *   must be one: checked), kept until the endpoint is closed or reaped or
  *   another replaces it.  PEER: a connection that references the channel
  *   gets a copy of a consumer endpoint's eventfd, to signal it (what any
- *   user of the channel could do through the segment anyway).
+ *   user of the channel could do through the segment anyway).  The daemon
+ *   writes a kept eventfd itself, as a producer does (disarmed, one write
+ *   per arming), where its endpoint is armed: when it reaps an endpoint of
+ *   the channel (after marking it dead), and at the NOTIFY itself (a
+ *   consumer that hands its channel back after a restart may have missed
+ *   a wake-up).  Never blocking: a full eventfd is left as it is.
  * - RELOCK: a connection that references a channel asks for its segment,
  *   unlocked for want of use, to be locked again.
  * - Working-set pinning: a channel created with a pin_idle of N seconds

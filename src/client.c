@@ -592,7 +592,11 @@ int client_close_endpoint(pinshm_client_t *c, uint64_t id, unsigned endpoint)
 	return transact(c, &req, &rep, NULL);
 }
 
-/* Hand the segment of @p k back to the daemon of @p c's new connection. */
+/* Hand the segment of @p k back to the daemon of @p c's new connection;
+ * a consumer's eventfd (pinshm_channel_set_notify_fd()) goes with it
+ * (NOTIFY) where its endpoint is claimed again: the new daemon did not
+ * have it, and writes it to wake the consumer if it is armed (what it
+ * missed while no daemon ran).  A refused NOTIFY leaves the hand-back done. */
 static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 {
 	struct proto_msg req = {.h.type = PROTO_ADOPT}, rep;
@@ -610,9 +614,15 @@ static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 	c->out_fd = k->fd;
 	int rc = transact(c, &req, &rep, NULL);
 	c->out_fd = -1;
-	if (rc == 0)
-		k->ch->daemon_id = rep.u.adopt_reply.id;
-	return rc;
+	if (rc != 0)
+		return rc;
+	k->ch->daemon_id = rep.u.adopt_reply.id;
+	if (ch->role == PINSHM_CONSUMER && ch->notify_fd >= 0 && (rep.u.adopt_reply.flags & PROTO_ADOPT_ENDPOINT)) {
+		int r = client_register_notify(c, ch->daemon_id, ch->endpoint, ch->notify_fd);
+		if (r != 0 && c->broken)
+			return r;
+	}
+	return 0;
 }
 
 /*

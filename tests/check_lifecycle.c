@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -845,6 +846,7 @@ struct reap_opts {
 	bool nested; /* the producer runs in a PID namespace of its own (pid 1 there, the pid it
 		      * records in the segment) */
 	bool term;   /* the daemon is stopped with SIGTERM, not killed */
+	bool eventfd; /* the consumer waits on its eventfd (armed) instead of in pinshm_recv() */
 };
 
 #define REAP_GRACE_MS 1000 /* PINSHMD_TEST_ADOPT_GRACE_MS */
@@ -921,6 +923,34 @@ static void kill_child(struct tu_procs *ps, int i)
 	TU_RC(tu_wait_one(ps, i, WAIT_MS), 0);
 }
 
+/* Nothing for @p cons yet (a short wait ends empty); with eventfd @p efd
+ * (not -1), cleared (a wake-up for nothing: the hand-back's NOTIFY wakes
+ * an armed consumer) and armed again after it, to sleep on @p efd. */
+static void reap_nothing_yet(pinshm_channel_t *cons, int efd)
+{
+	char buf[16];
+	size_t len;
+	uint64_t n;
+
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, 200), -ETIMEDOUT);
+	if (efd >= 0) {
+		ck_assert(read(efd, &n, sizeof(n)) == sizeof(n) || errno == EAGAIN);
+		TU_RC(pinshm_channel_arm(cons), 0);
+	}
+}
+
+/* Wait up to @p ms for eventfd @p efd of an armed consumer to be written,
+ * once (one write per arming), and clear it. */
+static void reap_woken(int efd, int ms, const char *by)
+{
+	struct pollfd p = {.fd = efd, .events = POLLIN};
+	uint64_t n = 0;
+
+	ck_assert_msg(poll(&p, 1, ms) == 1, "the armed consumer's eventfd was not written in %d ms (%s)", ms, by);
+	ck_assert_int_eq(read(efd, &n, sizeof(n)), sizeof(n));
+	ck_assert_uint_eq(n, 1);
+}
+
 static void reap_scenario(enum reap_case how, struct reap_opts o)
 {
 	struct daemon d;
@@ -950,6 +980,12 @@ static void reap_scenario(enum reap_case how, struct reap_opts o)
 	int producer = tu_spawn(&ps, "producer", reap_producer, &pa, 0);
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
 	ck_assert(len == 5 && memcmp(buf, "first", 5) == 0);
+	int efd = -1;
+	if (o.eventfd) {
+		efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		ck_assert_int_ge(efd, 0);
+		CLIENT_RC(cc, pinshm_channel_set_notify_fd(cons, efd), 0);
+	}
 	if (store) {
 		store_drain(&st);
 		ck_assert_uint_eq(st.n, 1);
@@ -967,7 +1003,7 @@ static void reap_scenario(enum reap_case how, struct reap_opts o)
 	if (how == REAP_REUSED)
 		set_endpoint(st.fd[0], 0, (uint32_t)ps.pid[sleeper]);
 	/* No daemon: nobody reaps, the consumer's waits end empty. */
-	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, 200), -ETIMEDOUT);
+	reap_nothing_yet(cons, efd);
 
 	if (store)
 		spawn_with_store(&d, &st);
@@ -982,27 +1018,38 @@ static void reap_scenario(enum reap_case how, struct reap_opts o)
 		daemon_assert_idle(&d, REAP_GRACE_MS + 500, "while it watches the processes of an adopted channel");
 		ck_assert_msg(list_find(c, "gone", &e, NULL), "a channel of live processes went with the grace");
 		ck_assert_uint_eq(e.producers, 1);
-		TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, 200), -ETIMEDOUT);
+		reap_nothing_yet(cons, efd);
 		kill_child(&ps, producer);
 	}
 	uint64_t t0 = tu_now_ms();
 	int reap_ms = REAP_MS * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
-	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, reap_ms), -EPIPE);
-	printf("reap %d%s%s%s: -EPIPE %llu ms after the %s\n", (int)how, store ? " (store)" : " (hand-back)",
-	       o.nested ? " (nested)" : "", o.term ? " (SIGTERM)" : "", (unsigned long long)(tu_now_ms() - t0),
-	       how == REAP_LATER ? "kill" : "restart");
+	if (efd >= 0) {
+		reap_woken(efd, reap_ms, "its producer reaped");
+		TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, PINSHM_NONBLOCK), -EPIPE);
+	} else {
+		TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, reap_ms), -EPIPE);
+	}
+	printf("reap %d%s%s%s%s: -EPIPE %llu ms after the %s\n", (int)how, store ? " (store)" : " (hand-back)",
+	       o.nested ? " (nested)" : "", o.term ? " (SIGTERM)" : "", efd >= 0 ? " (eventfd)" : "",
+	       (unsigned long long)(tu_now_ms() - t0), how == REAP_LATER ? "kill" : "restart");
 	ck_assert(list_find(c, "gone", &e, NULL));
 	ck_assert_uint_eq(e.producers, 0);
 	ck_assert_uint_eq(e.consumers, 1);
 
 	/* The endpoint is free again: a new producer's message comes through. */
 	CLIENT_RC(c, pinshm_open(c, "gone", PINSHM_PRODUCER, &prod), 0);
+	if (efd >= 0)
+		TU_RC(pinshm_channel_arm(cons), 0); /* woken by the new producer (PEER) */
 	TU_RC(pinshm_send(prod, "second", 6, CALL_MS), 0);
-	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+	if (efd >= 0)
+		reap_woken(efd, CALL_MS, "a new producer's message");
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, efd >= 0 ? PINSHM_NONBLOCK : CALL_MS), 0);
 	ck_assert(len == 6 && memcmp(buf, "second", 6) == 0);
 
 	pinshm_channel_close(prod);
 	pinshm_channel_close(cons);
+	if (efd >= 0)
+		close(efd);
 	pinshm_disconnect(cc);
 	tu_kill_all(&ps);
 	wait_counts(c, 1, 0); /* "gone" went with its last user */
@@ -1052,6 +1099,25 @@ END_TEST
 START_TEST(test_reap_died_term)
 {
 	reap_scenario(REAP_DIED, (struct reap_opts){.store = true, .term = true});
+}
+END_TEST
+
+/*
+ * A consumer in an event loop (armed on its eventfd, which it gave the
+ * daemon with NOTIFY) hands the channel back: the new daemon learns its
+ * eventfd again (the client's NOTIFY after the hand-back) and writes it as
+ * it reaps the producer that died while no daemon ran, or later when it
+ * dies; a new producer's message wakes it too (PEER).
+ */
+START_TEST(test_reap_died_handback_eventfd)
+{
+	reap_scenario(REAP_DIED, (struct reap_opts){.eventfd = true});
+}
+END_TEST
+
+START_TEST(test_reap_later_handback_eventfd)
+{
+	reap_scenario(REAP_LATER, (struct reap_opts){.eventfd = true});
 }
 END_TEST
 
@@ -1580,6 +1646,8 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_reap_later_store);
 	tcase_add_test(tc, test_reap_later_handback);
 	tcase_add_test(tc, test_reap_later_nested);
+	tcase_add_test(tc, test_reap_died_handback_eventfd);
+	tcase_add_test(tc, test_reap_later_handback_eventfd);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");
