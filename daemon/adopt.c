@@ -86,6 +86,42 @@ void adopt_unstore(const struct channel *ch)
 	notify_systemd(state);
 }
 
+#define NOTIFY_RECORD "pinshm-efd.1." /* a consumer's eventfd: INO.ENDPOINT follow */
+
+/* "pinshm-efd.1.INO.ENDPOINT" of endpoint @p endpoint of @p ch into @p buf. */
+static void notify_record_name(const struct channel *ch, unsigned endpoint, char *buf, size_t len)
+{
+	struct stat st;
+	unsigned long long ino = fstat(ch->seg.fd, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+
+	snprintf(buf, len, NOTIFY_RECORD "%llu.%u", ino, endpoint);
+}
+
+void adopt_store_notify(const struct channel *ch, unsigned endpoint)
+{
+	char state[200], name[100];
+
+	if (!service_mode())
+		return;
+	notify_record_name(ch, endpoint, name, sizeof(name));
+	snprintf(state, sizeof(state), "FDSTORE=1\nFDNAME=%s", name);
+	int rc = notify_systemd_fd(state, ch->notify_fd[endpoint - ch->g.max_producers]);
+	if (rc < 0)
+		log_warn("channel '%s': endpoint %u's eventfd not kept in the descriptor store: %s", ch->name,
+			 endpoint, strerror(-rc));
+}
+
+void adopt_unstore_notify(const struct channel *ch, unsigned endpoint)
+{
+	char state[200], name[100];
+
+	if (!service_mode())
+		return;
+	notify_record_name(ch, endpoint, name, sizeof(name));
+	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", name);
+	notify_systemd(state);
+}
+
 unsigned adopt_take_listen_fds(struct adopt *a)
 {
 	const char *pid = getenv("LISTEN_PID"), *nfds = getenv("LISTEN_FDS"), *names = getenv("LISTEN_FDNAMES");
@@ -290,8 +326,7 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 		log_warn("channel '%s': no grace for its users to come back (out of memory)", ch->name);
 	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes%s", ch->name, (unsigned)ch->uid,
 		   ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned");
-	registry_adopt_endpoints(r, ch); /* no connection holds any yet */
-	return 0;
+	return 0; /* its endpoints judged once the eventfds are back (adopt_listen_fds()) */
 fail:
 	log_warn("descriptor store: channel '%s' not adopted: %s", rec.name, why);
 	if (ch) {
@@ -310,16 +345,57 @@ fail:
 	return rc;
 }
 
+/* Keep eventfd @p fd, named @p fdname, for its endpoint of an adopted
+ * channel.  Closed (and out of the store) where it cannot be. */
+static void adopt_notify_fd(struct registry *r, int fd, const char *fdname)
+{
+	unsigned long long ino;
+	unsigned endpoint;
+	int end = -1;
+	char why[160] = "no channel adopted has its segment";
+	struct stat st;
+
+	if (sscanf(fdname + strlen(NOTIFY_RECORD), "%llu.%u%n", &ino, &endpoint, &end) != 2 ||
+	    fdname[strlen(NOTIFY_RECORD) + (size_t)end] != '\0') {
+		snprintf(why, sizeof(why), "not an eventfd's record");
+	} else {
+		for (struct channel *ch = r->first; ch; ch = ch->next)
+			if (fstat(ch->seg.fd, &st) == 0 && (unsigned long long)st.st_ino == ino) {
+				if (registry_keep_notify(r, ch, endpoint, &fd, why, sizeof(why)) == 0) {
+					log_info("channel '%s': endpoint %u's eventfd back from the descriptor store",
+						 ch->name, endpoint);
+					return;
+				}
+				break;
+			}
+	}
+	log_warn("descriptor store: '%s' not kept: %s", fdname, why);
+	if (fd >= 0)
+		close(fd);
+	char state[200];
+	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", fdname);
+	if (service_mode())
+		notify_systemd(state);
+}
+
 unsigned adopt_listen_fds(struct adopt *a, struct registry *reg)
 {
 	unsigned n = 0;
 
 	a->reg = reg;
 	a->keep.id = ADOPT_KEEPER_ID;
-	for (unsigned i = 0; i < a->nfds; i++) {
-		n += adopt_one(a, a->fds[i].fd, a->fds[i].name) == 0;
+	/* The channels, then their consumers' eventfds, then the endpoints
+	 * judged: a reap wakes the consumers armed on those eventfds. */
+	for (unsigned i = 0; i < a->nfds; i++)
+		if (strncmp(a->fds[i].name, NOTIFY_RECORD, strlen(NOTIFY_RECORD)) != 0)
+			n += adopt_one(a, a->fds[i].fd, a->fds[i].name) == 0;
+	for (unsigned i = 0; i < a->nfds; i++)
+		if (strncmp(a->fds[i].name, NOTIFY_RECORD, strlen(NOTIFY_RECORD)) == 0)
+			adopt_notify_fd(reg, a->fds[i].fd, a->fds[i].name);
+	for (struct channel *ch = reg->first; ch; ch = ch->next)
+		registry_adopt_endpoints(reg, ch); /* no connection holds any yet */
+	for (unsigned i = 0; i < a->nfds; i++)
 		free(a->fds[i].name);
-	}
 	free(a->fds);
 	a->fds = NULL;
 	a->nfds = 0;

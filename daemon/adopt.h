@@ -18,14 +18,26 @@
  *
  * (decimal numbers, MODE octal, FLAGS: PINSHM_PERSISTENT or 0; INO, the
  * segment's inode, makes the name unique).  When a channel is unlinked or
- * destroyed its entry is removed ("FDSTOREREMOVE=1").  A daemon started
+ * destroyed its entry is removed ("FDSTOREREMOVE=1").  The eventfd that a
+ * consumer gave the daemon (NOTIFY) is kept there too, as
+ *
+ *   pinshm-efd.1.INO.ENDPOINT
+ *
+ * (INO: its channel's segment), until the daemon forgets it (the endpoint
+ * closed, reaped or claimed afresh, another eventfd given, the channel
+ * destroyed).  A daemon started
  * with $LISTEN_FDS / $LISTEN_FDNAMES (for its own $LISTEN_PID) adopts
  * each descriptor so named: the segment must be a regular file at least as
  * large as the record's geometry, whose header (magic, layout version,
  * geometry) matches the record; it is mapped, locked where the budget
  * allows, charged to its owner as a create would be, and named again.  A
  * descriptor that fails a check, or whose owner's limits refuse it, is
- * logged and closed (its users keep their mappings, unmanaged).
+ * logged and closed (its users keep their mappings, unmanaged).  Then each
+ * stored eventfd is kept again for its endpoint, where its channel was
+ * adopted and it is an eventfd, before the endpoints are judged (below):
+ * a reap at the adoption wakes the consumers armed on them, and producers
+ * that open the channel later fetch them (PEER), though their consumers
+ * have not reconnected.
  *
  * Outside service mode, clients hand their segments back when they
  * reconnect (pinshm_reconnect(3), an ADOPT request with the descriptor):
@@ -104,6 +116,13 @@ void adopt_store(const struct channel *ch);
 
 /** Take @p ch out of the descriptor store (unlinked or destroyed). */
 void adopt_unstore(const struct channel *ch);
+
+/** Put the eventfd kept for consumer endpoint @p endpoint of @p ch in the
+ *  descriptor store, in service mode. */
+void adopt_store_notify(const struct channel *ch, unsigned endpoint);
+
+/** Take the eventfd of endpoint @p endpoint of @p ch out of the store. */
+void adopt_unstore_notify(const struct channel *ch, unsigned endpoint);
 
 /* What a client says of a channel it hands back (an ADOPT request). */
 struct adopt_request {

@@ -51,11 +51,13 @@ static void unname(struct registry *r, struct channel *ch)
 	adopt_unstore(ch);
 }
 
-/* Close the eventfd kept for endpoint @p ep of @p ch, if any. */
+/* Close the eventfd kept for endpoint @p ep of @p ch, if any (and take it
+ * out of the descriptor store). */
 static void forget_notify(struct registry *r, struct channel *ch, unsigned ep)
 {
 	if (!ch->notify_fd || ep < ch->g.max_producers || ch->notify_fd[ep - ch->g.max_producers] < 0)
 		return;
+	adopt_unstore_notify(ch, ep);
 	close(ch->notify_fd[ep - ch->g.max_producers]);
 	ch->notify_fd[ep - ch->g.max_producers] = -1;
 	r->notify_fds--;
@@ -564,14 +566,19 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
 		struct endpoint_view v;
 		const char *why = "";
-		if (ch->holder[ep] != 0 || view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE)
+		if (ch->holder[ep] != 0)
 			continue;
+		if (view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE) {
+			forget_notify(r, ch, ep); /* an eventfd from the store: its endpoint closed since */
+			continue;
+		}
 		int pidfd;
 		pid_t here;
 		if (!owner_lives(&np, v.pid, &st, &pidfd, &here, &why)) {
 			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name,
 				   ep, (unsigned)v.pid, why);
 			reap_endpoint(ch, ep, (pid_t)v.pid);
+			forget_notify(r, ch, ep);
 		} else if (watch_orphan(r, ch, &v, pidfd, here) != 0) {
 			if (pidfd >= 0)
 				close(pidfd);
@@ -613,13 +620,17 @@ static void orphans_tick(struct registry *r)
 		const struct reg_orphan *o = &r->orphans[i];
 		struct endpoint_view v;
 		const char *why;
-		if (o->ch->holder[o->endpoint] != 0 || view_endpoint(o->ch, o->endpoint, &v) != 0 ||
-		    v.state != EP_ACTIVE || v.pid != o->pid || v.generation != o->generation) {
+		if (o->ch->holder[o->endpoint] != 0) {
+			drop_orphan(r, i); /* claimed: its eventfd, if any, is the holder's now */
+		} else if (view_endpoint(o->ch, o->endpoint, &v) != 0 || v.state != EP_ACTIVE || v.pid != o->pid ||
+			   v.generation != o->generation) {
+			forget_notify(r, o->ch, o->endpoint);
 			drop_orphan(r, i);
 		} else if (orphan_exited(r, i, polled, &why)) {
 			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s",
 				   o->ch->name, o->endpoint, (unsigned)o->pid, why);
 			reap_endpoint(o->ch, o->endpoint, (pid_t)o->pid);
+			forget_notify(r, o->ch, o->endpoint);
 			drop_orphan(r, i);
 		}
 	}
@@ -711,21 +722,11 @@ static bool is_eventfd(int fd)
 	return strcmp(link, "anon_inode:[eventfd]") == 0;
 }
 
-int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
-		    size_t whylen)
+/* Keep eventfd *@p fd (checked) for consumer endpoint @p endpoint of @p ch,
+ * in place of any other (the caller checked the endpoint). */
+static int keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, int *fd, char *why,
+		       size_t whylen)
 {
-	struct channel *ch = referenced(c, id);
-
-	if (!ch) {
-		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
-		return -ENOENT;
-	}
-	if (endpoint < ch->g.max_producers || endpoint >= ch->g.max_producers + ch->g.max_consumers ||
-	    ch->holder[endpoint] != c->id) {
-		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer this connection opened", endpoint,
-			 ch->name);
-		return -EINVAL;
-	}
 	if (*fd < 0 || !is_eventfd(*fd)) {
 		snprintf(why, whylen, "NOTIFY comes with an eventfd");
 		return -EINVAL;
@@ -749,11 +750,43 @@ int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint3
 	*fd = -1;
 	r->notify_fds++;
 	log_debug("channel '%s': endpoint %u's eventfd kept", ch->name, endpoint);
+	return 0;
+}
+
+int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
+		    size_t whylen)
+{
+	struct channel *ch = referenced(c, id);
+
+	if (!ch) {
+		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
+		return -ENOENT;
+	}
+	if (endpoint < ch->g.max_producers || endpoint >= ch->g.max_producers + ch->g.max_consumers ||
+	    ch->holder[endpoint] != c->id) {
+		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer this connection opened", endpoint,
+			 ch->name);
+		return -EINVAL;
+	}
+	int rc = keep_notify(r, ch, endpoint, fd, why, whylen);
+	if (rc != 0)
+		return rc;
+	adopt_store_notify(ch, endpoint);
 	/* Armed already: it may have missed a wake-up that nobody could give
 	 * (a restart: producers could not fetch its eventfd, and endpoints
 	 * reaped at the adoption), so it is woken now; at worst, for nothing. */
 	wake_armed(ch, endpoint);
 	return 0;
+}
+
+int registry_keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, int *fd, char *why,
+			 size_t whylen)
+{
+	if (endpoint < ch->g.max_producers || endpoint >= ch->g.max_producers + ch->g.max_consumers) {
+		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer endpoint", endpoint, ch->name);
+		return -EINVAL;
+	}
+	return keep_notify(r, ch, endpoint, fd, why, whylen);
 }
 
 int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
@@ -1029,6 +1062,7 @@ int registry_open(struct registry *r, struct reg_client *c, const char *name, pi
 		return ep;
 	}
 	ch->holder[ep] = c->id;
+	forget_notify(r, ch, (unsigned)ep); /* a free endpoint's: stale */
 	take_ref(c, ch);
 	log_debug("channel '%s': endpoint %d (%s) claimed for pid %d", name, ep, what, (int)c->cred.pid);
 	if (ch->seg.unlocked)

@@ -212,6 +212,15 @@ int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint3
 		    size_t whylen);
 
 /**
+ * Keep *@p fd, the eventfd of consumer endpoint @p endpoint of @p ch, as
+ * the descriptor store held it (adopt.h): as registry_notify(), with no
+ * connection holding the endpoint yet.  @return 0 (*@p fd taken), or
+ * -EINVAL (not a consumer endpoint, or not an eventfd), -ENOMEM, -ENFILE.
+ */
+int registry_keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, int *fd, char *why,
+			 size_t whylen);
+
+/**
  * A new descriptor (the caller's) of the eventfd of consumer endpoint
  * @p endpoint of the channel numbered @p id, which @p c references.
  * @return 0; -ENOENT (no such channel for @p c, or no eventfd for that

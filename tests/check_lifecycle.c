@@ -988,7 +988,7 @@ static void reap_scenario(enum reap_case how, struct reap_opts o)
 	}
 	if (store) {
 		store_drain(&st);
-		ck_assert_uint_eq(st.n, 1);
+		ck_assert_uint_eq(st.n, (o.eventfd ? 2u : 1u)); /* the segment, the consumer's eventfd */
 	}
 
 	if (o.term) {
@@ -1118,6 +1118,22 @@ END_TEST
 START_TEST(test_reap_later_handback_eventfd)
 {
 	reap_scenario(REAP_LATER, (struct reap_opts){.eventfd = true});
+}
+END_TEST
+
+/* The same with the descriptor store, the consumer never reconnecting:
+ * its eventfd is kept in the store with the segment, and the restarted
+ * daemon has it back before it reaps; once the channel goes, the store
+ * holds neither. */
+START_TEST(test_reap_died_store_eventfd)
+{
+	reap_scenario(REAP_DIED, (struct reap_opts){.store = true, .eventfd = true});
+}
+END_TEST
+
+START_TEST(test_reap_later_store_eventfd)
+{
+	reap_scenario(REAP_LATER, (struct reap_opts){.store = true, .eventfd = true});
 }
 END_TEST
 
@@ -1648,6 +1664,8 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_reap_later_nested);
 	tcase_add_test(tc, test_reap_died_handback_eventfd);
 	tcase_add_test(tc, test_reap_later_handback_eventfd);
+	tcase_add_test(tc, test_reap_died_store_eventfd);
+	tcase_add_test(tc, test_reap_later_store_eventfd);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");
