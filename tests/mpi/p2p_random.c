@@ -3,9 +3,8 @@
  *
  * Usage: p2p_random [SEED [ROUNDS]] (else $P2P_RANDOM_SEED, $P2P_RANDOM_ROUNDS;
  * seed 1, 24 rounds).  Rank 0 prints the seed first, so that a failure can
- * be replayed; every failure names the seed and the round.  Also
- * $P2P_RANDOM_VERBOSE (a trace of the rounds) and $P2P_RANDOM_ALL (cases
- * the plugin fails today), below.
+ * be replayed; every failure names the seed and the round.
+ * $P2P_RANDOM_VERBOSE traces the rounds (below).
  *
  * Every rank derives the whole schedule of every rank from the seed, round
  * by round, without talking: communicators made (dup, split) and freed, then
@@ -71,19 +70,6 @@
 
 static uint64_t g_seed;
 static int g_round;
-/*
- * $P2P_RANDOM_ALL=1 (the same at every rank): also the cases that the
- * plugin fails today, which are left out by default:
- * - a derived datatype's message received with a larger count than it has
- *   (the plugin writes nothing: its MPI_Unpack of the receive's whole count
- *   fails with MPI_ERR_TRUNCATE); without it, such receives have the
- *   message's count, and a wildcard group of a derived type one count;
- * - a persistent buffered send (Bsend_init + Start) waited for before its
- *   receive is posted (above the eager size, the plugin completes it only
- *   once the receive matched: a hang); without it, only Test calls take it
- *   before this rank's late receives are posted.
- */
-static bool all_cases;
 /* $P2P_RANDOM_VERBOSE: 1, each rank says on stderr where it is in each
  * round; 2, rank 0 also lists each round's messages (for a replay). */
 static int verbose;
@@ -406,8 +392,7 @@ static void gen_messages(void)
 	 * source: specific or ANY_TAG), R_ANY_SOURCE or R_ANY_BOTH; its type
 	 * and whether its receives are early (wildcard groups); per
 	 * (receiver, communicator, sender): style and whether still early. */
-	static int gstyle[MAX_RANKS][NSLOTS], gtype[MAX_RANKS][NSLOTS], gcount[MAX_RANKS][NSLOTS],
-		pstyle[MAX_RANKS][NSLOTS][MAX_RANKS];
+	static int gstyle[MAX_RANKS][NSLOTS], gtype[MAX_RANKS][NSLOTS], pstyle[MAX_RANKS][NSLOTS][MAX_RANKS];
 	static bool gearly[MAX_RANKS][NSLOTS], pearly[MAX_RANKS][NSLOTS][MAX_RANKS];
 	bool huge_used = false;
 
@@ -445,8 +430,7 @@ static void gen_messages(void)
 		size_t want = random_bytes(&huge_used);
 
 		int *gs = &gstyle[m->wdst][m->slot], *ps = &pstyle[m->wdst][m->slot][m->wsrc];
-		bool group_first = *gs < 0;
-		if (group_first) {
+		if (*gs < 0) {
 			int c = rng_below(&sched, 10);
 			*gs = c < 5 ? R_SPECIFIC : c < 8 ? R_ANY_SOURCE : R_ANY_BOTH;
 			gtype[m->wdst][m->slot] = m->type;
@@ -470,10 +454,6 @@ static void gen_messages(void)
 		m->count = (int)(want / t->size);
 		if (wildcard_source(m) && m->count * t->size < 8)
 			m->count = (8 + t->size - 1) / t->size; /* room for the number and the sender */
-		if (group_first)
-			gcount[m->wdst][m->slot] = m->count;
-		else if (wildcard_source(m) && t->nblocks > 1 && !all_cases)
-			m->count = gcount[m->wdst][m->slot];
 		m->bytes = (size_t)m->count * t->size;
 		do
 			m->smode = rng_below(&sched, NSMODES);
@@ -530,7 +510,7 @@ static void make_recv_buffer(struct msg *r)
 		for (int i = 0; i < nmsg; i++)
 			if (msgs[i].wdst == r->wdst && msgs[i].slot == r->slot && msgs[i].count > most)
 				most = msgs[i].count;
-	r->rcount = most + (t->nblocks > 1 && !all_cases ? 0 : rng_below(&local, 3));
+	r->rcount = most + rng_below(&local, 3);
 	r->rbuf = mt_alloc((size_t)r->rcount * t->extent);
 	memset(r->rbuf, SENTINEL, (size_t)r->rcount * t->extent);
 }
@@ -830,7 +810,7 @@ static int complete_some(bool all_safe)
  * early receive, or buffered. */
 static bool send_safe(const struct msg *m)
 {
-	return m->early || (m->smode % 4 == 2 && (m->smode != SM_BSEND_INIT || all_cases));
+	return m->early || m->smode % 4 == 2;
 }
 
 /* Requests to start together (MPI_Startall); none two that the order of
@@ -1293,13 +1273,11 @@ int main(int argc, char **argv)
 	mt_init(&argc, &argv, "p2p_random");
 	g_seed = number_from(argc > 1 ? argv[1] : NULL, "P2P_RANDOM_SEED", 1);
 	int rounds = (int)number_from(argc > 2 ? argv[2] : NULL, "P2P_RANDOM_ROUNDS", 24);
-	all_cases = number_from(NULL, "P2P_RANDOM_ALL", 0) != 0;
 	verbose = (int)number_from(NULL, "P2P_RANDOM_VERBOSE", 0);
 
 	MT_CHECK(mt_size <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
 	if (mt_rank == 0) {
-		printf("p2p_random: seed %llu, %d rounds, %d ranks%s\n", (unsigned long long)g_seed, rounds, mt_size,
-		       all_cases ? ", all cases" : "");
+		printf("p2p_random: seed %llu, %d rounds, %d ranks\n", (unsigned long long)g_seed, rounds, mt_size);
 		fflush(stdout);
 	}
 	types_init();
