@@ -570,11 +570,15 @@ void consumer_start(pinshm_channel_t *ch)
  * follows it, not what precedes it (arm64 may read the data after it).
  * Normally an acquire fence orders them, which costs nothing on x86.
  * ThreadSanitizer ignores fences (gcc warns, -Wtsan), so its build reads
- * `reserve` with an RMW adding 0, acq_rel: its release half keeps the reads
- * before it ahead of its write, and an RMW reads the value just before that
- * write.  At least as strong on every CPU, and adding 0 changes nothing the
- * publisher wrote; but it takes the publisher's line for writing, on every
- * message, which the normal build does not pay for.
+ * `reserve` with an RMW adding 0, acq_rel.  C11 alone does not promise what
+ * the fence does here (the publisher's store of `reserve` is relaxed, so
+ * nothing synchronizes with the RMW); the CPUs do: on x86 it is a locked
+ * instruction, a full barrier; on arm64 its store is a release, which keeps
+ * the reads before it ahead of it, and the RMW reads the value just before
+ * its own store, so missing the lap would need a cycle the memory model
+ * forbids.  Adding 0 changes nothing the publisher wrote; but the RMW takes
+ * the publisher's line for writing, on every message, which is why only the
+ * TSan build pays for it.
  */
 static bool overrun_lapped(pinshm_channel_t *ch, unsigned lane, uint64_t pos)
 {
