@@ -1136,7 +1136,8 @@ int pinshm_channel_arm(pinshm_channel_t *ch)
 	return rc == -EAGAIN ? 0 : rc;
 }
 
-/* Hand back the records that dead consumer @p owner had claimed. */
+/* Hand back the records that dead consumer @p owner had claimed, and move
+ * each lane's `free` past the records done. */
 int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner)
 {
 	uint64_t cap = g->capacity;
@@ -1174,6 +1175,13 @@ int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner)
 			pos += size;
 			scanned += size;
 		}
+		/* The consumer may have died between marking a record DONE and
+		 * moving `free` past it: move it as it would have, or a full ring
+		 * whose other records are done too would hold its producer for
+		 * ever, with nothing left for the other consumers to release. */
+		int rc = shared_advance_free(g, base, lane);
+		if (rc != 0)
+			return rc;
 	}
 	return 0;
 }

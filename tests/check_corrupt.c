@@ -516,6 +516,48 @@ START_TEST(test_lane_free_consumer)
 }
 END_TEST
 
+/* Shared queue: a consumer that died between marking its record DONE and
+ * moving `free` past it, in a full ring whose later records the other
+ * consumer has taken and released (its release stopped at the claimed
+ * one): the reap moves `free`, and the producer has room again. */
+START_TEST(test_reap_done_not_freed)
+{
+	struct chan ch;
+	pinshm_msg_t m;
+	size_t len;
+	unsigned sent = 0;
+
+	chan_open(&ch, 1);
+	pinshm_channel_t *other = tu_attach(ch.fd, PINSHM_CONSUMER);
+	while (pinshm_send(ch.p, sbuf, 100, PINSHM_NONBLOCK) == 0)
+		sent++;
+	ck_assert_uint_gt(sent, 2);
+	TU_RC(pinshm_recv_inplace(ch.c, &m, PINSHM_NONBLOCK), 0); /* the first record, held */
+	for (unsigned i = 1; i < sent; i++)
+		TU_RC(pinshm_recv(other, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_recv(other, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), -EAGAIN);
+	struct lane_header *l = seg_lane(&ch.s.g, ch.s.base, 0);
+	uint64_t freed = atomic_load(&l->free);
+	ck_assert_uint_eq(freed, 0);
+	/* The held consumer marks it done, as its release does first, and dies. */
+	struct record_header *r = seg_rec(&ch.s, 0, 0);
+	uint64_t word = atomic_load(&r->commit);
+	ck_assert_uint_eq(rec_state(word), REC_CLAIMED);
+	atomic_store(&r->commit, rec_word(0, rec_owner(word), REC_DONE));
+	TU_RC(pinshm_send(ch.p, sbuf, 100, PINSHM_NONBLOCK), -EAGAIN);
+	unsigned dead = pinshm_channel_endpoint(ch.c);
+	pinshm_channel_forget(ch.c);
+	ch.c = NULL;
+	TU_RC(pinshm_segment_reap(ch.s.base, ch.s.size, dead), 0);
+	freed = atomic_load(&l->free);
+	ck_assert_uint_eq(freed, (uint64_t)sent * rec_size(100));
+	TU_RC(pinshm_send(ch.p, sbuf, 100, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_recv(other, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_channel_close(other), 0);
+	chan_close(&ch);
+}
+END_TEST
+
 /* Topic: a subscriber's cursor beyond the publisher's tail. */
 START_TEST(test_topic_cursor_out_of_bounds)
 {
@@ -1150,6 +1192,7 @@ static Suite *corrupt_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_loop_test(tc, test_lane_free_out_of_bounds, 0, 4);
 	tcase_add_loop_test(tc, test_lane_free_consumer, 0, 6);
+	tcase_add_test(tc, test_reap_done_not_freed);
 	tcase_add_loop_test(tc, test_topic_cursor_out_of_bounds, 0, 2);
 	tcase_add_loop_test(tc, test_lane_tail_corrupt, 0, 4);
 	suite_add_tcase(s, tc);
