@@ -350,7 +350,10 @@ static void setup(int provided)
 		why[0] = '\0';
 	}
 	if (bad) {
-		if (why[0] && (rc != -ENOTSUP || pm.world_rank == 0))
+		/* One line: from rank 0 for what all ranks share, from the
+		 * node's first rank for the node's size, else from the rank
+		 * that failed. */
+		if (why[0] && (rc == -ENOTSUP ? pm.world_rank == 0 : rc == -E2BIG ? pm.local_rank == 0 : true))
 			fprintf(stderr,
 				"pinshm-mpi: warning: rank %d: %s; the ranks of its node use the MPI library for "
 				"everything\n",
