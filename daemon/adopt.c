@@ -576,8 +576,15 @@ int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_re
 		ch->holder[q->endpoint] = c->id;
 		*flags |= PROTO_ADOPT_ENDPOINT;
 	}
-	/* A channel new to this daemon: the endpoints of the others. */
-	if (!(*flags & PROTO_ADOPT_KNOWN))
+	/* A channel new to this daemon: the endpoints of the others.  Not by
+	 * a client the daemon cannot see (SO_PEERCRED pid 0: a PID namespace
+	 * not nested in the daemon's), whose own pids mean nothing here: its
+	 * live endpoints would be taken for gone. */
+	if (!(*flags & PROTO_ADOPT_KNOWN) && c->cred.pid <= 0)
+		log_notice("channel '%s': handed back by a process outside this daemon's PID namespaces (pid 0): "
+			   "its endpoints are not judged",
+			   ch->name);
+	else if (!(*flags & PROTO_ADOPT_KNOWN))
 		registry_adopt_endpoints(r, ch);
 	*id = chid;
 	return 0;

@@ -57,7 +57,9 @@
  * such endpoint by the pid the segment records: one whose process died
  * while no daemon ran is reaped at once, as a closed connection's is (its
  * peers get -EPIPE); one whose process lives is watched and reaped when it
- * exits, unless its process claims it again first (registry.h).
+ * exits, unless its process claims it again first (registry.h).  A
+ * hand-back by a client whose pid the daemon cannot see (SO_PEERCRED pid
+ * 0: its PID namespace is not nested in the daemon's) judges none.
  * An adopted channel that is not persistent is kept ADOPT_GRACE_MS with no
  * connection, so that its users can come back, and longer while an
  * endpoint of it is watched; then destroyed as usual if none came back

@@ -27,6 +27,7 @@ enum watch_kind {
 	WATCH_SIGNAL,
 	WATCH_CONN,
 	WATCH_PIDFD, /* the connecting process: readable once it has exited */
+	WATCH_ORPHANS, /* the registry's watched processes (watch_epfd): one has exited */
 };
 
 struct watch {
@@ -35,6 +36,7 @@ struct watch {
 
 static struct watch listen_watch = {WATCH_LISTEN};
 static struct watch signal_watch = {WATCH_SIGNAL};
+static struct watch orphans_watch = {WATCH_ORPHANS};
 
 struct conn {
 	struct watch w;  /* WATCH_CONN, on fd */
@@ -150,6 +152,8 @@ int loop_init(struct loop *l, int listen_fd, struct registry *reg, struct accoun
 	rc = watch_fd(l, EPOLL_CTL_ADD, listen_fd, EPOLLIN, &listen_watch);
 	if (rc == 0)
 		rc = watch_fd(l, EPOLL_CTL_ADD, l->signal_fd, EPOLLIN, &signal_watch);
+	if (rc == 0 && reg->watch_epfd >= 0)
+		rc = watch_fd(l, EPOLL_CTL_ADD, reg->watch_epfd, EPOLLIN, &orphans_watch);
 	if (rc == 0)
 		return 0;
 fail:
@@ -579,7 +583,7 @@ static int wait_timeout(struct loop *l)
 	if (l->adopt && adopt_timeout(l->adopt) == 0)
 		adopt_grace_end(l->adopt);
 	int t = earlier(idle_timeout(l), silent_timeout(l));
-	t = earlier(t, registry_tick(l->ctx.reg, now_ms())); /* working-set pinning */
+	t = earlier(t, registry_tick(l->ctx.reg, now_ms())); /* working-set pinning, watches without pidfds */
 	if (l->adopt)
 		t = earlier(t, adopt_timeout(l->adopt));
 
@@ -623,6 +627,8 @@ int loop_run(struct loop *l)
 				on_accept(l);
 			} else if (w->kind == WATCH_SIGNAL) {
 				on_signal(l);
+			} else if (w->kind == WATCH_ORPHANS) {
+				registry_watch_events(l->ctx.reg);
 			} else if (w->kind == WATCH_PIDFD) {
 				struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, pw));
 				if (c->fd >= 0)

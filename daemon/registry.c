@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -328,74 +329,136 @@ static int view_endpoint(struct channel *ch, unsigned ep, struct endpoint_view *
 	return segment_access(&ch->seg, view_fn, v);
 }
 
-/* Whether process @p pid maps the file @p st: 1, 0, or -1 (its maps
- * cannot be read: another user's process, or gone). */
-static int maps_file(pid_t pid, const struct stat *st)
+/* What a look at a process's maps says of the segment. */
+enum maps_answer {
+	MAPS_NO = 0,      /* it does not map it */
+	MAPS_YES = 1,     /* it does */
+	MAPS_CLOSED = -1, /* its maps may not be read (another user's process), or it is gone */
+	MAPS_LONG = -2,   /* not found within the lines the daemon may read */
+};
+
+/* Whether process @p pid maps the file @p st, reading at most
+ * REGISTRY_MAPS_MAX_LINES of its maps and no more than *@p budget (the
+ * lines read are taken off it). */
+static enum maps_answer maps_file(pid_t pid, const struct stat *st, unsigned *budget)
 {
 	char path[64], line[512];
+	unsigned limit = *budget < REGISTRY_MAPS_MAX_LINES ? *budget : REGISTRY_MAPS_MAX_LINES, lines = 0;
 	bool at_start = true;
-	int found = 0;
+	enum maps_answer found = MAPS_NO;
 
+	if (limit == 0)
+		return MAPS_LONG;
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
 	FILE *f = fopen(path, "re");
 	if (!f)
-		return -1;
+		return MAPS_CLOSED;
 	/* "START-END PERMS OFFSET MAJOR:MINOR INODE PATH", hex device numbers. */
-	while (!found && fgets(line, sizeof(line), f)) {
+	while (found == MAPS_NO && fgets(line, sizeof(line), f)) {
 		unsigned maj, min;
 		unsigned long long ino;
 		bool starts = at_start;
 		at_start = strchr(line, '\n') != NULL;
-		if (starts && sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 &&
+		if (!starts)
+			continue; /* the rest of a long path */
+		if (lines == limit) {
+			found = MAPS_LONG;
+			break;
+		}
+		lines++;
+		if (sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 &&
 		    ino == (unsigned long long)st->st_ino && maj == major(st->st_dev) && min == minor(st->st_dev))
-			found = 1;
+			found = MAPS_YES;
 	}
-	if (!found && ferror(f))
-		found = -1;
+	if (found == MAPS_NO && ferror(f))
+		found = MAPS_CLOSED;
 	fclose(f);
+	*budget -= lines;
 	return found;
+}
+
+/* The start time of process @p pid (/proc/PID/stat, clock ticks after
+ * boot): with its pid, it names one process.  0: no such process. */
+static unsigned long long proc_start(pid_t pid)
+{
+	char path[64], buf[1024];
+	unsigned long long start = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	/* "PID (COMM) STATE ...": COMM may hold anything; the fields after the
+	 * last ')' are numbers, the start time the 20th of them. */
+	char *p = strrchr(buf, ')');
+	if (p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+			&start) != 1)
+		start = 0;
+	return start;
+}
+
+/* How the daemon knows a process: a pidfd, else its start time. */
+struct proc_handle {
+	int pidfd;                /* -1: none */
+	unsigned long long start; /* where no pidfd */
+};
+
+static bool handle_exited(pid_t pid, const struct proc_handle *h)
+{
+	struct pollfd p = {.fd = h->pidfd, .events = POLLIN};
+
+	return h->pidfd >= 0 ? poll(&p, 1, 0) == 1 : proc_start(pid) != h->start;
+}
+
+static void handle_close(struct proc_handle *h)
+{
+	if (h->pidfd >= 0)
+		close(h->pidfd);
+	h->pidfd = -1;
 }
 
 /*
  * Whether process @p pid (of this PID namespace) lives and maps the file
- * @p st: 1, with @p pidfd a pidfd of it (-1 where this kernel, or
- * valgrind, has none); -1 where it lives but its maps may not be read
- * (another user's process), @p pidfd set too; 0 where it does not, and
- * @p why says why.  Its maps are read while the pidfd holds it, and the
- * pidfd looked at after, so that they are its own (without a pidfd,
- * kill(pid, 0) after the read narrows the race).
+ * @p st (maps_file(), @p budget): MAPS_YES with @p h, a handle on it;
+ * MAPS_CLOSED or MAPS_LONG where it lives but cannot be judged; MAPS_NO
+ * where it does not, and @p why says why.  Its maps are read while the
+ * handle holds it, and the handle looked at after, so that they are its
+ * own.
  */
-static int process_maps(pid_t pid, const struct stat *st, int *pidfd, const char **why)
+static enum maps_answer process_maps(pid_t pid, const struct stat *st, unsigned *budget, struct proc_handle *h,
+				     const char **why)
 {
-	int fd = -1;
-
-	*pidfd = -1;
+	*h = (struct proc_handle){.pidfd = -1};
 	*why = "no process has its pid";
 #ifdef SYS_pidfd_open
 	static bool no_pidfds; /* ENOSYS once: not asked again */
 	if (!no_pidfds) {
-		fd = (int)syscall(SYS_pidfd_open, pid, 0); /* close-on-exec */
-		if (fd < 0 && (errno == ESRCH || errno == EINVAL)) /* EINVAL: a thread's id, not a process's */
-			return 0;
-		no_pidfds = fd < 0 && errno == ENOSYS;
+		h->pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* close-on-exec */
+		if (h->pidfd < 0 && (errno == ESRCH || errno == EINVAL)) /* EINVAL: a thread's id, not a process's */
+			return MAPS_NO;
+		no_pidfds = h->pidfd < 0 && errno == ENOSYS;
 	}
 #endif
-	if (fd < 0 && kill(pid, 0) != 0 && errno == ESRCH)
-		return 0;
-	int maps = maps_file(pid, st);
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-	if (fd >= 0 ? poll(&p, 1, 0) == 1 : kill(pid, 0) != 0 && errno == ESRCH) {
+	if (h->pidfd < 0 && (h->start = proc_start(pid)) == 0)
+		return MAPS_NO;
+	enum maps_answer maps = maps_file(pid, st, budget);
+	if (handle_exited(pid, h)) {
 		*why = "its process has exited";
-		maps = 0;
-	} else if (maps == 0) {
+		maps = MAPS_NO;
+	} else if (maps == MAPS_NO) {
 		*why = "the process that has its pid does not map the channel (the pid was reused)";
+	} else if (maps == MAPS_CLOSED) {
+		*why = "its process's maps may not be read";
+	} else if (maps == MAPS_LONG) {
+		*why = "its process's maps are too long to read (REGISTRY_MAPS_MAX_LINES, REGISTRY_MAPS_BUDGET)";
 	}
-	if (maps == 0) {
-		if (fd >= 0)
-			close(fd);
-		return 0;
-	}
-	*pidfd = fd;
+	if (maps != MAPS_YES)
+		handle_close(h);
 	return maps;
 }
 
@@ -462,177 +525,350 @@ static void nested_scan(struct nested_procs *np)
 	closedir(d);
 }
 
-/* A process of a nested PID namespace whose pid there is @p pid and that
- * maps the file @p st: its pid here, or 0. */
-static pid_t nested_owner(struct nested_procs *np, uint32_t pid, const struct stat *st)
+/*
+ * The process of a nested PID namespace whose pid there is @p pid and that
+ * maps the file @p st: MAPS_YES and @p here where exactly one does;
+ * MAPS_NO where none does; MAPS_CLOSED where several do, or where a
+ * process that has that pid could not be judged (@p why set): two
+ * containers each have a pid 1, and the segment does not say which one's
+ * it is.
+ */
+static enum maps_answer nested_owner(struct nested_procs *np, uint32_t pid, const struct stat *st, unsigned *budget,
+				     pid_t *here, const char **why)
 {
+	unsigned owners = 0;
+	bool unsure = false;
+
 	if (!np->scanned)
 		nested_scan(np);
-	for (unsigned i = 0; i < np->n; i++)
-		if (np->p[i].inner == pid && maps_file(np->p[i].here, st) == 1)
-			return np->p[i].here;
-	return 0;
+	for (unsigned i = 0; i < np->n; i++) {
+		if (np->p[i].inner != pid)
+			continue;
+		enum maps_answer m = maps_file(np->p[i].here, st, budget);
+		if (m == MAPS_YES && owners++ == 0)
+			*here = np->p[i].here;
+		unsure |= m == MAPS_CLOSED || m == MAPS_LONG;
+	}
+	if (owners == 1 && !unsure)
+		return MAPS_YES;
+	if (owners == 0 && !unsure)
+		return MAPS_NO;
+	*why = owners > 1 ? "several processes of nested PID namespaces have its pid there and map the channel"
+			  : "a process of a nested PID namespace that has its pid there cannot be judged";
+	return MAPS_CLOSED;
+}
+
+/* A distinct pid of an adoption, judged. */
+enum verdict {
+	OWNER_GONE,    /* reap its endpoints */
+	OWNER_WATCHED, /* alive, watched: its endpoints reaped when it exits */
+	OWNER_KEPT,    /* taken for alive, not watched: its endpoints stay attached */
+};
+
+struct judged {
+	uint32_t pid;    /* as the segment records it */
+	enum verdict verdict;
+	pid_t here;      /* its pid for the daemon */
+	unsigned watch;  /* OWNER_WATCHED: its slot */
+	const char *why;
+};
+
+/* One adoption's judging: each distinct pid once, maps read within one budget. */
+struct judge {
+	struct nested_procs np;
+	unsigned budget; /* lines of maps left to read */
+	unsigned n;
+	struct judged e[PINSHM_MAX_PRODUCERS + PINSHM_MAX_CONSUMERS];
+};
+
+/* Give the slot of watch @p w back (its process exited, or the daemon stops). */
+static void unwatch(struct registry *r, unsigned w)
+{
+	struct reg_watch *rw = &r->watches[w];
+
+	if (rw->pidfd >= 0) {
+		if (r->watch_epfd >= 0)
+			epoll_ctl(r->watch_epfd, EPOLL_CTL_DEL, rw->pidfd, NULL);
+		close(rw->pidfd);
+	} else {
+		r->ticked_watches--;
+	}
+	*rw = (struct reg_watch){.pidfd = -1};
+	r->nwatches--;
+}
+
+/* A watch of process @p here, known by @p h (taken: given to the watch or
+ * closed), that lives and maps a segment: the slot of the one that watches
+ * it already, else a new one.  @return the slot, or -1 with @p why (the
+ * most are watched, or memory is short). */
+static int watch_process(struct registry *r, pid_t here, struct proc_handle *h, const char **why)
+{
+	for (unsigned w = 0; r->watches && w < REGISTRY_MAX_WATCHES; w++) {
+		struct reg_watch *rw = &r->watches[w];
+		if (rw->here != here)
+			continue;
+		/* The same process while its watch has not seen it exit (a pid
+		 * is reused only after); else a new watch for the new one. */
+		if (!handle_exited(here, &(struct proc_handle){.pidfd = rw->pidfd, .start = rw->start})) {
+			handle_close(h);
+			return (int)w;
+		}
+	}
+	*why = "the daemon watches REGISTRY_MAX_WATCHES processes already";
+	if (r->nwatches >= REGISTRY_MAX_WATCHES)
+		goto fail;
+	if (!r->watches) {
+		r->watches = malloc(REGISTRY_MAX_WATCHES * sizeof(*r->watches));
+		*why = "out of memory";
+		if (!r->watches)
+			goto fail;
+		for (unsigned w = 0; w < REGISTRY_MAX_WATCHES; w++)
+			r->watches[w] = (struct reg_watch){.pidfd = -1};
+	}
+	unsigned w = 0;
+	while (r->watches[w].here != 0)
+		w++;
+	if (h->pidfd >= 0) {
+		struct epoll_event ev = {.events = EPOLLIN, .data.u32 = w};
+		if (r->watch_epfd < 0 || epoll_ctl(r->watch_epfd, EPOLL_CTL_ADD, h->pidfd, &ev) != 0) {
+			/* Known by its start time instead. */
+			handle_close(h);
+			h->start = proc_start(here);
+			*why = "its process has exited";
+			if (h->start == 0)
+				goto fail;
+		}
+	}
+	r->watches[w] = (struct reg_watch){.here = here, .pidfd = h->pidfd, .start = h->start};
+	r->ticked_watches += h->pidfd < 0;
+	r->nwatches++;
+	return (int)w;
+fail:
+	handle_close(h);
+	return -1;
 }
 
 /*
- * Whether the process recorded as @p pid for an endpoint of the segment
- * @p st lives: as process_maps() (@p pidfd and @p why set so), @p here its
- * pid in the daemon's PID namespace (@p np: the nested ones, scanned once).  The segment records a pid only, as
- * the client saw its own: a process that has that pid here but does not
- * map the segment got it later (the pid was reused), unless the pid is one
- * of a nested PID namespace, whose process there maps the segment (a
- * client in a container): then that process.
+ * Judge @p pid, recorded for an endpoint of the segment @p st (the rules
+ * of registry.h), once in @p j: gone, alive and watched, or kept.
  */
-static bool owner_lives(struct nested_procs *np, uint32_t pid, const struct stat *st, int *pidfd, pid_t *here,
-			const char **why)
+static const struct judged *judge_pid(struct registry *r, struct judge *j, uint32_t pid, const struct stat *st)
 {
-	int direct = 0, nested_fd;
-	const char *ignored;
+	for (unsigned i = 0; i < j->n; i++)
+		if (j->e[i].pid == pid)
+			return &j->e[i];
+	static const struct judged too_many = {.verdict = OWNER_KEPT, .why = "too many pids to judge"};
+	if (j->n == sizeof(j->e) / sizeof(j->e[0]))
+		return &too_many; /* not with the daemon's geometries: one per endpoint at most */
+	struct judged *e = &j->e[j->n++];
+	struct proc_handle h = {.pidfd = -1};
+	enum maps_answer direct = MAPS_NO;
+	const char *nested_why = NULL;
 
-	*here = (pid_t)pid;
-	*pidfd = -1;
-	*why = "no process can have its pid";
+	*e = (struct judged){.pid = pid, .verdict = OWNER_GONE, .here = (pid_t)pid, .why = "no process can have its pid"};
 	if (pid == 0 || pid > INT_MAX)
-		return false;
+		return e;
 	if ((pid_t)pid == getpid())
-		*why = "its pid is this daemon's now";
+		e->why = "its pid is this daemon's now";
 	else
-		direct = process_maps((pid_t)pid, st, pidfd, why);
-	if (direct == 1)
-		return true;
-	/* Not proven here: a nested namespace's process, where one maps it,
-	 * is the better answer (rare: a scan of /proc, once a channel). */
-	pid_t nested = nested_owner(np, pid, st);
-	if (nested > 0 && process_maps(nested, st, &nested_fd, &ignored) != 0) {
-		if (*pidfd >= 0)
-			close(*pidfd);
-		*pidfd = nested_fd;
-		*here = nested;
-		return true;
+		direct = process_maps((pid_t)pid, st, &j->budget, &h, &e->why);
+	if (direct != MAPS_YES) {
+		/* Not proven here: a nested namespace's process, where one alone
+		 * maps it, is the better answer (a scan of /proc, once an adoption). */
+		pid_t nested = 0;
+		enum maps_answer n = nested_owner(&j->np, pid, st, &j->budget, &nested, &nested_why);
+		if (n == MAPS_YES)
+			n = process_maps(nested, st, &j->budget, &h, &nested_why);
+		if (n == MAPS_YES) {
+			direct = MAPS_YES;
+			e->here = nested;
+		} else if (n != MAPS_NO) {
+			direct = MAPS_CLOSED;
+			e->why = nested_why;
+		}
 	}
-	return direct == -1; /* a process whose maps are closed to the daemon: taken for the owner */
+	if (direct == MAPS_NO)
+		return e;
+	e->verdict = OWNER_KEPT;
+	if (direct != MAPS_YES)
+		return e; /* e->why says why it cannot be judged */
+	int w = watch_process(r, e->here, &h, &e->why);
+	if (w >= 0) {
+		e->verdict = OWNER_WATCHED;
+		e->watch = (unsigned)w;
+	}
+	return e;
 }
 
-/* Watch endpoint @p v of @p ch, whose process lives: @p pidfd, pid @p here.
- * @return 0 or -ENOMEM. */
-static int watch_orphan(struct registry *r, struct channel *ch, const struct endpoint_view *v, int pidfd, pid_t here)
+/* Watch endpoint @p v of @p ch through watch @p w.  @return 0, or -1 with
+ * @p why (REGISTRY_MAX_ORPHANS, or memory). */
+static int watch_orphan(struct registry *r, struct channel *ch, const struct endpoint_view *v, unsigned w,
+			const char **why)
 {
-	char why[80];
-
+	*why = "the daemon watches REGISTRY_MAX_ORPHANS endpoints already";
+	if (r->norphans >= REGISTRY_MAX_ORPHANS)
+		return -1;
 	if (r->norphans == r->orphans_cap) {
 		unsigned cap = r->orphans_cap ? r->orphans_cap * 2 : 8;
 		struct reg_orphan *o = realloc(r->orphans, cap * sizeof(*o));
-		if (o)
-			r->orphans = o;
-		struct pollfd *p = o ? realloc(r->orphan_pidfds, cap * sizeof(*p)) : NULL;
-		if (!p)
-			return -ENOMEM;
-		r->orphan_pidfds = p;
+		*why = "out of memory";
+		if (!o)
+			return -1;
+		r->orphans = o;
 		r->orphans_cap = cap;
 	}
-	if (ref_room(&r->orphan_keeper, ch, why, sizeof(why)) != 0)
-		return -ENOMEM;
-	take_ref(&r->orphan_keeper, ch);
-	r->orphans[r->norphans] = (struct reg_orphan){
-		.ch = ch, .endpoint = v->endpoint, .pid = v->pid, .generation = v->generation, .here = here};
-	r->orphan_pidfds[r->norphans] = (struct pollfd){.fd = pidfd, .events = POLLIN};
-	r->norphans++;
+	r->orphans[r->norphans++] = (struct reg_orphan){
+		.ch = ch, .endpoint = v->endpoint, .pid = v->pid, .generation = v->generation, .watch = w};
+	r->watches[w].users++;
+	if (ch->watched++ == 0)
+		ch->refs++; /* kept while watched */
 	return 0;
 }
 
-/* Stop watching orphan @p i; its channel may be destroyed. */
+/* Stop watching orphan @p i (its process too, if it was its last); its
+ * channel may be destroyed. */
 static void drop_orphan(struct registry *r, unsigned i)
 {
 	struct channel *ch = r->orphans[i].ch;
+	unsigned w = r->orphans[i].watch;
 
-	if (r->orphan_pidfds[i].fd >= 0)
-		close(r->orphan_pidfds[i].fd);
-	r->norphans--;
-	r->orphans[i] = r->orphans[r->norphans];
-	r->orphan_pidfds[i] = r->orphan_pidfds[r->norphans];
-	for (unsigned k = 0; k < r->norphans; k++)
-		if (r->orphans[k].ch == ch)
-			return; /* still watched */
-	drop_ref(r, &r->orphan_keeper, ch);
+	if (--r->watches[w].users == 0)
+		unwatch(r, w);
+	r->orphans[i] = r->orphans[--r->norphans];
+	if (--ch->watched == 0) {
+		ch->refs--;
+		collect(r, ch);
+	}
 }
 
 void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 {
-	struct nested_procs np = {0};
+	struct judge *j = calloc(1, sizeof(*j));
 	struct stat st;
 
-	if (fstat(ch->seg.fd, &st) != 0)
+	if (!j) {
+		log_warn("channel '%s': out of memory: the endpoints attached before the restart are not judged",
+			 ch->name);
 		return;
+	}
+	j->budget = REGISTRY_MAPS_BUDGET;
+	if (fstat(ch->seg.fd, &st) != 0)
+		goto out;
 	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
 		struct endpoint_view v;
-		const char *why = "";
+		const char *why;
 		if (ch->holder[ep] != 0)
 			continue;
 		if (view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE) {
 			forget_notify(r, ch, ep); /* an eventfd from the store: its endpoint closed since */
 			continue;
 		}
-		int pidfd;
-		pid_t here;
-		if (!owner_lives(&np, v.pid, &st, &pidfd, &here, &why)) {
+		const struct judged *e = judge_pid(r, j, v.pid, &st);
+		if (e->verdict == OWNER_GONE) {
 			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name,
-				   ep, (unsigned)v.pid, why);
+				   ep, (unsigned)v.pid, e->why);
 			reap_endpoint(ch, ep, (pid_t)v.pid);
 			forget_notify(r, ch, ep);
-		} else if (watch_orphan(r, ch, &v, pidfd, here) != 0) {
-			if (pidfd >= 0)
-				close(pidfd);
-			log_warn("channel '%s': endpoint %u of pid %u: out of memory: not reaped when it exits",
-				 ch->name, ep, (unsigned)v.pid);
+		} else if (e->verdict == OWNER_KEPT) {
+			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s: "
+				   "taken for alive, not watched",
+				   ch->name, ep, (unsigned)v.pid, e->why);
+		} else if (watch_orphan(r, ch, &v, e->watch, &why) != 0) {
+			log_warn("channel '%s': endpoint %u of pid %u (here %d), alive: %s: not watched", ch->name,
+				 ep, (unsigned)v.pid, (int)e->here, why);
 		} else {
 			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: watched until it exits%s",
-				 ch->name, ep, (unsigned)v.pid, (int)here,
-				 pidfd >= 0 ? "" : " (no pidfd: looked at every tick)");
+				 ch->name, ep, (unsigned)v.pid, (int)e->here,
+				 r->watches[e->watch].pidfd >= 0 ? "" : " (no pidfd: looked at every tick)");
 		}
 	}
-	free(np.p);
+out:
+	/* Watches that no endpoint came to use (all kept past a cap). */
+	for (unsigned i = 0; i < j->n; i++)
+		if (j->e[i].verdict == OWNER_WATCHED && r->watches[j->e[i].watch].users == 0 &&
+		    r->watches[j->e[i].watch].here != 0)
+			unwatch(r, j->e[i].watch);
+	free(j->np.p);
+	free(j);
 }
 
-/* Whether the process of orphan @p i has exited: its pidfd polled
- * readable (@p polled: poll() reported events), or, with no pidfd, as
- * process_maps() judges its pid now. */
-static bool orphan_exited(struct registry *r, unsigned i, bool polled, const char **why)
+/* Whether orphan @p i is no longer its process's to reap: claimed by a
+ * connection, closed, reaped or attached again, or its segment damaged. */
+static bool orphan_stale(struct registry *r, unsigned i)
 {
-	struct pollfd *p = &r->orphan_pidfds[i];
-	struct stat st;
+	const struct reg_orphan *o = &r->orphans[i];
+	struct endpoint_view v;
 
-	*why = "its process has exited";
-	if (p->fd >= 0)
-		return polled && p->revents != 0; /* POLLIN */
-	if (fstat(r->orphans[i].ch->seg.fd, &st) != 0)
-		return false;
-	return process_maps(r->orphans[i].here, &st, &p->fd, why) == 0; /* it may give a pidfd this time */
+	return o->ch->holder[o->endpoint] != 0 || view_endpoint(o->ch, o->endpoint, &v) != 0 ||
+	       v.state != EP_ACTIVE || v.pid != o->pid || v.generation != o->generation;
 }
 
-/* Reap the watched endpoints whose process exited; forget those a
- * connection claimed, that were closed, reaped or attached again, or whose
- * segment is damaged. */
-static void orphans_tick(struct registry *r)
+/* Forget orphan @p i, stale: its eventfd too, unless a connection holds
+ * the endpoint (then it is the holder's). */
+static void forget_orphan(struct registry *r, unsigned i)
 {
-	bool polled = r->norphans && poll(r->orphan_pidfds, r->norphans, 0) > 0;
+	const struct reg_orphan *o = &r->orphans[i];
 
+	if (o->ch->holder[o->endpoint] == 0)
+		forget_notify(r, o->ch, o->endpoint);
+	drop_orphan(r, i);
+}
+
+/* The process of watch @p w exited: reap the endpoints watched through it
+ * (the stale ones forgotten); the watch ends with the last. */
+static void watch_exited(struct registry *r, unsigned w)
+{
 	for (unsigned i = r->norphans; i-- > 0;) {
 		const struct reg_orphan *o = &r->orphans[i];
-		struct endpoint_view v;
-		const char *why;
-		if (o->ch->holder[o->endpoint] != 0) {
-			drop_orphan(r, i); /* claimed: its eventfd, if any, is the holder's now */
-		} else if (view_endpoint(o->ch, o->endpoint, &v) != 0 || v.state != EP_ACTIVE || v.pid != o->pid ||
-			   v.generation != o->generation) {
-			forget_notify(r, o->ch, o->endpoint);
-			drop_orphan(r, i);
-		} else if (orphan_exited(r, i, polled, &why)) {
-			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s",
-				   o->ch->name, o->endpoint, (unsigned)o->pid, why);
+		if (o->watch != w)
+			continue;
+		if (!orphan_stale(r, i)) {
+			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: "
+				   "its process has exited",
+				   o->ch->name, o->endpoint, (unsigned)o->pid);
 			reap_endpoint(o->ch, o->endpoint, (pid_t)o->pid);
-			forget_notify(r, o->ch, o->endpoint);
-			drop_orphan(r, i);
 		}
+		forget_orphan(r, i);
+	}
+	if (r->watches[w].here != 0)
+		unwatch(r, w); /* none watched through it */
+}
+
+/* From the tick: forget the stale orphans, REGISTRY_TICK_ORPHANS at most
+ * a tick, in turn, so that a channel whose endpoints were all claimed or
+ * closed is not kept by them. */
+static void orphans_tick(struct registry *r)
+{
+	unsigned n = r->norphans < REGISTRY_TICK_ORPHANS ? r->norphans : REGISTRY_TICK_ORPHANS;
+
+	for (unsigned k = 0; k < n && r->norphans; k++) {
+		if (r->orphan_cursor >= r->norphans)
+			r->orphan_cursor = 0;
+		if (orphan_stale(r, r->orphan_cursor))
+			forget_orphan(r, r->orphan_cursor); /* the last one moved here: looked at next */
+		else
+			r->orphan_cursor++;
+	}
+}
+
+void registry_watch_events(struct registry *r)
+{
+	struct epoll_event ev[32];
+	int n = r->watch_epfd >= 0 ? epoll_wait(r->watch_epfd, ev, 32, 0) : 0;
+
+	for (int i = 0; i < n; i++)
+		if (ev[i].data.u32 < REGISTRY_MAX_WATCHES && r->watches[ev[i].data.u32].pidfd >= 0)
+			watch_exited(r, ev[i].data.u32);
+}
+
+/* The watched processes without a pidfd: those whose start time changed
+ * (gone, or another has their pid) exited. */
+static void watches_tick(struct registry *r)
+{
+	for (unsigned w = 0; r->ticked_watches && w < REGISTRY_MAX_WATCHES; w++) {
+		struct reg_watch *rw = &r->watches[w];
+		if (rw->here != 0 && rw->pidfd < 0 && proc_start(rw->here) != rw->start)
+			watch_exited(r, w);
 	}
 }
 
@@ -680,6 +916,7 @@ int registry_tick(struct registry *r, uint64_t now)
 	if (now < r->next_tick)
 		return (int)(r->next_tick - now);
 	r->next_tick = now + REGISTRY_TICK_MS;
+	watches_tick(r);
 	orphans_tick(r);
 	for (struct channel *ch = r->first; ch && r->idle_policies; ch = ch->next) {
 		if (!ch->pin_idle || !ch->seg.pinned || ch->seg.damaged)
@@ -836,20 +1073,22 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
 void registry_init(struct registry *r, struct account *acct)
 {
 	*r = (struct registry){.next_id = 1, .acct = acct};
-	r->orphan_keeper.id = REGISTRY_ORPHANS_ID;
+	r->watch_epfd = epoll_create1(EPOLL_CLOEXEC); /* -1: the watches are looked at every tick */
 }
 
 void registry_fini(struct registry *r)
 {
-	for (unsigned i = 0; i < r->norphans; i++)
-		if (r->orphan_pidfds[i].fd >= 0)
-			close(r->orphan_pidfds[i].fd);
+	for (unsigned w = 0; r->watches && w < REGISTRY_MAX_WATCHES; w++)
+		if (r->watches[w].pidfd >= 0)
+			close(r->watches[w].pidfd);
+	free(r->watches);
 	free(r->orphans);
-	free(r->orphan_pidfds);
+	r->watches = NULL;
 	r->orphans = NULL;
-	r->orphan_pidfds = NULL;
-	r->norphans = r->orphans_cap = 0;
-	registry_client_forget(&r->orphan_keeper);
+	r->norphans = r->orphans_cap = r->nwatches = r->ticked_watches = 0;
+	if (r->watch_epfd >= 0)
+		close(r->watch_epfd);
+	r->watch_epfd = -1;
 	while (r->first)
 		channel_free(r, r->first);
 }

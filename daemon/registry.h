@@ -44,19 +44,27 @@
  *   it is not persistent or no longer named.
  * - Adopted channels (adopt.h) come with endpoints attached by processes
  *   that no connection of this daemon stands for: registry_adopt_endpoints()
- *   judges each one's owner, the pid the segment records for it.  Where
- *   that process is gone it is reaped at once, as a closed connection's
- *   endpoint is; where it lives it is watched (a pidfd; without pidfds,
- *   its pid is judged again every REGISTRY_TICK_MS) and reaped when it
- *   exits, unless a connection claimed it again before (adopt_client());
- *   the channel is kept while an endpoint of it is watched.  A pid is
- *   taken for gone where no process has it, where it is the daemon's own,
- *   or where the process that has it now does not map the segment (the pid
- *   was reused: its /proc/PID/maps lacks the segment's device and inode),
- *   unless a process of a nested PID namespace has that pid there and maps
- *   the segment (the pid is the client's own view: a client in a
- *   container).  Where none does, a process whose maps the daemon may not
- *   read is taken for the owner.
+ *   judges each one's owner, the pid the segment records for it, each
+ *   distinct pid once per adoption.  A pid is taken for gone where no
+ *   process has it, where it is the daemon's own, or where the process
+ *   that has it now does not map the segment (the pid was reused: its
+ *   /proc/PID/maps lacks the segment's device and inode), unless exactly
+ *   one process of a nested PID namespace has that pid there and maps the
+ *   segment (the pid is the client's own view: a client in a container):
+ *   then that process owns it.  A gone owner's endpoint is reaped at once,
+ *   as a closed connection's is.  An owner proven alive (it maps the
+ *   segment) is watched and its endpoint reaped when it exits, unless a
+ *   connection claimed it again before (adopt_client()); the channel is
+ *   kept while an endpoint of it is watched.  One watch per process for
+ *   the whole daemon (a pidfd in watch_epfd, which the event loop polls;
+ *   without pidfds, the process's start time looked at every
+ *   REGISTRY_TICK_MS), REGISTRY_MAX_WATCHES at most, and
+ *   REGISTRY_MAX_ORPHANS watched endpoints.  Where the daemon cannot judge
+ *   (the maps may not be read, are longer than REGISTRY_MAPS_MAX_LINES or
+ *   than what is left of REGISTRY_MAPS_BUDGET for this adoption, several
+ *   nested processes fit), or past those caps, the owner is taken for
+ *   alive and not watched: its endpoint stays attached, as the segment
+ *   says, and does not keep the channel.
  *
  * The daemon trusts only its own records (the geometry it formatted, which
  * connection each endpoint was claimed for); the segment's contents are
@@ -88,6 +96,11 @@
 #define REGISTRY_MAX_REFS 1024u     /* channels one connection may reference */
 #define REGISTRY_TICK_MS 250u       /* how often working-set pinning looks at the channels */
 #define REGISTRY_MAX_NOTIFY_FDS 4096u /* consumers' eventfds held at once, all channels */
+#define REGISTRY_MAX_WATCHES 256u     /* processes watched at once (a pidfd each), all channels */
+#define REGISTRY_MAX_ORPHANS 65536u   /* endpoints watched at once, all channels */
+#define REGISTRY_MAPS_MAX_LINES 8192u /* of one process's /proc/PID/maps read to judge it */
+#define REGISTRY_MAPS_BUDGET 32768u   /* lines of maps read for one adoption, all its processes */
+#define REGISTRY_TICK_ORPHANS 1024u   /* watched endpoints looked at a tick (claimed or closed since?) */
 
 struct channel {
 	uint64_t id;                    /* creation order, from 1: the LIST cursor */
@@ -108,6 +121,7 @@ struct channel {
 	int *notify_fd;                 /* per consumer endpoint: its eventfd (NOTIFY), -1: none; NULL
 					 * until the first NOTIFY */
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
+	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
 	struct channel *hash_next;      /* in its bucket, while named */
 	struct channel *prev, *next;    /* every live channel, by id */
 };
@@ -120,17 +134,22 @@ struct reg_client {
 	unsigned nrefs, cap;
 };
 
-#define REGISTRY_ORPHANS_ID (UINT64_MAX - 1) /* the pseudo-connection that keeps watched channels */
+/* A process that owns endpoints of adopted channels, watched until it exits. */
+struct reg_watch {
+	pid_t here;                /* its pid for the daemon, 0: a free slot */
+	int pidfd;                 /* in registry.watch_epfd (data: the slot), -1: none */
+	unsigned long long start;  /* without a pidfd: its start time (/proc/PID/stat), looked at each tick */
+	unsigned users;            /* reg_orphans watched through it */
+};
 
 /* An endpoint of an adopted channel that no connection holds, attached by
  * a process that lived when the channel was adopted: watched until it exits. */
 struct reg_orphan {
-	struct channel *ch;  /* referenced by registry.orphan_keeper */
+	struct channel *ch;  /* kept (ch->watched) */
 	unsigned endpoint;
 	uint32_t pid;        /* as the segment recorded it */
 	uint32_t generation; /* the endpoint's, then: another attach changes it */
-	pid_t here;          /* that process's pid for the daemon (another where it runs in a nested
-			      * PID namespace) */
+	unsigned watch;      /* its process: a slot of registry.watches */
 };
 
 struct registry {
@@ -144,10 +163,12 @@ struct registry {
 	unsigned notify_fds;    /* eventfds held for consumers, all channels (REGISTRY_MAX_NOTIFY_FDS) */
 	uint64_t next_tick;     /* when registry_tick() looks again (ms) */
 	struct reg_orphan *orphans; /* watched endpoints (registry_adopt_endpoints()) */
-	struct pollfd *orphan_pidfds; /* their processes' pidfds, same index (POLLIN: exited); -1: no
-				       * pidfd here, its process is judged again at every tick */
 	unsigned norphans, orphans_cap;
-	struct reg_client orphan_keeper; /* references the channels of orphans (id REGISTRY_ORPHANS_ID) */
+	unsigned orphan_cursor;     /* the next orphan the tick looks at */
+	struct reg_watch *watches;  /* REGISTRY_MAX_WATCHES slots (allocated at the first watch) */
+	unsigned nwatches;          /* slots in use */
+	unsigned ticked_watches;    /* of them, without a pidfd (judged at each tick) */
+	int watch_epfd;             /* an epoll set of the watches' pidfds (-1: none, all ticked) */
 };
 
 /** An empty registry that charges its channels to @p acct. */
@@ -232,13 +253,21 @@ int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_
 /**
  * From the event loop, every REGISTRY_TICK_MS: working-set pinning (look
  * at the channels with a pin_idle, unlock those idle for that long and
- * lock again those used since), and the watched endpoints of adopted
- * channels (reap those whose process exited; forget those claimed by a
- * connection, closed or attached again since).  @p now: CLOCK_MONOTONIC ms.
- * @return ms until it wants to run again, or -1 (no channel has a
- *         pin_idle, no endpoint is watched).
+ * lock again those used since), the watched processes without a pidfd
+ * (reap the endpoints of those that exited, as registry_watch_events()),
+ * and REGISTRY_TICK_ORPHANS watched endpoints in turn (forget those a
+ * connection claimed, closed or attached again since).  @p now:
+ * CLOCK_MONOTONIC ms.  @return ms until it wants to run again, or -1 (no
+ * channel has a pin_idle, no endpoint is watched).
  */
 int registry_tick(struct registry *r, uint64_t now);
+
+/**
+ * From the event loop, when r->watch_epfd is readable: reap the watched
+ * endpoints of the processes that exited (those a connection claimed,
+ * closed or attached again since are forgotten), and end their watches.
+ */
+void registry_watch_events(struct registry *r);
 
 /** Describe the named channel @p name in @p out, as registry_list().  @return 0 or -ENOENT. */
 int registry_stat(struct registry *r, const char *name, struct proto_list_entry *out, char *why, size_t whylen);
@@ -278,7 +307,7 @@ int registry_insert(struct registry *r, struct channel *ch, char *why, size_t wh
 /**
  * Judge the endpoints of @p ch, just adopted, that are attached and held by
  * no connection (the rules above): reap those whose process is gone, watch
- * the others until it exits.  Logged.
+ * the others until it exits where it can.  Logged.
  */
 void registry_adopt_endpoints(struct registry *r, struct channel *ch);
 
