@@ -1305,6 +1305,307 @@ START_TEST(test_adopt_bogus_pids)
 }
 END_TEST
 
+/* The state of endpoint @p i of a segment mapped at @p base (the endpoints
+ * follow the segment's header). */
+static uint32_t endpoint_state(const void *base, unsigned i)
+{
+	const struct endpoint *ep = (const struct endpoint *)((const uint8_t *)base + sizeof(struct seg_header)) + i;
+
+	return atomic_load(&ep->state);
+}
+
+/* The whole segment @p fd, mapped shared. */
+static void *map_segment(int fd)
+{
+	void *base = mmap(NULL, tu_fd_size(fd), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	ck_assert(base != MAP_FAILED);
+	return base;
+}
+
+#define FLOOD_CHANNELS 3
+#define FLOOD_SLACK 8 /* descriptors the daemon may open meanwhile for itself (a pool refill) */
+
+/* Hand-backs whose 320 endpoints all record one live process that maps
+ * them (what pidfd_flood did): one watch (pidfd) for that process, not
+ * one a endpoint; when it exits all are reaped and the channels go. */
+START_TEST(test_adopt_flood_one_pid)
+{
+	struct daemon d;
+	struct proto_msg rep;
+	struct tu_procs ps;
+	pinshm_channel_attr_t attr;
+	int seg[FLOOD_CHANNELS];
+	void *base[FLOOD_CHANNELS];
+	const unsigned total = PINSHM_MAX_PRODUCERS + PINSHM_MAX_CONSUMERS;
+
+	daemon_start(&d);
+	tu_procs_init(&ps);
+	tu_attr(&attr, PINSHM_QUEUE, PINSHM_MIN_CAPACITY, PINSHM_MAX_PRODUCERS, PINSHM_MAX_CONSUMERS);
+	for (unsigned k = 0; k < FLOOD_CHANNELS; k++) {
+		seg[k] = tu_create(&attr);
+		base[k] = map_segment(seg[k]);
+	}
+	int owner = tu_spawn(&ps, "owner", reap_sleeper, NULL, 0); /* maps them all, not the sockets */
+	pinshm_client_t *c = connect_ok(&d);
+	int sock = raw_hello(&d);
+	for (unsigned k = 0; k < FLOOD_CHANNELS; k++)
+		for (unsigned i = 0; i < total; i++)
+			set_endpoint(seg[k], i, (uint32_t)ps.pid[owner]);
+	unsigned before = proc_fd_count(d.pid);
+	for (unsigned k = 0; k < FLOOD_CHANNELS; k++) {
+		char name[16];
+		snprintf(name, sizeof(name), "flood-%u", k);
+		TU_RC(raw_adopt(sock, name, &attr, PINSHM_CONSUMER, PINSHM_MAX_PRODUCERS, seg[k], 1, &rep), 0);
+	}
+	unsigned after = proc_fd_count(d.pid);
+	printf("flood: %u hand-backs of %u endpoints of one pid: the daemon's descriptors %u -> %u\n", FLOOD_CHANNELS,
+	       total, before, after);
+	ck_assert_msg(after <= before + FLOOD_CHANNELS + 1 + FLOOD_SLACK,
+		      "%u descriptors after %u hand-backs, %u before: more than a segment each and one pidfd", after,
+		      FLOOD_CHANNELS, before);
+	close(sock); /* kept: their owner lives and maps them */
+	wait_counts(c, 1, FLOOD_CHANNELS);
+
+	kill_child(&ps, owner); /* each of its endpoints reaped, the channels gone */
+	wait_counts(c, 1, 0);
+	for (unsigned k = 0; k < FLOOD_CHANNELS; k++) {
+		for (unsigned i = 0; i < total; i++)
+			ck_assert_uint_ne(endpoint_state(base[k], i), EP_ACTIVE);
+		munmap(base[k], tu_fd_size(seg[k]));
+		close(seg[k]);
+	}
+	ck_assert_uint_le(proc_fd_count(d.pid), before + FLOOD_SLACK);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+#define LONG_MAPS 20000 /* mappings of a process: more lines of maps than the daemon reads (8192) */
+
+/* A child with LONG_MAPS mappings (that never merge), which tells @p arg
+ * (a pipe's writing end) when they are made. */
+static int long_maps_sleeper(void *arg, int idx)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	char *area = mmap(NULL, (size_t)LONG_MAPS * (size_t)page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	(void)idx;
+	if (area == MAP_FAILED)
+		tu_child_fail(2, "mmap: %s", strerror(errno));
+	for (long i = 0; i < LONG_MAPS; i += 2)
+		if (mprotect(area + i * page, (size_t)page, PROT_READ | PROT_WRITE) != 0)
+			tu_child_fail(3, "mprotect: %s", strerror(errno));
+	if (write(*(const int *)arg, "r", 1) != 1)
+		tu_child_fail(4, "write: %s", strerror(errno));
+	return child_sleep_until_killed(WAIT_MS);
+}
+
+/* A hand-back whose producers record a live process with very long maps
+ * (what slow_maps did: the daemon read them all once an endpoint, 13 s in
+ * its event loop): the daemon reads a bounded part, cannot judge it, and
+ * takes it for alive without watching it: its endpoints stay attached,
+ * and the channel goes with its last connection. */
+START_TEST(test_adopt_long_maps)
+{
+	struct daemon d;
+	struct proto_msg rep;
+	struct tu_procs ps;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	int ready[2];
+	char b;
+
+	daemon_start(&d);
+	tu_procs_init(&ps);
+	ck_assert_int_eq(pipe(ready), 0);
+	int owner = tu_spawn(&ps, "long maps", long_maps_sleeper, &ready[1], 0); /* before the segment */
+	ck_assert_int_eq(read(ready[0], &b, 1), 1);
+	pinshm_client_t *c = connect_ok(&d);
+	int sock = raw_hello(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 64, 1);
+	int seg = tu_create(&attr);
+	for (unsigned i = 0; i < 64; i++)
+		set_endpoint(seg, i, (uint32_t)ps.pid[owner]);
+	set_endpoint(seg, 64, (uint32_t)getpid()); /* the consumer: the caller */
+	uint64_t t0 = tu_now_ms();
+	TU_RC(raw_adopt(sock, "long", &attr, PINSHM_CONSUMER, 64, seg, 1, &rep), 0);
+	printf("long maps: %u lines, 64 endpoints: hand-back answered in %llu ms\n", LONG_MAPS,
+	       (unsigned long long)(tu_now_ms() - t0));
+	ck_assert_uint_eq(rep.u.adopt_reply.flags, PROTO_ADOPT_NAMED | PROTO_ADOPT_ENDPOINT);
+	ck_assert(list_find(c, "long", &e, NULL));
+	ck_assert_uint_eq(e.producers, 64); /* not judged: not reaped */
+	close(sock);
+	wait_counts(c, 1, 0); /* not watched: not kept */
+	close(seg);
+	close(ready[0]);
+	close(ready[1]);
+	tu_kill_all(&ps);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+struct twin_args {
+	int seg;       /* mapped by the test: the child maps it too */
+	unsigned endpoint;
+	int report;    /* where the container's first process writes the pid of its pid 1 here */
+};
+
+/* A container: a PID namespace of its own whose pid 1 attaches endpoint
+ * a->endpoint of the segment (it records pid 1) and sleeps until killed. */
+static int twin_container(void *arg, int idx)
+{
+	const struct twin_args *a = arg;
+	int st;
+
+	(void)idx;
+	if (unshare(CLONE_NEWPID) != 0)
+		tu_child_fail(2, "unshare(CLONE_NEWPID): %s", strerror(errno));
+	pid_t inner = fork();
+	if (inner < 0)
+		tu_child_fail(3, "fork: %s", strerror(errno));
+	if (inner == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		set_endpoint(a->seg, a->endpoint, (uint32_t)getpid()); /* 1 */
+		if (write(a->report, &(pid_t){0}, sizeof(pid_t)) != sizeof(pid_t))
+			_exit(4);
+		_exit(child_sleep_until_killed(WAIT_MS));
+	}
+	if (write(a->report, &inner, sizeof(inner)) != sizeof(inner))
+		tu_child_fail(5, "write: %s", strerror(errno));
+	while (waitpid(inner, &st, 0) < 0 && errno == EINTR)
+		;
+	return 0;
+}
+
+/* Start twin container @p idx for endpoint @p endpoint: @return the pid here of its pid 1. */
+static pid_t twin_start(struct tu_procs *ps, struct twin_args *a, int idx)
+{
+	pid_t inner = 0, attached = -1;
+	int p[2];
+
+	ck_assert_int_eq(pipe(p), 0);
+	a->report = p[1];
+	tu_spawn(ps, "container", twin_container, a, idx);
+	/* Its pid here, and a 0 once it attached (in either order). */
+	for (int k = 0; k < 2; k++) {
+		pid_t v;
+		ck_assert_int_eq(read(p[0], &v, sizeof(v)), sizeof(v));
+		if (v)
+			inner = v;
+		else
+			attached = 0;
+	}
+	ck_assert(inner > 0 && attached == 0);
+	close(p[0]);
+	close(p[1]);
+	return inner;
+}
+
+/* Two containers, each a pid 1 that attaches a producer of one segment
+ * (what twin_pid1 did): both endpoints record pid 1, and the segment does
+ * not say which container is whose.  The daemon judged both by the first
+ * container and reaped the second one's live endpoint when the first died;
+ * now it cannot judge them: neither reaped nor watched.  A plain producer
+ * beside them is watched and reaped when it dies. */
+START_TEST(test_adopt_twin_nested)
+{
+	struct daemon d;
+	struct proto_msg rep;
+	struct tu_procs ps;
+	pinshm_channel_attr_t attr;
+
+	if (!pid_namespaces_here()) {
+		fprintf(stderr, "note: no PID namespaces here (root needed): the twin containers test is skipped\n");
+		return;
+	}
+	daemon_start(&d);
+	tu_procs_init(&ps);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 3, 1);
+	int seg = tu_create(&attr);
+	void *base = map_segment(seg); /* inherited by the children: they map it */
+	struct twin_args a0 = {.seg = seg, .endpoint = 0}, a1 = {.seg = seg, .endpoint = 1};
+	pid_t first = twin_start(&ps, &a0, 0);
+	twin_start(&ps, &a1, 1);
+	int plain = tu_spawn(&ps, "plain", reap_sleeper, NULL, 2);
+	set_endpoint(seg, 2, (uint32_t)ps.pid[plain]);
+	set_endpoint(seg, 3, (uint32_t)getpid()); /* the consumer: the caller */
+	int sock = raw_hello(&d);
+	TU_RC(raw_adopt(sock, "twin", &attr, PINSHM_CONSUMER, 3, seg, 1, &rep), 0);
+
+	/* The first container's process dies, then the plain producer: once
+	 * the latter is reaped, the daemon has seen the former's exit too. */
+	ck_assert_int_eq(kill(first, SIGKILL), 0);
+	TU_RC(tu_wait_one(&ps, 0, WAIT_MS), 0);
+	kill_child(&ps, plain);
+	int reap_ms = REAP_MS * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
+	uint64_t deadline = tu_now_ms() + (uint64_t)reap_ms;
+	while (endpoint_state(base, 2) == EP_ACTIVE && tu_now_ms() < deadline)
+		usleep(10000);
+	ck_assert_msg(endpoint_state(base, 2) != EP_ACTIVE, "the plain producer not reaped in %d ms", reap_ms);
+	pinshm_status_t s;
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0); /* a round trip: that turn of the loop is over */
+	ck_assert_msg(endpoint_state(base, 1) == EP_ACTIVE, "the second container's live producer was reaped");
+	ck_assert_uint_eq(endpoint_state(base, 0), EP_ACTIVE); /* not judged: left as it is */
+
+	close(sock); /* not watched: the channel goes with its connection */
+	wait_counts(c, 1, 0);
+	tu_kill_all(&ps);
+	munmap(base, tu_fd_size(seg));
+	close(seg);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A daemon in a PID namespace of its own (as in a container), its client
+ * outside (what outer_client did): the daemon sees the client as pid 0,
+ * and the client's endpoints record pids the daemon cannot see.  After a
+ * restart the client hands its channel back: its live endpoints were
+ * taken for gone and reaped, and another process took its producer's
+ * place (two producers on a lane of one).  Now they are not judged. */
+START_TEST(test_adopt_unseen_client)
+{
+	struct daemon d;
+	pinshm_channel_t *prod, *cons, *other;
+	char buf[16];
+	size_t len;
+
+	if (!pid_namespaces_here()) {
+		fprintf(stderr, "note: no PID namespaces here (root needed): the unseen client test is skipped\n");
+		return;
+	}
+	unsetenv("NOTIFY_SOCKET");
+	daemon_prepare(&d, &(struct daemon_opts){0});
+	daemon_spawn(&d, &(struct daemon_opts){.own_pid_ns = true});
+	daemon_wait_ready(&d);
+	pinshm_client_t *cc = connect_create_small(&d, "x");
+	CLIENT_RC(cc, pinshm_open(cc, "x", PINSHM_PRODUCER, &prod), 0);
+	CLIENT_RC(cc, pinshm_open(cc, "x", PINSHM_CONSUMER, &cons), 0);
+	TU_RC(pinshm_send(prod, "one", 3, CALL_MS), 0);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+
+	daemon_kill9(&d);
+	daemon_spawn(&d, &(struct daemon_opts){.own_pid_ns = true});
+	daemon_wait_ready(&d);
+	CLIENT_RC(cc, pinshm_reconnect(cc), 0); /* hands "x" back */
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_open(c, "x", PINSHM_PRODUCER, &other), -EBUSY); /* its producer lives */
+	TU_RC(pinshm_send(prod, "two", 3, CALL_MS), 0);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+	ck_assert(len == 3 && memcmp(buf, "two", 3) == 0);
+
+	pinshm_channel_close(prod);
+	pinshm_channel_close(cons);
+	pinshm_disconnect(cc);
+	wait_counts(c, 1, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* ======================================================================== */
 /* scale                                                                     */
 /* ======================================================================== */
@@ -1666,6 +1967,14 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_reap_later_handback_eventfd);
 	tcase_add_test(tc, test_reap_died_store_eventfd);
 	tcase_add_test(tc, test_reap_later_store_eventfd);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("judge");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_adopt_flood_one_pid);
+	tcase_add_test(tc, test_adopt_long_maps);
+	tcase_add_test(tc, test_adopt_twin_nested);
+	tcase_add_test(tc, test_adopt_unseen_client);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("scale");

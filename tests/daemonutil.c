@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,20 @@ long proc_status_value_kb(pid_t pid, const char *key)
 	return v;
 }
 
+unsigned proc_fd_count(pid_t pid)
+{
+	char path[64];
+	unsigned n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	ck_assert_msg(d != NULL, "%s: %s", path, strerror(errno));
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
 bool accepts(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -112,12 +127,25 @@ void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
 {
 	pid_t parent = getpid();
 
+	int own_ns = -1;
+
 	fflush(stdout);
 	fflush(stderr);
+	if (o->own_pid_ns) {
+		/* The child goes into a new PID namespace; this process's next
+		 * children come back to its own. */
+		own_ns = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+		ck_assert_msg(own_ns >= 0 && unshare(CLONE_NEWPID) == 0, "a PID namespace: %s", strerror(errno));
+	}
 	d->pid = fork();
 	ck_assert_msg(d->pid >= 0, "fork: %s", strerror(errno));
-	if (d->pid > 0)
+	if (d->pid > 0) {
+		if (own_ns >= 0) {
+			ck_assert_msg(setns(own_ns, CLONE_NEWPID) == 0, "setns: %s", strerror(errno));
+			close(own_ns);
+		}
 		return;
+	}
 	if (o->memlock) {
 		struct rlimit rl = {.rlim_cur = o->memlock, .rlim_max = o->memlock};
 		if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
@@ -146,7 +174,7 @@ void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
 		_exit(126);
 	/* After the credentials changed, which clears it. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
+	if (getppid() != (o->own_pid_ns ? 0 : parent)) /* its parent is in no namespace it sees */
 		_exit(126);
 	if (o->nlisten && pass_listen_fds(o) != 0)
 		_exit(126);

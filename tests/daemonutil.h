@@ -50,6 +50,8 @@ struct daemon_opts {
 	bool log;          /* stderr to d->log */
 	bool verbose;      /* -vv */
 	bool numa_env;     /* set PINSHMD_TEST_NUMA_NODES to numa_nodes (NULL: unset it) */
+	bool own_pid_ns;   /* pid 1 of a PID namespace of its own (root only), as in a container: it
+			    * sees the test's processes as pid 0 (SO_PEERCRED) */
 	const char *numa_nodes;
 	/* Descriptors handed over as systemd hands its descriptor store to the
 	 * unit: from 3 on, with $LISTEN_FDS, $LISTEN_FDNAMES and $LISTEN_PID. */
@@ -67,6 +69,10 @@ const char *pinshmd_wrapper(void);
 /** The value of field @p key (e.g. "VmLck:") of /proc/PID/status, in kB,
  * or -1 when the field is missing.  Fails the test if the file cannot be read. */
 long proc_status_value_kb(pid_t pid, const char *key);
+
+/** The descriptors process @p pid has open (entries of /proc/PID/fd); fails
+ * the test if they cannot be read. */
+unsigned proc_fd_count(pid_t pid);
 
 /** Entries of /dev/shm whose name says pinshm (0 if it cannot be read). */
 unsigned shm_pinshm_entries(void);
