@@ -378,10 +378,11 @@ static enum maps_answer maps_file(pid_t pid, const struct stat *st, unsigned *bu
 }
 
 /* The start time of process @p pid (/proc/PID/stat, clock ticks after
- * boot): with its pid, it names one process.  0: no such process. */
+ * boot): with its pid, it names one process.  0: no such process, or one
+ * that has exited (a zombie, not yet waited for). */
 static unsigned long long proc_start(pid_t pid)
 {
-	char path[64], buf[1024];
+	char path[64], buf[1024], state = 'Z';
 	unsigned long long start = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -396,10 +397,10 @@ static unsigned long long proc_start(pid_t pid)
 	/* "PID (COMM) STATE ...": COMM may hold anything; the fields after the
 	 * last ')' are numbers, the start time the 20th of them. */
 	char *p = strrchr(buf, ')');
-	if (p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-			&start) != 1)
-		start = 0;
-	return start;
+	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+			 &state, &start) != 2)
+		return 0;
+	return state == 'Z' || state == 'X' ? 0 : start;
 }
 
 /* How the daemon knows a process: a pidfd, else its start time. */
@@ -455,7 +456,7 @@ static enum maps_answer process_maps(pid_t pid, const struct stat *st, unsigned 
 	} else if (maps == MAPS_CLOSED) {
 		*why = "its process's maps may not be read";
 	} else if (maps == MAPS_LONG) {
-		*why = "its process's maps are too long to read (REGISTRY_MAPS_MAX_LINES, REGISTRY_MAPS_BUDGET)";
+		*why = "its process's maps are longer than the daemon reads";
 	}
 	if (maps != MAPS_YES)
 		handle_close(h);
@@ -751,6 +752,9 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 			 ch->name);
 		return;
 	}
+	unsigned reaped = 0, watched = 0, kept = 0;
+	const char *kept_why = "";
+	uint32_t kept_pid = 0;
 	j->budget = REGISTRY_MAPS_BUDGET;
 	if (fstat(ch->seg.fd, &st) != 0)
 		goto out;
@@ -764,24 +768,43 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 			continue;
 		}
 		const struct judged *e = judge_pid(r, j, v.pid, &st);
+		/* One line an endpoint at info, a summary at notice: a client
+		 * chooses how many endpoints a hand-back brings. */
 		if (e->verdict == OWNER_GONE) {
-			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name,
-				   ep, (unsigned)v.pid, e->why);
+			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name, ep,
+				 (unsigned)v.pid, e->why);
 			reap_endpoint(ch, ep, (pid_t)v.pid);
 			forget_notify(r, ch, ep);
+			reaped++;
 		} else if (e->verdict == OWNER_KEPT) {
-			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: %s: "
-				   "taken for alive, not watched",
-				   ch->name, ep, (unsigned)v.pid, e->why);
+			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: %s: "
+				 "taken for alive, not watched",
+				 ch->name, ep, (unsigned)v.pid, e->why);
+			if (kept++ == 0) {
+				kept_why = e->why;
+				kept_pid = v.pid;
+			}
 		} else if (watch_orphan(r, ch, &v, e->watch, &why) != 0) {
-			log_warn("channel '%s': endpoint %u of pid %u (here %d), alive: %s: not watched", ch->name,
-				 ep, (unsigned)v.pid, (int)e->here, why);
+			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: %s: not watched", ch->name, ep,
+				 (unsigned)v.pid, (int)e->here, why);
+			if (kept++ == 0) {
+				kept_why = why;
+				kept_pid = v.pid;
+			}
 		} else {
 			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: watched until it exits%s",
 				 ch->name, ep, (unsigned)v.pid, (int)e->here,
 				 r->watches[e->watch].pidfd >= 0 ? "" : " (no pidfd: looked at every tick)");
+			watched++;
 		}
 	}
+	char first[200] = "";
+	if (kept)
+		snprintf(first, sizeof(first), " (the first, of pid %u: %s)", (unsigned)kept_pid, kept_why);
+	if (reaped + watched + kept)
+		log_notice("channel '%s': of its endpoints attached before the restart, %u reaped (their processes "
+			   "are gone), %u watched, %u taken for alive and not watched%s",
+			   ch->name, reaped, watched, kept, first);
 out:
 	/* Watches that no endpoint came to use (all kept past a cap). */
 	for (unsigned i = 0; i < j->n; i++)
@@ -818,20 +841,25 @@ static void forget_orphan(struct registry *r, unsigned i)
  * (the stale ones forgotten); the watch ends with the last. */
 static void watch_exited(struct registry *r, unsigned w)
 {
+	pid_t here = r->watches[w].here;
+	unsigned reaped = 0;
+
 	for (unsigned i = r->norphans; i-- > 0;) {
 		const struct reg_orphan *o = &r->orphans[i];
 		if (o->watch != w)
 			continue;
 		if (!orphan_stale(r, i)) {
-			log_notice("channel '%s': endpoint %u of pid %u, attached before the restart: "
-				   "its process has exited",
-				   o->ch->name, o->endpoint, (unsigned)o->pid);
+			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: "
+				 "its process has exited",
+				 o->ch->name, o->endpoint, (unsigned)o->pid);
 			reap_endpoint(o->ch, o->endpoint, (pid_t)o->pid);
+			reaped++;
 		}
 		forget_orphan(r, i);
 	}
 	if (r->watches[w].here != 0)
 		unwatch(r, w); /* none watched through it */
+	log_notice("pid %d, watched for endpoints of adopted channels, has exited: %u reaped", (int)here, reaped);
 }
 
 /* From the tick: forget the stale orphans, REGISTRY_TICK_ORPHANS at most

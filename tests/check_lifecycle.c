@@ -20,6 +20,11 @@
  *   since), or that lives on without coming back (in a PID namespace of its
  *   own too) and dies later: the restarted daemon reaps its endpoint, its
  *   consumer gets -EPIPE, and a new producer takes the endpoint.
+ * - judge: hostile hand-backs against the judging of endpoints: 960
+ *   endpoints of one live pid (one pidfd, not 960), a pid of 20000
+ *   mappings (not read in full: not judged), two containers' pid 1 (the
+ *   death of one reaps nothing of the other's), a client in a PID
+ *   namespace the daemon cannot see (its live endpoints not reaped).
  * - scale: 200 clients at once, each with its own channel (the daemon's
  *   memory is printed for the record); a daemon short of descriptors keeps
  *   serving and does not spin; a connection that never speaks is closed;
