@@ -21,7 +21,8 @@
  *   own too) and dies later: the restarted daemon reaps its endpoint, its
  *   consumer gets -EPIPE, and a new producer takes the endpoint.
  * - judge: hostile hand-backs against the judging of endpoints: 960
- *   endpoints of one live pid (one pidfd, not 960), a pid of 20000
+ *   endpoints of one live pid (one pidfd, not 960), 300 live processes
+ *   (256 watched, the most), a pid of 20000
  *   mappings (not read in full: not judged), two containers' pid 1 (the
  *   death of one reaps nothing of the other's), a client in a PID
  *   namespace the daemon cannot see (its live endpoints not reaped).
@@ -1386,6 +1387,82 @@ START_TEST(test_adopt_flood_one_pid)
 }
 END_TEST
 
+#define CAP_PROCS 300 /* more processes than the daemon watches at once (256) */
+
+/* The endpoints of @p base among the first @p n that are attached. */
+static unsigned attached_count(const void *base, unsigned n)
+{
+	unsigned k = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		k += endpoint_state(base, i) == EP_ACTIVE;
+	return k;
+}
+
+/* A hand-back whose endpoints record 300 distinct live processes that map
+ * the segment: the daemon watches 256 of them (a pidfd each) and takes the
+ * others for alive without watching them; when all die, the endpoints of
+ * the watched ones are reaped, those of the others stay attached. */
+START_TEST(test_adopt_watch_cap)
+{
+	struct daemon d;
+	struct proto_msg rep;
+	pinshm_channel_attr_t attr;
+	pid_t kids[CAP_PROCS], parent = getpid();
+	const unsigned total = PINSHM_MAX_PRODUCERS + PINSHM_MAX_CONSUMERS;
+	const unsigned caller = PINSHM_MAX_PRODUCERS; /* the first consumer */
+
+	daemon_start(&d);
+	tu_attr(&attr, PINSHM_QUEUE, PINSHM_MIN_CAPACITY, PINSHM_MAX_PRODUCERS, PINSHM_MAX_CONSUMERS);
+	int seg = tu_create(&attr);
+	void *base = map_segment(seg); /* inherited: the children map it */
+	fflush(stdout);
+	fflush(stderr);
+	for (unsigned i = 0; i < CAP_PROCS; i++) {
+		kids[i] = fork();
+		ck_assert_int_ge(kids[i], 0);
+		if (kids[i] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() != parent)
+				_exit(1);
+			for (;;)
+				pause();
+		}
+		set_endpoint(seg, i < caller ? i : i + 1, (uint32_t)kids[i]);
+	}
+	set_endpoint(seg, caller, (uint32_t)getpid());
+	pinshm_client_t *c = connect_ok(&d);
+	int sock = raw_hello(&d);
+	unsigned before = proc_fd_count(d.pid);
+	TU_RC(raw_adopt(sock, "cap", &attr, PINSHM_CONSUMER, caller, seg, 1, &rep), 0);
+	unsigned after = proc_fd_count(d.pid);
+	printf("watch cap: %u processes: the daemon's descriptors %u -> %u\n", CAP_PROCS, before, after);
+	ck_assert_msg(after <= before + 1 + 256 + FLOOD_SLACK, "%u descriptors after the hand-back, %u before", after,
+		      before);
+
+	for (unsigned i = 0; i < CAP_PROCS; i++)
+		ck_assert_int_eq(kill(kids[i], SIGKILL), 0);
+	for (unsigned i = 0; i < CAP_PROCS; i++)
+		ck_assert_int_eq(waitpid(kids[i], NULL, 0), kids[i]);
+	const unsigned left = 1 + CAP_PROCS - 256; /* the caller's, and those not watched */
+	int reap_ms = REAP_MS * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
+	uint64_t deadline = tu_now_ms() + (uint64_t)reap_ms;
+	while (attached_count(base, total) > left && tu_now_ms() < deadline)
+		usleep(10000);
+	pinshm_status_t s;
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0); /* a round trip: that turn of the loop is over */
+	ck_assert_uint_eq(attached_count(base, total), left);
+	ck_assert_uint_eq(endpoint_state(base, caller), EP_ACTIVE);
+
+	close(sock); /* not kept by the endpoints not watched */
+	wait_counts(c, 1, 0);
+	munmap(base, tu_fd_size(seg));
+	close(seg);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 #define LONG_MAPS 20000 /* mappings of a process: more lines of maps than the daemon reads (8192) */
 
 /* A child with LONG_MAPS mappings (that never merge), which tells @p arg
@@ -1977,6 +2054,7 @@ static Suite *lifecycle_suite(void)
 	tc = tcase_create("judge");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_adopt_flood_one_pid);
+	tcase_add_test(tc, test_adopt_watch_cap);
 	tcase_add_test(tc, test_adopt_long_maps);
 	tcase_add_test(tc, test_adopt_twin_nested);
 	tcase_add_test(tc, test_adopt_unseen_client);
