@@ -339,7 +339,8 @@ enum maps_answer {
 
 /* Whether process @p pid maps the file @p st, reading at most
  * REGISTRY_MAPS_MAX_LINES of its maps and no more than *@p budget (the
- * lines read are taken off it). */
+ * lines read are taken off it; a line longer than the buffer, a long
+ * path, counts once a buffer). */
 static enum maps_answer maps_file(pid_t pid, const struct stat *st, unsigned *budget)
 {
 	char path[64], line[512];
@@ -359,14 +360,12 @@ static enum maps_answer maps_file(pid_t pid, const struct stat *st, unsigned *bu
 		unsigned long long ino;
 		bool starts = at_start;
 		at_start = strchr(line, '\n') != NULL;
-		if (!starts)
-			continue; /* the rest of a long path */
 		if (lines == limit) {
 			found = MAPS_LONG;
 			break;
 		}
 		lines++;
-		if (sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 &&
+		if (starts && sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 &&
 		    ino == (unsigned long long)st->st_ino && maj == major(st->st_dev) && min == minor(st->st_dev))
 			found = MAPS_YES;
 	}
