@@ -62,17 +62,18 @@ static void record_name(const struct channel *ch, char *buf, size_t len)
 		 ch->attr.max_consumers, ch->seg.at_consumer ? PINSHM_NODE_CONSUMER : ch->seg.node, ch->name);
 }
 
-void adopt_store(const struct channel *ch)
+bool adopt_store(const struct channel *ch)
 {
 	char state[400], name[300];
 
 	if (!service_mode())
-		return;
+		return false;
 	record_name(ch, name, sizeof(name));
 	snprintf(state, sizeof(state), "FDSTORE=1\nFDNAME=%s", name);
 	int rc = notify_systemd_fd(state, ch->seg.fd);
 	if (rc < 0)
 		log_warn("channel '%s': not kept in the descriptor store: %s", ch->name, strerror(-rc));
+	return rc >= 0;
 }
 
 void adopt_unstore(const struct channel *ch)
@@ -86,23 +87,27 @@ void adopt_unstore(const struct channel *ch)
 	notify_systemd(state);
 }
 
-#define NOTIFY_RECORD "pinshm-efd.1." /* a consumer's eventfd: INO.ENDPOINT follow */
+#define NOTIFY_PREFIX "pinshm-efd."   /* any eventfd record, this version's or not */
+#define NOTIFY_RECORD "pinshm-efd.2." /* a consumer's eventfd: DEV.INO.ENDPOINT.NAME follow */
 
-/* "pinshm-efd.1.INO.ENDPOINT" of endpoint @p endpoint of @p ch into @p buf. */
+/* "pinshm-efd.2.DEV.INO.ENDPOINT.NAME" of endpoint @p endpoint of @p ch
+ * into @p buf: the channel's name and its segment's device and inode, so
+ * that it names that channel and no other. */
 static void notify_record_name(const struct channel *ch, unsigned endpoint, char *buf, size_t len)
 {
 	struct stat st;
-	unsigned long long ino = fstat(ch->seg.fd, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+	bool ok = fstat(ch->seg.fd, &st) == 0;
 
-	snprintf(buf, len, NOTIFY_RECORD "%llu.%u", ino, endpoint);
+	snprintf(buf, len, NOTIFY_RECORD "%llu.%llu.%u.%s", ok ? (unsigned long long)st.st_dev : 0,
+		 ok ? (unsigned long long)st.st_ino : 0, endpoint, ch->name);
 }
 
 void adopt_store_notify(const struct channel *ch, unsigned endpoint)
 {
 	char state[200], name[100];
 
-	if (!service_mode())
-		return;
+	if (!service_mode() || !ch->stored)
+		return; /* only beside its channel's record: a channel handed back is not there */
 	notify_record_name(ch, endpoint, name, sizeof(name));
 	snprintf(state, sizeof(state), "FDSTORE=1\nFDNAME=%s", name);
 	int rc = notify_systemd_fd(state, ch->notify_fd[endpoint - ch->g.max_producers]);
@@ -115,7 +120,7 @@ void adopt_unstore_notify(const struct channel *ch, unsigned endpoint)
 {
 	char state[200], name[100];
 
-	if (!service_mode())
+	if (!service_mode() || !ch->stored)
 		return;
 	notify_record_name(ch, endpoint, name, sizeof(name));
 	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", name);
@@ -317,6 +322,7 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 	ch->attr = rec.attr;
 	ch->g = g;
 	ch->named = true;
+	ch->stored = true; /* its record is there already */
 	rc = registry_insert(r, ch, why, sizeof(why));
 	if (rc != 0) {
 		account_release(r->acct, ch->uid, ch->seg.size, ch->seg.pinned);
@@ -345,34 +351,45 @@ fail:
 	return rc;
 }
 
-/* Keep eventfd @p fd, named @p fdname, for its endpoint of an adopted
- * channel.  Closed (and out of the store) where it cannot be. */
+/* Keep eventfd @p fd, named @p fdname, for its endpoint of a channel
+ * adopted from the store: the record names the channel and its segment's
+ * device and inode, all three must match (one lookup by name, one fstat).
+ * A record of another version, of no such channel, or a second one for the
+ * same endpoint (ambiguous: both dropped) is closed and out of the store. */
 static void adopt_notify_fd(struct registry *r, int fd, const char *fdname)
 {
-	unsigned long long ino;
+	unsigned long long dev, ino;
 	unsigned endpoint;
 	int end = -1;
-	char why[160] = "no channel adopted has its segment";
+	char why[160] = "no channel adopted from the store has that name, device and inode";
 	struct stat st;
+	const char *p = fdname + strlen(NOTIFY_RECORD);
 
-	if (sscanf(fdname + strlen(NOTIFY_RECORD), "%llu.%u%n", &ino, &endpoint, &end) != 2 ||
-	    fdname[strlen(NOTIFY_RECORD) + (size_t)end] != '\0') {
-		snprintf(why, sizeof(why), "not an eventfd's record");
+	if (strncmp(fdname, NOTIFY_RECORD, strlen(NOTIFY_RECORD)) != 0 ||
+	    sscanf(p, "%llu.%llu.%u.%n", &dev, &ino, &endpoint, &end) != 3 || end < 0 ||
+	    !proto_name_valid(p + end)) {
+		snprintf(why, sizeof(why), "not an eventfd's record of this daemon's version");
 	} else {
-		for (struct channel *ch = r->first; ch; ch = ch->next)
-			if (fstat(ch->seg.fd, &st) == 0 && (unsigned long long)st.st_ino == ino) {
-				if (registry_keep_notify(r, ch, endpoint, &fd, why, sizeof(why)) == 0) {
-					log_info("channel '%s': endpoint %u's eventfd back from the descriptor store",
-						 ch->name, endpoint);
-					return;
-				}
-				break;
+		struct channel *ch = registry_find(r, p + end);
+		if (ch && ch->stored && fstat(ch->seg.fd, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+		    (unsigned long long)st.st_ino == ino) {
+			if (endpoint >= ch->g.max_producers && endpoint < ch->g.max_producers + ch->g.max_consumers &&
+			    ch->notify_fd && ch->notify_fd[endpoint - ch->g.max_producers] >= 0) {
+				/* Which is the consumer's is unknown: neither is kept. */
+				registry_forget_notify(r, ch, endpoint);
+				snprintf(why, sizeof(why), "a second eventfd for endpoint %u of '%s': both dropped",
+					 endpoint, ch->name);
+			} else if (registry_keep_notify(r, ch, endpoint, &fd, why, sizeof(why)) == 0) {
+				log_info("channel '%s': endpoint %u's eventfd back from the descriptor store",
+					 ch->name, endpoint);
+				return;
 			}
+		}
 	}
 	log_warn("descriptor store: '%s' not kept: %s", fdname, why);
 	if (fd >= 0)
 		close(fd);
-	char state[200];
+	char state[400];
 	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", fdname);
 	if (service_mode())
 		notify_systemd(state);
@@ -387,10 +404,10 @@ unsigned adopt_listen_fds(struct adopt *a, struct registry *reg)
 	/* The channels, then their consumers' eventfds, then the endpoints
 	 * judged: a reap wakes the consumers armed on those eventfds. */
 	for (unsigned i = 0; i < a->nfds; i++)
-		if (strncmp(a->fds[i].name, NOTIFY_RECORD, strlen(NOTIFY_RECORD)) != 0)
+		if (strncmp(a->fds[i].name, NOTIFY_PREFIX, strlen(NOTIFY_PREFIX)) != 0)
 			n += adopt_one(a, a->fds[i].fd, a->fds[i].name) == 0;
 	for (unsigned i = 0; i < a->nfds; i++)
-		if (strncmp(a->fds[i].name, NOTIFY_RECORD, strlen(NOTIFY_RECORD)) == 0)
+		if (strncmp(a->fds[i].name, NOTIFY_PREFIX, strlen(NOTIFY_PREFIX)) == 0)
 			adopt_notify_fd(reg, a->fds[i].fd, a->fds[i].name);
 	for (struct channel *ch = reg->first; ch; ch = ch->next)
 		registry_adopt_endpoints(reg, ch); /* no connection holds any yet */

@@ -21,11 +21,13 @@
  * destroyed its entry is removed ("FDSTOREREMOVE=1").  The eventfd that a
  * consumer gave the daemon (NOTIFY) is kept there too, as
  *
- *   pinshm-efd.1.INO.ENDPOINT
+ *   pinshm-efd.2.DEV.INO.ENDPOINT.NAME
  *
- * (INO: its channel's segment), until the daemon forgets it (the endpoint
- * closed, reaped or claimed afresh, another eventfd given, the channel
- * destroyed).  A daemon started
+ * (NAME the channel's, DEV and INO its segment's), only for a channel whose
+ * own record is in the store (ch->stored: created by this daemon or adopted
+ * from the store, not handed back by a client), until the daemon forgets it
+ * (the endpoint closed, reaped or claimed afresh, another eventfd given, the
+ * channel destroyed).  A daemon started
  * with $LISTEN_FDS / $LISTEN_FDNAMES (for its own $LISTEN_PID) adopts
  * each descriptor so named: the segment must be a regular file at least as
  * large as the record's geometry, whose header (magic, layout version,
@@ -33,8 +35,10 @@
  * allows, charged to its owner as a create would be, and named again.  A
  * descriptor that fails a check, or whose owner's limits refuse it, is
  * logged and closed (its users keep their mappings, unmanaged).  Then each
- * stored eventfd is kept again for its endpoint, where its channel was
- * adopted and it is an eventfd, before the endpoints are judged (below):
+ * stored eventfd is kept again for its endpoint, where its record names a
+ * channel adopted from the store exactly (name, device and inode: one
+ * lookup by name) and it is an eventfd (a record of no such channel, of
+ * another version, or a second for one endpoint is closed and removed), before the endpoints are judged (below):
  * a reap at the adoption wakes the consumers armed on them, and producers
  * that open the channel later fetch them (PEER), though their consumers
  * have not reconnected.
@@ -113,14 +117,15 @@ void adopt_grace_end(struct adopt *a);
  *  the store alone from now on (the daemon stops). */
 void adopt_fini(struct adopt *a);
 
-/** Put @p ch (named, just created) in the descriptor store, in service mode. */
-void adopt_store(const struct channel *ch);
+/** Put @p ch (named, just created) in the descriptor store, in service
+ *  mode.  @return whether it is there now (set ch->stored from it). */
+bool adopt_store(const struct channel *ch);
 
 /** Take @p ch out of the descriptor store (unlinked or destroyed). */
 void adopt_unstore(const struct channel *ch);
 
 /** Put the eventfd kept for consumer endpoint @p endpoint of @p ch in the
- *  descriptor store, in service mode. */
+ *  descriptor store, in service mode, where @p ch is there (ch->stored). */
 void adopt_store_notify(const struct channel *ch, unsigned endpoint);
 
 /** Take the eventfd of endpoint @p endpoint of @p ch out of the store. */

@@ -50,6 +50,11 @@ static void unname(struct registry *r, struct channel *ch)
 	ch->hash_next = NULL;
 	ch->named = false;
 	adopt_unstore(ch);
+	/* Its eventfds' records go with its own: they name it. */
+	for (unsigned k = 0; ch->notify_fd && k < ch->g.max_consumers; k++)
+		if (ch->notify_fd[k] >= 0)
+			adopt_unstore_notify(ch, ch->g.max_producers + k);
+	ch->stored = false;
 }
 
 /* Close the eventfd kept for endpoint @p ep of @p ch, if any (and take it
@@ -1053,6 +1058,16 @@ int registry_keep_notify(struct registry *r, struct channel *ch, unsigned endpoi
 	return keep_notify(r, ch, endpoint, fd, why, whylen);
 }
 
+void registry_forget_notify(struct registry *r, struct channel *ch, unsigned endpoint)
+{
+	forget_notify(r, ch, endpoint);
+}
+
+struct channel *registry_find(struct registry *r, const char *name)
+{
+	return find(r, name);
+}
+
 int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
 		  size_t whylen)
 {
@@ -1235,7 +1250,7 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	ch->named = true;
 	link_channel(r, ch);
 	take_ref(c, ch);
-	adopt_store(ch);
+	ch->stored = adopt_store(ch);
 	if (ch->pin_idle) {
 		r->idle_policies++;
 		ch->active_at = now_ms();

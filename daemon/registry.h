@@ -107,6 +107,7 @@ struct channel {
 	char name[PINSHM_NAME_MAX + 1];
 	bool named;                     /* false once unlinked */
 	bool persistent;
+	bool stored;                    /* its record is in the descriptor store (adopt.h) */
 	uid_t uid;
 	gid_t gid;
 	unsigned mode;
@@ -240,6 +241,13 @@ int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint3
  */
 int registry_keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, int *fd, char *why,
 			 size_t whylen);
+
+/** Close the eventfd kept for endpoint @p endpoint of @p ch, if any, and
+ *  take it out of the descriptor store. */
+void registry_forget_notify(struct registry *r, struct channel *ch, unsigned endpoint);
+
+/** The named channel @p name, or NULL. */
+struct channel *registry_find(struct registry *r, const char *name);
 
 /**
  * A new descriptor (the caller's) of the eventfd of consumer endpoint

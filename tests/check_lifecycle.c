@@ -1143,6 +1143,178 @@ START_TEST(test_reap_later_store_eventfd)
 }
 END_TEST
 
+/* Whether eventfd @p efd reads a write within @p ms (and clears it). */
+static bool efd_written(int efd, int ms)
+{
+	struct pollfd p = {.fd = efd, .events = POLLIN};
+	uint64_t n;
+
+	if (poll(&p, 1, ms) != 1)
+		return false;
+	ck_assert_int_eq(read(efd, &n, sizeof(n)), sizeof(n));
+	return true;
+}
+
+static unsigned store_count_prefix(const struct store *st, const char *prefix)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < st->n; i++)
+		n += strncmp(st->name[i], prefix, strlen(prefix)) == 0;
+	return n;
+}
+
+/* Add eventfd @p efd (a duplicate) to the store as @p name, as a hostile
+ * or older record would stand there. */
+static void store_add(struct store *st, const char *name, int efd)
+{
+	ck_assert_uint_lt(st->n, STORE_MAX);
+	st->fd[st->n] = fcntl(efd, F_DUPFD_CLOEXEC, 0);
+	ck_assert_int_ge(st->fd[st->n], 0);
+	snprintf(st->name[st->n], sizeof(st->name[0]), "%s", name);
+	st->n++;
+}
+
+/*
+ * Eventfd records name their channel exactly (review finding: they named
+ * the segment's inode only, so a file of the same inode number on another
+ * device, handed back by another user, took a victim's wake-ups after a
+ * restart).  Two channels' consumers give eventfds; beside their records
+ * the store holds a record of the old form naming "a"'s inode, one of the
+ * right form on another device, and one naming no channel.  After the
+ * restart the forged ones are closed and out of the store, and each
+ * producer's message wakes its own consumer's eventfd and no other.
+ */
+START_TEST(test_restart_store_eventfd_exact)
+{
+	struct daemon d;
+	struct store st;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *cons[2], *prod;
+	const char *names[2] = {"a", "b"};
+	int efd[2], forged = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	char buf[16], rec[256];
+	size_t len;
+	struct stat sa = {0};
+
+	ck_assert_int_ge(forged, 0);
+	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", "300", 1), 0);
+	daemon_prepare(&d, &(struct daemon_opts){0});
+	store_open(&st, d.dir);
+	daemon_spawn(&d, &(struct daemon_opts){0});
+	daemon_wait_ready(&d);
+	pinshm_client_t *cc = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	for (int i = 0; i < 2; i++) {
+		CLIENT_RC(cc, pinshm_create(cc, names[i], &attr, 0600, PINSHM_PERSISTENT), 0);
+		CLIENT_RC(cc, pinshm_open(cc, names[i], PINSHM_CONSUMER, &cons[i]), 0);
+		efd[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		ck_assert_int_ge(efd[i], 0);
+		CLIENT_RC(cc, pinshm_channel_set_notify_fd(cons[i], efd[i]), 0);
+	}
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 4);
+	ck_assert_uint_eq(store_count_prefix(&st, "pinshm-efd."), 2);
+	for (unsigned i = 0; i < st.n; i++)
+		if (strncmp(st.name[i], "pinshm.1.", 9) == 0 && strcmp(strrchr(st.name[i], '.'), ".a") == 0)
+			ck_assert_int_eq(fstat(st.fd[i], &sa), 0);
+	ck_assert_uint_ne(sa.st_ino, 0);
+	snprintf(rec, sizeof(rec), "pinshm-efd.1.%llu.1", (unsigned long long)sa.st_ino);
+	store_add(&st, rec, forged);
+	snprintf(rec, sizeof(rec), "pinshm-efd.2.%llu.%llu.1.a", (unsigned long long)sa.st_dev + 1,
+		 (unsigned long long)sa.st_ino);
+	store_add(&st, rec, forged);
+	snprintf(rec, sizeof(rec), "pinshm-efd.2.%llu.%llu.1.nochannel", (unsigned long long)sa.st_dev,
+		 (unsigned long long)sa.st_ino);
+	store_add(&st, rec, forged);
+
+	daemon_kill9(&d);
+	spawn_with_store(&d, &st);
+	daemon_wait_ready(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	store_drain(&st);
+	ck_assert_msg(st.n == 4, "the store holds %u records after the restart, not 4", st.n);
+	ck_assert_uint_eq(store_count_prefix(&st, "pinshm-efd.2."), 2);
+	for (int i = 0; i < 2; i++) {
+		TU_RC(pinshm_channel_arm(cons[i]), 0);
+		CLIENT_RC(c, pinshm_open(c, names[i], PINSHM_PRODUCER, &prod), 0);
+		TU_RC(pinshm_send(prod, "m", 1, CALL_MS), 0);
+		ck_assert_msg(efd_written(efd[i], CALL_MS), "'%s': its consumer's eventfd not written", names[i]);
+		ck_assert_msg(!efd_written(efd[1 - i], 0), "'%s': the other consumer's eventfd written", names[i]);
+		ck_assert_msg(!efd_written(forged, 0), "'%s': a forged record's eventfd written", names[i]);
+		TU_RC(pinshm_recv(cons[i], buf, sizeof(buf), &len, PINSHM_NONBLOCK), 0);
+		pinshm_channel_close(prod);
+	}
+	for (int i = 0; i < 2; i++) {
+		pinshm_channel_close(cons[i]);
+		close(efd[i]);
+		CLIENT_RC(c, pinshm_unlink(c, names[i]), 0);
+	}
+	close(forged);
+	pinshm_disconnect(cc);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 0);
+	store_close(&st);
+}
+END_TEST
+
+/*
+ * A channel handed back by a client is not in the store (its owner, mode
+ * and name are the client's word), so neither is its consumer's eventfd:
+ * it was, alone, and a second restart dropped it (review finding).  The
+ * eventfd still works for the daemon (a producer's message wakes it).
+ */
+START_TEST(test_handback_eventfd_not_stored)
+{
+	struct daemon d;
+	struct store st;
+	pinshm_channel_t *cons, *prod;
+	pinshm_status_t s;
+	char buf[16];
+	size_t len;
+
+	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", "300", 1), 0);
+	unsetenv("NOTIFY_SOCKET");
+	daemon_prepare(&d, &(struct daemon_opts){0});
+	daemon_spawn(&d, &(struct daemon_opts){0});
+	daemon_wait_ready(&d);
+	pinshm_client_t *cc = connect_create_small(&d, "h");
+	CLIENT_RC(cc, pinshm_open(cc, "h", PINSHM_CONSUMER, &cons), 0);
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ck_assert_int_ge(efd, 0);
+	CLIENT_RC(cc, pinshm_channel_set_notify_fd(cons, efd), 0);
+
+	daemon_kill9(&d);
+	store_open(&st, d.dir); /* the next daemon runs with a store */
+	daemon_spawn(&d, &(struct daemon_opts){0});
+	daemon_wait_ready(&d);
+	CLIENT_RC(cc, pinshm_reconnect(cc), 0); /* hands "h" back, and NOTIFY */
+	CLIENT_RC(cc, pinshm_status(cc, &s, NULL, NULL), 0);
+	store_drain(&st);
+	ck_assert_msg(st.n == 0, "the store holds %u records of a handed-back channel (%s)", st.n,
+		      st.n ? st.name[0] : "");
+
+	(void)efd_written(efd, 0); /* the hand-back's NOTIFY may wake it, for nothing */
+	TU_RC(pinshm_channel_arm(cons), 0);
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_open(c, "h", PINSHM_PRODUCER, &prod), 0);
+	TU_RC(pinshm_send(prod, "m", 1, CALL_MS), 0);
+	ck_assert(efd_written(efd, CALL_MS));
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, PINSHM_NONBLOCK), 0);
+	pinshm_channel_close(prod);
+	pinshm_channel_close(cons);
+	close(efd);
+	pinshm_disconnect(cc);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 0);
+	store_close(&st);
+}
+END_TEST
+
 /* A producer in a container (a PID namespace of its own, where it is pid
  * 1) is not taken for gone: the daemon finds it by its nested pid. */
 START_TEST(test_reap_later_nested)
@@ -2049,6 +2221,8 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_reap_later_handback_eventfd);
 	tcase_add_test(tc, test_reap_died_store_eventfd);
 	tcase_add_test(tc, test_reap_later_store_eventfd);
+	tcase_add_test(tc, test_restart_store_eventfd_exact);
+	tcase_add_test(tc, test_handback_eventfd_not_stored);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("judge");
