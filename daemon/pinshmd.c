@@ -230,7 +230,8 @@ static void daemon_ready(int ready_fd)
 	close(ready_fd);
 }
 
-/* Room for a descriptor per channel and per connection. */
+/* Room for a descriptor per channel and per connection; one warning when
+ * the hard limit (the unit's LimitNOFILE, ulimit -n) leaves less. */
 static void raise_nofile(void)
 {
 	struct rlimit rl;
@@ -238,9 +239,16 @@ static void raise_nofile(void)
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= WANTED_NOFILE)
 		return;
 	rl.rlim_cur = rl.rlim_max < WANTED_NOFILE ? rl.rlim_max : WANTED_NOFILE;
-	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
 		log_warn("cannot raise the descriptor limit to %llu: %s", (unsigned long long)rl.rlim_cur,
 			 strerror(errno));
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < WANTED_NOFILE)
+		log_warn("descriptor limit %llu, below the %u this daemon wants (channels, connections and their "
+			 "pidfds, eventfds, watches, the pool): past it connections are dropped and creates fail; "
+			 "raise LimitNOFILE or ulimit -n",
+			 (unsigned long long)rl.rlim_cur, (unsigned)WANTED_NOFILE);
 }
 
 /* "N MiB" or "unlimited", for the log. */

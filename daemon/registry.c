@@ -57,6 +57,15 @@ static void unname(struct registry *r, struct channel *ch)
 	ch->stored = false;
 }
 
+/* The count of eventfds of user @p uid, NULL: none (not in the table). */
+static struct reg_notify_user *notify_user(struct registry *r, uid_t uid)
+{
+	for (unsigned i = 0; i < r->nnotify_users; i++)
+		if (r->notify_users[i].uid == uid)
+			return &r->notify_users[i];
+	return NULL;
+}
+
 /* Close the eventfd kept for endpoint @p ep of @p ch, if any (and take it
  * out of the descriptor store). */
 static void forget_notify(struct registry *r, struct channel *ch, unsigned ep)
@@ -67,6 +76,9 @@ static void forget_notify(struct registry *r, struct channel *ch, unsigned ep)
 	close(ch->notify_fd[ep - ch->g.max_producers]);
 	ch->notify_fd[ep - ch->g.max_producers] = -1;
 	r->notify_fds--;
+	struct reg_notify_user *u = notify_user(r, ch->notify_uid[ep - ch->g.max_producers]);
+	if (u && --u->n == 0)
+		*u = r->notify_users[--r->nnotify_users];
 }
 
 /* Interrupts a write to an eventfd that would block (no SA_RESTART). */
@@ -184,6 +196,7 @@ static void channel_free(struct registry *r, struct channel *ch)
 	for (unsigned i = 0; ch->notify_fd && i < ch->g.max_consumers; i++)
 		forget_notify(r, ch, ch->g.max_producers + i);
 	free(ch->notify_fd);
+	free(ch->notify_uid);
 	segment_destroy(&ch->seg);
 	free(ch->holder);
 	free(ch);
@@ -992,8 +1005,9 @@ static bool is_eventfd(int fd)
 }
 
 /* Keep eventfd *@p fd (checked) for consumer endpoint @p endpoint of @p ch,
- * in place of any other (the caller checked the endpoint). */
-static int keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, int *fd, char *why,
+ * in place of any other (the caller checked the endpoint), counted on user
+ * @p uid: one user may not take every slot from the others. */
+static int keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, uid_t uid, int *fd, char *why,
 		       size_t whylen)
 {
 	if (*fd < 0 || !is_eventfd(*fd)) {
@@ -1003,7 +1017,12 @@ static int keep_notify(struct registry *r, struct channel *ch, unsigned endpoint
 	unsigned i = endpoint - ch->g.max_producers;
 	if (!ch->notify_fd) {
 		ch->notify_fd = malloc(ch->g.max_consumers * sizeof(*ch->notify_fd));
-		if (!ch->notify_fd) {
+		ch->notify_uid = malloc(ch->g.max_consumers * sizeof(*ch->notify_uid));
+		if (!ch->notify_fd || !ch->notify_uid) {
+			free(ch->notify_fd);
+			free(ch->notify_uid);
+			ch->notify_fd = NULL;
+			ch->notify_uid = NULL;
 			snprintf(why, whylen, "out of memory");
 			return -ENOMEM;
 		}
@@ -1015,7 +1034,19 @@ static int keep_notify(struct registry *r, struct channel *ch, unsigned endpoint
 		snprintf(why, whylen, "the daemon holds %u eventfds, its most", r->notify_fds);
 		return -ENFILE;
 	}
+	struct reg_notify_user *u = notify_user(r, uid);
+	if (u && u->n >= REGISTRY_MAX_NOTIFY_FDS_USER) {
+		snprintf(why, whylen, "user %u gave the daemon %u eventfds, the most one user may", (unsigned)uid,
+			 u->n);
+		return -EDQUOT;
+	}
+	if (!u) { /* a slot is free: each user in the table holds one of the eventfds at least */
+		u = &r->notify_users[r->nnotify_users++];
+		*u = (struct reg_notify_user){.uid = uid};
+	}
+	u->n++;
 	ch->notify_fd[i] = *fd;
+	ch->notify_uid[i] = uid;
 	*fd = -1;
 	r->notify_fds++;
 	log_debug("channel '%s': endpoint %u's eventfd kept", ch->name, endpoint);
@@ -1037,7 +1068,7 @@ int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint3
 			 ch->name);
 		return -EINVAL;
 	}
-	int rc = keep_notify(r, ch, endpoint, fd, why, whylen);
+	int rc = keep_notify(r, ch, endpoint, c->cred.uid, fd, why, whylen);
 	if (rc != 0)
 		return rc;
 	adopt_store_notify(ch, endpoint);
@@ -1055,7 +1086,7 @@ int registry_keep_notify(struct registry *r, struct channel *ch, unsigned endpoi
 		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer endpoint", endpoint, ch->name);
 		return -EINVAL;
 	}
-	return keep_notify(r, ch, endpoint, fd, why, whylen);
+	return keep_notify(r, ch, endpoint, ch->uid, fd, why, whylen); /* who gave it is not stored */
 }
 
 void registry_forget_notify(struct registry *r, struct channel *ch, unsigned endpoint)

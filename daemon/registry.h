@@ -96,6 +96,7 @@
 #define REGISTRY_MAX_REFS 1024u     /* channels one connection may reference */
 #define REGISTRY_TICK_MS 250u       /* how often working-set pinning looks at the channels */
 #define REGISTRY_MAX_NOTIFY_FDS 4096u /* consumers' eventfds held at once, all channels */
+#define REGISTRY_MAX_NOTIFY_FDS_USER 1024u /* of them, given by one user (a quarter) */
 #define REGISTRY_MAX_WATCHES 256u     /* processes watched at once (a pidfd each), all channels */
 #define REGISTRY_MAX_ORPHANS 65536u   /* endpoints watched at once, all channels */
 #define REGISTRY_MAPS_MAX_LINES 8192u /* of one process's /proc/PID/maps read to judge it */
@@ -121,6 +122,8 @@ struct channel {
 	uint64_t active_at;             /* CLOCK_MONOTONIC ms when it last changed */
 	int *notify_fd;                 /* per consumer endpoint: its eventfd (NOTIFY), -1: none; NULL
 					 * until the first NOTIFY */
+	uid_t *notify_uid;              /* per consumer endpoint: the user its eventfd counts on (the
+					 * NOTIFY's, the owner's from the store); with notify_fd */
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
 	struct channel *hash_next;      /* in its bucket, while named */
@@ -162,6 +165,11 @@ struct registry {
 	struct pool *pool;    /* ready segments (not owned), NULL: none */
 	unsigned idle_policies; /* live channels with a pin_idle */
 	unsigned notify_fds;    /* eventfds held for consumers, all channels (REGISTRY_MAX_NOTIFY_FDS) */
+	struct reg_notify_user {
+		uid_t uid;
+		unsigned n;     /* eventfds counted on it, > 0 (REGISTRY_MAX_NOTIFY_FDS_USER) */
+	} notify_users[REGISTRY_MAX_NOTIFY_FDS]; /* each user holding any, in no order */
+	unsigned nnotify_users;
 	uint64_t next_tick;     /* when registry_tick() looks again (ms) */
 	struct reg_orphan *orphans; /* watched endpoints (registry_adopt_endpoints()) */
 	unsigned norphans, orphans_cap;
@@ -228,7 +236,8 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
  * numbered @p id, claimed for @p c: on success *@p fd is taken (set to -1).
  * @return 0; -ENOENT (@p c references no channel @p id); -EINVAL (not a
  *         consumer endpoint claimed for @p c, or not an eventfd); -ENFILE
- *         (the daemon holds REGISTRY_MAX_NOTIFY_FDS already).
+ *         (the daemon holds REGISTRY_MAX_NOTIFY_FDS already); -EDQUOT (@p c's
+ *         user gave REGISTRY_MAX_NOTIFY_FDS_USER of them already).
  */
 int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
 		    size_t whylen);

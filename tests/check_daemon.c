@@ -1635,6 +1635,31 @@ START_TEST(test_out_of_descriptors)
 }
 END_TEST
 
+/* A descriptor limit below what the daemon wants (the unit's LimitNOFILE
+ * was 8192 for 11072) is said once at start, with the limit it got; a
+ * daemon that gets enough says nothing of it (review finding). */
+START_TEST(test_nofile_warning)
+{
+	struct daemon d;
+	struct daemon_opts low = {.nofile = 256, .log = true}, plenty = {.log = true};
+	struct rlimit rl;
+	char want[64];
+
+	daemon_start_opts(&d, &low);
+	snprintf(want, sizeof(want), "descriptor limit %u, below the ",
+		 256u + (pinshmd_wrapper() ? DAEMON_WRAPPER_FDS : 0u));
+	ck_assert_msg(daemon_log_has(&d, want), "its log does not say '%s'", want);
+	daemon_stop_ok(&d);
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max < 16384)
+		return; /* this test's own limit is too low for the daemon to get enough */
+	daemon_start_opts(&d, &plenty);
+	ck_assert(!daemon_log_has(&d, "descriptor limit"));
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* ======================================================================== */
 /* permissions: other users                                                  */
 /* ======================================================================== */
@@ -2451,6 +2476,124 @@ START_TEST(test_eventfd_handover)
 }
 END_TEST
 
+#define USER_EVENTFDS 1024u /* the eventfds one user may give the daemon (pinshmd(8), LIMITS) */
+
+/* Another user: its own channel's consumer gives an eventfd (NOTIFY). */
+static int ev_share_other(void *arg, int idx)
+{
+	struct perm *x = arg;
+	pinshm_client_t *c;
+	pinshm_channel_t *ch;
+	pinshm_channel_attr_t attr;
+
+	(void)idx;
+	if (setgroups(0, NULL) != 0 || setgid(x->gid) != 0 || setuid(x->uid) != 0)
+		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by setuid */
+	int rc = pinshm_connect(x->sock, &c);
+	if (rc != 0)
+		tu_child_fail(3, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
+	EXPECT(c, pinshm_create(c, "others", &attr, 0600, 0), 0);
+	EXPECT(c, pinshm_open(c, "others", PINSHM_CONSUMER, &ch), 0);
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (efd < 0)
+		tu_child_fail(4, "eventfd: %s", strerror(errno));
+	EXPECT(c, pinshm_channel_set_notify_fd(ch, efd), 0);
+	pinshm_channel_close(ch);
+	pinshm_disconnect(c);
+	close(efd);
+	return 0;
+}
+
+/*
+ * One user may give the daemon a share of its eventfd slots, not all of
+ * them (review finding: one user took the 4096 and the others' NOTIFY got
+ * -ENFILE): the user's eventfd past its share is refused (-EDQUOT), one
+ * freed makes room for the next, and another user's NOTIFY succeeds.
+ */
+START_TEST(test_eventfd_user_share)
+{
+	enum { CONSUMERS = 64, CHANNELS = 17 }; /* 1088 consumer endpoints: past the share of 1024 */
+	struct daemon d;
+	struct daemon_opts o = {.system_mode = true};
+	struct perm x;
+	struct tu_procs ps;
+	pinshm_channel_attr_t attr;
+	struct pkt p;
+	struct proto_msg m;
+	char name[32];
+	uint64_t id[CHANNELS];
+	uint32_t ep[CHANNELS][CONSUMERS];
+	unsigned kept = 0, refused = 0;
+
+	ck_assert_uint_lt(USER_EVENTFDS, CONSUMERS * CHANNELS);
+	bool other = test_user(&x.uid, &x.gid);
+	daemon_start_opts(&d, &o);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, CONSUMERS);
+	int s = raw_connect(d.sock);
+	int efd = eventfd(0, EFD_CLOEXEC);
+	ck_assert_int_ge(efd, 0);
+	for (unsigned k = 0; k < CHANNELS; k++) {
+		snprintf(name, sizeof(name), "share-%u", k);
+		CLIENT_RC(c, pinshm_create(c, name, &attr, 0600, 0), 0);
+		for (unsigned i = 0; i < CONSUMERS; i++) {
+			raw_open_consumer(s, name, &m);
+			id[k] = m.u.open_reply.id;
+			ep[k][i] = m.u.open_reply.endpoint;
+		}
+	}
+	for (unsigned k = 0; k < CHANNELS; k++)
+		for (unsigned i = 0; i < CONSUMERS; i++) {
+			pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_NOTIFY, 2);
+			pk_le(&p, id[k], 8);
+			pk_le(&p, ep[k][i], 4);
+			pk_end(&p);
+			raw_send(s, &p, efd, 1); /* the daemon gets a descriptor of its own each time */
+			raw_reply(s, &m);
+			ck_assert_msg(m.status == 0 || m.status == -EDQUOT, "NOTIFY %u: %d (%s)", k * CONSUMERS + i,
+				      m.status, m.text);
+			if (m.status == 0)
+				kept++;
+			else
+				refused++;
+		}
+	ck_assert_uint_eq(kept, USER_EVENTFDS);
+	ck_assert_uint_eq(refused, CONSUMERS * CHANNELS - USER_EVENTFDS);
+
+	if (other) { /* another user is not refused */
+		x.sock = d.sock;
+		tu_procs_init(&ps);
+		tu_spawn(&ps, "other user", ev_share_other, &x, 0);
+		tu_wait_all_ok(&ps, WAIT_MS);
+	}
+
+	/* One of the user's eventfds forgotten (its endpoint closed): room for one. */
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_CLOSE, 3);
+	pk_le(&p, id[0], 8);
+	pk_le(&p, ep[0][0], 4);
+	pk_end(&p);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_int_eq(m.status, 0);
+	for (int again = 0; again < 2; again++) {
+		pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_NOTIFY, 4);
+		pk_le(&p, id[CHANNELS - 1], 8);
+		pk_le(&p, ep[CHANNELS - 1][CONSUMERS - 1 - again], 4);
+		pk_end(&p);
+		raw_send(s, &p, efd, 1);
+		raw_reply(s, &m);
+		ck_assert_msg(m.status == (again ? -EDQUOT : 0), "NOTIFY after a close (%d): %d (%s)", again,
+			      m.status, m.text);
+	}
+	close(s);
+	close(efd);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 #define EV_REAP_MS 10000 /* for the daemon to reap a killed producer (longer under a wrapper) */
 
 static int ev_dying_producer(void *arg, int idx)
@@ -2674,6 +2817,7 @@ static Suite *daemon_suite(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_unread_replies);
 	tcase_add_test(tc, test_out_of_descriptors);
+	tcase_add_test(tc, test_nofile_warning);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("permissions");
@@ -2699,6 +2843,7 @@ static Suite *daemon_suite(void)
 	tc = tcase_create("events");
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_eventfd_handover);
+	tcase_add_test(tc, test_eventfd_user_share);
 	tcase_add_test(tc, test_eventfd_producer_killed);
 	tcase_add_test(tc, test_eventfd_full_producer_killed);
 	suite_add_tcase(s, tc);
