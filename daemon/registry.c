@@ -356,13 +356,13 @@ enum maps_answer {
 };
 
 /* Whether process @p pid maps the file @p st, reading at most
- * REGISTRY_MAPS_MAX_LINES of its maps and no more than *@p budget (the
- * lines read are taken off it; a line longer than the buffer, a long
- * path, counts once a buffer). */
+ * REGISTRY_MAPS_MAX_BYTES of its maps and no more than *@p budget bytes
+ * (the bytes read are taken off it; a line is read a buffer at a time, so
+ * that a long path costs its length: a process can make its lines long). */
 static enum maps_answer maps_file(pid_t pid, const struct stat *st, unsigned *budget)
 {
 	char path[64], line[512];
-	unsigned limit = *budget < REGISTRY_MAPS_MAX_LINES ? *budget : REGISTRY_MAPS_MAX_LINES, lines = 0;
+	unsigned limit = *budget < REGISTRY_MAPS_MAX_BYTES ? *budget : REGISTRY_MAPS_MAX_BYTES, bytes = 0;
 	bool at_start = true;
 	enum maps_answer found = MAPS_NO;
 
@@ -377,12 +377,14 @@ static enum maps_answer maps_file(pid_t pid, const struct stat *st, unsigned *bu
 		unsigned maj, min;
 		unsigned long long ino;
 		bool starts = at_start;
-		at_start = strchr(line, '\n') != NULL;
-		if (lines == limit) {
+		size_t len = strlen(line);
+		at_start = len > 0 && line[len - 1] == '\n';
+		if (len > limit - bytes) {
+			bytes = limit;
 			found = MAPS_LONG;
 			break;
 		}
-		lines++;
+		bytes += (unsigned)len;
 		if (starts && sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 &&
 		    ino == (unsigned long long)st->st_ino && maj == major(st->st_dev) && min == minor(st->st_dev))
 			found = MAPS_YES;
@@ -390,7 +392,7 @@ static enum maps_answer maps_file(pid_t pid, const struct stat *st, unsigned *bu
 	if (found == MAPS_NO && ferror(f))
 		found = MAPS_CLOSED;
 	fclose(f);
-	*budget -= lines;
+	*budget -= bytes;
 	return found;
 }
 
@@ -594,7 +596,7 @@ struct judged {
 /* One adoption's judging: each distinct pid once, maps read within one budget. */
 struct judge {
 	struct nested_procs np;
-	unsigned budget; /* lines of maps left to read */
+	unsigned budget; /* bytes of maps left to read */
 	unsigned n;
 	struct judged e[PINSHM_MAX_PRODUCERS + PINSHM_MAX_CONSUMERS];
 };
@@ -820,8 +822,8 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 		snprintf(first, sizeof(first), " (the first, of pid %u: %s)", (unsigned)kept_pid, kept_why);
 	if (reaped + watched + kept)
 		log_notice("channel '%s': of its endpoints attached before the restart, %u reaped (their processes "
-			   "are gone), %u watched, %u taken for alive and not watched%s",
-			   ch->name, reaped, watched, kept, first);
+			   "are gone), %u watched, %u taken for alive and not watched%s; %u bytes of maps read",
+			   ch->name, reaped, watched, kept, first, REGISTRY_MAPS_BUDGET - j->budget);
 out:
 	/* Watches that no endpoint came to use (all kept past a cap). */
 	for (unsigned i = 0; i < j->n; i++)

@@ -60,7 +60,7 @@
  *   without pidfds, the process's start time looked at every
  *   REGISTRY_TICK_MS), REGISTRY_MAX_WATCHES at most, and
  *   REGISTRY_MAX_ORPHANS watched endpoints.  Where the daemon cannot judge
- *   (the maps may not be read, are longer than REGISTRY_MAPS_MAX_LINES or
+ *   (the maps may not be read, are longer than REGISTRY_MAPS_MAX_BYTES or
  *   than what is left of REGISTRY_MAPS_BUDGET for this adoption, several
  *   nested processes fit), or past those caps, the owner is taken for
  *   alive and not watched: its endpoint stays attached, as the segment
@@ -99,8 +99,8 @@
 #define REGISTRY_MAX_NOTIFY_FDS_USER 1024u /* of them, given by one user (a quarter) */
 #define REGISTRY_MAX_WATCHES 256u     /* processes watched at once (a pidfd each), all channels */
 #define REGISTRY_MAX_ORPHANS 65536u   /* endpoints watched at once, all channels */
-#define REGISTRY_MAPS_MAX_LINES 8192u /* of one process's /proc/PID/maps read to judge it */
-#define REGISTRY_MAPS_BUDGET 32768u   /* lines of maps read for one adoption, all its processes */
+#define REGISTRY_MAPS_MAX_BYTES (1u << 20) /* of one process's /proc/PID/maps read to judge it */
+#define REGISTRY_MAPS_BUDGET (4u << 20)    /* bytes of maps read for one adoption, all its processes */
 #define REGISTRY_TICK_ORPHANS 1024u   /* watched endpoints looked at a tick (claimed or closed since?) */
 
 struct channel {

@@ -1635,7 +1635,7 @@ START_TEST(test_adopt_watch_cap)
 }
 END_TEST
 
-#define LONG_MAPS 20000 /* mappings of a process: more lines of maps than the daemon reads (8192) */
+#define LONG_MAPS 40000 /* mappings of a process: more bytes of maps (some 2 MB) than the daemon reads (1 MiB) */
 
 /* A child with LONG_MAPS mappings (that never merge), which tells @p arg
  * (a pipe's writing end) when they are made. */
@@ -1694,6 +1694,136 @@ START_TEST(test_adopt_long_maps)
 	close(seg);
 	close(ready[0]);
 	close(ready[1]);
+	tu_kill_all(&ps);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+#define MAPS_BUDGET_BYTES (4u << 20) /* of maps the daemon reads for one adoption (pinshmd(8)) */
+#define LONG_LINE_OWNERS 4
+#define LONG_LINE_MAPS 300 /* mappings of a file of a ~3800-byte path: 1.2 MB of maps a process */
+
+struct long_lines {
+	int dirfd;    /* where the file of the long path is */
+	int ready[2]; /* each owner writes a byte once mapped */
+};
+
+/* A child that maps the file "f" of @p arg's folder LONG_LINE_MAPS times,
+ * one page each with a hole between, so that no two mappings merge. */
+static int long_lines_owner(void *arg, int idx)
+{
+	struct long_lines *l = arg;
+	long page = sysconf(_SC_PAGESIZE);
+	int fd = openat(l->dirfd, "f", O_RDONLY | O_CLOEXEC);
+
+	(void)idx;
+	if (fd < 0)
+		tu_child_fail(2, "open: %s", strerror(errno));
+	char *area = mmap(NULL, (size_t)(2 * LONG_LINE_MAPS) * (size_t)page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+			  -1, 0);
+	if (area == MAP_FAILED)
+		tu_child_fail(3, "mmap: %s", strerror(errno));
+	for (long i = 0; i < LONG_LINE_MAPS; i++)
+		if (mmap(area + 2 * i * page, (size_t)page, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+			tu_child_fail(4, "mmap of the file: %s", strerror(errno));
+	if (write(l->ready[1], "r", 1) != 1)
+		tu_child_fail(5, "write: %s", strerror(errno));
+	return child_sleep_until_killed(WAIT_MS);
+}
+
+/* The "N bytes of maps read" of the daemon's judging of channel @p name, -1: none. */
+static long maps_bytes_logged(const struct daemon *d, const char *name)
+{
+	char line[1024], want[128];
+	long bytes = -1;
+	FILE *f = fopen(d->log, "r");
+
+	ck_assert_ptr_nonnull(f);
+	snprintf(want, sizeof(want), "channel '%s': of its endpoints attached before the restart", name);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, want)) {
+			const char *p = strstr(line, "; ");
+			char *q = p ? strstr(p, " bytes of maps read") : NULL;
+			for (const char *s = p; q && s && s < q; s = strstr(s + 1, "; "))
+				p = s; /* the last "; " before the count */
+			if (q && sscanf(p, "; %ld bytes of maps read", &bytes) != 1)
+				bytes = -1;
+		}
+	fclose(f);
+	return bytes;
+}
+
+/*
+ * A hand-back whose producers record 4 live processes of long maps lines
+ * (a file of a ~3800-byte path mapped 300 times: 1.2 MB of maps each): the
+ * daemon reads no more than its byte budget for the adoption (review
+ * finding: it counted lines, a long one once a 511-byte buffer, and read
+ * some 16 MB in its event loop), says how much it read, and takes them for
+ * alive without watching them.
+ */
+START_TEST(test_adopt_long_map_lines)
+{
+	struct daemon d;
+	struct proto_msg rep;
+	struct tu_procs ps;
+	struct long_lines l;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	char part[251], b;
+
+	daemon_start_opts(&d, &(struct daemon_opts){.log = true});
+	memset(part, 'p', sizeof(part) - 1);
+	part[sizeof(part) - 1] = '\0';
+	l.dirfd = open(d.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ck_assert_int_ge(l.dirfd, 0);
+	for (int i = 0; i < 15; i++) { /* 15 folders of 250 characters */
+		ck_assert_int_eq(mkdirat(l.dirfd, part, 0700), 0);
+		int sub = openat(l.dirfd, part, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		ck_assert_int_ge(sub, 0);
+		close(l.dirfd);
+		l.dirfd = sub;
+	}
+	int f = openat(l.dirfd, "f", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	ck_assert_int_ge(f, 0);
+	ck_assert_int_eq(ftruncate(f, sysconf(_SC_PAGESIZE)), 0);
+	close(f);
+	ck_assert_int_eq(pipe(l.ready), 0);
+	tu_procs_init(&ps);
+	int owner[LONG_LINE_OWNERS];
+	for (int i = 0; i < LONG_LINE_OWNERS; i++) {
+		owner[i] = tu_spawn(&ps, "long lines", long_lines_owner, &l, i); /* before the segment */
+		ck_assert_int_eq(read(l.ready[0], &b, 1), 1);
+	}
+	pinshm_client_t *c = connect_ok(&d);
+	int sock = raw_hello(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 64, 1);
+	int seg = tu_create(&attr);
+	for (unsigned i = 0; i < 64; i++)
+		set_endpoint(seg, i, (uint32_t)ps.pid[owner[i % LONG_LINE_OWNERS]]);
+	set_endpoint(seg, 64, (uint32_t)getpid()); /* the consumer: the caller */
+	TU_RC(raw_adopt(sock, "lines", &attr, PINSHM_CONSUMER, 64, seg, 1, &rep), 0);
+	ck_assert(list_find(c, "lines", &e, NULL));
+	ck_assert_uint_eq(e.producers, 64); /* not judged: not reaped */
+	long bytes = maps_bytes_logged(&d, "lines");
+	printf("long map lines: %d processes of %d mappings of a long path: %ld bytes of maps read\n",
+	       LONG_LINE_OWNERS, LONG_LINE_MAPS, bytes);
+	ck_assert_msg(bytes > 0, "the daemon's log does not say how many bytes of maps it read");
+	ck_assert_msg(bytes <= (long)MAPS_BUDGET_BYTES, "%ld bytes of maps read for one adoption", bytes);
+	close(sock);
+	wait_counts(c, 1, 0); /* not watched: not kept */
+	close(seg);
+	close(l.ready[0]);
+	close(l.ready[1]);
+	ck_assert_int_eq(unlinkat(l.dirfd, "f", 0), 0);
+	for (int i = 0; i < 15; i++) { /* the folders, from the deepest */
+		int up = openat(l.dirfd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		ck_assert_int_ge(up, 0);
+		close(l.dirfd);
+		l.dirfd = up;
+		ck_assert_int_eq(unlinkat(l.dirfd, part, AT_REMOVEDIR), 0);
+	}
+	close(l.dirfd);
 	tu_kill_all(&ps);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
@@ -2230,6 +2360,7 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_adopt_flood_one_pid);
 	tcase_add_test(tc, test_adopt_watch_cap);
 	tcase_add_test(tc, test_adopt_long_maps);
+	tcase_add_test(tc, test_adopt_long_map_lines);
 	tcase_add_test(tc, test_adopt_twin_nested);
 	tcase_add_test(tc, test_adopt_unseen_client);
 	suite_add_tcase(s, tc);
