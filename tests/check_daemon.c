@@ -1643,12 +1643,24 @@ START_TEST(test_nofile_warning)
 	struct daemon d;
 	struct daemon_opts low = {.nofile = 256, .log = true}, plenty = {.log = true};
 	struct rlimit rl;
-	char want[64];
+	char line[512];
 
 	daemon_start_opts(&d, &low);
-	snprintf(want, sizeof(want), "descriptor limit %u, below the ",
-		 256u + (pinshmd_wrapper() ? DAEMON_WRAPPER_FDS : 0u));
-	ck_assert_msg(daemon_log_has(&d, want), "its log does not say '%s'", want);
+	/* The limit it got: 256 (a wrapper, valgrind, adds some and keeps some). */
+	unsigned got = 0;
+	FILE *f = fopen(d.log, "r");
+	ck_assert_ptr_nonnull(f);
+	while (got == 0 && fgets(line, sizeof(line), f)) {
+		const char *p = strstr(line, "descriptor limit ");
+		if (p && sscanf(p, "descriptor limit %u, below the ", &got) != 1)
+			got = 0;
+	}
+	fclose(f);
+	ck_assert_msg(got > 0, "its log does not say the descriptor limit it got");
+	if (pinshmd_wrapper())
+		ck_assert_uint_le(got, 256u + DAEMON_WRAPPER_FDS);
+	else
+		ck_assert_uint_eq(got, 256u);
 	daemon_stop_ok(&d);
 
 	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
