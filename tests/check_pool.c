@@ -592,7 +592,8 @@ START_TEST(test_daemon_lock_fails)
 	daemon_spawn(&d, &o);
 	daemon_wait_ready(&d);
 	pinshm_client_t *c = connect_ok(&d);
-	for (int i = 0; i < TRIES && !daemon_log_has(&d, "the pool stops filling"); i++)
+	/* The warning comes first, then the line of the segment given up. */
+	for (int i = 0; i < TRIES && !daemon_log_has(&d, "pool: the segment of 16777216 bytes being filled"); i++)
 		tu_sleep_ms(10);
 	ck_assert(daemon_log_has(&d, "(RLIMIT_MEMLOCK), 6291456 of 16777216 bytes locked); the pool stops filling"));
 	ck_assert(daemon_log_has(&d, "pool: the segment of 16777216 bytes being filled"));
