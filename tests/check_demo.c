@@ -29,22 +29,6 @@ struct run {
 	char err[8192];
 };
 
-static void read_file(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	size_t n = 0;
-
-	ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
-	for (;;) {
-		ssize_t r = read(fd, buf + n, len - 1 - n);
-		if (r <= 0)
-			break;
-		n += (size_t)r;
-	}
-	close(fd);
-	buf[n] = '\0';
-}
-
 /* Run pinshm-demo with @p args (NULL-terminated); fail the test if it does
  * not exit in time or is killed. */
 static void demo_runv(struct run *r, const char *const *args)
@@ -86,8 +70,8 @@ static void demo_runv(struct run *r, const char *const *args)
 		}
 		tu_sleep_ms(2);
 	}
-	read_file(out, r->out, sizeof(r->out));
-	read_file(err, r->err, sizeof(r->err));
+	tu_read_file(out, r->out, sizeof(r->out));
+	tu_read_file(err, r->err, sizeof(r->err));
 	unlink(out);
 	unlink(err);
 	rmdir(dir);

@@ -59,22 +59,6 @@ struct run {
 	char err[4096];
 };
 
-static void read_file(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	size_t n = 0;
-
-	ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
-	for (;;) {
-		ssize_t r = read(fd, buf + n, len - 1 - n);
-		if (r <= 0)
-			break;
-		n += (size_t)r;
-	}
-	close(fd);
-	buf[n] = '\0';
-}
-
 /* A user and group to run as. */
 struct ident {
 	uid_t uid;
@@ -126,8 +110,8 @@ static void ctl_runv_as(const char *dir, struct run *r, const struct ident *as, 
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 126, "pinshmctl %s: %s", argv[1],
 		      tu_status_str(st, buf, sizeof(buf)));
 	r->status = WEXITSTATUS(st);
-	read_file(out, r->out, sizeof(r->out));
-	read_file(err, r->err, sizeof(r->err));
+	tu_read_file(out, r->out, sizeof(r->out));
+	tu_read_file(err, r->err, sizeof(r->err));
 }
 
 static void ctl_runv(const char *dir, struct run *r, const char *const *args)

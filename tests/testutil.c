@@ -465,3 +465,19 @@ int tu_run_suite(Suite *s, bool force_fork)
 	srunner_free(sr);
 	return failed;
 }
+
+void tu_read_file(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t n = 0;
+
+	ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
+	for (;;) {
+		ssize_t r = read(fd, buf + n, len - 1 - n);
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	buf[n] = '\0';
+}

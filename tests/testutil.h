@@ -197,6 +197,9 @@ void tu_kill_all(struct tu_procs *ps);
 /** Describe a wait status ("exit 3", "signal 9") into @p buf. */
 const char *tu_status_str(int status, char *buf, size_t len);
 
+/** Read the file @p path into @p buf (at most @p len - 1 bytes, NUL-terminated); fail the test if it cannot be opened. */
+void tu_read_file(const char *path, char *buf, size_t len);
+
 /** In a child: print "why" to stderr and _exit(code). */
 void tu_child_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
