@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,7 +42,6 @@
 #define WAIT_MS 60000  /* for the children of a test */
 #define CALL_MS 20000  /* for one blocking call */
 #define MESSAGES 10000u
-#define TEST_USER "pinshm-test-a"
 
 /* ======================================================================== */
 /* clients                                                                   */
@@ -200,29 +198,6 @@ static unsigned proc_maps_count(pid_t pid, const char *what)
 			n++;
 	fclose(f);
 	return n;
-}
-
-/* The test user, created if missing; false (and a note) when it cannot be. */
-static bool test_user(uid_t *uid, gid_t *gid)
-{
-	if (geteuid() != 0) {
-		fprintf(stderr, "note: not root: the test of other users' permissions is skipped\n");
-		return false;
-	}
-	struct passwd *pw = getpwnam(TEST_USER);
-	if (!pw) {
-		int rc = system("useradd -M -N " TEST_USER " >/dev/null 2>&1");
-		(void)rc;
-		pw = getpwnam(TEST_USER);
-	}
-	if (!pw) {
-		fprintf(stderr, "note: cannot create the user %s: the test is skipped\n", TEST_USER);
-		return false;
-	}
-	*uid = pw->pw_uid;
-	*gid = pw->pw_gid;
-	ck_assert_uint_ne(*uid, 0);
-	return true;
 }
 
 /* ======================================================================== */
@@ -824,7 +799,7 @@ START_TEST(test_unpinned)
 	uint8_t buf[16];
 	size_t len;
 
-	if (!test_user(&o.uid, &o.gid))
+	if (!daemon_test_user(&o.uid, &o.gid))
 		return;
 	daemon_start_opts(&d, &o);
 	pinshm_client_t *c = connect_ok(&d);
@@ -1741,7 +1716,7 @@ START_TEST(test_permissions)
 	pinshm_list_entry_t e;
 	pinshm_channel_t *ch;
 
-	if (!test_user(&x.uid, &x.gid))
+	if (!daemon_test_user(&x.uid, &x.gid))
 		return;
 	daemon_start_opts(&d, &o);
 	x.sock = d.sock;
@@ -1833,7 +1808,7 @@ START_TEST(test_unprivileged_pinned)
 	int report[2], hold[2];
 	uint64_t size = 0;
 
-	if (!test_user(&x.uid, &x.gid))
+	if (!daemon_test_user(&x.uid, &x.gid))
 		return;
 	/* No pool: VmLck grows with the channel, not before. */
 	daemon_start_config(&d, &o, "[daemon]\npool_segments = 0\n");
@@ -1885,7 +1860,7 @@ START_TEST(test_foreign_user_daemon)
 	pinshm_client_t *c;
 	char xdg[32];
 
-	if (!test_user(&o.uid, &o.gid))
+	if (!daemon_test_user(&o.uid, &o.gid))
 		return;
 	xdg_daemon_start(&d, &o, xdg);
 
@@ -2129,7 +2104,7 @@ START_TEST(test_user_limits)
 	struct tu_procs ps;
 	pinshm_channel_attr_t attr;
 
-	if (!test_user(&x.uid, &x.gid))
+	if (!daemon_test_user(&x.uid, &x.gid))
 		return;
 	daemon_start_config(&d, &o, "[daemon]\nmax_connections_per_user = 100\nmax_channels_per_user = 1\n"
 			    "[user %s]\nmax_connections = 2\nmax_channels = 2\n", TEST_USER);
@@ -2158,7 +2133,7 @@ START_TEST(test_unpinned_quota)
 	pinshm_channel_attr_t attr;
 	pinshm_list_entry_t e;
 
-	if (!test_user(&o.uid, &o.gid))
+	if (!daemon_test_user(&o.uid, &o.gid))
 		return;
 	tu_attr(&attr, PINSHM_QUEUE, 1024 * KiB, 1, 1);
 	size_t size = seg_size(&attr);
@@ -2290,7 +2265,7 @@ START_TEST(test_access)
 	struct access_try x = {.want = -EACCES};
 	struct tu_procs ps;
 
-	if (!test_user(&x.uid, &x.gid))
+	if (!daemon_test_user(&x.uid, &x.gid))
 		return;
 	daemon_prepare(&d, &o);
 	ck_assert_int_ne(x.uid, 12345);
@@ -2540,7 +2515,7 @@ START_TEST(test_eventfd_user_share)
 	unsigned kept = 0, refused = 0;
 
 	ck_assert_uint_lt(USER_EVENTFDS, CONSUMERS * CHANNELS);
-	bool other = test_user(&x.uid, &x.gid);
+	bool other = daemon_test_user(&x.uid, &x.gid);
 	daemon_start_opts(&d, &o);
 	pinshm_client_t *c = connect_ok(&d);
 	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, CONSUMERS);

@@ -20,7 +20,6 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -548,30 +547,6 @@ START_TEST(test_daemon_shutdown)
 }
 END_TEST
 
-#define TEST_USER "pinshm-test-a" /* as check_daemon's */
-
-/* An ordinary user for a daemon (made if missing); false: skipped. */
-static bool test_user(uid_t *uid, gid_t *gid)
-{
-	if (geteuid() != 0) {
-		fprintf(stderr, "note: not root: the test of a daemon of an ordinary user is skipped\n");
-		return false;
-	}
-	struct passwd *pw = getpwnam(TEST_USER);
-	if (!pw) {
-		int rc = system("useradd -M -N " TEST_USER " >/dev/null 2>&1");
-		(void)rc;
-		pw = getpwnam(TEST_USER);
-	}
-	if (!pw) {
-		fprintf(stderr, "note: cannot create the user %s: the test is skipped\n", TEST_USER);
-		return false;
-	}
-	*uid = pw->pw_uid;
-	*gid = pw->pw_gid;
-	return true;
-}
-
 /* A daemon of an ordinary user whose RLIMIT_MEMLOCK holds 3 slices of a
  * class of 16 MiB: the lock is refused halfway, nothing stays locked or
  * charged, the pool stops filling, and the daemon serves on. */
@@ -585,7 +560,7 @@ START_TEST(test_daemon_lock_fails)
 				.as_user = true,
 				.memlock = 3 * SLICE};
 
-	if (!test_user(&o.uid, &o.gid))
+	if (!daemon_test_user(&o.uid, &o.gid))
 		return;
 	daemon_prepare(&d, &o);
 	write_conf(&d, "[daemon]\npool_segments = 1\npool_sizes = 16M\n");

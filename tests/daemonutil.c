@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -444,4 +445,27 @@ int child_sleep_until_killed(int ms)
 	for (int i = 0; i < ms / 100; i++)
 		tu_sleep_ms(100);
 	return 1;
+}
+
+/* The test user, created if missing; false (and a note) when it cannot be. */
+bool daemon_test_user(uid_t *uid, gid_t *gid)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "note: not root: a test that needs another user is skipped\n");
+		return false;
+	}
+	struct passwd *pw = getpwnam(TEST_USER);
+	if (!pw) {
+		int rc = system("useradd -M -N " TEST_USER " >/dev/null 2>&1");
+		(void)rc;
+		pw = getpwnam(TEST_USER);
+	}
+	if (!pw) {
+		fprintf(stderr, "note: cannot create the user %s: the test is skipped\n", TEST_USER);
+		return false;
+	}
+	*uid = pw->pw_uid;
+	*gid = pw->pw_gid;
+	ck_assert_uint_ne(*uid, 0);
+	return true;
 }

@@ -153,6 +153,12 @@ void daemon_stop_ok(struct daemon *d);
  * cleaned up, and its socket is not looked at. */
 void daemon_stop(struct daemon *d);
 
+/* The ordinary user the tests run daemons and clients as. */
+#define TEST_USER "pinshm-test-a"
+
+/** TEST_USER, created if missing; false (and a note) when it cannot be (not root). */
+bool daemon_test_user(uid_t *uid, gid_t *gid);
+
 /** A client connected to @p d, or fail the test. */
 pinshm_client_t *connect_ok(const struct daemon *d);
 
