@@ -57,7 +57,7 @@ struct pinshm_channel {
 	uint64_t committed;   /* end of what is committed (tail less staged records) */
 	uint64_t last;        /* start of the last record committed */
 	uint64_t limit;       /* cached: may write below this position without looking */
-	uint32_t seq;         /* next record's message number */
+	uint64_t seq;         /* messages committed on the lane: the next record's number (its low 32 bits) */
 	uint64_t bytes;       /* payload bytes committed or staged (lane statistics) */
 	bool reserved;        /* a reservation is pending */
 	uint64_t resv_pos;    /* its record's position (after any padding) */

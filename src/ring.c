@@ -116,6 +116,8 @@ void producer_recover_tail(pinshm_channel_t *ch)
 	uint64_t seq = atomic_load_explicit(&ch->lane->messages, memory_order_relaxed);
 	uint64_t last = atomic_load_explicit(&ch->lane->last, memory_order_relaxed);
 	uint64_t bytes = atomic_load_explicit(&ch->lane->bytes, memory_order_relaxed); /* a count only */
+	uint32_t rec_seq = 0;
+	bool found = false;
 
 	if (!pos_aligned(pos)) {
 		channel_fail(ch, -EBADMSG, "lane %u: tail %llu is not a record boundary", ch->endpoint,
@@ -132,7 +134,8 @@ void producer_recover_tail(pinshm_channel_t *ch)
 		if (size == 0)
 			break;
 		if (rec_state(word) != REC_PADDING) {
-			seq = atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1;
+			rec_seq = atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1;
+			found = true;
 			last = pos;
 			bytes += len;
 		}
@@ -141,7 +144,12 @@ void producer_recover_tail(pinshm_channel_t *ch)
 	}
 	ch->tail = ch->committed = pos;
 	ch->last = last;
-	ch->seq = (uint32_t)seq;
+	/* Records carry the low 32 bits of their number: the count goes on
+	 * from the published one, by the distance (within a ring, far below
+	 * 2^31) to the number after the last record found. */
+	if (found)
+		seq += (uint64_t)(int64_t)(int32_t)(rec_seq - (uint32_t)seq);
+	ch->seq = seq;
 	ch->bytes = bytes;
 	ch->limit = 0;
 	atomic_store_explicit(&ch->lane->reserve, pos, memory_order_relaxed);
@@ -330,7 +338,7 @@ static void stage_reserved(pinshm_channel_t *ch, size_t len)
 	uint64_t end = ch->resv_pos + rec_size(len);
 
 	atomic_store_explicit(&rec->len, (uint32_t)len, memory_order_relaxed);
-	atomic_store_explicit(&rec->seq, ch->seq++, memory_order_relaxed);
+	atomic_store_explicit(&rec->seq, (uint32_t)ch->seq++, memory_order_relaxed);
 	ch->bytes += len;
 	/* The next record's word, zeroed before this one is published: what a
 	 * consumer polls next is never a stale word of an earlier lap. */

@@ -610,6 +610,41 @@ START_TEST(test_lane_tail_corrupt)
 }
 END_TEST
 
+/* A lane's message count goes past 2^32 (records carry its low 32 bits),
+ * also for a producer that takes the lane over and finds a record committed
+ * but not counted (its predecessor died before publishing). */
+START_TEST(test_lane_count_past_32_bits)
+{
+	const uint64_t start = ((uint64_t)1 << 32) - 2;
+	struct chan ch;
+	struct lane_header *l;
+
+	chan_open(&ch, _i);
+	TU_RC(pinshm_channel_close(ch.p), 0);
+	l = seg_lane(&ch.s.g, ch.s.base, 0);
+	atomic_store(&l->messages, start);
+	ch.p = tu_attach(ch.fd, PINSHM_PRODUCER);
+	pass_messages(&ch, 3);
+	uint64_t messages = atomic_load(&l->messages);
+	uint32_t first_seq = atomic_load(&seg_rec(&ch.s, 0, 0)->seq);
+	uint32_t third_seq = atomic_load(&seg_rec(&ch.s, 0, 2 * rec_size(100))->seq);
+	ck_assert_uint_eq(messages, start + 3);
+	ck_assert_uint_eq(first_seq, (uint32_t)start);
+	ck_assert_uint_eq(third_seq, 0);
+	/* The last record committed, the tail and count not yet published. */
+	TU_RC(pinshm_channel_close(ch.p), 0);
+	atomic_store(&l->tail, 2 * rec_size(100));
+	atomic_store(&l->messages, start + 2);
+	ch.p = tu_attach(ch.fd, PINSHM_PRODUCER);
+	pass_messages(&ch, 1);
+	uint64_t tail = atomic_load(&l->tail);
+	messages = atomic_load(&l->messages);
+	ck_assert_uint_eq(tail, 4 * rec_size(100));
+	ck_assert_uint_eq(messages, start + 4);
+	chan_close(&ch);
+}
+END_TEST
+
 /* ======================================================================== */
 /* random corruption of a live channel                                       */
 /* ======================================================================== */
@@ -1195,6 +1230,7 @@ static Suite *corrupt_suite(void)
 	tcase_add_test(tc, test_reap_done_not_freed);
 	tcase_add_loop_test(tc, test_topic_cursor_out_of_bounds, 0, 2);
 	tcase_add_loop_test(tc, test_lane_tail_corrupt, 0, 4);
+	tcase_add_loop_test(tc, test_lane_count_past_32_bits, 0, NKINDS);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("random");
