@@ -145,18 +145,20 @@ struct config {
 	int nodes; /* PINSHM_MPI_NODES, 0: unset */
 	bool off;      /* PINSHM_MPI=0: preloaded, but turned off */
 	bool fallback; /* PINSHM_SOCKET where no daemon can be: one warning, all through MPI */
+	const char *env; /* one more NAME=VALUE for the ranks, or NULL */
+	unsigned long long ring; /* the ring every rank must report (its stats' queue line), 0: 256 KiB */
 };
 
 static const struct config plain_configs[] = {
-	{"plain -np 2", 2, false, 0, false, false},
-	{"plain -np 4", 4, false, 0, false, false},
+	{.name = "plain -np 2", .np = 2},
+	{.name = "plain -np 4", .np = 4},
 };
 static const struct config plugin_configs[] = {
-	{"plugin -np 2", 2, true, 0, false, false},
-	{"plugin -np 4", 4, true, 0, false, false},
-	{"plugin -np 4 PINSHM_MPI_NODES=2", 4, true, 2, false, false},
-	{"plugin -np 2 PINSHM_MPI=0", 2, true, 0, true, false},
-	{"plugin -np 2 without a daemon", 2, true, 0, false, true},
+	{.name = "plugin -np 2", .np = 2, .plugin = true},
+	{.name = "plugin -np 4", .np = 4, .plugin = true},
+	{.name = "plugin -np 4 PINSHM_MPI_NODES=2", .np = 4, .plugin = true, .nodes = 2},
+	{.name = "plugin -np 2 PINSHM_MPI=0", .np = 2, .plugin = true, .off = true},
+	{.name = "plugin -np 2 without a daemon", .np = 2, .plugin = true, .fallback = true},
 };
 #define NPLAIN ((int)(sizeof(plain_configs) / sizeof(plain_configs[0])))
 #define NPLUGIN ((int)(sizeof(plugin_configs) / sizeof(plugin_configs[0])))
@@ -267,6 +269,7 @@ struct run {
 	size_t len;
 	struct stats fam[NFAMILY];
 	unsigned long long queue_pinned, queue_unpinned; /* bit r: rank r's queue was (not) locked in RAM */
+	unsigned long long ring_other; /* bit r: rank r reported a ring of another size than the run's */
 	int stat_lines, bad_lines;
 };
 
@@ -335,6 +338,10 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 			argv[n++] = "-x";
 			argv[n++] = "PINSHM_MPI=0";
 		}
+		if (cf->env) {
+			argv[n++] = "-x";
+			argv[n++] = cf->env;
+		}
 		if (asan[0]) {
 			argv[n++] = "-x";
 			argv[n++] = asan_opt;
@@ -362,6 +369,8 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		unsetenv("LD_PRELOAD");
 		unsetenv("PINSHM_MPI_NODES");
 		unsetenv("PINSHM_MPI");
+		unsetenv("PINSHM_MPI_RING");
+		unsetenv("PINSHM_MPI_NODE_RINGS");
 		if (u)
 			user_enter(u);
 		execvp(argv[0], (char *const *)argv);
@@ -386,15 +395,21 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		char fam[32];
 		struct stats s = {0};
 		r->stat_lines++;
-		/* "pinshm-mpi stats: rank=R queue=pinned|unpinned" */
-		if (sscanf(line, "pinshm-mpi stats: rank=%d queue=%31s", &rank, fam) == 2) {
+		/* "pinshm-mpi stats: rank=R queue=pinned|unpinned ring=BYTES" */
+		unsigned long long ring = 0;
+		int fields = sscanf(line, "pinshm-mpi stats: rank=%d queue=%31s ring=%llu", &rank, fam, &ring);
+		if (fields >= 2) {
 			unsigned long long *m = !strcmp(fam, "pinned")	 ? &r->queue_pinned
 						: !strcmp(fam, "unpinned") ? &r->queue_unpinned
 									   : NULL;
-			if (!m || rank < 0 || rank >= cf->np || ((r->queue_pinned | r->queue_unpinned) >> rank & 1))
+			if (fields != 3 || !m || rank < 0 || rank >= cf->np ||
+			    ((r->queue_pinned | r->queue_unpinned) >> rank & 1)) {
 				r->bad_lines++;
-			else
-				*m |= 1ull << rank;
+				continue;
+			}
+			*m |= 1ull << rank;
+			if (ring != (cf->ring ? cf->ring : 256 * 1024))
+				r->ring_other |= 1ull << rank;
 			continue;
 		}
 		if (sscanf(line,
@@ -516,6 +531,11 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 		snprintf(why, len, "queue lines from ranks %#llx, want %#llx", r->queue_pinned | r->queue_unpinned, all);
 		return true;
 	}
+	if (r->ring_other) {
+		snprintf(why, len, "ranks %#llx report a ring of another size than %llu bytes", r->ring_other,
+			 cf->ring ? cf->ring : 256 * 1024);
+		return true;
+	}
 	for (int k = 0; k < NFAMILY; k++) {
 		const struct stats *s = &r->fam[k];
 		unsigned bit = 1u << k;
@@ -601,6 +621,33 @@ START_TEST(test_random)
 }
 END_TEST
 
+/* The rings' size: set, or fitted to what the node's rings may take
+ * together, with every message still delivered through the smaller rings
+ * (messages up to 64 MiB, each send mode, persistent requests). */
+static const struct config ring_configs[] = {
+	{.name = "plugin -np 4 PINSHM_MPI_NODE_RINGS=256K", .np = 4, .plugin = true,
+	 .env = "PINSHM_MPI_NODE_RINGS=256K", .ring = 16384},
+	{.name = "plugin -np 4 PINSHM_MPI_NODE_RINGS=1M", .np = 4, .plugin = true, .env = "PINSHM_MPI_NODE_RINGS=1M",
+	 .ring = 65536},
+	{.name = "plugin -np 2 PINSHM_MPI_RING=32K", .np = 2, .plugin = true, .env = "PINSHM_MPI_RING=32K",
+	 .ring = 32768},
+};
+#define NRING_CONFIGS ((int)(sizeof(ring_configs) / sizeof(ring_configs[0])))
+static const char *const ring_programs[] = {"p2p_large", "p2p_modes", "p2p_persistent"};
+#define NRING_PROGRAMS ((int)(sizeof(ring_programs) / sizeof(ring_programs[0])))
+
+START_TEST(test_rings)
+{
+	const char *name = ring_programs[_i / NRING_CONFIGS];
+	int k = 0;
+
+	while (k < NPROGRAMS && strcmp(programs[k].name, name) != 0)
+		k++;
+	ck_assert_int_lt(k, NPROGRAMS);
+	run_one(&programs[k], &ring_configs[_i % NRING_CONFIGS]);
+}
+END_TEST
+
 /* Why a run of p2p_threads (MPI_THREAD_MULTIPLE) in @p cf failed, or NULL:
  * it must pass its checks; with the plugin, every rank says its statistics
  * were not kept, and the plugin warns once unless turned off. */
@@ -661,8 +708,9 @@ struct user_case {
 };
 
 static const struct user_case user_cases[] = {
-	{"p2p_basic", {"as a user, -np 2, RLIMIT_MEMLOCK 64 KiB", 2, true, 0, false, false}, 64 * 1024, false, true},
-	{"p2p_modes", {"as a user, -np 4, XDG_RUNTIME_DIR", 4, true, 0, false, false}, 0, true, false},
+	{"p2p_basic", {.name = "as a user, -np 2, RLIMIT_MEMLOCK 64 KiB", .np = 2, .plugin = true}, 64 * 1024, false,
+	 true},
+	{"p2p_modes", {.name = "as a user, -np 4, XDG_RUNTIME_DIR", .np = 4, .plugin = true}, 0, true, false},
 };
 #define NUSER ((int)(sizeof(user_cases) / sizeof(user_cases[0])))
 
@@ -1037,9 +1085,10 @@ END_TEST
 /* The checks of the stats themselves, on made-up outputs: each must fail. */
 START_TEST(test_stats_checks)
 {
-	static const struct config one = {"one node", 2, true, 0, false, false},
-				   two = {"two nodes", 4, true, 2, false, false}, off = {"off", 2, true, 0, true, false},
-				   nodaemon = {"no daemon", 2, true, 0, false, true};
+	static const struct config one = {.name = "one node", .np = 2, .plugin = true},
+				   two = {.name = "two nodes", .np = 4, .plugin = true, .nodes = 2},
+				   off = {.name = "off", .np = 2, .plugin = true, .off = true},
+				   nodaemon = {.name = "no daemon", .np = 2, .plugin = true, .fallback = true};
 	const struct program *basic = &programs[0], *comms = &programs[6];
 	struct run r;
 	char why[512];
@@ -1056,6 +1105,10 @@ START_TEST(test_stats_checks)
 	ck_assert(strstr(why, "queue") != NULL);
 	r.queue_unpinned = 2;
 	ck_assert_msg(!run_failed(basic, &one, &r, why, sizeof(why)), "a good run failed: %s", why);
+	r.ring_other = 2;
+	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));
+	ck_assert(strstr(why, "ring") != NULL);
+	r.ring_other = 0;
 	ck_assert(run_failed(basic, &plain_configs[0], &(struct run){.out = "", .stat_lines = 1}, why, sizeof(why)));
 	r.fam[F_PROBE].mpi_msgs = 1;
 	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));
@@ -1141,6 +1194,13 @@ static Suite *mpi_suite(bool plugin, bool user)
 	if (plugin) {
 		tc = tcase_create("plugin");
 		tcase_add_loop_test(tc, test_plugin, 0, NPROGRAMS * NPLUGIN);
+		tcase_set_timeout(tc, 200);
+		suite_add_tcase(s, tc);
+	}
+
+	if (plugin) {
+		tc = tcase_create("rings");
+		tcase_add_loop_test(tc, test_rings, 0, NRING_PROGRAMS * NRING_CONFIGS);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 	}

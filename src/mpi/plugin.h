@@ -328,7 +328,9 @@ struct pm_config {
 	size_t eager;       /* largest message sent eagerly */
 	size_t chunk;       /* DATA payload bytes */
 	size_t cma;         /* messages from this size up are copied once (0: never) */
-	uint64_t ring;      /* ring bytes per sender */
+	uint64_t ring;      /* ring bytes per sender (size_rings()) */
+	bool ring_fixed;    /* PINSHM_MPI_RING set: the ring is that, whatever the node's size */
+	uint64_t node_rings; /* the most the node's rings take together, unless PINSHM_MPI_RING is set */
 	uint64_t spin_ns;   /* polling before yielding */
 	uint64_t yield_ns;  /* yielding before sleeping */
 };

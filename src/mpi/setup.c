@@ -71,6 +71,8 @@ static uint64_t env_size(const char *name, uint64_t def, uint64_t min, uint64_t 
 		unit = 1024, end++;
 	else if (*end == 'm' || *end == 'M')
 		unit = 1024 * 1024, end++;
+	else if (*end == 'g' || *end == 'G')
+		unit = 1024 * 1024 * 1024, end++;
 	if (errno || *end || v[0] == '-' || x > max / unit || x * unit < min) {
 		if (pm.world_rank == 0)
 			fprintf(stderr,
@@ -90,17 +92,38 @@ static unsigned cpus_online(void)
 	return n > 0 ? (unsigned)n : 1;
 }
 
-static void read_config(void)
+#define RING_MIN (16 * 1024)
+#define RING_DEFAULT (256 * 1024)
+#define RING_LIMIT (1ull << 30)
+#define NODE_RINGS_DEFAULT (1ull << 30)
+
+static uint64_t floor_pow2(uint64_t x)
+{
+	uint64_t r = RING_MIN;
+	while (r * 2 <= x)
+		r *= 2;
+	return r;
+}
+
+/*
+ * The ring of each sender in each queue, once the node's size is known: a
+ * node of N ranks has N queues of N rings.  PINSHM_MPI_RING, where set, is
+ * taken as it is (rounded down to a power of two); else 256 KiB, halved until the N * N
+ * rings fit in PINSHM_MPI_NODE_RINGS (1 GiB: 64 ranks keep 256 KiB, 256
+ * ranks get 16 KiB), and never below 16 KiB.  The eager and chunk sizes are
+ * bounded by what one record of that ring may carry.
+ */
+static void size_rings(void)
 {
 	struct pm_config *c = &pm.cfg;
-	c->stats = getenv("PINSHM_MPI_STATS") && strcmp(getenv("PINSHM_MPI_STATS"), "0") != 0;
-	c->nodes = (unsigned)env_size("PINSHM_MPI_NODES", 1, 1, 1 << 20);
-	c->ring = env_size("PINSHM_MPI_RING", 256 * 1024, 16 * 1024, 1ull << 30);
-	if (c->ring & (c->ring - 1)) { /* a power of two */
-		uint64_t r = 16 * 1024;
-		while (r * 2 <= c->ring)
-			r *= 2;
-		c->ring = r;
+	uint64_t pairs = (uint64_t)pm.nlocal * (uint64_t)pm.nlocal;
+
+	if (c->ring_fixed) {
+		c->ring = floor_pow2(c->ring);
+	} else {
+		c->ring = RING_DEFAULT;
+		while (c->ring > RING_MIN && c->ring > c->node_rings / pairs)
+			c->ring /= 2;
 	}
 	uint64_t max_payload = c->ring / 2 - 64 - 32;
 	/* Eager up to 64 KiB: measured against 4 and 16 KiB here, it gains on
@@ -112,6 +135,16 @@ static void read_config(void)
 		c->eager = max_payload;
 	if (c->chunk > max_payload)
 		c->chunk = max_payload;
+}
+
+static void read_config(void)
+{
+	struct pm_config *c = &pm.cfg;
+	c->stats = getenv("PINSHM_MPI_STATS") && strcmp(getenv("PINSHM_MPI_STATS"), "0") != 0;
+	c->nodes = (unsigned)env_size("PINSHM_MPI_NODES", 1, 1, 1 << 20);
+	c->ring = env_size("PINSHM_MPI_RING", RING_DEFAULT, RING_MIN, RING_LIMIT);
+	c->ring_fixed = getenv("PINSHM_MPI_RING") && getenv("PINSHM_MPI_RING")[0];
+	c->node_rings = env_size("PINSHM_MPI_NODE_RINGS", NODE_RINGS_DEFAULT, RING_MIN, UINT64_MAX);
 	c->cma = env_size("PINSHM_MPI_CMA", 0, 0, UINT64_MAX);
 	c->spin_ns = env_size("PINSHM_MPI_SPIN_NS", 20000, 0, 1000000000);
 	c->yield_ns = env_size("PINSHM_MPI_YIELD_NS", 500000, 0, 1000000000);
@@ -300,6 +333,7 @@ static void setup(int provided)
 	PMPI_Comm_free(&shared);
 	PMPI_Comm_rank(pm.node_comm, &pm.local_rank);
 	PMPI_Comm_size(pm.node_comm, &pm.nlocal);
+	size_rings();
 	PMPI_Comm_group(MPI_COMM_WORLD, &pm.world_group);
 
 	/* Every rank takes part in the collective calls here and in the
@@ -416,8 +450,8 @@ static void print_stats(void)
 			pm.world_rank, family_names[f], c->pinshm_msgs, c->pinshm_bytes, c->mpi_msgs, c->mpi_bytes);
 	}
 	if (pm.in_locked != QUEUE_UNKNOWN)
-		fprintf(stderr, "pinshm-mpi stats: rank=%d queue=%s\n", pm.world_rank,
-			pm.in_locked == QUEUE_PINNED ? "pinned" : "unpinned");
+		fprintf(stderr, "pinshm-mpi stats: rank=%d queue=%s ring=%" PRIu64 "\n", pm.world_rank,
+			pm.in_locked == QUEUE_PINNED ? "pinned" : "unpinned", pm.cfg.ring);
 }
 
 int MPI_Finalize(void)
