@@ -105,13 +105,30 @@ static uint64_t floor_pow2(uint64_t x)
 	return r;
 }
 
+/* The eager and chunk sizes, within what one record of the ring may carry. */
+static void bound_sizes(void)
+{
+	struct pm_config *c = &pm.cfg;
+	uint64_t max_payload = c->ring / 2 - 64 - 32;
+	/* Eager up to 64 KiB: measured against 4 and 16 KiB here, it gains on
+	 * 32 and 64 KiB messages (no RTS/CTS round trip) and costs nothing
+	 * below.  Both bounded by what one record of the ring may carry. */
+	c->eager = env_size("PINSHM_MPI_EAGER", 64 * 1024, 0, max_payload);
+	c->chunk = env_size("PINSHM_MPI_CHUNK", 32 * 1024, 1024, max_payload);
+	if (c->eager > max_payload)
+		c->eager = max_payload;
+	if (c->chunk > max_payload)
+		c->chunk = max_payload;
+}
+
 /*
  * The ring of each sender in each queue, once the node's size is known: a
  * node of N ranks has N queues of N rings.  PINSHM_MPI_RING, where set, is
- * taken as it is (rounded down to a power of two); else 256 KiB, halved until the N * N
- * rings fit in PINSHM_MPI_NODE_RINGS (1 GiB: 64 ranks keep 256 KiB, 256
- * ranks get 16 KiB), and never below 16 KiB.  The eager and chunk sizes are
- * bounded by what one record of that ring may carry.
+ * taken as it is (rounded down to a power of two); else 256 KiB, halved
+ * until the N * N rings fit in PINSHM_MPI_NODE_RINGS (1 GiB: 64 ranks keep
+ * 256 KiB, 256 ranks get 16 KiB), and never below 16 KiB.  The node's first rank
+ * creates the queues with its own figure, which the others then take
+ * (open_channels()).
  */
 static void size_rings(void)
 {
@@ -125,16 +142,7 @@ static void size_rings(void)
 		while (c->ring > RING_MIN && c->ring > c->node_rings / pairs)
 			c->ring /= 2;
 	}
-	uint64_t max_payload = c->ring / 2 - 64 - 32;
-	/* Eager up to 64 KiB: measured against 4 and 16 KiB here, it gains on
-	 * 32 and 64 KiB messages (no RTS/CTS round trip) and costs nothing
-	 * below.  Both bounded by what one record of the ring may carry. */
-	c->eager = env_size("PINSHM_MPI_EAGER", 64 * 1024, 0, max_payload);
-	c->chunk = env_size("PINSHM_MPI_CHUNK", 32 * 1024, 1024, max_payload);
-	if (c->eager > max_payload)
-		c->eager = max_payload;
-	if (c->chunk > max_payload)
-		c->chunk = max_payload;
+	bound_sizes();
 }
 
 static void read_config(void)
@@ -205,15 +213,19 @@ static int open_channels(char *why, size_t whylen)
 			}
 		}
 	}
-	/* Everybody learns the token, or that the first rank failed. */
-	int64_t msg[2] = {rc, (int64_t)token};
-	PMPI_Bcast(msg, 2, MPI_INT64_T, 0, pm.node_comm);
+	/* Everybody learns the token and the ring, or that the first rank failed. */
+	int64_t msg[3] = {rc, (int64_t)token, (int64_t)pm.cfg.ring};
+	PMPI_Bcast(msg, 3, MPI_INT64_T, 0, pm.node_comm);
 	if (pm.local_rank != 0) {
 		if (msg[0] < 0 && rc == 0) {
 			rc = (int)msg[0];
 			snprintf(why, whylen, "the node's first rank could not create the channels");
 		}
 		token = (uint64_t)msg[1];
+		if ((uint64_t)msg[2] != pm.cfg.ring) { /* its environment differs: its queues rule */
+			pm.cfg.ring = (uint64_t)msg[2];
+			bound_sizes();
+		}
 	}
 	if (rc == 0) {
 		channel_name(name, sizeof(name), token, pm.local_rank);
