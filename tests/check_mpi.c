@@ -145,7 +145,8 @@ struct config {
 	int nodes; /* PINSHM_MPI_NODES, 0: unset */
 	bool off;      /* PINSHM_MPI=0: preloaded, but turned off */
 	bool fallback; /* PINSHM_SOCKET where no daemon can be: one warning, all through MPI */
-	const char *env; /* one more NAME=VALUE for the ranks, or NULL */
+	const char *env;  /* one more NAME=VALUE for the ranks, or NULL */
+	const char *env2; /* the second app context's instead (MPMD), or NULL */
 	unsigned long long ring; /* the ring every rank must report (its stats' queue line), 0: 256 KiB */
 };
 
@@ -338,7 +339,10 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 			argv[n++] = "-x";
 			argv[n++] = "PINSHM_MPI=0";
 		}
-		if (cf->env) {
+		if (c && cf->env2) {
+			argv[n++] = "-x";
+			argv[n++] = cf->env2;
+		} else if (cf->env) {
 			argv[n++] = "-x";
 			argv[n++] = cf->env;
 		}
@@ -645,6 +649,20 @@ START_TEST(test_rings)
 		k++;
 	ck_assert_int_lt(k, NPROGRAMS);
 	run_one(&programs[k], &ring_configs[_i % NRING_CONFIGS]);
+}
+END_TEST
+
+/* Ranks whose environments ask for other rings take the node's first
+ * rank's, which made the queues: messages up to 64 MiB pass (a rank that
+ * kept its own sent eager records too large for them). */
+START_TEST(test_rings_differ)
+{
+	static const struct program large_twice = {"p2p_large", B | NB, 0, "p2p_large"};
+	static const struct config differ = {.name = "plugin -np 2, PINSHM_MPI_RING=16K then 1M", .np = 2,
+					     .plugin = true, .env = "PINSHM_MPI_RING=16K",
+					     .env2 = "PINSHM_MPI_RING=1M", .ring = 16384};
+
+	run_one(&large_twice, &differ);
 }
 END_TEST
 
@@ -1201,6 +1219,7 @@ static Suite *mpi_suite(bool plugin, bool user)
 	if (plugin) {
 		tc = tcase_create("rings");
 		tcase_add_loop_test(tc, test_rings, 0, NRING_PROGRAMS * NRING_CONFIGS);
+		tcase_add_test(tc, test_rings_differ);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 	}
