@@ -369,7 +369,49 @@ static const char *limit_string(uint64_t bytes, char *buf, size_t len)
 	return buf;
 }
 
-void ctl_print_status(FILE *out, const pinshm_status_t *st, const pinshm_user_usage_t *u, size_t n)
+/* The pool's line: what it holds of the pinned figure, and whether it fills. */
+static void print_pool_line(FILE *out, const pinshm_pool_t *pool)
+{
+	char b1[32];
+
+	if (pool->count == 0 && pool->pinned == 0) {
+		fprintf(out, "pool         none\n");
+		return;
+	}
+	ctl_size_string(pool->pinned, b1, sizeof(b1));
+	fprintf(out, "pool         %s of it (%" PRIu64 " bytes), charged to no user; %" PRIu64 " hit%s, %" PRIu64 " miss%s%s\n",
+		b1, pool->pinned, pool->hits, pool->hits == 1 ? "" : "s", pool->misses, pool->misses == 1 ? "" : "es",
+		pool->flags & PINSHM_POOL_STOPPED ? "; stopped: a segment could not be made or locked (see the log)"
+						  : "");
+}
+
+/* The pool's classes: one row each. */
+static void print_pool_classes(FILE *out, const pinshm_pool_t *pool)
+{
+	char size[32], locked[32], pinned[32];
+	uint32_t count = pool->count < PINSHM_POOL_CLASSES_MAX ? pool->count : PINSHM_POOL_CLASSES_MAX;
+
+	if (count == 0)
+		return;
+	fprintf(out, "\n%8s  %6s  %5s  %7s  %8s  %8s\n", "CLASS", "WANTED", "READY", "FILLING", "LOCKED", "PINNED");
+	for (uint32_t i = 0; i < count; i++) {
+		const pinshm_pool_class_t *c = &pool->classes[i];
+		ctl_size_string(c->size, size, sizeof(size));
+		if (c->filling)
+			ctl_size_string(c->locked, locked, sizeof(locked));
+		else
+			snprintf(locked, sizeof(locked), "-");
+		/* Charged: its ready segments and the one being filled, whole. */
+		uint64_t segs = (uint64_t)c->ready + c->filling;
+		ctl_size_string(c->size && segs > UINT64_MAX / c->size ? UINT64_MAX : segs * c->size, pinned,
+				sizeof(pinned));
+		fprintf(out, "%8s  %6" PRIu32 "  %5" PRIu32 "  %7" PRIu32 "  %8s  %8s\n", size, c->wanted, c->ready,
+			c->filling, locked, pinned);
+	}
+}
+
+void ctl_print_status(FILE *out, const pinshm_status_t *st, const pinshm_pool_t *pool, const pinshm_user_usage_t *u,
+		      size_t n)
 {
 	char b1[32], b2[32], b3[32], name[NAME_BUF];
 	int wuser = 4;
@@ -380,9 +422,13 @@ void ctl_print_status(FILE *out, const pinshm_status_t *st, const pinshm_user_us
 	ctl_size_string(st->pinned, b1, sizeof(b1));
 	fprintf(out, "pinned       %s of %s budget (%" PRIu64 " bytes)\n", b1, limit_string(st->budget, b2, sizeof(b2)),
 		st->pinned);
+	if (pool)
+		print_pool_line(out, pool);
 	fprintf(out, "channels     %" PRIu64 " (%" PRIu32 " pinned, %" PRIu32 " unpinned)\n",
 		(uint64_t)st->channels_pinned + st->channels_unpinned, st->channels_pinned, st->channels_unpinned);
 	fprintf(out, "connections  %" PRIu32 "\n", st->connections);
+	if (pool)
+		print_pool_classes(out, pool);
 	if (n == 0)
 		return;
 	for (size_t i = 0; i < n; i++)
@@ -407,7 +453,25 @@ static void json_limit(FILE *out, uint64_t v)
 		fprintf(out, "%" PRIu64, v);
 }
 
-void ctl_print_status_json(FILE *out, const pinshm_status_t *st, const pinshm_user_usage_t *u, size_t n)
+/* The pool as a JSON object (members indented by 4), after "pool": . */
+static void print_pool_json(FILE *out, const pinshm_pool_t *pool)
+{
+	uint32_t count = pool->count < PINSHM_POOL_CLASSES_MAX ? pool->count : PINSHM_POOL_CLASSES_MAX;
+
+	fprintf(out, "{\n    \"pinned\": %" PRIu64 ",\n    \"hits\": %" PRIu64 ",\n    \"misses\": %" PRIu64
+		",\n    \"stopped\": %s,\n    \"classes\": [",
+		pool->pinned, pool->hits, pool->misses, pool->flags & PINSHM_POOL_STOPPED ? "true" : "false");
+	for (uint32_t i = 0; i < count; i++) {
+		const pinshm_pool_class_t *c = &pool->classes[i];
+		fprintf(out, "%s\n      {\"size\": %" PRIu64 ", \"wanted\": %" PRIu32 ", \"ready\": %" PRIu32
+			", \"filling\": %" PRIu32 ", \"locked\": %" PRIu64 "}",
+			i ? "," : "", c->size, c->wanted, c->ready, c->filling, c->locked);
+	}
+	fputs(count ? "\n    ]\n  }" : "]\n  }", out);
+}
+
+void ctl_print_status_json(FILE *out, const pinshm_status_t *st, const pinshm_pool_t *pool,
+			   const pinshm_user_usage_t *u, size_t n)
 {
 	char name[NAME_BUF];
 
@@ -415,9 +479,15 @@ void ctl_print_status_json(FILE *out, const pinshm_status_t *st, const pinshm_us
 		st->pid, st->flags & PINSHM_STATUS_USER_MODE ? "true" : "false", st->uptime_ms);
 	json_limit(out, st->budget);
 	fprintf(out, ",\n  \"pinned\": %" PRIu64 ",\n  \"channels\": %" PRIu64 ",\n  \"channels_pinned\": %" PRIu32
-		",\n  \"channels_unpinned\": %" PRIu32 ",\n  \"connections\": %" PRIu32 ",\n  \"users\": [",
+		",\n  \"channels_unpinned\": %" PRIu32 ",\n  \"connections\": %" PRIu32 ",\n",
 		st->pinned, (uint64_t)st->channels_pinned + st->channels_unpinned, st->channels_pinned,
 		st->channels_unpinned, st->connections);
+	if (pool) {
+		fputs("  \"pool\": ", out);
+		print_pool_json(out, pool);
+		fputs(",\n", out);
+	}
+	fputs("  \"users\": [", out);
 	for (size_t i = 0; i < n; i++) {
 		fputs(i ? ",\n    {\"user\": " : "\n    {\"user\": ", out);
 		ctl_json_string(out, user_name(u[i].uid, name, sizeof(name)));

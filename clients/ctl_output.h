@@ -54,11 +54,15 @@ void ctl_print_stat_json(FILE *out, const pinshm_list_entry_t *e);
 /** Write @p ms as "3s", "2m05s", "1h02m03s", "4d03h02m" into @p buf. */
 void ctl_duration_string(uint64_t ms, char *buf, size_t len);
 
-/** Print the daemon's figures, then a table of @p n users. */
-void ctl_print_status(FILE *out, const pinshm_status_t *st, const pinshm_user_usage_t *u, size_t n);
+/** Print the daemon's figures and its pool's (@p pool may be NULL: not
+ *  shown), then a table of the pool's classes and one of @p n users. */
+void ctl_print_status(FILE *out, const pinshm_status_t *st, const pinshm_pool_t *pool, const pinshm_user_usage_t *u,
+		      size_t n);
 
-/** Print the same as one JSON object, the users as an array in it. */
-void ctl_print_status_json(FILE *out, const pinshm_status_t *st, const pinshm_user_usage_t *u, size_t n);
+/** Print the same as one JSON object, the pool as an object and the users
+ *  as an array in it. */
+void ctl_print_status_json(FILE *out, const pinshm_status_t *st, const pinshm_pool_t *pool,
+			   const pinshm_user_usage_t *u, size_t n);
 
 /** Print connections as an aligned table with a header line. */
 void ctl_print_clients(FILE *out, const pinshm_client_info_t *c, size_t n);

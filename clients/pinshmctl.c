@@ -159,14 +159,16 @@ static int cmd_status(struct ctl *o, int argc, char **argv)
 {
 	pinshm_client_t *c;
 	pinshm_status_t st;
+	pinshm_pool_t pool;
 	pinshm_user_usage_t *u;
 	size_t n;
 
 	if (listing_options(o, argc, argv) != 0)
 		return EXIT_USAGE;
-	if (ctl_connect(o, &c) != 0 || request_done(c, "status", NULL, pinshm_status(c, &st, &u, &n)) != 0)
+	if (ctl_connect(o, &c) != 0 ||
+	    request_done(c, "status", NULL, pinshm_status_pool(c, &st, &pool, &u, &n)) != 0)
 		return EXIT_FAILED;
-	(o->json ? ctl_print_status_json : ctl_print_status)(stdout, &st, u, n);
+	(o->json ? ctl_print_status_json : ctl_print_status)(stdout, &st, &pool, u, n);
 	free(u);
 	return 0;
 }
@@ -438,7 +440,8 @@ static const struct command commands[] = {
 	 "      endpoints"},
 	{"stat", cmd_stat, "NAME [--json]", "one channel in full: the fields of ls, one a line"},
 	{"status", cmd_status, "[--json]",
-	 "the daemon's figures: pid, uptime, pinned bytes of the budget, channels, connections; per user"},
+	 "the daemon's figures: pid, uptime, pinned bytes of the budget, its pool of ready segments\n"
+	 "      (per size class), channels, connections; per user"},
 	{"clients", cmd_clients, "[--json]",
 	 "list the connections: id, pid, user, group, channels and endpoints held (pinshmctl's own included)"},
 	{"create", cmd_create,

@@ -218,3 +218,21 @@ uint64_t pool_filling_bytes(const struct pool *p, uint64_t *locked)
 		*locked = p->fill_class ? p->fill_locked : 0;
 	return p->fill_class ? p->fill.size : 0;
 }
+
+unsigned pool_stat(const struct pool *p, struct pool_class_stat *out, unsigned max)
+{
+	unsigned n = p->nclasses < max ? p->nclasses : max;
+
+	for (unsigned i = 0; i < n; i++) {
+		const struct pool_class *c = &p->classes[i];
+		bool filling = p->fill_class == c;
+		out[i] = (struct pool_class_stat){
+			.size = c->size,
+			.wanted = p->target,
+			.ready = c->n,
+			.filling = filling,
+			.locked = filling ? p->fill_locked : 0,
+		};
+	}
+	return n;
+}

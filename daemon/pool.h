@@ -118,6 +118,19 @@ uint64_t pool_bytes(const struct pool *p);
  *  @p locked (may be NULL) are locked so far. */
 uint64_t pool_filling_bytes(const struct pool *p, uint64_t *locked);
 
+/* One class as STATUS shows it. */
+struct pool_class_stat {
+	uint64_t size;
+	unsigned wanted;  /* ready segments kept of it */
+	unsigned ready;
+	unsigned filling; /* 1 if the segment being filled is of it */
+	uint64_t locked;  /* bytes of that one locked so far (it is charged whole) */
+};
+
+/** Describe the first @p max classes, smallest first, into @p out.
+ *  @return how many were described. */
+unsigned pool_stat(const struct pool *p, struct pool_class_stat *out, unsigned max);
+
 /** pool_drain(), and free the classes. */
 void pool_fini(struct pool *p);
 

@@ -1,6 +1,7 @@
 /*
  * request.c - the handlers of the requests of pinshm-protocol(7).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -206,6 +207,33 @@ static int serve_list(struct request_ctx *ctx, const struct proto_msg *req, stru
 	return 0;
 }
 
+static_assert(CONFIG_POOL_MAX_SIZES <= PROTO_POOL_CLASSES, "STATUS shows every class of the pool");
+
+/* The pool's part of a STATUS reply: what it holds of the pinned sum, and why. */
+static void status_pool(const struct pool *pool, struct proto_msg *rep)
+{
+	typeof(rep->u.status_reply) *s = &rep->u.status_reply;
+	struct pool_class_stat cs[PROTO_POOL_CLASSES];
+
+	s->pool_pinned = s->pool_hits = s->pool_misses = 0;
+	s->pool_flags = s->pool_count = 0;
+	if (!pool)
+		return;
+	s->pool_pinned = pool_bytes(pool);
+	s->pool_hits = pool->hits;
+	s->pool_misses = pool->misses;
+	s->pool_flags = pool->stopped ? PROTO_POOL_STOPPED : 0;
+	s->pool_count = pool_stat(pool, cs, PROTO_POOL_CLASSES);
+	for (unsigned i = 0; i < s->pool_count; i++)
+		s->pool[i] = (struct proto_pool_class){
+			.size = cs[i].size,
+			.wanted = cs[i].wanted,
+			.ready = cs[i].ready,
+			.filling = cs[i].filling,
+			.locked = cs[i].locked,
+		};
+}
+
 static int serve_status(struct request_ctx *ctx, const struct proto_msg *req, struct proto_msg *rep)
 {
 	const struct account *acct = ctx->reg->acct;
@@ -225,6 +253,7 @@ static int serve_status(struct request_ctx *ctx, const struct proto_msg *req, st
 						 PROTO_STATUS_PAGE, &next, &more);
 	rep->u.status_reply.next = next;
 	rep->u.status_reply.flags = (ctx->user_mode ? PROTO_STATUS_USER_MODE : 0) | (more ? PROTO_STATUS_MORE : 0);
+	status_pool(ctx->reg->pool, rep);
 	return 0;
 }
 

@@ -376,7 +376,7 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * changes; a library and a daemon of different protocol versions refuse to
  * talk (-EPROTO, with a message saying both versions).
  */
-#define PINSHM_PROTOCOL_VERSION 5
+#define PINSHM_PROTOCOL_VERSION 6
 #define PINSHM_CLIENT_TIMEOUT_MS 10000
 
 /* A channel name: 1..PINSHM_NAME_MAX characters of [A-Za-z0-9._-], not
@@ -683,13 +683,50 @@ typedef struct pinshm_user_usage {
  *                it), in uid order, of every user that holds a channel or a
  *                connection (the caller's own included), or NULL when empty.
  * @param nusers  set to its length (NULL with @p users NULL).
- * The users come in pages of up to 100, one request each: not a snapshot.
+ * The users come in pages of up to 90, one request each: not a snapshot.
  * @return 0, -ENOMEM, -EOPNOTSUPP (a daemon that does not know the request),
  *         -EPROTO (the pages do not follow each other), or a transport
  *         error as pinshm_connect().
  */
 PINSHM_EXPORT int pinshm_status(pinshm_client_t *c, pinshm_status_t *out, pinshm_user_usage_t **users,
 				size_t *nusers);
+
+/* Most size classes of the daemon's pool that pinshm_pool_t holds. */
+#define PINSHM_POOL_CLASSES_MAX 16
+
+/* Flags of pinshm_pool_t. */
+#define PINSHM_POOL_STOPPED 0x1u /* a segment could not be made or locked: the pool fills no more
+				  * until the daemon's configuration is reloaded */
+
+/** One size class of the daemon's pool of ready segments. */
+typedef struct pinshm_pool_class {
+	uint64_t size;    /* bytes of each of its segments */
+	uint32_t wanted;  /* ready segments the daemon keeps of it (pinshmd.conf(5) pool_segments) */
+	uint32_t ready;   /* made, locked and waiting for a create */
+	uint32_t filling; /* being made now, 0 or 1 (the daemon fills one segment at a time) */
+	uint64_t locked;  /* bytes of the one being made locked so far (it counts whole in `pinned`) */
+} pinshm_pool_class_t;
+
+/**
+ * The daemon's pool of ready segments, as pinshm_status_pool() reports it:
+ * pinned memory that is charged to no user (see pinshmd.conf(5)).
+ */
+typedef struct pinshm_pool {
+	uint64_t pinned;        /* bytes it holds of pinshm_status_t.pinned: its ready segments and the
+				 * one being made, whole */
+	uint64_t hits, misses;  /* creates it could serve (no huge pages, no NUMA node) that it did, or not */
+	uint32_t flags;         /* PINSHM_POOL_* */
+	uint32_t count;         /* classes, smallest first; 0: no pool */
+	pinshm_pool_class_t classes[PINSHM_POOL_CLASSES_MAX];
+} pinshm_pool_t;
+
+/**
+ * pinshm_status(), and the daemon's pool, both from the same reply.
+ * @param pool  NULL, or set to the pool as of the first page of users.
+ * @return as pinshm_status().
+ */
+PINSHM_EXPORT int pinshm_status_pool(pinshm_client_t *c, pinshm_status_t *out, pinshm_pool_t *pool,
+				     pinshm_user_usage_t **users, size_t *nusers);
 
 /** One connection to the daemon, as pinshm_clients() reports it. */
 typedef struct pinshm_client_info {

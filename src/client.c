@@ -6,6 +6,7 @@
  * that does not fit the request, or no reply in time, leaves the connection
  * out of step: it is marked broken and every later call fails at once.
  */
+#include <assert.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -884,13 +885,44 @@ int pinshm_daemon_shutdown(pinshm_client_t *c)
 	return transact(c, &req, &rep, NULL);
 }
 
-/* The daemon's figures come with the first page (into @p arg, a pinshm_status_t). */
-static struct page user_page(const struct proto_msg *rep, uint64_t cursor, void *arg)
+/* Where the figures of the first STATUS page go: the pool may be NULL. */
+struct status_out {
+	pinshm_status_t *st;
+	pinshm_pool_t *pool;
+};
+
+static void pool_from_wire(const struct proto_msg *rep, pinshm_pool_t *pool)
 {
 	const typeof(rep->u.status_reply) *s = &rep->u.status_reply;
 
+	static_assert(PROTO_POOL_CLASSES <= PINSHM_POOL_CLASSES_MAX, "every class on the wire has its place");
+	*pool = (pinshm_pool_t){
+		.pinned = s->pool_pinned,
+		.hits = s->pool_hits,
+		.misses = s->pool_misses,
+		.flags = s->pool_flags & PROTO_POOL_STOPPED ? PINSHM_POOL_STOPPED : 0,
+		.count = s->pool_count, /* at most PROTO_POOL_CLASSES: proto_decode() */
+	};
+	for (uint32_t i = 0; i < s->pool_count; i++)
+		pool->classes[i] = (pinshm_pool_class_t){
+			.size = s->pool[i].size,
+			.wanted = s->pool[i].wanted,
+			.ready = s->pool[i].ready,
+			.filling = s->pool[i].filling,
+			.locked = s->pool[i].locked,
+		};
+}
+
+/* The daemon's figures come with the first page (into @p arg, a struct status_out). */
+static struct page user_page(const struct proto_msg *rep, uint64_t cursor, void *arg)
+{
+	const typeof(rep->u.status_reply) *s = &rep->u.status_reply;
+	const struct status_out *out = arg;
+
+	if (cursor == 0 && out->pool)
+		pool_from_wire(rep, out->pool);
 	if (cursor == 0)
-		*(pinshm_status_t *)arg = (pinshm_status_t){
+		*out->st = (pinshm_status_t){
 			.pid = s->pid,
 			.flags = s->flags & PROTO_STATUS_USER_MODE ? PINSHM_STATUS_USER_MODE : 0,
 			.uptime_ms = s->uptime_ms,
@@ -932,14 +964,21 @@ static const struct paging user_paging = {
 	.take = take_user,
 };
 
-int pinshm_status(pinshm_client_t *c, pinshm_status_t *out, pinshm_user_usage_t **users, size_t *nusers)
+int pinshm_status_pool(pinshm_client_t *c, pinshm_status_t *out, pinshm_pool_t *pool, pinshm_user_usage_t **users,
+		       size_t *nusers)
 {
+	struct status_out o = {.st = out, .pool = pool};
 	void *list;
-	int rc = fetch_pages(c, &user_paging, out, users ? &list : NULL, nusers);
+	int rc = fetch_pages(c, &user_paging, &o, users ? &list : NULL, nusers);
 
 	if (users)
 		*users = list;
 	return rc;
+}
+
+int pinshm_status(pinshm_client_t *c, pinshm_status_t *out, pinshm_user_usage_t **users, size_t *nusers)
+{
+	return pinshm_status_pool(c, out, NULL, users, nusers);
 }
 
 static struct page connection_page(const struct proto_msg *rep, uint64_t cursor, void *arg)

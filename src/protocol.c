@@ -18,10 +18,10 @@ static_assert(PROTO_NAME_FIELD == PINSHM_NAME_MAX + 1, "a name and its NUL fill 
 static_assert(PROTO_HEADER_SIZE + 4 + 2 + PROTO_TEXT_MAX + 16 + PROTO_LIST_PAGE * PROTO_LIST_ENTRY_SIZE <=
 		      PROTO_MAX_PACKET,
 	      "a full LIST reply fits in a packet");
-static_assert(PROTO_HEADER_SIZE + 4 + 2 + PROTO_TEXT_MAX + PROTO_STATUS_FIXED_SIZE +
-			      PROTO_STATUS_PAGE * PROTO_USER_ENTRY_SIZE <=
+static_assert(PROTO_HEADER_SIZE + 4 + 2 + PROTO_TEXT_MAX + PROTO_STATUS_FIXED_SIZE + PROTO_POOL_FIXED_SIZE +
+			      PROTO_POOL_CLASSES * PROTO_POOL_CLASS_SIZE + PROTO_STATUS_PAGE * PROTO_USER_ENTRY_SIZE <=
 		      PROTO_MAX_PACKET,
-	      "a full STATUS reply fits in a packet");
+	      "a full STATUS reply, its pool's every class included, fits in a packet");
 static_assert(PROTO_HEADER_SIZE + 4 + 2 + PROTO_TEXT_MAX + 16 + PROTO_CLIENTS_PAGE * PROTO_CLIENT_ENTRY_SIZE <=
 		      PROTO_MAX_PACKET,
 	      "a full CLIENTS reply fits in a packet");
@@ -209,6 +209,27 @@ static void get_user(struct rd *r, struct proto_user_entry *u)
 	u->quota = get_u64(r);
 }
 
+static void put_pool_class(struct wr *w, const struct proto_pool_class *c)
+{
+	size_t start = w->len;
+
+	put_u64(w, c->size);
+	put_u32(w, c->wanted);
+	put_u32(w, c->ready);
+	put_u32(w, c->filling);
+	put_u64(w, c->locked);
+	assert(w->bad || w->len - start == PROTO_POOL_CLASS_SIZE);
+}
+
+static void get_pool_class(struct rd *r, struct proto_pool_class *c)
+{
+	c->size = get_u64(r);
+	c->wanted = get_u32(r);
+	c->ready = get_u32(r);
+	c->filling = get_u32(r);
+	c->locked = get_u64(r);
+}
+
 static void put_client(struct wr *w, const struct proto_client_entry *c)
 {
 	size_t start = w->len;
@@ -321,7 +342,7 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 		break;
 	case PROTO_STATUS | PROTO_REPLY: {
 		size_t start = w.len;
-		if (m->u.status_reply.count > PROTO_STATUS_PAGE)
+		if (m->u.status_reply.count > PROTO_STATUS_PAGE || m->u.status_reply.pool_count > PROTO_POOL_CLASSES)
 			return -EINVAL;
 		put_u32(&w, m->u.status_reply.pid);
 		put_u32(&w, m->u.status_reply.flags);
@@ -334,6 +355,15 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 		put_u32(&w, m->u.status_reply.count);
 		put_u64(&w, m->u.status_reply.next);
 		assert(w.bad || w.len - start == PROTO_STATUS_FIXED_SIZE);
+		start = w.len;
+		put_u64(&w, m->u.status_reply.pool_pinned);
+		put_u64(&w, m->u.status_reply.pool_hits);
+		put_u64(&w, m->u.status_reply.pool_misses);
+		put_u32(&w, m->u.status_reply.pool_flags);
+		put_u32(&w, m->u.status_reply.pool_count);
+		assert(w.bad || w.len - start == PROTO_POOL_FIXED_SIZE);
+		for (uint32_t i = 0; i < m->u.status_reply.pool_count; i++)
+			put_pool_class(&w, &m->u.status_reply.pool[i]);
 		for (uint32_t i = 0; i < m->u.status_reply.count; i++)
 			put_user(&w, &m->u.status_reply.users[i]);
 		break;
@@ -507,10 +537,20 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 		m->u.status_reply.connections = get_u32(&r);
 		m->u.status_reply.count = get_u32(&r);
 		m->u.status_reply.next = get_u64(&r);
-		if (m->u.status_reply.count > PROTO_STATUS_PAGE || (m->u.status_reply.flags & ~PROTO_STATUS_FLAGS)) {
+		m->u.status_reply.pool_pinned = get_u64(&r);
+		m->u.status_reply.pool_hits = get_u64(&r);
+		m->u.status_reply.pool_misses = get_u64(&r);
+		m->u.status_reply.pool_flags = get_u32(&r);
+		m->u.status_reply.pool_count = get_u32(&r);
+		/* Both counts bounded before anything is read into their arrays. */
+		if (m->u.status_reply.count > PROTO_STATUS_PAGE || (m->u.status_reply.flags & ~PROTO_STATUS_FLAGS) ||
+		    m->u.status_reply.pool_count > PROTO_POOL_CLASSES ||
+		    (m->u.status_reply.pool_flags & ~PROTO_POOL_FLAGS)) {
 			r.bad = true;
 			break;
 		}
+		for (uint32_t i = 0; i < m->u.status_reply.pool_count && !r.bad; i++)
+			get_pool_class(&r, &m->u.status_reply.pool[i]);
 		for (uint32_t i = 0; i < m->u.status_reply.count && !r.bad; i++)
 			get_user(&r, &m->u.status_reply.users[i]);
 		break;

@@ -28,7 +28,10 @@
  * - seq: chosen by the client, echoed in the reply.
  *
  * The header's layout is the same in every protocol version, so that two
- * sides of different versions can still tell each other so.
+ * sides of different versions can still tell each other so: a packet of
+ * another version is never decoded further (proto_decode(): -EPROTO), and
+ * the two refuse to talk (pinshm-protocol(7), VERSIONS).  The version
+ * changes with any message's layout or meaning (6: the pool in STATUS).
  *
  * Every reply body starts with {i32 status (0 or -errno), u16 text length,
  * text bytes (no NUL, at most PROTO_TEXT_MAX)}; the type-specific fields
@@ -105,10 +108,21 @@ enum proto_type {
 #define PROTO_STATUS_MORE 0x2u      /* more users follow: ask again from `next` */
 #define PROTO_STATUS_FLAGS (PROTO_STATUS_USER_MODE | PROTO_STATUS_MORE)
 
-/* A STATUS reply: the daemon's figures, then a page of users. */
+/* A STATUS reply: the daemon's figures, its pool (since version 6), then a
+ * page of users. */
 #define PROTO_STATUS_FIXED_SIZE 56u
 #define PROTO_USER_ENTRY_SIZE 36u
-#define PROTO_STATUS_PAGE 100u
+#define PROTO_STATUS_PAGE 90u
+
+/* The pool in a STATUS reply: PROTO_POOL_FIXED_SIZE bytes of figures, then
+ * `classes` entries of PROTO_POOL_CLASS_SIZE (at most PROTO_POOL_CLASSES). */
+#define PROTO_POOL_FIXED_SIZE 32u
+#define PROTO_POOL_CLASS_SIZE 28u
+#define PROTO_POOL_CLASSES 16u
+
+/* Flags of the pool in a STATUS reply. */
+#define PROTO_POOL_STOPPED 0x1u /* a segment could not be made or locked: no more fills until a reload */
+#define PROTO_POOL_FLAGS PROTO_POOL_STOPPED
 
 /* Flags of a CLIENTS reply. */
 #define PROTO_CLIENTS_MORE 0x1u /* more connections follow: ask again from `next` */
@@ -155,6 +169,15 @@ struct proto_user_entry {
 	uint64_t pinned;      /* bytes of its channels locked in RAM */
 	uint64_t charged;     /* bytes of its channels, pinned or not: against its quota */
 	uint64_t quota;       /* UINT64_MAX: unlimited */
+};
+
+/* One size class of the pool in a STATUS reply. */
+struct proto_pool_class {
+	uint64_t size;    /* bytes of each of its segments */
+	uint32_t wanted;  /* ready segments the daemon keeps of it (pool_segments) */
+	uint32_t ready;   /* made, locked and waiting for a CREATE */
+	uint32_t filling; /* being made now (charged whole to the budget) */
+	uint64_t locked;  /* bytes locked so far of the one being made */
 };
 
 /* One connection in a CLIENTS reply. */
@@ -225,6 +248,11 @@ struct proto_msg {
 			uint32_t channels_pinned, channels_unpinned, connections;
 			uint32_t count;      /* users that follow */
 			uint64_t next;       /* the cursor of the next page */
+			/* The pool: what it holds of `pinned` (charged to no user). */
+			uint64_t pool_pinned, pool_hits, pool_misses;
+			uint32_t pool_flags; /* PROTO_POOL_* */
+			uint32_t pool_count; /* classes that follow, smallest first */
+			struct proto_pool_class pool[PROTO_POOL_CLASSES];
 			struct proto_user_entry users[PROTO_STATUS_PAGE];
 		} status_reply;
 		struct {
@@ -268,7 +296,7 @@ struct proto_msg {
  * fields when status is 0).  A text longer than PROTO_TEXT_MAX is cut.
  * @return the packet length, or -EINVAL (unknown type, a name that does not
  *         fit its field, a count over its page: PROTO_LIST_PAGE,
- *         PROTO_STATUS_PAGE, PROTO_CLIENTS_PAGE).
+ *         PROTO_STATUS_PAGE, PROTO_POOL_CLASSES, PROTO_CLIENTS_PAGE).
  */
 int proto_encode(const struct proto_msg *m, uint8_t *buf);
 
@@ -277,7 +305,9 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf);
  * structure: the header, that the type is a request (@p reply false) or a
  * reply (@p reply true), that the body has exactly the length of its type,
  * that names and the text are well formed, that a reply's count fits its
- * page (and, for STATUS and CLIENTS, that its flags are known).  Values are not judged beyond
+ * page (and, for STATUS and CLIENTS, that its flags are known; for STATUS,
+ * that the pool's class count is at most PROTO_POOL_CLASSES and its flags
+ * are known).  Values are not judged beyond
  * that (names, roles, modes, flags, geometry: the receiver's business).
  * @return 0;
  *         -EBADMSG: malformed (short, bad magic, length field, body size,

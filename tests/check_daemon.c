@@ -1171,6 +1171,7 @@ enum page_fault {
 	CLIENTS_BACKWARDS, /* id 3, then id 2 */
 	CLIENTS_BAD_NEXT,  /* `next` is not the last id */
 	CLIENTS_TWO_PAGES, /* a correct answer in two pages: ids 1, 2, then 3 */
+	STATUS_VERSION_5,  /* a STATUS reply of protocol version 5 (before the pool), well formed */
 	PAGE_FAULTS
 };
 
@@ -1236,6 +1237,34 @@ static void fake_page(enum page_fault fault, uint64_t cursor, struct proto_msg *
 	}
 }
 
+/* A STATUS reply of protocol version 5, well formed for that version: the
+ * daemon's 56 bytes of figures, then @p nusers users, and no pool. */
+static void pk_status_v5(struct pkt *p, uint32_t seq, uint32_t nusers)
+{
+	pk_header(p, PROTO_MAGIC, 5, PROTO_STATUS | PROTO_REPLY, seq);
+	pk_le(p, 0, 4); /* status */
+	pk_le(p, 0, 2); /* no text */
+	pk_le(p, 4242, 4);
+	pk_le(p, 0, 4);       /* flags */
+	pk_le(p, 1000, 8);    /* uptime */
+	pk_le(p, 1u << 30, 8); /* budget */
+	pk_le(p, 1u << 20, 8); /* pinned */
+	pk_le(p, 1, 4);
+	pk_le(p, 0, 4);
+	pk_le(p, 1, 4);
+	pk_le(p, nusers, 4);
+	pk_le(p, nusers ? 1000 + nusers : 0, 8); /* next */
+	for (uint32_t i = 0; i < nusers; i++) {
+		pk_le(p, 1000 + i, 4);
+		pk_le(p, 1, 4);
+		pk_le(p, 1, 4);
+		pk_le(p, 1u << 20, 8);
+		pk_le(p, 1u << 20, 8);
+		pk_le(p, UINT64_MAX, 8);
+	}
+	pk_end(p);
+}
+
 /* The fake daemon's process: one connection, served until it closes. */
 static int fake_daemon(void *arg, int idx)
 {
@@ -1266,6 +1295,13 @@ static int fake_daemon(void *arg, int idx)
 			fake_page(f->fault, req->u.clients.cursor, rep);
 		else
 			tu_child_fail(4, "unexpected request %u", req->h.type);
+		if (f->fault == STATUS_VERSION_5 && req->h.type == PROTO_STATUS) {
+			struct pkt old;
+			pk_status_v5(&old, req->h.seq, 1);
+			if (send(s, old.b, old.len, MSG_NOSIGNAL) != (ssize_t)old.len)
+				tu_child_fail(5, "reply: %s", strerror(errno));
+			continue;
+		}
 		int len = proto_encode(rep, buf);
 		if (len < 0 || send(s, buf, (size_t)len, MSG_NOSIGNAL) != len)
 			tu_child_fail(5, "reply: %d, %s", len, strerror(errno));
@@ -1305,6 +1341,7 @@ START_TEST(test_faulty_daemon_pages)
 	CLIENT_RC(NULL, pinshm_connect(f.sock, &c), 0);
 
 	const char *why = NULL;
+	char old_version[96];
 	switch (f.fault) {
 	case LIST_STUCK:
 	case LIST_EMPTY_MORE:
@@ -1322,6 +1359,18 @@ START_TEST(test_faulty_daemon_pages)
 		why = "pinshmd's user list is out of order";
 		ck_assert_ptr_null(u);
 		break;
+	case STATUS_VERSION_5: {
+		/* Versions refuse to talk (pinshm-protocol(7) VERSIONS): the old
+		 * reply is not misread as a malformed new one, nor read at all;
+		 * the client names both versions. */
+		pinshm_pool_t pool;
+		rc = pinshm_status_pool(c, &st, &pool, &u, &n);
+		snprintf(old_version, sizeof(old_version), "pinshmd speaks protocol version 5, this library %u",
+			 PROTO_VERSION);
+		why = old_version;
+		ck_assert_ptr_null(u);
+		break;
+	}
 	case CLIENTS_BACKWARDS:
 	case CLIENTS_BAD_NEXT:
 		rc = pinshm_clients(c, &ci, &n);
@@ -1352,6 +1401,247 @@ START_TEST(test_faulty_daemon_pages)
 	close(f.lfd);
 	unlink(f.sock);
 	rmdir(f.dir);
+}
+END_TEST
+
+/* ======================================================================== */
+/* protocol: the STATUS reply and its pool (version 6)                        */
+/* ======================================================================== */
+
+/* A STATUS reply of @p classes pool classes and @p users users, every field
+ * a distinct value (seeded by @p seed) so that a swap or a miss shows. */
+static void status_reply_fill(struct proto_msg *m, uint32_t classes, uint32_t users, uint64_t seed)
+{
+	memset(m, 0, sizeof(*m));
+	m->h.type = PROTO_STATUS | PROTO_REPLY;
+	m->h.seq = (uint32_t)seed;
+	typeof(m->u.status_reply) *s = &m->u.status_reply;
+	s->pid = (uint32_t)tu_mix(seed + 1);
+	s->flags = PROTO_STATUS_USER_MODE | PROTO_STATUS_MORE;
+	s->uptime_ms = tu_mix(seed + 2);
+	s->budget = tu_mix(seed + 3);
+	s->pinned = tu_mix(seed + 4);
+	s->channels_pinned = (uint32_t)tu_mix(seed + 5);
+	s->channels_unpinned = (uint32_t)tu_mix(seed + 6);
+	s->connections = (uint32_t)tu_mix(seed + 7);
+	s->count = users;
+	s->next = tu_mix(seed + 8);
+	s->pool_pinned = tu_mix(seed + 9);
+	s->pool_hits = tu_mix(seed + 10);
+	s->pool_misses = tu_mix(seed + 11);
+	s->pool_flags = PROTO_POOL_STOPPED;
+	s->pool_count = classes;
+	for (uint32_t i = 0; i < classes; i++)
+		s->pool[i] = (struct proto_pool_class){
+			.size = tu_mix(seed + 100 + 5 * i),
+			.wanted = (uint32_t)tu_mix(seed + 101 + 5 * i),
+			.ready = (uint32_t)tu_mix(seed + 102 + 5 * i),
+			.filling = (uint32_t)tu_mix(seed + 103 + 5 * i),
+			.locked = tu_mix(seed + 104 + 5 * i),
+		};
+	for (uint32_t i = 0; i < users; i++)
+		s->users[i] = (struct proto_user_entry){
+			.uid = (uint32_t)tu_mix(seed + 1000 + 6 * i),
+			.channels = (uint32_t)tu_mix(seed + 1001 + 6 * i),
+			.connections = (uint32_t)tu_mix(seed + 1002 + 6 * i),
+			.pinned = tu_mix(seed + 1003 + 6 * i),
+			.charged = tu_mix(seed + 1004 + 6 * i),
+			.quota = tu_mix(seed + 1005 + 6 * i),
+		};
+}
+
+static void status_reply_same(const struct proto_msg *a, const struct proto_msg *b)
+{
+	const typeof(a->u.status_reply) *x = &a->u.status_reply, *y = &b->u.status_reply;
+
+	ck_assert_uint_eq(a->h.seq, b->h.seq);
+	ck_assert_uint_eq(x->pid, y->pid);
+	ck_assert_uint_eq(x->flags, y->flags);
+	ck_assert_uint_eq(x->uptime_ms, y->uptime_ms);
+	ck_assert_uint_eq(x->budget, y->budget);
+	ck_assert_uint_eq(x->pinned, y->pinned);
+	ck_assert_uint_eq(x->channels_pinned, y->channels_pinned);
+	ck_assert_uint_eq(x->channels_unpinned, y->channels_unpinned);
+	ck_assert_uint_eq(x->connections, y->connections);
+	ck_assert_uint_eq(x->count, y->count);
+	ck_assert_uint_eq(x->next, y->next);
+	ck_assert_uint_eq(x->pool_pinned, y->pool_pinned);
+	ck_assert_uint_eq(x->pool_hits, y->pool_hits);
+	ck_assert_uint_eq(x->pool_misses, y->pool_misses);
+	ck_assert_uint_eq(x->pool_flags, y->pool_flags);
+	ck_assert_uint_eq(x->pool_count, y->pool_count);
+	for (uint32_t i = 0; i < x->pool_count; i++) {
+		ck_assert_uint_eq(x->pool[i].size, y->pool[i].size);
+		ck_assert_uint_eq(x->pool[i].wanted, y->pool[i].wanted);
+		ck_assert_uint_eq(x->pool[i].ready, y->pool[i].ready);
+		ck_assert_uint_eq(x->pool[i].filling, y->pool[i].filling);
+		ck_assert_uint_eq(x->pool[i].locked, y->pool[i].locked);
+	}
+	for (uint32_t i = 0; i < x->count; i++) {
+		ck_assert_uint_eq(x->users[i].uid, y->users[i].uid);
+		ck_assert_uint_eq(x->users[i].channels, y->users[i].channels);
+		ck_assert_uint_eq(x->users[i].connections, y->users[i].connections);
+		ck_assert_uint_eq(x->users[i].pinned, y->users[i].pinned);
+		ck_assert_uint_eq(x->users[i].charged, y->users[i].charged);
+		ck_assert_uint_eq(x->users[i].quota, y->users[i].quota);
+	}
+}
+
+/* The length of a STATUS reply of @p classes classes and @p users users. */
+static size_t status_reply_len(uint32_t classes, uint32_t users)
+{
+	return PROTO_HEADER_SIZE + 4 + 2 + PROTO_STATUS_FIXED_SIZE + PROTO_POOL_FIXED_SIZE +
+	       classes * PROTO_POOL_CLASS_SIZE + users * PROTO_USER_ENTRY_SIZE;
+}
+
+/* Encoded and decoded again, a STATUS reply is the same, whatever the
+ * counts up to their bounds; over them, it is not encoded. */
+START_TEST(test_status_round_trip)
+{
+	static const uint32_t classes[] = {0, 1, 2, PROTO_POOL_CLASSES};
+	static const uint32_t users[] = {0, 1, PROTO_STATUS_PAGE};
+	static struct proto_msg m, back;
+	uint8_t buf[PROTO_MAX_PACKET];
+
+	for (unsigned i = 0; i < sizeof(classes) / sizeof(classes[0]); i++)
+		for (unsigned k = 0; k < sizeof(users) / sizeof(users[0]); k++) {
+			status_reply_fill(&m, classes[i], users[k], 77 * i + k);
+			int len = proto_encode(&m, buf);
+			ck_assert_int_eq(len, (int)status_reply_len(classes[i], users[k]));
+			memset(&back, 0xa5, sizeof(back));
+			ck_assert_int_eq(proto_decode(buf, (size_t)len, true, &back), 0);
+			status_reply_same(&m, &back);
+		}
+	/* The fullest fits in a packet. */
+	ck_assert_uint_le(status_reply_len(PROTO_POOL_CLASSES, PROTO_STATUS_PAGE) + PROTO_TEXT_MAX, PROTO_MAX_PACKET);
+
+	status_reply_fill(&m, PROTO_POOL_CLASSES + 1, 1, 5);
+	ck_assert_int_eq(proto_encode(&m, buf), -EINVAL);
+	status_reply_fill(&m, 1, PROTO_STATUS_PAGE + 1, 5);
+	ck_assert_int_eq(proto_encode(&m, buf), -EINVAL);
+}
+END_TEST
+
+/* Set the u32 at @p off of packet @p b to @p v. */
+static void put32_at(uint8_t *b, size_t off, uint32_t v)
+{
+	for (unsigned i = 0; i < 4; i++)
+		b[off + i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The offset of the pool's class count in a STATUS reply without text. */
+#define POOL_COUNT_OFF (PROTO_HEADER_SIZE + 6 + PROTO_STATUS_FIXED_SIZE + 28)
+#define POOL_FLAGS_OFF (POOL_COUNT_OFF - 4)
+
+/* Malformed STATUS replies are refused (-EBADMSG), never read past their
+ * end: cut short anywhere, an absurd or lying class count, unknown pool
+ * flags, a byte too many; one of version 5 is not decoded (-EPROTO). */
+START_TEST(test_status_malformed)
+{
+	static struct proto_msg m, back;
+	uint8_t good[PROTO_MAX_PACKET], b[PROTO_MAX_PACKET + 64];
+
+	status_reply_fill(&m, 2, 1, 9);
+	m.u.status_reply.pool_flags = 0;
+	int len = proto_encode(&m, good);
+	ck_assert_int_eq(len, (int)status_reply_len(2, 1));
+	ck_assert_int_eq(proto_decode(good, (size_t)len, true, &back), 0);
+	ck_assert_uint_eq(back.u.status_reply.pool_count, 2);
+
+	/* Truncated anywhere, the length field saying so. */
+	for (int cut = PROTO_HEADER_SIZE; cut < len; cut++) {
+		memcpy(b, good, (size_t)cut);
+		put32_at(b, 8, (uint32_t)cut);
+		ck_assert_msg(proto_decode(b, (size_t)cut, true, &back) == -EBADMSG, "cut at %d", cut);
+	}
+	/* One byte too many. */
+	memcpy(b, good, (size_t)len);
+	b[len] = 0;
+	put32_at(b, 8, (uint32_t)len + 1);
+	ck_assert_int_eq(proto_decode(b, (size_t)len + 1, true, &back), -EBADMSG);
+
+	/* Class counts that do not match the body, or beyond any bound. */
+	static const uint32_t counts[] = {0, 1, 3, PROTO_POOL_CLASSES + 1, 1000, 0x7fffffff, UINT32_MAX};
+	for (unsigned i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+		memcpy(b, good, (size_t)len);
+		put32_at(b, POOL_COUNT_OFF, counts[i]);
+		ck_assert_msg(proto_decode(b, (size_t)len, true, &back) == -EBADMSG, "class count %u", counts[i]);
+	}
+	/* A count over the bound whose body is long enough for it: refused
+	 * still, before a class is read. */
+	status_reply_fill(&m, PROTO_POOL_CLASSES, 0, 3);
+	int full = proto_encode(&m, b);
+	ck_assert_int_gt(full, 0);
+	size_t over = (size_t)full + PROTO_POOL_CLASS_SIZE;
+	memset(b + full, 0x11, PROTO_POOL_CLASS_SIZE);
+	put32_at(b, 8, (uint32_t)over);
+	put32_at(b, POOL_COUNT_OFF, PROTO_POOL_CLASSES + 1);
+	ck_assert_int_eq(proto_decode(b, over, true, &back), -EBADMSG);
+	put32_at(b, POOL_COUNT_OFF, PROTO_POOL_CLASSES);
+	ck_assert_int_eq(proto_decode(b, over, true, &back), -EBADMSG); /* a class's bytes to spare */
+
+	/* Unknown pool flags. */
+	memcpy(b, good, (size_t)len);
+	put32_at(b, POOL_FLAGS_OFF, 0x2);
+	ck_assert_int_eq(proto_decode(b, (size_t)len, true, &back), -EBADMSG);
+	put32_at(b, POOL_FLAGS_OFF, PROTO_POOL_STOPPED);
+	ck_assert_int_eq(proto_decode(b, (size_t)len, true, &back), 0);
+	ck_assert_uint_eq(back.u.status_reply.pool_flags, PROTO_POOL_STOPPED);
+
+	/* A reply of version 5 (no pool): the header is read, to say which
+	 * version it is, and nothing more (pinshm-protocol(7) VERSIONS). */
+	struct pkt old;
+	pk_status_v5(&old, 31, 2);
+	memset(&back, 0xa5, sizeof(back));
+	ck_assert_int_eq(proto_decode(old.b, old.len, true, &back), -EPROTO);
+	ck_assert_uint_eq(back.h.version, 5);
+	ck_assert_uint_eq(back.h.seq, 31);
+	ck_assert_uint_eq(back.h.type, PROTO_STATUS | PROTO_REPLY);
+	/* The same body under this version's header is malformed, not misread. */
+	old.b[4] = (uint8_t)PROTO_VERSION;
+	old.b[5] = (uint8_t)(PROTO_VERSION >> 8);
+	ck_assert_int_eq(proto_decode(old.b, old.len, true, &back), -EBADMSG);
+}
+END_TEST
+
+/* A client of protocol version 5 asks this daemon for STATUS: an ERROR of
+ * status -EPROTO naming both versions, in this daemon's version, its seq
+ * echoed, and the connection stays for a STATUS of this version. */
+START_TEST(test_status_old_client)
+{
+	struct daemon d;
+	struct pkt p;
+	struct proto_msg m;
+	char want[96];
+
+	daemon_start(&d);
+	int s = raw_connect(d.sock);
+	pk_header(&p, PROTO_MAGIC, 5, PROTO_STATUS, 51);
+	pk_le(&p, 0, 8);
+	pk_end(&p);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_uint_eq(m.h.type, PROTO_ERROR);
+	ck_assert_uint_eq(m.h.version, PROTO_VERSION);
+	ck_assert_uint_eq(m.h.seq, 51);
+	ck_assert_int_eq(m.status, -EPROTO);
+	snprintf(want, sizeof(want), "protocol version 5 not supported: this daemon speaks %u", PROTO_VERSION);
+	ck_assert_str_eq(m.text, want);
+
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_STATUS, 52);
+	pk_le(&p, 0, 8);
+	pk_end(&p);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_uint_eq(m.h.type, PROTO_STATUS | PROTO_REPLY);
+	ck_assert_uint_eq(m.h.seq, 52);
+	ck_assert_int_eq(m.status, 0);
+	/* A user-mode daemon without a configuration has no pool. */
+	ck_assert_uint_eq(m.u.status_reply.pool_count, 0);
+	ck_assert_uint_eq(m.u.status_reply.pool_pinned, 0);
+	ck_assert_uint_eq(m.u.status_reply.pool_flags, 0);
+	close(s);
+	daemon_stop_ok(&d);
 }
 END_TEST
 
@@ -2791,6 +3081,9 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_unknown_type);
 	tcase_add_test(tc, test_malformed);
 	tcase_add_loop_test(tc, test_faulty_daemon_pages, 0, PAGE_FAULTS);
+	tcase_add_test(tc, test_status_round_trip);
+	tcase_add_test(tc, test_status_malformed);
+	tcase_add_test(tc, test_status_old_client);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("death");

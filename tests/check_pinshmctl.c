@@ -1087,22 +1087,24 @@ START_TEST(test_status_output)
 	ck_assert_str_eq(dur, "1d01h01m");
 
 	FILE *f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status_json(f, &st, u, 2);
+	ctl_print_status_json(f, &st, NULL, u, 2);
 	fclose(f);
 	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
 	HAS(buf, "\"budget\": null");
 	HAS(buf, "\"channels\": 3");
 	HAS(buf, "\"user\": \"4000000001\"");
 	HAS(buf, "\"quota\": 1073741824");
+	HAS_NOT(buf, "\"pool\"");
 	f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status_json(f, &st, u, 0);
+	ctl_print_status_json(f, &st, NULL, u, 0);
 	fclose(f);
 	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
 	HAS(buf, "\"users\": []");
 
 	f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status(f, &st, u, 2);
+	ctl_print_status(f, &st, NULL, u, 2);
 	fclose(f);
+	HAS_NOT(buf, "pool");
 	HAS(buf, "pid 42, system mode, up 1h02m03s");
 	HAS(buf, "64K of unlimited budget (65536 bytes)");
 	HAS(buf, "channels     3 (1 pinned, 2 unpinned)");
@@ -1376,6 +1378,133 @@ START_TEST(test_owner_names_clients)
 	assert_owner_json(e, "user", "group", &o.anon, o.anon_id, o.anon_id);
 	holders_end(h, 2);
 	daemon_stop(&o.d);
+}
+END_TEST
+
+/* The pool in status: a line of what it holds of the pinned figure, a
+ * table of its classes (LOCKED only for the one being filled), and the same
+ * in JSON; "none" without a pool, and a stopped pool says so. */
+START_TEST(test_status_pool_output)
+{
+	pinshm_status_t st = {.pid = 42, .budget = 64u << 20, .pinned = 12u << 20, .connections = 1};
+	pinshm_pool_t pool = {
+		.pinned = 10u << 20,
+		.hits = 3,
+		.misses = 1,
+		.count = 2,
+		.classes = {{.size = 1u << 20, .wanted = 2, .ready = 2},
+			    {.size = 4u << 20, .wanted = 2, .ready = 1, .filling = 1, .locked = 2u << 20}},
+	};
+	char buf[4096];
+
+	FILE *f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_status(f, &st, &pool, NULL, 0);
+	fclose(f);
+	HAS(buf, "pinned       12M of 64M budget (12582912 bytes)\n"
+		 "pool         10M of it (10485760 bytes), charged to no user; 3 hits, 1 miss\n");
+	HAS(buf, "   CLASS  WANTED  READY  FILLING    LOCKED    PINNED\n"
+		 "      1M       2      2        0         -        2M\n"
+		 "      4M       2      1        1        2M        8M\n");
+	HAS_NOT(buf, "stopped");
+
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_status_json(f, &st, &pool, NULL, 0);
+	fclose(f);
+	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	HAS(buf, "\"pool\": {\n    \"pinned\": 10485760,\n    \"hits\": 3,\n    \"misses\": 1,\n"
+		 "    \"stopped\": false,\n    \"classes\": [\n"
+		 "      {\"size\": 1048576, \"wanted\": 2, \"ready\": 2, \"filling\": 0, \"locked\": 0},\n"
+		 "      {\"size\": 4194304, \"wanted\": 2, \"ready\": 1, \"filling\": 1, \"locked\": 2097152}\n"
+		 "    ]\n  },\n  \"users\": []");
+	ck_assert_uint_eq(json_u64(buf, NULL, "pinned"), 12u << 20); /* the daemon's comes first */
+
+	/* Stopped, nothing ready: said so, and one hit and many misses. */
+	pool = (pinshm_pool_t){.hits = 1, .misses = 7, .flags = PINSHM_POOL_STOPPED, .count = 1,
+			       .classes = {{.size = 16u << 20, .wanted = 1}}};
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_status(f, &st, &pool, NULL, 0);
+	fclose(f);
+	HAS(buf, "pool         0 of it (0 bytes), charged to no user; 1 hit, 7 misses; stopped: a segment could not "
+		 "be made or locked (see the log)\n");
+	HAS(buf, "     16M       1      0        0         -         0\n");
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_status_json(f, &st, &pool, NULL, 0);
+	fclose(f);
+	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	HAS(buf, "\"stopped\": true");
+
+	/* No pool. */
+	pool = (pinshm_pool_t){0};
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_status(f, &st, &pool, NULL, 0);
+	fclose(f);
+	HAS(buf, "pool         none\n");
+	HAS_NOT(buf, "CLASS");
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_status_json(f, &st, &pool, NULL, 0);
+	fclose(f);
+	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	HAS(buf, "\"classes\": []\n  },");
+
+	/* A count beyond the array (not from the library, which bounds it) prints the array only. */
+	pool.count = 1000;
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_status_json(f, &st, &pool, NULL, 0);
+	fclose(f);
+	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+}
+END_TEST
+
+/* A daemon with a pool of 2 classes of 2 segments: pinshmctl status shows
+ * them once ready, as pinshm_status_pool() reports them, text and JSON. */
+START_TEST(test_status_pool_daemon)
+{
+	struct daemon_opts o = {.tmpl = "/tmp/pinshmctl-check-XXXXXX", .config = true};
+	struct daemon d;
+	struct run r;
+	pinshm_status_t st;
+	pinshm_pool_t pool;
+	pinshm_client_t *c;
+	char want[160];
+	int i;
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "note: not root, the daemon may not lock its pool: test_status_pool_daemon skipped\n");
+		return;
+	}
+	daemon_prepare(&d, &o);
+	FILE *f = fopen(d.conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[daemon]\npool_segments = 2\npool_sizes = 2M, 512K\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	TU_RC(pinshm_connect(d.sock, &c), 0);
+	for (i = 0; i < 5000; i++) {
+		TU_RC(pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);
+		if (pool.count == 2 && pool.classes[0].ready == 2 && pool.classes[1].ready == 2)
+			break;
+		tu_sleep_ms(10);
+	}
+	ck_assert_msg(i < 5000, "the pool never filled");
+	pinshm_disconnect(c);
+	ck_assert_uint_eq(pool.pinned, 2 * (512u << 10) + 2 * (2u << 20));
+	ck_assert_uint_eq(st.pinned, pool.pinned); /* no channel: all of it the pool's */
+
+	CTL(&d, &r, 0, "status");
+	snprintf(want, sizeof(want), "pool         5M of it (%llu bytes), charged to no user; 0 hits, 0 misses\n",
+		 (unsigned long long)pool.pinned);
+	HAS(r.out, want);
+	HAS(r.out, "    512K       2      2        0         -        1M\n"
+		   "      2M       2      2        0         -        4M\n");
+	CTL(&d, &r, 0, "status", "--json");
+	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
+	ck_assert_uint_eq(json_u64(r.out, "\"pool\"", "pinned"), pool.pinned);
+	ck_assert_uint_eq(json_u64(r.out, "\"classes\"", "size"), 512u << 10);
+	ck_assert_uint_eq(json_u64(r.out, "\"classes\"", "wanted"), 2);
+	ck_assert_uint_eq(json_u64(r.out, "\"classes\"", "ready"), 2);
+	ck_assert_uint_eq(json_u64(r.out, "\"size\": 2097152", "ready"), 2);
+	daemon_stop(&d);
 }
 END_TEST
 
@@ -1660,11 +1789,13 @@ static Suite *pinshmctl_suite(void)
 	tcase_add_test(tc, test_json_string);
 	tcase_add_test(tc, test_json_list);
 	tcase_add_test(tc, test_status_output);
+	tcase_add_test(tc, test_status_pool_output);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("status");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_status_figures);
+	tcase_add_test(tc, test_status_pool_daemon);
 	tcase_add_test(tc, test_clients);
 	suite_add_tcase(s, tc);
 

@@ -173,6 +173,60 @@ START_TEST(test_steps_odd_sizes)
 }
 END_TEST
 
+/* pool_stat(): each class's size, wanted and ready counts, and which one
+ * fills, with the bytes locked of it so far; bounded by its max. */
+START_TEST(test_steps_stat)
+{
+	const uint64_t sizes[] = {3 * SLICE, 64 * KiB};
+	struct bench b;
+	struct pool_class_stat cs[3];
+	struct segment s;
+
+	if (!bench_init(&b, UINT64_MAX, sizes, 2, 2))
+		return;
+	memset(cs, 0xa5, sizeof(cs));
+	ck_assert_uint_eq(pool_stat(&b.pool, cs, 3), 2);
+	ck_assert_uint_eq(cs[0].size, 64 * KiB); /* smallest first */
+	ck_assert_uint_eq(cs[1].size, 3 * SLICE);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_uint_eq(cs[i].wanted, 2);
+		ck_assert_uint_eq(cs[i].ready, 0);
+		ck_assert_uint_eq(cs[i].filling, 0);
+		ck_assert_uint_eq(cs[i].locked, 0);
+	}
+	pool_refill(&b.pool); /* the small one, ready at once */
+	pool_refill(&b.pool); /* the large one's first slice (it lacks most, with the small one's second) */
+	ck_assert_uint_eq(pool_stat(&b.pool, cs, 3), 2);
+	ck_assert_uint_eq(cs[0].ready + cs[1].ready, 1);
+	uint64_t locked;
+	uint64_t fill = pool_filling_bytes(&b.pool, &locked);
+	unsigned which = fill == 3 * SLICE ? 1 : 0;
+	ck_assert_uint_eq(cs[which].filling, 1);
+	ck_assert_uint_eq(cs[which].locked, locked);
+	ck_assert_uint_eq(cs[1 - which].filling, 0);
+	ck_assert_uint_eq(cs[1 - which].locked, 0);
+	while (pool_wants(&b.pool))
+		pool_refill(&b.pool);
+	ck_assert_uint_eq(pool_stat(&b.pool, cs, 3), 2);
+	ck_assert_uint_eq(cs[0].ready, 2);
+	ck_assert_uint_eq(cs[1].ready, 2);
+	ck_assert_uint_eq(cs[0].filling + cs[1].filling, 0);
+	/* A take moves the count of its class only. */
+	ck_assert(pool_take(&b.pool, 3 * SLICE, &s));
+	ck_assert_uint_eq(pool_stat(&b.pool, cs, 3), 2);
+	ck_assert_uint_eq(cs[0].ready, 2);
+	ck_assert_uint_eq(cs[1].ready, 1);
+	segment_destroy(&s);
+	/* Bounded by max: the smallest classes only, nothing written past. */
+	memset(cs, 0xa5, sizeof(cs));
+	ck_assert_uint_eq(pool_stat(&b.pool, cs, 1), 1);
+	ck_assert_uint_eq(cs[0].size, 64 * KiB);
+	ck_assert_uint_eq(cs[1].size, 0xa5a5a5a5a5a5a5a5ull);
+	pool_fini(&b.pool);
+	ck_assert_uint_eq(pool_stat(&b.pool, cs, 3), 0);
+}
+END_TEST
+
 /* A drain halfway (a create refused for the budget) destroys the
  * half-filled segment: nothing stays locked, open or charged. */
 START_TEST(test_steps_drain)
@@ -416,12 +470,22 @@ static uint64_t catch_half_filled(const struct daemon *d, pinshm_client_t *c)
 			tu_sleep_ms(3);
 			continue;
 		}
-		st = status_of(c);
+		pinshm_pool_t pool;
+		CLIENT_RC(c, pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);
 		uint64_t after = locked_bytes(d->pid);
 		if (after >= CLASS)
 			return 0;
 		ck_assert_uint_gt(after, 0);
 		ck_assert_uint_eq(st.pinned, CLASS); /* charged whole */
+		/* STATUS shows why: the pool's, filling, what it had locked when
+		 * it answered (between the two readings of VmLck). */
+		ck_assert_uint_eq(pool.pinned, CLASS);
+		ck_assert_uint_eq(pool.count, 1);
+		ck_assert_uint_eq(pool.classes[0].size, CLASS);
+		ck_assert_uint_eq(pool.classes[0].ready, 0);
+		ck_assert_uint_eq(pool.classes[0].filling, 1);
+		ck_assert_uint_ge(pool.classes[0].locked, locked);
+		ck_assert_uint_le(pool.classes[0].locked, after);
 		return after;
 	}
 	ck_abort_msg("the daemon was never seen with its segment half locked (%d requests)", TRIES);
@@ -574,8 +638,122 @@ START_TEST(test_daemon_lock_fails)
 	ck_assert(daemon_log_has(&d, "pool: the segment of 16777216 bytes being filled"));
 	ck_assert_uint_eq(locked_bytes(d.pid), 0);
 	ck_assert_uint_eq(status_of(c).pinned, 0);
+	/* STATUS says the pool stopped, with nothing in it. */
+	pinshm_status_t st;
+	pinshm_pool_t pool;
+	CLIENT_RC(c, pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);
+	ck_assert_uint_eq(pool.flags, PINSHM_POOL_STOPPED);
+	ck_assert_uint_eq(pool.pinned, 0);
+	ck_assert_uint_eq(pool.count, 1);
+	ck_assert_uint_eq(pool.classes[0].size, 16 * MiB);
+	ck_assert_uint_eq(pool.classes[0].wanted, 1);
+	ck_assert_uint_eq(pool.classes[0].ready + pool.classes[0].filling, 0);
 	tu_sleep_ms(20);
 	ck_assert_uint_eq(locked_bytes(d.pid), 0); /* stopped, not retried */
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* The pool of @p c's daemon once every class holds @p ready segments
+ * (asked 10 ms apart; fails after TRIES). */
+static pinshm_pool_t wait_pool_ready(pinshm_client_t *c, unsigned ready, pinshm_status_t *st)
+{
+	pinshm_pool_t pool;
+
+	for (int i = 0; i < TRIES; i++) {
+		CLIENT_RC(c, pinshm_status_pool(c, st, &pool, NULL, NULL), 0);
+		bool all = pool.count > 0;
+		for (uint32_t k = 0; k < pool.count; k++)
+			all = all && pool.classes[k].ready == ready && !pool.classes[k].filling;
+		if (all)
+			return pool;
+		tu_sleep_ms(10);
+	}
+	ck_abort_msg("the pool never held %u ready segments of each class", ready);
+	return pool;
+}
+
+/*
+ * STATUS shows the pool: its classes as configured, ready reaching wanted,
+ * what it holds of the pinned figure (the users' and the pool's make the
+ * whole).  The budget holds the full pool and one small channel exactly,
+ * so a create of the first class's size, served from the pool, leaves it
+ * one short until that channel goes: the counts move, and stay moved.
+ */
+START_TEST(test_daemon_status_pool)
+{
+	pinshm_channel_attr_t attr, small;
+	struct daemon d;
+	pinshm_status_t st;
+	pinshm_user_usage_t *u;
+	pinshm_list_entry_t e;
+	size_t seg, small_seg, n;
+	char conf[256];
+
+	if (!may_lock(64 * MiB))
+		return;
+	tu_attr(&attr, PINSHM_QUEUE, 256 * KiB, 1, 1);
+	tu_attr(&small, PINSHM_QUEUE, 16 * KiB, 1, 1);
+	TU_RC(pinshm_segment_size(&attr, &seg), 0);
+	TU_RC(pinshm_segment_size(&small, &small_seg), 0);
+	ck_assert_uint_eq(seg % 4096, 0);
+	ck_assert_uint_eq(small_seg % 4096, 0);
+	const uint64_t full = 2 * seg + 2 * (uint64_t)MiB;
+	snprintf(conf, sizeof(conf), "[daemon]\nbudget = %llu\npool_segments = 2\npool_sizes = 1M %zu\n",
+		 (unsigned long long)(full + small_seg), seg);
+	pool_daemon_start(&d, conf);
+	pinshm_client_t *c = connect_ok(&d);
+
+	pinshm_pool_t pool = wait_pool_ready(c, 2, &st);
+	ck_assert_uint_eq(pool.count, 2);
+	ck_assert_uint_eq(pool.classes[0].size, seg); /* smallest first */
+	ck_assert_uint_eq(pool.classes[1].size, MiB);
+	ck_assert_uint_eq(pool.classes[0].wanted, 2);
+	ck_assert_uint_eq(pool.classes[1].wanted, 2);
+	ck_assert_uint_eq(pool.classes[0].locked + pool.classes[1].locked, 0);
+	ck_assert_uint_eq(pool.flags, 0);
+	ck_assert_uint_eq(pool.pinned, full);
+	ck_assert_uint_eq(st.pinned, full); /* nothing else pinned: all the pool's */
+	ck_assert_uint_eq(locked_bytes(d.pid), full);
+	ck_assert_uint_eq(pool.hits, 0);
+	ck_assert_uint_eq(pool.misses, 0);
+
+	/* A channel of no class's size: a miss, the pool unchanged. */
+	CLIENT_RC(c, pinshm_create(c, "small", &small, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);
+	ck_assert_uint_eq(pool.misses, 1);
+	ck_assert_uint_eq(pool.hits, 0);
+	ck_assert_uint_eq(pool.pinned, full);
+	ck_assert_uint_eq(st.pinned, full + small_seg); /* the budget, exactly */
+
+	/* One of the first class's size, by another client: taken from the
+	 * pool, whose charge passes to the user; no room to make another. */
+	pinshm_client_t *c2 = connect_ok(&d);
+	CLIENT_RC(c2, pinshm_create(c2, "pooled", &attr, 0600, 0), 0);
+	ck_assert(list_find(c, "pooled", &e, NULL));
+	ck_assert_uint_eq(e.size, seg);
+	tu_sleep_ms(20); /* idle turns: a refill would start now if it could */
+	CLIENT_RC(c, pinshm_status_pool(c, &st, &pool, &u, &n), 0);
+	ck_assert_uint_eq(pool.hits, 1);
+	ck_assert_uint_eq(pool.misses, 1);
+	ck_assert_uint_eq(pool.classes[0].ready, 1);
+	ck_assert_uint_eq(pool.classes[0].filling, 0);
+	ck_assert_uint_eq(pool.classes[1].ready, 2);
+	ck_assert_uint_eq(pool.pinned, full - seg);
+	ck_assert_uint_eq(st.pinned, full + small_seg);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_eq(u[0].pinned, small_seg + seg);
+	ck_assert_uint_eq(u[0].pinned + pool.pinned, st.pinned); /* the pinned figure, whole */
+	free(u);
+
+	/* The channel gone with its creator: room again, the pool refills. */
+	pinshm_disconnect(c2);
+	pool = wait_pool_ready(c, 2, &st);
+	ck_assert_uint_eq(pool.pinned, full);
+	ck_assert_uint_eq(pool.hits, 1);
+	ck_assert_uint_eq(st.pinned, full + small_seg);
+	ck_assert_uint_eq(locked_bytes(d.pid), full + small_seg);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }
@@ -588,6 +766,7 @@ Suite *pool_suite(void)
 
 	tcase_add_test(tc, test_steps_fill);
 	tcase_add_test(tc, test_steps_odd_sizes);
+	tcase_add_test(tc, test_steps_stat);
 	tcase_add_test(tc, test_steps_drain);
 	tcase_add_test(tc, test_steps_reload);
 	tcase_add_test(tc, test_steps_budget);
@@ -602,6 +781,7 @@ Suite *pool_suite(void)
 	tcase_add_test(tc, test_daemon_reload);
 	tcase_add_test(tc, test_daemon_shutdown);
 	tcase_add_test(tc, test_daemon_lock_fails);
+	tcase_add_test(tc, test_daemon_status_pool);
 	suite_add_tcase(s, tc);
 	return s;
 }

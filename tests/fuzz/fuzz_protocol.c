@@ -13,7 +13,8 @@
  * - with -EPROTO and -EOPNOTSUPP the header is filled from the packet;
  * - an accepted packet has a valid header whose length is the packet's, the
  *   side's kind of type, a NUL-terminated printable text, NUL-terminated
- *   names, counts within their page, a status of 0 or -errno;
+ *   names, counts within their page (a STATUS reply's users and pool
+ *   classes, its length exactly what they take), a status of 0 or -errno;
  * - an accepted request encodes back to exactly the same bytes; an accepted
  *   reply encodes to a packet of the same length that decodes again to the
  *   same encoding (the text's unprintable bytes become '?' once);
@@ -101,6 +102,17 @@ static void check_accepted(const uint8_t *pkt, size_t len, bool reply, const str
 		for (uint32_t i = 0; i < m->u.list_reply.count; i++)
 			check_name(m->u.list_reply.entries[i].name);
 		break;
+	case PROTO_STATUS | PROTO_REPLY: {
+		/* Both counts bounded, flags known, and the packet exactly as
+		 * long as they say. */
+		const typeof(m->u.status_reply) *s = &m->u.status_reply;
+		FUZZ_CHECK(s->count <= PROTO_STATUS_PAGE && s->pool_count <= PROTO_POOL_CLASSES);
+		FUZZ_CHECK((s->flags & ~PROTO_STATUS_FLAGS) == 0 && (s->pool_flags & ~PROTO_POOL_FLAGS) == 0);
+		FUZZ_CHECK(len == PROTO_HEADER_SIZE + 4 + 2 + strlen(m->text) + PROTO_STATUS_FIXED_SIZE +
+					  PROTO_POOL_FIXED_SIZE + (size_t)s->pool_count * PROTO_POOL_CLASS_SIZE +
+					  (size_t)s->count * PROTO_USER_ENTRY_SIZE);
+		break;
+	}
 	default:
 		break;
 	}
