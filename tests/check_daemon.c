@@ -1515,9 +1515,11 @@ START_TEST(test_status_round_trip)
 	/* The fullest fits in a packet. */
 	ck_assert_uint_le(status_reply_len(PROTO_POOL_CLASSES, PROTO_STATUS_PAGE) + PROTO_TEXT_MAX, PROTO_MAX_PACKET);
 
-	status_reply_fill(&m, PROTO_POOL_CLASSES + 1, 1, 5);
+	status_reply_fill(&m, PROTO_POOL_CLASSES, 1, 5);
+	m.u.status_reply.pool_count = PROTO_POOL_CLASSES + 1;
 	ck_assert_int_eq(proto_encode(&m, buf), -EINVAL);
-	status_reply_fill(&m, 1, PROTO_STATUS_PAGE + 1, 5);
+	status_reply_fill(&m, 1, PROTO_STATUS_PAGE, 5);
+	m.u.status_reply.count = PROTO_STATUS_PAGE + 1;
 	ck_assert_int_eq(proto_encode(&m, buf), -EINVAL);
 }
 END_TEST
