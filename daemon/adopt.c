@@ -20,7 +20,6 @@
 #include "notify.h"
 
 #define ADOPT_KEEPER_ID UINT64_MAX /* the grace's pseudo-connection */
-#define RECORD_FIELDS 14u          /* before the name */
 
 #ifndef F_SEAL_SHRINK
 #define F_SEAL_SHRINK 0x0002
@@ -50,16 +49,22 @@ static bool service_mode(void)
 	return s && s[0] && !stopping;
 }
 
-/* "FDNAME=pinshm.1.INO..." of @p ch into @p buf. */
+#define RECORD_V1 "pinshm.1."  /* an older daemon's: no PINIDLE (the configured default) */
+#define RECORD_V2 "pinshm.2."  /* this daemon's */
+#define RECORD_NODE_MAX 1023   /* libnuma's most */
+
+/* "pinshm.2.INO.UID.GID.MODE.FLAGS.KIND.GFLAGS.CAPACITY.MAXMSG.PROD.CONS.NODE.PINIDLE.NAME"
+ * of @p ch into @p buf. */
 static void record_name(const struct channel *ch, char *buf, size_t len)
 {
 	struct stat st;
 	unsigned long long ino = fstat(ch->seg.fd, &st) == 0 ? (unsigned long long)st.st_ino : 0;
 
-	snprintf(buf, len, "pinshm.1.%llu.%u.%u.%o.%u.%u.%u.%" PRIu64 ".%u.%u.%u.%d.%s", ino, (unsigned)ch->uid,
+	snprintf(buf, len, RECORD_V2 "%llu.%u.%u.%o.%u.%u.%u.%" PRIu64 ".%u.%u.%u.%d.%u.%s", ino, (unsigned)ch->uid,
 		 (unsigned)ch->gid, ch->mode, ch->persistent ? PINSHM_PERSISTENT : 0u, (unsigned)ch->attr.kind,
 		 ch->attr.flags, ch->attr.capacity, ch->attr.max_message, ch->attr.max_producers,
-		 ch->attr.max_consumers, ch->seg.at_consumer ? PINSHM_NODE_CONSUMER : ch->seg.node, ch->name);
+		 ch->attr.max_consumers, ch->seg.at_consumer ? PINSHM_NODE_CONSUMER : ch->seg.node, ch->pin_idle,
+		 ch->name);
 }
 
 bool adopt_store(const struct channel *ch)
@@ -166,39 +171,116 @@ out:
 
 /* The daemon's record, from an FDNAME. */
 struct record {
+	unsigned version; /* 1 or 2 */
 	unsigned long long ino;
 	unsigned uid, gid, mode, flags;
 	pinshm_channel_attr_t attr;
 	int node;
+	uint32_t pin_idle; /* version 2 only */
 	char name[PINSHM_NAME_MAX + 1];
 };
 
-static int parse_record(const char *s, struct record *r)
+/* The numbers of a record, in order after its version, and the most each
+ * may be: anything else (a sign, a space, a leading zero, a number past
+ * its field) is not a record this daemon or an older one wrote. */
+enum { F_INO, F_UID, F_GID, F_MODE, F_FLAGS, F_KIND, F_GFLAGS, F_CAPACITY, F_MAXMSG, F_PROD, F_CONS, F_NODE,
+       F_PIN_IDLE, F_COUNT };
+static const struct {
+	const char *what;
+	unsigned long long max;
+} record_fields[F_COUNT] = {
+	[F_INO] = {"inode", UINT64_MAX},
+	[F_UID] = {"uid", UINT32_MAX - 1}, /* (uid_t)-1 is no user */
+	[F_GID] = {"gid", UINT32_MAX - 1},
+	[F_MODE] = {"mode", 0777},
+	[F_FLAGS] = {"flags", PINSHM_PERSISTENT},
+	[F_KIND] = {"kind", UINT32_MAX},
+	[F_GFLAGS] = {"channel flags", UINT32_MAX},
+	[F_CAPACITY] = {"capacity", UINT64_MAX},
+	[F_MAXMSG] = {"max_message", UINT32_MAX},
+	[F_PROD] = {"max_producers", UINT32_MAX},
+	[F_CONS] = {"max_consumers", UINT32_MAX},
+	[F_NODE] = {"node", RECORD_NODE_MAX}, /* or -1 (none), -3 (at the consumer) */
+	[F_PIN_IDLE] = {"pin_idle", PINSHM_PIN_IDLE_MAX},
+};
+
+/* Read the number at *@p p (octal where @p octal), at most @p max, and the
+ * dot after it; move *@p p past both.  @return whether it was one. */
+static bool record_number(const char **p, bool octal, unsigned long long max, unsigned long long *out)
 {
-	unsigned long long v[RECORD_FIELDS];
+	const char *s = *p;
+	unsigned base = octal ? 8 : 10;
+	unsigned long long v = 0;
+
+	if (s[0] == '0' && s[1] != '.')
+		return false; /* a leading zero: not as written */
+	for (; *s >= '0' && *s < (char)('0' + base); s++) {
+		unsigned d = (unsigned)(*s - '0');
+		if (v > max / base || d > max - v * base)
+			return false;
+		v = v * base + d;
+	}
+	if (s == *p || *s != '.')
+		return false;
+	*out = v;
+	*p = s + 1;
+	return true;
+}
+
+/* Parse record @p s strictly (its names come from systemd, which keeps
+ * what a unit sent: taken as untrusted).  @return 0, or -EINVAL with the
+ * reason in @p why. */
+static int parse_record(const char *s, struct record *r, char *why, size_t whylen)
+{
+	unsigned long long v[F_COUNT] = {0};
+	bool node_negative = false;
 	const char *p = s;
 
-	if (strncmp(p, "pinshm.1.", 9) != 0)
+	*r = (struct record){0};
+	if (strncmp(p, RECORD_V2, strlen(RECORD_V2)) == 0) {
+		r->version = 2;
+	} else if (strncmp(p, RECORD_V1, strlen(RECORD_V1)) == 0) {
+		r->version = 1;
+	} else {
+		snprintf(why, whylen, "not a record of version 1 or 2");
 		return -EINVAL;
-	p += 9;
-	for (unsigned i = 2; i < RECORD_FIELDS; i++) {
-		char *end;
-		int neg = *p == '-' && i == RECORD_FIELDS - 1; /* the node may be negative */
-		errno = 0;
-		v[i] = strtoull(p + neg, &end, i == 5 ? 8 : 10);
-		if (errno || end == p + neg || *end != '.')
-			return -EINVAL;
-		if (neg)
-			v[i] = (unsigned long long)-(long long)v[i];
-		p = end + 1;
 	}
-	if (!proto_name_valid(p))
+	p += strlen(RECORD_V2);
+	for (unsigned i = 0; i < F_COUNT; i++) {
+		if (i == F_PIN_IDLE && r->version == 1)
+			continue;
+		bool ok;
+		if (i == F_NODE && *p == '-') {
+			node_negative = true;
+			p++;
+			ok = record_number(&p, false, 3, &v[i]) && (v[i] == 1 || v[i] == 3);
+		} else {
+			ok = record_number(&p, i == F_MODE, record_fields[i].max, &v[i]);
+		}
+		if (!ok && i == F_MODE) {
+			snprintf(why, whylen, "field %u (mode) is not an octal number of 0 to 777", i + 1);
+			return -EINVAL;
+		}
+		if (!ok) {
+			snprintf(why, whylen, "field %u (%s) is not a number of 0 to %llu%s", i + 1, record_fields[i].what,
+				 record_fields[i].max, i == F_NODE ? ", -1 or -3" : "");
+			return -EINVAL;
+		}
+	}
+	if (!proto_name_valid(p)) {
+		snprintf(why, whylen, "no valid channel name");
 		return -EINVAL;
-	*r = (struct record){.ino = v[2], .uid = (unsigned)v[3], .gid = (unsigned)v[4], .mode = (unsigned)v[5] & 0777u,
-			     .flags = (unsigned)v[6], .node = (int)(long long)v[13]};
-	r->attr = (pinshm_channel_attr_t){.kind = (pinshm_kind_t)v[7], .flags = (uint32_t)v[8], .capacity = v[9],
-					  .max_message = (uint32_t)v[10], .max_producers = (uint32_t)v[11],
-					  .max_consumers = (uint32_t)v[12]};
+	}
+	r->ino = v[F_INO];
+	r->uid = (unsigned)v[F_UID];
+	r->gid = (unsigned)v[F_GID];
+	r->mode = (unsigned)v[F_MODE];
+	r->flags = (unsigned)v[F_FLAGS];
+	r->attr = (pinshm_channel_attr_t){.kind = (pinshm_kind_t)v[F_KIND], .flags = (uint32_t)v[F_GFLAGS],
+					  .capacity = v[F_CAPACITY], .max_message = (uint32_t)v[F_MAXMSG],
+					  .max_producers = (uint32_t)v[F_PROD], .max_consumers = (uint32_t)v[F_CONS]};
+	r->node = node_negative ? -(int)v[F_NODE] : (int)v[F_NODE];
+	r->pin_idle = (uint32_t)v[F_PIN_IDLE];
 	snprintf(r->name, sizeof(r->name), "%s", p);
 	return 0;
 }
@@ -250,10 +332,25 @@ static int adopt_segment(int fd, const struct seg_geometry *g, int node, struct 
 	return 0;
 }
 
+/* segment_access(): clear the header's `unlocked`, the note that a
+ * previous daemon may have left there (working-set pinning).  Relaxed, as
+ * the daemon's other writes of it: a hint to clients, never trusted. */
+static int clear_unlocked(void *base, void *arg)
+{
+	struct seg_header *h = base;
+
+	(void)arg;
+	atomic_store_explicit(&h->unlocked, 0, memory_order_relaxed);
+	return 0;
+}
+
 /* Lock @p s in RAM, as segment_alloc() would have (mlock2: sanitizer
- * runtimes make mlock() a no-op). */
+ * runtimes make mlock() a no-op).  Whatever the previous daemon did, it is
+ * locked again (or not pinned at all), never left unlocked for want of
+ * use: the header says so. */
 static void adopt_pin(struct segment *s)
 {
+	segment_access(s, clear_unlocked, NULL);
 	if (mlock2(s->base, s->size, 0) == 0) {
 		s->pinned = true;
 		return;
@@ -289,14 +386,25 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 	struct record rec;
 	struct seg_geometry g;
 	char why[256] = "";
-	int rc;
+	struct stat st;
+	struct channel *ch = NULL;
+	int rc = parse_record(fdname, &rec, why, sizeof(why));
 
-	if (parse_record(fdname, &rec) != 0 || seg_geometry_compute(&rec.attr, &g) != 0) {
-		log_warn("descriptor store: '%s' is not a channel's record: closed", fdname);
-		close(fd);
-		return -EINVAL;
+	if (rc == 0 && seg_geometry_compute(&rec.attr, &g) != 0) {
+		snprintf(why, sizeof(why), "an invalid geometry");
+		rc = -EINVAL;
 	}
-	struct channel *ch = calloc(1, sizeof(*ch));
+	if (rc != 0) {
+		log_warn("descriptor store: '%.300s' is not a channel's record (%s): closed", fdname, why);
+		close(fd);
+		goto unstore;
+	}
+	if (fstat(fd, &st) != 0 || (unsigned long long)st.st_ino != rec.ino) {
+		snprintf(why, sizeof(why), "the record names inode %llu, not the descriptor's", rec.ino);
+		rc = -EINVAL;
+		goto fail;
+	}
+	ch = calloc(1, sizeof(*ch));
 	if (ch)
 		ch->holder = calloc(g.max_producers + g.max_consumers, sizeof(*ch->holder));
 	if (!ch || !ch->holder) {
@@ -321,6 +429,9 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 	ch->mode = rec.mode;
 	ch->attr = rec.attr;
 	ch->g = g;
+	/* A record of version 1 (an older daemon's) has no pin_idle: the
+	 * configured default, as a create that gives none. */
+	ch->pin_idle = rec.version >= 2 ? rec.pin_idle : r->acct->cfg->pin_idle;
 	ch->named = true;
 	ch->stored = true; /* its record is there already */
 	rc = registry_insert(r, ch, why, sizeof(why));
@@ -328,10 +439,23 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 		account_release(r->acct, ch->uid, ch->seg.size, ch->seg.pinned);
 		goto fail;
 	}
+	if (rec.version < 2 && service_mode()) {
+		/* In the store again under this version's record, the old one
+		 * removed first: systemd keeps a descriptor it has once, under
+		 * its first name, and would ignore the new one. */
+		char state[400];
+		snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", fdname);
+		notify_systemd(state);
+		ch->stored = adopt_store(ch);
+	}
 	if (!ch->persistent && keep_ref(a, ch) != 0)
 		log_warn("channel '%s': no grace for its users to come back (out of memory)", ch->name);
-	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes%s", ch->name, (unsigned)ch->uid,
-		   ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned");
+	char idle[64] = "always locked";
+	if (ch->pin_idle)
+		snprintf(idle, sizeof(idle), "unlocked after %u s unused", ch->pin_idle);
+	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes%s, %s%s", ch->name,
+		   (unsigned)ch->uid, ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned", idle,
+		   rec.version < 2 ? " (an older daemon's record: the default pin_idle)" : "");
 	return 0; /* its endpoints judged once the eventfds are back (adopt_listen_fds()) */
 fail:
 	log_warn("descriptor store: channel '%s' not adopted: %s", rec.name, why);
@@ -343,7 +467,7 @@ fail:
 	}
 	if (fd >= 0)
 		close(fd);
-	/* Out of the store too: systemd would hand it back at every start. */
+unstore:; /* Out of the store too: systemd would hand it back at every start. */
 	char state[400];
 	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", fdname);
 	if (service_mode())
@@ -524,6 +648,7 @@ static int adopt_new(struct registry *r, struct reg_client *c, const char *name,
 	ch->attr = *attr;
 	ch->attr.max_message = g->max_message;
 	ch->g = *g;
+	ch->pin_idle = r->acct->cfg->pin_idle; /* an ADOPT does not carry the channel's own: the default */
 	ch->named = true;
 	rc = registry_insert(r, ch, why, whylen);
 	if (rc == -EEXIST) {
@@ -579,9 +704,10 @@ int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_re
 		if (rc != 0)
 			return rc;
 		*fd = -1; /* the channel's now */
-		log_notice("channel '%s' handed back by pid %d uid %u: adopted%s, owner uid %u, mode 0600, %zu bytes%s",
+		log_notice("channel '%s' handed back by pid %d uid %u: adopted%s, owner uid %u, mode 0600, %zu bytes%s, "
+			   "default pin_idle %u",
 			   ch->name, (int)c->cred.pid, (unsigned)c->cred.uid, ch->named ? "" : " unnamed (name taken)",
-			   (unsigned)ch->uid, ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned");
+			   (unsigned)ch->uid, ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned", ch->pin_idle);
 	}
 	uint64_t chid = ch->id;
 	rc = registry_ref(r, c, ch, why, whylen);

@@ -11,14 +11,21 @@
  * In service mode ($NOTIFY_SOCKET set, as under systemd with
  * FileDescriptorStoreMax=), every channel created is put in the
  * descriptor store: sd_notify "FDSTORE=1" with the segment's descriptor
- * and "FDNAME=" the daemon's record of it, written and read by the daemon
- * alone (clients cannot reach it, so it is trusted):
+ * and "FDNAME=" the daemon's record of it, written by the daemon alone
+ * (clients cannot reach it, so what it says is trusted once it parses):
  *
- *   pinshm.1.INO.UID.GID.MODE.FLAGS.KIND.GFLAGS.CAPACITY.MAXMSG.PROD.CONS.NODE.NAME
+ *   pinshm.2.INO.UID.GID.MODE.FLAGS.KIND.GFLAGS.CAPACITY.MAXMSG.PROD.CONS.NODE.PINIDLE.NAME
  *
- * (decimal numbers, MODE octal, FLAGS: PINSHM_PERSISTENT or 0; INO, the
- * segment's inode, makes the name unique).  When a channel is unlinked or
- * destroyed its entry is removed ("FDSTOREREMOVE=1").  The eventfd that a
+ * (decimal numbers, MODE octal, FLAGS: PINSHM_PERSISTENT or 0, PINIDLE the
+ * channel's pin_idle, 0: always locked; INO, the segment's inode, makes the
+ * name unique and must be the descriptor's).  A record of version 1 (an
+ * older daemon's, the same without PINIDLE) is still adopted, with the
+ * configured pin_idle, and stored again as version 2 (the old one removed
+ * first: systemd keeps a descriptor under its first name).  A record is
+ * parsed strictly (digits only, no leading zero, each number within its
+ * field, a valid name): anything else is logged, closed and removed.
+ * When a channel is unlinked or destroyed its entry is removed
+ * ("FDSTOREREMOVE=1").  The eventfd that a
  * consumer gave the daemon (NOTIFY) is kept there too, as
  *
  *   pinshm-efd.2.DEV.INO.ENDPOINT.NAME
@@ -32,7 +39,10 @@
  * each descriptor so named: the segment must be a regular file at least as
  * large as the record's geometry, whose header (magic, layout version,
  * geometry) matches the record; it is mapped, locked where the budget
- * allows, charged to its owner as a create would be, and named again.  A
+ * allows, charged to its owner as a create would be, and named again.  An
+ * adopted segment is locked again even where the previous daemon had
+ * unlocked it for want of use (the header's `unlocked` is cleared); the
+ * idle scan may unlock it again after its pin_idle.  A
  * descriptor that fails a check, or whose owner's limits refuse it, is
  * logged and closed (its users keep their mappings, unmanaged).  Then each
  * stored eventfd is kept again for its endpoint, where its record names a
@@ -48,9 +58,11 @@
  * see adopt_client() for what the daemon checks and trusts.  A client can
  * prove only that it holds the segment: not who owned the channel, its
  * mode or its name.  So a channel the daemon learns from a client belongs
- * to that client's user, mode 0600, not persistent; the original owner,
- * group, mode and persistence are kept only where the daemon's own record
- * survived (the descriptor store).
+ * to that client's user, mode 0600, not persistent, with the configured
+ * pin_idle (an ADOPT carries none, and no reply tells a client the
+ * channel's but a STAT); the original owner, group, mode, persistence and
+ * pin_idle are kept only where the daemon's own record survived (the
+ * descriptor store).
  *
  * A daemon that stops (SIGTERM, SHUTDOWN) leaves the store as it is, so
  * that a restart of the unit adopts every channel again.
@@ -145,9 +157,9 @@ struct adopt_request {
  * has that segment already (same st_dev and st_ino: adopted from the
  * store, or handed back by another client), it is that channel, with its
  * record; else it becomes a new channel whose record is what the daemon
- * can trust: owner @p c's uid and gid, mode 0600, not persistent, named
- * @p q->name where that name is free (else unnamed), charged to @p c's
- * user as a create.  Either way @p c references it, and the endpoint is
+ * can trust: owner @p c's uid and gid, mode 0600, not persistent, the
+ * configured pin_idle, named @p q->name where that name is free (else
+ * unnamed), charged to @p c's user as a create.  Either way @p c references it, and the endpoint is
  * claimed for @p c again where the segment marks it attached for @p c's
  * process and no connection holds it.
  * @return 0 with @p id (the channel's number) and @p flags (PROTO_ADOPT_*),

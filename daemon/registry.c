@@ -1611,6 +1611,10 @@ int registry_insert(struct registry *r, struct channel *ch, char *why, size_t wh
 		return -ENFILE;
 	}
 	link_channel(r, ch);
+	if (ch->pin_idle) { /* working-set pinning, from now on (channel_free() counts it off) */
+		r->idle_policies++;
+		ch->active_at = now_ms();
+	}
 	return 0;
 }
 

@@ -16,6 +16,11 @@
  *   requests are served, and nothing is left over once they are gone; the
  *   same through the clients' hand-back (ADOPT), and hostile hand-backs
  *   (endpoints with pids no owner can have are reaped).
+ * - pin_idle: a channel keeps its pin_idle through the descriptor store
+ *   (records of version 2); a record of version 1 (an older daemon's) gets
+ *   the configured default, as a hand-back does (ADOPT carries none); a
+ *   malformed record is refused; a segment a previous daemon had unlocked
+ *   is locked again, charged once.
  * - reap: a producer that dies while no daemon runs (its pid maybe reused
  *   since), or that lives on without coming back (in a PID namespace of its
  *   own too) and dies later: the restarted daemon reaps its endpoint, its
@@ -487,15 +492,24 @@ static void store_close(struct store *st)
 	unsetenv("NOTIFY_SOCKET");
 }
 
-/* Start pinshmd on d->sock with the store's descriptors, as systemd does
- * (under $PINSHMD_WRAPPER too). */
-static void spawn_with_store(struct daemon *d, const struct store *st)
+/* Start pinshmd on d->sock as @p o says, with the store's descriptors, as
+ * systemd does (under $PINSHMD_WRAPPER too). */
+static void spawn_with_store_opts(struct daemon *d, const struct store *st, const struct daemon_opts *o)
 {
 	const char *names[STORE_MAX];
+	struct daemon_opts with = *o;
 
 	for (unsigned i = 0; i < st->n; i++)
 		names[i] = st->name[i];
-	daemon_spawn(d, &(struct daemon_opts){.listen_fds = st->fd, .listen_names = names, .nlisten = st->n});
+	with.listen_fds = st->fd;
+	with.listen_names = names;
+	with.nlisten = st->n;
+	daemon_spawn(d, &with);
+}
+
+static void spawn_with_store(struct daemon *d, const struct store *st)
+{
+	spawn_with_store_opts(d, st, &(struct daemon_opts){0});
 }
 
 struct traffic {
@@ -1216,7 +1230,7 @@ START_TEST(test_restart_store_eventfd_exact)
 	ck_assert_uint_eq(st.n, 4);
 	ck_assert_uint_eq(store_count_prefix(&st, "pinshm-efd."), 2);
 	for (unsigned i = 0; i < st.n; i++)
-		if (strncmp(st.name[i], "pinshm.1.", 9) == 0 && strcmp(strrchr(st.name[i], '.'), ".a") == 0)
+		if (strncmp(st.name[i], "pinshm.", 7) == 0 && strcmp(strrchr(st.name[i], '.'), ".a") == 0)
 			ck_assert_int_eq(fstat(st.fd[i], &sa), 0);
 	ck_assert_uint_ne(sa.st_ino, 0);
 	snprintf(rec, sizeof(rec), "pinshm-efd.1.%llu.1", (unsigned long long)sa.st_ino);
@@ -1500,6 +1514,426 @@ static void *map_segment(int fd)
 	ck_assert(base != MAP_FAILED);
 	return base;
 }
+
+/* ======================================================================== */
+/* pin_idle across a restart                                                 */
+/* ======================================================================== */
+
+#define IDLE_DEFAULT 3600u /* the config's pin_idle: longer than any test */
+#define IDLE_WAIT_MS 30000 /* for the idle scan to unlock a channel of pin_idle 1 */
+#define RECORD_NUMBERS 13u /* of a record of version 2, before the name */
+
+static const struct daemon_opts idle_opts = {.config = true, .log = true};
+
+/* Start a daemon whose config's pin_idle is IDLE_DEFAULT, logging to
+ * d->log; in service mode with the store @p st, unless NULL. */
+static void idle_daemon_start(struct daemon *d, struct store *st)
+{
+	char tmp[160];
+
+	daemon_prepare(d, &idle_opts);
+	snprintf(tmp, sizeof(tmp), "%s.new", d->conf);
+	FILE *f = fopen(tmp, "w");
+	ck_assert_msg(f != NULL, "%s: %s", tmp, strerror(errno));
+	fprintf(f, "[daemon]\npin_idle = %u\n", IDLE_DEFAULT);
+	ck_assert_int_eq(fchmod(fileno(f), 0644), 0);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(rename(tmp, d->conf), 0);
+	if (st)
+		store_open(st, d->dir);
+	else
+		unsetenv("NOTIFY_SOCKET");
+	daemon_spawn(d, &idle_opts);
+	daemon_wait_ready(d);
+}
+
+/* Wait until STAT of @p name has state bit @p bit set (or clear). */
+static void wait_stat_state(pinshm_client_t *c, const char *name, uint32_t bit, bool set)
+{
+	pinshm_list_entry_t e;
+	uint64_t deadline = tu_now_ms() + IDLE_WAIT_MS;
+
+	for (;;) {
+		CLIENT_RC(c, pinshm_stat(c, name, &e), 0);
+		if (((e.state & bit) != 0) == set)
+			return;
+		ck_assert_msg(tu_now_ms() < deadline, "'%s': state %#x never %s %#x", name, e.state,
+			      set ? "got" : "lost", bit);
+		tu_sleep_ms(20);
+	}
+}
+
+/* The header's `unlocked` of the segment mapped at @p base. */
+static uint32_t header_unlocked(void *base)
+{
+	return atomic_load(&((struct seg_header *)base)->unlocked);
+}
+
+/* Split @p rec, a record of version 2 ("pinshm.2.N1...N13.NAME"): its
+ * numbers into @p num, its name into @p name. */
+static void record_split(const char *rec, char num[RECORD_NUMBERS][32], char name[PINSHM_NAME_MAX + 1])
+{
+	ck_assert_msg(strncmp(rec, "pinshm.2.", 9) == 0, "'%s' is not a record of version 2", rec);
+	const char *p = rec + 9;
+	for (unsigned i = 0; i < RECORD_NUMBERS; i++) {
+		const char *dot = strchr(p, '.');
+		ck_assert_msg(dot && dot - p < 32, "'%s': number %u", rec, i + 1);
+		snprintf(num[i], 32, "%.*s", (int)(dot - p), p);
+		p = dot + 1;
+	}
+	snprintf(name, PINSHM_NAME_MAX + 1, "%s", p);
+}
+
+/* "pinshm.VERSION.N1...N@p n.NAME" into @p out. */
+static void record_join(char *out, size_t len, const char *version, char num[][32], unsigned n, const char *name)
+{
+	size_t at = (size_t)snprintf(out, len, "pinshm.%s.", version);
+
+	for (unsigned i = 0; i < n; i++)
+		at += (size_t)snprintf(out + at, len - at, "%s.", num[i]);
+	snprintf(out + at, len - at, "%s", name);
+	ck_assert_uint_lt(strlen(out), len - 1);
+}
+
+/* The index in @p st of the record of channel @p name (not an eventfd's). */
+static unsigned store_find_channel(const struct store *st, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (unsigned i = 0; i < st->n; i++) {
+		size_t len = strlen(st->name[i]);
+		if (strncmp(st->name[i], "pinshm.", 7) == 0 && len > n && st->name[i][len - n - 1] == '.' &&
+		    strcmp(st->name[i] + len - n, name) == 0)
+			return i;
+	}
+	ck_abort_msg("no record of '%s' in the store", name);
+	return 0;
+}
+
+/*
+ * Channels created with pin_idle 1, 9, always and the default (the
+ * config's) keep them through the descriptor store: STAT after the restart
+ * says 1, 9, 0 and IDLE_DEFAULT (it said 0 for all before: the record had
+ * no pin_idle).  Where the segments are pinned, "idle1", unlocked by the
+ * first daemon, is locked again, then unlocked again by the second one's
+ * idle scan after a second unused; each channel is charged once, unlocked
+ * or not.
+ */
+START_TEST(test_restart_store_pin_idle)
+{
+	static const struct {
+		const char *name;
+		uint32_t asked, kept;
+	} chans[] = {{"idle1", 1, 1},
+		     {"idle9", 9, 9},
+		     {"always", PINSHM_PIN_ALWAYS, 0},
+		     {"dflt", PINSHM_PIN_DEFAULT, IDLE_DEFAULT}};
+	const unsigned n = sizeof(chans) / sizeof(chans[0]);
+	struct daemon d;
+	struct store st;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_status_t s;
+
+	idle_daemon_start(&d, &st);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	for (unsigned i = 0; i < n; i++)
+		CLIENT_RC(c, pinshm_create_full(c, chans[i].name, &attr, 0600, PINSHM_PERSISTENT, PINSHM_NODE_ANY,
+						 chans[i].asked),
+			  0);
+	CLIENT_RC(c, pinshm_stat(c, "idle1", &e), 0);
+	uint64_t size = e.size;
+	bool pinned = e.state & PINSHM_LIST_PINNED;
+	if (pinned)
+		wait_stat_state(c, "idle1", PINSHM_LIST_UNLOCKED, true); /* by the first daemon */
+	else
+		fprintf(stderr, "check_lifecycle: channels not pinned here: their unlocking not tested\n");
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, n);
+
+	daemon_kill9(&d);
+	pinshm_disconnect(c);
+	spawn_with_store_opts(&d, &st, &idle_opts);
+	daemon_wait_ready(&d);
+	c = connect_ok(&d);
+	for (unsigned i = 0; i < n; i++) {
+		CLIENT_RC(c, pinshm_stat(c, chans[i].name, &e), 0);
+		ck_assert_msg(e.pin_idle == chans[i].kept, "'%s': pin_idle %u after the restart, not %u",
+			      chans[i].name, e.pin_idle, chans[i].kept);
+	}
+	ck_assert_uint_eq(store_count_prefix(&st, "pinshm.2."), n); /* as the first daemon wrote them */
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.channels_pinned + s.channels_unpinned, n);
+	if (pinned) {
+		ck_assert_uint_eq(s.pinned, n * size);
+		wait_stat_state(c, "idle1", PINSHM_LIST_UNLOCKED, true); /* by the second daemon's scan */
+		CLIENT_RC(c, pinshm_stat(c, "idle1", &e), 0);
+		ck_assert(e.state & PINSHM_LIST_PINNED);
+		CLIENT_RC(c, pinshm_stat(c, "always", &e), 0);
+		ck_assert(!(e.state & PINSHM_LIST_UNLOCKED));
+		CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+		ck_assert_uint_eq(s.pinned, n * size); /* unlocked, still charged */
+	}
+	for (unsigned i = 0; i < n; i++)
+		CLIENT_RC(c, pinshm_unlink(c, chans[i].name), 0);
+	wait_counts(c, 1, 0);
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.pinned, 0);
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_close(&st);
+}
+END_TEST
+
+/*
+ * A record of version 1, as an older daemon left it (no pin_idle), of a
+ * segment that daemon had unlocked for want of use (its header says so):
+ * the channel is adopted with the configured pin_idle, locked again (the
+ * header's `unlocked` cleared: it stayed 1 before, the channel locked),
+ * charged once, and its record in the store is of version 2 from then on
+ * (the old one removed).
+ */
+START_TEST(test_restart_store_v1_record)
+{
+	struct daemon d;
+	struct store st;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_status_t s;
+	char num[RECORD_NUMBERS][32], name[PINSHM_NAME_MAX + 1], want[64];
+	struct stat sa, sb;
+
+	idle_daemon_start(&d, &st);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create_full(c, "old", &attr, 0640, PINSHM_PERSISTENT, PINSHM_NODE_ANY, 5), 0);
+	CLIENT_RC(c, pinshm_stat(c, "old", &e), 0);
+	uint64_t size = e.size;
+	bool pinned = e.state & PINSHM_LIST_PINNED;
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 1);
+	if (strncmp(st.name[0], "pinshm.1.", 9) != 0) { /* (a daemon before version 2 wrote it so) */
+		record_split(st.name[0], num, name);
+		ck_assert_str_eq(num[RECORD_NUMBERS - 1], "5");
+		record_join(st.name[0], sizeof(st.name[0]), "1", num, RECORD_NUMBERS - 1, name);
+	}
+	ck_assert_int_eq(fstat(st.fd[0], &sa), 0);
+	void *base = map_segment(st.fd[0]);
+	atomic_store(&((struct seg_header *)base)->unlocked, 1); /* as the older daemon left it */
+
+	daemon_kill9(&d);
+	pinshm_disconnect(c);
+	spawn_with_store_opts(&d, &st, &idle_opts);
+	daemon_wait_ready(&d);
+	c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_stat(c, "old", &e), 0);
+	ck_assert_msg(e.pin_idle == IDLE_DEFAULT, "pin_idle %u, not the configured %u", e.pin_idle, IDLE_DEFAULT);
+	ck_assert_uint_eq(e.mode, 0640);
+	ck_assert_msg(header_unlocked(base) == 0, "the header still says unlocked");
+	ck_assert(!(e.state & PINSHM_LIST_UNLOCKED));
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.channels_pinned + s.channels_unpinned, 1);
+	if (pinned) {
+		ck_assert(e.state & PINSHM_LIST_PINNED);
+		ck_assert_uint_eq(s.pinned, size);
+		ck_assert_int_ge(proc_status_value_kb(d.pid, "VmLck:"), (long)(size / 1024));
+	}
+	ck_assert(daemon_log_has(&d, "an older daemon's record"));
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 1);
+	record_split(st.name[0], num, name);
+	snprintf(want, sizeof(want), "%u", IDLE_DEFAULT);
+	ck_assert_str_eq(num[RECORD_NUMBERS - 1], want);
+	ck_assert_str_eq(name, "old");
+	ck_assert_int_eq(fstat(st.fd[0], &sb), 0);
+	ck_assert(sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino);
+
+	CLIENT_RC(c, pinshm_unlink(c, "old"), 0);
+	wait_counts(c, 1, 0);
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 0);
+	munmap(base, size);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_close(&st);
+}
+END_TEST
+
+/*
+ * Records of version 2 that a daemon did not write, each a copy of a good
+ * one's with one thing wrong, beside the good one: each is refused with a
+ * log line, closed and removed from the store; the good one is adopted
+ * with its pin_idle (it was refused too before: version 2 unknown), once.
+ */
+START_TEST(test_restart_store_bad_records)
+{
+	/* At most 9: the daemon's removals wait in the store's socket, whose
+	 * queue holds 10 (net.unix.max_dgram_qlen) until the test reads it. */
+	enum { B_IDLE_MAX, B_IDLE_NEG, B_IDLE_ZERO, B_IDLE_HUGE, B_IDLE_NONE, B_UID_WRAP, B_INODE, B_VERSION,
+	       B_V1_UID_WRAP, B_COUNT };
+	struct daemon d;
+	struct store st;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_status_t s;
+	char num[RECORD_NUMBERS][32], bad[RECORD_NUMBERS][32], name[PINSHM_NAME_MAX + 1], rec[256], bname[16];
+	size_t total;
+
+	idle_daemon_start(&d, &st);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create_full(c, "good", &attr, 0600, PINSHM_PERSISTENT, PINSHM_NODE_ANY, 9), 0);
+	CLIENT_RC(c, pinshm_stat(c, "good", &e), 0);
+	uint64_t size = e.size;
+	bool pinned = e.state & PINSHM_LIST_PINNED;
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 1);
+	record_split(st.name[0], num, name);
+	for (int b = 0; b < B_COUNT; b++) {
+		const char *version = "2";
+		unsigned numbers = RECORD_NUMBERS;
+		memcpy(bad, num, sizeof(bad));
+		snprintf(bname, sizeof(bname), "bad%d", b);
+		switch (b) {
+		case B_IDLE_MAX: snprintf(bad[12], 32, "%u", PINSHM_PIN_IDLE_MAX + 1); break;
+		case B_IDLE_NEG: snprintf(bad[12], 32, "-5"); break;
+		case B_IDLE_ZERO: snprintf(bad[12], 32, "09"); break;
+		case B_IDLE_HUGE: snprintf(bad[12], 32, "184467440737095516170"); break;
+		case B_IDLE_NONE: numbers--; break;
+		case B_UID_WRAP: snprintf(bad[1], 32, "%llu", strtoull(num[1], NULL, 10) + (1ull << 32)); break;
+		case B_INODE: snprintf(bad[0], 32, "%llu", strtoull(num[0], NULL, 10) + 1); break;
+		case B_VERSION: version = "3"; break;
+		case B_V1_UID_WRAP: /* version 1 parsed as strictly: it took the uid modulo 2^32 */
+			version = "1";
+			numbers--;
+			snprintf(bad[1], 32, "%llu", strtoull(num[1], NULL, 10) + (1ull << 32));
+			break;
+		}
+		record_join(rec, sizeof(rec), version, bad, numbers, bname);
+		store_add(&st, rec, st.fd[0]);
+	}
+
+	daemon_kill9(&d);
+	pinshm_disconnect(c);
+	spawn_with_store_opts(&d, &st, &idle_opts);
+	daemon_wait_ready(&d);
+	c = connect_ok(&d);
+	ck_assert_msg(list_find(c, "good", &e, &total), "the good record was not adopted");
+	ck_assert_uint_eq(e.pin_idle, 9);
+	ck_assert_uint_eq(total, 1);
+	for (int b = 0; b < B_COUNT; b++) {
+		snprintf(bname, sizeof(bname), "bad%d", b);
+		ck_assert_msg(!list_find(c, bname, &e, NULL), "record %d adopted", b);
+		snprintf(rec, sizeof(rec), b == B_INODE ? "channel '%s' not adopted: the record names inode"
+							 : ".%s' is not a channel's record (",
+			 bname);
+		ck_assert_msg(daemon_log_has(&d, rec), "record %d: no log line '%s'", b, rec);
+	}
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	if (pinned)
+		ck_assert_uint_eq(s.pinned, size);
+	store_drain(&st);
+	ck_assert_msg(st.n == 1, "%u records in the store, not 1", st.n);
+	ck_assert_uint_eq(store_find_channel(&st, "good"), 0);
+
+	CLIENT_RC(c, pinshm_unlink(c, "good"), 0);
+	wait_counts(c, 1, 0);
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_close(&st);
+}
+END_TEST
+
+/*
+ * A hand-back (ADOPT) carries no pin_idle, and no reply of the daemon tells
+ * a client a channel's (only a STAT, which pinshm_reconnect() does not
+ * ask): the channel created with pin_idle 1 and handed back to a restarted
+ * daemon gets the configured default (it got 0 before, always locked);
+ * unlocked by the first daemon, it is locked again, charged once.
+ */
+START_TEST(test_restart_handback_pin_idle)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_status_t s;
+	pinshm_channel_t *cons;
+
+	idle_daemon_start(&d, NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create_full(c, "back", &attr, 0600, 0, PINSHM_NODE_ANY, 1), 0);
+	CLIENT_RC(c, pinshm_open(c, "back", PINSHM_CONSUMER, &cons), 0);
+	CLIENT_RC(c, pinshm_stat(c, "back", &e), 0);
+	ck_assert_uint_eq(e.pin_idle, 1);
+	uint64_t size = e.size;
+	bool pinned = e.state & PINSHM_LIST_PINNED;
+	if (pinned)
+		wait_stat_state(c, "back", PINSHM_LIST_UNLOCKED, true);
+
+	daemon_kill9(&d);
+	daemon_spawn(&d, &idle_opts);
+	daemon_wait_ready(&d);
+	CLIENT_RC(c, pinshm_reconnect(c), 0);
+	ck_assert_msg(list_find(c, "back", &e, NULL), "the channel was not handed back");
+	ck_assert_msg(e.pin_idle == IDLE_DEFAULT, "pin_idle %u, not the configured %u", e.pin_idle, IDLE_DEFAULT);
+	ck_assert(!(e.state & PINSHM_LIST_UNLOCKED));
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	if (pinned) {
+		ck_assert(e.state & PINSHM_LIST_PINNED);
+		ck_assert_uint_eq(s.pinned, size);
+	}
+	pinshm_channel_close(cons);
+	pinshm_disconnect(c); /* its last user: the channel goes */
+	c = connect_ok(&d);
+	wait_counts(c, 1, 0);
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.pinned, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A segment handed back whose header says unlocked (a previous daemon
+ * unlocked it for want of use): the daemon locks it again and clears the
+ * note (it stayed 1 before, the segment locked), charged once. */
+START_TEST(test_adopt_unlocked_header)
+{
+	struct daemon d;
+	struct proto_msg rep;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_status_t s;
+
+	idle_daemon_start(&d, NULL);
+	pinshm_client_t *c = connect_ok(&d);
+	int sock = raw_hello(&d);
+	attr_small(&attr, 1, 1);
+	int seg = tu_create(&attr);
+	void *base = map_segment(seg);
+	atomic_store(&((struct seg_header *)base)->unlocked, 1);
+	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), 0);
+	CLIENT_RC(c, pinshm_stat(c, "h", &e), 0);
+	ck_assert_msg(header_unlocked(base) == 0, "the header still says unlocked");
+	ck_assert_uint_eq(e.pin_idle, IDLE_DEFAULT);
+	ck_assert(!(e.state & PINSHM_LIST_UNLOCKED));
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.pinned, (e.state & PINSHM_LIST_PINNED) ? e.size : 0);
+	close(sock); /* the channel goes with it */
+	wait_counts(c, 1, 0);
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+	ck_assert_uint_eq(s.pinned, 0);
+	munmap(base, tu_fd_size(seg));
+	close(seg);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
 
 #define FLOOD_CHANNELS 3
 #define FLOOD_SLACK 8 /* descriptors the daemon may open meanwhile for itself (a pool refill) */
@@ -2336,6 +2770,15 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_restart_repeatedly);
 	tcase_add_test(tc, test_adopt_hostile);
 	tcase_add_test(tc, test_adopt_bogus_pids);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("pin_idle");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_restart_store_pin_idle);
+	tcase_add_test(tc, test_restart_store_v1_record);
+	tcase_add_test(tc, test_restart_store_bad_records);
+	tcase_add_test(tc, test_restart_handback_pin_idle);
+	tcase_add_test(tc, test_adopt_unlocked_header);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("reap");
