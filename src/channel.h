@@ -26,10 +26,14 @@ enum consume_mode {
 };
 
 /* A consumer's eventfd fetched from pinshmd, for the consumer that holds the
- * endpoint at generation `gen` (0: never fetched); fd -1: it has none. */
+ * endpoint at generation `gen` (0: never fetched); fd -1: it has none.  A
+ * failed fetch is asked again, not before `failed_at` plus a wait that
+ * grows with `failures` (ring.c, fetched_peer_fd()). */
 struct fetched_peer {
 	int fd; /* owned by the handle */
 	uint32_t gen;
+	uint32_t failures;  /* fetches failed in a row (0: none, or asked again at once) */
+	uint64_t failed_at; /* when the last one failed, CLOCK_MONOTONIC ms */
 };
 
 /* A record received in place and not yet released. */
@@ -141,6 +145,9 @@ int client_close_endpoint(struct pinshm_client *c, uint64_t id, unsigned endpoin
 /* ring.c */
 void producer_recover_tail(pinshm_channel_t *ch);
 void producer_notify_armed(pinshm_channel_t *ch);
+/** A new daemon took @p ch back (its client reconnected): eventfds whose
+ *  fetch failed are asked for at the next wake-up, without waiting. */
+void producer_fetch_again(pinshm_channel_t *ch);
 void consumer_start(pinshm_channel_t *ch);
 void consumer_release_all(pinshm_channel_t *ch);
 void consumer_disarm(pinshm_channel_t *ch);

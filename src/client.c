@@ -618,6 +618,8 @@ static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 	if (rc != 0)
 		return rc;
 	k->ch->daemon_id = rep.u.adopt_reply.id;
+	if (ch->role == PINSHM_PRODUCER)
+		producer_fetch_again(k->ch); /* the new daemon may have the eventfds it could not give */
 	if (ch->role == PINSHM_CONSUMER && ch->notify_fd >= 0 && (rep.u.adopt_reply.flags & PROTO_ADOPT_ENDPOINT)) {
 		int r = client_register_notify(c, ch->daemon_id, ch->endpoint, ch->notify_fd);
 		if (r != 0 && c->broken)

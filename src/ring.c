@@ -23,6 +23,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "channel.h"
@@ -206,25 +207,74 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 }
 
 /*
+ * A failed fetch of a consumer's eventfd (no daemon answers, or it refuses)
+ * is asked again PEER_RETRY_MIN_MS later, the wait doubling with each
+ * failure for the same consumer up to 1024 ms: a producer sending millions
+ * of messages a second to a consumer it cannot wake makes a request (or a
+ * connection attempt) every 64 ms at most, and about one a second once
+ * the failures go on.  A new consumer (generation) waits PEER_RETRY_MIN_MS
+ * at most; after a reconnect of the client (producer_fetch_again()) it is
+ * asked at once.
+ */
+#define PEER_RETRY_MIN_MS 64u
+#define PEER_RETRY_MAX_DOUBLINGS 4u /* 1024 ms */
+
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Whether a fetch for consumer @p f, now at generation @p gen, may be made
+ * now.  The clock is read only after a failure. */
+static bool peer_fetch_due(const struct fetched_peer *f, uint32_t gen)
+{
+	if (f->failures == 0)
+		return true;
+	unsigned doublings = gen != f->gen ? 0 : f->failures - 1;
+	if (doublings > PEER_RETRY_MAX_DOUBLINGS)
+		doublings = PEER_RETRY_MAX_DOUBLINGS;
+	return monotonic_ms() - f->failed_at >= (uint64_t)PEER_RETRY_MIN_MS << doublings;
+}
+
+/*
  * The eventfd of armed consumer @p c fetched from pinshmd, for a handle
- * opened through it: asked once per consumer (endpoint generation), on the
- * slow path of a producer that finds it armed (a request to the daemon
- * through the handle's client).  @return the descriptor, or -1.
+ * opened through it: asked once per consumer (endpoint generation) when
+ * it succeeds, again later when it fails, on the slow path of a producer
+ * that finds it armed (a request to the daemon through the handle's
+ * client).  @return the descriptor, or -1.
  */
 static int fetched_peer_fd(pinshm_channel_t *ch, unsigned c, struct endpoint *ep)
 {
 	struct fetched_peer *f = &ch->fetched[c];
 	uint32_t gen = atomic_load_explicit(&ep->generation, memory_order_relaxed);
 
-	if (!channel_client(ch) || gen == f->gen)
+	if (!channel_client(ch) || (gen == f->gen && f->fd >= 0))
 		return f->fd;
+	if (!peer_fetch_due(f, gen))
+		return -1; /* f->fd is -1 after a failure */
 	if (f->fd >= 0)
 		close(f->fd);
 	f->fd = -1;
+	bool same = gen == f->gen;
 	f->gen = gen;
-	if (client_fetch_peer(ch->client, ch->daemon_id, ch->g.max_producers + c, &f->fd) != 0)
-		f->fd = -1;
-	return f->fd;
+	/* The request may reconnect the client, which calls producer_fetch_again(). */
+	if (client_fetch_peer(ch->client, ch->daemon_id, ch->g.max_producers + c, &f->fd) == 0) {
+		f->failures = 0;
+		return f->fd;
+	}
+	f->fd = -1;
+	f->failures = same && f->failures < UINT32_MAX ? f->failures + 1 : 1;
+	f->failed_at = monotonic_ms();
+	return -1;
+}
+
+void producer_fetch_again(pinshm_channel_t *ch)
+{
+	for (unsigned c = 0; ch->fetched && c < ch->g.max_consumers; c++)
+		ch->fetched[c].failures = 0;
 }
 
 /* Write the eventfd of every consumer armed on one that we know (given by
