@@ -17,6 +17,11 @@
 #include "pinshm.h"
 
 #define PINSHM_MAX_HELD 64u
+/* A consumer of more lanes than SCAN_ALL_LANES looks quickly at HOT_LANES
+ * lanes that gave messages lately and COLD_LANES others in turn (ring.c). */
+#define SCAN_ALL_LANES 16u
+#define HOT_LANES 8u
+#define COLD_LANES 8u
 #define PINSHM_DEFAULT_SPIN_NS 50000u
 
 /* How a consumer takes records. */
@@ -78,6 +83,11 @@ struct pinshm_channel {
 	/* Consumer. */
 	enum consume_mode mode;
 	unsigned next_lane;   /* round-robin start */
+	/* Channels of many lanes, quick looks (ring.c take_quick()): the lanes
+	 * that gave messages lately, and the next lane to look at in turn. */
+	uint32_t hot[HOT_LANES];
+	unsigned hot_count, hot_next, hot_oldest;
+	unsigned cold_next;
 	uint64_t *cursor;     /* sequential: next position to read, per lane */
 	uint32_t *expect_seq; /* topic: next message number expected, per lane */
 	struct held_record held[PINSHM_MAX_HELD];

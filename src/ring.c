@@ -315,8 +315,9 @@ struct reserve_args {
 };
 
 /* Reserve room for a record of @p len bytes without waiting. */
-static int reserve_attempt(void *arg)
+static int reserve_attempt(void *arg, bool quick)
 {
+	(void)quick; /* one lane: always all of it */
 	struct reserve_args *a = arg;
 	pinshm_channel_t *ch = a->ch;
 	uint64_t cap = ch->g.capacity;
@@ -361,7 +362,7 @@ static int reserve(pinshm_channel_t *ch, size_t len, int timeout_ms)
 	if (len > ch->g.max_message)
 		return channel_fail(ch, -EMSGSIZE, "%zu bytes exceed the channel's maximum of %u", len,
 				    ch->g.max_message);
-	rc = reserve_attempt(&args);
+	rc = reserve_attempt(&args, false);
 	if (rc != -EAGAIN || timeout_ms == PINSHM_NONBLOCK)
 		return rc;
 	if (ch->wake_pending)
@@ -838,6 +839,29 @@ static int take_shared_lane(pinshm_channel_t *ch, unsigned lane, struct taken *t
 	}
 }
 
+static int take_lane(pinshm_channel_t *ch, unsigned lane, struct taken *t, size_t max_len, bool peek)
+{
+	return ch->mode == CONSUME_SHARED ? take_shared_lane(ch, lane, t, max_len, peek)
+					  : take_sequential_lane(ch, lane, t, max_len, peek);
+}
+
+/* Lane @p lane gave a message: among the hot lanes from now on, in place of
+ * the one that came first (channels of more than SCAN_ALL_LANES lanes). */
+static void lane_gave(pinshm_channel_t *ch, unsigned lane)
+{
+	if (ch->g.max_producers <= SCAN_ALL_LANES)
+		return;
+	for (unsigned i = 0; i < ch->hot_count; i++)
+		if (ch->hot[i] == lane)
+			return;
+	if (ch->hot_count < HOT_LANES) {
+		ch->hot[ch->hot_count++] = lane;
+		return;
+	}
+	ch->hot[ch->hot_oldest] = lane;
+	ch->hot_oldest = (ch->hot_oldest + 1) % HOT_LANES;
+}
+
 /* Take the next record from any lane, round robin. */
 static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek)
 {
@@ -846,13 +870,53 @@ static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek
 	if (ch->broken)
 		return -EBADMSG;
 	for (unsigned i = 0; i < lanes; i++) {
-		int rc = ch->mode == CONSUME_SHARED ? take_shared_lane(ch, lane, t, max_len, peek)
-						    : take_sequential_lane(ch, lane, t, max_len, peek);
+		int rc = take_lane(ch, lane, t, max_len, peek);
+		unsigned from = lane;
 		if (++lane == lanes)
 			lane = 0;
 		if (rc != -EAGAIN) {
-			if (rc == 0 && !peek)
+			if (rc == 0 && !peek) {
 				ch->next_lane = lane;
+				lane_gave(ch, from);
+			}
+			return rc;
+		}
+	}
+	return -EAGAIN;
+}
+
+/*
+ * Take the next record, looking quickly: on a channel of many lanes (more
+ * than SCAN_ALL_LANES), one lane in turn, then the hot lanes (those that
+ * gave messages lately), then COLD_LANES - 1 more in turn; take() looks at
+ * every lane, which costs more than a message's trip once they are many
+ * (one-way 8-byte ping-pong through queues of 256 lanes, one of them used:
+ * 340 to 490 ns, against 85 with 2 lanes).  Looking at one lane in turn
+ * first keeps busy hot lanes from starving the others; quick takes in a
+ * row look at every lane, at least COLD_LANES of them each time.
+ */
+static int take_quick(pinshm_channel_t *ch, struct taken *t, size_t max_len)
+{
+	unsigned lanes = ch->g.max_producers;
+
+	if (lanes <= SCAN_ALL_LANES || ch->broken)
+		return take(ch, t, max_len, false);
+	for (unsigned i = 0; i < COLD_LANES; i++) {
+		for (unsigned h = 0; i == 1 && h < ch->hot_count; h++) {
+			unsigned slot = (ch->hot_next + h) % ch->hot_count;
+			int rc = take_lane(ch, ch->hot[slot], t, max_len, false);
+			if (rc != -EAGAIN) {
+				if (rc == 0)
+					ch->hot_next = slot + 1;
+				return rc;
+			}
+		}
+		unsigned lane = ch->cold_next;
+		ch->cold_next = lane + 1 == lanes ? 0 : lane + 1;
+		int rc = take_lane(ch, lane, t, max_len, false);
+		if (rc != -EAGAIN) {
+			if (rc == 0)
+				lane_gave(ch, lane);
 			return rc;
 		}
 	}
@@ -999,10 +1063,10 @@ struct recv_args {
 	size_t max_len;
 };
 
-static int recv_attempt(void *arg)
+static int recv_attempt(void *arg, bool quick)
 {
 	struct recv_args *a = arg;
-	int rc = take(a->ch, a->t, a->max_len, false);
+	int rc = quick ? take_quick(a->ch, a->t, a->max_len) : take(a->ch, a->t, a->max_len, false);
 
 	if (rc == -EAGAIN && channel_peers_gone(a->ch)) {
 		/* They left: whatever they committed before is visible now. */
@@ -1133,7 +1197,7 @@ int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, unsigned max, in
 		}
 		if (n == max || ch->held_count == PINSHM_MAX_HELD)
 			break;
-		rc = take(ch, &t, SIZE_MAX, false);
+		rc = take_quick(ch, &t, SIZE_MAX); /* more if ready: a quick look will do */
 	}
 	return n > 0 ? (int)n : rc;
 }

@@ -100,7 +100,8 @@ void wait_wake_all(struct wait_line *wl)
 int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, uint64_t spin_ns,
 	     _Atomic uint32_t *mark, uint32_t bit)
 {
-	int rc = attempt(arg);
+	/* The first attempt is the spin's first, unless it decides. */
+	int rc = attempt(arg, timeout_ms != PINSHM_NONBLOCK && spin_ns > 0);
 
 	if (rc != -EAGAIN || timeout_ms == PINSHM_NONBLOCK)
 		return rc;
@@ -113,7 +114,7 @@ int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeo
 	while (now - start < spin_ns && now < deadline) {
 		for (int i = 0; i < 32; i++) {
 			cpu_relax();
-			rc = attempt(arg);
+			rc = attempt(arg, true);
 			if (rc != -EAGAIN)
 				return rc;
 		}
@@ -122,7 +123,7 @@ int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeo
 	/* Yield: the peer may need this core (not when told to sleep at once). */
 	for (int i = 0; spin_ns > 0 && i < YIELDS && now < deadline; i++) {
 		sched_yield();
-		rc = attempt(arg);
+		rc = attempt(arg, false);
 		if (rc != -EAGAIN)
 			return rc;
 		now = wait_now_ns();
@@ -133,7 +134,7 @@ int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeo
 			return -ETIMEDOUT;
 		wait_register(wl, mark, bit);
 		uint32_t seq = atomic_load_explicit(&wl->seq, memory_order_acquire);
-		rc = attempt(arg);
+		rc = attempt(arg, false);
 		if (rc == -EAGAIN) {
 			uint64_t slice = (uint64_t)(can_membarrier ? WAIT_SLICE_MS : WAIT_SLICE_NO_MEMBARRIER_MS) * 1000000u;
 			if (deadline - now < slice)
@@ -143,7 +144,7 @@ int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeo
 		wait_unregister(wl, mark, bit);
 		if (rc != -EAGAIN)
 			return rc;
-		rc = attempt(arg);
+		rc = attempt(arg, false);
 		if (rc != -EAGAIN)
 			return rc;
 		now = wait_now_ns();

@@ -24,8 +24,11 @@
 #define WAIT_SLICE_MS 50
 
 /* One attempt at the operation being waited for: 0 or an error to return,
- * -EAGAIN to keep waiting. */
-typedef int (*wait_attempt_fn)(void *arg);
+ * -EAGAIN to keep waiting.  A @p quick attempt (one of the spin's) may
+ * look at only part of what it waits on, as long as quick attempts in a
+ * row look at all of it; one that decides to yield, sleep or give up never
+ * is quick. */
+typedef int (*wait_attempt_fn)(void *arg, bool quick);
 
 /**
  * Call @p attempt until it returns anything but -EAGAIN or @p timeout_ms

@@ -1310,6 +1310,55 @@ START_TEST(test_multi_producer)
 }
 END_TEST
 
+/*
+ * A consumer of many lanes looks quickly, while it spins, at the lanes that
+ * gave it messages lately and at a few others in turn: a message on another
+ * lane is still taken within a round of the lanes however busy those are.
+ */
+START_TEST(test_many_lanes_fair)
+{
+	enum { P = 40, HOT = 8, COLD = 33 };
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, P, 1);
+	pinshm_channel_t *p[P], *c;
+	uint64_t sent[P] = {0};
+	char why[200];
+	unsigned k;
+
+	for (unsigned i = 0; i < P; i++)
+		p[i] = tu_attach(fd, PINSHM_PRODUCER);
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_channel_set_spin(c, 1000000); /* every receive here spins first */
+	for (unsigned round = 0; round < 3; round++)
+		for (unsigned i = 0; i < HOT; i++) {
+			size_t len = tu_msg_len(i, sent[i], 100);
+			tu_msg_fill(sbuf, len, i, sent[i]++);
+			TU_RC(pinshm_send(p[i], sbuf, len, PINSHM_NONBLOCK), 0);
+		}
+	tu_msg_fill(sbuf, tu_msg_len(COLD, 0, 100), COLD, 0);
+	TU_RC(pinshm_send(p[COLD], sbuf, tu_msg_len(COLD, 0, 100), PINSHM_NONBLOCK), 0);
+	/* Each message taken from a hot lane is sent again there: they are
+	 * never empty. */
+	for (k = 0; k < 2 * P; k++) {
+		size_t len;
+		uint32_t who;
+		uint64_t seq;
+		TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, 5000), 0);
+		ck_assert_msg(tu_msg_check(rbuf, len, 100, &who, &seq, why, sizeof(why)) == 0, "%s", why);
+		if (who == COLD)
+			break;
+		ck_assert_uint_lt(who, HOT);
+		len = tu_msg_len(who, sent[who], 100);
+		tu_msg_fill(sbuf, len, who, sent[who]++);
+		TU_RC(pinshm_send(p[who], sbuf, len, PINSHM_NONBLOCK), 0);
+	}
+	ck_assert_msg(k < 2 * P, "the message of lane %u was not taken in %u receives", COLD, 2 * P);
+	for (unsigned i = 0; i < P; i++)
+		TU_RC(pinshm_channel_close(p[i]), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	close(fd);
+}
+END_TEST
+
 /* ======================================================================== */
 /* topics                                                                    */
 /* ======================================================================== */
@@ -1978,6 +2027,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_close_drops_reservation);
 	tcase_add_test(tc, test_shared_queue);
 	tcase_add_test(tc, test_multi_producer);
+	tcase_add_test(tc, test_many_lanes_fair);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("limits");

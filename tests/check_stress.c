@@ -496,6 +496,16 @@ END_TEST
 START_TEST(test_topic_2x3) { run_processes(PINSHM_TOPIC, 2, 3, 50000, 8 * KiB, 400); }
 END_TEST
 
+/* More lanes than a consumer looks at in each quick look (ring.c take_quick()). */
+START_TEST(test_queue_many_lanes) { run_processes(PINSHM_QUEUE, 20, 1, 5000, 4 * KiB, 300); }
+END_TEST
+
+START_TEST(test_shared_many_lanes) { run_processes(PINSHM_QUEUE, 20, 2, 5000, 4 * KiB, 300); }
+END_TEST
+
+START_TEST(test_topic_many_lanes) { run_processes(PINSHM_TOPIC, 20, 2, 5000, 4 * KiB, 300); }
+END_TEST
+
 START_TEST(test_threads_queue) { run_threads(PINSHM_QUEUE, 2, 2, 20000, 4 * KiB, 300); }
 END_TEST
 
@@ -1198,6 +1208,9 @@ static Suite *stress_suite(void)
 	tcase_add_test(tc, test_queue_2x1);
 	tcase_add_test(tc, test_queue_1x1_big);
 	tcase_add_test(tc, test_topic_2x3);
+	tcase_add_test(tc, test_queue_many_lanes);
+	tcase_add_test(tc, test_shared_many_lanes);
+	tcase_add_test(tc, test_topic_many_lanes);
 	tcase_add_test(tc, test_topic_overrun_stress);
 	suite_add_tcase(s, tc);
 
