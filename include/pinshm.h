@@ -176,6 +176,18 @@ PINSHM_EXPORT unsigned pinshm_channel_endpoint(const pinshm_channel_t *ch);
  */
 PINSHM_EXPORT void pinshm_channel_set_spin(pinshm_channel_t *ch, uint64_t spin_ns);
 
+/**
+ * Quick polls on this consumer handle (@p on non-zero; default off): a
+ * non-blocking receive on a channel of more than 16 lanes looks at the lanes
+ * that gave messages lately and at 8 others in turn, not at every lane, so
+ * it may return -EAGAIN while a message waits in a lane it did not look at;
+ * non-blocking receives in a row look at every lane (each one within
+ * lanes / 8 calls).  For a consumer that polls often, as a progress loop
+ * does.  pinshm_channel_arm() and blocking calls that sleep still look at
+ * every lane first.
+ */
+PINSHM_EXPORT void pinshm_channel_set_quick_polls(pinshm_channel_t *ch, int on);
+
 /* ---- sending ---------------------------------------------------------- */
 
 /**

@@ -464,6 +464,11 @@ void pinshm_channel_set_spin(pinshm_channel_t *ch, uint64_t spin_ns)
 	ch->spin_ns = spin_ns;
 }
 
+void pinshm_channel_set_quick_polls(pinshm_channel_t *ch, int on)
+{
+	ch->quick_polls = on != 0;
+}
+
 int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoint)
 {
 	if (endpoint >= g->max_producers + g->max_consumers)

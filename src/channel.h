@@ -88,6 +88,7 @@ struct pinshm_channel {
 	uint32_t hot[HOT_LANES];
 	unsigned hot_count, hot_next, hot_oldest;
 	unsigned cold_next;
+	bool quick_polls;     /* non-blocking receives look quickly (pinshm_channel_set_quick_polls()) */
 	uint64_t *cursor;     /* sequential: next position to read, per lane */
 	uint32_t *expect_seq; /* topic: next message number expected, per lane */
 	struct held_record held[PINSHM_MAX_HELD];

@@ -1100,8 +1100,10 @@ static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, 
 	if (ch->role != PINSHM_CONSUMER)
 		return channel_fail(ch, -EINVAL, "not a consumer");
 	consumer_disarm(ch);
-	int rc = wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, ch->spin_ns, &ch->ep->sleeping,
-			  SLEEPING_DATA);
+	int rc = timeout_ms == PINSHM_NONBLOCK && ch->quick_polls
+			 ? recv_attempt(&args, true)
+			 : wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, ch->spin_ns, &ch->ep->sleeping,
+				    SLEEPING_DATA);
 	if (rc != -EAGAIN && rc != -ETIMEDOUT)
 		return rc;
 	/* The check reads every producer's own line: a consumer that polls

@@ -1359,6 +1359,53 @@ START_TEST(test_many_lanes_fair)
 }
 END_TEST
 
+/*
+ * Quick polls (pinshm_channel_set_quick_polls()): a non-blocking receive on a
+ * channel of many lanes looks at some of them, in turn, so that polls in a
+ * row find a message on any lane; arming the eventfd looks at all of them.
+ * Up to 16 lanes, every poll looks at all.
+ */
+START_TEST(test_quick_polls)
+{
+	const unsigned P = _i ? 40 : 16, lane = P - 7;
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, P, 1);
+	pinshm_channel_t *p[40], *c;
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	unsigned polls = 0;
+	size_t len;
+	int rc;
+
+	ck_assert_int_ge(efd, 0);
+	for (unsigned i = 0; i < P; i++)
+		p[i] = tu_attach(fd, PINSHM_PRODUCER);
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_channel_set_quick_polls(c, 1);
+	TU_RC(pinshm_channel_set_notify_fd(c, efd), 0);
+	tu_pattern(sbuf, 100, 77);
+	TU_RC(pinshm_send(p[lane], sbuf, 100, PINSHM_NONBLOCK), 0);
+	/* A fresh handle looks first at lanes 0 to 7: the message is past them. */
+	rc = pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK);
+	polls++;
+	if (P > 16) {
+		TU_RC(rc, -EAGAIN);
+		TU_RC(pinshm_channel_arm(c), -EAGAIN); /* it looks at every lane */
+		while ((rc = pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK)) == -EAGAIN && polls < 100)
+			polls++;
+		polls++;
+		ck_assert_uint_le(polls, P / 8 + 1);
+	}
+	TU_RC(rc, 0);
+	ck_assert_uint_eq(len, 100);
+	ck_assert_int_lt(tu_pattern_bad(rbuf, 100, 77), 0);
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), -EAGAIN);
+	for (unsigned i = 0; i < P; i++)
+		TU_RC(pinshm_channel_close(p[i]), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	close(efd);
+	close(fd);
+}
+END_TEST
+
 /* ======================================================================== */
 /* topics                                                                    */
 /* ======================================================================== */
@@ -2028,6 +2075,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_shared_queue);
 	tcase_add_test(tc, test_multi_producer);
 	tcase_add_test(tc, test_many_lanes_fair);
+	tcase_add_loop_test(tc, test_quick_polls, 0, 2);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("limits");

@@ -756,7 +756,10 @@ static bool wait_over(const struct pm_op *op)
 }
 
 /* Take up to 64 records; stop early once the op a blocking call waits
- * for is done, so that its caller returns at once. */
+ * for is done, so that its caller returns at once.  The inbound queue
+ * polls quickly (setup.c): on a node of many ranks, a poll that does not
+ * wait looks at the lanes that gave records lately and a few others in
+ * turn, not at all of them; a wait looks at all of them before it sleeps. */
 static int drain_inbound(int timeout_ms)
 {
 	int did = 0;

@@ -233,6 +233,8 @@ static int open_channels(char *why, size_t whylen)
 		if (rc < 0)
 			snprintf(why, whylen, "cannot open %s: %s (%s)", name, pinshm_strerror(rc),
 				 pinshm_client_error(pm.client));
+		else
+			pinshm_channel_set_quick_polls(pm.in, 1); /* progress polls often (engine.c) */
 		pinshm_list_entry_t e;
 		if (rc == 0 && pm.cfg.stats && pinshm_stat(pm.client, name, &e) == 0)
 			pm.in_locked = e.state & PINSHM_LIST_PINNED ? QUEUE_PINNED : QUEUE_UNPINNED;
