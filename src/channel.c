@@ -442,11 +442,11 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 	if (ch->role == PINSHM_PRODUCER)
 		producer_notify_armed(ch); /* an event loop learns of it too */
 	struct pinshm_client *c = channel_client(ch);
-	uint64_t id = ch->daemon_id;
+	uint64_t id = ch->daemon_id, conn = ch->daemon_conn;
 	unsigned endpoint = ch->endpoint;
 	pinshm_channel_forget(ch);
 	/* Closed here first: the daemon finds it so and has nothing to reap. */
-	return c ? client_close_endpoint(c, id, endpoint) : 0;
+	return c ? client_close_endpoint(c, id, conn, endpoint) : 0;
 }
 
 const char *pinshm_channel_error(const pinshm_channel_t *ch)

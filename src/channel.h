@@ -89,6 +89,7 @@ struct pinshm_channel {
 	unsigned hot_count, hot_next, hot_oldest;
 	unsigned cold_next;
 	bool quick_polls;     /* non-blocking receives look quickly (pinshm_channel_set_quick_polls()) */
+	unsigned oversize_lane; /* 1 + the lane of a message left in place as too long, looked at first; 0: none */
 	uint64_t *cursor;     /* sequential: next position to read, per lane */
 	uint32_t *expect_seq; /* topic: next message number expected, per lane */
 	struct held_record held[PINSHM_MAX_HELD];
@@ -104,6 +105,7 @@ struct pinshm_channel {
 	pid_t client_pid;   /* the process that opened it: a child that inherited the handle
 			     * must not speak on its parent's connection */
 	uint64_t daemon_id; /* the channel's number for the daemon (CLOSE) */
+	uint64_t daemon_conn; /* the client's connection that gave that number (client.c) */
 	pinshm_channel_t *client_prev, *client_next;
 };
 
@@ -143,15 +145,20 @@ static inline struct pinshm_client *channel_client(const pinshm_channel_t *ch)
 }
 /** Take @p ch out of its client's list (ch->client set). */
 void client_detach_channel(pinshm_channel_t *ch);
-/** Give the daemon consumer endpoint @p endpoint's eventfd @p efd (NOTIFY;
- *  the caller keeps @p efd).  @return 0 or the error of the request. */
-int client_register_notify(struct pinshm_client *c, uint64_t id, unsigned endpoint, int efd);
-/** Fetch consumer endpoint @p endpoint's eventfd from the daemon (PEER) into
- *  *@p fd (a new descriptor).  @return 0 or the error of the request. */
-int client_fetch_peer(struct pinshm_client *c, uint64_t id, unsigned endpoint, int *fd);
-/** Tell the daemon that endpoint @p endpoint of channel @p id is closed
- *  (CLOSE).  @return 0 or the error of the request. */
-int client_close_endpoint(struct pinshm_client *c, uint64_t id, unsigned endpoint);
+/** Give the daemon the eventfd @p efd of consumer handle @p ch (NOTIFY;
+ *  the caller keeps @p efd).  @return 0 or the error of the request.
+ *  These requests name the channel by the number the connection that
+ *  opened or took it back gave (daemon_id, daemon_conn): -ENOTCONN where
+ *  the current connection never gave it one. */
+int client_register_notify(struct pinshm_client *c, pinshm_channel_t *ch, int efd);
+/** Fetch consumer endpoint @p endpoint's eventfd of @p ch's channel from the
+ *  daemon (PEER) into *@p fd (a new descriptor).  @return 0 or the error of
+ *  the request. */
+int client_fetch_peer(struct pinshm_client *c, pinshm_channel_t *ch, unsigned endpoint, int *fd);
+/** Tell the daemon that endpoint @p endpoint of channel @p id (the number
+ *  connection @p conn gave) is closed (CLOSE).  @return 0 (also where this
+ *  connection never had the channel) or the error of the request. */
+int client_close_endpoint(struct pinshm_client *c, uint64_t id, uint64_t conn, unsigned endpoint);
 
 /* ring.c */
 void producer_recover_tail(pinshm_channel_t *ch);

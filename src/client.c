@@ -39,6 +39,7 @@ struct pinshm_client {
 	unsigned flags;
 	bool reconnecting;
 	int out_fd;              /* a descriptor to send with the next request, or -1 */
+	uint64_t connection;     /* connections made to a daemon: 1 the first, and one more at each reconnect */
 	struct kept_segment *kept;
 	unsigned nkept, capkept;
 };
@@ -117,7 +118,24 @@ static int wait_readable(int fd, uint64_t deadline)
  * @return the reply's status (0 or -errno from the daemon, its message in
  *         c->error), or a transport error (the client is then broken).
  */
-static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg *rep, int *fd)
+/* Before a request: a new connection where the daemon went (a new daemon,
+ * if one answers).  @return 0, or why there is no connection to ask on. */
+static int client_ready(pinshm_client_t *c)
+{
+	c->error[0] = '\0';
+	if (!c->reconnecting && (c->broken ? c->broken_err == -ECONNRESET : hung_up(c->fd))) {
+		int rc = client_reconnect(c);
+		if (rc != 0)
+			return rc;
+		c->error[0] = '\0';
+	}
+	if (c->broken)
+		return client_fail(c, c->broken_err, "the connection to pinshmd was lost earlier");
+	return 0;
+}
+
+/* Send @p req on the connection as it is and read the reply (see transact()). */
+static int exchange(pinshm_client_t *c, struct proto_msg *req, struct proto_msg *rep, int *fd)
 {
 	uint8_t buf[PROTO_MAX_PACKET];
 	int fds[1];
@@ -126,16 +144,6 @@ static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 
 	if (fd)
 		*fd = -1;
-	c->error[0] = '\0';
-	if (!c->reconnecting && (c->broken ? c->broken_err == -ECONNRESET : hung_up(c->fd))) {
-		int rc = client_reconnect(c); /* the daemon went: a new one, if one answers */
-		if (rc != 0)
-			return rc;
-		c->error[0] = '\0';
-	}
-	if (c->broken)
-		return client_fail(c, c->broken_err, "the connection to pinshmd was lost earlier");
-
 	req->h.seq = ++c->seq;
 	int len = proto_encode(req, buf);
 	if (len < 0)
@@ -183,6 +191,39 @@ static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 		*fd = fds[0];
 	snprintf(c->error, sizeof(c->error), "%s", rep->text);
 	return rep->status;
+}
+
+static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg *rep, int *fd)
+{
+	if (fd)
+		*fd = -1;
+	int rc = client_ready(c);
+	return rc != 0 ? rc : exchange(c, req, rep, fd);
+}
+
+/*
+ * A request that names a channel by the number that a connection gave it:
+ * @p id, given by connection @p conn (a handle's daemon_id and daemon_conn,
+ * which hand_back() renews for the handles it hands back).  Numbers belong
+ * to a connection: the request goes only on the one that gave it, checked
+ * after any reconnect, and its number is read then, so that a new daemon
+ * never gets a request meant for another of this client's channels.
+ * @return the reply's status, or -ENOTCONN where this connection never
+ * gave the channel a number (the new daemon did not take it back).
+ */
+static int transact_named(pinshm_client_t *c, const uint64_t *id, const uint64_t *conn, uint64_t *field,
+			  struct proto_msg *req, struct proto_msg *rep, int *fd)
+{
+	if (fd)
+		*fd = -1;
+	int rc = client_ready(c);
+	if (rc != 0)
+		return rc;
+	if (*conn != c->connection)
+		return client_fail(c, -ENOTCONN, "this connection to pinshmd does not have the channel (the daemon "
+						 "that opened it went, and the new one did not take it back)");
+	*field = *id;
+	return exchange(c, req, rep, fd);
 }
 
 /* Connect a seqpacket socket to @p path. @return the socket or -errno. */
@@ -336,6 +377,7 @@ int pinshm_connect_flags(const char *socket_path, unsigned flags, pinshm_client_
 		snprintf(c->path, sizeof(c->path), "%s", socket_path ? socket_path : "");
 		c->reconnecting = true; /* no reconnect while connecting */
 		c->fd = connect_or_start(socket_path, flags, where, sizeof(where));
+		c->connection = 1;
 		if (c->fd < 0) {
 			rc = c->fd;
 			if (!connect_error[0])
@@ -510,7 +552,7 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 	if (rc != 0) {
 		close(fd);
 		/* The endpoint goes back (reaped if the segment still marks it). */
-		client_close_endpoint(c, rep.u.open_reply.id, rep.u.open_reply.endpoint);
+		client_close_endpoint(c, rep.u.open_reply.id, c->connection, rep.u.open_reply.endpoint);
 		if (mismatch)
 			return client_fail(c, rc, "the segment of '%s' does not have the geometry pinshmd announced",
 					   name);
@@ -520,6 +562,7 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 	ch->client = c;
 	ch->client_pid = getpid();
 	ch->daemon_id = rep.u.open_reply.id;
+	ch->daemon_conn = c->connection;
 	ch->client_next = c->channels;
 	if (c->channels)
 		c->channels->client_prev = ch;
@@ -559,38 +602,37 @@ int pinshm_channel_relock(pinshm_channel_t *ch)
 		return 0;
 	if (!channel_client(ch))
 		return channel_fail(ch, -ENOTCONN, "unlocked by pinshmd, and no connection to ask it again");
-	req.u.relock.id = ch->daemon_id;
-	return transact(ch->client, &req, &rep, NULL);
+	return transact_named(ch->client, &ch->daemon_id, &ch->daemon_conn, &req.u.relock.id, &req, &rep, NULL);
 }
 
-int client_register_notify(pinshm_client_t *c, uint64_t id, unsigned endpoint, int efd)
+int client_register_notify(pinshm_client_t *c, pinshm_channel_t *ch, int efd)
 {
 	struct proto_msg req = {.h.type = PROTO_NOTIFY}, rep;
 
-	req.u.notify.id = id;
-	req.u.notify.endpoint = endpoint;
+	req.u.notify.endpoint = ch->endpoint;
 	c->out_fd = efd;
-	int rc = transact(c, &req, &rep, NULL);
+	int rc = transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.notify.id, &req, &rep, NULL);
 	c->out_fd = -1;
 	return rc;
 }
 
-int client_fetch_peer(pinshm_client_t *c, uint64_t id, unsigned endpoint, int *fd)
+int client_fetch_peer(pinshm_client_t *c, pinshm_channel_t *ch, unsigned endpoint, int *fd)
 {
 	struct proto_msg req = {.h.type = PROTO_PEER}, rep;
 
-	req.u.peer.id = id;
 	req.u.peer.endpoint = endpoint;
-	return transact(c, &req, &rep, fd);
+	return transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.peer.id, &req, &rep, fd);
 }
 
-int client_close_endpoint(pinshm_client_t *c, uint64_t id, unsigned endpoint)
+int client_close_endpoint(pinshm_client_t *c, uint64_t id, uint64_t conn, unsigned endpoint)
 {
 	struct proto_msg req = {.h.type = PROTO_CLOSE}, rep;
 
-	req.u.close.id = id;
 	req.u.close.endpoint = endpoint;
-	return transact(c, &req, &rep, NULL);
+	int rc = transact_named(c, &id, &conn, &req.u.close.id, &req, &rep, NULL);
+	/* A connection that never had the channel has nothing to close: the
+	 * daemon that adopts it finds the endpoint closed in the segment. */
+	return rc == -ENOTCONN && conn != c->connection ? 0 : rc;
 }
 
 /* Hand the segment of @p k back to the daemon of @p c's new connection;
@@ -618,10 +660,11 @@ static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 	if (rc != 0)
 		return rc;
 	k->ch->daemon_id = rep.u.adopt_reply.id;
+	k->ch->daemon_conn = c->connection;
 	if (ch->role == PINSHM_PRODUCER)
 		producer_fetch_again(k->ch); /* the new daemon may have the eventfds it could not give */
 	if (ch->role == PINSHM_CONSUMER && ch->notify_fd >= 0 && (rep.u.adopt_reply.flags & PROTO_ADOPT_ENDPOINT)) {
-		int r = client_register_notify(c, ch->daemon_id, ch->endpoint, ch->notify_fd);
+		int r = client_register_notify(c, k->ch, ch->notify_fd);
 		if (r != 0 && c->broken)
 			return r;
 	}
@@ -649,6 +692,7 @@ static int client_reconnect(pinshm_client_t *c)
 	}
 	close(c->fd);
 	c->fd = fd;
+	c->connection++;
 	c->broken = false;
 	c->broken_err = 0;
 	int rc = client_hello(c);

@@ -212,9 +212,9 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
  * failure for the same consumer up to 1024 ms: a producer sending millions
  * of messages a second to a consumer it cannot wake makes a request (or a
  * connection attempt) every 64 ms at most, and about one a second once
- * the failures go on.  A new consumer (generation) waits PEER_RETRY_MIN_MS
- * at most; after a reconnect of the client (producer_fetch_again()) it is
- * asked at once.
+ * the failures go on.  A new consumer (generation) is asked at once, as
+ * is every consumer after a reconnect of the client (producer_fetch_again()):
+ * a message sent to it in the wait would wake nobody.
  */
 #define PEER_RETRY_MIN_MS 64u
 #define PEER_RETRY_MAX_DOUBLINGS 4u /* 1024 ms */
@@ -231,9 +231,9 @@ static uint64_t monotonic_ms(void)
  * now.  The clock is read only after a failure. */
 static bool peer_fetch_due(const struct fetched_peer *f, uint32_t gen)
 {
-	if (f->failures == 0)
+	if (f->failures == 0 || gen != f->gen)
 		return true;
-	unsigned doublings = gen != f->gen ? 0 : f->failures - 1;
+	unsigned doublings = f->failures - 1;
 	if (doublings > PEER_RETRY_MAX_DOUBLINGS)
 		doublings = PEER_RETRY_MAX_DOUBLINGS;
 	return monotonic_ms() - f->failed_at >= (uint64_t)PEER_RETRY_MIN_MS << doublings;
@@ -261,7 +261,7 @@ static int fetched_peer_fd(pinshm_channel_t *ch, unsigned c, struct endpoint *ep
 	bool same = gen == f->gen;
 	f->gen = gen;
 	/* The request may reconnect the client, which calls producer_fetch_again(). */
-	if (client_fetch_peer(ch->client, ch->daemon_id, ch->g.max_producers + c, &f->fd) == 0) {
+	if (client_fetch_peer(ch->client, ch, ch->g.max_producers + c, &f->fd) == 0) {
 		f->failures = 0;
 		return f->fd;
 	}
@@ -862,6 +862,21 @@ static void lane_gave(pinshm_channel_t *ch, unsigned lane)
 	ch->hot_oldest = (ch->hot_oldest + 1) % HOT_LANES;
 }
 
+/* A message too long for the call that met it stays in place, and its lane
+ * is looked at first by the next take, which meets it again (pinshm(3)). */
+static int take_oversize_first(pinshm_channel_t *ch, struct taken *t, size_t max_len)
+{
+	unsigned lane = ch->oversize_lane - 1;
+
+	ch->oversize_lane = 0;
+	int rc = take_lane(ch, lane, t, max_len, false);
+	if (rc == -EMSGSIZE)
+		ch->oversize_lane = lane + 1;
+	else if (rc == 0)
+		lane_gave(ch, lane);
+	return rc;
+}
+
 /* Take the next record from any lane, round robin. */
 static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek)
 {
@@ -869,6 +884,11 @@ static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek
 
 	if (ch->broken)
 		return -EBADMSG;
+	if (ch->oversize_lane && !peek) {
+		int rc = take_oversize_first(ch, t, max_len);
+		if (rc != -EAGAIN)
+			return rc;
+	}
 	for (unsigned i = 0; i < lanes; i++) {
 		int rc = take_lane(ch, lane, t, max_len, peek);
 		unsigned from = lane;
@@ -878,6 +898,8 @@ static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek
 			if (rc == 0 && !peek) {
 				ch->next_lane = lane;
 				lane_gave(ch, from);
+			} else if (rc == -EMSGSIZE && !peek) {
+				ch->oversize_lane = from + 1;
 			}
 			return rc;
 		}
@@ -901,6 +923,11 @@ static int take_quick(pinshm_channel_t *ch, struct taken *t, size_t max_len)
 
 	if (lanes <= SCAN_ALL_LANES || ch->broken)
 		return take(ch, t, max_len, false);
+	if (ch->oversize_lane) {
+		int rc = take_oversize_first(ch, t, max_len);
+		if (rc != -EAGAIN)
+			return rc;
+	}
 	for (unsigned i = 0; i < COLD_LANES; i++) {
 		for (unsigned h = 0; i == 1 && h < ch->hot_count; h++) {
 			unsigned slot = (ch->hot_next + h) % ch->hot_count;
@@ -908,6 +935,8 @@ static int take_quick(pinshm_channel_t *ch, struct taken *t, size_t max_len)
 			if (rc != -EAGAIN) {
 				if (rc == 0)
 					ch->hot_next = slot + 1;
+				else if (rc == -EMSGSIZE)
+					ch->oversize_lane = ch->hot[slot] + 1;
 				return rc;
 			}
 		}
@@ -917,6 +946,8 @@ static int take_quick(pinshm_channel_t *ch, struct taken *t, size_t max_len)
 		if (rc != -EAGAIN) {
 			if (rc == 0)
 				lane_gave(ch, lane);
+			else if (rc == -EMSGSIZE)
+				ch->oversize_lane = lane + 1;
 			return rc;
 		}
 	}
@@ -1235,7 +1266,7 @@ int pinshm_channel_set_notify_fd(pinshm_channel_t *ch, int efd)
 	ch->notify_fd = efd;
 	/* Opened through pinshmd: it carries the eventfd to the producers. */
 	if (channel_client(ch) && efd >= 0)
-		return client_register_notify(ch->client, ch->daemon_id, ch->endpoint, efd);
+		return client_register_notify(ch->client, ch, efd);
 	return 0;
 }
 

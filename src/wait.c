@@ -130,8 +130,10 @@ int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeo
 	}
 	/* Sleep, registered as a sleeper so that the peer wakes us. */
 	for (;;) {
-		if (now >= deadline)
-			return -ETIMEDOUT;
+		if (now >= deadline) {
+			rc = attempt(arg, false); /* the spin may have run out the time: one look at everything */
+			return rc == -EAGAIN ? -ETIMEDOUT : rc;
+		}
 		wait_register(wl, mark, bit);
 		uint32_t seq = atomic_load_explicit(&wl->seq, memory_order_acquire);
 		rc = attempt(arg, false);

@@ -331,6 +331,93 @@ static void assert_attempts_bounded(unsigned attempts, unsigned sent, uint64_t m
 }
 
 /*
+ * A new consumer of the endpoint, armed soon after the producer's fetch of
+ * the previous consumer's eventfd was refused: one message, nothing after,
+ * must wake it (the wait after a failure is for the same consumer only).
+ */
+START_TEST(test_new_consumer_after_refusal)
+{
+	struct scene_notify s = {0};
+
+	notify_start(&s, false);
+	kill_and_send(&s);
+	daemon_restart(&s.d, false);
+	CLIENT_RC(s.cp, pinshm_reconnect(s.cp), 0); /* the producer is back; the consumer's client is not */
+	/* The producer finds the consumer armed; the daemon has no eventfd for it. */
+	TU_RC(pinshm_send(s.prod, "r", 1, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(drain(s.cons), 2);
+	pinshm_channel_close(s.cons);
+	pinshm_client_t *cc2 = connect_ok(&s.d);
+	CLIENT_RC(cc2, pinshm_open(cc2, "n", PINSHM_CONSUMER, &s.cons), 0);
+	int efd2 = new_eventfd();
+	CLIENT_RC(cc2, pinshm_channel_set_notify_fd(s.cons, efd2), 0);
+	TU_RC(pinshm_channel_arm(s.cons), 0);
+	TU_RC(pinshm_send(s.prod, "x", 1, PINSHM_NONBLOCK), 0);
+	ck_assert_msg(efd_written(efd2, WAKE_MS), "the new consumer's eventfd was not written");
+	ck_assert_uint_eq(drain(s.cons), 1);
+	close(efd2);
+	pinshm_channel_close(s.cons);
+	s.cons = NULL;
+	pinshm_disconnect(cc2);
+	notify_end(&s);
+}
+END_TEST
+
+/*
+ * Channel numbers belong to a connection.  A client whose connection gave
+ * queue A the number 1 reconnects by itself inside its first request after
+ * a restart; the new daemon numbered this client's channels in another
+ * order (the consumers' client handed B back first).  The producer's
+ * fetch of A's eventfd must name A, not the channel that is 1 now.
+ */
+START_TEST(test_numbers_after_reconnect)
+{
+	struct daemon d = {0};
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *ca, *cb, *pa, *pb;
+
+	unsetenv("NOTIFY_SOCKET");
+	ck_assert_int_eq(setenv("PINSHM_AUTOSTART", "0", 1), 0);
+	daemon_start_opts(&d, &(struct daemon_opts){0});
+	pinshm_client_t *cc = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * 1024, 1, 1);
+	CLIENT_RC(cc, pinshm_create(cc, "A", &attr, 0600, 0), 0);
+	CLIENT_RC(cc, pinshm_create(cc, "B", &attr, 0600, 0), 0);
+	CLIENT_RC(cc, pinshm_open(cc, "B", PINSHM_CONSUMER, &cb), 0);
+	CLIENT_RC(cc, pinshm_open(cc, "A", PINSHM_CONSUMER, &ca), 0);
+	int efda = new_eventfd(), efdb = new_eventfd();
+	CLIENT_RC(cc, pinshm_channel_set_notify_fd(ca, efda), 0);
+	CLIENT_RC(cc, pinshm_channel_set_notify_fd(cb, efdb), 0);
+	pinshm_client_t *cp = connect_ok(&d);
+	CLIENT_RC(cp, pinshm_open(cp, "A", PINSHM_PRODUCER, &pa), 0);
+	CLIENT_RC(cp, pinshm_open(cp, "B", PINSHM_PRODUCER, &pb), 0);
+
+	daemon_kill9(&d);
+	daemon_restart(&d, false);
+	CLIENT_RC(cc, pinshm_reconnect(cc), 0);
+	(void)efd_written(efda, 0); /* the hand-backs' NOTIFY, for nothing */
+	(void)efd_written(efdb, 0);
+	TU_RC(pinshm_channel_arm(ca), 0);
+	TU_RC(pinshm_channel_arm(cb), 0);
+	/* The producer's client reconnects inside its fetch of A's eventfd. */
+	TU_RC(pinshm_send(pa, "m", 1, PINSHM_NONBLOCK), 0);
+	ck_assert_msg(efd_written(efda, WAKE_MS), "A's consumer was not woken");
+	ck_assert_msg(!efd_written(efdb, 0), "B's consumer was woken for a message on A");
+	ck_assert_uint_eq(drain(ca), 1);
+	ck_assert_uint_eq(drain(cb), 0);
+	pinshm_channel_close(pa);
+	pinshm_channel_close(pb);
+	pinshm_channel_close(ca);
+	pinshm_channel_close(cb);
+	close(efda);
+	close(efdb);
+	pinshm_disconnect(cc);
+	pinshm_disconnect(cp);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/*
  * While no daemon answers, a producer sending BURST messages to an armed
  * consumer asks for its eventfd again now and then, not once a message:
  * the stand-in socket counts one connection per attempt (connect, HELLO,
@@ -413,6 +500,8 @@ static Suite *notify_suite(void)
 	tcase_add_test(tc, test_rewake_after_reconnect);
 	tcase_add_test(tc, test_rewake_client_reconnects_itself);
 	tcase_add_test(tc, test_rewake_new_generation);
+	tcase_add_test(tc, test_new_consumer_after_refusal);
+	tcase_add_test(tc, test_numbers_after_reconnect);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("bounded");

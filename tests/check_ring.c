@@ -1406,6 +1406,42 @@ START_TEST(test_quick_polls)
 }
 END_TEST
 
+/*
+ * A message too long for the call that met it stays in place, and the next
+ * call meets it again, even where other lanes got messages meanwhile: with
+ * 4 lanes (every lane looked at), 20 lanes waiting (a quick look) and 20
+ * lanes polling quickly.
+ */
+START_TEST(test_oversize_met_again)
+{
+	const unsigned P = _i ? 20 : 4;
+	const int timeout = _i == 2 ? PINSHM_NONBLOCK : 1000;
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, P, 1);
+	pinshm_channel_t *p[20], *c;
+	size_t len = 0;
+
+	for (unsigned i = 0; i < P; i++)
+		p[i] = tu_attach(fd, PINSHM_PRODUCER);
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_channel_set_quick_polls(c, _i == 2);
+	tu_pattern(sbuf, 100, 5);
+	TU_RC(pinshm_send(p[2], sbuf, 100, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_recv(c, rbuf, 10, &len, timeout), -EMSGSIZE);
+	ck_assert_uint_eq(len, 100);
+	TU_RC(pinshm_send(p[0], "first", 5, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_send(p[1], "other", 5, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, timeout), 0);
+	ck_assert_uint_eq(len, 100);
+	ck_assert_int_lt(tu_pattern_bad(rbuf, 100, 5), 0);
+	for (unsigned i = 0; i < 2; i++)
+		TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, 1000), 0);
+	for (unsigned i = 0; i < P; i++)
+		TU_RC(pinshm_channel_close(p[i]), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	close(fd);
+}
+END_TEST
+
 /* ======================================================================== */
 /* topics                                                                    */
 /* ======================================================================== */
@@ -2076,6 +2112,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_multi_producer);
 	tcase_add_test(tc, test_many_lanes_fair);
 	tcase_add_loop_test(tc, test_quick_polls, 0, 2);
+	tcase_add_loop_test(tc, test_oversize_met_again, 0, 3);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("limits");
