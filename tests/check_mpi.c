@@ -145,8 +145,9 @@ struct config {
 	int nodes; /* PINSHM_MPI_NODES, 0: unset */
 	bool off;      /* PINSHM_MPI=0: preloaded, but turned off */
 	bool fallback; /* PINSHM_SOCKET where no daemon can be: one warning, all through MPI */
-	const char *env;  /* one more NAME=VALUE for the ranks, or NULL */
-	const char *env2; /* the second app context's instead (MPMD), or NULL */
+	const char *env[2]; /* more NAME=VALUE for the ranks, or NULL */
+	const char *env2;   /* the second app context's instead (MPMD), or NULL */
+	const char *warning; /* the one "pinshm-mpi: warning" line the run must print (its text), or NULL */
 	unsigned long long ring; /* the ring every rank must report (its stats' queue line), 0: 256 KiB */
 };
 
@@ -342,9 +343,11 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		if (c && cf->env2) {
 			argv[n++] = "-x";
 			argv[n++] = cf->env2;
-		} else if (cf->env) {
-			argv[n++] = "-x";
-			argv[n++] = cf->env;
+		} else {
+			for (int e = 0; e < 2 && cf->env[e]; e++) {
+				argv[n++] = "-x";
+				argv[n++] = cf->env[e];
+			}
 		}
 		if (asan[0]) {
 			argv[n++] = "-x";
@@ -375,6 +378,8 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		unsetenv("PINSHM_MPI");
 		unsetenv("PINSHM_MPI_RING");
 		unsetenv("PINSHM_MPI_NODE_RINGS");
+		unsetenv("PINSHM_MPI_EAGER");
+		unsetenv("PINSHM_MPI_CHUNK");
 		if (u)
 			user_enter(u);
 		execvp(argv[0], (char *const *)argv);
@@ -480,7 +485,11 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 		return true;
 	}
 	int warnings = occurrences(r->out, "pinshm-mpi: warning");
-	if (warnings && !cf->fallback) {
+	if (cf->warning && (warnings != 1 || !strstr(r->out, cf->warning))) {
+		snprintf(why, len, "%d warnings, want one saying \"%s\"", warnings, cf->warning);
+		return true;
+	}
+	if (warnings && !cf->fallback && !cf->warning) {
 		snprintf(why, len, "the plugin warned: %.200s", strstr(r->out, "pinshm-mpi: warning"));
 		return true;
 	}
@@ -630,11 +639,19 @@ END_TEST
  * (messages up to 64 MiB, each send mode, persistent requests). */
 static const struct config ring_configs[] = {
 	{.name = "plugin -np 4 PINSHM_MPI_NODE_RINGS=256K", .np = 4, .plugin = true,
-	 .env = "PINSHM_MPI_NODE_RINGS=256K", .ring = 16384},
-	{.name = "plugin -np 4 PINSHM_MPI_NODE_RINGS=1M", .np = 4, .plugin = true, .env = "PINSHM_MPI_NODE_RINGS=1M",
-	 .ring = 65536},
-	{.name = "plugin -np 2 PINSHM_MPI_RING=32K", .np = 2, .plugin = true, .env = "PINSHM_MPI_RING=32K",
+	 .env = {"PINSHM_MPI_NODE_RINGS=256K"}, .ring = 16384},
+	{.name = "plugin -np 4 PINSHM_MPI_NODE_RINGS=1M", .np = 4, .plugin = true,
+	 .env = {"PINSHM_MPI_NODE_RINGS=1M"}, .ring = 65536},
+	{.name = "plugin -np 2 PINSHM_MPI_RING=32K", .np = 2, .plugin = true, .env = {"PINSHM_MPI_RING=32K"},
 	 .ring = 32768},
+	/* Not a size: the ring is fitted to the node as if unset. */
+	{.name = "plugin -np 4 PINSHM_MPI_RING=256KB PINSHM_MPI_NODE_RINGS=256K", .np = 4, .plugin = true,
+	 .env = {"PINSHM_MPI_RING=256KB", "PINSHM_MPI_NODE_RINGS=256K"}, .ring = 16384,
+	 .warning = "PINSHM_MPI_RING=256KB is not a size from 16384 to 1073741824: using the ring fitted"},
+	/* An eager size the ring's records cannot carry: lowered, saying so. */
+	{.name = "plugin -np 4 PINSHM_MPI_EAGER=32K PINSHM_MPI_NODE_RINGS=256K", .np = 4, .plugin = true,
+	 .env = {"PINSHM_MPI_EAGER=32K", "PINSHM_MPI_NODE_RINGS=256K"}, .ring = 16384,
+	 .warning = "a record of the 16384-byte ring holds 8096 bytes: eager size 8096, chunk 8096"},
 };
 #define NRING_CONFIGS ((int)(sizeof(ring_configs) / sizeof(ring_configs[0])))
 static const char *const ring_programs[] = {"p2p_large", "p2p_modes", "p2p_persistent"};
@@ -659,7 +676,7 @@ START_TEST(test_rings_differ)
 {
 	static const struct program large_twice = {"p2p_large", B | NB, 0, "p2p_large"};
 	static const struct config differ = {.name = "plugin -np 2, PINSHM_MPI_RING=16K then 1M", .np = 2,
-					     .plugin = true, .env = "PINSHM_MPI_RING=16K",
+					     .plugin = true, .env = {"PINSHM_MPI_RING=16K"},
 					     .env2 = "PINSHM_MPI_RING=1M", .ring = 16384};
 
 	run_one(&large_twice, &differ);

@@ -327,6 +327,8 @@ struct pm_config {
 	unsigned nodes;     /* PINSHM_MPI_NODES */
 	size_t eager;       /* largest message sent eagerly */
 	size_t chunk;       /* DATA payload bytes */
+	uint64_t eager_asked, chunk_asked; /* before bound_sizes() fits them to the ring */
+	bool eager_set, chunk_set;         /* PINSHM_MPI_EAGER, PINSHM_MPI_CHUNK given */
 	size_t cma;         /* messages from this size up are copied once (0: never) */
 	uint64_t ring;      /* ring bytes per sender (size_rings()) */
 	bool ring_fixed;    /* PINSHM_MPI_RING set: the ring is that, whatever the node's size */

@@ -58,11 +58,14 @@ static int progress_callback(void)
 
 /* ---- configuration ---------------------------------------------------- */
 
-static uint64_t env_size(const char *name, uint64_t def, uint64_t min, uint64_t max)
+/* Variable @p name as a size from @p min to @p max, with an optional K, M
+ * or G suffix, into *@p out.  @return 1 (set), 0 (unset or empty) or -1
+ * (not such a size: world rank 0 warns that it uses @p instead). */
+static int env_parse(const char *name, uint64_t min, uint64_t max, uint64_t *out, const char *instead)
 {
 	const char *v = getenv(name);
 	if (!v || !*v)
-		return def;
+		return 0;
 	char *end;
 	errno = 0;
 	unsigned long long x = strtoull(v, &end, 0);
@@ -77,11 +80,20 @@ static uint64_t env_size(const char *name, uint64_t def, uint64_t min, uint64_t 
 		if (pm.world_rank == 0)
 			fprintf(stderr,
 				"pinshm-mpi: warning: %s=%s is not a size from %" PRIu64 " to %" PRIu64
-				": using %" PRIu64 "\n",
-				name, v, min, max, def);
-		return def;
+				": using %s\n",
+				name, v, min, max, instead);
+		return -1;
 	}
-	return x * unit;
+	*out = x * unit;
+	return 1;
+}
+
+static uint64_t env_size(const char *name, uint64_t def, uint64_t min, uint64_t max)
+{
+	char instead[32];
+	uint64_t x = def;
+	snprintf(instead, sizeof(instead), "%" PRIu64, def);
+	return env_parse(name, min, max, &x, instead) > 0 ? x : def;
 }
 
 /* The machine's cores, not this process's affinity (mpirun binds each rank
@@ -105,20 +117,21 @@ static uint64_t floor_pow2(uint64_t x)
 	return r;
 }
 
-/* The eager and chunk sizes, within what one record of the ring may carry. */
+/* The eager and chunk sizes, within what one record of the ring may carry
+ * (a set value that does not fit is lowered, with a warning). */
 static void bound_sizes(void)
 {
 	struct pm_config *c = &pm.cfg;
 	uint64_t max_payload = c->ring / 2 - 64 - 32;
-	/* Eager up to 64 KiB: measured against 4 and 16 KiB here, it gains on
-	 * 32 and 64 KiB messages (no RTS/CTS round trip) and costs nothing
-	 * below.  Both bounded by what one record of the ring may carry. */
-	c->eager = env_size("PINSHM_MPI_EAGER", 64 * 1024, 0, max_payload);
-	c->chunk = env_size("PINSHM_MPI_CHUNK", 32 * 1024, 1024, max_payload);
-	if (c->eager > max_payload)
-		c->eager = max_payload;
-	if (c->chunk > max_payload)
-		c->chunk = max_payload;
+
+	c->eager = c->eager_asked < max_payload ? c->eager_asked : max_payload;
+	c->chunk = c->chunk_asked < max_payload ? c->chunk_asked : max_payload;
+	if (pm.world_rank == 0 && ((c->eager_set && c->eager < c->eager_asked) ||
+				   (c->chunk_set && c->chunk < c->chunk_asked)))
+		fprintf(stderr,
+			"pinshm-mpi: warning: a record of the %" PRIu64 "-byte ring holds %" PRIu64
+			" bytes: eager size %zu, chunk %zu\n",
+			c->ring, max_payload, c->eager, c->chunk);
 }
 
 /*
@@ -150,8 +163,14 @@ static void read_config(void)
 	struct pm_config *c = &pm.cfg;
 	c->stats = getenv("PINSHM_MPI_STATS") && strcmp(getenv("PINSHM_MPI_STATS"), "0") != 0;
 	c->nodes = (unsigned)env_size("PINSHM_MPI_NODES", 1, 1, 1 << 20);
-	c->ring = env_size("PINSHM_MPI_RING", RING_DEFAULT, RING_MIN, RING_LIMIT);
-	c->ring_fixed = getenv("PINSHM_MPI_RING") && getenv("PINSHM_MPI_RING")[0];
+	c->ring_fixed = env_parse("PINSHM_MPI_RING", RING_MIN, RING_LIMIT, &c->ring, "the ring fitted to the node") > 0;
+	/* Eager up to 64 KiB: measured against 4 and 16 KiB here, it gains on
+	 * 32 and 64 KiB messages (no RTS/CTS round trip) and costs nothing
+	 * below.  Both bounded by the ring, once it is known (bound_sizes()). */
+	c->eager_asked = 64 * 1024;
+	c->chunk_asked = 32 * 1024;
+	c->eager_set = env_parse("PINSHM_MPI_EAGER", 0, RING_LIMIT / 2, &c->eager_asked, "65536") > 0;
+	c->chunk_set = env_parse("PINSHM_MPI_CHUNK", 1024, RING_LIMIT / 2, &c->chunk_asked, "32768") > 0;
 	c->node_rings = env_size("PINSHM_MPI_NODE_RINGS", NODE_RINGS_DEFAULT, RING_MIN, UINT64_MAX);
 	c->cma = env_size("PINSHM_MPI_CMA", 0, 0, UINT64_MAX);
 	c->spin_ns = env_size("PINSHM_MPI_SPIN_NS", 20000, 0, 1000000000);
