@@ -320,9 +320,10 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 		return -EPROTO;
 
 	wait_init();
-	pinshm_channel_t *ch = calloc(1, sizeof(*ch));
+	pinshm_channel_t *ch = aligned_alloc(alignof(pinshm_channel_t), sizeof(*ch)); /* its lines as laid out */
 	if (!ch)
 		return -ENOMEM;
+	memset(ch, 0, sizeof(*ch));
 	ch->map_size = (size_t)st.st_size;
 	ch->role = role;
 	ch->spin_ns = PINSHM_DEFAULT_SPIN_NS;

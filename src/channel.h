@@ -9,6 +9,7 @@
 #define PINSHM_CHANNEL_H
 
 #include <stdarg.h>
+#include <stdalign.h>
 #include <stdbool.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -47,20 +48,25 @@ struct held_record {
 	uint64_t pos; /* where the record starts */
 };
 
+/*
+ * A handle.  Allocated on a cache line (channel.c), its fields in the order
+ * of use: the lines a send or a receive reads come first, the producer's
+ * and the consumer's apart (a handle is one or the other), what serves
+ * errors, batches and the daemon after them.
+ */
 struct pinshm_channel {
-	uint8_t *base;
-	size_t map_size;
+	/* Both, on every call (lines 0 and 1). */
 	struct seg_geometry g;
+	uint8_t *base;
 	struct seg_header *hdr;
 	struct endpoint *ep;
 	unsigned endpoint;
 	pinshm_role_t role;
 	bool broken;     /* shared state found inconsistent: -EBADMSG from now on */
 	uint64_t spin_ns;
-	char error[160];
 
-	/* Producer. */
-	struct lane_header *lane;
+	/* Producer (lines 2 and 3). */
+	alignas(64) struct lane_header *lane;
 	uint8_t *ring;
 	uint64_t tail;        /* end of what this producer committed (or staged) */
 	uint64_t committed;   /* end of what is committed (tail less staged records) */
@@ -68,36 +74,38 @@ struct pinshm_channel {
 	uint64_t limit;       /* cached: may write below this position without looking */
 	uint64_t seq;         /* messages committed on the lane: the next record's number (its low 32 bits) */
 	uint64_t bytes;       /* payload bytes committed or staged (lane statistics) */
-	bool reserved;        /* a reservation is pending */
 	uint64_t resv_pos;    /* its record's position (after any padding) */
 	uint64_t resv_len;    /* its reserved payload length */
 	uint64_t resv_start;  /* where it begins, padding included */
+	bool reserved;        /* a reservation is pending */
 	bool wake_pending;    /* committed with PINSHM_MORE */
-	int *peer_fds;        /* eventfd of each consumer endpoint, or -1 */
-	struct fetched_peer *fetched; /* eventfds fetched from pinshmd (PEER), per consumer endpoint */
 
-	/* Both: whether every peer has left, as of endpoint_changes == gone_changes. */
-	bool gone;
-	uint32_t gone_changes;
-
-	/* Consumer. */
-	enum consume_mode mode;
+	/* Consumer (line 4). */
+	alignas(64) enum consume_mode mode;
 	unsigned next_lane;   /* round-robin start */
+	uint64_t *cursor;     /* sequential: next position to read, per lane */
+	unsigned held_first, held_count;
+	unsigned empty_polls; /* non-blocking receives that found nothing */
+	unsigned oversize_lane; /* 1 + the lane of a message left in place as too long, looked at first; 0: none */
+	bool quick_polls;     /* non-blocking receives look quickly (pinshm_channel_set_quick_polls()) */
+	bool armed;
+	int notify_fd;
+	uint32_t *expect_seq; /* topic: next message number expected, per lane */
+	uint64_t lost;
 	/* Channels of many lanes, quick looks (ring.c take_quick()): the lanes
 	 * that gave messages lately, and the next lane to look at in turn. */
 	uint32_t hot[HOT_LANES];
 	unsigned hot_count, hot_next, hot_oldest;
 	unsigned cold_next;
-	bool quick_polls;     /* non-blocking receives look quickly (pinshm_channel_set_quick_polls()) */
-	unsigned oversize_lane; /* 1 + the lane of a message left in place as too long, looked at first; 0: none */
-	uint64_t *cursor;     /* sequential: next position to read, per lane */
-	uint32_t *expect_seq; /* topic: next message number expected, per lane */
 	struct held_record held[PINSHM_MAX_HELD];
-	unsigned held_first, held_count;
-	int notify_fd;
-	bool armed;
-	uint64_t lost;
-	unsigned empty_polls; /* non-blocking receives that found nothing */
+
+	/* Both: whether every peer has left, as of endpoint_changes == gone_changes. */
+	bool gone;
+	uint32_t gone_changes;
+	size_t map_size;
+	int *peer_fds;        /* producer: eventfd of each consumer endpoint, or -1 */
+	struct fetched_peer *fetched; /* producer: eventfds fetched from pinshmd (PEER), per consumer endpoint */
+	char error[160];
 
 	/* Opened through pinshmd (pinshm_open): the client it came from, until
 	 * that disconnects (NULL: none), in that client's list of handles. */

@@ -190,13 +190,14 @@ static_assert(sizeof(struct lane_header) == 128, "lane header is 2 lines");
 
 /* Offsets of the parts of a segment, derived from its geometry. */
 struct seg_geometry {
+	/* What sends and receives use first (one line with the start of a handle). */
 	uint64_t capacity;
+	uint64_t lanes_off;     /* first lane_header */
+	uint64_t lane_stride;   /* lane header + ring */
 	uint32_t kind, flags, max_message, max_producers, max_consumers;
 	uint64_t endpoints_off; /* struct endpoint[max_producers + max_consumers] */
 	uint64_t cursors_off;   /* topic: _Atomic uint64_t [max_consumers][cursor_stride] */
 	uint64_t cursor_stride; /* lanes per subscriber block, rounded to whole lines */
-	uint64_t lanes_off;     /* first lane_header */
-	uint64_t lane_stride;   /* lane header + ring */
 	uint64_t size;          /* total */
 };
 
