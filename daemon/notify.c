@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -37,6 +38,16 @@ int notify_systemd_fd(const char *state, int fd)
 	int sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (sock < 0)
 		return -errno;
+	/* A full queue (the manager not reading: 10 datagrams by default)
+	 * blocks a send; the loop serves everyone, so it waits a bounded time
+	 * and the notification is given up (a channel not kept in the store
+	 * still comes back by its clients' hand-backs). */
+	struct timeval limit = {.tv_sec = NOTIFY_SEND_LIMIT_MS / 1000, .tv_usec = NOTIFY_SEND_LIMIT_MS % 1000 * 1000};
+	if (setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) != 0) {
+		int err = errno;
+		close(sock);
+		return -err;
+	}
 	struct iovec iov = {.iov_base = (void *)state, .iov_len = strlen(state)};
 	struct msghdr msg = {.msg_name = &sa,
 			     .msg_namelen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len),
@@ -53,7 +64,7 @@ int notify_systemd_fd(const char *state, int fd)
 		memcpy(CMSG_DATA(c), &fd, sizeof(int));
 	}
 	ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-	int err = n < 0 ? errno : 0;
+	int err = n < 0 ? (errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno) : 0;
 	close(sock);
 	return err ? -err : 1;
 }

@@ -10,11 +10,15 @@
 #ifndef PINSHMD_NOTIFY_H
 #define PINSHMD_NOTIFY_H
 
+/* A send waits this long at most for room in the manager's queue. */
+#define NOTIFY_SEND_LIMIT_MS 1000
+
 /**
  * Send @p state ("READY=1", ..., newline-separated assignments) to the
  * service manager.  An abstract socket is named with a leading '@'.
- * @return 1 sent, 0 no $NOTIFY_SOCKET, or -errno (logged by the caller
- *         if it cares; the daemon serves on either way).
+ * @return 1 sent, 0 no $NOTIFY_SOCKET, or -errno (-ETIMEDOUT: the queue
+ *         stayed full NOTIFY_SEND_LIMIT_MS; logged by the caller if it
+ *         cares; the daemon serves on either way).
  */
 int notify_systemd(const char *state);
 

@@ -617,6 +617,42 @@ static void daemon_kill9(struct daemon *d)
 	ck_assert_int_eq(waitpid(d->pid, NULL, 0), d->pid);
 }
 
+/*
+ * A service manager that does not read its notifications (its queue full:
+ * 10 datagrams) costs a create a bounded wait, not the daemon for ever:
+ * every channel is made, those past the queue are not kept in the store,
+ * and the daemon says so.
+ */
+START_TEST(test_store_not_read)
+{
+	struct daemon d;
+	struct store st;
+	pinshm_channel_attr_t attr;
+	char name[16];
+
+	daemon_prepare(&d, &(struct daemon_opts){.log = true});
+	store_open(&st, d.dir);
+	daemon_spawn(&d, &(struct daemon_opts){.log = true});
+	daemon_wait_ready(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	for (int i = 0; i < 12; i++) {
+		snprintf(name, sizeof(name), "q%d", i);
+		CLIENT_RC(c, pinshm_create(c, name, &attr, 0600, 0), 0);
+	}
+	ck_assert(daemon_log_has(&d, "not kept in the descriptor store"));
+	store_drain(&st);
+	ck_assert_uint_lt(st.n, 12);
+	ck_assert_uint_gt(st.n, 0);
+	CLIENT_RC(c, pinshm_create(c, "after", &attr, 0600, 0), 0);
+	store_drain(&st);
+	ck_assert(st.n > 0 && strcmp(st.name[st.n - 1] + strlen(st.name[st.n - 1]) - 6, ".after") == 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_close(&st);
+}
+END_TEST
+
 START_TEST(test_restart_fdstore)
 {
 	struct daemon d;
@@ -2766,6 +2802,7 @@ static Suite *lifecycle_suite(void)
 	tc = tcase_create("restart");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_restart_fdstore);
+	tcase_add_test(tc, test_store_not_read);
 	tcase_add_test(tc, test_restart_handback);
 	tcase_add_test(tc, test_restart_repeatedly);
 	tcase_add_test(tc, test_adopt_hostile);
