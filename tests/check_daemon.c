@@ -2952,22 +2952,6 @@ END_TEST
 /* working-set pinning                                                       */
 /* ======================================================================== */
 
-/* Wait until the state of @p name has @p bit set (@p set) or clear. */
-static void wait_state(pinshm_client_t *c, const char *name, uint32_t bit, bool set)
-{
-	uint64_t deadline = tu_now_ms() + 10000;
-	pinshm_list_entry_t e;
-
-	for (;;) {
-		CLIENT_RC(c, pinshm_stat(c, name, &e), 0);
-		if (((e.state & bit) != 0) == set)
-			return;
-		ck_assert_msg(tu_now_ms() < deadline, "'%s': state %#x never %s %#x", name, e.state,
-			      set ? "got" : "lost", bit);
-		tu_sleep_ms(20);
-	}
-}
-
 /* A channel unused for its pin_idle is unlocked (the daemon's VmLck drops,
  * the listing says so, it stays charged), and locked again when a client
  * asks (RELOCK) or when the daemon sees it used; pin_idle comes from the
@@ -3008,7 +2992,7 @@ START_TEST(test_working_set)
 	uint64_t t0 = tu_now_ms();
 
 	/* Unused for a second: unlocked, still charged. */
-	wait_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, true);
+	wait_channel_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, true, 10000);
 	ck_assert_uint_ge(tu_now_ms() - t0, 900);
 	CLIENT_RC(c, pinshm_stat(c, "ws-idle", &e), 0);
 	ck_assert(e.state & PINSHM_LIST_PINNED);
@@ -3030,9 +3014,9 @@ START_TEST(test_working_set)
 	TU_RC(pinshm_channel_relock(rx), 0); /* locked: nothing asked */
 
 	/* Unused again, then used: the daemon sees it and locks it again. */
-	wait_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, true);
+	wait_channel_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, true, 10000);
 	TU_RC(pinshm_send(tx, "wake", 5, CALL_MS), 0);
-	wait_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, false);
+	wait_channel_state(c, "ws-idle", PINSHM_LIST_UNLOCKED, false, 10000);
 	ck_assert(daemon_log_has(&d, "'ws-idle': locked again (used again)"));
 	TU_RC(pinshm_recv(rx, buf, sizeof(buf), &len, CALL_MS), 0);
 	ck_assert_str_eq(buf, "wake");

@@ -1583,22 +1583,6 @@ static void idle_daemon_start(struct daemon *d, struct store *st)
 	daemon_wait_ready(d);
 }
 
-/* Wait until STAT of @p name has state bit @p bit set (or clear). */
-static void wait_stat_state(pinshm_client_t *c, const char *name, uint32_t bit, bool set)
-{
-	pinshm_list_entry_t e;
-	uint64_t deadline = tu_now_ms() + IDLE_WAIT_MS;
-
-	for (;;) {
-		CLIENT_RC(c, pinshm_stat(c, name, &e), 0);
-		if (((e.state & bit) != 0) == set)
-			return;
-		ck_assert_msg(tu_now_ms() < deadline, "'%s': state %#x never %s %#x", name, e.state,
-			      set ? "got" : "lost", bit);
-		tu_sleep_ms(20);
-	}
-}
-
 /* The header's `unlocked` of the segment mapped at @p base. */
 static uint32_t header_unlocked(void *base)
 {
@@ -1682,7 +1666,7 @@ START_TEST(test_restart_store_pin_idle)
 	uint64_t size = e.size;
 	bool pinned = e.state & PINSHM_LIST_PINNED;
 	if (pinned)
-		wait_stat_state(c, "idle1", PINSHM_LIST_UNLOCKED, true); /* by the first daemon */
+		wait_channel_state(c, "idle1", PINSHM_LIST_UNLOCKED, true, IDLE_WAIT_MS); /* by the first daemon */
 	else
 		fprintf(stderr, "check_lifecycle: channels not pinned here: their unlocking not tested\n");
 	store_drain(&st);
@@ -1703,7 +1687,7 @@ START_TEST(test_restart_store_pin_idle)
 	ck_assert_uint_eq(s.channels_pinned + s.channels_unpinned, n);
 	if (pinned) {
 		ck_assert_uint_eq(s.pinned, n * size);
-		wait_stat_state(c, "idle1", PINSHM_LIST_UNLOCKED, true); /* by the second daemon's scan */
+		wait_channel_state(c, "idle1", PINSHM_LIST_UNLOCKED, true, IDLE_WAIT_MS); /* by the second daemon's scan */
 		CLIENT_RC(c, pinshm_stat(c, "idle1", &e), 0);
 		ck_assert(e.state & PINSHM_LIST_PINNED);
 		CLIENT_RC(c, pinshm_stat(c, "always", &e), 0);
@@ -1910,7 +1894,7 @@ START_TEST(test_restart_handback_pin_idle)
 	uint64_t size = e.size;
 	bool pinned = e.state & PINSHM_LIST_PINNED;
 	if (pinned)
-		wait_stat_state(c, "back", PINSHM_LIST_UNLOCKED, true);
+		wait_channel_state(c, "back", PINSHM_LIST_UNLOCKED, true, IDLE_WAIT_MS);
 
 	daemon_kill9(&d);
 	daemon_spawn(&d, &idle_opts);

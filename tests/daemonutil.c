@@ -417,6 +417,21 @@ bool daemon_log_has(const struct daemon *d, const char *what)
 	return found;
 }
 
+void wait_channel_state(pinshm_client_t *c, const char *name, uint32_t bit, bool set, unsigned limit_ms)
+{
+	uint64_t deadline = tu_now_ms() + limit_ms;
+	pinshm_list_entry_t e;
+
+	for (;;) {
+		CLIENT_RC(c, pinshm_stat(c, name, &e), 0);
+		if (((e.state & bit) != 0) == set)
+			return;
+		ck_assert_msg(tu_now_ms() < deadline, "'%s': state %#x never %s %#x", name, e.state,
+			      set ? "got" : "lost", bit);
+		tu_sleep_ms(20);
+	}
+}
+
 pinshm_channel_t *child_connect_open(const char *sock, const char *name, pinshm_role_t role, pinshm_client_t **c)
 {
 	pinshm_channel_t *ch;

@@ -117,6 +117,10 @@ pinshm_client_t *connect_create_small(const struct daemon *d, const char *name);
 /** Whether the daemon's log file (daemon_opts.log) holds @p what. */
 bool daemon_log_has(const struct daemon *d, const char *what);
 
+/** Wait until STAT of channel @p name has state bit @p bit (PINSHM_LIST_*)
+ *  set (@p set) or clear, @p limit_ms at most, or fail the test. */
+void wait_channel_state(pinshm_client_t *c, const char *name, uint32_t bit, bool set, unsigned limit_ms);
+
 /** Fail the test if the daemon uses more than a tenth of a core over @p ms
  * (a loop that spins instead of waiting). */
 void daemon_assert_idle(const struct daemon *d, unsigned ms, const char *while_what);
