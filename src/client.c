@@ -38,7 +38,6 @@ struct pinshm_client {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "": where pinshm_connect(NULL) looks */
 	unsigned flags;
 	bool reconnecting;
-	int out_fd;              /* a descriptor to send with the next request, or -1 */
 	uint64_t connection;     /* connections made to a daemon: 1 the first, and one more at each reconnect */
 	struct kept_segment *kept;
 	unsigned nkept, capkept;
@@ -134,8 +133,9 @@ static int client_ready(pinshm_client_t *c)
 	return 0;
 }
 
-/* Send @p req on the connection as it is and read the reply (see transact()). */
-static int exchange(pinshm_client_t *c, struct proto_msg *req, struct proto_msg *rep, int *fd)
+/* Send @p req, with descriptor @p out_fd (-1: none), on the connection as
+ * it is and read the reply (see transact()). */
+static int exchange(pinshm_client_t *c, struct proto_msg *req, struct proto_msg *rep, int *fd, int out_fd)
 {
 	uint8_t buf[PROTO_MAX_PACKET];
 	int fds[1];
@@ -148,7 +148,7 @@ static int exchange(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 	int len = proto_encode(req, buf);
 	if (len < 0)
 		return client_fail(c, len, "cannot encode the %s request", proto_type_name(type));
-	int rc = fdpass_send(c->fd, buf, (size_t)len, &c->out_fd, c->out_fd >= 0 ? 1 : 0, 0);
+	int rc = fdpass_send(c->fd, buf, (size_t)len, &out_fd, out_fd >= 0 ? 1 : 0, 0);
 	if (rc == -EAGAIN)
 		rc = -ETIMEDOUT; /* SO_SNDTIMEO ran out */
 	if (rc != 0)
@@ -198,7 +198,7 @@ static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 	if (fd)
 		*fd = -1;
 	int rc = client_ready(c);
-	return rc != 0 ? rc : exchange(c, req, rep, fd);
+	return rc != 0 ? rc : exchange(c, req, rep, fd, -1);
 }
 
 /*
@@ -212,7 +212,7 @@ static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
  * gave the channel a number (the new daemon did not take it back).
  */
 static int transact_named(pinshm_client_t *c, const uint64_t *id, const uint64_t *conn, uint64_t *field,
-			  struct proto_msg *req, struct proto_msg *rep, int *fd)
+			  struct proto_msg *req, struct proto_msg *rep, int *fd, int out_fd)
 {
 	if (fd)
 		*fd = -1;
@@ -223,7 +223,7 @@ static int transact_named(pinshm_client_t *c, const uint64_t *id, const uint64_t
 		return client_fail(c, -ENOTCONN, "this connection to pinshmd does not have the channel (the daemon "
 						 "that opened it went, and the new one did not take it back)");
 	*field = *id;
-	return exchange(c, req, rep, fd);
+	return exchange(c, req, rep, fd, out_fd); /* the descriptor with this request only, never a reconnect's */
 }
 
 /* Connect a seqpacket socket to @p path. @return the socket or -errno. */
@@ -372,7 +372,6 @@ int pinshm_connect_flags(const char *socket_path, unsigned flags, pinshm_client_
 		pinshm_client_t *c = calloc(1, sizeof(*c));
 		if (!c)
 			return -ENOMEM;
-		c->out_fd = -1;
 		c->flags = flags;
 		snprintf(c->path, sizeof(c->path), "%s", socket_path ? socket_path : "");
 		c->reconnecting = true; /* no reconnect while connecting */
@@ -602,7 +601,8 @@ int pinshm_channel_relock(pinshm_channel_t *ch)
 		return 0;
 	if (!channel_client(ch))
 		return channel_fail(ch, -ENOTCONN, "unlocked by pinshmd, and no connection to ask it again");
-	return transact_named(ch->client, &ch->daemon_id, &ch->daemon_conn, &req.u.relock.id, &req, &rep, NULL);
+	return transact_named(ch->client, &ch->daemon_id, &ch->daemon_conn, &req.u.relock.id, &req, &rep, NULL,
+			      -1);
 }
 
 int client_register_notify(pinshm_client_t *c, pinshm_channel_t *ch, int efd)
@@ -610,10 +610,7 @@ int client_register_notify(pinshm_client_t *c, pinshm_channel_t *ch, int efd)
 	struct proto_msg req = {.h.type = PROTO_NOTIFY}, rep;
 
 	req.u.notify.endpoint = ch->endpoint;
-	c->out_fd = efd;
-	int rc = transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.notify.id, &req, &rep, NULL);
-	c->out_fd = -1;
-	return rc;
+	return transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.notify.id, &req, &rep, NULL, efd);
 }
 
 int client_fetch_peer(pinshm_client_t *c, pinshm_channel_t *ch, unsigned endpoint, int *fd)
@@ -621,7 +618,7 @@ int client_fetch_peer(pinshm_client_t *c, pinshm_channel_t *ch, unsigned endpoin
 	struct proto_msg req = {.h.type = PROTO_PEER}, rep;
 
 	req.u.peer.endpoint = endpoint;
-	return transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.peer.id, &req, &rep, fd);
+	return transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.peer.id, &req, &rep, fd, -1);
 }
 
 int client_close_endpoint(pinshm_client_t *c, uint64_t id, uint64_t conn, unsigned endpoint)
@@ -629,7 +626,7 @@ int client_close_endpoint(pinshm_client_t *c, uint64_t id, uint64_t conn, unsign
 	struct proto_msg req = {.h.type = PROTO_CLOSE}, rep;
 
 	req.u.close.endpoint = endpoint;
-	int rc = transact_named(c, &id, &conn, &req.u.close.id, &req, &rep, NULL);
+	int rc = transact_named(c, &id, &conn, &req.u.close.id, &req, &rep, NULL, -1);
 	/* A connection that never had the channel has nothing to close: the
 	 * daemon that adopts it finds the endpoint closed in the segment. */
 	return rc == -ENOTCONN && conn != c->connection ? 0 : rc;
@@ -654,9 +651,7 @@ static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 						  .max_consumers = ch->g.max_consumers};
 	req.u.adopt.role = (uint32_t)ch->role;
 	req.u.adopt.endpoint = ch->endpoint;
-	c->out_fd = k->fd;
-	int rc = transact(c, &req, &rep, NULL);
-	c->out_fd = -1;
+	int rc = exchange(c, &req, &rep, NULL, k->fd); /* within client_reconnect(): connected */
 	if (rc != 0)
 		return rc;
 	k->ch->daemon_id = rep.u.adopt_reply.id;

@@ -364,6 +364,44 @@ START_TEST(test_new_consumer_after_refusal)
 END_TEST
 
 /*
+ * A consumer gives its eventfd first after a restart: the client reconnects
+ * inside that request, and the descriptor goes with the NOTIFY, not with
+ * the reconnect's HELLO (which made the new daemon close the connection
+ * and left the client broken for good).
+ */
+START_TEST(test_notify_fd_after_restart)
+{
+	struct daemon d = {0};
+	pinshm_channel_t *cons, *prod;
+
+	unsetenv("NOTIFY_SOCKET");
+	ck_assert_int_eq(setenv("PINSHM_AUTOSTART", "0", 1), 0);
+	daemon_start_opts(&d, &(struct daemon_opts){0});
+	pinshm_client_t *cc = connect_create_small(&d, "late");
+	CLIENT_RC(cc, pinshm_open(cc, "late", PINSHM_CONSUMER, &cons), 0);
+	pinshm_client_t *cp = connect_ok(&d);
+	CLIENT_RC(cp, pinshm_open(cp, "late", PINSHM_PRODUCER, &prod), 0);
+	daemon_kill9(&d);
+	daemon_restart(&d, false);
+	int efd = new_eventfd();
+	CLIENT_RC(cc, pinshm_channel_set_notify_fd(cons, efd), 0);
+	TU_RC(pinshm_channel_arm(cons), 0);
+	CLIENT_RC(cp, pinshm_reconnect(cp), 0);
+	TU_RC(pinshm_send(prod, "m", 1, PINSHM_NONBLOCK), 0);
+	ck_assert_msg(efd_written(efd, WAKE_MS), "the consumer's eventfd was not written");
+	ck_assert_uint_eq(drain(cons), 1);
+	pinshm_status_t st;
+	CLIENT_RC(cc, pinshm_status(cc, &st, NULL, NULL), 0); /* the client still works */
+	pinshm_channel_close(prod);
+	pinshm_channel_close(cons);
+	close(efd);
+	pinshm_disconnect(cc);
+	pinshm_disconnect(cp);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/*
  * Channel numbers belong to a connection.  A client whose connection gave
  * queue A the number 1 reconnects by itself inside its first request after
  * a restart; the new daemon numbered this client's channels in another
@@ -502,6 +540,7 @@ static Suite *notify_suite(void)
 	tcase_add_test(tc, test_rewake_new_generation);
 	tcase_add_test(tc, test_new_consumer_after_refusal);
 	tcase_add_test(tc, test_numbers_after_reconnect);
+	tcase_add_test(tc, test_notify_fd_after_restart);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("bounded");
