@@ -81,15 +81,26 @@ bool adopt_store(const struct channel *ch)
 	return rc >= 0;
 }
 
+/* Drop the store's record @p fdname (FDSTOREREMOVE=1).  One lost is logged:
+ * the next start finds the record and takes its descriptor as it finds it. */
+static void store_remove(const char *fdname)
+{
+	char state[400];
+
+	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", fdname);
+	int rc = notify_systemd(state);
+	if (rc < 0)
+		log_warn("descriptor store: '%s' not removed: %s", fdname, strerror(-rc));
+}
+
 void adopt_unstore(const struct channel *ch)
 {
-	char state[400], name[300];
+	char name[300];
 
 	if (!service_mode())
 		return;
 	record_name(ch, name, sizeof(name));
-	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", name);
-	notify_systemd(state);
+	store_remove(name);
 }
 
 #define NOTIFY_PREFIX "pinshm-efd."   /* any eventfd record, this version's or not */
@@ -123,13 +134,12 @@ void adopt_store_notify(const struct channel *ch, unsigned endpoint)
 
 void adopt_unstore_notify(const struct channel *ch, unsigned endpoint)
 {
-	char state[200], name[100];
+	char name[100];
 
 	if (!service_mode() || !ch->stored)
 		return;
 	notify_record_name(ch, endpoint, name, sizeof(name));
-	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", name);
-	notify_systemd(state);
+	store_remove(name);
 }
 
 unsigned adopt_take_listen_fds(struct adopt *a)
@@ -443,9 +453,7 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 		/* In the store again under this version's record, the old one
 		 * removed first: systemd keeps a descriptor it has once, under
 		 * its first name, and would ignore the new one. */
-		char state[400];
-		snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", fdname);
-		notify_systemd(state);
+		store_remove(fdname);
 		ch->stored = adopt_store(ch);
 	}
 	if (!ch->persistent && keep_ref(a, ch) != 0)
@@ -467,11 +475,9 @@ fail:
 	}
 	if (fd >= 0)
 		close(fd);
-unstore:; /* Out of the store too: systemd would hand it back at every start. */
-	char state[400];
-	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", fdname);
+unstore: /* Out of the store too: systemd would hand it back at every start. */
 	if (service_mode())
-		notify_systemd(state);
+		store_remove(fdname);
 	return rc;
 }
 
@@ -513,10 +519,8 @@ static void adopt_notify_fd(struct registry *r, int fd, const char *fdname)
 	log_warn("descriptor store: '%s' not kept: %s", fdname, why);
 	if (fd >= 0)
 		close(fd);
-	char state[400];
-	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", fdname);
 	if (service_mode())
-		notify_systemd(state);
+		store_remove(fdname);
 }
 
 unsigned adopt_listen_fds(struct adopt *a, struct registry *reg)

@@ -2,15 +2,29 @@
  * notify.c - the sd_notify datagram.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "notify.h"
+
+/* When a send last waited its limit in vain (0: not since one got through). */
+static uint64_t gave_up_at;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 int notify_systemd(const char *state)
 {
@@ -40,10 +54,13 @@ int notify_systemd_fd(const char *state, int fd)
 		return -errno;
 	/* A full queue (the manager not reading: 10 datagrams by default)
 	 * blocks a send; the loop serves everyone, so it waits a bounded time
-	 * and the notification is given up (a channel not kept in the store
-	 * still comes back by its clients' hand-backs). */
+	 * and the notification is given up (the caller logs it).  After one
+	 * was given up, sends do not wait at all until one gets through or
+	 * NOTIFY_BACKOFF_MS pass: a manager that stopped reading costs the
+	 * loop a second now and then, not at every request. */
+	bool patient = now_ms() >= gave_up_at + NOTIFY_BACKOFF_MS || gave_up_at == 0;
 	struct timeval limit = {.tv_sec = NOTIFY_SEND_LIMIT_MS / 1000, .tv_usec = NOTIFY_SEND_LIMIT_MS % 1000 * 1000};
-	if (setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) != 0) {
+	if (patient && setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) != 0) {
 		int err = errno;
 		close(sock);
 		return -err;
@@ -63,8 +80,12 @@ int notify_systemd_fd(const char *state, int fd)
 		c->cmsg_len = CMSG_LEN(sizeof(int));
 		memcpy(CMSG_DATA(c), &fd, sizeof(int));
 	}
-	ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | (patient ? 0 : MSG_DONTWAIT));
 	int err = n < 0 ? (errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno) : 0;
+	if (err == ETIMEDOUT && patient)
+		gave_up_at = now_ms();
+	else if (!err)
+		gave_up_at = 0;
 	close(sock);
 	return err ? -err : 1;
 }

@@ -10,8 +10,11 @@
 #ifndef PINSHMD_NOTIFY_H
 #define PINSHMD_NOTIFY_H
 
-/* A send waits this long at most for room in the manager's queue. */
+/* A send waits this long at most for room in the manager's queue, and
+ * after one waited in vain, the sends of the next NOTIFY_BACKOFF_MS do not
+ * wait at all (until one gets through). */
 #define NOTIFY_SEND_LIMIT_MS 1000
+#define NOTIFY_BACKOFF_MS 10000
 
 /**
  * Send @p state ("READY=1", ..., newline-separated assignments) to the

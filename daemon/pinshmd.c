@@ -311,7 +311,8 @@ static void config_reload(void *arg)
 		log_notice("SIGHUP: no configuration file to reload");
 		return;
 	}
-	notify_systemd("RELOADING=1");
+	if (notify_systemd("RELOADING=1") < 0)
+		log_warn("SIGHUP: the service manager was not told of the reload");
 	int rc = config_load(dc->path, &next, why, sizeof(why));
 	if (rc != 0) {
 		log_err("SIGHUP: %s: keeping the configuration in force", why);
@@ -324,7 +325,8 @@ static void config_reload(void *arg)
 		dc->cfg = next;
 		log_config("SIGHUP: reloaded", next);
 	}
-	notify_systemd("READY=1");
+	if (notify_systemd("READY=1") < 0)
+		log_warn("SIGHUP: the service manager was not told that the reload is over");
 }
 
 int main(int argc, char **argv)
@@ -403,7 +405,8 @@ int main(int argc, char **argv)
 
 	rc = loop_run(&loop);
 
-	notify_systemd("STOPPING=1");
+	if (notify_systemd("STOPPING=1") < 0)
+		log_warn("the service manager was not told that the daemon stops");
 	loop_fini(&loop);
 	adopt_fini(&adopt);
 	registry_fini(&reg);

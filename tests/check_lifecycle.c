@@ -621,7 +621,7 @@ static void daemon_kill9(struct daemon *d)
  * A service manager that does not read its notifications (its queue full:
  * 10 datagrams) costs a create a bounded wait, not the daemon for ever:
  * every channel is made, those past the queue are not kept in the store,
- * and the daemon says so.
+ * and the daemon says so, for a removal too.
  */
 START_TEST(test_store_not_read)
 {
@@ -641,6 +641,10 @@ START_TEST(test_store_not_read)
 		CLIENT_RC(c, pinshm_create(c, name, &attr, 0600, 0), 0);
 	}
 	ck_assert(daemon_log_has(&d, "not kept in the descriptor store"));
+	/* A removal that cannot be sent is said too (the next start would
+	 * find the record). */
+	CLIENT_RC(c, pinshm_unlink(c, "q0"), 0);
+	ck_assert(daemon_log_has(&d, "not removed"));
 	store_drain(&st);
 	ck_assert_uint_lt(st.n, 12);
 	ck_assert_uint_gt(st.n, 0);
