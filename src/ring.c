@@ -694,7 +694,8 @@ static inline void prefetch_rest(const uint8_t *ring, uint64_t cap, uint64_t pos
  * the polling loop of a waiting consumer (a call per lane looked at cost
  * 4 to 7% of an MPI ping-pong's one-way time, measured).
  */
-static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_channel_t *ch, unsigned lane, struct taken *t, size_t max_len, bool peek)
+static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_channel_t *ch, unsigned lane,
+									      struct taken *t, size_t max_len, bool peek)
 {
 	uint64_t cap = ch->g.capacity;
 	uint8_t *ring = lane_ring(ch, lane);
