@@ -83,7 +83,7 @@ typedef enum pinshm_role {
 /* Limits of a channel's geometry. */
 #define PINSHM_MIN_CAPACITY 4096u
 #define PINSHM_MAX_CAPACITY (1ull << 32)
-#define PINSHM_MAX_PRODUCERS 256u
+#define PINSHM_MAX_PRODUCERS 1024u
 #define PINSHM_MAX_CONSUMERS 64u
 
 /**

@@ -1730,7 +1730,7 @@ START_TEST(test_usage)
 		{"create", "a", "--capacity", "2k"},
 		{"create", "a", "--capacity", "8k", "--max-message", "8k"},
 		{"create", "a", "--producers", "0"},
-		{"create", "a", "--producers", "257"},
+		{"create", "a", "--producers", "1025"},
 		{"create", "a", "--consumers", "65"},
 		{"create", "a", "--consumers", "x"},
 		{"create", "a", "--mode", "800"},

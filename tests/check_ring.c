@@ -1442,6 +1442,47 @@ START_TEST(test_oversize_met_again)
 }
 END_TEST
 
+/* A queue of PINSHM_MAX_PRODUCERS (1024) producers: every lane delivers, in
+ * order, to a consumer that waits for each message. */
+START_TEST(test_max_producers)
+{
+	enum { P = PINSHM_MAX_PRODUCERS, N = 2 };
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, P, 1);
+	pinshm_channel_t **p = calloc(P, sizeof(*p)), *c;
+	uint64_t *next = calloc(P, sizeof(*next));
+	char why[200];
+
+	ck_assert_ptr_nonnull(p);
+	ck_assert_ptr_nonnull(next);
+	for (unsigned i = 0; i < P; i++)
+		p[i] = tu_attach(fd, PINSHM_PRODUCER);
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	for (uint64_t seq = 0; seq < N; seq++)
+		for (unsigned i = 0; i < P; i++) {
+			size_t len = tu_msg_len(i, seq, 100);
+			tu_msg_fill(sbuf, len, i, seq);
+			TU_RC(pinshm_send(p[i], sbuf, len, PINSHM_NONBLOCK), 0);
+		}
+	for (unsigned k = 0; k < P * N; k++) {
+		size_t len;
+		uint32_t who;
+		uint64_t seq;
+		TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, 5000), 0);
+		ck_assert_msg(tu_msg_check(rbuf, len, 100, &who, &seq, why, sizeof(why)) == 0, "%s", why);
+		ck_assert_uint_lt(who, P);
+		ck_assert_uint_eq(seq, next[who]);
+		next[who]++;
+	}
+	expect_empty(c);
+	for (unsigned i = 0; i < P; i++)
+		TU_RC(pinshm_channel_close(p[i]), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	free(next);
+	free(p);
+	close(fd);
+}
+END_TEST
+
 /* ======================================================================== */
 /* topics                                                                    */
 /* ======================================================================== */
@@ -2113,6 +2154,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_many_lanes_fair);
 	tcase_add_loop_test(tc, test_quick_polls, 0, 2);
 	tcase_add_loop_test(tc, test_oversize_met_again, 0, 3);
+	tcase_add_test(tc, test_max_producers);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("limits");
