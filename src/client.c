@@ -110,13 +110,6 @@ static int wait_readable(int fd, uint64_t deadline)
 	}
 }
 
-/*
- * Send @p req (type and fields set) and receive its reply into @p rep.
- * @param fd  for OPEN: set to the descriptor that came with a successful
- *            reply; NULL for the others (a descriptor then is an error).
- * @return the reply's status (0 or -errno from the daemon, its message in
- *         c->error), or a transport error (the client is then broken).
- */
 /* Before a request: a new connection where the daemon went (a new daemon,
  * if one answers).  @return 0, or why there is no connection to ask on. */
 static int client_ready(pinshm_client_t *c)
@@ -193,6 +186,14 @@ static int exchange(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 	return rep->status;
 }
 
+/*
+ * Send @p req (type and fields set) and receive its reply into @p rep,
+ * after a reconnect where the daemon went.
+ * @param fd  for OPEN: set to the descriptor that came with a successful
+ *            reply; NULL for the others (a descriptor then is an error).
+ * @return the reply's status (0 or -errno from the daemon, its message in
+ *         c->error), or a transport error (the client is then broken).
+ */
 static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg *rep, int *fd)
 {
 	if (fd)
