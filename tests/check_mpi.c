@@ -683,6 +683,24 @@ START_TEST(test_rings_differ)
 }
 END_TEST
 
+/* More ranks than a consumer looks at in every poll (16): the queues' lanes
+ * looked at quickly while a rank spins and polls (pinshm(3)), under
+ * mpirun, with 32 ranks on the machine's cores. */
+START_TEST(test_many_ranks)
+{
+	static const struct program many[] = {
+		{"p2p_basic", B, 0, NULL},
+		{"p2p_modes", B | NB | SY | BU, 0, NULL},
+		{"p2p_random", B | NB | P | PR | SY | BU, 0, NULL},
+	};
+	static const struct config np32 = {.name = "plugin -np 32", .np = 32, .plugin = true};
+
+	program_arg = _i == 2 ? "1" : NULL;
+	run_one(&many[_i], &np32);
+	program_arg = NULL;
+}
+END_TEST
+
 /* Why a run of p2p_threads (MPI_THREAD_MULTIPLE) in @p cf failed, or NULL:
  * it must pass its checks; with the plugin, every rank says its statistics
  * were not kept, and the plugin warns once unless turned off. */
@@ -1237,6 +1255,11 @@ static Suite *mpi_suite(bool plugin, bool user)
 		tc = tcase_create("rings");
 		tcase_add_loop_test(tc, test_rings, 0, NRING_PROGRAMS * NRING_CONFIGS);
 		tcase_add_test(tc, test_rings_differ);
+		tcase_set_timeout(tc, 200);
+		suite_add_tcase(s, tc);
+
+		tc = tcase_create("many");
+		tcase_add_loop_test(tc, test_many_ranks, 0, 3);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 	}
