@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "adopt.h"
 #include "channel.h"
 #include "log.h"
@@ -28,14 +29,6 @@
 #ifndef F_GET_SEALS
 #define F_GET_SEALS 1034
 #endif
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* Set by adopt_fini(): the channels destroyed at a stop stay in the store,
  * for the next start (systemd empties it when the unit stops for good). */
@@ -548,7 +541,7 @@ unsigned adopt_listen_fds(struct adopt *a, struct registry *reg)
 		/* A test hook shortens the grace. */
 		const char *t = getenv("PINSHMD_TEST_ADOPT_GRACE_MS");
 		unsigned long grace = t && t[0] ? strtoul(t, NULL, 10) : ADOPT_GRACE_MS;
-		a->grace_end = now_ms() + (grace ? grace : 1);
+		a->grace_end = clock_now_ms() + (grace ? grace : 1);
 	}
 	if (n)
 		log_notice("%u channel%s adopted from the descriptor store", n, n == 1 ? "" : "s");
@@ -559,7 +552,7 @@ int adopt_timeout(const struct adopt *a)
 {
 	if (!a->grace_end)
 		return -1;
-	uint64_t now = now_ms();
+	uint64_t now = clock_now_ms();
 	return now >= a->grace_end ? 0 : (int)(a->grace_end - now);
 }
 

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fdpass.h"
 #include "log.h"
 #include "loop.h"
@@ -161,14 +162,6 @@ fail:
 	return rc;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Stop watching the listening socket (its waiting connection would wake
  * epoll at once, forever) until a connection closes or
  * LOOP_ACCEPT_RETRY_MS have passed. */
@@ -177,7 +170,7 @@ static void accept_pause(struct loop *l, int err)
 	if (watch_fd(l, EPOLL_CTL_MOD, l->listen_fd, 0, &listen_watch) != 0)
 		return;
 	l->accept_paused = true;
-	l->accept_retry_at = now_ms() + LOOP_ACCEPT_RETRY_MS;
+	l->accept_retry_at = clock_now_ms() + LOOP_ACCEPT_RETRY_MS;
 	log_warn("cannot accept (%s): not accepting for %u ms, or until a connection closes", strerror(err),
 		 LOOP_ACCEPT_RETRY_MS);
 }
@@ -300,7 +293,7 @@ static void conn_new(struct loop *l, int fd)
 		return;
 	}
 	c->pw.kind = WATCH_PIDFD;
-	c->silent_until = now_ms() + LOOP_SILENT_MS;
+	c->silent_until = clock_now_ms() + LOOP_SILENT_MS;
 	if (l->nsilent++ == 0 || c->silent_until < l->silent_check_at)
 		l->silent_check_at = c->silent_until;
 	c->pidfd = peer_pidfd(fd, c->client.cred.pid);
@@ -458,7 +451,7 @@ static void on_readable(struct loop *l, struct conn *c)
 			conn_close(l, c, strerror((int)-n));
 			return;
 		}
-		l->last_request = now_ms();
+		l->last_request = clock_now_ms();
 		if (c->silent_until) {
 			c->silent_until = 0;
 			l->nsilent--;
@@ -511,7 +504,7 @@ static int idle_timeout(struct loop *l)
 		l->idle_since = 0;
 		return -1;
 	}
-	uint64_t now = now_ms();
+	uint64_t now = clock_now_ms();
 	if (!l->idle_since)
 		l->idle_since = now;
 	uint64_t end = l->idle_since + l->exit_idle_ms;
@@ -536,7 +529,7 @@ static int silent_timeout(struct loop *l)
 {
 	if (l->nsilent == 0)
 		return -1;
-	uint64_t now = now_ms();
+	uint64_t now = clock_now_ms();
 	if (now < l->silent_check_at)
 		return (int)(l->silent_check_at - now);
 	uint64_t next = UINT64_MAX;
@@ -571,7 +564,7 @@ static int pool_timeout(struct loop *l)
 
 	if (!pool || !pool_wants(pool))
 		return -1;
-	uint64_t now = now_ms(), quiet = l->last_request + LOOP_POOL_QUIET_MS;
+	uint64_t now = clock_now_ms(), quiet = l->last_request + LOOP_POOL_QUIET_MS;
 	return now >= quiet ? 0 : (int)(quiet - now);
 }
 
@@ -583,13 +576,13 @@ static int wait_timeout(struct loop *l)
 	if (l->adopt && adopt_timeout(l->adopt) == 0)
 		adopt_grace_end(l->adopt);
 	int t = earlier(idle_timeout(l), silent_timeout(l));
-	t = earlier(t, registry_tick(l->ctx.reg, now_ms())); /* working-set pinning, watches without pidfds */
+	t = earlier(t, registry_tick(l->ctx.reg, clock_now_ms())); /* working-set pinning, watches without pidfds */
 	if (l->adopt)
 		t = earlier(t, adopt_timeout(l->adopt));
 
 	if (!l->accept_paused)
 		return earlier(t, pool_timeout(l));
-	uint64_t now = now_ms();
+	uint64_t now = clock_now_ms();
 	int retry;
 	if (now >= l->accept_retry_at) {
 		accept_resume(l);

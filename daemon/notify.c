@@ -9,22 +9,14 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "notify.h"
 
 /* When a send last waited its limit in vain (0: not since one got through). */
 static uint64_t gave_up_at;
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 int notify_systemd(const char *state)
 {
@@ -58,7 +50,7 @@ int notify_systemd_fd(const char *state, int fd)
 	 * was given up, sends do not wait at all until one gets through or
 	 * NOTIFY_BACKOFF_MS pass: a manager that stopped reading costs the
 	 * loop a second now and then, not at every request. */
-	bool patient = now_ms() >= gave_up_at + NOTIFY_BACKOFF_MS || gave_up_at == 0;
+	bool patient = clock_now_ms() >= gave_up_at + NOTIFY_BACKOFF_MS || gave_up_at == 0;
 	struct timeval limit = {.tv_sec = NOTIFY_SEND_LIMIT_MS / 1000, .tv_usec = NOTIFY_SEND_LIMIT_MS % 1000 * 1000};
 	if (patient && setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) != 0) {
 		int err = errno;
@@ -83,7 +75,7 @@ int notify_systemd_fd(const char *state, int fd)
 	ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | (patient ? 0 : MSG_DONTWAIT));
 	int err = n < 0 ? (errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno) : 0;
 	if (err == ETIMEDOUT && patient)
-		gave_up_at = now_ms();
+		gave_up_at = clock_now_ms();
 	else if (!err)
 		gave_up_at = 0;
 	close(sock);

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "adopt.h"
 #include "log.h"
 #include "numa.h"
@@ -307,14 +308,6 @@ static int reap_fn(void *base, void *arg)
 	const struct reap_args *a = arg;
 
 	return seg_endpoint_reap(a->g, base, a->endpoint);
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static void reap_endpoint(struct channel *ch, unsigned ep, pid_t pid);
@@ -952,7 +945,7 @@ static int relock(struct channel *ch, const char *why)
 		log_info("channel '%s': locked again (%s)", ch->name, why);
 	else
 		log_warn("channel '%s': cannot lock it again (%s): %s", ch->name, why, strerror(-rc));
-	ch->active_at = now_ms();
+	ch->active_at = clock_now_ms();
 	return rc;
 }
 
@@ -1286,7 +1279,7 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	ch->stored = adopt_store(ch);
 	if (ch->pin_idle) {
 		r->idle_policies++;
-		ch->active_at = now_ms();
+		ch->active_at = clock_now_ms();
 	}
 
 	if (!ch->seg.pinned)
@@ -1613,7 +1606,7 @@ int registry_insert(struct registry *r, struct channel *ch, char *why, size_t wh
 	link_channel(r, ch);
 	if (ch->pin_idle) { /* working-set pinning, from now on (channel_free() counts it off) */
 		r->idle_policies++;
-		ch->active_at = now_ms();
+		ch->active_at = clock_now_ms();
 	}
 	return 0;
 }

@@ -18,6 +18,7 @@
 
 #include "autostart.h"
 #include "pinshm.h"
+#include "wait.h"
 
 #ifndef PINSHM_SBINDIR
 #define PINSHM_SBINDIR "/usr/local/sbin"
@@ -37,14 +38,6 @@ bool autostart_allowed(unsigned flags)
 	if (env && strcmp(env, "1") == 0)
 		return true;
 	return flags & PINSHM_CONNECT_AUTOSTART;
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static void sleep_ms(unsigned ms)
@@ -108,7 +101,7 @@ static int lock_start(const char *lock_path, uint64_t deadline, char *why, size_
 		int err = errno;
 		if (err == EINTR)
 			continue;
-		if (err != EWOULDBLOCK || now_ms() >= deadline) {
+		if (err != EWOULDBLOCK || wait_now_ms() >= deadline) {
 			snprintf(why, whylen, "cannot take the start lock %s: %s", lock_path,
 				 err == EWOULDBLOCK ? "another client holds it for too long" : strerror(err));
 			close(fd);
@@ -186,7 +179,7 @@ static int spawn_daemon(const char *path, bool default_path, pid_t *pid)
 int autostart_daemon(const char *path, bool default_path, char *why, size_t whylen)
 {
 	char lock_path[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
-	uint64_t deadline = now_ms() + PINSHM_AUTOSTART_TIMEOUT_MS;
+	uint64_t deadline = wait_now_ms() + PINSHM_AUTOSTART_TIMEOUT_MS;
 	pid_t child = -1;
 	unsigned spawns = 0;
 	int status = 0, rc;
@@ -235,7 +228,7 @@ int autostart_daemon(const char *path, bool default_path, char *why, size_t whyl
 			}
 			rc = -ETIMEDOUT;
 		}
-		if (now_ms() >= deadline) {
+		if (wait_now_ms() >= deadline) {
 			snprintf(why, whylen, "pinshmd started for %s does not answer after %u ms%s", path,
 				 PINSHM_AUTOSTART_TIMEOUT_MS,
 				 WIFEXITED(status) && WEXITSTATUS(status) ? " (it failed: see syslog)" : "");

@@ -24,6 +24,7 @@
 #include "channel.h"
 #include "fdpass.h"
 #include "protocol.h"
+#include "wait.h"
 
 struct pinshm_client {
 	int fd;
@@ -78,14 +79,6 @@ static int client_break(pinshm_client_t *c, int err)
 	return err;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Whether the daemon closed the connection @p fd (checked before a request). */
 static bool hung_up(int fd)
 {
@@ -98,7 +91,7 @@ static bool hung_up(int fd)
 static int wait_readable(int fd, uint64_t deadline)
 {
 	for (;;) {
-		uint64_t now = now_ms();
+		uint64_t now = wait_now_ms();
 		if (now >= deadline)
 			return -ETIMEDOUT;
 		struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -148,7 +141,7 @@ static int exchange(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 		return client_break(c, client_fail(c, rc == -EPIPE ? -ECONNRESET : rc, "sending %s to pinshmd: %s",
 						   proto_type_name(type), strerror(-rc)));
 
-	rc = wait_readable(c->fd, now_ms() + PINSHM_CLIENT_TIMEOUT_MS);
+	rc = wait_readable(c->fd, wait_now_ms() + PINSHM_CLIENT_TIMEOUT_MS);
 	ssize_t n = rc == 0 ? fdpass_recv(c->fd, buf, sizeof(buf), fds, fd ? 1 : 0, &nfds, MSG_DONTWAIT) : rc;
 	if (n == 0 || n == -ECONNRESET)
 		return client_break(c, client_fail(c, -ECONNRESET, "pinshmd closed the connection"));

@@ -219,14 +219,6 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 #define PEER_RETRY_MIN_MS 64u
 #define PEER_RETRY_MAX_DOUBLINGS 4u /* 1024 ms */
 
-static uint64_t monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Whether a fetch for consumer @p f, now at generation @p gen, may be made
  * now.  The clock is read only after a failure. */
 static bool peer_fetch_due(const struct fetched_peer *f, uint32_t gen)
@@ -236,7 +228,7 @@ static bool peer_fetch_due(const struct fetched_peer *f, uint32_t gen)
 	unsigned doublings = f->failures - 1;
 	if (doublings > PEER_RETRY_MAX_DOUBLINGS)
 		doublings = PEER_RETRY_MAX_DOUBLINGS;
-	return monotonic_ms() - f->failed_at >= (uint64_t)PEER_RETRY_MIN_MS << doublings;
+	return wait_now_ms() - f->failed_at >= (uint64_t)PEER_RETRY_MIN_MS << doublings;
 }
 
 /*
@@ -267,7 +259,7 @@ static int fetched_peer_fd(pinshm_channel_t *ch, unsigned c, struct endpoint *ep
 	}
 	f->fd = -1;
 	f->failures = same && f->failures < UINT32_MAX ? f->failures + 1 : 1;
-	f->failed_at = monotonic_ms();
+	f->failed_at = wait_now_ms();
 	return -1;
 }
 

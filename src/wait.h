@@ -96,6 +96,9 @@ void wait_wake_all(struct wait_line *wl);
 
 uint64_t wait_now_ns(void);
 
+/* CLOCK_MONOTONIC in milliseconds. */
+static inline uint64_t wait_now_ms(void) { return wait_now_ns() / 1000000u; }
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
