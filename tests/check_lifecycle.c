@@ -611,12 +611,6 @@ static uint64_t traffic_start(struct traffic *x, struct tu_procs *ps, const char
 	return wait_progress(x, 1000);
 }
 
-static void daemon_kill9(struct daemon *d)
-{
-	ck_assert_int_eq(kill(d->pid, SIGKILL), 0);
-	ck_assert_int_eq(waitpid(d->pid, NULL, 0), d->pid);
-}
-
 /*
  * A service manager that does not read its notifications (its queue full:
  * 10 datagrams) costs a create a bounded wait, not the daemon for ever:
@@ -1197,18 +1191,6 @@ START_TEST(test_reap_later_store_eventfd)
 }
 END_TEST
 
-/* Whether eventfd @p efd reads a write within @p ms (and clears it). */
-static bool efd_written(int efd, int ms)
-{
-	struct pollfd p = {.fd = efd, .events = POLLIN};
-	uint64_t n;
-
-	if (poll(&p, 1, ms) != 1)
-		return false;
-	ck_assert_int_eq(read(efd, &n, sizeof(n)), sizeof(n));
-	return true;
-}
-
 static unsigned store_count_prefix(const struct store *st, const char *prefix)
 {
 	unsigned n = 0;
@@ -1293,9 +1275,9 @@ START_TEST(test_restart_store_eventfd_exact)
 		TU_RC(pinshm_channel_arm(cons[i]), 0);
 		CLIENT_RC(c, pinshm_open(c, names[i], PINSHM_PRODUCER, &prod), 0);
 		TU_RC(pinshm_send(prod, "m", 1, CALL_MS), 0);
-		ck_assert_msg(efd_written(efd[i], CALL_MS), "'%s': its consumer's eventfd not written", names[i]);
-		ck_assert_msg(!efd_written(efd[1 - i], 0), "'%s': the other consumer's eventfd written", names[i]);
-		ck_assert_msg(!efd_written(forged, 0), "'%s': a forged record's eventfd written", names[i]);
+		ck_assert_msg(tu_efd_written(efd[i], CALL_MS), "'%s': its consumer's eventfd not written", names[i]);
+		ck_assert_msg(!tu_efd_written(efd[1 - i], 0), "'%s': the other consumer's eventfd written", names[i]);
+		ck_assert_msg(!tu_efd_written(forged, 0), "'%s': a forged record's eventfd written", names[i]);
 		TU_RC(pinshm_recv(cons[i], buf, sizeof(buf), &len, PINSHM_NONBLOCK), 0);
 		pinshm_channel_close(prod);
 	}
@@ -1350,12 +1332,12 @@ START_TEST(test_handback_eventfd_not_stored)
 	ck_assert_msg(st.n == 0, "the store holds %u records of a handed-back channel (%s)", st.n,
 		      st.n ? st.name[0] : "");
 
-	(void)efd_written(efd, 0); /* the hand-back's NOTIFY may wake it, for nothing */
+	(void)tu_efd_written(efd, 0); /* the hand-back's NOTIFY may wake it, for nothing */
 	TU_RC(pinshm_channel_arm(cons), 0);
 	pinshm_client_t *c = connect_ok(&d);
 	CLIENT_RC(c, pinshm_open(c, "h", PINSHM_PRODUCER, &prod), 0);
 	TU_RC(pinshm_send(prod, "m", 1, CALL_MS), 0);
-	ck_assert(efd_written(efd, CALL_MS));
+	ck_assert(tu_efd_written(efd, CALL_MS));
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, PINSHM_NONBLOCK), 0);
 	pinshm_channel_close(prod);
 	pinshm_channel_close(cons);

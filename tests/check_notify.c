@@ -45,31 +45,12 @@
 #define BURST (200000u / TU_SLOWDOWN) /* messages sent to an armed consumer that cannot be woken, */
 #define BURST_MS 1000                 /* over this long at least: the retries' wait grows to its most */
 
-/* Whether eventfd @p efd reads a write within @p ms (and clears it). */
-static bool efd_written(int efd, int ms)
-{
-	struct pollfd p = {.fd = efd, .events = POLLIN};
-	uint64_t n;
-
-	if (poll(&p, 1, ms) != 1)
-		return false;
-	ck_assert_int_eq(read(efd, &n, sizeof(n)), sizeof(n));
-	return true;
-}
-
 static int new_eventfd(void)
 {
 	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 
 	ck_assert_int_ge(efd, 0);
 	return efd;
-}
-
-static void daemon_kill9(struct daemon *d)
-{
-	ck_assert_int_eq(kill(d->pid, SIGKILL), 0);
-	ck_assert_int_eq(waitpid(d->pid, NULL, 0), d->pid);
-	d->pid = 0;
 }
 
 /* A new daemon on the same socket (its log appended to d->log if @p log). */
@@ -122,7 +103,7 @@ static void kill_and_send(struct scene_notify *s)
 {
 	daemon_kill9(&s->d);
 	TU_RC(pinshm_send(s->prod, "a", 1, PINSHM_NONBLOCK), 0);
-	ck_assert_msg(!efd_written(s->efd, 0), "the eventfd was written with no daemon to fetch it from");
+	ck_assert_msg(!tu_efd_written(s->efd, 0), "the eventfd was written with no daemon to fetch it from");
 }
 
 static void notify_end(struct scene_notify *s)
@@ -143,7 +124,7 @@ static void notify_end(struct scene_notify *s)
  * messages) and arms again. */
 static void consumer_catch_up(struct scene_notify *s, unsigned want)
 {
-	(void)efd_written(s->efd, 0); /* the hand-back's NOTIFY wakes it if armed */
+	(void)tu_efd_written(s->efd, 0); /* the hand-back's NOTIFY wakes it if armed */
 	ck_assert_uint_eq(drain(s->cons), want);
 	TU_RC(pinshm_channel_arm(s->cons), 0);
 }
@@ -159,7 +140,7 @@ static unsigned send_until_woken(pinshm_channel_t *prod, int efd)
 	for (;;) {
 		TU_RC(pinshm_send(prod, "m", 1, PINSHM_NONBLOCK), 0);
 		sent++;
-		if (efd_written(efd, SEND_EVERY_MS))
+		if (tu_efd_written(efd, SEND_EVERY_MS))
 			return sent;
 		ck_assert_msg(tu_now_ms() < deadline, "the armed consumer's eventfd was not written in %d ms (%u sent)",
 			      WAKE_MS, sent);
@@ -185,7 +166,7 @@ START_TEST(test_rewake_after_reconnect)
 	CLIENT_RC(s.cp, pinshm_reconnect(s.cp), 0);
 	consumer_catch_up(&s, 1);
 	TU_RC(pinshm_send(s.prod, "b", 1, PINSHM_NONBLOCK), 0);
-	ck_assert_msg(efd_written(s.efd, WAKE_MS), "the armed consumer's eventfd was not written in %d ms", WAKE_MS);
+	ck_assert_msg(tu_efd_written(s.efd, WAKE_MS), "the armed consumer's eventfd was not written in %d ms", WAKE_MS);
 	TU_RC(pinshm_recv(s.cons, buf, sizeof(buf), &len, PINSHM_NONBLOCK), 0);
 	ck_assert(len == 1 && buf[0] == 'b');
 	notify_end(&s);
@@ -235,7 +216,7 @@ START_TEST(test_rewake_new_generation)
 	(void)drain(s.cons); /* "a", if a new consumer of a queue sees it */
 	TU_RC(pinshm_channel_arm(s.cons), 0);
 	unsigned sent = send_until_woken(s.prod, efd2);
-	ck_assert_msg(!efd_written(s.efd, 0), "the old consumer's eventfd was written");
+	ck_assert_msg(!tu_efd_written(s.efd, 0), "the old consumer's eventfd was written");
 	ck_assert_uint_eq(drain(s.cons), sent);
 	close(efd2);
 	notify_end(&s);
@@ -353,7 +334,7 @@ START_TEST(test_new_consumer_after_refusal)
 	CLIENT_RC(cc2, pinshm_channel_set_notify_fd(s.cons, efd2), 0);
 	TU_RC(pinshm_channel_arm(s.cons), 0);
 	TU_RC(pinshm_send(s.prod, "x", 1, PINSHM_NONBLOCK), 0);
-	ck_assert_msg(efd_written(efd2, WAKE_MS), "the new consumer's eventfd was not written");
+	ck_assert_msg(tu_efd_written(efd2, WAKE_MS), "the new consumer's eventfd was not written");
 	ck_assert_uint_eq(drain(s.cons), 1);
 	close(efd2);
 	pinshm_channel_close(s.cons);
@@ -388,7 +369,7 @@ START_TEST(test_notify_fd_after_restart)
 	TU_RC(pinshm_channel_arm(cons), 0);
 	CLIENT_RC(cp, pinshm_reconnect(cp), 0);
 	TU_RC(pinshm_send(prod, "m", 1, PINSHM_NONBLOCK), 0);
-	ck_assert_msg(efd_written(efd, WAKE_MS), "the consumer's eventfd was not written");
+	ck_assert_msg(tu_efd_written(efd, WAKE_MS), "the consumer's eventfd was not written");
 	ck_assert_uint_eq(drain(cons), 1);
 	pinshm_status_t st;
 	CLIENT_RC(cc, pinshm_status(cc, &st, NULL, NULL), 0); /* the client still works */
@@ -433,14 +414,14 @@ START_TEST(test_numbers_after_reconnect)
 	daemon_kill9(&d);
 	daemon_restart(&d, false);
 	CLIENT_RC(cc, pinshm_reconnect(cc), 0);
-	(void)efd_written(efda, 0); /* the hand-backs' NOTIFY, for nothing */
-	(void)efd_written(efdb, 0);
+	(void)tu_efd_written(efda, 0); /* the hand-backs' NOTIFY, for nothing */
+	(void)tu_efd_written(efdb, 0);
 	TU_RC(pinshm_channel_arm(ca), 0);
 	TU_RC(pinshm_channel_arm(cb), 0);
 	/* The producer's client reconnects inside its fetch of A's eventfd. */
 	TU_RC(pinshm_send(pa, "m", 1, PINSHM_NONBLOCK), 0);
-	ck_assert_msg(efd_written(efda, WAKE_MS), "A's consumer was not woken");
-	ck_assert_msg(!efd_written(efdb, 0), "B's consumer was woken for a message on A");
+	ck_assert_msg(tu_efd_written(efda, WAKE_MS), "A's consumer was not woken");
+	ck_assert_msg(!tu_efd_written(efdb, 0), "B's consumer was woken for a message on A");
 	ck_assert_uint_eq(drain(ca), 1);
 	ck_assert_uint_eq(drain(cb), 0);
 	pinshm_channel_close(pa);
@@ -480,7 +461,7 @@ START_TEST(test_retry_bounded_while_away)
 	CLIENT_RC(s.cp, pinshm_reconnect(s.cp), 0);
 	consumer_catch_up(&s, 0);
 	TU_RC(pinshm_send(s.prod, "b", 1, PINSHM_NONBLOCK), 0);
-	ck_assert_msg(efd_written(s.efd, WAKE_MS), "the armed consumer's eventfd was not written in %d ms", WAKE_MS);
+	ck_assert_msg(tu_efd_written(s.efd, WAKE_MS), "the armed consumer's eventfd was not written in %d ms", WAKE_MS);
 	ck_assert_uint_eq(drain(s.cons), 1);
 	notify_end(&s);
 }

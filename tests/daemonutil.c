@@ -313,6 +313,13 @@ void daemon_stop_ok(struct daemon *d)
 	daemon_cleanup_dir(d);
 }
 
+void daemon_kill9(struct daemon *d)
+{
+	ck_assert_int_eq(kill(d->pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(d->pid, NULL, 0), d->pid);
+	d->pid = 0;
+}
+
 void daemon_stop(struct daemon *d)
 {
 	if (d->pid > 0)

@@ -114,6 +114,9 @@ void scene_end(struct scene *s);
  * producer and one consumer, mode 0600; or fail the test. */
 pinshm_client_t *connect_create_small(const struct daemon *d, const char *name);
 
+/** Kill the daemon with SIGKILL and reap it (d->pid 0 after: daemon_stop() only cleans up). */
+void daemon_kill9(struct daemon *d);
+
 /** Whether the daemon's log file (daemon_opts.log) holds @p what. */
 bool daemon_log_has(const struct daemon *d, const char *what);
 

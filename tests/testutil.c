@@ -39,6 +39,17 @@ void tu_sleep_ms(unsigned ms)
 		;
 }
 
+bool tu_efd_written(int efd, int ms)
+{
+	struct pollfd p = {.fd = efd, .events = POLLIN};
+	uint64_t n;
+
+	if (poll(&p, 1, ms) != 1)
+		return false;
+	ck_assert_int_eq(read(efd, &n, sizeof(n)), sizeof(n));
+	return true;
+}
+
 /* ---- channels ---------------------------------------------------------- */
 
 void tu_attr(pinshm_channel_attr_t *attr, pinshm_kind_t kind, uint64_t capacity, unsigned producers,

@@ -59,6 +59,8 @@
 uint64_t tu_now_ms(void);
 /** Sleep @p ms milliseconds (restarting on EINTR). */
 void tu_sleep_ms(unsigned ms);
+/** Whether eventfd @p efd reads a write within @p ms (and clears it). */
+bool tu_efd_written(int efd, int ms);
 
 /* ---- channels ---------------------------------------------------------- */
 
