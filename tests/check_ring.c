@@ -1270,18 +1270,42 @@ static unsigned recv_in_order(pinshm_channel_t *c, size_t max_len, unsigned prod
 	return n;
 }
 
+/* A queue of 4 KiB lanes, @p producers producers and a consumer attached. */
+struct lanes {
+	int fd;
+	unsigned n;
+	pinshm_channel_t **p, *c;
+};
+
+static void lanes_open(struct lanes *q, unsigned producers)
+{
+	q->fd = tu_channel(PINSHM_QUEUE, 4 * KiB, producers, 1);
+	q->n = producers;
+	q->p = calloc(producers, sizeof(*q->p));
+	ck_assert_ptr_nonnull(q->p);
+	for (unsigned i = 0; i < producers; i++)
+		q->p[i] = tu_attach(q->fd, PINSHM_PRODUCER);
+	q->c = tu_attach(q->fd, PINSHM_CONSUMER);
+}
+
+static void lanes_close(struct lanes *q)
+{
+	for (unsigned i = 0; i < q->n; i++)
+		TU_RC(pinshm_channel_close(q->p[i]), 0);
+	TU_RC(pinshm_channel_close(q->c), 0);
+	free(q->p);
+	close(q->fd);
+}
+
 START_TEST(test_multi_producer)
 {
 	enum { P = 3, N = 3000 };
-	const uint64_t cap = 4 * KiB;
-	int fd = tu_channel(PINSHM_QUEUE, cap, P, 1);
-	pinshm_channel_t *p[P], *c;
+	struct lanes q;
 	uint64_t sent[P] = {0}, next[P] = {0};
 	uint64_t r = 1, total = 0;
 
-	for (unsigned i = 0; i < P; i++)
-		p[i] = tu_attach(fd, PINSHM_PRODUCER);
-	c = tu_attach(fd, PINSHM_CONSUMER);
+	lanes_open(&q, P);
+	pinshm_channel_t **p = q.p, *c = q.c;
 	while (total < (uint64_t)P * N) {
 		/* A few sends on random producers, then a few receives. */
 		unsigned ns = (unsigned)((r = tu_mix(r)) % 6), nr = (unsigned)((r >> 8) % 6);
@@ -1303,10 +1327,7 @@ START_TEST(test_multi_producer)
 	for (unsigned i = 0; i < P; i++)
 		ck_assert_uint_eq(next[i], N);
 	expect_empty(c);
-	for (unsigned i = 0; i < P; i++)
-		TU_RC(pinshm_channel_close(p[i]), 0);
-	TU_RC(pinshm_channel_close(c), 0);
-	close(fd);
+	lanes_close(&q);
 }
 END_TEST
 
@@ -1318,15 +1339,13 @@ END_TEST
 START_TEST(test_many_lanes_fair)
 {
 	enum { P = 40, HOT = 8, COLD = 33 };
-	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, P, 1);
-	pinshm_channel_t *p[P], *c;
+	struct lanes q;
 	uint64_t sent[P] = {0};
 	char why[200];
 	unsigned k;
 
-	for (unsigned i = 0; i < P; i++)
-		p[i] = tu_attach(fd, PINSHM_PRODUCER);
-	c = tu_attach(fd, PINSHM_CONSUMER);
+	lanes_open(&q, P);
+	pinshm_channel_t **p = q.p, *c = q.c;
 	pinshm_channel_set_spin(c, 1000000); /* every receive here spins first */
 	for (unsigned round = 0; round < 3; round++)
 		for (unsigned i = 0; i < HOT; i++) {
@@ -1352,10 +1371,7 @@ START_TEST(test_many_lanes_fair)
 		TU_RC(pinshm_send(p[who], sbuf, len, PINSHM_NONBLOCK), 0);
 	}
 	ck_assert_msg(k < 2 * P, "the message of lane %u was not taken in %u receives", COLD, 2 * P);
-	for (unsigned i = 0; i < P; i++)
-		TU_RC(pinshm_channel_close(p[i]), 0);
-	TU_RC(pinshm_channel_close(c), 0);
-	close(fd);
+	lanes_close(&q);
 }
 END_TEST
 
@@ -1368,17 +1384,15 @@ END_TEST
 START_TEST(test_quick_polls)
 {
 	const unsigned P = _i ? 40 : 16, lane = P - 7;
-	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, P, 1);
-	pinshm_channel_t *p[40], *c;
+	struct lanes q;
 	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	unsigned polls = 0;
 	size_t len;
 	int rc;
 
 	ck_assert_int_ge(efd, 0);
-	for (unsigned i = 0; i < P; i++)
-		p[i] = tu_attach(fd, PINSHM_PRODUCER);
-	c = tu_attach(fd, PINSHM_CONSUMER);
+	lanes_open(&q, P);
+	pinshm_channel_t **p = q.p, *c = q.c;
 	pinshm_channel_set_quick_polls(c, 1);
 	TU_RC(pinshm_channel_set_notify_fd(c, efd), 0);
 	tu_pattern(sbuf, 100, 77);
@@ -1398,11 +1412,8 @@ START_TEST(test_quick_polls)
 	ck_assert_uint_eq(len, 100);
 	ck_assert_int_lt(tu_pattern_bad(rbuf, 100, 77), 0);
 	TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), -EAGAIN);
-	for (unsigned i = 0; i < P; i++)
-		TU_RC(pinshm_channel_close(p[i]), 0);
-	TU_RC(pinshm_channel_close(c), 0);
+	lanes_close(&q);
 	close(efd);
-	close(fd);
 }
 END_TEST
 
@@ -1416,13 +1427,11 @@ START_TEST(test_oversize_met_again)
 {
 	const unsigned P = _i ? 20 : 4;
 	const int timeout = _i == 2 ? PINSHM_NONBLOCK : 1000;
-	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, P, 1);
-	pinshm_channel_t *p[20], *c;
+	struct lanes q;
 	size_t len = 0;
 
-	for (unsigned i = 0; i < P; i++)
-		p[i] = tu_attach(fd, PINSHM_PRODUCER);
-	c = tu_attach(fd, PINSHM_CONSUMER);
+	lanes_open(&q, P);
+	pinshm_channel_t **p = q.p, *c = q.c;
 	pinshm_channel_set_quick_polls(c, _i == 2);
 	tu_pattern(sbuf, 100, 5);
 	TU_RC(pinshm_send(p[2], sbuf, 100, PINSHM_NONBLOCK), 0);
@@ -1435,10 +1444,7 @@ START_TEST(test_oversize_met_again)
 	ck_assert_int_lt(tu_pattern_bad(rbuf, 100, 5), 0);
 	for (unsigned i = 0; i < 2; i++)
 		TU_RC(pinshm_recv(c, rbuf, sizeof(rbuf), &len, 1000), 0);
-	for (unsigned i = 0; i < P; i++)
-		TU_RC(pinshm_channel_close(p[i]), 0);
-	TU_RC(pinshm_channel_close(c), 0);
-	close(fd);
+	lanes_close(&q);
 }
 END_TEST
 
@@ -1447,16 +1453,13 @@ END_TEST
 START_TEST(test_max_producers)
 {
 	enum { P = PINSHM_MAX_PRODUCERS, N = 2 };
-	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, P, 1);
-	pinshm_channel_t **p = calloc(P, sizeof(*p)), *c;
+	struct lanes q;
 	uint64_t *next = calloc(P, sizeof(*next));
 	char why[200];
 
-	ck_assert_ptr_nonnull(p);
 	ck_assert_ptr_nonnull(next);
-	for (unsigned i = 0; i < P; i++)
-		p[i] = tu_attach(fd, PINSHM_PRODUCER);
-	c = tu_attach(fd, PINSHM_CONSUMER);
+	lanes_open(&q, P);
+	pinshm_channel_t **p = q.p, *c = q.c;
 	for (uint64_t seq = 0; seq < N; seq++)
 		for (unsigned i = 0; i < P; i++) {
 			size_t len = tu_msg_len(i, seq, 100);
@@ -1474,12 +1477,8 @@ START_TEST(test_max_producers)
 		next[who]++;
 	}
 	expect_empty(c);
-	for (unsigned i = 0; i < P; i++)
-		TU_RC(pinshm_channel_close(p[i]), 0);
-	TU_RC(pinshm_channel_close(c), 0);
+	lanes_close(&q);
 	free(next);
-	free(p);
-	close(fd);
 }
 END_TEST
 
