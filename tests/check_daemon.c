@@ -1959,21 +1959,39 @@ struct perm {
 				      pinshm_strerror(erc_), (want), pinshm_client_error(c));                 \
 	} while (0)
 
+/* In a child of the test (root): become @p uid and @p gid, with the
+ * supplementary group 0 only if @p root_group, and die with the test;
+ * exit 2 where that fails. */
+static void child_become(uid_t uid, gid_t gid, bool root_group)
+{
+	gid_t root = 0;
+
+	if (setgroups(root_group ? 1 : 0, &root) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by setuid */
+}
+
+/* In a child: a connection to the daemon at @p sock, or exit 3. */
+static pinshm_client_t *child_connect(const char *sock)
+{
+	pinshm_client_t *c = NULL;
+	int rc = pinshm_connect(sock, &c);
+
+	if (rc != 0)
+		tu_child_fail(3, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	return c;
+}
+
 static int perm_client(void *arg, int idx)
 {
 	struct perm *x = arg;
-	gid_t root = 0;
 	pinshm_client_t *c;
 	pinshm_channel_t *ch;
 	pinshm_channel_attr_t attr;
 
 	(void)idx;
-	if (setgroups(x->root_group ? 1 : 0, &root) != 0 || setgid(x->gid) != 0 || setuid(x->uid) != 0)
-		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
-	prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by setuid */
-	int rc = pinshm_connect(x->sock, &c);
-	if (rc != 0)
-		tu_child_fail(3, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	child_become(x->uid, x->gid, x->root_group);
+	c = child_connect(x->sock);
 
 	EXPECT(c, pinshm_open(c, "secret", PINSHM_CONSUMER, &ch), -EACCES);
 	EXPECT(c, pinshm_open(c, "secret", PINSHM_PRODUCER, &ch), -EACCES);
@@ -2059,13 +2077,10 @@ static int memlock_client(void *arg, int idx)
 	char buf[16];
 
 	(void)idx;
-	if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0 || setgroups(0, NULL) != 0 || setgid(x->gid) != 0 ||
-	    setuid(x->uid) != 0)
-		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
-	prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by setuid */
-	int rc = pinshm_connect(x->sock, &c);
-	if (rc != 0)
-		tu_child_fail(3, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+		tu_child_fail(2, "RLIMIT_MEMLOCK: %s", strerror(errno));
+	child_become(x->uid, x->gid, false);
+	c = child_connect(x->sock);
 	tu_attr(&attr, PINSHM_QUEUE, 1024 * KiB, 1, 1);
 	EXPECT(c, pinshm_create(c, "big", &attr, 0600, 0), 0);
 	EXPECT(c, pinshm_list(c, &e, &n), 0);
@@ -2356,9 +2371,7 @@ static int limited_client(void *arg, int idx)
 	pinshm_channel_attr_t attr;
 
 	(void)idx;
-	if (setgroups(0, NULL) != 0 || setgid(x->gid) != 0 || setuid(x->uid) != 0)
-		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	child_become(x->uid, x->gid, false);
 	for (int i = 0; i < 2; i++)
 		if (pinshm_connect(x->sock, &c[i]) != 0)
 			tu_child_fail(3, "connect %d: %s", i, pinshm_client_error(NULL));
@@ -2533,9 +2546,7 @@ static int access_client(void *arg, int idx)
 	int rc;
 
 	(void)idx;
-	if (setgroups(0, NULL) != 0 || setgid(x->gid) != 0 || setuid(x->uid) != 0)
-		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	child_become(x->uid, x->gid, false);
 	uint64_t deadline = tu_now_ms() + x->retry_ms;
 	while ((rc = pinshm_connect(x->sock, &c)) != x->want && tu_now_ms() < deadline)
 		tu_sleep_ms(10);
@@ -2766,12 +2777,8 @@ static int ev_share_other(void *arg, int idx)
 	pinshm_channel_attr_t attr;
 
 	(void)idx;
-	if (setgroups(0, NULL) != 0 || setgid(x->gid) != 0 || setuid(x->uid) != 0)
-		tu_child_fail(2, "dropping privileges: %s", strerror(errno));
-	prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by setuid */
-	int rc = pinshm_connect(x->sock, &c);
-	if (rc != 0)
-		tu_child_fail(3, "connect: %s (%s)", pinshm_strerror(rc), pinshm_client_error(NULL));
+	child_become(x->uid, x->gid, false);
+	c = child_connect(x->sock);
 	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
 	EXPECT(c, pinshm_create(c, "others", &attr, 0600, 0), 0);
 	EXPECT(c, pinshm_open(c, "others", PINSHM_CONSUMER, &ch), 0);
