@@ -1066,6 +1066,23 @@ START_TEST(test_clients)
 }
 END_TEST
 
+/* What ctl_print_status() (text), or ctl_print_status_json() (@p json: then
+ * checked valid), prints of @p st, @p pool and @p n users @p u, into @p buf. */
+static void status_out(char *buf, size_t len, bool json, const pinshm_status_t *st, const pinshm_pool_t *pool,
+		       const pinshm_user_usage_t *u, size_t n)
+{
+	FILE *f = fmemopen(buf, len, "w");
+
+	ck_assert_ptr_nonnull(f);
+	if (json)
+		ctl_print_status_json(f, st, pool, u, n);
+	else
+		ctl_print_status(f, st, pool, u, n);
+	fclose(f);
+	if (json)
+		ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+}
+
 START_TEST(test_status_output)
 {
 	pinshm_status_t st = {.pid = 42, .uptime_ms = 3723000, .budget = UINT64_MAX, .pinned = 65536,
@@ -1086,30 +1103,22 @@ START_TEST(test_status_output)
 	ctl_duration_string(90061000, dur, sizeof(dur));
 	ck_assert_str_eq(dur, "1d01h01m");
 
-	FILE *f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status_json(f, &st, NULL, u, 2);
-	fclose(f);
-	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	status_out(buf, sizeof(buf), true, &st, NULL, u, 2);
 	HAS(buf, "\"budget\": null");
 	HAS(buf, "\"channels\": 3");
 	HAS(buf, "\"user\": \"4000000001\"");
 	HAS(buf, "\"quota\": 1073741824");
 	HAS_NOT(buf, "\"pool\"");
-	f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status_json(f, &st, NULL, u, 0);
-	fclose(f);
-	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	status_out(buf, sizeof(buf), true, &st, NULL, u, 0);
 	HAS(buf, "\"users\": []");
 
-	f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status(f, &st, NULL, u, 2);
-	fclose(f);
+	status_out(buf, sizeof(buf), false, &st, NULL, u, 2);
 	HAS_NOT(buf, "pool");
 	HAS(buf, "pid 42, system mode, up 1h02m03s");
 	HAS(buf, "64K of unlimited budget (65536 bytes)");
 	HAS(buf, "channels     3 (1 pinned, 2 unpinned)");
 
-	f = fmemopen(buf, sizeof(buf), "w");
+	FILE *f = fmemopen(buf, sizeof(buf), "w");
 	ctl_print_clients_json(f, c, 1);
 	fclose(f);
 	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
@@ -1397,9 +1406,7 @@ START_TEST(test_status_pool_output)
 	};
 	char buf[4096];
 
-	FILE *f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status(f, &st, &pool, NULL, 0);
-	fclose(f);
+	status_out(buf, sizeof(buf), false, &st, &pool, NULL, 0);
 	HAS(buf, "pinned       12M of 64M budget (12582912 bytes)\n"
 		 "pool         10M of it (10485760 bytes), charged to no user; 3 hits, 1 miss\n");
 	HAS(buf, "   CLASS  WANTED  READY  FILLING    LOCKED    PINNED\n"
@@ -1407,10 +1414,7 @@ START_TEST(test_status_pool_output)
 		 "      4M       2      1        1        2M        8M\n");
 	HAS_NOT(buf, "stopped");
 
-	f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status_json(f, &st, &pool, NULL, 0);
-	fclose(f);
-	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	status_out(buf, sizeof(buf), true, &st, &pool, NULL, 0);
 	HAS(buf, "\"pool\": {\n    \"pinned\": 10485760,\n    \"hits\": 3,\n    \"misses\": 1,\n"
 		 "    \"stopped\": false,\n    \"classes\": [\n"
 		 "      {\"size\": 1048576, \"wanted\": 2, \"ready\": 2, \"filling\": 0, \"locked\": 0},\n"
@@ -1421,37 +1425,24 @@ START_TEST(test_status_pool_output)
 	/* Stopped, nothing ready: said so, and one hit and many misses. */
 	pool = (pinshm_pool_t){.hits = 1, .misses = 7, .flags = PINSHM_POOL_STOPPED, .count = 1,
 			       .classes = {{.size = 16u << 20, .wanted = 1}}};
-	f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status(f, &st, &pool, NULL, 0);
-	fclose(f);
+	status_out(buf, sizeof(buf), false, &st, &pool, NULL, 0);
 	HAS(buf, "pool         0 of it (0 bytes), charged to no user; 1 hit, 7 misses; stopped: a segment could not "
 		 "be made or locked (see the log)\n");
 	HAS(buf, "     16M       1      0        0         -         0\n");
-	f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status_json(f, &st, &pool, NULL, 0);
-	fclose(f);
-	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	status_out(buf, sizeof(buf), true, &st, &pool, NULL, 0);
 	HAS(buf, "\"stopped\": true");
 
 	/* No pool. */
 	pool = (pinshm_pool_t){0};
-	f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status(f, &st, &pool, NULL, 0);
-	fclose(f);
+	status_out(buf, sizeof(buf), false, &st, &pool, NULL, 0);
 	HAS(buf, "pool         none\n");
 	HAS_NOT(buf, "CLASS");
-	f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status_json(f, &st, &pool, NULL, 0);
-	fclose(f);
-	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	status_out(buf, sizeof(buf), true, &st, &pool, NULL, 0);
 	HAS(buf, "\"classes\": []\n  },");
 
 	/* A count beyond the array (not from the library, which bounds it) prints the array only. */
 	pool.count = 1000;
-	f = fmemopen(buf, sizeof(buf), "w");
-	ctl_print_status_json(f, &st, &pool, NULL, 0);
-	fclose(f);
-	ck_assert_msg(json_valid(buf), "invalid JSON:\n%s", buf);
+	status_out(buf, sizeof(buf), true, &st, &pool, NULL, 0);
 }
 END_TEST
 
