@@ -1569,6 +1569,51 @@ static void idle_daemon_start(struct daemon *d, struct store *st)
 	daemon_wait_ready(d);
 }
 
+/* idle_daemon_start() with store @p st, and through a client, persistent
+ * channel @p name (mode @p mode, @p pin_idle) kept in the store, its only
+ * record; its size and whether it is pinned in *@p size and *@p pinned.
+ * @return the client. */
+static pinshm_client_t *idle_stored_channel(struct daemon *d, struct store *st, const char *name, mode_t mode,
+					    uint32_t pin_idle, uint64_t *size, bool *pinned)
+{
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+
+	idle_daemon_start(d, st);
+	pinshm_client_t *c = connect_ok(d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create_full(c, name, &attr, mode, PINSHM_PERSISTENT, PINSHM_NODE_ANY, pin_idle), 0);
+	CLIENT_RC(c, pinshm_stat(c, name, &e), 0);
+	*size = e.size;
+	*pinned = e.state & PINSHM_LIST_PINNED;
+	store_drain(st);
+	ck_assert_uint_eq(st->n, 1);
+	return c;
+}
+
+/* The daemon killed -9 (client @p c disconnected), and a new one started
+ * with what store @p st holds.  @return a client of the new one. */
+static pinshm_client_t *idle_restart_from_store(struct daemon *d, struct store *st, pinshm_client_t *c)
+{
+	daemon_kill9(d);
+	pinshm_disconnect(c);
+	spawn_with_store_opts(d, st, &idle_opts);
+	daemon_wait_ready(d);
+	return connect_ok(d);
+}
+
+/* Channel @p name unlinked and gone with its record, then the end. */
+static void idle_unlink_and_stop(struct daemon *d, struct store *st, pinshm_client_t *c, const char *name)
+{
+	CLIENT_RC(c, pinshm_unlink(c, name), 0);
+	wait_counts(c, 1, 0);
+	store_drain(st);
+	ck_assert_uint_eq(st->n, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(d);
+	store_close(st);
+}
+
 /* The header's `unlocked` of the segment mapped at @p base. */
 static uint32_t header_unlocked(void *base)
 {
@@ -1658,11 +1703,7 @@ START_TEST(test_restart_store_pin_idle)
 	store_drain(&st);
 	ck_assert_uint_eq(st.n, n);
 
-	daemon_kill9(&d);
-	pinshm_disconnect(c);
-	spawn_with_store_opts(&d, &st, &idle_opts);
-	daemon_wait_ready(&d);
-	c = connect_ok(&d);
+	c = idle_restart_from_store(&d, &st, c);
 	for (unsigned i = 0; i < n; i++) {
 		CLIENT_RC(c, pinshm_stat(c, chans[i].name, &e), 0);
 		ck_assert_msg(e.pin_idle == chans[i].kept, "'%s': pin_idle %u after the restart, not %u",
@@ -1706,21 +1747,14 @@ START_TEST(test_restart_store_v1_record)
 {
 	struct daemon d;
 	struct store st;
-	pinshm_channel_attr_t attr;
 	pinshm_list_entry_t e;
 	pinshm_status_t s;
 	char num[RECORD_NUMBERS][32], name[PINSHM_NAME_MAX + 1], want[64];
 	struct stat sa, sb;
+	uint64_t size;
+	bool pinned;
 
-	idle_daemon_start(&d, &st);
-	pinshm_client_t *c = connect_ok(&d);
-	attr_small(&attr, 1, 1);
-	CLIENT_RC(c, pinshm_create_full(c, "old", &attr, 0640, PINSHM_PERSISTENT, PINSHM_NODE_ANY, 5), 0);
-	CLIENT_RC(c, pinshm_stat(c, "old", &e), 0);
-	uint64_t size = e.size;
-	bool pinned = e.state & PINSHM_LIST_PINNED;
-	store_drain(&st);
-	ck_assert_uint_eq(st.n, 1);
+	pinshm_client_t *c = idle_stored_channel(&d, &st, "old", 0640, 5, &size, &pinned);
 	if (strncmp(st.name[0], "pinshm.1.", 9) != 0) { /* (a daemon before version 2 wrote it so) */
 		record_split(st.name[0], num, name);
 		ck_assert_str_eq(num[RECORD_NUMBERS - 1], "5");
@@ -1730,11 +1764,7 @@ START_TEST(test_restart_store_v1_record)
 	void *base = map_segment(st.fd[0]);
 	atomic_store(&((struct seg_header *)base)->unlocked, 1); /* as the older daemon left it */
 
-	daemon_kill9(&d);
-	pinshm_disconnect(c);
-	spawn_with_store_opts(&d, &st, &idle_opts);
-	daemon_wait_ready(&d);
-	c = connect_ok(&d);
+	c = idle_restart_from_store(&d, &st, c);
 	CLIENT_RC(c, pinshm_stat(c, "old", &e), 0);
 	ck_assert_msg(e.pin_idle == IDLE_DEFAULT, "pin_idle %u, not the configured %u", e.pin_idle, IDLE_DEFAULT);
 	ck_assert_uint_eq(e.mode, 0640);
@@ -1757,14 +1787,8 @@ START_TEST(test_restart_store_v1_record)
 	ck_assert_int_eq(fstat(st.fd[0], &sb), 0);
 	ck_assert(sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino);
 
-	CLIENT_RC(c, pinshm_unlink(c, "old"), 0);
-	wait_counts(c, 1, 0);
-	store_drain(&st);
-	ck_assert_uint_eq(st.n, 0);
 	munmap(base, size);
-	pinshm_disconnect(c);
-	daemon_stop_ok(&d);
-	store_close(&st);
+	idle_unlink_and_stop(&d, &st, c, "old");
 }
 END_TEST
 
@@ -1782,21 +1806,14 @@ START_TEST(test_restart_store_bad_records)
 	       B_V1_UID_WRAP, B_COUNT };
 	struct daemon d;
 	struct store st;
-	pinshm_channel_attr_t attr;
 	pinshm_list_entry_t e;
 	pinshm_status_t s;
 	char num[RECORD_NUMBERS][32], bad[RECORD_NUMBERS][32], name[PINSHM_NAME_MAX + 1], rec[256], bname[16];
 	size_t total;
+	uint64_t size;
+	bool pinned;
 
-	idle_daemon_start(&d, &st);
-	pinshm_client_t *c = connect_ok(&d);
-	attr_small(&attr, 1, 1);
-	CLIENT_RC(c, pinshm_create_full(c, "good", &attr, 0600, PINSHM_PERSISTENT, PINSHM_NODE_ANY, 9), 0);
-	CLIENT_RC(c, pinshm_stat(c, "good", &e), 0);
-	uint64_t size = e.size;
-	bool pinned = e.state & PINSHM_LIST_PINNED;
-	store_drain(&st);
-	ck_assert_uint_eq(st.n, 1);
+	pinshm_client_t *c = idle_stored_channel(&d, &st, "good", 0600, 9, &size, &pinned);
 	record_split(st.name[0], num, name);
 	for (int b = 0; b < B_COUNT; b++) {
 		const char *version = "2";
@@ -1822,11 +1839,7 @@ START_TEST(test_restart_store_bad_records)
 		store_add(&st, rec, st.fd[0]);
 	}
 
-	daemon_kill9(&d);
-	pinshm_disconnect(c);
-	spawn_with_store_opts(&d, &st, &idle_opts);
-	daemon_wait_ready(&d);
-	c = connect_ok(&d);
+	c = idle_restart_from_store(&d, &st, c);
 	ck_assert_msg(list_find(c, "good", &e, &total), "the good record was not adopted");
 	ck_assert_uint_eq(e.pin_idle, 9);
 	ck_assert_uint_eq(total, 1);
@@ -1844,14 +1857,7 @@ START_TEST(test_restart_store_bad_records)
 	store_drain(&st);
 	ck_assert_msg(st.n == 1, "%u records in the store, not 1", st.n);
 	ck_assert_uint_eq(store_find_channel(&st, "good"), 0);
-
-	CLIENT_RC(c, pinshm_unlink(c, "good"), 0);
-	wait_counts(c, 1, 0);
-	store_drain(&st);
-	ck_assert_uint_eq(st.n, 0);
-	pinshm_disconnect(c);
-	daemon_stop_ok(&d);
-	store_close(&st);
+	idle_unlink_and_stop(&d, &st, c, "good");
 }
 END_TEST
 
