@@ -680,6 +680,23 @@ static inline void prefetch_rest(const uint8_t *ring, uint64_t cap, uint64_t pos
 }
 
 /*
+ * A poll that found no record at @p pos also asks for the line after pos's
+ * line.  A record longer than what its first line holds is otherwise
+ * fetched one line after the other: its commit word's line first, and the
+ * rest only once that word is seen (prefetch_rest()).  Asked for at every
+ * poll, the next line comes while the commit word's line does, or is
+ * already here.  MPI one-way latency, 2 ranks, vCPUs far apart (a cache
+ * line takes 200 ns one way), alternating rounds: 64 bytes (a 2-line
+ * record) 0.388 -> 0.294 us, 512 bytes 0.466 -> 0.443; 0 and 8 bytes
+ * and every size close together unchanged.  A prefetch is only a hint: it
+ * reads nothing this code relies on and faults on no address.
+ */
+static inline void prefetch_next_line(const uint8_t *ring, uint64_t cap, uint64_t pos)
+{
+	__builtin_prefetch(ring + (((pos | (PINSHM_CACHELINE - 1)) + 1) & (cap - 1)));
+}
+
+/*
  * Sequential consumers: the next record of @p lane at this handle's cursor.
  * @return 0 (taken unless @p peek), -EAGAIN, -EMSGSIZE (longer than
  * @p max_len, left in place), -EBADMSG.  Inlined into each caller: it is
@@ -724,8 +741,10 @@ static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_cha
 			}
 			/* At our cursor the producer writes only zero (ahead of
 			 * time) and then the record: anything else is damage. */
-			if (word == 0)
+			if (word == 0) {
+				prefetch_next_line(ring, cap, pos);
 				return -EAGAIN;
+			}
 			return corrupt_record(ch, lane, pos);
 		}
 		if (rec_state(word) == REC_PADDING) {
