@@ -1332,6 +1332,72 @@ START_TEST(test_multi_producer)
 END_TEST
 
 /*
+ * A consumer of a few lanes takes them in turn (round robin), whichever
+ * receive call it makes: with 4 producers that each have 3 messages
+ * waiting, 12 receives give producers 3 0 1 2 3 0 1 2 3 0 1 2 (the turn
+ * starts after producer 2, which gave the last message).  A skipped record
+ * (padding, here after a producer wrapped) does not break the turn.
+ */
+START_TEST(test_round_robin_calls)
+{
+	enum { P = 4, EACH = 3, CALLS = 4 };
+	char why[200];
+
+	for (unsigned call = 0; call < CALLS; call++) {
+		struct lanes q;
+		uint64_t sent[P] = {0};
+
+		lanes_open(&q, P);
+		/* Producer 2 is near the end of its lane: its records wrap, after padding. */
+		for (unsigned k = 0; k < 31; k++) {
+			size_t len;
+			TU_RC(pinshm_send(q.p[2], sbuf, 112, PINSHM_NONBLOCK), 0);
+			TU_RC(pinshm_recv(q.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK), 0);
+		}
+		for (unsigned k = 0; k < EACH; k++)
+			for (unsigned w = 0; w < P; w++) {
+				size_t len = tu_msg_len(w, sent[w], 200);
+				tu_msg_fill(sbuf, len, w, sent[w]++);
+				TU_RC(pinshm_send(q.p[w], sbuf, len, PINSHM_NONBLOCK), 0);
+			}
+		for (unsigned i = 0; i < P * EACH; i++) {
+			pinshm_msg_t m;
+			size_t len = 0;
+			const void *data = rbuf;
+			uint32_t who;
+			uint64_t seq;
+			int rc;
+			switch (call) {
+			case 0:
+				rc = pinshm_recv(q.c, rbuf, sizeof(rbuf), &len, PINSHM_NONBLOCK);
+				break;
+			case 1:
+				rc = pinshm_recv(q.c, rbuf, sizeof(rbuf), &len, 1000);
+				break;
+			case 2:
+				rc = pinshm_recv_inplace(q.c, &m, PINSHM_NONBLOCK);
+				data = m.data, len = m.len;
+				break;
+			default:
+				rc = pinshm_recv_batch(q.c, &m, 1, 1000);
+				rc = rc == 1 ? 0 : rc;
+				data = m.data, len = m.len;
+				break;
+			}
+			TU_RC(rc, 0);
+			ck_assert_msg(tu_msg_check(data, len, 200, &who, &seq, why, sizeof(why)) == 0, "%s", why);
+			ck_assert_msg(who == (3 + i) % P && seq == i / P, "call %u, receive %u: producer %u seq %llu", call, i,
+				      who, (unsigned long long)seq);
+			if (call >= 2)
+				TU_RC(pinshm_release(q.c, &m), 0);
+		}
+		expect_empty(q.c);
+		lanes_close(&q);
+	}
+}
+END_TEST
+
+/*
  * A consumer of many lanes looks quickly, while it spins, at the lanes that
  * gave it messages lately and at a few others in turn: a message on another
  * lane is still taken within a round of the lanes however busy those are.
@@ -2150,6 +2216,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_close_drops_reservation);
 	tcase_add_test(tc, test_shared_queue);
 	tcase_add_test(tc, test_multi_producer);
+	tcase_add_test(tc, test_round_robin_calls);
 	tcase_add_test(tc, test_many_lanes_fair);
 	tcase_add_loop_test(tc, test_quick_polls, 0, 2);
 	tcase_add_loop_test(tc, test_oversize_met_again, 0, 3);
