@@ -96,11 +96,17 @@ static int shared_read(const struct seg_geometry *g, uint8_t *ring, _Atomic uint
 
 /* ---- producer ------------------------------------------------------------ */
 
+/* The steps of a send (reserve, reserve_attempt, stage_reserved,
+ * publish_record, commit_reserved, producer_publish, producer_wake) are
+ * always inlined into the calls that make them: left to itself, GCC (LTO)
+ * called each.  A send and a receive on one core: 7.5% fewer instructions
+ * (callgrind), 10 to 15% less time; MPI one-way latency, see the commit. */
+
 /* Publish the tail, the last record and the message count (once per call,
  * not per record): a subscriber joining a topic starts from the tail, one
  * lapped on an overrun topic from the last record.  The byte count rides
  * along for the statistics (same line, no ordering needed). */
-static void producer_publish(pinshm_channel_t *ch)
+static inline __attribute__((always_inline)) void producer_publish(pinshm_channel_t *ch)
 {
 	atomic_store_explicit(&ch->lane->messages, ch->seq, memory_order_relaxed);
 	atomic_store_explicit(&ch->lane->bytes, ch->bytes, memory_order_relaxed);
@@ -292,7 +298,7 @@ void producer_notify_armed(pinshm_channel_t *ch)
 }
 
 /* Wake consumers asleep on the futex or armed on an eventfd. */
-static void producer_wake(pinshm_channel_t *ch)
+static inline __attribute__((always_inline)) void producer_wake(pinshm_channel_t *ch)
 {
 	ch->wake_pending = false;
 	if (!wait_has_sleepers(&ch->hdr->data))
@@ -307,7 +313,7 @@ struct reserve_args {
 };
 
 /* Reserve room for a record of @p len bytes without waiting. */
-static int reserve_attempt(void *arg, bool quick)
+static inline __attribute__((always_inline)) int reserve_attempt(void *arg, bool quick)
 {
 	(void)quick; /* one lane: always all of it */
 	struct reserve_args *a = arg;
@@ -344,7 +350,7 @@ static int reserve_attempt(void *arg, bool quick)
 	return 0;
 }
 
-static int reserve(pinshm_channel_t *ch, size_t len, int timeout_ms)
+static inline __attribute__((always_inline)) int reserve(pinshm_channel_t *ch, size_t len, int timeout_ms)
 {
 	struct reserve_args args = { ch, len };
 	int rc;
@@ -374,7 +380,7 @@ static inline void *reserved_payload(pinshm_channel_t *ch)
  * first and publishes them together, so that a consumer polling the first
  * one does not pull each line away while the producer writes it.
  */
-static void stage_reserved(pinshm_channel_t *ch, size_t len)
+static inline __attribute__((always_inline)) void stage_reserved(pinshm_channel_t *ch, size_t len)
 {
 	uint64_t cap = ch->g.capacity;
 	struct record_header *rec = rec_at(ch->ring, cap, ch->resv_pos);
@@ -395,7 +401,7 @@ static void stage_reserved(pinshm_channel_t *ch, size_t len)
 }
 
 /* Publish a staged record at @p pos, and the padding at @p start before it. */
-static void publish_record(pinshm_channel_t *ch, uint64_t start, uint64_t pos)
+static inline __attribute__((always_inline)) void publish_record(pinshm_channel_t *ch, uint64_t start, uint64_t pos)
 {
 	uint64_t cap = ch->g.capacity;
 
@@ -406,7 +412,7 @@ static void publish_record(pinshm_channel_t *ch, uint64_t start, uint64_t pos)
 				      memory_order_release);
 }
 
-static void commit_reserved(pinshm_channel_t *ch, size_t len)
+static inline __attribute__((always_inline)) void commit_reserved(pinshm_channel_t *ch, size_t len)
 {
 	uint64_t start = ch->resv_start, pos = ch->resv_pos;
 
