@@ -743,10 +743,32 @@ static void on_record(const void *data, size_t len)
 	}
 }
 
+/*
+ * The record taken last is released by the next look at the inbound queue,
+ * not before the call it completed returns: a blocking receive's caller
+ * then gets its message, and the sender its reply, a release sooner (the
+ * release's store and its look at the producers' wait line are off the
+ * message's trip).  Its room is held only until the rank's next progress,
+ * which every call that waits makes, so no sender waits on it for long.
+ */
+static pinshm_msg_t last_taken;
+static bool holding_last;
+
+static void release_last(void)
+{
+	if (holding_last) {
+		holding_last = false;
+		if (pm.in) /* closed, and with it released, at MPI_Finalize */
+			pinshm_release(pm.in, &last_taken);
+	}
+}
+
 static void take_message(pinshm_msg_t *m)
 {
 	on_record(m->data, m->len);
-	pinshm_release(pm.in, m);
+	release_last();
+	last_taken = *m;
+	holding_last = true;
 }
 
 /* Whether a blocking call waiting for @p op may return. */
@@ -763,6 +785,7 @@ static bool wait_over(const struct pm_op *op)
 static int drain_inbound(int timeout_ms)
 {
 	int did = 0;
+	release_last();
 	for (; did < 64 && !(pm.watch && wait_over(pm.watch)); did++) {
 		pinshm_msg_t m;
 		int rc = pinshm_recv_inplace(pm.in, &m, did ? PINSHM_NONBLOCK : timeout_ms);
