@@ -952,9 +952,9 @@ static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek
  * max_len.  At anything else at a cursor (padding, a record too long, a
  * word of another lap, damage) it stops and returns TAKE_LOOK, having
  * taken nothing: take() then decides, in the same order.  TAKE_EMPTY when
- * every lane's word is 0.  Inlined into the receive calls and the attempt
- * of their waits: the steps between seeing a record and returning it are
- * the consumer's part of a message's trip.
+ * every lane's word is 0.  Every receive's attempt (recv_attempt(), also
+ * at each poll of a wait's spin) looks so first: the steps between seeing
+ * a record and returning it are the consumer's part of a message's trip.
  */
 static inline __attribute__((always_inline)) int take_ready(pinshm_channel_t *ch, struct taken *t, size_t max_len)
 {

@@ -745,11 +745,11 @@ static void on_record(const void *data, size_t len)
 
 /*
  * The record taken last is released by the next look at the inbound queue,
- * not before the call it completed returns: a blocking receive's caller
- * then gets its message, and the sender its reply, a release sooner (the
- * release's store and its look at the producers' wait line are off the
- * message's trip).  Its room is held only until the rank's next progress,
- * which every call that waits makes, so no sender waits on it for long.
+ * not before the call it completed returns: a blocking receive returns,
+ * and its caller's reply leaves, without waiting for the release (its
+ * store and its look at the producers' wait line).  Its room is held only
+ * until the rank's next progress, which every call that waits makes, so
+ * no sender waits on it for long.
  */
 static pinshm_msg_t last_taken;
 static bool holding_last;
