@@ -382,6 +382,40 @@ static int keep_ref(struct adopt *a, struct channel *ch)
 	return 0;
 }
 
+/* The channel whose segment is the file @p st, if the registry has it. */
+static struct channel *find_segment(struct registry *r, const struct stat *st)
+{
+	struct stat other;
+
+	/* The size first: an fstat() only for the channels of the same size. */
+	for (struct channel *ch = r->first; ch; ch = ch->next)
+		if ((off_t)ch->seg.size == st->st_size && fstat(ch->seg.fd, &other) == 0 && other.st_dev == st->st_dev &&
+		    other.st_ino == st->st_ino)
+			return ch;
+	return NULL;
+}
+
+/* Close @p fd, named @p fdname, a second record of the segment @p st of
+ * @p ch, adopted from an earlier one: not a second channel, nor a second
+ * charge.  Its record leaves the store; where it bears the name of @p ch's
+ * own, that removal takes both (FDSTOREREMOVE drops every descriptor of a
+ * name), so @p ch is stored again under it. */
+static void adopt_duplicate(struct channel *ch, int fd, const char *fdname, const struct stat *st)
+{
+	char own[300];
+
+	log_warn("descriptor store: '%.300s' is a second record of the segment of channel '%s' (device %llu, "
+		 "inode %llu): closed, not adopted twice",
+		 fdname, ch->name, (unsigned long long)st->st_dev, (unsigned long long)st->st_ino);
+	close(fd);
+	if (!service_mode())
+		return;
+	store_remove(fdname);
+	record_name(ch, own, sizeof(own));
+	if (strcmp(own, fdname) == 0)
+		ch->stored = adopt_store(ch);
+}
+
 /* Adopt descriptor @p fd named @p fdname.  @return 0, or -errno (logged). */
 static int adopt_one(struct adopt *a, int fd, const char *fdname)
 {
@@ -406,6 +440,11 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 		snprintf(why, sizeof(why), "the record names inode %llu, not the descriptor's", rec.ino);
 		rc = -EINVAL;
 		goto fail;
+	}
+	struct channel *first = find_segment(r, &st);
+	if (first) {
+		adopt_duplicate(first, fd, fdname, &st);
+		return -EEXIST;
 	}
 	ch = calloc(1, sizeof(*ch));
 	if (ch)
@@ -576,19 +615,6 @@ void adopt_fini(struct adopt *a)
 	a->nfds = 0;
 	a->grace_end = 0;
 	registry_client_forget(&a->keep); /* the registry goes next, without reaping */
-}
-
-/* The channel whose segment is the file @p st, if the registry has it. */
-static struct channel *find_segment(struct registry *r, const struct stat *st)
-{
-	struct stat other;
-
-	/* The size first: an fstat() only for the channels of the same size. */
-	for (struct channel *ch = r->first; ch; ch = ch->next)
-		if ((off_t)ch->seg.size == st->st_size && fstat(ch->seg.fd, &other) == 0 && other.st_dev == st->st_dev &&
-		    other.st_ino == st->st_ino)
-			return ch;
-	return NULL;
 }
 
 struct endpoint_check {

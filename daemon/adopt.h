@@ -44,7 +44,11 @@
  * unlocked it for want of use (the header's `unlocked` is cleared); the
  * idle scan may unlock it again after its pin_idle.  A
  * descriptor that fails a check, or whose owner's limits refuse it, is
- * logged and closed (its users keep their mappings, unmanaged).  Then each
+ * logged and closed (its users keep their mappings, unmanaged).  A second
+ * record of a segment already adopted (the same st_dev and st_ino) is
+ * closed and logged, not a second channel nor a second charge; its record
+ * leaves the store, and where it bore the first's name (FDSTOREREMOVE
+ * takes both) the channel is stored again.  Then each
  * stored eventfd is kept again for its endpoint, where its record names a
  * channel adopted from the store exactly (name, device and inode: one
  * lookup by name) and it is an eventfd (a record of no such channel, of

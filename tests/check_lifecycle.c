@@ -20,7 +20,8 @@
  *   (records of version 2); a record of version 1 (an older daemon's) gets
  *   the configured default, as a hand-back does (ADOPT carries none); a
  *   malformed record is refused; a segment a previous daemon had unlocked
- *   is locked again, charged once.
+ *   is locked again, charged once; two records of one segment are one
+ *   channel, charged once, and one record in the store after.
  * - reap: a producer that dies while no daemon runs (its pid maybe reused
  *   since), or that lives on without coming back (in a PID namespace of its
  *   own too) and dies later: the restarted daemon reaps its endpoint, its
@@ -1861,6 +1862,145 @@ START_TEST(test_restart_store_bad_records)
 }
 END_TEST
 
+/* How the store holds a second record of one channel's segment, beside
+ * the record the daemon wrote (test_restart_store_duplicate). */
+enum { DUP_SAME, DUP_V1_FIRST, DUP_V1_FIRST_DEFAULT, DUP_V1_AFTER, DUP_OTHER_NAME, DUP_COUNT };
+static const char *const dup_what[DUP_COUNT] = {
+	[DUP_SAME] = "the same record twice",
+	[DUP_V1_FIRST] = "a record of version 1, then the one of version 2",
+	[DUP_V1_FIRST_DEFAULT] = "the same, of a channel of the default pin_idle",
+	[DUP_V1_AFTER] = "the record of version 2, then one of version 1",
+	[DUP_OTHER_NAME] = "a second record under another channel name",
+};
+
+/* A second open file description of the file that @p fd is (through its
+ * /proc link): systemd keeps it as an entry of its own, where it drops a
+ * dup() of a descriptor it holds. */
+static int reopen_fd(int fd)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	int other = open(path, O_RDWR | O_CLOEXEC);
+	ck_assert_msg(other >= 0, "%s: %s", path, strerror(errno));
+	return other;
+}
+
+/* The bytes charged to the test's user (its quota's count) by the daemon
+ * of @p c, and how many channels it owns in *@p channels. */
+static uint64_t charged_to_me(pinshm_client_t *c, uint32_t *channels)
+{
+	pinshm_status_t s;
+	pinshm_user_usage_t *u = NULL;
+	size_t n = 0;
+	uint64_t charged = 0;
+
+	*channels = 0;
+	CLIENT_RC(c, pinshm_status(c, &s, &u, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (u[i].uid == getuid()) {
+			charged = u[i].charged;
+			*channels = u[i].channels;
+		}
+	free(u);
+	return charged;
+}
+
+/* After a restart in case @p k: channel "dup" is the only one, charged
+ * once, and the store holds one record of it (version 2, its name, its
+ * segment @p seg). */
+static void dup_check_adopted_once(int k, struct store *st, pinshm_client_t *c, const struct stat *seg,
+				   uint32_t pin_idle, uint64_t size, const char *when)
+{
+	pinshm_list_entry_t e;
+	char num[RECORD_NUMBERS][32], name[PINSHM_NAME_MAX + 1], want[16];
+	size_t total;
+	uint32_t channels;
+	struct stat sb;
+
+	ck_assert_msg(list_find(c, "dup", &e, &total), "case %d (%s), %s: 'dup' not adopted", k, dup_what[k],
+		      when);
+	ck_assert_msg(total == 1, "case %d (%s), %s: %zu channels listed, not 1", k, dup_what[k], when, total);
+	ck_assert_uint_eq(e.pin_idle, pin_idle);
+	uint64_t charged = charged_to_me(c, &channels);
+	ck_assert_msg(channels == 1 && charged == size,
+		      "case %d (%s), %s: the user owns %u channels, charged %llu bytes, not 1 and %llu", k,
+		      dup_what[k], when, channels, (unsigned long long)charged, (unsigned long long)size);
+	store_drain(st);
+	ck_assert_msg(st->n == 1, "case %d (%s), %s: %u records in the store, not 1", k, dup_what[k], when, st->n);
+	record_split(st->name[0], num, name);
+	ck_assert_str_eq(name, "dup");
+	snprintf(want, sizeof(want), "%u", pin_idle);
+	ck_assert_str_eq(num[RECORD_NUMBERS - 1], want);
+	ck_assert_int_eq(fstat(st->fd[0], &sb), 0);
+	ck_assert(seg->st_dev == sb.st_dev && seg->st_ino == sb.st_ino);
+}
+
+/*
+ * The store hands the restarted daemon two records of one segment (the
+ * same st_dev and st_ino, the second a descriptor of its own, as systemd
+ * keeps one not dup()ed from the first): the same record twice, a record
+ * of version 1 before or after the one of version 2 (its channel of
+ * pin_idle 9, or of the configured one, which the record of version 1
+ * gets back), or one under another channel name.  The first is adopted,
+ * once: one channel, charged once; the second is closed and logged, and
+ * the store ends with one record of the channel, which a second restart
+ * adopts again.  Before, the second was adopted as a channel of its own
+ * where its name was free (two channels on one segment, charged twice),
+ * and refused as a name taken otherwise, its record removed by name: with
+ * the name of the first's (the same record twice; version 1 first, its
+ * channel of the default pin_idle, stored again as version 2 under the
+ * very name of the other), that removal took the first's too
+ * (FDSTOREREMOVE drops every descriptor of a name), and the next restart
+ * lost the channel.
+ */
+START_TEST(test_restart_store_duplicate)
+{
+	struct daemon d;
+	struct store st;
+	char num[RECORD_NUMBERS][32], name[PINSHM_NAME_MAX + 1], v1[256], v2[256], other[256];
+	const char *line = "a second record of the segment of channel 'dup'";
+	struct stat sa;
+	uint64_t size;
+	bool pinned;
+
+	uint32_t asked = _i == DUP_V1_FIRST_DEFAULT ? PINSHM_PIN_DEFAULT : 9;
+	pinshm_client_t *c = idle_stored_channel(&d, &st, "dup", 0600, asked, &size, &pinned);
+	snprintf(v2, sizeof(v2), "%s", st.name[0]);
+	record_split(v2, num, name);
+	record_join(v1, sizeof(v1), "1", num, RECORD_NUMBERS - 1, name);
+	record_join(other, sizeof(other), "2", num, RECORD_NUMBERS, "other");
+	ck_assert_int_eq(fstat(st.fd[0], &sa), 0);
+	int second = reopen_fd(st.fd[0]);
+	switch (_i) {
+	case DUP_SAME: store_add(&st, v2, second); break;
+	case DUP_V1_FIRST:
+	case DUP_V1_FIRST_DEFAULT:
+		snprintf(st.name[0], sizeof(st.name[0]), "%s", v1);
+		store_add(&st, v2, second);
+		break;
+	case DUP_V1_AFTER: store_add(&st, v1, second); break;
+	case DUP_OTHER_NAME: store_add(&st, other, second); break;
+	}
+	close(second);
+
+	/* Adopted from the first record: of version 1, the configured pin_idle. */
+	uint32_t pin_idle = _i == DUP_V1_FIRST || _i == DUP_V1_FIRST_DEFAULT ? IDLE_DEFAULT : 9;
+	c = idle_restart_from_store(&d, &st, c);
+	dup_check_adopted_once(_i, &st, c, &sa, pin_idle, size, "after the restart");
+	ck_assert_msg(daemon_log_has(&d, line), "case %d (%s): no log line '%s'", _i, dup_what[_i], line);
+	if (pinned) {
+		pinshm_status_t s;
+		CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
+		ck_assert_uint_eq(s.pinned, size);
+	}
+
+	c = idle_restart_from_store(&d, &st, c);
+	dup_check_adopted_once(_i, &st, c, &sa, pin_idle, size, "after a second restart");
+	idle_unlink_and_stop(&d, &st, c, "dup");
+}
+END_TEST
+
 /*
  * A hand-back (ADOPT) carries no pin_idle, and no reply of the daemon tells
  * a client a channel's (only a STAT, which pinshm_reconnect() does not
@@ -2790,6 +2930,7 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_restart_store_pin_idle);
 	tcase_add_test(tc, test_restart_store_v1_record);
 	tcase_add_test(tc, test_restart_store_bad_records);
+	tcase_add_loop_test(tc, test_restart_store_duplicate, 0, DUP_COUNT);
 	tcase_add_test(tc, test_restart_handback_pin_idle);
 	tcase_add_test(tc, test_adopt_unlocked_header);
 	suite_add_tcase(s, tc);
