@@ -287,8 +287,7 @@ void daemon_cleanup_dir(struct daemon *d)
 	rmdir(d->dir);
 }
 
-/* SIGTERM, and check that it exits 0 in time (SIGKILL otherwise). */
-static void daemon_term_ok(struct daemon *d)
+void daemon_term_ok(struct daemon *d)
 {
 	char buf[32];
 

@@ -152,8 +152,12 @@ int daemon_wait_exit(struct daemon *d, int ms);
 /** Remove the daemon's folder and what it and the tests leave there. */
 void daemon_cleanup_dir(struct daemon *d);
 
-/** SIGTERM, and check that it exits 0 in time (SIGKILL otherwise), that it
- * removed its socket; then daemon_cleanup_dir().  The daemon must run. */
+/** SIGTERM, and check that it exits 0 in time (SIGKILL otherwise; d->pid 0
+ * after either way).  Its folder is kept: the test goes on with it. */
+void daemon_term_ok(struct daemon *d);
+
+/** daemon_term_ok(), then check that it removed its socket; then
+ * daemon_cleanup_dir().  The daemon must run. */
 void daemon_stop_ok(struct daemon *d);
 
 /** As daemon_stop_ok(), but a daemon already waited for (pid 0) is only
