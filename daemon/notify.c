@@ -18,12 +18,9 @@
 /* When a send last waited its limit in vain (0: not since one got through). */
 static uint64_t gave_up_at;
 
-int notify_systemd(const char *state)
-{
-	return notify_systemd_fd(state, -1);
-}
-
-int notify_systemd_fd(const char *state, int fd)
+/* Send @p state with @p fd (-1: none); @p may_wait: as notify.h says,
+ * else never waiting. */
+static int send_state(const char *state, int fd, bool may_wait)
 {
 	const char *path = getenv("NOTIFY_SOCKET");
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -50,7 +47,7 @@ int notify_systemd_fd(const char *state, int fd)
 	 * was given up, sends do not wait at all until one gets through or
 	 * NOTIFY_BACKOFF_MS pass: a manager that stopped reading costs the
 	 * loop a second now and then, not at every request. */
-	bool patient = clock_now_ms() >= gave_up_at + NOTIFY_BACKOFF_MS || gave_up_at == 0;
+	bool patient = may_wait && (clock_now_ms() >= gave_up_at + NOTIFY_BACKOFF_MS || gave_up_at == 0);
 	struct timeval limit = {.tv_sec = NOTIFY_SEND_LIMIT_MS / 1000, .tv_usec = NOTIFY_SEND_LIMIT_MS % 1000 * 1000};
 	if (patient && setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) != 0) {
 		int err = errno;
@@ -80,4 +77,19 @@ int notify_systemd_fd(const char *state, int fd)
 		gave_up_at = 0;
 	close(sock);
 	return err ? -err : 1;
+}
+
+int notify_systemd(const char *state)
+{
+	return send_state(state, -1, true);
+}
+
+int notify_systemd_fd(const char *state, int fd)
+{
+	return send_state(state, fd, true);
+}
+
+int notify_systemd_try(const char *state, int fd)
+{
+	return send_state(state, fd, false);
 }

@@ -4,7 +4,8 @@
  *
  * Under a unit of Type=notify, pinshmd sends READY=1 once it listens,
  * RELOADING=1 then READY=1 around a reload, STOPPING=1 when it stops,
- * and keeps its channels' segments in the descriptor store (adopt.h).
+ * and keeps its channels' segments in the descriptor store (adopt.h,
+ * through fdstore.h).
  * Without $NOTIFY_SOCKET (not started by systemd) every call does nothing.
  */
 #ifndef PINSHMD_NOTIFY_H
@@ -28,5 +29,10 @@ int notify_systemd(const char *state);
 /** notify_systemd() with descriptor @p fd (-1: none) passed along
  *  (SCM_RIGHTS), as FDSTORE=1 wants. */
 int notify_systemd_fd(const char *state, int fd);
+
+/** notify_systemd_fd() that never waits: -ETIMEDOUT at once where the
+ *  queue is full (nor does it put off the sends after it); one that gets
+ *  through ends a NOTIFY_BACKOFF_MS as any does. */
+int notify_systemd_try(const char *state, int fd);
 
 #endif /* PINSHMD_NOTIFY_H */
