@@ -17,8 +17,8 @@
 #include "clock.h"
 #include "adopt.h"
 #include "channel.h"
+#include "fdstore.h"
 #include "log.h"
-#include "notify.h"
 
 #define ADOPT_KEEPER_ID UINT64_MAX /* the grace's pseudo-connection */
 
@@ -62,38 +62,25 @@ static void record_name(const struct channel *ch, char *buf, size_t len)
 
 bool adopt_store(const struct channel *ch)
 {
-	char state[400], name[300];
+	char name[FDSTORE_NAME_MAX];
 
 	if (!service_mode())
 		return false;
 	record_name(ch, name, sizeof(name));
-	snprintf(state, sizeof(state), "FDSTORE=1\nFDNAME=%s", name);
-	int rc = notify_systemd_fd(state, ch->seg.fd);
+	int rc = fdstore_put(name, ch->seg.fd);
 	if (rc < 0)
 		log_warn("channel '%s': not kept in the descriptor store: %s", ch->name, strerror(-rc));
 	return rc >= 0;
 }
 
-/* Drop the store's record @p fdname (FDSTOREREMOVE=1).  One lost is logged:
- * the next start finds the record and takes its descriptor as it finds it. */
-static void store_remove(const char *fdname)
-{
-	char state[400];
-
-	snprintf(state, sizeof(state), "FDSTOREREMOVE=1\nFDNAME=%s", fdname);
-	int rc = notify_systemd(state);
-	if (rc < 0)
-		log_warn("descriptor store: '%s' not removed: %s", fdname, strerror(-rc));
-}
-
 void adopt_unstore(const struct channel *ch)
 {
-	char name[300];
+	char name[FDSTORE_NAME_MAX];
 
 	if (!service_mode())
 		return;
 	record_name(ch, name, sizeof(name));
-	store_remove(name);
+	fdstore_remove(name);
 }
 
 #define NOTIFY_PREFIX "pinshm-efd."   /* any eventfd record, this version's or not */
@@ -113,13 +100,12 @@ static void notify_record_name(const struct channel *ch, unsigned endpoint, char
 
 void adopt_store_notify(const struct channel *ch, unsigned endpoint)
 {
-	char state[200], name[100];
+	char name[100];
 
 	if (!service_mode() || !ch->stored)
 		return; /* only beside its channel's record: a channel handed back is not there */
 	notify_record_name(ch, endpoint, name, sizeof(name));
-	snprintf(state, sizeof(state), "FDSTORE=1\nFDNAME=%s", name);
-	int rc = notify_systemd_fd(state, ch->notify_fd[endpoint - ch->g.max_producers]);
+	int rc = fdstore_put(name, ch->notify_fd[endpoint - ch->g.max_producers]);
 	if (rc < 0)
 		log_warn("channel '%s': endpoint %u's eventfd not kept in the descriptor store: %s", ch->name,
 			 endpoint, strerror(-rc));
@@ -132,7 +118,7 @@ void adopt_unstore_notify(const struct channel *ch, unsigned endpoint)
 	if (!service_mode() || !ch->stored)
 		return;
 	notify_record_name(ch, endpoint, name, sizeof(name));
-	store_remove(name);
+	fdstore_remove(name);
 }
 
 unsigned adopt_take_listen_fds(struct adopt *a)
@@ -402,7 +388,7 @@ static struct channel *find_segment(struct registry *r, const struct stat *st)
  * name), so @p ch is stored again under it. */
 static void adopt_duplicate(struct channel *ch, int fd, const char *fdname, const struct stat *st)
 {
-	char own[300];
+	char own[FDSTORE_NAME_MAX];
 
 	log_warn("descriptor store: '%.300s' is a second record of the segment of channel '%s' (device %llu, "
 		 "inode %llu): closed, not adopted twice",
@@ -410,7 +396,7 @@ static void adopt_duplicate(struct channel *ch, int fd, const char *fdname, cons
 	close(fd);
 	if (!service_mode())
 		return;
-	store_remove(fdname);
+	fdstore_remove(fdname);
 	record_name(ch, own, sizeof(own));
 	if (strcmp(own, fdname) == 0)
 		ch->stored = adopt_store(ch);
@@ -485,7 +471,7 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 		/* In the store again under this version's record, the old one
 		 * removed first: systemd keeps a descriptor it has once, under
 		 * its first name, and would ignore the new one. */
-		store_remove(fdname);
+		fdstore_remove(fdname);
 		ch->stored = adopt_store(ch);
 	}
 	if (!ch->persistent && keep_ref(a, ch) != 0)
@@ -509,7 +495,7 @@ fail:
 		close(fd);
 unstore: /* Out of the store too: systemd would hand it back at every start. */
 	if (service_mode())
-		store_remove(fdname);
+		fdstore_remove(fdname);
 	return rc;
 }
 
@@ -552,7 +538,7 @@ static void adopt_notify_fd(struct registry *r, int fd, const char *fdname)
 	if (fd >= 0)
 		close(fd);
 	if (service_mode())
-		store_remove(fdname);
+		fdstore_remove(fdname);
 }
 
 unsigned adopt_listen_fds(struct adopt *a, struct registry *reg)

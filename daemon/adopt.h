@@ -25,7 +25,8 @@
  * parsed strictly (digits only, no leading zero, each number within its
  * field, a valid name): anything else is logged, closed and removed.
  * When a channel is unlinked or destroyed its entry is removed
- * ("FDSTOREREMOVE=1").  The eventfd that a
+ * ("FDSTOREREMOVE=1"; one that cannot be sent waits and is sent again,
+ * in order: fdstore.h).  The eventfd that a
  * consumer gave the daemon (NOTIFY) is kept there too, as
  *
  *   pinshm-efd.2.DEV.INO.ENDPOINT.NAME

@@ -19,6 +19,7 @@
 
 #include "clock.h"
 #include "fdpass.h"
+#include "fdstore.h"
 #include "log.h"
 #include "loop.h"
 
@@ -570,12 +571,16 @@ static int pool_timeout(struct loop *l)
 
 /* How long epoll may wait: until accepting is to be tried again, if
  * paused, a silent connection is to be closed, an idle daemon is to
- * exit, or the pool may be refilled. */
+ * exit, the pool may be refilled, or what waits for the descriptor store
+ * is to be sent again. */
 static int wait_timeout(struct loop *l)
 {
 	if (l->adopt && adopt_timeout(l->adopt) == 0)
 		adopt_grace_end(l->adopt);
+	if (fdstore_timeout() == 0)
+		fdstore_retry();
 	int t = earlier(idle_timeout(l), silent_timeout(l));
+	t = earlier(t, fdstore_timeout());
 	t = earlier(t, registry_tick(l->ctx.reg, clock_now_ms())); /* working-set pinning, watches without pidfds */
 	if (l->adopt)
 		t = earlier(t, adopt_timeout(l->adopt));

@@ -23,6 +23,7 @@
 #include "account.h"
 #include "adopt.h"
 #include "config.h"
+#include "fdstore.h"
 #include "listen.h"
 #include "log.h"
 #include "loop.h"
@@ -405,6 +406,7 @@ int main(int argc, char **argv)
 
 	rc = loop_run(&loop);
 
+	fdstore_stop(); /* the removals not sent yet, before the manager is told */
 	if (notify_systemd("STOPPING=1") < 0)
 		log_warn("the service manager was not told that the daemon stops");
 	loop_fini(&loop);

@@ -15,7 +15,9 @@
  *   stops, the channels are adopted (listed, pinned, accounted), new
  *   requests are served, and nothing is left over once they are gone; the
  *   same through the clients' hand-back (ADOPT), and hostile hand-backs
- *   (endpoints with pids no owner can have are reaped).
+ *   (endpoints with pids no owner can have are reaped); a manager that
+ *   stops reading: the removals it missed are sent again once it reads, in
+ *   order, 64 at most, and no unlinked channel comes back at the restart.
  * - pin_idle: a channel keeps its pin_idle through the descriptor store
  *   (records of version 2); a record of version 1 (an older daemon's) gets
  *   the configured default, as a hand-back does (ADOPT carries none); a
@@ -422,6 +424,7 @@ struct store {
 	int fd[STORE_MAX];
 	char name[STORE_MAX][256];
 	unsigned n;
+	unsigned removals; /* FDSTOREREMOVE=1 received */
 };
 
 static void store_open(struct store *st, const char *dir)
@@ -472,6 +475,8 @@ static void store_drain(struct store *st)
 		}
 		if (fd >= 0)
 			close(fd);
+		if (strstr(buf, "FDSTOREREMOVE=1"))
+			st->removals++;
 		if (strstr(buf, "FDSTOREREMOVE=1"))
 			for (unsigned i = 0; i < st->n; i++)
 				if (strncmp(st->name[i], name, strcspn(name, "\n")) == 0 &&
@@ -649,6 +654,237 @@ START_TEST(test_store_not_read)
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 	store_close(&st);
+}
+END_TEST
+
+static unsigned store_count_prefix(const struct store *st, const char *prefix)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < st->n; i++)
+		n += strncmp(st->name[i], prefix, strlen(prefix)) == 0;
+	return n;
+}
+
+/* The records in @p st of channel @p name (pinshm.*.NAME). */
+static unsigned store_records_of(const struct store *st, const char *name)
+{
+	size_t n = strlen(name);
+	unsigned k = 0;
+
+	for (unsigned i = 0; i < st->n; i++) {
+		size_t len = strlen(st->name[i]);
+		k += strncmp(st->name[i], "pinshm.", 7) == 0 && len > n && st->name[i][len - n - 1] == '.' &&
+		     strcmp(st->name[i] + len - n, name) == 0;
+	}
+	return k;
+}
+
+/* The manager stops reading: its queue filled with datagrams that mean
+ * nothing (store_drain() skips them), until the next one would wait. */
+static void store_block(struct store *st)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	unsigned n = 0;
+
+	ck_assert_int_ge(s, 0);
+	memcpy(sa.sun_path, st->path, strlen(st->path) + 1);
+	while (sendto(s, "X_FILL=1", 8, MSG_DONTWAIT, (struct sockaddr *)&sa, sizeof(sa)) == 8)
+		n++;
+	ck_assert_msg(errno == EAGAIN, "filling the notify socket: %s", strerror(errno));
+	ck_assert_uint_gt(n, 0);
+	close(s);
+}
+
+enum { REMOVAL_TICK, REMOVAL_STOP, REMOVAL_SAME_NAME, REMOVAL_EVENTFD, REMOVAL_COUNT };
+static const char *const removal_what[REMOVAL_COUNT] = {
+	[REMOVAL_TICK] = "sent again by the loop",
+	[REMOVAL_STOP] = "sent again at SIGTERM",
+	[REMOVAL_SAME_NAME] = "sent before a new channel of the same name",
+	[REMOVAL_EVENTFD] = "an eventfd's, before the new eventfd of the endpoint (one FDNAME)",
+};
+
+/*
+ * A removal from the store given up while the manager does not read (its
+ * queue full) is sent again once it reads: by the loop (REMOVAL_TICK), at a
+ * clean stop (REMOVAL_STOP: the loop's retries put off for the test), or
+ * before the next store notification, in order
+ * (REMOVAL_SAME_NAME: "gone" unlinked and created again, mode 0640; the
+ * records differ by their inode).  Before, it was only logged, and the next
+ * start adopted the unlinked channel again from its record (the one created
+ * again under its name was refused, "exists").  REMOVAL_EVENTFD: a consumer
+ * gives a second eventfd while the queue is full; both records bear one
+ * name, so the new one must go after the removal of the old: the store ends
+ * with the new eventfd alone (it kept the old one before).
+ */
+START_TEST(test_store_removal_resent)
+{
+	struct daemon d;
+	struct store st;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_channel_t *cons = NULL;
+	int efd[2] = {-1, -1};
+	unsigned slow = pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1;
+
+	if (_i == REMOVAL_STOP || _i == REMOVAL_SAME_NAME)
+		ck_assert_int_eq(setenv("PINSHMD_TEST_STORE_RETRY_MS", "600000", 1), 0);
+	else
+		unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
+	daemon_prepare(&d, &(struct daemon_opts){.log = true});
+	store_open(&st, d.dir);
+	daemon_spawn(&d, &(struct daemon_opts){.log = true});
+	daemon_wait_ready(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "kept", &attr, 0600, PINSHM_PERSISTENT), 0);
+	CLIENT_RC(c, pinshm_create(c, "gone", &attr, 0600, PINSHM_PERSISTENT), 0);
+	if (_i == REMOVAL_EVENTFD) {
+		CLIENT_RC(c, pinshm_open(c, "kept", PINSHM_CONSUMER, &cons), 0);
+		for (int k = 0; k < 2; k++) {
+			efd[k] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+			ck_assert_int_ge(efd[k], 0);
+		}
+		CLIENT_RC(c, pinshm_channel_set_notify_fd(cons, efd[0]), 0);
+	}
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, _i == REMOVAL_EVENTFD ? 3 : 2);
+
+	store_block(&st);
+	if (_i == REMOVAL_EVENTFD)
+		CLIENT_RC(c, pinshm_channel_set_notify_fd(cons, efd[1]), 0);
+	else
+		CLIENT_RC(c, pinshm_unlink(c, "gone"), 0);
+	ck_assert(daemon_log_has(&d, "not removed"));
+	store_drain(&st); /* it reads again */
+	if (_i != REMOVAL_TICK && _i != REMOVAL_EVENTFD) /* else the loop's retry may have come already */
+		ck_assert_uint_eq(st.n, 2);
+
+	if (_i == REMOVAL_TICK || _i == REMOVAL_EVENTFD) {
+		uint64_t deadline = tu_now_ms() + 5000u * slow; /* a retry a second */
+		while ((_i == REMOVAL_TICK ? store_records_of(&st, "gone") != 0
+					   : !daemon_log_has(&d, "kept at last")) &&
+		       tu_now_ms() < deadline) {
+			tu_sleep_ms(20);
+			store_drain(&st);
+		}
+		store_drain(&st);
+	} else if (_i == REMOVAL_SAME_NAME) {
+		CLIENT_RC(c, pinshm_create(c, "gone", &attr, 0640, PINSHM_PERSISTENT), 0);
+		store_drain(&st);
+	}
+	if (_i == REMOVAL_EVENTFD) {
+		/* One eventfd record, and it is the second eventfd. */
+		ck_assert_uint_eq(store_count_prefix(&st, "pinshm-efd."), 1);
+		uint64_t v;
+		while (read(efd[1], &v, sizeof(v)) == sizeof(v))
+			;
+		for (unsigned i = 0; i < st.n; i++)
+			if (strncmp(st.name[i], "pinshm-efd.", 11) == 0)
+				ck_assert_int_eq(eventfd_write(st.fd[i], 1), 0);
+		ck_assert_msg(read(efd[1], &v, sizeof(v)) == sizeof(v), "the store kept the first eventfd, not the second");
+		ck_assert(daemon_log_has(&d, "kept at last"));
+		pinshm_channel_close(cons); /* its record goes too */
+	}
+
+	if (_i == REMOVAL_STOP) {
+		daemon_term_ok(&d); /* sends it before STOPPING=1 */
+		store_drain(&st);
+	} else {
+		daemon_kill9(&d); /* sent already */
+	}
+	pinshm_disconnect(c);
+
+	spawn_with_store_opts(&d, &st, &(struct daemon_opts){.log = true});
+	daemon_wait_ready(&d);
+	c = connect_ok(&d);
+	ck_assert(list_find(c, "kept", &e, NULL));
+	if (_i == REMOVAL_SAME_NAME) {
+		ck_assert_msg(list_find(c, "gone", &e, NULL), "the channel created again was not adopted");
+		ck_assert_uint_eq(e.mode, 0640);
+	} else if (_i != REMOVAL_EVENTFD) {
+		ck_assert_msg(!list_find(c, "gone", &e, NULL), "case %d (%s): 'gone', unlinked, adopted again at the restart",
+			      _i, removal_what[_i]);
+	}
+	ck_assert_uint_eq(store_records_of(&st, "gone"), _i == REMOVAL_TICK || _i == REMOVAL_STOP ? 0 : 1);
+	ck_assert_uint_eq(store_records_of(&st, "kept"), 1);
+	ck_assert_msg(daemon_log_has(&d, "removed at last"),
+		      "case %d (%s): no log line of the removal sent again", _i, removal_what[_i]);
+
+	for (int k = 0; k < 2; k++)
+		if (efd[k] >= 0)
+			close(efd[k]);
+	CLIENT_RC(c, pinshm_unlink(c, "kept"), 0);
+	if (_i != REMOVAL_TICK && _i != REMOVAL_STOP)
+		CLIENT_RC(c, pinshm_unlink(c, "gone"), 0);
+	wait_counts(c, 1, 0);
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_close(&st);
+	unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
+}
+END_TEST
+
+#define STORE_PENDING_MAX 64 /* the daemon's FDSTORE_PENDING_MAX */
+
+/*
+ * The removals that wait are bounded: with the manager's queue full, 70
+ * channels made (none kept in the store) and unlinked; 64 removals wait,
+ * the 6 past them are given up and logged; requests are served at once
+ * meanwhile (the loop's retries do not wait); once the manager reads, the
+ * 64 come, in order, and no more.
+ */
+START_TEST(test_store_removals_bounded)
+{
+	struct daemon d;
+	struct store st;
+	pinshm_channel_attr_t attr;
+	char name[16];
+	unsigned slow = pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1;
+	enum { N = STORE_PENDING_MAX + 6 };
+
+	ck_assert_int_eq(setenv("PINSHMD_TEST_STORE_RETRY_MS", "100", 1), 0);
+	daemon_prepare(&d, &(struct daemon_opts){.log = true});
+	store_open(&st, d.dir);
+	daemon_spawn(&d, &(struct daemon_opts){.log = true});
+	daemon_wait_ready(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	store_drain(&st);
+	store_block(&st);
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "b%d", i);
+		CLIENT_RC(c, pinshm_create(c, name, &attr, 0600, 0), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "b%d", i);
+		CLIENT_RC(c, pinshm_unlink(c, name), 0);
+	}
+	ck_assert(daemon_log_has(&d, "notifications wait to be sent, the most"));
+	tu_sleep_ms(300); /* retries */
+	uint64_t t0 = tu_now_ms();
+	ck_assert(!list_find(c, "b0", NULL, NULL));
+	ck_assert_msg(tu_now_ms() - t0 < 500u * slow, "a listing took %llu ms while removals waited",
+		      (unsigned long long)(tu_now_ms() - t0));
+
+	uint64_t deadline = tu_now_ms() + 10000u * slow;
+	do {
+		tu_sleep_ms(20);
+		store_drain(&st);
+	} while (st.removals < STORE_PENDING_MAX && tu_now_ms() < deadline);
+	tu_sleep_ms(300);
+	store_drain(&st);
+	ck_assert_uint_eq(st.removals, STORE_PENDING_MAX);
+	ck_assert_uint_eq(st.n, 0);
+	ck_assert(daemon_log_has(&d, ".b63' removed at last"));
+	ck_assert(!daemon_log_has(&d, ".b64' removed at last")); /* given up */
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_close(&st);
+	unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
 }
 END_TEST
 
@@ -1191,15 +1427,6 @@ START_TEST(test_reap_later_store_eventfd)
 	reap_scenario(REAP_LATER, (struct reap_opts){.store = true, .eventfd = true});
 }
 END_TEST
-
-static unsigned store_count_prefix(const struct store *st, const char *prefix)
-{
-	unsigned n = 0;
-
-	for (unsigned i = 0; i < st->n; i++)
-		n += strncmp(st->name[i], prefix, strlen(prefix)) == 0;
-	return n;
-}
 
 /* Add eventfd @p efd (a duplicate) to the store as @p name, as a hostile
  * or older record would stand there. */
@@ -2919,6 +3146,8 @@ static Suite *lifecycle_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_restart_fdstore);
 	tcase_add_test(tc, test_store_not_read);
+	tcase_add_loop_test(tc, test_store_removal_resent, 0, REMOVAL_COUNT);
+	tcase_add_test(tc, test_store_removals_bounded);
 	tcase_add_test(tc, test_restart_handback);
 	tcase_add_test(tc, test_restart_repeatedly);
 	tcase_add_test(tc, test_adopt_hostile);
