@@ -518,6 +518,17 @@ static void spawn_with_store(struct daemon *d, const struct store *st)
 	spawn_with_store_opts(d, st, &(struct daemon_opts){0});
 }
 
+/* A daemon of options @p o (in its folder, store @p st opened there for it
+ * to write to), ready.  @return a client of it. */
+static pinshm_client_t *store_daemon_start(struct daemon *d, struct store *st, const struct daemon_opts *o)
+{
+	daemon_prepare(d, o);
+	store_open(st, d->dir);
+	daemon_spawn(d, o);
+	daemon_wait_ready(d);
+	return connect_ok(d);
+}
+
 struct traffic {
 	const char *sock;
 	bool reconnect;             /* the children call pinshm_reconnect() as they go */
@@ -630,11 +641,7 @@ START_TEST(test_store_not_read)
 	pinshm_channel_attr_t attr;
 	char name[16];
 
-	daemon_prepare(&d, &(struct daemon_opts){.log = true});
-	store_open(&st, d.dir);
-	daemon_spawn(&d, &(struct daemon_opts){.log = true});
-	daemon_wait_ready(&d);
-	pinshm_client_t *c = connect_ok(&d);
+	pinshm_client_t *c = store_daemon_start(&d, &st, &(struct daemon_opts){.log = true});
 	attr_small(&attr, 1, 1);
 	for (int i = 0; i < 12; i++) {
 		snprintf(name, sizeof(name), "q%d", i);
@@ -732,11 +739,7 @@ START_TEST(test_store_removal_resent)
 		ck_assert_int_eq(setenv("PINSHMD_TEST_STORE_RETRY_MS", "600000", 1), 0);
 	else
 		unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
-	daemon_prepare(&d, &(struct daemon_opts){.log = true});
-	store_open(&st, d.dir);
-	daemon_spawn(&d, &(struct daemon_opts){.log = true});
-	daemon_wait_ready(&d);
-	pinshm_client_t *c = connect_ok(&d);
+	pinshm_client_t *c = store_daemon_start(&d, &st, &(struct daemon_opts){.log = true});
 	attr_small(&attr, 1, 1);
 	CLIENT_RC(c, pinshm_create(c, "kept", &attr, 0600, PINSHM_PERSISTENT), 0);
 	CLIENT_RC(c, pinshm_create(c, "gone", &attr, 0600, PINSHM_PERSISTENT), 0);
@@ -847,11 +850,7 @@ START_TEST(test_store_removals_bounded)
 	enum { N = STORE_PENDING_MAX + 6 };
 
 	ck_assert_int_eq(setenv("PINSHMD_TEST_STORE_RETRY_MS", "100", 1), 0);
-	daemon_prepare(&d, &(struct daemon_opts){.log = true});
-	store_open(&st, d.dir);
-	daemon_spawn(&d, &(struct daemon_opts){.log = true});
-	daemon_wait_ready(&d);
-	pinshm_client_t *c = connect_ok(&d);
+	pinshm_client_t *c = store_daemon_start(&d, &st, &(struct daemon_opts){.log = true});
 	attr_small(&attr, 1, 1);
 	store_drain(&st);
 	store_block(&st);
@@ -900,11 +899,7 @@ START_TEST(test_restart_fdstore)
 	pinshm_status_t s;
 
 	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", "1000", 1), 0);
-	daemon_prepare(&d, &(struct daemon_opts){0});
-	store_open(&st, d.dir);
-	daemon_spawn(&d, &(struct daemon_opts){0});
-	daemon_wait_ready(&d);
-	pinshm_client_t *c = connect_ok(&d);
+	pinshm_client_t *c = store_daemon_start(&d, &st, &(struct daemon_opts){0});
 	attr_small(&attr, 1, 1);
 	CLIENT_RC(c, pinshm_create(c, "kept", &attr, 0640, PINSHM_PERSISTENT), 0);
 	CLIENT_RC(c, pinshm_create(c, "used", &attr, 0600, 0), 0);
@@ -1463,11 +1458,7 @@ START_TEST(test_restart_store_eventfd_exact)
 
 	ck_assert_int_ge(forged, 0);
 	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", "300", 1), 0);
-	daemon_prepare(&d, &(struct daemon_opts){0});
-	store_open(&st, d.dir);
-	daemon_spawn(&d, &(struct daemon_opts){0});
-	daemon_wait_ready(&d);
-	pinshm_client_t *cc = connect_ok(&d);
+	pinshm_client_t *cc = store_daemon_start(&d, &st, &(struct daemon_opts){0});
 	attr_small(&attr, 1, 1);
 	for (int i = 0; i < 2; i++) {
 		CLIENT_RC(cc, pinshm_create(cc, names[i], &attr, 0600, PINSHM_PERSISTENT), 0);
