@@ -938,6 +938,20 @@ static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek
 	return -EAGAIN;
 }
 
+/* Whether @p word, the commit word of @p rec read at @p pos, is exactly a
+ * committed record's there, of a length rec_extent() accepts (*len and
+ * *size set): what the short cuts of a sequential consumer take without
+ * take()'s general checks (take_ready(), take_more_sequential()). */
+static inline bool committed_at(const struct seg_geometry *g, struct record_header *rec, uint64_t word,
+				uint64_t pos, uint32_t *len, uint64_t *size)
+{
+	if (word != rec_word(pos, 0, REC_COMMITTED))
+		return false;
+	*len = atomic_load_explicit(&rec->len, memory_order_relaxed);
+	*size = rec_extent(g, word, pos, *len);
+	return *size != 0;
+}
+
 /* take_ready(): nothing at any lane's cursor, so take() would find nothing;
  * or something it does not decide: take() looks. */
 #define TAKE_EMPTY (-EAGAIN)
@@ -969,11 +983,11 @@ static inline __attribute__((always_inline)) int take_ready(pinshm_channel_t *ch
 		uint64_t pos = ch->cursor[lane];
 		struct record_header *rec = rec_at(ring, cap, pos);
 		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
+		uint64_t size;
+		uint32_t len;
 
-		if (word == rec_word(pos, 0, REC_COMMITTED)) {
-			uint32_t len = atomic_load_explicit(&rec->len, memory_order_relaxed);
-			uint64_t size = rec_extent(&ch->g, word, pos, len);
-			if (size == 0 || len > max_len)
+		if (committed_at(&ch->g, rec, word, pos, &len, &size)) {
+			if (len > max_len)
 				return TAKE_LOOK;
 			uint64_t lost = topic_count_lost(ch, lane, atomic_load_explicit(&rec->seq, memory_order_relaxed));
 			*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len, lost };
@@ -1282,11 +1296,9 @@ static unsigned take_more_sequential(pinshm_channel_t *ch, unsigned lane, pinshm
 	while (n < room) {
 		struct record_header *rec = rec_at(ring, cap, pos);
 		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
-		if (word != rec_word(pos, 0, REC_COMMITTED))
-			break;
-		uint32_t len = atomic_load_explicit(&rec->len, memory_order_relaxed);
-		uint64_t size = rec_extent(&ch->g, word, pos, len);
-		if (size == 0)
+		uint64_t size;
+		uint32_t len;
+		if (!committed_at(&ch->g, rec, word, pos, &len, &size))
 			break;
 		uint64_t lost = topic_count_lost(ch, lane, atomic_load_explicit(&rec->seq, memory_order_relaxed));
 		ch->held[(ch->held_first + ch->held_count++) % PINSHM_MAX_HELD] =
