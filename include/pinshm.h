@@ -214,6 +214,7 @@ PINSHM_EXPORT int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *ms
 
 /* Flags of pinshm_commit(). */
 #define PINSHM_MORE 0x1u /* more commits follow at once: defer waking receivers to the next commit */
+#define PINSHM_LEN_ONLY 0x2u /* no byte of the reservation past the committed length was written */
 
 /**
  * Reserve room for a message of up to @p len bytes and return where to write
@@ -226,7 +227,12 @@ PINSHM_EXPORT int pinshm_reserve(pinshm_channel_t *ch, size_t len, void **buf, i
 /**
  * Publish the pending reservation as a message of @p len bytes
  * (len <= the reserved length).  With PINSHM_MORE the receivers are not
- * woken until a later commit or send without it (batching).
+ * woken until a later commit or send without it (batching).  With
+ * PINSHM_LEN_ONLY the caller promises it wrote nothing past @p len in the
+ * reservation (one made longer than the message, to end it on a cache
+ * line for instance): the library then need not clear that room again
+ * before publishing, a cache line fewer on the message's path.  Broken,
+ * the promise can only make this producer's own messages unreadable.
  * @return 0, or -EINVAL if nothing is reserved or @p len is too large.
  */
 PINSHM_EXPORT int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags);

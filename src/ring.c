@@ -157,7 +157,7 @@ void producer_recover_tail(pinshm_channel_t *ch)
 		pos += size;
 		scanned += size;
 	}
-	ch->tail = ch->committed = pos;
+	ch->tail = ch->committed = ch->zeroed = pos;
 	ch->last = last;
 	/* Records carry the low 32 bits of their number: the count goes on
 	 * from the published one, by the distance (within a ring, far below
@@ -383,6 +383,66 @@ static inline void *reserved_payload(pinshm_channel_t *ch)
 }
 
 /*
+ * Zeroing ahead.  A consumer polls the commit word at the end of the last
+ * record it took, so that word must be 0 (or the next record) before the
+ * record ending there is published.  Zeroed just before the commit, it
+ * costs a line taken back from the consumer (which holds it since the lap
+ * before, or polls it) on the path of every record that ends on a line:
+ * the commit store waits behind that store (x86 keeps stores in order).
+ * So queues and back-pressure topics zero ahead: after publishing, the
+ * producer zeroes the words of the lines after the record's, as far as a
+ * record of the same size (at most ZERO_AHEAD bytes) would end, never at
+ * or past `limit` (room the consumers released: nobody reads it), and
+ * remembers how far (`zeroed`).  Before a commit it writes only the rest
+ * of the record's own last line, and words its reservation may have
+ * covered.  Overrun topics announce every byte they write (`reserve`) and
+ * zero only the one word, before the commit.
+ */
+#define ZERO_AHEAD 128
+
+static inline uint64_t line_end(uint64_t pos)
+{
+	return (pos + PINSHM_CACHELINE - 1) & ~(uint64_t)(PINSHM_CACHELINE - 1);
+}
+
+static inline __attribute__((always_inline)) void zero_words(pinshm_channel_t *ch, uint64_t from, uint64_t to)
+{
+	for (uint64_t pos = from; pos < to; pos += PINSHM_RECORD_ALIGN)
+		atomic_store_explicit(&rec_at(ch->ring, ch->g.capacity, pos)->commit, 0, memory_order_relaxed);
+}
+
+/* Before publishing the record that ends at @p end (the new tail): the
+ * word at @p end and, off overrun topics, the rest of its line are 0, as
+ * the words of the reservation past @p end that were zeroed ahead. */
+static inline __attribute__((always_inline)) void zero_before_publish(pinshm_channel_t *ch, uint64_t end)
+{
+	uint64_t to = end + HEADROOM;
+	uint64_t clean = ch->zeroed > end ? ch->zeroed : end;
+	uint64_t resv_end = ch->resv_pos + rec_size(ch->resv_len);
+
+	if (!is_overrun(ch) && line_end(end) > to && line_end(end) <= ch->limit)
+		to = line_end(end);
+	zero_words(ch, end, resv_end < clean ? resv_end : clean);
+	zero_words(ch, clean, to);
+	ch->zeroed = clean > to ? clean : to;
+}
+
+/* After publishing a record of @p size bytes: zero ahead (see above). */
+static inline __attribute__((always_inline)) void zero_ahead(pinshm_channel_t *ch, uint64_t size)
+{
+	uint64_t want = line_end(ch->tail + (size < ZERO_AHEAD ? size : ZERO_AHEAD) + HEADROOM);
+
+	if (is_overrun(ch))
+		return;
+	if (want > ch->limit)
+		want = ch->limit;
+	if (want > ch->zeroed) {
+		zero_words(ch, ch->zeroed, want);
+		ch->zeroed = want;
+	}
+}
+
+/*
  * Write the pending reservation's record of @p len bytes, all but its
  * commit word, which publish_record() writes: a batch stages every record
  * first and publishes them together, so that a consumer polling the first
@@ -399,7 +459,7 @@ static inline __attribute__((always_inline)) void stage_reserved(pinshm_channel_
 	ch->bytes += len;
 	/* The next record's word, zeroed before this one is published: what a
 	 * consumer polls next is never a stale word of an earlier lap. */
-	atomic_store_explicit(&rec_at(ch->ring, cap, end)->commit, 0, memory_order_relaxed);
+	zero_before_publish(ch, end);
 	if (ch->resv_pos != ch->resv_start)
 		atomic_store_explicit(&rec_at(ch->ring, cap, ch->resv_start)->len,
 				      (uint32_t)(ch->resv_pos - ch->resv_start - PINSHM_RECORD_HEADER), memory_order_relaxed);
@@ -454,12 +514,15 @@ int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags)
 	if (!ch->reserved || len > ch->resv_len)
 		return channel_fail(ch, -EINVAL, ch->reserved ? "commit longer than the reservation"
 							      : "nothing reserved");
+	if (flags & PINSHM_LEN_ONLY)
+		ch->resv_len = len; /* the room past it holds what it held: see zero_before_publish() */
 	commit_reserved(ch, len);
 	producer_publish(ch);
 	if (flags & PINSHM_MORE)
 		ch->wake_pending = true;
 	else
 		producer_wake(ch);
+	zero_ahead(ch, rec_size(len));
 	return 0;
 }
 
@@ -468,6 +531,7 @@ int pinshm_abort(pinshm_channel_t *ch)
 	if (!ch->reserved)
 		return channel_fail(ch, -EINVAL, "nothing reserved");
 	ch->reserved = false;
+	ch->zeroed = ch->tail; /* the reservation may have written over words zeroed ahead */
 	if (is_overrun(ch))
 		atomic_store_explicit(&ch->lane->reserve, ch->tail, memory_order_relaxed);
 	return 0;
@@ -490,6 +554,7 @@ int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_m
 	commit_reserved(ch, len);
 	producer_publish(ch);
 	producer_wake(ch);
+	zero_ahead(ch, rec_size(len));
 	return 0;
 }
 
@@ -519,6 +584,7 @@ static void publish_staged(pinshm_channel_t *ch, struct staging *st)
 	ch->committed = ch->tail;
 	producer_publish(ch);
 	producer_wake(ch);
+	zero_ahead(ch, ch->tail - ch->last);
 }
 
 int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned count, int timeout_ms)

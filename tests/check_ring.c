@@ -544,6 +544,56 @@ START_TEST(test_zero_copy_mixed)
 }
 END_TEST
 
+/*
+ * Reservations longer than their message, the room past the message
+ * written over (0xff bytes: no record's word of any lap) or, committed
+ * with PINSHM_LEN_ONLY, left as it was, reservations written over and
+ * dropped (pinshm_abort()), among sends of other sizes, one to
+ * five messages ahead of the consumer, over many laps of a 4 KiB ring: a
+ * queue (_i 0) and a topic (1).  Every message arrives whole, and the word
+ * a consumer polls after the last one is 0 (the producer zeroes words
+ * ahead of its records, and again those a reservation may have covered:
+ * src/ring.c zero_ahead()); a word left as 0xff would make the receive
+ * after the last message fail as damage, not report -EAGAIN.
+ */
+START_TEST(test_commit_shorter)
+{
+	struct pair pr = pair_open(_i == 0 ? PINSHM_QUEUE : PINSHM_TOPIC, 4 * KiB);
+
+	for (unsigned i = 0; i < 4000;) {
+		unsigned ahead = i % 5 + 1, first = i;
+
+		for (; i < first + ahead; i++) {
+			size_t len = (i * 7) % 130, extra = (i * 13) % 200 + 1;
+			bool len_only = i % 3 == 0;
+			void *b = NULL;
+
+			if (i % 7 == 0) { /* a reservation written over and dropped */
+				TU_RC(pinshm_reserve(pr.p, 300, &b, PINSHM_NONBLOCK), 0);
+				memset(b, 0xff, 300);
+				TU_RC(pinshm_abort(pr.p), 0);
+			}
+			TU_RC(pinshm_reserve(pr.p, len + extra, &b, PINSHM_NONBLOCK), 0);
+			if (!len_only)
+				memset(b, 0xff, len + extra);
+			tu_pattern(b, len, i);
+			TU_RC(pinshm_commit(pr.p, len, len_only ? PINSHM_LEN_ONLY : 0), 0);
+			send_pat(pr.p, i % 40, 100000 + i);
+		}
+		for (unsigned j = first; j < i; j++) {
+			size_t len = (j * 7) % 130;
+			if (j % 2)
+				recv_pat(pr.c, len, j);
+			else
+				recv_pat_inplace(pr.c, len, j);
+			recv_pat(pr.c, j % 40, 100000 + j);
+		}
+		expect_empty(pr.c);
+	}
+	pair_close(&pr);
+}
+END_TEST
+
 START_TEST(test_release_order)
 {
 	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
@@ -2205,6 +2255,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_too_large);
 	tcase_add_test(tc, test_recv_null_zero);
 	tcase_add_test(tc, test_zero_copy_mixed);
+	tcase_add_loop_test(tc, test_commit_shorter, 0, 2);
 	tcase_add_test(tc, test_release_order);
 	tcase_add_test(tc, test_held_keeps_room);
 	tcase_add_test(tc, test_hold_limit);

@@ -158,7 +158,9 @@ static int write_eager(int peer, const struct pm_comm *c, int tag, uint8_t flags
 		((struct rec_eager_sync *)buf)->sid = sid;
 	if (bytes)
 		memcpy((char *)buf + hdr, data, bytes);
-	pinshm_commit(pm.peers[peer].out, len, 0);
+	/* Nothing past len written: the ring need not clear the rest of the
+	 * reservation again, in the line after the record's. */
+	pinshm_commit(pm.peers[peer].out, len, PINSHM_LEN_ONLY);
 	return 1;
 }
 
