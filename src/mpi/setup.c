@@ -164,12 +164,19 @@ static void read_config(void)
 	c->stats = getenv("PINSHM_MPI_STATS") && strcmp(getenv("PINSHM_MPI_STATS"), "0") != 0;
 	c->nodes = (unsigned)env_size("PINSHM_MPI_NODES", 1, 1, 1 << 20);
 	c->ring_fixed = env_parse("PINSHM_MPI_RING", RING_MIN, RING_LIMIT, &c->ring, "the ring fitted to the node") > 0;
-	/* Eager up to 64 KiB: measured against 4 and 16 KiB here, it gains on
-	 * 32 and 64 KiB messages (no RTS/CTS round trip) and costs nothing
-	 * below.  Both bounded by the ring, once it is known (bound_sizes()). */
-	c->eager_asked = 64 * 1024;
+	/* Eager up to 32 KiB.  Against 4 and 16 KiB (AMD EPYC guest, session
+	 * 3), it gains on 32 KiB messages (no RTS/CTS round trip) and costs
+	 * nothing below.  64 KiB gained there on 64 KiB messages too, but lost
+	 * on an Intel Xeon guest (a cache line 220-240 ns there and back; 2
+	 * alternating rounds, 64 KiB messages): streaming 8.6-9.0 GB/s eager
+	 * against 11.6-11.8 in 32 KiB chunks (Open MPI 7.9-9.5), one-way
+	 * 8.2-8.7 us against 7.0-7.4 (Open MPI 11.4-11.8); records of 64 KiB
+	 * (PINSHM_MPI_CHUNK=64K) streamed 1 MiB at 5.5-6.0 GB/s, 32 KiB ones at
+	 * 8.1-8.6.  Both sizes bounded by the ring, once it is known
+	 * (bound_sizes()). */
+	c->eager_asked = 32 * 1024;
 	c->chunk_asked = 32 * 1024;
-	c->eager_set = env_parse("PINSHM_MPI_EAGER", 0, RING_LIMIT / 2, &c->eager_asked, "65536") > 0;
+	c->eager_set = env_parse("PINSHM_MPI_EAGER", 0, RING_LIMIT / 2, &c->eager_asked, "32768") > 0;
 	c->chunk_set = env_parse("PINSHM_MPI_CHUNK", 1024, RING_LIMIT / 2, &c->chunk_asked, "32768") > 0;
 	c->node_rings = env_size("PINSHM_MPI_NODE_RINGS", NODE_RINGS_DEFAULT, RING_MIN, UINT64_MAX);
 	c->cma = env_size("PINSHM_MPI_CMA", 0, 0, UINT64_MAX);
