@@ -272,8 +272,21 @@ struct run {
 	struct stats fam[NFAMILY];
 	unsigned long long queue_pinned, queue_unpinned; /* bit r: rank r's queue was (not) locked in RAM */
 	unsigned long long ring_other; /* bit r: rank r reported a ring of another size than the run's */
+	unsigned long long copy_other; /* bit r: rank r copies once from another size than the run's */
+	unsigned long long copied_once; /* messages received straight from their sender's memory, all ranks */
 	int stat_lines, bad_lines;
 };
+
+/* The size from which the ranks of @p cf copy messages once, from their
+ * sender's memory: half the ring where the ranks of a (pretend) node
+ * outnumber the machine's cores, else never (0). */
+static unsigned long long copy_once_from(const struct config *cf)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int per_node = cf->nodes > 1 ? cf->np / cf->nodes : cf->np;
+
+	return per_node > (cores > 0 ? cores : 1) ? (cf->ring ? cf->ring : 256 * 1024) / 2 : 0;
+}
 
 /* Run @p pg in @p cf: with the test daemon @p d, or, where @p u is not NULL,
  * as the ordinary user @p u (@p d NULL) from its copies, with PINSHMD and
@@ -380,6 +393,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		unsetenv("PINSHM_MPI_NODE_RINGS");
 		unsetenv("PINSHM_MPI_EAGER");
 		unsetenv("PINSHM_MPI_CHUNK");
+		unsetenv("PINSHM_MPI_CMA");
 		if (u)
 			user_enter(u);
 		execvp(argv[0], (char *const *)argv);
@@ -404,14 +418,15 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		char fam[32];
 		struct stats s = {0};
 		r->stat_lines++;
-		/* "pinshm-mpi stats: rank=R queue=pinned|unpinned ring=BYTES" */
-		unsigned long long ring = 0;
-		int fields = sscanf(line, "pinshm-mpi stats: rank=%d queue=%31s ring=%llu", &rank, fam, &ring);
+		/* "pinshm-mpi stats: rank=R queue=pinned|unpinned ring=BYTES copy_once_from=BYTES copied_once=N" */
+		unsigned long long ring = 0, copy_from = 0, copied = 0;
+		int fields = sscanf(line, "pinshm-mpi stats: rank=%d queue=%31s ring=%llu copy_once_from=%llu copied_once=%llu",
+				    &rank, fam, &ring, &copy_from, &copied);
 		if (fields >= 2) {
 			unsigned long long *m = !strcmp(fam, "pinned")	 ? &r->queue_pinned
 						: !strcmp(fam, "unpinned") ? &r->queue_unpinned
 									   : NULL;
-			if (fields != 3 || !m || rank < 0 || rank >= cf->np ||
+			if (fields != 5 || !m || rank < 0 || rank >= cf->np ||
 			    ((r->queue_pinned | r->queue_unpinned) >> rank & 1)) {
 				r->bad_lines++;
 				continue;
@@ -419,6 +434,9 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 			*m |= 1ull << rank;
 			if (ring != (cf->ring ? cf->ring : 256 * 1024))
 				r->ring_other |= 1ull << rank;
+			if (copy_from != copy_once_from(cf))
+				r->copy_other |= 1ull << rank;
+			r->copied_once += copied;
 			continue;
 		}
 		if (sscanf(line,
@@ -547,6 +565,18 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 	if (r->ring_other) {
 		snprintf(why, len, "ranks %#llx report a ring of another size than %llu bytes", r->ring_other,
 			 cf->ring ? cf->ring : 256 * 1024);
+		return true;
+	}
+	if (r->copy_other) {
+		snprintf(why, len, "ranks %#llx copy messages once from another size than %llu bytes", r->copy_other,
+			 copy_once_from(cf));
+		return true;
+	}
+	/* Its messages of 128 KiB and more, between ranks that share the
+	 * cores, go straight from sender to receiver; never otherwise. */
+	if (!strcmp(pg->name, "p2p_large") && (copy_once_from(cf) != 0) != (r->copied_once != 0)) {
+		snprintf(why, len, "%llu messages copied once, copying from %llu bytes", r->copied_once,
+			 copy_once_from(cf));
 		return true;
 	}
 	for (int k = 0; k < NFAMILY; k++) {
@@ -1162,6 +1192,21 @@ START_TEST(test_stats_checks)
 	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));
 	ck_assert(strstr(why, "ring") != NULL);
 	r.ring_other = 0;
+	r.copy_other = 1;
+	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));
+	ck_assert(strstr(why, "copy") != NULL);
+	r.copy_other = 0;
+	/* p2p_large copies once exactly where the ranks outnumber the cores. */
+	const struct program *large = &programs[8];
+	ck_assert_str_eq(large->name, "p2p_large");
+	r.fam[F_NONBLOCKING].pinshm_msgs = r.fam[F_NONBLOCKING].pinshm_bytes = 1;
+	r.copied_once = copy_once_from(&one) ? 0 : 3;
+	ck_assert(run_failed(large, &one, &r, why, sizeof(why)));
+	ck_assert(strstr(why, "copied once") != NULL);
+	r.copied_once = copy_once_from(&one) ? 3 : 0;
+	ck_assert_msg(!run_failed(large, &one, &r, why, sizeof(why)), "a good run failed: %s", why);
+	r.copied_once = 0;
+	r.fam[F_NONBLOCKING].pinshm_msgs = r.fam[F_NONBLOCKING].pinshm_bytes = 0;
 	ck_assert(run_failed(basic, &plain_configs[0], &(struct run){.out = "", .stat_lines = 1}, why, sizeof(why)));
 	r.fam[F_PROBE].mpi_msgs = 1;
 	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));

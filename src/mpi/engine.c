@@ -431,6 +431,7 @@ static bool copy_from_sender(struct pm_op *op, uint32_t pid, uint64_t addr)
 		op->offset = op->accept;
 		pm_op_deliver_done(op);
 	}
+	pm.copied_once++;
 	return true;
 }
 

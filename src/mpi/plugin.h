@@ -373,6 +373,7 @@ struct pm_state {
 	struct pm_list remote;  /* ops waiting on a request of the MPI library */
 	struct pm_config cfg;
 	struct pm_counts counts[FAM_COUNT];
+	uint64_t copied_once; /* messages received straight from their sender's memory (cfg.cma) */
 	uint64_t buffered_attached, buffered_used; /* MPI_Buffer_attach accounting */
 };
 
