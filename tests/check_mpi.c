@@ -278,14 +278,18 @@ struct run {
 };
 
 /* The size from which the ranks of @p cf copy messages once, from their
- * sender's memory: half the ring where the ranks of a (pretend) node
- * outnumber the machine's cores, else never (0). */
+ * sender's memory: past the eager size where the ranks of a (pretend)
+ * node outnumber the machine's cores, else never (0).  The eager size is
+ * 32 KiB, or what a record of the ring holds (no config asks for less). */
 static unsigned long long copy_once_from(const struct config *cf)
 {
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	int per_node = cf->nodes > 1 ? cf->np / cf->nodes : cf->np;
+	unsigned long long ring = cf->ring ? cf->ring : 256 * 1024, eager = ring / 2 - 96;
 
-	return per_node > (cores > 0 ? cores : 1) ? (cf->ring ? cf->ring : 256 * 1024) / 2 : 0;
+	if (eager > 32 * 1024)
+		eager = 32 * 1024;
+	return per_node > (cores > 0 ? cores : 1) ? eager + 1 : 0;
 }
 
 /* Run @p pg in @p cf: with the test daemon @p d, or, where @p u is not NULL,
@@ -572,7 +576,7 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 			 copy_once_from(cf));
 		return true;
 	}
-	/* Its messages of 128 KiB and more, between ranks that share the
+	/* Its messages past the eager size, between ranks that share the
 	 * cores, go straight from sender to receiver; never otherwise. */
 	if (!strcmp(pg->name, "p2p_large") && (copy_once_from(cf) != 0) != (r->copied_once != 0)) {
 		snprintf(why, len, "%llu messages copied once, copying from %llu bytes", r->copied_once,

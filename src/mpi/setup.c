@@ -453,14 +453,16 @@ static void setup(int provided)
 	/* More ranks than cores: a long message's two ranks seldom run at
 	 * once, and a stream through the ring waits for each in turn, a
 	 * context switch at each; copied once, by its receiver alone, it does
-	 * not.  4 ranks on 2 cores (Intel Xeon guest), ring exchange, 4 and 5
-	 * alternating rounds, one step: 128 KiB 25-36 us streamed, 13.8-14.7
-	 * copied once (Open MPI, copying once too, 14.0-17.2); 256 KiB 48-58
-	 * against 22-25 (22-29), 1 MiB 249-331 against 191-208 (193-214); but
-	 * 64 KiB 11.2-16.5 streamed, 11.3-16.8 copied once: from half the
-	 * ring up. */
+	 * not, and it is copied half as much.  So every message past the eager
+	 * size is.  4 ranks on 2 cores (Intel Xeon guest), ring exchange,
+	 * alternating rounds (4 to 6), one step, streamed / copied once / Open
+	 * MPI (which copies once too): 64 KiB 13.7-20.2 / 8.4-9.5 / 8.7-11.1
+	 * us (sent eagerly 11.2-16.4), 128 KiB 25-36 / 13.8-14.7 / 14.0-17.2,
+	 * 256 KiB 48-58 / 22-25 / 22-29, 1 MiB 249-331 / 191-208 / 193-214.
+	 * The eager size's own messages gain nothing so (32 KiB: 6.5-8.2
+	 * eagerly, 6.9-9.1 copied once). */
 	if (pm.nlocal > (int)cpus_online() && !getenv("PINSHM_MPI_CMA"))
-		pm.cfg.cma = pm.cfg.ring / 2;
+		pm.cfg.cma = pm.cfg.eager + 1;
 	opal_register = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_register");
 	opal_unregister = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_unregister");
 	opal_progress_fn = (void (*)(void))dlsym(RTLD_DEFAULT, "opal_progress");
