@@ -396,7 +396,11 @@ static inline void *reserved_payload(pinshm_channel_t *ch)
  * remembers how far (`zeroed`).  Before a commit it writes only the rest
  * of the record's own last line, and words its reservation may have
  * covered.  Overrun topics announce every byte they write (`reserve`) and
- * zero only the one word, before the commit.
+ * zero only the one word, before the commit.  Intel Xeon guest (a cache
+ * line 220-240 ns there and back), 5 alternating rounds: pinshm-perf's
+ * pinshm-zc round trip 48 B 341 -> 329 ns, 112 B 361 -> 347; MPI one-way
+ * (records that end on a line, committed with PINSHM_LEN_ONLY) 0 B 0.209
+ * -> 0.169 us, 8 B 0.221 -> 0.170, 64 B 0.277 -> 0.256.
  */
 #define ZERO_AHEAD 128
 
