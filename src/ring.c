@@ -391,8 +391,8 @@ static inline void *reserved_payload(pinshm_channel_t *ch)
  * the commit store waits behind that store (x86 keeps stores in order).
  * So queues and back-pressure topics zero ahead: after publishing, the
  * producer zeroes the words of the lines after the record's, as far as a
- * record of the same size (at most ZERO_AHEAD bytes) would end, never at
- * or past `limit` (room the consumers released: nobody reads it), and
+ * record of the same size would end (records of at most ZERO_AHEAD bytes),
+ * never at or past `limit` (room the consumers released: nobody reads it), and
  * remembers how far (`zeroed`).  Before a commit it writes only the rest
  * of the record's own last line, and words its reservation may have
  * covered.  Overrun topics announce every byte they write (`reserve`) and
@@ -409,21 +409,37 @@ static inline uint64_t line_end(uint64_t pos)
 	return (pos + PINSHM_CACHELINE - 1) & ~(uint64_t)(PINSHM_CACHELINE - 1);
 }
 
+/* The 16-byte words from @p from to @p to, a whole line's 4 at once (a
+ * ring's end is on a line: no line wraps). */
 static inline __attribute__((always_inline)) void zero_words(pinshm_channel_t *ch, uint64_t from, uint64_t to)
 {
-	for (uint64_t pos = from; pos < to; pos += PINSHM_RECORD_ALIGN)
-		atomic_store_explicit(&rec_at(ch->ring, ch->g.capacity, pos)->commit, 0, memory_order_relaxed);
+	for (uint64_t pos = from; pos < to;) {
+		struct record_header *w = rec_at(ch->ring, ch->g.capacity, pos);
+		if ((pos & (PINSHM_CACHELINE - 1)) == 0 && to - pos >= PINSHM_CACHELINE) {
+			static_assert(PINSHM_CACHELINE == 4 * PINSHM_RECORD_ALIGN, "4 words a line");
+			atomic_store_explicit(&w[0].commit, 0, memory_order_relaxed);
+			atomic_store_explicit(&w[1].commit, 0, memory_order_relaxed);
+			atomic_store_explicit(&w[2].commit, 0, memory_order_relaxed);
+			atomic_store_explicit(&w[3].commit, 0, memory_order_relaxed);
+			pos += PINSHM_CACHELINE;
+		} else {
+			atomic_store_explicit(&w->commit, 0, memory_order_relaxed);
+			pos += PINSHM_RECORD_ALIGN;
+		}
+	}
 }
 
 /* Before publishing the record that ends at @p end (the new tail): the
- * word at @p end and, off overrun topics, the rest of its line are 0, as
- * the words of the reservation past @p end that were zeroed ahead. */
+ * word at @p end and, off overrun topics, the rest of its line are 0, and
+ * so again are the words zeroed ahead that the reservation covered. */
 static inline __attribute__((always_inline)) void zero_before_publish(pinshm_channel_t *ch, uint64_t end)
 {
 	uint64_t to = end + HEADROOM;
 	uint64_t clean = ch->zeroed > end ? ch->zeroed : end;
 	uint64_t resv_end = ch->resv_pos + rec_size(ch->resv_len);
 
+	if (clean >= to && resv_end <= end)
+		return; /* zeroed ahead, and the reservation was the record */
 	if (!is_overrun(ch) && line_end(end) > to && line_end(end) <= ch->limit)
 		to = line_end(end);
 	zero_words(ch, end, resv_end < clean ? resv_end : clean);
@@ -431,19 +447,20 @@ static inline __attribute__((always_inline)) void zero_before_publish(pinshm_cha
 	ch->zeroed = clean > to ? clean : to;
 }
 
-/* After publishing a record of @p size bytes: zero ahead (see above). */
+/* After publishing a record of @p size bytes: zero ahead (see above), for
+ * a record of at most ZERO_AHEAD bytes (after a longer one, a next one of
+ * its size would end further than is worth zeroing each time). */
 static inline __attribute__((always_inline)) void zero_ahead(pinshm_channel_t *ch, uint64_t size)
 {
-	uint64_t want = line_end(ch->tail + (size < ZERO_AHEAD ? size : ZERO_AHEAD) + HEADROOM);
+	uint64_t want = line_end(ch->tail + size + HEADROOM);
 
-	if (is_overrun(ch))
+	if (size > ZERO_AHEAD || want <= ch->zeroed || is_overrun(ch))
 		return;
 	if (want > ch->limit)
 		want = ch->limit;
-	if (want > ch->zeroed) {
-		zero_words(ch, ch->zeroed, want);
+	zero_words(ch, ch->zeroed, want);
+	if (want > ch->zeroed)
 		ch->zeroed = want;
-	}
 }
 
 /*
