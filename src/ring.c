@@ -385,22 +385,27 @@ static inline void *reserved_payload(pinshm_channel_t *ch)
 /*
  * Zeroing ahead.  A consumer polls the commit word at the end of the last
  * record it took, so that word must be 0 (or the next record) before the
- * record ending there is published.  Zeroed just before the commit, it
- * costs a line taken back from the consumer (which holds it since the lap
- * before, or polls it) on the path of every record that ends on a line:
- * the commit store waits behind that store (x86 keeps stores in order).
- * So queues and back-pressure topics zero ahead: after publishing, the
- * producer zeroes the words of the lines after the record's, as far as a
- * record of the same size would end (records of at most ZERO_AHEAD bytes),
- * never at or past `limit` (room the consumers released: nobody reads it), and
- * remembers how far (`zeroed`).  Before a commit it writes only the rest
- * of the record's own last line, and words its reservation may have
- * covered.  Overrun topics announce every byte they write (`reserve`) and
- * zero only the one word, before the commit.  Intel Xeon guest (a cache
- * line 220-240 ns there and back), 5 alternating rounds: pinshm-perf's
- * pinshm-zc round trip 48 B 341 -> 329 ns, 112 B 361 -> 347; MPI one-way
- * (records that end on a line, committed with PINSHM_LEN_ONLY) 0 B 0.209
- * -> 0.169 us, 8 B 0.221 -> 0.170, 64 B 0.277 -> 0.256.
+ * record ending there is published.  Where the record ends inside a line
+ * it wrote, zeroing the word costs nothing; where it ends on a line, the
+ * word starts a line the consumer holds (since the lap before, or polling
+ * it), and zeroing it just before the commit made the commit wait for
+ * that line (x86 keeps stores in order).  So queues and back-pressure
+ * topics zero line starts ahead: after publishing a record of up to
+ * ZERO_AHEAD bytes, the producer zeroes the words that start the lines
+ * up to where a next record of the same size would end, never at or past
+ * `limit` (room the consumers released: nobody reads it), and remembers
+ * how far (`zeroed`: every line-start word from the tail up to there is
+ * 0).  A record that ends on such a line needs no store before its
+ * commit, unless its reservation was longer and may have covered the
+ * word.  Overrun topics announce every byte they write (`reserve`): they
+ * do not zero ahead.  Intel Xeon guest (a cache line 220-240 ns there
+ * and back), alternating rounds, medians: MPI one-way (records that end
+ * on a line, committed with PINSHM_LEN_ONLY; 5 rounds) 0 B 0.209 ->
+ * 0.169 us, 8 B 0.221 -> 0.170, 64 B 0.277 -> 0.256; pinshm-perf, 3
+ * rounds: pinshm-zc round trip 48 B 351 -> 343 ns, 112 B 370 -> 359;
+ * streams of 8 B, pinshm 40.7 -> 58.9 M messages/s, pinshm-batch 93.9
+ * -> 106.6 M.  (Zeroing every word ahead, not only line starts, cost
+ * more instructions: batches of 8 B 63.9 M.)
  */
 #define ZERO_AHEAD 128
 
@@ -409,56 +414,37 @@ static inline uint64_t line_end(uint64_t pos)
 	return (pos + PINSHM_CACHELINE - 1) & ~(uint64_t)(PINSHM_CACHELINE - 1);
 }
 
-/* The 16-byte words from @p from to @p to, a whole line's 4 at once (a
- * ring's end is on a line: no line wraps). */
-static inline __attribute__((always_inline)) void zero_words(pinshm_channel_t *ch, uint64_t from, uint64_t to)
+static inline void zero_word(pinshm_channel_t *ch, uint64_t pos)
 {
-	for (uint64_t pos = from; pos < to;) {
-		struct record_header *w = rec_at(ch->ring, ch->g.capacity, pos);
-		if ((pos & (PINSHM_CACHELINE - 1)) == 0 && to - pos >= PINSHM_CACHELINE) {
-			static_assert(PINSHM_CACHELINE == 4 * PINSHM_RECORD_ALIGN, "4 words a line");
-			atomic_store_explicit(&w[0].commit, 0, memory_order_relaxed);
-			atomic_store_explicit(&w[1].commit, 0, memory_order_relaxed);
-			atomic_store_explicit(&w[2].commit, 0, memory_order_relaxed);
-			atomic_store_explicit(&w[3].commit, 0, memory_order_relaxed);
-			pos += PINSHM_CACHELINE;
-		} else {
-			atomic_store_explicit(&w->commit, 0, memory_order_relaxed);
-			pos += PINSHM_RECORD_ALIGN;
-		}
-	}
+	atomic_store_explicit(&rec_at(ch->ring, ch->g.capacity, pos)->commit, 0, memory_order_relaxed);
 }
 
 /* Before publishing the record that ends at @p end (the new tail): the
- * word at @p end and, off overrun topics, the rest of its line are 0, and
- * so again are the words zeroed ahead that the reservation covered. */
+ * word at @p end is 0, and `zeroed` no longer covers line starts that the
+ * reservation may have written over. */
 static inline __attribute__((always_inline)) void zero_before_publish(pinshm_channel_t *ch, uint64_t end)
 {
-	uint64_t to = end + HEADROOM;
-	uint64_t clean = ch->zeroed > end ? ch->zeroed : end;
 	uint64_t resv_end = ch->resv_pos + rec_size(ch->resv_len);
+	uint64_t next_line = line_end(end + 1);
 
-	if (clean >= to && resv_end <= end)
-		return; /* zeroed ahead, and the reservation was the record */
-	if (!is_overrun(ch) && line_end(end) > to && line_end(end) <= ch->limit)
-		to = line_end(end);
-	zero_words(ch, end, resv_end < clean ? resv_end : clean);
-	zero_words(ch, clean, to);
-	ch->zeroed = clean > to ? clean : to;
+	if ((end & (PINSHM_CACHELINE - 1)) != 0 || end >= ch->zeroed || resv_end > end)
+		zero_word(ch, end);
+	if (resv_end > next_line && ch->zeroed > next_line)
+		ch->zeroed = next_line;
 }
 
-/* After publishing a record of @p size bytes: zero ahead (see above), for
- * a record of at most ZERO_AHEAD bytes (after a longer one, a next one of
- * its size would end further than is worth zeroing each time). */
+/* After publishing a record of @p size bytes: zero ahead (see above). */
 static inline __attribute__((always_inline)) void zero_ahead(pinshm_channel_t *ch, uint64_t size)
 {
-	uint64_t want = line_end(ch->tail + size + HEADROOM);
+	uint64_t want = line_end(ch->tail + size + 1);
 
 	if (size > ZERO_AHEAD || want <= ch->zeroed || is_overrun(ch))
 		return;
 	if (want > ch->limit)
 		want = ch->limit;
-	zero_words(ch, ch->zeroed, want);
+	for (uint64_t pos = line_end(ch->zeroed > ch->tail ? ch->zeroed : ch->tail + 1); pos < want;
+	     pos += PINSHM_CACHELINE)
+		zero_word(ch, pos);
 	if (want > ch->zeroed)
 		ch->zeroed = want;
 }

@@ -594,6 +594,41 @@ START_TEST(test_commit_shorter)
 }
 END_TEST
 
+/*
+ * The words that start lines, zeroed ahead after records up to 128 bytes
+ * (src/ring.c zero_ahead()), met by records that end on those lines, each
+ * lap of 256 bytes: a 128-byte record; a 200-byte reservation written over
+ * (0xff) and committed as a 64-byte record, whose end word the room past
+ * it covered; a 300-byte reservation written over and dropped; a 64-byte
+ * record, which ends where the dropped one wrote.  A word left as 0xff
+ * would make a receive fail as damage.  Over 6 laps of a 4 KiB queue.
+ */
+START_TEST(test_zero_ahead_lines)
+{
+	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+
+	for (unsigned lap = 0; lap < 100; lap++) {
+		void *b = NULL;
+
+		send_pat(pr.p, 112, lap);
+		TU_RC(pinshm_reserve(pr.p, 200, &b, PINSHM_NONBLOCK), 0);
+		memset(b, 0xff, 200);
+		tu_pattern(b, 48, 1000 + lap);
+		TU_RC(pinshm_commit(pr.p, 48, 0), 0);
+		recv_pat(pr.c, 112, lap);
+		recv_pat_inplace(pr.c, 48, 1000 + lap);
+		expect_empty(pr.c);
+		TU_RC(pinshm_reserve(pr.p, 300, &b, PINSHM_NONBLOCK), 0);
+		memset(b, 0xff, 300);
+		TU_RC(pinshm_abort(pr.p), 0);
+		send_pat(pr.p, 48, 2000 + lap);
+		recv_pat(pr.c, 48, 2000 + lap);
+		expect_empty(pr.c);
+	}
+	pair_close(&pr);
+}
+END_TEST
+
 START_TEST(test_release_order)
 {
 	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
@@ -2256,6 +2291,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_recv_null_zero);
 	tcase_add_test(tc, test_zero_copy_mixed);
 	tcase_add_loop_test(tc, test_commit_shorter, 0, 2);
+	tcase_add_test(tc, test_zero_ahead_lines);
 	tcase_add_test(tc, test_release_order);
 	tcase_add_test(tc, test_held_keeps_room);
 	tcase_add_test(tc, test_hold_limit);
