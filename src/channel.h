@@ -77,7 +77,7 @@ struct pinshm_channel {
 	uint64_t resv_pos;    /* its record's position (after any padding) */
 	uint64_t resv_len;    /* its reserved payload length */
 	uint64_t resv_start;  /* where it begins, padding included */
-	uint64_t zeroed;      /* every word that starts a line, from the tail up to here, is 0 (ring.c zero_ahead()) */
+	uint64_t zero_next;   /* a word zeroed ahead, where a next record may end (ring.c zero_ahead()) */
 	bool reserved;        /* a reservation is pending */
 	bool wake_pending;    /* committed with PINSHM_MORE */
 

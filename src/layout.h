@@ -48,8 +48,8 @@
  * record that will follow it, so the word a consumer polls next is always
  * either zero or a record of the current lap, never stale payload bytes.
  * The producer keeps 16 bytes of headroom for that word.  (Queues and
- * back-pressure topics zero the words that start the lines after the tail
- * ahead of time, never past what consumers released: ring.c zero_ahead().)
+ * back-pressure topics may zero it ahead of time, in room the consumers
+ * released: ring.c zero_ahead().)
  *
  * Positions (tail, free, cursors) are 64-bit byte counts that only
  * grow; offset in the ring = pos & (capacity - 1).

@@ -30,6 +30,7 @@
 #include "wait.h"
 
 #define HEADROOM PINSHM_RECORD_HEADER
+#define ZERO_NEXT_NONE UINT64_MAX /* no word zeroed ahead (zero_ahead()) */
 
 static inline struct record_header *rec_at(uint8_t *ring, uint64_t capacity, uint64_t pos)
 {
@@ -157,7 +158,8 @@ void producer_recover_tail(pinshm_channel_t *ch)
 		pos += size;
 		scanned += size;
 	}
-	ch->tail = ch->committed = ch->zeroed = pos;
+	ch->tail = ch->committed = pos;
+	ch->zero_next = ZERO_NEXT_NONE;
 	ch->last = last;
 	/* Records carry the low 32 bits of their number: the count goes on
 	 * from the published one, by the distance (within a ring, far below
@@ -390,63 +392,44 @@ static inline void *reserved_payload(pinshm_channel_t *ch)
  * word starts a line the consumer holds (since the lap before, or polling
  * it), and zeroing it just before the commit made the commit wait for
  * that line (x86 keeps stores in order).  So queues and back-pressure
- * topics zero line starts ahead: after publishing a record of up to
- * ZERO_AHEAD bytes, the producer zeroes the words that start the lines
- * up to where a next record of the same size would end, never at or past
- * `limit` (room the consumers released: nobody reads it), and remembers
- * how far (`zeroed`: every line-start word from the tail up to there is
- * 0).  A record that ends on such a line needs no store before its
- * commit, unless its reservation was longer and may have covered the
- * word.  Overrun topics announce every byte they write (`reserve`): they
- * do not zero ahead.  Intel Xeon guest (a cache line 220-240 ns there
- * and back), alternating rounds, medians: MPI one-way (records that end
- * on a line, committed with PINSHM_LEN_ONLY; 5 rounds) 0 B 0.209 ->
- * 0.169 us, 8 B 0.221 -> 0.170, 64 B 0.277 -> 0.256; pinshm-perf, 3
- * rounds: pinshm-zc round trip 48 B 351 -> 343 ns, 112 B 370 -> 359;
- * streams of 8 B, pinshm 40.7 -> 58.9 M messages/s, pinshm-batch 93.9
- * -> 106.6 M.  (Zeroing every word ahead, not only line starts, cost
- * more instructions: batches of 8 B 63.9 M.)
+ * topics guess: after publishing a record, the producer zeroes the word
+ * where a next record of the same size would end, if that starts a line
+ * below `limit` (room the consumers released: nobody reads it), and
+ * remembers it (`zero_next`).  A record that ends there needs no store
+ * before its commit, unless its reservation was longer and may have
+ * covered the word; any other is zeroed before, as always.  Overrun
+ * topics announce every byte they write (`reserve`): they do not guess.
+ * Intel Xeon guest (a cache line 220-240 ns there and back): MPI one-way
+ * (records that end on a line, committed with PINSHM_LEN_ONLY), medians
+ * of 5 alternating rounds, 0 B 0.212 -> 0.166 us, 8 B 0.227 -> 0.167,
+ * 64 B 0.279 -> 0.238 (Open MPI 0.227, 0.273, 0.311); streams of 8 B
+ * (pinshm-perf -p stream, 3 and 6 rounds) 37.0-41.7 -> 47.7-54.8 M
+ * messages/s.  Zeroing ahead every line start up to the guess cost more
+ * instructions; write prefetches (prefetchw) of the lines of the next
+ * record cut 512 B latency by 4% but its streams by 25%.
  */
-#define ZERO_AHEAD 128
-
-static inline uint64_t line_end(uint64_t pos)
-{
-	return (pos + PINSHM_CACHELINE - 1) & ~(uint64_t)(PINSHM_CACHELINE - 1);
-}
-
 static inline void zero_word(pinshm_channel_t *ch, uint64_t pos)
 {
 	atomic_store_explicit(&rec_at(ch->ring, ch->g.capacity, pos)->commit, 0, memory_order_relaxed);
 }
 
-/* Before publishing the record that ends at @p end (the new tail): the
- * word at @p end is 0, and `zeroed` no longer covers line starts that the
- * reservation may have written over. */
+/* Before publishing the record that ends at @p end (the new tail). */
 static inline __attribute__((always_inline)) void zero_before_publish(pinshm_channel_t *ch, uint64_t end)
 {
-	uint64_t resv_end = ch->resv_pos + rec_size(ch->resv_len);
-	uint64_t next_line = line_end(end + 1);
-
-	if ((end & (PINSHM_CACHELINE - 1)) != 0 || end >= ch->zeroed || resv_end > end)
+	if (end != ch->zero_next || ch->resv_pos + rec_size(ch->resv_len) > end)
 		zero_word(ch, end);
-	if (resv_end > next_line && ch->zeroed > next_line)
-		ch->zeroed = next_line;
+	ch->zero_next = ZERO_NEXT_NONE;
 }
 
-/* After publishing a record of @p size bytes: zero ahead (see above). */
+/* After publishing a record of @p size bytes: guess (see above). */
 static inline __attribute__((always_inline)) void zero_ahead(pinshm_channel_t *ch, uint64_t size)
 {
-	uint64_t want = line_end(ch->tail + size + 1);
+	uint64_t next = ch->tail + size;
 
-	if (size > ZERO_AHEAD || want <= ch->zeroed || is_overrun(ch))
+	if ((next & (PINSHM_CACHELINE - 1)) != 0 || next >= ch->limit || is_overrun(ch))
 		return;
-	if (want > ch->limit)
-		want = ch->limit;
-	for (uint64_t pos = line_end(ch->zeroed > ch->tail ? ch->zeroed : ch->tail + 1); pos < want;
-	     pos += PINSHM_CACHELINE)
-		zero_word(ch, pos);
-	if (want > ch->zeroed)
-		ch->zeroed = want;
+	zero_word(ch, next);
+	ch->zero_next = next;
 }
 
 /*
@@ -538,7 +521,7 @@ int pinshm_abort(pinshm_channel_t *ch)
 	if (!ch->reserved)
 		return channel_fail(ch, -EINVAL, "nothing reserved");
 	ch->reserved = false;
-	ch->zeroed = ch->tail; /* the reservation may have written over words zeroed ahead */
+	ch->zero_next = ZERO_NEXT_NONE; /* the reservation may have written over it */
 	if (is_overrun(ch))
 		atomic_store_explicit(&ch->lane->reserve, ch->tail, memory_order_relaxed);
 	return 0;

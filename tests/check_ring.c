@@ -595,13 +595,14 @@ START_TEST(test_commit_shorter)
 END_TEST
 
 /*
- * The words that start lines, zeroed ahead after records up to 128 bytes
- * (src/ring.c zero_ahead()), met by records that end on those lines, each
- * lap of 256 bytes: a 128-byte record; a 200-byte reservation written over
- * (0xff) and committed as a 64-byte record, whose end word the room past
- * it covered; a 300-byte reservation written over and dropped; a 64-byte
- * record, which ends where the dropped one wrote.  A word left as 0xff
- * would make a receive fail as damage.  Over 6 laps of a 4 KiB queue.
+ * The word a producer zeroes ahead, where a next record of the same size
+ * would end on a line (src/ring.c zero_ahead()), each lap of four 64-byte
+ * records (48-byte messages): one; one from a 200-byte reservation
+ * written over (0xff) and committed short, whose end is that word; one
+ * after a 300-byte reservation written over and dropped; one that ends on
+ * the word zeroed ahead.  Each is received, and the word polled after it
+ * must be 0: one left as 0xff, or a word of the lap before, would make the
+ * receive fail as damage.  Over 6 laps of a 4 KiB queue.
  */
 START_TEST(test_zero_ahead_lines)
 {
@@ -610,12 +611,12 @@ START_TEST(test_zero_ahead_lines)
 	for (unsigned lap = 0; lap < 100; lap++) {
 		void *b = NULL;
 
-		send_pat(pr.p, 112, lap);
+		send_pat(pr.p, 48, lap);
 		TU_RC(pinshm_reserve(pr.p, 200, &b, PINSHM_NONBLOCK), 0);
 		memset(b, 0xff, 200);
 		tu_pattern(b, 48, 1000 + lap);
 		TU_RC(pinshm_commit(pr.p, 48, 0), 0);
-		recv_pat(pr.c, 112, lap);
+		recv_pat(pr.c, 48, lap);
 		recv_pat_inplace(pr.c, 48, 1000 + lap);
 		expect_empty(pr.c);
 		TU_RC(pinshm_reserve(pr.p, 300, &b, PINSHM_NONBLOCK), 0);
@@ -623,6 +624,9 @@ START_TEST(test_zero_ahead_lines)
 		TU_RC(pinshm_abort(pr.p), 0);
 		send_pat(pr.p, 48, 2000 + lap);
 		recv_pat(pr.c, 48, 2000 + lap);
+		expect_empty(pr.c);
+		send_pat(pr.p, 48, 3000 + lap);
+		recv_pat(pr.c, 48, 3000 + lap);
 		expect_empty(pr.c);
 	}
 	pair_close(&pr);
