@@ -232,7 +232,9 @@ PINSHM_EXPORT int pinshm_reserve(pinshm_channel_t *ch, size_t len, void **buf, i
  * reservation (one made longer than the message, to end it on a cache
  * line for instance): the library then need not clear that room again
  * before publishing, a cache line fewer on the message's path.  Broken,
- * the promise can only make this producer's own messages unreadable.
+ * the promise does what any producer writing stray bytes in its ring can:
+ * its consumers may find the channel corrupt (-EBADMSG) or take those
+ * bytes for a message; nothing outside the channel is touched.
  * @return 0, or -EINVAL if nothing is reserved or @p len is too large.
  */
 PINSHM_EXPORT int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags);

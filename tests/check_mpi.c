@@ -275,6 +275,7 @@ struct run {
 	unsigned long long ring_other; /* bit r: rank r reported a ring of another size than the run's */
 	unsigned long long copy_other; /* bit r: rank r copies once from another size than the run's */
 	unsigned long long copied_once; /* messages received straight from their sender's memory, all ranks */
+	unsigned long long copy_refused; /* bit r: the kernel refused rank r such a copy */
 	int stat_lines, bad_lines;
 };
 
@@ -469,15 +470,19 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		char fam[32];
 		struct stats s = {0};
 		r->stat_lines++;
-		/* "pinshm-mpi stats: rank=R queue=pinned|unpinned ring=BYTES copy_once_from=BYTES copied_once=N" */
+		/* "pinshm-mpi stats: rank=R queue=pinned|unpinned ring=BYTES copy_once_from=BYTES copied_once=N
+		 * copy_refused=0|1" */
 		unsigned long long ring = 0, copy_from = 0, copied = 0;
-		int fields = sscanf(line, "pinshm-mpi stats: rank=%d queue=%31s ring=%llu copy_once_from=%llu copied_once=%llu",
-				    &rank, fam, &ring, &copy_from, &copied);
+		int refused = -1;
+		int fields = sscanf(line,
+				    "pinshm-mpi stats: rank=%d queue=%31s ring=%llu copy_once_from=%llu copied_once=%llu "
+				    "copy_refused=%d",
+				    &rank, fam, &ring, &copy_from, &copied, &refused);
 		if (fields >= 2) {
 			unsigned long long *m = !strcmp(fam, "pinned")	 ? &r->queue_pinned
 						: !strcmp(fam, "unpinned") ? &r->queue_unpinned
 									   : NULL;
-			if (fields != 5 || !m || rank < 0 || rank >= cf->np ||
+			if (fields != 6 || (refused != 0 && refused != 1) || !m || rank < 0 || rank >= cf->np ||
 			    ((r->queue_pinned | r->queue_unpinned) >> rank & 1)) {
 				r->bad_lines++;
 				continue;
@@ -488,6 +493,8 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 			if (copy_from != copy_once_from(cf))
 				r->copy_other |= 1ull << rank;
 			r->copied_once += copied;
+			if (refused)
+				r->copy_refused |= 1ull << rank;
 			continue;
 		}
 		if (sscanf(line,
@@ -624,14 +631,21 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 		return true;
 	}
 	/* Its messages past the eager size, between ranks that share the
-	 * cores, go straight from sender to receiver where the kernel lets
-	 * them (else through the ring, as where ranks have cores of their
-	 * own). */
-	if (!strcmp(pg->name, "p2p_large") &&
-	    (copy_once_from(cf) != 0 && sibling_readable()) != (r->copied_once != 0)) {
-		snprintf(why, len, "%llu messages copied once, copying from %llu bytes (%s)", r->copied_once,
-			 copy_once_from(cf), sibling_readable() ? "the kernel allows it" : "the kernel forbids it");
-		return true;
+	 * cores, go straight from sender to receiver (never where ranks have
+	 * cores of their own).  Where a child may read its brother's memory,
+	 * ranks may too; where not, they still may (Open MPI's CMA lets any
+	 * process of the user trace its ranks where Yama would forbid it), or
+	 * the kernel refused them and they said so, streaming instead. */
+	if (!strcmp(pg->name, "p2p_large")) {
+		bool copying = copy_once_from(cf) != 0;
+		bool ok = !copying ? r->copied_once == 0 && r->copy_refused == 0
+				   : r->copied_once != 0 || (!sibling_readable() && r->copy_refused != 0);
+		if (!ok) {
+			snprintf(why, len, "%llu messages copied once (ranks %#llx refused), copying from %llu bytes (%s)",
+				 r->copied_once, r->copy_refused, copy_once_from(cf),
+				 sibling_readable() ? "a child reads its brother" : "a child may not read its brother");
+			return true;
+		}
 	}
 	for (int k = 0; k < NFAMILY; k++) {
 		const struct stats *s = &r->fam[k];
@@ -1251,9 +1265,9 @@ START_TEST(test_stats_checks)
 	ck_assert(strstr(why, "copy") != NULL);
 	r.copy_other = 0;
 	/* p2p_large copies once exactly where the ranks outnumber the cores
-	 * (and the kernel allows it). */
+	 * (or says the kernel refused it, where a child could not either). */
 	const struct program *large = &programs[8];
-	bool copies = copy_once_from(&one) && sibling_readable();
+	bool copies = copy_once_from(&one) != 0;
 	ck_assert_str_eq(large->name, "p2p_large");
 	r.fam[F_NONBLOCKING].pinshm_msgs = r.fam[F_NONBLOCKING].pinshm_bytes = 1;
 	r.copied_once = copies ? 0 : 3;
@@ -1262,6 +1276,10 @@ START_TEST(test_stats_checks)
 	r.copied_once = copies ? 3 : 0;
 	ck_assert_msg(!run_failed(large, &one, &r, why, sizeof(why)), "a good run failed: %s", why);
 	r.copied_once = 0;
+	r.copy_refused = 1;
+	ck_assert(copies && !sibling_readable() ? !run_failed(large, &one, &r, why, sizeof(why))
+						: run_failed(large, &one, &r, why, sizeof(why)));
+	r.copy_refused = 0;
 	r.fam[F_NONBLOCKING].pinshm_msgs = r.fam[F_NONBLOCKING].pinshm_bytes = 0;
 	ck_assert(run_failed(basic, &plain_configs[0], &(struct run){.out = "", .stat_lines = 1}, why, sizeof(why)));
 	r.fam[F_PROBE].mpi_msgs = 1;

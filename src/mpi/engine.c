@@ -401,8 +401,7 @@ static void take_eager(struct pm_op *op, int src, int tag, uint8_t flags, int fr
 /* Copy a message straight from its sender's memory. @return whether it did. */
 static bool copy_from_sender(struct pm_op *op, uint32_t pid, uint64_t addr)
 {
-	static bool refused; /* the kernel said no once: it will again */
-	if (refused || op->accept == 0)
+	if (pm.copy_refused || op->accept == 0)
 		return false;
 	char *dst = op->data;
 	if (!op->contiguous) {
@@ -418,7 +417,7 @@ static bool copy_from_sender(struct pm_op *op, uint32_t pid, uint64_t addr)
 		ssize_t n = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
 		if (n <= 0) {
 			if (done == 0 && (errno == EPERM || errno == ENOSYS))
-				refused = true;
+				pm.copy_refused = true; /* the kernel said no once: it will again */
 			if (done)
 				bad_record("the sender's memory could not be read");
 			free(op->tmp);

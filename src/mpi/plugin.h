@@ -374,6 +374,7 @@ struct pm_state {
 	struct pm_config cfg;
 	struct pm_counts counts[FAM_COUNT];
 	uint64_t copied_once; /* messages received straight from their sender's memory (cfg.cma) */
+	bool copy_refused;    /* the kernel refused that copy (no ptrace rights): streamed instead */
 	uint64_t buffered_attached, buffered_used; /* MPI_Buffer_attach accounting */
 };
 

@@ -505,9 +505,9 @@ static void print_stats(void)
 	if (pm.in_locked != QUEUE_UNKNOWN)
 		fprintf(stderr,
 			"pinshm-mpi stats: rank=%d queue=%s ring=%" PRIu64 " copy_once_from=%zu copied_once=%" PRIu64
-			"\n",
+			" copy_refused=%d\n",
 			pm.world_rank, pm.in_locked == QUEUE_PINNED ? "pinned" : "unpinned", pm.cfg.ring, pm.cfg.cma,
-			pm.copied_once);
+			pm.copied_once, pm.copy_refused);
 }
 
 int MPI_Finalize(void)
