@@ -447,8 +447,9 @@ static inline __attribute__((always_inline)) void stage_reserved(pinshm_channel_
 	atomic_store_explicit(&rec->len, (uint32_t)len, memory_order_relaxed);
 	atomic_store_explicit(&rec->seq, (uint32_t)ch->seq++, memory_order_relaxed);
 	ch->bytes += len;
-	/* The next record's word, zeroed before this one is published: what a
-	 * consumer polls next is never a stale word of an earlier lap. */
+	/* The next record's word, zeroed before this one is published (or
+	 * ahead of time): what a consumer polls next is never a stale word of
+	 * an earlier lap. */
 	zero_before_publish(ch, end);
 	if (ch->resv_pos != ch->resv_start)
 		atomic_store_explicit(&rec_at(ch->ring, cap, ch->resv_start)->len,
