@@ -421,10 +421,10 @@ static inline __attribute__((always_inline)) void zero_before_publish(pinshm_cha
 	ch->zero_next = ZERO_NEXT_NONE;
 }
 
-/* After publishing a record of @p size bytes: guess (see above). */
-static inline __attribute__((always_inline)) void zero_ahead(pinshm_channel_t *ch, uint64_t size)
+/* After publishing records, the last at `last`: guess (see above). */
+static inline __attribute__((always_inline)) void zero_ahead(pinshm_channel_t *ch)
 {
-	uint64_t next = ch->tail + size;
+	uint64_t next = ch->tail + (ch->tail - ch->last);
 
 	if ((next & (PINSHM_CACHELINE - 1)) != 0 || next >= ch->limit || is_overrun(ch))
 		return;
@@ -513,7 +513,7 @@ int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags)
 		ch->wake_pending = true;
 	else
 		producer_wake(ch);
-	zero_ahead(ch, rec_size(len));
+	zero_ahead(ch);
 	return 0;
 }
 
@@ -545,7 +545,7 @@ int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_m
 	commit_reserved(ch, len);
 	producer_publish(ch);
 	producer_wake(ch);
-	zero_ahead(ch, rec_size(len));
+	zero_ahead(ch);
 	return 0;
 }
 
@@ -575,7 +575,7 @@ static void publish_staged(pinshm_channel_t *ch, struct staging *st)
 	ch->committed = ch->tail;
 	producer_publish(ch);
 	producer_wake(ch);
-	zero_ahead(ch, ch->tail - ch->last);
+	zero_ahead(ch);
 }
 
 int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned count, int timeout_ms)
