@@ -448,8 +448,9 @@ static void setup(int provided)
 		fprintf(stderr, "pinshm-mpi: rank %d: out of memory\n", pm.world_rank);
 		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
 	}
-	if (pm.nlocal > (int)cpus_online() && !getenv("PINSHM_MPI_SPIN_NS"))
-		pm.cfg.spin_ns = 0; /* more ranks than cores: a waiting rank yields at once */
+	bool oversubscribed = pm.nlocal > (int)cpus_online();
+	if (oversubscribed && !getenv("PINSHM_MPI_SPIN_NS"))
+		pm.cfg.spin_ns = 0; /* a waiting rank yields at once */
 	/* More ranks than cores: a long message's two ranks seldom run at
 	 * once, and a stream through the ring waits for each in turn, a
 	 * context switch at each; copied once, by its receiver alone, it does
@@ -461,7 +462,7 @@ static void setup(int provided)
 	 * 256 KiB 48-58 / 22-25 / 22-29, 1 MiB 249-331 / 191-208 / 193-214.
 	 * The eager size's own messages gain nothing so (32 KiB: 6.5-8.2
 	 * eagerly, 6.9-9.1 copied once). */
-	if (pm.nlocal > (int)cpus_online() && !getenv("PINSHM_MPI_CMA"))
+	if (oversubscribed && !getenv("PINSHM_MPI_CMA"))
 		pm.cfg.cma = pm.cfg.eager + 1;
 	opal_register = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_register");
 	opal_unregister = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_unregister");
