@@ -279,6 +279,12 @@ struct run {
 	int stat_lines, bad_lines;
 };
 
+/* The ring every rank of @p cf must report (its stats' queue line). */
+static unsigned long long config_ring(const struct config *cf)
+{
+	return cf->ring ? cf->ring : 256 * 1024;
+}
+
 /* Whether the kernel lets a process read a sibling's memory, as the
  * plugin's single copy does between ranks (process_vm_readv(2); a
  * container without CAP_SYS_PTRACE, or Yama, may forbid it): a child
@@ -333,7 +339,7 @@ static unsigned long long copy_once_from(const struct config *cf)
 {
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	int per_node = cf->nodes > 1 ? cf->np / cf->nodes : cf->np;
-	unsigned long long ring = cf->ring ? cf->ring : 256 * 1024, eager = ring / 2 - 96;
+	unsigned long long eager = config_ring(cf) / 2 - 96;
 
 	if (eager > 32 * 1024)
 		eager = 32 * 1024;
@@ -488,7 +494,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 				continue;
 			}
 			*m |= 1ull << rank;
-			if (ring != (cf->ring ? cf->ring : 256 * 1024))
+			if (ring != config_ring(cf))
 				r->ring_other |= 1ull << rank;
 			if (copy_from != copy_once_from(cf))
 				r->copy_other |= 1ull << rank;
@@ -622,7 +628,7 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 	}
 	if (r->ring_other) {
 		snprintf(why, len, "ranks %#llx report a ring of another size than %llu bytes", r->ring_other,
-			 cf->ring ? cf->ring : 256 * 1024);
+			 config_ring(cf));
 		return true;
 	}
 	if (r->copy_other) {
