@@ -475,17 +475,17 @@ static void store_drain(struct store *st)
 		}
 		if (fd >= 0)
 			close(fd);
-		if (strstr(buf, "FDSTOREREMOVE=1"))
-			st->removals++;
-		if (strstr(buf, "FDSTOREREMOVE=1"))
-			for (unsigned i = 0; i < st->n; i++)
-				if (strncmp(st->name[i], name, strcspn(name, "\n")) == 0 &&
-				    st->name[i][strcspn(name, "\n")] == '\0') {
-					close(st->fd[i]);
-					st->fd[i] = st->fd[--st->n];
-					memcpy(st->name[i], st->name[st->n], sizeof(st->name[0]));
-					i--;
-				}
+		if (!strstr(buf, "FDSTOREREMOVE=1"))
+			continue;
+		st->removals++;
+		for (unsigned i = 0; i < st->n; i++)
+			if (strncmp(st->name[i], name, strcspn(name, "\n")) == 0 &&
+			    st->name[i][strcspn(name, "\n")] == '\0') {
+				close(st->fd[i]);
+				st->fd[i] = st->fd[--st->n];
+				memcpy(st->name[i], st->name[st->n], sizeof(st->name[0]));
+				i--;
+			}
 	}
 }
 
