@@ -551,8 +551,8 @@ END_TEST
  * dropped (pinshm_abort()), among sends of other sizes, one to
  * five messages ahead of the consumer, over many laps of a 4 KiB ring: a
  * queue (_i 0) and a topic (1).  Every message arrives whole, and the word
- * a consumer polls after the last one is 0 (the producer zeroes words
- * ahead of its records, and again those a reservation may have covered:
+ * a consumer polls after the last one is 0 (the producer may zero it ahead
+ * of time, and must zero it again where a reservation covered it:
  * src/ring.c zero_ahead()); a word left as 0xff would make the receive
  * after the last message fail as damage, not report -EAGAIN.
  */
