@@ -149,7 +149,7 @@ struct config {
 	const char *env[2]; /* more NAME=VALUE for the ranks, or NULL */
 	const char *env2;   /* the second app context's instead (MPMD), or NULL */
 	const char *warning; /* the one "pinshm-mpi: warning" line the run must print (its text), or NULL */
-	unsigned long long ring; /* the ring every rank must report (its stats' queue line), 0: 256 KiB */
+	unsigned long long ring; /* the ring every rank must report (its stats' queue line), 0: config_ring()'s */
 };
 
 static const struct config plain_configs[] = {
@@ -279,10 +279,19 @@ struct run {
 	int stat_lines, bad_lines;
 };
 
-/* The ring every rank of @p cf must report (its stats' queue line). */
+/* The ring every rank of @p cf must report (its stats' queue line): the
+ * config's, else pinshm-mpi(7)'s rule: 2 MiB, halved until the node's N * N
+ * rings take at most 1 GiB (22 ranks keep 2 MiB, 32 get 1 MiB). */
 static unsigned long long config_ring(const struct config *cf)
 {
-	return cf->ring ? cf->ring : 256 * 1024;
+	unsigned long long per_node = (unsigned long long)(cf->nodes > 1 ? cf->np / cf->nodes : cf->np);
+	unsigned long long ring = 2ull << 20;
+
+	if (cf->ring)
+		return cf->ring;
+	while (ring > 16 * 1024 && ring * per_node * per_node > 1ull << 30)
+		ring /= 2;
+	return ring;
 }
 
 /* Whether the kernel lets a process read a sibling's memory, as the

@@ -105,7 +105,7 @@ static unsigned cpus_online(void)
 }
 
 #define RING_MIN (16 * 1024)
-#define RING_DEFAULT (256 * 1024)
+#define RING_DEFAULT (2 * 1024 * 1024)
 #define RING_LIMIT (1ull << 30)
 #define NODE_RINGS_DEFAULT (1ull << 30)
 
@@ -137,11 +137,23 @@ static void bound_sizes(void)
 /*
  * The ring of each sender in each queue, once the node's size is known: a
  * node of N ranks has N queues of N rings.  PINSHM_MPI_RING, where set, is
- * taken as it is (rounded down to a power of two); else 256 KiB, halved
- * until the N * N rings fit in PINSHM_MPI_NODE_RINGS (1 GiB: 64 ranks keep
- * 256 KiB, 256 ranks get 16 KiB), and never below 16 KiB.  The node's first rank
- * creates the queues with its own figure, which the others then take
- * (open_channels()).
+ * taken as it is (rounded down to a power of two); else 2 MiB, halved
+ * until the N * N rings fit in PINSHM_MPI_NODE_RINGS (1 GiB: 22 ranks keep
+ * 2 MiB, 32 get 1 MiB, 64 get 256 KiB, 256 get 16 KiB), and never below
+ * 16 KiB.  The node's first rank creates the queues with its own figure,
+ * which the others then take (open_channels()).
+ *
+ * A stream goes fast only where a lap of the ring is longer than what the
+ * receiver's L2 cache keeps of it: else each line the sender writes again
+ * is still in the receiver's cache, and taking it back costs a round trip
+ * between the cores.  On an AMD EPYC guest with 1 MiB of L2 a core, 2
+ * ranks, 4 alternating rounds of pinshm-mpi-bench, medians, Open MPI
+ * (vader, CMA) / 256 KiB / 1 MiB / 2 MiB rings: one-way 1 MiB 130 / 123
+ * / 37.8 / 36.2 us, 4 MiB 388 / 550 / 148 / 142; streaming 64 KiB 8.5 /
+ * 7.9 / 26.1 / 25.0 GB/s, 4 MiB 5.2 / 6.6 / 10.1 / 10.6.  (512 KiB rings
+ * were as slow as 256 KiB ones there.)  Rings as long as that L2 were
+ * fast already, so 2 MiB ones should be where a core's L2 is 2 MiB (not
+ * measured).
  */
 static void size_rings(void)
 {
