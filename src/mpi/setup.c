@@ -143,17 +143,17 @@ static void bound_sizes(void)
  * 16 KiB.  The node's first rank creates the queues with its own figure,
  * which the others then take (open_channels()).
  *
- * A stream goes fast only where a lap of the ring is longer than what the
- * receiver's L2 cache keeps of it: else each line the sender writes again
- * is still in the receiver's cache, and taking it back costs a round trip
- * between the cores.  On an AMD EPYC guest with 1 MiB of L2 a core, 2
- * ranks, 4 alternating rounds of pinshm-mpi-bench, medians, Open MPI
- * (vader, CMA) / 256 KiB / 1 MiB / 2 MiB rings: one-way 1 MiB 130 / 123
- * / 37.8 / 36.2 us, 4 MiB 388 / 550 / 148 / 142; streaming 64 KiB 8.5 /
- * 7.9 / 26.1 / 25.0 GB/s, 4 MiB 5.2 / 6.6 / 10.1 / 10.6.  (512 KiB rings
- * were as slow as 256 KiB ones there.)  Rings as long as that L2 were
- * fast already, so 2 MiB ones should be where a core's L2 is 2 MiB (not
- * measured).
+ * Long messages went fast only through rings at least as long as a core's
+ * L2 cache, in the measurements below (a shorter ring is likely still in
+ * the receiver's cache when the sender writes it again, and taking each
+ * line back costs a round trip between the cores).  On an AMD EPYC guest
+ * with 1 MiB of L2 a core, 2 ranks, 4 alternating rounds of
+ * pinshm-mpi-bench, medians, Open MPI (vader, CMA) / 256 KiB / 1 MiB /
+ * 2 MiB rings: one-way 1 MiB 130 / 123 / 37.8 / 36.2 us, 4 MiB 388 / 550
+ * / 148 / 142; streaming 64 KiB 8.5 / 7.9 / 26.1 / 25.0 GB/s, 4 MiB 5.2
+ * / 6.6 / 10.1 / 10.6.  (512 KiB rings were as slow as 256 KiB ones
+ * there.)  Rings as long as that L2 were fast already, so 2 MiB ones
+ * should be where a core's L2 is 2 MiB (not measured).
  */
 static void size_rings(void)
 {
