@@ -596,13 +596,13 @@ END_TEST
 
 /*
  * The word a producer zeroes ahead, where a next record of the same size
- * would end on a line (src/ring.c zero_ahead()), each lap of four 64-byte
- * records (48-byte messages): one; one from a 200-byte reservation
+ * would end on a line (src/ring.c zero_ahead()), each round of four
+ * 64-byte records (48-byte messages): one; one from a 200-byte reservation
  * written over (0xff) and committed short, whose end is that word; one
  * after a 300-byte reservation written over and dropped; one that ends on
  * the word zeroed ahead.  Each is received, and the word polled after it
  * must be 0: one left as 0xff, or a word of the lap before, would make the
- * receive fail as damage.  Over 6 laps of a 4 KiB queue.
+ * receive fail as damage.  100 rounds: over 6 laps of a 4 KiB queue.
  */
 START_TEST(test_zero_ahead_lines)
 {
