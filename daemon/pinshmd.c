@@ -37,7 +37,7 @@
  * consumers' eventfds, the pidfds of the processes watched for adopted
  * channels, and the pool's ready segments, with room to spare. */
 #define WANTED_NOFILE                                                                                         \
-	(REGISTRY_MAX_CHANNELS + 2 * LOOP_MAX_CONNECTIONS + REGISTRY_MAX_NOTIFY_FDS + REGISTRY_MAX_WATCHES + \
+	(REGISTRY_MAX_CHANNELS + 2 * LOOP_MAX_CONNECTIONS + REGISTRY_MAX_NOTIFY_FDS + REGISTRY_MAX_WATCH_PIDFDS + \
 	 CONFIG_POOL_MAX_SIZES * CONFIG_POOL_MAX_SEGMENTS + 64)
 
 #define MAX_EXIT_IDLE 86400u /* seconds */

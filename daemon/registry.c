@@ -501,41 +501,43 @@ static uint32_t nested_pid(pid_t pid)
 	return inner;
 }
 
-/* The processes of nested PID namespaces, read from /proc once for the
- * endpoints of one channel (a client may record any pid in any of them). */
-struct nested_procs {
-	bool scanned;
-	unsigned n, cap;
-	struct nested_proc {
-		uint32_t inner; /* its pid in its own namespace */
-		pid_t here;     /* in the daemon's */
-	} *p;
-};
-
+/* The processes of nested PID namespaces, in @p np: /proc scanned again
+ * once the last scan is no longer fresh.  A process started since the
+ * scan is missed there (an owner that started so late is taken for gone). */
 static void nested_scan(struct nested_procs *np)
 {
-	DIR *d = opendir("/proc");
+	uint64_t start = clock_now_ms();
 
-	np->scanned = true;
-	if (!d)
+	if (np->fresh_until != 0 && start < np->fresh_until)
 		return;
-	for (struct dirent *e; (e = readdir(d));) {
-		char *end;
-		long here = strtol(e->d_name, &end, 10);
-		uint32_t inner = *end == '\0' && here > 0 && here <= INT_MAX ? nested_pid((pid_t)here) : 0;
-		if (!inner)
-			continue;
-		if (np->n == np->cap) {
-			unsigned cap = np->cap ? np->cap * 2 : 16;
-			struct nested_proc *p = realloc(np->p, cap * sizeof(*p));
-			if (!p)
-				break; /* those found so far */
-			np->p = p;
-			np->cap = cap;
+	np->n = 0;
+	np->truncated = false;
+	DIR *d = opendir("/proc");
+	if (d) {
+		for (struct dirent *e; (e = readdir(d));) {
+			char *end;
+			long here = strtol(e->d_name, &end, 10);
+			uint32_t inner = *end == '\0' && here > 0 && here <= INT_MAX ? nested_pid((pid_t)here) : 0;
+			if (!inner)
+				continue;
+			if (np->n == np->cap) {
+				unsigned cap = np->cap ? np->cap * 2 : 16;
+				struct nested_proc *p = cap <= REGISTRY_NESTED_MAX ? realloc(np->p, cap * sizeof(*p)) : NULL;
+				if (!p) {
+					np->truncated = true; /* those found so far */
+					break;
+				}
+				np->p = p;
+				np->cap = cap;
+			}
+			np->p[np->n++] = (struct nested_proc){.inner = inner, .here = (pid_t)here};
 		}
-		np->p[np->n++] = (struct nested_proc){.inner = inner, .here = (pid_t)here};
+		closedir(d);
 	}
-	closedir(d);
+	uint64_t took = clock_now_ms() - start;
+	np->fresh_until = clock_now_ms() + (took * 50 > REGISTRY_NESTED_SCAN_MS ? took * 50 : REGISTRY_NESTED_SCAN_MS);
+	log_debug("scanned /proc for processes of nested PID namespaces: %u found%s, in %llu ms", np->n,
+		  np->truncated ? " (the most kept)" : "", (unsigned long long)took);
 }
 
 /*
@@ -550,12 +552,11 @@ static enum maps_answer nested_owner(struct nested_procs *np, uint32_t pid, cons
 				     pid_t *here, const char **why)
 {
 	unsigned owners = 0;
-	bool unsure = false;
+	bool unsure = np->truncated;
 
-	if (!np->scanned)
-		nested_scan(np);
 	for (unsigned i = 0; i < np->n; i++) {
-		if (np->p[i].inner != pid)
+		/* Read again: since the scan, its pid may be another's. */
+		if (np->p[i].inner != pid || nested_pid(np->p[i].here) != pid)
 			continue;
 		enum maps_answer m = maps_file(np->p[i].here, st, budget);
 		if (m == MAPS_YES && owners++ == 0)
@@ -588,7 +589,6 @@ struct judged {
 
 /* One adoption's judging: each distinct pid once, maps read within one budget. */
 struct judge {
-	struct nested_procs np;
 	unsigned budget; /* bytes of maps left to read */
 	unsigned n;
 	struct judged e[PINSHM_MAX_PRODUCERS + PINSHM_MAX_CONSUMERS];
@@ -612,8 +612,9 @@ static void unwatch(struct registry *r, unsigned w)
 
 /* A watch of process @p here, known by @p h (taken: given to the watch or
  * closed), that lives and maps a segment: the slot of the one that watches
- * it already, else a new one.  @return the slot, or -1 with @p why (the
- * most are watched, or memory is short). */
+ * it already, else a new one, known by its pidfd while fewer than
+ * REGISTRY_MAX_WATCH_PIDFDS are, else by its start time.  @return the
+ * slot, or -1 with @p why (the most are watched, or memory is short). */
 static int watch_process(struct registry *r, pid_t here, struct proc_handle *h, const char **why)
 {
 	for (unsigned w = 0; r->watches && w < REGISTRY_MAX_WATCHES; w++) {
@@ -643,12 +644,15 @@ static int watch_process(struct registry *r, pid_t here, struct proc_handle *h, 
 		w++;
 	if (h->pidfd >= 0) {
 		struct epoll_event ev = {.events = EPOLLIN, .data.u32 = w};
-		if (r->watch_epfd < 0 || epoll_ctl(r->watch_epfd, EPOLL_CTL_ADD, h->pidfd, &ev) != 0) {
-			/* Known by its start time instead. */
-			handle_close(h);
+		if (r->nwatches - r->ticked_watches >= REGISTRY_MAX_WATCH_PIDFDS || r->watch_epfd < 0 ||
+		    epoll_ctl(r->watch_epfd, EPOLL_CTL_ADD, h->pidfd, &ev) != 0) {
+			/* Known by its start time instead: read while the pidfd
+			 * still holds it, so that the time is this process's. */
 			h->start = proc_start(here);
+			bool exited = handle_exited(here, h);
+			handle_close(h);
 			*why = "its process has exited";
-			if (h->start == 0)
+			if (h->start == 0 || exited)
 				goto fail;
 		}
 	}
@@ -687,9 +691,10 @@ static const struct judged *judge_pid(struct registry *r, struct judge *j, uint3
 		direct = process_maps((pid_t)pid, st, &j->budget, &h, &e->why);
 	if (direct != MAPS_YES) {
 		/* Not proven here: a nested namespace's process, where one alone
-		 * maps it, is the better answer (a scan of /proc, once an adoption). */
+		 * maps it, is the better answer. */
 		pid_t nested = 0;
-		enum maps_answer n = nested_owner(&j->np, pid, st, &j->budget, &nested, &nested_why);
+		nested_scan(&r->nested);
+		enum maps_answer n = nested_owner(&r->nested, pid, st, &j->budget, &nested, &nested_why);
 		if (n == MAPS_YES)
 			n = process_maps(nested, st, &j->budget, &h, &nested_why);
 		if (n == MAPS_YES) {
@@ -823,7 +828,6 @@ out:
 		if (j->e[i].verdict == OWNER_WATCHED && r->watches[j->e[i].watch].users == 0 &&
 		    r->watches[j->e[i].watch].here != 0)
 			unwatch(r, j->e[i].watch);
-	free(j->np.p);
 	free(j);
 }
 
@@ -901,15 +905,23 @@ void registry_watch_events(struct registry *r)
 			watch_exited(r, ev[i].data.u32);
 }
 
-/* The watched processes without a pidfd: those whose start time changed
- * (gone, or another has their pid) exited. */
+/* The watched processes without a pidfd, REGISTRY_TICK_WATCHES at most a
+ * tick, in turn: those whose start time changed (gone, or another has
+ * their pid) exited. */
 static void watches_tick(struct registry *r)
 {
-	for (unsigned w = 0; r->ticked_watches && w < REGISTRY_MAX_WATCHES; w++) {
+	unsigned looked = 0;
+
+	for (unsigned k = 0; r->ticked_watches && k < REGISTRY_MAX_WATCHES && looked < REGISTRY_TICK_WATCHES; k++) {
+		unsigned w = r->watch_cursor++ % REGISTRY_MAX_WATCHES;
 		struct reg_watch *rw = &r->watches[w];
-		if (rw->here != 0 && rw->pidfd < 0 && proc_start(rw->here) != rw->start)
+		if (rw->here == 0 || rw->pidfd >= 0)
+			continue;
+		looked++;
+		if (proc_start(rw->here) != rw->start)
 			watch_exited(r, w);
 	}
+	r->watch_cursor %= REGISTRY_MAX_WATCHES;
 }
 
 /* ---- working-set pinning ---------------------------------------------------- */
@@ -1151,8 +1163,10 @@ void registry_fini(struct registry *r)
 			close(r->watches[w].pidfd);
 	free(r->watches);
 	free(r->orphans);
+	free(r->nested.p);
 	r->watches = NULL;
 	r->orphans = NULL;
+	r->nested = (struct nested_procs){0};
 	r->norphans = r->orphans_cap = r->nwatches = r->ticked_watches = 0;
 	if (r->watch_epfd >= 0)
 		close(r->watch_epfd);

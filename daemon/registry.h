@@ -51,18 +51,22 @@
  *   /proc/PID/maps lacks the segment's device and inode), unless exactly
  *   one process of a nested PID namespace has that pid there and maps the
  *   segment (the pid is the client's own view: a client in a container):
- *   then that process owns it.  A gone owner's endpoint is reaped at once,
+ *   then that process owns it (the nested processes are found by a scan
+ *   of /proc, reused for REGISTRY_NESTED_SCAN_MS, or 50 times as long as
+ *   it took, so that hand-backs cannot keep the daemon scanning).  A gone owner's endpoint is reaped at once,
  *   as a closed connection's is.  An owner proven alive (it maps the
  *   segment) is watched and its endpoint reaped when it exits, unless a
  *   connection claimed it again before (adopt_client()); the channel is
  *   kept while an endpoint of it is watched.  One watch per process for
- *   the whole daemon (a pidfd in watch_epfd, which the event loop polls;
- *   without pidfds, the process's start time looked at every
- *   REGISTRY_TICK_MS), REGISTRY_MAX_WATCHES at most, and
+ *   the whole daemon (a pidfd in watch_epfd, which the event loop polls,
+ *   REGISTRY_MAX_WATCH_PIDFDS at most; past them or without pidfds, the
+ *   process's start time, looked at by the tick, REGISTRY_TICK_WATCHES
+ *   every REGISTRY_TICK_MS in turn), REGISTRY_MAX_WATCHES at most, and
  *   REGISTRY_MAX_ORPHANS watched endpoints.  Where the daemon cannot judge
  *   (the maps may not be read, are longer than REGISTRY_MAPS_MAX_BYTES or
  *   than what is left of REGISTRY_MAPS_BUDGET for this adoption, several
- *   nested processes fit), or past those caps, the owner is taken for
+ *   nested processes fit, or the scan of /proc stopped at
+ *   REGISTRY_NESTED_MAX of them), or past those caps, the owner is taken for
  *   alive and not watched: its endpoint stays attached, as the segment
  *   says, and does not keep the channel.
  *
@@ -97,11 +101,15 @@
 #define REGISTRY_TICK_MS 250u       /* how often working-set pinning looks at the channels */
 #define REGISTRY_MAX_NOTIFY_FDS 4096u /* consumers' eventfds held at once, all channels */
 #define REGISTRY_MAX_NOTIFY_FDS_USER 1024u /* of them, given by one user (a quarter) */
-#define REGISTRY_MAX_WATCHES 256u     /* processes watched at once (a pidfd each), all channels */
+#define REGISTRY_MAX_WATCHES 4096u    /* processes watched at once, all channels */
+#define REGISTRY_MAX_WATCH_PIDFDS 256u /* of them, known by a pidfd (the others by their start time) */
+#define REGISTRY_TICK_WATCHES 256u    /* watches known by their start time looked at a tick, in turn */
 #define REGISTRY_MAX_ORPHANS 65536u   /* endpoints watched at once, all channels */
 #define REGISTRY_MAPS_MAX_BYTES (1u << 20) /* of one process's /proc/PID/maps read to judge it */
 #define REGISTRY_MAPS_BUDGET (4u << 20)    /* bytes of maps read for one adoption, all its processes */
 #define REGISTRY_TICK_ORPHANS 1024u   /* watched endpoints looked at a tick (claimed or closed since?) */
+#define REGISTRY_NESTED_MAX 65536u    /* processes of nested PID namespaces one scan of /proc keeps */
+#define REGISTRY_NESTED_SCAN_MS 1000u /* a scan of /proc is reused for so long, and 50 times its own time */
 
 struct channel {
 	uint64_t id;                    /* creation order, from 1: the LIST cursor */
@@ -142,8 +150,21 @@ struct reg_client {
 struct reg_watch {
 	pid_t here;                /* its pid for the daemon, 0: a free slot */
 	int pidfd;                 /* in registry.watch_epfd (data: the slot), -1: none */
-	unsigned long long start;  /* without a pidfd: its start time (/proc/PID/stat), looked at each tick */
+	unsigned long long start;  /* without a pidfd: its start time (/proc/PID/stat), looked at by the tick */
 	unsigned users;            /* reg_orphans watched through it */
+};
+
+/* The processes of nested PID namespaces (their NSpid lines), found by one
+ * scan of /proc and reused by the adoptions that follow it for a while:
+ * a client may record any pid of any of them for an endpoint. */
+struct nested_procs {
+	uint64_t fresh_until;    /* ms: reused until then, 0: never scanned */
+	bool truncated;          /* REGISTRY_NESTED_MAX found: the others unknown */
+	unsigned n, cap;
+	struct nested_proc {
+		uint32_t inner;  /* its pid in its own namespace */
+		pid_t here;      /* in the daemon's */
+	} *p;
 };
 
 /* An endpoint of an adopted channel that no connection holds, attached by
@@ -176,8 +197,10 @@ struct registry {
 	unsigned orphan_cursor;     /* the next orphan the tick looks at */
 	struct reg_watch *watches;  /* REGISTRY_MAX_WATCHES slots (allocated at the first watch) */
 	unsigned nwatches;          /* slots in use */
-	unsigned ticked_watches;    /* of them, without a pidfd (judged at each tick) */
+	unsigned ticked_watches;    /* of them, without a pidfd (judged by the tick) */
+	unsigned watch_cursor;      /* the next slot the tick looks at */
 	int watch_epfd;             /* an epoll set of the watches' pidfds (-1: none, all ticked) */
+	struct nested_procs nested; /* the last scan of /proc for nested PID namespaces */
 };
 
 /** An empty registry that charges its channels to @p acct. */

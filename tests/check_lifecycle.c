@@ -30,7 +30,9 @@
  *   consumer gets -EPIPE, and a new producer takes the endpoint.
  * - judge: hostile hand-backs against the judging of endpoints: 960
  *   endpoints of one live pid (one pidfd, not 960), 300 live processes
- *   (256 watched, the most), a pid of 20000
+ *   (256 known by a pidfd, the most; all reaped when they die), twenty
+ *   hand-backs of endpoints whose pids no process has (one scan of /proc
+ *   for nested PID namespaces a second, not one each), a pid of 20000
  *   mappings (not read in full: not judged), two containers' pid 1 (the
  *   death of one reaps nothing of the other's), a client in a PID
  *   namespace the daemon cannot see (its live endpoints not reaped).
@@ -45,6 +47,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -2367,7 +2370,7 @@ START_TEST(test_adopt_flood_one_pid)
 }
 END_TEST
 
-#define CAP_PROCS 300 /* more processes than the daemon watches at once (256) */
+#define CAP_PROCS 300 /* more processes than the daemon watches by a pidfd (256) */
 
 /* The endpoints of @p base among the first @p n that are attached. */
 static unsigned attached_count(const void *base, unsigned n)
@@ -2380,9 +2383,9 @@ static unsigned attached_count(const void *base, unsigned n)
 }
 
 /* A hand-back whose endpoints record 300 distinct live processes that map
- * the segment: the daemon watches 256 of them (a pidfd each) and takes the
- * others for alive without watching them; when all die, the endpoints of
- * the watched ones are reaped, those of the others stay attached. */
+ * the segment: the daemon watches 256 of them by a pidfd each and the
+ * others by their start time; when all die, the endpoints of all are
+ * reaped (those of the others within a few ticks). */
 START_TEST(test_adopt_watch_cap)
 {
 	struct daemon d;
@@ -2424,7 +2427,7 @@ START_TEST(test_adopt_watch_cap)
 		ck_assert_int_eq(kill(kids[i], SIGKILL), 0);
 	for (unsigned i = 0; i < CAP_PROCS; i++)
 		ck_assert_int_eq(waitpid(kids[i], NULL, 0), kids[i]);
-	const unsigned left = 1 + CAP_PROCS - 256; /* the caller's, and those not watched */
+	const unsigned left = 1; /* the caller's */
 	int reap_ms = REAP_MS * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
 	uint64_t deadline = tu_now_ms() + (uint64_t)reap_ms;
 	while (attached_count(base, total) > left && tu_now_ms() < deadline)
@@ -2434,10 +2437,59 @@ START_TEST(test_adopt_watch_cap)
 	ck_assert_uint_eq(attached_count(base, total), left);
 	ck_assert_uint_eq(endpoint_state(base, caller), EP_ACTIVE);
 
-	close(sock); /* not kept by the endpoints not watched */
+	close(sock);
 	wait_counts(c, 1, 0);
 	munmap(base, tu_fd_size(seg));
 	close(seg);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+#define SCAN_HANDBACKS 20
+#define SCAN_LINE "scanned /proc for processes of nested PID namespaces"
+
+/* SCAN_HANDBACKS hand-backs in a row whose producer records a pid that no
+ * process can have, each sending the daemon to look for it in nested PID
+ * namespaces: its endpoint is reaped each time, and /proc is scanned once
+ * a second at most, not once a hand-back (which a client could repeat to
+ * keep the daemon reading every process's status). */
+START_TEST(test_adopt_nested_scan_reused)
+{
+	struct daemon d;
+	struct proto_msg rep;
+	pinshm_channel_attr_t attr;
+	const struct daemon_opts o = {.log = true, .verbose = true};
+	int socks[SCAN_HANDBACKS];
+
+	daemon_start_opts(&d, &o);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	uint64_t t0 = tu_now_ms();
+	for (unsigned i = 0; i < SCAN_HANDBACKS; i++) {
+		char name[32];
+		int seg = tu_create(&attr);
+		snprintf(name, sizeof(name), "scan%u", i);
+		set_endpoint(seg, 0, (uint32_t)INT_MAX - i); /* beyond any pid_max */
+		set_endpoint(seg, 1, (uint32_t)getpid());    /* the consumer: the caller */
+		socks[i] = raw_hello(&d);
+		TU_RC(raw_adopt(socks[i], name, &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), 0);
+		close(seg);
+		pinshm_list_entry_t e;
+		ck_assert(list_find(c, name, &e, NULL));
+		ck_assert_uint_eq(e.producers, 0); /* reaped */
+		ck_assert_uint_eq(e.consumers, 1);
+	}
+	uint64_t took = tu_now_ms() - t0;
+	unsigned scans = daemon_log_count(&d, SCAN_LINE);
+	printf("nested scan: %u hand-backs in %llu ms: %u scans of /proc\n", SCAN_HANDBACKS,
+	       (unsigned long long)took, scans);
+	ck_assert_uint_ge(scans, 1);
+	ck_assert_uint_le(scans, 1 + took / 1000);
+
+	for (unsigned i = 0; i < SCAN_HANDBACKS; i++)
+		close(socks[i]);
+	wait_counts(c, 1, 0);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }
@@ -3180,6 +3232,7 @@ static Suite *lifecycle_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_adopt_flood_one_pid);
 	tcase_add_test(tc, test_adopt_watch_cap);
+	tcase_add_test(tc, test_adopt_nested_scan_reused);
 	tcase_add_test(tc, test_adopt_long_maps);
 	tcase_add_test(tc, test_adopt_long_map_lines);
 	tcase_add_test(tc, test_adopt_twin_nested);

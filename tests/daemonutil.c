@@ -409,18 +409,23 @@ void daemon_assert_idle(const struct daemon *d, unsigned ms, const char *while_w
 		      ms, while_what);
 }
 
-bool daemon_log_has(const struct daemon *d, const char *what)
+unsigned daemon_log_count(const struct daemon *d, const char *what)
 {
 	char line[1024];
-	bool found = false;
+	unsigned n = 0;
 	FILE *f = fopen(d->log, "r");
 
 	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, what) != NULL;
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, what) != NULL;
 	fclose(f);
-	return found;
+	return n;
+}
+
+bool daemon_log_has(const struct daemon *d, const char *what)
+{
+	return daemon_log_count(d, what) > 0;
 }
 
 void wait_channel_state(pinshm_client_t *c, const char *name, uint32_t bit, bool set, unsigned limit_ms)

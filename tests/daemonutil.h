@@ -120,6 +120,9 @@ void daemon_kill9(struct daemon *d);
 /** Whether the daemon's log file (daemon_opts.log) holds @p what. */
 bool daemon_log_has(const struct daemon *d, const char *what);
 
+/** How many lines of the daemon's log file (daemon_opts.log) hold @p what. */
+unsigned daemon_log_count(const struct daemon *d, const char *what);
+
 /** Wait until STAT of channel @p name has state bit @p bit (PINSHM_LIST_*)
  *  set (@p set) or clear, @p limit_ms at most, or fail the test. */
 void wait_channel_state(pinshm_client_t *c, const char *name, uint32_t bit, bool set, unsigned limit_ms);
