@@ -476,34 +476,38 @@ static enum maps_answer process_maps(pid_t pid, const struct stat *st, unsigned 
 }
 
 /* The pid that process @p pid has in its own PID namespace, where that is
- * not the daemon's (its NSpid line has more than one), else 0. */
-static uint32_t nested_pid(pid_t pid)
+ * not the daemon's (its NSpid line has more than one), else 0, in
+ * *@p inner.  @return false where its status could not be read though
+ * the process may live (not ENOENT or ESRCH: it is gone). */
+static bool nested_pid(pid_t pid, uint32_t *inner)
 {
 	char path[64], line[512];
-	uint32_t inner = 0;
 
+	*inner = 0;
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
 	FILE *f = fopen(path, "re");
 	if (!f)
-		return 0;
+		return errno == ENOENT || errno == ESRCH;
 	while (fgets(line, sizeof(line), f)) {
 		if (strncmp(line, "NSpid:", 6) != 0)
 			continue;
 		unsigned n = 0;
 		char *p = line + 6, *end;
 		for (unsigned long v; (v = strtoul(p, &end, 10)), end != p; p = end, n++)
-			inner = v <= UINT32_MAX ? (uint32_t)v : 0;
+			*inner = v <= UINT32_MAX ? (uint32_t)v : 0;
 		if (n < 2)
-			inner = 0;
+			*inner = 0;
 		break;
 	}
 	fclose(f);
-	return inner;
+	return true;
 }
 
 /* The processes of nested PID namespaces, in @p np: /proc scanned again
  * once the last scan is no longer fresh.  A process started since the
- * scan is missed there (an owner that started so late is taken for gone). */
+ * scan is missed there (an owner that started so late is taken for gone).
+ * A scan that could not read everything (nor every process's status) is
+ * marked truncated: a pid looked for in it is then not judged. */
 static void nested_scan(struct nested_procs *np)
 {
 	uint64_t start = clock_now_ms();
@@ -512,12 +516,22 @@ static void nested_scan(struct nested_procs *np)
 		return;
 	np->n = 0;
 	np->truncated = false;
+	bool failed = false;
 	DIR *d = opendir("/proc");
 	if (d) {
-		for (struct dirent *e; (e = readdir(d));) {
+		for (;;) {
+			errno = 0;
+			struct dirent *e = readdir(d);
+			if (!e) {
+				failed |= errno != 0;
+				break;
+			}
 			char *end;
 			long here = strtol(e->d_name, &end, 10);
-			uint32_t inner = *end == '\0' && here > 0 && here <= INT_MAX ? nested_pid((pid_t)here) : 0;
+			uint32_t inner = 0;
+			if (*end != '\0' || here <= 0 || here > INT_MAX)
+				continue;
+			failed |= !nested_pid((pid_t)here, &inner);
 			if (!inner)
 				continue;
 			if (np->n == np->cap) {
@@ -534,10 +548,14 @@ static void nested_scan(struct nested_procs *np)
 		}
 		closedir(d);
 	}
+	failed |= !d;
 	uint64_t took = clock_now_ms() - start;
-	np->fresh_until = clock_now_ms() + (took * 50 > REGISTRY_NESTED_SCAN_MS ? took * 50 : REGISTRY_NESTED_SCAN_MS);
+	np->truncated |= failed;
+	uint64_t reuse = took * 50 > REGISTRY_NESTED_SCAN_MS ? took * 50 : REGISTRY_NESTED_SCAN_MS;
+	np->fresh_until = clock_now_ms() + reuse;
 	log_debug("scanned /proc for processes of nested PID namespaces: %u found%s, in %llu ms", np->n,
-		  np->truncated ? " (the most kept)" : "", (unsigned long long)took);
+		  failed ? " (some could not be read)" : np->truncated ? " (the most kept)" : "",
+		  (unsigned long long)took);
 }
 
 /*
@@ -555,8 +573,15 @@ static enum maps_answer nested_owner(struct nested_procs *np, uint32_t pid, cons
 	bool unsure = np->truncated;
 
 	for (unsigned i = 0; i < np->n; i++) {
+		if (np->p[i].inner != pid)
+			continue;
 		/* Read again: since the scan, its pid may be another's. */
-		if (np->p[i].inner != pid || nested_pid(np->p[i].here) != pid)
+		uint32_t now = 0;
+		if (!nested_pid(np->p[i].here, &now)) {
+			unsure = true;
+			continue;
+		}
+		if (now != pid)
 			continue;
 		enum maps_answer m = maps_file(np->p[i].here, st, budget);
 		if (m == MAPS_YES && owners++ == 0)
@@ -614,7 +639,10 @@ static void unwatch(struct registry *r, unsigned w)
  * closed), that lives and maps a segment: the slot of the one that watches
  * it already, else a new one, known by its pidfd while fewer than
  * REGISTRY_MAX_WATCH_PIDFDS are, else by its start time.  @return the
- * slot, or -1 with @p why (the most are watched, or memory is short). */
+ * slot, WATCH_EXITED where the process has exited meanwhile, or -1 with
+ * @p why (the most are watched, or memory is short). */
+#define WATCH_EXITED (-2)
+
 static int watch_process(struct registry *r, pid_t here, struct proc_handle *h, const char **why)
 {
 	for (unsigned w = 0; r->watches && w < REGISTRY_MAX_WATCHES; w++) {
@@ -649,11 +677,12 @@ static int watch_process(struct registry *r, pid_t here, struct proc_handle *h, 
 			/* Known by its start time instead: read while the pidfd
 			 * still holds it, so that the time is this process's. */
 			h->start = proc_start(here);
-			bool exited = handle_exited(here, h);
+			bool exited = h->start == 0 || handle_exited(here, h);
 			handle_close(h);
-			*why = "its process has exited";
-			if (h->start == 0 || exited)
-				goto fail;
+			if (exited) {
+				*why = "its process has exited";
+				return WATCH_EXITED;
+			}
 		}
 	}
 	r->watches[w] = (struct reg_watch){.here = here, .pidfd = h->pidfd, .start = h->start};
@@ -711,6 +740,8 @@ static const struct judged *judge_pid(struct registry *r, struct judge *j, uint3
 	if (direct != MAPS_YES)
 		return e; /* e->why says why it cannot be judged */
 	int w = watch_process(r, e->here, &h, &e->why);
+	if (w == WATCH_EXITED)
+		e->verdict = OWNER_GONE;
 	if (w >= 0) {
 		e->verdict = OWNER_WATCHED;
 		e->watch = (unsigned)w;
@@ -811,7 +842,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 		} else {
 			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: watched until it exits%s",
 				 ch->name, ep, (unsigned)v.pid, (int)e->here,
-				 r->watches[e->watch].pidfd >= 0 ? "" : " (no pidfd: looked at every tick)");
+				 r->watches[e->watch].pidfd >= 0 ? "" : " (no pidfd: its start time looked at by the tick)");
 			watched++;
 		}
 	}
@@ -1153,7 +1184,7 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
 void registry_init(struct registry *r, struct account *acct)
 {
 	*r = (struct registry){.next_id = 1, .acct = acct};
-	r->watch_epfd = epoll_create1(EPOLL_CLOEXEC); /* -1: the watches are looked at every tick */
+	r->watch_epfd = epoll_create1(EPOLL_CLOEXEC); /* -1: the watches are looked at by the tick */
 }
 
 void registry_fini(struct registry *r)

@@ -159,7 +159,7 @@ struct reg_watch {
  * a client may record any pid of any of them for an endpoint. */
 struct nested_procs {
 	uint64_t fresh_until;    /* ms: reused until then, 0: never scanned */
-	bool truncated;          /* REGISTRY_NESTED_MAX found: the others unknown */
+	bool truncated;          /* REGISTRY_NESTED_MAX found, or some unread: others unknown */
 	unsigned n, cap;
 	struct nested_proc {
 		uint32_t inner;  /* its pid in its own namespace */

@@ -2416,12 +2416,22 @@ START_TEST(test_adopt_watch_cap)
 	set_endpoint(seg, caller, (uint32_t)getpid());
 	pinshm_client_t *c = connect_ok(&d);
 	int sock = raw_hello(&d);
-	unsigned before = proc_fd_count(d.pid);
+	unsigned before = proc_fd_count(d.pid), pidfds_before = proc_pidfd_count(d.pid);
 	TU_RC(raw_adopt(sock, "cap", &attr, PINSHM_CONSUMER, caller, seg, 1, &rep), 0);
-	unsigned after = proc_fd_count(d.pid);
-	printf("watch cap: %u processes: the daemon's descriptors %u -> %u\n", CAP_PROCS, before, after);
+	unsigned after = proc_fd_count(d.pid), pidfds = proc_pidfd_count(d.pid) - pidfds_before;
+	printf("watch cap: %u processes: the daemon's descriptors %u -> %u, %u pidfds of watches\n", CAP_PROCS, before,
+	       after, pidfds);
 	ck_assert_msg(after <= before + 1 + 256 + FLOOD_SLACK, "%u descriptors after the hand-back, %u before", after,
 		      before);
+	ck_assert_uint_le(pidfds, 256);
+
+	/* Alive, none is reaped: neither those known by a pidfd nor those
+	 * known by their start time (a tick looks at 256 of them: all within
+	 * 2 ticks, 4 in a second). */
+	tu_sleep_ms(1000);
+	pinshm_status_t s;
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0); /* a round trip: that turn of the loop is over */
+	ck_assert_uint_eq(attached_count(base, total), 1 + CAP_PROCS);
 
 	for (unsigned i = 0; i < CAP_PROCS; i++)
 		ck_assert_int_eq(kill(kids[i], SIGKILL), 0);
@@ -2432,8 +2442,7 @@ START_TEST(test_adopt_watch_cap)
 	uint64_t deadline = tu_now_ms() + (uint64_t)reap_ms;
 	while (attached_count(base, total) > left && tu_now_ms() < deadline)
 		usleep(10000);
-	pinshm_status_t s;
-	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0); /* a round trip: that turn of the loop is over */
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
 	ck_assert_uint_eq(attached_count(base, total), left);
 	ck_assert_uint_eq(endpoint_state(base, caller), EP_ACTIVE);
 

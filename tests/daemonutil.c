@@ -85,6 +85,28 @@ unsigned proc_fd_count(pid_t pid)
 	return n;
 }
 
+unsigned proc_pidfd_count(pid_t pid)
+{
+	char path[64], link[64 + sizeof(((struct dirent *)0)->d_name)], target[64];
+	unsigned n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	ck_assert_msg(d != NULL, "%s: %s", path, strerror(errno));
+	for (struct dirent *e; (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+		ssize_t len = readlink(link, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue; /* closed meanwhile */
+		target[len] = '\0';
+		n += strcmp(target, "anon_inode:[pidfd]") == 0;
+	}
+	closedir(d);
+	return n;
+}
+
 bool accepts(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};

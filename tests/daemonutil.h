@@ -74,6 +74,9 @@ long proc_status_value_kb(pid_t pid, const char *key);
  * the test if they cannot be read. */
 unsigned proc_fd_count(pid_t pid);
 
+/** How many of process @p pid's descriptors are pidfds. */
+unsigned proc_pidfd_count(pid_t pid);
+
 /** Entries of /dev/shm whose name says pinshm (0 if it cannot be read). */
 unsigned shm_pinshm_entries(void);
 
