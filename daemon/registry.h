@@ -53,22 +53,24 @@
  *   segment (the pid is the client's own view: a client in a container):
  *   then that process owns it (the nested processes are found by a scan
  *   of /proc, reused for REGISTRY_NESTED_SCAN_MS, or 50 times as long as
- *   it took, so that hand-backs cannot keep the daemon scanning).  A gone owner's endpoint is reaped at once,
- *   as a closed connection's is.  An owner proven alive (it maps the
- *   segment) is watched and its endpoint reaped when it exits, unless a
- *   connection claimed it again before (adopt_client()); the channel is
- *   kept while an endpoint of it is watched.  One watch per process for
- *   the whole daemon (a pidfd in watch_epfd, which the event loop polls,
- *   REGISTRY_MAX_WATCH_PIDFDS at most; past them or without pidfds, the
- *   process's start time, looked at by the tick, REGISTRY_TICK_WATCHES
- *   every REGISTRY_TICK_MS in turn), REGISTRY_MAX_WATCHES at most, and
+ *   it took, so that hand-backs cannot keep the daemon scanning).  A gone
+ *   owner's endpoint is reaped at once, as a closed connection's is.  An
+ *   owner proven alive (it maps the segment) is watched and its endpoint
+ *   reaped when it exits, unless a connection claimed it again before
+ *   (adopt_client()); the channel is kept while an endpoint of it is
+ *   watched.  One watch per process for the whole daemon (a pidfd in
+ *   watch_epfd, which the event loop polls, REGISTRY_MAX_WATCH_PIDFDS at
+ *   most; past them or without pidfds, the process's start time, looked
+ *   at by the tick, REGISTRY_TICK_WATCHES every REGISTRY_TICK_MS in turn),
+ *   REGISTRY_MAX_WATCHES at most, and
  *   REGISTRY_MAX_ORPHANS watched endpoints.  Where the daemon cannot judge
  *   (the maps may not be read, are longer than REGISTRY_MAPS_MAX_BYTES or
  *   than what is left of REGISTRY_MAPS_BUDGET for this adoption, several
  *   nested processes fit, or the scan of /proc stopped at
- *   REGISTRY_NESTED_MAX of them), or past those caps, the owner is taken for
- *   alive and not watched: its endpoint stays attached, as the segment
- *   says, and does not keep the channel.
+ *   REGISTRY_NESTED_MAX of them or could not read them all), or past
+ *   those caps, the owner is taken for alive and not watched: its
+ *   endpoint stays attached, as the segment says, and does not keep the
+ *   channel.
  *
  * The daemon trusts only its own records (the geometry it formatted, which
  * connection each endpoint was claimed for); the segment's contents are
