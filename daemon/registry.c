@@ -503,75 +503,76 @@ static bool nested_pid(pid_t pid, uint32_t *inner)
 	return true;
 }
 
+/* Keep process @p here, pid @p inner in its own namespace, in @p np.
+ * @return false past REGISTRY_NESTED_MAX, or short of memory. */
+static bool nested_add(struct nested_procs *np, uint32_t inner, pid_t here)
+{
+	if (np->n == np->cap) {
+		unsigned cap = np->cap ? np->cap * 2 : 16;
+		struct nested_proc *p = cap <= REGISTRY_NESTED_MAX ? realloc(np->p, cap * sizeof(*p)) : NULL;
+		if (!p)
+			return false;
+		np->p = p;
+		np->cap = cap;
+	}
+	np->p[np->n++] = (struct nested_proc){.inner = inner, .here = here};
+	return true;
+}
+
 /* The processes of nested PID namespaces, in @p np: /proc scanned again
  * once the last scan is no longer fresh.  A process started since the
  * scan is missed there (an owner that started so late is taken for gone).
- * A scan that could not read everything (nor every process's status) is
- * marked truncated: a pid looked for in it is then not judged. */
+ * A scan stops, truncated, where it cannot read on (/proc, a process's
+ * status) or keep more: a pid looked for in it is then not judged. */
 static void nested_scan(struct nested_procs *np)
 {
 	uint64_t start = clock_now_ms();
 
-	if (np->fresh_until != 0 && start < np->fresh_until)
+	if (start < np->fresh_until)
 		return;
 	np->n = 0;
-	np->truncated = false;
-	bool failed = false;
 	DIR *d = opendir("/proc");
-	if (d) {
-		for (;;) {
-			errno = 0;
-			struct dirent *e = readdir(d);
-			if (!e) {
-				failed |= errno != 0;
-				break;
-			}
-			char *end;
-			long here = strtol(e->d_name, &end, 10);
-			uint32_t inner = 0;
-			if (*end != '\0' || here <= 0 || here > INT_MAX)
-				continue;
-			failed |= !nested_pid((pid_t)here, &inner);
-			if (!inner)
-				continue;
-			if (np->n == np->cap) {
-				unsigned cap = np->cap ? np->cap * 2 : 16;
-				struct nested_proc *p = cap <= REGISTRY_NESTED_MAX ? realloc(np->p, cap * sizeof(*p)) : NULL;
-				if (!p) {
-					np->truncated = true; /* those found so far */
-					break;
-				}
-				np->p = p;
-				np->cap = cap;
-			}
-			np->p[np->n++] = (struct nested_proc){.inner = inner, .here = (pid_t)here};
+	np->truncated = d == NULL;
+	while (d && !np->truncated) {
+		errno = 0;
+		struct dirent *e = readdir(d);
+		if (!e) {
+			np->truncated = errno != 0;
+			break;
 		}
-		closedir(d);
+		char *end;
+		long here = strtol(e->d_name, &end, 10);
+		uint32_t inner;
+		if (*end != '\0' || here <= 0 || here > INT_MAX)
+			continue;
+		np->truncated = !nested_pid((pid_t)here, &inner) || (inner && !nested_add(np, inner, (pid_t)here));
 	}
-	failed |= !d;
-	uint64_t took = clock_now_ms() - start;
-	np->truncated |= failed;
-	uint64_t reuse = took * 50 > REGISTRY_NESTED_SCAN_MS ? took * 50 : REGISTRY_NESTED_SCAN_MS;
-	np->fresh_until = clock_now_ms() + reuse;
+	if (d)
+		closedir(d);
+	uint64_t now = clock_now_ms(), took = now - start;
+	np->fresh_until = now + (took * 50 > REGISTRY_NESTED_SCAN_MS ? took * 50 : REGISTRY_NESTED_SCAN_MS);
 	log_debug("scanned /proc for processes of nested PID namespaces: %u found%s, in %llu ms", np->n,
-		  failed ? " (some could not be read)" : np->truncated ? " (the most kept)" : "",
-		  (unsigned long long)took);
+		  np->truncated ? " (stopped there: a status unread, or the most kept)" : "", (unsigned long long)took);
 }
 
 /*
  * The process of a nested PID namespace whose pid there is @p pid and that
  * maps the file @p st: MAPS_YES and @p here where exactly one does;
- * MAPS_NO where none does; MAPS_CLOSED where several do, or where a
- * process that has that pid could not be judged (@p why set): two
- * containers each have a pid 1, and the segment does not say which one's
- * it is.
+ * MAPS_NO where none does; MAPS_CLOSED where several do, where a
+ * process that has that pid could not be judged, or where the scan
+ * stopped short (@p why set): two containers each have a pid 1, and the
+ * segment does not say which one's it is.
  */
 static enum maps_answer nested_owner(struct nested_procs *np, uint32_t pid, const struct stat *st, unsigned *budget,
 				     pid_t *here, const char **why)
 {
 	unsigned owners = 0;
-	bool unsure = np->truncated;
+	bool unsure = false;
 
+	if (np->truncated) {
+		*why = "the scan of /proc for nested PID namespaces stopped short";
+		return MAPS_CLOSED;
+	}
 	for (unsigned i = 0; i < np->n; i++) {
 		if (np->p[i].inner != pid)
 			continue;
@@ -944,15 +945,15 @@ static void watches_tick(struct registry *r)
 	unsigned looked = 0;
 
 	for (unsigned k = 0; r->ticked_watches && k < REGISTRY_MAX_WATCHES && looked < REGISTRY_TICK_WATCHES; k++) {
-		unsigned w = r->watch_cursor++ % REGISTRY_MAX_WATCHES;
+		unsigned w = r->watch_cursor;
 		struct reg_watch *rw = &r->watches[w];
+		r->watch_cursor = (w + 1) % REGISTRY_MAX_WATCHES;
 		if (rw->here == 0 || rw->pidfd >= 0)
 			continue;
 		looked++;
 		if (proc_start(rw->here) != rw->start)
 			watch_exited(r, w);
 	}
-	r->watch_cursor %= REGISTRY_MAX_WATCHES;
 }
 
 /* ---- working-set pinning ---------------------------------------------------- */

@@ -160,8 +160,8 @@ struct reg_watch {
  * scan of /proc and reused by the adoptions that follow it for a while:
  * a client may record any pid of any of them for an endpoint. */
 struct nested_procs {
-	uint64_t fresh_until;    /* ms: reused until then, 0: never scanned */
-	bool truncated;          /* REGISTRY_NESTED_MAX found, or some unread: others unknown */
+	uint64_t fresh_until;    /* ms: reused until then (0: never scanned) */
+	bool truncated;          /* stopped (a status unread, REGISTRY_NESTED_MAX kept): others unknown */
 	unsigned n, cap;
 	struct nested_proc {
 		uint32_t inner;  /* its pid in its own namespace */

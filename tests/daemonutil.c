@@ -71,23 +71,11 @@ long proc_status_value_kb(pid_t pid, const char *key)
 	return v;
 }
 
-unsigned proc_fd_count(pid_t pid)
+/* The descriptors of process @p pid, or those of them whose link reads
+ * @p target (NULL: all); fails the test if they cannot be read. */
+static unsigned proc_fds_matching(pid_t pid, const char *target)
 {
-	char path[64];
-	unsigned n = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	DIR *d = opendir(path);
-	ck_assert_msg(d != NULL, "%s: %s", path, strerror(errno));
-	for (struct dirent *e; (e = readdir(d));)
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-unsigned proc_pidfd_count(pid_t pid)
-{
-	char path[64], link[64 + sizeof(((struct dirent *)0)->d_name)], target[64];
+	char path[64], link[64 + sizeof(((struct dirent *)0)->d_name)], got[64];
 	unsigned n = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
@@ -96,15 +84,29 @@ unsigned proc_pidfd_count(pid_t pid)
 	for (struct dirent *e; (e = readdir(d));) {
 		if (e->d_name[0] == '.')
 			continue;
+		if (!target) {
+			n++;
+			continue;
+		}
 		snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
-		ssize_t len = readlink(link, target, sizeof(target) - 1);
+		ssize_t len = readlink(link, got, sizeof(got) - 1);
 		if (len <= 0)
 			continue; /* closed meanwhile */
-		target[len] = '\0';
-		n += strcmp(target, "anon_inode:[pidfd]") == 0;
+		got[len] = '\0';
+		n += strcmp(got, target) == 0;
 	}
 	closedir(d);
 	return n;
+}
+
+unsigned proc_fd_count(pid_t pid)
+{
+	return proc_fds_matching(pid, NULL);
+}
+
+unsigned proc_pidfd_count(pid_t pid)
+{
+	return proc_fds_matching(pid, "anon_inode:[pidfd]");
 }
 
 bool accepts(const char *path)
