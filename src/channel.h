@@ -85,6 +85,7 @@ struct pinshm_channel {
 	alignas(64) enum consume_mode mode;
 	unsigned next_lane;   /* round-robin start */
 	uint64_t *cursor;     /* sequential: next position to read, per lane */
+	uint64_t last_size;   /* sequential: bytes of the last record taken (ring.c prefetch_next_line()) */
 	unsigned held_first, held_count;
 	unsigned empty_polls; /* non-blocking receives that found nothing */
 	unsigned oversize_lane; /* 1 + the lane of a message left in place as too long, looked at first; 0: none */
