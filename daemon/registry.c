@@ -636,13 +636,14 @@ static void unwatch(struct registry *r, unsigned w)
 	r->nwatches--;
 }
 
+#define WATCH_EXITED (-2) /* watch_process(): the process exited meanwhile */
+
 /* A watch of process @p here, known by @p h (taken: given to the watch or
  * closed), that lives and maps a segment: the slot of the one that watches
  * it already, else a new one, known by its pidfd while fewer than
  * REGISTRY_MAX_WATCH_PIDFDS are, else by its start time.  @return the
  * slot, WATCH_EXITED where the process has exited meanwhile, or -1 with
  * @p why (the most are watched, or memory is short). */
-#define WATCH_EXITED (-2)
 
 static int watch_process(struct registry *r, pid_t here, struct proc_handle *h, const char **why)
 {
