@@ -305,17 +305,15 @@ int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t r
 	return i;
 }
 
-/* Attach as pinshm_channel_attach(), to @p endpoint if it is not negative
- * (claimed by the daemon), else to a free endpoint of @p role. */
 /*
  * Read a byte of each page of a mapping.  Populating it filled the
  * kernel's page tables, but a hypervisor may fill its own (shadow or
  * nested ones) only at each process's first touch of each page: on a Zen 5
  * guest that first read cost 5 to 9 us a page even after
  * MADV_POPULATE_WRITE, and through the first lap of a 2 MiB ring it
- * doubled an MPI ping-pong's one-way time (0 bytes, vCPUs far apart:
- * 0.75 -> 0.37 us once both processes had touched every page).  Paid here,
- * once, instead.  The bytes are discarded and may be changing (another
+ * doubled an MPI ping-pong's one-way time (0 bytes, vCPUs far apart, its
+ * first 50 ms: 0.55 to 0.85 us, and 0.32 to 0.41 once both processes had
+ * touched every page).  Paid here, once, instead.  The bytes are discarded and may be changing (another
  * thread's messages): ThreadSanitizer need not watch these reads.
  */
 __attribute__((no_sanitize("thread"))) static void touch_pages(const volatile uint8_t *base, size_t size)
@@ -326,6 +324,8 @@ __attribute__((no_sanitize("thread"))) static void touch_pages(const volatile ui
 		(void)base[off];
 }
 
+/* Attach as pinshm_channel_attach(), to @p endpoint if it is not negative
+ * (claimed by the daemon), else to a free endpoint of @p role. */
 static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **out)
 {
 	struct stat st;
