@@ -308,13 +308,14 @@ int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t r
 /*
  * Read a byte of each page of a mapping.  Populating it filled the
  * kernel's page tables, but a hypervisor may fill its own (shadow or
- * nested ones) only at each process's first touch of each page: on a Zen 5
- * guest that first read cost 5 to 9 us a page even after
- * MADV_POPULATE_WRITE, and through the first lap of a 2 MiB ring it
+ * nested ones) only at each process's first touch of each page: on a
+ * paravirtualized Zen 5 guest that first read cost 5 to 9 us a page even
+ * after MADV_POPULATE_WRITE, and through the first lap of a 2 MiB ring it
  * doubled an MPI ping-pong's one-way time (0 bytes, vCPUs far apart, its
  * first 50 ms: 0.55 to 0.85 us, and 0.32 to 0.41 once both processes had
- * touched every page).  Paid here, once, instead.  The bytes are discarded and may be changing (another
- * thread's messages): ThreadSanitizer need not watch these reads.
+ * touched every page).  Paid here, once, instead.  The bytes are
+ * discarded and may be changing (another thread's messages):
+ * ThreadSanitizer need not watch these reads.
  */
 __attribute__((no_sanitize("thread"))) static void touch_pages(const volatile uint8_t *base, size_t size)
 {
