@@ -306,23 +306,39 @@ int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t r
 }
 
 /*
- * Read a byte of each page of a mapping.  Populating it filled the
- * kernel's page tables, but a hypervisor may fill its own (shadow or
- * nested ones) only at each process's first touch of each page: on a
- * paravirtualized Zen 5 guest that first read cost 5 to 9 us a page even
- * after MADV_POPULATE_WRITE, and through the first lap of a 2 MiB ring it
- * doubled an MPI ping-pong's one-way time (0 bytes, vCPUs far apart, its
- * first 50 ms: 0.55 to 0.85 us, and 0.32 to 0.41 once both processes had
- * touched every page).  Paid here, once, instead.  The bytes are
- * discarded and may be changing (another thread's messages):
+ * Read a byte of each page from @p from to @p to.  Populating a mapping
+ * filled the kernel's page tables, but a hypervisor may fill its own
+ * (shadow or nested ones) only at each process's first touch of each page:
+ * on a paravirtualized Zen 5 guest that first read cost 5 to 9 us a page
+ * even after MADV_POPULATE_WRITE, and through the first lap of a 2 MiB
+ * ring it doubled an MPI ping-pong's one-way time (0 bytes, vCPUs far
+ * apart, its first 50 ms: 0.55 to 0.85 us, and 0.32 to 0.41 once both
+ * processes had touched every page).  Paid at attach, once, instead.  The
+ * bytes are discarded and may be changing (another thread's messages):
  * ThreadSanitizer need not watch these reads.
  */
-__attribute__((no_sanitize("thread"))) static void touch_pages(const volatile uint8_t *base, size_t size)
+__attribute__((no_sanitize("thread"))) static void touch_pages(const volatile uint8_t *from,
+								 const volatile uint8_t *to)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 
-	for (size_t off = 0; off < size; off += page)
-		(void)base[off];
+	for (uintptr_t p = (uintptr_t)from & ~(page - 1); p < (uintptr_t)to; p += page)
+		(void)*(const volatile uint8_t *)p;
+}
+
+/* Touch what this handle uses: a producer, the shared part before the
+ * lanes and its own lane (not the others', which a queue of N producers
+ * would make N times the work); a consumer, every lane. */
+static void touch_used_pages(const pinshm_channel_t *ch)
+{
+	const uint8_t *base = ch->base;
+
+	if (ch->role == PINSHM_PRODUCER) {
+		touch_pages(base, base + ch->g.lanes_off);
+		touch_pages((const uint8_t *)ch->lane, (const uint8_t *)ch->lane + ch->g.lane_stride);
+	} else {
+		touch_pages(base, base + ch->g.size);
+	}
 }
 
 /* Attach as pinshm_channel_attach(), to @p endpoint if it is not negative
@@ -367,7 +383,6 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 	 * (Linux 5.14; C libraries before glibc 2.35 do not name it.) */
 	(void)madvise(ch->base, ch->g.size, MADV_POPULATE_WRITE);
 #endif
-	touch_pages(ch->base, ch->g.size);
 
 	unsigned producers = ch->g.max_producers, consumers = ch->g.max_consumers;
 	if (role == PINSHM_PRODUCER) {
@@ -406,6 +421,7 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 			goto fail;
 		consumer_start(ch);
 	}
+	touch_used_pages(ch);
 	endpoints_changed(ch->hdr);
 	*out = ch;
 	return 0;
