@@ -644,7 +644,6 @@ static void unwatch(struct registry *r, unsigned w)
  * REGISTRY_MAX_WATCH_PIDFDS are, else by its start time.  @return the
  * slot, WATCH_EXITED where the process has exited meanwhile, or -1 with
  * @p why (the most are watched, or memory is short). */
-
 static int watch_process(struct registry *r, pid_t here, struct proc_handle *h, const char **why)
 {
 	for (unsigned w = 0; r->watches && w < REGISTRY_MAX_WATCHES; w++) {

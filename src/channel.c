@@ -317,8 +317,7 @@ int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t r
  * bytes are discarded and may be changing (another thread's messages):
  * ThreadSanitizer need not watch these reads.
  */
-__attribute__((no_sanitize("thread"))) static void touch_pages(const volatile uint8_t *from,
-								 const volatile uint8_t *to)
+__attribute__((no_sanitize("thread"))) static void touch_pages(const void *from, const void *to)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 
@@ -331,11 +330,11 @@ __attribute__((no_sanitize("thread"))) static void touch_pages(const volatile ui
  * would make N times the work); a consumer, every lane. */
 static void touch_used_pages(const pinshm_channel_t *ch)
 {
-	const uint8_t *base = ch->base;
+	const uint8_t *base = ch->base, *lane = (const uint8_t *)ch->lane;
 
 	if (ch->role == PINSHM_PRODUCER) {
 		touch_pages(base, base + ch->g.lanes_off);
-		touch_pages((const uint8_t *)ch->lane, (const uint8_t *)ch->lane + ch->g.lane_stride);
+		touch_pages(lane, lane + ch->g.lane_stride);
 	} else {
 		touch_pages(base, base + ch->g.size);
 	}
@@ -380,7 +379,9 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 	 * fault on the path of a message (a pinned segment has all its pages;
 	 * the kernel maps only a few around each fault).  Best effort: an
 	 * older kernel, or a segment shrunk under us, leaves it to the faults.
-	 * (Linux 5.14; C libraries before glibc 2.35 do not name it.) */
+	 * (Linux 5.14; C libraries before glibc 2.35 do not name it.)  A
+	 * hypervisor's tables wait for touch_used_pages(), once the endpoint
+	 * is known. */
 	(void)madvise(ch->base, ch->g.size, MADV_POPULATE_WRITE);
 #endif
 

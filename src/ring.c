@@ -772,8 +772,9 @@ static inline void prefetch_rest(const uint8_t *ring, uint64_t cap, uint64_t pos
  * (`last_size`, a guess) would reach it.  pinshm-perf's round trip, Zen 5
  * guest, vCPUs far apart (a cache line 471 to 480 ns there and back, read
  * around the runs), alternating runs: 0 bytes 791-851 -> 612-630 ns,
- * 8 bytes 692-722 -> 611-621, 48 to 200 unchanged, streams unchanged.  A prefetch is only a hint: it reads
- * nothing this code relies on and faults on no address.
+ * 8 bytes 692-722 -> 611-621, 48 to 200 unchanged, streams unchanged.  A
+ * prefetch is only a hint: it reads nothing this code relies on and faults
+ * on no address.
  */
 static inline void prefetch_next_line(const pinshm_channel_t *ch, const uint8_t *ring, uint64_t pos)
 {
