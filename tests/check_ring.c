@@ -1165,6 +1165,55 @@ START_TEST(test_attach_limits)
 }
 END_TEST
 
+/* Bytes of the mapping holding @p addr that this process has mapped
+ * (its Rss in /proc/self/smaps), or -1 if none holds it. */
+static long mapped_bytes(const void *addr)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	bool inside = false;
+	long rss = -1;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long start, end;
+		long kib;
+		if (sscanf(line, "%lx-%lx ", &start, &end) == 2)
+			inside = (uintptr_t)addr >= start && (uintptr_t)addr < end;
+		else if (inside && sscanf(line, "Rss: %ld kB", &kib) == 1) {
+			rss = kib * 1024;
+			break;
+		}
+	}
+	fclose(f);
+	return rss;
+}
+
+/* A producer maps (and touches) the header and its own lane, not the other
+ * lanes; a consumer maps the whole segment. */
+START_TEST(test_attach_maps_used_pages)
+{
+	const uint64_t capacity = 256 * KiB;
+	int fd = tu_channel(PINSHM_QUEUE, capacity, 8, 1);
+	size_t size = tu_fd_size(fd);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *c = tu_attach(fd, PINSHM_CONSUMER);
+	void *in_lane;
+	pinshm_msg_t m;
+
+	TU_RC(pinshm_reserve(p, 8, &in_lane, PINSHM_NONBLOCK), 0);
+	long producer = mapped_bytes(in_lane);
+	TU_RC(pinshm_commit(p, 8, 0), 0);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	long consumer = mapped_bytes(m.data);
+	ck_assert_msg(producer >= (long)capacity && producer < (long)(size / 4),
+		      "producer maps %ld bytes of a %zu-byte segment of 8 lanes of %llu", producer, size,
+		      (unsigned long long)capacity);
+	ck_assert_msg(consumer >= (long)size - 4096, "consumer maps %ld bytes of %zu", consumer, size);
+	TU_RC(pinshm_release(c, &m), 0);
+	close_all(fd, p, c, NULL);
+}
+END_TEST
+
 START_TEST(test_endpoint_numbers)
 {
 	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, 3, 2);
@@ -2321,6 +2370,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_segment_format);
 	tcase_add_test(tc, test_attach_limits);
 	tcase_add_test(tc, test_endpoint_numbers);
+	tcase_add_test(tc, test_attach_maps_used_pages);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("timeouts");
