@@ -353,8 +353,8 @@ static unsigned used_spans(const pinshm_channel_t *ch, struct span used[2])
  * touch_pages() for a hypervisor's own tables.  A producer never touches
  * the other lanes, so their pages stay unmapped here: the MPI plugin maps,
  * in each of a node's N ranks, N queues of N lanes, and mapping all of them
- * took 72 MB of page tables and 4.4 to 4.9 s of MPI_Init for 32 ranks on
- * 2 cores (Intel Xeon guest), against 18 MB and 2.0 to 2.3 s. */
+ * took 72 MB of page tables and 4.4 to 4.9 s of MPI_Init and a barrier for
+ * 32 ranks on 2 cores (Intel Xeon guest), against 18 MB and 2.0 to 2.3 s. */
 static void map_used_pages(const pinshm_channel_t *ch)
 {
 	struct span used[2];
