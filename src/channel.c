@@ -325,48 +325,36 @@ __attribute__((no_sanitize("thread"))) static void touch_pages(const void *from,
 		(void)*(const volatile uint8_t *)p;
 }
 
-/* A part of the segment that a handle uses. */
-struct span {
-	uint8_t *start;
-	size_t len;
-};
-
-/* The parts this handle uses: a producer, the shared part before the lanes
- * and its own lane (not the others', which a queue of N producers would
- * make N times the work); a consumer, the whole segment.  @return how many. */
-static unsigned used_spans(const pinshm_channel_t *ch, struct span used[2])
+/* Map the pages from @p from to @p to now (MADV_POPULATE_WRITE: a pinned
+ * segment has all its pages, but the kernel maps only a few around each
+ * fault), then touch them for a hypervisor's tables.  Best effort: an older
+ * kernel, or a segment shrunk under us, leaves it to the faults (Linux 5.14;
+ * C libraries before glibc 2.35 do not name it). */
+static void map_pages(uint8_t *from, uint8_t *to)
 {
-	if (ch->role != PINSHM_PRODUCER) {
-		used[0] = (struct span){ ch->base, ch->g.size };
-		return 1;
-	}
-	used[0] = (struct span){ ch->base, ch->g.lanes_off };
-	used[1] = (struct span){ (uint8_t *)ch->lane, ch->g.lane_stride };
-	return 2;
+#ifdef MADV_POPULATE_WRITE
+	uintptr_t start = (uintptr_t)from & ~((uintptr_t)sysconf(_SC_PAGESIZE) - 1);
+	(void)madvise((void *)start, (uintptr_t)to - start, MADV_POPULATE_WRITE);
+#endif
+	touch_pages(from, to);
 }
 
-/* Map and touch every page this handle uses, now rather than on the path of
- * a message.  MADV_POPULATE_WRITE maps them (a pinned segment has all its
- * pages; the kernel maps only a few around each fault); best effort: an
- * older kernel, or a segment shrunk under us, leaves it to the faults
- * (Linux 5.14; C libraries before glibc 2.35 do not name it).  Then
- * touch_pages() for a hypervisor's own tables.  A producer never touches
- * the other lanes, so their pages stay unmapped here: the MPI plugin maps,
- * in each of a node's N ranks, N queues of N lanes, and mapping all of them
- * took 72 MB of page tables and 4.4 to 4.9 s of MPI_Init and a barrier for
- * 32 ranks on 2 cores (Intel Xeon guest), against 18 MB and 2.0 to 2.3 s. */
+/* Map every page this handle uses, now rather than on the path of a
+ * message: a producer, the shared part before the lanes and its own lane;
+ * a consumer, the whole segment.  A producer never touches the other
+ * lanes, so their pages stay unmapped here: the MPI plugin maps, in each
+ * of a node's N ranks, N queues of N lanes, and mapping all of them took
+ * 72 MiB of page tables and 4.4 to 4.9 s of MPI_Init and a barrier for 32
+ * ranks on 2 cores (Intel Xeon guest), against 17.5 MiB and 2.0 to 2.3 s. */
 static void map_used_pages(const pinshm_channel_t *ch)
 {
-	struct span used[2];
-	unsigned n = used_spans(ch, used);
+	uint8_t *base = ch->base, *lane = (uint8_t *)ch->lane;
 
-	for (unsigned i = 0; i < n; i++) {
-		uint8_t *end = used[i].start + used[i].len;
-#ifdef MADV_POPULATE_WRITE
-		uintptr_t from = (uintptr_t)used[i].start & ~((uintptr_t)sysconf(_SC_PAGESIZE) - 1);
-		(void)madvise((void *)from, (uintptr_t)end - from, MADV_POPULATE_WRITE);
-#endif
-		touch_pages(used[i].start, end);
+	if (ch->role == PINSHM_PRODUCER) {
+		map_pages(base, base + ch->g.lanes_off);
+		map_pages(lane, lane + ch->g.lane_stride);
+	} else {
+		map_pages(base, base + ch->g.size);
 	}
 }
 
