@@ -41,6 +41,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -441,7 +442,8 @@ static void sleep_us(unsigned us)
 		;
 }
 
-static unsigned env_unsigned(const char *name, unsigned dflt)
+/* $name as a number from 1 to @p max, or @p dflt where it is not set. */
+static unsigned env_unsigned(const char *name, unsigned dflt, unsigned long max)
 {
 	const char *s = getenv(name);
 	char *end;
@@ -449,7 +451,7 @@ static unsigned env_unsigned(const char *name, unsigned dflt)
 	if (!s || !*s)
 		return dflt;
 	unsigned long v = strtoul(s, &end, 0);
-	ck_assert_msg(*end == '\0' && v > 0 && v <= 100000000ul, "%s=%s: not a count", name, s);
+	ck_assert_msg(*end == '\0' && v > 0 && v <= max, "%s=%s: not a number from 1 to %lu", name, s, max);
 	return (unsigned)v;
 }
 
@@ -791,8 +793,8 @@ static uint64_t check_deliveries(struct crash *cr, int cq, const char *name)
 
 START_TEST(test_kill_loop)
 {
-	unsigned kills = env_unsigned("PINSHM_CRASH_KILLS", DEFAULT_KILLS);
-	unsigned seed = env_unsigned("PINSHM_CRASH_SEED", (unsigned)time(NULL) ^ (unsigned)getpid());
+	unsigned kills = env_unsigned("PINSHM_CRASH_KILLS", DEFAULT_KILLS, 100000000ul);
+	unsigned seed = env_unsigned("PINSHM_CRASH_SEED", (unsigned)time(NULL) ^ (unsigned)getpid(), UINT_MAX);
 	struct crash cr = {.rng = seed};
 	pinshm_status_t base, st;
 	long locked_base, locked;
