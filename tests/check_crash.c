@@ -111,6 +111,7 @@ struct victim_state {
 	_Atomic uint32_t attached; /* its endpoint is attached */
 	_Atomic uint32_t parked;   /* it reached its park point (a blocking call follows for PARK_ASLEEP) */
 	_Atomic uint32_t quiet;    /* PARK_ASLEEP: the test must stop feeding it / draining it */
+	_Atomic uint32_t quiet_seen; /* written by the test: it saw quiet, and feeds or drains no more */
 	_Atomic uint32_t failed;   /* set with why[] before it exits with an error */
 	_Atomic uint64_t attempted; /* producer: seqs below may have been committed */
 	_Atomic uint64_t committed; /* producer: seqs below were committed */
@@ -157,6 +158,18 @@ static void victim_check_time(struct victim_state *v, uint64_t deadline)
 		victim_fail(v, "never killed");
 }
 
+/* PARK_ASLEEP: ask the test to stop feeding or draining the channel, and
+ * wait until it has: a drain still under way as the victim fills its ring
+ * would free room, and the blocking send that follows would not sleep. */
+static void victim_go_quiet(struct victim_state *v, uint64_t deadline)
+{
+	atomic_store(&v->quiet, 1);
+	while (!atomic_load(&v->quiet_seen)) {
+		victim_check_time(v, deadline);
+		usleep(100);
+	}
+}
+
 static _Noreturn void victim_park(struct victim_state *v)
 {
 	atomic_store(&v->parked, 1);
@@ -174,7 +187,7 @@ static void victim_produce(struct victim_args *a, pinshm_channel_t *ch)
 
 	if (a->park == PARK_ASLEEP) {
 		/* Fill the ring, then sleep in a blocking send until killed. */
-		atomic_store(&v->quiet, 1);
+		victim_go_quiet(v, deadline);
 		pinshm_channel_set_spin(ch, 0);
 		for (;;) {
 			size_t len = tu_msg_len(a->gen, s, MAX_LEN);
@@ -325,7 +338,7 @@ static void victim_consume(struct victim_args *a, pinshm_channel_t *ch)
 
 	if (a->park == PARK_ASLEEP) {
 		/* Drain, then sleep in a blocking recv until killed. */
-		atomic_store(&v->quiet, 1);
+		victim_go_quiet(v, deadline);
 		pinshm_channel_set_spin(ch, 0);
 		for (unsigned i = 0;; i++) {
 			victim_check_time(v, deadline);
@@ -546,6 +559,10 @@ static void pump(struct crash *cr, const struct victim_args *a, uint64_t *next)
 {
 	bool quiet = atomic_load(&cr->sh->v.quiet);
 	int rc;
+
+	/* No earlier step is under way: the victim may go on. */
+	if (quiet)
+		atomic_store(&cr->sh->v.quiet_seen, 1);
 
 	switch (a->sc) {
 	case SC_QUEUE_PRODUCER:
