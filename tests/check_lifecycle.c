@@ -768,8 +768,10 @@ START_TEST(test_store_removal_resent)
 		ck_assert_uint_eq(st.n, 2);
 
 	if (_i == REMOVAL_TICK || _i == REMOVAL_EVENTFD) {
-		uint64_t deadline = tu_now_ms() + 5000u * slow; /* a retry a second */
-		while ((_i == REMOVAL_TICK ? store_records_of(&st, "gone") != 0
+		/* A retry a second.  The daemon logs a removal after sending it:
+		 * wait for both, or the kill below may come between them. */
+		uint64_t deadline = tu_now_ms() + 5000u * slow;
+		while ((_i == REMOVAL_TICK ? store_records_of(&st, "gone") != 0 || !daemon_log_has(&d, "removed at last")
 					   : !daemon_log_has(&d, "kept at last")) &&
 		       tu_now_ms() < deadline) {
 			tu_sleep_ms(20);
@@ -880,7 +882,8 @@ START_TEST(test_store_removals_bounded)
 	do {
 		tu_sleep_ms(20);
 		store_drain(&st);
-	} while (st.removals < STORE_PENDING_MAX && tu_now_ms() < deadline);
+	} while ((st.removals < STORE_PENDING_MAX || !daemon_log_has(&d, ".b63' removed at last")) &&
+		 tu_now_ms() < deadline); /* logged after it is sent */
 	tu_sleep_ms(300);
 	store_drain(&st);
 	ck_assert_uint_eq(st.removals, STORE_PENDING_MAX);
