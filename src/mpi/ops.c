@@ -417,24 +417,11 @@ static bool type_is_flat(MPI_Datatype dtype)
 	return flat;
 }
 
-/* What a send or receive needs to know of a datatype, cached by handle:
- * a handle names the same type until MPI_Type_free, which empties the
- * cache. */
-struct type_info {
-	MPI_Datatype type;
-	MPI_Count size;
-	MPI_Aint tlb, extent;
-	bool flat;
-	bool named; /* predefined: never freed */
-};
+struct pm_type pm_type_cache[PM_TYPE_CACHE];
 
-static struct type_info type_cache[64];
-
-static const struct type_info *type_info(MPI_Datatype dtype)
+const struct pm_type *pm_type_fill(MPI_Datatype dtype)
 {
-	struct type_info *t = &type_cache[((uintptr_t)dtype >> 4) & 63];
-	if (t->type == dtype && dtype != MPI_DATATYPE_NULL)
-		return t;
+	struct pm_type *t = pm_type_slot(dtype);
 	MPI_Count size = 0;
 	MPI_Aint lb, extent, tlb, textent;
 	int ni, na, nd, combiner;
@@ -463,14 +450,14 @@ static const struct type_info *type_info(MPI_Datatype dtype)
 int MPI_Type_free(MPI_Datatype *datatype)
 {
 	if (pm.active) /* filled only while carrying (never under MPI_THREAD_MULTIPLE) */
-		memset(type_cache, 0, sizeof(type_cache));
+		memset(pm_type_cache, 0, sizeof(pm_type_cache));
 	return PMPI_Type_free(datatype);
 }
 
 /* An op keeps its own reference (a duplicate) to a derived datatype that
  * it uses after the call that started it returns, as MPI lets the user
  * free the type meanwhile. */
-static int hold_type(struct pm_op *op, const struct type_info *t)
+static int hold_type(struct pm_op *op, const struct pm_type *t)
 {
 	if (t->named || op->dtype_held)
 		return MPI_SUCCESS;
@@ -485,31 +472,22 @@ static int hold_type(struct pm_op *op, const struct type_info *t)
 
 int pm_op_hold_type(struct pm_op *op)
 {
-	const struct type_info *t = type_info(op->dtype);
+	const struct pm_type *t = pm_type_info(op->dtype);
 	return t ? hold_type(op, t) : MPI_ERR_TYPE;
 }
 
 static void release_type(struct pm_op *op)
 {
 	if (op->dtype_held) {
-		memset(type_cache, 0, sizeof(type_cache)); /* its handle may come back */
+		memset(pm_type_cache, 0, sizeof(pm_type_cache)); /* its handle may come back */
 		PMPI_Type_free(&op->dtype);
 		op->dtype_held = false;
 	}
 }
 
-const void *pm_flat_data(const void *buf, int count, MPI_Datatype dtype, size_t *bytes)
-{
-	const struct type_info *t = type_info(dtype);
-	if (!t || !t->flat || (count > 1 && t->extent != t->size))
-		return NULL;
-	*bytes = (size_t)t->size * (size_t)count;
-	return (const char *)((uintptr_t)buf + (uintptr_t)t->tlb);
-}
-
 int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtype)
 {
-	const struct type_info *t = type_info(dtype);
+	const struct pm_type *t = pm_type_info(dtype);
 	if (!t)
 		return MPI_ERR_TYPE;
 	op->ubuf = buf;
@@ -589,7 +567,7 @@ static int unpack_head(MPI_Datatype dtype, int size, void *elem, const unsigned 
  * into the next element's first locations (unpack_head). */
 static void unpack_message(struct pm_op *op, const char *src, size_t len)
 {
-	const struct type_info *t = type_info(op->dtype);
+	const struct pm_type *t = pm_type_info(op->dtype);
 	if (!t || t->size <= 0) {
 		op->st_error = MPI_ERR_TYPE;
 		return;

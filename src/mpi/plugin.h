@@ -237,14 +237,54 @@ struct pm_unexp {
 	size_t room;            /* bytes at data (kept with a recycled entry) */
 };
 
+/* What a send or receive needs to know of a datatype, cached by handle
+ * (ops.c): a handle names the same type until MPI_Type_free, which empties
+ * the cache.  The look is inline, as every send and receive makes it: a
+ * call cost more than the look. */
+struct pm_type {
+	MPI_Datatype type;
+	MPI_Count size;
+	MPI_Aint tlb, extent;
+	bool flat;
+	bool named; /* predefined: never freed */
+};
+
+#define PM_TYPE_CACHE 64
+extern struct pm_type pm_type_cache[PM_TYPE_CACHE];
+
+static inline struct pm_type *pm_type_slot(MPI_Datatype dtype)
+{
+	return &pm_type_cache[((uintptr_t)dtype >> 4) % PM_TYPE_CACHE];
+}
+
+/* Fill @p dtype's slot from the library. @return NULL if it is not a
+ * committed datatype. */
+const struct pm_type *pm_type_fill(MPI_Datatype dtype);
+
+static inline const struct pm_type *pm_type_info(MPI_Datatype dtype)
+{
+	const struct pm_type *t = pm_type_slot(dtype);
+	if (t->type == dtype && dtype != MPI_DATATYPE_NULL)
+		return t;
+	return pm_type_fill(dtype);
+}
+
+/* Contiguous bytes of @p count items of @p dtype at @p buf: the address of
+ * the first byte, or NULL if they must be packed. */
+static inline const void *pm_flat_data(const void *buf, int count, MPI_Datatype dtype, size_t *bytes)
+{
+	const struct pm_type *t = pm_type_info(dtype);
+	if (!t || !t->flat || (count > 1 && t->extent != t->size))
+		return NULL;
+	*bytes = (size_t)t->size * (size_t)count;
+	return (const char *)((uintptr_t)buf + (uintptr_t)t->tlb);
+}
+
 /* A standard send written whole at once, with no op, when its data is
  * contiguous, eager and nothing is queued before it; counted in @p family.
  * @return whether it was (if not, start a send op). */
 bool pm_send_now(struct pm_comm *c, const void *buf, int count, MPI_Datatype dtype, int dest, int tag,
 		 enum pm_family family);
-/* Contiguous bytes of @p count items of @p dtype at @p buf: the address of
- * the first byte, or NULL if they must be packed. */
-const void *pm_flat_data(const void *buf, int count, MPI_Datatype dtype, size_t *bytes);
 /* Start a send (queued or written at once); the op is set up. */
 int pm_send_start(struct pm_op *op);
 /* Start a receive: match an unexpected message or post it. */
