@@ -42,6 +42,9 @@ static bool service_mode(void)
 	return s && s[0] && !stopping;
 }
 
+/* The mode of a segment whose channel left the store (adopt_unstore()). */
+#define REMOVED_MODE 0
+
 #define RECORD_V1 "pinshm.1."  /* an older daemon's: no PINIDLE (the configured default) */
 #define RECORD_V2 "pinshm.2."  /* this daemon's */
 #define RECORD_NODE_MAX 1023   /* libnuma's most */
@@ -79,6 +82,13 @@ void adopt_unstore(const struct channel *ch)
 
 	if (!service_mode())
 		return;
+	/* Its removal from the store may wait (the manager's queue full) and
+	 * be lost with this daemon (kill -9): the file itself says it was
+	 * removed, with a mode no segment has otherwise (REMOVED_MODE), which
+	 * only its owner, this daemon's user, may change.  The next start
+	 * drops a record of such a file (adopt_one()). */
+	if (fchmod(ch->seg.fd, REMOVED_MODE) != 0)
+		log_warn("channel '%s': cannot mark its segment removed: %s", ch->name, strerror(errno));
 	record_name(ch, name, sizeof(name));
 	fdstore_remove(name);
 }
@@ -426,6 +436,14 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 		snprintf(why, sizeof(why), "the record names inode %llu, not the descriptor's", rec.ino);
 		rc = -EINVAL;
 		goto fail;
+	}
+	if ((st.st_mode & 07777) == REMOVED_MODE) {
+		log_notice("descriptor store: channel '%s' was unlinked before the last stop, its removal from the "
+			   "store lost: not adopted again, its record removed",
+			   rec.name);
+		close(fd);
+		rc = -ENOENT;
+		goto unstore;
 	}
 	struct channel *first = find_segment(r, &st);
 	if (first) {

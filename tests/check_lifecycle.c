@@ -897,6 +897,79 @@ START_TEST(test_store_removals_bounded)
 }
 END_TEST
 
+/*
+ * A removal that waits (the manager's queue full) dies with a daemon
+ * killed (kill -9): the next start finds the record of a channel unlinked
+ * before, and of its consumer's eventfd.  The daemon marks the segment
+ * file removed (mode 0) before asking for the removal, so the next start
+ * drops both records and does not adopt the channel again.  Before, it
+ * came back under its name.
+ */
+static unsigned store_find_channel(const struct store *st, const char *name);
+
+START_TEST(test_store_removal_lost)
+{
+	struct daemon d;
+	struct store st;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_channel_t *cons = NULL;
+	struct stat sb;
+
+	/* No retry by the loop before the kill. */
+	ck_assert_int_eq(setenv("PINSHMD_TEST_STORE_RETRY_MS", "600000", 1), 0);
+	pinshm_client_t *c = store_daemon_start(&d, &st, &(struct daemon_opts){.log = true});
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "kept", &attr, 0600, PINSHM_PERSISTENT), 0);
+	CLIENT_RC(c, pinshm_create(c, "gone", &attr, 0600, PINSHM_PERSISTENT), 0);
+	CLIENT_RC(c, pinshm_open(c, "gone", PINSHM_CONSUMER, &cons), 0);
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ck_assert_int_ge(efd, 0);
+	CLIENT_RC(c, pinshm_channel_set_notify_fd(cons, efd), 0);
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 3);
+
+	store_block(&st);
+	CLIENT_RC(c, pinshm_unlink(c, "gone"), 0); /* still open: it lives on */
+	ck_assert(daemon_log_has(&d, "not removed"));
+	daemon_kill9(&d);
+	pinshm_channel_close(cons);
+	pinshm_disconnect(c);
+	close(efd);
+	store_drain(&st);
+	ck_assert_uint_eq(st.removals, 0);
+	ck_assert_uint_eq(store_records_of(&st, "gone"), 1);
+	ck_assert_uint_eq(store_count_prefix(&st, "pinshm-efd."), 1);
+	unsigned i = store_find_channel(&st, "gone");
+	ck_assert_int_eq(fstat(st.fd[i], &sb), 0);
+	ck_assert_msg((sb.st_mode & 07777) == 0, "the segment of 'gone' has mode %o, not 0 (removed)",
+		      (unsigned)(sb.st_mode & 07777));
+	i = store_find_channel(&st, "kept");
+	ck_assert_int_eq(fstat(st.fd[i], &sb), 0);
+	ck_assert_uint_ne(sb.st_mode & 07777, 0);
+
+	spawn_with_store_opts(&d, &st, &(struct daemon_opts){.log = true});
+	daemon_wait_ready(&d);
+	c = connect_ok(&d);
+	ck_assert(list_find(c, "kept", &e, NULL));
+	ck_assert_msg(!list_find(c, "gone", &e, NULL), "'gone', unlinked, adopted again at the restart");
+	ck_assert(daemon_log_has(&d, "'gone' was unlinked before the last stop"));
+	store_drain(&st);
+	ck_assert_uint_eq(store_records_of(&st, "gone"), 0);
+	ck_assert_uint_eq(store_count_prefix(&st, "pinshm-efd."), 0);
+	ck_assert_uint_eq(store_records_of(&st, "kept"), 1);
+
+	CLIENT_RC(c, pinshm_unlink(c, "kept"), 0);
+	wait_counts(c, 1, 0);
+	store_drain(&st);
+	ck_assert_uint_eq(st.n, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_close(&st);
+	unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
+}
+END_TEST
+
 START_TEST(test_restart_fdstore)
 {
 	struct daemon d;
@@ -3207,6 +3280,7 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_store_not_read);
 	tcase_add_loop_test(tc, test_store_removal_resent, 0, REMOVAL_COUNT);
 	tcase_add_test(tc, test_store_removals_bounded);
+	tcase_add_test(tc, test_store_removal_lost);
 	tcase_add_test(tc, test_restart_handback);
 	tcase_add_test(tc, test_restart_repeatedly);
 	tcase_add_test(tc, test_adopt_hostile);
