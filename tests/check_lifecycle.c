@@ -707,6 +707,20 @@ static void store_block(struct store *st)
 	close(s);
 }
 
+/* The end of a test of removals from the store: 'kept' unlinked (the test
+ * unlinked the rest), the store empty, the daemon stopped cleanly. */
+static void store_test_end(struct daemon *d, struct store *st, pinshm_client_t *c)
+{
+	CLIENT_RC(c, pinshm_unlink(c, "kept"), 0);
+	wait_counts(c, 1, 0);
+	store_drain(st);
+	ck_assert_uint_eq(st->n, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(d);
+	store_close(st);
+	unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
+}
+
 enum { REMOVAL_TICK, REMOVAL_STOP, REMOVAL_SAME_NAME, REMOVAL_EVENTFD, REMOVAL_COUNT };
 static const char *const removal_what[REMOVAL_COUNT] = {
 	[REMOVAL_TICK] = "sent again by the loop",
@@ -823,16 +837,9 @@ START_TEST(test_store_removal_resent)
 	for (int k = 0; k < 2; k++)
 		if (efd[k] >= 0)
 			close(efd[k]);
-	CLIENT_RC(c, pinshm_unlink(c, "kept"), 0);
 	if (_i != REMOVAL_TICK && _i != REMOVAL_STOP)
 		CLIENT_RC(c, pinshm_unlink(c, "gone"), 0);
-	wait_counts(c, 1, 0);
-	store_drain(&st);
-	ck_assert_uint_eq(st.n, 0);
-	pinshm_disconnect(c);
-	daemon_stop_ok(&d);
-	store_close(&st);
-	unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
+	store_test_end(&d, &st, c);
 }
 END_TEST
 
@@ -959,14 +966,7 @@ START_TEST(test_store_removal_lost)
 	ck_assert_uint_eq(store_count_prefix(&st, "pinshm-efd."), 0);
 	ck_assert_uint_eq(store_records_of(&st, "kept"), 1);
 
-	CLIENT_RC(c, pinshm_unlink(c, "kept"), 0);
-	wait_counts(c, 1, 0);
-	store_drain(&st);
-	ck_assert_uint_eq(st.n, 0);
-	pinshm_disconnect(c);
-	daemon_stop_ok(&d);
-	store_close(&st);
-	unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
+	store_test_end(&d, &st, c);
 }
 END_TEST
 
