@@ -707,18 +707,16 @@ static void store_block(struct store *st)
 	close(s);
 }
 
-/* The end of a test of removals from the store: 'kept' unlinked (the test
- * unlinked the rest), the store empty, the daemon stopped cleanly. */
-static void store_test_end(struct daemon *d, struct store *st, pinshm_client_t *c)
+/* Channel @p name unlinked and gone with its record, then the end. */
+static void idle_unlink_and_stop(struct daemon *d, struct store *st, pinshm_client_t *c, const char *name)
 {
-	CLIENT_RC(c, pinshm_unlink(c, "kept"), 0);
+	CLIENT_RC(c, pinshm_unlink(c, name), 0);
 	wait_counts(c, 1, 0);
 	store_drain(st);
 	ck_assert_uint_eq(st->n, 0);
 	pinshm_disconnect(c);
 	daemon_stop_ok(d);
 	store_close(st);
-	unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
 }
 
 enum { REMOVAL_TICK, REMOVAL_STOP, REMOVAL_SAME_NAME, REMOVAL_EVENTFD, REMOVAL_COUNT };
@@ -839,7 +837,8 @@ START_TEST(test_store_removal_resent)
 			close(efd[k]);
 	if (_i != REMOVAL_TICK && _i != REMOVAL_STOP)
 		CLIENT_RC(c, pinshm_unlink(c, "gone"), 0);
-	store_test_end(&d, &st, c);
+	idle_unlink_and_stop(&d, &st, c, "kept");
+	unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
 }
 END_TEST
 
@@ -966,7 +965,8 @@ START_TEST(test_store_removal_lost)
 	ck_assert_uint_eq(store_count_prefix(&st, "pinshm-efd."), 0);
 	ck_assert_uint_eq(store_records_of(&st, "kept"), 1);
 
-	store_test_end(&d, &st, c);
+	idle_unlink_and_stop(&d, &st, c, "kept");
+	unsetenv("PINSHMD_TEST_STORE_RETRY_MS");
 }
 END_TEST
 
@@ -1902,18 +1902,6 @@ static pinshm_client_t *idle_restart_from_store(struct daemon *d, struct store *
 	spawn_with_store_opts(d, st, &idle_opts);
 	daemon_wait_ready(d);
 	return connect_ok(d);
-}
-
-/* Channel @p name unlinked and gone with its record, then the end. */
-static void idle_unlink_and_stop(struct daemon *d, struct store *st, pinshm_client_t *c, const char *name)
-{
-	CLIENT_RC(c, pinshm_unlink(c, name), 0);
-	wait_counts(c, 1, 0);
-	store_drain(st);
-	ck_assert_uint_eq(st->n, 0);
-	pinshm_disconnect(c);
-	daemon_stop_ok(d);
-	store_close(st);
 }
 
 /* The header's `unlocked` of the segment mapped at @p base. */
