@@ -86,8 +86,10 @@ void adopt_unstore(const struct channel *ch)
 	 * be lost with this daemon (kill -9): the file itself says it was
 	 * removed, with a mode no segment has otherwise (REMOVED_MODE), which
 	 * only its owner, this daemon's user, may change.  The next start
-	 * drops a record of such a file (adopt_one()). */
-	if (fchmod(ch->seg.fd, REMOVED_MODE) != 0)
+	 * drops a record of such a file (adopt_one()).  Only a segment of the
+	 * daemon's own that it stored: one a client handed back (ADOPT) may
+	 * be any file the client could open, another user's too. */
+	if (ch->stored && fchmod(ch->seg.fd, REMOVED_MODE) != 0)
 		log_warn("channel '%s': cannot mark its segment removed: %s", ch->name, strerror(errno));
 	record_name(ch, name, sizeof(name));
 	fdstore_remove(name);

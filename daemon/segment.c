@@ -125,6 +125,13 @@ static int shm_create(void)
 		int fd = shm_open(shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
 		if (fd >= 0) {
 			shm_unlink(shm_name);
+			/* 0600 whatever the umask: mode 0 marks a segment removed
+			 * from the descriptor store (adopt.c, REMOVED_MODE). */
+			if (fchmod(fd, 0600) != 0) {
+				int err = errno;
+				close(fd);
+				return -err;
+			}
 			return fd;
 		}
 		if (errno != EEXIST)

@@ -970,6 +970,93 @@ START_TEST(test_store_removal_lost)
 }
 END_TEST
 
+/*
+ * Only a segment the daemon stored is marked removed at its unlink: one a
+ * client hands back (ADOPT) may be any file it could open, another user's
+ * too, and its mode is not the daemon's to change.  A channel stored by
+ * the first daemon, killed; the second, in service mode too, does not get
+ * the store back, so the client hands the channel back; its unlink leaves
+ * the file's mode as it was.
+ */
+START_TEST(test_store_unlink_handed_back)
+{
+	struct daemon d;
+	struct store st;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_channel_t *prod = NULL;
+	struct stat sb;
+
+	pinshm_client_t *c = store_daemon_start(&d, &st, &(struct daemon_opts){.log = true});
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "back", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_open(c, "back", PINSHM_PRODUCER, &prod), 0);
+	store_drain(&st);
+	unsigned i = store_find_channel(&st, "back");
+	ck_assert_int_eq(fstat(st.fd[i], &sb), 0);
+	unsigned mode = sb.st_mode & 07777;
+	ck_assert_uint_ne(mode, 0);
+
+	daemon_kill9(&d);
+	daemon_spawn(&d, &(struct daemon_opts){.log = true}); /* NOTIFY_SOCKET set: service mode */
+	daemon_wait_ready(&d);
+	uint64_t deadline = tu_now_ms() + 20000;
+	while (!list_find(c, "back", &e, NULL) && tu_now_ms() < deadline)
+		tu_sleep_ms(20);
+	ck_assert_msg(list_find(c, "back", &e, NULL), "the channel was not handed back");
+	CLIENT_RC(c, pinshm_unlink(c, "back"), 0);
+	ck_assert_int_eq(fstat(st.fd[i], &sb), 0);
+	ck_assert_msg((sb.st_mode & 07777) == mode, "a handed-back segment's mode went from %o to %o at its unlink",
+		      mode, (unsigned)(sb.st_mode & 07777));
+
+	pinshm_channel_close(prod);
+	wait_counts(c, 1, 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	store_close(&st);
+}
+END_TEST
+
+/*
+ * A segment of the shm backend (no memfd) has mode 0600 whatever the
+ * daemon's umask: a umask that clears it (a unit's UMask=0077 leaves 0600;
+ * 0777 here) would otherwise make it look removed (mode 0), and the next
+ * start would drop its record.
+ */
+START_TEST(test_store_shm_mode_umask)
+{
+	struct daemon d;
+	struct store st;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	struct stat sb;
+
+	const struct daemon_opts o = {.log = true};
+	daemon_prepare(&d, &o);
+	store_open(&st, d.dir);
+	ck_assert_int_eq(setenv("PINSHMD_TEST_NO_MEMFD", "1", 1), 0);
+	mode_t old = umask(0777); /* the daemon's, inherited */
+	daemon_spawn(&d, &o);
+	umask(old);
+	unsetenv("PINSHMD_TEST_NO_MEMFD");
+	daemon_wait_ready(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	attr_small(&attr, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "kept", &attr, 0600, PINSHM_PERSISTENT), 0);
+	store_drain(&st);
+	ck_assert_int_eq(fstat(st.fd[store_find_channel(&st, "kept")], &sb), 0);
+	ck_assert_msg((sb.st_mode & 07777) == 0600, "an shm segment of mode %o", (unsigned)(sb.st_mode & 07777));
+
+	daemon_stop_ok(&d);
+	pinshm_disconnect(c);
+	spawn_with_store_opts(&d, &st, &o);
+	daemon_wait_ready(&d);
+	c = connect_ok(&d);
+	ck_assert_msg(list_find(c, "kept", &e, NULL), "the shm segment was not adopted again");
+	idle_unlink_and_stop(&d, &st, c, "kept");
+}
+END_TEST
+
 START_TEST(test_restart_fdstore)
 {
 	struct daemon d;
@@ -3269,6 +3356,8 @@ static Suite *lifecycle_suite(void)
 	tcase_add_loop_test(tc, test_store_removal_resent, 0, REMOVAL_COUNT);
 	tcase_add_test(tc, test_store_removals_bounded);
 	tcase_add_test(tc, test_store_removal_lost);
+	tcase_add_test(tc, test_store_unlink_handed_back);
+	tcase_add_test(tc, test_store_shm_mode_umask);
 	tcase_add_test(tc, test_restart_handback);
 	tcase_add_test(tc, test_restart_repeatedly);
 	tcase_add_test(tc, test_adopt_hostile);
