@@ -16,6 +16,9 @@
  *            with PINSHM_MPI=0 (turned off: nothing through pinshm) and
  *            with PINSHM_SOCKET where no daemon can be (the plugin falls
  *            back: one "pinshm-mpi: warning" line, everything to MPI);
+ *   wrapped: at 4 ranks, a tool's library that defines MPI_Send
+ *            (tests/mpi/wrap_send.c) preloaded before the plugin: the
+ *            plugin carries nothing, with one warning naming the library;
  * always with PINSHM_SOCKET (the daemon's) and PINSHM_MPI_STATS=1;
  *   user:    as MPI users run it (root only: the test makes the user
  *            pinshm-mpi-user): mpirun as that user, in a clean environment,
@@ -146,6 +149,7 @@ struct config {
 	int nodes; /* PINSHM_MPI_NODES, 0: unset */
 	bool off;      /* PINSHM_MPI=0: preloaded, but turned off */
 	bool fallback; /* PINSHM_SOCKET where no daemon can be: one warning, all through MPI */
+	bool wrapped;  /* a tool's MPI_Send preloaded before the plugin: the same */
 	const char *env[2]; /* more NAME=VALUE for the ranks, or NULL */
 	const char *env2;   /* the second app context's instead (MPMD), or NULL */
 	const char *warning; /* the one "pinshm-mpi: warning" line the run must print (its text), or NULL */
@@ -176,6 +180,15 @@ static const char *env_or(const char *var, const char *fallback)
 static const char *plugin_path(void)
 {
 	return env_or("PINSHM_MPI_LIB", "src/mpi/.libs/libpinshm_mpi.so");
+}
+
+/* The tool's library that defines MPI_Send (tests/mpi/wrap_send.c). */
+static const char *wrap_path(void)
+{
+	static char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/.libs/libwrap_send.so", env_or("PINSHM_MPI_TESTS", MPI_TESTS_DIR));
+	return path;
 }
 
 static int find_asan(struct dl_phdr_info *info, size_t size, void *arg)
@@ -361,7 +374,7 @@ static unsigned long long copy_once_from(const struct config *cf)
 static void run_mpi(const struct daemon *d, const struct mpi_user *u, const struct program *pg,
 		    const struct config *cf, struct run *r)
 {
-	char prog[2][PATH_MAX], outpath[PATH_MAX], np[16], sock[200], preload[3 * PATH_MAX], nodes[40], asan_opt[300];
+	char prog[2][PATH_MAX], outpath[PATH_MAX], np[16], sock[200], preload[4 * PATH_MAX], nodes[40], asan_opt[300];
 	char pinshmd[PATH_MAX + 16];
 	const char *argv[64];
 	int n = 0, contexts = pg->mpmd ? 2 : 1;
@@ -382,7 +395,8 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		snprintf(pinshmd, sizeof(pinshmd), "PINSHMD=%s", u->pinshmd);
 	snprintf(nodes, sizeof(nodes), "PINSHM_MPI_NODES=%d", cf->nodes);
 	const char *asan = u ? u->asan : asan_lib();
-	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s", asan, asan[0] ? ":" : "", u ? u->plugin : plugin_path());
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s%s%s", asan, asan[0] ? ":" : "",
+		 cf->wrapped ? wrap_path() : "", cf->wrapped ? ":" : "", u ? u->plugin : plugin_path());
 	snprintf(asan_opt, sizeof(asan_opt), "ASAN_OPTIONS=%s%sdetect_leaks=0", env_or("ASAN_OPTIONS", ""),
 		 getenv("ASAN_OPTIONS") && getenv("ASAN_OPTIONS")[0] ? ":" : "");
 
@@ -595,8 +609,9 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 		}
 		return false;
 	}
-	if ((cf->off || cf->fallback) && (r->queue_pinned | r->queue_unpinned)) {
-		snprintf(why, len, "a queue line, but no queue (%s)", cf->off ? "PINSHM_MPI=0" : "no daemon");
+	const char *all_mpi = cf->fallback ? "without a daemon" : cf->wrapped ? "behind a tool's MPI_Send" : NULL;
+	if ((cf->off || all_mpi) && (r->queue_pinned | r->queue_unpinned)) {
+		snprintf(why, len, "a queue line, but no queue (%s)", cf->off ? "PINSHM_MPI=0" : all_mpi);
 		return true;
 	}
 	if (cf->off) {
@@ -609,23 +624,23 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 			}
 		return false;
 	}
-	if (cf->fallback) {
+	if (all_mpi) {
 		/* One line for the node, then everything through the MPI library. */
 		if (warnings != 1) {
-			snprintf(why, len, "without a daemon: %d warning lines, want 1", warnings);
+			snprintf(why, len, "%s: %d warning lines, want 1", all_mpi, warnings);
 			return true;
 		}
 		unsigned long long passed = 0;
 		for (int k = 0; k < NFAMILY; k++) {
 			if (r->fam[k].pinshm_msgs) {
-				snprintf(why, len, "without a daemon, family %s carried %llu messages through pinshm",
+				snprintf(why, len, "%s, family %s carried %llu messages through pinshm", all_mpi,
 					 family_name[k], r->fam[k].pinshm_msgs);
 				return true;
 			}
 			passed += r->fam[k].mpi_msgs;
 		}
 		if (passed == 0) {
-			snprintf(why, len, "without a daemon, the stats show nothing passed to the MPI library");
+			snprintf(why, len, "%s, the stats show nothing passed to the MPI library", all_mpi);
 			return true;
 		}
 		return false;
@@ -814,6 +829,27 @@ START_TEST(test_many_ranks)
 	program_arg = _i == 2 ? "1" : NULL;
 	run_one(&many[_i], &np32);
 	program_arg = NULL;
+}
+END_TEST
+
+/* A tool's library that defines MPI_Send (as a profiler's wrappers do)
+ * preloaded before the plugin: that MPI_Send reaches the MPI library
+ * without the plugin, so the plugin must carry nothing (else its receives
+ * wait for ever), say so once for the node and name the library. */
+START_TEST(test_wrapped)
+{
+	static const struct program wrapped[] = {
+		{"p2p_basic", B, 0, NULL},
+		{"p2p_modes", B | NB | SY | BU, 0, NULL},
+		{"p2p_probe", B | PR, 0, NULL},
+	};
+	char warning[PATH_MAX + 40];
+	snprintf(warning, sizeof(warning), "MPI_Send is defined by %s,", wrap_path());
+	const struct config cf = {.name = "plugin -np 4, a tool's MPI_Send preloaded before it", .np = 4,
+				  .plugin = true, .wrapped = true, .warning = warning};
+
+	ck_assert_msg(access(wrap_path(), R_OK) == 0, "%s: %s (not built?)", wrap_path(), strerror(errno));
+	run_one(&wrapped[_i], &cf);
 }
 END_TEST
 
@@ -1397,6 +1433,11 @@ static Suite *mpi_suite(bool plugin, bool user)
 		tc = tcase_create("rings");
 		tcase_add_loop_test(tc, test_rings, 0, NRING_PROGRAMS * NRING_CONFIGS);
 		tcase_add_test(tc, test_rings_differ);
+		tcase_set_timeout(tc, 200);
+		suite_add_tcase(s, tc);
+
+		tc = tcase_create("wrapped");
+		tcase_add_loop_test(tc, test_wrapped, 0, 3);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

@@ -321,6 +321,9 @@ const struct pm_op *pm_recv_direct(struct pm_comm *c, int source, int tag, void 
 				   enum pm_family family);
 /* Let the MPI library progress (its opal_progress, or an MPI_Iprobe). */
 void pm_mpi_progress(void);
+/* Whether an MPI call the plugin exports resolves to another object (a
+ * tool preloaded before it, the program): then @p why says which. */
+bool pm_calls_taken(char *why, size_t len);
 /* The waiting strategy: call between fruitless passes. */
 void pm_idle(unsigned *idle, bool may_sleep);
 

@@ -398,6 +398,8 @@ static void setup(int provided)
 	} else if (pm.multiple) {
 		rc = -ENOTSUP;
 		snprintf(why, sizeof(why), "MPI_THREAD_MULTIPLE is not carried");
+	} else if (pm_calls_taken(why, sizeof(why))) {
+		rc = -ELIBBAD; /* its calls and the plugin's would not meet */
 	} else if (pm.nlocal > (int)PINSHM_MAX_PRODUCERS) {
 		rc = -E2BIG; /* each rank writes into every queue on a lane of its own */
 		snprintf(why, sizeof(why), "%d ranks on a node, more than the %u writers a queue may have", pm.nlocal,
@@ -422,24 +424,19 @@ static void setup(int provided)
 	for (int i = 0; i < pm.nlocal; i++)
 		pm.world_local[pm.local_world[i]] = i;
 
-	/* Everyone of the node opens, or nobody carries anything. */
-	int bad = rc < 0;
-	PMPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, pm.node_comm);
-	if (!bad) {
+	/* Everyone of the node opens, or nobody carries anything.  The
+	 * node's first rank that failed says why. */
+	int first_failed = rc < 0 ? pm.local_rank : pm.nlocal;
+	PMPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, pm.node_comm);
+	if (first_failed == pm.nlocal) {
 		rc = open_channels(why, sizeof(why));
-		int first_failed = rc < 0 ? pm.local_rank : pm.nlocal;
+		first_failed = rc < 0 ? pm.local_rank : pm.nlocal;
 		PMPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, pm.node_comm);
-		bad = first_failed < pm.nlocal;
-		if (bad && first_failed != pm.local_rank)
-			why[0] = '\0';
-	} else if (rc == 0) {
-		why[0] = '\0';
 	}
-	if (bad) {
-		/* One line: from rank 0 for what all ranks share, from the
-		 * node's first rank for the node's size, else from the rank
-		 * that failed. */
-		if (why[0] && (rc == -ENOTSUP ? pm.world_rank == 0 : rc == -E2BIG ? pm.local_rank == 0 : true))
+	if (first_failed < pm.nlocal) {
+		/* One line: from rank 0 for what all ranks share, else from
+		 * the node's first rank that failed. */
+		if (why[0] && (rc == -ENOTSUP ? pm.world_rank == 0 : pm.local_rank == first_failed))
 			fprintf(stderr,
 				"pinshm-mpi: warning: rank %d: %s; the ranks of its node use the MPI library for "
 				"everything\n",
