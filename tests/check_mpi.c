@@ -109,6 +109,8 @@ static const struct program programs[] = {
 	{"p2p_comms", B | NB | P, SY | PR, NULL},
 	{"p2p_order", B | NB | SY, 0, NULL},
 	{"p2p_large", B | NB, 0, NULL},
+	/* Calls through pointers that are PLT entries (built -fno-pie). */
+	{"p2p_address", B | NB, 0, NULL},
 	/* MPI_Dist_graph_create(_adjacent) communicators, made and freed
 	 * round after round; a negative count of requests (MPI_ERR_ARG). */
 	{"p2p_distgraph", B | NB, 0, NULL},

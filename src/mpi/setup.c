@@ -436,7 +436,7 @@ static void setup(int provided)
 	if (first_failed < pm.nlocal) {
 		/* One line: from rank 0 for what all ranks share, else from
 		 * the node's first rank that failed. */
-		if (why[0] && (rc == -ENOTSUP ? pm.world_rank == 0 : pm.local_rank == first_failed))
+		if (why[0] && (pm.multiple ? pm.world_rank == 0 : pm.local_rank == first_failed))
 			fprintf(stderr,
 				"pinshm-mpi: warning: rank %d: %s; the ranks of its node use the MPI library for "
 				"everything\n",
