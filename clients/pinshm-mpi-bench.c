@@ -1,7 +1,7 @@
 /*
  * pinshm-mpi-bench.c - point-to-point benchmark for an MPI program, run
  * under mpirun with or without the pinshm plugin (pinshm-mpi-compare runs it
- * both ways).  Three modes:
+ * both ways).  Four modes:
  *
  *   latency    ranks 0 and 1 ping-pong with MPI_Send/MPI_Recv; a sample is
  *              the one-way time of a batch of round trips (its time / 2 /
@@ -12,7 +12,11 @@
  *              a 4-byte ack; a sample is window * size / time of one window;
  *   ring       every rank MPI_Sendrecv's to rank + 1 from rank - 1; a sample
  *              is the time of one step, as the slowest rank saw it (a batch
- *              of steps between barriers, the maximum over the ranks).
+ *              of steps between barriers, the maximum over the ranks);
+ *   exchange   ranks 0 and 1 exchange a message at once, each with
+ *              MPI_Irecv, MPI_Isend and MPI_Waitall, the nonblocking pattern
+ *              of a halo exchange; a sample is the time of one exchange
+ *              (rank 0's batch time / exchanges).
  *
  * Output: one line per mode and size, "MODE bytes=N KEY=VALUE ...", for
  * scripts; lines starting with '#' are comments.  Every received message is
@@ -41,11 +45,13 @@ struct opts {
 	int window;          /* bandwidth: messages in flight, at most */
 };
 
-enum { MODE_LATENCY = 1, MODE_BANDWIDTH = 2, MODE_RING = 4 };
+enum { MODE_LATENCY = 1, MODE_BANDWIDTH = 2, MODE_RING = 4, MODE_EXCHANGE = 8 };
+#define MODE_ALL (MODE_LATENCY | MODE_BANDWIDTH | MODE_RING | MODE_EXCHANGE)
 
 static const long latency_sizes[] = {0, 8, 64, 512, 4096, 16384, 65536, 262144, MIB, 4 * MIB};
 static const long bandwidth_sizes[] = {65536, 262144, MIB, 4 * MIB};
 static const long ring_sizes[] = {8, 4096, 65536, MIB};
+static const long exchange_sizes[] = {0, 8, 512, 4096, 65536, MIB};
 
 static void die(const char *fmt, const char *arg)
 {
@@ -63,7 +69,7 @@ static void usage(FILE *to)
 	if (rank == 0)
 		fprintf(to,
 			"usage: mpirun -np N pinshm-mpi-bench [-m MODES] [-z SIZES] [-n SAMPLES] [-t SECONDS] [-w WINDOW]\n"
-			"  -m MODES    latency,bandwidth,ring or all (default: all; ring needs 2+ ranks)\n"
+			"  -m MODES    latency,bandwidth,ring,exchange or all (default: all)\n"
 			"  -z SIZES    comma-separated sizes in bytes, K and M suffixes (default: per mode)\n"
 			"  -n SAMPLES  samples per size, 1..100000 (default 41)\n"
 			"  -t SECONDS  time to measure per size and mode, about (default 0.2)\n"
@@ -104,7 +110,7 @@ static void parse(int argc, char **argv, struct opts *o)
 {
 	int c;
 
-	*o = (struct opts){.modes = MODE_LATENCY | MODE_BANDWIDTH | MODE_RING, .samples = 41, .target_s = 0.2,
+	*o = (struct opts){.modes = MODE_ALL, .samples = 41, .target_s = 0.2,
 			   .window = 64};
 	static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
 	while ((c = getopt_long(argc, argv, "m:z:n:t:w:h", longopts, NULL)) != -1) {
@@ -119,8 +125,10 @@ static void parse(int argc, char **argv, struct opts *o)
 					o->modes |= MODE_BANDWIDTH;
 				else if (!strcmp(t, "ring"))
 					o->modes |= MODE_RING;
+				else if (!strcmp(t, "exchange"))
+					o->modes |= MODE_EXCHANGE;
 				else if (!strcmp(t, "all"))
-					o->modes |= MODE_LATENCY | MODE_BANDWIDTH | MODE_RING;
+					o->modes |= MODE_ALL;
 				else
 					die("unknown mode '%s'", t);
 			}
@@ -369,6 +377,43 @@ static void ring(long n, const struct opts *o)
 	free(sample);
 }
 
+static void exchange(long n, const struct opts *o)
+{
+	unsigned char *out = alloc_touched(n), *in = alloc_touched(n);
+	double *sample = calloc(o->samples, sizeof(double));
+	int peer = 1 - rank;
+	unsigned char v = 1;
+	long k = 20; /* the warm-up (s = -1): exchanges, timed to size the samples */
+
+	for (int s = -1; s < o->samples; s++) {
+		MPI_Barrier(MPI_COMM_WORLD);
+		double t0 = MPI_Wtime();
+		for (long i = 0; i < k && rank < 2; i++, v++) {
+			MPI_Request rq[2];
+			mark(out, n, v);
+			MPI_Irecv(in, (int)n, MPI_BYTE, peer, 5, MPI_COMM_WORLD, &rq[0]);
+			MPI_Isend(out, (int)n, MPI_BYTE, peer, 5, MPI_COMM_WORLD, &rq[1]);
+			MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+			check(in, n, v, "exchange");
+		}
+		double t = (MPI_Wtime() - t0) / k;
+		if (s >= 0)
+			sample[s] = t * 1e6;
+		else
+			k = per_sample(t, o);
+	}
+	if (rank == 0) {
+		qsort(sample, o->samples, sizeof(double), cmp_double);
+		printf("exchange bytes=%ld round_us=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld\n", n,
+		       quantile(sample, o->samples, 0.5), quantile(sample, o->samples, 0.1),
+		       quantile(sample, o->samples, 0.9), o->samples, k);
+		fflush(stdout);
+	}
+	free(out);
+	free(in);
+	free(sample);
+}
+
 static void run_mode(int mode, void (*fn)(long, const struct opts *), const long *defaults, int ndefaults,
 		     const struct opts *o)
 {
@@ -400,6 +445,7 @@ int main(int argc, char **argv)
 	run_mode(MODE_LATENCY, latency, latency_sizes, sizeof(latency_sizes) / sizeof(long), &o);
 	run_mode(MODE_BANDWIDTH, bandwidth, bandwidth_sizes, sizeof(bandwidth_sizes) / sizeof(long), &o);
 	run_mode(MODE_RING, ring, ring_sizes, sizeof(ring_sizes) / sizeof(long), &o);
+	run_mode(MODE_EXCHANGE, exchange, exchange_sizes, sizeof(exchange_sizes) / sizeof(long), &o);
 	MPI_Finalize();
 	return 0;
 }
