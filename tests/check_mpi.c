@@ -111,6 +111,8 @@ static const struct program programs[] = {
 	{"p2p_large", B | NB, 0, NULL},
 	/* Calls through pointers that are PLT entries (built -fno-pie). */
 	{"p2p_address", B | NB, 0, NULL},
+	/* Long messages one way (streamed), then crossing (copied once). */
+	{"p2p_crossing", B | NB, 0, NULL},
 	/* MPI_Dist_graph_create(_adjacent) communicators, made and freed
 	 * round after round; a negative count of requests (MPI_ERR_ARG). */
 	{"p2p_distgraph", B | NB, 0, NULL},
@@ -361,6 +363,9 @@ static bool sibling_readable(void)
  * 32 KiB, or what a record of the ring holds (no config asks for less). */
 static unsigned long long copy_once_from(const struct config *cf)
 {
+	for (int e = 0; e < 2 && cf->env[e]; e++)
+		if (!strncmp(cf->env[e], "PINSHM_MPI_CMA=", 15))
+			return strtoull(cf->env[e] + 15, NULL, 10);
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	int per_node = cf->nodes > 1 ? cf->np / cf->nodes : cf->np;
 	unsigned long long eager = config_ring(cf) / 2 - 96;
@@ -368,6 +373,29 @@ static unsigned long long copy_once_from(const struct config *cf)
 	if (eager > 32 * 1024)
 		eager = 32 * 1024;
 	return per_node > (cores > 0 ? cores : 1) ? eager + 1 : 0;
+}
+
+/* Whether @p cf sets PINSHM_MPI_CMA: then its size alone decides which
+ * messages are copied once; unset, crossing ones are too. */
+static bool cma_set(const struct config *cf)
+{
+	for (int e = 0; e < 2 && cf->env[e]; e++)
+		if (!strncmp(cf->env[e], "PINSHM_MPI_CMA=", 15))
+			return true;
+	return false;
+}
+
+/* The messages p2p_crossing copies once in @p cf, all ranks: of each pair
+ * of ranks of a node, 4 crossing ones each way (4 exchanges, 4
+ * Sendrecv's), and the 4 one-way ones where they are copied from their
+ * size on. */
+static unsigned long long crossing_copies(const struct config *cf)
+{
+	int nodes = cf->nodes > 1 ? cf->nodes : 1, per_node = cf->np / nodes;
+	unsigned long long pairs = (unsigned long long)nodes * per_node * (per_node - 1) / 2;
+	if (copy_once_from(cf))
+		return 20 * pairs; /* every message, from its size */
+	return cma_set(cf) ? 0 : 16 * pairs;
 }
 
 /* Run @p pg in @p cf: with the test daemon @p d, or, where @p u is not NULL,
@@ -668,8 +696,15 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 	 * ranks may too; where not, they still may (Open MPI's CMA lets any
 	 * process of the user trace its ranks where Yama would forbid it), or
 	 * the kernel refused them and they said so, streaming instead. */
+	if (!strcmp(pg->name, "p2p_crossing") && !(r->copy_refused && !sibling_readable()) &&
+	    r->copied_once != crossing_copies(cf)) {
+		snprintf(why, len, "%llu messages copied once, want %llu (one-way ones streamed, crossing ones copied%s)",
+			 r->copied_once, crossing_copies(cf), copy_once_from(cf) ? ", and all from their size" : "");
+		return true;
+	}
 	if (!strcmp(pg->name, "p2p_large")) {
-		bool copying = copy_once_from(cf) != 0;
+		/* Its messages cross: copied once unless PINSHM_MPI_CMA says not. */
+		bool copying = copy_once_from(cf) != 0 || !cma_set(cf);
 		bool ok = !copying ? r->copied_once == 0 && r->copy_refused == 0
 				   : r->copied_once != 0 || (!sibling_readable() && r->copy_refused != 0);
 		if (!ok) {
@@ -772,8 +807,9 @@ static const struct config ring_configs[] = {
 	 .env = {"PINSHM_MPI_NODE_RINGS=256K"}, .ring = 16384},
 	{.name = "plugin -np 4 PINSHM_MPI_NODE_RINGS=1M", .np = 4, .plugin = true,
 	 .env = {"PINSHM_MPI_NODE_RINGS=1M"}, .ring = 65536},
-	{.name = "plugin -np 2 PINSHM_MPI_RING=32K", .np = 2, .plugin = true, .env = {"PINSHM_MPI_RING=32K"},
-	 .ring = 32768},
+	/* Every message streamed, crossing ones too, through small rings. */
+	{.name = "plugin -np 2 PINSHM_MPI_RING=32K PINSHM_MPI_CMA=0", .np = 2, .plugin = true,
+	 .env = {"PINSHM_MPI_RING=32K", "PINSHM_MPI_CMA=0"}, .ring = 32768},
 	/* Not a size: the ring is fitted to the node as if unset. */
 	{.name = "plugin -np 4 PINSHM_MPI_RING=256KB PINSHM_MPI_NODE_RINGS=256K", .np = 4, .plugin = true,
 	 .env = {"PINSHM_MPI_RING=256KB", "PINSHM_MPI_NODE_RINGS=256K"}, .ring = 16384,
@@ -784,7 +820,7 @@ static const struct config ring_configs[] = {
 	 .warning = "a record of the 16384-byte ring holds 8096 bytes: eager size 8096, chunk 8096"},
 };
 #define NRING_CONFIGS ((int)(sizeof(ring_configs) / sizeof(ring_configs[0])))
-static const char *const ring_programs[] = {"p2p_large", "p2p_modes", "p2p_persistent"};
+static const char *const ring_programs[] = {"p2p_large", "p2p_modes", "p2p_persistent", "p2p_crossing"};
 #define NRING_PROGRAMS ((int)(sizeof(ring_programs) / sizeof(ring_programs[0])))
 
 START_TEST(test_rings)
@@ -1325,22 +1361,38 @@ START_TEST(test_stats_checks)
 	ck_assert(run_failed(basic, &one, &r, why, sizeof(why)));
 	ck_assert(strstr(why, "copy") != NULL);
 	r.copy_other = 0;
-	/* p2p_large copies once exactly where the ranks outnumber the cores
-	 * (or says the kernel refused it, where a child could not either). */
+	/* p2p_large's messages cross: copied once (or the kernel refused it,
+	 * where a child could not either), unless PINSHM_MPI_CMA=0 streams
+	 * them all. */
+	static const struct config streamed = {.name = "streamed", .np = 2, .plugin = true,
+					       .env = {"PINSHM_MPI_CMA=0"}};
 	const struct program *large = &programs[8];
-	bool copies = copy_once_from(&one) != 0;
 	ck_assert_str_eq(large->name, "p2p_large");
 	r.fam[F_NONBLOCKING].pinshm_msgs = r.fam[F_NONBLOCKING].pinshm_bytes = 1;
-	r.copied_once = copies ? 0 : 3;
+	r.copied_once = 0;
 	ck_assert(run_failed(large, &one, &r, why, sizeof(why)));
 	ck_assert(strstr(why, "copied once") != NULL);
-	r.copied_once = copies ? 3 : 0;
+	ck_assert_msg(!run_failed(large, &streamed, &r, why, sizeof(why)), "a good run failed: %s", why);
+	r.copied_once = 3;
 	ck_assert_msg(!run_failed(large, &one, &r, why, sizeof(why)), "a good run failed: %s", why);
+	ck_assert(run_failed(large, &streamed, &r, why, sizeof(why)));
 	r.copied_once = 0;
 	r.copy_refused = 1;
-	ck_assert(copies && !sibling_readable() ? !run_failed(large, &one, &r, why, sizeof(why))
-						: run_failed(large, &one, &r, why, sizeof(why)));
+	ck_assert(!sibling_readable() ? !run_failed(large, &one, &r, why, sizeof(why))
+				      : run_failed(large, &one, &r, why, sizeof(why)));
 	r.copy_refused = 0;
+	/* p2p_crossing copies exactly its crossing messages (and its one-way
+	 * ones where they are copied from their size). */
+	const struct program *crossing = &programs[10];
+	ck_assert_str_eq(crossing->name, "p2p_crossing");
+	ck_assert_uint_eq(crossing_copies(&streamed), 0);
+	ck_assert_uint_eq(crossing_copies(&two), copy_once_from(&two) ? 40 : 32);
+	r.copied_once = crossing_copies(&one);
+	ck_assert_msg(!run_failed(crossing, &one, &r, why, sizeof(why)), "a good run failed: %s", why);
+	r.copied_once++;
+	ck_assert(run_failed(crossing, &one, &r, why, sizeof(why)));
+	ck_assert(strstr(why, "crossing") != NULL);
+	r.copied_once = 0;
 	r.fam[F_NONBLOCKING].pinshm_msgs = r.fam[F_NONBLOCKING].pinshm_bytes = 0;
 	ck_assert(run_failed(basic, &plain_configs[0], &(struct run){.out = "", .stat_lines = 1}, why, sizeof(why)));
 	r.fam[F_PROBE].mpi_msgs = 1;
@@ -1394,7 +1446,8 @@ START_TEST(test_stats_checks)
 	/* Every program is held to its stats, Fortran ones too: a family
 	 * that went to the MPI library on one node fails it. */
 	for (int i = 0; i < NPROGRAMS; i++) {
-		struct run pr = {.out = "", .queue_pinned = 3};
+		/* As p2p_crossing copies (p2p_large: some): no other looks. */
+		struct run pr = {.out = "", .queue_pinned = 3, .copied_once = crossing_copies(&one)};
 		for (int k = 0; k < NFAMILY; k++) {
 			pr.fam[k].ranks = 3;
 			pr.fam[k].pinshm_msgs = pr.fam[k].pinshm_bytes = 1;

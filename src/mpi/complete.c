@@ -34,6 +34,7 @@ static int finish(MPI_Request *req, struct pm_op *op, MPI_Status *status, bool m
 		pm_op_status_single(op, status);
 	if (op->persistent) {
 		op->state = ST_IDLE;
+		pm_op_closed(op);
 	} else {
 		pm_op_release(op);
 		*req = MPI_REQUEST_NULL;

@@ -208,8 +208,13 @@ static int write_first(struct pm_op *op)
 	r->ctx = op->comm->ctx;
 	r->sid = pm_op_id(op);
 	r->len = op->bytes;
-	if (pm.cfg.cma && op->bytes >= pm.cfg.cma) {
-		r->h.flags = REC_CMA;
+	/* Where the message lies, so that its receiver may copy it once:
+	 * asked to from the size copied once, or where a receive from that
+	 * rank is open (the two ranks send to each other: crossing). */
+	bool from_size = pm.cfg.cma && op->bytes >= pm.cfg.cma;
+	if (from_size || !pm.cfg.cma_set) {
+		bool crossing = !pm.cfg.cma_set && pm.peers[peer].open_recvs;
+		r->h.flags = REC_CMA | (from_size || crossing ? REC_COPY : 0);
 		r->pid = (uint32_t)getpid();
 		r->addr = (uint64_t)(uintptr_t)op->data;
 	}
@@ -300,9 +305,33 @@ static int push_busy(void)
 
 /* ---- starting operations ------------------------------------------------- */
 
+static void op_open(struct pm_op *op, int peer)
+{
+	if (op->open_with || peer < 0 || op->bytes <= pm.cfg.eager)
+		return;
+	op->open_with = peer + 1;
+	if (op->kind == OP_SEND)
+		pm.peers[peer].open_sends++;
+	else
+		pm.peers[peer].open_recvs++;
+}
+
+void pm_op_closed(struct pm_op *op)
+{
+	if (!op->open_with || !pm.peers)
+		return;
+	struct pm_peer *p = &pm.peers[op->open_with - 1];
+	if (op->kind == OP_SEND)
+		p->open_sends--;
+	else
+		p->open_recvs--;
+	op->open_with = 0;
+}
+
 int pm_send_start(struct pm_op *op)
 {
 	struct pm_peer *p = &pm.peers[op->peer_local];
+	op_open(op, op->peer_local);
 	op->state = ST_QUEUED;
 	pm.sends_inflight++;
 	if (!p->sendq.head && write_first(op))
@@ -449,8 +478,11 @@ static void take_rts(struct pm_op *op, const struct pm_unexp *e)
 	op->remote_id = e->sid;
 	op->reply_to = e->from;
 	op->offset = 0;
-	/* Only from the process that owns the lane it came on. */
-	if ((e->flags & REC_CMA) && e->pid == (uint32_t)pm.local_pid[e->from] && copy_from_sender(op, e->pid, e->addr)) {
+	/* Only from the process that owns the lane it came on, and where the
+	 * sender asked for it or the two ranks send to each other. */
+	bool copy = (e->flags & REC_COPY) || (!pm.cfg.cma_set && pm.peers[e->from].open_sends);
+	if ((e->flags & REC_CMA) && copy && e->pid == (uint32_t)pm.local_pid[e->from] &&
+	    copy_from_sender(op, e->pid, e->addr)) {
 		struct rec_cts c = {.h = {.type = REC_CTS, .flags = REC_DONE, .from = (uint16_t)pm.local_rank},
 				    .sid = e->sid,
 				    .accept = op->accept};
@@ -477,6 +509,7 @@ void pm_recv_take(struct pm_op *op, struct pm_unexp *u)
 int pm_recv_start(struct pm_op *op)
 {
 	struct pm_comm *c = op->comm;
+	op_open(op, op->peer == MPI_ANY_SOURCE ? -1 : c->local[op->peer]);
 	struct pm_unexp *u = pm_unexp_find(c, op->peer, op->tag);
 	if (u) {
 		pm_list_remove(&c->unexp, &u->link);

@@ -114,6 +114,7 @@ struct pm_op *pm_op_new(enum pm_kind kind)
 
 void pm_op_free(struct pm_op *op)
 {
+	pm_op_closed(op);
 	free(op->tmp);
 	op->tmp = NULL;
 	release_type(op);

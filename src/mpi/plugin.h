@@ -160,6 +160,7 @@ struct pm_op {
 	struct pm_comm *comm;
 	int peer, tag;          /* dest or source (may be MPI_ANY_SOURCE), tag */
 	int peer_local;         /* send: the peer's index in the node */
+	int open_with;          /* 1 + the node index it counts as open with (pm_op_open()), or 0 */
 
 	/* The user's buffer. */
 	const void *ubuf;
@@ -222,6 +223,10 @@ struct pm_peer {
 	struct pm_list stream;  /* sends writing DATA */
 	struct pm_list ctl;     /* CTS and ACK records waiting for room */
 	bool busy;              /* in pm.busy_peers */
+	/* This rank's sends to that rank and receives from it, longer than
+	 * the eager size, from their start until the user has them back
+	 * (engine.c, pm_op_open()). */
+	uint32_t open_sends, open_recvs;
 };
 
 struct pm_unexp {
@@ -289,6 +294,12 @@ bool pm_send_now(struct pm_comm *c, const void *buf, int count, MPI_Datatype dty
 int pm_send_start(struct pm_op *op);
 /* Start a receive: match an unexpected message or post it. */
 int pm_recv_start(struct pm_op *op);
+/* A send or receive longer than the eager size, with one rank of the
+ * node, is open from its start until the user has it back; where a send
+ * and a receive are open with the same rank, messages between the two
+ * cross, and each is copied once by its receiver rather than streamed.
+ * pm_op_closed(): the user has it back (finished, freed). */
+void pm_op_closed(struct pm_op *op);
 /* Take a matched unexpected message into a receive op (frees @p u). */
 void pm_recv_take(struct pm_op *op, struct pm_unexp *u);
 /* The first unexpected message of @p c that (source, tag) matches, or NULL. */
@@ -372,7 +383,8 @@ struct pm_config {
 	size_t chunk;       /* DATA payload bytes */
 	uint64_t eager_asked, chunk_asked; /* before bound_sizes() fits them to the ring */
 	bool eager_set, chunk_set;         /* PINSHM_MPI_EAGER, PINSHM_MPI_CHUNK given */
-	size_t cma;         /* messages from this size up are copied once (0: never) */
+	size_t cma;         /* messages from this size up are copied once (0: only crossing ones) */
+	bool cma_set;       /* PINSHM_MPI_CMA given: its size alone decides (0: never) */
 	uint64_t ring;      /* ring bytes per sender (size_rings()) */
 	bool ring_fixed;    /* PINSHM_MPI_RING set: the ring is that, whatever the node's size */
 	uint64_t node_rings; /* the most the node's rings take together, unless PINSHM_MPI_RING is set */

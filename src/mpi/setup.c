@@ -191,7 +191,9 @@ static void read_config(void)
 	c->eager_set = env_parse("PINSHM_MPI_EAGER", 0, RING_LIMIT / 2, &c->eager_asked, "32768") > 0;
 	c->chunk_set = env_parse("PINSHM_MPI_CHUNK", 1024, RING_LIMIT / 2, &c->chunk_asked, "32768") > 0;
 	c->node_rings = env_size("PINSHM_MPI_NODE_RINGS", NODE_RINGS_DEFAULT, RING_MIN, UINT64_MAX);
-	c->cma = env_size("PINSHM_MPI_CMA", 0, 0, UINT64_MAX);
+	uint64_t cma = 0; /* unset: crossing messages, and all where ranks outnumber cores (setup()) */
+	c->cma_set = env_parse("PINSHM_MPI_CMA", 0, UINT64_MAX, &cma, "the default") > 0;
+	c->cma = cma;
 	c->spin_ns = env_size("PINSHM_MPI_SPIN_NS", 20000, 0, 1000000000);
 	c->yield_ns = env_size("PINSHM_MPI_YIELD_NS", 500000, 0, 1000000000);
 }
@@ -471,7 +473,7 @@ static void setup(int provided)
 	 * 256 KiB 48-58 / 22-25 / 22-29, 1 MiB 249-331 / 191-208 / 193-214.
 	 * The eager size's own messages gain nothing so (32 KiB: 6.5-8.2
 	 * eagerly, 6.9-9.1 copied once). */
-	if (oversubscribed && !getenv("PINSHM_MPI_CMA"))
+	if (oversubscribed && !pm.cfg.cma_set)
 		pm.cfg.cma = pm.cfg.eager + 1;
 	opal_register = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_register");
 	opal_unregister = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_unregister");

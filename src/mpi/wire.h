@@ -15,10 +15,12 @@
  *   receiver copies into the receive buffer as they come (pipelining).
  *   accept < len when the receive buffer is shorter (truncation).
  * - single copy (REC_CMA on an RTS): the RTS also says where the message
- *   lies in the sender (pid, address); the receiver copies it from there
- *   at once with process_vm_readv(2) and answers CTS with REC_DONE, which
- *   completes the send.  Where the kernel refuses (ptrace rules), the
- *   receiver answers a plain CTS and the message is streamed.
+ *   lies in the sender (pid, address); the receiver may copy it from there
+ *   at once with process_vm_readv(2), and does where the sender asks it
+ *   to (REC_COPY) or where it is itself sending a long message to that
+ *   sender; it then answers CTS with REC_DONE, which completes the send.
+ *   Otherwise, or where the kernel refuses (ptrace rules), the receiver
+ *   answers a plain CTS and the message is streamed.
  *
  * sid and rid name operations in the sender's and the receiver's tables;
  * they are checked on arrival (index, generation, state), never trusted.
@@ -44,6 +46,7 @@ enum rec_type {
 #define REC_CMA 0x2u  /* RTS: the receiver may copy the message from the sender itself */
 #define REC_DONE 0x4u /* CTS: the receiver copied the message: the send is complete */
 #define REC_SID 0x8u  /* EAGER: a sid follows the header (struct rec_eager_sync) */
+#define REC_COPY 0x10u /* RTS with REC_CMA: the sender asks the receiver to copy it so */
 
 /* The first 4 bytes of every record. */
 struct rec_head {
