@@ -358,14 +358,15 @@ static bool sibling_readable(void)
 }
 
 /* The size from which the ranks of @p cf copy messages once, from their
- * sender's memory: past the eager size where the ranks of a (pretend)
- * node outnumber the machine's cores, else never (0).  The eager size is
+ * sender's memory (crossing ones aside): PINSHM_MPI_CMA's where the
+ * config sets it, else past the eager size where the ranks of a (pretend)
+ * node outnumber the machine's cores, else none (0).  The eager size is
  * 32 KiB, or what a record of the ring holds (no config asks for less). */
 static unsigned long long copy_once_from(const struct config *cf)
 {
-	for (int e = 0; e < 2 && cf->env[e]; e++)
+	for (int e = 0; e < 2 && cf->env[e]; e++) /* PINSHM_MPI_CMA=BYTES: a plain number */
 		if (!strncmp(cf->env[e], "PINSHM_MPI_CMA=", 15))
-			return strtoull(cf->env[e] + 15, NULL, 10);
+			return strtoull(cf->env[e] + 15, NULL, 0);
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	int per_node = cf->nodes > 1 ? cf->np / cf->nodes : cf->np;
 	unsigned long long eager = config_ring(cf) / 2 - 96;
@@ -386,16 +387,17 @@ static bool cma_set(const struct config *cf)
 }
 
 /* The messages p2p_crossing copies once in @p cf, all ranks: of each pair
- * of ranks of a node, 4 crossing ones each way (4 exchanges, 4
- * Sendrecv's), and the 4 one-way ones where they are copied from their
- * size on. */
+ * of ranks of a node, its 24 crossing ones (4 exchanges, 4 Sendrecv's and
+ * 4 half-blocking exchanges, each both ways), and its 4 one-way ones
+ * where messages of their size (100000 bytes) are copied. */
 static unsigned long long crossing_copies(const struct config *cf)
 {
 	int nodes = cf->nodes > 1 ? cf->nodes : 1, per_node = cf->np / nodes;
 	unsigned long long pairs = (unsigned long long)nodes * per_node * (per_node - 1) / 2;
-	if (copy_once_from(cf))
-		return 20 * pairs; /* every message, from its size */
-	return cma_set(cf) ? 0 : 16 * pairs;
+	unsigned long long from = copy_once_from(cf);
+	if (from)
+		return from <= 100000 ? 28 * pairs : 0; /* every message, or none, by its size */
+	return cma_set(cf) ? 0 : 24 * pairs;
 }
 
 /* Run @p pg in @p cf: with the test daemon @p d, or, where @p u is not NULL,
@@ -1386,7 +1388,7 @@ START_TEST(test_stats_checks)
 	const struct program *crossing = &programs[10];
 	ck_assert_str_eq(crossing->name, "p2p_crossing");
 	ck_assert_uint_eq(crossing_copies(&streamed), 0);
-	ck_assert_uint_eq(crossing_copies(&two), copy_once_from(&two) ? 40 : 32);
+	ck_assert_uint_eq(crossing_copies(&two), copy_once_from(&two) ? 56 : 48);
 	r.copied_once = crossing_copies(&one);
 	ck_assert_msg(!run_failed(crossing, &one, &r, why, sizeof(why)), "a good run failed: %s", why);
 	r.copied_once++;

@@ -11,8 +11,9 @@
  * Outbound: per peer, CTS/ACK records first, then sends in the order they
  * were started (each writes its EAGER or RTS), then DATA of the sends that
  * got their CTS.  Nothing ever waits for room: what does not fit stays
- * queued and the peer is marked busy.  (With PINSHM_MPI_CMA, a receiver
- * may copy a long message straight from its sender instead: wire.h.)
+ * queued and the peer is marked busy.  (A receiver may copy a long message
+ * straight from its sender instead, where the two send to each other or
+ * ranks outnumber cores: wire.h, write_first(), take_rts().)
  *
  * The MPI library's side: receives that may match a message of the MPI
  * library (MPI_ANY_SOURCE on a communicator with members on other nodes)
@@ -208,9 +209,10 @@ static int write_first(struct pm_op *op)
 	r->ctx = op->comm->ctx;
 	r->sid = pm_op_id(op);
 	r->len = op->bytes;
-	/* Where the message lies, so that its receiver may copy it once:
-	 * asked to from the size copied once, or where a receive from that
-	 * rank is open (the two ranks send to each other: crossing). */
+	/* Where the message lies, so that its receiver may copy it once; and
+	 * asking it to where messages of this size are copied once
+	 * (PINSHM_MPI_CMA, or ranks outnumber cores), or where a receive from
+	 * that rank is open (the two send to each other: crossing). */
 	bool from_size = pm.cfg.cma && op->bytes >= pm.cfg.cma;
 	if (from_size || !pm.cfg.cma_set) {
 		bool crossing = !pm.cfg.cma_set && pm.peers[peer].open_recvs;

@@ -160,7 +160,7 @@ struct pm_op {
 	struct pm_comm *comm;
 	int peer, tag;          /* dest or source (may be MPI_ANY_SOURCE), tag */
 	int peer_local;         /* send: the peer's index in the node */
-	int open_with;          /* 1 + the node index it counts as open with (pm_op_open()), or 0 */
+	int open_with;          /* 1 + the node index it counts as open with (pm_op_closed()), or 0 */
 
 	/* The user's buffer. */
 	const void *ubuf;
@@ -225,7 +225,7 @@ struct pm_peer {
 	bool busy;              /* in pm.busy_peers */
 	/* This rank's sends to that rank and receives from it, longer than
 	 * the eager size, from their start until the user has them back
-	 * (engine.c, pm_op_open()). */
+	 * (pm_op_closed()). */
 	uint32_t open_sends, open_recvs;
 };
 

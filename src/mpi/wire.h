@@ -17,8 +17,9 @@
  * - single copy (REC_CMA on an RTS): the RTS also says where the message
  *   lies in the sender (pid, address); the receiver may copy it from there
  *   at once with process_vm_readv(2), and does where the sender asks it
- *   to (REC_COPY) or where it is itself sending a long message to that
- *   sender; it then answers CTS with REC_DONE, which completes the send.
+ *   to (REC_COPY) or, unless PINSHM_MPI_CMA is set, where it is itself
+ *   sending a long message to that sender; it then answers CTS with
+ *   REC_DONE, which completes the send.
  *   Otherwise, or where the kernel refuses (ptrace rules), the receiver
  *   answers a plain CTS and the message is streamed.
  *

@@ -8,9 +8,14 @@
  * where the ranks have cores of their own.
  *
  * Per pair of ranks (peer = rank ^ d): MESSAGES one-way messages of SIZE
- * bytes from the lower rank (blocking, each answered by 8 bytes), then
+ * bytes from the lower rank (blocking, each answered by 4 bytes), then
  * MESSAGES exchanges (MPI_Irecv, MPI_Isend, MPI_Waitall), then MESSAGES
- * MPI_Sendrecv's, every message checked.
+ * MPI_Sendrecv's, then MESSAGES half-blocking exchanges, every message
+ * checked.  In the last, the lower rank exchanges nonblockingly and the
+ * higher one receives, then sends, blocking: the lower rank's message
+ * crosses only to its sender, whose receive is open (its RTS asks for a
+ * single copy), and the higher one's only to its receiver, whose send is
+ * open (it copies unasked), whatever the timing.
  *
  * Call families: blocking, nonblocking.
  */
@@ -59,6 +64,25 @@ static void crossing(int peer, unsigned char *sb, unsigned char *rb)
 	}
 }
 
+static void half_blocking(int peer, unsigned char *sb, unsigned char *rb)
+{
+	for (int i = 0; i < MESSAGES; i++) {
+		MPI_Status st[2];
+		mt_fill(sb, SIZE, mt_seed(mt_rank, peer, 300 + i));
+		if (mt_rank < peer) {
+			MPI_Request rq[2];
+			MT_MPI(MPI_Irecv(rb, SIZE, MPI_BYTE, peer, 5, MPI_COMM_WORLD, &rq[0]));
+			MT_MPI(MPI_Isend(sb, SIZE, MPI_BYTE, peer, 5, MPI_COMM_WORLD, &rq[1]));
+			MT_MPI(MPI_Waitall(2, rq, st));
+		} else {
+			MT_MPI(MPI_Recv(rb, SIZE, MPI_BYTE, peer, 5, MPI_COMM_WORLD, &st[0]));
+			MT_MPI(MPI_Send(sb, SIZE, MPI_BYTE, peer, 5, MPI_COMM_WORLD));
+		}
+		MT_CHECK_STATUS(st[0], peer, 5, SIZE, MPI_BYTE);
+		MT_CHECK_FILL(rb, SIZE, mt_seed(peer, mt_rank, 300 + i));
+	}
+}
+
 int main(int argc, char **argv)
 {
 	mt_init(&argc, &argv, "p2p_crossing");
@@ -68,6 +92,7 @@ int main(int argc, char **argv)
 		int peer = mt_rank ^ d;
 		one_way(peer, sb, rb);
 		crossing(peer, sb, rb);
+		half_blocking(peer, sb, rb);
 		MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
 	}
 	free(sb);
