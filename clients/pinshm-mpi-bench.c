@@ -229,6 +229,21 @@ static long per_sample(double one, const struct opts *o)
 	return k;
 }
 
+/* Rank 0 prints the line of @p mode for @p n bytes: the median of the
+ * samples (microseconds; sorted here) as @p key, their 10th and 90th
+ * percentiles; @p extra: fields after the size, or "". */
+static void print_times(const char *mode, long n, const char *extra, const char *key, double *sample,
+			const struct opts *o, long k)
+{
+	if (rank != 0)
+		return;
+	qsort(sample, o->samples, sizeof(double), cmp_double);
+	printf("%s bytes=%ld%s %s=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld\n", mode, n, extra, key,
+	       quantile(sample, o->samples, 0.5), quantile(sample, o->samples, 0.1), quantile(sample, o->samples, 0.9),
+	       o->samples, k);
+	fflush(stdout);
+}
+
 static void latency(long n, const struct opts *o)
 {
 	unsigned char *buf = alloc_touched(n);
@@ -269,13 +284,7 @@ static void latency(long n, const struct opts *o)
 		sample[s] = (MPI_Wtime() - t0) / k / 2 * 1e6;
 		check(buf, n, (unsigned char)(v - 1), "latency");
 	}
-	if (rank == 0) {
-		qsort(sample, o->samples, sizeof(double), cmp_double);
-		printf("latency bytes=%ld oneway_us=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld\n", n,
-		       quantile(sample, o->samples, 0.5), quantile(sample, o->samples, 0.1),
-		       quantile(sample, o->samples, 0.9), o->samples, k);
-		fflush(stdout);
-	}
+	print_times("latency", n, "", "oneway_us", sample, o, k);
 	free(sample);
 	free(buf);
 }
@@ -365,13 +374,9 @@ static void ring(long n, const struct opts *o)
 		else
 			k = per_sample(tmax, o);
 	}
-	if (rank == 0) {
-		qsort(sample, o->samples, sizeof(double), cmp_double);
-		printf("ring bytes=%ld ranks=%d step_us=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld\n", n,
-		       nranks, quantile(sample, o->samples, 0.5), quantile(sample, o->samples, 0.1),
-		       quantile(sample, o->samples, 0.9), o->samples, k);
-		fflush(stdout);
-	}
+	char ranks[32];
+	snprintf(ranks, sizeof(ranks), " ranks=%d", nranks);
+	print_times("ring", n, ranks, "step_us", sample, o, k);
 	free(out);
 	free(in);
 	free(sample);
@@ -402,13 +407,7 @@ static void exchange(long n, const struct opts *o)
 		else
 			k = per_sample(t, o);
 	}
-	if (rank == 0) {
-		qsort(sample, o->samples, sizeof(double), cmp_double);
-		printf("exchange bytes=%ld round_us=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld\n", n,
-		       quantile(sample, o->samples, 0.5), quantile(sample, o->samples, 0.1),
-		       quantile(sample, o->samples, 0.9), o->samples, k);
-		fflush(stdout);
-	}
+	print_times("exchange", n, "", "round_us", sample, o, k);
 	free(out);
 	free(in);
 	free(sample);
