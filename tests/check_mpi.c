@@ -357,6 +357,16 @@ static bool sibling_readable(void)
 	return known;
 }
 
+/* PINSHM_MPI_CMA's value where @p cf sets it (a plain number of bytes),
+ * else NULL: then crossing messages are copied once too. */
+static const char *cma_env(const struct config *cf)
+{
+	for (int e = 0; e < 2 && cf->env[e]; e++)
+		if (!strncmp(cf->env[e], "PINSHM_MPI_CMA=", 15))
+			return cf->env[e] + 15;
+	return NULL;
+}
+
 /* The size from which the ranks of @p cf copy messages once, from their
  * sender's memory (crossing ones aside): PINSHM_MPI_CMA's where the
  * config sets it, else past the eager size where the ranks of a (pretend)
@@ -364,9 +374,8 @@ static bool sibling_readable(void)
  * 32 KiB, or what a record of the ring holds (no config asks for less). */
 static unsigned long long copy_once_from(const struct config *cf)
 {
-	for (int e = 0; e < 2 && cf->env[e]; e++) /* PINSHM_MPI_CMA=BYTES: a plain number */
-		if (!strncmp(cf->env[e], "PINSHM_MPI_CMA=", 15))
-			return strtoull(cf->env[e] + 15, NULL, 0);
+	if (cma_env(cf))
+		return strtoull(cma_env(cf), NULL, 0);
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	int per_node = cf->nodes > 1 ? cf->np / cf->nodes : cf->np;
 	unsigned long long eager = config_ring(cf) / 2 - 96;
@@ -374,16 +383,6 @@ static unsigned long long copy_once_from(const struct config *cf)
 	if (eager > 32 * 1024)
 		eager = 32 * 1024;
 	return per_node > (cores > 0 ? cores : 1) ? eager + 1 : 0;
-}
-
-/* Whether @p cf sets PINSHM_MPI_CMA: then its size alone decides which
- * messages are copied once; unset, crossing ones are too. */
-static bool cma_set(const struct config *cf)
-{
-	for (int e = 0; e < 2 && cf->env[e]; e++)
-		if (!strncmp(cf->env[e], "PINSHM_MPI_CMA=", 15))
-			return true;
-	return false;
 }
 
 /* The messages p2p_crossing copies once in @p cf, all ranks: of each pair
@@ -397,7 +396,7 @@ static unsigned long long crossing_copies(const struct config *cf)
 	unsigned long long from = copy_once_from(cf);
 	if (from)
 		return from <= 100000 ? 28 * pairs : 0; /* every message, or none, by its size */
-	return cma_set(cf) ? 0 : 24 * pairs;
+	return cma_env(cf) ? 0 : 24 * pairs;
 }
 
 /* Run @p pg in @p cf: with the test daemon @p d, or, where @p u is not NULL,
@@ -706,7 +705,7 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 	}
 	if (!strcmp(pg->name, "p2p_large")) {
 		/* Its messages cross: copied once unless PINSHM_MPI_CMA says not. */
-		bool copying = copy_once_from(cf) != 0 || !cma_set(cf);
+		bool copying = copy_once_from(cf) != 0 || !cma_env(cf);
 		bool ok = !copying ? r->copied_once == 0 && r->copy_refused == 0
 				   : r->copied_once != 0 || (!sibling_readable() && r->copy_refused != 0);
 		if (!ok) {
