@@ -469,6 +469,7 @@ static void on_readable(struct loop *l, struct conn *c)
 		l->ctx.in_fd = -1;
 		if (!conn_reply(l, c, &rep))
 			return;
+		request_replied(&l->ctx, &c->client, &rep);
 	}
 }
 

@@ -6,14 +6,14 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/time.h>
+#include <sys/un.h>
 #include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,49 +82,17 @@ static void forget_notify(struct registry *r, struct channel *ch, unsigned ep)
 		*u = r->notify_users[--r->nnotify_users];
 }
 
-/* Interrupts a write to an eventfd that would block (no SA_RESTART). */
-static void on_write_alarm(int sig)
-{
-	(void)sig;
-}
-
-#define EVENTFD_WRITE_MS 20 /* the longest a write to a consumer's eventfd may take */
-
 /*
- * Add 1 to eventfd @p fd, a consumer's, without blocking.  The daemon's
- * copy shares its file status with the consumer's, who may have made it
- * blocking (O_NONBLOCK is the file's, not the descriptor's, and can be
- * changed under us), and a write blocks while the counter is full (2^64 -
- * 2).  A full one is readable already: not written.  A writer that fills
- * it between the look and the write makes the write block: an interval
- * timer cuts it short (EINTR) after EVENTFD_WRITE_MS.
+ * Wake the consumer whose wake-up socket's sending end is @p fd: one
+ * datagram, never waiting (MSG_DONTWAIT is the call's, not the file's,
+ * whose flags any holder may change).  A full socket is readable already.
  */
-static void write_eventfd(int fd)
+static void wake_socket(int fd)
 {
-	static bool handler_set;
-	struct pollfd p = {.fd = fd, .events = POLLOUT};
 	uint64_t one = 1;
 
-	if (poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT))
-		return;
-	if (!handler_set) {
-		/* Unblocked too: a mask inherited across exec may block it. */
-		struct sigaction sa = {.sa_handler = on_write_alarm};
-		sigset_t alarm;
-		sigemptyset(&sa.sa_mask);
-		sigemptyset(&alarm);
-		sigaddset(&alarm, SIGALRM);
-		handler_set = sigaction(SIGALRM, &sa, NULL) == 0 && sigprocmask(SIG_UNBLOCK, &alarm, NULL) == 0;
-		if (!handler_set)
-			return; /* unguarded, it could block: not written */
-	}
-	struct itimerval guard = {.it_value = {.tv_usec = EVENTFD_WRITE_MS * 1000}}, off = {{0, 0}, {0, 0}};
-	setitimer(ITIMER_REAL, &guard, NULL);
-	ssize_t n = write(fd, &one, sizeof(one));
-	int err = errno;
-	setitimer(ITIMER_REAL, &off, NULL);
-	if (n != (ssize_t)sizeof(one))
-		log_debug("an eventfd not written: %s", strerror(err)); /* full: readable anyway */
+	if (send(fd, &one, sizeof(one), MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		log_debug("a wake-up not sent: %s", strerror(errno));
 }
 
 struct disarm_args {
@@ -145,16 +113,16 @@ static int disarm_fn(void *base, void *arg)
 	return atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel) != 0;
 }
 
-/* Wake consumer endpoint @p ep of @p ch on the eventfd the daemon keeps for
- * it, if it is armed: disarmed, one write per arming. */
+/* Wake consumer endpoint @p ep of @p ch on the socket the daemon keeps for
+ * it, if it is armed: disarmed, one wake-up per arming. */
 static void wake_armed(struct channel *ch, unsigned ep)
 {
 	int fd = ch->notify_fd ? ch->notify_fd[ep - ch->g.max_producers] : -1;
 	struct disarm_args a = {.g = &ch->g, .endpoint = ep};
 
 	if (fd >= 0 && segment_access(&ch->seg, disarm_fn, &a) == 1) {
-		write_eventfd(fd);
-		log_debug("channel '%s': endpoint %u woken on its eventfd", ch->name, ep);
+		wake_socket(fd);
+		log_debug("channel '%s': endpoint %u woken", ch->name, ep);
 	}
 }
 
@@ -1030,27 +998,34 @@ static struct channel *referenced(struct reg_client *c, uint64_t id)
 	return NULL;
 }
 
-/* Whether @p fd is an eventfd (what its /proc link says). */
-static bool is_eventfd(int fd)
+/*
+ * Whether @p fd is the sending end of a wake-up socket: a Unix datagram
+ * socket connected to an unnamed one, which only a socket pair's other end
+ * is (nothing can connect to an unbound socket).  Not one connected to a
+ * named socket: producers would send their wake-ups to whoever bound it.
+ */
+static bool is_wake_socket(int fd)
 {
-	char path[64], link[64];
+	struct sockaddr_un peer;
+	socklen_t len = sizeof(peer);
+	int domain, type;
+	socklen_t dlen = sizeof(domain), tlen = sizeof(type);
 
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	ssize_t n = readlink(path, link, sizeof(link) - 1);
-	if (n <= 0)
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) != 0 || domain != AF_UNIX ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_DGRAM)
 		return false;
-	link[n] = '\0';
-	return strcmp(link, "anon_inode:[eventfd]") == 0;
+	return getpeername(fd, (struct sockaddr *)&peer, &len) == 0 && len == sizeof(sa_family_t);
 }
 
-/* Keep eventfd *@p fd (checked) for consumer endpoint @p endpoint of @p ch,
+/* Keep wake-up socket *@p fd (checked) for consumer endpoint @p endpoint of @p ch,
  * in place of any other (the caller checked the endpoint), counted on user
  * @p uid: one user may not take every slot from the others. */
 static int keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, uid_t uid, int *fd, char *why,
 		       size_t whylen)
 {
-	if (*fd < 0 || !is_eventfd(*fd)) {
-		snprintf(why, whylen, "NOTIFY comes with an eventfd");
+	if (*fd < 0 || !is_wake_socket(*fd)) {
+		snprintf(why, whylen, "NOTIFY comes with the sending end of a wake-up socket pair (a Unix datagram "
+				      "socket pair, pinshm_channel_notify_fd())");
 		return -EINVAL;
 	}
 	unsigned i = endpoint - ch->g.max_producers;
@@ -1070,12 +1045,12 @@ static int keep_notify(struct registry *r, struct channel *ch, unsigned endpoint
 	}
 	forget_notify(r, ch, endpoint);
 	if (r->notify_fds >= REGISTRY_MAX_NOTIFY_FDS) {
-		snprintf(why, whylen, "the daemon holds %u eventfds, its most", r->notify_fds);
+		snprintf(why, whylen, "the daemon holds %u wake-up sockets, its most", r->notify_fds);
 		return -ENFILE;
 	}
 	struct reg_notify_user *u = notify_user(r, uid);
 	if (u && u->n >= REGISTRY_MAX_NOTIFY_FDS_USER) {
-		snprintf(why, whylen, "user %u gave the daemon %u eventfds, the most one user may", (unsigned)uid,
+		snprintf(why, whylen, "user %u gave the daemon %u wake-up sockets, the most one user may", (unsigned)uid,
 			 u->n);
 		return -EDQUOT;
 	}
@@ -1088,7 +1063,7 @@ static int keep_notify(struct registry *r, struct channel *ch, unsigned endpoint
 	ch->notify_uid[i] = uid;
 	*fd = -1;
 	r->notify_fds++;
-	log_debug("channel '%s': endpoint %u's eventfd kept", ch->name, endpoint);
+	log_debug("channel '%s': endpoint %u's wake-up socket kept", ch->name, endpoint);
 	return 0;
 }
 
@@ -1112,7 +1087,7 @@ int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint3
 		return rc;
 	adopt_store_notify(ch, endpoint);
 	/* Armed already: it may have missed a wake-up that nobody could give
-	 * (a restart: producers could not fetch its eventfd, and endpoints
+	 * (a restart: producers could not fetch its socket, and endpoints
 	 * reaped at the adoption), so it is woken now; at worst, for nothing. */
 	wake_armed(ch, endpoint);
 	return 0;
@@ -1153,7 +1128,7 @@ int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_
 		return -EINVAL;
 	}
 	if (!ch->notify_fd || ch->notify_fd[endpoint - ch->g.max_producers] < 0) {
-		snprintf(why, whylen, "endpoint %u of '%s' has no eventfd", endpoint, ch->name);
+		snprintf(why, whylen, "endpoint %u of '%s' gave no wake-up socket", endpoint, ch->name);
 		return -ENOENT;
 	}
 	*fd = fcntl(ch->notify_fd[endpoint - ch->g.max_producers], F_DUPFD_CLOEXEC, 0);
@@ -1163,6 +1138,15 @@ int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_
 		return -err;
 	}
 	return 0;
+}
+
+void registry_peer_replied(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint)
+{
+	struct channel *ch = referenced(c, id);
+
+	(void)r;
+	if (ch && endpoint >= ch->g.max_producers && endpoint < ch->g.max_producers + ch->g.max_consumers)
+		wake_armed(ch, endpoint);
 }
 
 int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char *why, size_t whylen)

@@ -284,13 +284,21 @@ void registry_forget_notify(struct registry *r, struct channel *ch, unsigned end
 struct channel *registry_find(struct registry *r, const char *name);
 
 /**
- * A new descriptor (the caller's) of the eventfd of consumer endpoint
- * @p endpoint of the channel numbered @p id, which @p c references.
- * @return 0; -ENOENT (no such channel for @p c, or no eventfd for that
+ * A new descriptor (the caller's) of the wake-up socket of consumer
+ * endpoint @p endpoint of the channel numbered @p id, which @p c references.
+ * @return 0; -ENOENT (no such channel for @p c, or no socket for that
  *         endpoint); -EINVAL (not a consumer endpoint); -EMFILE (dup).
  */
 int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
 		  size_t whylen);
+
+/**
+ * After the reply to a PEER request went out: wake that consumer endpoint
+ * if it is armed.  A producer asks without waiting for the reply, and
+ * counts on this wake-up for the message that made it ask, unless it read
+ * the reply first (then it wakes the consumer itself): so the reply first.
+ */
+void registry_peer_replied(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint);
 
 /**
  * From the event loop, every REGISTRY_TICK_MS: working-set pinning (look

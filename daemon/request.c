@@ -307,6 +307,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 	out->fd = -1;
 	out->fd_owned = false;
 	out->close_after = false;
+	out->peer_wake = false;
 	if (ctx->in_fd >= 0 && (rc != 0 || !proto_request_takes_fd(req->h.type))) {
 		log_warn("pid %d uid %u: a descriptor with a request that takes none: closing the connection",
 			 (int)c->cred.pid, (unsigned)c->cred.uid);
@@ -380,6 +381,9 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		rc = registry_peer(ctx->reg, c, req->u.peer.id, req->u.peer.endpoint, &out->fd, rep->text,
 				   sizeof(rep->text));
 		out->fd_owned = rc == 0;
+		out->peer_wake = true; /* refused too: a socket may come later, the wake-up is due now */
+		out->peer_id = req->u.peer.id;
+		out->peer_endpoint = req->u.peer.endpoint;
 		break;
 	default: /* proto_decode() let through requests only */
 		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);
@@ -394,6 +398,12 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 			  proto_type_name(req->h.type), rep->text);
 	}
 	finish(rep, out);
+}
+
+void request_replied(struct request_ctx *ctx, struct reg_client *c, const struct reply *out)
+{
+	if (out->peer_wake)
+		registry_peer_replied(ctx->reg, c, out->peer_id, out->peer_endpoint);
 }
 
 void request_refuse(int err, struct reply *out)

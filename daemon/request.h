@@ -63,6 +63,9 @@ struct reply {
 			   * once it is sent or dropped, so no later close of the original can make
 			   * a pending reply send another descriptor under the same number */
 	bool close_after; /* close the connection once it is sent */
+	bool peer_wake;   /* a PEER reply: registry_peer_replied() once it is sent */
+	uint64_t peer_id;
+	uint32_t peer_endpoint;
 };
 
 /** Close the descriptor of @p r if it owns one (after sending it, or when
@@ -75,6 +78,10 @@ static inline void reply_release_fd(const struct reply *r)
 
 /** Serve the packet @p pkt of @p len bytes from client @p c into @p out. */
 void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t *pkt, size_t len, struct reply *out);
+
+/** What reply @p out asks for once it is sent (or held for room in the
+ *  socket) to client @p c. */
+void request_replied(struct request_ctx *ctx, struct reg_client *c, const struct reply *out);
 
 /**
  * Build the ERROR reply (seq 0) for a packet that could not be received

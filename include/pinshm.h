@@ -13,8 +13,10 @@
  *
  * Thread safety: a pinshm_channel_t is one endpoint of a channel and is used
  * by one thread at a time; calls on the same handle must not overlap.  Two
- * handles, even of the same channel in the same process, are independent
- * endpoints and may be used from different threads at once.
+ * handles, even of the same channel in the same process and of the same
+ * client, are independent endpoints and may be used from different threads
+ * at once.  A pinshm_client_t may be used by several threads: its requests
+ * go one at a time under a lock of its own, which a send never waits for.
  *
  * fork(): a child inherits the mappings but not the endpoints: it must not
  * use a handle its parent attached (the endpoint belongs to the parent).  It
@@ -297,33 +299,67 @@ PINSHM_EXPORT int pinshm_release(pinshm_channel_t *ch, const pinshm_msg_t *msg);
 /* ---- event loops ------------------------------------------------------ */
 
 /**
- * Give this consumer handle an eventfd (EFD_NONBLOCK advised) that producers
- * write to when a message arrives while the consumer is armed.  The caller
- * keeps ownership of @p efd.  Producers of a channel of one's own learn it
- * with pinshm_channel_set_peer_fd().  For a handle from pinshm_open(), the
- * daemon is given a copy (a NOTIFY request through the handle's client),
- * and producers opened through it fetch it by themselves (PEER) when they
- * first find this consumer armed.  Set it once, before the first arm.
- * @return 0, -EINVAL (a producer; for the daemon: not an eventfd), or the
- *         error of the NOTIFY request.
+ * The wake-up descriptor of consumer handle @p ch, for poll/epoll/select:
+ * it becomes readable (POLLIN) when a producer commits a message while the
+ * handle is armed (pinshm_channel_arm()).  It is the receiving end of a
+ * Unix datagram socket pair that the handle makes at the first call and
+ * closes with the handle (do not close it yourself); no other process
+ * holds it, so no peer can drain it or change its flags.  Producers get
+ * the sending end: for a handle from pinshm_open(), the daemon is given it
+ * (a NOTIFY request through the handle's client) and producers opened
+ * through it fetch it by themselves, without waiting, when they first find
+ * this consumer armed (the daemon wakes the consumer meanwhile); for a
+ * channel of one's own, hand pinshm_channel_notify_peer_fd() to producers.
+ * A producer wakes it with one send() with MSG_DONTWAIT, so a consumer can
+ * never make a producer's call block, whatever it does to its socket.
+ * @return the descriptor (>= 0), or -EINVAL (a producer), -EMFILE/-ENFILE,
+ *         or the error of the NOTIFY request.
+ */
+PINSHM_EXPORT int pinshm_channel_notify_fd(pinshm_channel_t *ch);
+
+/**
+ * The sending end of consumer handle @p ch's wake-up socket (made as
+ * pinshm_channel_notify_fd() makes it), for a channel of one's own: give
+ * it to the producers' processes (SCM_RIGHTS, or across fork()), which
+ * pass it to pinshm_channel_set_peer_fd().  The handle keeps and closes it.
+ * @return the descriptor, or an error as pinshm_channel_notify_fd().
+ */
+PINSHM_EXPORT int pinshm_channel_notify_peer_fd(pinshm_channel_t *ch);
+
+/**
+ * Give consumer handle @p ch of a channel of one's own (pinshm_channel_attach())
+ * an eventfd (EFD_NONBLOCK) that producers write to when a message arrives
+ * while it is armed; producers learn it with pinshm_channel_set_peer_fd().
+ * The caller keeps ownership.  An eventfd's flags are shared by every
+ * process that holds it: any of them can make the others' reads or writes
+ * block, so use it only among processes that trust each other, and prefer
+ * pinshm_channel_notify_fd().  Set it once, before the first arm.
+ * @return 0, or -EINVAL (a producer; a handle from pinshm_open(), which
+ *         takes its wake-up descriptor from pinshm_channel_notify_fd(); or
+ *         one that already has its own).
  */
 PINSHM_EXPORT int pinshm_channel_set_notify_fd(pinshm_channel_t *ch, int efd);
 
 /**
- * Tell producer handle @p ch the eventfd of consumer endpoint @p endpoint, so
- * that it can wake it.  @p efd -1 forgets it.  The caller keeps ownership.
- * @return 0 or -EINVAL.
+ * Tell producer handle @p ch how to wake consumer endpoint @p endpoint:
+ * @p fd is the sending end of its wake-up socket
+ * (pinshm_channel_notify_peer_fd()) or its eventfd
+ * (pinshm_channel_set_notify_fd()); -1 forgets it.  The caller keeps
+ * ownership.  Not needed for handles from pinshm_open().
+ * @return 0 or -EINVAL (not a producer, not a consumer endpoint, or @p fd
+ *         a socket of another type than SOCK_DGRAM).
  */
-PINSHM_EXPORT int pinshm_channel_set_peer_fd(pinshm_channel_t *ch, unsigned endpoint, int efd);
+PINSHM_EXPORT int pinshm_channel_set_peer_fd(pinshm_channel_t *ch, unsigned endpoint, int fd);
 
 /**
- * Arm the notify eventfd before sleeping in poll/epoll on it.
+ * Arm the wake-up descriptor before sleeping in poll/epoll on it.  It first
+ * reads off the wake-ups already on the handle's own socket.
  * @return 0: armed, safe to sleep; -EAGAIN: a message is ready (do not
  *         sleep, receive it); -EPIPE: empty and every producer has left;
- *         -EINVAL: not a consumer, or no notify fd set; -EBADMSG.
- * The next receive call on the handle disarms it.  After the eventfd becomes
- * readable, read() it to clear it, then receive with PINSHM_NONBLOCK until
- * -EAGAIN, then arm again.
+ *         -EINVAL: not a consumer, or no wake-up descriptor; -EBADMSG.
+ * The next receive call on the handle disarms it.  After the descriptor
+ * becomes readable, receive with PINSHM_NONBLOCK until -EAGAIN, then arm
+ * again (with an eventfd of one's own, read() it first to clear it).
  */
 PINSHM_EXPORT int pinshm_channel_arm(pinshm_channel_t *ch);
 
@@ -389,8 +425,12 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * kernel without pidfds (before Linux 5.3) the connection is reaped only
  * when every process holding it has closed it or exited.
  *
- * Thread safety: a pinshm_client_t is used by one thread at a time.  Every
- * call waits for the daemon's reply at most PINSHM_CLIENT_TIMEOUT_MS.
+ * Thread safety: a pinshm_client_t may be used by several threads; its
+ * requests go one at a time (a lock), and pinshm_client_error() tells the
+ * last one's reason, whichever thread made it.  Every call waits for the
+ * daemon's reply at most PINSHM_CLIENT_TIMEOUT_MS (plus the time another
+ * thread's request holds the lock).  A send on a handle opened through it
+ * makes no request that waits: see pinshm_channel_notify_fd().
  *
  * The protocol version changes whenever a message's layout or meaning
  * changes; a library and a daemon of different protocol versions refuse to

@@ -381,6 +381,7 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 	ch->role = role;
 	ch->spin_ns = PINSHM_DEFAULT_SPIN_NS;
 	ch->notify_fd = -1;
+	ch->notify_send = -1;
 	ch->gone_changes = UINT32_MAX;
 	ch->base = mmap(NULL, ch->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (ch->base == MAP_FAILED) {
@@ -395,20 +396,20 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 
 	unsigned producers = ch->g.max_producers, consumers = ch->g.max_consumers;
 	if (role == PINSHM_PRODUCER) {
-		ch->peer_fds = malloc(consumers * sizeof(int));
-		if (!ch->peer_fds) {
-			rc = -ENOMEM;
-			goto fail;
-		}
-		for (unsigned i = 0; i < consumers; i++)
-			ch->peer_fds[i] = -1;
+		ch->given = malloc(consumers * sizeof(*ch->given));
 		ch->fetched = calloc(consumers, sizeof(*ch->fetched));
-		if (!ch->fetched) {
+		if (!ch->given || !ch->fetched) {
+			free(ch->given);
+			free(ch->fetched);
+			ch->given = NULL;
+			ch->fetched = NULL;
 			rc = -ENOMEM;
 			goto fail;
 		}
-		for (unsigned i = 0; i < consumers; i++)
-			ch->fetched[i].fd = -1;
+		for (unsigned i = 0; i < consumers; i++) {
+			ch->given[i] = (struct given_peer){.fd = -1};
+			ch->fetched[i].fd = ch->fetched[i].arrived = -1;
+		}
 		rc = endpoint < 0 ? endpoint_claim(ch, 0, producers)
 				  : endpoint_adopt(ch, (unsigned)endpoint, 0, producers);
 		if (rc != 0)
@@ -459,10 +460,11 @@ void pinshm_channel_forget(pinshm_channel_t *ch)
 		client_detach_channel(ch);
 	if (ch->base)
 		munmap(ch->base, ch->map_size);
-	free(ch->peer_fds);
+	notify_close(ch);
+	free(ch->given);
 	for (unsigned i = 0; ch->fetched && i < ch->g.max_consumers; i++)
 		if (ch->fetched[i].fd >= 0)
-			close(ch->fetched[i].fd);
+			close(ch->fetched[i].fd); /* an arrived one: closed at the detach */
 	free(ch->fetched);
 	free(ch->cursor);
 	free(ch->expect_seq);

@@ -31,16 +31,33 @@ enum consume_mode {
 	CONSUME_SHARED,     /* one of several consumers of a queue: records are claimed */
 };
 
-/* A consumer's eventfd fetched from pinshmd, for the consumer that holds the
- * endpoint at generation `gen` (0: never fetched); fd -1: it has none.  A
- * failed fetch is asked again, not before `failed_at` plus a wait that
- * grows with `failures` (ring.c, fetched_peer_fd()). */
-struct fetched_peer {
-	int fd; /* owned by the handle */
-	uint32_t gen;
-	uint32_t failures;  /* fetches failed in a row (0: none, or asked again at once) */
-	uint64_t failed_at; /* when the last one failed, CLOCK_MONOTONIC ms */
+/* The sending end of a consumer's wake-up socket, given by the caller
+ * (pinshm_channel_set_peer_fd()): a datagram socket, or an eventfd of a
+ * channel of the caller's own; fd -1: none. */
+struct given_peer {
+	int fd; /* the caller's */
+	bool socket;
 };
+
+/*
+ * The sending end of a consumer's wake-up socket fetched from pinshmd
+ * (wakeup.c, client.c).  `fd` and `gen` are the producer thread's own;
+ * the rest is read and written under the client's lock only, by whichever
+ * thread holds it (a PEER reply is read by the next holder).
+ */
+struct fetched_peer {
+	int fd;             /* owned by the handle; for the consumer of generation gen */
+	uint32_t gen;
+	int arrived;        /* a socket from a PEER reply, for arrived_gen, not taken yet; -1: none */
+	uint32_t arrived_gen;
+	bool in_flight;     /* a PEER request for generation asked_gen is in flight */
+	uint32_t asked_gen;
+	uint32_t failures;  /* PEER requests refused in a row, for generation failed_gen */
+	uint32_t failed_gen;
+	uint64_t failed_at; /* when the last one was refused, CLOCK_MONOTONIC ms */
+	_Atomic uint64_t wanted; /* set without the lock: WANTED_GEN | a generation that wants a wake-up; 0: none */
+};
+#define WANTED_GEN (1ull << 32)
 
 /* A record received in place and not yet released. */
 struct held_record {
@@ -91,7 +108,9 @@ struct pinshm_channel {
 	unsigned oversize_lane; /* 1 + the lane of a message left in place as too long, looked at first; 0: none */
 	bool quick_polls;     /* non-blocking receives look quickly (pinshm_channel_set_quick_polls()) */
 	bool armed;
-	int notify_fd;
+	bool notify_own;      /* notify_fd and notify_send are the handle's own socket pair */
+	int notify_fd;        /* what the consumer polls: its socket's receiving end, or the caller's eventfd */
+	int notify_send;      /* its socket's sending end (pinshm_channel_notify_fd()), or -1 */
 	uint32_t *expect_seq; /* topic: next message number expected, per lane */
 	uint64_t lost;
 	/* Channels of many lanes, quick looks (ring.c take_quick()): the lanes
@@ -105,8 +124,8 @@ struct pinshm_channel {
 	bool gone;
 	uint32_t gone_changes;
 	size_t map_size;
-	int *peer_fds;        /* producer: eventfd of each consumer endpoint, or -1 */
-	struct fetched_peer *fetched; /* producer: eventfds fetched from pinshmd (PEER), per consumer endpoint */
+	struct given_peer *given;     /* producer: per consumer endpoint, from pinshm_channel_set_peer_fd() */
+	struct fetched_peer *fetched; /* producer: per consumer endpoint, fetched from pinshmd (PEER) */
 	char error[160];
 
 	/* Opened through pinshmd (pinshm_open): the client it came from, until
@@ -155,30 +174,40 @@ static inline struct pinshm_client *channel_client(const pinshm_channel_t *ch)
 }
 /** Take @p ch out of its client's list (ch->client set). */
 void client_detach_channel(pinshm_channel_t *ch);
-/** Give the daemon the eventfd @p efd of consumer handle @p ch (NOTIFY;
- *  the caller keeps @p efd).  @return 0 or the error of the request.
+/** Give the daemon @p fd, the sending end of consumer handle @p ch's
+ *  wake-up socket (NOTIFY; the caller keeps @p fd).  @return 0 or the
+ *  error of the request.
  *  These requests name the channel by the number the connection that
  *  opened or took it back gave (daemon_id, daemon_conn): -ENOTCONN where
  *  the current connection never gave it one. */
-int client_register_notify(struct pinshm_client *c, pinshm_channel_t *ch, int efd);
-/** Fetch consumer endpoint @p endpoint's eventfd of @p ch's channel from the
- *  daemon (PEER) into *@p fd (a new descriptor).  @return 0 or the error of
- *  the request. */
-int client_fetch_peer(struct pinshm_client *c, pinshm_channel_t *ch, unsigned endpoint, int *fd);
+int client_register_notify(struct pinshm_client *c, pinshm_channel_t *ch, int fd);
+/**
+ * For producer handle @p ch, on its send path: the sending end of consumer
+ * @p consumer's wake-up socket for generation @p gen, if a PEER reply
+ * brought it (a new descriptor, the handle's from now on); else -1, after
+ * making sure that a PEER request for it is on its way (pinshmd wakes the
+ * consumer, if armed, after it replied).  Never waits: no reconnect, no
+ * reply awaited; where another thread holds the client, that thread
+ * sends the request when it is done.
+ */
+int client_peer_fd(struct pinshm_client *c, pinshm_channel_t *ch, unsigned consumer, uint32_t gen);
 /** Tell the daemon that endpoint @p endpoint of channel @p id (the number
  *  connection @p conn gave) is closed (CLOSE).  @return 0 (also where this
  *  connection never had the channel) or the error of the request. */
 int client_close_endpoint(struct pinshm_client *c, uint64_t id, uint64_t conn, unsigned endpoint);
 
+/* wakeup.c */
+void wake_send(int fd, bool socket);
+/** Wake the armed consumers (a commit found sleepers, or the handle closes). */
+void producer_notify_armed(pinshm_channel_t *ch);
+void consumer_disarm(pinshm_channel_t *ch);
+/** Close the handle's own wake-up socket, if any. */
+void notify_close(pinshm_channel_t *ch);
+
 /* ring.c */
 void producer_recover_tail(pinshm_channel_t *ch);
-void producer_notify_armed(pinshm_channel_t *ch);
-/** A new daemon took @p ch back (its client reconnected): eventfds whose
- *  fetch failed are asked for at the next wake-up, without waiting. */
-void producer_fetch_again(pinshm_channel_t *ch);
 void consumer_start(pinshm_channel_t *ch);
 void consumer_release_all(pinshm_channel_t *ch);
-void consumer_disarm(pinshm_channel_t *ch);
 int consumer_has_message(pinshm_channel_t *ch);
 int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner);
 

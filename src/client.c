@@ -22,27 +22,10 @@
 
 #include "autostart.h"
 #include "channel.h"
+#include "client.h"
 #include "fdpass.h"
 #include "protocol.h"
 #include "wait.h"
-
-struct pinshm_client {
-	int fd;
-	uint32_t seq;           /* of the last request */
-	bool broken;            /* out of step with the daemon: calls fail with `broken_err` */
-	int broken_err;
-	uint32_t daemon_flags;  /* PROTO_HELLO_* */
-	char error[PROTO_TEXT_MAX + 96];
-	pinshm_channel_t *channels; /* handles opened through it, not closed yet */
-	/* Reconnecting (pinshm_reconnect()): where and how it connected, and,
-	 * per open handle, a descriptor of its segment to hand back. */
-	char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "": where pinshm_connect(NULL) looks */
-	unsigned flags;
-	bool reconnecting;
-	uint64_t connection;     /* connections made to a daemon: 1 the first, and one more at each reconnect */
-	struct kept_segment *kept;
-	unsigned nkept, capkept;
-};
 
 /* The segment of an open handle, kept to hand it back to a new daemon. */
 struct kept_segment {
@@ -72,7 +55,7 @@ static int client_fail(pinshm_client_t *c, int err, const char *fmt, ...)
 }
 
 /* The connection can no longer be trusted to be in step. */
-static int client_break(pinshm_client_t *c, int err)
+int client_break(pinshm_client_t *c, int err)
 {
 	c->broken = true;
 	c->broken_err = err;
@@ -119,8 +102,29 @@ static int client_ready(pinshm_client_t *c)
 	return 0;
 }
 
+int client_check_reply(pinshm_client_t *c, uint16_t type, uint32_t seq, const struct proto_msg *rep, int rc,
+		       unsigned nfds)
+{
+	if (rc == 0 && rep->h.seq != seq)
+		rc = client_fail(c, -EPROTO, "pinshmd answered request %u to request %u", rep->h.seq, seq);
+	else if (rc == 0 && rep->h.type != (type | PROTO_REPLY) && rep->h.type != PROTO_ERROR)
+		rc = client_fail(c, -EPROTO, "pinshmd answered %s with %s", proto_type_name(type),
+				 proto_type_name(rep->h.type));
+	else if (rc == 0 && (rep->status == 0 && proto_reply_gives_fd(rep->h.type)) != (nfds == 1))
+		rc = client_fail(c, -EPROTO, "pinshmd sent %u descriptors with its %s reply", nfds,
+				 proto_type_name(type));
+	else if (rc == -EPROTO)
+		rc = client_fail(c, -EPROTO, "pinshmd speaks protocol version %u, this library %u", rep->h.version,
+				 PROTO_VERSION);
+	else if (rc != 0)
+		rc = client_fail(c, -EPROTO, "malformed reply from pinshmd to %s (%s)", proto_type_name(type),
+				 strerror(-rc));
+	return rc;
+}
+
 /* Send @p req, with descriptor @p out_fd (-1: none), on the connection as
- * it is and read the reply (see transact()). */
+ * it is and read the reply (see transact()); the replies to PEER requests
+ * in flight, which come first, are taken on the way. */
 static int exchange(pinshm_client_t *c, struct proto_msg *req, struct proto_msg *rep, int *fd, int out_fd)
 {
 	uint8_t buf[PROTO_MAX_PACKET];
@@ -141,33 +145,29 @@ static int exchange(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 		return client_break(c, client_fail(c, rc == -EPIPE ? -ECONNRESET : rc, "sending %s to pinshmd: %s",
 						   proto_type_name(type), strerror(-rc)));
 
-	rc = wait_readable(c->fd, wait_now_ms() + PINSHM_CLIENT_TIMEOUT_MS);
-	ssize_t n = rc == 0 ? fdpass_recv(c->fd, buf, sizeof(buf), fds, fd ? 1 : 0, &nfds, MSG_DONTWAIT) : rc;
-	if (n == 0 || n == -ECONNRESET)
-		return client_break(c, client_fail(c, -ECONNRESET, "pinshmd closed the connection"));
-	if (n == -ETIMEDOUT)
-		return client_break(c, client_fail(c, -ETIMEDOUT, "no reply from pinshmd to %s in %u ms",
-						   proto_type_name(type), PINSHM_CLIENT_TIMEOUT_MS));
-	if (n < 0) /* -EMSGSIZE, -EPROTO (control data): the daemon is not one we understand */
-		return client_break(c, client_fail(c, n == -EMSGSIZE || n == -EPROTO ? -EPROTO : (int)n,
-						   "receiving the reply to %s from pinshmd: %s", proto_type_name(type),
-						   strerror((int)-n)));
-
-	rc = proto_decode(buf, (size_t)n, true, rep);
-	if (rc == 0 && rep->h.seq != req->h.seq)
-		rc = client_fail(c, -EPROTO, "pinshmd answered request %u to request %u", rep->h.seq, req->h.seq);
-	else if (rc == 0 && rep->h.type != (type | PROTO_REPLY) && rep->h.type != PROTO_ERROR)
-		rc = client_fail(c, -EPROTO, "pinshmd answered %s with %s", proto_type_name(type),
-				 proto_type_name(rep->h.type));
-	else if (rc == 0 && (rep->status == 0 && proto_reply_gives_fd(rep->h.type)) != (nfds == 1))
-		rc = client_fail(c, -EPROTO, "pinshmd sent %u descriptors with its %s reply", nfds,
-				 proto_type_name(type));
-	else if (rc == -EPROTO)
-		rc = client_fail(c, -EPROTO, "pinshmd speaks protocol version %u, this library %u", rep->h.version,
-				 PROTO_VERSION);
-	else if (rc != 0)
-		rc = client_fail(c, -EPROTO, "malformed reply from pinshmd to %s (%s)", proto_type_name(type),
-				 strerror(-rc));
+	uint64_t deadline = wait_now_ms() + PINSHM_CLIENT_TIMEOUT_MS;
+	for (;;) {
+		rc = wait_readable(c->fd, deadline);
+		ssize_t n = rc == 0 ? fdpass_recv(c->fd, buf, sizeof(buf), fds, 1, &nfds, MSG_DONTWAIT) : rc;
+		if (n == 0 || n == -ECONNRESET)
+			return client_break(c, client_fail(c, -ECONNRESET, "pinshmd closed the connection"));
+		if (n == -ETIMEDOUT)
+			return client_break(c, client_fail(c, -ETIMEDOUT, "no reply from pinshmd to %s in %u ms",
+							   proto_type_name(type), PINSHM_CLIENT_TIMEOUT_MS));
+		if (n == -EAGAIN)
+			continue; /* readable, then taken by nobody else: a spurious wake-up */
+		if (n < 0) /* -EMSGSIZE, -EPROTO (control data): the daemon is not one we understand */
+			return client_break(c, client_fail(c, n == -EMSGSIZE || n == -EPROTO ? -EPROTO : (int)n,
+							   "receiving the reply to %s from pinshmd: %s",
+							   proto_type_name(type), strerror((int)-n)));
+		rc = proto_decode(buf, (size_t)n, true, rep);
+		int taken = async_take_reply(c, rep, rc, nfds == 1 ? fds[0] : -1, nfds);
+		if (taken < 0)
+			return taken; /* broken */
+		if (taken == 0)
+			break;
+	}
+	rc = client_check_reply(c, type, req->h.seq, rep, rc, nfds);
 	if (rc != 0) {
 		if (nfds == 1)
 			close(fds[0]);
@@ -191,8 +191,12 @@ static int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 {
 	if (fd)
 		*fd = -1;
+	client_lock(c);
 	int rc = client_ready(c);
-	return rc != 0 ? rc : exchange(c, req, rep, fd, -1);
+	if (rc == 0)
+		rc = exchange(c, req, rep, fd, -1);
+	client_unlock(c);
+	return rc;
 }
 
 /*
@@ -210,14 +214,17 @@ static int transact_named(pinshm_client_t *c, const uint64_t *id, const uint64_t
 {
 	if (fd)
 		*fd = -1;
+	client_lock(c);
 	int rc = client_ready(c);
-	if (rc != 0)
-		return rc;
-	if (*conn != c->connection)
-		return client_fail(c, -ENOTCONN, "this connection to pinshmd does not have the channel (the daemon "
-						 "that opened it went, and the new one did not take it back)");
-	*field = *id;
-	return exchange(c, req, rep, fd, out_fd); /* the descriptor with this request only, never a reconnect's */
+	if (rc == 0 && *conn != c->connection)
+		rc = client_fail(c, -ENOTCONN, "this connection to pinshmd does not have the channel (the daemon "
+					       "that opened it went, and the new one did not take it back)");
+	if (rc == 0) {
+		*field = *id;
+		rc = exchange(c, req, rep, fd, out_fd); /* the descriptor with this request only, never a reconnect's */
+	}
+	client_unlock(c);
+	return rc;
 }
 
 /* Connect a seqpacket socket to @p path. @return the socket or -errno. */
@@ -328,6 +335,25 @@ static int connect_or_start(const char *socket_path, unsigned flags, char *where
 	return fd >= 0 && default_path ? check_user_daemon(fd, where) : fd;
 }
 
+/* A client, not connected yet. */
+static pinshm_client_t *client_new(void)
+{
+	pthread_mutexattr_t attr;
+	pinshm_client_t *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+	int rc = pthread_mutex_init(&c->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+	if (rc != 0) {
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
 int pinshm_connect(const char *socket_path, pinshm_client_t **out)
 {
 	return pinshm_connect_flags(socket_path, 0, out);
@@ -363,7 +389,7 @@ int pinshm_connect_flags(const char *socket_path, unsigned flags, pinshm_client_
 	}
 	/* A second try where a daemon exiting idle closed the first connection. */
 	for (int attempt = 0;; attempt++) {
-		pinshm_client_t *c = calloc(1, sizeof(*c));
+		pinshm_client_t *c = client_new();
 		if (!c)
 			return -ENOMEM;
 		c->flags = flags;
@@ -405,10 +431,12 @@ int pinshm_disconnect(pinshm_client_t *c)
 	/* Its handles stay usable, as channels of their own from now on. */
 	for (pinshm_channel_t *ch = c->channels, *next; ch; ch = next) {
 		next = ch->client_next;
+		async_forget_channel(c, ch);
 		ch->client = NULL;
 		ch->client_prev = ch->client_next = NULL;
 	}
 	close(c->fd);
+	pthread_mutex_destroy(&c->lock);
 	free(c);
 	return 0;
 }
@@ -552,6 +580,7 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 		return client_fail(c, rc, "attaching to endpoint %u of '%s': %s", rep.u.open_reply.endpoint, name,
 				   pinshm_strerror(rc));
 	}
+	client_lock(c);
 	ch->client = c;
 	ch->client_pid = getpid();
 	ch->daemon_id = rep.u.open_reply.id;
@@ -562,6 +591,7 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 	c->channels = ch;
 	if (keep_segment(c, ch, name, fd) != 0)
 		close(fd); /* not handed back after a restart */
+	client_unlock(c);
 	*out = ch;
 	return 0;
 }
@@ -569,7 +599,13 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 void client_detach_channel(pinshm_channel_t *ch)
 {
 	pinshm_client_t *c = ch->client;
+	/* A child after fork() has its copy of the client alone: the lock may
+	 * be a copy of one that another thread of the parent held. */
+	bool locked = ch->client_pid == getpid();
 
+	if (locked)
+		client_lock(c);
+	async_forget_channel(c, ch);
 	for (unsigned i = 0; i < c->nkept; i++)
 		if (c->kept[i].ch == ch) {
 			close(c->kept[i].fd);
@@ -584,6 +620,8 @@ void client_detach_channel(pinshm_channel_t *ch)
 		ch->client_next->client_prev = ch->client_prev;
 	ch->client = NULL;
 	ch->client_prev = ch->client_next = NULL;
+	if (locked)
+		client_unlock(c);
 }
 
 int pinshm_channel_relock(pinshm_channel_t *ch)
@@ -599,20 +637,12 @@ int pinshm_channel_relock(pinshm_channel_t *ch)
 			      -1);
 }
 
-int client_register_notify(pinshm_client_t *c, pinshm_channel_t *ch, int efd)
+int client_register_notify(pinshm_client_t *c, pinshm_channel_t *ch, int fd)
 {
 	struct proto_msg req = {.h.type = PROTO_NOTIFY}, rep;
 
 	req.u.notify.endpoint = ch->endpoint;
-	return transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.notify.id, &req, &rep, NULL, efd);
-}
-
-int client_fetch_peer(pinshm_client_t *c, pinshm_channel_t *ch, unsigned endpoint, int *fd)
-{
-	struct proto_msg req = {.h.type = PROTO_PEER}, rep;
-
-	req.u.peer.endpoint = endpoint;
-	return transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.peer.id, &req, &rep, fd, -1);
+	return transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.notify.id, &req, &rep, NULL, fd);
 }
 
 int client_close_endpoint(pinshm_client_t *c, uint64_t id, uint64_t conn, unsigned endpoint)
@@ -627,7 +657,7 @@ int client_close_endpoint(pinshm_client_t *c, uint64_t id, uint64_t conn, unsign
 }
 
 /* Hand the segment of @p k back to the daemon of @p c's new connection;
- * a consumer's eventfd (pinshm_channel_set_notify_fd()) goes with it
+ * a consumer's wake-up socket (pinshm_channel_notify_fd()) goes with it
  * (NOTIFY) where its endpoint is claimed again: the new daemon did not
  * have it, and writes it to wake the consumer if it is armed (what it
  * missed while no daemon ran).  A refused NOTIFY leaves the hand-back done. */
@@ -651,9 +681,9 @@ static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 	k->ch->daemon_id = rep.u.adopt_reply.id;
 	k->ch->daemon_conn = c->connection;
 	if (ch->role == PINSHM_PRODUCER)
-		producer_fetch_again(k->ch); /* the new daemon may have the eventfds it could not give */
-	if (ch->role == PINSHM_CONSUMER && ch->notify_fd >= 0 && (rep.u.adopt_reply.flags & PROTO_ADOPT_ENDPOINT)) {
-		int r = client_register_notify(c, k->ch, ch->notify_fd);
+		producer_fetch_again(k->ch); /* the new daemon may have the sockets it could not give */
+	if (ch->role == PINSHM_CONSUMER && ch->notify_send >= 0 && (rep.u.adopt_reply.flags & PROTO_ADOPT_ENDPOINT)) {
+		int r = client_register_notify(c, k->ch, ch->notify_send);
 		if (r != 0 && c->broken)
 			return r;
 	}
@@ -680,6 +710,7 @@ static int client_reconnect(pinshm_client_t *c)
 				   connect_error[0] ? connect_error : strerror(-fd));
 	}
 	close(c->fd);
+	async_clear(c); /* their replies went with the old connection */
 	c->fd = fd;
 	c->connection++;
 	c->broken = false;

@@ -222,92 +222,7 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 	return 0;
 }
 
-/*
- * A failed fetch of a consumer's eventfd (no daemon answers, or it refuses)
- * is asked again PEER_RETRY_MIN_MS later, the wait doubling with each
- * failure for the same consumer up to 1024 ms: a producer sending millions
- * of messages a second to a consumer it cannot wake makes a request (or a
- * connection attempt) every 64 ms at most, and about one a second once
- * the failures go on.  A new consumer (generation) is asked at once, as
- * is every consumer after a reconnect of the client (producer_fetch_again()):
- * a message sent to it in the wait would wake nobody.
- */
-#define PEER_RETRY_MIN_MS 64u
-#define PEER_RETRY_MAX_DOUBLINGS 4u /* 1024 ms */
-
-/* Whether a fetch for consumer @p f, now at generation @p gen, may be made
- * now.  The clock is read only after a failure. */
-static bool peer_fetch_due(const struct fetched_peer *f, uint32_t gen)
-{
-	if (f->failures == 0 || gen != f->gen)
-		return true;
-	unsigned doublings = f->failures - 1;
-	if (doublings > PEER_RETRY_MAX_DOUBLINGS)
-		doublings = PEER_RETRY_MAX_DOUBLINGS;
-	return wait_now_ms() - f->failed_at >= (uint64_t)PEER_RETRY_MIN_MS << doublings;
-}
-
-/*
- * The eventfd of armed consumer @p c fetched from pinshmd, for a handle
- * opened through it: asked once per consumer (endpoint generation) when
- * it succeeds, again later when it fails, on the slow path of a producer
- * that finds it armed (a request to the daemon through the handle's
- * client).  @return the descriptor, or -1.
- */
-static int fetched_peer_fd(pinshm_channel_t *ch, unsigned c, struct endpoint *ep)
-{
-	struct fetched_peer *f = &ch->fetched[c];
-	uint32_t gen = atomic_load_explicit(&ep->generation, memory_order_relaxed);
-
-	if (!channel_client(ch) || (gen == f->gen && f->fd >= 0))
-		return f->fd;
-	if (!peer_fetch_due(f, gen))
-		return -1; /* f->fd is -1 after a failure */
-	if (f->fd >= 0)
-		close(f->fd);
-	f->fd = -1;
-	bool same = gen == f->gen;
-	f->gen = gen;
-	/* The request may reconnect the client, which calls producer_fetch_again(). */
-	if (client_fetch_peer(ch->client, ch, ch->g.max_producers + c, &f->fd) == 0) {
-		f->failures = 0;
-		return f->fd;
-	}
-	f->fd = -1;
-	f->failures = same && f->failures < UINT32_MAX ? f->failures + 1 : 1;
-	f->failed_at = wait_now_ms();
-	return -1;
-}
-
-void producer_fetch_again(pinshm_channel_t *ch)
-{
-	for (unsigned c = 0; ch->fetched && c < ch->g.max_consumers; c++)
-		ch->fetched[c].failures = 0;
-}
-
-/* Write the eventfd of every consumer armed on one that we know (given by
- * pinshm_channel_set_peer_fd(), else fetched from pinshmd). */
-void producer_notify_armed(pinshm_channel_t *ch)
-{
-	for (unsigned c = 0; c < ch->g.max_consumers; c++) {
-		struct endpoint *ep = seg_endpoint(&ch->g, ch->base, ch->g.max_producers + c);
-		int fd = ch->peer_fds[c];
-		if (fd < 0) {
-			if (!atomic_load_explicit(&ep->armed, memory_order_relaxed))
-				continue;
-			fd = fetched_peer_fd(ch, c, ep);
-			if (fd < 0)
-				continue;
-		}
-		if (atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel)) {
-			uint64_t one = 1;
-			ssize_t n = write(fd, &one, sizeof(one));
-			(void)n; /* a full eventfd is already readable */
-		}
-	}
-}
-
-/* Wake consumers asleep on the futex or armed on an eventfd. */
+/* Wake consumers asleep on the futex or armed on a wake-up descriptor. */
 static inline __attribute__((always_inline)) void producer_wake(pinshm_channel_t *ch)
 {
 	ch->wake_pending = false;
@@ -623,15 +538,6 @@ int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned c
 	publish_staged(ch, &st);
 	count_refused(ch, rc); /* the message that found no room */
 	return sent > 0 ? (int)sent : rc;
-}
-
-int pinshm_channel_set_peer_fd(pinshm_channel_t *ch, unsigned endpoint, int efd)
-{
-	if (ch->role != PINSHM_PRODUCER || endpoint < ch->g.max_producers ||
-	    endpoint >= ch->g.max_producers + ch->g.max_consumers)
-		return channel_fail(ch, -EINVAL, "endpoint %u is not a consumer of this channel", endpoint);
-	ch->peer_fds[endpoint - ch->g.max_producers] = efd;
-	return 0;
 }
 
 /* ---- consumer ------------------------------------------------------------ */
@@ -1251,16 +1157,6 @@ void consumer_release_all(pinshm_channel_t *ch)
 		release_held(ch, ch->held_count);
 }
 
-/* A receive call disarms the eventfd that pinshm_channel_arm() armed. */
-void consumer_disarm(pinshm_channel_t *ch)
-{
-	if (!ch->armed)
-		return;
-	ch->armed = false;
-	atomic_store_explicit(&ch->ep->armed, 0, memory_order_relaxed);
-	wait_unregister(&ch->hdr->data, &ch->ep->sleeping, SLEEPING_ARMED);
-}
-
 struct recv_args {
 	pinshm_channel_t *ch;
 	struct taken *t;
@@ -1433,38 +1329,6 @@ int pinshm_release(pinshm_channel_t *ch, const pinshm_msg_t *msg)
 		return rc;
 	}
 	return channel_fail(ch, -EINVAL, "message not held by this handle");
-}
-
-int pinshm_channel_set_notify_fd(pinshm_channel_t *ch, int efd)
-{
-	if (ch->role != PINSHM_CONSUMER)
-		return channel_fail(ch, -EINVAL, "not a consumer");
-	ch->notify_fd = efd;
-	/* Opened through pinshmd: it carries the eventfd to the producers. */
-	if (channel_client(ch) && efd >= 0)
-		return client_register_notify(ch->client, ch, efd);
-	return 0;
-}
-
-int pinshm_channel_arm(pinshm_channel_t *ch)
-{
-	if (ch->role != PINSHM_CONSUMER || ch->notify_fd < 0)
-		return channel_fail(ch, -EINVAL, ch->role != PINSHM_CONSUMER ? "not a consumer" : "no notify fd set");
-	if (ch->broken)
-		return -EBADMSG;
-	if (!ch->armed) {
-		/* Armed and counted as a sleeper (seq_cst) before looking for
-		 * messages: a producer either sees us or we see its message. */
-		atomic_store_explicit(&ch->ep->armed, 1, memory_order_seq_cst);
-		wait_register(&ch->hdr->data, &ch->ep->sleeping, SLEEPING_ARMED);
-		ch->armed = true;
-	}
-	int rc = consumer_has_message(ch);
-	if (rc == 0)
-		return -EAGAIN;
-	if (rc == -EAGAIN && channel_peers_gone(ch))
-		return consumer_has_message(ch) == 0 ? -EAGAIN : -EPIPE;
-	return rc == -EAGAIN ? 0 : rc;
 }
 
 /* Hand back the records that dead consumer @p owner had claimed, and move

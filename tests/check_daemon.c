@@ -2660,15 +2660,14 @@ static int ev_consumer(void *arg, int idx)
 	const char *sock = arg;
 	pinshm_client_t *c;
 	pinshm_channel_t *ch = child_connect_open(sock, "ev", PINSHM_CONSUMER, &c);
-	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	int efd = pinshm_channel_notify_fd(ch);
 	char buf[16];
 	size_t len;
 	int rc;
 
 	(void)idx;
-	if (efd < 0 || (rc = pinshm_channel_set_notify_fd(ch, efd)) != 0)
-		tu_child_fail(4, "set_notify_fd: %s (%s)", efd < 0 ? "eventfd" : pinshm_strerror(rc),
-			      pinshm_client_error(c));
+	if (efd < 0)
+		tu_child_fail(4, "notify_fd: %s (%s)", pinshm_strerror(efd), pinshm_client_error(c));
 	for (int got = 0; got < EV_MESSAGES;) {
 		rc = pinshm_channel_arm(ch);
 		if (rc == 0) {
@@ -2676,9 +2675,9 @@ static int ev_consumer(void *arg, int idx)
 			if (poll(&p, 1, 10000) != 1)
 				tu_child_fail(5, "no wake-up on the eventfd in 10 s (%d of %d messages)", got,
 					      EV_MESSAGES);
-			uint64_t n;
-			if (read(efd, &n, sizeof(n)) != sizeof(n))
-				tu_child_fail(6, "read eventfd: %s", strerror(errno));
+			uint64_t n; /* read as an eventfd would be: one wake-up, the value 1 */
+			if (read(efd, &n, sizeof(n)) != sizeof(n) || n != 1)
+				tu_child_fail(6, "read the wake-up socket: %s", strerror(errno));
 		} else if (rc != -EAGAIN) {
 			tu_child_fail(7, "arm: %s", pinshm_strerror(rc));
 		}
@@ -2693,13 +2692,30 @@ static int ev_consumer(void *arg, int idx)
 	}
 	pinshm_channel_close(ch);
 	pinshm_disconnect(c);
-	close(efd);
 	return 0;
 }
 
-/* NOTIFY and PEER: a consumer's eventfd reaches producers of other
- * processes through the daemon; what is not an eventfd, or not the caller's
- * endpoint, is refused. */
+/* A Unix datagram socket connected to a named (abstract) one: a wake-up
+ * socket that would send producers' wake-ups to whoever bound the name.
+ * @return it; *@p bound: the named one. */
+static int dgram_connected_to_named(int *bound)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "pinshm-check-named-%d", (int)getpid());
+	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+
+	*bound = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert(*bound >= 0 && fd >= 0);
+	ck_assert_int_eq(bind(*bound, (struct sockaddr *)&sa, len), 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, len), 0);
+	return fd;
+}
+
+/* NOTIFY and PEER: a consumer's wake-up socket reaches producers of other
+ * processes through the daemon; what is not the sending end of a socket
+ * pair (no descriptor, a pipe, an eventfd, a datagram socket connected to
+ * a named one), or not the caller's endpoint, is refused. */
 START_TEST(test_eventfd_handover)
 {
 	struct daemon d;
@@ -2732,22 +2748,25 @@ START_TEST(test_eventfd_handover)
 	raw_open_consumer(s, "ev-raw", &m);
 	uint64_t id = m.u.open_reply.id;
 	uint32_t ep = m.u.open_reply.endpoint;
-	int pipefd[2];
+	int pipefd[2], pair[2], bound;
 	ck_assert_int_eq(pipe(pipefd), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair), 0);
 	int efd = eventfd(0, EFD_CLOEXEC);
 	ck_assert_int_ge(efd, 0);
+	int named = dgram_connected_to_named(&bound);
 	static const struct {
 		uint16_t type;
 		uint32_t ep_delta; /* added to the consumer endpoint */
-		int which;         /* descriptor: 0 none, 1 pipe, 2 eventfd */
+		int which;         /* descriptor: 0 none, 1 pipe, 2 eventfd, 3 connected to a name, 4 a pair's end */
 		int status;
 	} steps[] = {
 		{PROTO_PEER, 0, 0, -ENOENT},   {PROTO_NOTIFY, 0, 0, -EINVAL}, {PROTO_NOTIFY, 0, 1, -EINVAL},
-		{PROTO_NOTIFY, 1, 2, -EINVAL}, {PROTO_PEER, 1, 0, -EINVAL},   {PROTO_NOTIFY, 0, 2, 0},
-		{PROTO_PEER, 0, 0, 0},
+		{PROTO_NOTIFY, 0, 2, -EINVAL}, {PROTO_NOTIFY, 0, 3, -EINVAL}, {PROTO_NOTIFY, 1, 4, -EINVAL},
+		{PROTO_PEER, 1, 0, -EINVAL},   {PROTO_NOTIFY, 0, 4, 0},       {PROTO_PEER, 0, 0, 0},
 	};
+	const int fds[] = {-1, pipefd[1], efd, named, pair[1]};
 	for (unsigned i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
-		int fd = steps[i].which == 1 ? pipefd[1] : steps[i].which == 2 ? efd : -1;
+		int fd = fds[steps[i].which];
 		pk_header(&p, PROTO_MAGIC, PROTO_VERSION, steps[i].type, 20 + i);
 		pk_le(&p, id, 8);
 		pk_le(&p, ep + steps[i].ep_delta, 4);
@@ -2760,7 +2779,11 @@ START_TEST(test_eventfd_handover)
 	close(s);
 	close(pipefd[0]);
 	close(pipefd[1]);
+	close(pair[0]);
+	close(pair[1]);
 	close(efd);
+	close(named);
+	close(bound);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }
@@ -2782,13 +2805,11 @@ static int ev_share_other(void *arg, int idx)
 	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, 1);
 	EXPECT(c, pinshm_create(c, "others", &attr, 0600, 0), 0);
 	EXPECT(c, pinshm_open(c, "others", PINSHM_CONSUMER, &ch), 0);
-	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	int efd = pinshm_channel_notify_fd(ch);
 	if (efd < 0)
-		tu_child_fail(4, "eventfd: %s", strerror(errno));
-	EXPECT(c, pinshm_channel_set_notify_fd(ch, efd), 0);
+		tu_child_fail(4, "notify_fd: %s (%s)", pinshm_strerror(efd), pinshm_client_error(c));
 	pinshm_channel_close(ch);
 	pinshm_disconnect(c);
-	close(efd);
 	return 0;
 }
 
@@ -2819,8 +2840,9 @@ START_TEST(test_eventfd_user_share)
 	pinshm_client_t *c = connect_ok(&d);
 	tu_attr(&attr, PINSHM_QUEUE, 4 * KiB, 1, CONSUMERS);
 	int s = raw_connect(d.sock);
-	int efd = eventfd(0, EFD_CLOEXEC);
-	ck_assert_int_ge(efd, 0);
+	int pair[2];
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair), 0);
+	int efd = pair[1];
 	for (unsigned k = 0; k < CHANNELS; k++) {
 		snprintf(name, sizeof(name), "share-%u", k);
 		CLIENT_RC(c, pinshm_create(c, name, &attr, 0600, 0), 0);
@@ -2874,7 +2896,8 @@ START_TEST(test_eventfd_user_share)
 			      m.status, m.text);
 	}
 	close(s);
-	close(efd);
+	close(pair[0]);
+	close(pair[1]);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }
@@ -2892,12 +2915,12 @@ static int ev_dying_producer(void *arg, int idx)
 }
 
 /*
- * A consumer waiting on its eventfd (armed, empty queue) whose producer is
- * killed -9: the daemon, as it reaps the producer, writes the eventfd
- * (once: it reads 1), and a receive then says -EPIPE.  With @p full, the
- * eventfd is a blocking one that the consumer filled up (a counter of
- * 2^64 - 2: a write would block): the daemon must not block on it, and
- * answers a request at once after the reap.
+ * A consumer waiting on its wake-up socket (armed, empty queue) whose
+ * producer is killed -9: the daemon, as it reaps the producer, wakes it
+ * (once: one datagram, the value 1), and a receive then says -EPIPE.
+ * With @p full, the consumer made the sending end blocking and filled the
+ * socket's queue (a send without MSG_DONTWAIT would block): the daemon
+ * must not block on it, and answers a request at once after the reap.
  */
 static void ev_dying_producer_scenario(bool full)
 {
@@ -2912,12 +2935,18 @@ static void ev_dying_producer_scenario(bool full)
 	int prod = tu_spawn(&x.ps, "producer", ev_dying_producer, x.d.sock, 0);
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
 	ck_assert(len == 5 && memcmp(buf, "first", 5) == 0);
-	int efd = eventfd(0, full ? EFD_CLOEXEC : EFD_NONBLOCK | EFD_CLOEXEC);
-	ck_assert_int_ge(efd, 0);
-	CLIENT_RC(x.c, pinshm_channel_set_notify_fd(cons, efd), 0);
+	int efd = pinshm_channel_notify_fd(cons);
+	ck_assert_msg(efd >= 0, "notify_fd: %s (%s)", pinshm_strerror(efd), pinshm_client_error(x.c));
 	if (full) {
-		uint64_t most = UINT64_MAX - 1;
-		ck_assert_int_eq(write(efd, &most, sizeof(most)), sizeof(most));
+		int peer = pinshm_channel_notify_peer_fd(cons);
+		ck_assert_int_ge(peer, 0);
+		ck_assert_int_eq(fcntl(peer, F_SETFL, fcntl(peer, F_GETFL) & ~O_NONBLOCK), 0);
+		uint64_t one = 1;
+		unsigned queued = 0;
+		while (send(peer, &one, sizeof(one), MSG_DONTWAIT) == sizeof(one))
+			queued++;
+		ck_assert_msg(errno == EAGAIN && queued > 0, "filling the wake-up socket: %u, %s", queued,
+			      strerror(errno));
 	}
 	TU_RC(pinshm_channel_arm(cons), 0); /* empty, its producer alive: sleep */
 
@@ -2934,12 +2963,12 @@ static void ev_dying_producer_scenario(bool full)
 			      reap_ms);
 		uint64_t n = 0;
 		ck_assert_int_eq(read(efd, &n, sizeof(n)), sizeof(n));
-		ck_assert_uint_eq(n, 1); /* one write per arming */
+		ck_assert_uint_eq(n, 1);
+		ck_assert_msg(!tu_efd_written(efd, 0), "woken twice for one arming");
 		TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, PINSHM_NONBLOCK), -EPIPE);
 		TU_RC(pinshm_channel_arm(cons), -EPIPE);
 	}
 	pinshm_channel_close(cons);
-	close(efd);
 	scene_end(&x);
 }
 

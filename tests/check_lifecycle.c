@@ -736,9 +736,10 @@ static const char *const removal_what[REMOVAL_COUNT] = {
  * records differ by their inode).  Before, it was only logged, and the next
  * start adopted the unlinked channel again from its record (the one created
  * again under its name was refused, "exists").  REMOVAL_EVENTFD: a consumer
- * gives a second eventfd while the queue is full; both records bear one
- * name, so the new one must go after the removal of the old: the store ends
- * with the new eventfd alone (it kept the old one before).
+ * leaves and comes back with a new wake-up socket while the queue is full;
+ * both records bear one name, so the new one must go after the removal of
+ * the old: the store ends with the new socket alone (it kept the old one
+ * before).
  */
 START_TEST(test_store_removal_resent)
 {
@@ -760,19 +761,21 @@ START_TEST(test_store_removal_resent)
 	CLIENT_RC(c, pinshm_create(c, "gone", &attr, 0600, PINSHM_PERSISTENT), 0);
 	if (_i == REMOVAL_EVENTFD) {
 		CLIENT_RC(c, pinshm_open(c, "kept", PINSHM_CONSUMER, &cons), 0);
-		for (int k = 0; k < 2; k++) {
-			efd[k] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-			ck_assert_int_ge(efd[k], 0);
-		}
-		CLIENT_RC(c, pinshm_channel_set_notify_fd(cons, efd[0]), 0);
+		efd[0] = pinshm_channel_notify_fd(cons);
+		ck_assert_int_ge(efd[0], 0);
 	}
 	store_drain(&st);
 	ck_assert_uint_eq(st.n, _i == REMOVAL_EVENTFD ? 3 : 2);
 
 	store_block(&st);
-	if (_i == REMOVAL_EVENTFD)
-		CLIENT_RC(c, pinshm_channel_set_notify_fd(cons, efd[1]), 0);
-	else
+	if (_i == REMOVAL_EVENTFD) {
+		/* The consumer leaves and comes back: the same endpoint, so
+		 * its new socket's record bears the old one's name. */
+		CLIENT_RC(c, pinshm_channel_close(cons), 0);
+		CLIENT_RC(c, pinshm_open(c, "kept", PINSHM_CONSUMER, &cons), 0);
+		efd[1] = pinshm_channel_notify_fd(cons);
+		ck_assert_int_ge(efd[1], 0);
+	} else
 		CLIENT_RC(c, pinshm_unlink(c, "gone"), 0);
 	ck_assert(daemon_log_has(&d, "not removed"));
 	store_drain(&st); /* it reads again */
@@ -800,10 +803,11 @@ START_TEST(test_store_removal_resent)
 		uint64_t v;
 		while (read(efd[1], &v, sizeof(v)) == sizeof(v))
 			;
+		v = 1;
 		for (unsigned i = 0; i < st.n; i++)
 			if (strncmp(st.name[i], "pinshm-efd.", 11) == 0)
-				ck_assert_int_eq(eventfd_write(st.fd[i], 1), 0);
-		ck_assert_msg(read(efd[1], &v, sizeof(v)) == sizeof(v), "the store kept the first eventfd, not the second");
+				ck_assert_int_eq(send(st.fd[i], &v, sizeof(v), MSG_DONTWAIT), sizeof(v));
+		ck_assert_msg(read(efd[1], &v, sizeof(v)) == sizeof(v), "the store kept the first socket, not the second");
 		ck_assert(daemon_log_has(&d, "kept at last"));
 		pinshm_channel_close(cons); /* its record goes too */
 	}
@@ -832,9 +836,6 @@ START_TEST(test_store_removal_resent)
 	ck_assert_msg(daemon_log_has(&d, "removed at last"),
 		      "case %d (%s): no log line of the removal sent again", _i, removal_what[_i]);
 
-	for (int k = 0; k < 2; k++)
-		if (efd[k] >= 0)
-			close(efd[k]);
 	if (_i != REMOVAL_TICK && _i != REMOVAL_STOP)
 		CLIENT_RC(c, pinshm_unlink(c, "gone"), 0);
 	idle_unlink_and_stop(&d, &st, c, "kept");
@@ -929,9 +930,7 @@ START_TEST(test_store_removal_lost)
 	CLIENT_RC(c, pinshm_create(c, "kept", &attr, 0600, PINSHM_PERSISTENT), 0);
 	CLIENT_RC(c, pinshm_create(c, "gone", &attr, 0600, PINSHM_PERSISTENT), 0);
 	CLIENT_RC(c, pinshm_open(c, "gone", PINSHM_CONSUMER, &cons), 0);
-	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	ck_assert_int_ge(efd, 0);
-	CLIENT_RC(c, pinshm_channel_set_notify_fd(cons, efd), 0);
+	ck_assert_int_ge(pinshm_channel_notify_fd(cons), 0);
 	store_drain(&st);
 	ck_assert_uint_eq(st.n, 3);
 
@@ -941,7 +940,6 @@ START_TEST(test_store_removal_lost)
 	daemon_kill9(&d);
 	pinshm_channel_close(cons);
 	pinshm_disconnect(c);
-	close(efd);
 	store_drain(&st);
 	ck_assert_uint_eq(st.removals, 0);
 	ck_assert_uint_eq(store_records_of(&st, "gone"), 1);
@@ -1438,9 +1436,8 @@ static void reap_scenario(enum reap_case how, struct reap_opts o)
 	ck_assert(len == 5 && memcmp(buf, "first", 5) == 0);
 	int efd = -1;
 	if (o.eventfd) {
-		efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		efd = pinshm_channel_notify_fd(cons);
 		ck_assert_int_ge(efd, 0);
-		CLIENT_RC(cc, pinshm_channel_set_notify_fd(cons, efd), 0);
 	}
 	if (store) {
 		store_drain(&st);
@@ -1504,8 +1501,6 @@ static void reap_scenario(enum reap_case how, struct reap_opts o)
 
 	pinshm_channel_close(prod);
 	pinshm_channel_close(cons);
-	if (efd >= 0)
-		close(efd);
 	pinshm_disconnect(cc);
 	tu_kill_all(&ps);
 	wait_counts(c, 1, 0); /* "gone" went with its last user */
@@ -1621,21 +1616,20 @@ START_TEST(test_restart_store_eventfd_exact)
 	pinshm_channel_attr_t attr;
 	pinshm_channel_t *cons[2], *prod;
 	const char *names[2] = {"a", "b"};
-	int efd[2], forged = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	int efd[2], forged[2]; /* a socket pair's sending end given to the store under false names */
 	char buf[16], rec[256];
 	size_t len;
 	struct stat sa = {0};
 
-	ck_assert_int_ge(forged, 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, forged), 0);
 	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", "300", 1), 0);
 	pinshm_client_t *cc = store_daemon_start(&d, &st, &(struct daemon_opts){0});
 	attr_small(&attr, 1, 1);
 	for (int i = 0; i < 2; i++) {
 		CLIENT_RC(cc, pinshm_create(cc, names[i], &attr, 0600, PINSHM_PERSISTENT), 0);
 		CLIENT_RC(cc, pinshm_open(cc, names[i], PINSHM_CONSUMER, &cons[i]), 0);
-		efd[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		efd[i] = pinshm_channel_notify_fd(cons[i]);
 		ck_assert_int_ge(efd[i], 0);
-		CLIENT_RC(cc, pinshm_channel_set_notify_fd(cons[i], efd[i]), 0);
 	}
 	store_drain(&st);
 	ck_assert_uint_eq(st.n, 4);
@@ -1645,13 +1639,13 @@ START_TEST(test_restart_store_eventfd_exact)
 			ck_assert_int_eq(fstat(st.fd[i], &sa), 0);
 	ck_assert_uint_ne(sa.st_ino, 0);
 	snprintf(rec, sizeof(rec), "pinshm-efd.1.%llu.1", (unsigned long long)sa.st_ino);
-	store_add(&st, rec, forged);
+	store_add(&st, rec, forged[1]);
 	snprintf(rec, sizeof(rec), "pinshm-efd.2.%llu.%llu.1.a", (unsigned long long)sa.st_dev + 1,
 		 (unsigned long long)sa.st_ino);
-	store_add(&st, rec, forged);
+	store_add(&st, rec, forged[1]);
 	snprintf(rec, sizeof(rec), "pinshm-efd.2.%llu.%llu.1.nochannel", (unsigned long long)sa.st_dev,
 		 (unsigned long long)sa.st_ino);
-	store_add(&st, rec, forged);
+	store_add(&st, rec, forged[1]);
 
 	daemon_kill9(&d);
 	spawn_with_store(&d, &st);
@@ -1666,16 +1660,16 @@ START_TEST(test_restart_store_eventfd_exact)
 		TU_RC(pinshm_send(prod, "m", 1, CALL_MS), 0);
 		ck_assert_msg(tu_efd_written(efd[i], CALL_MS), "'%s': its consumer's eventfd not written", names[i]);
 		ck_assert_msg(!tu_efd_written(efd[1 - i], 0), "'%s': the other consumer's eventfd written", names[i]);
-		ck_assert_msg(!tu_efd_written(forged, 0), "'%s': a forged record's eventfd written", names[i]);
+		ck_assert_msg(!tu_efd_written(forged[0], 0), "'%s': a forged record's socket woken", names[i]);
 		TU_RC(pinshm_recv(cons[i], buf, sizeof(buf), &len, PINSHM_NONBLOCK), 0);
 		pinshm_channel_close(prod);
 	}
 	for (int i = 0; i < 2; i++) {
 		pinshm_channel_close(cons[i]);
-		close(efd[i]);
 		CLIENT_RC(c, pinshm_unlink(c, names[i]), 0);
 	}
-	close(forged);
+	close(forged[0]);
+	close(forged[1]);
 	pinshm_disconnect(cc);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
@@ -1707,9 +1701,8 @@ START_TEST(test_handback_eventfd_not_stored)
 	daemon_wait_ready(&d);
 	pinshm_client_t *cc = connect_create_small(&d, "h");
 	CLIENT_RC(cc, pinshm_open(cc, "h", PINSHM_CONSUMER, &cons), 0);
-	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	int efd = pinshm_channel_notify_fd(cons);
 	ck_assert_int_ge(efd, 0);
-	CLIENT_RC(cc, pinshm_channel_set_notify_fd(cons, efd), 0);
 
 	daemon_kill9(&d);
 	store_open(&st, d.dir); /* the next daemon runs with a store */
@@ -1730,7 +1723,6 @@ START_TEST(test_handback_eventfd_not_stored)
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, PINSHM_NONBLOCK), 0);
 	pinshm_channel_close(prod);
 	pinshm_channel_close(cons);
-	close(efd);
 	pinshm_disconnect(cc);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
