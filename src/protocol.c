@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "protocol.h"
 
@@ -669,6 +671,32 @@ int proto_user_socket_path(char *buf, size_t len, uid_t uid)
 	int n = snprintf(buf, len, "%s/%s", dir, PROTO_SOCKET_NAME);
 	if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(dir))
 		return -ENAMETOOLONG;
+	return 0;
+}
+
+int proto_dir_check(const char *dir, char *why, size_t whylen)
+{
+	struct stat st;
+
+	if (lstat(dir, &st) != 0) {
+		int err = errno;
+		snprintf(why, whylen, "%s: %s", dir, strerror(err));
+		return -err;
+	}
+	if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
+		snprintf(why, whylen, "%s is %s, not a folder", dir, S_ISLNK(st.st_mode) ? "a symbolic link" : "a file");
+		return -ENOTDIR;
+	}
+	if (st.st_uid != geteuid()) {
+		snprintf(why, whylen, "%s belongs to uid %u, not to this user (uid %u)", dir, (unsigned)st.st_uid,
+			 (unsigned)geteuid());
+		return -EPERM;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(why, whylen, "%s may be written by its group or others (mode %03o)", dir,
+			 (unsigned)(st.st_mode & 0777));
+		return -EPERM;
+	}
 	return 0;
 }
 

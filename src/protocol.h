@@ -345,6 +345,16 @@ int proto_user_socket_dir(char *buf, size_t len, uid_t uid);
  *  @return 0, or -ENAMETOOLONG if it does not fit @p len or a sockaddr_un. */
 int proto_user_socket_path(char *buf, size_t len, uid_t uid);
 
+/**
+ * Whether the socket folder @p dir can be trusted, as tmux and ssh-agent
+ * judge theirs: lstat(2) finds a folder (not a symbolic link) that belongs
+ * to the effective user and that neither its group nor others may write to.
+ * @return 0; -ENOENT (nothing there); -ENOTDIR (a link or another file) or
+ *         -EPERM (another owner, writable by others) or lstat's -errno,
+ *         with the reason, naming @p dir, in @p why.
+ */
+int proto_dir_check(const char *dir, char *why, size_t whylen);
+
 /** Whether a request of @p type comes with one descriptor (ADOPT, NOTIFY);
  *  every other request comes with none. */
 bool proto_request_takes_fd(uint16_t type);
