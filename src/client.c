@@ -277,8 +277,9 @@ static int connect_system_instead(const char *why, char *where, size_t len)
 	int fd = connect_path(PROTO_SYSTEM_SOCKET);
 
 	snprintf(where, len, "%s", PROTO_SYSTEM_SOCKET);
-	snprintf(connect_error, sizeof(connect_error), "ignoring the user-mode socket folder: %s; %s the system socket %s%s%s",
-		 why, fd >= 0 ? "using" : "tried", PROTO_SYSTEM_SOCKET, fd >= 0 ? "" : ": ", fd >= 0 ? "" : strerror(-fd));
+	snprintf(connect_error, sizeof(connect_error),
+		 "ignoring the user-mode socket folder: %s; %s the system socket %s%s%s", why,
+		 fd >= 0 ? "using" : "tried", PROTO_SYSTEM_SOCKET, fd >= 0 ? "" : ": ", fd >= 0 ? "" : strerror(-fd));
 	return fd;
 }
 

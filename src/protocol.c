@@ -372,20 +372,20 @@ static const struct message {
 	struct layout request, reply;
 	bool request_fd, reply_fd;
 } messages[] = {
-	[PROTO_HELLO] = {"HELLO", BODY(hello_req), BODY(hello_rep)},
-	[PROTO_CREATE] = {"CREATE", BODY(create_req), BODY(create_rep)},
-	[PROTO_OPEN] = {"OPEN", BODY(open_req), BODY(open_rep), .reply_fd = true},
-	[PROTO_UNLINK] = {"UNLINK", BODY(unlink_req)},
-	[PROTO_LIST] = {"LIST", BODY(list_req), BODY(list_rep)},
-	[PROTO_SHUTDOWN] = {"SHUTDOWN"},
-	[PROTO_STATUS] = {"STATUS", BODY(status_req), BODY(status_rep)},
-	[PROTO_CLIENTS] = {"CLIENTS", BODY(clients_req), BODY(clients_rep)},
-	[PROTO_CLOSE] = {"CLOSE", BODY(close_req)},
-	[PROTO_STAT] = {"STAT", BODY(stat_req), BODY(stat_rep)},
-	[PROTO_RELOCK] = {"RELOCK", BODY(relock_req)},
-	[PROTO_ADOPT] = {"ADOPT", BODY(adopt_req), BODY(adopt_rep), .request_fd = true},
-	[PROTO_NOTIFY] = {"NOTIFY", BODY(notify_req), .request_fd = true},
-	[PROTO_PEER] = {"PEER", BODY(peer_req), .reply_fd = true},
+	[PROTO_HELLO] = {.name = "HELLO", .request = BODY(hello_req), .reply = BODY(hello_rep)},
+	[PROTO_CREATE] = {.name = "CREATE", .request = BODY(create_req), .reply = BODY(create_rep)},
+	[PROTO_OPEN] = {.name = "OPEN", .request = BODY(open_req), .reply = BODY(open_rep), .reply_fd = true},
+	[PROTO_UNLINK] = {.name = "UNLINK", .request = BODY(unlink_req)},
+	[PROTO_LIST] = {.name = "LIST", .request = BODY(list_req), .reply = BODY(list_rep)},
+	[PROTO_SHUTDOWN] = {.name = "SHUTDOWN"},
+	[PROTO_STATUS] = {.name = "STATUS", .request = BODY(status_req), .reply = BODY(status_rep)},
+	[PROTO_CLIENTS] = {.name = "CLIENTS", .request = BODY(clients_req), .reply = BODY(clients_rep)},
+	[PROTO_CLOSE] = {.name = "CLOSE", .request = BODY(close_req)},
+	[PROTO_STAT] = {.name = "STAT", .request = BODY(stat_req), .reply = BODY(stat_rep)},
+	[PROTO_RELOCK] = {.name = "RELOCK", .request = BODY(relock_req)},
+	[PROTO_ADOPT] = {.name = "ADOPT", .request = BODY(adopt_req), .reply = BODY(adopt_rep), .request_fd = true},
+	[PROTO_NOTIFY] = {.name = "NOTIFY", .request = BODY(notify_req), .request_fd = true},
+	[PROTO_PEER] = {.name = "PEER", .request = BODY(peer_req), .reply_fd = true},
 };
 static_assert(sizeof(messages) / sizeof(messages[0]) == PROTO_PEER + 1, "a row for every request type");
 
@@ -684,7 +684,8 @@ int proto_dir_check(const char *dir, char *why, size_t whylen)
 		return -err;
 	}
 	if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
-		snprintf(why, whylen, "%s is %s, not a folder", dir, S_ISLNK(st.st_mode) ? "a symbolic link" : "a file");
+		snprintf(why, whylen, "%s is %s, not a folder", dir,
+			 S_ISLNK(st.st_mode) ? "a symbolic link" : "a file");
 		return -ENOTDIR;
 	}
 	if (st.st_uid != geteuid()) {

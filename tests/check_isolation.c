@@ -886,7 +886,8 @@ START_TEST(test_squatted_folder)
 			snprintf(d.sock, sizeof(d.sock), "%s/socket", q.dir);
 			daemon_spawn(&d, &o);
 			int st = daemon_wait_exit(&d, 10000);
-			ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "pinshmd --user in a squatted folder");
+			ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) != 0,
+				      "pinshmd --user started in a squatted folder");
 		}
 		squat_check_remove(&q, k);
 	}

@@ -37,7 +37,14 @@ static uint32_t v32(void)
 	return 0x01010101u * (counter & 0x3f) + 0x10203040u;
 }
 
-static uint64_t v64(void) { return (uint64_t)v32() << 32 | v32(); }
+/* Each value drawn by a statement of its own: the order in which the
+ * operands of one expression are evaluated is unspecified. */
+static uint64_t v64(void)
+{
+	uint64_t hi = v32();
+
+	return hi << 32 | v32();
+}
 
 static void fill_geo(struct proto_geometry *g)
 {
@@ -124,10 +131,23 @@ static void fill_status_reply(struct proto_msg *m, uint32_t classes, uint32_t us
 	s->pool_misses = v64();
 	s->pool_flags = PROTO_POOL_STOPPED;
 	s->pool_count = classes;
-	for (uint32_t i = 0; i < classes; i++)
-		s->pool[i] = (struct proto_pool_class){v64(), v32(), v32(), v32(), v64()};
-	for (uint32_t i = 0; i < users; i++)
-		s->users[i] = (struct proto_user_entry){v32(), v32(), v32(), v64(), v64(), v64()};
+	for (uint32_t i = 0; i < classes; i++) {
+		struct proto_pool_class *c = &s->pool[i];
+		c->size = v64();
+		c->wanted = v32();
+		c->ready = v32();
+		c->filling = v32();
+		c->locked = v64();
+	}
+	for (uint32_t i = 0; i < users; i++) {
+		struct proto_user_entry *u = &s->users[i];
+		u->uid = v32();
+		u->channels = v32();
+		u->connections = v32();
+		u->pinned = v64();
+		u->charged = v64();
+		u->quota = v64();
+	}
 }
 
 /* The fields of a request (or a successful reply) of sample @p id. */
@@ -227,8 +247,15 @@ static void fill_body(enum sample_id id, struct proto_msg *m)
 		m->u.clients_reply.next = v64();
 		m->u.clients_reply.count = 2;
 		m->u.clients_reply.flags = PROTO_CLIENTS_MORE;
-		for (int i = 0; i < 2; i++)
-			m->u.clients_reply.entries[i] = (struct proto_client_entry){v64(), v32(), v32(), v32(), v32(), v32()};
+		for (int i = 0; i < 2; i++) {
+			struct proto_client_entry *e = &m->u.clients_reply.entries[i];
+			e->id = v64();
+			e->pid = v32();
+			e->uid = v32();
+			e->gid = v32();
+			e->channels = v32();
+			e->endpoints = v32();
+		}
 		break;
 	case REP_STAT:
 		fill_entry(&m->u.stat_reply.entry, "stat");
