@@ -34,17 +34,9 @@ static int fail(char *why, size_t whylen, int err, const char *fmt, ...)
 /* Create the default folder @p dir if needed and check that it is safe. */
 static int prepare_dir(const char *dir, mode_t mode, char *why, size_t whylen)
 {
-	struct stat st;
-
 	if (mkdir(dir, mode) != 0 && errno != EEXIST)
 		return fail(why, whylen, -errno, "mkdir %s", dir);
-	if (lstat(dir, &st) != 0)
-		return fail(why, whylen, -errno, "%s", dir);
-	if (!S_ISDIR(st.st_mode))
-		return fail(why, whylen, -ENOTDIR, "%s", dir);
-	if (st.st_uid != geteuid() || (st.st_mode & 022))
-		return fail(why, whylen, -EPERM, "%s is not owned by this user, or writable by others", dir);
-	return 0;
+	return proto_dir_check(dir, why, whylen);
 }
 
 /* Remove a socket left by a daemon that died; refuse to touch anything else. */

@@ -18,6 +18,7 @@
 
 #include "autostart.h"
 #include "pinshm.h"
+#include "protocol.h"
 #include "wait.h"
 
 #ifndef PINSHM_SBINDIR
@@ -66,8 +67,7 @@ static bool answers(const char *path)
 /* The folder of the default path: made 0700 if missing, and safe. */
 static int prepare_dir(const char *path, char *why, size_t whylen)
 {
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	struct stat st;
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], reason[sizeof(dir) + 64];
 
 	snprintf(dir, sizeof(dir), "%s", path);
 	char *slash = strrchr(dir, '/');
@@ -79,9 +79,8 @@ static int prepare_dir(const char *path, char *why, size_t whylen)
 		snprintf(why, whylen, "cannot make %s to start pinshmd: %s", dir, strerror(err));
 		return -err;
 	}
-	if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
-		snprintf(why, whylen, "not starting pinshmd: %s is not a folder of this user (uid %u) closed to others",
-			 dir, (unsigned)geteuid());
+	if (proto_dir_check(dir, reason, sizeof(reason)) != 0) {
+		snprintf(why, whylen, "not starting pinshmd: %s", reason);
 		return -EPERM;
 	}
 	return 0;

@@ -255,10 +255,9 @@ fail: {
 }
 
 /*
- * The user-mode socket's folder may have been made by anyone first
- * (/tmp/pinshm-UID, where XDG_RUNTIME_DIR is unset): talk there only to a
- * daemon of this user or of root, not to another user's process that
- * would see every message of the channels it hands out.
+ * Behind the user-mode folder's check (connect_default()), a second guard:
+ * talk there only to a daemon of this user or of root, not to another
+ * user's process that would see every message of the channels it hands out.
  * @return @p fd, or -EACCES (@p fd closed, the reason in connect_error).
  */
 static int check_user_daemon(int fd, const char *where)
@@ -276,19 +275,46 @@ static int check_user_daemon(int fd, const char *where)
 	return -EACCES;
 }
 
-/* Connect to the first daemon that answers where pinshm_connect(NULL) looks. */
-static int connect_default(char *where, size_t len)
+/*
+ * The user-mode folder cannot be trusted (@p why): connect to the system
+ * socket instead, and say so in connect_error (kept after a success).
+ */
+static int connect_system_instead(const char *why, char *where, size_t len)
+{
+	int fd = connect_path(PROTO_SYSTEM_SOCKET);
+
+	snprintf(where, len, "%s", PROTO_SYSTEM_SOCKET);
+	snprintf(connect_error, sizeof(connect_error),
+		 "ignoring the user-mode socket folder: %s; %s the system socket %s%s%s", why,
+		 fd >= 0 ? "using" : "tried", PROTO_SYSTEM_SOCKET, fd >= 0 ? "" : ": ", fd >= 0 ? "" : strerror(-fd));
+	return fd;
+}
+
+/*
+ * Connect to the first daemon that answers where pinshm_connect(NULL) looks.
+ * The user-mode socket is used only in a folder that proto_dir_check()
+ * trusts; @p untrusted is set where one exists that it does not.
+ */
+static int connect_default(char *where, size_t len, bool *untrusted)
 {
 	const char *env = getenv("PINSHM_SOCKET");
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], why[sizeof(dir) + 64];
 
 	if (env && env[0]) {
 		snprintf(where, len, "%s", env);
 		return connect_path(env);
 	}
 	int rc = proto_user_socket_path(where, len, geteuid());
+	if (rc == 0)
+		rc = proto_user_socket_dir(dir, sizeof(dir), geteuid());
 	if (rc != 0)
 		return rc;
-	int fd = connect_path(where);
+	rc = proto_dir_check(dir, why, sizeof(why));
+	if (rc != 0 && rc != -ENOENT) {
+		*untrusted = true;
+		return connect_system_instead(why, where, len);
+	}
+	int fd = rc == 0 ? connect_path(where) : -ENOENT;
 	if (fd >= 0)
 		return check_user_daemon(fd, where);
 	if (fd != -ENOENT)
@@ -302,23 +328,30 @@ static int connect_default(char *where, size_t len)
 
 /*
  * Connect to the daemon at @p socket_path (NULL: where pinshm_connect(NULL)
- * looks), starting one where none answers and autostart_allowed().
+ * looks), starting one where none answers and autostart_allowed() (never in
+ * a user-mode folder that cannot be trusted).
  * @return the socket or -errno; @p where: the path tried last.
  */
 static int connect_or_start(const char *socket_path, unsigned flags, char *where, size_t len)
 {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	const char *env = getenv("PINSHM_SOCKET");
+	bool untrusted = false;
 	int fd;
 
 	if (socket_path) {
 		snprintf(where, len, "%s", socket_path);
 		fd = connect_path(socket_path);
 	} else {
-		fd = connect_default(where, len);
+		fd = connect_default(where, len, &untrusted);
 	}
 	if ((fd != -ENOENT && fd != -ECONNREFUSED) || !autostart_allowed(flags))
 		return fd;
+	if (untrusted) {
+		size_t n = strlen(connect_error);
+		snprintf(connect_error + n, sizeof(connect_error) - n, "; no pinshmd is started in that folder");
+		return fd;
+	}
 	bool default_path = !socket_path && !(env && env[0]);
 	if (default_path) {
 		int rc = proto_user_socket_path(path, sizeof(path), geteuid());

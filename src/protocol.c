@@ -1,16 +1,21 @@
 /*
  * protocol.c - pack and unpack the messages of the pinshmd protocol.
  *
- * Each field is written or read explicitly, byte by byte in little-endian
- * order, through a bounded cursor: a struct is never copied to or from the
- * wire, and a read past the end of a packet only marks the cursor bad.
+ * Every message body is described once, as a list of its fields (the
+ * tables below); encode and decode walk the same list.  Each field is
+ * written or read byte by byte in little-endian order, through a bounded
+ * cursor: a struct is never copied to or from the wire, and a read past the
+ * end of a packet only marks the cursor bad.
  */
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "protocol.h"
 
@@ -123,134 +128,369 @@ static void get_name(struct rd *r, char *out)
 	memcpy(out, b, n + 1);
 }
 
-static void put_geometry(struct wr *w, const struct proto_geometry *g)
+/* ---- the layout of every message ------------------------------------------- */
+
+/*
+ * Each message body, and each record inside one, is a list of fields in
+ * wire order, each naming the member of struct proto_msg (or of the record's
+ * struct) it travels from and to: proto_encode() and proto_decode() both
+ * walk these lists, so that no layout is written twice.
+ *
+ * To add a field: add its member to the struct in protocol.h, then one line
+ * at its place in the list below (a new protocol version: protocol.h, and
+ * pinshm-protocol(7)).  To add a message: its type in protocol.h, its
+ * lists here, and its row in `messages`.
+ */
+enum field_kind {
+	F_U32,    /* 4 bytes: a uint32_t or int32_t member */
+	F_U64,    /* 8 bytes: a uint64_t member */
+	F_FLAGS,  /* a uint32_t whose bits outside .arg the decoder refuses */
+	F_NAME,   /* a char[PROTO_NAME_FIELD] in its fixed field */
+	F_RECORD, /* a struct member: the fields of .sub */
+	F_ARRAY,  /* an array member: .sub's fields for each of its first n elements, n being
+		   * the uint32_t member at .count (a field before it), at most .arg */
+};
+
+struct layout;
+
+struct field {
+	enum field_kind kind;
+	uint32_t off;             /* of the member, in the struct the list describes */
+	uint32_t arg;             /* F_FLAGS: the known bits; F_ARRAY: the most elements */
+	uint32_t count, stride;   /* F_ARRAY: the offset of the count; sizeof an element */
+	const struct layout *sub; /* F_RECORD, F_ARRAY: the layout of one */
+};
+
+struct layout {
+	const struct field *fields;
+	size_t n;
+	size_t wire; /* a record's bytes on the wire (asserted); 0 for a message body */
+};
+
+#define MEMBER(T, m) ((T *)0)->m
+/* The offset of member m of T, which must be @p bytes long (else a compile error). */
+#define SIZED(T, m, bytes) (offsetof(T, m) + 0 * sizeof(char[sizeof(MEMBER(T, m)) == (bytes) ? 1 : -1]))
+#define U32(T, m) {.kind = F_U32, .off = SIZED(T, m, 4)}
+#define U64(T, m) {.kind = F_U64, .off = SIZED(T, m, 8)}
+#define FLAGS(T, m, known) {.kind = F_FLAGS, .off = SIZED(T, m, 4), .arg = (known)}
+#define NAME(T, m) {.kind = F_NAME, .off = SIZED(T, m, PROTO_NAME_FIELD)}
+#define RECORD(T, m, l) {.kind = F_RECORD, .off = offsetof(T, m), .sub = &(l)}
+#define ARRAY(T, m, n, l)                                                                          \
+	{.kind = F_ARRAY, .off = offsetof(T, m), .count = SIZED(T, n, 4),                           \
+	 .arg = sizeof(MEMBER(T, m)) / sizeof(MEMBER(T, m)[0]), .stride = sizeof(MEMBER(T, m)[0]), \
+	 .sub = &(l)}
+#define LAYOUT(list, bytes) {.fields = (list), .n = sizeof(list) / sizeof((list)[0]), .wire = (bytes)}
+#define BODY(list) LAYOUT(list, 0)
+
+/* Records. */
+#define T struct proto_geometry
+static const struct field geometry_fields[] = {
+	U32(T, kind),
+	U32(T, flags),
+	U64(T, capacity),
+	U32(T, max_message),
+	U32(T, max_producers),
+	U32(T, max_consumers),
+};
+#undef T
+static const struct layout geometry = LAYOUT(geometry_fields, 28);
+
+#define T struct proto_list_entry
+static const struct field entry_fields[] = {
+	NAME(T, name),
+	RECORD(T, geo, geometry),
+	U32(T, state),
+	U32(T, uid),
+	U32(T, gid),
+	U32(T, mode),
+	U64(T, size),
+	U32(T, producers),
+	U32(T, consumers),
+	U32(T, node),
+	U32(T, backend),
+	U32(T, pin_idle),
+	U64(T, messages),
+	U64(T, bytes),
+	U64(T, lost),
+	U64(T, refused),
+};
+#undef T
+static const struct layout entry = LAYOUT(entry_fields, PROTO_LIST_ENTRY_SIZE);
+
+#define T struct proto_user_entry
+static const struct field user_fields[] = {
+	U32(T, uid),
+	U32(T, channels),
+	U32(T, connections),
+	U64(T, pinned),
+	U64(T, charged),
+	U64(T, quota),
+};
+#undef T
+static const struct layout user = LAYOUT(user_fields, PROTO_USER_ENTRY_SIZE);
+
+#define T struct proto_pool_class
+static const struct field pool_class_fields[] = {
+	U64(T, size),
+	U32(T, wanted),
+	U32(T, ready),
+	U32(T, filling),
+	U64(T, locked),
+};
+#undef T
+static const struct layout pool_class = LAYOUT(pool_class_fields, PROTO_POOL_CLASS_SIZE);
+
+#define T struct proto_client_entry
+static const struct field client_fields[] = {
+	U64(T, id),
+	U32(T, pid),
+	U32(T, uid),
+	U32(T, gid),
+	U32(T, channels),
+	U32(T, endpoints),
+};
+#undef T
+static const struct layout client = LAYOUT(client_fields, PROTO_CLIENT_ENTRY_SIZE);
+
+/* Message bodies: requests, then the bodies of successful replies. */
+#define T struct proto_msg
+static const struct field hello_req[] = {
+	U32(T, u.hello.version),
+	U32(T, u.hello.library),
+};
+static const struct field hello_rep[] = {
+	U32(T, u.hello_reply.version),
+	U32(T, u.hello_reply.flags),
+	U32(T, u.hello_reply.library),
+};
+static const struct field create_req[] = {
+	NAME(T, u.create.name),
+	RECORD(T, u.create.geo, geometry),
+	U32(T, u.create.mode),
+	U32(T, u.create.flags),
+	U32(T, u.create.node),
+	U32(T, u.create.pin_idle),
+};
+static const struct field create_rep[] = {
+	U64(T, u.create_reply.size),
+	U32(T, u.create_reply.state),
+	U32(T, u.create_reply.backend),
+	U64(T, u.create_reply.id),
+};
+static const struct field open_req[] = {
+	NAME(T, u.open.name),
+	U32(T, u.open.role),
+	U32(T, u.open.node),
+};
+static const struct field open_rep[] = {
+	U32(T, u.open_reply.endpoint),
+	RECORD(T, u.open_reply.geo, geometry),
+	U64(T, u.open_reply.size),
+	U64(T, u.open_reply.id),
+};
+static const struct field unlink_req[] = {
+	NAME(T, u.unlink.name),
+};
+static const struct field list_req[] = {
+	U64(T, u.list.cursor),
+};
+static const struct field list_rep[] = {
+	U64(T, u.list_reply.next),
+	U32(T, u.list_reply.count),
+	U32(T, u.list_reply.flags),
+	ARRAY(T, u.list_reply.entries, u.list_reply.count, entry),
+};
+static const struct field status_req[] = {
+	U64(T, u.status.cursor),
+};
+static const struct field status_rep[] = {
+	U32(T, u.status_reply.pid),
+	FLAGS(T, u.status_reply.flags, PROTO_STATUS_FLAGS),
+	U64(T, u.status_reply.uptime_ms),
+	U64(T, u.status_reply.budget),
+	U64(T, u.status_reply.pinned),
+	U32(T, u.status_reply.channels_pinned),
+	U32(T, u.status_reply.channels_unpinned),
+	U32(T, u.status_reply.connections),
+	U32(T, u.status_reply.count),
+	U64(T, u.status_reply.next),
+	/* PROTO_STATUS_FIXED_SIZE bytes so far; the pool's PROTO_POOL_FIXED_SIZE: */
+	U64(T, u.status_reply.pool_pinned),
+	U64(T, u.status_reply.pool_hits),
+	U64(T, u.status_reply.pool_misses),
+	FLAGS(T, u.status_reply.pool_flags, PROTO_POOL_FLAGS),
+	U32(T, u.status_reply.pool_count),
+	ARRAY(T, u.status_reply.pool, u.status_reply.pool_count, pool_class),
+	ARRAY(T, u.status_reply.users, u.status_reply.count, user),
+};
+static const struct field clients_req[] = {
+	U64(T, u.clients.cursor),
+};
+static const struct field clients_rep[] = {
+	U64(T, u.clients_reply.next),
+	U32(T, u.clients_reply.count),
+	FLAGS(T, u.clients_reply.flags, PROTO_CLIENTS_MORE),
+	ARRAY(T, u.clients_reply.entries, u.clients_reply.count, client),
+};
+static const struct field close_req[] = {
+	U64(T, u.close.id),
+	U32(T, u.close.endpoint),
+};
+static const struct field stat_req[] = {
+	NAME(T, u.stat.name),
+};
+static const struct field stat_rep[] = {
+	RECORD(T, u.stat_reply.entry, entry),
+};
+static const struct field relock_req[] = {
+	U64(T, u.relock.id),
+};
+static const struct field adopt_req[] = {
+	NAME(T, u.adopt.name),
+	RECORD(T, u.adopt.geo, geometry),
+	U32(T, u.adopt.role),
+	U32(T, u.adopt.endpoint),
+};
+static const struct field adopt_rep[] = {
+	U64(T, u.adopt_reply.id),
+	FLAGS(T, u.adopt_reply.flags, PROTO_ADOPT_FLAGS),
+};
+static const struct field notify_req[] = {
+	U64(T, u.notify.id),
+	U32(T, u.notify.endpoint),
+};
+static const struct field peer_req[] = {
+	U64(T, u.peer.id),
+	U32(T, u.peer.endpoint),
+};
+#undef T
+
+/* Every message type: its name, its request's body and its successful
+ * reply's (none: empty), and which of the two comes with a descriptor. */
+static const struct message {
+	const char *name;
+	struct layout request, reply;
+	bool request_fd, reply_fd;
+} messages[] = {
+	[PROTO_HELLO] = {.name = "HELLO", .request = BODY(hello_req), .reply = BODY(hello_rep)},
+	[PROTO_CREATE] = {.name = "CREATE", .request = BODY(create_req), .reply = BODY(create_rep)},
+	[PROTO_OPEN] = {.name = "OPEN", .request = BODY(open_req), .reply = BODY(open_rep), .reply_fd = true},
+	[PROTO_UNLINK] = {.name = "UNLINK", .request = BODY(unlink_req)},
+	[PROTO_LIST] = {.name = "LIST", .request = BODY(list_req), .reply = BODY(list_rep)},
+	[PROTO_SHUTDOWN] = {.name = "SHUTDOWN"},
+	[PROTO_STATUS] = {.name = "STATUS", .request = BODY(status_req), .reply = BODY(status_rep)},
+	[PROTO_CLIENTS] = {.name = "CLIENTS", .request = BODY(clients_req), .reply = BODY(clients_rep)},
+	[PROTO_CLOSE] = {.name = "CLOSE", .request = BODY(close_req)},
+	[PROTO_STAT] = {.name = "STAT", .request = BODY(stat_req), .reply = BODY(stat_rep)},
+	[PROTO_RELOCK] = {.name = "RELOCK", .request = BODY(relock_req)},
+	[PROTO_ADOPT] = {.name = "ADOPT", .request = BODY(adopt_req), .reply = BODY(adopt_rep), .request_fd = true},
+	[PROTO_NOTIFY] = {.name = "NOTIFY", .request = BODY(notify_req), .request_fd = true},
+	[PROTO_PEER] = {.name = "PEER", .request = BODY(peer_req), .reply_fd = true},
+};
+static_assert(sizeof(messages) / sizeof(messages[0]) == PROTO_PEER + 1, "a row for every request type");
+
+/* ---- walking a layout ------------------------------------------------------- */
+
+static uint32_t load32(const uint8_t *p)
 {
-	put_u32(w, g->kind);
-	put_u32(w, g->flags);
-	put_u64(w, g->capacity);
-	put_u32(w, g->max_message);
-	put_u32(w, g->max_producers);
-	put_u32(w, g->max_consumers);
+	uint32_t v;
+	memcpy(&v, p, sizeof(v));
+	return v;
 }
 
-static void get_geometry(struct rd *r, struct proto_geometry *g)
+static uint64_t load64(const uint8_t *p)
 {
-	g->kind = get_u32(r);
-	g->flags = get_u32(r);
-	g->capacity = get_u64(r);
-	g->max_message = get_u32(r);
-	g->max_producers = get_u32(r);
-	g->max_consumers = get_u32(r);
+	uint64_t v;
+	memcpy(&v, p, sizeof(v));
+	return v;
 }
 
-static void put_entry(struct wr *w, const struct proto_list_entry *e)
+static void put_fields(struct wr *w, const struct layout *l, const uint8_t *base);
+
+/* One record of @p l: exactly its bytes. */
+static void put_record(struct wr *w, const struct layout *l, const uint8_t *base)
 {
 	size_t start = w->len;
 
-	put_name(w, e->name);
-	put_geometry(w, &e->geo);
-	put_u32(w, e->state);
-	put_u32(w, e->uid);
-	put_u32(w, e->gid);
-	put_u32(w, e->mode);
-	put_u64(w, e->size);
-	put_u32(w, e->producers);
-	put_u32(w, e->consumers);
-	put_u32(w, (uint32_t)e->node);
-	put_u32(w, e->backend);
-	put_u32(w, e->pin_idle);
-	put_u64(w, e->messages);
-	put_u64(w, e->bytes);
-	put_u64(w, e->lost);
-	put_u64(w, e->refused);
-	assert(w->bad || w->len - start == PROTO_LIST_ENTRY_SIZE);
+	put_fields(w, l, base);
+	assert(w->bad || w->len - start == l->wire);
 }
 
-static void get_entry(struct rd *r, struct proto_list_entry *e)
+static void put_fields(struct wr *w, const struct layout *l, const uint8_t *base)
 {
-	get_name(r, e->name);
-	get_geometry(r, &e->geo);
-	e->state = get_u32(r);
-	e->uid = get_u32(r);
-	e->gid = get_u32(r);
-	e->mode = get_u32(r);
-	e->size = get_u64(r);
-	e->producers = get_u32(r);
-	e->consumers = get_u32(r);
-	e->node = (int32_t)get_u32(r);
-	e->backend = get_u32(r);
-	e->pin_idle = get_u32(r);
-	e->messages = get_u64(r);
-	e->bytes = get_u64(r);
-	e->lost = get_u64(r);
-	e->refused = get_u64(r);
+	for (size_t i = 0; i < l->n && !w->bad; i++) {
+		const struct field *f = &l->fields[i];
+		const uint8_t *p = base + f->off;
+		uint32_t n;
+
+		switch (f->kind) {
+		case F_U32:
+		case F_FLAGS:
+			put_u32(w, load32(p));
+			break;
+		case F_U64:
+			put_u64(w, load64(p));
+			break;
+		case F_NAME:
+			put_name(w, (const char *)p);
+			break;
+		case F_RECORD:
+			put_record(w, f->sub, p);
+			break;
+		case F_ARRAY:
+			n = load32(base + f->count);
+			if (n > f->arg)
+				w->bad = true; /* over its page */
+			for (uint32_t k = 0; k < n && !w->bad; k++)
+				put_record(w, f->sub, p + (size_t)k * f->stride);
+			break;
+		}
+	}
 }
 
-static void put_user(struct wr *w, const struct proto_user_entry *u)
+static void get_u32_to(struct rd *r, uint8_t *p)
 {
-	size_t start = w->len;
-
-	put_u32(w, u->uid);
-	put_u32(w, u->channels);
-	put_u32(w, u->connections);
-	put_u64(w, u->pinned);
-	put_u64(w, u->charged);
-	put_u64(w, u->quota);
-	assert(w->bad || w->len - start == PROTO_USER_ENTRY_SIZE);
+	uint32_t v = get_u32(r);
+	memcpy(p, &v, sizeof(v));
 }
 
-static void get_user(struct rd *r, struct proto_user_entry *u)
+static void get_fields(struct rd *r, const struct layout *l, uint8_t *base)
 {
-	u->uid = get_u32(r);
-	u->channels = get_u32(r);
-	u->connections = get_u32(r);
-	u->pinned = get_u64(r);
-	u->charged = get_u64(r);
-	u->quota = get_u64(r);
-}
+	for (size_t i = 0; i < l->n && !r->bad; i++) {
+		const struct field *f = &l->fields[i];
+		uint8_t *p = base + f->off;
+		uint64_t v;
+		uint32_t n;
 
-static void put_pool_class(struct wr *w, const struct proto_pool_class *c)
-{
-	size_t start = w->len;
-
-	put_u64(w, c->size);
-	put_u32(w, c->wanted);
-	put_u32(w, c->ready);
-	put_u32(w, c->filling);
-	put_u64(w, c->locked);
-	assert(w->bad || w->len - start == PROTO_POOL_CLASS_SIZE);
-}
-
-static void get_pool_class(struct rd *r, struct proto_pool_class *c)
-{
-	c->size = get_u64(r);
-	c->wanted = get_u32(r);
-	c->ready = get_u32(r);
-	c->filling = get_u32(r);
-	c->locked = get_u64(r);
-}
-
-static void put_client(struct wr *w, const struct proto_client_entry *c)
-{
-	size_t start = w->len;
-
-	put_u64(w, c->id);
-	put_u32(w, c->pid);
-	put_u32(w, c->uid);
-	put_u32(w, c->gid);
-	put_u32(w, c->channels);
-	put_u32(w, c->endpoints);
-	assert(w->bad || w->len - start == PROTO_CLIENT_ENTRY_SIZE);
-}
-
-static void get_client(struct rd *r, struct proto_client_entry *c)
-{
-	c->id = get_u64(r);
-	c->pid = get_u32(r);
-	c->uid = get_u32(r);
-	c->gid = get_u32(r);
-	c->channels = get_u32(r);
-	c->endpoints = get_u32(r);
+		switch (f->kind) {
+		case F_U32:
+			get_u32_to(r, p);
+			break;
+		case F_FLAGS:
+			get_u32_to(r, p);
+			if (load32(p) & ~f->arg)
+				r->bad = true;
+			break;
+		case F_U64:
+			v = get_u64(r);
+			memcpy(p, &v, sizeof(v));
+			break;
+		case F_NAME:
+			get_name(r, (char *)p);
+			break;
+		case F_RECORD:
+			get_fields(r, f->sub, p);
+			break;
+		case F_ARRAY:
+			/* The count, read before, bounded before any element is. */
+			n = load32(base + f->count);
+			if (n > f->arg)
+				r->bad = true;
+			for (uint32_t k = 0; k < n && !r->bad; k++)
+				get_fields(r, f->sub, p + (size_t)k * f->stride);
+			break;
+		}
+	}
 }
 
 /* ---- messages --------------------------------------------------------------- */
@@ -263,6 +503,14 @@ static bool is_request(uint16_t type)
 static bool is_reply(uint16_t type)
 {
 	return type == PROTO_ERROR || ((type & PROTO_REPLY) && is_request(type & ~PROTO_REPLY));
+}
+
+/* The body of a packet of @p type (a request, or a successful reply). */
+static const struct layout *body_of(uint16_t type)
+{
+	const struct message *msg = &messages[type & ~PROTO_REPLY];
+
+	return type & PROTO_REPLY ? &msg->reply : &msg->request;
 }
 
 int proto_encode(const struct proto_msg *m, uint8_t *buf)
@@ -278,147 +526,22 @@ int proto_encode(const struct proto_msg *m, uint8_t *buf)
 	put_u32(&w, 0); /* length, filled in below */
 	put_u32(&w, m->h.seq);
 
+	bool body = true;
 	if (is_reply(type)) {
 		size_t n = strnlen(m->text, PROTO_TEXT_MAX);
 		put_u32(&w, (uint32_t)m->status);
 		put_u16(&w, (uint16_t)n);
 		put_bytes(&w, m->text, n);
-		if (m->status != 0 || type == PROTO_ERROR)
-			goto done;
+		body = m->status == 0 && type != PROTO_ERROR;
 	}
-
-	switch (type) {
-	case PROTO_HELLO:
-		put_u32(&w, m->u.hello.version);
-		put_u32(&w, m->u.hello.library);
-		break;
-	case PROTO_HELLO | PROTO_REPLY:
-		put_u32(&w, m->u.hello_reply.version);
-		put_u32(&w, m->u.hello_reply.flags);
-		put_u32(&w, m->u.hello_reply.library);
-		break;
-	case PROTO_CREATE:
-		put_name(&w, m->u.create.name);
-		put_geometry(&w, &m->u.create.geo);
-		put_u32(&w, m->u.create.mode);
-		put_u32(&w, m->u.create.flags);
-		put_u32(&w, (uint32_t)m->u.create.node);
-		put_u32(&w, m->u.create.pin_idle);
-		break;
-	case PROTO_CREATE | PROTO_REPLY:
-		put_u64(&w, m->u.create_reply.size);
-		put_u32(&w, m->u.create_reply.state);
-		put_u32(&w, m->u.create_reply.backend);
-		put_u64(&w, m->u.create_reply.id);
-		break;
-	case PROTO_OPEN:
-		put_name(&w, m->u.open.name);
-		put_u32(&w, m->u.open.role);
-		put_u32(&w, (uint32_t)m->u.open.node);
-		break;
-	case PROTO_OPEN | PROTO_REPLY:
-		put_u32(&w, m->u.open_reply.endpoint);
-		put_geometry(&w, &m->u.open_reply.geo);
-		put_u64(&w, m->u.open_reply.size);
-		put_u64(&w, m->u.open_reply.id);
-		break;
-	case PROTO_UNLINK:
-		put_name(&w, m->u.unlink.name);
-		break;
-	case PROTO_LIST:
-		put_u64(&w, m->u.list.cursor);
-		break;
-	case PROTO_LIST | PROTO_REPLY:
-		if (m->u.list_reply.count > PROTO_LIST_PAGE)
-			return -EINVAL;
-		put_u64(&w, m->u.list_reply.next);
-		put_u32(&w, m->u.list_reply.count);
-		put_u32(&w, m->u.list_reply.flags);
-		for (uint32_t i = 0; i < m->u.list_reply.count; i++)
-			put_entry(&w, &m->u.list_reply.entries[i]);
-		break;
-	case PROTO_STATUS:
-		put_u64(&w, m->u.status.cursor);
-		break;
-	case PROTO_STATUS | PROTO_REPLY: {
-		size_t start = w.len;
-		if (m->u.status_reply.count > PROTO_STATUS_PAGE || m->u.status_reply.pool_count > PROTO_POOL_CLASSES)
-			return -EINVAL;
-		put_u32(&w, m->u.status_reply.pid);
-		put_u32(&w, m->u.status_reply.flags);
-		put_u64(&w, m->u.status_reply.uptime_ms);
-		put_u64(&w, m->u.status_reply.budget);
-		put_u64(&w, m->u.status_reply.pinned);
-		put_u32(&w, m->u.status_reply.channels_pinned);
-		put_u32(&w, m->u.status_reply.channels_unpinned);
-		put_u32(&w, m->u.status_reply.connections);
-		put_u32(&w, m->u.status_reply.count);
-		put_u64(&w, m->u.status_reply.next);
-		assert(w.bad || w.len - start == PROTO_STATUS_FIXED_SIZE);
-		start = w.len;
-		put_u64(&w, m->u.status_reply.pool_pinned);
-		put_u64(&w, m->u.status_reply.pool_hits);
-		put_u64(&w, m->u.status_reply.pool_misses);
-		put_u32(&w, m->u.status_reply.pool_flags);
-		put_u32(&w, m->u.status_reply.pool_count);
-		assert(w.bad || w.len - start == PROTO_POOL_FIXED_SIZE);
-		for (uint32_t i = 0; i < m->u.status_reply.pool_count; i++)
-			put_pool_class(&w, &m->u.status_reply.pool[i]);
-		for (uint32_t i = 0; i < m->u.status_reply.count; i++)
-			put_user(&w, &m->u.status_reply.users[i]);
-		break;
-	}
-	case PROTO_CLIENTS:
-		put_u64(&w, m->u.clients.cursor);
-		break;
-	case PROTO_CLIENTS | PROTO_REPLY:
-		if (m->u.clients_reply.count > PROTO_CLIENTS_PAGE)
-			return -EINVAL;
-		put_u64(&w, m->u.clients_reply.next);
-		put_u32(&w, m->u.clients_reply.count);
-		put_u32(&w, m->u.clients_reply.flags);
-		for (uint32_t i = 0; i < m->u.clients_reply.count; i++)
-			put_client(&w, &m->u.clients_reply.entries[i]);
-		break;
-	case PROTO_CLOSE:
-		put_u64(&w, m->u.close.id);
-		put_u32(&w, m->u.close.endpoint);
-		break;
-	case PROTO_STAT:
-		put_name(&w, m->u.stat.name);
-		break;
-	case PROTO_RELOCK:
-		put_u64(&w, m->u.relock.id);
-		break;
-	case PROTO_NOTIFY:
-	case PROTO_PEER:
-		put_u64(&w, m->u.notify.id);
-		put_u32(&w, m->u.notify.endpoint);
-		break;
-	case PROTO_STAT | PROTO_REPLY:
-		put_entry(&w, &m->u.stat_reply.entry);
-		break;
-	case PROTO_ADOPT:
-		put_name(&w, m->u.adopt.name);
-		put_geometry(&w, &m->u.adopt.geo);
-		put_u32(&w, m->u.adopt.role);
-		put_u32(&w, m->u.adopt.endpoint);
-		break;
-	case PROTO_ADOPT | PROTO_REPLY:
-		put_u64(&w, m->u.adopt_reply.id);
-		put_u32(&w, m->u.adopt_reply.flags);
-		break;
-	default: /* SHUTDOWN, and the UNLINK, SHUTDOWN, CLOSE, RELOCK, NOTIFY and PEER replies: nothing more */
-		break;
-	}
-done:
+	if (body)
+		put_fields(&w, body_of(type), (const uint8_t *)m);
 	if (w.bad)
 		return -EINVAL;
 	struct wr len = {.p = buf + 8, .cap = 4};
 	put_u32(&len, (uint32_t)w.len);
 	return (int)w.len;
 }
-
 /* The reply text: printable ASCII kept, anything else shown as '?'. */
 static void get_text(struct rd *r, char *out)
 {
@@ -461,147 +584,17 @@ int proto_decode(const uint8_t *buf, size_t len, bool reply, struct proto_msg *m
 	if (reply ? !is_reply(type) : !is_request(type))
 		return -EOPNOTSUPP;
 
+	bool body = true;
 	if (reply) {
 		m->status = (int32_t)get_u32(&r);
 		get_text(&r, m->text);
 		/* 0 or a negative errno; an ERROR reply is never a success. */
 		if (m->status > 0 || m->status < -4095 || (type == PROTO_ERROR && m->status == 0))
 			r.bad = true;
-		if (m->status != 0 || type == PROTO_ERROR)
-			goto done;
+		body = m->status == 0 && type != PROTO_ERROR;
 	}
-
-	switch (type) {
-	case PROTO_HELLO:
-		m->u.hello.version = get_u32(&r);
-		m->u.hello.library = get_u32(&r);
-		break;
-	case PROTO_HELLO | PROTO_REPLY:
-		m->u.hello_reply.version = get_u32(&r);
-		m->u.hello_reply.flags = get_u32(&r);
-		m->u.hello_reply.library = get_u32(&r);
-		break;
-	case PROTO_CREATE:
-		get_name(&r, m->u.create.name);
-		get_geometry(&r, &m->u.create.geo);
-		m->u.create.mode = get_u32(&r);
-		m->u.create.flags = get_u32(&r);
-		m->u.create.node = (int32_t)get_u32(&r);
-		m->u.create.pin_idle = get_u32(&r);
-		break;
-	case PROTO_CREATE | PROTO_REPLY:
-		m->u.create_reply.size = get_u64(&r);
-		m->u.create_reply.state = get_u32(&r);
-		m->u.create_reply.backend = get_u32(&r);
-		m->u.create_reply.id = get_u64(&r);
-		break;
-	case PROTO_OPEN:
-		get_name(&r, m->u.open.name);
-		m->u.open.role = get_u32(&r);
-		m->u.open.node = (int32_t)get_u32(&r);
-		break;
-	case PROTO_OPEN | PROTO_REPLY:
-		m->u.open_reply.endpoint = get_u32(&r);
-		get_geometry(&r, &m->u.open_reply.geo);
-		m->u.open_reply.size = get_u64(&r);
-		m->u.open_reply.id = get_u64(&r);
-		break;
-	case PROTO_UNLINK:
-		get_name(&r, m->u.unlink.name);
-		break;
-	case PROTO_LIST:
-		m->u.list.cursor = get_u64(&r);
-		break;
-	case PROTO_LIST | PROTO_REPLY:
-		m->u.list_reply.next = get_u64(&r);
-		m->u.list_reply.count = get_u32(&r);
-		m->u.list_reply.flags = get_u32(&r);
-		if (m->u.list_reply.count > PROTO_LIST_PAGE) {
-			r.bad = true;
-			break;
-		}
-		for (uint32_t i = 0; i < m->u.list_reply.count && !r.bad; i++)
-			get_entry(&r, &m->u.list_reply.entries[i]);
-		break;
-	case PROTO_STATUS:
-		m->u.status.cursor = get_u64(&r);
-		break;
-	case PROTO_STATUS | PROTO_REPLY:
-		m->u.status_reply.pid = get_u32(&r);
-		m->u.status_reply.flags = get_u32(&r);
-		m->u.status_reply.uptime_ms = get_u64(&r);
-		m->u.status_reply.budget = get_u64(&r);
-		m->u.status_reply.pinned = get_u64(&r);
-		m->u.status_reply.channels_pinned = get_u32(&r);
-		m->u.status_reply.channels_unpinned = get_u32(&r);
-		m->u.status_reply.connections = get_u32(&r);
-		m->u.status_reply.count = get_u32(&r);
-		m->u.status_reply.next = get_u64(&r);
-		m->u.status_reply.pool_pinned = get_u64(&r);
-		m->u.status_reply.pool_hits = get_u64(&r);
-		m->u.status_reply.pool_misses = get_u64(&r);
-		m->u.status_reply.pool_flags = get_u32(&r);
-		m->u.status_reply.pool_count = get_u32(&r);
-		/* Both counts bounded before anything is read into their arrays. */
-		if (m->u.status_reply.count > PROTO_STATUS_PAGE || (m->u.status_reply.flags & ~PROTO_STATUS_FLAGS) ||
-		    m->u.status_reply.pool_count > PROTO_POOL_CLASSES ||
-		    (m->u.status_reply.pool_flags & ~PROTO_POOL_FLAGS)) {
-			r.bad = true;
-			break;
-		}
-		for (uint32_t i = 0; i < m->u.status_reply.pool_count && !r.bad; i++)
-			get_pool_class(&r, &m->u.status_reply.pool[i]);
-		for (uint32_t i = 0; i < m->u.status_reply.count && !r.bad; i++)
-			get_user(&r, &m->u.status_reply.users[i]);
-		break;
-	case PROTO_CLIENTS:
-		m->u.clients.cursor = get_u64(&r);
-		break;
-	case PROTO_CLIENTS | PROTO_REPLY:
-		m->u.clients_reply.next = get_u64(&r);
-		m->u.clients_reply.count = get_u32(&r);
-		m->u.clients_reply.flags = get_u32(&r);
-		if (m->u.clients_reply.count > PROTO_CLIENTS_PAGE || (m->u.clients_reply.flags & ~PROTO_CLIENTS_MORE)) {
-			r.bad = true;
-			break;
-		}
-		for (uint32_t i = 0; i < m->u.clients_reply.count && !r.bad; i++)
-			get_client(&r, &m->u.clients_reply.entries[i]);
-		break;
-	case PROTO_CLOSE:
-		m->u.close.id = get_u64(&r);
-		m->u.close.endpoint = get_u32(&r);
-		break;
-	case PROTO_STAT:
-		get_name(&r, m->u.stat.name);
-		break;
-	case PROTO_RELOCK:
-		m->u.relock.id = get_u64(&r);
-		break;
-	case PROTO_NOTIFY:
-	case PROTO_PEER:
-		m->u.notify.id = get_u64(&r);
-		m->u.notify.endpoint = get_u32(&r);
-		break;
-	case PROTO_STAT | PROTO_REPLY:
-		get_entry(&r, &m->u.stat_reply.entry);
-		break;
-	case PROTO_ADOPT:
-		get_name(&r, m->u.adopt.name);
-		get_geometry(&r, &m->u.adopt.geo);
-		m->u.adopt.role = get_u32(&r);
-		m->u.adopt.endpoint = get_u32(&r);
-		break;
-	case PROTO_ADOPT | PROTO_REPLY:
-		m->u.adopt_reply.id = get_u64(&r);
-		m->u.adopt_reply.flags = get_u32(&r);
-		if (m->u.adopt_reply.flags & ~PROTO_ADOPT_FLAGS)
-			r.bad = true;
-		break;
-	default:
-		break;
-	}
-done:
+	if (body)
+		get_fields(&r, body_of(type), (uint8_t *)m);
 	/* The body has exactly the length of its type. */
 	if (r.bad || r.off != len)
 		return -EBADMSG;
@@ -651,38 +644,9 @@ bool proto_name_valid(const char *name)
 
 const char *proto_type_name(uint16_t type)
 {
-	switch (type & ~PROTO_REPLY) {
-	case PROTO_HELLO:
-		return "HELLO";
-	case PROTO_CREATE:
-		return "CREATE";
-	case PROTO_OPEN:
-		return "OPEN";
-	case PROTO_UNLINK:
-		return "UNLINK";
-	case PROTO_LIST:
-		return "LIST";
-	case PROTO_SHUTDOWN:
-		return "SHUTDOWN";
-	case PROTO_STATUS:
-		return "STATUS";
-	case PROTO_CLIENTS:
-		return "CLIENTS";
-	case PROTO_CLOSE:
-		return "CLOSE";
-	case PROTO_STAT:
-		return "STAT";
-	case PROTO_RELOCK:
-		return "RELOCK";
-	case PROTO_NOTIFY:
-		return "NOTIFY";
-	case PROTO_PEER:
-		return "PEER";
-	case PROTO_ADOPT:
-		return "ADOPT";
-	default:
-		return type == PROTO_ERROR ? "ERROR" : "unknown";
-	}
+	if (type == PROTO_ERROR)
+		return "ERROR";
+	return is_request(type & ~PROTO_REPLY) ? messages[type & ~PROTO_REPLY].name : "unknown";
 }
 
 int proto_user_socket_dir(char *buf, size_t len, uid_t uid)
@@ -710,12 +674,39 @@ int proto_user_socket_path(char *buf, size_t len, uid_t uid)
 	return 0;
 }
 
+int proto_dir_check(const char *dir, char *why, size_t whylen)
+{
+	struct stat st;
+
+	if (lstat(dir, &st) != 0) {
+		int err = errno;
+		snprintf(why, whylen, "%s: %s", dir, strerror(err));
+		return -err;
+	}
+	if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
+		snprintf(why, whylen, "%s is %s, not a folder", dir,
+			 S_ISLNK(st.st_mode) ? "a symbolic link" : "a file");
+		return -ENOTDIR;
+	}
+	if (st.st_uid != geteuid()) {
+		snprintf(why, whylen, "%s belongs to uid %u, not to this user (uid %u)", dir, (unsigned)st.st_uid,
+			 (unsigned)geteuid());
+		return -EPERM;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(why, whylen, "%s may be written by its group or others (mode %03o)", dir,
+			 (unsigned)(st.st_mode & 0777));
+		return -EPERM;
+	}
+	return 0;
+}
+
 bool proto_request_takes_fd(uint16_t type)
 {
-	return type == PROTO_ADOPT || type == PROTO_NOTIFY;
+	return is_request(type) && messages[type].request_fd;
 }
 
 bool proto_reply_gives_fd(uint16_t type)
 {
-	return type == (PROTO_OPEN | PROTO_REPLY) || type == (PROTO_PEER | PROTO_REPLY);
+	return type != PROTO_ERROR && is_reply(type) && messages[type & ~PROTO_REPLY].reply_fd;
 }

@@ -62,27 +62,27 @@
 #define PROTO_SYSTEM_SOCKET "/run/pinshm/socket"
 #define PROTO_SOCKET_NAME "socket" /* in the user-mode folder */
 
+/*
+ * Message types.  The fields of each: its member of proto_msg's union below
+ * (a reply's: NAME_reply; none: an empty body), in wire order.  ADOPT comes
+ * with the channel's segment, NOTIFY with the endpoint's eventfd, and a
+ * successful OPEN or PEER reply with the segment or that eventfd.
+ */
 enum proto_type {
-	PROTO_HELLO = 1,    /* body: u32 version, u32 library version */
-	PROTO_CREATE = 2,   /* body: name, u32 kind, u32 flags, u64 capacity, u32 max_message,
-			     *       u32 max_producers, u32 max_consumers, u32 mode, u32 create flags,
-			     *       i32 node (PINSHM_NODE_ANY, _LOCAL, _CONSUMER or a node),
-			     *       u32 pin_idle (PINSHM_PIN_*, or seconds) */
-	PROTO_OPEN = 3,     /* body: name, u32 role, i32 node (the client's NUMA node now,
-			     *       PINSHM_NODE_ANY: unknown) */
-	PROTO_UNLINK = 4,   /* body: name */
-	PROTO_LIST = 5,     /* body: u64 cursor */
-	PROTO_SHUTDOWN = 6, /* body: empty */
-	PROTO_STATUS = 7,   /* body: u64 cursor (users of uid >= cursor) */
-	PROTO_CLIENTS = 8,  /* body: u64 cursor (connections of id > cursor) */
-	PROTO_CLOSE = 9,    /* body: u64 channel id, u32 endpoint */
-	PROTO_STAT = 10,    /* body: name */
-	PROTO_RELOCK = 11,  /* body: u64 channel id */
-	PROTO_ADOPT = 12,   /* body: name, u32 kind, u32 flags, u64 capacity, u32 max_message,
-			     *       u32 max_producers, u32 max_consumers, u32 role, u32 endpoint;
-			     *       with one descriptor: the channel's segment */
-	PROTO_NOTIFY = 13,  /* body: u64 channel id, u32 endpoint; with one descriptor: its eventfd */
-	PROTO_PEER = 14,    /* body: u64 channel id, u32 endpoint; the reply carries that eventfd */
+	PROTO_HELLO = 1,    /* versions, both ways */
+	PROTO_CREATE = 2,   /* a channel */
+	PROTO_OPEN = 3,     /* an endpoint of a channel, by name */
+	PROTO_UNLINK = 4,   /* a name */
+	PROTO_LIST = 5,     /* a page of channels */
+	PROTO_SHUTDOWN = 6, /* the daemon */
+	PROTO_STATUS = 7,   /* the daemon's figures and a page of users */
+	PROTO_CLIENTS = 8,  /* a page of connections */
+	PROTO_CLOSE = 9,    /* an endpoint claimed by OPEN */
+	PROTO_STAT = 10,    /* one channel, by name */
+	PROTO_RELOCK = 11,  /* lock an unlocked channel again */
+	PROTO_ADOPT = 12,   /* a segment a client still holds (after a daemon restart) */
+	PROTO_NOTIFY = 13,  /* a consumer's wake-up eventfd */
+	PROTO_PEER = 14,    /* a consumer's wake-up eventfd, for a producer */
 	PROTO_REPLY = 0x8000,
 	PROTO_ERROR = 0xffff,
 };
@@ -190,7 +190,9 @@ struct proto_client_entry {
 
 /*
  * A decoded message.  Which members of `u` are meaningful follows from
- * h.type (and, for replies, from status == 0).
+ * h.type (and, for replies, from status == 0).  The members of each message
+ * are declared in wire order; their wire form is the table of fields in
+ * protocol.c: a new field is a member here and its line there.
  */
 struct proto_msg {
 	struct proto_header h;
@@ -240,7 +242,7 @@ struct proto_msg {
 			struct proto_list_entry entries[PROTO_LIST_PAGE];
 		} list_reply;
 		struct {
-			uint64_t cursor;
+			uint64_t cursor; /* STATUS: users of uid >= cursor; CLIENTS: connections of id > cursor */
 		} status, clients; /* STATUS, CLIENTS */
 		struct {
 			uint32_t pid, flags; /* PROTO_STATUS_* */
@@ -342,6 +344,16 @@ int proto_user_socket_dir(char *buf, size_t len, uid_t uid);
 /** The user-mode socket path of @p uid (the folder above, then "/socket").
  *  @return 0, or -ENAMETOOLONG if it does not fit @p len or a sockaddr_un. */
 int proto_user_socket_path(char *buf, size_t len, uid_t uid);
+
+/**
+ * Whether the socket folder @p dir can be trusted, as tmux and ssh-agent
+ * judge theirs: lstat(2) finds a folder (not a symbolic link) that belongs
+ * to the effective user and that neither its group nor others may write to.
+ * @return 0; -ENOENT (nothing there); -ENOTDIR (a link or another file) or
+ *         -EPERM (another owner, writable by others) or lstat's -errno,
+ *         with the reason, naming @p dir, in @p why.
+ */
+int proto_dir_check(const char *dir, char *why, size_t whylen);
 
 /** Whether a request of @p type comes with one descriptor (ADOPT, NOTIFY);
  *  every other request comes with none. */

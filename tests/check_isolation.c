@@ -24,7 +24,12 @@
  *   user ns      a client that is root in its own user namespace is its
  *                real outer uid to the daemon (pinshm_clients, channel
  *                owner) and gets none of root's powers (shutdown, other
- *                users' channels).
+ *                users' channels);
+ *   squatting    the user-mode folder of a uid, made first by someone else
+ *                (another owner, writable by others, a symbolic link), is
+ *                neither connected to nor started in by that uid's library,
+ *                which says why and tries the system socket; its own
+ *                daemon's folder serves it.
  *
  * Where the kernel or a sandbox refuses a namespace, that test says so and
  * passes without checking it.
@@ -42,6 +47,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ipc.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <poll.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/shm.h>
@@ -51,6 +59,7 @@
 
 #include "daemonutil.h"
 #include "pinshm.h"
+#include "protocol.h"
 #include "testutil.h"
 
 #define KiB 1024u
@@ -725,6 +734,180 @@ START_TEST(test_user_namespace)
 }
 END_TEST
 
+/* ======================================================================== */
+/* squatting                                                                 */
+/* ======================================================================== */
+
+/*
+ * The user-mode folder /tmp/pinshm-UID of a victim (XDG_RUNTIME_DIR and
+ * PINSHM_SOCKET unset), made first by someone else, with the squatter's
+ * socket listening in it.  The victim and the squatter are uids no account
+ * uses, so that the folder is the test's alone.
+ */
+enum squat_kind { SQUAT_OWNER, SQUAT_WRITABLE, SQUAT_SYMLINK, SQUATS };
+
+struct squat {
+	uid_t victim, other;
+	char dir[64];    /* /tmp/pinshm-VICTIM */
+	char target[64]; /* SQUAT_SYMLINK: the folder the link names */
+	char sock[96];   /* where the squatter listens */
+	char want[160];  /* the reason the connect error must give */
+	int listen_fd;
+};
+
+/* A uid from @p from on that no account uses and that has no folder. */
+static uid_t unused_uid(uid_t from)
+{
+	for (uid_t u = from;; u++) {
+		char dir[64];
+		struct stat st;
+		snprintf(dir, sizeof(dir), "/tmp/pinshm-%u", (unsigned)u);
+		if (!getpwuid(u) && lstat(dir, &st) != 0)
+			return u;
+	}
+}
+
+/* Make the squatted folder of kind @p k, a socket listening in it. */
+static void squat_make(struct squat *q, enum squat_kind k)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	const char *in = q->dir;
+
+	switch (k) {
+	case SQUAT_OWNER:
+		ck_assert_int_eq(mkdir(q->dir, 0755), 0);
+		ck_assert_int_eq(chown(q->dir, q->other, q->other), 0);
+		snprintf(q->want, sizeof(q->want), "%s belongs to uid %u", q->dir, (unsigned)q->other);
+		break;
+	case SQUAT_WRITABLE:
+		ck_assert_int_eq(mkdir(q->dir, 0700), 0);
+		ck_assert_int_eq(chown(q->dir, q->victim, q->victim), 0);
+		ck_assert_int_eq(chmod(q->dir, 0777), 0);
+		snprintf(q->want, sizeof(q->want), "%s may be written by its group or others", q->dir);
+		break;
+	default:
+		snprintf(q->target, sizeof(q->target), "/tmp/pinshm-squat-XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(q->target));
+		ck_assert_int_eq(chown(q->target, q->victim, q->victim), 0);
+		ck_assert_int_eq(symlink(q->target, q->dir), 0);
+		snprintf(q->want, sizeof(q->want), "%s is a symbolic link", q->dir);
+		in = q->target;
+		break;
+	}
+	snprintf(q->sock, sizeof(q->sock), "%s/socket", in);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", q->sock);
+	q->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(q->listen_fd, 0);
+	ck_assert_int_eq(bind(q->listen_fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(q->listen_fd, 8), 0);
+	ck_assert_int_eq(chmod(q->sock, 0666), 0);
+}
+
+/* Nobody connected to the squatter, nothing was added to its folder; remove it. */
+static void squat_check_remove(struct squat *q, enum squat_kind k)
+{
+	struct pollfd pfd = {.fd = q->listen_fd, .events = POLLIN};
+	char start[128];
+	struct stat st;
+
+	ck_assert_msg(poll(&pfd, 1, 0) == 0, "case %d: the victim connected to the squatter's socket", k);
+	snprintf(start, sizeof(start), "%s.start", q->sock);
+	ck_assert_msg(lstat(start, &st) != 0, "case %d: autostart went into the squatted folder", k);
+	close(q->listen_fd);
+	ck_assert_int_eq(unlink(q->sock), 0);
+	if (k == SQUAT_SYMLINK) {
+		ck_assert_int_eq(unlink(q->dir), 0);
+		ck_assert_int_eq(rmdir(q->target), 0);
+	} else {
+		ck_assert_int_eq(rmdir(q->dir), 0); /* nothing else in it */
+	}
+}
+
+/* In a child: become the victim and connect where pinshm_connect(NULL) looks,
+ * autostart allowed.  @p idx: the kind of squat, or SQUATS for the control
+ * (the victim's own daemon serves its folder). */
+static int squat_child(void *arg, int idx)
+{
+	const struct squat *q = arg;
+	pinshm_client_t *c;
+
+	if (setgroups(0, NULL) != 0 || setresgid(q->victim, q->victim, q->victim) != 0 ||
+	    setresuid(q->victim, q->victim, q->victim) != 0)
+		tu_child_fail(100, "becoming uid %u: %s", (unsigned)q->victim, strerror(errno));
+	unsetenv("XDG_RUNTIME_DIR");
+	unsetenv("PINSHM_SOCKET");
+	setenv("PINSHM_AUTOSTART", "1", 1);
+	setenv("PINSHMD", pinshmd_path(), 1);
+	int rc = pinshm_connect(NULL, &c);
+	const char *e = pinshm_client_error(NULL);
+	if (idx == SQUATS) {
+		if (rc != 0 || strstr(e, "ignoring"))
+			tu_child_fail(101, "its own folder: %s (%s)", pinshm_strerror(rc), e);
+		pinshm_disconnect(c);
+		return 0;
+	}
+	/* A system daemon, where one runs, may answer: the detail says so too. */
+	if (!strstr(e, "ignoring the user-mode socket folder") || !strstr(e, q->want) ||
+	    !strstr(e, "the system socket " PROTO_SYSTEM_SOCKET) || (rc != 0 && !strstr(e, "no pinshmd is started")))
+		tu_child_fail(102, "case %d: %s, detail '%s' (want '%s')", idx, pinshm_strerror(rc), e, q->want);
+	if (rc == 0)
+		pinshm_disconnect(c);
+	return 0;
+}
+
+static void squat_run_child(struct squat *q, int idx)
+{
+	struct tu_procs ps;
+	char st[48];
+
+	tu_procs_init(&ps);
+	tu_spawn(&ps, "victim", squat_child, q, idx);
+	ck_assert_int_eq(tu_wait_all(&ps, WAIT_MS), 0);
+	ck_assert_msg(WIFEXITED(ps.status[0]) && WEXITSTATUS(ps.status[0]) == 0, "case %d: %s", idx,
+		      tu_status_str(ps.status[0], st, sizeof(st)));
+}
+
+START_TEST(test_squatted_folder)
+{
+	struct squat q = {0};
+	struct daemon d = {0};
+	struct daemon_opts o = {.as_user = true, .no_socket = true};
+
+	q.victim = unused_uid(3900000u + (uid_t)getpid() % 100000u);
+	q.other = unused_uid(q.victim + 1);
+	snprintf(q.dir, sizeof(q.dir), "/tmp/pinshm-%u", (unsigned)q.victim);
+	unsetenv("XDG_RUNTIME_DIR"); /* for the victim's daemon below */
+	unsetenv("PINSHM_SOCKET");
+	for (int k = 0; k < SQUATS; k++) {
+		squat_make(&q, k);
+		squat_run_child(&q, k);
+		if (k == SQUAT_OWNER) { /* the victim's own daemon will not listen there either */
+			o.uid = o.gid = q.victim;
+			snprintf(d.sock, sizeof(d.sock), "%s/socket", q.dir);
+			daemon_spawn(&d, &o);
+			int st = daemon_wait_exit(&d, 10000);
+			ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) != 0,
+				      "pinshmd --user started in a squatted folder");
+		}
+		squat_check_remove(&q, k);
+	}
+
+	/* The control: the folder its own daemon makes serves the victim. */
+	o.uid = o.gid = q.victim;
+	snprintf(d.dir, sizeof(d.dir), "%s", q.dir);
+	snprintf(d.sock, sizeof(d.sock), "%s/socket", q.dir);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	squat_run_child(&q, SQUATS);
+	daemon_term_ok(&d);
+	char lock[160];
+	snprintf(lock, sizeof(lock), "%s.lock", d.sock);
+	unlink(lock);
+	unlink(d.sock);
+	ck_assert_int_eq(rmdir(q.dir), 0);
+}
+END_TEST
+
 static Suite *isolation_suite(void)
 {
 	Suite *s = suite_create("isolation");
@@ -739,6 +922,10 @@ static Suite *isolation_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_ipc_mount_namespace);
 	tcase_add_test(tc, test_user_namespace);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("squatting");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_squatted_folder);
 	suite_add_tcase(s, tc);
 	return s;
 }
