@@ -502,8 +502,8 @@ int pinshm_create_on_node(pinshm_client_t *c, const char *name, const pinshm_cha
 	return pinshm_create_full(c, name, attr, mode, flags, node, PINSHM_PIN_DEFAULT);
 }
 
-int pinshm_create_full(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr, mode_t mode,
-		       unsigned flags, int node, uint32_t pin_idle)
+static int create_locked(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr, mode_t mode,
+			 unsigned flags, int node, uint32_t pin_idle)
 {
 	struct proto_msg req = {.h.type = PROTO_CREATE}, rep;
 	pinshm_channel_attr_t defaults;
@@ -535,6 +535,15 @@ int pinshm_create_full(pinshm_client_t *c, const char *name, const pinshm_channe
 	req.u.create.node = node;
 	req.u.create.pin_idle = pin_idle;
 	return transact(c, &req, &rep, NULL);
+}
+
+int pinshm_create_full(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr, mode_t mode,
+		       unsigned flags, int node, uint32_t pin_idle)
+{
+	client_lock(c);
+	int rc = create_locked(c, name, attr, mode, flags, node, pin_idle);
+	client_unlock(c);
+	return rc;
 }
 
 /* Keep @p fd, the segment of @p ch opened as @p name, for a reconnect. */
@@ -578,7 +587,7 @@ static int32_t current_node(void)
 	return (int32_t)node;
 }
 
-int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm_channel_t **out)
+static int open_locked(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm_channel_t **out)
 {
 	struct proto_msg req = {.h.type = PROTO_OPEN}, rep;
 	int fd;
@@ -613,7 +622,6 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 		return client_fail(c, rc, "attaching to endpoint %u of '%s': %s", rep.u.open_reply.endpoint, name,
 				   pinshm_strerror(rc));
 	}
-	client_lock(c);
 	ch->client = c;
 	ch->client_pid = getpid();
 	ch->daemon_id = rep.u.open_reply.id;
@@ -624,9 +632,16 @@ int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm
 	c->channels = ch;
 	if (keep_segment(c, ch, name, fd) != 0)
 		close(fd); /* not handed back after a restart */
-	client_unlock(c);
 	*out = ch;
 	return 0;
+}
+
+int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm_channel_t **out)
+{
+	client_lock(c);
+	int rc = open_locked(c, name, role, out);
+	client_unlock(c);
+	return rc;
 }
 
 void client_detach_channel(pinshm_channel_t *ch)
@@ -764,15 +779,19 @@ static int client_reconnect(pinshm_client_t *c)
 
 int pinshm_reconnect(pinshm_client_t *c)
 {
+	int rc = 0;
+
+	client_lock(c);
 	c->error[0] = '\0';
-	if (!c->broken && !hung_up(c->fd))
-		return 0;
 	if (c->broken && c->broken_err != -ECONNRESET)
-		return client_fail(c, c->broken_err, "the connection to pinshmd is out of step: connect again");
-	return client_reconnect(c);
+		rc = client_fail(c, c->broken_err, "the connection to pinshmd is out of step: connect again");
+	else if (c->broken || hung_up(c->fd))
+		rc = client_reconnect(c);
+	client_unlock(c);
+	return rc;
 }
 
-int pinshm_unlink(pinshm_client_t *c, const char *name)
+static int unlink_locked(pinshm_client_t *c, const char *name)
 {
 	struct proto_msg req = {.h.type = PROTO_UNLINK}, rep;
 
@@ -829,7 +848,15 @@ static pinshm_list_entry_t entry_from_wire(const struct proto_list_entry *e)
 	return out;
 }
 
-int pinshm_stat(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out)
+int pinshm_unlink(pinshm_client_t *c, const char *name)
+{
+	client_lock(c);
+	int rc = unlink_locked(c, name);
+	client_unlock(c);
+	return rc;
+}
+
+static int stat_locked(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out)
 {
 	struct proto_msg req = {.h.type = PROTO_STAT};
 	struct proto_msg *rep;
@@ -848,6 +875,14 @@ int pinshm_stat(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out)
 	if (rc == 0)
 		*out = entry_from_wire(&rep->u.stat_reply.entry);
 	free(rep);
+	return rc;
+}
+
+int pinshm_stat(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out)
+{
+	client_lock(c);
+	int rc = stat_locked(c, name, out);
+	client_unlock(c);
 	return rc;
 }
 
@@ -896,7 +931,7 @@ static void set_cursor(struct proto_msg *req, uint64_t cursor)
  * more follow but holds nothing or does not move the cursor on (a faulty daemon
  * would keep us asking), breaks the connection with -EPROTO.
  */
-static int fetch_pages(pinshm_client_t *c, const struct paging *pg, void *arg, void **list, size_t *count)
+static int fetch_pages_locked(pinshm_client_t *c, const struct paging *pg, void *arg, void **list, size_t *count)
 {
 	struct proto_msg req = {.h.type = pg->type};
 	struct proto_msg *rep = malloc(sizeof(*rep));
@@ -940,6 +975,15 @@ static int fetch_pages(pinshm_client_t *c, const struct paging *pg, void *arg, v
 	*list = got;
 	*count = n;
 	return 0;
+}
+
+/* fetch_pages_locked() under the client's lock: one paged reply, whole. */
+static int fetch_pages(pinshm_client_t *c, const struct paging *pg, void *arg, void **list, size_t *count)
+{
+	client_lock(c);
+	int rc = fetch_pages_locked(c, pg, arg, list, count);
+	client_unlock(c);
+	return rc;
 }
 
 static struct page channel_page(const struct proto_msg *rep, uint64_t cursor, void *arg)
