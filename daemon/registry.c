@@ -209,6 +209,7 @@ static void collect(struct registry *r, struct channel *ch)
 	if (ch->refs > 0 || (ch->persistent && ch->named))
 		return;
 	log_info("channel '%s' destroyed%s", ch->name, ch->named ? "" : " (unlinked)");
+	ch->seg.release = true; /* its pages go, whoever still holds its descriptor */
 	channel_free(r, ch);
 }
 
