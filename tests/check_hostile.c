@@ -132,6 +132,21 @@ static bool reads_zeros(int fd, off_t off, size_t len)
 	return true;
 }
 
+/* A daemon on the configuration @p conf, and a client of it. */
+static pinshm_client_t *start_conf(struct daemon *d, const char *conf)
+{
+	struct daemon_opts o = {.config = true};
+
+	daemon_prepare(d, &o);
+	FILE *f = fopen(d->conf, "w");
+	ck_assert_msg(f != NULL, "%s: %s", d->conf, strerror(errno));
+	fputs(conf, f);
+	ck_assert_int_eq(fclose(f), 0);
+	daemon_spawn(d, &o);
+	daemon_wait_ready(d);
+	return connect_ok(d);
+}
+
 /*
  * One round: connect, create @p name (@p flags), open it as its consumer,
  * keep a copy of its descriptor and a mapping with every page touched,
@@ -214,19 +229,11 @@ static void check_kept(struct kept *k, const char *name)
 /* The rounds on a daemon configured by @p conf, channels made with @p flags. */
 static void release_rounds(const char *conf, unsigned flags, bool pool, const char *what)
 {
-	struct daemon_opts o = {.config = true};
 	struct daemon d;
 	static struct kept kept[HOSTILE_ROUNDS];
 	char name[32];
 
-	daemon_prepare(&d, &o);
-	FILE *f = fopen(d.conf, "w");
-	ck_assert_msg(f != NULL, "%s: %s", d.conf, strerror(errno));
-	fputs(conf, f);
-	ck_assert_int_eq(fclose(f), 0);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
-	pinshm_client_t *obs = connect_ok(&d);
+	pinshm_client_t *obs = start_conf(&d, conf);
 	if (pool)
 		wait_pool_ready(obs);
 	long long base = shmem_kb();
@@ -340,22 +347,15 @@ START_TEST(test_derived_limits)
 }
 END_TEST
 
-/* A daemon on @p conf; its STATUS quota for this user into @p quota. */
-static pinshm_client_t *start_conf(struct daemon *d, const char *conf, uint64_t *budget, uint64_t *quota)
+/* A daemon on @p conf and a client of it; its budget and the quota of this
+ * user (STATUS) into @p budget and @p quota. */
+static pinshm_client_t *start_status(struct daemon *d, const char *conf, uint64_t *budget, uint64_t *quota)
 {
-	struct daemon_opts o = {.config = true};
 	pinshm_status_t st;
 	pinshm_user_usage_t *u;
 	size_t n;
 
-	daemon_prepare(d, &o);
-	FILE *f = fopen(d->conf, "w");
-	ck_assert_msg(f != NULL, "%s: %s", d->conf, strerror(errno));
-	fputs(conf, f);
-	ck_assert_int_eq(fclose(f), 0);
-	daemon_spawn(d, &o);
-	daemon_wait_ready(d);
-	pinshm_client_t *c = connect_ok(d);
+	pinshm_client_t *c = start_conf(d, conf);
 	CLIENT_RC(c, pinshm_status(c, &st, &u, &n), 0);
 	ck_assert_uint_eq(n, 1);
 	*budget = st.budget;
@@ -371,7 +371,7 @@ START_TEST(test_default_limits_daemon)
 	pinshm_channel_attr_t attr;
 
 	/* A budget of 8 GiB, nothing else: quota 2 GiB, max segment 256 MiB. */
-	pinshm_client_t *c = start_conf(&d, "[daemon]\npool_segments = 0\nbudget = 8G\n", &budget, &quota);
+	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\nbudget = 8G\n", &budget, &quota);
 	ck_assert_uint_eq(budget, 8192 * MiB);
 	ck_assert_uint_eq(quota, 2048 * MiB);
 	tu_attr(&attr, PINSHM_QUEUE, 512 * MiB, 1, 1);
@@ -384,7 +384,7 @@ START_TEST(test_default_limits_daemon)
 	daemon_stop_ok(&d);
 
 	/* No budget either: both from half of RAM. */
-	c = start_conf(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
+	c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
 	config_derived_limits(budget, &q, &s);
 	ck_assert_uint_eq(quota, q);
 	CLIENT_RC(c, pinshm_disconnect(c), 0);
@@ -392,7 +392,7 @@ START_TEST(test_default_limits_daemon)
 
 	/* One line lifts the max segment size: the same create meets the
 	 * quota instead (1 MiB, set too, so that nothing is made). */
-	c = start_conf(&d, "[daemon]\npool_segments = 0\nbudget = 8G\nmax_segment_size = unlimited\n"
+	c = start_status(&d, "[daemon]\npool_segments = 0\nbudget = 8G\nmax_segment_size = unlimited\n"
 			   "default_user_quota = 1M\n",
 		       &budget, &quota);
 	ck_assert_uint_eq(quota, MiB);
