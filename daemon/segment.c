@@ -391,7 +391,7 @@ int segment_relock(struct segment *s)
  * mapping gone already). */
 static void punch(const struct segment *s)
 {
-	size_t page = s->hugepages ? huge_page_size() : (size_t)sysconf(_SC_PAGESIZE);
+	size_t page = s->hugepages && huge_page_size() ? huge_page_size() : (size_t)sysconf(_SC_PAGESIZE);
 	struct stat st;
 	off_t from = (off_t)((s->keep + page - 1) / page * page), end = (off_t)s->size;
 
