@@ -129,7 +129,9 @@ int account_charge(struct account *a, uid_t uid, uint64_t size, char *why, size_
 	char b1[24];
 
 	if (size > a->cfg->max_segment_size) {
-		snprintf(why, whylen, "a segment of %llu bytes is over max_segment_size, %llu bytes",
+		snprintf(why, whylen,
+			 "a segment of %llu bytes is over max_segment_size, %llu bytes (pinshmd.conf(5): the "
+			 "default is derived from the budget)",
 			 (unsigned long long)size, (unsigned long long)a->cfg->max_segment_size);
 		return -EFBIG;
 	}

@@ -323,6 +323,9 @@ static int parse_backend(struct parse *p, const char *value)
 	return 0;
 }
 
+/* Bits of parse.seen_daemon: the index of the key in daemon_key()'s list. */
+enum { KEY_DEFAULT_USER_QUOTA = 2, KEY_MAX_SEGMENT_SIZE = 5 };
+
 static int daemon_key(struct parse *p, const char *key, const char *value)
 {
 	static const char *const keys[] = {"socket", "budget", "default_user_quota", "max_connections_per_user",
@@ -349,7 +352,7 @@ static int daemon_key(struct parse *p, const char *key, const char *value)
 		return cfg->socket ? 0 : perr(p, -ENOMEM, "out of memory");
 	case 1:
 		return parse_budget(p, value);
-	case 2:
+	case KEY_DEFAULT_USER_QUOTA:
 		return set_size(p, key, value, true, &cfg->user_default.quota);
 	case 3:
 		return set_count(p, key, value, &cfg->user_default.max_connections);
@@ -513,6 +516,29 @@ static int on_key_lineno(void *user, const char *section, const char *key, const
 #define ON_KEY on_key
 #endif
 
+void config_derived_limits(uint64_t budget, uint64_t *quota, uint64_t *max_segment)
+{
+	if (budget == CONFIG_UNLIMITED) {
+		*quota = *max_segment = CONFIG_UNLIMITED;
+		return;
+	}
+	*quota = budget / 4 > CONFIG_MPI_NODE_BYTES ? budget / 4 : CONFIG_MPI_NODE_BYTES;
+	*max_segment = budget / 64 > CONFIG_SEGMENT_FLOOR ? budget / 64 : CONFIG_SEGMENT_FLOOR;
+}
+
+/* The limits left unset (@p quota_set, @p segment_set: given in the file),
+ * derived from the budget in force. */
+static void derive_limits(struct config *cfg, bool quota_set, bool segment_set)
+{
+	uint64_t quota, segment;
+
+	config_derived_limits(cfg->budget, &quota, &segment);
+	if (!quota_set)
+		cfg->user_default.quota = quota;
+	if (!segment_set)
+		cfg->max_segment_size = segment;
+}
+
 static struct config *config_defaults(void)
 {
 	struct config *cfg = calloc(1, sizeof(*cfg));
@@ -610,6 +636,7 @@ static int load_stream(const char *name, FILE *f, int open_err, bool is_file, st
 		config_free(p.cfg);
 		return rc;
 	}
+	derive_limits(p.cfg, p.seen_daemon & (1u << KEY_DEFAULT_USER_QUOTA), p.seen_daemon & (1u << KEY_MAX_SEGMENT_SIZE));
 	*out = p.cfg;
 	return 0;
 }
@@ -618,8 +645,10 @@ int config_load(const char *path, struct config **out, char *why, size_t whylen)
 {
 	if (!path) {
 		*out = config_defaults();
-		if (*out)
+		if (*out) {
+			derive_limits(*out, false, false);
 			return 0;
+		}
 		snprintf(why, whylen, "out of memory");
 		return -ENOMEM;
 	}

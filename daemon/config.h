@@ -42,6 +42,21 @@
 #define CONFIG_DEFAULT_MAX_CONNECTIONS 512u
 #define CONFIG_DEFAULT_MAX_CHANNELS 2048u
 
+/*
+ * The defaults of default_user_quota and max_segment_size, derived from
+ * the budget (half of RAM unless set) where the file sets neither
+ * (config_derived_limits()):
+ *   quota       = max(CONFIG_MPI_NODE_BYTES, budget / 4)
+ *   max segment = max(CONFIG_SEGMENT_FLOOR, budget / 64)
+ * (over a small budget, the budget is what binds, as before).
+ * CONFIG_MPI_NODE_BYTES: the channels the MPI plugin makes for one node by
+ * default, all of one user: 1 GiB of rings (PINSHM_MPI_NODE_RINGS) and
+ * their headers (1037 MiB at 256 ranks).  CONFIG_SEGMENT_FLOOR: well above
+ * its largest queue (44 MiB at 22 ranks) and the 4 MiB default channel.
+ */
+#define CONFIG_MPI_NODE_BYTES (1088ull << 20)
+#define CONFIG_SEGMENT_FLOOR (256ull << 20)
+
 /* The limits of one user; each CONFIG_UNLIMITED where none applies. */
 struct config_limits {
 	uint64_t quota;           /* bytes of the user's channels' segments */
@@ -68,7 +83,7 @@ struct config {
 	char *path;                 /* the file read, NULL: no file (every default) */
 	char *socket;               /* [daemon] socket, NULL: not set */
 	uint64_t budget;            /* pinned bytes, all users together (default: half of RAM) */
-	uint64_t max_segment_size;  /* bytes of one channel's segment */
+	uint64_t max_segment_size;  /* bytes of one channel's segment (default: derived, see above) */
 	unsigned pool_segments;     /* ready segments per pool size, 0: no pool */
 	bool pool_segments_set;     /* given in the file (else 0 in user mode) */
 	uint64_t pool_sizes[CONFIG_POOL_MAX_SIZES]; /* segment sizes of the pool (pool.h) */
@@ -76,7 +91,7 @@ struct config {
 	enum config_backend backend; /* default backend of a channel (auto) */
 	uint32_t pin_idle;          /* default working-set pinning: seconds idle before a channel is
 				     * unlocked, 0: always pinned (the default) */
-	struct config_limits user_default; /* default_user_quota, max_*_per_user */
+	struct config_limits user_default; /* default_user_quota (default: derived), max_*_per_user */
 	struct config_user *users;  /* [user ...] sections, in file order */
 	unsigned nusers;
 	bool access_set;            /* [access] has allow_users or allow_groups */
@@ -106,6 +121,12 @@ int config_load_buffer(const char *name, const void *buf, size_t len, struct con
 		       size_t whylen);
 
 void config_free(struct config *cfg);
+
+/**
+ * The default quota and max_segment_size for a budget of @p budget bytes,
+ * by the rule above (both CONFIG_UNLIMITED for an unlimited budget).
+ */
+void config_derived_limits(uint64_t budget, uint64_t *quota, uint64_t *max_segment);
 
 /** The limits that apply to @p uid: its [user] section over the defaults. */
 struct config_limits config_limits_of(const struct config *cfg, uid_t uid);

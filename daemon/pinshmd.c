@@ -263,12 +263,13 @@ static const char *mib(uint64_t v, char *buf, size_t len)
 
 static void log_config(const char *what, const struct config *cfg)
 {
-	char b1[32], b2[32];
+	char b1[32], b2[32], b3[32];
 
-	log_notice("%s%s%s: pin budget %s, default user quota %s, %u [user] section%s%s", what,
+	log_notice("%s%s%s: pin budget %s, default user quota %s, max segment %s, %u [user] section%s%s", what,
 		   cfg->path ? " " : "", cfg->path ? cfg->path : " (no configuration file)",
-		   mib(cfg->budget, b1, sizeof(b1)), mib(cfg->user_default.quota, b2, sizeof(b2)), cfg->nusers,
-		   cfg->nusers == 1 ? "" : "s", cfg->access_set ? ", access lists" : "");
+		   mib(cfg->budget, b1, sizeof(b1)), mib(cfg->user_default.quota, b2, sizeof(b2)),
+		   mib(cfg->max_segment_size, b3, sizeof(b3)), cfg->nusers, cfg->nusers == 1 ? "" : "s",
+		   cfg->access_set ? ", access lists" : "");
 }
 
 /*

@@ -177,6 +177,11 @@ static void collect(struct registry *r, struct channel *ch)
 	if (ch->refs > 0 || (ch->persistent && ch->named))
 		return;
 	log_info("channel '%s' destroyed%s", ch->name, ch->named ? "" : " (unlinked)");
+	/* Its pages go, whoever still holds its descriptor, but for the header
+	 * and the endpoints, whose marks (dead, closed) tell a process that
+	 * still uses it that its peers are gone (-EPIPE). */
+	ch->seg.release = true;
+	ch->seg.keep = ch->g.cursors_off;
 	channel_free(r, ch);
 }
 

@@ -387,10 +387,29 @@ int segment_relock(struct segment *s)
 	return 0;
 }
 
+/* Punch the pages of the file of @p s out from s->keep on (the daemon's
+ * mapping gone already). */
+static void punch(const struct segment *s)
+{
+	size_t page = s->hugepages && huge_page_size() ? huge_page_size() : (size_t)sysconf(_SC_PAGESIZE);
+	struct stat st;
+	off_t from = (off_t)((s->keep + page - 1) / page * page), end = (off_t)s->size;
+
+	/* shm: a client may have grown it and filled what it added. */
+	if (fstat(s->fd, &st) == 0 && st.st_size > end)
+		end = st.st_size;
+	if (end > from && fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, from, end - from) != 0)
+		log_warn("segment of %zu bytes: its pages not released (fallocate: %s): they stay while a client "
+			 "holds it",
+			 s->size, strerror(errno));
+}
+
 void segment_destroy(struct segment *s)
 {
 	if (s->base != MAP_FAILED && s->base != NULL)
-		munmap(s->base, s->size); /* also unlocks */
+		munmap(s->base, s->size); /* also unlocks: the punch frees unlocked pages */
+	if (s->fd >= 0 && s->release)
+		punch(s);
 	if (s->fd >= 0)
 		close(s->fd);
 	*s = (struct segment){.fd = -1, .base = MAP_FAILED, .node = PINSHM_NODE_ANY};

@@ -25,7 +25,10 @@
  *
  * What the seals leave open: a holder may punch holes in the file
  * (fallocate), which zeroes pages of that channel and nothing else; the
- * data plane treats it as any other corruption of the channel.
+ * data plane treats it as any other corruption of the channel.  The daemon
+ * does the same to a channel it destroys (`release`): every page past the
+ * endpoints goes, whoever still holds the descriptor or a mapping of it
+ * (see segment_destroy()).
  */
 #ifndef PINSHMD_SEGMENT_H
 #define PINSHMD_SEGMENT_H
@@ -49,6 +52,8 @@ struct segment {
 	uint32_t backend; /* PINSHM_BACKEND_MEMFD or PINSHM_BACKEND_SHM */
 	bool damaged;  /* shm: found shrunk by a client, no longer touched */
 	bool unlocked; /* pinned, but unlocked for now (working-set pinning) */
+	bool release;  /* destroyed for good: segment_destroy() punches its pages out, */
+	size_t keep;   /* but for its first `keep` bytes (rounded up to a page) */
 	char pin_error[96]; /* why not pinned, "" if pinned */
 };
 
@@ -144,7 +149,18 @@ void segment_unlock(struct segment *s);
  */
 int segment_relock(struct segment *s);
 
-/** Unmap and close @p s (processes that map it keep their mapping). */
+/**
+ * Unmap and close @p s.  Where s->release is set (a channel destroyed for
+ * good, not a daemon that stops: channels outlive it), the pages of the
+ * file from s->keep (rounded up to a page, or a huge page) to its end are
+ * punched out between the two (fallocate PUNCH_HOLE|KEEP_SIZE, which the
+ * seals allow; an shm object as far as it has grown), after the unmap,
+ * which unlocks them: a process that still holds the descriptor or a
+ * mapping keeps the size and the first pages only, reads zeros past them,
+ * and a page it touches again is a fresh one, unlocked and charged to it
+ * (of huge pages: one taken from the free huge pages, SIGBUS where none
+ * is).  Otherwise processes that map it keep their mapping and its pages.
+ */
 void segment_destroy(struct segment *s);
 
 #endif /* PINSHMD_SEGMENT_H */

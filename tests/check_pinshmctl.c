@@ -875,6 +875,13 @@ static struct expect expect_from_list(pinshm_client_t *c)
 }
 
 /* pinshm_status() reports exactly @p x, @p connections, one user: us. */
+/* The default quota of a daemon with no configuration (pinshmd.conf(5)):
+ * derived from its budget. */
+static uint64_t derived_quota(uint64_t budget)
+{
+	return budget / 4 > (1088ull << 20) ? budget / 4 : 1088ull << 20;
+}
+
 static void check_status(pinshm_client_t *c, const struct expect *x, uint32_t connections)
 {
 	pinshm_status_t st;
@@ -896,7 +903,7 @@ static void check_status(pinshm_client_t *c, const struct expect *x, uint32_t co
 	ck_assert_uint_eq(u[0].connections, connections);
 	ck_assert_uint_eq(u[0].pinned, x->pinned);
 	ck_assert_uint_eq(u[0].charged, x->charged);
-	ck_assert_uint_eq(u[0].quota, UINT64_MAX); /* no configuration: unlimited */
+	ck_assert_uint_eq(u[0].quota, derived_quota(st.budget));
 	free(u);
 
 	/* Without the users: the same figures. */
@@ -951,7 +958,7 @@ START_TEST(test_status_figures)
 	ck_assert_uint_eq(json_u64(r.out, "\"users\"", "pinned"), x.pinned);
 	ck_assert_uint_eq(json_u64(r.out, "\"users\"", "charged"), x.charged);
 	HAS(r.out, "\"user_mode\": true");
-	HAS(r.out, "\"quota\": null");
+	ck_assert_uint_eq(json_u64(r.out, "\"users\"", "quota"), derived_quota(json_u64(r.out, NULL, "budget")));
 	CTL(&d, &r, 0, "status");
 	snprintf(want, sizeof(want), "(%llu bytes)", (unsigned long long)x.pinned);
 	HAS(r.out, want);

@@ -720,10 +720,14 @@ START_TEST(test_pool_hit_miss)
 	pinshm_channel_t *cho = open_mapped(c1, "o1", "o1", &mo);
 	pinshm_channel_close(cho);
 
-	/* p1 goes (its creator leaves); this process keeps its mapping. */
+	/* p1 goes (its creator leaves); this process keeps its mapping, whose
+	 * pages went with it (punched out): written again, they are this
+	 * process's own. */
 	memset((char *)m1.start + m1.len - 64, 0x5a, 64);
 	pinshm_disconnect(c1);
 	wait_log_count(&d, "channel 'p1' destroyed", 1);
+	ck_assert_uint_eq(((unsigned char *)m1.start)[m1.len - 1], 0);
+	memset((char *)m1.start + m1.len - 64, 0x5a, 64);
 	wait_log_count(&d, "pool: ready segment", 3); /* refilled */
 
 	pinshm_client_t *c2 = connect_ok(&d);

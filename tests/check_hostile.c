@@ -1,0 +1,443 @@
+/*
+ * check_hostile.c - what a hostile user can take from pinshmd, and the
+ * safe defaults that bound it.
+ *
+ * - release: a client creates a channel, opens it (receiving its
+ *   segment's descriptor), keeps a copy of the descriptor and a mapping,
+ *   and disconnects; HOSTILE_ROUNDS times, HOSTILE_CAPACITY bytes each,
+ *   far over its quota.  The daemon destroys each channel and punches its
+ *   pages out: the machine's Shmem (/proc/meminfo) stays at its baseline,
+ *   within a margin that the leak of every round kept would exceed twice;
+ *   the kept descriptor reads zeros from the first lane on (read() and a
+ *   mapping), and the library's handles, still open, get -EPIPE: the
+ *   header and the endpoints' dead marks stay.  For the sealed memfd, for
+ *   shm, and for segments from the pool.
+ * - defaults: the default quota and max_segment_size derived from the
+ *   budget (config_derived_limits(), fake budgets) cover the channels the
+ *   MPI plugin makes for a node by default; a daemon shows them (STATUS),
+ *   refuses a create over the max segment size with a message that names
+ *   it, and one line of pinshmd.conf lifts it.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "channel.h"
+#include "config.h"
+#include "daemonutil.h"
+#include "pinshm.h"
+#include "testutil.h"
+
+#define MiB (1024ull * 1024ull)
+#define HOSTILE_ROUNDS 40u
+#define HOSTILE_CAPACITY (16u * 1024u * 1024u)
+/* Shmem may grow by this much, kB: half of what the rounds would leak
+ * (640 MiB), room for what other processes of the machine do meanwhile. */
+#define HOSTILE_MARGIN_KB (320ull * 1024ull)
+#define HOSTILE_SAMPLES 5u    /* looks at Shmem, 500 ms apart, before a growth counts */
+#define GONE_MS 10000u        /* for a destroyed channel's name to go */
+#define FD_SCAN 4096
+
+/* Shmem of /proc/meminfo, kB. */
+static long long shmem_kb(void)
+{
+	char line[128];
+	long long kb = -1;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	ck_assert_msg(f != NULL, "/proc/meminfo: %s", strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Shmem: %lld kB", &kb) == 1)
+			break;
+	fclose(f);
+	ck_assert_msg(kb >= 0, "no Shmem line in /proc/meminfo");
+	return kb;
+}
+
+/* Mark in @p mark the descriptors of this process that are pinshm
+ * segments (a memfd pinshm:NAME, an shm object /dev/shm/pinshm.*). */
+static void segment_fds(bool *mark)
+{
+	char path[64], link[256];
+
+	for (int fd = 0; fd < FD_SCAN; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		ssize_t n = readlink(path, link, sizeof(link) - 1);
+		link[n > 0 ? n : 0] = '\0';
+		mark[fd] = strstr(link, "/memfd:pinshm:") == link || strstr(link, "/dev/shm/pinshm.") == link;
+	}
+}
+
+/* A channel's segment as a hostile client keeps it after it disconnects. */
+struct kept {
+	int fd;                /* a copy of the descriptor pinshm_open() received */
+	void *map;             /* the client's own mapping of it, read-only */
+	size_t size;
+	pinshm_channel_t *h;   /* the library's handle of the consumer, left open */
+	pinshm_channel_t *p;   /* and of a producer */
+};
+
+/* Wait until @p name is gone from the daemon @p obs talks to (the event
+ * that proves its channel destroyed). */
+static void wait_gone(pinshm_client_t *obs, const char *name)
+{
+	uint64_t deadline = tu_now_ms() + GONE_MS;
+	pinshm_list_entry_t e;
+	int rc;
+
+	while ((rc = pinshm_stat(obs, name, &e)) == 0) {
+		ck_assert_msg(tu_now_ms() < deadline, "channel '%s' still there %u ms after its client left", name,
+			      GONE_MS);
+		tu_sleep_ms(2);
+	}
+	CLIENT_RC(obs, rc, -ENOENT);
+}
+
+/* Wait until the pool of the daemon @p obs talks to has its one class full. */
+static void wait_pool_ready(pinshm_client_t *obs)
+{
+	uint64_t deadline = tu_now_ms() + GONE_MS;
+	pinshm_status_t st;
+	pinshm_pool_t pool;
+
+	for (;;) {
+		CLIENT_RC(obs, pinshm_status_pool(obs, &st, &pool, NULL, NULL), 0);
+		ck_assert_uint_eq(pool.count, 1);
+		ck_assert_msg(!(pool.flags & PINSHM_POOL_STOPPED), "the pool stopped filling");
+		if (pool.classes[0].ready == pool.classes[0].wanted)
+			return;
+		ck_assert_msg(tu_now_ms() < deadline, "the pool not refilled in %u ms", GONE_MS);
+		tu_sleep_ms(2);
+	}
+}
+
+/* Whether @p len bytes read from @p fd at @p off are all zero. */
+static bool reads_zeros(int fd, off_t off, size_t len)
+{
+	static unsigned char buf[1 << 20];
+
+	while (len > 0) {
+		size_t n = len < sizeof(buf) ? len : sizeof(buf);
+		ck_assert_int_eq(pread(fd, buf, n, off), (ssize_t)n);
+		for (size_t i = 0; i < n; i++)
+			if (buf[i] != 0)
+				return false;
+		off += (off_t)n;
+		len -= n;
+	}
+	return true;
+}
+
+/* A daemon on the configuration @p conf, and a client of it. */
+static pinshm_client_t *start_conf(struct daemon *d, const char *conf)
+{
+	struct daemon_opts o = {.config = true};
+
+	daemon_prepare(d, &o);
+	FILE *f = fopen(d->conf, "w");
+	ck_assert_msg(f != NULL, "%s: %s", d->conf, strerror(errno));
+	fputs(conf, f);
+	ck_assert_int_eq(fclose(f), 0);
+	daemon_spawn(d, &o);
+	daemon_wait_ready(d);
+	return connect_ok(d);
+}
+
+/*
+ * One round: connect, create @p name (@p flags), open it as its consumer
+ * and producer, keep a copy of its descriptor and a mapping with every page touched,
+ * disconnect, and wait until the daemon has destroyed it.
+ */
+static void hostile_round(const struct daemon *d, pinshm_client_t *obs, const char *name, unsigned flags,
+			  struct kept *k)
+{
+	static bool before[FD_SCAN], after[FD_SCAN];
+	pinshm_channel_attr_t attr;
+	pinshm_client_t *c = connect_ok(d);
+
+	tu_attr(&attr, PINSHM_QUEUE, HOSTILE_CAPACITY, 1, 1);
+	CLIENT_RC(c, pinshm_create_full(c, name, &attr, 0600, flags, PINSHM_NODE_ANY, PINSHM_PIN_DEFAULT), 0);
+	segment_fds(before);
+	CLIENT_RC(c, pinshm_open(c, name, PINSHM_CONSUMER, &k->h), 0);
+	segment_fds(after);
+	CLIENT_RC(c, pinshm_open(c, name, PINSHM_PRODUCER, &k->p), 0);
+	k->fd = -1;
+	for (int fd = 0; fd < FD_SCAN && k->fd < 0; fd++)
+		if (after[fd] && !before[fd])
+			k->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	ck_assert_msg(k->fd >= 0, "no new segment descriptor after pinshm_open()");
+	k->size = tu_fd_size(k->fd);
+	k->map = mmap(NULL, k->size, PROT_READ, MAP_SHARED, k->fd, 0);
+	ck_assert_msg(k->map != MAP_FAILED, "mmap: %s", strerror(errno));
+	/* Every page in memory, whether the daemon could lock it or not. */
+	unsigned sum = 0;
+	for (size_t off = 0; off < k->size; off += 4096)
+		sum += ((volatile const unsigned char *)k->map)[off];
+	ck_assert_msg(sum != 0, "the segment of '%s' reads as zeros before it is destroyed", name);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	wait_gone(obs, name);
+}
+
+/* After the rounds: Shmem back within the margin of @p base_kb, at one of
+ * HOSTILE_SAMPLES looks (another process's growth comes and goes; a leak stays). */
+static void assert_shmem_near(long long base_kb, const char *what)
+{
+	long long grew = 0;
+
+	for (unsigned i = 0; i < HOSTILE_SAMPLES; i++) {
+		if (i)
+			tu_sleep_ms(500);
+		grew = shmem_kb() - base_kb;
+		if (grew < (long long)HOSTILE_MARGIN_KB)
+			break;
+	}
+	printf("%s: Shmem %+lld kB after %u rounds of %u MiB kept (a leak: %llu kB)\n", what, grew, HOSTILE_ROUNDS,
+	       HOSTILE_CAPACITY >> 20, (unsigned long long)HOSTILE_ROUNDS * (HOSTILE_CAPACITY >> 10));
+	ck_assert_msg(grew < (long long)HOSTILE_MARGIN_KB,
+		      "%s: Shmem grew by %lld kB while clients kept the descriptors of destroyed channels "
+		      "(margin %llu kB)",
+		      what, grew, HOSTILE_MARGIN_KB);
+}
+
+/* What a kept descriptor and handles see of a destroyed channel: zeros
+ * from the first lane on, the size unchanged, peers gone; then they are
+ * closed. */
+static void check_kept(struct kept *k, const char *name)
+{
+	const unsigned char *m = k->map;
+	unsigned char buf[64];
+	size_t len = 0;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_info_t info;
+	struct seg_geometry g;
+
+	tu_attr(&attr, PINSHM_QUEUE, HOSTILE_CAPACITY, 1, 1);
+	TU_RC(seg_geometry_compute(&attr, &g), 0);
+	ck_assert_uint_eq(tu_fd_size(k->fd), k->size);
+	ck_assert_msg(reads_zeros(k->fd, (off_t)g.lanes_off, k->size - g.lanes_off),
+		      "'%s': its kept descriptor reads data past its endpoints after destroy", name);
+	/* Through the mapping: the first lane's page and the last page (each
+	 * look takes a fresh page, charged to this process). */
+	for (size_t i = 0; i < 4096; i++)
+		ck_assert_msg(m[g.lanes_off + i] == 0 && m[k->size - 4096 + i] == 0,
+			      "'%s': its kept mapping reads data", name);
+	/* The endpoints' dead marks stay: both handles learn that the peers
+	 * are gone rather than wait for them. */
+	TU_RC(pinshm_recv(k->h, buf, sizeof(buf), &len, 0), -EPIPE);
+	int rc = pinshm_send(k->p, "x", 1, 0);
+	ck_assert_msg(rc == 0 || rc == -EPIPE, "'%s': pinshm_send: %s", name, pinshm_strerror(rc));
+	rc = pinshm_channel_info(k->h, &info);
+	ck_assert_msg(rc == 0 || rc == -EBADMSG, "'%s': pinshm_channel_info: %s", name, pinshm_strerror(rc));
+	pinshm_channel_close(k->h);
+	pinshm_channel_close(k->p);
+	munmap(k->map, k->size);
+	close(k->fd);
+}
+
+/* The rounds on a daemon configured by @p conf, channels made with @p flags. */
+static void release_rounds(const char *conf, unsigned flags, bool pool, const char *what)
+{
+	struct daemon d;
+	static struct kept kept[HOSTILE_ROUNDS];
+	char name[32];
+
+	pinshm_client_t *obs = start_conf(&d, conf);
+	if (pool)
+		wait_pool_ready(obs);
+	long long base = shmem_kb();
+
+	for (unsigned i = 0; i < HOSTILE_ROUNDS; i++) {
+		snprintf(name, sizeof(name), "hostile%u", i);
+		if (pool)
+			wait_pool_ready(obs);
+		hostile_round(&d, obs, name, flags, &kept[i]);
+	}
+	if (pool) {
+		pinshm_status_t st;
+		pinshm_pool_t p;
+		wait_pool_ready(obs);
+		CLIENT_RC(obs, pinshm_status_pool(obs, &st, &p, NULL, NULL), 0);
+		ck_assert_msg(p.hits >= HOSTILE_ROUNDS, "%llu pool hits of %u creates", (unsigned long long)p.hits,
+			      HOSTILE_ROUNDS);
+	}
+	assert_shmem_near(base, what);
+	for (unsigned i = 0; i < HOSTILE_ROUNDS; i++) {
+		snprintf(name, sizeof(name), "hostile%u", i);
+		check_kept(&kept[i], name);
+	}
+	CLIENT_RC(obs, pinshm_disconnect(obs), 0);
+	daemon_stop_ok(&d);
+}
+
+START_TEST(test_release_memfd)
+{
+	release_rounds("[daemon]\npool_segments = 0\nbudget = 256M\ndefault_user_quota = 32M\n", PINSHM_USE_MEMFD,
+		       false, "memfd");
+}
+END_TEST
+
+START_TEST(test_release_shm)
+{
+	release_rounds("[daemon]\npool_segments = 0\nbudget = 256M\ndefault_user_quota = 32M\n", PINSHM_USE_SHM,
+		       false, "shm");
+}
+END_TEST
+
+/* From the pool: every create takes a ready segment (never one handed
+ * out before), and its destroy releases it as any other. */
+START_TEST(test_release_pool)
+{
+	pinshm_channel_attr_t attr;
+	size_t size;
+	char conf[256];
+
+	tu_attr(&attr, PINSHM_QUEUE, HOSTILE_CAPACITY, 1, 1);
+	TU_RC(pinshm_segment_size(&attr, &size), 0);
+	snprintf(conf, sizeof(conf),
+		 "[daemon]\npool_segments = 1\npool_sizes = %zu\nbudget = 256M\ndefault_user_quota = 32M\n", size);
+	release_rounds(conf, 0, true, "pool");
+}
+END_TEST
+
+/* ---- defaults ----------------------------------------------------------- */
+
+/*
+ * What the MPI plugin asks of one user for a node of @p n ranks by default
+ * (pinshm-mpi(7)): n queues of n lanes, rings of 2 MiB halved until the
+ * n * n of them fit in 1 GiB, 16 KiB at least.  @return the bytes of all
+ * of them; @p largest: of the largest.
+ */
+static uint64_t mpi_node_bytes(unsigned n, uint64_t *largest)
+{
+	uint64_t ring = 2 * MiB, pairs = (uint64_t)n * n;
+	pinshm_channel_attr_t attr;
+	size_t size;
+
+	while (ring > 16 * 1024 && ring > (1ull << 30) / pairs)
+		ring /= 2;
+	pinshm_channel_attr_init(&attr);
+	attr.kind = PINSHM_QUEUE;
+	attr.capacity = ring;
+	attr.max_producers = n;
+	attr.max_consumers = 1;
+	TU_RC(pinshm_segment_size(&attr, &size), 0);
+	*largest = size;
+	return (uint64_t)n * size;
+}
+
+START_TEST(test_derived_limits)
+{
+	static const uint64_t budgets[] = {512 * MiB, 2048 * MiB, 4096 * MiB, 12 * 1024 * MiB, 64 * 1024 * MiB,
+					   1024 * 1024 * MiB};
+	uint64_t mpi_total = 0, mpi_largest = 0, q, s;
+
+	/* Nodes of up to 256 ranks: beyond, 16 KiB rings outgrow 1 GiB. */
+	for (unsigned n = 1; n <= 256; n++) {
+		uint64_t largest, total = mpi_node_bytes(n, &largest);
+		mpi_total = total > mpi_total ? total : mpi_total;
+		mpi_largest = largest > mpi_largest ? largest : mpi_largest;
+	}
+	for (unsigned i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
+		uint64_t b = budgets[i];
+		config_derived_limits(b, &q, &s);
+		printf("budget %6llu MiB: quota %6llu MiB, max segment %5llu MiB\n", (unsigned long long)(b / MiB),
+		       (unsigned long long)(q / MiB), (unsigned long long)(s / MiB));
+		ck_assert_uint_le(s, q);
+		ck_assert_uint_eq(q, b / 4 > 1088 * MiB ? b / 4 : 1088 * MiB);
+		ck_assert_uint_eq(s, b / 64 > 256 * MiB ? b / 64 : 256 * MiB);
+		/* MPI jobs keep working wherever the budget holds them. */
+		ck_assert_uint_ge(q, mpi_total);
+		ck_assert_uint_ge(s, mpi_largest);
+	}
+	config_derived_limits(CONFIG_UNLIMITED, &q, &s);
+	ck_assert_uint_eq(q, CONFIG_UNLIMITED);
+	ck_assert_uint_eq(s, CONFIG_UNLIMITED);
+}
+END_TEST
+
+/* A daemon on @p conf and a client of it; its budget and the quota of this
+ * user (STATUS) into @p budget and @p quota. */
+static pinshm_client_t *start_status(struct daemon *d, const char *conf, uint64_t *budget, uint64_t *quota)
+{
+	pinshm_status_t st;
+	pinshm_user_usage_t *u;
+	size_t n;
+
+	pinshm_client_t *c = start_conf(d, conf);
+	CLIENT_RC(c, pinshm_status(c, &st, &u, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	*budget = st.budget;
+	*quota = u[0].quota;
+	free(u);
+	return c;
+}
+
+START_TEST(test_default_limits_daemon)
+{
+	struct daemon d;
+	uint64_t budget, quota, q, s;
+	pinshm_channel_attr_t attr;
+
+	/* A budget of 8 GiB, nothing else: quota 2 GiB, max segment 256 MiB. */
+	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\nbudget = 8G\n", &budget, &quota);
+	ck_assert_uint_eq(budget, 8192 * MiB);
+	ck_assert_uint_eq(quota, 2048 * MiB);
+	tu_attr(&attr, PINSHM_QUEUE, 512 * MiB, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "big", &attr, 0600, 0), -EFBIG);
+	ck_assert_msg(strstr(pinshm_client_error(c), "over max_segment_size, 268435456 bytes") != NULL, "%s",
+		      pinshm_client_error(c));
+	tu_attr(&attr, PINSHM_QUEUE, 4 * MiB, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "small", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+
+	/* No budget either: both from half of RAM. */
+	c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
+	config_derived_limits(budget, &q, &s);
+	ck_assert_uint_eq(quota, q);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+
+	/* One line lifts the max segment size: the same create meets the
+	 * quota instead (1 MiB, set too, so that nothing is made). */
+	c = start_status(&d, "[daemon]\npool_segments = 0\nbudget = 8G\nmax_segment_size = unlimited\n"
+			   "default_user_quota = 1M\n",
+		       &budget, &quota);
+	ck_assert_uint_eq(quota, MiB);
+	tu_attr(&attr, PINSHM_QUEUE, 512 * MiB, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "big", &attr, 0600, 0), -EDQUOT);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+static Suite *hostile_suite(void)
+{
+	Suite *s = suite_create("hostile");
+	TCase *tc = tcase_create("release");
+
+	tcase_set_timeout(tc, 180);
+	tcase_add_test(tc, test_release_memfd);
+	tcase_add_test(tc, test_release_shm);
+	tcase_add_test(tc, test_release_pool);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("defaults");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_derived_limits);
+	tcase_add_test(tc, test_default_limits_daemon);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run_suite(hostile_suite(), true) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
