@@ -640,9 +640,11 @@ PINSHM_EXPORT int pinshm_channel_relock(pinshm_channel_t *ch);
  * which this process maps and attaches to (as pinshm_channel_attach()).
  * Close the handle with pinshm_channel_close() before disconnecting: it
  * gives the endpoint back to the daemon through @p c.  A handle still open
- * when @p c disconnects stays usable, but its endpoint is then marked dead
- * by the daemon.  If the attach fails here after the daemon took the
- * endpoint, it is given back at once.
+ * when @p c disconnects stays mapped, but its endpoint is then marked dead
+ * by the daemon; once no connection references the channel (and it is not
+ * persistent) the daemon destroys it and releases its rings: the handle
+ * then gets -EPIPE, and its data is gone.  If the attach fails here after
+ * the daemon took the endpoint, it is given back at once.
  * @return 0; -ENOENT (no such channel), -EACCES (not permitted), -EBUSY
  *         (every endpoint of @p role is taken), -EINVAL (bad name or role),
  *         -EMFILE (this connection holds too many channels), -EPROTO (the
