@@ -32,6 +32,7 @@
 
 #include <pinshm.h>
 
+#include "perf_plot.h"
 #include "perf_stats.h"
 #include "perf_transports.h"
 
@@ -60,6 +61,7 @@ struct opts {
 	const char *socket;  /* its path; NULL: pinshm_connect()'s default */
 	int iterations_set;  /* --iterations given */
 	uint64_t create_iterations;
+	const char *plot;    /* --plot FILE, or NULL */
 };
 
 /* Shared by the parent and both sides of a row: an anonymous shared mapping. */
@@ -670,6 +672,9 @@ static void usage(FILE *f)
 		"                         default socket), and allow --pattern create\n"
 		"  -f, --format F         table, csv or json (default: table)\n"
 		"  -c, --cpus A,B         the CPUs of the two sides (default: 0,1)\n"
+		"  -P, --plot FILE        also draw the results into FILE (.png or .svg) with\n"
+		"                         gnuplot, which must be in PATH; the data and the\n"
+		"                         script go beside it (FILE's name, .dat and .gp)\n"
 		"  -h, --help             print this help and exit\n"
 		"  -V, --version          print the library version and exit\n"
 		"\n"
@@ -836,7 +841,7 @@ static int parse_options(int argc, char **argv, struct opts *o)
 		{ "transport", required_argument, NULL, 't' }, { "pattern", required_argument, NULL, 'p' },
 		{ "sizes", required_argument, NULL, 's' },     { "iterations", required_argument, NULL, 'n' },
 		{ "format", required_argument, NULL, 'f' },    { "cpus", required_argument, NULL, 'c' },
-		{ "socket", required_argument, NULL, 'S' },
+		{ "socket", required_argument, NULL, 'S' },    { "plot", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -850,7 +855,7 @@ static int parse_options(int argc, char **argv, struct opts *o)
 	o->fmt = PERF_FMT_TABLE;
 	o->cpu[0] = 0;
 	o->cpu[1] = 1;
-	while ((c = getopt_long(argc, argv, "t:p:s:n:f:c:S:hV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "t:p:s:n:f:c:S:P:hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't':
 			tr_list = optarg;
@@ -895,6 +900,9 @@ static int parse_options(int argc, char **argv, struct opts *o)
 			if (parse_cpus(o, optarg) < 0)
 				return 2;
 			break;
+		case 'P':
+			o->plot = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -914,6 +922,10 @@ static int parse_options(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "%s: --pattern create needs --socket\n", prog);
 		return 2;
 	}
+	if (o->plot != NULL && o->patterns == PERF_CREATE) {
+		fprintf(stderr, "%s: --plot: the create pattern has no plot (ping-pong and stream have)\n", prog);
+		return 2;
+	}
 	o->create_iterations = o->iterations_set ? o->iterations : DEFAULT_CREATE_ITERATIONS;
 	if (parse_transports(o, tr_list) < 0)
 		return 2;
@@ -922,21 +934,97 @@ static int parse_options(int argc, char **argv, struct opts *o)
 
 /* ---- main ----------------------------------------------------------------- */
 
-int main(int argc, char **argv)
+/*
+ * Measure every pattern and size: write each group to @out and keep it in
+ * @plot (may be NULL).  @return the number of rows that failed.
+ */
+static int measure_all(const struct opts *o, struct row *r, perf_output_t *out, perf_plot_t *plot)
 {
 	static const unsigned patterns[] = { PERF_PINGPONG, PERF_STREAM };
+	int failures = 0, rc;
+
+	for (size_t pi = 0; pi < sizeof(patterns) / sizeof(patterns[0]); pi++) {
+		unsigned pattern = patterns[pi];
+
+		if (!(o->patterns & pattern))
+			continue;
+		for (size_t si = 0; si < o->nsizes; si++) {
+			size_t size = o->sizes[si];
+			perf_result_t rows[MAX_TRANSPORTS + 1], mc;
+			size_t n = 0;
+
+			r->iters = row_iterations(o->iterations, size);
+			r->warm = row_warmup(r->iters);
+			r->timeout_ns = row_timeout(r->iters, r->warm, size);
+			for (size_t ti = 0; ti < o->ntr; ti++) {
+				const perf_transport_t *t = o->tr[ti];
+
+				if (!(t->patterns & pattern))
+					continue; /* not meaningful for this pattern */
+				rc = run_row(r, t, pattern, size, &rows[n]);
+				if (rc == 0)
+					n++;
+				else if (rc < 0)
+					failures++;
+			}
+			/* The memcpy reference: a line of the table and of the plot. */
+			int with_memcpy = (o->fmt == PERF_FMT_TABLE || plot != NULL) && pattern == PERF_STREAM &&
+					  n > 0 && size > 0 && measure_memcpy(o, size, r->iters, &mc) == 0;
+
+			perf_output_group(out, rows, n, with_memcpy ? &mc : NULL);
+			if (with_memcpy)
+				rows[n] = mc;
+			if (plot != NULL && perf_plot_add(plot, rows, n + (size_t)with_memcpy) < 0) {
+				fprintf(stderr, "%s: error: out of memory for the plot\n", prog);
+				failures++;
+			}
+		}
+	}
+	for (size_t si = 0; (o->patterns & PERF_CREATE) && si < o->nsizes; si++) {
+		perf_result_t rows[2];
+
+		if (measure_create(o, o->sizes[si], o->create_iterations, rows) == 0)
+			perf_output_group(out, rows, 2, NULL);
+		else
+			failures++;
+	}
+	return failures;
+}
+
+/* Draw the plot of --plot. @return 0, or -1 (an error was printed). */
+static int finish_plot(perf_plot_t *plot, const char *title)
+{
+	char err[8400];
+
+	if (perf_plot_finish(plot, title, err, sizeof(err)) < 0) {
+		fprintf(stderr, "%s: error: --plot: %s\n", prog, err);
+		return -1;
+	}
+	fprintf(stderr, "%s: plot written to %s (its data and gnuplot script beside it: %s.dat, %s.gp)\n",
+		prog, plot->file, plot->stem, plot->stem);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
 	struct opts o = { 0 };
 	struct row r = { .o = &o };
 	struct rlimit unlimited = { RLIM_INFINITY, RLIM_INFINITY };
 	perf_output_t out;
+	perf_plot_t plot;
 	sigset_t chld;
-	char title[4200];
+	char title[4200], err[4400];
 	int failures = 0, rc;
 	void *p;
 
 	rc = parse_options(argc, argv, &o);
 	if (rc >= 0)
 		return rc;
+	/* Before measuring: a run that cannot plot stops here. */
+	if (o.plot != NULL && perf_plot_init(&plot, o.plot, err, sizeof(err)) < 0) {
+		fprintf(stderr, "%s: --plot: %s; nothing was measured\n", prog, err);
+		return 2;
+	}
 
 	/* SIGCHLD stays pending until wait_sides() takes it. */
 	sigemptyset(&chld);
@@ -971,45 +1059,13 @@ int main(int argc, char **argv)
 		snprintf(title, sizeof(title), "%s: libpinshm %s, sides on CPUs %d and %d", prog,
 			 pinshm_version(), o.cpu[0], o.cpu[1]);
 	perf_output_begin(&out, o.fmt, stdout, title);
-	for (size_t pi = 0; pi < sizeof(patterns) / sizeof(patterns[0]); pi++) {
-		unsigned pattern = patterns[pi];
-
-		if (!(o.patterns & pattern))
-			continue;
-		for (size_t si = 0; si < o.nsizes; si++) {
-			size_t size = o.sizes[si];
-			perf_result_t rows[MAX_TRANSPORTS], mc;
-			size_t n = 0;
-
-			r.iters = row_iterations(o.iterations, size);
-			r.warm = row_warmup(r.iters);
-			r.timeout_ns = row_timeout(r.iters, r.warm, size);
-			for (size_t ti = 0; ti < o.ntr; ti++) {
-				const perf_transport_t *t = o.tr[ti];
-
-				if (!(t->patterns & pattern))
-					continue; /* not meaningful for this pattern */
-				rc = run_row(&r, t, pattern, size, &rows[n]);
-				if (rc == 0)
-					n++;
-				else if (rc < 0)
-					failures++;
-			}
-			int with_memcpy = o.fmt == PERF_FMT_TABLE && pattern == PERF_STREAM && n > 0 &&
-					  size > 0 && measure_memcpy(&o, size, r.iters, &mc) == 0;
-
-			perf_output_group(&out, rows, n, with_memcpy ? &mc : NULL);
-		}
-	}
-	for (size_t si = 0; (o.patterns & PERF_CREATE) && si < o.nsizes; si++) {
-		perf_result_t rows[2];
-
-		if (measure_create(&o, o.sizes[si], o.create_iterations, rows) == 0)
-			perf_output_group(&out, rows, 2, NULL);
-		else
-			failures++;
-	}
+	failures = measure_all(&o, &r, &out, o.plot != NULL ? &plot : NULL);
 	perf_output_end(&out);
+	if (o.plot != NULL) {
+		if (finish_plot(&plot, title) < 0)
+			failures++;
+		perf_plot_free(&plot);
+	}
 
 	if (r.unlocked)
 		fprintf(stderr, "%s: note: the sides could not lock their memory (mlockall); "
