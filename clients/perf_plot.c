@@ -83,11 +83,6 @@ int perf_plot_init(perf_plot_t *p, const char *file, char *err, size_t errlen)
 			say(err, errlen, "the plot's name has a control character");
 			return -EINVAL;
 		}
-	if (perf_find_in_path("gnuplot", p->gnuplot, sizeof(p->gnuplot)) < 0) {
-		say(err, errlen, "gnuplot is not in PATH: install it (Debian: apt install gnuplot-nox), "
-				 "or leave the plot out");
-		return -ENOENT;
-	}
 	p->svg = has_suffix(file, ".svg");
 	p->file = strdup(file);
 	p->base = strdup(slash ? slash + 1 : file);
@@ -98,6 +93,19 @@ int perf_plot_init(perf_plot_t *p, const char *file, char *err, size_t errlen)
 		perf_plot_free(p);
 		say(err, errlen, "out of memory");
 		return -ENOMEM;
+	}
+	if (access(p->dir, W_OK) < 0) {
+		int rc = -errno;
+
+		say(err, errlen, "'%s': %s (the plot's folder)", p->dir, strerror(errno));
+		perf_plot_free(p);
+		return rc;
+	}
+	if (perf_find_in_path("gnuplot", p->gnuplot, sizeof(p->gnuplot)) < 0) {
+		say(err, errlen, "gnuplot is not in PATH: install it (Debian: apt install gnuplot-nox), "
+				 "or leave the plot out");
+		perf_plot_free(p);
+		return -ENOENT;
 	}
 	return 0;
 }

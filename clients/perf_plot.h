@@ -34,6 +34,7 @@ typedef struct perf_plot {
 /**
  * Set up a plot into @p file.  @return 0; -EINVAL if @p file does not end
  * in .png or .svg (either case), -ENOENT if gnuplot is not in PATH,
+ * another negative errno if the file's folder cannot be written in,
  * -ENOMEM; @p err says why.
  */
 int perf_plot_init(perf_plot_t *p, const char *file, char *err, size_t errlen);

@@ -1,12 +1,14 @@
 /*
- * check_perf.c - pinshm-perf's plot (--plot).
+ * check_perf.c - the plots of pinshm-perf and pinshm-mpi-compare (--plot).
  *
  * Runs the pinshm-perf just built ($PINSHM_PERF) on tiny measurements in a
  * fresh folder under /tmp, with its output in files, and checks what it
  * writes: a PNG or an SVG drawn by gnuplot, with its data and script beside
  * it; a clear refusal, before anything is measured, where gnuplot is not in
  * PATH or the name is not .png or .svg; the data and script kept, and exit
- * status 1, where gnuplot fails.
+ * status 1, where gnuplot fails.  pinshm-mpi-compare ($PINSHM_MPI_COMPARE)
+ * runs with a stand-in for mpirun, so that no MPI is needed: its plot
+ * holds the medians of the rounds.
  *
  * The cases that draw need gnuplot in PATH: without it they are left out,
  * and the program exits 77 (skipped) once the others have passed.
@@ -54,29 +56,29 @@ static const char *in_dir(const struct run *r, const char *name)
 	return path[turn];
 }
 
-/* Run pinshm-perf ARGS (NULL-terminated) in the run's folder, with PATH set
- * to @path (NULL: as it is); fail the test if it hangs or is killed. */
-static void perf_runv(struct run *r, const char *path, const char *const *args)
+/* The absolute path of the program named by $@p var (else @p fallback, from the build folder). */
+static const char *program(const char *var, const char *fallback, char *buf, size_t len)
 {
-	const char *bin = getenv("PINSHM_PERF");
-	const char *argv[24];
-	char buf[32];
-	int n = 0, st;
+	const char *bin = getenv(var);
 
 	if (!bin || !bin[0])
-		bin = "clients/pinshm-perf";
-	if (bin[0] != '/') {
-		static char abs[4096];
+		bin = fallback;
+	if (bin[0] == '/')
+		return bin;
+	ck_assert(getcwd(buf, len - strlen(bin) - 2) != NULL);
+	strcat(buf, "/");
+	strcat(buf, bin);
+	return buf;
+}
 
-		ck_assert(getcwd(abs, sizeof(abs) - strlen(bin) - 2) != NULL);
-		strcat(abs, "/");
-		strcat(abs, bin);
-		bin = abs;
-	}
-	argv[n++] = "pinshm-perf";
-	for (; *args && n < 23; args++)
-		argv[n++] = *args;
-	argv[n] = NULL;
+/* Run @p argv (NULL-terminated; argv[0] is the program's path) in the run's
+ * folder, with PATH set to @p path (NULL: as it is); fail the test if it
+ * hangs or is killed. */
+static void runv(struct run *r, const char *path, const char *const *argv)
+{
+	char buf[32];
+	int st;
+
 	fflush(stdout);
 	fflush(stderr);
 	pid_t pid = fork();
@@ -90,8 +92,8 @@ static void perf_runv(struct run *r, const char *path, const char *const *args)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (path != NULL)
 			setenv("PATH", path, 1);
-		execv(bin, (char *const *)argv);
-		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
+		execv(argv[0], (char *const *)argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}
 	uint64_t deadline = tu_now_ms() + RUN_MS;
@@ -99,26 +101,46 @@ static void perf_runv(struct run *r, const char *path, const char *const *args)
 		if (tu_now_ms() > deadline) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
-			ck_abort_msg("pinshm-perf did not exit in %d ms", RUN_MS);
+			ck_abort_msg("%s did not exit in %d ms", argv[0], RUN_MS);
 		}
 		tu_sleep_ms(5);
 	}
 	tu_read_file(in_dir(r, "stdout"), r->out, sizeof(r->out));
 	tu_read_file(in_dir(r, "stderr"), r->err, sizeof(r->err));
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 126, "pinshm-perf: %s\n%s",
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 126, "%s: %s\n%s", argv[0],
 		      tu_status_str(st, buf, sizeof(buf)), r->err);
 	r->status = WEXITSTATUS(st);
+}
+
+static void check_status(const struct run *r, const char *what, int want)
+{
+	ck_assert_msg(r->status == want, "%s: exit %d, want %d\nstdout: %s\nstderr: %s", what, r->status, want,
+		      r->out, r->err);
 }
 
 /* Run "pinshm-perf ARGS..." with PATH @path and fail the test unless it exits @want. */
 #define PERF(r, path, want, ...)                                                                              \
 	do {                                                                                                  \
-		perf_runv((r), (path), (const char *const[]){__VA_ARGS__, NULL});                             \
-		ck_assert_msg((r)->status == (want), "pinshm-perf %s: exit %d, want %d\nstdout: %s\nstderr: %s", \
-			      #__VA_ARGS__, (r)->status, (want), (r)->out, (r)->err);                         \
+		char bin_[4096];                                                                              \
+		runv((r), (path),                                                                             \
+		     (const char *const[]){ program("PINSHM_PERF", "clients/pinshm-perf", bin_, sizeof(bin_)), \
+					    __VA_ARGS__, NULL });                                     \
+		check_status((r), "pinshm-perf " #__VA_ARGS__, (want));                                     \
 	} while (0)
 
-#define HAS(text, s) ck_assert_msg(strstr((text), (s)) != NULL, "'%s' not in:\n%s", (s), (text))
+/* Run "bash pinshm-mpi-compare ARGS..." likewise (bash by its path: PATH may lack it). */
+#define COMPARE(r, path, want, ...)                                                                           \
+	do {                                                                                                  \
+		char bin_[4096];                                                                              \
+		runv((r), (path),                                                                             \
+		     (const char *const[]){ "/bin/bash",                                                      \
+					    program("PINSHM_MPI_COMPARE", "../clients/pinshm-mpi-compare", bin_, \
+						    sizeof(bin_)),                                            \
+					    __VA_ARGS__, NULL });                                     \
+		check_status((r), "pinshm-mpi-compare " #__VA_ARGS__, (want));                              \
+	} while (0)
+
+#define HAS(text, s) ck_assert_msg(strstr((text), (s)) != NULL, "'%s' not in:\n%.3000s", (s), (text))
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -154,6 +176,16 @@ static size_t head(const struct run *r, const char *name, char *buf, size_t len)
 static int exists(const struct run *r, const char *name)
 {
 	return access(in_dir(r, name), F_OK) == 0;
+}
+
+/* Write @p text into file @p name of the run's folder, with mode @p mode. */
+static void write_file(const struct run *r, const char *name, const char *text, mode_t mode)
+{
+	int fd = open(in_dir(r, name), O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	ck_assert_msg(fd >= 0, "%s: %s", name, strerror(errno));
+	ck_assert(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	ck_assert(close(fd) == 0);
 }
 
 /* The data and the script beside a plot of cacheline and textbook ping-pongs. */
@@ -198,7 +230,7 @@ END_TEST
 START_TEST(test_plot_svg)
 {
 	struct run r;
-	char buf[65536];
+	static char buf[1 << 20];
 
 	run_init(&r);
 	ck_assert(mkdir(in_dir(&r, "sub"), 0700) == 0);
@@ -250,11 +282,7 @@ START_TEST(test_plot_gnuplot_fails)
 
 	run_init(&r);
 	for (size_t i = 0; i < 2; i++) {
-		int fd = open(in_dir(&r, "gnuplot"), O_WRONLY | O_CREAT | O_TRUNC, 0700);
-
-		ck_assert(fd >= 0);
-		ck_assert(write(fd, scripts[i], strlen(scripts[i])) == (ssize_t)strlen(scripts[i]));
-		close(fd);
+		write_file(&r, "gnuplot", scripts[i], 0700);
 		PERF(&r, r.dir, 1, "-t", "cacheline", "-p", "pingpong", "-s", "64", "-n", "100", "--plot", "y.png");
 		HAS(r.out, "cacheline");
 		HAS(r.err, said[i]);
@@ -275,6 +303,8 @@ START_TEST(test_plot_refused)
 	HAS(r.err, "nothing was measured");
 	PERF(&r, NULL, 2, "-t", "cacheline", "-s", "64", "-n", "100", "--plot", ".png");
 	HAS(r.err, "must end in .png or .svg");
+	PERF(&r, NULL, 2, "-t", "cacheline", "-s", "64", "-n", "100", "--plot", "no/such/x.png");
+	HAS(r.err, "--plot: 'no/such': No such file or directory (the plot's folder); nothing was measured");
 	PERF(&r, NULL, 2, "-p", "create", "-S", "", "--plot", "x.png");
 	HAS(r.err, "--plot: the create pattern has no plot");
 	ck_assert_str_eq(r.out, "");
@@ -296,6 +326,113 @@ START_TEST(test_plot_nothing)
 }
 END_TEST
 
+/* ---- pinshm-mpi-compare ---------------------------------------------------- */
+
+/*
+ * A stand-in for mpirun, so that the comparison runs without MPI: it prints
+ * the lines pinshm-mpi-bench prints for the mode (-m) and sizes (-z) asked,
+ * a figure of (size / 64 + 1) * 3 for Open MPI and * 2 with the plugin
+ * (LD_PRELOAD among its arguments), doubled in the second round (it counts
+ * its calls: 8 a round), and then the plugin's statistics.
+ */
+static const char fake_mpirun[] =
+	"#!/bin/sh\n"
+	"[ \"$1\" = --version ] && { echo 'mpirun (Open MPI) 9.9.9'; exit 0; }\n"
+	"plugin=0 mode= sizes= calls=$(cat calls 2>/dev/null || echo 0)\n"
+	"echo $((calls + 1)) >calls\n"
+	"while [ $# -gt 0 ]; do\n"
+	"    case $1 in\n"
+	"    LD_PRELOAD=*) plugin=1 ;;\n"
+	"    -m) mode=$2; shift ;;\n"
+	"    -z) sizes=$2; shift ;;\n"
+	"    esac\n"
+	"    shift\n"
+	"done\n"
+	"for z in $(echo \"$sizes\" | tr , ' '); do\n"
+	"    case $z in *K) b=$((${z%K} * 1024)) ;; *) b=$z ;; esac\n"
+	"    v=$(( (b / 64 + 1) * (plugin ? 2 : 3) * (calls / 8 + 1) ))\n"
+	"    case $mode in\n"
+	"    latency) echo \"latency bytes=$b oneway_us=$v p10_us=1 p90_us=2 samples=3 per_sample=1\" ;;\n"
+	"    bandwidth) echo \"bandwidth bytes=$b gbps=$v p10_gbps=1 p90_gbps=2 window=64 samples=3\" ;;\n"
+	"    ring) echo \"ring bytes=$b ranks=4 step_us=$v p10_us=1 p90_us=2 samples=3 per_sample=1\" ;;\n"
+	"    exchange) echo \"exchange bytes=$b round_us=$v p10_us=1 p90_us=2 samples=3 per_sample=1\" ;;\n"
+	"    esac\n"
+	"done\n"
+	"[ $plugin = 1 ] && echo 'pinshm-mpi stats: rank=0 family=p2p pinshm_msgs=10 pinshm_bytes=1 mpi_msgs=0' >&2\n"
+	"exit 0\n";
+
+/* The fake mpirun, plugin and bench in the run's folder. */
+static void fake_mpi(const struct run *r)
+{
+	write_file(r, "mpirun", fake_mpirun, 0700);
+	write_file(r, "plugin.so", "", 0600);
+	write_file(r, "bench", "#!/bin/sh\nexit 0\n", 0700);
+}
+
+/* The script runs in the run's folder, where the fakes are. */
+#define COMPARE_ARGS                                                                                          \
+	"-r", "2", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-l", "0,8,4K", "-w", "64K", "-g", "8", \
+		"-e", "8,4K"
+
+START_TEST(test_compare_plot)
+{
+	static const unsigned char png[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+	struct run r;
+	char buf[8192];
+
+	run_init(&r);
+	fake_mpi(&r);
+	COMPARE(&r, NULL, 0, COMPARE_ARGS, "--plot", "mpi.png");
+	HAS(r.out, "one-way latency, 2 ranks, 2 rounds");
+	HAS(r.err, "plot written to mpi.png");
+	ck_assert_msg(head(&r, "mpi.png", buf, sizeof(buf)) > 1000, "mpi.png is too small to be a plot");
+	ck_assert_msg(memcmp(buf, png, sizeof(png)) == 0, "mpi.png is not a PNG");
+	/* The medians of the two rounds by size (x and 2x: 1.5x), size 0 left out. */
+	head(&r, "mpi.dat", buf, sizeof(buf));
+	HAS(buf, "# latency openmpi: bytes us\n8 4.5\n4096 292.5\n\n\n");
+	HAS(buf, "# latency plugin: bytes us\n8 3\n4096 195\n\n\n");
+	HAS(buf, "# bandwidth plugin: bytes gbps\n65536 3075\n");
+	HAS(buf, "# ring openmpi: bytes us\n8 4.5\n");
+	HAS(buf, "# exchange plugin: bytes us\n8 3\n4096 195\n");
+	head(&r, "mpi.gp", buf, sizeof(buf));
+	HAS(buf, "set output 'mpi.png'");
+	HAS(buf, "set multiplot layout 2,2");
+	HAS(buf, "set logscale xy");
+	HAS(buf, "set xtics (\"8 B\" 8, \"4 KiB\" 4096)");
+	HAS(buf, "title 'pinshm plugin'");
+	/* The long option's other spelling, an SVG. */
+	ck_assert(unlink(in_dir(&r, "calls")) == 0);
+	COMPARE(&r, NULL, 0, COMPARE_ARGS, "--plot=mpi.svg");
+	head(&r, "mpi.svg", buf, sizeof(buf));
+	ck_assert_msg(strncmp(buf, "<?xml", 5) == 0, "not an SVG:\n%.200s", buf);
+	run_done(&r);
+}
+END_TEST
+
+/* Refused before anything runs: no gnuplot, a bad name, no such folder. */
+START_TEST(test_compare_refused)
+{
+	struct run r;
+
+	run_init(&r);
+	fake_mpi(&r);
+	COMPARE(&r, r.dir, 1, COMPARE_ARGS, "--plot", "mpi.png");
+	HAS(r.err, "--plot: gnuplot is not in PATH");
+	HAS(r.err, "gnuplot-nox");
+	HAS(r.err, "nothing was measured");
+	ck_assert_str_eq(r.out, "");
+	COMPARE(&r, NULL, 1, COMPARE_ARGS, "-P", "mpi.pdf");
+	HAS(r.err, "'mpi.pdf': the plot's name must end in .png or .svg");
+	ck_assert_str_eq(r.out, "");
+	COMPARE(&r, NULL, 1, COMPARE_ARGS, "-P", "no/such/mpi.png");
+	HAS(r.err, "'no/such' is not a folder this user may write in");
+	ck_assert_str_eq(r.out, "");
+	COMPARE(&r, NULL, 2, COMPARE_ARGS, "--plot");
+	ck_assert(!exists(&r, "mpi.png") && !exists(&r, "mpi.dat"));
+	run_done(&r);
+}
+END_TEST
+
 static Suite *perf_suite(int gnuplot)
 {
 	Suite *s = suite_create("pinshm-perf");
@@ -306,7 +443,9 @@ static Suite *perf_suite(int gnuplot)
 		tcase_add_test(tc, test_plot_png);
 		tcase_add_test(tc, test_plot_svg);
 		tcase_add_test(tc, test_plot_nothing);
+		tcase_add_test(tc, test_compare_plot);
 	}
+	tcase_add_test(tc, test_compare_refused);
 	tcase_add_test(tc, test_plot_without_gnuplot);
 	tcase_add_test(tc, test_plot_gnuplot_fails);
 	tcase_add_test(tc, test_plot_refused);
