@@ -8,7 +8,8 @@
  * PATH or the name is not .png or .svg; the data and script kept, and exit
  * status 1, where gnuplot fails.  pinshm-mpi-compare ($PINSHM_MPI_COMPARE)
  * runs with a stand-in for mpirun, so that no MPI is needed: its plot
- * holds the medians of the rounds.
+ * holds the medians of the rounds.  pinshm-perf's rounds (--rounds): the
+ * reduction on made-up rounds, and the columns of real runs.
  *
  * The cases that draw need gnuplot in PATH: without it they are left out,
  * and the program exits 77 (skipped) once the others have passed.
@@ -17,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,40 +73,43 @@ static const char *program(const char *var, const char *fallback, char *buf, siz
 	return buf;
 }
 
+struct exec_args {
+	const struct run *r;
+	const char *path;
+	const char *const *argv;
+};
+
+/* The child of runv(): its output into files of the run's folder, then exec. */
+static int exec_child(void *arg, int idx)
+{
+	const struct exec_args *a = arg;
+	int ofd = open(in_dir(a->r, "stdout"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	int efd = open(in_dir(a->r, "stderr"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	(void)idx;
+	if (ofd < 0 || efd < 0 || dup2(ofd, 1) < 0 || dup2(efd, 2) < 0 || chdir(a->r->dir) < 0)
+		return 126;
+	if (a->path != NULL)
+		setenv("PATH", a->path, 1);
+	execv(a->argv[0], (char *const *)a->argv);
+	fprintf(stderr, "exec %s: %s\n", a->argv[0], strerror(errno));
+	return 127;
+}
+
 /* Run @p argv (NULL-terminated; argv[0] is the program's path) in the run's
  * folder, with PATH set to @p path (NULL: as it is); fail the test if it
  * hangs or is killed. */
 static void runv(struct run *r, const char *path, const char *const *argv)
 {
+	struct exec_args a = { .r = r, .path = path, .argv = argv };
+	struct tu_procs ps;
 	char buf[32];
-	int st;
+	int i, st;
 
-	fflush(stdout);
-	fflush(stderr);
-	pid_t pid = fork();
-	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		int ofd = open(in_dir(r, "stdout"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		int efd = open(in_dir(r, "stderr"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		if (ofd < 0 || efd < 0 || dup2(ofd, 1) < 0 || dup2(efd, 2) < 0 || chdir(r->dir) < 0)
-			_exit(126);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (path != NULL)
-			setenv("PATH", path, 1);
-		execv(argv[0], (char *const *)argv);
-		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
-	uint64_t deadline = tu_now_ms() + RUN_MS;
-	while (waitpid(pid, &st, WNOHANG) != pid) {
-		if (tu_now_ms() > deadline) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			ck_abort_msg("%s did not exit in %d ms", argv[0], RUN_MS);
-		}
-		tu_sleep_ms(5);
-	}
+	tu_procs_init(&ps);
+	i = tu_spawn(&ps, argv[0], exec_child, &a, 0);
+	ck_assert_msg(tu_wait_all(&ps, RUN_MS) == 0, "%s did not exit in %d ms", argv[0], RUN_MS);
+	st = ps.status[i];
 	tu_read_file(in_dir(r, "stdout"), r->out, sizeof(r->out));
 	tu_read_file(in_dir(r, "stderr"), r->err, sizeof(r->err));
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 126, "%s: %s\n%s", argv[0],
@@ -326,6 +331,173 @@ START_TEST(test_plot_nothing)
 }
 END_TEST
 
+/* ---- rounds ---------------------------------------------------------------- */
+
+static perf_result_t fake_row(const char *transport, const char *pattern, double median_ns)
+{
+	return (perf_result_t){ .transport = transport, .pattern = pattern, .size = 64, .iterations = 100,
+				.median_ns = median_ns, .p99_ns = 2 * median_ns, .p999_ns = 3 * median_ns,
+				.max_ns = 4 * median_ns, .msgs_per_s = 1e9 / median_ns, .gb_per_s = 128 / median_ns,
+				.has_tail = 1 };
+}
+
+#define NEAR(x, want)                                                                                         \
+	ck_assert_msg(fabs((x) - (want)) < 1e-9, "%s = %.12g, want %.12g", #x, (double)(x), (double)(want))
+
+/* Three rounds of a ping-pong whose cache line is far, close, then between:
+ * the ratios are the medians of each round's ratios, not ratios of medians. */
+START_TEST(test_rounds_reduce)
+{
+	const perf_result_t grid[3 * 4] = {
+		fake_row("cacheline", "pingpong", 400), fake_row("textbook", "pingpong", 1000),
+		fake_row("pinshm", "pingpong", 500),    fake_row("pipe", "pingpong", 1),
+		fake_row("cacheline", "pingpong", 100), fake_row("textbook", "pingpong", 300),
+		fake_row("pinshm", "pingpong", 250),    fake_row("pipe", "pingpong", 1),
+		fake_row("cacheline", "pingpong", 200), fake_row("textbook", "pingpong", 2000),
+		fake_row("pinshm", "pingpong", 9999),   fake_row("pipe", "pingpong", 1),
+	};
+	/* pinshm failed in round 3, pipe in every round. */
+	const unsigned char ok[3 * 4] = { 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 0, 0 };
+	const double cl_ns[3] = { 400, 100, 200 };
+	perf_result_t out[4];
+
+	ck_assert_uint_eq(perf_rounds_reduce(grid, ok, 3, 4, 1, cl_ns, out), 3);
+	ck_assert_str_eq(out[0].transport, "cacheline");
+	ck_assert_str_eq(out[1].transport, "textbook");
+	ck_assert_str_eq(out[2].transport, "pinshm");
+	for (int i = 0; i < 3; i++)
+		NEAR(out[i].cacheline_ns, 200);
+	/* The cache line: 400, 100, 200; against the textbook 2.5, 3, 10. */
+	ck_assert_uint_eq(out[0].rounds, 3);
+	NEAR(out[0].median_ns, 200);
+	NEAR(out[0].vs_cacheline, 1);
+	NEAR(out[0].vs_textbook, 3);
+	/* The textbook: 1000, 300, 2000; against the cache line 2.5, 3, 10. */
+	NEAR(out[1].median_ns, 1000);
+	NEAR(out[1].p99_ns, 2000);
+	NEAR(out[1].max_ns, 4000);
+	NEAR(out[1].msgs_per_s, 1e9 / 1000);
+	NEAR(out[1].vs_textbook, 1);
+	NEAR(out[1].vs_cacheline, 3);
+	/* pinshm, two rounds: 500 and 250, their mean; textbook ratios 2 and 1.2
+	 * (1.6, where the ratio of the medians would be 1000 / 375); against the
+	 * cache line 1.25 and 2.5. */
+	ck_assert_uint_eq(out[2].rounds, 2);
+	ck_assert_uint_eq(out[2].iterations, 100);
+	ck_assert_int_eq(out[2].has_tail, 1);
+	NEAR(out[2].median_ns, 375);
+	NEAR(out[2].p999_ns, 1125);
+	NEAR(out[2].gb_per_s, (128.0 / 500 + 128.0 / 250) / 2);
+	NEAR(out[2].vs_textbook, 1.6);
+	NEAR(out[2].vs_cacheline, 1.875);
+}
+END_TEST
+
+/* A stream has no ratio to the cache line; no textbook row, no ratio to it. */
+START_TEST(test_rounds_reduce_stream)
+{
+	const perf_result_t grid[2] = { fake_row("pinshm", "stream", 50), fake_row("pinshm", "stream", 70) };
+	const unsigned char ok[2] = { 1, 1 };
+	const double cl_ns[2] = { 300, 0 };
+	perf_result_t out[1];
+
+	ck_assert_uint_eq(perf_rounds_reduce(grid, ok, 2, 1, -1, cl_ns, out), 1);
+	NEAR(out[0].median_ns, 60);
+	NEAR(out[0].cacheline_ns, 300);
+	NEAR(out[0].vs_textbook, 0);
+	NEAR(out[0].vs_cacheline, 0);
+}
+END_TEST
+
+/* The CSV line of @p transport in @p csv, split at commas into @p f (14 fields). */
+static void csv_fields(const char *csv, const char *transport, char f[14][32])
+{
+	char key[64];
+	const char *c;
+	int n = 0;
+
+	snprintf(key, sizeof(key), "\n%s,", transport);
+	c = strstr(csv, key);
+	ck_assert_msg(c != NULL, "no row of %s in:\n%s", transport, csv);
+	for (c++;; c++) {
+		const char *end = c;
+
+		while (*end && *end != ',' && *end != '\n')
+			end++;
+		ck_assert_msg(n < 14 && end - c < 32, "row of %s: too many fields or too long", transport);
+		snprintf(f[n++], 32, "%.*s", (int)(end - c), c);
+		if (*end != ',')
+			break;
+		c = end;
+	}
+	ck_assert_msg(n == 14, "row of %s: %d fields, want 14", transport, n);
+}
+
+/* A real run of 3 rounds, as CSV: the columns, and the references' own ratios of 1. */
+START_TEST(test_rounds_csv)
+{
+	static const char header[] = "transport,pattern,size,iterations,median_ns,p99_ns,p999_ns,max_ns,"
+				     "msgs_per_s,gb_per_s,rounds,cacheline_ns,vs_textbook,vs_cacheline\n";
+	char cl[14][32], tb[14][32], ps[14][32];
+	struct run r;
+
+	run_init(&r);
+	PERF(&r, NULL, 0, "-t", "cacheline,textbook,pinshm", "-p", "pingpong", "-s", "64", "-n", "100", "-f", "csv",
+	     "--rounds", "3");
+	ck_assert_msg(strncmp(r.out, header, strlen(header)) == 0, "header:\n%s", r.out);
+	csv_fields(r.out, "cacheline", cl);
+	csv_fields(r.out, "textbook", tb);
+	csv_fields(r.out, "pinshm", ps);
+	ck_assert_str_eq(ps[10], "3");
+	/* The cache line's own row is each round's reference. */
+	ck_assert_str_eq(cl[11], cl[4]);
+	ck_assert_str_eq(ps[11], cl[4]);
+	ck_assert_str_eq(cl[13], "1.0000");
+	ck_assert_str_eq(tb[12], "1.0000");
+	ck_assert_msg(atof(ps[12]) > 0 && atof(ps[13]) > 0, "pinshm's ratios: '%s' '%s'", ps[12], ps[13]);
+
+	/* One round, without --rounds: the ratios are those of the row's figures. */
+	PERF(&r, NULL, 0, "-t", "cacheline,textbook,pinshm", "-p", "pingpong", "-s", "64", "-n", "100", "-f", "csv");
+	csv_fields(r.out, "cacheline", cl);
+	csv_fields(r.out, "textbook", tb);
+	csv_fields(r.out, "pinshm", ps);
+	ck_assert_str_eq(ps[10], "1");
+	ck_assert_msg(fabs(atof(ps[12]) - atof(tb[4]) / atof(ps[4])) < 1e-4, "vs_textbook %s, %s / %s", ps[12],
+		      tb[4], ps[4]);
+	ck_assert_msg(fabs(atof(ps[13]) - atof(ps[4]) / atof(cl[4])) < 1e-4, "vs_cacheline %s, %s / %s", ps[13],
+		      ps[4], cl[4]);
+
+	/* A stream: a cache line measured each round, no ratio to it. */
+	PERF(&r, NULL, 0, "-t", "textbook", "-p", "stream", "-s", "64", "-n", "100", "-f", "csv", "--rounds", "2");
+	csv_fields(r.out, "textbook", tb);
+	ck_assert_str_eq(tb[10], "2");
+	ck_assert_msg(atof(tb[11]) > 0, "no cache line figure: '%s'", tb[11]);
+	ck_assert_str_eq(tb[12], "1.0000");
+	ck_assert_str_eq(tb[13], "");
+	run_done(&r);
+}
+END_TEST
+
+START_TEST(test_rounds_table_json)
+{
+	struct run r;
+
+	run_init(&r);
+	PERF(&r, NULL, 0, "-t", "textbook", "-p", "pingpong", "-s", "64", "-n", "100", "--rounds", "2");
+	HAS(r.out, "pingpong, 64 B: 100 round trips per row, medians of 2 rounds; cache line round trip ");
+	HAS(r.out, "ratio x_cline\n");
+	PERF(&r, NULL, 0, "-t", "textbook", "-p", "pingpong", "-s", "64", "-n", "100", "--rounds", "2", "-f", "json");
+	HAS(r.out, "\"rounds\": 2, \"cacheline_ns\": ");
+	HAS(r.out, "\"vs_textbook\": 1.0000, \"vs_cacheline\": ");
+	PERF(&r, NULL, 2, "--rounds", "0");
+	HAS(r.err, "--rounds: expected 1 to 1000");
+	PERF(&r, NULL, 2, "--rounds", "1001");
+	PERF(&r, NULL, 2, "-p", "create", "-S", "", "--rounds", "3");
+	HAS(r.err, "--rounds: not with --pattern create");
+	run_done(&r);
+}
+END_TEST
+
 /* ---- pinshm-mpi-compare ---------------------------------------------------- */
 
 /*
@@ -449,6 +621,14 @@ static Suite *perf_suite(int gnuplot)
 	tcase_add_test(tc, test_plot_without_gnuplot);
 	tcase_add_test(tc, test_plot_gnuplot_fails);
 	tcase_add_test(tc, test_plot_refused);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("rounds");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_rounds_reduce);
+	tcase_add_test(tc, test_rounds_reduce_stream);
+	tcase_add_test(tc, test_rounds_csv);
+	tcase_add_test(tc, test_rounds_table_json);
 	suite_add_tcase(s, tc);
 	return s;
 }
