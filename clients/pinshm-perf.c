@@ -1137,6 +1137,10 @@ int main(int argc, char **argv)
 	failures = measure_all(&o, &r, &out, o.plot != NULL ? &plot : NULL);
 	perf_output_end(&out);
 	if (o.plot != NULL) {
+		size_t used = strlen(title);
+
+		if (o.rounds > 1)
+			snprintf(title + used, sizeof(title) - used, ", medians of %u rounds", o.rounds);
 		if (finish_plot(&plot, title) < 0)
 			failures++;
 		perf_plot_free(&plot);

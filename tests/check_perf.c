@@ -480,6 +480,7 @@ END_TEST
 
 START_TEST(test_rounds_table_json)
 {
+	char path[4096], buf[8192];
 	struct run r;
 
 	run_init(&r);
@@ -489,6 +490,12 @@ START_TEST(test_rounds_table_json)
 	PERF(&r, NULL, 0, "-t", "textbook", "-p", "pingpong", "-s", "64", "-n", "100", "--rounds", "2", "-f", "json");
 	HAS(r.out, "\"rounds\": 2, \"cacheline_ns\": ");
 	HAS(r.out, "\"vs_textbook\": 1.0000, \"vs_cacheline\": ");
+	if (perf_find_in_path("gnuplot", path, sizeof(path)) == 0) {
+		PERF(&r, NULL, 0, "-t", "textbook", "-p", "pingpong", "-s", "64", "-n", "100", "--rounds", "2", "--plot",
+		     "r.png");
+		head(&r, "r.gp", buf, sizeof(buf));
+		HAS(buf, ", medians of 2 rounds' font");
+	}
 	PERF(&r, NULL, 2, "--rounds", "0");
 	HAS(r.err, "--rounds: expected 1 to 1000");
 	PERF(&r, NULL, 2, "--rounds", "1001");
