@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,83 @@ int perf_stats_stream(uint64_t elapsed_ns, perf_result_t *r)
 	return 0;
 }
 
+/* ---- rounds ------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The median of @p n values (n > 0), sorted in place. */
+static double median(double *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The median over the valid rounds of transport @p t of the figure at @p field. */
+static double median_field(const perf_result_t *grid, const unsigned char *ok, size_t rounds, size_t ntr,
+			   size_t t, size_t field)
+{
+	double v[PERF_MAX_ROUNDS];
+	size_t n = 0;
+
+	for (size_t k = 0; k < rounds; k++)
+		if (ok[k * ntr + t])
+			v[n++] = *(const double *)((const char *)&grid[k * ntr + t] + field);
+	return median(v, n);
+}
+
+size_t perf_rounds_reduce(const perf_result_t *grid, const unsigned char *ok, size_t rounds, size_t ntr,
+			  int base, const double *cl_ns, perf_result_t *out)
+{
+	static const size_t fields[] = {
+		offsetof(perf_result_t, median_ns), offsetof(perf_result_t, p99_ns),
+		offsetof(perf_result_t, p999_ns),   offsetof(perf_result_t, max_ns),
+		offsetof(perf_result_t, msgs_per_s), offsetof(perf_result_t, gb_per_s),
+	};
+	double cl[PERF_MAX_ROUNDS], vs_tb[PERF_MAX_ROUNDS], vs_cl[PERF_MAX_ROUNDS], cl_median = 0;
+	size_t ncl = 0, nout = 0;
+
+	if (rounds > PERF_MAX_ROUNDS)
+		rounds = PERF_MAX_ROUNDS;
+	for (size_t k = 0; k < rounds; k++)
+		if (cl_ns[k] > 0)
+			cl[ncl++] = cl_ns[k];
+	if (ncl > 0)
+		cl_median = median(cl, ncl);
+	for (size_t t = 0; t < ntr; t++) {
+		perf_result_t *r = &out[nout];
+		size_t valid = 0, ntb = 0, nvcl = 0, first = 0;
+
+		for (size_t k = rounds; k-- > 0;) {
+			const perf_result_t *g = &grid[k * ntr + t];
+
+			if (!ok[k * ntr + t])
+				continue;
+			valid++;
+			first = k;
+			if (base >= 0 && ok[k * ntr + (size_t)base] && g->median_ns > 0)
+				vs_tb[ntb++] = grid[k * ntr + (size_t)base].median_ns / g->median_ns;
+			if (strcmp(g->pattern, "pingpong") == 0 && cl_ns[k] > 0)
+				vs_cl[nvcl++] = g->median_ns / cl_ns[k];
+		}
+		if (valid == 0)
+			continue;
+		*r = grid[first * ntr + t]; /* names, size, iterations, has_tail */
+		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+			*(double *)((char *)r + fields[i]) = median_field(grid, ok, rounds, ntr, t, fields[i]);
+		r->rounds = (unsigned)valid;
+		r->cacheline_ns = cl_median;
+		r->vs_textbook = ntb ? median(vs_tb, ntb) : 0;
+		r->vs_cacheline = nvcl ? median(vs_cl, nvcl) : 0;
+		nout++;
+	}
+	return nout;
+}
+
 int perf_format_parse(const char *s, perf_format_t *fmt)
 {
 	if (strcmp(s, "table") == 0)
@@ -106,9 +184,18 @@ static const char *fmt_rate(double v, char *buf, size_t len)
 	return buf;
 }
 
-static void table_row(FILE *f, const perf_result_t *r, double baseline_ns, int width)
+static const char *fmt_ratio(double x, char *buf, size_t len)
 {
-	char med[32], p99[32], p999[32], max[32], rate[32], ratio[32], gb[32];
+	if (x > 0)
+		snprintf(buf, len, x >= 10 ? "%.1f" : x >= 0.1 ? "%.2f" : "%.2g", x);
+	else
+		snprintf(buf, len, "-");
+	return buf;
+}
+
+static void table_row(FILE *f, const perf_result_t *r, int width, int rounds)
+{
+	char med[32], p99[32], p999[32], max[32], rate[32], ratio[32], gb[32], xcl[32];
 
 	fmt_ns(r->median_ns, med, sizeof(med));
 	if (r->has_tail) {
@@ -120,49 +207,51 @@ static void table_row(FILE *f, const perf_result_t *r, double baseline_ns, int w
 		strcpy(p999, "-");
 		strcpy(max, "-");
 	}
-	if (baseline_ns > 0 && r->median_ns > 0) {
-		double x = baseline_ns / r->median_ns;
-
-		snprintf(ratio, sizeof(ratio), x >= 10 ? "%.1f" : x >= 0.1 ? "%.2f" : "%.2g", x);
-	} else {
-		strcpy(ratio, "-");
-	}
 	if (strcmp(r->pattern, "create") == 0)
 		strcpy(gb, "-"); /* moves no byte */
 	else
 		snprintf(gb, sizeof(gb), "%.3f", r->gb_per_s);
-	fprintf(f, "%-*s %10s %10s %10s %10s %10s %8s %7s\n", width, r->transport, med, p99, p999, max,
-		fmt_rate(r->msgs_per_s, rate, sizeof(rate)), gb, ratio);
+	fprintf(f, "%-*s %10s %10s %10s %10s %10s %8s %7s", width, r->transport, med, p99, p999, max,
+		fmt_rate(r->msgs_per_s, rate, sizeof(rate)), gb, fmt_ratio(r->vs_textbook, ratio, sizeof(ratio)));
+	if (rounds)
+		fprintf(f, " %7s", fmt_ratio(r->vs_cacheline, xcl, sizeof(xcl)));
+	fputc('\n', f);
 }
 
-static void table_group(FILE *f, const perf_result_t *rows, size_t n, const perf_result_t *mc)
+static void table_group(FILE *f, const perf_result_t *rows, size_t n, const perf_result_t *mc, unsigned rounds)
 {
 	const perf_result_t *first = n ? &rows[0] : mc;
 	int stream = strcmp(first->pattern, "stream") == 0, create = strcmp(first->pattern, "create") == 0;
-	double baseline_ns = 0;
-	char size[32];
-	int width = 14;
+	int baseline = 0, width = 14;
+	char size[32], cl[64] = "";
 
 	for (size_t i = 0; i < n; i++) {
-		if (strcmp(rows[i].transport, BASELINE) == 0)
-			baseline_ns = rows[i].median_ns;
+		baseline |= strcmp(rows[i].transport, BASELINE) == 0;
 		if ((int)strlen(rows[i].transport) > width)
 			width = (int)strlen(rows[i].transport);
 	}
+	rounds = create ? 0 : rounds;
+	if (rounds && first->cacheline_ns > 0)
+		snprintf(cl, sizeof(cl), "; cache line round trip %.0f ns", first->cacheline_ns);
 	if (create)
 		fprintf(f, "\n%s, %s channels: %llu operations per row, through pinshmd\n", first->pattern,
 			fmt_size(first->size, size, sizeof(size)), (unsigned long long)first->iterations);
+	else if (rounds)
+		fprintf(f, "\n%s, %s: %llu %s per row, medians of %u rounds%s%s\n", first->pattern,
+			fmt_size(first->size, size, sizeof(size)), (unsigned long long)first->iterations,
+			stream ? "messages" : "round trips", rounds, cl, baseline ? "" : " (no " BASELINE " row: no ratio)");
 	else
 		fprintf(f, "\n%s, %s: %llu %s per row%s\n", first->pattern,
 			fmt_size(first->size, size, sizeof(size)), (unsigned long long)first->iterations,
-			stream ? "messages" : "round trips", baseline_ns > 0 ? "" : " (no " BASELINE " row: no ratio)");
-	fprintf(f, "%-*s %10s %10s %10s %10s %10s %8s %7s\n", width, "transport",
+			stream ? "messages" : "round trips", baseline ? "" : " (no " BASELINE " row: no ratio)");
+	fprintf(f, "%-*s %10s %10s %10s %10s %10s %8s %7s", width, "transport",
 		stream ? "mean_ns" : "median_ns", "p99_ns", "p99.9_ns", "max_ns",
 		stream ? "msgs/s" : create ? "ops/s" : "rtrips/s", "GB/s", "ratio");
+	fputs(rounds ? " x_cline\n" : "\n", f);
 	for (size_t i = 0; i < n; i++)
-		table_row(f, &rows[i], baseline_ns, width);
+		table_row(f, &rows[i], width, rounds);
 	if (mc != NULL) {
-		table_row(f, mc, 0, width); /* a reference, not a transport: no ratio */
+		table_row(f, mc, width, rounds); /* a reference, not a transport: no ratio */
 		if (mc->size >= (1u << 20))
 			fprintf(f, "target: 0.7 x memcpy = %.2f GB/s\n", 0.7 * mc->gb_per_s);
 	}
@@ -179,65 +268,100 @@ static void num(FILE *f, double v, const char *fmt, int present, const char *abs
 		fputs(absent, f);
 }
 
+/* The figures of a row as CSV and JSON write them, in their order. */
+#define NCELLS 10
+struct cell {
+	const char *name;
+	double v;
+	const char *fmt;
+	int present;
+};
+
+static void row_cells(const perf_result_t *r, struct cell c[NCELLS])
+{
+	const struct cell all[NCELLS] = {
+		{ "median_ns", r->median_ns, r->has_tail ? "%.0f" : "%.1f", 1 },
+		{ "p99_ns", r->p99_ns, "%.0f", r->has_tail },
+		{ "p999_ns", r->p999_ns, "%.0f", r->has_tail },
+		{ "max_ns", r->max_ns, "%.0f", r->has_tail },
+		{ "msgs_per_s", r->msgs_per_s, "%.0f", 1 },
+		{ "gb_per_s", r->gb_per_s, "%.4f", 1 },
+		{ "rounds", r->rounds, "%.0f", r->rounds > 0 },
+		{ "cacheline_ns", r->cacheline_ns, "%.0f", r->cacheline_ns > 0 },
+		{ "vs_textbook", r->vs_textbook, "%.4f", r->vs_textbook > 0 },
+		{ "vs_cacheline", r->vs_cacheline, "%.4f", r->vs_cacheline > 0 },
+	};
+
+	memcpy(c, all, sizeof(all));
+}
+
+static void csv_header(FILE *f)
+{
+	const perf_result_t none = { 0 };
+	struct cell c[NCELLS];
+
+	row_cells(&none, c);
+	fputs("transport,pattern,size,iterations", f);
+	for (int i = 0; i < NCELLS; i++)
+		fprintf(f, ",%s", c[i].name);
+	fputc('\n', f);
+}
+
 static void csv_row(FILE *f, const perf_result_t *r)
 {
-	fprintf(f, "%s,%s,%llu,%llu,", r->transport, r->pattern, (unsigned long long)r->size,
+	struct cell c[NCELLS];
+
+	fprintf(f, "%s,%s,%llu,%llu", r->transport, r->pattern, (unsigned long long)r->size,
 		(unsigned long long)r->iterations);
-	num(f, r->median_ns, r->has_tail ? "%.0f" : "%.1f", 1, "");
-	fputc(',', f);
-	num(f, r->p99_ns, "%.0f", r->has_tail, "");
-	fputc(',', f);
-	num(f, r->p999_ns, "%.0f", r->has_tail, "");
-	fputc(',', f);
-	num(f, r->max_ns, "%.0f", r->has_tail, "");
-	fputc(',', f);
-	num(f, r->msgs_per_s, "%.0f", 1, "");
-	fputc(',', f);
-	num(f, r->gb_per_s, "%.4f", 1, "");
+	row_cells(r, c);
+	for (int i = 0; i < NCELLS; i++) {
+		fputc(',', f);
+		num(f, c[i].v, c[i].fmt, c[i].present, "");
+	}
 	fputc('\n', f);
 }
 
 static void json_row(FILE *f, const perf_result_t *r, int first)
 {
+	struct cell c[NCELLS];
+
 	/* Transport and pattern names are ours: plain ASCII, nothing to escape. */
-	fprintf(f, "%s  {\"transport\": \"%s\", \"pattern\": \"%s\", \"size\": %llu, \"iterations\": %llu, ",
+	fprintf(f, "%s  {\"transport\": \"%s\", \"pattern\": \"%s\", \"size\": %llu, \"iterations\": %llu",
 		first ? "" : ",\n", r->transport, r->pattern, (unsigned long long)r->size,
 		(unsigned long long)r->iterations);
-	fputs("\"median_ns\": ", f);
-	num(f, r->median_ns, r->has_tail ? "%.0f" : "%.1f", 1, "null");
-	fputs(", \"p99_ns\": ", f);
-	num(f, r->p99_ns, "%.0f", r->has_tail, "null");
-	fputs(", \"p999_ns\": ", f);
-	num(f, r->p999_ns, "%.0f", r->has_tail, "null");
-	fputs(", \"max_ns\": ", f);
-	num(f, r->max_ns, "%.0f", r->has_tail, "null");
-	fputs(", \"msgs_per_s\": ", f);
-	num(f, r->msgs_per_s, "%.0f", 1, "null");
-	fputs(", \"gb_per_s\": ", f);
-	num(f, r->gb_per_s, "%.4f", 1, "null");
+	row_cells(r, c);
+	for (int i = 0; i < NCELLS; i++) {
+		fprintf(f, ", \"%s\": ", c[i].name);
+		num(f, c[i].v, c[i].fmt, c[i].present, "null");
+	}
 	fputc('}', f);
 }
 
 /* ---- the output ------------------------------------------------------------- */
 
-void perf_output_begin(perf_output_t *o, perf_format_t fmt, FILE *f, const char *title)
+void perf_output_begin(perf_output_t *o, perf_format_t fmt, FILE *f, const char *title, unsigned rounds)
 {
 	o->fmt = fmt;
 	o->f = f;
 	o->rows = 0;
+	o->rounds = rounds;
 	switch (fmt) {
 	case PERF_FMT_TABLE:
 		if (title != NULL)
 			fprintf(f, "%s\n", title);
 		fprintf(f, "ratio = " BASELINE " time / row time, same pattern and size "
 			   "(> 1: faster than the " BASELINE " ring)\n");
+		if (rounds)
+			fprintf(f, "rounds: every transport of a size runs once a round, in turn, %u rounds, and a "
+				   "cache line's round trip with them;\nevery figure is the median over the rounds, "
+				   "ratio and x_cline (row time / cache line round trip, ping-pong) the\n"
+				   "medians of the ratios of each round\n", rounds);
 		if (title != NULL && strstr(title, "pinshmd") != NULL)
 			fprintf(f, "NAME@pinshmd: transport NAME on channels created by pinshmd, "
 				   "NAME: on segments of its own\n");
 		break;
 	case PERF_FMT_CSV:
-		fprintf(f, "transport,pattern,size,iterations,median_ns,p99_ns,p999_ns,max_ns,"
-			   "msgs_per_s,gb_per_s\n");
+		csv_header(f);
 		break;
 	case PERF_FMT_JSON:
 		fputs("[\n", f);
@@ -253,7 +377,7 @@ void perf_output_group(perf_output_t *o, const perf_result_t *rows, size_t n,
 		return;
 	switch (o->fmt) {
 	case PERF_FMT_TABLE:
-		table_group(o->f, rows, n, memcpy_row);
+		table_group(o->f, rows, n, memcpy_row, o->rounds);
 		break;
 	case PERF_FMT_CSV:
 		for (size_t i = 0; i < n; i++)

@@ -32,6 +32,7 @@
 
 #include <pinshm.h>
 
+#include "perf_plot.h"
 #include "perf_stats.h"
 #include "perf_transports.h"
 
@@ -60,6 +61,8 @@ struct opts {
 	const char *socket;  /* its path; NULL: pinshm_connect()'s default */
 	int iterations_set;  /* --iterations given */
 	uint64_t create_iterations;
+	const char *plot;    /* --plot FILE, or NULL */
+	unsigned rounds;     /* --rounds R, or 0 */
 };
 
 /* Shared by the parent and both sides of a row: an anonymous shared mapping. */
@@ -83,6 +86,7 @@ struct row {
 	pid_t parent;
 	sigset_t oldmask; /* the signal mask the sides run with */
 	int unlocked;     /* a side of some row could not lock its memory */
+	unsigned round;   /* the round being measured (0: the first; notes are printed only then) */
 };
 
 static uint64_t now_ns(void)
@@ -446,7 +450,8 @@ static int run_row(struct row *r, const perf_transport_t *t, unsigned pattern, s
 	memset(r->ctl, 0, sizeof(*r->ctl)); /* no side is running: a plain reset */
 	rc = t->setup(&link);
 	if (rc == PERF_SKIP) {
-		fprintf(stderr, "%s: note: %s %s %zu bytes skipped: %s\n", prog, t->name, pattern_name(pattern),
+		if (r->round == 0) /* said once, not once a round */
+			fprintf(stderr, "%s: note: %s %s %zu bytes skipped: %s\n", prog, t->name, pattern_name(pattern),
 			size, link.err);
 		return PERF_SKIP;
 	}
@@ -454,7 +459,7 @@ static int run_row(struct row *r, const perf_transport_t *t, unsigned pattern, s
 		row_error(t, pattern, size, link.err);
 		return -1;
 	}
-	if (link.err[0] != '\0')
+	if (link.err[0] != '\0' && r->round == 0)
 		fprintf(stderr, "%s: note: %s %s %zu bytes: %s\n", prog, t->name, pattern_name(pattern), size,
 			link.err);
 
@@ -670,6 +675,12 @@ static void usage(FILE *f)
 		"                         default socket), and allow --pattern create\n"
 		"  -f, --format F         table, csv or json (default: table)\n"
 		"  -c, --cpus A,B         the CPUs of the two sides (default: 0,1)\n"
+		"  -r, --rounds R         run every transport of a size R times, in turn, with\n"
+		"                         a cache line's round trip each round; report the\n"
+		"                         medians over the rounds and of the per-round ratios\n"
+		"  -P, --plot FILE        also draw the results into FILE (.png or .svg) with\n"
+		"                         gnuplot, which must be in PATH; the data and the\n"
+		"                         script go beside it (FILE's name, .dat and .gp)\n"
 		"  -h, --help             print this help and exit\n"
 		"  -V, --version          print the library version and exit\n"
 		"\n"
@@ -836,7 +847,8 @@ static int parse_options(int argc, char **argv, struct opts *o)
 		{ "transport", required_argument, NULL, 't' }, { "pattern", required_argument, NULL, 'p' },
 		{ "sizes", required_argument, NULL, 's' },     { "iterations", required_argument, NULL, 'n' },
 		{ "format", required_argument, NULL, 'f' },    { "cpus", required_argument, NULL, 'c' },
-		{ "socket", required_argument, NULL, 'S' },
+		{ "socket", required_argument, NULL, 'S' },    { "plot", required_argument, NULL, 'P' },
+		{ "rounds", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },            { "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -850,7 +862,7 @@ static int parse_options(int argc, char **argv, struct opts *o)
 	o->fmt = PERF_FMT_TABLE;
 	o->cpu[0] = 0;
 	o->cpu[1] = 1;
-	while ((c = getopt_long(argc, argv, "t:p:s:n:f:c:S:hV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "t:p:s:n:f:c:S:P:r:hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't':
 			tr_list = optarg;
@@ -895,6 +907,19 @@ static int parse_options(int argc, char **argv, struct opts *o)
 			if (parse_cpus(o, optarg) < 0)
 				return 2;
 			break;
+		case 'P':
+			o->plot = optarg;
+			break;
+		case 'r': {
+			uint64_t v;
+
+			if (parse_u64(optarg, &v, 0) < 0 || v == 0 || v > PERF_MAX_ROUNDS) {
+				fprintf(stderr, "%s: --rounds: expected 1 to %d\n", prog, PERF_MAX_ROUNDS);
+				return 2;
+			}
+			o->rounds = (unsigned)v;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -914,6 +939,14 @@ static int parse_options(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "%s: --pattern create needs --socket\n", prog);
 		return 2;
 	}
+	if (o->rounds && o->patterns == PERF_CREATE) {
+		fprintf(stderr, "%s: --rounds: not with --pattern create\n", prog);
+		return 2;
+	}
+	if (o->plot != NULL && o->patterns == PERF_CREATE) {
+		fprintf(stderr, "%s: --plot: the create pattern has no plot (ping-pong and stream have)\n", prog);
+		return 2;
+	}
 	o->create_iterations = o->iterations_set ? o->iterations : DEFAULT_CREATE_ITERATIONS;
 	if (parse_transports(o, tr_list) < 0)
 		return 2;
@@ -922,21 +955,151 @@ static int parse_options(int argc, char **argv, struct opts *o)
 
 /* ---- main ----------------------------------------------------------------- */
 
-int main(int argc, char **argv)
+/*
+ * Measure one pattern and size: every transport that supports the pattern
+ * once a round, in turn, for --rounds rounds (one without it), with the
+ * cache line's round trip in each round (with --rounds: its own row where
+ * it is among the transports of a ping-pong, else a row measured for it);
+ * then reduce the rounds into one row per transport (perf_rounds_reduce).
+ * @rows gets them (MAX_TRANSPORTS at most), *@n their number.
+ * @return the number of rows that failed, or -1 when out of memory.
+ */
+static int measure_group(const struct opts *o, struct row *r, unsigned pattern, size_t size, perf_result_t *rows,
+			 size_t *n)
+{
+	const perf_transport_t *tr[MAX_TRANSPORTS], *cacheline = perf_transport_find("cacheline");
+	size_t rounds = o->rounds ? o->rounds : 1, ntr = 0;
+	perf_result_t *grid = calloc(rounds * MAX_TRANSPORTS, sizeof(*grid));
+	unsigned char *ok = calloc(rounds * MAX_TRANSPORTS, 1);
+	double *cl_ns = calloc(rounds, sizeof(*cl_ns));
+	int base = -1, own_cl = -1, failures = 0;
+
+	*n = 0;
+	if (grid == NULL || ok == NULL || cl_ns == NULL) {
+		fprintf(stderr, "%s: error: out of memory for %zu rounds\n", prog, rounds);
+		failures = -1;
+		goto out;
+	}
+	for (size_t ti = 0; ti < o->ntr; ti++) {
+		const perf_transport_t *t = o->tr[ti];
+
+		if (!(t->patterns & pattern))
+			continue; /* not meaningful for this pattern */
+		if (strcmp(t->name, "textbook") == 0)
+			base = (int)ntr;
+		if (t == cacheline && pattern == PERF_PINGPONG)
+			own_cl = (int)ntr;
+		tr[ntr++] = t;
+	}
+	for (size_t k = 0; k < rounds; k++) {
+		perf_result_t cl;
+
+		r->round = (unsigned)k;
+		if (o->rounds && own_cl < 0 && cacheline != NULL &&
+		    run_row(r, cacheline, PERF_PINGPONG, size, &cl) == 0)
+			cl_ns[k] = cl.median_ns;
+		for (size_t t = 0; t < ntr; t++) {
+			int rc = run_row(r, tr[t], pattern, size, &grid[k * ntr + t]);
+
+			ok[k * ntr + t] = rc == 0;
+			failures += rc < 0;
+		}
+		if (own_cl >= 0 && ok[k * ntr + (size_t)own_cl])
+			cl_ns[k] = grid[k * ntr + (size_t)own_cl].median_ns;
+	}
+	r->round = 0;
+	*n = perf_rounds_reduce(grid, ok, rounds, ntr, base, cl_ns, rows);
+out:
+	free(grid);
+	free(ok);
+	free(cl_ns);
+	return failures;
+}
+
+/*
+ * Measure every pattern and size: write each group to @out and keep it in
+ * @plot (may be NULL).  @return the number of rows that failed.
+ */
+static int measure_all(const struct opts *o, struct row *r, perf_output_t *out, perf_plot_t *plot)
 {
 	static const unsigned patterns[] = { PERF_PINGPONG, PERF_STREAM };
+	int failures = 0, rc;
+
+	for (size_t pi = 0; pi < sizeof(patterns) / sizeof(patterns[0]); pi++) {
+		unsigned pattern = patterns[pi];
+
+		if (!(o->patterns & pattern))
+			continue;
+		for (size_t si = 0; si < o->nsizes; si++) {
+			size_t size = o->sizes[si];
+			perf_result_t rows[MAX_TRANSPORTS + 1], mc;
+			size_t n = 0;
+
+			r->iters = row_iterations(o->iterations, size);
+			r->warm = row_warmup(r->iters);
+			r->timeout_ns = row_timeout(r->iters, r->warm, size);
+			rc = measure_group(o, r, pattern, size, rows, &n);
+			if (rc < 0)
+				return failures + 1;
+			failures += rc;
+			/* The memcpy reference: a line of the table and of the plot. */
+			int with_memcpy = (o->fmt == PERF_FMT_TABLE || plot != NULL) && pattern == PERF_STREAM &&
+					  n > 0 && size > 0 && measure_memcpy(o, size, r->iters, &mc) == 0;
+
+			perf_output_group(out, rows, n, with_memcpy ? &mc : NULL);
+			if (with_memcpy)
+				rows[n] = mc;
+			if (plot != NULL && perf_plot_add(plot, rows, n + (size_t)with_memcpy) < 0) {
+				fprintf(stderr, "%s: error: out of memory for the plot\n", prog);
+				failures++;
+			}
+		}
+	}
+	for (size_t si = 0; (o->patterns & PERF_CREATE) && si < o->nsizes; si++) {
+		perf_result_t rows[2];
+
+		if (measure_create(o, o->sizes[si], o->create_iterations, rows) == 0)
+			perf_output_group(out, rows, 2, NULL);
+		else
+			failures++;
+	}
+	return failures;
+}
+
+/* Draw the plot of --plot. @return 0, or -1 (an error was printed). */
+static int finish_plot(perf_plot_t *plot, const char *title)
+{
+	char err[8400];
+
+	if (perf_plot_finish(plot, title, err, sizeof(err)) < 0) {
+		fprintf(stderr, "%s: error: --plot: %s\n", prog, err);
+		return -1;
+	}
+	fprintf(stderr, "%s: plot written to %s (its data and gnuplot script beside it: %s.dat, %s.gp)\n",
+		prog, plot->file, plot->stem, plot->stem);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
 	struct opts o = { 0 };
 	struct row r = { .o = &o };
 	struct rlimit unlimited = { RLIM_INFINITY, RLIM_INFINITY };
 	perf_output_t out;
+	perf_plot_t plot;
 	sigset_t chld;
-	char title[4200];
+	char title[4200], err[4400];
 	int failures = 0, rc;
 	void *p;
 
 	rc = parse_options(argc, argv, &o);
 	if (rc >= 0)
 		return rc;
+	/* Before measuring: a run that cannot plot stops here. */
+	if (o.plot != NULL && perf_plot_init(&plot, o.plot, err, sizeof(err)) < 0) {
+		fprintf(stderr, "%s: --plot: %s; nothing was measured\n", prog, err);
+		return 2;
+	}
 
 	/* SIGCHLD stays pending until wait_sides() takes it. */
 	sigemptyset(&chld);
@@ -970,46 +1133,18 @@ int main(int argc, char **argv)
 	else
 		snprintf(title, sizeof(title), "%s: libpinshm %s, sides on CPUs %d and %d", prog,
 			 pinshm_version(), o.cpu[0], o.cpu[1]);
-	perf_output_begin(&out, o.fmt, stdout, title);
-	for (size_t pi = 0; pi < sizeof(patterns) / sizeof(patterns[0]); pi++) {
-		unsigned pattern = patterns[pi];
-
-		if (!(o.patterns & pattern))
-			continue;
-		for (size_t si = 0; si < o.nsizes; si++) {
-			size_t size = o.sizes[si];
-			perf_result_t rows[MAX_TRANSPORTS], mc;
-			size_t n = 0;
-
-			r.iters = row_iterations(o.iterations, size);
-			r.warm = row_warmup(r.iters);
-			r.timeout_ns = row_timeout(r.iters, r.warm, size);
-			for (size_t ti = 0; ti < o.ntr; ti++) {
-				const perf_transport_t *t = o.tr[ti];
-
-				if (!(t->patterns & pattern))
-					continue; /* not meaningful for this pattern */
-				rc = run_row(&r, t, pattern, size, &rows[n]);
-				if (rc == 0)
-					n++;
-				else if (rc < 0)
-					failures++;
-			}
-			int with_memcpy = o.fmt == PERF_FMT_TABLE && pattern == PERF_STREAM && n > 0 &&
-					  size > 0 && measure_memcpy(&o, size, r.iters, &mc) == 0;
-
-			perf_output_group(&out, rows, n, with_memcpy ? &mc : NULL);
-		}
-	}
-	for (size_t si = 0; (o.patterns & PERF_CREATE) && si < o.nsizes; si++) {
-		perf_result_t rows[2];
-
-		if (measure_create(&o, o.sizes[si], o.create_iterations, rows) == 0)
-			perf_output_group(&out, rows, 2, NULL);
-		else
-			failures++;
-	}
+	perf_output_begin(&out, o.fmt, stdout, title, o.rounds);
+	failures = measure_all(&o, &r, &out, o.plot != NULL ? &plot : NULL);
 	perf_output_end(&out);
+	if (o.plot != NULL) {
+		size_t used = strlen(title);
+
+		if (o.rounds > 1)
+			snprintf(title + used, sizeof(title) - used, ", medians of %u rounds", o.rounds);
+		if (finish_plot(&plot, title) < 0)
+			failures++;
+		perf_plot_free(&plot);
+	}
 
 	if (r.unlocked)
 		fprintf(stderr, "%s: note: the sides could not lock their memory (mlockall); "
