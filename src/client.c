@@ -435,6 +435,7 @@ int pinshm_connect_flags(const char *socket_path, unsigned flags, pinshm_client_
 			if (!connect_error[0])
 				snprintf(connect_error, sizeof(connect_error), "cannot connect to pinshmd at %s: %s",
 					 where, strerror(-rc));
+			pthread_mutex_destroy(&c->lock);
 			free(c);
 			return rc;
 		}

@@ -2158,8 +2158,10 @@ START_TEST(test_unprivileged_pinned)
 END_TEST
 
 /* Where pinshm_connect(NULL) looks in user mode, another user's daemon is
- * refused (it would see every message of its channels); a path given
- * explicitly is trusted. */
+ * refused (it would see every message of its channels): its folder is
+ * another user's, so it is ignored for the system socket (absent here,
+ * or some system daemon, never the foreign one); a path given explicitly
+ * is trusted. */
 START_TEST(test_foreign_user_daemon)
 {
 	struct daemon d;
@@ -2171,9 +2173,12 @@ START_TEST(test_foreign_user_daemon)
 		return;
 	xdg_daemon_start(&d, &o, xdg);
 
-	TU_RC(pinshm_connect(NULL, &c), -EACCES);
-	ck_assert_ptr_null(c);
-	ck_assert_msg(strstr(pinshm_client_error(NULL), "refusing") != NULL, "%s", pinshm_client_error(NULL));
+	int rc = pinshm_connect(NULL, &c);
+	ck_assert_msg(rc == -ENOENT || rc == -ECONNREFUSED || rc == 0, "pinshm_connect(NULL): %s (%s)",
+		      pinshm_strerror(rc), pinshm_client_error(NULL));
+	ck_assert_msg(strstr(pinshm_client_error(NULL), "ignoring the user-mode socket folder") != NULL, "%s",
+		      pinshm_client_error(NULL));
+	pinshm_disconnect(c); /* a system daemon's connection, if one runs */
 	TU_RC(pinshm_connect(d.sock, &c), 0);
 	pinshm_disconnect(c);
 
