@@ -678,7 +678,8 @@ static int adopt_new(struct registry *r, struct reg_client *c, const char *name,
 	ch->attr.max_message = g->max_message;
 	ch->g = *g;
 	ch->pin_idle = r->acct->cfg->pin_idle; /* an ADOPT does not carry the channel's own: the default */
-	ch->named = true;
+	/* A name the client may not create (names.h) is not given either. */
+	ch->named = names_may_create(&r->acct->cfg->names, &c->cred, name, why, whylen) == 0;
 	rc = registry_insert(r, ch, why, whylen);
 	if (rc == -EEXIST) {
 		ch->named = false; /* the name went to another channel: adopted unnamed */
@@ -735,7 +736,8 @@ int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_re
 		*fd = -1; /* the channel's now */
 		log_notice("channel '%s' handed back by pid %d uid %u: adopted%s, owner uid %u, mode 0600, %zu bytes%s, "
 			   "default pin_idle %u",
-			   ch->name, (int)c->cred.pid, (unsigned)c->cred.uid, ch->named ? "" : " unnamed (name taken)",
+			   ch->name, (int)c->cred.pid, (unsigned)c->cred.uid,
+			   ch->named ? "" : " unnamed (name taken, or not its to create)",
 			   (unsigned)ch->uid, ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned", ch->pin_idle);
 	}
 	uint64_t chid = ch->id;

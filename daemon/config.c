@@ -487,19 +487,38 @@ static int user_key(struct parse *p, const char *section, const char *who, const
 	return perr(p, -EINVAL, "unknown key '%s' in [%s]", key, section);
 }
 
+int config_resolve_id(const char *s, bool group, unsigned long *id)
+{
+	return resolve_id(s, group, id);
+}
+
+/* [names] PREFIX = WHO, and [daemon] shared_names (names.h). */
+static int names_key(struct parse *p, bool rule, const char *key, const char *value)
+{
+	char why[256];
+	int rc = rule ? names_rule_add(&p->cfg->names, key, value, config_resolve_id, why, sizeof(why))
+		      : names_shared(&p->cfg->names, value, why, sizeof(why));
+
+	return rc != 0 ? perr(p, rc, "%s", why) : 0;
+}
+
 static int on_key(void *user, const char *section, const char *key, const char *value)
 {
 	struct parse *p = user;
 	int rc;
 
-	if (strcmp(section, "daemon") == 0)
+	if (strcmp(section, "daemon") == 0 && strcmp(key, "shared_names") == 0)
+		rc = names_key(p, false, key, value);
+	else if (strcmp(section, "names") == 0)
+		rc = names_key(p, true, key, value);
+	else if (strcmp(section, "daemon") == 0)
 		rc = daemon_key(p, key, value);
 	else if (strcmp(section, "access") == 0)
 		rc = access_key(p, key, value);
 	else if (strncmp(section, "user", 4) == 0 && (section[4] == ' ' || section[4] == '\t'))
 		rc = user_key(p, section, section + 5, key, value);
 	else if (section[0] == '\0')
-		rc = perr(p, -EINVAL, "'%s' before any section ([daemon], [access] or [user NAME])", key);
+		rc = perr(p, -EINVAL, "'%s' before any section ([daemon], [access], [names] or [user NAME])", key);
 	else
 		rc = perr(p, -EINVAL, "unknown section [%s]", section);
 	return rc == 0;
@@ -674,6 +693,7 @@ void config_free(struct config *cfg)
 	free(cfg->users);
 	free(cfg->allow_uids);
 	free(cfg->allow_gids);
+	names_free(&cfg->names);
 	free(cfg);
 }
 

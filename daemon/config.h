@@ -9,8 +9,8 @@
  * that does not exist are errors.
  *
  * What the values mean is for the other modules: the budget and the limits
- * for account.h, the access lists for config_admits().  A config is never
- * changed once loaded; a reload makes a new one.
+ * for account.h, the access lists for config_admits(), the name rules for
+ * names.h.  A config is never changed once loaded; a reload makes a new one.
  */
 #ifndef PINSHMD_CONFIG_H
 #define PINSHMD_CONFIG_H
@@ -21,6 +21,7 @@
 #include <sys/types.h>
 
 #include "cred.h"
+#include "names.h"
 
 /* The configuration file of a system daemon started without -c. */
 #define CONFIG_SYSTEM_FILE "/etc/pinshm/pinshmd.conf"
@@ -99,6 +100,7 @@ struct config {
 	unsigned nallow_uids;
 	gid_t *allow_gids;
 	unsigned nallow_gids;
+	struct names names;         /* [names] and shared_names: who may create which names */
 };
 
 /**
@@ -137,6 +139,12 @@ struct config_limits config_limits_of(const struct config *cfg, uid_t uid);
  * allow_users or its primary or a supplementary group is in allow_groups.
  */
 bool config_admits(const struct config *cfg, const struct cred *c, uid_t daemon_uid);
+
+/**
+ * A user name or number (with @p group: a group's) into @p id, as the file's
+ * keys take them.  @return 0, -EINVAL (a bad number) or -ENOENT (no such name).
+ */
+int config_resolve_id(const char *s, bool group, unsigned long *id);
 
 /**
  * Parse a size: digits, then optionally K, M, G or T (powers of 1024, case

@@ -12,6 +12,7 @@
 
 #include "adopt.h"
 #include "log.h"
+#include "names.h"
 #include "numa.h"
 #include "request.h"
 
@@ -35,7 +36,8 @@ static int check_name(struct proto_msg *rep, const char *name)
 	if (proto_name_valid(name))
 		return 0;
 	return fail(rep, -EINVAL,
-		    "invalid channel name: 1 to %d characters of A-Z a-z 0-9 . _ -, not starting with '.'",
+		    "invalid channel name: 1 to %d characters of A-Z a-z 0-9 . _ -, not starting with '.', "
+		    "or @UID. and such characters",
 		    PINSHM_NAME_MAX);
 }
 
@@ -111,6 +113,10 @@ static int serve_create(struct request_ctx *ctx, struct reg_client *c, const str
 	rc = numa_resolve(req->u.create.node, c->cred.pid, &o.node, rep->text, sizeof(rep->text));
 	if (rc != 0)
 		return rc;
+	rc = names_may_create(&ctx->reg->acct->cfg->names, &c->cred, req->u.create.name, rep->text,
+			      sizeof(rep->text));
+	if (rc != 0)
+		return rc;
 	pinshm_channel_attr_t attr = proto_geometry_to_attr(&req->u.create.geo);
 	rc = registry_create(ctx->reg, c, req->u.create.name, &attr, req->u.create.mode,
 			     req->u.create.flags & PINSHM_PERSISTENT, &o, &ch, rep->text, sizeof(rep->text));
@@ -121,6 +127,17 @@ static int serve_create(struct request_ctx *ctx, struct reg_client *c, const str
 	rep->u.create_reply.backend = ch->seg.backend;
 	rep->u.create_reply.id = ch->id;
 	return 0;
+}
+
+/* The channel @p name, if there is one, belongs to @p owner (PROTO_OWNER_ANY: anyone). */
+static int check_owner(struct registry *reg, const char *name, uint32_t owner, struct proto_msg *rep)
+{
+	const struct channel *ch = registry_find(reg, name);
+
+	if (!ch || owner == PROTO_OWNER_ANY || ch->uid == (uid_t)owner)
+		return 0;
+	return fail(rep, -EPERM, "channel '%s' belongs to uid %lu, not to uid %lu as the opener expects", name,
+		    (unsigned long)ch->uid, (unsigned long)owner);
 }
 
 static int serve_open(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
@@ -135,6 +152,9 @@ static int serve_open(struct request_ctx *ctx, struct reg_client *c, const struc
 		return rc;
 	if (role != PINSHM_PRODUCER && role != PINSHM_CONSUMER)
 		return fail(rep, -EINVAL, "invalid role %u", role);
+	rc = check_owner(ctx->reg, req->u.open.name, req->u.open.owner, rep);
+	if (rc != 0)
+		return rc;
 	rc = registry_open(ctx->reg, c, req->u.open.name, (pinshm_role_t)role, req->u.open.node, &ch, &endpoint,
 			   rep->text, sizeof(rep->text));
 	if (rc != 0)

@@ -436,12 +436,22 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * changes; a library and a daemon of different protocol versions refuse to
  * talk (-EPROTO, with a message saying both versions).
  */
-#define PINSHM_PROTOCOL_VERSION 6
+#define PINSHM_PROTOCOL_VERSION 7
 #define PINSHM_CLIENT_TIMEOUT_MS 10000
 
-/* A channel name: 1..PINSHM_NAME_MAX characters of [A-Za-z0-9._-], not
- * starting with '.'. */
+/*
+ * A channel name: 1..PINSHM_NAME_MAX characters of [A-Za-z0-9._-], not
+ * starting with '.'; or an owned name "@UID.REST" ('@' first, UID a uid in
+ * decimal without leading zeros, then '.' and at least one more character
+ * of that set), which belongs to that uid: only it, or root, may create it
+ * (pinshm_name_own() makes one for the caller).  The administrator may
+ * reserve other names to a user or group, or allow only owned and reserved
+ * names (pinshmd.conf(5), [names] and shared_names).
+ */
 #define PINSHM_NAME_MAX 63
+
+/* pinshm_open_owned()'s owner: any user. */
+#define PINSHM_OWNER_ANY ((uid_t)-1)
 
 /* Flags of pinshm_create(). */
 #define PINSHM_PERSISTENT 0x1u /* the channel outlives its users, until unlinked */
@@ -652,6 +662,30 @@ PINSHM_EXPORT int pinshm_channel_relock(pinshm_channel_t *ch);
  *         pinshm_channel_attach() and pinshm_connect().
  */
 PINSHM_EXPORT int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm_channel_t **out);
+
+/**
+ * As pinshm_open(), but only a channel that belongs to uid @p owner: the
+ * daemon refuses one of another owner, so that a caller that opens a
+ * shared name knows whose channel it got (a channel made first by someone
+ * else under that name is not opened).  pinshm_open() is this with
+ * PINSHM_OWNER_ANY, except for a name "@UID.REST", which it opens with
+ * owner UID: such a name never opens another user's channel.
+ * @return as pinshm_open(); -EPERM (the channel belongs to another user:
+ *         pinshm_client_error() names both uids); -EINVAL also for an
+ *         @p owner that differs from the UID of an owned name.
+ */
+PINSHM_EXPORT int pinshm_open_owned(pinshm_client_t *c, const char *name, pinshm_role_t role, uid_t owner,
+				    pinshm_channel_t **out);
+
+/**
+ * Make the owned name of the calling user for @p rest: "@UID.REST", UID
+ * its effective uid (the one pinshmd sees), into @p buf of @p len bytes.
+ * Only that user (and root) may create it, and pinshm_open() of it opens
+ * only that user's channel.  Needs no daemon.
+ * @return 0; -EINVAL (@p rest empty or not of [A-Za-z0-9._-]);
+ *         -ENAMETOOLONG (over PINSHM_NAME_MAX characters, or over @p len).
+ */
+PINSHM_EXPORT int pinshm_name_own(char *buf, size_t len, const char *rest);
 
 /**
  * Remove the name @p name: it can be created again at once, while the

@@ -485,7 +485,7 @@ static int put_name(pinshm_client_t *c, char *field, const char *name)
 {
 	if (!proto_name_valid(name))
 		return client_fail(c, -EINVAL, "invalid channel name: 1 to %d characters of A-Z a-z 0-9 . _ -, "
-						"not starting with '.'",
+						"not starting with '.', or @UID. and such characters",
 				   PINSHM_NAME_MAX);
 	snprintf(field, PROTO_NAME_FIELD, "%s", name);
 	return 0;
@@ -588,9 +588,33 @@ static int32_t current_node(void)
 	return (int32_t)node;
 }
 
-static int open_locked(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm_channel_t **out)
+int pinshm_name_own(char *buf, size_t len, const char *rest)
+{
+	char name[PINSHM_NAME_MAX + 2];
+	int n = snprintf(name, sizeof(name), "@%lu.%s", (unsigned long)geteuid(), rest);
+
+	if (n < 0 || !rest[0])
+		return -EINVAL;
+	if ((size_t)n > PINSHM_NAME_MAX)
+		return -ENAMETOOLONG;
+	if (!proto_name_valid(name))
+		return -EINVAL;
+	if ((size_t)n >= len)
+		return -ENAMETOOLONG;
+	memcpy(buf, name, (size_t)n + 1);
+	return 0;
+}
+
+int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm_channel_t **out)
+{
+	return pinshm_open_owned(c, name, role, PINSHM_OWNER_ANY, out);
+}
+
+static int open_locked(pinshm_client_t *c, const char *name, pinshm_role_t role, uid_t owner,
+		       pinshm_channel_t **out)
 {
 	struct proto_msg req = {.h.type = PROTO_OPEN}, rep;
+	uid_t named;
 	int fd;
 
 	*out = NULL;
@@ -600,6 +624,15 @@ static int open_locked(pinshm_client_t *c, const char *name, pinshm_role_t role,
 		return rc;
 	if (role != PINSHM_PRODUCER && role != PINSHM_CONSUMER)
 		return client_fail(c, -EINVAL, "invalid role %d", (int)role);
+	/* An owned name is opened only as its owner's. */
+	if (proto_name_owner(name, &named)) {
+		if (owner != PINSHM_OWNER_ANY && owner != named)
+			return client_fail(c, -EINVAL, "'%s' belongs to uid %lu, not to the owner asked for (uid %lu)",
+					   name, (unsigned long)named, (unsigned long)owner);
+		owner = named;
+	}
+	static_assert(PINSHM_OWNER_ANY == PROTO_OWNER_ANY, "the library's and the wire's 'any owner' agree");
+	req.u.open.owner = (uint32_t)owner;
 	req.u.open.role = (uint32_t)role;
 	req.u.open.node = current_node(); /* where a channel placed near its consumer goes */
 	rc = transact(c, &req, &rep, &fd);
@@ -637,10 +670,11 @@ static int open_locked(pinshm_client_t *c, const char *name, pinshm_role_t role,
 	return 0;
 }
 
-int pinshm_open(pinshm_client_t *c, const char *name, pinshm_role_t role, pinshm_channel_t **out)
+int pinshm_open_owned(pinshm_client_t *c, const char *name, pinshm_role_t role, uid_t owner,
+		      pinshm_channel_t **out)
 {
 	client_lock(c);
-	int rc = open_locked(c, name, role, out);
+	int rc = open_locked(c, name, role, owner, out);
 	client_unlock(c);
 	return rc;
 }

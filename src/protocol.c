@@ -281,6 +281,7 @@ static const struct field open_req[] = {
 	NAME(T, u.open.name),
 	U32(T, u.open.role),
 	U32(T, u.open.node),
+	U32(T, u.open.owner),
 };
 static const struct field open_rep[] = {
 	U32(T, u.open_reply.endpoint),
@@ -625,12 +626,36 @@ pinshm_channel_attr_t proto_geometry_to_attr(const struct proto_geometry *g)
 	};
 }
 
+bool proto_name_owner(const char *name, uid_t *uid)
+{
+	unsigned long long v = 0;
+	size_t n = 1;
+
+	if (!name || name[0] != '@' || name[1] < '0' || name[1] > '9' || (name[1] == '0' && name[2] != '.'))
+		return false;
+	for (; name[n] >= '0' && name[n] <= '9'; n++) {
+		v = v * 10 + (unsigned)(name[n] - '0');
+		if (n > 10 || v >= PROTO_OWNER_ANY)
+			return false;
+	}
+	if (name[n] != '.' || name[n + 1] == '\0')
+		return false;
+	if (uid)
+		*uid = (uid_t)v;
+	return true;
+}
+
 bool proto_name_valid(const char *name)
 {
 	size_t n = 0;
 
 	if (!name || name[0] == '.')
 		return false;
+	if (name[0] == '@') {
+		if (!proto_name_owner(name, NULL))
+			return false;
+		n = 1;
+	}
 	for (; name[n]; n++) {
 		char c = name[n];
 		if (n >= PINSHM_NAME_MAX)

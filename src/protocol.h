@@ -31,7 +31,8 @@
  * sides of different versions can still tell each other so: a packet of
  * another version is never decoded further (proto_decode(): -EPROTO), and
  * the two refuse to talk (pinshm-protocol(7), VERSIONS).  The version
- * changes with any message's layout or meaning (6: the pool in STATUS).
+ * changes with any message's layout or meaning (6: the pool in STATUS;
+ * 7: the expected owner in OPEN, names of the form @UID.REST).
  *
  * Every reply body starts with {i32 status (0 or -errno), u16 text length,
  * text bytes (no NUL, at most PROTO_TEXT_MAX)}; the type-specific fields
@@ -57,6 +58,7 @@
 #define PROTO_MAX_PACKET 4096u
 #define PROTO_NAME_FIELD 64u   /* PINSHM_NAME_MAX + 1 */
 #define PROTO_TEXT_MAX 200u    /* bytes of a reply's message */
+#define PROTO_OWNER_ANY 0xffffffffu /* OPEN's owner: any uid ((uid_t)-1 is no user) */
 
 /* Where pinshmd listens unless told otherwise. */
 #define PROTO_SYSTEM_SOCKET "/run/pinshm/socket"
@@ -223,6 +225,7 @@ struct proto_msg {
 			char name[PROTO_NAME_FIELD];
 			uint32_t role;
 			int32_t node; /* the node of the client's CPU, PINSHM_NODE_ANY: unknown (a hint, checked) */
+			uint32_t owner; /* the uid the channel must belong to, PROTO_OWNER_ANY: any (since 7) */
 		} open;
 		struct {
 			uint32_t endpoint;
@@ -328,8 +331,18 @@ struct proto_geometry proto_geometry_from_attr(const pinshm_channel_attr_t *attr
 pinshm_channel_attr_t proto_geometry_to_attr(const struct proto_geometry *g);
 
 /** @return whether @p name is a valid channel name: 1..PINSHM_NAME_MAX
- *  characters of [A-Za-z0-9._-], not starting with '.'. */
+ *  characters of [A-Za-z0-9._-], not starting with '.', or a name of the
+ *  owned form (proto_name_owner()). */
 bool proto_name_valid(const char *name);
+
+/**
+ * Whether @p name has the owned form "@UID.REST": '@', a uid in decimal
+ * (no leading zero, below PROTO_OWNER_ANY), '.', then at least one more
+ * character (what proto_name_valid() then checks).  Such a name belongs to
+ * that uid: only it or root may create it (pinshm(3)).
+ * @return whether it has; the uid into @p uid (may be NULL) if so.
+ */
+bool proto_name_owner(const char *name, uid_t *uid);
 
 /** @return a static name for a request @p type ("HELLO"...), or "unknown". */
 const char *proto_type_name(uint16_t type);

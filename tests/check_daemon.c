@@ -174,6 +174,7 @@ static void raw_open_consumer(int sock, const char *name, struct proto_msg *m)
 	pk_name(&p, name);
 	pk_le(&p, PINSHM_CONSUMER, 4);
 	pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
+	pk_le(&p, PROTO_OWNER_ANY, 4);
 	pk_end(&p);
 	raw_send(sock, &p, -1, 0);
 	raw_reply(sock, m);
@@ -1000,7 +1001,7 @@ static size_t body_size(uint16_t type)
 	case PROTO_CREATE:
 		return 108;
 	case PROTO_OPEN:
-		return 72;
+		return 76;
 	case PROTO_UNLINK:
 	case PROTO_STAT:
 		return 64;
@@ -1055,6 +1056,7 @@ static void malformed_packet(int i, struct pkt *p, unsigned *nfds)
 		p->len += PROTO_NAME_FIELD;
 		pk_le(p, PINSHM_CONSUMER, 4);
 		pk_le(p, (uint32_t)PINSHM_NODE_ANY, 4);
+		pk_le(p, PROTO_OWNER_ANY, 4);
 		pk_end(p);
 		break;
 	case 6: /* bytes after the name's NUL */
@@ -2476,8 +2478,15 @@ START_TEST(test_bad_config)
 		"[daemon]\nbackend = tmpfs\n",
 		"[daemon]\npin_idle = 0\n",
 		"[daemon]\n\npin_idle = soon\n",
+		"[names]\nalice_ = alice\n",
+		"[names]\n.x = user:root\n",
+		"[names]\n@0.x = user:root\n",
+		"[names]\nx = user:pinshm-no-such-user\n",
+		"[names]\nx = uid:root\n",
+		"[daemon]\nshared_names = maybe\n",
+		"[daemon]\nshared_names = no\nshared_names = no\n",
 	};
-	static const unsigned line[] = {3, 3, 4, 3, 3, 3, 0, 2, 2, 3};
+	static const unsigned line[] = {3, 3, 4, 3, 3, 3, 0, 2, 2, 3, 2, 2, 2, 2, 2, 2, 3};
 	char want[160], buf[32];
 
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -29,7 +29,13 @@
  *                (another owner, writable by others, a symbolic link), is
  *                neither connected to nor started in by that uid's library,
  *                which says why and tries the system socket; its own
- *                daemon's folder serves it.
+ *                daemon's folder serves it;
+ *   names        b cannot create a name that [names] reserves to a, nor
+ *                one of a's owned form @UID_A.NAME; a asking for its own
+ *                channel (pinshm_open_owned(), or pinshm_open() of an
+ *                owned name) does not open b's or root's; with
+ *                shared_names = no (a reload), only owned names and those
+ *                reserved to the user or its group.
  *
  * Where the kernel or a sandbox refuses a namespace, that test says so and
  * passes without checking it.
@@ -196,19 +202,32 @@ static int run_child(const char *name, int (*fn)(void *, int), struct iso *x, in
 	return 0;
 }
 
-static void start_daemon(struct iso *x, const char *conf)
+/* Write @p conf to the daemon's pinshmd.conf. */
+static void write_conf(struct iso *x, const char *conf)
 {
-	struct daemon_opts o = {.system_mode = true, .config = true};
-	FILE *f;
+	FILE *f = fopen(x->d.conf, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fputs(conf, f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/* A system-mode daemon with pinshmd.conf @p conf; its stderr to its log
+ * file where @p log. */
+static void start_daemon_log(struct iso *x, const char *conf, bool log)
+{
+	struct daemon_opts o = {.system_mode = true, .config = true, .log = log};
 
 	ensure_users(x);
 	daemon_prepare(&x->d, &o);
-	f = fopen(x->d.conf, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(conf, f);
-	fclose(f);
+	write_conf(x, conf);
 	daemon_spawn(&x->d, &o);
 	daemon_wait_ready(&x->d);
+}
+
+static void start_daemon(struct iso *x, const char *conf)
+{
+	start_daemon_log(x, conf, false);
 }
 
 /* ======================================================================== */
@@ -908,6 +927,141 @@ START_TEST(test_squatted_folder)
 }
 END_TEST
 
+/* ======================================================================== */
+/* names: owned by form, reserved by pinshmd.conf, opened by owner           */
+/* ======================================================================== */
+
+#define NAMES_CONF_SHARED "[daemon]\npool_segments = 0\n[names]\nalice_ = user:pinshm-iso-a\n"
+#define NAMES_CONF_CLOSED                                                                                      \
+	"[daemon]\npool_segments = 0\nshared_names = no\n[names]\nalice_ = user:pinshm-iso-a\nteam_ = group:" GROUP \
+	"\n"
+#define RELOAD_MS 10000
+
+/* The owned name "@UID.@p rest" of user @p u into @p buf. */
+static const char *owned(const struct iso *x, enum user u, const char *rest, char *buf, size_t len)
+{
+	snprintf(buf, len, "@%u.%s", (unsigned)x->uid[u], rest);
+	return buf;
+}
+
+/* In a child: fail unless the last refusal's text holds @p what. */
+static void child_said(pinshm_client_t *c, const char *what)
+{
+	if (!strstr(pinshm_client_error(c), what))
+		tu_child_fail(131, "the daemon said '%s', not '%s'", pinshm_client_error(c), what);
+}
+
+/* In a child: open @p name as a producer that must belong to @p owner, and
+ * expect @p want. */
+static void child_open_owned(pinshm_client_t *c, const char *name, uid_t owner, int want)
+{
+	pinshm_channel_t *ch = NULL;
+	int rc = pinshm_open_owned(c, name, PINSHM_PRODUCER, owner, &ch);
+
+	if (rc != want)
+		tu_child_fail(130, "open %s owned by %d: got %s, want %s (daemon: %s)", name, (int)owner,
+			      pinshm_strerror(rc), pinshm_strerror(want), pinshm_client_error(c));
+	if (rc == 0)
+		pinshm_channel_close(ch);
+}
+
+/* Step 0, shared names on: b squats nothing of a's, and what b made under a
+ * shared name a does not open as its own.  Step 1, shared names off: only
+ * owned and reserved names. */
+static int names_child(void *arg, int u)
+{
+	struct iso *x = arg;
+	pinshm_channel_attr_t attr;
+	char n1[64], n2[64], want[96];
+
+	become(x, (enum user)u);
+	pinshm_client_t *c = child_connect(x);
+	attr_small(&attr);
+	switch (x->step * USERS + u) {
+	case 0 * USERS + USER_B:
+		CHILD_RC(c, pinshm_create(c, "alice_jobs", &attr, 0666, PINSHM_PERSISTENT), -EPERM);
+		child_said(c, "reserved to uid");
+		CHILD_RC(c, pinshm_create(c, owned(x, USER_A, "x", n1, sizeof(n1)), &attr, 0666, PINSHM_PERSISTENT),
+			 -EPERM);
+		child_said(c, "by its form");
+		CHILD_RC(c, pinshm_create(c, "jobs", &attr, 0666, PINSHM_PERSISTENT), 0);
+		CHILD_RC(c, pinshm_create(c, owned(x, USER_B, "x", n1, sizeof(n1)), &attr, 0666, PINSHM_PERSISTENT), 0);
+		break;
+	case 0 * USERS + USER_A:
+		/* b's "jobs" is not a's: refused as a's, opened as b's or anyone's. */
+		child_open_owned(c, "jobs", x->uid[USER_A], -EPERM);
+		snprintf(want, sizeof(want), "belongs to uid %u, not to uid %u", (unsigned)x->uid[USER_B],
+			 (unsigned)x->uid[USER_A]);
+		child_said(c, want);
+		child_open_owned(c, "jobs", x->uid[USER_B], 0);
+		child_open(c, "jobs", PINSHM_PRODUCER, 0);
+		CHILD_RC(c, pinshm_create(c, "alice_jobs", &attr, 0600, PINSHM_PERSISTENT), 0);
+		/* Root made "@A.root" (root may): pinshm_open() of it checks the
+		 * owner the name says, a, and refuses root's channel. */
+		child_open(c, owned(x, USER_A, "root", n1, sizeof(n1)), PINSHM_PRODUCER, -EPERM);
+		child_open_owned(c, n1, PINSHM_OWNER_ANY, -EPERM);
+		child_open_owned(c, n1, 0, -EINVAL); /* not the owner its name says */
+		child_open(c, owned(x, USER_B, "x", n2, sizeof(n2)), PINSHM_PRODUCER, 0);
+		/* The library makes a's owned names. */
+		CHILD_RC(c, pinshm_name_own(n2, sizeof(n2), "mine"), 0);
+		if (strcmp(n2, owned(x, USER_A, "mine", n1, sizeof(n1))) != 0)
+			tu_child_fail(132, "pinshm_name_own: '%s', want '%s'", n2, n1);
+		CHILD_RC(c, pinshm_create(c, n2, &attr, 0600, 0), 0);
+		child_open(c, n2, PINSHM_PRODUCER, 0);
+		break;
+	case 1 * USERS + USER_B:
+		CHILD_RC(c, pinshm_create(c, "plain", &attr, 0600, 0), -EPERM);
+		child_said(c, "shared names are off");
+		CHILD_RC(c, pinshm_create(c, owned(x, USER_B, "y", n1, sizeof(n1)), &attr, 0600, 0), 0);
+		CHILD_RC(c, pinshm_create(c, "team_b", &attr, 0600, 0), 0);
+		CHILD_RC(c, pinshm_create(c, "alice_b", &attr, 0600, 0), -EPERM);
+		CHILD_RC(c, pinshm_create(c, owned(x, USER_A, "y", n1, sizeof(n1)), &attr, 0600, 0), -EPERM);
+		break;
+	case 1 * USERS + USER_C:
+		CHILD_RC(c, pinshm_create(c, "team_c", &attr, 0600, 0), -EPERM);
+		CHILD_RC(c, pinshm_create(c, "plain", &attr, 0600, 0), -EPERM);
+		CHILD_RC(c, pinshm_create(c, owned(x, USER_C, "z", n1, sizeof(n1)), &attr, 0600, 0), 0);
+		break;
+	default:
+		break;
+	}
+	pinshm_disconnect(c);
+	return 0;
+}
+
+START_TEST(test_names)
+{
+	struct iso x = {0};
+	pinshm_channel_attr_t attr;
+	char name[64];
+
+	start_daemon_log(&x, NAMES_CONF_SHARED, true);
+	pinshm_client_t *c = connect_ok(&x.d);
+	attr_small(&attr);
+	CLIENT_RC(c, pinshm_create(c, owned(&x, USER_A, "root", name, sizeof(name)), &attr, 0666, PINSHM_PERSISTENT),
+		  0);
+	run_child("user b", names_child, &x, USER_B);
+	run_child("user a", names_child, &x, USER_A);
+	pinshm_list_entry_t e;
+	CLIENT_RC(c, pinshm_stat(c, "alice_jobs", &e), 0);
+	ck_assert_uint_eq(e.uid, x.uid[USER_A]);
+
+	/* A reload turns shared names off and reserves team_ to the group. */
+	write_conf(&x, NAMES_CONF_CLOSED);
+	ck_assert_int_eq(kill(x.d.pid, SIGHUP), 0);
+	uint64_t deadline = tu_now_ms() + RELOAD_MS;
+	while (!daemon_log_has(&x.d, "SIGHUP: reloaded") && tu_now_ms() < deadline)
+		tu_sleep_ms(10);
+	ck_assert_msg(daemon_log_has(&x.d, "SIGHUP: reloaded"), "no reload in %d ms", RELOAD_MS);
+	x.step = 1;
+	run_child("user b", names_child, &x, USER_B);
+	run_child("user c", names_child, &x, USER_C);
+	CLIENT_RC(c, pinshm_create(c, "plain", &attr, 0600, 0), 0); /* root may */
+	pinshm_disconnect(c);
+	daemon_stop_ok(&x.d);
+}
+END_TEST
+
 static Suite *isolation_suite(void)
 {
 	Suite *s = suite_create("isolation");
@@ -926,6 +1080,7 @@ static Suite *isolation_suite(void)
 	tc = tcase_create("squatting");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_squatted_folder);
+	tcase_add_test(tc, test_names);
 	suite_add_tcase(s, tc);
 	return s;
 }

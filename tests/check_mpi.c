@@ -29,7 +29,10 @@
  *            build's may be closed to others).  On top of a plugin run's
  *            checks, the daemon started runs the copy as that user, with
  *            that RLIMIT_MEMLOCK, is the one the user's clients reach, and
- *            stops on SIGTERM; nothing of the user is left running.
+ *            stops on SIGTERM; nothing of the user is left running.  Once
+ *            more at 2 ranks with a system-mode daemon of root's instead
+ *            (PINSHM_SOCKET), whose pinshmd.conf turns shared names off:
+ *            the plugin's channel names are the user's own.
  * A run
  * passes when mpirun exits 0 in time, no "pinshm-mpi: warning" was printed,
  * and the stats lines say what the program's call families did: with the
@@ -230,6 +233,7 @@ struct mpi_user {
 	gid_t gid;
 	rlim_t memlock; /* RLIMIT_MEMLOCK to run with, 0: the test's own */
 	bool xdg;       /* XDG_RUNTIME_DIR=dir/run, else unset (the socket in /tmp/pinshm-UID) */
+	const char *sock; /* a system daemon's socket for the ranks (PINSHM_SOCKET), or NULL */
 	int lock;       /* flock of MPI_USER_LOCK */
 	char dir[64];
 	char home[80], tmp[80], run[80]; /* the user's HOME, TMPDIR, XDG_RUNTIME_DIR (0700, its own) */
@@ -422,6 +426,8 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 	if (!u)
 		snprintf(sock, sizeof(sock), "PINSHM_SOCKET=%s%s", cf->fallback ? d->dir : d->sock,
 			 cf->fallback ? "/missing/sock" : "");
+	else if (u->sock)
+		snprintf(sock, sizeof(sock), "PINSHM_SOCKET=%s", u->sock);
 	else
 		snprintf(pinshmd, sizeof(pinshmd), "PINSHMD=%s", u->pinshmd);
 	snprintf(nodes, sizeof(nodes), "PINSHM_MPI_NODES=%d", cf->nodes);
@@ -450,7 +456,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		argv[n++] = "-np";
 		argv[n++] = np;
 		argv[n++] = "-x";
-		argv[n++] = u ? pinshmd : sock;
+		argv[n++] = u && !u->sock ? pinshmd : sock;
 		argv[n++] = "-x";
 		argv[n++] = "PINSHM_MPI_STATS=1";
 		if (cf->plugin) {
@@ -949,17 +955,23 @@ struct user_case {
 	rlim_t memlock; /* RLIMIT_MEMLOCK of the run, 0: the test's own (8 MiB on Debian) */
 	bool xdg;       /* XDG_RUNTIME_DIR set, else the daemon's socket goes to /tmp/pinshm-UID */
 	bool unpinned;  /* the limit is too small for any queue: each rank must say so */
+	const char *system_conf; /* a system-mode pinshmd (root's) with this pinshmd.conf serves the ranks
+				  * (PINSHM_SOCKET), else they start the user's own */
 };
 
 static const struct user_case user_cases[] = {
 	{"p2p_basic", {.name = "as a user, -np 2, RLIMIT_MEMLOCK 64 KiB", .np = 2, .plugin = true}, 64 * 1024, false,
-	 true},
+	 true, NULL},
 	/* 256 KiB rings: 4 queues of them fit the 8 MiB that Debian gives a
 	 * user, where the default 2 MiB ones would leave every queue unpinned. */
 	{"p2p_modes",
 	 {.name = "as a user, -np 4, XDG_RUNTIME_DIR, PINSHM_MPI_RING=256K", .np = 4, .plugin = true,
 	  .env = {"PINSHM_MPI_RING=256K"}, .ring = 256 * 1024},
-	 0, true, false},
+	 0, true, false, NULL},
+	/* The plugin's channel names are the user's own (@UID.mpi...): they
+	 * work where the administrator turned shared names off. */
+	{"p2p_basic", {.name = "as a user, -np 2, a system daemon with shared_names = no", .np = 2, .plugin = true},
+	 0, false, false, "[daemon]\nshared_names = no\npool_segments = 0\n"},
 };
 #define NUSER ((int)(sizeof(user_cases) / sizeof(user_cases[0])))
 
@@ -1314,6 +1326,16 @@ START_TEST(test_user)
 	if (only && only[0] && strcmp(only, pg->name) != 0)
 		return;
 	user_prepare(&u, uc, pg);
+	struct daemon sd = {0};
+	if (uc->system_conf) {
+		struct daemon_opts o = {.system_mode = true, .config = true};
+		daemon_prepare(&sd, &o);
+		FILE *f = fopen(sd.conf, "w");
+		ck_assert_msg(f && fputs(uc->system_conf, f) >= 0 && fclose(f) == 0, "%s: %s", sd.conf, strerror(errno));
+		daemon_spawn(&sd, &o);
+		daemon_wait_ready(&sd);
+		u.sock = sd.sock;
+	}
 	run_mpi(NULL, &u, pg, &uc->cf, &r);
 	bool failed = run_failed(pg, &uc->cf, &r, why, sizeof(why));
 	if (!failed && uc->unpinned && r.queue_pinned) {
@@ -1324,9 +1346,11 @@ START_TEST(test_user)
 	if (failed)
 		dump(pg, &uc->cf, &r);
 	free(r.out);
-	if (!failed)
+	if (!failed && !uc->system_conf)
 		failed = user_daemon_failed(&u, why, sizeof(why));
 	user_cleanup(&u);
+	if (uc->system_conf)
+		daemon_stop_ok(&sd);
 	ck_assert_msg(!failed, "%s, %s: %s", pg->name, uc->cf.name, why);
 }
 END_TEST

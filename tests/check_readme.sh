@@ -7,8 +7,8 @@
 # the build's compiler and flags ($PINSHM_CC, set by make check) against
 # include/pinshm.h and the libpinshm.so just built, then run as a consumer
 # and a producer against a pinshmd of the test's own (--user -f on a socket
-# in a fresh folder; $PINSHMD, $PINSHMCTL), with autostart off so that
-# nothing else can answer.  The consumer must print the ten messages in
+# in a fresh folder, with shared names off; $PINSHMD, $PINSHMCTL), with
+# autostart off so that nothing else can answer.  The consumer must print the ten messages in
 # order and the count, and both must exit 0.  Run by make check from the
 # top build folder; $srcdir is the top source folder.
 set -eu
@@ -50,7 +50,10 @@ ${PINSHM_CC:-cc} -Werror -I"$srcdir/include" -o "$work/example" "$work/example.c
     -L"$PWD/src/.libs" -Wl,-rpath,"$PWD/src/.libs" -lpinshm ||
     fail "the README's example does not compile"
 
-"${PINSHMD:-daemon/pinshmd}" --user -f -s "$work/sock" 2>"$work/pinshmd.log" &
+# Shared names off, as an administrator may turn them: the example must
+# use its user's own name (for a user other than root, who may create any).
+printf '[daemon]\nshared_names = no\n' >"$work/pinshmd.conf"
+"${PINSHMD:-daemon/pinshmd}" --user -f -c "$work/pinshmd.conf" -s "$work/sock" 2>"$work/pinshmd.log" &
 daemon=$!
 i=0
 until "${PINSHMCTL:-clients/pinshmctl}" -s "$work/sock" ls >/dev/null 2>&1; do

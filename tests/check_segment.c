@@ -408,6 +408,7 @@ static int raw_open(const struct daemon *d, const char *name, pinshm_role_t role
 	ck_assert_msg(connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect: %s", strerror(errno));
 	snprintf(req.u.open.name, sizeof(req.u.open.name), "%s", name);
 	req.u.open.role = (uint32_t)role;
+	req.u.open.owner = PROTO_OWNER_ANY;
 	req.u.open.node = node;
 	int len = proto_encode(&req, buf);
 	ck_assert_int_gt(len, 0);

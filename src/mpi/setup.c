@@ -200,9 +200,16 @@ static void read_config(void)
 
 /* ---- channels ---------------------------------------------------------- */
 
+/* The owned name "@UID.mpi.TOKEN.N" (UID: this rank's): only this user may
+ * create it, wherever pinshmd.conf(5) turns shared names off, and
+ * pinshm_open() of it opens only this user's channel. */
 static void channel_name(char *buf, size_t size, uint64_t token, int index)
 {
-	snprintf(buf, size, "mpi.%016" PRIx64 ".%d", token, index);
+	char rest[PINSHM_NAME_MAX + 1];
+
+	snprintf(rest, sizeof(rest), "mpi.%016" PRIx64 ".%d", token, index);
+	if (pinshm_name_own(buf, size, rest) != 0)
+		buf[0] = '\0'; /* cannot be: 44 characters at most (then the create fails, -EINVAL) */
 }
 
 static uint64_t make_token(void)
