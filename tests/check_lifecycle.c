@@ -181,7 +181,12 @@ START_TEST(test_pidfd_child_exit)
 	if (child == 0)
 		_exit(0);
 	ck_assert_int_eq(waitpid(child, &status, 0), child);
-	tu_sleep_ms(200); /* time for a wrong reap to happen */
+	/* Its exit was there to see before these requests: once the second
+	 * is answered, the turn that served the first, and any before, is
+	 * over, with whatever that exit made the daemon do. */
+	pinshm_status_t st;
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
 
 	TU_RC(pinshm_send(prod, "after", 5, CALL_MS), 0);
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
@@ -427,7 +432,8 @@ struct store {
 	int fd[STORE_MAX];
 	char name[STORE_MAX][256];
 	unsigned n;
-	unsigned removals; /* FDSTOREREMOVE=1 received */
+	unsigned removals;       /* FDSTOREREMOVE=1 received */
+	char last_removed[256]; /* the FDNAME of the last of them */
 };
 
 static void store_open(struct store *st, const char *dir)
@@ -481,6 +487,7 @@ static void store_drain(struct store *st)
 		if (!strstr(buf, "FDSTOREREMOVE=1"))
 			continue;
 		st->removals++;
+		snprintf(st->last_removed, sizeof(st->last_removed), "%.*s", (int)strcspn(name, "\n"), name);
 		for (unsigned i = 0; i < st->n; i++)
 			if (strncmp(st->name[i], name, strcspn(name, "\n")) == 0 &&
 			    st->name[i][strcspn(name, "\n")] == '\0') {
@@ -677,6 +684,13 @@ static unsigned store_count_prefix(const struct store *st, const char *prefix)
 }
 
 /* The records in @p st of channel @p name (pinshm.*.NAME). */
+static bool str_ends(const char *s, const char *end)
+{
+	size_t n = strlen(s), k = strlen(end);
+
+	return n >= k && strcmp(s + n - k, end) == 0;
+}
+
 static unsigned store_records_of(const struct store *st, const char *name)
 {
 	size_t n = strlen(name);
@@ -890,9 +904,18 @@ START_TEST(test_store_removals_bounded)
 		store_drain(&st);
 	} while ((st.removals < STORE_PENDING_MAX || !daemon_log_has(&d, ".b63' removed at last")) &&
 		 tu_now_ms() < deadline); /* logged after it is sent */
-	tu_sleep_ms(300);
-	store_drain(&st);
+	/* The notifications go in order: once the removal of a channel made
+	 * and unlinked now comes, no given-up one can follow. */
 	ck_assert_uint_eq(st.removals, STORE_PENDING_MAX);
+	CLIENT_RC(c, pinshm_create(c, "fence", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_unlink(c, "fence"), 0);
+	deadline = tu_now_ms() + 10000u * slow;
+	do {
+		tu_sleep_ms(20);
+		store_drain(&st);
+	} while (!str_ends(st.last_removed, ".fence") && tu_now_ms() < deadline);
+	ck_assert_msg(str_ends(st.last_removed, ".fence"), "the last removal is of '%s'", st.last_removed);
+	ck_assert_uint_eq(st.removals, STORE_PENDING_MAX + 1);
 	ck_assert_uint_eq(st.n, 0);
 	ck_assert(daemon_log_has(&d, ".b63' removed at last"));
 	ck_assert(!daemon_log_has(&d, ".b64' removed at last")); /* given up */
