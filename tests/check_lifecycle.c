@@ -2600,20 +2600,33 @@ START_TEST(test_adopt_watch_cap)
 	ck_assert_uint_le(pidfds, 256);
 
 	/* Alive, none is reaped: neither those known by a pidfd nor those
-	 * known by their start time (a tick looks at 256 of them: all within
-	 * 2 ticks, 4 in a second). */
-	tu_sleep_ms(1000);
-	pinshm_status_t s;
-	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0); /* a round trip: that turn of the loop is over */
-	ck_assert_uint_eq(attached_count(base, total), 1 + CAP_PROCS);
-
-	for (unsigned i = 0; i < CAP_PROCS; i++)
-		ck_assert_int_eq(kill(kids[i], SIGKILL), 0);
-	for (unsigned i = 0; i < CAP_PROCS; i++)
-		ck_assert_int_eq(waitpid(kids[i], NULL, 0), kids[i]);
-	const unsigned left = 1; /* the caller's */
+	 * known by their start time.  Two canaries close the window: the first
+	 * child (watched by a pidfd) and the last (past the 256 pidfds: by its
+	 * start time; a tick looks at up to 256 such, all 44 at once) die.
+	 * Once both are reaped and a round trip is over, the tick that reaped
+	 * the last is over, and it looked at every other start time. */
+	const unsigned canary[2] = {0, CAP_PROCS - 1};
 	int reap_ms = REAP_MS * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
 	uint64_t deadline = tu_now_ms() + (uint64_t)reap_ms;
+	for (unsigned k = 0; k < 2; k++) {
+		ck_assert_int_eq(kill(kids[canary[k]], SIGKILL), 0);
+		ck_assert_int_eq(waitpid(kids[canary[k]], NULL, 0), kids[canary[k]]);
+	}
+	while ((endpoint_state(base, canary[0]) == EP_ACTIVE || endpoint_state(base, canary[1]) == EP_ACTIVE) &&
+	       tu_now_ms() < deadline)
+		usleep(10000);
+	pinshm_status_t s;
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0); /* a round trip: that turn of the loop is over */
+	ck_assert_msg(endpoint_state(base, canary[0]) != EP_ACTIVE, "the child known by a pidfd not reaped");
+	ck_assert_msg(endpoint_state(base, canary[1]) != EP_ACTIVE, "the child known by its start time not reaped");
+	ck_assert_uint_eq(attached_count(base, total), 1 + CAP_PROCS - 2);
+
+	for (unsigned i = 1; i < CAP_PROCS - 1; i++)
+		ck_assert_int_eq(kill(kids[i], SIGKILL), 0);
+	for (unsigned i = 1; i < CAP_PROCS - 1; i++)
+		ck_assert_int_eq(waitpid(kids[i], NULL, 0), kids[i]);
+	const unsigned left = 1; /* the caller's */
+	deadline = tu_now_ms() + (uint64_t)reap_ms;
 	while (attached_count(base, total) > left && tu_now_ms() < deadline)
 		usleep(10000);
 	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
