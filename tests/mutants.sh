@@ -107,3 +107,9 @@ mutant notify-not-eventfd daemon/registry.c \
 mutant memfd-shrink-unsealed daemon/segment.c \
 	's/F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)/F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SEAL)/' \
 	check_segment:backend
+mutant fdstore-gives-up-nothing daemon/fdstore.c \
+	's/pending\[FDSTORE_PENDING_MAX\];/pending[FDSTORE_PENDING_MAX + 8];/; /notifications wait to be sent, the most/,/return;/s/return;/append(fdname, -1); return;/' \
+	check_lifecycle:restart
+mutant start-time-wrong-reap daemon/registry.c \
+	's/if (proc_start(rw->here) != rw->start)/if (1)/' \
+	check_lifecycle:judge
