@@ -1051,9 +1051,9 @@ static void plant_long_record(struct rnd *R, uint8_t *base, const struct seg_geo
 	for (int tries = 0; tries < 20; tries++) {
 		uint64_t pos = unread_record(base, g, l), off = pos & (g->capacity - 1);
 		struct record_header *rh = (struct record_header *)(seg_ring(g, base, l) + off);
-		uint64_t word = atomic_load(&rh->commit);
+		uint64_t word = pos != UINT64_MAX ? atomic_load(&rh->commit) : 0;
 
-		if (pos != UINT64_MAX && rec_ready(word, pos) && rec_state(word) == REC_COMMITTED &&
+		if (rec_ready(word, pos) && rec_state(word) == REC_COMMITTED &&
 		    off + rec_size(g->max_message + 1) <= g->capacity) {
 			atomic_store(&rh->len, g->max_message + 1);
 			atomic_fetch_add(&R->t->planted, 1);
