@@ -1014,7 +1014,8 @@ static void corrupt_word(uint8_t *p, uint64_t r, uint64_t cap)
 
 /*
  * An unread record of lane @p l, or UINT64_MAX: a queue's first committed
- * one after `free` (records before it may be claimed), a topic's newest.
+ * one after `free` (records before it may be claimed; none if that one was
+ * planted already), a topic's newest.
  */
 static uint64_t unread_record(uint8_t *base, const struct seg_geometry *g, unsigned l)
 {
@@ -1035,7 +1036,7 @@ static uint64_t unread_record(uint8_t *base, const struct seg_geometry *g, unsig
 		if (!rec_ready(word, pos))
 			break;
 		if (rec_state(word) == REC_COMMITTED)
-			return pos;
+			return len <= g->max_message ? pos : UINT64_MAX;
 		pos += rec_state(word) == REC_PADDING ? g->capacity - off : rec_size(len > g->max_message ? 0 : len);
 	}
 	return UINT64_MAX;
@@ -1053,7 +1054,7 @@ static void plant_long_record(struct rnd *R, uint8_t *base, const struct seg_geo
 		struct record_header *rh = (struct record_header *)(seg_ring(g, base, l) + off);
 		uint64_t word = pos != UINT64_MAX ? atomic_load(&rh->commit) : 0;
 
-		if (rec_ready(word, pos) && rec_state(word) == REC_COMMITTED &&
+		if (rec_ready(word, pos) && rec_state(word) == REC_COMMITTED && atomic_load(&rh->len) <= g->max_message &&
 		    off + rec_size(g->max_message + 1) <= g->capacity) {
 			atomic_store(&rh->len, g->max_message + 1);
 			atomic_fetch_add(&R->t->planted, 1);
@@ -1085,6 +1086,10 @@ static int rnd_corrupter(void *arg, int idx)
 		tu_child_fail(1, "mmap");
 	if (seg_geometry_read(base, size, &g) != 0)
 		tu_child_fail(1, "geometry");
+	/* Plausible values: first a long record planted in the clean traffic
+	 * (later ones depend on timing), within 5 s. */
+	for (unsigned l = 0; R->mode == 0 && !atomic_load(&R->t->planted) && tu_now_ms() < end + 5000; l++)
+		plant_long_record(R, base, &g, l % g.max_producers);
 	/* At least the duration, and (a loaded machine runs us slowly) until
 	 * there were enough corruptions and calls to judge by. */
 	while (tu_now_ms() < end ||
@@ -1284,6 +1289,11 @@ static void random_round(int _i, int round, struct rnd_tally *sum)
 		int rc = pinshm_segment_reap(s.base, s.size, e);
 		ck_assert_msg(rc == 0 || rc == -EINVAL || rc == -EPROTO || rc == -EBADMSG, "reap %u: %d", e, rc);
 	}
+	{
+		struct seg_geometry g;
+		if (seg_geometry_read(s.base, s.size, &g) == 0 && g.max_producers + g.max_consumers == R.P + R.C)
+			TU_RC(pinshm_segment_reap(s.base, s.size, R.P + R.C), -EINVAL); /* past the last endpoint */
+	}
 	for (int role = PINSHM_PRODUCER; role <= PINSHM_CONSUMER; role++) {
 		pinshm_channel_t *ch = NULL;
 		int rc = pinshm_channel_attach(R.fd, (pinshm_role_t)role, &ch);
@@ -1324,7 +1334,7 @@ static void random_round(int _i, int round, struct rnd_tally *sum)
 	close(R.fd);
 }
 
-#define MIN_PLANTED 2
+#define MIN_PLANTED 3 /* one a round at least */
 
 /* Three rounds, each on a fresh channel with fresh processes and seed. */
 START_TEST(test_random_corruption)
