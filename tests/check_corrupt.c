@@ -649,6 +649,24 @@ END_TEST
 /* random corruption of a live channel                                       */
 /* ======================================================================== */
 
+/* Why a handle broke: the start of its error detail (ring.c's wording). */
+static const char *const rnd_whys[] = {
+	"impossible record", "outside the ring", "not a record boundary", "past the producer's end", "was changed",
+};
+#define NWHYS (sizeof(rnd_whys) / sizeof(rnd_whys[0]))
+#define NCODES (sizeof(documented) / sizeof(documented[0]))
+
+/* What a round did, counted in shared memory by all its processes. */
+struct rnd_tally {
+	_Atomic uint32_t stop;            /* the workers stop */
+	_Atomic uint32_t calls;           /* calls made by the workers */
+	_Atomic uint64_t rc[NCODES];      /* results, by index in documented[] */
+	_Atomic uint64_t why[NWHYS + 1];  /* handles broken, by rnd_whys[] (last: any other detail) */
+	_Atomic uint64_t received;        /* messages a consumer took */
+	_Atomic uint64_t planted;         /* unread records given a length past max_message */
+	_Atomic uint64_t writes;          /* corruptions made */
+};
+
 struct rnd {
 	int fd;
 	pinshm_kind_t kind;
@@ -659,7 +677,7 @@ struct rnd {
 	unsigned duration_ms;
 	int efd[4];
 	struct seg_geometry g;
-	_Atomic uint32_t *stop; /* [0]: stop now; [1]: calls made by the workers */
+	struct rnd_tally *t; /* shared by the processes of a round */
 	struct tu_reporter rep;
 };
 
@@ -732,7 +750,7 @@ static int rnd_attach(struct rnd_worker *w)
 		rc = 0;
 	}
 	w->calls++;
-	atomic_fetch_add(&w->R->stop[1], 1);
+	atomic_fetch_add(&w->R->t->calls, 1);
 	return rc;
 }
 
@@ -745,9 +763,17 @@ static void rnd_check(struct rnd_worker *w, int op, int rc, bool looks)
 			      pinshm_channel_error(w->ch));
 	if (w->broken && looks && rc != -EBADMSG)
 		tu_child_fail(7, "%s op %d returned %d (%s) after -EBADMSG", rnd_name(w), op, rc, pinshm_strerror(rc));
-	if (rc == -EBADMSG) {
-		if (!w->broken)
-			w->broke++;
+	for (unsigned i = 0; i < NCODES; i++)
+		if (documented[i] == rc)
+			atomic_fetch_add(&w->R->t->rc[i], 1);
+	if (rc == -EBADMSG && !w->broken) {
+		const char *detail = pinshm_channel_error(w->ch);
+		unsigned i = 0;
+
+		while (i < NWHYS && !strstr(detail, rnd_whys[i]))
+			i++;
+		atomic_fetch_add(&w->R->t->why[i], 1);
+		w->broke++;
 		w->broken = true;
 	}
 }
@@ -779,7 +805,7 @@ static int rnd_producer(void *arg, int idx)
 
 	if (!buf)
 		tu_child_fail(1, "malloc");
-	while (!atomic_load(R->stop)) {
+	while (!atomic_load(&R->t->stop)) {
 		int rc, op, fresh = rnd_attach(&w);
 		pinshm_channel_t *ch = w.ch;
 		bool looks = true;
@@ -862,7 +888,7 @@ static int rnd_consumer(void *arg, int idx)
 
 	if (!buf)
 		tu_child_fail(1, "malloc");
-	while (!atomic_load(R->stop)) {
+	while (!atomic_load(&R->t->stop)) {
 		int rc, op, fresh = rnd_attach(&w);
 		pinshm_channel_t *ch = w.ch;
 		bool looks = true;
@@ -885,6 +911,10 @@ static int rnd_consumer(void *arg, int idx)
 			rc = pinshm_recv(ch, buf, cap, &len, timeout);
 			if (rc == 0 && len > cap)
 				tu_child_fail(4, "recv: %zu bytes into %zu", len, cap);
+			if ((rc == 0 || rc == -EMSGSIZE) && len > maxm)
+				tu_child_fail(4, "recv: a message of %zu bytes, the maximum is %zu", len, maxm);
+			if (rc == 0)
+				atomic_fetch_add(&R->t->received, 1);
 			break;
 		}
 		case 2:
@@ -897,8 +927,10 @@ static int rnd_consumer(void *arg, int idx)
 				break;
 			}
 			rc = pinshm_recv_inplace(ch, &held[nheld], timeout);
-			if (rc == 0)
+			if (rc == 0) {
 				nheld++;
+				atomic_fetch_add(&R->t->received, 1);
+			}
 			break;
 		case 4: {
 			unsigned max = 1 + (unsigned)((r >> 8) % 8);
@@ -914,6 +946,7 @@ static int rnd_consumer(void *arg, int idx)
 				tu_child_fail(4, "recv_batch(%u) returned %d", max, rc);
 			if (rc > 0) {
 				nheld += (unsigned)rc;
+				atomic_fetch_add(&R->t->received, (unsigned)rc);
 				rc = 0;
 			}
 			break;
@@ -979,6 +1012,58 @@ static void corrupt_word(uint8_t *p, uint64_t r, uint64_t cap)
 	memcpy(p, &v, 8);
 }
 
+/*
+ * An unread record of lane @p l, or UINT64_MAX: a queue's first committed
+ * one after `free` (records before it may be claimed; none if that one was
+ * planted already), a topic's newest.
+ */
+static uint64_t unread_record(uint8_t *base, const struct seg_geometry *g, unsigned l)
+{
+	struct lane_header *lh = seg_lane(g, base, l);
+	uint8_t *ring = seg_ring(g, base, l);
+	const uint64_t align = ~(uint64_t)(PINSHM_RECORD_ALIGN - 1);
+	uint64_t pos, tail = atomic_load(&lh->tail);
+
+	if (g->kind == PINSHM_TOPIC)
+		return atomic_load(&lh->last) & align;
+	pos = atomic_load(&lh->free) & align;
+	for (unsigned steps = 0; pos < tail && steps < 64; steps++) {
+		uint64_t off = pos & (g->capacity - 1);
+		struct record_header *rh = (struct record_header *)(ring + off);
+		uint64_t word = atomic_load(&rh->commit);
+		uint32_t len = atomic_load(&rh->len);
+
+		if (!rec_ready(word, pos))
+			break;
+		if (rec_state(word) == REC_COMMITTED)
+			return len <= g->max_message ? pos : UINT64_MAX;
+		pos += rec_state(word) == REC_PADDING ? g->capacity - off : rec_size(len > g->max_message ? 0 : len);
+	}
+	return UINT64_MAX;
+}
+
+/*
+ * Give an unread record of lane @p l a length past max_message where that
+ * length would still fit before the end of the ring: the max_message check
+ * alone can see it.  A few tries, as the lane may be empty for a moment.
+ */
+static void plant_long_record(struct rnd *R, uint8_t *base, const struct seg_geometry *g, unsigned l)
+{
+	for (int tries = 0; tries < 20; tries++) {
+		uint64_t pos = unread_record(base, g, l), off = pos & (g->capacity - 1);
+		struct record_header *rh = (struct record_header *)(seg_ring(g, base, l) + off);
+		uint64_t word = pos != UINT64_MAX ? atomic_load(&rh->commit) : 0;
+
+		if (rec_ready(word, pos) && rec_state(word) == REC_COMMITTED && atomic_load(&rh->len) <= g->max_message &&
+		    off + rec_size(g->max_message + 1) <= g->capacity) {
+			atomic_store(&rh->len, g->max_message + 1);
+			atomic_fetch_add(&R->t->planted, 1);
+			return;
+		}
+		nanosleep(&(struct timespec){0, 50000}, NULL);
+	}
+}
+
 static int rnd_corrupter(void *arg, int idx)
 {
 	struct rnd *R = arg;
@@ -1001,10 +1086,14 @@ static int rnd_corrupter(void *arg, int idx)
 		tu_child_fail(1, "mmap");
 	if (seg_geometry_read(base, size, &g) != 0)
 		tu_child_fail(1, "geometry");
+	/* Plausible values: first a long record planted in the clean traffic
+	 * (later ones depend on timing), within 5 s. */
+	for (unsigned l = 0; R->mode == 0 && !atomic_load(&R->t->planted) && tu_now_ms() < end + 5000; l++)
+		plant_long_record(R, base, &g, l % g.max_producers);
 	/* At least the duration, and (a loaded machine runs us slowly) until
 	 * there were enough corruptions and calls to judge by. */
 	while (tu_now_ms() < end ||
-	       ((writes < 150 || atomic_load(&R->stop[1]) < 150) && tu_now_ms() < hard_end)) {
+	       ((writes < 150 || atomic_load(&R->t->calls) < 150) && tu_now_ms() < hard_end)) {
 		unsigned where;
 		uint8_t *p;
 		uint64_t cap = g.capacity;
@@ -1049,6 +1138,8 @@ static int rnd_corrupter(void *arg, int idx)
 			uint8_t *lh = (uint8_t *)seg_lane(&g, base, l);
 			static const unsigned offs[] = {0, 8, 16, 64, 72};
 			corrupt_word(lh + offs[(r >> 24) % 5], r, cap);
+		} else if (where < 80) {
+			plant_long_record(R, base, &g, (unsigned)((r >> 16) % g.max_producers));
 		} else {
 			/* a record header in a ring */
 			unsigned l = (unsigned)((r >> 16) % g.max_producers);
@@ -1079,11 +1170,40 @@ static int rnd_corrupter(void *arg, int idx)
 		}
 	}
 	munmap(base, size);
+	atomic_store(&R->t->writes, writes);
 	tu_report_vals(&R->rep, 200, 0, writes, 0);
 	return 0;
 }
 
-static void random_round(int _i, int round)
+/* Print a round's tally where TU_VERBOSE is set. */
+static void rnd_print(int _i, int round, const struct rnd_tally *t)
+{
+	if (!getenv("TU_VERBOSE"))
+		return;
+	fprintf(stderr, "random corruption %d round %d: %llu writes (%llu planted), %u calls, %llu received; results:",
+		_i, round, (unsigned long long)t->writes, (unsigned long long)t->planted, (unsigned)t->calls,
+		(unsigned long long)t->received);
+	for (unsigned i = 0; i < NCODES; i++)
+		fprintf(stderr, " %s %llu", documented[i] ? pinshm_strerror(documented[i]) : "ok",
+			(unsigned long long)t->rc[i]);
+	fprintf(stderr, "; broken by:");
+	for (unsigned i = 0; i <= NWHYS; i++)
+		fprintf(stderr, " '%s' %llu", i < NWHYS ? rnd_whys[i] : "other", (unsigned long long)t->why[i]);
+	fprintf(stderr, "\n");
+}
+
+/* Index of @p rc in documented[]. */
+static unsigned code_index(int rc)
+{
+	unsigned i = 0;
+
+	while (documented[i] != rc)
+		i++;
+	return i;
+}
+
+/* One round on a fresh channel; its tally is added to @p sum. */
+static void random_round(int _i, int round, struct rnd_tally *sum)
 {
 	static const struct {
 		pinshm_kind_t kind;
@@ -1100,11 +1220,9 @@ static void random_round(int _i, int round)
 	pinshm_channel_attr_t a;
 	struct tu_procs work, bad;
 	struct seg s;
-	_Atomic uint32_t *stop = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct rnd_tally *t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
-	ck_assert_ptr_ne(stop, MAP_FAILED);
-	atomic_store(&stop[0], 0);
-	atomic_store(&stop[1], 0);
+	ck_assert_ptr_ne(t, MAP_FAILED); /* zeroed */
 	memset(&R, 0, sizeof(R));
 	R.kind = cfg[k].kind;
 	R.flags = cfg[k].flags;
@@ -1113,7 +1231,7 @@ static void random_round(int _i, int round)
 	R.mode = (_i / 4) % 2;
 	R.seed = 0x5eed0000u + (uint64_t)_i * 16 + (uint64_t)round;
 	R.duration_ms = 400;
-	R.stop = stop;
+	R.t = t;
 	tu_attr(&a, R.kind, 4 * KiB, R.P, R.C);
 	a.flags = R.flags;
 	R.fd = tu_create(&a);
@@ -1135,7 +1253,7 @@ static void random_round(int _i, int round)
 	tu_spawn(&bad, "corrupter", rnd_corrupter, &R, 0);
 	tu_wait_all_ok(&bad, 30000);
 	tu_sleep_ms(100);
-	atomic_store(stop, 1);
+	atomic_store(&t->stop, 1);
 	/* Nobody may hang: every call had a timeout of at most 2 ms. */
 	tu_wait_all_ok(&work, 30000);
 	{
@@ -1150,16 +1268,31 @@ static void random_round(int _i, int round)
 				writes = rep.v[0];
 			}
 		}
-		if (getenv("TU_VERBOSE"))
-			fprintf(stderr, "random corruption %d round %d: %llu writes, %llu calls, %llu times -EBADMSG\n",
-				_i, round, (unsigned long long)writes, (unsigned long long)calls, (unsigned long long)broke);
+		rnd_print(_i, round, t);
+		ck_assert_uint_eq(calls, t->calls);
+		ck_assert_uint_eq(writes, t->writes);
 		ck_assert_uint_gt(calls, 100);
 		ck_assert_uint_gt(writes, 100);
+		/* Messages went through, and the corruption was seen. */
+		ck_assert_uint_gt(t->received, 0);
+		ck_assert_uint_gt(t->rc[code_index(-EBADMSG)], 0);
+		/* Misuse only (the workers make none), whatever the segment says;
+		 * at most 24 held of 64; only an overrun topic loses messages. */
+		ck_assert_uint_eq(t->rc[code_index(-EINVAL)], 0);
+		ck_assert_uint_eq(t->rc[code_index(-ENOBUFS)], 0);
+		if (!(R.flags & PINSHM_OVERRUN))
+			ck_assert_uint_eq(t->rc[code_index(-ESTALE)], 0);
+		ck_assert_uint_eq(broke, t->why[0] + t->why[1] + t->why[2] + t->why[3] + t->why[4] + t->why[NWHYS]);
 	}
 	/* The repair tool and a fresh handle on what is left. */
 	for (unsigned e = 0; e < R.P + R.C + 1; e++) {
 		int rc = pinshm_segment_reap(s.base, s.size, e);
 		ck_assert_msg(rc == 0 || rc == -EINVAL || rc == -EPROTO || rc == -EBADMSG, "reap %u: %d", e, rc);
+	}
+	{
+		struct seg_geometry g;
+		if (seg_geometry_read(s.base, s.size, &g) == 0 && g.max_producers + g.max_consumers == R.P + R.C)
+			TU_RC(pinshm_segment_reap(s.base, s.size, R.P + R.C), -EINVAL); /* past the last endpoint */
 	}
 	for (int role = PINSHM_PRODUCER; role <= PINSHM_CONSUMER; role++) {
 		pinshm_channel_t *ch = NULL;
@@ -1190,15 +1323,34 @@ static void random_round(int _i, int round)
 		close(R.efd[c]);
 	tu_reporter_close(&R.rep);
 	seg_close(&s);
-	munmap(stop, 4096);
+	for (unsigned i = 0; i < NCODES; i++)
+		sum->rc[i] += t->rc[i];
+	for (unsigned i = 0; i <= NWHYS; i++)
+		sum->why[i] += t->why[i];
+	sum->received += t->received;
+	sum->planted += t->planted;
+	sum->writes += t->writes;
+	munmap(t, sizeof(*t));
 	close(R.fd);
 }
+
+#define MIN_PLANTED 3 /* one a round at least */
 
 /* Three rounds, each on a fresh channel with fresh processes and seed. */
 START_TEST(test_random_corruption)
 {
+	struct rnd_tally sum;
+
+	memset(&sum, 0, sizeof(sum));
 	for (int round = 0; round < 3; round++)
-		random_round(_i, round);
+		random_round(_i, round, &sum);
+	/* Records given a length past max_message while unread were read: a
+	 * consumer that took one failed the test (exit 4 or 8); one that met
+	 * it said -EBADMSG. */
+	if ((_i / 4) % 2 == 0) {
+		ck_assert_uint_ge(sum.planted, MIN_PLANTED);
+		ck_assert_uint_gt(sum.why[0], 0);
+	}
 }
 END_TEST
 

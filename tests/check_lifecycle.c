@@ -181,7 +181,12 @@ START_TEST(test_pidfd_child_exit)
 	if (child == 0)
 		_exit(0);
 	ck_assert_int_eq(waitpid(child, &status, 0), child);
-	tu_sleep_ms(200); /* time for a wrong reap to happen */
+	/* Its exit was there to see before these requests: once the second
+	 * is answered, the turn that served the first, and any before, is
+	 * over, with whatever that exit made the daemon do. */
+	pinshm_status_t st;
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
 
 	TU_RC(pinshm_send(prod, "after", 5, CALL_MS), 0);
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
@@ -427,7 +432,8 @@ struct store {
 	int fd[STORE_MAX];
 	char name[STORE_MAX][256];
 	unsigned n;
-	unsigned removals; /* FDSTOREREMOVE=1 received */
+	unsigned removals;       /* FDSTOREREMOVE=1 received */
+	char last_removed[256]; /* the FDNAME of the last of them */
 };
 
 static void store_open(struct store *st, const char *dir)
@@ -481,6 +487,7 @@ static void store_drain(struct store *st)
 		if (!strstr(buf, "FDSTOREREMOVE=1"))
 			continue;
 		st->removals++;
+		snprintf(st->last_removed, sizeof(st->last_removed), "%.*s", (int)strcspn(name, "\n"), name);
 		for (unsigned i = 0; i < st->n; i++)
 			if (strncmp(st->name[i], name, strcspn(name, "\n")) == 0 &&
 			    st->name[i][strcspn(name, "\n")] == '\0') {
@@ -677,6 +684,13 @@ static unsigned store_count_prefix(const struct store *st, const char *prefix)
 }
 
 /* The records in @p st of channel @p name (pinshm.*.NAME). */
+static bool str_ends(const char *s, const char *end)
+{
+	size_t n = strlen(s), k = strlen(end);
+
+	return n >= k && strcmp(s + n - k, end) == 0;
+}
+
 static unsigned store_records_of(const struct store *st, const char *name)
 {
 	size_t n = strlen(name);
@@ -891,9 +905,18 @@ START_TEST(test_store_removals_bounded)
 		store_drain(&st);
 	} while ((st.removals < STORE_PENDING_MAX || !daemon_log_has(&d, ".b63' removed at last")) &&
 		 tu_now_ms() < deadline); /* logged after it is sent */
-	tu_sleep_ms(300);
-	store_drain(&st);
+	/* The notifications go in order: once the removal of a channel made
+	 * and unlinked now comes, no given-up one can follow. */
 	ck_assert_uint_eq(st.removals, STORE_PENDING_MAX);
+	CLIENT_RC(c, pinshm_create(c, "fence", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_unlink(c, "fence"), 0);
+	deadline = tu_now_ms() + 10000u * slow;
+	do {
+		tu_sleep_ms(20);
+		store_drain(&st);
+	} while (!str_ends(st.last_removed, ".fence") && tu_now_ms() < deadline);
+	ck_assert_msg(str_ends(st.last_removed, ".fence"), "the last removal is of '%s'", st.last_removed);
+	ck_assert_uint_eq(st.removals, STORE_PENDING_MAX + 1);
 	ck_assert_uint_eq(st.n, 0);
 	ck_assert(daemon_log_has(&d, ".b63' removed at last"));
 	ck_assert(!daemon_log_has(&d, ".b64' removed at last")); /* given up */
@@ -2569,20 +2592,33 @@ START_TEST(test_adopt_watch_cap)
 	ck_assert_uint_le(pidfds, 256);
 
 	/* Alive, none is reaped: neither those known by a pidfd nor those
-	 * known by their start time (a tick looks at 256 of them: all within
-	 * 2 ticks, 4 in a second). */
-	tu_sleep_ms(1000);
-	pinshm_status_t s;
-	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0); /* a round trip: that turn of the loop is over */
-	ck_assert_uint_eq(attached_count(base, total), 1 + CAP_PROCS);
-
-	for (unsigned i = 0; i < CAP_PROCS; i++)
-		ck_assert_int_eq(kill(kids[i], SIGKILL), 0);
-	for (unsigned i = 0; i < CAP_PROCS; i++)
-		ck_assert_int_eq(waitpid(kids[i], NULL, 0), kids[i]);
-	const unsigned left = 1; /* the caller's */
+	 * known by their start time.  Two canaries close the window: the first
+	 * child (watched by a pidfd) and the last (past the 256 pidfds: by its
+	 * start time; a tick looks at up to 256 such, all 44 at once) die.
+	 * Once both are reaped and a round trip is over, the tick that reaped
+	 * the last is over, and it looked at every other start time. */
+	const unsigned canary[2] = {0, CAP_PROCS - 1};
 	int reap_ms = REAP_MS * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
 	uint64_t deadline = tu_now_ms() + (uint64_t)reap_ms;
+	for (unsigned k = 0; k < 2; k++) {
+		ck_assert_int_eq(kill(kids[canary[k]], SIGKILL), 0);
+		ck_assert_int_eq(waitpid(kids[canary[k]], NULL, 0), kids[canary[k]]);
+	}
+	while ((endpoint_state(base, canary[0]) == EP_ACTIVE || endpoint_state(base, canary[1]) == EP_ACTIVE) &&
+	       tu_now_ms() < deadline)
+		usleep(10000);
+	pinshm_status_t s;
+	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0); /* a round trip: that turn of the loop is over */
+	ck_assert_msg(endpoint_state(base, canary[0]) != EP_ACTIVE, "the child known by a pidfd not reaped");
+	ck_assert_msg(endpoint_state(base, canary[1]) != EP_ACTIVE, "the child known by its start time not reaped");
+	ck_assert_uint_eq(attached_count(base, total), 1 + CAP_PROCS - 2);
+
+	for (unsigned i = 1; i < CAP_PROCS - 1; i++)
+		ck_assert_int_eq(kill(kids[i], SIGKILL), 0);
+	for (unsigned i = 1; i < CAP_PROCS - 1; i++)
+		ck_assert_int_eq(waitpid(kids[i], NULL, 0), kids[i]);
+	const unsigned left = 1; /* the caller's */
+	deadline = tu_now_ms() + (uint64_t)reap_ms;
 	while (attached_count(base, total) > left && tu_now_ms() < deadline)
 		usleep(10000);
 	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
