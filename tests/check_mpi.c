@@ -22,7 +22,9 @@
  * always with PINSHM_SOCKET (the daemon's) and PINSHM_MPI_STATS=1;
  *   user:    as MPI users run it (root only: the test makes the user
  *            pinshm-mpi-user): mpirun as that user, in a clean environment,
- *            with no PINSHM_SOCKET and no daemon running, so that the plugin
+ *            with no PINSHM_SOCKET and no daemon running (a system daemon
+ *            of the machine hidden in a mount namespace of the test's own,
+ *            tu_hide_system_daemon()), so that the plugin
  *            starts a user-mode one itself (PINSHMD), with RLIMIT_MEMLOCK at
  *            64 KiB in one run and as it is in another; the plugin, pinshmd
  *            and the program run from copies in a folder of mode 0755 (the
@@ -71,6 +73,7 @@
 #include <unistd.h>
 
 #include "daemonutil.h"
+#include "protocol.h"
 #include "testutil.h"
 
 #ifndef MPI_TESTS_DIR
@@ -1323,6 +1326,13 @@ START_TEST(test_user)
 	ck_assert_msg(pg != NULL, "%s is not a program of this file", uc->program);
 	if (only && only[0] && strcmp(only, pg->name) != 0)
 		return;
+	/* Nobody's daemon: not even a system one that the machine runs (the
+	 * plugin would use it).  Where no mount namespace can be made, there
+	 * must be none to hide. */
+	int hidden = tu_hide_system_daemon();
+	ck_assert_msg(hidden == 0 || !accepts(PROTO_SYSTEM_SOCKET),
+		      "a system daemon serves %s and no mount namespace can hide it (%s): this case needs none",
+		      PROTO_SYSTEM_SOCKET, strerror(-hidden));
 	user_prepare(&u, uc, pg);
 	run_mpi(NULL, &u, pg, &uc->cf, &r);
 	bool failed = run_failed(pg, &uc->cf, &r, why, sizeof(why));
