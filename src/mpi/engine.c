@@ -405,6 +405,14 @@ void pm_unexp_free(struct pm_unexp *u)
 	nspare_unexp++;
 }
 
+void pm_unexp_refuse(const struct pm_unexp *u)
+{
+	if (u->type == REC_RTS)
+		send_cts(u->from, u->sid, 0, 0);
+	else if (u->flags & REC_SYNC)
+		send_ack(u->from, u->sid);
+}
+
 void pm_unexp_teardown(void)
 {
 	while (pm.orphans.head) {

@@ -318,6 +318,9 @@ void pm_recv_take(struct pm_op *op, struct pm_unexp *u);
 /* The first unexpected message of @p c that (source, tag) matches, or NULL. */
 struct pm_unexp *pm_unexp_find(struct pm_comm *c, int source, int tag);
 void pm_unexp_free(struct pm_unexp *u);
+/* No receive will take @p u (an error): release its sender, which waits
+ * for a CTS (RTS) or an ACK (synchronous EAGER), as for an empty receive. */
+void pm_unexp_refuse(const struct pm_unexp *u);
 void pm_unexp_teardown(void); /* at MPI_Finalize: orphans, recycled entries */
 void pm_unexp_status(const struct pm_unexp *u, MPI_Status *status);
 /* Whether a probe or receive on @p c from @p source must also ask the MPI

@@ -116,7 +116,7 @@ static int nonblocking_send(const void *buf, int count, MPI_Datatype dtype, int 
 	rc = pm_op_handle(op);
 	if (rc != MPI_SUCCESS) {
 		pm_op_free(op);
-		return pm_comm_error(comm, rc);
+		return pm_comm_error(comm, pm_send_failed(c, dest, tag, rc));
 	}
 	pm_send_start(op);
 	*request = op->handle;
