@@ -22,7 +22,9 @@
  * always with PINSHM_SOCKET (the daemon's) and PINSHM_MPI_STATS=1;
  *   user:    as MPI users run it (root only: the test makes the user
  *            pinshm-mpi-user): mpirun as that user, in a clean environment,
- *            with no PINSHM_SOCKET and no daemon running, so that the plugin
+ *            with no PINSHM_SOCKET and no daemon running (a system daemon
+ *            of the machine hidden in a mount namespace of the test's own,
+ *            tu_hide_system_daemon()), so that the plugin
  *            starts a user-mode one itself (PINSHMD), with RLIMIT_MEMLOCK at
  *            64 KiB in one run and as it is in another; the plugin, pinshmd
  *            and the program run from copies in a folder of mode 0755 (the
@@ -74,6 +76,7 @@
 #include <unistd.h>
 
 #include "daemonutil.h"
+#include "protocol.h"
 #include "testutil.h"
 
 #ifndef MPI_TESTS_DIR
@@ -100,44 +103,49 @@ struct program {
 	unsigned uses;   /* families that must carry messages through pinshm */
 	unsigned passes; /* families used only where the plugin does not carry (intercommunicators) */
 	const char *mpmd; /* the second app context's program (half the ranks each), or NULL */
+	const char *env;  /* NAME=VALUE for its ranks in every run, or NULL */
 };
 
 static const struct program programs[] = {
-	{"p2p_basic", B, 0, NULL},
-	{"p2p_modes", B | NB | SY | BU, 0, NULL},
-	{"p2p_persistent", B | P | SY | BU, 0, NULL},
-	{"p2p_probe", B | PR, 0, NULL},
-	{"p2p_complete", B | NB, 0, NULL},
-	{"p2p_datatypes", B | NB, 0, NULL},
-	{"p2p_comms", B | NB | P, SY | PR, NULL},
-	{"p2p_order", B | NB | SY, 0, NULL},
-	{"p2p_large", B | NB, 0, NULL},
+	{"p2p_basic", B, 0, NULL, NULL},
+	{"p2p_modes", B | NB | SY | BU, 0, NULL, NULL},
+	{"p2p_persistent", B | P | SY | BU, 0, NULL, NULL},
+	{"p2p_probe", B | PR, 0, NULL, NULL},
+	{"p2p_complete", B | NB, 0, NULL, NULL},
+	{"p2p_datatypes", B | NB, 0, NULL, NULL},
+	{"p2p_comms", B | NB | P, SY | PR, NULL, NULL},
+	{"p2p_order", B | NB | SY, 0, NULL, NULL},
+	{"p2p_large", B | NB, 0, NULL, NULL},
 	/* Calls through pointers that are PLT entries (built -fno-pie). */
-	{"p2p_address", B | NB, 0, NULL},
+	{"p2p_address", B | NB, 0, NULL, NULL},
 	/* Long messages one way (streamed), then crossing (copied once). */
-	{"p2p_crossing", B | NB, 0, NULL},
+	{"p2p_crossing", B | NB, 0, NULL, NULL},
 	/* MPI_Dist_graph_create(_adjacent) communicators, made and freed
 	 * round after round; a negative count of requests (MPI_ERR_ARG). */
-	{"p2p_distgraph", B | NB, 0, NULL},
-	{"p2p_negcount", B | NB | P, 0, NULL},
+	{"p2p_distgraph", B | NB, 0, NULL, NULL},
+	{"p2p_negcount", B | NB | P, 0, NULL, NULL},
+	/* Derived types packed and unpacked in 64-byte pieces (a test hook),
+	 * items larger than a piece included; a send that fails to pack
+	 * fails its receive too. */
+	{"p2p_pieces", B | NB, 0, NULL, "PINSHM_MPI_PIECE=64"},
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
-	{"f_sendrecv", B | NB, 0, NULL},
-	{"f_p2p", B | NB | P | PR | SY | BU, 0, NULL},
-	{"f_p2p08", B | NB | P | PR | SY | BU, 0, NULL},
-	{"f_comms", B | NB, 0, NULL},
-	{"mixed_cf", B | NB | P, 0, NULL},
+	{"f_sendrecv", B | NB, 0, NULL, NULL},
+	{"f_p2p", B | NB | P | PR | SY | BU, 0, NULL, NULL},
+	{"f_p2p08", B | NB | P | PR | SY | BU, 0, NULL, NULL},
+	{"f_comms", B | NB, 0, NULL, NULL},
+	{"mixed_cf", B | NB | P, 0, NULL, NULL},
 	/* MPI_COMM_IDUP from Fortran (use mpi, mpi_f08), alone and in an
 	 * MPMD job whose other half idups from C: carried alike on both sides. */
-	{"f_idup", B | NB, 0, NULL},
-	{"f_idup08", B | NB, 0, NULL},
-	{"idup_c", B | NB, 0, "f_idup"},
+	{"f_idup", B | NB, 0, NULL, NULL},
+	{"f_idup08", B | NB, 0, NULL, NULL},
+	{"idup_c", B | NB, 0, "f_idup", NULL},
 	/* A negative count of requests from Fortran (MPI_ERR_ARG). */
-	{"f_negcount", B | NB | P, 0, NULL},
+	{"f_negcount", B | NB | P, 0, NULL, NULL},
 	/* MPI_COMM_IDUP of an intercommunicator (left to the library), then
 	 * used across, merged, and a later dup of WORLD carried. */
-	{"f_idup_inter", B, NB | SY, NULL},
+	{"f_idup_inter", B, NB | SY, NULL, NULL},
 #endif
 };
 #define NPROGRAMS ((int)(sizeof(programs) / sizeof(programs[0])))
@@ -484,6 +492,10 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 			argv[n++] = "-x";
 			argv[n++] = asan_opt;
 		}
+		if (pg->env) {
+			argv[n++] = "-x";
+			argv[n++] = pg->env;
+		}
 		argv[n++] = prog[c];
 		if (c == 0 && program_arg)
 			argv[n++] = program_arg;
@@ -512,6 +524,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		unsetenv("PINSHM_MPI_EAGER");
 		unsetenv("PINSHM_MPI_CHUNK");
 		unsetenv("PINSHM_MPI_CMA");
+		unsetenv("PINSHM_MPI_PIECE");
 		if (u)
 			user_enter(u);
 		execvp(argv[0], (char *const *)argv);
@@ -797,7 +810,7 @@ END_TEST
 /* p2p_random, with one seed in one configuration (plain ones first). */
 START_TEST(test_random)
 {
-	static const struct program prog = {"p2p_random", B | NB | P | PR | SY | BU, 0, NULL};
+	static const struct program prog = {"p2p_random", B | NB | P | PR | SY | BU, 0, NULL, NULL};
 	int c = _i % (NPLAIN + NPLUGIN);
 
 	program_arg = random_seeds[_i / (NPLAIN + NPLUGIN)];
@@ -847,7 +860,7 @@ END_TEST
  * kept its own sent eager records too large for them). */
 START_TEST(test_rings_differ)
 {
-	static const struct program large_twice = {"p2p_large", B | NB, 0, "p2p_large"};
+	static const struct program large_twice = {"p2p_large", B | NB, 0, "p2p_large", NULL};
 	static const struct config differ = {.name = "plugin -np 2, PINSHM_MPI_RING=16K then 1M", .np = 2,
 					     .plugin = true, .env = {"PINSHM_MPI_RING=16K"},
 					     .env2 = "PINSHM_MPI_RING=1M", .ring = 16384};
@@ -862,9 +875,9 @@ END_TEST
 START_TEST(test_many_ranks)
 {
 	static const struct program many[] = {
-		{"p2p_basic", B, 0, NULL},
-		{"p2p_modes", B | NB | SY | BU, 0, NULL},
-		{"p2p_random", B | NB | P | PR | SY | BU, 0, NULL},
+		{"p2p_basic", B, 0, NULL, NULL},
+		{"p2p_modes", B | NB | SY | BU, 0, NULL, NULL},
+		{"p2p_random", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	};
 	/* The node's rings held to 256 MiB (256 KiB each, as the default gave
 	 * before session 9), not 1 GiB: lanes are what this case is about. */
@@ -884,9 +897,9 @@ END_TEST
 START_TEST(test_wrapped)
 {
 	static const struct program wrapped[] = {
-		{"p2p_basic", B, 0, NULL},
-		{"p2p_modes", B | NB | SY | BU, 0, NULL},
-		{"p2p_probe", B | PR, 0, NULL},
+		{"p2p_basic", B, 0, NULL, NULL},
+		{"p2p_modes", B | NB | SY | BU, 0, NULL, NULL},
+		{"p2p_probe", B | PR, 0, NULL, NULL},
 	};
 	char warning[PATH_MAX + 40];
 	snprintf(warning, sizeof(warning), "MPI_Send is defined by %s,", wrap_path());
@@ -925,7 +938,7 @@ static const char *threads_failed(const struct config *cf, const struct run *r, 
 /* MPI_THREAD_MULTIPLE, every configuration: left to the library whole. */
 START_TEST(test_thread_multiple)
 {
-	static const struct program threads = {"p2p_threads", 0, 0, NULL};
+	static const struct program threads = {"p2p_threads", 0, 0, NULL, NULL};
 	const struct config *cf = _i < NPLAIN ? &plain_configs[_i] : &plugin_configs[_i - NPLAIN];
 	struct daemon d;
 	struct run r;
@@ -1325,6 +1338,13 @@ START_TEST(test_user)
 	ck_assert_msg(pg != NULL, "%s is not a program of this file", uc->program);
 	if (only && only[0] && strcmp(only, pg->name) != 0)
 		return;
+	/* Nobody's daemon: not even a system one that the machine runs (the
+	 * plugin would use it).  Where no mount namespace can be made, there
+	 * must be none to hide. */
+	int hidden = tu_hide_system_daemon();
+	ck_assert_msg(hidden == 0 || !accepts(PROTO_SYSTEM_SOCKET),
+		      "a system daemon serves %s and no mount namespace can hide it (%s): this case needs none",
+		      PROTO_SYSTEM_SOCKET, strerror(-hidden));
 	user_prepare(&u, uc, pg);
 	struct daemon sd = {0};
 	if (uc->system_conf) {

@@ -148,9 +148,25 @@ static int pass_listen_fds(const struct daemon_opts *o)
 	return 0;
 }
 
+/* A system daemon without daemon_opts.config reads an empty file of its
+ * folder, not the machine's /etc/pinshm/pinshmd.conf: every default
+ * applies, whatever the machine's configuration.  @return its path. */
+static const char *empty_config(const struct daemon *d, const struct daemon_opts *o, char *path, size_t len)
+{
+	snprintf(path, len, "%s/empty.conf", d->dir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ck_assert_msg(fd >= 0, "%s: %s", path, strerror(errno));
+	close(fd);
+	if (o->as_user)
+		ck_assert_int_eq(chown(path, o->uid, o->gid), 0);
+	return path;
+}
+
 void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
 {
 	pid_t parent = getpid();
+	char empty[sizeof(d->dir) + 16];
+	const char *config = o->config ? d->conf : o->system_mode ? empty_config(d, o, empty, sizeof(empty)) : NULL;
 
 	int own_ns = -1;
 
@@ -220,9 +236,9 @@ void daemon_spawn(struct daemon *d, const struct daemon_opts *o)
 	argv[n++] = "-f";
 	if (o->verbose)
 		argv[n++] = "-vv";
-	if (o->config) {
+	if (config) {
 		argv[n++] = "-c";
-		argv[n++] = d->conf;
+		argv[n++] = config;
 	}
 	if (!o->system_mode)
 		argv[n++] = "--user";

@@ -46,7 +46,8 @@ struct daemon_opts {
 	rlim_t memlock;    /* RLIMIT_MEMLOCK to run with, 0: unchanged */
 	rlim_t nofile;     /* RLIMIT_NOFILE to run with, 0: unchanged */
 	bool no_socket;    /* no -s: the default path of the mode */
-	bool config;       /* -c d->conf */
+	bool config;       /* -c d->conf (else a system daemon gets -c DIR/empty.conf: all defaults,
+			    * not the machine's /etc/pinshm/pinshmd.conf) */
 	bool log;          /* stderr to d->log */
 	bool verbose;      /* -vv */
 	bool numa_env;     /* set PINSHMD_TEST_NUMA_NODES to numa_nodes (NULL: unset it) */

@@ -5,16 +5,20 @@
 #define _GNU_SOURCE
 #endif
 #include "testutil.h"
+#include "protocol.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -491,4 +495,20 @@ void tu_read_file(const char *path, char *buf, size_t len)
 	}
 	close(fd);
 	buf[n] = '\0';
+}
+
+int tu_hide_system_daemon(void)
+{
+	char dir[] = PROTO_SYSTEM_SOCKET;
+	struct stat st;
+
+	dirname(dir);
+	if (unshare(CLONE_NEWNS) != 0)
+		return -errno;
+	/* Mounts made here must not reach the machine's namespace. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+		return -errno;
+	if (stat(dir, &st) != 0)
+		return errno == ENOENT ? 0 : -errno; /* no folder: no socket either */
+	return mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") == 0 ? 0 : -errno;
 }

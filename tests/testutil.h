@@ -208,4 +208,13 @@ void tu_child_fail(int code, const char *fmt, ...) __attribute__((format(printf,
 /** @return true if @p rc is 0 or one of the negative errnos listed (terminated by 0). */
 bool tu_rc_in(int rc, const int *allowed);
 
+/**
+ * Hide the machine's system daemon from this process and its children to
+ * come: a private mount namespace with an empty tmpfs on the folder of
+ * the system socket (/run/pinshm), so that pinshm_connect(NULL) finds no
+ * daemon there, whatever runs on the machine (root only).
+ * @return 0, or -errno where no namespace could be made (nothing changed).
+ */
+int tu_hide_system_daemon(void);
+
 #endif /* PINSHM_TESTUTIL_H */

@@ -41,8 +41,10 @@ static int bsend_detached(const void *buf, int count, MPI_Datatype dtype, int de
 		return rc;
 	op->user_freed = true;
 	rc = pm_bsend_start(op);
-	if (rc != MPI_SUCCESS)
+	if (rc != MPI_SUCCESS) {
 		pm_op_free(op);
+		pm_send_failed(c, dest, tag, rc);
+	}
 	return rc;
 }
 

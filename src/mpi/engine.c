@@ -188,9 +188,9 @@ static int write_first(struct pm_op *op)
 {
 	void *buf;
 	int peer = op->peer_local;
-	if (op->bytes <= pm.cfg.eager) {
-		if (!write_eager(peer, op->comm, op->tag, op->mode == MODE_SYNC ? REC_SYNC : 0, pm_op_id(op), op->data,
-				 op->bytes))
+	if (op->bytes <= pm.cfg.eager || op->failed) {
+		uint8_t flags = op->failed ? REC_FAILED : op->mode == MODE_SYNC ? REC_SYNC : 0;
+		if (!write_eager(peer, op->comm, op->tag, flags, pm_op_id(op), op->data, op->bytes))
 			return 0;
 		if (op->mode == MODE_SYNC)
 			op->state = ST_WAIT_ACK;
@@ -343,6 +343,25 @@ int pm_send_start(struct pm_op *op)
 	return MPI_SUCCESS;
 }
 
+int pm_send_failed(struct pm_comm *c, int dest, int tag, int code)
+{
+	struct pm_op *op = pm_op_new(OP_SEND);
+	pm_op_attach(op, c);
+	op->peer = dest;
+	op->tag = tag;
+	op->peer_local = c->local[dest];
+	op->mode = MODE_STANDARD;
+	op->family = FAM_COUNT; /* not a message of the user's */
+	op->counted = true;
+	op->user_freed = true;  /* released once written */
+	op->failed = code;
+	op->data = (char *)&op->failed;
+	op->bytes = sizeof(op->failed);
+	op->contiguous = true;
+	pm_send_start(op);
+	return code;
+}
+
 static bool matches(int want_source, int want_tag, int source, int tag)
 {
 	return (want_source == MPI_ANY_SOURCE || want_source == source) && (want_tag == MPI_ANY_TAG || want_tag == tag);
@@ -386,6 +405,14 @@ void pm_unexp_free(struct pm_unexp *u)
 	nspare_unexp++;
 }
 
+void pm_unexp_refuse(const struct pm_unexp *u)
+{
+	if (u->type == REC_RTS)
+		send_cts(u->from, u->sid, 0, 0);
+	else if (u->flags & REC_SYNC)
+		send_ack(u->from, u->sid);
+}
+
 void pm_unexp_teardown(void)
 {
 	while (pm.orphans.head) {
@@ -422,6 +449,15 @@ static void take_eager(struct pm_op *op, int src, int tag, uint8_t flags, int fr
 {
 	op->st_source = src;
 	op->st_tag = tag;
+	if (flags & REC_FAILED) { /* the send failed at its sender: say so */
+		int code = MPI_ERR_OTHER;
+		if (len == sizeof(code))
+			memcpy(&code, payload, sizeof(code));
+		op->st_error = code > MPI_SUCCESS && code <= MPI_ERR_LASTCODE ? code : MPI_ERR_OTHER;
+		op->st_bytes = 0;
+		pm_op_complete(op);
+		return;
+	}
 	op->accept = len < op->bytes ? len : op->bytes;
 	if (len > op->bytes)
 		op->st_error = MPI_ERR_TRUNCATE;

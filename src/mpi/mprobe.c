@@ -65,6 +65,14 @@ static int bind_message(struct pm_comm *c, struct pm_unexp *u, MPI_Message *mess
 	return MPI_SUCCESS;
 }
 
+/* A matched message that no receive will take, after an error: its
+ * sender must not wait for ever for the answer it asked for. */
+static void refuse_matched(struct matched *m)
+{
+	pm_unexp_refuse(m->msg);
+	drop_matched(m);
+}
+
 static void drop_matched(struct matched *m)
 {
 	pm_unexp_free(m->msg);
@@ -152,7 +160,7 @@ static int matched_op(struct matched *m, void *buf, int count, MPI_Datatype dtyp
 	PMPI_Mrecv(NULL, 0, MPI_BYTE, &placeholder, MPI_STATUS_IGNORE);
 	int rc = pm_recv_op(m->comm, buf, count, dtype, m->msg->src, m->msg->tag, FAM_PROBE, out);
 	if (rc != MPI_SUCCESS)
-		drop_matched(m);
+		refuse_matched(m);
 	return rc;
 }
 
@@ -201,7 +209,7 @@ int MPI_Imrecv(void *buf, int count, MPI_Datatype datatype, MPI_Message *message
 		return pm_comm_error(comm, rc);
 	rc = pm_op_handle(op);
 	if (rc != MPI_SUCCESS) {
-		drop_matched(m);
+		refuse_matched(m);
 		pm_op_free(op);
 		return pm_comm_error(comm, rc);
 	}

@@ -22,7 +22,6 @@
  * A table maps those handles to ops.
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -507,84 +506,29 @@ int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtyp
 		op->data = (char *)((uintptr_t)buf + (uintptr_t)t->tlb); /* MPI_BOTTOM + address */
 		return MPI_SUCCESS;
 	}
-	/* MPI_Pack and MPI_Unpack count bytes in an int. */
-	if (op->bytes > INT_MAX)
-		return MPI_ERR_COUNT;
 	op->contiguous = false;
 	op->data = NULL;
 	if (op->kind == OP_SEND) {
 		/* One node: the packed form is the type's bytes, as MPI_Pack_size
 		 * says for a homogeneous job. */
-		MPI_Comm comm = op->comm ? op->comm->comm : MPI_COMM_SELF;
-		int psize = (int)op->bytes, pos = 0, rc;
-		op->tmp = malloc(psize ? (size_t)psize : 1);
+		op->tmp = malloc(op->bytes);
 		if (!op->tmp)
 			return MPI_ERR_NO_MEM;
-		rc = PMPI_Pack(buf, count, op->dtype, op->tmp, psize, &pos, comm);
+		int rc = pm_pack(buf, count, op->dtype, op->tmp, op->bytes);
 		if (rc != MPI_SUCCESS)
 			return rc;
 		op->data = op->tmp;
-		op->bytes = (size_t)pos;
 	}
 	return MPI_SUCCESS;
 }
 
-/* Write the first @p rest bytes of one packed element of @p dtype, at
- * @p src, where unpacking the element at @p elem would put them, and touch
- * nothing else.  Where each packed byte comes from is found by packing a
- * scratch copy of the element whose bytes hold their own offsets, a byte
- * of the offset at a time.  @return an MPI error code. */
-static int unpack_head(MPI_Datatype dtype, int size, void *elem, const unsigned char *src, size_t rest)
-{
-	MPI_Aint tlb, span;
-	if (PMPI_Type_get_true_extent(dtype, &tlb, &span) != MPI_SUCCESS || span <= 0)
-		return MPI_ERR_TYPE;
-	unsigned char *scratch = malloc((size_t)span), *packed = malloc((size_t)size);
-	size_t *offset = calloc(rest, sizeof(*offset));
-	int rc = scratch && packed && offset ? MPI_SUCCESS : MPI_ERR_NO_MEM;
-	unsigned shift = 0;
-	do {
-		for (MPI_Aint j = 0; rc == MPI_SUCCESS && j < span; j++)
-			scratch[j] = (unsigned char)((uint64_t)j >> shift);
-		int at = 0;
-		if (rc == MPI_SUCCESS && PMPI_Pack((void *)((uintptr_t)scratch - (uintptr_t)tlb), 1, dtype, packed, size,
-						   &at, pm.quiet_comm) != MPI_SUCCESS)
-			rc = MPI_ERR_INTERN;
-		for (size_t i = 0; rc == MPI_SUCCESS && i < rest; i++)
-			offset[i] |= (size_t)packed[i] << shift;
-		shift += 8;
-	} while (rc == MPI_SUCCESS && shift < 64 && ((uint64_t)span - 1) >> shift);
-	for (size_t i = 0; rc == MPI_SUCCESS && i < rest; i++)
-		*(unsigned char *)((uintptr_t)elem + (uintptr_t)tlb + offset[i]) = src[i];
-	free(scratch);
-	free(packed);
-	free(offset);
-	return rc;
-}
-
 /* Unpack the @p len bytes of message at @p src into a receive's buffer of
- * a derived type.  The message may be shorter than the buffer, and end
- * inside an element: its whole elements are unpacked, then the rest of it
- * into the next element's first locations (unpack_head). */
+ * a derived type; the message may be shorter than the buffer (pack.c). */
 static void unpack_message(struct pm_op *op, const char *src, size_t len)
 {
-	const struct pm_type *t = pm_type_info(op->dtype);
-	if (!t || t->size <= 0) {
-		op->st_error = MPI_ERR_TYPE;
-		return;
-	}
-	int whole = (int)(len / (size_t)t->size), pos = 0;
-	if (whole > 0 &&
-	    PMPI_Unpack(src, (int)len, &pos, (void *)op->ubuf, whole, op->dtype, op->comm->comm) != MPI_SUCCESS) {
-		op->st_error = MPI_ERR_INTERN;
-		return;
-	}
-	if ((size_t)pos < len) {
-		void *next = (void *)((uintptr_t)op->ubuf + (uintptr_t)((MPI_Aint)whole * t->extent));
-		int rc = unpack_head(op->dtype, (int)t->size, next, (const unsigned char *)src + pos, len - (size_t)pos);
-		if (rc != MPI_SUCCESS)
-			op->st_error = rc;
-	}
+	int rc = pm_unpack(src, len, (void *)op->ubuf, op->count, op->dtype);
+	if (rc != MPI_SUCCESS)
+		op->st_error = rc;
 }
 
 void pm_op_deliver(struct pm_op *op, const void *src, size_t len, uint64_t offset)

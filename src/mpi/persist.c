@@ -182,7 +182,7 @@ static int restart(struct pm_op *op)
 		return pm_bsend_start_persistent(op); /* complete once copied, as MPI_Ibsend */
 	int rc = pm_op_buffer(op, op->ubuf, op->count, op->dtype);
 	if (rc != MPI_SUCCESS)
-		return rc;
+		return op->kind == OP_SEND ? pm_send_failed(op->comm, op->peer, op->tag, rc) : rc;
 	if (op->kind == OP_RECV)
 		return pm_recv_start_any(op);
 	return pm_send_start(op);

@@ -14,6 +14,7 @@
  *   send.c      the send calls          recv.c      receives and probes
  *   complete.c  Wait/Test families, Request_free, Cancel
  *   persist.c   persistent requests      bsend.c     buffered sends
+ *   pack.c      packing non-contiguous data, in pieces of at most INT_MAX bytes
  *
  * Threads: the plugin carries traffic only below MPI_THREAD_MULTIPLE, so
  * one thread at a time is inside it; its state is plain process memory.
@@ -171,6 +172,7 @@ struct pm_op {
 	char *tmp;              /* packed copy (non-contiguous types, buffered sends) */
 	bool contiguous;
 	bool dtype_held;        /* dtype is the op's own duplicate */
+	int failed;             /* a failure notice (REC_FAILED): the sender's error code, at data */
 
 	/* Progress. */
 	uint64_t offset;        /* stream: bytes sent or received so far */
@@ -214,6 +216,12 @@ void pm_ops_teardown(void);
 /* Unpack or copy @p len bytes of message into a receive op at @p offset. */
 void pm_op_deliver(struct pm_op *op, const void *src, size_t len, uint64_t offset);
 void pm_op_deliver_done(struct pm_op *op);
+/* Pack @p count items of @p dtype at @p buf into the @p bytes (their size)
+ * at @p out; unpack @p len bytes at @p src into items of @p dtype at @p buf
+ * (room for @p count; the bytes may end inside an item).  Any size, in
+ * pieces of at most pm.cfg.piece bytes.  @return an MPI error code. */
+int pm_pack(const void *buf, int count, MPI_Datatype dtype, void *out, uint64_t bytes);
+int pm_unpack(const void *src, uint64_t len, void *buf, int count, MPI_Datatype dtype);
 
 /* ---- the engine ------------------------------------------------------ */
 
@@ -292,6 +300,11 @@ bool pm_send_now(struct pm_comm *c, const void *buf, int count, MPI_Datatype dty
 		 enum pm_family family);
 /* Start a send (queued or written at once); the op is set up. */
 int pm_send_start(struct pm_op *op);
+/* A send to @p dest on @p c failed with @p code before it went out: send
+ * the receive that would match it a failure notice (REC_FAILED) in its
+ * place, so that it completes with that error rather than waiting for
+ * ever.  @return @p code. */
+int pm_send_failed(struct pm_comm *c, int dest, int tag, int code);
 /* Start a receive: match an unexpected message or post it. */
 int pm_recv_start(struct pm_op *op);
 /* A send or receive longer than the eager size, with one rank of the
@@ -305,6 +318,9 @@ void pm_recv_take(struct pm_op *op, struct pm_unexp *u);
 /* The first unexpected message of @p c that (source, tag) matches, or NULL. */
 struct pm_unexp *pm_unexp_find(struct pm_comm *c, int source, int tag);
 void pm_unexp_free(struct pm_unexp *u);
+/* No receive will take @p u (an error): release its sender, which waits
+ * for a CTS (RTS) or an ACK (synchronous EAGER), as for an empty receive. */
+void pm_unexp_refuse(const struct pm_unexp *u);
 void pm_unexp_teardown(void); /* at MPI_Finalize: orphans, recycled entries */
 void pm_unexp_status(const struct pm_unexp *u, MPI_Status *status);
 /* Whether a probe or receive on @p c from @p source must also ask the MPI
@@ -390,6 +406,7 @@ struct pm_config {
 	uint64_t node_rings; /* the most the node's rings take together, unless PINSHM_MPI_RING is set */
 	uint64_t spin_ns;   /* polling before yielding */
 	uint64_t yield_ns;  /* yielding before sleeping */
+	uint64_t piece;     /* most bytes packed or unpacked in one call (INT_MAX; PINSHM_MPI_PIECE) */
 };
 
 struct pm_state {

@@ -11,6 +11,7 @@
  * both paths.  Everything else goes to the MPI library.
  */
 #include "plugin.h"
+#include "wire.h"
 
 struct pm_comm *pm_recv_route_any(MPI_Comm comm, int source, int tag, int count)
 {
@@ -132,7 +133,7 @@ void pm_unexp_status(const struct pm_unexp *u, MPI_Status *status)
 		return;
 	status->MPI_SOURCE = u->src;
 	status->MPI_TAG = u->tag;
-	PMPI_Status_set_elements_x(status, MPI_BYTE, (MPI_Count)u->len);
+	PMPI_Status_set_elements_x(status, MPI_BYTE, u->flags & REC_FAILED ? 0 : (MPI_Count)u->len);
 	PMPI_Status_set_cancelled(status, 0);
 }
 

@@ -10,6 +10,7 @@
  * Ready sends are standard sends: a ready send's receive is posted, so
  * both behave the same.
  */
+#include <limits.h>
 #include <stdlib.h>
 
 #include "plugin.h"
@@ -45,7 +46,7 @@ int pm_send_op(struct pm_comm *c, const void *buf, int count, MPI_Datatype dtype
 	int rc = pm_op_buffer(op, buf, count, dtype);
 	if (rc != MPI_SUCCESS) {
 		pm_op_free(op);
-		return rc;
+		return pm_send_failed(c, dest, tag, rc);
 	}
 	*out = op;
 	return MPI_SUCCESS;
@@ -115,7 +116,7 @@ static int nonblocking_send(const void *buf, int count, MPI_Datatype dtype, int 
 	rc = pm_op_handle(op);
 	if (rc != MPI_SUCCESS) {
 		pm_op_free(op);
-		return pm_comm_error(comm, rc);
+		return pm_comm_error(comm, pm_send_failed(c, dest, tag, rc));
 	}
 	pm_send_start(op);
 	*request = op->handle;
@@ -188,24 +189,59 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
 	return rrc != MPI_SUCCESS ? rrc : rc;
 }
 
+/* @p bytes of MPI_PACKED data as one item: MPI counts in an int, so a
+ * message over INT_MAX bytes is blocks of 1 GiB and a rest. */
+static int packed_type(uint64_t bytes, MPI_Datatype *type)
+{
+	const uint64_t block = 1u << 30;
+	MPI_Datatype b, whole, rest;
+	MPI_Datatype types[2];
+	int lens[2] = {1, 1};
+	MPI_Aint disps[2] = {0, (MPI_Aint)(bytes / block * block)};
+	int rc = PMPI_Type_contiguous((int)block, MPI_PACKED, &b);
+	if (rc != MPI_SUCCESS)
+		return rc;
+	rc = PMPI_Type_contiguous((int)(bytes / block), b, &whole);
+	PMPI_Type_free(&b);
+	if (rc != MPI_SUCCESS)
+		return rc;
+	rc = PMPI_Type_contiguous((int)(bytes % block), MPI_PACKED, &rest);
+	if (rc == MPI_SUCCESS) {
+		types[0] = whole;
+		types[1] = rest;
+		rc = PMPI_Type_create_struct(2, lens, disps, types, type);
+		PMPI_Type_free(&rest);
+	}
+	PMPI_Type_free(&whole);
+	if (rc == MPI_SUCCESS)
+		rc = PMPI_Type_commit(type);
+	return rc;
+}
+
 /* The message to send is packed first, so that the receive may overwrite
  * the buffer; MPI_PACKED data matches a receive of the packed types. */
 int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source,
 			 int recvtag, MPI_Comm comm, MPI_Status *status)
 {
-	if (!pm.active || !pm_comm_find(comm))
+	if (!pm.active || !pm_comm_find(comm) || count < 0 || !pm_type_info(datatype))
 		return PMPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, status);
-	int size = 0, pos = 0;
-	int rc = PMPI_Pack_size(count, datatype, comm, &size);
-	if (rc != MPI_SUCCESS)
-		return pm_comm_error(comm, rc);
-	char *tmp = malloc(size ? (size_t)size : 1);
-	if (!tmp)
-		return pm_comm_error(comm, MPI_ERR_NO_MEM);
-	rc = PMPI_Pack(buf, count, datatype, tmp, size, &pos, comm);
+	uint64_t bytes = pm_type_bytes(datatype, count);
+	MPI_Datatype type = MPI_PACKED;
+	char *tmp = malloc(bytes ? bytes : 1);
+	int rc = tmp ? pm_pack(buf, count, datatype, tmp, bytes) : MPI_ERR_NO_MEM;
+	if (rc == MPI_SUCCESS && bytes > INT_MAX)
+		rc = packed_type(bytes, &type);
 	if (rc == MPI_SUCCESS)
-		rc = MPI_Sendrecv(tmp, pos, MPI_PACKED, dest, sendtag, buf, count, datatype, source, recvtag, comm,
-				  status);
+		rc = MPI_Sendrecv(tmp, bytes > INT_MAX ? 1 : (int)bytes, type, dest, sendtag, buf, count, datatype,
+				  source, recvtag, comm, status);
+	else {
+		struct pm_comm *c = pm_send_route(comm, dest, sendtag, count);
+		if (c) /* its receiver learns it failed */
+			pm_send_failed(c, dest, sendtag, rc);
+		rc = pm_comm_error(comm, rc);
+	}
+	if (type != MPI_PACKED)
+		PMPI_Type_free(&type);
 	free(tmp);
 	return rc;
 }

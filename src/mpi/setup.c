@@ -19,6 +19,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
@@ -196,6 +197,9 @@ static void read_config(void)
 	c->cma = cma;
 	c->spin_ns = env_size("PINSHM_MPI_SPIN_NS", 20000, 0, 1000000000);
 	c->yield_ns = env_size("PINSHM_MPI_YIELD_NS", 500000, 0, 1000000000);
+	/* A test hook: smaller pieces take the piece logic of pack.c on small
+	 * messages.  64 bytes hold any predefined type. */
+	c->piece = env_size("PINSHM_MPI_PIECE", INT_MAX, 64, INT_MAX);
 }
 
 /* ---- channels ---------------------------------------------------------- */

@@ -23,6 +23,11 @@
  *   Otherwise, or where the kernel refuses (ptrace rules), the receiver
  *   answers a plain CTS and the message is streamed.
  *
+ * - failure (REC_FAILED on an EAGER): a send that failed at its sender
+ *   (its data could not be packed...) still goes out, as a 4-byte EAGER
+ *   holding the sender's MPI error code: the receive that matches it
+ *   completes with an error rather than waiting for ever.
+ *
  * sid and rid name operations in the sender's and the receiver's tables;
  * they are checked on arrival (index, generation, state), never trusted.
  * Headers are 16, 24 (a small EAGER), 32 or 48 bytes: payloads over 256
@@ -48,6 +53,7 @@ enum rec_type {
 #define REC_DONE 0x4u /* CTS: the receiver copied the message: the send is complete */
 #define REC_SID 0x8u  /* EAGER: a sid follows the header (struct rec_eager_sync) */
 #define REC_COPY 0x10u /* RTS with REC_CMA: the sender asks the receiver to copy it so */
+#define REC_FAILED 0x20u /* EAGER: the send failed; the payload is its int error code */
 
 /* The first 4 bytes of every record. */
 struct rec_head {
