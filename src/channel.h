@@ -16,6 +16,7 @@
 
 #include "layout.h"
 #include "pinshm.h"
+#include "seg.h"
 
 #define PINSHM_MAX_HELD 64u
 /* A consumer of more lanes than SCAN_ALL_LANES looks quickly at HOT_LANES
@@ -139,26 +140,7 @@ struct pinshm_channel {
 };
 
 /* channel.c */
-int seg_geometry_compute(const pinshm_channel_attr_t *attr, struct seg_geometry *g);
-int seg_geometry_read(const void *base, size_t size, struct seg_geometry *g);
-struct lane_header *seg_lane(const struct seg_geometry *g, void *base, unsigned lane);
-uint8_t *seg_ring(const struct seg_geometry *g, void *base, unsigned lane);
-struct endpoint *seg_endpoint(const struct seg_geometry *g, void *base, unsigned endpoint);
-_Atomic uint64_t *seg_cursor(const struct seg_geometry *g, void *base, unsigned consumer, unsigned lane);
 bool channel_peers_gone(pinshm_channel_t *ch);
-
-/*
- * Endpoints handed out by the daemon: pinshmd claims one in its own mapping
- * (seg_endpoint_claim), sends the descriptor and the endpoint's number, and
- * the client attaches to exactly that one (channel_attach_claimed).
- */
-/** Claim a free endpoint of @p role for process @p pid (active, generation
- *  bumped, peers woken).  @return its number, -EBUSY (none free), -EINVAL. */
-int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t role, uint32_t pid);
-/** pinshm_segment_reap() with geometry @p g, the daemon's own record of the
- *  segment (never read back from it).  @return 0, -EINVAL (@p endpoint out
- *  of range, or not attached), -EBADMSG. */
-int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoint);
 /** pinshm_channel_attach() to @p endpoint, already claimed for this process.
  *  @return as pinshm_channel_attach(); -EINVAL if @p endpoint is not one of
  *  @p role's, -EBADMSG if it is not active. */
@@ -209,6 +191,5 @@ void producer_recover_tail(pinshm_channel_t *ch);
 void consumer_start(pinshm_channel_t *ch);
 void consumer_release_all(pinshm_channel_t *ch);
 int consumer_has_message(pinshm_channel_t *ch);
-int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner);
 
 #endif /* PINSHM_CHANNEL_H */
