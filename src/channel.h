@@ -20,7 +20,7 @@
 
 #define PINSHM_MAX_HELD 64u
 /* A consumer of more lanes than SCAN_ALL_LANES looks quickly at HOT_LANES
- * lanes that gave messages lately and COLD_LANES others in turn (ring.c). */
+ * lanes that gave messages lately and COLD_LANES others in turn (consume.c). */
 #define SCAN_ALL_LANES 16u
 #define HOT_LANES 8u
 #define COLD_LANES 8u
@@ -95,7 +95,7 @@ struct pinshm_channel {
 	uint64_t resv_pos;    /* its record's position (after any padding) */
 	uint64_t resv_len;    /* its reserved payload length */
 	uint64_t resv_start;  /* where it begins, padding included */
-	uint64_t zero_next;   /* a word zeroed ahead, where a next record may end (ring.c zero_ahead()) */
+	uint64_t zero_next;   /* a word zeroed ahead, where a next record may end (produce.c zero_ahead()) */
 	bool reserved;        /* a reservation is pending */
 	bool wake_pending;    /* committed with PINSHM_MORE */
 
@@ -103,7 +103,7 @@ struct pinshm_channel {
 	alignas(64) enum consume_mode mode;
 	unsigned next_lane;   /* round-robin start */
 	uint64_t *cursor;     /* sequential: next position to read, per lane */
-	uint64_t last_size;   /* sequential: bytes of the last record taken (ring.c prefetch_next_line()) */
+	uint64_t last_size;   /* sequential: bytes of the last record taken (consume.c prefetch_next_line()) */
 	unsigned held_first, held_count;
 	unsigned empty_polls; /* non-blocking receives that found nothing */
 	unsigned oversize_lane; /* 1 + the lane of a message left in place as too long, looked at first; 0: none */
@@ -114,7 +114,7 @@ struct pinshm_channel {
 	int notify_send;      /* its socket's sending end (pinshm_channel_notify_fd()), or -1 */
 	uint32_t *expect_seq; /* topic: next message number expected, per lane */
 	uint64_t lost;
-	/* Channels of many lanes, quick looks (ring.c take_quick()): the lanes
+	/* Channels of many lanes, quick looks (consume.c take_quick()): the lanes
 	 * that gave messages lately, and the next lane to look at in turn. */
 	uint32_t hot[HOT_LANES];
 	unsigned hot_count, hot_next, hot_oldest;
@@ -186,8 +186,10 @@ void consumer_disarm(pinshm_channel_t *ch);
 /** Close the handle's own wake-up socket, if any. */
 void notify_close(pinshm_channel_t *ch);
 
-/* ring.c */
+/* produce.c */
 void producer_recover_tail(pinshm_channel_t *ch);
+
+/* consume.c */
 void consumer_start(pinshm_channel_t *ch);
 void consumer_release_all(pinshm_channel_t *ch);
 int consumer_has_message(pinshm_channel_t *ch);

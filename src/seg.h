@@ -32,7 +32,7 @@ _Atomic uint64_t *seg_cursor(const struct seg_geometry *g, void *base, unsigned 
 
 /** Take the first endpoint of [@p first, @p first + @p n) that nobody
  *  holds, for process @p pid: active (seq_cst CAS, so that a back-pressure
- *  publisher sees it: ring.c producer_refresh_limit()), generation bumped.
+ *  publisher sees it: produce.c producer_refresh_limit()), generation bumped.
  *  The caller then calls seg_endpoints_changed().  @return its number or
  *  -EBUSY. */
 int seg_endpoint_take(const struct seg_geometry *g, void *base, unsigned first, unsigned n, uint32_t pid);
@@ -57,7 +57,7 @@ int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t r
  *  of range, or not attached), -EBADMSG. */
 int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoint);
 
-/* ring.c: the shared queue's part of a reap. */
+/* queue.c: the shared queue's part of a reap. */
 /** Hand back the records that dead consumer @p owner of a shared queue had
  *  claimed, and move each lane's `free` past the records done.
  *  @return 0, -EBADMSG. */
