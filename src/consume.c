@@ -138,6 +138,82 @@ static inline void prefetch_next_line(const pinshm_channel_t *ch, const uint8_t 
 		__builtin_prefetch(ring + (((pos | (PINSHM_CACHELINE - 1)) + 1) & (ch->g.capacity - 1)));
 }
 
+/* Whether @p word, the commit word of @p rec read at @p pos, is exactly a
+ * committed record's there, of a length rec_extent() accepts (*len and
+ * *size set): what the short cuts of a sequential consumer take without
+ * take()'s general checks (take_ready(), take_more_sequential()). */
+static inline bool committed_at(const struct seg_geometry *g, struct record_header *rec, uint64_t word,
+				uint64_t pos, uint32_t *len, uint64_t *size)
+{
+	if (word != rec_word(pos, 0, REC_COMMITTED))
+		return false;
+	*len = atomic_load_explicit(&rec->len, memory_order_relaxed);
+	*size = rec_extent(g, word, pos, *len);
+	return *size != 0;
+}
+
+/* take_committed(), take_ready(): nothing at the cursor (every lane's), so
+ * take() would find nothing; or something they do not decide: take() looks. */
+#define TAKE_EMPTY (-EAGAIN)
+#define TAKE_LOOK 1
+
+/* Sequential consumers: take the record of @p size bytes (@p len of payload,
+ * numbered @p seq) at @p pos of @p lane, its header @p rec: *t set, a
+ * topic's losses counted, the cursor past it.  How every sequential take
+ * ends (take_sequential_lane(), take_committed()). */
+static inline __attribute__((always_inline)) void take_at_cursor(pinshm_channel_t *ch, unsigned lane,
+								 struct record_header *rec, uint64_t pos, uint64_t size,
+								 uint32_t len, uint32_t seq, struct taken *t)
+{
+	ch->cursor[lane] = pos + size;
+	ch->last_size = size;
+	*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len,
+			     topic_count_lost(ch, lane, seq) };
+}
+
+/* Sequential consumers' short cut, without take()'s general checks: the
+ * record at @p lane's cursor (@p ring: the lane's), if its word is exactly
+ * a committed record's there (committed_at()) and it fits @p max_len.
+ * @p poll: a receive's look, which prefetches (prefetch_rest(),
+ * prefetch_next_line()).  @return 0 (taken), TAKE_EMPTY (the word is 0),
+ * TAKE_LOOK (anything else: nothing taken, take_sequential_lane()
+ * decides). */
+static inline __attribute__((always_inline)) int take_committed(pinshm_channel_t *ch, unsigned lane, uint8_t *ring,
+								struct taken *t, size_t max_len, bool poll)
+{
+	uint64_t pos = ch->cursor[lane], size;
+	struct record_header *rec = rec_at(ring, ch->g.capacity, pos);
+	uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
+	uint32_t len;
+
+	if (!committed_at(&ch->g, rec, word, pos, &len, &size) || len > max_len) {
+		if (word != 0)
+			return TAKE_LOOK;
+		if (poll)
+			prefetch_next_line(ch, ring, pos);
+		return TAKE_EMPTY;
+	}
+	take_at_cursor(ch, lane, rec, pos, size, len, atomic_load_explicit(&rec->seq, memory_order_relaxed), t);
+	if (poll)
+		prefetch_rest(ring, ch->g.capacity, pos, size);
+	return 0;
+}
+
+/* Overrun topic, lapped at @p lane's cursor: start again at the newest
+ * record (its seq tells what was lost), *@p pos there, once (*@p resynced).
+ * @return 0 (look again at *@p pos), -EAGAIN (lapped again at once:
+ * later), -EBADMSG. */
+static inline int overrun_resync(pinshm_channel_t *ch, unsigned lane, uint64_t *pos, bool *resynced)
+{
+	if (*resynced)
+		return -EAGAIN;
+	*pos = ch->cursor[lane] = atomic_load_explicit(&lane_hdr(ch, lane)->last, memory_order_acquire);
+	if (!pos_aligned(*pos))
+		return corrupt_record(ch, lane, *pos);
+	*resynced = true;
+	return 0;
+}
+
 /*
  * Sequential consumers: the next record of @p lane at this handle's cursor.
  * @return 0 (taken unless @p peek), -EAGAIN, -EMSGSIZE (longer than
@@ -170,15 +246,9 @@ static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_cha
 		}
 		if (size == 0) {
 			if (is_overrun(ch) && overrun_lapped(ch, lane, pos)) {
-				if (resynced)
-					return -EAGAIN; /* lapped again at once: later */
-				/* Lapped: start again at the newest record; seq tells
-				 * what was lost. */
-				pos = ch->cursor[lane] = atomic_load_explicit(&lane_hdr(ch, lane)->last,
-									  memory_order_acquire);
-				if (!pos_aligned(pos))
-					return corrupt_record(ch, lane, pos);
-				resynced = true;
+				int rc = overrun_resync(ch, lane, &pos, &resynced);
+				if (rc != 0)
+					return rc;
 				continue;
 			}
 			/* At our cursor the producer writes only zero (ahead of
@@ -200,12 +270,9 @@ static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_cha
 		uint32_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed);
 		if (is_overrun(ch) && overrun_lapped(ch, lane, pos)) {
 			/* What we read may be the publisher's new bytes. */
-			if (resynced)
-				return -EAGAIN;
-			pos = ch->cursor[lane] = atomic_load_explicit(&lane_hdr(ch, lane)->last, memory_order_acquire);
-			if (!pos_aligned(pos))
-				return corrupt_record(ch, lane, pos);
-			resynced = true;
+			int rc = overrun_resync(ch, lane, &pos, &resynced);
+			if (rc != 0)
+				return rc;
 			continue;
 		}
 		if (len > max_len) {
@@ -214,10 +281,7 @@ static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_cha
 		}
 		if (peek)
 			return 0;
-		*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len,
-				     topic_count_lost(ch, lane, seq) };
-		ch->cursor[lane] = t->end;
-		ch->last_size = size;
+		take_at_cursor(ch, lane, rec, pos, size, len, seq, t);
 		prefetch_rest(ring, cap, pos, size);
 		return 0;
 	}
@@ -293,25 +357,6 @@ static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek
 	return -EAGAIN;
 }
 
-/* Whether @p word, the commit word of @p rec read at @p pos, is exactly a
- * committed record's there, of a length rec_extent() accepts (*len and
- * *size set): what the short cuts of a sequential consumer take without
- * take()'s general checks (take_ready(), take_more_sequential()). */
-static inline bool committed_at(const struct seg_geometry *g, struct record_header *rec, uint64_t word,
-				uint64_t pos, uint32_t *len, uint64_t *size)
-{
-	if (word != rec_word(pos, 0, REC_COMMITTED))
-		return false;
-	*len = atomic_load_explicit(&rec->len, memory_order_relaxed);
-	*size = rec_extent(g, word, pos, *len);
-	return *size != 0;
-}
-
-/* take_ready(): nothing at any lane's cursor, so take() would find nothing;
- * or something it does not decide: take() looks. */
-#define TAKE_EMPTY (-EAGAIN)
-#define TAKE_LOOK 1
-
 /*
  * The common case of take(), in fewer steps: a sequential consumer of at
  * most SCAN_ALL_LANES lanes, not of an overrun topic, with no message left
@@ -328,33 +373,19 @@ static inline bool committed_at(const struct seg_geometry *g, struct record_head
 static inline __attribute__((always_inline)) int take_ready(pinshm_channel_t *ch, struct taken *t, size_t max_len)
 {
 	unsigned lanes = ch->g.max_producers, lane = ch->next_lane;
-	uint64_t cap = ch->g.capacity;
 
 	if (ch->mode != CONSUME_SEQUENTIAL || lanes > SCAN_ALL_LANES || is_overrun(ch) || ch->broken ||
 	    ch->oversize_lane != 0)
 		return TAKE_LOOK;
 	for (unsigned i = 0; i < lanes; i++) {
-		uint8_t *ring = lane_ring(ch, lane);
-		uint64_t pos = ch->cursor[lane];
-		struct record_header *rec = rec_at(ring, cap, pos);
-		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
-		uint64_t size;
-		uint32_t len;
+		int rc = take_committed(ch, lane, lane_ring(ch, lane), t, max_len, true);
 
-		if (committed_at(&ch->g, rec, word, pos, &len, &size)) {
-			if (len > max_len)
-				return TAKE_LOOK;
-			uint64_t lost = topic_count_lost(ch, lane, atomic_load_explicit(&rec->seq, memory_order_relaxed));
-			*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len, lost };
-			ch->cursor[lane] = pos + size;
-			ch->last_size = size;
+		if (rc == 0) {
 			ch->next_lane = lane + 1 == lanes ? 0 : lane + 1;
-			prefetch_rest(ring, cap, pos, size);
 			return 0;
 		}
-		if (word != 0)
+		if (rc == TAKE_LOOK)
 			return TAKE_LOOK;
-		prefetch_next_line(ch, ring, pos);
 		if (++lane == lanes)
 			lane = 0;
 	}
@@ -581,26 +612,14 @@ static void hold(pinshm_channel_t *ch, const struct taken *t)
  */
 static unsigned take_more_sequential(pinshm_channel_t *ch, unsigned lane, pinshm_msg_t *msgs, unsigned room)
 {
-	uint64_t cap = ch->g.capacity, pos = ch->cursor[lane];
 	uint8_t *ring = lane_ring(ch, lane);
+	struct taken t;
 	unsigned n = 0;
 
-	while (n < room) {
-		struct record_header *rec = rec_at(ring, cap, pos);
-		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
-		uint64_t size;
-		uint32_t len;
-		if (!committed_at(&ch->g, rec, word, pos, &len, &size))
-			break;
-		uint64_t lost = topic_count_lost(ch, lane, atomic_load_explicit(&rec->seq, memory_order_relaxed));
-		ch->held[(ch->held_first + ch->held_count++) % PINSHM_MAX_HELD] =
-			(struct held_record){ .lane = lane, .pos = pos };
-		msgs[n++] = (pinshm_msg_t){ .data = (uint8_t *)rec + PINSHM_RECORD_HEADER, .len = len, .lost = lost,
-					    .priv = { pos, lane } };
-		pos += size;
-		ch->last_size = size;
+	while (n < room && take_committed(ch, lane, ring, &t, SIZE_MAX, false) == 0) {
+		hold(ch, &t);
+		msg_from_taken(&msgs[n++], &t);
 	}
-	ch->cursor[lane] = pos;
 	return n;
 }
 
