@@ -43,80 +43,146 @@ static int shared_read(const struct seg_geometry *g, uint8_t *ring, _Atomic uint
 /* Restarts of a shared scan before it reports an empty lane. */
 #define SHARED_RESTARTS 64
 
-/* Shared queue consumers: claim the first unclaimed record of @p lane,
- * scanning from `free` (everything before it is done) over the records
- * that other consumers hold.  Starting there, not at a hint further on,
- * also finds the records that a reap handed back. */
-int queue_take(pinshm_channel_t *ch, unsigned lane, struct taken *t, size_t max_len, bool peek)
-{
-	uint64_t cap = ch->g.capacity;
-	uint8_t *ring = lane_ring(ch, lane);
-	_Atomic uint64_t *free = &lane_hdr(ch, lane)->free;
-	uint64_t pos = atomic_load_explicit(free, memory_order_acquire);
-	unsigned restarts = 0;
+/* A shared scan's visitor returns SCAN_PAST (go on past the record),
+ * SCAN_AGAIN (it changed under us: read it again, as a restart) or the
+ * scan's result; the scan itself may end with the other three. */
+#define SCAN_PAST 1
+#define SCAN_AGAIN 2
+#define SCAN_END 3  /* not ready: the end of what is committed */
+#define SCAN_BUSY 4 /* changing through SHARED_RESTARTS restarts */
+#define SCAN_LAP 5  /* a ring's worth scanned (one_lap) */
 
+struct shared_scan {
+	const struct seg_geometry *g;
+	uint8_t *ring;
+	_Atomic uint64_t *free;
+	uint64_t pos; /* the record looked at (where the scan ended) */
+	unsigned restarts;
+};
+
+typedef int (*scan_visit_fn)(struct shared_scan *s, void *arg, uint64_t word, uint32_t len, uint64_t size);
+
+/* No ready record could be read at s->pos (@p rc from shared_read()): go on
+ * from `free` if it passed us meanwhile, or here if the record changed, at
+ * most SHARED_RESTARTS times.  @return whether to look again. */
+static inline bool scan_follow_free(struct shared_scan *s, int rc, uint64_t *scanned)
+{
+	uint64_t now = atomic_load_explicit(s->free, memory_order_acquire);
+
+	if ((rc == -EAGAIN || now > s->pos) && s->restarts++ < SHARED_RESTARTS) {
+		if (now > s->pos) {
+			s->pos = now;
+			*scanned = 0;
+		}
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Walk the ready records of a shared queue's lane from `free` (everything
+ * before it is done), @p visit called for each.  @p one_lap: end after a
+ * ring's worth (SCAN_LAP); else other consumers moving `free` while we
+ * scan explain a ring's worth behind us (a restart), unless we are more
+ * than a ring ahead of `free` (damage).  @p follow_damage: an impossible
+ * record is looked past as a changed one if `free` passed it; else it is
+ * damage at once.  @return the visitor's result, SCAN_END, SCAN_BUSY,
+ * SCAN_LAP, -EBADMSG (s->pos: the record).
+ */
+static inline __attribute__((always_inline)) int shared_scan(struct shared_scan *s, bool one_lap, bool follow_damage,
+							     scan_visit_fn visit, void *arg)
+{
+	uint64_t cap = s->g->capacity;
+
+	s->pos = atomic_load_explicit(s->free, memory_order_acquire);
+	s->restarts = 0;
 	for (uint64_t scanned = 0;;) {
 		uint64_t word, size;
 		uint32_t len;
 
-		if (scanned > cap) {
-			/* Other consumers move `free` while we scan: a ring's worth
-			 * of records behind us is no damage unless we are more
-			 * than a ring ahead of `free`. */
-			if (pos - atomic_load_explicit(free, memory_order_acquire) > cap)
-				return corrupt_record(ch, lane, pos);
-			if (restarts++ >= SHARED_RESTARTS)
-				return -EAGAIN;
+		if (one_lap && scanned >= cap)
+			return SCAN_LAP;
+		if (!one_lap && scanned > cap) {
+			if (s->pos - atomic_load_explicit(s->free, memory_order_acquire) > cap)
+				return -EBADMSG;
+			if (s->restarts++ >= SHARED_RESTARTS)
+				return SCAN_BUSY;
 			scanned = 0;
 		}
-		if (!pos_aligned(pos))
-			return corrupt_record(ch, lane, pos);
-		int rc = shared_read(&ch->g, ring, free, pos, &word, &len, &size);
-		if (rc == -EAGAIN || rc == 0) {
-			/* Changed, or not ready: look again from `free` if it
-			 * passed us meanwhile, else here; not ready is the end. */
-			uint64_t now = atomic_load_explicit(free, memory_order_acquire);
-			if ((rc == -EAGAIN || now > pos) && restarts++ < SHARED_RESTARTS) {
-				if (now > pos) {
-					pos = now;
-					scanned = 0;
-				}
+		if (!pos_aligned(s->pos))
+			return -EBADMSG;
+		int rc = shared_read(s->g, s->ring, s->free, s->pos, &word, &len, &size);
+		if (rc != 1) {
+			if ((rc != -EBADMSG || follow_damage) && scan_follow_free(s, rc, &scanned))
 				continue;
-			}
-			return -EAGAIN;
+			return rc == 0 ? SCAN_END : rc == -EAGAIN ? SCAN_BUSY : -EBADMSG;
 		}
-		if (rc < 0)
-			return corrupt_record(ch, lane, pos);
-		switch (rec_state(word)) {
-		case REC_COMMITTED: {
-			if (len > max_len) {
-				t->len = len;
-				return -EMSGSIZE;
-			}
-			if (peek)
-				return 0;
-			struct record_header *rec = rec_at(ring, cap, pos);
-			if (!atomic_compare_exchange_strong_explicit(&rec->commit, &word,
-								     rec_word(pos, consumer_index(ch), REC_CLAIMED),
-								     memory_order_acq_rel, memory_order_acquire)) {
-				if (restarts++ < SHARED_RESTARTS)
-					continue; /* someone else took it: look again */
-				return -EAGAIN;
-			}
-			*t = (struct taken){ lane, pos, pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len, 0 };
-			return 0;
-		}
-		case REC_PADDING:
-		case REC_CLAIMED:
-		case REC_DONE:
-			pos += size;
+		rc = visit(s, arg, word, len, size);
+		if (rc == SCAN_PAST) {
+			s->pos += size;
 			scanned += size;
-			continue;
-		default:
-			return corrupt_record(ch, lane, pos);
+		} else if (rc != SCAN_AGAIN) {
+			return rc;
+		} else if (s->restarts++ >= SHARED_RESTARTS) {
+			return SCAN_BUSY;
 		}
 	}
 }
+
+struct claim_args {
+	pinshm_channel_t *ch;
+	unsigned lane;
+	struct taken *t;
+	size_t max_len;
+	bool peek;
+};
+
+/* queue_take()'s visitor: claim the first committed record (acq_rel CAS;
+ * its partner: the producer's release store of the word, or a reap's hand
+ * back, ring_unclaim_owner()), past those that others hold. */
+static int claim_visit(struct shared_scan *s, void *arg, uint64_t word, uint32_t len, uint64_t size)
+{
+	struct claim_args *a = arg;
+
+	switch (rec_state(word)) {
+	case REC_COMMITTED: {
+		if (len > a->max_len) {
+			a->t->len = len;
+			return -EMSGSIZE;
+		}
+		if (a->peek)
+			return 0;
+		struct record_header *rec = rec_at(s->ring, s->g->capacity, s->pos);
+		if (!atomic_compare_exchange_strong_explicit(&rec->commit, &word,
+							     rec_word(s->pos, consumer_index(a->ch), REC_CLAIMED),
+							     memory_order_acq_rel, memory_order_acquire))
+			return SCAN_AGAIN; /* someone else took it: look again */
+		*a->t = (struct taken){ a->lane, s->pos, s->pos + size, (uint8_t *)rec + PINSHM_RECORD_HEADER, len, 0 };
+		return 0;
+	}
+	case REC_PADDING:
+	case REC_CLAIMED:
+	case REC_DONE:
+		return SCAN_PAST;
+	default:
+		return -EBADMSG;
+	}
+}
+
+/* Claim the first unclaimed record of @p lane, scanning from `free` over
+ * the records that other consumers hold.  Starting there, not at a hint
+ * further on, also finds the records that a reap handed back. */
+int queue_take(pinshm_channel_t *ch, unsigned lane, struct taken *t, size_t max_len, bool peek)
+{
+	struct shared_scan s = { &ch->g, lane_ring(ch, lane), &lane_hdr(ch, lane)->free, 0, 0 };
+	struct claim_args a = { ch, lane, t, max_len, peek };
+	int rc = shared_scan(&s, false, false, claim_visit, &a);
+
+	if (rc == SCAN_END || rc == SCAN_BUSY)
+		return -EAGAIN;
+	return rc == -EBADMSG ? corrupt_record(ch, lane, s.pos) : rc;
+}
+
 /* Shared queue: room before `free` is reusable once every record before it
  * is done; whoever finds the oldest records done moves `free` past them.
  * Each consumer stores its DONE with a seq_cst CAS (queue_release()), then
@@ -175,50 +241,32 @@ int queue_release(pinshm_channel_t *ch, unsigned lane, uint64_t pos)
 	return 0;
 }
 
-/* Hand back the records that dead consumer @p owner had claimed, and move
- * each lane's `free` past the records done. */
+/* ring_unclaim_owner()'s visitor: a record that the dead consumer
+ * (@p arg) claimed is committed again (release CAS; its partner: the
+ * acquire of claim_visit()'s CAS). */
+static int unclaim_visit(struct shared_scan *s, void *arg, uint64_t word, uint32_t len, uint64_t size)
+{
+	(void)len;
+	(void)size;
+	if (rec_state(word) == REC_CLAIMED && rec_owner(word) == *(const unsigned *)arg)
+		atomic_compare_exchange_strong_explicit(&rec_at(s->ring, s->g->capacity, s->pos)->commit, &word,
+							rec_word(s->pos, 0, REC_COMMITTED), memory_order_release,
+							memory_order_relaxed);
+	return SCAN_PAST;
+}
+
 int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner)
 {
-	uint64_t cap = g->capacity;
-
 	for (unsigned lane = 0; lane < g->max_producers; lane++) {
-		uint8_t *ring = seg_ring(g, base, lane);
-		_Atomic uint64_t *free = &seg_lane(g, base, lane)->free;
-		uint64_t pos = atomic_load_explicit(free, memory_order_acquire);
-		unsigned restarts = 0;
-
-		for (uint64_t scanned = 0; scanned < cap;) {
-			uint64_t word, size;
-			uint32_t len;
-
-			if (!pos_aligned(pos))
-				return -EBADMSG;
-			int rc = shared_read(g, ring, free, pos, &word, &len, &size);
-			if (rc == -EAGAIN || rc == 0 || rc == -EBADMSG) {
-				uint64_t now = atomic_load_explicit(free, memory_order_acquire);
-				if ((rc == -EAGAIN || now > pos) && restarts++ < SHARED_RESTARTS) {
-					if (now > pos) {
-						pos = now;
-						scanned = 0;
-					}
-					continue;
-				}
-				if (rc == 0)
-					break;
-				return -EBADMSG; /* impossible, or changing without end */
-			}
-			if (rec_state(word) == REC_CLAIMED && rec_owner(word) == owner)
-				atomic_compare_exchange_strong_explicit(&rec_at(ring, cap, pos)->commit, &word,
-									rec_word(pos, 0, REC_COMMITTED),
-									memory_order_release, memory_order_relaxed);
-			pos += size;
-			scanned += size;
-		}
+		struct shared_scan s = { g, seg_ring(g, base, lane), &seg_lane(g, base, lane)->free, 0, 0 };
+		int rc = shared_scan(&s, true, true, unclaim_visit, &owner);
+		if (rc != SCAN_END && rc != SCAN_LAP)
+			return -EBADMSG; /* impossible, or changing without end */
 		/* The consumer may have died between marking a record DONE and
 		 * moving `free` past it: move it as it would have, or a full ring
 		 * whose other records are done too would hold its producer for
 		 * ever, with nothing left for the other consumers to release. */
-		int rc = shared_advance_free(g, base, lane);
+		rc = shared_advance_free(g, base, lane);
 		if (rc != 0)
 			return rc;
 	}
