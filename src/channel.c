@@ -86,12 +86,9 @@ static int endpoint_adopt(pinshm_channel_t *ch, unsigned endpoint, unsigned firs
 /*
  * Read a byte of each page from @p from to @p to.  Populating a mapping
  * filled the kernel's page tables, but a hypervisor may fill its own
- * (shadow or nested ones) only at each process's first touch of each page:
- * on a paravirtualized Zen 5 guest that first read cost 5 to 9 us a page
- * even after MADV_POPULATE_WRITE, and through the first lap of a 2 MiB
- * ring it doubled an MPI ping-pong's one-way time (0 bytes, vCPUs far
- * apart, its first 50 ms: 0.55 to 0.85 us, and 0.32 to 0.41 once both
- * processes had touched every page).  Paid at attach, once, instead.  The
+ * (shadow or nested ones) only at each process's first touch of each page,
+ * even after MADV_POPULATE_WRITE, and a message's trip would pay for it
+ * through the first lap of a ring.  Paid at attach, once, instead.  The
  * bytes are discarded and may be changing (another thread's messages):
  * ThreadSanitizer need not watch these reads.
  */
@@ -121,9 +118,8 @@ static void map_pages(uint8_t *from, uint8_t *to)
  * message: a producer, the shared part before the lanes and its own lane;
  * a consumer, the whole segment.  A producer never touches the other
  * lanes, so their pages stay unmapped here: the MPI plugin maps, in each
- * of a node's N ranks, N queues of N lanes, and mapping all of them took
- * 72 MiB of page tables and 4.4 to 4.9 s of MPI_Init and a barrier for 32
- * ranks on 2 cores (Intel Xeon guest), against 17.5 MiB and 2.0 to 2.3 s. */
+ * of a node's N ranks, N queues of N lanes, and the page tables of all of
+ * them would cost each rank memory and MPI_Init time. */
 static void map_used_pages(const pinshm_channel_t *ch)
 {
 	uint8_t *base = ch->base, *lane = (uint8_t *)ch->lane;

@@ -29,7 +29,9 @@ void consumer_start(pinshm_channel_t *ch)
 					      memory_order_release);
 		}
 	} else if (ch->mode == CONSUME_SEQUENTIAL) {
-		/* Start where the last consumer released: what it held is read again. */
+		/* Start where the last consumer released: what it held is read
+		 * again.  Acquire: pairs with its release store of `free`
+		 * (sequential_release_lane()). */
 		for (unsigned l = 0; l < producers; l++)
 			ch->cursor[l] = atomic_load_explicit(&lane_hdr(ch, l)->free, memory_order_acquire);
 	}
@@ -97,10 +99,7 @@ static uint64_t topic_count_lost(pinshm_channel_t *ch, unsigned lane, uint32_t s
  * (those within its first PREFETCH_REST_BYTES), which the producer wrote
  * before its commit word: the caller reads the payload later, and its
  * copy would otherwise wait for each line then.  Longer records are left
- * to the hardware's prefetcher past that.  1 KiB rather than 320 bytes
- * (AMD EPYC guest, MPI, 6 alternating rounds, medians): one-way 512 B
- * 0.2245 -> 0.2175 us, 1 KiB 0.294 -> 0.298, 2 KiB 0.386 -> 0.3685;
- * streaming 512 B 4.3 -> 5.4 GB/s, 1 KiB 7.4 -> 9.2, 2 KiB 11.3 -> 14.0. */
+ * to the hardware's prefetcher past that. */
 #define PREFETCH_REST_BYTES 1024
 
 static inline void prefetch_rest(const uint8_t *ring, uint64_t cap, uint64_t pos, uint64_t size)
@@ -118,18 +117,11 @@ static inline void prefetch_rest(const uint8_t *ring, uint64_t cap, uint64_t pos
  * fetched one line after the other: its commit word's line first, and the
  * rest only once that word is seen (prefetch_rest()).  Asked for at every
  * poll, the next line comes while the commit word's line does, or is
- * already here.  MPI one-way latency, 2 ranks, vCPUs far apart (a cache
- * line takes 200 ns one way), alternating rounds: 64 bytes (a 2-line
- * record) 0.388 -> 0.294 us, 512 bytes 0.466 -> 0.443; 0 and 8 bytes
- * and every size close together unchanged.  But where records share a
+ * already here.  But where records share a
  * line, the next line is where the producer zeroes ahead and writes next,
  * and asking for it at every poll pulls it away from the producer: so it
  * is asked for only where a record as long as the last one taken
- * (`last_size`, a guess) would reach it.  pinshm-perf's round trip, Zen 5
- * guest, vCPUs far apart (a cache line 471 to 480 ns there and back, read
- * around the runs), alternating runs: 0 bytes 791-851 -> 612-630 ns,
- * 8 bytes 692-722 -> 611-621, 48 to 200 unchanged, streams unchanged.  A
- * prefetch is only a hint: it reads nothing this code relies on and faults
+ * (`last_size`, a guess) would reach it.  A prefetch is only a hint: it reads nothing this code relies on and faults
  * on no address.
  */
 static inline void prefetch_next_line(const pinshm_channel_t *ch, const uint8_t *ring, uint64_t pos)
@@ -183,6 +175,8 @@ static inline __attribute__((always_inline)) int take_committed(pinshm_channel_t
 {
 	uint64_t pos = ch->cursor[lane], size;
 	struct record_header *rec = rec_at(ring, ch->g.capacity, pos);
+	/* Acquire: pairs with the producer's release store of the word
+	 * (produce.c publish_record()). */
 	uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
 	uint32_t len;
 
@@ -218,10 +212,9 @@ static inline int overrun_resync(pinshm_channel_t *ch, unsigned lane, uint64_t *
  * Sequential consumers: the next record of @p lane at this handle's cursor.
  * @return 0 (taken unless @p peek), -EAGAIN, -EMSGSIZE (longer than
  * @p max_len, left in place), -EBADMSG.  Inlined into each caller: it is
- * the polling loop of a waiting consumer (a call per lane looked at cost
- * about 7% of an MPI ping-pong's one-way time at 8 bytes, measured).  The
- * callers note a message too long (-EMSGSIZE) where they return it, out
- * of the loop: noted here, at each lane looked at, it cost 2 to 4%.
+ * the polling loop of a waiting consumer.  The callers note a message too
+ * long (-EMSGSIZE) where they return it, out of the loop, not at each
+ * lane looked at.
  */
 static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_channel_t *ch, unsigned lane,
 									      struct taken *t, size_t max_len, bool peek)
@@ -234,6 +227,7 @@ static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_cha
 
 	for (;;) {
 		struct record_header *rec = rec_at(ring, cap, pos);
+		/* Acquire: pairs with produce.c publish_record()'s release. */
 		uint64_t word = atomic_load_explicit(&rec->commit, memory_order_acquire);
 		uint64_t size = 0;
 		uint32_t len = 0;
@@ -396,9 +390,8 @@ static inline __attribute__((always_inline)) int take_ready(pinshm_channel_t *ch
  * Take the next record, looking quickly: on a channel of many lanes (more
  * than SCAN_ALL_LANES), one lane in turn, then the hot lanes (those that
  * gave messages lately), then COLD_LANES - 1 more in turn; take() looks at
- * every lane, which costs more than a message's trip once they are many
- * (one-way 8-byte ping-pong through queues of 256 lanes, one of them used:
- * 340 to 490 ns, against 85 with 2 lanes).  Looking at one lane in turn
+ * every lane, which costs more than a message's trip once they are many.
+ * Looking at one lane in turn
  * first keeps busy hot lanes from starving the others; quick takes in a
  * row look at every lane, at least COLD_LANES of them each time.
  */
@@ -469,6 +462,9 @@ static void sequential_release_lane(pinshm_channel_t *ch, unsigned lane)
 	_Atomic uint64_t *where = ch->g.kind == PINSHM_TOPIC
 					  ? seg_cursor(&ch->g, ch->base, consumer_index(ch), lane)
 					  : &lane_hdr(ch, lane)->free;
+	/* Release: our reads of the records before @p pos are done before a
+	 * producer's acquire load of the position (produce.c
+	 * producer_refresh_limit()) lets it write there. */
 	atomic_store_explicit(where, pos, memory_order_release);
 }
 

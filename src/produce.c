@@ -13,9 +13,7 @@
 /* The steps of a send (reserve, reserve_attempt, stage_reserved,
  * publish_record, commit_reserved, producer_publish, producer_wake) are
  * always inlined into the calls that make them: left to itself, GCC (LTO)
- * called each.  On one core, a reserve, commit, receive in place and
- * release: 604 -> 555 instructions (callgrind); a send and a receive:
- * 22.5-25.4 -> 19.0-20.8 ns.  MPI one-way latency: see the commit.
+ * called each, at a cost that tests/check_insn.sh sees.
  * Not reserve_attempt() in the ThreadSanitizer build: TSan ignores its
  * fence either way, and GCC warns (-Wtsan) about each copy inlined. */
 #ifdef __SANITIZE_THREAD__
@@ -33,6 +31,9 @@ static inline __attribute__((always_inline)) void producer_publish(pinshm_channe
 	atomic_store_explicit(&ch->lane->messages, ch->seq, memory_order_relaxed);
 	atomic_store_explicit(&ch->lane->bytes, ch->bytes, memory_order_relaxed);
 	atomic_store_explicit(&ch->lane->last, ch->last, memory_order_relaxed);
+	/* Release: pairs with the acquire load of `tail` by a joining
+	 * subscriber (consume.c consumer_start()) and by the lane's next
+	 * producer (producer_recover_tail()). */
 	atomic_store_explicit(&ch->lane->tail, ch->committed, memory_order_release);
 }
 
@@ -92,6 +93,9 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 	uint64_t cap = ch->g.capacity, tail = ch->tail;
 
 	if (ch->g.kind == PINSHM_QUEUE) {
+		/* Acquire: pairs with the release store of `free` by a
+		 * sequential consumer (consume.c sequential_release_lane()) or
+		 * the CAS of a shared one (queue.c shared_advance_free()). */
 		uint64_t free = atomic_load_explicit(&ch->lane->free, memory_order_acquire);
 		if (free > tail || tail - free > cap || !pos_aligned(free))
 			return channel_fail(ch, -EBADMSG, "lane %u: free index %llu outside the ring (tail %llu)",
@@ -118,6 +122,8 @@ static int producer_refresh_limit(pinshm_channel_t *ch)
 		struct endpoint *ep = seg_endpoint(&ch->g, ch->base, first + c);
 		if (atomic_load_explicit(&ep->state, memory_order_seq_cst) != EP_ACTIVE)
 			continue;
+		/* Acquire: pairs with the subscriber's release store of its
+		 * cursor (consume.c sequential_release_lane(), consumer_start()). */
 		uint64_t cursor = atomic_load_explicit(seg_cursor(&ch->g, ch->base, c, ch->endpoint),
 						       memory_order_acquire);
 		if (cursor == TOPIC_CURSOR_UNSET) {
@@ -178,7 +184,9 @@ SEND_STEP_WITH_FENCE int reserve_attempt(void *arg, bool quick)
 	 * consumer may be past them, and on an overrun topic (seqlock-style)
 	 * subscribers check after reading that they were not overwritten.
 	 * Shared queue: a consumer that reads a new length in this room also
-	 * sees the commit word we zeroed before (see shared_read()). */
+	 * sees the commit word we zeroed before.  The release fence pairs
+	 * with the acquire fences of consume.c overrun_lapped() and queue.c
+	 * shared_read(). */
 	atomic_store_explicit(&ch->lane->reserve, need - HEADROOM, memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
 	ch->resv_start = ch->tail;
@@ -227,14 +235,6 @@ static inline void *reserved_payload(pinshm_channel_t *ch)
  * before its commit, unless its reservation was longer and may have
  * covered the word; any other is zeroed before, as always.  Overrun
  * topics announce every byte they write (`reserve`): they do not guess.
- * Intel Xeon guest (a cache line 220-240 ns there and back): MPI one-way
- * (records that end on a line, committed with PINSHM_LEN_ONLY), medians
- * of 5 alternating rounds, 0 B 0.212 -> 0.166 us, 8 B 0.227 -> 0.167,
- * 64 B 0.279 -> 0.238 (Open MPI 0.227, 0.273, 0.311); streams of 8 B
- * (pinshm-perf -p stream, 3 and 6 rounds) 37.0-41.7 -> 47.7-54.8 M
- * messages/s.  Zeroing ahead every line start up to the guess cost more
- * instructions; write prefetches (prefetchw) of the lines of the next
- * record cut 512 B latency by 4% but its streams by 25%.
  */
 static inline void zero_word(pinshm_channel_t *ch, uint64_t pos)
 {
@@ -287,7 +287,10 @@ static inline __attribute__((always_inline)) void stage_reserved(pinshm_channel_
 	ch->reserved = false;
 }
 
-/* Publish a staged record at @p pos, and the padding at @p start before it. */
+/* Publish a staged record at @p pos, and the padding at @p start before it.
+ * Release: pairs with the acquire load of the commit word by a consumer
+ * (consume.c take_committed(), take_sequential_lane(); queue.c
+ * shared_read()), which then sees len, seq and the payload. */
 static inline __attribute__((always_inline)) void publish_record(pinshm_channel_t *ch, uint64_t start, uint64_t pos)
 {
 	uint64_t cap = ch->g.capacity;

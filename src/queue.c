@@ -14,7 +14,7 @@
  * its header, in any order the copy stores them.  So after the length, `free`
  * is read again behind an acquire fence that pairs with the release fence a
  * producer issues after it read `free` and before it writes into the room
- * (reserve_attempt()): if we read new bytes, we see the `free` that let the
+ * (produce.c reserve_attempt()): if we read new bytes, we see the `free` that let the
  * producer write them.  A record still at or after `free` cannot have been
  * reused; the word is compared too, for another consumer's claim or release.
  * The word is first read seq_cst (on x86 the same plain load as acquire):
@@ -189,7 +189,9 @@ int queue_take(pinshm_channel_t *ch, unsigned lane, struct taken *t, size_t max_
  * reads the words here seq_cst (shared_read()) and moves `free` with seq_cst
  * loads and CAS: all in one total order, so of two consumers that finish at
  * once, at least one sees the other's DONE (store-buffer litmus), and the
- * last one to finish always moves `free` past both. */
+ * last one to finish always moves `free` past both.  The CAS that moves
+ * `free` also releases the room to the producer (its partner: the acquire
+ * load of `free` in produce.c producer_refresh_limit()). */
 static int shared_advance_free(const struct seg_geometry *g, void *base, unsigned lane)
 {
 	uint64_t cap = g->capacity;
@@ -233,6 +235,8 @@ int queue_release(pinshm_channel_t *ch, unsigned lane, uint64_t pos)
 {
 	struct record_header *rec = rec_at(lane_ring(ch, lane), ch->g.capacity, pos);
 	uint64_t claimed = rec_word(pos, consumer_index(ch), REC_CLAIMED);
+	/* seq_cst: its partner is the seq_cst read of the word by another
+	 * consumer's shared_advance_free() (shared_read()). */
 	if (!atomic_compare_exchange_strong_explicit(&rec->commit, &claimed, rec_word(pos, consumer_index(ch), REC_DONE),
 						     memory_order_seq_cst, memory_order_relaxed))
 		return channel_fail(ch, -EBADMSG, "lane %u: a record this consumer held was changed", lane);
