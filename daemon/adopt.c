@@ -16,7 +16,7 @@
 
 #include "clock.h"
 #include "adopt.h"
-#include "channel.h"
+#include "seg.h"
 #include "fdstore.h"
 #include "log.h"
 

@@ -93,7 +93,7 @@
 #include <stdint.h>
 
 #include "account.h"
-#include "channel.h"
+#include "seg.h"
 #include "cred.h"
 #include "pool.h"
 #include "protocol.h"

@@ -16,10 +16,11 @@
 
 #include "layout.h"
 #include "pinshm.h"
+#include "seg.h"
 
 #define PINSHM_MAX_HELD 64u
 /* A consumer of more lanes than SCAN_ALL_LANES looks quickly at HOT_LANES
- * lanes that gave messages lately and COLD_LANES others in turn (ring.c). */
+ * lanes that gave messages lately and COLD_LANES others in turn (consume.c). */
 #define SCAN_ALL_LANES 16u
 #define HOT_LANES 8u
 #define COLD_LANES 8u
@@ -94,7 +95,7 @@ struct pinshm_channel {
 	uint64_t resv_pos;    /* its record's position (after any padding) */
 	uint64_t resv_len;    /* its reserved payload length */
 	uint64_t resv_start;  /* where it begins, padding included */
-	uint64_t zero_next;   /* a word zeroed ahead, where a next record may end (ring.c zero_ahead()) */
+	uint64_t zero_next;   /* a word zeroed ahead, where a next record may end (produce.c zero_ahead()) */
 	bool reserved;        /* a reservation is pending */
 	bool wake_pending;    /* committed with PINSHM_MORE */
 
@@ -102,7 +103,7 @@ struct pinshm_channel {
 	alignas(64) enum consume_mode mode;
 	unsigned next_lane;   /* round-robin start */
 	uint64_t *cursor;     /* sequential: next position to read, per lane */
-	uint64_t last_size;   /* sequential: bytes of the last record taken (ring.c prefetch_next_line()) */
+	uint64_t last_size;   /* sequential: bytes of the last record taken (consume.c prefetch_next_line()) */
 	unsigned held_first, held_count;
 	unsigned empty_polls; /* non-blocking receives that found nothing */
 	unsigned oversize_lane; /* 1 + the lane of a message left in place as too long, looked at first; 0: none */
@@ -113,7 +114,7 @@ struct pinshm_channel {
 	int notify_send;      /* its socket's sending end (pinshm_channel_notify_fd()), or -1 */
 	uint32_t *expect_seq; /* topic: next message number expected, per lane */
 	uint64_t lost;
-	/* Channels of many lanes, quick looks (ring.c take_quick()): the lanes
+	/* Channels of many lanes, quick looks (consume.c take_quick()): the lanes
 	 * that gave messages lately, and the next lane to look at in turn. */
 	uint32_t hot[HOT_LANES];
 	unsigned hot_count, hot_next, hot_oldest;
@@ -139,26 +140,7 @@ struct pinshm_channel {
 };
 
 /* channel.c */
-int seg_geometry_compute(const pinshm_channel_attr_t *attr, struct seg_geometry *g);
-int seg_geometry_read(const void *base, size_t size, struct seg_geometry *g);
-struct lane_header *seg_lane(const struct seg_geometry *g, void *base, unsigned lane);
-uint8_t *seg_ring(const struct seg_geometry *g, void *base, unsigned lane);
-struct endpoint *seg_endpoint(const struct seg_geometry *g, void *base, unsigned endpoint);
-_Atomic uint64_t *seg_cursor(const struct seg_geometry *g, void *base, unsigned consumer, unsigned lane);
 bool channel_peers_gone(pinshm_channel_t *ch);
-
-/*
- * Endpoints handed out by the daemon: pinshmd claims one in its own mapping
- * (seg_endpoint_claim), sends the descriptor and the endpoint's number, and
- * the client attaches to exactly that one (channel_attach_claimed).
- */
-/** Claim a free endpoint of @p role for process @p pid (active, generation
- *  bumped, peers woken).  @return its number, -EBUSY (none free), -EINVAL. */
-int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t role, uint32_t pid);
-/** pinshm_segment_reap() with geometry @p g, the daemon's own record of the
- *  segment (never read back from it).  @return 0, -EINVAL (@p endpoint out
- *  of range, or not attached), -EBADMSG. */
-int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoint);
 /** pinshm_channel_attach() to @p endpoint, already claimed for this process.
  *  @return as pinshm_channel_attach(); -EINVAL if @p endpoint is not one of
  *  @p role's, -EBADMSG if it is not active. */
@@ -204,11 +186,12 @@ void consumer_disarm(pinshm_channel_t *ch);
 /** Close the handle's own wake-up socket, if any. */
 void notify_close(pinshm_channel_t *ch);
 
-/* ring.c */
+/* produce.c */
 void producer_recover_tail(pinshm_channel_t *ch);
+
+/* consume.c */
 void consumer_start(pinshm_channel_t *ch);
 void consumer_release_all(pinshm_channel_t *ch);
 int consumer_has_message(pinshm_channel_t *ch);
-int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner);
 
 #endif /* PINSHM_CHANNEL_H */

@@ -49,7 +49,7 @@
  * either zero or a record of the current lap, never stale payload bytes.
  * The producer keeps 16 bytes of headroom for that word.  (Queues and
  * back-pressure topics may zero it ahead of time, in room the consumers
- * released: ring.c zero_ahead().)
+ * released: produce.c zero_ahead().)
  *
  * Positions (tail, free, cursors) are 64-bit byte counts that only
  * grow; offset in the ring = pos & (capacity - 1).

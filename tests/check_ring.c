@@ -553,7 +553,7 @@ END_TEST
  * queue (_i 0) and a topic (1).  Every message arrives whole, and the word
  * a consumer polls after the last one is 0 (the producer may zero it ahead
  * of time, and must zero it again where a reservation covered it:
- * src/ring.c zero_ahead()); a word left as 0xff would make the receive
+ * src/produce.c zero_ahead()); a word left as 0xff would make the receive
  * after the last message fail as damage, not report -EAGAIN.
  */
 START_TEST(test_commit_shorter)
@@ -596,7 +596,7 @@ END_TEST
 
 /*
  * The word a producer zeroes ahead, where a next record of the same size
- * would end on a line (src/ring.c zero_ahead()), each round of four
+ * would end on a line (src/produce.c zero_ahead()), each round of four
  * 64-byte records (48-byte messages): one; one from a 200-byte reservation
  * written over (0xff) and committed short, whose end is that word; one
  * after a 300-byte reservation written over and dropped; one that ends on

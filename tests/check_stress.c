@@ -496,7 +496,7 @@ END_TEST
 START_TEST(test_topic_2x3) { run_processes(PINSHM_TOPIC, 2, 3, 50000, 8 * KiB, 400); }
 END_TEST
 
-/* More lanes than a consumer looks at in each quick look (ring.c take_quick()). */
+/* More lanes than a consumer looks at in each quick look (consume.c take_quick()). */
 START_TEST(test_queue_many_lanes) { run_processes(PINSHM_QUEUE, 20, 1, 5000, 4 * KiB, 300); }
 END_TEST
 

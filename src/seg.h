@@ -1,0 +1,66 @@
+/*
+ * seg.h - a channel segment's geometry, format, and its endpoints' claim
+ * and reap: what both the daemon and a process's handle do to a segment
+ * (the layout itself: layout.h).
+ *
+ * Nothing here keeps state: each call gets the geometry (computed from the
+ * attributes, or read once from the segment's header and checked) and the
+ * segment's base in the caller's mapping.  The daemon passes its own record
+ * of the geometry, never one read back from the segment.
+ */
+#ifndef PINSHM_SEG_H
+#define PINSHM_SEG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "layout.h"
+#include "pinshm.h"
+
+/** The geometry of a segment made with @p attr.  @return 0, -EINVAL. */
+int seg_geometry_compute(const pinshm_channel_attr_t *attr, struct seg_geometry *g);
+/** The geometry that the header at @p base declares, checked against the
+ *  @p size mapped.  @return 0, -EPROTO (not a segment of this layout
+ *  version), -EBADMSG (impossible geometry). */
+int seg_geometry_read(const void *base, size_t size, struct seg_geometry *g);
+
+/* Where things lie in a segment of geometry @p g mapped at @p base. */
+struct lane_header *seg_lane(const struct seg_geometry *g, void *base, unsigned lane);
+uint8_t *seg_ring(const struct seg_geometry *g, void *base, unsigned lane);
+struct endpoint *seg_endpoint(const struct seg_geometry *g, void *base, unsigned endpoint);
+_Atomic uint64_t *seg_cursor(const struct seg_geometry *g, void *base, unsigned consumer, unsigned lane);
+
+/** Take the first endpoint of [@p first, @p first + @p n) that nobody
+ *  holds, for process @p pid: active (seq_cst CAS, so that a back-pressure
+ *  publisher sees it: produce.c producer_refresh_limit()), generation bumped.
+ *  The caller then calls seg_endpoints_changed().  @return its number or
+ *  -EBUSY. */
+int seg_endpoint_take(const struct seg_geometry *g, void *base, unsigned first, unsigned n, uint32_t pid);
+/** An endpoint came or went: count it (seq_cst) and wake every waiter so
+ *  that it looks again. */
+void seg_endpoints_changed(struct seg_header *h);
+/** A topic subscriber @p endpoint leaves: its cursors no longer hold
+ *  publishers back, and its successor starts from unset ones.  Nothing on
+ *  a queue or for a producer. */
+void seg_topic_cursors_unset(const struct seg_geometry *g, void *base, unsigned endpoint);
+
+/*
+ * Endpoints handed out by the daemon: pinshmd claims one in its own mapping
+ * (seg_endpoint_claim), sends the descriptor and the endpoint's number, and
+ * the client attaches to exactly that one (channel.h channel_attach_claimed).
+ */
+/** Claim a free endpoint of @p role for process @p pid (active, generation
+ *  bumped, peers woken).  @return its number, -EBUSY (none free), -EINVAL. */
+int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t role, uint32_t pid);
+/** pinshm_segment_reap() with geometry @p g, the daemon's own record of the
+ *  segment (never read back from it).  @return 0, -EINVAL (@p endpoint out
+ *  of range, or not attached), -EBADMSG. */
+int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoint);
+
+/* queue.c: the shared queue's part of a reap. */
+/** Hand back the records that dead consumer @p owner of a shared queue had
+ *  claimed, and move each lane's `free` past the records done.
+ *  @return 0, -EBADMSG. */
+int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner);
+
+#endif /* PINSHM_SEG_H */
