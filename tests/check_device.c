@@ -216,6 +216,16 @@ START_TEST(test_cuda_fallback_errors)
 }
 END_TEST
 
+/* While the double waits for an event at close: whether the producer
+ * could reuse the room of the record that the event's copy reads. */
+static pinshm_channel_t *sync_producer;
+static int sync_send_rc;
+
+static void try_send_at_sync(void)
+{
+	sync_send_rc = send_one(sync_producer, 1000);
+}
+
 /* Release after an event, in order; close waits for what is pending. */
 START_TEST(test_cuda_release_after)
 {
@@ -247,12 +257,21 @@ START_TEST(test_cuda_release_after)
 	TU_RC(pinshm_release_poll(c, NULL, 0, NULL), 0);
 	TU_RC(send_one(p, 1000), 0);
 
-	/* Close waits for the pending event before releasing and unregistering. */
+	/* Close waits for the pending event before releasing and unregistering:
+	 * while it waits, the record's room is not the producer's. */
+	while (pinshm_recv_inplace(c, &m[0], PINSHM_NONBLOCK) == 0)
+		TU_RC(pinshm_release(c, &m[0]), 0);
+	fill(p, 1000);
 	TU_RC(pinshm_recv_inplace(c, &m[0], PINSHM_NONBLOCK), 0);
 	ev[0] = FAKE_EVENT_PENDING;
 	TU_RC(pinshm_release_after(c, &m[0], dev, &ev[0]), 0);
+	sync_producer = p;
+	sync_send_rc = 1;
+	fake->on_sync = try_send_at_sync;
 	TU_RC(pinshm_channel_close(c), 0);
+	fake->on_sync = NULL;
 	ck_assert_int_eq(fake->syncs, 1);
+	TU_RC(sync_send_rc, -EAGAIN);
 	ck_assert_int_eq(fake->nregs, 0);
 	TU_RC(pinshm_channel_close(p), 0);
 	TU_RC(pinshm_device_close(dev), 0);

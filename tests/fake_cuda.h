@@ -23,6 +23,7 @@ struct fake_cuda {
 	int refuse_read_only;     /* cuMemHostRegister says NOT_SUPPORTED to the read-only flag */
 	int fail_register;        /* a CUresult for the next cuMemHostRegister, 0: none */
 	int no_get_proc;          /* cuGetProcAddress_v2 finds nothing: the library falls back to dlsym */
+	void (*on_sync)(void);    /* called by cuEventSynchronize on a pending event, before it completes */
 	/* Kept by the double. */
 	int get_proc_calls, register_calls, unregister_calls, syncs;
 	int ctx_retained, ctx_depth;
