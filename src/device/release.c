@@ -116,15 +116,29 @@ static void enqueue(struct device_state *ds, unsigned k, const struct device_pen
 	ds->npending++;
 }
 
-int device_release(pinshm_channel_t *ch, const pinshm_msg_t *msg)
+/*
+ * After releasing what completed: where @p msg stands among the records
+ * held (returned, >= 0), and its place in the queue (*k; -1: it may go at
+ * once).  Or the handle's failure: not held, or pending already.
+ */
+static int locate(pinshm_channel_t *ch, const pinshm_msg_t *msg, int *k)
 {
 	device_progress(ch);
 	int i = ring_held_index(ch, msg);
 	if (i < 0)
 		return channel_fail(ch, -EINVAL, "message not held by this handle");
-	int k = queue_place(ch, i);
-	if (k == -EINVAL)
+	*k = queue_place(ch, i);
+	if (*k == -EINVAL)
 		return channel_fail(ch, -EINVAL, "message already pending release");
+	return i;
+}
+
+int device_release(pinshm_channel_t *ch, const pinshm_msg_t *msg)
+{
+	int k, i = locate(ch, msg, &k);
+
+	if (i < 0)
+		return i;
 	if (k < 0)
 		return ring_release_held(ch, (unsigned)i);
 	/* Behind a pending release: it goes when that one does. */
@@ -140,13 +154,9 @@ int pinshm_release_after(pinshm_channel_t *ch, const pinshm_msg_t *msg, pinshm_d
 		return channel_fail(ch, -ENOENT, "not registered with this device");
 	if (!event)
 		return channel_fail(ch, -EINVAL, "no event");
-	device_progress(ch);
-	int i = ring_held_index(ch, msg);
+	int k, i = locate(ch, msg, &k);
 	if (i < 0)
-		return channel_fail(ch, -EINVAL, "message not held by this handle");
-	int k = queue_place(ch, i);
-	if (k == -EINVAL)
-		return channel_fail(ch, -EINVAL, "message already pending release");
+		return i;
 	int done = dev->ops->query(dev, event, why);
 	if (done < 0 && done != -EIO) /* not an event: nothing is known of the copy */
 		return channel_fail(ch, done, "%s: %s", dev->ops->name, why);
