@@ -157,6 +157,30 @@ START_TEST(test_cuda_register)
 }
 END_TEST
 
+/* No driver-side leak: registrations made and released many times leave
+ * none behind, and every context push is popped. */
+START_TEST(test_cuda_register_loop)
+{
+	fake_setup();
+	int fd = tu_channel(PINSHM_QUEUE, 1 << 22, 1, 1);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_device_t *dev = fake_open();
+
+	for (int i = 0; i < 10000; i++) {
+		TU_RC(pinshm_channel_register(c, dev, 0), 0);
+		TU_RC(pinshm_channel_unregister(c, dev), 0);
+	}
+	ck_assert_int_eq(fake->register_calls, 10000);
+	ck_assert_int_eq(fake->unregister_calls, 10000);
+	ck_assert_int_eq(fake->nregs, 0);
+	ck_assert_int_eq(fake->ctx_depth, 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	ck_assert_int_eq(fake->ctx_retained, 0);
+	close(fd);
+}
+END_TEST
+
 /* Read-only refused: writable instead, or -ENOTSUP with PINSHM_REGISTER_STRICT;
  * driver errors translated; a range registered by the caller itself is
  * used and left to it. */
@@ -605,6 +629,7 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, test_cuda_no_driver);
 	tcase_add_test(tc, test_cuda_loader);
 	tcase_add_test(tc, test_cuda_register);
+	tcase_add_test(tc, test_cuda_register_loop);
 	tcase_add_test(tc, test_cuda_fallback_errors);
 	tcase_add_test(tc, test_cuda_release_after);
 	tcase_add_test(tc, test_cuda_fork);
