@@ -230,6 +230,8 @@ void pinshm_channel_forget(pinshm_channel_t *ch)
 {
 	if (!ch)
 		return;
+	if (ch->dev)
+		device_state_forget(ch);
 	if (ch->client)
 		client_detach_channel(ch);
 	if (ch->base)
@@ -254,6 +256,8 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 			pinshm_abort(ch);
 		pinshm_flush(ch);
 	} else {
+		if (ch->dev)
+			device_state_close(ch); /* waits for the device before anything is released */
 		consumer_release_all(ch);
 		consumer_disarm(ch);
 	}

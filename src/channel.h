@@ -105,6 +105,7 @@ struct pinshm_channel {
 	uint64_t *cursor;     /* sequential: next position to read, per lane */
 	uint64_t last_size;   /* sequential: bytes of the last record taken (consume.c prefetch_next_line()) */
 	unsigned held_first, held_count;
+	struct device_state *dev; /* registrations and releases after events; NULL: no device (device/) */
 	unsigned empty_polls; /* non-blocking receives that found nothing */
 	unsigned oversize_lane; /* 1 + the lane of a message left in place as too long, looked at first; 0: none */
 	bool quick_polls;     /* non-blocking receives look quickly (pinshm_channel_set_quick_polls()) */
@@ -178,6 +179,14 @@ int client_peer_fd(struct pinshm_client *c, pinshm_channel_t *ch, unsigned consu
  *  connection never had the channel) or the error of the request. */
 int client_close_endpoint(struct pinshm_client *c, uint64_t id, uint64_t conn, unsigned endpoint);
 
+/* device/: only where ch->dev is set; kept out of line (cold, noinline), so
+ * that the paths of the handles without devices keep their shape. */
+struct device_state;
+int device_progress(pinshm_channel_t *ch) __attribute__((cold, noinline));
+int device_release(pinshm_channel_t *ch, const pinshm_msg_t *msg) __attribute__((cold, noinline));
+void device_state_close(pinshm_channel_t *ch);
+void device_state_forget(pinshm_channel_t *ch);
+
 /* wakeup.c */
 void wake_send(int fd, bool socket);
 /** Wake the armed consumers (a commit found sleepers, or the handle closes). */
@@ -193,5 +202,9 @@ void producer_recover_tail(pinshm_channel_t *ch);
 void consumer_start(pinshm_channel_t *ch);
 void consumer_release_all(pinshm_channel_t *ch);
 int consumer_has_message(pinshm_channel_t *ch);
+/** The position of @p msg among the records held, oldest first; -1: not held. */
+int ring_held_index(const pinshm_channel_t *ch, const pinshm_msg_t *msg);
+/** pinshm_release() of held record @p i (ring_held_index()), without devices. */
+int ring_release_held(pinshm_channel_t *ch, unsigned i);
 
 #endif /* PINSHM_CHANNEL_H */

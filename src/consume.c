@@ -626,6 +626,8 @@ int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, unsigned max, in
 
 	if (max == 0)
 		return channel_fail(ch, -EINVAL, "no room for a message");
+	if (__builtin_expect(ch->dev != NULL, 0))
+		device_progress(ch); /* room for more, where events completed */
 	if (ch->role == PINSHM_CONSUMER && ch->held_count == PINSHM_MAX_HELD)
 		return channel_fail(ch, -ENOBUFS, "%u messages are held already", PINSHM_MAX_HELD);
 	int rc = consumer_take(ch, &t, SIZE_MAX, timeout_ms);
@@ -650,19 +652,44 @@ int pinshm_recv_inplace(pinshm_channel_t *ch, pinshm_msg_t *msg, int timeout_ms)
 	return rc < 0 ? rc : 0;
 }
 
-int pinshm_release(pinshm_channel_t *ch, const pinshm_msg_t *msg)
+int ring_held_index(const pinshm_channel_t *ch, const pinshm_msg_t *msg)
 {
 	for (unsigned i = 0; i < ch->held_count; i++) {
 		const struct held_record *h = &ch->held[(ch->held_first + i) % PINSHM_MAX_HELD];
-		if (h->pos != msg->priv[0] || h->lane != msg->priv[1])
-			continue;
-		bool stale = is_overrun(ch) && overrun_lapped(ch, h->lane, h->pos);
-		int rc = release_held(ch, i + 1);
-		if (rc == 0 && stale) {
-			count_lost(ch, 1);
-			rc = channel_fail(ch, -ESTALE, "message overwritten while it was held");
-		}
-		return rc;
+		if (h->pos == msg->priv[0] && h->lane == msg->priv[1])
+			return (int)i;
+	}
+	return -1;
+}
+
+/* Release held record @p i and those before it. */
+static int release_through(pinshm_channel_t *ch, const struct held_record *h, unsigned i)
+{
+	bool stale = is_overrun(ch) && overrun_lapped(ch, h->lane, h->pos);
+	int rc = release_held(ch, i + 1);
+
+	if (rc == 0 && stale) {
+		count_lost(ch, 1);
+		rc = channel_fail(ch, -ESTALE, "message overwritten while it was held");
+	}
+	return rc;
+}
+
+int ring_release_held(pinshm_channel_t *ch, unsigned i)
+{
+	return release_through(ch, &ch->held[(ch->held_first + i) % PINSHM_MAX_HELD], i);
+}
+
+int pinshm_release(pinshm_channel_t *ch, const pinshm_msg_t *msg)
+{
+	/* A handle that hands records to a device releases them in the
+	 * order of their events (device/release.c). */
+	if (__builtin_expect(ch->dev != NULL, 0))
+		return device_release(ch, msg);
+	for (unsigned i = 0; i < ch->held_count; i++) {
+		const struct held_record *h = &ch->held[(ch->held_first + i) % PINSHM_MAX_HELD];
+		if (h->pos == msg->priv[0] && h->lane == msg->priv[1])
+			return release_through(ch, h, i);
 	}
 	return channel_fail(ch, -EINVAL, "message not held by this handle");
 }

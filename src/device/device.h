@@ -1,0 +1,106 @@
+/*
+ * device.h - accelerators that read and write channels by DMA (private).
+ *
+ * A device (struct pinshm_device) is a backend's table of operations and
+ * its state: CUDA (cuda.c, the driver API loaded at run time) or OpenCL
+ * (opencl.c, the ICD loader loaded at run time).  A handle that uses
+ * devices carries a struct device_state (ch->dev, NULL for every other
+ * handle, so that the send and receive paths of those pay one test of a
+ * pointer at most): its registrations (register.c) and the records whose
+ * release waits for a completion event (release.c).
+ */
+#ifndef PINSHM_DEVICE_H
+#define PINSHM_DEVICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "channel.h"
+
+/* Devices one handle may be registered with at once. */
+#define DEVICE_MAX_PER_HANDLE 4u
+/* Stale records (overrun topic) kept for pinshm_release_poll(). */
+#define DEVICE_MAX_STALE 64u
+
+/* A backend's registration of one handle's mapping. */
+struct device_reg {
+	struct pinshm_device *dev;
+	void *host;        /* the mapping registered */
+	uint64_t dptr;     /* CUDA: the device address of the mapping's start; 0: none */
+	void *buffer;      /* OpenCL: the cl_mem over the mapping */
+	bool read_only;    /* the device may not write it */
+	bool borrowed;     /* CUDA: registered already by someone else: not ours to unregister */
+};
+
+struct device_ops {
+	const char *name;
+	/* Register [base, base + size): fill r (r->dev and r->read_only, the
+	 * wish, set; read_only cleared where the device cannot).  0, or -errno
+	 * with the detail in why.  Thread-safe, as every op. */
+	int (*reg)(struct pinshm_device *dev, void *base, size_t size, struct device_reg *r, char *why);
+	void (*unreg)(struct pinshm_device *dev, struct device_reg *r);
+	/* 1: the event completed; 0: not yet; -EIO: its command failed (the
+	 * device is done with the memory); another -errno: not an event. */
+	int (*query)(struct pinshm_device *dev, void *event, char *why);
+	/* Block until the event completed (or failed). */
+	void (*wait)(struct pinshm_device *dev, void *event);
+	/* Keep the event alive while it is queued (OpenCL), and let it go. */
+	int (*retain)(struct pinshm_device *dev, void *event, char *why);
+	void (*drop)(struct pinshm_device *dev, void *event);
+	void (*close)(struct pinshm_device *dev);
+};
+
+/* An open device: the backend's state follows it (cuda.c, opencl.c). */
+struct pinshm_device {
+	const struct device_ops *ops;
+	pinshm_device_kind_t kind;
+	void *lib;         /* dlopen() handle of the driver */
+	_Atomic unsigned users; /* handles registered with it */
+};
+
+/* Room for a backend's detail of a failure (the handle's error string). */
+#define DEVICE_WHY 160
+
+/* A record whose release waits (release.c). */
+struct device_pending {
+	pinshm_msg_t msg;  /* as received */
+	struct pinshm_device *dev; /* whose event; NULL: none (a pinshm_release() deferred) */
+	void *event;
+};
+
+/* The device side of one handle. */
+struct device_state {
+	pid_t pid;         /* the process that registered: a forked child has none of it */
+	unsigned nregs;
+	struct device_reg regs[DEVICE_MAX_PER_HANDLE];
+	/* Pending releases, oldest record first (at most one per held record). */
+	unsigned npending;
+	struct device_pending pending[PINSHM_MAX_HELD];
+	/* Records released stale since the last pinshm_release_poll(). */
+	unsigned nstale;
+	pinshm_msg_t stale[DEVICE_MAX_STALE];
+};
+
+/* register.c */
+struct device_reg *device_find_reg(struct device_state *ds, const struct pinshm_device *dev);
+/* device_state_close(): release what is pending once completed, then as
+ * device_state_forget(): in the process that registered, wait for the
+ * pending events and unregister; in a forked child, free the state with
+ * no driver call (channel.h). */
+/** Set this thread's detail of a failed open (pinshm_device_error(NULL)). @return err. */
+int device_open_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** dlopen() @p env's library, else @p soname.  NULL: failed, detail set. */
+void *device_dlopen(const char *env, const char *soname);
+
+/* release.c (and device_progress(), device_release(): channel.h) */
+/** Wait for every pending event, and release the records. */
+void device_drain(pinshm_channel_t *ch);
+/** Wait for every pending event and forget the records, unreleased. */
+void device_wait_all(pinshm_channel_t *ch);
+
+/* cuda.c, opencl.c: the backends' openers. */
+int cuda_open(int ordinal, struct pinshm_device **out);
+int opencl_open(void *context, struct pinshm_device **out);
+
+#endif /* PINSHM_DEVICE_H */

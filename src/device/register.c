@@ -1,0 +1,194 @@
+/*
+ * register.c - devices: opening and closing them, and the registrations of
+ * each handle's mapping with them (the backend-independent part).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+
+/* Why the last open of this thread failed. */
+static _Thread_local char open_error[DEVICE_WHY];
+
+int device_open_fail(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(open_error, sizeof(open_error), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+const char *pinshm_device_error(void)
+{
+	return open_error;
+}
+
+/* The library named by environment variable @p env (tests load a double of
+ * the driver this way), else @p soname. */
+void *device_dlopen(const char *env, const char *soname)
+{
+	const char *name = getenv(env);
+
+	if (!name || !*name)
+		name = soname;
+	void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	if (!lib)
+		device_open_fail(-ENODEV, "cannot load %s: %s", name, dlerror());
+	return lib;
+}
+
+int pinshm_device_open_cuda(int ordinal, pinshm_device_t **out)
+{
+	open_error[0] = '\0';
+	return cuda_open(ordinal, out);
+}
+
+int pinshm_device_open_opencl(void *context, pinshm_device_t **out)
+{
+	open_error[0] = '\0';
+	if (!context)
+		return device_open_fail(-EINVAL, "no OpenCL context");
+	return opencl_open(context, out);
+}
+
+int pinshm_device_close(pinshm_device_t *dev)
+{
+	if (!dev)
+		return 0;
+	if (atomic_load_explicit(&dev->users, memory_order_acquire) > 0)
+		return -EBUSY;
+	void *lib = dev->lib;
+	dev->ops->close(dev); /* frees dev */
+	if (lib)
+		dlclose(lib);
+	return 0;
+}
+
+pinshm_device_kind_t pinshm_device_kind(const pinshm_device_t *dev)
+{
+	return dev->kind;
+}
+
+struct device_reg *device_find_reg(struct device_state *ds, const struct pinshm_device *dev)
+{
+	for (unsigned i = 0; ds && i < ds->nregs; i++)
+		if (ds->regs[i].dev == dev)
+			return &ds->regs[i];
+	return NULL;
+}
+
+int pinshm_channel_register(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned flags)
+{
+	char why[DEVICE_WHY] = "";
+
+	if (!dev || flags & ~(PINSHM_REGISTER_READ_ONLY | PINSHM_REGISTER_STRICT))
+		return channel_fail(ch, -EINVAL, "bad device or flags");
+	if (device_find_reg(ch->dev, dev))
+		return 0;
+	if (!ch->dev) {
+		ch->dev = calloc(1, sizeof(*ch->dev));
+		if (!ch->dev)
+			return channel_fail(ch, -ENOMEM, "no memory for the device state");
+		ch->dev->pid = getpid();
+	}
+	struct device_state *ds = ch->dev;
+	if (ds->nregs == DEVICE_MAX_PER_HANDLE)
+		return channel_fail(ch, -ENOSPC, "registered with %u devices already", DEVICE_MAX_PER_HANDLE);
+	bool want_ro = ch->role == PINSHM_CONSUMER || flags & PINSHM_REGISTER_READ_ONLY;
+	struct device_reg r = { .dev = dev, .read_only = want_ro };
+	int rc = dev->ops->reg(dev, ch->base, ch->map_size, &r, why);
+	if (rc == 0 && want_ro && !r.read_only && flags & PINSHM_REGISTER_STRICT) {
+		dev->ops->unreg(dev, &r);
+		return channel_fail(ch, -ENOTSUP, "%s: the device cannot map memory read-only", dev->ops->name);
+	}
+	if (rc != 0)
+		return channel_fail(ch, rc, "%s: %s", dev->ops->name, why);
+	ds->regs[ds->nregs++] = r;
+	atomic_fetch_add_explicit(&dev->users, 1, memory_order_relaxed);
+	return 0;
+}
+
+/* Drop registration @p r of @p ds (its events waited for already). */
+static void drop_reg(struct device_state *ds, struct device_reg *r, bool call_driver)
+{
+	struct pinshm_device *dev = r->dev;
+
+	if (call_driver)
+		dev->ops->unreg(dev, r);
+	*r = ds->regs[--ds->nregs];
+	atomic_fetch_sub_explicit(&dev->users, 1, memory_order_release);
+}
+
+int pinshm_channel_unregister(pinshm_channel_t *ch, pinshm_device_t *dev)
+{
+	struct device_reg *r = device_find_reg(ch->dev, dev);
+
+	if (!r)
+		return channel_fail(ch, -ENOENT, "not registered with this device");
+	/* The device may still read records of any pending release. */
+	device_drain(ch);
+	drop_reg(ch->dev, r, true);
+	return 0;
+}
+
+unsigned pinshm_channel_registered(const pinshm_channel_t *ch, const pinshm_device_t *dev)
+{
+	const struct device_reg *r = device_find_reg(ch->dev, dev);
+
+	if (!r)
+		return 0;
+	return PINSHM_REGISTERED | (r->read_only ? PINSHM_REGISTERED_READ_ONLY : 0);
+}
+
+int pinshm_device_addr(pinshm_channel_t *ch, pinshm_device_t *dev, const void *p, size_t len,
+		       pinshm_device_addr_t *out)
+{
+	struct device_reg *r = device_find_reg(ch->dev, dev);
+	uintptr_t at = (uintptr_t)p, base = (uintptr_t)ch->base;
+
+	if (!r)
+		return channel_fail(ch, -ENOENT, "not registered with this device");
+	if (at < base || at - base > ch->map_size || len > ch->map_size - (at - base))
+		return channel_fail(ch, -EINVAL, "the bytes are not in the handle's mapping");
+	uint64_t off = at - base;
+	if (dev->kind == PINSHM_DEVICE_OPENCL) {
+		*out = (pinshm_device_addr_t){ .buffer = r->buffer, .offset = off };
+		return 0;
+	}
+	if (r->dptr == 0)
+		return channel_fail(ch, -ENOTSUP, "%s: the device cannot map host memory", dev->ops->name);
+	*out = (pinshm_device_addr_t){ .ptr = r->dptr + off };
+	return 0;
+}
+
+void device_state_close(pinshm_channel_t *ch)
+{
+	if (ch->dev && ch->dev->pid == getpid())
+		device_drain(ch);
+	device_state_forget(ch);
+}
+
+void device_state_forget(pinshm_channel_t *ch)
+{
+	struct device_state *ds = ch->dev;
+
+	if (!ds)
+		return;
+	/* In a forked child the driver's registrations and events are the
+	 * parent's: nothing of them is touched.  In the process that
+	 * registered, the device must be done with the mapping before it is
+	 * unregistered (and unmapped): wait, but release nothing. */
+	bool own = ds->pid == getpid();
+	if (own)
+		device_wait_all(ch);
+	while (ds->nregs > 0)
+		drop_reg(ds, &ds->regs[ds->nregs - 1], own);
+	free(ds);
+	ch->dev = NULL;
+}

@@ -1,0 +1,655 @@
+/*
+ * check_device.c - devices (pinshm(3) "devices"): the OpenCL backend for
+ * real, on whatever OpenCL platform is installed (pocl on the CPU in CI),
+ * and the CUDA backend's logic against the test double of libcuda.so.1
+ * (tests/fake_cuda.c, loaded through PINSHM_CUDA_LIBRARY as the driver
+ * would be: $PINSHM_FAKE_CUDA names it).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <check.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fake_cuda.h"
+#include "pinshm.h"
+#include "testutil.h"
+
+#ifdef HAVE_OPENCL_TEST
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#endif
+
+/* Fill the ring of producer @p p with messages of @p len bytes (numbered
+ * from 0 in their first word) until it refuses one. @return how many. */
+static unsigned fill(pinshm_channel_t *p, size_t len)
+{
+	uint8_t buf[4096] = { 0 };
+	unsigned n = 0;
+
+	ck_assert_uint_le(len, sizeof(buf));
+	for (;; n++) {
+		memcpy(buf, &n, sizeof(n));
+		int rc = pinshm_send(p, buf, len, PINSHM_NONBLOCK);
+		if (rc == -EAGAIN)
+			return n;
+		TU_RC(rc, 0);
+	}
+}
+
+static int send_one(pinshm_channel_t *p, size_t len)
+{
+	uint8_t buf[4096] = { 0 };
+
+	return pinshm_send(p, buf, len, PINSHM_NONBLOCK);
+}
+
+/* ======================================================================== */
+/* The CUDA backend against the double. */
+
+static struct fake_cuda *fake;
+
+static void fake_setup(void)
+{
+	const char *path = getenv("PINSHM_FAKE_CUDA");
+
+	ck_assert_msg(path && *path, "PINSHM_FAKE_CUDA is not set (run through make check)");
+	setenv("PINSHM_CUDA_LIBRARY", path, 1);
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	ck_assert_msg(lib, "%s", dlerror());
+	fake = dlsym(lib, "fake_cuda");
+	ck_assert_ptr_nonnull(fake);
+}
+
+static pinshm_device_t *fake_open(void)
+{
+	pinshm_device_t *dev = NULL;
+
+	TU_RC(pinshm_device_open_cuda(0, &dev), 0);
+	ck_assert_int_eq(pinshm_device_kind(dev), PINSHM_DEVICE_CUDA);
+	return dev;
+}
+
+START_TEST(test_cuda_no_driver)
+{
+	pinshm_device_t *dev = NULL;
+
+	setenv("PINSHM_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+	TU_RC(pinshm_device_open_cuda(0, &dev), -ENODEV);
+	ck_assert_msg(strstr(pinshm_device_error(), "cannot load"), "%s", pinshm_device_error());
+	fake_setup();
+	fake->devices = 0;
+	TU_RC(pinshm_device_open_cuda(0, &dev), -ENODEV);
+	ck_assert_msg(strstr(pinshm_device_error(), "cuInit"), "%s", pinshm_device_error());
+	fake->devices = 1;
+	TU_RC(pinshm_device_open_cuda(1, &dev), -ENODEV);
+	ck_assert_msg(strstr(pinshm_device_error(), "cuDeviceGet"), "%s", pinshm_device_error());
+	ck_assert_int_eq(fake->ctx_retained, 0);
+}
+END_TEST
+
+/* Entry points through cuGetProcAddress_v2, or dlsym() where it finds none. */
+START_TEST(test_cuda_loader)
+{
+	fake_setup();
+	pinshm_device_t *dev = fake_open();
+	ck_assert_int_ge(fake->get_proc_calls, 13);
+	ck_assert_int_eq(fake->ctx_retained, 1);
+	TU_RC(pinshm_device_close(dev), 0);
+	ck_assert_int_eq(fake->ctx_retained, 0);
+	fake->no_get_proc = 1;
+	dev = fake_open();
+	TU_RC(pinshm_device_close(dev), 0);
+}
+END_TEST
+
+START_TEST(test_cuda_register)
+{
+	fake_setup();
+	int fd = tu_channel(PINSHM_QUEUE, 4096, 1, 1);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_device_t *dev = fake_open();
+	pinshm_device_addr_t a;
+
+	ck_assert_uint_eq(pinshm_channel_registered(c, dev), 0);
+	TU_RC(pinshm_device_addr(c, dev, NULL, 0, &a), -ENOENT);
+	/* A consumer: read-only, portable, mapped. */
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	ck_assert_uint_eq(fake->last_flags, 0x01 | 0x02 | 0x08);
+	ck_assert_uint_eq(pinshm_channel_registered(c, dev), PINSHM_REGISTERED | PINSHM_REGISTERED_READ_ONLY);
+	TU_RC(pinshm_channel_register(c, dev, 0), 0); /* again: nothing */
+	ck_assert_int_eq(fake->register_calls, 1);
+	ck_assert_int_eq(fake->ctx_depth, 0);
+	/* A producer: writable. */
+	TU_RC(pinshm_channel_register(p, dev, 0), 0);
+	ck_assert_uint_eq(fake->last_flags, 0x01 | 0x02);
+	ck_assert_uint_eq(pinshm_channel_registered(p, dev), PINSHM_REGISTERED);
+	TU_RC(pinshm_device_close(dev), -EBUSY);
+
+	/* The device address of a record: the mapping's, plus its offset. */
+	pinshm_msg_t m;
+	TU_RC(send_one(p, 100), 0);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_device_addr(c, dev, m.data, m.len, &a), 0);
+	ck_assert_ptr_null(a.buffer);
+	uint64_t base = a.ptr - (uint64_t)((const char *)m.data - (const char *)fake->regs[0].base);
+	ck_assert_uint_eq(base, FAKE_DPTR_BASE);
+	TU_RC(pinshm_device_addr(c, dev, (const char *)m.data - (1 << 20), 1, &a), -EINVAL);
+	TU_RC(pinshm_release(c, &m), 0);
+
+	TU_RC(pinshm_channel_unregister(c, dev), 0);
+	TU_RC(pinshm_channel_unregister(c, dev), -ENOENT);
+	ck_assert_int_eq(fake->unregister_calls, 1);
+	ck_assert_uint_eq(pinshm_channel_registered(c, dev), 0);
+	TU_RC(pinshm_channel_close(p), 0); /* closing releases it */
+	ck_assert_int_eq(fake->unregister_calls, 2);
+	ck_assert_int_eq(fake->nregs, 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	close(fd);
+}
+END_TEST
+
+/* No driver-side leak: registrations made and released many times leave
+ * none behind, and every context push is popped. */
+START_TEST(test_cuda_register_loop)
+{
+	fake_setup();
+	int fd = tu_channel(PINSHM_QUEUE, 1 << 22, 1, 1);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_device_t *dev = fake_open();
+
+	for (int i = 0; i < 10000; i++) {
+		TU_RC(pinshm_channel_register(c, dev, 0), 0);
+		TU_RC(pinshm_channel_unregister(c, dev), 0);
+	}
+	ck_assert_int_eq(fake->register_calls, 10000);
+	ck_assert_int_eq(fake->unregister_calls, 10000);
+	ck_assert_int_eq(fake->nregs, 0);
+	ck_assert_int_eq(fake->ctx_depth, 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	ck_assert_int_eq(fake->ctx_retained, 0);
+	close(fd);
+}
+END_TEST
+
+/* Read-only refused: writable instead, or -ENOTSUP with PINSHM_REGISTER_STRICT;
+ * driver errors translated; a range registered by the caller itself is
+ * used and left to it. */
+START_TEST(test_cuda_fallback_errors)
+{
+	fake_setup();
+	int fd = tu_channel(PINSHM_QUEUE, 4096, 1, 1);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_device_t *dev;
+
+	fake->read_only = 0;
+	dev = fake_open();
+	TU_RC(pinshm_channel_register(c, dev, PINSHM_REGISTER_STRICT), -ENOTSUP);
+	ck_assert_int_eq(fake->nregs, 0);
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	ck_assert_uint_eq(fake->last_flags, 0x01 | 0x02);
+	ck_assert_uint_eq(pinshm_channel_registered(c, dev), PINSHM_REGISTERED);
+	TU_RC(pinshm_channel_unregister(c, dev), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+
+	/* Supported by the attribute, refused by the call: writable. */
+	fake->read_only = 1;
+	fake->refuse_read_only = 1;
+	dev = fake_open();
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	ck_assert_uint_eq(pinshm_channel_registered(c, dev), PINSHM_REGISTERED);
+	TU_RC(pinshm_channel_unregister(c, dev), 0);
+	fake->refuse_read_only = 0;
+
+	fake->fail_register = 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+	TU_RC(pinshm_channel_register(c, dev, 0), -ENOMEM);
+	ck_assert_msg(strstr(pinshm_channel_error(c), "CUDA_ERROR_OUT_OF_MEMORY"), "%s", pinshm_channel_error(c));
+	fake->fail_register = 800; /* CUDA_ERROR_NOT_PERMITTED */
+	TU_RC(pinshm_channel_register(c, dev, 0), -EPERM);
+	ck_assert_uint_eq(pinshm_channel_registered(c, dev), 0);
+
+	/* Registered already (by the caller itself): used, not ours to unregister. */
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	void *base = fake->regs[0].base;
+	size_t size = fake->regs[0].size;
+	TU_RC(pinshm_channel_unregister(c, dev), 0);
+	int (*reg)(void *, size_t, unsigned) = (int (*)(void *, size_t, unsigned))dlsym(
+		dlopen(getenv("PINSHM_FAKE_CUDA"), RTLD_NOW | RTLD_NOLOAD), "cuMemHostRegister_v2");
+	ck_assert_ptr_nonnull(reg);
+	fake->ctx_depth++;
+	TU_RC(reg(base, size, 0), 0);
+	fake->ctx_depth--;
+	int unregs = fake->unregister_calls;
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	ck_assert_uint_eq(pinshm_channel_registered(c, dev), PINSHM_REGISTERED);
+	TU_RC(pinshm_channel_unregister(c, dev), 0);
+	ck_assert_int_eq(fake->unregister_calls, unregs);
+	ck_assert_int_eq(fake->nregs, 1);
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	close(fd);
+}
+END_TEST
+
+/* While the double waits for an event at close: whether the producer
+ * could reuse the room of the record that the event's copy reads. */
+static pinshm_channel_t *sync_producer;
+static int sync_send_rc;
+
+static void try_send_at_sync(void)
+{
+	sync_send_rc = send_one(sync_producer, 1000);
+}
+
+/* Release after an event, in order; close waits for what is pending. */
+START_TEST(test_cuda_release_after)
+{
+	fake_setup();
+	int fd = tu_channel(PINSHM_QUEUE, 4096, 1, 1);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_device_t *dev = fake_open();
+	int ev[3] = { FAKE_EVENT_PENDING, FAKE_EVENT_PENDING, FAKE_EVENT_PENDING };
+	pinshm_msg_t m[3];
+
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	unsigned n = fill(p, 1000);
+	ck_assert_uint_ge(n, 3);
+	for (int i = 0; i < 3; i++)
+		TU_RC(pinshm_recv_inplace(c, &m[i], PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_release_after(c, &m[0], NULL, &ev[0]), -ENOENT);
+	TU_RC(pinshm_release_after(c, &m[0], dev, NULL), -EINVAL);
+	for (int i = 0; i < 3; i++)
+		TU_RC(pinshm_release_after(c, &m[i], dev, &ev[i]), 0);
+	TU_RC(pinshm_release_after(c, &m[1], dev, &ev[1]), -EINVAL); /* pending already */
+	TU_RC(pinshm_release_poll(c, NULL, 0, NULL), 3);
+	TU_RC(send_one(p, 1000), -EAGAIN);
+	/* Out of order: the later ones wait for the first. */
+	ev[2] = FAKE_EVENT_DONE;
+	ev[1] = FAKE_EVENT_FAILED; /* a failed copy is over too */
+	TU_RC(pinshm_release_poll(c, NULL, 0, NULL), 3);
+	TU_RC(send_one(p, 1000), -EAGAIN);
+	ev[0] = FAKE_EVENT_DONE;
+	TU_RC(pinshm_release_poll(c, NULL, 0, NULL), 0);
+	TU_RC(send_one(p, 1000), 0);
+
+	/* Close waits for the pending event before releasing and unregistering:
+	 * while it waits, the record's room is not the producer's. */
+	while (pinshm_recv_inplace(c, &m[0], PINSHM_NONBLOCK) == 0)
+		TU_RC(pinshm_release(c, &m[0]), 0);
+	fill(p, 1000);
+	TU_RC(pinshm_recv_inplace(c, &m[0], PINSHM_NONBLOCK), 0);
+	ev[0] = FAKE_EVENT_PENDING;
+	TU_RC(pinshm_release_after(c, &m[0], dev, &ev[0]), 0);
+	sync_producer = p;
+	sync_send_rc = 1;
+	fake->on_sync = try_send_at_sync;
+	TU_RC(pinshm_channel_close(c), 0);
+	fake->on_sync = NULL;
+	ck_assert_int_eq(fake->syncs, 1);
+	TU_RC(sync_send_rc, -EAGAIN);
+	ck_assert_int_eq(fake->nregs, 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	close(fd);
+}
+END_TEST
+
+/* A forked child inherits no registration: forgetting its copy of the
+ * handle makes no driver call. */
+START_TEST(test_cuda_fork)
+{
+	fake_setup();
+	int fd = tu_channel(PINSHM_QUEUE, 4096, 1, 1);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_device_t *dev = fake_open();
+	int status;
+
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		pinshm_channel_forget(c);
+		_exit(fake->unregister_calls == 0 && fake->syncs == 0 ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child called the driver");
+	ck_assert_int_eq(fake->nregs, 1);
+	TU_RC(pinshm_channel_close(c), 0);
+	ck_assert_int_eq(fake->unregister_calls, 1);
+	TU_RC(pinshm_device_close(dev), 0);
+	close(fd);
+}
+END_TEST
+
+/* A plain release behind a pending one waits with it; overrun topic:
+ * records overwritten while the device read them are handed out stale. */
+START_TEST(test_cuda_stale)
+{
+	fake_setup();
+	pinshm_channel_attr_t attr;
+	tu_attr(&attr, PINSHM_TOPIC, 4096, 1, 1);
+	attr.flags = PINSHM_OVERRUN;
+	int fd = tu_create(&attr);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_device_t *dev = fake_open();
+	int ev = FAKE_EVENT_PENDING;
+	pinshm_msg_t m[2], stale[4];
+	unsigned nstale = 99;
+
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	TU_RC(send_one(p, 500), 0);
+	TU_RC(send_one(p, 500), 0);
+	TU_RC(pinshm_recv_inplace(c, &m[0], PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_recv_inplace(c, &m[1], PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_release_after(c, &m[0], dev, &ev), 0);
+	TU_RC(pinshm_release(c, &m[1]), 0); /* queued behind m[0] */
+	TU_RC(pinshm_release_poll(c, stale, 4, &nstale), 2);
+	ck_assert_uint_eq(nstale, 0);
+	for (int i = 0; i < 20; i++) /* laps the ring: both are overwritten */
+		TU_RC(send_one(p, 500), 0);
+	ev = FAKE_EVENT_DONE;
+	TU_RC(pinshm_release_poll(c, stale, 4, &nstale), 0);
+	ck_assert_uint_eq(nstale, 2);
+	ck_assert_ptr_eq(stale[0].data, m[0].data);
+	ck_assert_ptr_eq(stale[1].data, m[1].data);
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	close(fd);
+}
+END_TEST
+
+/* ======================================================================== */
+/* The OpenCL backend, for real. */
+
+#ifdef HAVE_OPENCL_TEST
+struct cl {
+	cl_context ctx;
+	cl_device_id device;
+	cl_command_queue queue;
+};
+
+/* The first OpenCL device of the first platform; false (the test says
+ * why and skips) where there is none. */
+static bool cl_setup(struct cl *cl)
+{
+	cl_platform_id platform;
+	cl_uint n = 0;
+	cl_int err;
+
+	if (clGetPlatformIDs(1, &platform, &n) != CL_SUCCESS || n == 0 ||
+	    clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 1, &cl->device, &n) != CL_SUCCESS || n == 0) {
+		printf("SKIP: no OpenCL platform or device (Debian: pocl-opencl-icd)\n");
+		return false;
+	}
+	cl->ctx = clCreateContext(NULL, 1, &cl->device, NULL, NULL, &err);
+	ck_assert_int_eq(err, CL_SUCCESS);
+	cl->queue = clCreateCommandQueue(cl->ctx, cl->device, 0, &err);
+	ck_assert_int_eq(err, CL_SUCCESS);
+	return true;
+}
+
+static void cl_teardown(struct cl *cl)
+{
+	clReleaseCommandQueue(cl->queue);
+	clReleaseContext(cl->ctx);
+}
+
+START_TEST(test_opencl_register)
+{
+	struct cl cl;
+	pinshm_device_t *dev = NULL;
+
+	TU_RC(pinshm_device_open_opencl(NULL, &dev), -EINVAL);
+	if (!cl_setup(&cl))
+		return;
+	setenv("PINSHM_OPENCL_LIBRARY", "/nonexistent/libOpenCL.so.1", 1);
+	TU_RC(pinshm_device_open_opencl(cl.ctx, &dev), -ENODEV);
+	ck_assert_msg(strstr(pinshm_device_error(), "cannot load"), "%s", pinshm_device_error());
+	unsetenv("PINSHM_OPENCL_LIBRARY");
+	TU_RC(pinshm_device_open_opencl(cl.ctx, &dev), 0);
+	ck_assert_int_eq(pinshm_device_kind(dev), PINSHM_DEVICE_OPENCL);
+
+	int fd = tu_channel(PINSHM_QUEUE, 4096, 1, 1);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *c = tu_attach(fd, PINSHM_CONSUMER);
+	TU_RC(pinshm_channel_register(c, dev, 0x80), -EINVAL);
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	ck_assert_uint_eq(pinshm_channel_registered(c, dev), PINSHM_REGISTERED | PINSHM_REGISTERED_READ_ONLY);
+	TU_RC(pinshm_channel_register(p, dev, 0), 0);
+	ck_assert_uint_eq(pinshm_channel_registered(p, dev), PINSHM_REGISTERED);
+
+	/* The buffer lies over the mapping: a record is the buffer at an offset. */
+	pinshm_msg_t m;
+	pinshm_device_addr_t a;
+	TU_RC(send_one(p, 64), 0);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_device_addr(c, dev, m.data, m.len, &a), 0);
+	ck_assert_ptr_nonnull(a.buffer);
+	void *host = NULL;
+	size_t size = 0;
+	TU_RC(clGetMemObjectInfo(a.buffer, CL_MEM_HOST_PTR, sizeof(host), &host, NULL), CL_SUCCESS);
+	TU_RC(clGetMemObjectInfo(a.buffer, CL_MEM_SIZE, sizeof(size), &size, NULL), CL_SUCCESS);
+	ck_assert_ptr_eq((const char *)host + a.offset, m.data);
+	ck_assert_uint_le(a.offset + m.len, size);
+	cl_mem_flags flags = 0;
+	TU_RC(clGetMemObjectInfo(a.buffer, CL_MEM_FLAGS, sizeof(flags), &flags, NULL), CL_SUCCESS);
+	ck_assert(flags & CL_MEM_READ_ONLY && flags & CL_MEM_USE_HOST_PTR);
+	TU_RC(pinshm_release(c, &m), 0);
+
+	TU_RC(pinshm_device_close(dev), -EBUSY);
+	TU_RC(pinshm_channel_unregister(c, dev), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	close(fd);
+	cl_teardown(&cl);
+}
+END_TEST
+
+/* Each input record holds uint32 words; the kernel writes 2x+1 of each
+ * into the output record, both addressed as buffer + byte offset. */
+static const char *kernel_src =
+	"__kernel void twice(__global const uchar *in, ulong in_off, __global uchar *out, ulong out_off)\n"
+	"{\n"
+	"	size_t i = get_global_id(0);\n"
+	"	__global const uint *src = (__global const uint *)(in + in_off);\n"
+	"	__global uint *dst = (__global uint *)(out + out_off);\n"
+	"	dst[i] = src[i] * 2u + 1u;\n"
+	"}\n";
+
+#define WORDS 256u
+#define RECORDS 40u
+
+START_TEST(test_opencl_kernel)
+{
+	struct cl cl;
+	pinshm_device_t *dev;
+	cl_int err;
+
+	if (!cl_setup(&cl))
+		return;
+	TU_RC(pinshm_device_open_opencl(cl.ctx, &dev), 0);
+	cl_program prog = clCreateProgramWithSource(cl.ctx, 1, &kernel_src, NULL, &err);
+	ck_assert_int_eq(err, CL_SUCCESS);
+	TU_RC(clBuildProgram(prog, 1, &cl.device, NULL, NULL, NULL), CL_SUCCESS);
+	cl_kernel k = clCreateKernel(prog, "twice", &err);
+	ck_assert_int_eq(err, CL_SUCCESS);
+
+	/* in: records from a producer; out: records the device fills. */
+	int in_fd = tu_channel(PINSHM_QUEUE, 64 * 1024, 1, 1), out_fd = tu_channel(PINSHM_QUEUE, 64 * 1024, 1, 1);
+	pinshm_channel_t *in_p = tu_attach(in_fd, PINSHM_PRODUCER), *in_c = tu_attach(in_fd, PINSHM_CONSUMER);
+	pinshm_channel_t *out_p = tu_attach(out_fd, PINSHM_PRODUCER), *out_c = tu_attach(out_fd, PINSHM_CONSUMER);
+	TU_RC(pinshm_channel_register(in_c, dev, 0), 0);
+	TU_RC(pinshm_channel_register(out_p, dev, 0), 0);
+
+	for (uint32_t r = 0; r < RECORDS; r++) {
+		uint32_t words[WORDS];
+		for (uint32_t i = 0; i < WORDS; i++)
+			words[i] = r * 1000003u + i;
+		TU_RC(pinshm_send(in_p, words, sizeof(words), PINSHM_FOREVER), 0);
+
+		pinshm_msg_t m;
+		void *room;
+		pinshm_device_addr_t ia, oa;
+		TU_RC(pinshm_recv_inplace(in_c, &m, PINSHM_FOREVER), 0);
+		TU_RC(pinshm_reserve(out_p, sizeof(words), &room, PINSHM_FOREVER), 0);
+		TU_RC(pinshm_device_addr(in_c, dev, m.data, m.len, &ia), 0);
+		TU_RC(pinshm_device_addr(out_p, dev, room, sizeof(words), &oa), 0);
+		cl_ulong io = ia.offset, oo = oa.offset;
+		clSetKernelArg(k, 0, sizeof(cl_mem), &ia.buffer);
+		clSetKernelArg(k, 1, sizeof(io), &io);
+		clSetKernelArg(k, 2, sizeof(cl_mem), &oa.buffer);
+		clSetKernelArg(k, 3, sizeof(oo), &oo);
+		size_t global = WORDS;
+		cl_event done;
+		TU_RC(clEnqueueNDRangeKernel(cl.queue, k, 1, NULL, &global, NULL, 0, NULL, &done), CL_SUCCESS);
+		clFlush(cl.queue);
+		TU_RC(pinshm_release_after(in_c, &m, dev, done), 0);
+		clReleaseEvent(done); /* the handle retained it */
+		/* The output record is committed once the kernel finished. */
+		TU_RC(clWaitForEvents(1, &done), CL_SUCCESS);
+		TU_RC(pinshm_commit(out_p, sizeof(words), 0), 0);
+	}
+	TU_RC(pinshm_release_poll(in_c, NULL, 0, NULL), 0);
+	for (uint32_t r = 0; r < RECORDS; r++) {
+		pinshm_msg_t m;
+		TU_RC(pinshm_recv_inplace(out_c, &m, PINSHM_NONBLOCK), 0);
+		ck_assert_uint_eq(m.len, WORDS * 4);
+		const uint32_t *w = m.data;
+		for (uint32_t i = 0; i < WORDS; i++)
+			ck_assert_uint_eq(w[i], (r * 1000003u + i) * 2u + 1u);
+		TU_RC(pinshm_release(out_c, &m), 0);
+	}
+	TU_RC(pinshm_channel_close(in_c), 0);
+	TU_RC(pinshm_channel_close(out_p), 0);
+	TU_RC(pinshm_channel_close(in_p), 0);
+	TU_RC(pinshm_channel_close(out_c), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	clReleaseKernel(k);
+	clReleaseProgram(prog);
+	cl_teardown(&cl);
+	close(in_fd);
+	close(out_fd);
+}
+END_TEST
+
+/* Release only after completion, in order: user events, which the test
+ * completes when it likes.  While a record's event is pending its room is
+ * not given back: the producer cannot reuse it. */
+START_TEST(test_opencl_release_order)
+{
+	struct cl cl;
+	pinshm_device_t *dev;
+	cl_int err;
+
+	if (!cl_setup(&cl))
+		return;
+	TU_RC(pinshm_device_open_opencl(cl.ctx, &dev), 0);
+	int fd = tu_channel(PINSHM_QUEUE, 4096, 1, 1);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *c = tu_attach(fd, PINSHM_CONSUMER);
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+
+	unsigned n = fill(p, 900);
+	ck_assert_uint_ge(n, 3);
+	pinshm_msg_t m[3], extra;
+	cl_event ev[3];
+	for (int i = 0; i < 3; i++) {
+		TU_RC(pinshm_recv_inplace(c, &m[i], PINSHM_NONBLOCK), 0);
+		ev[i] = clCreateUserEvent(cl.ctx, &err);
+		ck_assert_int_eq(err, CL_SUCCESS);
+		TU_RC(pinshm_release_after(c, &m[i], dev, ev[i]), 0);
+		clReleaseEvent(ev[i]); /* retained by the handle */
+	}
+	TU_RC(pinshm_release_poll(c, NULL, 0, NULL), 3);
+	TU_RC(send_one(p, 900), -EAGAIN);
+
+	/* The last two complete first: nothing is released. */
+	TU_RC(clSetUserEventStatus(ev[2], CL_COMPLETE), CL_SUCCESS);
+	TU_RC(clSetUserEventStatus(ev[1], CL_COMPLETE), CL_SUCCESS);
+	TU_RC(pinshm_release_poll(c, NULL, 0, NULL), 3);
+	TU_RC(send_one(p, 900), -EAGAIN);
+	/* The first: all three go, at the next receive. */
+	TU_RC(clSetUserEventStatus(ev[0], CL_COMPLETE), CL_SUCCESS);
+	int rc = pinshm_recv_inplace(c, &extra, PINSHM_NONBLOCK);
+	ck_assert(rc == 0 || rc == -EAGAIN);
+	TU_RC(send_one(p, 900), 0);
+	TU_RC(pinshm_release_poll(c, NULL, 0, NULL), 0);
+	if (rc == 0)
+		TU_RC(pinshm_release(c, &extra), 0);
+
+	/* First completes alone: only it goes; a plain release behind a
+	 * pending one waits with it. */
+	while (pinshm_recv_inplace(c, &extra, PINSHM_NONBLOCK) == 0)
+		TU_RC(pinshm_release(c, &extra), 0);
+	fill(p, 900);
+	for (int i = 0; i < 3; i++) {
+		TU_RC(pinshm_recv_inplace(c, &m[i], PINSHM_NONBLOCK), 0);
+		ev[i] = clCreateUserEvent(cl.ctx, &err);
+	}
+	TU_RC(pinshm_release_after(c, &m[0], dev, ev[0]), 0);
+	TU_RC(pinshm_release_after(c, &m[1], dev, ev[1]), 0);
+	TU_RC(pinshm_release(c, &m[2]), 0);
+	TU_RC(clSetUserEventStatus(ev[0], CL_COMPLETE), CL_SUCCESS);
+	TU_RC(pinshm_release_poll(c, NULL, 0, NULL), 2);
+	TU_RC(clSetUserEventStatus(ev[1], CL_COMPLETE), CL_SUCCESS);
+	TU_RC(pinshm_release_poll(c, NULL, 0, NULL), 0);
+	/* Completed already: released at once. */
+	TU_RC(send_one(p, 900), 0);
+	TU_RC(pinshm_recv_inplace(c, &m[0], PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_release_after(c, &m[0], dev, ev[0]), 0);
+	TU_RC(pinshm_release_poll(c, NULL, 0, NULL), 0);
+	for (int i = 0; i < 2; i++)
+		clReleaseEvent(ev[i]);
+	clReleaseEvent(ev[2]);
+
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	cl_teardown(&cl);
+	close(fd);
+}
+END_TEST
+#endif /* HAVE_OPENCL_TEST */
+
+static Suite *device_suite(void)
+{
+	Suite *s = suite_create("device");
+	TCase *tc = tcase_create("cuda-double");
+
+	tcase_add_test(tc, test_cuda_no_driver);
+	tcase_add_test(tc, test_cuda_loader);
+	tcase_add_test(tc, test_cuda_register);
+	tcase_add_test(tc, test_cuda_register_loop);
+	tcase_add_test(tc, test_cuda_fallback_errors);
+	tcase_add_test(tc, test_cuda_release_after);
+	tcase_add_test(tc, test_cuda_fork);
+	tcase_add_test(tc, test_cuda_stale);
+	suite_add_tcase(s, tc);
+#ifdef HAVE_OPENCL_TEST
+	tc = tcase_create("opencl");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_opencl_register);
+	tcase_add_test(tc, test_opencl_kernel);
+	tcase_add_test(tc, test_opencl_release_order);
+	suite_add_tcase(s, tc);
+#else
+	printf("SKIP: OpenCL tests (built without CL/cl.h and the ICD loader)\n");
+#endif
+	return s;
+}
+
+int main(void)
+{
+	/* Forked: each test loads the double afresh. */
+	return tu_run_suite(device_suite(), true) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
