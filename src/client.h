@@ -63,6 +63,15 @@ void client_unlock(struct pinshm_client *c);
 
 /* client.c */
 int client_break(struct pinshm_client *c, int err);
+/** Set @p c's error detail from @p fmt.  @return @p err. */
+int client_fail(struct pinshm_client *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/** Send @p req and receive its reply into @p rep, under the lock, after a
+ *  reconnect where the daemon went.  @p fd: for OPEN, the descriptor that
+ *  came with a successful reply; NULL for the others.  @return the reply's
+ *  status (its text in c->error), or a transport error (c then broken). */
+int transact(struct pinshm_client *c, struct proto_msg *req, struct proto_msg *rep, int *fd);
+/** Copy @p name into a name field, checking it first.  @return 0 or -EINVAL. */
+int client_put_name(struct pinshm_client *c, char *field, const char *name);
 /** Check reply @p rep (decoded with status @p rc, @p nfds descriptors) to a
  *  request of @p type with sequence number @p seq.  @return 0 or -EPROTO
  *  (the reason in c->error). */
