@@ -20,6 +20,7 @@
 
 #include "clock.h"
 #include "adopt.h"
+#include "dying.h"
 #include "log.h"
 #include "numa.h"
 #include "registry.h"
@@ -166,7 +167,10 @@ static void channel_free(struct registry *r, struct channel *ch)
 		forget_notify(r, ch, ch->g.max_producers + i);
 	free(ch->notify_fd);
 	free(ch->notify_uid);
-	segment_destroy(&ch->seg);
+	if (ch->seg.release)
+		dying_add(&r->dying, &ch->seg); /* unmapped and punched in slices */
+	else
+		segment_destroy(&ch->seg);
 	free(ch->holder);
 	free(ch);
 }
@@ -1171,6 +1175,53 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
 	return rc;
 }
 
+/* A half-made channel @p ch (registry_create()): its name is reserved, no
+ * one else sees it; registry_step() locks it slice by slice. */
+static void making_add(struct registry *r, struct channel *ch)
+{
+	ch->next = NULL;
+	if (r->making_last)
+		r->making_last->next = ch;
+	else
+		r->making = ch;
+	r->making_last = ch;
+	r->nmaking++;
+}
+
+/* Take the half-made channel @p ch out of the list (@p prev before it). */
+static void making_remove(struct registry *r, struct channel *prev, struct channel *ch)
+{
+	if (prev)
+		prev->next = ch->next;
+	else
+		r->making = ch->next;
+	if (r->making_last == ch)
+		r->making_last = prev;
+	ch->next = NULL;
+	r->nmaking--;
+}
+
+static bool making_named(const struct registry *r, const char *name)
+{
+	for (const struct channel *ch = r->making; ch; ch = ch->next)
+		if (strcmp(ch->name, name) == 0)
+			return true;
+	return false;
+}
+
+/* Give up @p ch, half-made or made and never linked: its whole charge
+ * goes, its segment is destroyed in slices (never handed out: no punch
+ * kept for anyone, every page goes). */
+static void making_drop(struct registry *r, struct channel *ch)
+{
+	account_release(r->acct, ch->uid, ch->seg.size, true);
+	ch->seg.release = true;
+	ch->seg.keep = 0;
+	dying_add(&r->dying, &ch->seg);
+	free(ch->holder);
+	free(ch);
+}
+
 void registry_init(struct registry *r, struct account *acct)
 {
 	*r = (struct registry){.next_id = 1, .acct = acct};
@@ -1194,6 +1245,12 @@ void registry_fini(struct registry *r)
 	r->watch_epfd = -1;
 	while (r->first)
 		channel_free(r, r->first);
+	while (r->making) {
+		struct channel *ch = r->making;
+		making_remove(r, NULL, ch);
+		making_drop(r, ch);
+	}
+	dying_finish(&r->dying);
 }
 
 int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
@@ -1207,11 +1264,11 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	size_t size;
 	int rc;
 
-	if (find(r, name)) {
+	if (find(r, name) || making_named(r, name)) {
 		snprintf(why, whylen, "channel '%s' exists", name);
 		return -EEXIST;
 	}
-	if (r->count >= REGISTRY_MAX_CHANNELS) {
+	if (r->count + r->nmaking >= REGISTRY_MAX_CHANNELS) {
 		snprintf(why, whylen, "the daemon holds %u channels, its most", r->count);
 		return -ENFILE;
 	}
@@ -1282,13 +1339,13 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	ch->mode = mode;
 	ch->attr = resolved;
 	ch->g = g;
+	ch->from_pool = from_pool;
 	if (from_pool) {
 		ch->seg = pooled;
-		rc = segment_format(&ch->seg, &ch->attr);
-		if (rc != 0)
-			segment_destroy(&ch->seg);
 	} else {
-		rc = segment_create(&ch->seg, &ch->attr, o, name);
+		struct segment_opts later = *o;
+		later.lock_later = true; /* locked in slices: registry_step() */
+		rc = segment_alloc(&ch->seg, need, &later, name);
 	}
 	if (rc != 0) {
 		if (o->hugepages && rc == -ENOMEM)
@@ -1305,9 +1362,29 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 		free(ch);
 		return rc;
 	}
+	if (!from_pool) {
+		making_add(r, ch);
+		*out = ch;
+		return -EINPROGRESS;
+	}
+	return registry_create_end(r, c, ch, out, why, whylen);
+}
+int registry_create_end(struct registry *r, struct reg_client *c, struct channel *ch, struct channel **out,
+			char *why, size_t whylen)
+{
+	const char *name = ch->name;
+	int rc = segment_format(&ch->seg, &ch->attr);
 
-	if (!ch->seg.pinned)
-		account_unpinned(r->acct, ch->uid, size); /* on the quota, not the budget */
+	if (rc != 0) {
+		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
+		log_err("channel '%s': %s", name, why);
+		making_drop(r, ch);
+		return rc;
+	}
+	if (!ch->seg.pinned) {
+		log_warn("segment '%s': %zu bytes left unpinned: %s", name, ch->seg.size, ch->seg.pin_error);
+		account_unpinned(r->acct, ch->uid, ch->seg.size); /* on the quota, not the budget */
+	}
 	ch->named = true;
 	link_channel(r, ch);
 	take_ref(c, ch);
@@ -1320,16 +1397,45 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	if (!ch->seg.pinned)
 		snprintf(why, whylen, "channel '%s' created, but not pinned: %s", name, ch->seg.pin_error);
 	log_info("channel '%s' created by uid %u (pid %d): %s, %s, %zu bytes, mode %03o%s%s%s%s", name,
-		 (unsigned)ch->uid, (int)c->cred.pid, attr->kind == PINSHM_TOPIC ? "topic" : "queue",
-		 ch->seg.backend == PINSHM_BACKEND_SHM ? "shm" : "sealed memfd", ch->seg.size, mode,
-		 persistent ? ", persistent" : "", ch->seg.pinned ? ", pinned" : ", NOT pinned",
-		 ch->seg.hugepages ? ", huge pages" : "", from_pool ? ", from the pool" : "");
+		 (unsigned)ch->uid, (int)c->cred.pid, ch->attr.kind == PINSHM_TOPIC ? "topic" : "queue",
+		 ch->seg.backend == PINSHM_BACKEND_SHM ? "shm" : "sealed memfd", ch->seg.size, ch->mode,
+		 ch->persistent ? ", persistent" : "", ch->seg.pinned ? ", pinned" : ", NOT pinned",
+		 ch->seg.hugepages ? ", huge pages" : "", ch->from_pool ? ", from the pool" : "");
 	if (ch->seg.node >= 0)
 		log_info("channel '%s': pages preferred on NUMA node %d", name, ch->seg.node);
 	else if (ch->seg.at_consumer)
 		log_info("channel '%s': unplaced until its first consumer opens it (near the consumer)", name);
 	*out = ch;
 	return 0;
+}
+
+bool registry_step(struct registry *r, struct channel **made)
+{
+	struct channel *ch = r->making;
+
+	*made = NULL;
+	if (r->dying) {
+		dying_step(&r->dying); /* first: what they unlock makes room for what the others lock */
+	} else if (ch) {
+		int rc = segment_lock_step(&ch->seg, &ch->made, segment_slice_bytes(&ch->seg));
+		making_remove(r, NULL, ch);
+		if (rc > 0) {
+			making_add(r, ch); /* round robin */
+		} else {
+			*made = ch; /* locked, or left unpinned (rc < 0, pin_error) */
+		}
+	}
+	return r->dying || r->making;
+}
+
+void registry_create_abandon(struct registry *r, struct channel *ch)
+{
+	making_drop(r, ch);
+}
+
+bool registry_busy(const struct registry *r)
+{
+	return r->dying || r->making;
 }
 
 /*
@@ -1606,6 +1712,17 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
 
 void registry_client_gone(struct registry *r, struct reg_client *c)
 {
+	for (struct channel *ch = r->making, *prev = NULL, *next; ch; ch = next) {
+		next = ch->next;
+		if (ch->creator != c->id) {
+			prev = ch;
+			continue;
+		}
+		log_info("channel '%s': its creator (pid %d) left while it was made: given up", ch->name,
+			 (int)c->cred.pid);
+		making_remove(r, prev, ch);
+		making_drop(r, ch);
+	}
 	for (unsigned i = 0; i < c->nrefs; i++) {
 		struct channel *ch = c->refs[i];
 		for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
@@ -1630,7 +1747,7 @@ void registry_client_forget(struct reg_client *c)
 
 int registry_insert(struct registry *r, struct channel *ch, char *why, size_t whylen)
 {
-	if (ch->named && find(r, ch->name)) {
+	if (ch->named && (find(r, ch->name) || making_named(r, ch->name))) {
 		snprintf(why, whylen, "channel '%s' exists", ch->name);
 		return -EEXIST;
 	}

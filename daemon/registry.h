@@ -93,6 +93,7 @@
 #include <stdint.h>
 
 #include "account.h"
+#include "dying.h"
 #include "channel.h"
 #include "cred.h"
 #include "pool.h"
@@ -138,8 +139,10 @@ struct channel {
 					 * NOTIFY's, the owner's from the store); with notify_fd */
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
+	bool from_pool;                 /* its segment came ready from the pool */
+	size_t made;                    /* half-made (registry_create()): bytes of it locked so far */
 	struct channel *hash_next;      /* in its bucket, while named */
-	struct channel *prev, *next;    /* every live channel, by id */
+	struct channel *prev, *next;    /* every live channel, by id; next: the half-made ones too */
 };
 
 /* A connection, as the registry sees it. */
@@ -205,6 +208,9 @@ struct registry {
 	unsigned watch_cursor;      /* the next slot the tick looks at */
 	int watch_epfd;             /* an epoll set of the watches' pidfds (-1: none, all ticked) */
 	struct nested_procs nested; /* the last scan of /proc for nested PID namespaces */
+	struct channel *making, *making_last; /* half-made channels, in the order of their next slice */
+	unsigned nmaking;
+	struct dying *dying;        /* segments of destroyed channels, unmapped and punched in slices */
 };
 
 /** An empty registry that charges its channels to @p acct. */
@@ -226,10 +232,46 @@ void registry_fini(struct registry *r);
  * those of account_charge(): -EFBIG, -EUSERS, -EDQUOT, -ENOSPC; and of
  * segment_alloc(): -EINVAL and -ENOMEM for huge pages.  The charge is the
  * segment's true size (a huge page multiple, or its pool class).
+ *
+ * A segment from the pool is formatted at once: 0.  Any other is made
+ * (memfd, seals, mapping, NUMA policy: no page touched) and charged whole,
+ * and @return -EINPROGRESS with @p out set to the half-made channel: its
+ * name is reserved (another CREATE of it gets -EEXIST) but no other
+ * request sees it; registry_step() locks (and so populates) it slice by
+ * slice, and hands it back for registry_create_end().  The connection @p c
+ * must make no other request meanwhile; if it goes (registry_client_gone())
+ * or the daemon stops, the channel is given up: its charge goes, its
+ * segment is destroyed.
  */
 int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
 		    unsigned mode, bool persistent, const struct segment_opts *o, struct channel **out, char *why,
 		    size_t whylen);
+
+/**
+ * Finish @p ch for its creator @p c, once registry_step() handed it back
+ * (locked, or unpinned where locking failed: then so charged, and a
+ * warning in @p why): format it, name it, list it, reference it from
+ * @p c; @p out set to it.  @return 0, or -EINVAL/-ENOSPC (not formatted:
+ * given up).
+ */
+int registry_create_end(struct registry *r, struct reg_client *c, struct channel *ch, struct channel **out,
+			char *why, size_t whylen);
+
+/**
+ * One slice of the work in progress, for the event loop to call once a
+ * turn while registry_busy(): unmap and punch a slice of a destroyed
+ * channel's segment (dying.h), those first, else lock the next slice of
+ * the half-made channel that waited longest (round robin).  @p made: the
+ * half-made channel whose last slice this was (out of the list: for
+ * registry_create_end() now), or NULL.  @return registry_busy().
+ */
+bool registry_step(struct registry *r, struct channel **made);
+
+/** Give up @p ch, half-made, handed back by registry_step(). */
+void registry_create_abandon(struct registry *r, struct channel *ch);
+
+/** Whether registry_step() has work: half-made channels or dying segments. */
+bool registry_busy(const struct registry *r);
 
 /**
  * Open @p name as @p role for @p c; @p out and @p endpoint set.  The first
