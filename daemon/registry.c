@@ -127,6 +127,65 @@ static void wake_armed(struct channel *ch, unsigned ep)
 	}
 }
 
+/*
+ * One slice of the move of @p ch's pages to m->node, from m->done on, at
+ * most @p max bytes.  @return 1: more to move; 0: all moved; -EIO: the
+ * policy is set, but some pages stay where they are; or an error of
+ * mbind(), -EBADMSG (damaged): stopped.  m->why says why.
+ */
+static int move_slice(struct channel *ch, struct channel_move *m, size_t max)
+{
+	size_t len = ch->seg.size - m->done < max ? ch->seg.size - m->done : max;
+	char why[sizeof(m->why)];
+	int rc = -EBADMSG;
+
+	if (ch->seg.damaged)
+		snprintf(why, sizeof(why), "the segment is damaged (shrunk by a client)");
+	else
+		rc = numa_move((char *)ch->seg.base + m->done, len, m->node, why, sizeof(why));
+	if (rc != 0)
+		memcpy(m->why, why, sizeof(why));
+	if (rc == -EIO)
+		m->partial = true;
+	else if (rc != 0)
+		return rc;
+	m->done += len;
+	if (m->done < ch->seg.size)
+		return 1;
+	return m->partial ? -EIO : 0;
+}
+
+/* The move of @p ch is over (@p rc from move_slice()): its node, the log. */
+static void move_end(struct channel *ch, const struct channel_move *m, int rc)
+{
+	if (rc == 0 || rc == -EIO) {
+		ch->seg.node = m->node;
+		if (rc == 0)
+			log_info("channel '%s': pages moved to NUMA node %d, near its consumer (pid %d)", ch->name,
+				 m->node, (int)m->pid);
+		else
+			log_warn("channel '%s': pages preferred on NUMA node %d, near its consumer (pid %d), but %s",
+				 ch->name, m->node, (int)m->pid, m->why);
+		return;
+	}
+	ch->seg.node = PINSHM_NODE_ANY;
+	log_warn("channel '%s': pages not moved to NUMA node %d, near its consumer (pid %d): %s; "
+		 "they stay where they are",
+		 ch->name, m->node, (int)m->pid, m->why);
+}
+
+/* Take @p ch's move out of r->moving, and end it. */
+static void move_forget(struct registry *r, struct channel *ch)
+{
+	struct channel **p = &r->moving;
+
+	while (*p != ch)
+		p = &(*p)->move->next;
+	*p = ch->move->next;
+	free(ch->move);
+	ch->move = NULL;
+}
+
 /* Number @p ch, file it under its name (if named) and append it to the
  * registry's list; channel_free() undoes it. */
 static void link_channel(struct registry *r, struct channel *ch)
@@ -167,6 +226,8 @@ static void channel_free(struct registry *r, struct channel *ch)
 		forget_notify(r, ch, ch->g.max_producers + i);
 	free(ch->notify_fd);
 	free(ch->notify_uid);
+	if (ch->move)
+		move_forget(r, ch);
 	if (ch->seg.release)
 		dying_add(&r->dying, &ch->seg); /* unmapped and punched in slices */
 	else
@@ -1253,6 +1314,40 @@ void registry_fini(struct registry *r)
 	dying_finish(&r->dying);
 }
 
+/* The segment of @p ch, charged @p ch->seg.size bytes to its owner: the
+ * pool's segment @p pooled (ch->from_pool), or a fresh one of @p need
+ * bytes made as @p o says, to be locked in slices.  On failure the charge
+ * goes, and @p ch. */
+static int create_segment(struct registry *r, struct channel *ch, const struct segment_opts *o, size_t need,
+			  const struct segment *pooled, char *why, size_t whylen)
+{
+	const char *name = ch->name;
+	size_t size;
+	int rc = 0;
+
+	segment_backing_size(need, o, &size);
+	if (ch->from_pool) {
+		ch->seg = *pooled;
+		return 0;
+	}
+	struct segment_opts later = *o;
+	later.lock_later = true; /* locked in slices: registry_step() */
+	rc = segment_alloc(&ch->seg, need, &later, name);
+	if (rc == 0)
+		return 0;
+	if (o->hugepages && rc == -ENOMEM)
+		snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages", name, size);
+	else if (o->hugepages && rc == -EINVAL)
+		snprintf(why, whylen, "huge pages for '%s': this kernel cannot make a sealed huge-page memfd", name);
+	else
+		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
+	log_err("channel '%s': %s", name, why);
+	account_release(r->acct, ch->uid, size, true);
+	free(ch->holder);
+	free(ch);
+	return rc;
+}
+
 int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
 		    unsigned mode, bool persistent, const struct segment_opts *o, struct channel **out, char *why,
 		    size_t whylen)
@@ -1340,28 +1435,9 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	ch->attr = resolved;
 	ch->g = g;
 	ch->from_pool = from_pool;
-	if (from_pool) {
-		ch->seg = pooled;
-	} else {
-		struct segment_opts later = *o;
-		later.lock_later = true; /* locked in slices: registry_step() */
-		rc = segment_alloc(&ch->seg, need, &later, name);
-	}
-	if (rc != 0) {
-		if (o->hugepages && rc == -ENOMEM)
-			snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages", name,
-				 size);
-		else if (o->hugepages && rc == -EINVAL)
-			snprintf(why, whylen, "huge pages for '%s': this kernel cannot make a sealed huge-page memfd",
-				 name);
-		else
-			snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
-		log_err("channel '%s': %s", name, why);
-		account_release(r->acct, c->cred.uid, size, true);
-		free(ch->holder);
-		free(ch);
+	rc = create_segment(r, ch, o, need, &pooled, why, whylen);
+	if (rc != 0)
 		return rc;
-	}
 	if (!from_pool) {
 		making_add(r, ch);
 		*out = ch;
@@ -1416,6 +1492,13 @@ bool registry_step(struct registry *r, struct channel **made)
 	*made = NULL;
 	if (r->dying) {
 		dying_step(&r->dying); /* first: what they unlock makes room for what the others lock */
+	} else if (r->moving) {
+		struct channel *mv = r->moving;
+		int rc = move_slice(mv, mv->move, segment_slice_bytes(&mv->seg));
+		if (rc <= 0) {
+			move_end(mv, mv->move, rc);
+			move_forget(r, mv);
+		}
 	} else if (ch) {
 		int rc = segment_lock_step(&ch->seg, &ch->made, segment_slice_bytes(&ch->seg));
 		making_remove(r, NULL, ch);
@@ -1425,7 +1508,7 @@ bool registry_step(struct registry *r, struct channel **made)
 			*made = ch; /* locked, or left unpinned (rc < 0, pin_error) */
 		}
 	}
-	return r->dying || r->making;
+	return registry_busy(r);
 }
 
 void registry_create_abandon(struct registry *r, struct channel *ch)
@@ -1435,18 +1518,21 @@ void registry_create_abandon(struct registry *r, struct channel *ch)
 
 bool registry_busy(const struct registry *r)
 {
-	return r->dying || r->making;
+	return r->dying || r->making || r->moving;
 }
 
 /*
  * A channel made near its consumer, at its first consumer's OPEN: move its
  * pages to @p node, the node that consumer says it runs on (a hint from a
  * client: checked against the nodes there are, else ignored).  Whatever
- * fails, the channel keeps working where its pages are.
+ * fails, the channel keeps working where its pages are.  The first slice
+ * is moved now (a small channel's whole segment), the others by
+ * registry_step(), one a turn; the channel is listed on @p node from now
+ * on, unless its first slice fails.
  */
-static void place_near_consumer(struct channel *ch, int node, pid_t pid)
+static void place_near_consumer(struct registry *r, struct channel *ch, int node, pid_t pid)
 {
-	char why[160];
+	struct channel_move m = {.node = node, .pid = pid};
 
 	if (node == PINSHM_NODE_ANY) {
 		log_info("channel '%s': its consumer (pid %d) does not know its NUMA node: not placed yet", ch->name,
@@ -1459,25 +1545,19 @@ static void place_near_consumer(struct channel *ch, int node, pid_t pid)
 			 ch->name, (int)pid, node);
 		return;
 	}
-	int rc = -EBADMSG;
-	if (ch->seg.damaged)
-		snprintf(why, sizeof(why), "the segment is damaged (shrunk by a client)");
-	else
-		rc = numa_move(ch->seg.base, ch->seg.size, node, why, sizeof(why));
-	if (rc == 0 || rc == -EIO) {
+	int rc = move_slice(ch, &m, segment_slice_bytes(&ch->seg));
+	if (rc > 0)
+		ch->move = malloc(sizeof(*ch->move));
+	if (rc > 0 && ch->move) {
+		*ch->move = m;
+		ch->move->next = r->moving;
+		r->moving = ch;
 		ch->seg.node = node;
-		if (rc == 0)
-			log_info("channel '%s': pages moved to NUMA node %d, near its consumer (pid %d)", ch->name,
-				 node, (int)pid);
-		else
-			log_warn("channel '%s': pages preferred on NUMA node %d, near its consumer (pid %d), but %s",
-				 ch->name, node, (int)pid, why);
 		return;
 	}
-	ch->seg.node = PINSHM_NODE_ANY;
-	log_warn("channel '%s': pages not moved to NUMA node %d, near its consumer (pid %d): %s; "
-		 "they stay where they are",
-		 ch->name, node, (int)pid, why);
+	while (rc > 0) /* no memory to wait: the rest at once */
+		rc = move_slice(ch, &m, SIZE_MAX);
+	move_end(ch, &m, rc);
 }
 
 int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,
@@ -1516,7 +1596,7 @@ int registry_open(struct registry *r, struct reg_client *c, const char *name, pi
 	if (ch->seg.unlocked)
 		relock(ch, "opened"); /* about to be used */
 	if (role == PINSHM_CONSUMER && ch->seg.node == PINSHM_NODE_CONSUMER)
-		place_near_consumer(ch, client_node, c->cred.pid);
+		place_near_consumer(r, ch, client_node, c->cred.pid);
 	*out = ch;
 	*endpoint = (unsigned)ep;
 	return 0;

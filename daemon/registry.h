@@ -116,6 +116,17 @@
 #define REGISTRY_NESTED_MAX 65536u    /* processes of nested PID namespaces one scan of /proc keeps */
 #define REGISTRY_NESTED_SCAN_MS 1000u /* a scan of /proc is reused for so long, and 50 times its own time */
 
+/* A channel's pages on their way to its first consumer's node, a slice a
+ * turn (registry_step()). */
+struct channel_move {
+	int node;              /* where to */
+	pid_t pid;             /* that consumer, for the log */
+	size_t done;           /* bytes moved from the start */
+	bool partial;          /* some pages stayed where they are (mbind's EIO) */
+	char why[160];         /* why not all, or why stopped */
+	struct channel *next;  /* in registry.moving */
+};
+
 struct channel {
 	uint64_t id;                    /* creation order, from 1: the LIST cursor */
 	char name[PINSHM_NAME_MAX + 1];
@@ -141,6 +152,7 @@ struct channel {
 	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
 	bool from_pool;                 /* its segment came ready from the pool */
 	size_t made;                    /* half-made (registry_create()): bytes of it locked so far */
+	struct channel_move *move;      /* its pages moving to its consumer's node, NULL: not */
 	struct channel *hash_next;      /* in its bucket, while named */
 	struct channel *prev, *next;    /* every live channel, by id; next: the half-made ones too */
 };
@@ -211,6 +223,7 @@ struct registry {
 	struct channel *making, *making_last; /* half-made channels, in the order of their next slice */
 	unsigned nmaking;
 	struct dying *dying;        /* segments of destroyed channels, unmapped and punched in slices */
+	struct channel *moving;     /* channels whose pages move to their consumer's node (ch->move) */
 };
 
 /** An empty registry that charges its channels to @p acct. */
@@ -260,8 +273,9 @@ int registry_create_end(struct registry *r, struct reg_client *c, struct channel
 /**
  * One slice of the work in progress, for the event loop to call once a
  * turn while registry_busy(): unmap and punch a slice of a destroyed
- * channel's segment (dying.h), those first, else lock the next slice of
- * the half-made channel that waited longest (round robin).  @p made: the
+ * channel's segment (dying.h), those first; else move a slice of the pages
+ * of a channel placed near its consumer (registry_open()); else lock the
+ * next slice of the half-made channel that waited longest (round robin).  @p made: the
  * half-made channel whose last slice this was (out of the list: for
  * registry_create_end() now), or NULL.  @return registry_busy().
  */
@@ -270,14 +284,15 @@ bool registry_step(struct registry *r, struct channel **made);
 /** Give up @p ch, half-made, handed back by registry_step(). */
 void registry_create_abandon(struct registry *r, struct channel *ch);
 
-/** Whether registry_step() has work: half-made channels or dying segments. */
+/** Whether registry_step() has work: dying segments, moves, half-made channels. */
 bool registry_busy(const struct registry *r);
 
 /**
  * Open @p name as @p role for @p c; @p out and @p endpoint set.  The first
  * consumer of a channel made near its consumer (PINSHM_NODE_CONSUMER)
  * places it on @p client_node, the node the client says it runs on
- * (checked: a node this machine does not have is ignored, with a log line).
+ * (checked: a node this machine does not have is ignored, with a log line):
+ * its first slice of pages moves now, the rest in registry_step().
  */
 int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,
 		  int client_node, struct channel **out, unsigned *endpoint, char *why, size_t whylen);

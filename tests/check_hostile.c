@@ -24,12 +24,15 @@
  *   in slices, so that no round trip waits for a whole segment:
  *   STALL_P99_MS at the 99th percentile, STALL_MAX_MS at worst (bounds
  *   not asserted where the daemon runs under $PINSHMD_WRAPPER; the rounds
- *   still must all succeed).
+ *   still must all succeed).  And a create given up half-made: by a
+ *   creator killed (its charge goes, its name is free again, the daemon
+ *   serves on), by a daemon that stops (it exits 0).
  */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -531,6 +534,75 @@ START_TEST(test_stall)
 }
 END_TEST
 
+/* Bytes charged to this test's user (STATUS). */
+static uint64_t charged(pinshm_client_t *c)
+{
+	pinshm_status_t st;
+	pinshm_user_usage_t *u;
+	size_t n;
+	uint64_t bytes = 0;
+
+	CLIENT_RC(c, pinshm_status(c, &st, &u, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (u[i].uid == getuid())
+			bytes += u[i].charged;
+	free(u);
+	return bytes;
+}
+
+/* A child that creates @p name as @p attr, and exits; @return its pid once
+ * the daemon is making it (charged, not listed yet). */
+static pid_t create_in_child(const struct daemon *d, pinshm_client_t *obs, const char *name,
+			     const pinshm_channel_attr_t *attr)
+{
+	uint64_t base = charged(obs);
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		pinshm_client_t *c = NULL;
+		_exit(pinshm_connect(d->sock, &c) == 0 && pinshm_create(c, name, attr, 0600, 0) == 0 ? 0 : 1);
+	}
+	uint64_t end = tu_now_ms() + GONE_MS;
+	while (charged(obs) == base && tu_now_ms() < end)
+		usleep(200);
+	ck_assert_msg(charged(obs) > base, "the create of '%s' was never charged", name);
+	ck_assert_msg(!list_find(obs, name, NULL, NULL), "'%s' listed before its create is done", name);
+	return pid;
+}
+
+START_TEST(test_stall_given_up)
+{
+	struct daemon d;
+	uint64_t budget, quota, q, max_segment;
+	pinshm_channel_attr_t attr;
+	int status;
+
+	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
+	config_derived_limits(budget, &q, &max_segment);
+	largest_attr(&attr, max_segment < quota ? max_segment : quota);
+
+	/* Its creator killed half-way: the charge goes, the name is free. */
+	pid_t pid = create_in_child(&d, c, "half", &attr);
+	CLIENT_RC(c, pinshm_create(c, "half", &attr, 0600, 0), -EEXIST);
+	kill(pid, SIGKILL);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	uint64_t end = tu_now_ms() + GONE_MS;
+	while (charged(c) != 0 && tu_now_ms() < end)
+		usleep(1000);
+	ck_assert_uint_eq(charged(c), 0);
+	CLIENT_RC(c, pinshm_create(c, "half", &attr, 0600, 0), 0);
+	ck_assert(list_find(c, "half", NULL, NULL));
+	CLIENT_RC(c, pinshm_unlink(c, "half"), 0);
+
+	/* The daemon stopped half-way: it exits 0 (no leak under valgrind). */
+	pid = create_in_child(&d, c, "stop", &attr);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
 	Suite *s = suite_create("hostile");
@@ -551,6 +623,7 @@ static Suite *hostile_suite(void)
 	tc = tcase_create("stall");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_stall);
+	tcase_add_test(tc, test_stall_given_up);
 	suite_add_tcase(s, tc);
 	return s;
 }
