@@ -26,7 +26,9 @@
  *   not asserted where the daemon runs under $PINSHMD_WRAPPER; the rounds
  *   still must all succeed).  And a create given up half-made: by a
  *   creator killed (its charge goes, its name is free again, the daemon
- *   serves on), by a daemon that stops (it exits 0).
+ *   serves on), by a daemon that stops (it exits 0).  And one whose lock
+ *   fails half-way (RLIMIT_MEMLOCK of 3 MiB, 8 MiB of channel, 2 MiB a
+ *   slice): created unpinned, nothing of it left locked, and it works.
  */
 #include <check.h>
 #include <dirent.h>
@@ -603,6 +605,44 @@ START_TEST(test_stall_given_up)
 }
 END_TEST
 
+START_TEST(test_stall_unpinned)
+{
+	struct daemon d;
+	struct daemon_opts o = {.as_user = true, .memlock = 3 * MiB};
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_channel_t *p, *q;
+	char buf[16];
+	size_t len;
+
+	if (!daemon_test_user(&o.uid, &o.gid))
+		return;
+	daemon_start_opts(&d, &o);
+	pinshm_client_t *c = connect_ok(&d);
+	long lck0 = proc_status_value_kb(d.pid, "VmLck:");
+	tu_attr(&attr, PINSHM_QUEUE, 8 * MiB, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "mid", &attr, 0600, 0), 0);
+	ck_assert_msg(strstr(pinshm_client_error(c), "not pinned") != NULL, "create said: '%s'",
+		      pinshm_client_error(c));
+	ck_assert(list_find(c, "mid", &e, NULL));
+	ck_assert(!(e.state & PINSHM_LIST_PINNED));
+	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0); /* its first slice unlocked again */
+	tu_attr(&attr, PINSHM_QUEUE, 4096, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "small", &attr, 0600, 0), 0);
+	ck_assert(list_find(c, "small", &e, NULL));
+	ck_assert(e.state & PINSHM_LIST_PINNED);
+	CLIENT_RC(c, pinshm_open(c, "mid", PINSHM_PRODUCER, &p), 0);
+	CLIENT_RC(c, pinshm_open(c, "mid", PINSHM_CONSUMER, &q), 0);
+	ck_assert_int_eq(pinshm_send(p, "unpinned", 8, 1000), 0);
+	ck_assert_int_eq(pinshm_recv(q, buf, sizeof(buf), &len, 1000), 0);
+	ck_assert_uint_eq(len, 8);
+	pinshm_channel_close(p);
+	pinshm_channel_close(q);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
 	Suite *s = suite_create("hostile");
@@ -624,6 +664,7 @@ static Suite *hostile_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_stall);
 	tcase_add_test(tc, test_stall_given_up);
+	tcase_add_test(tc, test_stall_unpinned);
 	suite_add_tcase(s, tc);
 	return s;
 }
