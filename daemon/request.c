@@ -303,6 +303,28 @@ static void finish(struct proto_msg *rep, struct reply *out)
 	out->len = (size_t)len;
 }
 
+/* The ERROR reply to a packet of @p len bytes that proto_decode() refused
+ * with @p rc (its header in @p req where it could be read). */
+static void undecoded(const struct reg_client *c, const struct proto_msg *req, size_t len, int rc,
+		      struct proto_msg *rep, struct reply *out)
+{
+	rep->h.type = PROTO_ERROR;
+	rep->status = rc;
+	if (rc == -EPROTO) {
+		fail(rep, rc, "protocol version %u not supported: this daemon speaks %u", req->h.version,
+		     PROTO_VERSION);
+		log_info("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
+	} else if (rc == -EOPNOTSUPP) {
+		fail(rep, rc, "unknown request type %u", req->h.type);
+		log_info("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
+	} else {
+		fail(rep, rc, "malformed %zu-byte request (%s): closing the connection", len, strerror(-rc));
+		log_warn("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
+		out->close_after = true;
+	}
+	finish(rep, out);
+}
+
 void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t *pkt, size_t len, struct reply *out)
 {
 	struct proto_msg *req = &ctx->req, *rep = &ctx->rep;
@@ -322,21 +344,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 	memset(rep, 0, offsetof(struct proto_msg, u));
 	rep->h.seq = req->h.seq;
 	if (rc != 0) {
-		rep->h.type = PROTO_ERROR;
-		rep->status = rc;
-		if (rc == -EPROTO) {
-			fail(rep, rc, "protocol version %u not supported: this daemon speaks %u", req->h.version,
-			     PROTO_VERSION);
-			log_info("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
-		} else if (rc == -EOPNOTSUPP) {
-			fail(rep, rc, "unknown request type %u", req->h.type);
-			log_info("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
-		} else {
-			fail(rep, rc, "malformed %zu-byte request (%s): closing the connection", len, strerror(-rc));
-			log_warn("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
-			out->close_after = true;
-		}
-		finish(rep, out);
+		undecoded(c, req, len, rc, rep, out);
 		return;
 	}
 
