@@ -40,10 +40,11 @@
  *   claimed for it that is still ACTIVE in the segment is reaped, once
  *   (seg_endpoint_reap: marked dead, peers woken, so they get -EPIPE).
  * - A channel is destroyed (segment unmapped, its pages past the endpoints
- *   punched out and closed: the memory goes at once, though a process
- *   still holds the descriptor or maps it, see segment_destroy()) when no connection
- *   references it and it is not persistent or no longer named.  A daemon
- *   that stops (registry_fini()) punches nothing: its channels live on.
+ *   punched out and closed: the memory goes, though a process still holds
+ *   the descriptor or maps it, see segment_destroy(); in slices, a few
+ *   loop turns later, dying.h) when no connection references it and it is
+ *   not persistent or no longer named.  A daemon that stops
+ *   (registry_fini()) punches nothing: its channels live on.
  * - Adopted channels (adopt.h) come with endpoints attached by processes
  *   that no connection of this daemon stands for: registry_adopt_endpoints()
  *   judges each one's owner, the pid the segment records for it, each
