@@ -48,6 +48,8 @@ struct conn {
 	uint64_t silent_until; /* CLOCK_MONOTONIC ms: closed then unless it has sent a packet; 0: it has */
 	struct reg_client client;
 	struct reply *pending; /* a reply waiting for room in the socket */
+	bool making;           /* its CREATE is in progress (registry_step()): not read meanwhile */
+	uint32_t making_seq;   /* that CREATE's */
 	int refused;           /* 0, or why its first request is to be refused (-EACCES, -EUSERS) */
 	char refusal[PROTO_TEXT_MAX + 1];
 	struct conn *prev, *next;
@@ -414,12 +416,48 @@ static bool peer_closed(int fd)
 	return n < 0 || (n == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)));
 }
 
+/*
+ * @p c's CREATE (seq @p seq) is in progress: watch nothing of it but
+ * EPOLLHUP and EPOLLERR (a client that goes gives it up) until
+ * loop_step() replies.  What it sends meanwhile waits in its socket.
+ */
+static void conn_making(struct loop *l, struct conn *c, uint32_t seq)
+{
+	c->making = true;
+	c->making_seq = seq;
+	if (watch_fd(l, EPOLL_CTL_MOD, c->fd, 0, c) != 0)
+		conn_close(l, c, "epoll");
+}
+
+/* One slice of the work in progress (registry_step()); the reply to the
+ * CREATE that it ends. */
+static void loop_step(struct loop *l)
+{
+	struct channel *ch;
+	struct reply rep;
+	struct conn *c = l->conns;
+
+	registry_step(l->ctx.reg, &ch);
+	if (!ch)
+		return;
+	while (c && !(c->making && c->client.id == ch->creator))
+		c = c->next;
+	if (!c) { /* cannot be: a creator that goes gives its channel up */
+		registry_create_abandon(l->ctx.reg, ch);
+		return;
+	}
+	c->making = false;
+	request_created(&l->ctx, &c->client, ch, c->making_seq, &rep);
+	if (conn_reply(l, c, &rep) && !c->pending && watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, c) != 0)
+		conn_close(l, c, "epoll");
+}
+
 static void on_readable(struct loop *l, struct conn *c)
 {
 	uint8_t buf[PROTO_MAX_PACKET];
 	struct reply rep;
 
-	for (unsigned i = 0; i < LOOP_BATCH && !c->pending && !l->ctx.stop; i++) {
+	for (unsigned i = 0; i < LOOP_BATCH && !c->pending && !c->making && !l->ctx.stop; i++) {
 		unsigned nfds;
 		int fd = -1;
 		ssize_t n = fdpass_recv(c->fd, buf, sizeof(buf), &fd, 1, &nfds, MSG_DONTWAIT);
@@ -467,6 +505,10 @@ static void on_readable(struct loop *l, struct conn *c)
 		if (l->ctx.in_fd >= 0)
 			close(l->ctx.in_fd);
 		l->ctx.in_fd = -1;
+		if (rep.deferred) {
+			conn_making(l, c, rep.seq);
+			return;
+		}
 		if (!conn_reply(l, c, &rep))
 			return;
 		request_replied(&l->ctx, &c->client, &rep);
@@ -607,8 +649,9 @@ int loop_run(struct loop *l)
 		int timeout = wait_timeout(l);
 		if (l->ctx.stop)
 			break; /* idle */
-		int n = epoll_wait(l->epfd, events, 32, timeout);
-		if (n == 0 && pool_timeout(l) == 0) {
+		bool busy = registry_busy(l->ctx.reg); /* a slice each turn, whatever else comes */
+		int n = epoll_wait(l->epfd, events, 32, busy ? 0 : timeout);
+		if (n == 0 && !busy && pool_timeout(l) == 0) {
 			pool_refill(l->ctx.reg->pool); /* nothing waiting, quiet: one step of a refill */
 			continue;
 		}
@@ -636,7 +679,9 @@ int loop_run(struct loop *l)
 				struct conn *c = (struct conn *)w;
 				if (c->fd < 0)
 					continue; /* closed earlier in this batch */
-				if (c->pending) /* EPOLLOUT, or EPOLLHUP/EPOLLERR: the send says which */
+				if (c->making) /* EPOLLHUP, EPOLLERR: gone */
+					conn_close(l, c, "by the client, while its channel was made");
+				else if (c->pending) /* EPOLLOUT, or EPOLLHUP/EPOLLERR: the send says which */
 					on_writable(l, c);
 				else if (ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR))
 					on_readable(l, c);
@@ -644,6 +689,8 @@ int loop_run(struct loop *l)
 			if (l->ctx.stop)
 				break;
 		}
+		if (busy && !l->ctx.stop)
+			loop_step(l);
 		conn_free_closed(l);
 	}
 	return 0;

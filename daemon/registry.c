@@ -20,6 +20,7 @@
 
 #include "clock.h"
 #include "adopt.h"
+#include "dying.h"
 #include "log.h"
 #include "numa.h"
 #include "registry.h"
@@ -126,6 +127,65 @@ static void wake_armed(struct channel *ch, unsigned ep)
 	}
 }
 
+/*
+ * One slice of the move of @p ch's pages to m->node, from m->done on, at
+ * most @p max bytes.  @return 1: more to move; 0: all moved; -EIO: the
+ * policy is set, but some pages stay where they are; or an error of
+ * mbind(), -EBADMSG (damaged): stopped.  m->why says why.
+ */
+static int move_slice(struct channel *ch, struct channel_move *m, size_t max)
+{
+	size_t len = ch->seg.size - m->done < max ? ch->seg.size - m->done : max;
+	char why[sizeof(m->why)];
+	int rc = -EBADMSG;
+
+	if (ch->seg.damaged)
+		snprintf(why, sizeof(why), "the segment is damaged (shrunk by a client)");
+	else
+		rc = numa_move((char *)ch->seg.base + m->done, len, m->node, why, sizeof(why));
+	if (rc != 0)
+		memcpy(m->why, why, sizeof(why));
+	if (rc == -EIO)
+		m->partial = true;
+	else if (rc != 0)
+		return rc;
+	m->done += len;
+	if (m->done < ch->seg.size)
+		return 1;
+	return m->partial ? -EIO : 0;
+}
+
+/* The move of @p ch is over (@p rc from move_slice()): its node, the log. */
+static void move_end(struct channel *ch, const struct channel_move *m, int rc)
+{
+	if (rc == 0 || rc == -EIO) {
+		ch->seg.node = m->node;
+		if (rc == 0)
+			log_info("channel '%s': pages moved to NUMA node %d, near its consumer (pid %d)", ch->name,
+				 m->node, (int)m->pid);
+		else
+			log_warn("channel '%s': pages preferred on NUMA node %d, near its consumer (pid %d), but %s",
+				 ch->name, m->node, (int)m->pid, m->why);
+		return;
+	}
+	ch->seg.node = PINSHM_NODE_ANY;
+	log_warn("channel '%s': pages not moved to NUMA node %d, near its consumer (pid %d): %s; "
+		 "they stay where they are",
+		 ch->name, m->node, (int)m->pid, m->why);
+}
+
+/* Take @p ch's move out of r->moving, and end it. */
+static void move_forget(struct registry *r, struct channel *ch)
+{
+	struct channel **p = &r->moving;
+
+	while (*p != ch)
+		p = &(*p)->move->next;
+	*p = ch->move->next;
+	free(ch->move);
+	ch->move = NULL;
+}
+
 /* Number @p ch, file it under its name (if named) and append it to the
  * registry's list; channel_free() undoes it. */
 static void link_channel(struct registry *r, struct channel *ch)
@@ -166,7 +226,12 @@ static void channel_free(struct registry *r, struct channel *ch)
 		forget_notify(r, ch, ch->g.max_producers + i);
 	free(ch->notify_fd);
 	free(ch->notify_uid);
-	segment_destroy(&ch->seg);
+	if (ch->move)
+		move_forget(r, ch);
+	if (ch->seg.release)
+		dying_add(&r->dying, &ch->seg); /* unmapped and punched in slices */
+	else
+		segment_destroy(&ch->seg);
 	free(ch->holder);
 	free(ch);
 }
@@ -1171,6 +1236,53 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
 	return rc;
 }
 
+/* A half-made channel @p ch (registry_create()): its name is reserved, no
+ * one else sees it; registry_step() locks it slice by slice. */
+static void making_add(struct registry *r, struct channel *ch)
+{
+	ch->next = NULL;
+	if (r->making_last)
+		r->making_last->next = ch;
+	else
+		r->making = ch;
+	r->making_last = ch;
+	r->nmaking++;
+}
+
+/* Take the half-made channel @p ch out of the list (@p prev before it). */
+static void making_remove(struct registry *r, struct channel *prev, struct channel *ch)
+{
+	if (prev)
+		prev->next = ch->next;
+	else
+		r->making = ch->next;
+	if (r->making_last == ch)
+		r->making_last = prev;
+	ch->next = NULL;
+	r->nmaking--;
+}
+
+static bool making_named(const struct registry *r, const char *name)
+{
+	for (const struct channel *ch = r->making; ch; ch = ch->next)
+		if (strcmp(ch->name, name) == 0)
+			return true;
+	return false;
+}
+
+/* Give up @p ch, half-made or made and never linked: its whole charge
+ * goes, its segment is destroyed in slices (never handed out: no punch
+ * kept for anyone, every page goes). */
+static void making_drop(struct registry *r, struct channel *ch)
+{
+	account_release(r->acct, ch->uid, ch->seg.size, true);
+	ch->seg.release = true;
+	ch->seg.keep = 0;
+	dying_add(&r->dying, &ch->seg);
+	free(ch->holder);
+	free(ch);
+}
+
 void registry_init(struct registry *r, struct account *acct)
 {
 	*r = (struct registry){.next_id = 1, .acct = acct};
@@ -1194,6 +1306,46 @@ void registry_fini(struct registry *r)
 	r->watch_epfd = -1;
 	while (r->first)
 		channel_free(r, r->first);
+	while (r->making) {
+		struct channel *ch = r->making;
+		making_remove(r, NULL, ch);
+		making_drop(r, ch);
+	}
+	dying_finish(&r->dying);
+}
+
+/* The segment of @p ch, charged @p ch->seg.size bytes to its owner: the
+ * pool's segment @p pooled (ch->from_pool), or a fresh one of @p need
+ * bytes made as @p o says, to be locked in slices.  On failure the charge
+ * goes, and @p ch. */
+static int create_segment(struct registry *r, struct channel *ch, const struct segment_opts *o, size_t need,
+			  const struct segment *pooled, char *why, size_t whylen)
+{
+	const char *name = ch->name;
+	size_t size;
+	int rc = 0;
+
+	segment_backing_size(need, o, &size);
+	if (ch->from_pool) {
+		ch->seg = *pooled;
+		return 0;
+	}
+	struct segment_opts later = *o;
+	later.lock_later = true; /* locked in slices: registry_step() */
+	rc = segment_alloc(&ch->seg, need, &later, name);
+	if (rc == 0)
+		return 0;
+	if (o->hugepages && rc == -ENOMEM)
+		snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages", name, size);
+	else if (o->hugepages && rc == -EINVAL)
+		snprintf(why, whylen, "huge pages for '%s': this kernel cannot make a sealed huge-page memfd", name);
+	else
+		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
+	log_err("channel '%s': %s", name, why);
+	account_release(r->acct, ch->uid, size, true);
+	free(ch->holder);
+	free(ch);
+	return rc;
 }
 
 int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
@@ -1207,11 +1359,11 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	size_t size;
 	int rc;
 
-	if (find(r, name)) {
+	if (find(r, name) || making_named(r, name)) {
 		snprintf(why, whylen, "channel '%s' exists", name);
 		return -EEXIST;
 	}
-	if (r->count >= REGISTRY_MAX_CHANNELS) {
+	if (r->count + r->nmaking >= REGISTRY_MAX_CHANNELS) {
 		snprintf(why, whylen, "the daemon holds %u channels, its most", r->count);
 		return -ENFILE;
 	}
@@ -1282,32 +1434,33 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	ch->mode = mode;
 	ch->attr = resolved;
 	ch->g = g;
-	if (from_pool) {
-		ch->seg = pooled;
-		rc = segment_format(&ch->seg, &ch->attr);
-		if (rc != 0)
-			segment_destroy(&ch->seg);
-	} else {
-		rc = segment_create(&ch->seg, &ch->attr, o, name);
+	ch->from_pool = from_pool;
+	rc = create_segment(r, ch, o, need, &pooled, why, whylen);
+	if (rc != 0)
+		return rc;
+	if (!from_pool) {
+		making_add(r, ch);
+		*out = ch;
+		return -EINPROGRESS;
 	}
+	return registry_create_end(r, c, ch, out, why, whylen);
+}
+int registry_create_end(struct registry *r, struct reg_client *c, struct channel *ch, struct channel **out,
+			char *why, size_t whylen)
+{
+	const char *name = ch->name;
+	int rc = segment_format(&ch->seg, &ch->attr);
+
 	if (rc != 0) {
-		if (o->hugepages && rc == -ENOMEM)
-			snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages", name,
-				 size);
-		else if (o->hugepages && rc == -EINVAL)
-			snprintf(why, whylen, "huge pages for '%s': this kernel cannot make a sealed huge-page memfd",
-				 name);
-		else
-			snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
+		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
 		log_err("channel '%s': %s", name, why);
-		account_release(r->acct, c->cred.uid, size, true);
-		free(ch->holder);
-		free(ch);
+		making_drop(r, ch);
 		return rc;
 	}
-
-	if (!ch->seg.pinned)
-		account_unpinned(r->acct, ch->uid, size); /* on the quota, not the budget */
+	if (!ch->seg.pinned) {
+		log_warn("segment '%s': %zu bytes left unpinned: %s", name, ch->seg.size, ch->seg.pin_error);
+		account_unpinned(r->acct, ch->uid, ch->seg.size); /* on the quota, not the budget */
+	}
 	ch->named = true;
 	link_channel(r, ch);
 	take_ref(c, ch);
@@ -1320,10 +1473,10 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	if (!ch->seg.pinned)
 		snprintf(why, whylen, "channel '%s' created, but not pinned: %s", name, ch->seg.pin_error);
 	log_info("channel '%s' created by uid %u (pid %d): %s, %s, %zu bytes, mode %03o%s%s%s%s", name,
-		 (unsigned)ch->uid, (int)c->cred.pid, attr->kind == PINSHM_TOPIC ? "topic" : "queue",
-		 ch->seg.backend == PINSHM_BACKEND_SHM ? "shm" : "sealed memfd", ch->seg.size, mode,
-		 persistent ? ", persistent" : "", ch->seg.pinned ? ", pinned" : ", NOT pinned",
-		 ch->seg.hugepages ? ", huge pages" : "", from_pool ? ", from the pool" : "");
+		 (unsigned)ch->uid, (int)c->cred.pid, ch->attr.kind == PINSHM_TOPIC ? "topic" : "queue",
+		 ch->seg.backend == PINSHM_BACKEND_SHM ? "shm" : "sealed memfd", ch->seg.size, ch->mode,
+		 ch->persistent ? ", persistent" : "", ch->seg.pinned ? ", pinned" : ", NOT pinned",
+		 ch->seg.hugepages ? ", huge pages" : "", ch->from_pool ? ", from the pool" : "");
 	if (ch->seg.node >= 0)
 		log_info("channel '%s': pages preferred on NUMA node %d", name, ch->seg.node);
 	else if (ch->seg.at_consumer)
@@ -1332,15 +1485,54 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	return 0;
 }
 
+bool registry_step(struct registry *r, struct channel **made)
+{
+	struct channel *ch = r->making;
+
+	*made = NULL;
+	if (r->dying) {
+		dying_step(&r->dying); /* first: what they unlock makes room for what the others lock */
+	} else if (r->moving) {
+		struct channel *mv = r->moving;
+		int rc = move_slice(mv, mv->move, segment_slice_bytes(&mv->seg));
+		if (rc <= 0) {
+			move_end(mv, mv->move, rc);
+			move_forget(r, mv);
+		}
+	} else if (ch) {
+		int rc = segment_lock_step(&ch->seg, &ch->made, segment_slice_bytes(&ch->seg));
+		making_remove(r, NULL, ch);
+		if (rc > 0) {
+			making_add(r, ch); /* round robin */
+		} else {
+			*made = ch; /* locked, or left unpinned (rc < 0, pin_error) */
+		}
+	}
+	return registry_busy(r);
+}
+
+void registry_create_abandon(struct registry *r, struct channel *ch)
+{
+	making_drop(r, ch);
+}
+
+bool registry_busy(const struct registry *r)
+{
+	return r->dying || r->making || r->moving;
+}
+
 /*
  * A channel made near its consumer, at its first consumer's OPEN: move its
  * pages to @p node, the node that consumer says it runs on (a hint from a
  * client: checked against the nodes there are, else ignored).  Whatever
- * fails, the channel keeps working where its pages are.
+ * fails, the channel keeps working where its pages are.  The first slice
+ * is moved now (a small channel's whole segment), the others by
+ * registry_step(), one a turn; the channel is listed on @p node from now
+ * on, unless its first slice fails.
  */
-static void place_near_consumer(struct channel *ch, int node, pid_t pid)
+static void place_near_consumer(struct registry *r, struct channel *ch, int node, pid_t pid)
 {
-	char why[160];
+	struct channel_move m = {.node = node, .pid = pid};
 
 	if (node == PINSHM_NODE_ANY) {
 		log_info("channel '%s': its consumer (pid %d) does not know its NUMA node: not placed yet", ch->name,
@@ -1353,25 +1545,19 @@ static void place_near_consumer(struct channel *ch, int node, pid_t pid)
 			 ch->name, (int)pid, node);
 		return;
 	}
-	int rc = -EBADMSG;
-	if (ch->seg.damaged)
-		snprintf(why, sizeof(why), "the segment is damaged (shrunk by a client)");
-	else
-		rc = numa_move(ch->seg.base, ch->seg.size, node, why, sizeof(why));
-	if (rc == 0 || rc == -EIO) {
+	int rc = move_slice(ch, &m, segment_slice_bytes(&ch->seg));
+	if (rc > 0)
+		ch->move = malloc(sizeof(*ch->move));
+	if (rc > 0 && ch->move) {
+		*ch->move = m;
+		ch->move->next = r->moving;
+		r->moving = ch;
 		ch->seg.node = node;
-		if (rc == 0)
-			log_info("channel '%s': pages moved to NUMA node %d, near its consumer (pid %d)", ch->name,
-				 node, (int)pid);
-		else
-			log_warn("channel '%s': pages preferred on NUMA node %d, near its consumer (pid %d), but %s",
-				 ch->name, node, (int)pid, why);
 		return;
 	}
-	ch->seg.node = PINSHM_NODE_ANY;
-	log_warn("channel '%s': pages not moved to NUMA node %d, near its consumer (pid %d): %s; "
-		 "they stay where they are",
-		 ch->name, node, (int)pid, why);
+	while (rc > 0) /* no memory to wait: the rest at once */
+		rc = move_slice(ch, &m, SIZE_MAX);
+	move_end(ch, &m, rc);
 }
 
 int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,
@@ -1410,7 +1596,7 @@ int registry_open(struct registry *r, struct reg_client *c, const char *name, pi
 	if (ch->seg.unlocked)
 		relock(ch, "opened"); /* about to be used */
 	if (role == PINSHM_CONSUMER && ch->seg.node == PINSHM_NODE_CONSUMER)
-		place_near_consumer(ch, client_node, c->cred.pid);
+		place_near_consumer(r, ch, client_node, c->cred.pid);
 	*out = ch;
 	*endpoint = (unsigned)ep;
 	return 0;
@@ -1606,6 +1792,17 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
 
 void registry_client_gone(struct registry *r, struct reg_client *c)
 {
+	for (struct channel *ch = r->making, *prev = NULL, *next; ch; ch = next) {
+		next = ch->next;
+		if (ch->creator != c->id) {
+			prev = ch;
+			continue;
+		}
+		log_info("channel '%s': its creator (pid %d) left while it was made: given up", ch->name,
+			 (int)c->cred.pid);
+		making_remove(r, prev, ch);
+		making_drop(r, ch);
+	}
 	for (unsigned i = 0; i < c->nrefs; i++) {
 		struct channel *ch = c->refs[i];
 		for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
@@ -1630,7 +1827,7 @@ void registry_client_forget(struct reg_client *c)
 
 int registry_insert(struct registry *r, struct channel *ch, char *why, size_t whylen)
 {
-	if (ch->named && find(r, ch->name)) {
+	if (ch->named && (find(r, ch->name) || making_named(r, ch->name))) {
 		snprintf(why, whylen, "channel '%s' exists", ch->name);
 		return -EEXIST;
 	}

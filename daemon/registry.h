@@ -40,10 +40,11 @@
  *   claimed for it that is still ACTIVE in the segment is reaped, once
  *   (seg_endpoint_reap: marked dead, peers woken, so they get -EPIPE).
  * - A channel is destroyed (segment unmapped, its pages past the endpoints
- *   punched out and closed: the memory goes at once, though a process
- *   still holds the descriptor or maps it, see segment_destroy()) when no connection
- *   references it and it is not persistent or no longer named.  A daemon
- *   that stops (registry_fini()) punches nothing: its channels live on.
+ *   punched out and closed: the memory goes, though a process still holds
+ *   the descriptor or maps it, see segment_destroy(); in slices, a few
+ *   loop turns later, dying.h) when no connection references it and it is
+ *   not persistent or no longer named.  A daemon that stops
+ *   (registry_fini()) punches nothing: its channels live on.
  * - Adopted channels (adopt.h) come with endpoints attached by processes
  *   that no connection of this daemon stands for: registry_adopt_endpoints()
  *   judges each one's owner, the pid the segment records for it, each
@@ -93,6 +94,7 @@
 #include <stdint.h>
 
 #include "account.h"
+#include "dying.h"
 #include "seg.h"
 #include "cred.h"
 #include "pool.h"
@@ -114,6 +116,17 @@
 #define REGISTRY_TICK_ORPHANS 1024u   /* watched endpoints looked at a tick (claimed or closed since?) */
 #define REGISTRY_NESTED_MAX 65536u    /* processes of nested PID namespaces one scan of /proc keeps */
 #define REGISTRY_NESTED_SCAN_MS 1000u /* a scan of /proc is reused for so long, and 50 times its own time */
+
+/* A channel's pages on their way to its first consumer's node, a slice a
+ * turn (registry_step()). */
+struct channel_move {
+	int node;              /* where to */
+	pid_t pid;             /* that consumer, for the log */
+	size_t done;           /* bytes moved from the start */
+	bool partial;          /* some pages stayed where they are (mbind's EIO) */
+	char why[160];         /* why not all, or why stopped */
+	struct channel *next;  /* in registry.moving */
+};
 
 struct channel {
 	uint64_t id;                    /* creation order, from 1: the LIST cursor */
@@ -138,8 +151,11 @@ struct channel {
 					 * NOTIFY's, the owner's from the store); with notify_fd */
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
+	bool from_pool;                 /* its segment came ready from the pool */
+	size_t made;                    /* half-made (registry_create()): bytes of it locked so far */
+	struct channel_move *move;      /* its pages moving to its consumer's node, NULL: not */
 	struct channel *hash_next;      /* in its bucket, while named */
-	struct channel *prev, *next;    /* every live channel, by id */
+	struct channel *prev, *next;    /* every live channel, by id; next: the half-made ones too */
 };
 
 /* A connection, as the registry sees it. */
@@ -205,6 +221,10 @@ struct registry {
 	unsigned watch_cursor;      /* the next slot the tick looks at */
 	int watch_epfd;             /* an epoll set of the watches' pidfds (-1: none, all ticked) */
 	struct nested_procs nested; /* the last scan of /proc for nested PID namespaces */
+	struct channel *making, *making_last; /* half-made channels, in the order of their next slice */
+	unsigned nmaking;
+	struct dying *dying;        /* segments of destroyed channels, unmapped and punched in slices */
+	struct channel *moving;     /* channels whose pages move to their consumer's node (ch->move) */
 };
 
 /** An empty registry that charges its channels to @p acct. */
@@ -226,16 +246,54 @@ void registry_fini(struct registry *r);
  * those of account_charge(): -EFBIG, -EUSERS, -EDQUOT, -ENOSPC; and of
  * segment_alloc(): -EINVAL and -ENOMEM for huge pages.  The charge is the
  * segment's true size (a huge page multiple, or its pool class).
+ *
+ * A segment from the pool is formatted at once: 0.  Any other is made
+ * (memfd, seals, mapping, NUMA policy: no page touched) and charged whole,
+ * and @return -EINPROGRESS with @p out set to the half-made channel: its
+ * name is reserved (another CREATE of it gets -EEXIST) but no other
+ * request sees it; registry_step() locks (and so populates) it slice by
+ * slice, and hands it back for registry_create_end().  The connection @p c
+ * must make no other request meanwhile; if it goes (registry_client_gone())
+ * or the daemon stops, the channel is given up: its charge goes, its
+ * segment is destroyed.
  */
 int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
 		    unsigned mode, bool persistent, const struct segment_opts *o, struct channel **out, char *why,
 		    size_t whylen);
 
 /**
+ * Finish @p ch for its creator @p c, once registry_step() handed it back
+ * (locked, or unpinned where locking failed: then so charged, and a
+ * warning in @p why): format it, name it, list it, reference it from
+ * @p c; @p out set to it.  @return 0, or -EINVAL/-ENOSPC (not formatted:
+ * given up).
+ */
+int registry_create_end(struct registry *r, struct reg_client *c, struct channel *ch, struct channel **out,
+			char *why, size_t whylen);
+
+/**
+ * One slice of the work in progress, for the event loop to call once a
+ * turn while registry_busy(): unmap and punch a slice of a destroyed
+ * channel's segment (dying.h), those first; else move a slice of the pages
+ * of a channel placed near its consumer (registry_open()); else lock the
+ * next slice of the half-made channel that waited longest (round robin).  @p made: the
+ * half-made channel whose last slice this was (out of the list: for
+ * registry_create_end() now), or NULL.  @return registry_busy().
+ */
+bool registry_step(struct registry *r, struct channel **made);
+
+/** Give up @p ch, half-made, handed back by registry_step(). */
+void registry_create_abandon(struct registry *r, struct channel *ch);
+
+/** Whether registry_step() has work: dying segments, moves, half-made channels. */
+bool registry_busy(const struct registry *r);
+
+/**
  * Open @p name as @p role for @p c; @p out and @p endpoint set.  The first
  * consumer of a channel made near its consumer (PINSHM_NODE_CONSUMER)
  * places it on @p client_node, the node the client says it runs on
- * (checked: a node this machine does not have is ignored, with a log line).
+ * (checked: a node this machine does not have is ignored, with a log line):
+ * its first slice of pages moves now, the rest in registry_step().
  */
 int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,
 		  int client_node, struct channel **out, unsigned *endpoint, char *why, size_t whylen);

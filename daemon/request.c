@@ -87,6 +87,14 @@ static int choose_backend(enum config_backend dflt, uint32_t flags, uint32_t mod
 	return 0;
 }
 
+static void create_reply(const struct channel *ch, struct proto_msg *rep)
+{
+	rep->u.create_reply.size = ch->seg.size;
+	rep->u.create_reply.state = registry_channel_state(ch);
+	rep->u.create_reply.backend = ch->seg.backend;
+	rep->u.create_reply.id = ch->id;
+}
+
 static int serve_create(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
 			struct proto_msg *rep)
 {
@@ -120,13 +128,9 @@ static int serve_create(struct request_ctx *ctx, struct reg_client *c, const str
 	pinshm_channel_attr_t attr = proto_geometry_to_attr(&req->u.create.geo);
 	rc = registry_create(ctx->reg, c, req->u.create.name, &attr, req->u.create.mode,
 			     req->u.create.flags & PINSHM_PERSISTENT, &o, &ch, rep->text, sizeof(rep->text));
-	if (rc != 0)
-		return rc;
-	rep->u.create_reply.size = ch->seg.size;
-	rep->u.create_reply.state = registry_channel_state(ch);
-	rep->u.create_reply.backend = ch->seg.backend;
-	rep->u.create_reply.id = ch->id;
-	return 0;
+	if (rc == 0)
+		create_reply(ch, rep);
+	return rc;
 }
 
 /* The channel @p name, if there is one, belongs to @p owner (PROTO_OWNER_ANY: anyone). */
@@ -319,6 +323,28 @@ static void finish(struct proto_msg *rep, struct reply *out)
 	out->len = (size_t)len;
 }
 
+/* The ERROR reply to a packet of @p len bytes that proto_decode() refused
+ * with @p rc (its header in @p req where it could be read). */
+static void undecoded(const struct reg_client *c, const struct proto_msg *req, size_t len, int rc,
+		      struct proto_msg *rep, struct reply *out)
+{
+	rep->h.type = PROTO_ERROR;
+	rep->status = rc;
+	if (rc == -EPROTO) {
+		fail(rep, rc, "protocol version %u not supported: this daemon speaks %u", req->h.version,
+		     PROTO_VERSION);
+		log_info("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
+	} else if (rc == -EOPNOTSUPP) {
+		fail(rep, rc, "unknown request type %u", req->h.type);
+		log_info("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
+	} else {
+		fail(rep, rc, "malformed %zu-byte request (%s): closing the connection", len, strerror(-rc));
+		log_warn("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
+		out->close_after = true;
+	}
+	finish(rep, out);
+}
+
 void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t *pkt, size_t len, struct reply *out)
 {
 	struct proto_msg *req = &ctx->req, *rep = &ctx->rep;
@@ -328,6 +354,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 	out->fd_owned = false;
 	out->close_after = false;
 	out->peer_wake = false;
+	out->deferred = false;
 	if (ctx->in_fd >= 0 && (rc != 0 || !proto_request_takes_fd(req->h.type))) {
 		log_warn("pid %d uid %u: a descriptor with a request that takes none: closing the connection",
 			 (int)c->cred.pid, (unsigned)c->cred.uid);
@@ -337,21 +364,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 	memset(rep, 0, offsetof(struct proto_msg, u));
 	rep->h.seq = req->h.seq;
 	if (rc != 0) {
-		rep->h.type = PROTO_ERROR;
-		rep->status = rc;
-		if (rc == -EPROTO) {
-			fail(rep, rc, "protocol version %u not supported: this daemon speaks %u", req->h.version,
-			     PROTO_VERSION);
-			log_info("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
-		} else if (rc == -EOPNOTSUPP) {
-			fail(rep, rc, "unknown request type %u", req->h.type);
-			log_info("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
-		} else {
-			fail(rep, rc, "malformed %zu-byte request (%s): closing the connection", len, strerror(-rc));
-			log_warn("pid %d uid %u: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
-			out->close_after = true;
-		}
-		finish(rep, out);
+		undecoded(c, req, len, rc, rep, out);
 		return;
 	}
 
@@ -362,6 +375,11 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	case PROTO_CREATE:
 		rc = serve_create(ctx, c, req, rep);
+		if (rc == -EINPROGRESS) {
+			out->deferred = true; /* request_created() replies */
+			out->seq = req->h.seq;
+			return;
+		}
 		break;
 	case PROTO_OPEN:
 		rc = serve_open(ctx, c, req, rep, &out->fd);
@@ -417,6 +435,23 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		log_debug("pid %d uid %u: %s: %s", (int)c->cred.pid, (unsigned)c->cred.uid,
 			  proto_type_name(req->h.type), rep->text);
 	}
+	finish(rep, out);
+}
+
+void request_created(struct request_ctx *ctx, struct reg_client *c, struct channel *ch, uint32_t seq,
+		     struct reply *out)
+{
+	struct proto_msg *rep = &ctx->rep;
+
+	*out = (struct reply){.fd = -1};
+	memset(rep, 0, offsetof(struct proto_msg, u));
+	rep->h.type = PROTO_CREATE | PROTO_REPLY;
+	rep->h.seq = seq;
+	rep->status = registry_create_end(ctx->reg, c, ch, &ch, rep->text, sizeof(rep->text));
+	if (rep->status == 0)
+		create_reply(ch, rep);
+	else
+		log_debug("pid %d uid %u: CREATE: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
 	finish(rep, out);
 }
 

@@ -63,6 +63,9 @@ struct reply {
 			   * once it is sent or dropped, so no later close of the original can make
 			   * a pending reply send another descriptor under the same number */
 	bool close_after; /* close the connection once it is sent */
+	bool deferred;    /* nothing to send yet: a CREATE in progress (registry_create()), whose
+			   * reply request_created() builds; the connection is not read until then */
+	uint32_t seq;     /* with deferred: the request's */
 	bool peer_wake;   /* a PEER reply: registry_peer_replied() once it is sent */
 	uint64_t peer_id;
 	uint32_t peer_endpoint;
@@ -78,6 +81,14 @@ static inline void reply_release_fd(const struct reply *r)
 
 /** Serve the packet @p pkt of @p len bytes from client @p c into @p out. */
 void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t *pkt, size_t len, struct reply *out);
+
+/**
+ * The reply to a deferred CREATE (seq @p seq) of client @p c, once
+ * registry_step() handed back its half-made channel @p ch:
+ * registry_create_end(), and its CREATE reply or error into @p out.
+ */
+void request_created(struct request_ctx *ctx, struct reg_client *c, struct channel *ch, uint32_t seq,
+		     struct reply *out);
 
 /** What reply @p out asks for once it is sent (or held for room in the
  *  socket) to client @p c. */

@@ -387,30 +387,56 @@ int segment_relock(struct segment *s)
 	return 0;
 }
 
-/* Punch the pages of the file of @p s out from s->keep on (the daemon's
- * mapping gone already). */
-static void punch(const struct segment *s)
+size_t segment_slice_bytes(const struct segment *s)
+{
+	size_t hps = s->hugepages ? huge_page_size() : 0;
+
+	return hps > SEGMENT_SLICE_BYTES ? hps : SEGMENT_SLICE_BYTES;
+}
+
+/* Punch the pages of the file of @p s in [off, end) out, but for its first
+ * s->keep bytes (rounded up to a page); the daemon's mapping of them is
+ * gone already.  A punch that fails is logged once, and no more are tried:
+ * the pages then go when the last holder closes. */
+static void punch(struct segment *s, size_t off, off_t end)
 {
 	size_t page = s->hugepages && huge_page_size() ? huge_page_size() : (size_t)sysconf(_SC_PAGESIZE);
-	struct stat st;
-	off_t from = (off_t)((s->keep + page - 1) / page * page), end = (off_t)s->size;
+	off_t from = (off_t)((s->keep + page - 1) / page * page);
 
-	/* shm: a client may have grown it and filled what it added. */
-	if (fstat(s->fd, &st) == 0 && st.st_size > end)
-		end = st.st_size;
-	if (end > from && fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, from, end - from) != 0)
+	if ((off_t)off > from)
+		from = (off_t)off;
+	if (end > from && fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, from, end - from) != 0) {
 		log_warn("segment of %zu bytes: its pages not released (fallocate: %s): they stay while a client "
 			 "holds it",
 			 s->size, strerror(errno));
+		s->release = false;
+	}
+}
+
+int segment_destroy_step(struct segment *s, size_t *done, size_t max)
+{
+	size_t len = s->size - *done < max ? s->size - *done : max;
+	struct stat st;
+
+	if (len > 0 && s->base != MAP_FAILED && s->base != NULL)
+		munmap((char *)s->base + *done, len); /* also unlocks: the punch frees unlocked pages */
+	if (len > 0 && s->fd >= 0 && s->release)
+		punch(s, *done, (off_t)(*done + len));
+	*done += len;
+	if (*done < s->size)
+		return 1;
+	/* shm: a client may have grown it and filled what it added. */
+	if (s->fd >= 0 && s->release && fstat(s->fd, &st) == 0 && st.st_size > (off_t)s->size)
+		punch(s, s->size, st.st_size);
+	if (s->fd >= 0)
+		close(s->fd);
+	*s = (struct segment){.fd = -1, .base = MAP_FAILED, .node = PINSHM_NODE_ANY};
+	return 0;
 }
 
 void segment_destroy(struct segment *s)
 {
-	if (s->base != MAP_FAILED && s->base != NULL)
-		munmap(s->base, s->size); /* also unlocks: the punch frees unlocked pages */
-	if (s->fd >= 0 && s->release)
-		punch(s);
-	if (s->fd >= 0)
-		close(s->fd);
-	*s = (struct segment){.fd = -1, .base = MAP_FAILED, .node = PINSHM_NODE_ANY};
+	size_t done = 0;
+
+	segment_destroy_step(s, &done, SIZE_MAX);
 }

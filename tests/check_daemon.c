@@ -2153,7 +2153,7 @@ START_TEST(test_unprivileged_pinned)
 	} while (tu_now_ms() < deadline);
 	ck_assert_uint_eq(st.channels_pinned + st.channels_unpinned, 0); /* gone with its user */
 	ck_assert_uint_eq(st.pinned, 0);
-	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0);
+	ck_assert_int_le(daemon_locked_kb_at_most(d.pid, lck0), lck0);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }

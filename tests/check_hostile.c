@@ -17,16 +17,31 @@
  *   MPI plugin makes for a node by default; a daemon shows them (STATUS),
  *   refuses a create over the max segment size with a message that names
  *   it, and one line of pinshmd.conf lifts it.
+ * - stall: one client creates the largest channel it may (the default
+ *   max_segment_size) and destroys it (unlink, disconnect), again and
+ *   again for STALL_MS; another sends STATUS meanwhile, a round trip every
+ *   millisecond or so: the daemon locks and populates, unmaps and punches
+ *   in slices, so that no round trip waits for a whole segment:
+ *   STALL_P99_MS at the 99th percentile, STALL_MAX_MS at worst (bounds
+ *   not asserted where the daemon runs under $PINSHMD_WRAPPER; the rounds
+ *   still must all succeed).  And a create given up half-made: by a
+ *   creator killed (its charge goes, its name is free again, the daemon
+ *   serves on), by a daemon that stops (it exits 0).  And one whose lock
+ *   fails half-way (RLIMIT_MEMLOCK of 3 MiB, 8 MiB of channel, 2 MiB a
+ *   slice): created unpinned, nothing of it left locked, and it works.
  */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "channel.h"
@@ -44,6 +59,10 @@
 #define HOSTILE_SAMPLES 5u    /* looks at Shmem, 500 ms apart, before a growth counts */
 #define GONE_MS 10000u        /* for a destroyed channel's name to go */
 #define FD_SCAN 4096
+#define STALL_MS 5000u        /* of creates and destroys */
+#define STALL_P99_MS 50.0     /* another client's round trips, 99th percentile */
+#define STALL_MAX_MS 500.0    /* and at worst */
+#define STALL_SAMPLES (1u << 20)
 
 /* Shmem of /proc/meminfo, kB. */
 static long long shmem_kb(void)
@@ -418,6 +437,212 @@ START_TEST(test_default_limits_daemon)
 }
 END_TEST
 
+/* The largest queue of 4 MiB lanes whose segment fits in @p max bytes. */
+static void largest_attr(pinshm_channel_attr_t *attr, uint64_t max)
+{
+	size_t size = 0;
+	unsigned p = 1;
+
+	for (;;) {
+		tu_attr(attr, PINSHM_QUEUE, 4 * MiB, p + 1, 1);
+		ck_assert_int_eq(pinshm_segment_size(attr, &size), 0);
+		if (size > max || p + 1 > PINSHM_MAX_PRODUCERS)
+			break;
+		p++;
+	}
+	tu_attr(attr, PINSHM_QUEUE, 4 * MiB, p, 1);
+}
+
+/* The hostile client, in a child: create @p attr, unlink it and
+ * disconnect (which destroys it), until STALL_MS have passed.
+ * @return the exit status: 0 (at least two rounds, each one whole), 1. */
+static int stall_rounds(const struct daemon *d, const pinshm_channel_attr_t *attr)
+{
+	uint64_t end = tu_now_ms() + STALL_MS;
+	unsigned rounds = 0;
+
+	while (tu_now_ms() < end) {
+		pinshm_client_t *c = NULL;
+		int rc = pinshm_connect(d->sock, &c);
+		if (rc == 0)
+			rc = pinshm_create(c, "stall", attr, 0600, 0);
+		if (rc == 0)
+			rc = pinshm_unlink(c, "stall");
+		if (rc != 0) {
+			fprintf(stderr, "stall: round %u: %s (%s)\n", rounds, strerror(-rc),
+				c ? pinshm_client_error(c) : "");
+			return 1;
+		}
+		pinshm_disconnect(c);
+		rounds++;
+	}
+	fprintf(stderr, "stall: %u rounds of create and destroy\n", rounds);
+	return rounds >= 2 ? 0 : 1;
+}
+
+static int by_value(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+START_TEST(test_stall)
+{
+	struct daemon d;
+	uint64_t budget, quota, q, max_segment;
+	pinshm_channel_attr_t attr;
+	size_t size, n = 0;
+	int status;
+
+	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
+	config_derived_limits(budget, &q, &max_segment);
+	largest_attr(&attr, max_segment < quota ? max_segment : quota);
+	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
+	double *ms = malloc(STALL_SAMPLES * sizeof(*ms));
+	ck_assert_ptr_nonnull(ms);
+
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(stall_rounds(&d, &attr));
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		pinshm_status_t st;
+		pinshm_user_usage_t *u;
+		size_t nu;
+		struct timespec a, b;
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		CLIENT_RC(c, pinshm_status(c, &st, &u, &nu), 0);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		free(u);
+		if (n < STALL_SAMPLES)
+			ms[n++] = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+		usleep(1000);
+	}
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the creating client failed (status %#x)",
+		      status);
+	ck_assert_uint_gt(n, 0);
+	qsort(ms, n, sizeof(*ms), by_value);
+	double p50 = ms[n / 2], p99 = ms[n * 99 / 100], max = ms[n - 1];
+	free(ms);
+	fprintf(stderr, "stall: segments of %zu bytes; STATUS round trips: %zu, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+		size, n, p50, p99, max);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+	if (pinshmd_wrapper())
+		return; /* slower by far: the scenario, not the bounds */
+	ck_assert_msg(p99 <= STALL_P99_MS, "p99 %.2f ms > %.0f ms", p99, STALL_P99_MS);
+	ck_assert_msg(max <= STALL_MAX_MS, "max %.2f ms > %.0f ms", max, STALL_MAX_MS);
+}
+END_TEST
+
+/* Bytes charged to this test's user (STATUS). */
+static uint64_t charged(pinshm_client_t *c)
+{
+	pinshm_status_t st;
+	pinshm_user_usage_t *u;
+	size_t n;
+	uint64_t bytes = 0;
+
+	CLIENT_RC(c, pinshm_status(c, &st, &u, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (u[i].uid == getuid())
+			bytes += u[i].charged;
+	free(u);
+	return bytes;
+}
+
+/* A child that creates @p name as @p attr, and exits; @return its pid once
+ * the daemon is making it (charged, not listed yet). */
+static pid_t create_in_child(const struct daemon *d, pinshm_client_t *obs, const char *name,
+			     const pinshm_channel_attr_t *attr)
+{
+	uint64_t base = charged(obs);
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		pinshm_client_t *c = NULL;
+		_exit(pinshm_connect(d->sock, &c) == 0 && pinshm_create(c, name, attr, 0600, 0) == 0 ? 0 : 1);
+	}
+	uint64_t end = tu_now_ms() + GONE_MS;
+	while (charged(obs) == base && tu_now_ms() < end)
+		usleep(200);
+	ck_assert_msg(charged(obs) > base, "the create of '%s' was never charged", name);
+	ck_assert_msg(!list_find(obs, name, NULL, NULL), "'%s' listed before its create is done", name);
+	return pid;
+}
+
+START_TEST(test_stall_given_up)
+{
+	struct daemon d;
+	uint64_t budget, quota, q, max_segment;
+	pinshm_channel_attr_t attr;
+	int status;
+
+	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
+	config_derived_limits(budget, &q, &max_segment);
+	largest_attr(&attr, max_segment < quota ? max_segment : quota);
+
+	/* Its creator killed half-way: the charge goes, the name is free. */
+	pid_t pid = create_in_child(&d, c, "half", &attr);
+	CLIENT_RC(c, pinshm_create(c, "half", &attr, 0600, 0), -EEXIST);
+	kill(pid, SIGKILL);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	uint64_t end = tu_now_ms() + GONE_MS;
+	while (charged(c) != 0 && tu_now_ms() < end)
+		usleep(1000);
+	ck_assert_uint_eq(charged(c), 0);
+	CLIENT_RC(c, pinshm_create(c, "half", &attr, 0600, 0), 0);
+	ck_assert(list_find(c, "half", NULL, NULL));
+	CLIENT_RC(c, pinshm_unlink(c, "half"), 0);
+
+	/* The daemon stopped half-way: it exits 0 (no leak under valgrind). */
+	pid = create_in_child(&d, c, "stop", &attr);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+}
+END_TEST
+
+START_TEST(test_stall_unpinned)
+{
+	struct daemon d;
+	struct daemon_opts o = {.as_user = true, .memlock = 3 * MiB};
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	pinshm_channel_t *p, *q;
+	char buf[16];
+	size_t len;
+
+	if (!daemon_test_user(&o.uid, &o.gid))
+		return;
+	daemon_start_opts(&d, &o);
+	pinshm_client_t *c = connect_ok(&d);
+	long lck0 = proc_status_value_kb(d.pid, "VmLck:");
+	tu_attr(&attr, PINSHM_QUEUE, 8 * MiB, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "mid", &attr, 0600, 0), 0);
+	ck_assert_msg(strstr(pinshm_client_error(c), "not pinned") != NULL, "create said: '%s'",
+		      pinshm_client_error(c));
+	ck_assert(list_find(c, "mid", &e, NULL));
+	ck_assert(!(e.state & PINSHM_LIST_PINNED));
+	ck_assert_int_le(proc_status_value_kb(d.pid, "VmLck:"), lck0); /* its first slice unlocked again */
+	tu_attr(&attr, PINSHM_QUEUE, 4096, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "small", &attr, 0600, 0), 0);
+	ck_assert(list_find(c, "small", &e, NULL));
+	ck_assert(e.state & PINSHM_LIST_PINNED);
+	CLIENT_RC(c, pinshm_open(c, "mid", PINSHM_PRODUCER, &p), 0);
+	CLIENT_RC(c, pinshm_open(c, "mid", PINSHM_CONSUMER, &q), 0);
+	ck_assert_int_eq(pinshm_send(p, "unpinned", 8, 1000), 0);
+	ck_assert_int_eq(pinshm_recv(q, buf, sizeof(buf), &len, 1000), 0);
+	ck_assert_uint_eq(len, 8);
+	pinshm_channel_close(p);
+	pinshm_channel_close(q);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
 	Suite *s = suite_create("hostile");
@@ -433,6 +658,13 @@ static Suite *hostile_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_derived_limits);
 	tcase_add_test(tc, test_default_limits_daemon);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("stall");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_stall);
+	tcase_add_test(tc, test_stall_given_up);
+	tcase_add_test(tc, test_stall_unpinned);
 	suite_add_tcase(s, tc);
 	return s;
 }

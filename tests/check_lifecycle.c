@@ -1139,7 +1139,7 @@ START_TEST(test_restart_fdstore)
 	wait_counts(c, 1, 0);
 	CLIENT_RC(c, pinshm_status(c, &s, NULL, NULL), 0);
 	ck_assert_uint_eq(s.pinned, 0);
-	ck_assert_int_eq(proc_status_value_kb(d.pid, "VmLck:"), 0);
+	ck_assert_int_eq(daemon_locked_kb_at_most(d.pid, 0), 0);
 	store_drain(&st);
 	ck_assert_uint_eq(st.n, 0);
 	pinshm_disconnect(c);
@@ -3069,7 +3069,7 @@ static void assert_holds_nothing(const struct daemon *d, pinshm_client_t *c, lon
 	wait_counts(c, 1, 0);
 	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
 	ck_assert_uint_eq(st.pinned, 0);
-	ck_assert_int_le(proc_status_value_kb(d->pid, "VmLck:"), lck0);
+	ck_assert_int_le(daemon_locked_kb_at_most(d->pid, lck0), lck0);
 }
 
 /* One of the 200: its own channel, a message through it, then wait for

@@ -71,6 +71,16 @@ long proc_status_value_kb(pid_t pid, const char *key)
 	return v;
 }
 
+long daemon_locked_kb_at_most(pid_t pid, long kb)
+{
+	uint64_t deadline = tu_now_ms() + daemon_time_ms(DAEMON_STOP_MS);
+	long v;
+
+	while ((v = proc_status_value_kb(pid, "VmLck:")) > kb && tu_now_ms() < deadline)
+		tu_sleep_ms(10);
+	return v;
+}
+
 /* The descriptors of process @p pid, or those of them whose link reads
  * @p target (NULL: all); fails the test if they cannot be read. */
 static unsigned proc_fds_matching(pid_t pid, const char *target)

@@ -71,6 +71,11 @@ const char *pinshmd_wrapper(void);
  * or -1 when the field is missing.  Fails the test if the file cannot be read. */
 long proc_status_value_kb(pid_t pid, const char *key);
 
+/* VmLck of pinshmd @p pid, kB, once it is @p kb or less, or after
+ * DAEMON_STOP_MS: a destroyed channel's segment is unlocked slice by slice,
+ * a few turns of the daemon's loop after the channel is gone. */
+long daemon_locked_kb_at_most(pid_t pid, long kb);
+
 /** The descriptors process @p pid has open (entries of /proc/PID/fd); fails
  * the test if they cannot be read. */
 unsigned proc_fd_count(pid_t pid);
