@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +62,7 @@
 #define FD_SCAN 4096
 #define STALL_MS 5000u        /* of creates and destroys */
 #define STALL_P99_MS 50.0     /* another client's round trips, 99th percentile */
+#define STALL_NICE (-10)      /* the daemon and the measuring client, where allowed */
 #define STALL_MAX_MS 500.0    /* and at worst */
 #define STALL_SAMPLES (1u << 20)
 
@@ -506,6 +508,13 @@ START_TEST(test_stall)
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
 		_exit(stall_rounds(&d, &attr));
+	/* The bound is the daemon's: a loop turn that holds the others up.
+	 * The tests that make check runs beside this one on two cores must
+	 * not decide it through the scheduler, so the daemon and the
+	 * measuring client run ahead of them where that is allowed (root);
+	 * the creating client does not. */
+	(void)setpriority(PRIO_PROCESS, (id_t)d.pid, STALL_NICE);
+	(void)setpriority(PRIO_PROCESS, 0, STALL_NICE);
 	while (waitpid(pid, &status, WNOHANG) == 0) {
 		pinshm_status_t st;
 		pinshm_user_usage_t *u;
@@ -527,6 +536,7 @@ START_TEST(test_stall)
 	free(ms);
 	fprintf(stderr, "stall: segments of %zu bytes; STATUS round trips: %zu, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
 		size, n, p50, p99, max);
+	(void)setpriority(PRIO_PROCESS, 0, 0);
 	CLIENT_RC(c, pinshm_disconnect(c), 0);
 	daemon_stop_ok(&d);
 	if (pinshmd_wrapper())
