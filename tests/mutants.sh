@@ -82,16 +82,16 @@ only="$*"
 passed=
 failed=
 
-mutant ring-max-message src/ring.c \
+mutant ring-max-message src/ring.h \
 	's/if (len > g->max_message || off + rec_size(len) > g->capacity)/if (off + rec_size(len) > g->capacity)/' \
 	check_corrupt:random check_corrupt:records
-mutant ring-free-bound src/ring.c \
+mutant ring-free-bound src/produce.c \
 	's/if (free > tail || tail - free > cap || !pos_aligned(free))/if (free > tail || !pos_aligned(free))/' \
 	check_corrupt:positions check_corrupt:random
-mutant ring-cursor-bound src/ring.c \
+mutant ring-cursor-bound src/produce.c \
 	's/if (cursor > tail || tail - cursor > cap || !pos_aligned(cursor))/if (cursor > tail || !pos_aligned(cursor))/' \
 	check_corrupt:positions check_corrupt:random
-mutant consumer-position-bound src/ring.c \
+mutant consumer-position-bound src/consume.c \
 	's/if (!pos_aligned(pos) || pos > reserve)/if (!pos_aligned(pos))/' \
 	check_corrupt:positions check_corrupt:random
 mutant quota-charge-skipped daemon/account.c \
@@ -103,9 +103,12 @@ mutant open-mode-widened daemon/registry.c \
 mutant unlink-owner-widened daemon/registry.c \
 	's/if (c->cred.uid != 0 && c->cred.uid != ch->uid) {/if (0) {/' \
 	check_daemon:permissions check_isolation:users
-mutant notify-not-eventfd daemon/registry.c \
-	's/if (\*fd < 0 || !is_eventfd(\*fd)) {/if (*fd < 0) {/' \
+mutant notify-not-wake-socket daemon/registry.c \
+	's/if (\*fd < 0 || !is_wake_socket(\*fd)) {/if (*fd < 0) {/' \
 	check_daemon:events
+mutant wake-send-blocking src/wakeup.c \
+	's/MSG_DONTWAIT | MSG_NOSIGNAL/MSG_NOSIGNAL/' \
+	check_wakeup:hostile
 mutant memfd-shrink-unsealed daemon/segment.c \
 	's/F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)/F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SEAL)/' \
 	check_segment:backend
