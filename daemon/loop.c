@@ -401,9 +401,11 @@ static void on_writable(struct loop *l, struct conn *c)
 	struct reply *rep = c->pending;
 
 	c->pending = NULL;
-	if (conn_reply(l, c, rep) && !c->pending &&
-	    watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, c) != 0)
-		conn_close(l, c, "epoll");
+	if (conn_reply(l, c, rep) && !c->pending) {
+		request_replied(&l->ctx, &c->client, rep);
+		if (watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, c) != 0)
+			conn_close(l, c, "epoll");
+	}
 	free(rep);
 }
 
@@ -511,7 +513,8 @@ static void on_readable(struct loop *l, struct conn *c)
 		}
 		if (!conn_reply(l, c, &rep))
 			return;
-		request_replied(&l->ctx, &c->client, &rep);
+		if (!c->pending) /* sent; a held one is followed up once it goes (on_writable()) */
+			request_replied(&l->ctx, &c->client, &rep);
 	}
 }
 

@@ -472,6 +472,7 @@ void request_refuse(int err, struct reply *out)
 	out->fd = -1;
 	out->fd_owned = false;
 	out->close_after = true;
+	out->peer_wake = false;
 	finish(&rep, out);
 }
 
@@ -490,5 +491,6 @@ void request_deny(const uint8_t *pkt, size_t len, int err, const char *text, str
 	out->fd = -1;
 	out->fd_owned = false;
 	out->close_after = true;
+	out->peer_wake = false;
 	finish(&rep, out);
 }

@@ -16,7 +16,9 @@
  * handles, even of the same channel in the same process and of the same
  * client, are independent endpoints and may be used from different threads
  * at once.  A pinshm_client_t may be used by several threads: its requests
- * go one at a time under a lock of its own, which a send never waits for.
+ * go one at a time under a lock of its own, which a send never waits for
+ * (a wake-up that needs the daemon's help then waits for the request in
+ * progress to end).
  *
  * fork(): a child inherits the mappings but not the endpoints: it must not
  * use a handle its parent attached (the endpoint belongs to the parent).  It
@@ -148,8 +150,8 @@ PINSHM_EXPORT int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_chann
  * A handle from pinshm_open() then also tells the daemon, through the
  * client it came from (a CLOSE request: the endpoint is free for another
  * open at once, and the connection's reference to the channel goes with
- * its last endpoint there unless it created the channel), so it follows
- * the client's rule of one thread at a time; once that client has
+ * its last endpoint there unless it created the channel), under the
+ * client's lock like its other requests; once that client has
  * disconnected, or in a child that inherited the handle across fork(),
  * nothing is sent.
  * @return 0, or for a handle from pinshm_open() the error of the CLOSE

@@ -189,6 +189,11 @@ void device_state_forget(pinshm_channel_t *ch);
 
 /* wakeup.c */
 void wake_send(int fd, bool socket);
+/** Take consumer endpoint @p ep's arming and wake it on @p fd, the socket of
+ *  its generation @p gen.  @return true: woken, or not armed; false: armed
+ *  by a consumer of another generation, whose arming is given back (the
+ *  caller asks for its socket). */
+bool wake_armed_gen(struct endpoint *ep, int fd, uint32_t gen);
 /** Wake the armed consumers (a commit found sleepers, or the handle closes). */
 void producer_notify_armed(pinshm_channel_t *ch);
 void consumer_disarm(pinshm_channel_t *ch);

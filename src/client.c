@@ -468,6 +468,7 @@ int pinshm_disconnect(pinshm_client_t *c)
 		ch->client_prev = ch->client_next = NULL;
 	}
 	close(c->fd);
+	free(c->async);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 	return 0;
@@ -684,8 +685,10 @@ void client_detach_channel(pinshm_channel_t *ch)
 	 * be a copy of one that another thread of the parent held. */
 	bool locked = ch->client_pid == getpid();
 
-	if (locked)
+	if (locked) {
 		client_lock(c);
+		async_serve_channel(c, ch); /* its wishes: a PEER sent now still wakes */
+	}
 	async_forget_channel(c, ch);
 	for (unsigned i = 0; i < c->nkept; i++)
 		if (c->kept[i].ch == ch) {

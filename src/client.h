@@ -21,8 +21,9 @@
 #include "channel.h"
 #include "protocol.h"
 
-/* PEER requests sent without waiting whose replies are not read yet. */
-#define CLIENT_ASYNC_MAX 64u
+/* PEER requests sent without waiting whose replies are not read yet, at
+ * most (the list grows to it; past it a PEER is refused as by the daemon). */
+#define CLIENT_ASYNC_MAX 4096u
 
 struct async_peer {
 	uint32_t seq;          /* of the request */
@@ -51,9 +52,10 @@ struct pinshm_client {
 	pthread_mutex_t lock;
 	unsigned depth;          /* the holder's nesting of client_lock() */
 	_Atomic bool wanted;     /* a send path found the lock held: see fetched_peer.wanted */
-	/* PEER requests in flight, oldest first (replies come in order). */
-	struct async_peer async[CLIENT_ASYNC_MAX];
-	unsigned async_first, async_count;
+	/* PEER requests in flight, oldest first (replies come in order): a
+	 * ring of async_cap entries. */
+	struct async_peer *async;
+	unsigned async_cap, async_first, async_count;
 };
 
 void client_lock(struct pinshm_client *c);
@@ -92,6 +94,9 @@ void async_forget_channel(struct pinshm_client *c, pinshm_channel_t *ch);
 /** A new daemon took @p ch back: sockets whose PEER was refused are asked
  *  for again at the next wake-up, without waiting. */
 void producer_fetch_again(pinshm_channel_t *ch);
+/** Serve the wishes that send paths left while the lock was held. */
 void async_serve_wanted(struct pinshm_client *c);
+/** Serve those of @p ch (before it leaves the client's list). */
+void async_serve_channel(struct pinshm_client *c, pinshm_channel_t *ch);
 
 #endif /* PINSHM_CLIENT_H */

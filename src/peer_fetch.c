@@ -27,6 +27,7 @@
  * at once, as is every consumer after a reconnect (producer_fetch_again()).
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -90,6 +91,28 @@ static void peer_refused(struct fetched_peer *f, uint32_t gen)
 	f->failed_at = wait_now_ms();
 }
 
+/* Room for one more PEER in flight: the list grows (its replies come in
+ * order, so it is a ring, laid out afresh from its oldest).  @return 0 or
+ * -ENOMEM. */
+static int async_grow(struct pinshm_client *c)
+{
+	if (c->async_count < c->async_cap)
+		return 0;
+	if (c->async_cap >= CLIENT_ASYNC_MAX)
+		return -ENOMEM;
+	unsigned cap = c->async_cap ? c->async_cap * 2 : 16;
+	struct async_peer *a = malloc(cap * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	for (unsigned i = 0; i < c->async_count; i++)
+		a[i] = c->async[(c->async_first + i) % c->async_cap];
+	free(c->async);
+	c->async = a;
+	c->async_cap = cap;
+	c->async_first = 0;
+	return 0;
+}
+
 /* Send a PEER for consumer @p k of @p ch (generation @p gen) without
  * waiting, and note it in flight. */
 static void async_send(struct pinshm_client *c, pinshm_channel_t *ch, unsigned k, uint32_t gen)
@@ -98,7 +121,7 @@ static void async_send(struct pinshm_client *c, pinshm_channel_t *ch, unsigned k
 	struct proto_msg req = {.h.type = PROTO_PEER};
 	uint8_t buf[PROTO_MAX_PACKET];
 
-	if (c->broken || c->async_count == CLIENT_ASYNC_MAX || ch->daemon_conn != c->connection) {
+	if (c->broken || ch->daemon_conn != c->connection || async_grow(c) != 0) {
 		peer_refused(f, gen);
 		return;
 	}
@@ -118,7 +141,7 @@ static void async_send(struct pinshm_client *c, pinshm_channel_t *ch, unsigned k
 		return;
 	}
 	c->seq++;
-	c->async[(c->async_first + c->async_count++) % CLIENT_ASYNC_MAX] =
+	c->async[(c->async_first + c->async_count++) % c->async_cap] =
 		(struct async_peer){.seq = req.h.seq, .ch = ch, .consumer = k, .gen = gen};
 	f->in_flight = true;
 	f->asked_gen = gen;
@@ -129,7 +152,7 @@ int async_take_reply(struct pinshm_client *c, const struct proto_msg *rep, int r
 	if (c->async_count == 0 || (rc == 0 && rep->h.seq != c->async[c->async_first].seq))
 		return 0;
 	struct async_peer a = c->async[c->async_first];
-	c->async_first = (c->async_first + 1) % CLIENT_ASYNC_MAX;
+	c->async_first = (c->async_first + 1) % c->async_cap;
 	c->async_count--;
 	rc = client_check_reply(c, PROTO_PEER, a.seq, rep, rc, nfds);
 	if (rc != 0) {
@@ -186,7 +209,7 @@ void async_drain(struct pinshm_client *c)
 void async_clear(struct pinshm_client *c)
 {
 	for (unsigned i = 0; i < c->async_count; i++) {
-		struct async_peer *a = &c->async[(c->async_first + i) % CLIENT_ASYNC_MAX];
+		struct async_peer *a = &c->async[(c->async_first + i) % c->async_cap];
 		if (a->ch)
 			a->ch->fetched[a->consumer].in_flight = false;
 	}
@@ -196,7 +219,7 @@ void async_clear(struct pinshm_client *c)
 void async_forget_channel(struct pinshm_client *c, pinshm_channel_t *ch)
 {
 	for (unsigned i = 0; i < c->async_count; i++) {
-		struct async_peer *a = &c->async[(c->async_first + i) % CLIENT_ASYNC_MAX];
+		struct async_peer *a = &c->async[(c->async_first + i) % c->async_cap];
 		if (a->ch == ch)
 			a->ch = NULL;
 	}
@@ -213,25 +236,34 @@ void producer_fetch_again(pinshm_channel_t *ch)
 		ch->fetched[k].failures = 0;
 }
 
-/* Make sure consumer @p k of @p ch (generation @p gen), armed when its
- * producer last looked, gets a wake-up: by the socket that arrived for
- * it, by the PEER in flight, or by a PEER sent now. */
-static void serve_wish(struct pinshm_client *c, pinshm_channel_t *ch, unsigned k, uint32_t gen)
+/* Make sure consumer @p k of @p ch, armed when its producer last looked,
+ * gets a wake-up: by the socket that arrived for it, by the PEER in
+ * flight, or by a PEER sent now.  The consumer served is the one there
+ * now: one of a newer generation than the wish's armed, if anyone did. */
+static void serve_wish(struct pinshm_client *c, pinshm_channel_t *ch, unsigned k)
 {
 	struct fetched_peer *f = &ch->fetched[k];
+	struct endpoint *ep = seg_endpoint(&ch->g, ch->base, ch->g.max_producers + k);
+	uint32_t gen = atomic_load_explicit(&ep->generation, memory_order_acquire);
 
 	if (f->arrived >= 0 && f->arrived_gen != gen) {
 		close(f->arrived); /* of a consumer gone since */
 		f->arrived = -1;
 	}
 	if (f->arrived >= 0) {
-		struct endpoint *ep = seg_endpoint(&ch->g, ch->base, ch->g.max_producers + k);
-		if (atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel))
-			wake_send(f->arrived, true);
-		return;
+		if (wake_armed_gen(ep, f->arrived, gen))
+			return;
+		gen = atomic_load_explicit(&ep->generation, memory_order_acquire);
 	}
 	if (!(f->in_flight && f->asked_gen == gen) && peer_fetch_due(f, gen))
 		async_send(c, ch, k, gen);
+}
+
+void async_serve_channel(struct pinshm_client *c, pinshm_channel_t *ch)
+{
+	for (unsigned k = 0; ch->fetched && k < ch->g.max_consumers; k++)
+		if (atomic_exchange_explicit(&ch->fetched[k].wanted, 0, memory_order_seq_cst) != 0)
+			serve_wish(c, ch, k);
 }
 
 void async_serve_wanted(struct pinshm_client *c)
@@ -239,13 +271,8 @@ void async_serve_wanted(struct pinshm_client *c)
 	if (!atomic_exchange_explicit(&c->wanted, false, memory_order_seq_cst))
 		return;
 	async_drain(c);
-	for (pinshm_channel_t *ch = c->channels; ch; ch = ch->client_next) {
-		for (unsigned k = 0; ch->fetched && k < ch->g.max_consumers; k++) {
-			uint64_t w = atomic_exchange_explicit(&ch->fetched[k].wanted, 0, memory_order_seq_cst);
-			if (w != 0)
-				serve_wish(c, ch, k, (uint32_t)w);
-		}
-	}
+	for (pinshm_channel_t *ch = c->channels; ch; ch = ch->client_next)
+		async_serve_channel(c, ch);
 }
 
 int client_peer_fd(struct pinshm_client *c, pinshm_channel_t *ch, unsigned consumer, uint32_t gen)

@@ -172,10 +172,11 @@ int pinshm_channel_arm(pinshm_channel_t *ch)
 		return -EBADMSG;
 	if (ch->notify_own)
 		notify_drain(ch);
+	/* Armed (seq_cst) before looking for messages: a producer either sees
+	 * us or we see its message.  Stored again when already armed: a
+	 * producer that woke us took it.  Counted as a sleeper once. */
+	atomic_store_explicit(&ch->ep->armed, 1, memory_order_seq_cst);
 	if (!ch->armed) {
-		/* Armed and counted as a sleeper (seq_cst) before looking for
-		 * messages: a producer either sees us or we see its message. */
-		atomic_store_explicit(&ch->ep->armed, 1, memory_order_seq_cst);
 		wait_register(&ch->hdr->data, &ch->ep->sleeping, SLEEPING_ARMED);
 		ch->armed = true;
 	}
@@ -223,6 +224,20 @@ static int fetched_peer_fd(pinshm_channel_t *ch, unsigned c, struct endpoint *ep
 	return fd;
 }
 
+bool wake_armed_gen(struct endpoint *ep, int fd, uint32_t gen)
+{
+	if (!atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel))
+		return true;
+	/* The exchange read the arming consumer's seq_cst store of armed,
+	 * which its endpoint's claim (the bump of generation) precedes. */
+	if (atomic_load_explicit(&ep->generation, memory_order_acquire) != gen) {
+		atomic_store_explicit(&ep->armed, 1, memory_order_seq_cst);
+		return false;
+	}
+	wake_send(fd, true);
+	return true;
+}
+
 /* Wake every armed consumer whose socket we know (given by
  * pinshm_channel_set_peer_fd(), else fetched from pinshmd); pinshmd wakes
  * the others when it is asked for theirs. */
@@ -231,16 +246,16 @@ void producer_notify_armed(pinshm_channel_t *ch)
 	for (unsigned c = 0; c < ch->g.max_consumers; c++) {
 		struct endpoint *ep = seg_endpoint(&ch->g, ch->base, ch->g.max_producers + c);
 		int fd = ch->given[c].fd;
-		bool socket = ch->given[c].socket;
-		if (fd < 0) {
-			if (!atomic_load_explicit(&ep->armed, memory_order_relaxed))
-				continue;
-			fd = fetched_peer_fd(ch, c, ep);
-			socket = true;
-			if (fd < 0)
-				continue;
+		if (fd >= 0) {
+			if (atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel))
+				wake_send(fd, ch->given[c].socket);
+			continue;
 		}
-		if (atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel))
-			wake_send(fd, socket);
+		if (!atomic_load_explicit(&ep->armed, memory_order_relaxed))
+			continue;
+		fd = fetched_peer_fd(ch, c, ep);
+		/* A newer consumer armed since the socket was chosen: ask for its own. */
+		if (fd >= 0 && !wake_armed_gen(ep, fd, ch->fetched[c].gen))
+			(void)fetched_peer_fd(ch, c, ep);
 	}
 }

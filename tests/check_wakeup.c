@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,7 @@ struct thread_scene {
 	struct daemon d;
 	pinshm_client_t *cp, *cc; /* each shared by the threads of its side */
 	char failure[256];
+	atomic_bool failed; /* failure[] is written (under lock) */
 	pthread_mutex_t lock;
 };
 
@@ -177,6 +179,7 @@ static void scene_fail(struct thread_scene *s, const char *fmt, int a, int b)
 	if (!s->failure[0])
 		snprintf(s->failure, sizeof(s->failure), fmt, a, b);
 	pthread_mutex_unlock(&s->lock);
+	atomic_store(&s->failed, true);
 }
 
 static void *producer_thread(void *arg)
@@ -193,7 +196,7 @@ static void *producer_thread(void *arg)
 		scene_fail(s, "producer %d: open: %d", (int)a->index, rc);
 		return NULL;
 	}
-	for (uint32_t i = 0; i < THREAD_MESSAGES && !s->failure[0]; i++) {
+	for (uint32_t i = 0; i < THREAD_MESSAGES && !atomic_load(&s->failed); i++) {
 		rc = pinshm_send(prod, &i, sizeof(i), 10000);
 		if (rc != 0)
 			scene_fail(s, "producer %d: send: %d", (int)a->index, rc);
@@ -238,7 +241,7 @@ static void *consumer_thread(void *arg)
 
 	snprintf(name, sizeof(name), "t%u", a->index);
 	bool reopen = true;
-	for (uint32_t want = 0; want < THREAD_MESSAGES && !s->failure[0];) {
+	for (uint32_t want = 0; want < THREAD_MESSAGES && !atomic_load(&s->failed);) {
 		if (reopen) {
 			if (cons)
 				pinshm_channel_close(cons); /* leaves: a new generation next */
