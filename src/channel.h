@@ -56,9 +56,8 @@ struct fetched_peer {
 	uint32_t failures;  /* PEER requests refused in a row, for generation failed_gen */
 	uint32_t failed_gen;
 	uint64_t failed_at; /* when the last one was refused, CLOCK_MONOTONIC ms */
-	_Atomic uint64_t wanted; /* set without the lock: WANTED_GEN | a generation that wants a wake-up; 0: none */
+	_Atomic bool wanted; /* set without the lock: the consumer there now wants a wake-up */
 };
-#define WANTED_GEN (1ull << 32)
 
 /* A record received in place and not yet released. */
 struct held_record {

@@ -262,7 +262,7 @@ static void serve_wish(struct pinshm_client *c, pinshm_channel_t *ch, unsigned k
 void async_serve_channel(struct pinshm_client *c, pinshm_channel_t *ch)
 {
 	for (unsigned k = 0; ch->fetched && k < ch->g.max_consumers; k++)
-		if (atomic_exchange_explicit(&ch->fetched[k].wanted, 0, memory_order_seq_cst) != 0)
+		if (atomic_exchange_explicit(&ch->fetched[k].wanted, false, memory_order_seq_cst))
 			serve_wish(c, ch, k);
 }
 
@@ -279,7 +279,7 @@ int client_peer_fd(struct pinshm_client *c, pinshm_channel_t *ch, unsigned consu
 {
 	struct fetched_peer *f = &ch->fetched[consumer];
 
-	atomic_store_explicit(&f->wanted, WANTED_GEN | gen, memory_order_seq_cst);
+	atomic_store_explicit(&f->wanted, true, memory_order_seq_cst);
 	atomic_store_explicit(&c->wanted, true, memory_order_seq_cst);
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!client_trylock(c))
@@ -287,7 +287,7 @@ int client_peer_fd(struct pinshm_client *c, pinshm_channel_t *ch, unsigned consu
 	async_drain(c);
 	int fd = -1;
 	if (f->arrived >= 0 && f->arrived_gen == gen) {
-		atomic_store_explicit(&f->wanted, 0, memory_order_relaxed);
+		atomic_store_explicit(&f->wanted, false, memory_order_relaxed);
 		fd = f->arrived;
 		f->arrived = -1;
 	}
