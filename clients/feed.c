@@ -109,31 +109,60 @@ static int open_channel(int fd, const struct options *o, pinshm_role_t role, pin
 
 /* ---- producers (h2d) and subscribers (d2h): child processes ----------- */
 
-static void write_batch(void *buf, const struct options *o, unsigned id, uint64_t seq, bool die_midway)
+/*
+ * A producer's payloads: generated once (FEED_PAYLOADS of them, each with
+ * its own seed and checksum), then written into each batch in turn, as a
+ * data loader writes what it decoded, so that producers keep up with a
+ * GPU's copy engine (generating words and their checksum runs at a few
+ * GB/s per core).
+ */
+#define FEED_PAYLOADS 2
+
+struct payloads {
+	size_t words;
+	uint64_t *w[FEED_PAYLOADS];
+	uint64_t sum[FEED_PAYLOADS];
+};
+
+static int payloads_make(struct payloads *pl, const struct options *o, unsigned id)
+{
+	pl->words = (o->batch - FEED_HEAD) / 8;
+	for (unsigned k = 0; k < FEED_PAYLOADS; k++) {
+		uint64_t seed = seed_of(id, k);
+		pl->w[k] = malloc(pl->words * 8);
+		if (!pl->w[k])
+			return -ENOMEM;
+		for (size_t i = 0; i < pl->words; i++)
+			pl->w[k][i] = feed_word(seed, i);
+		pl->sum[k] = feed_sum(pl->w[k], pl->words);
+	}
+	return 0;
+}
+
+static void write_batch(void *buf, const struct options *o, const struct payloads *pl, unsigned id, uint64_t seq,
+			bool die_midway)
 {
 	struct feed_head *h = buf;
-	uint64_t *w = (uint64_t *)((char *)buf + FEED_HEAD), seed = seed_of(id, seq), sum = 0;
-	size_t n = (o->batch - FEED_HEAD) / 8;
+	unsigned k = (unsigned)(seq % FEED_PAYLOADS);
+	char *payload = (char *)buf + FEED_HEAD;
+	size_t bytes = pl->words * 8;
 
-	h->magic = FEED_MAGIC;
-	h->producer = id;
-	h->len = (uint32_t)o->batch;
-	h->seq = seq;
-	for (size_t i = 0; i < n; i++) {
-		if (die_midway && i == n / 2)
-			raise(SIGKILL); /* --kill-producer-after: killed mid-batch */
-		w[i] = feed_word(seed, i);
-		sum += feed_term(i, w[i]);
+	*h = (struct feed_head){ .magic = FEED_MAGIC, .producer = id, .len = (uint32_t)o->batch, .seq = seq,
+				 .sum = pl->sum[k] };
+	if (die_midway) { /* --kill-producer-after: killed mid-batch */
+		memcpy(payload, pl->w[k], bytes / 2);
+		raise(SIGKILL);
 	}
-	h->sum = sum;
+	memcpy(payload, pl->w[k], bytes);
 }
 
 static int run_producer(int fd, const struct options *o, unsigned id, struct tally *t, pinshm_client_t *client)
 {
+	struct payloads pl = { 0 };
 	pinshm_channel_t *ch;
-	int rc = open_channel(fd, o, PINSHM_PRODUCER, client, &ch);
+	int rc = payloads_make(&pl, o, id);
 
-	if (rc != 0)
+	if (rc != 0 || (rc = open_channel(fd, o, PINSHM_PRODUCER, client, &ch)) != 0)
 		return 1;
 	atomic_fetch_add(&t->ready, 1);
 	while (!atomic_load(&t->go))
@@ -151,11 +180,13 @@ static int run_producer(int fd, const struct options *o, unsigned id, struct tal
 				pinshm_channel_error(ch));
 			break;
 		}
-		write_batch(buf, o, id, seq, id == 0 && o->kill_after && seq == o->kill_after);
+		write_batch(buf, o, &pl, id, seq, id == 0 && o->kill_after && seq == o->kill_after);
 		pinshm_commit(ch, o->batch, 0);
 		atomic_fetch_add(&t->committed[id], 1);
 	}
 	pinshm_channel_close(ch);
+	for (unsigned k = 0; k < FEED_PAYLOADS; k++)
+		free(pl.w[k]);
 	return rc == 0 ? 0 : 1;
 }
 
