@@ -532,8 +532,8 @@ static void report(const struct options *o, const struct figures *f)
 	snprintf(v[i++], 32, "%" PRIu64, f->lost);
 	snprintf(v[i++], 32, "%" PRIu64, f->bad);
 	snprintf(v[i++], 32, "%.3f", f->wall);
-	snprintf(v[i++], 32, "%.1f", (double)f->done / f->wall);
-	snprintf(v[i++], 32, "%.3f", (double)f->done * (double)o->batch / f->wall / 1e9);
+	snprintf(v[i++], 32, "%.1f", f->wall > 0 ? (double)f->done / f->wall : 0);
+	snprintf(v[i++], 32, "%.3f", f->wall > 0 ? (double)f->done * (double)o->batch / f->wall / 1e9 : 0);
 	snprintf(v[i++], 32, "%.1f", f->copy / n * 1e6);
 	snprintf(v[i++], 32, "%.1f", f->compute / n * 1e6);
 	snprintf(v[i++], 32, "%.1f", f->kernel_us);
