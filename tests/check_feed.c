@@ -5,7 +5,8 @@
  * tests say so and pass), with its data checked on the device and no host
  * copy; several producers; a producer killed mid-batch; the d2h
  * direction; the copy benchmark; and the CUDA mode, which exits 77 with a
- * clear reason where there is no GPU.
+ * clear reason where there is no GPU, and whose logic runs against a
+ * double of the driver ($PINSHM_FAKE_CUDA_FEED, tests/fake_cuda_feed.c).
  */
 #include <check.h>
 #include <stdio.h>
@@ -179,6 +180,34 @@ START_TEST(test_cuda)
 }
 END_TEST
 
+/* The CUDA backend against the double: every copy to the device reads
+ * the registered mapping in place; d2h and --staged as with OpenCL. */
+START_TEST(test_cuda_double)
+{
+	const char *fake = getenv("PINSHM_FAKE_CUDA_FEED");
+	struct daemon d;
+	struct run r;
+
+	ck_assert_msg(fake && *fake, "PINSHM_FAKE_CUDA_FEED is not set (run through make check)");
+	setenv("PINSHM_CUDA_LIBRARY", fake, 1);
+	daemon_start(&d);
+	feed_ok(&r, &d, "--device cuda --producers 3 --batch 64k --batches 60 --depth 3 --kernel-us 10 --format csv");
+	ck_assert_int_eq(csv(r.out, 1, "batches"), 60);
+	ck_assert_int_eq(csv(r.out, 1, "bad"), 0);
+	ck_assert_int_eq(csv(r.out, 1, "host_copies"), 0);
+	HAS(r.err, "h2d copies from registered memory 60, from other memory 0");
+	feed_ok(&r, &d, "--device cuda --batch 64k --batches 20 --staged --format csv");
+	ck_assert_int_eq(csv(r.out, 1, "host_copies"), 20);
+	HAS(r.err, "h2d copies from registered memory 0, from other memory 20");
+	feed_ok(&r, &d, "--device cuda --direction d2h --subscribers 2 --depth 2 --batch 64k --batches 30 --format csv");
+	ck_assert_int_eq(csv(r.out, 1, "batches"), 30);
+	ck_assert_int_eq(csv(r.out, 1, "bad"), 0);
+	feed_ok(&r, &d, "--bench copy --device cuda --min-size 64k --max-size 64k --format csv");
+	HAS(r.out, "pinshm-registered,65536,");
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 static Suite *feed_suite(void)
 {
 	Suite *s = suite_create("pinshm-feed");
@@ -190,6 +219,7 @@ static Suite *feed_suite(void)
 	tcase_add_test(tc, test_d2h);
 	tcase_add_test(tc, test_bench);
 	tcase_add_test(tc, test_cuda);
+	tcase_add_test(tc, test_cuda_double);
 	suite_add_tcase(s, tc);
 	return s;
 }
