@@ -83,23 +83,31 @@ static long long csv(const char *text, unsigned row, const char *col)
 
 #define HAS(text, s) ck_assert_msg(strstr((text), (s)) != NULL, "'%s' not in:\n%s", (s), (text))
 
+/* Every test has a pinshmd of its own (a checked fixture: in the test's process). */
+static struct daemon d;
+
+static void daemon_up(void) { daemon_start(&d); }
+static void daemon_down(void) { daemon_stop_ok(&d); }
+
+/* The run's row says @p batches batches, none bad, @p copies host copies. */
+static void row_ok(const struct run *r, long long batches, long long copies)
+{
+	ck_assert_int_eq(csv(r->out, 1, "batches"), batches);
+	ck_assert_int_eq(csv(r->out, 1, "bad"), 0);
+	ck_assert_int_eq(csv(r->out, 1, "host_copies"), copies);
+}
+
 /* Several producers, batches checked on the device, no host copy; the
  * staged path counts one host copy per batch. */
 START_TEST(test_h2d)
 {
-	struct daemon d;
 	struct run r;
 
-	daemon_start(&d);
 	if (feed_ok(&r, &d, "--device opencl --producers 3 --batch 64k --batches 120 --depth 3 --format csv")) {
-		ck_assert_int_eq(csv(r.out, 1, "batches"), 120);
-		ck_assert_int_eq(csv(r.out, 1, "bad"), 0);
-		ck_assert_int_eq(csv(r.out, 1, "host_copies"), 0);
+		row_ok(&r, 120, 0);
 		feed_ok(&r, &d, "--device opencl --producers 2 --batch 64k --batches 40 --staged --format csv");
-		ck_assert_int_eq(csv(r.out, 1, "batches"), 40);
-		ck_assert_int_eq(csv(r.out, 1, "host_copies"), 40);
+		row_ok(&r, 40, 40);
 	}
-	daemon_stop_ok(&d);
 }
 END_TEST
 
@@ -107,44 +115,33 @@ END_TEST
  * consumer takes every batch the others made and checks them all. */
 START_TEST(test_killed_producer)
 {
-	struct daemon d;
 	struct run r;
 
-	daemon_start(&d);
 	if (feed_ok(&r, &d, "--device opencl --producers 3 --batch 64k --batches 90 --kill-producer-after 5 "
 			    "--format csv")) {
-		ck_assert_int_eq(csv(r.out, 1, "batches"), 30 + 30 + 5);
-		ck_assert_int_eq(csv(r.out, 1, "bad"), 0);
+		row_ok(&r, 30 + 30 + 5, 0);
 		HAS(r.err, "process 0 was killed (signal 9)");
 	}
-	daemon_stop_ok(&d);
 }
 END_TEST
 
 /* The device fills records that 3 subscribers check. */
 START_TEST(test_d2h)
 {
-	struct daemon d;
 	struct run r;
 
-	daemon_start(&d);
 	if (feed_ok(&r, &d, "--device opencl --direction d2h --subscribers 3 --depth 3 --batch 64k --batches 60 "
 			    "--kernel-us 100 --format csv")) {
-		ck_assert_int_eq(csv(r.out, 1, "batches"), 60);
-		ck_assert_int_eq(csv(r.out, 1, "bad"), 0);
-		ck_assert_int_eq(csv(r.out, 1, "host_copies"), 0);
+		row_ok(&r, 60, 0);
 		ck_assert_int_gt(csv(r.out, 1, "kernel_us"), 0);
 	}
-	daemon_stop_ok(&d);
 }
 END_TEST
 
 START_TEST(test_bench)
 {
-	struct daemon d;
 	struct run r;
 
-	daemon_start(&d);
 	if (feed_ok(&r, &d, "--bench copy --device opencl --min-size 64k --max-size 256k --format csv")) {
 		HAS(r.out, "what,size,h2d_GB_s,d2h_GB_s,ms_per_GiB,first_copy_us");
 		HAS(r.out, "pinshm-registered,65536,");
@@ -154,29 +151,24 @@ START_TEST(test_bench)
 		HAS(r.out, "register+unregister,");
 		HAS(r.out, "first-copy-after-open,");
 	}
-	daemon_stop_ok(&d);
 }
 END_TEST
 
 /* Without a GPU: exit 77 and why; with one, a short checked run. */
 START_TEST(test_cuda)
 {
-	struct daemon d;
 	struct run r;
 
-	daemon_start(&d);
 	feed(&r, &d, "--device cuda --batch 64k --batches 20 --format csv");
 	if (r.status == 77) {
 		HAS(r.err, "no cuda device");
 	} else {
 		ck_assert_msg(r.status == 0, "exit %d\n%s%s", r.status, r.out, r.err);
-		ck_assert_int_eq(csv(r.out, 1, "bad"), 0);
-		ck_assert_int_eq(csv(r.out, 1, "host_copies"), 0);
+		row_ok(&r, 20, 0);
 	}
 	feed(&r, &d, "--device gpu");
 	ck_assert_int_eq(r.status, 2);
 	HAS(r.err, "--device: 'gpu' is not cuda, opencl");
-	daemon_stop_ok(&d);
 }
 END_TEST
 
@@ -185,26 +177,20 @@ END_TEST
 START_TEST(test_cuda_double)
 {
 	const char *fake = getenv("PINSHM_FAKE_CUDA_FEED");
-	struct daemon d;
 	struct run r;
 
 	ck_assert_msg(fake && *fake, "PINSHM_FAKE_CUDA_FEED is not set (run through make check)");
 	setenv("PINSHM_CUDA_LIBRARY", fake, 1);
-	daemon_start(&d);
 	feed_ok(&r, &d, "--device cuda --producers 3 --batch 64k --batches 60 --depth 3 --kernel-us 10 --format csv");
-	ck_assert_int_eq(csv(r.out, 1, "batches"), 60);
-	ck_assert_int_eq(csv(r.out, 1, "bad"), 0);
-	ck_assert_int_eq(csv(r.out, 1, "host_copies"), 0);
+	row_ok(&r, 60, 0);
 	HAS(r.err, "h2d copies from registered memory 60, from other memory 0");
 	feed_ok(&r, &d, "--device cuda --batch 64k --batches 20 --staged --format csv");
-	ck_assert_int_eq(csv(r.out, 1, "host_copies"), 20);
+	row_ok(&r, 20, 20);
 	HAS(r.err, "h2d copies from registered memory 0, from other memory 20");
 	feed_ok(&r, &d, "--device cuda --direction d2h --subscribers 2 --depth 2 --batch 64k --batches 30 --format csv");
-	ck_assert_int_eq(csv(r.out, 1, "batches"), 30);
-	ck_assert_int_eq(csv(r.out, 1, "bad"), 0);
+	row_ok(&r, 30, 0);
 	feed_ok(&r, &d, "--bench copy --device cuda --min-size 64k --max-size 64k --format csv");
 	HAS(r.out, "pinshm-registered,65536,");
-	daemon_stop_ok(&d);
 }
 END_TEST
 
@@ -214,6 +200,7 @@ static Suite *feed_suite(void)
 	TCase *tc = tcase_create("opencl");
 
 	tcase_set_timeout(tc, 120);
+	tcase_add_checked_fixture(tc, daemon_up, daemon_down);
 	tcase_add_test(tc, test_h2d);
 	tcase_add_test(tc, test_killed_producer);
 	tcase_add_test(tc, test_d2h);
