@@ -70,6 +70,7 @@ struct tally {
 struct figures {
 	uint64_t done, ok, bad, dropped, lost, host_copies, killed;
 	double copy, compute, wall, kernel_us;
+	double wait; /* h2d: in receives (no batch ready: the producers are slower) */
 };
 
 static const char *prog = "pinshm-feed";
@@ -381,7 +382,9 @@ static int pipeline_h2d(struct pipe_state *p, pid_t *pids, struct tally *t)
 		if (p->slot[slot].used && (rc = finish_h2d(p, slot)) != 0)
 			break;
 		pinshm_msg_t m;
+		double t0 = feed_now();
 		rc = pinshm_recv_inplace(p->ch, &m, POLL_MS);
+		p->f->wait += feed_now() - t0;
 		if (o->seconds > 0 && feed_now() - start >= o->seconds)
 			atomic_store(&t->stop, 1);
 		if (rc == -ETIMEDOUT || rc == -EAGAIN) {
@@ -515,9 +518,9 @@ static void report(const struct options *o, const struct figures *f)
 {
 	static const char *const cols[] = { "device", "direction", "procs", "depth", "batch", "batches",
 					     "dropped", "lost", "bad", "wall_s", "batches_s", "GB_s",
-					     "copy_us", "compute_us", "kernel_us", "overlap", "host_copies" };
+					     "copy_us", "compute_us", "kernel_us", "wait_us", "overlap", "host_copies" };
 	static const bool text[] = { true, true };
-	char v[17][32];
+	char v[18][32];
 	struct feed_report r;
 	double n = f->done ? (double)f->done : 1, busy = f->copy + f->compute;
 	int i = 0;
@@ -537,11 +540,12 @@ static void report(const struct options *o, const struct figures *f)
 	snprintf(v[i++], 32, "%.1f", f->copy / n * 1e6);
 	snprintf(v[i++], 32, "%.1f", f->compute / n * 1e6);
 	snprintf(v[i++], 32, "%.1f", f->kernel_us);
+	snprintf(v[i++], 32, "%.1f", f->wait / n * 1e6);
 	snprintf(v[i++], 32, "%.3f", busy > 0 ? f->wall / busy : 0);
 	snprintf(v[i++], 32, "%" PRIu64, f->host_copies);
-	bool t[17] = { 0 };
+	bool t[18] = { 0 };
 	memcpy(t, text, sizeof(text));
-	feed_report_begin(&r, o->format, cols, 17);
+	feed_report_begin(&r, o->format, cols, 18);
 	feed_report_row(&r, v, t);
 	feed_report_end(&r);
 }
