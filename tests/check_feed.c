@@ -111,6 +111,23 @@ START_TEST(test_h2d)
 }
 END_TEST
 
+/* An overrun topic, producers far faster than the device: batches are
+ * lost, and those overwritten under their copy are dropped, never
+ * counted bad. */
+START_TEST(test_overrun)
+{
+	struct run r;
+
+	if (feed_ok(&r, &d, "--device opencl --overrun --producers 2 --batch 64k --seconds 1 --kernel-us 2000 "
+			    "--format csv")) {
+		ck_assert_int_eq(csv(r.out, 1, "bad"), 0);
+		ck_assert_int_gt(csv(r.out, 1, "lost"), 0);
+		printf("overrun: %lld batches, %lld dropped, %lld lost\n", csv(r.out, 1, "batches"),
+		       csv(r.out, 1, "dropped"), csv(r.out, 1, "lost"));
+	}
+}
+END_TEST
+
 /* Producer 0 dies after 5 batches, in the middle of its sixth: the
  * consumer takes every batch the others made and checks them all. */
 START_TEST(test_killed_producer)
@@ -202,6 +219,7 @@ static Suite *feed_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_checked_fixture(tc, daemon_up, daemon_down);
 	tcase_add_test(tc, test_h2d);
+	tcase_add_test(tc, test_overrun);
 	tcase_add_test(tc, test_killed_producer);
 	tcase_add_test(tc, test_d2h);
 	tcase_add_test(tc, test_bench);
