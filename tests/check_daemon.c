@@ -98,6 +98,26 @@ static void pk_end(struct pkt *p)
 		p->b[8 + i] = (uint8_t)(p->len >> (8 * i));
 }
 
+/* A CREATE of a 64 KiB queue @p name, mode 0600, no node, next to PCI
+ * device @p pci ("": none), as the wire has it. */
+static void pk_create(struct pkt *p, uint32_t seq, const char *name, const char *pci)
+{
+	pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_CREATE, seq);
+	pk_name(p, name);
+	pk_le(p, PINSHM_QUEUE, 4);
+	pk_le(p, 0, 4);
+	pk_le(p, 64 * KiB, 8);
+	pk_le(p, 0, 4);
+	pk_le(p, 1, 4);
+	pk_le(p, 1, 4);
+	pk_le(p, 0600, 4);
+	pk_le(p, 0, 4);
+	pk_le(p, (uint32_t)PINSHM_NODE_ANY, 4);
+	pk_le(p, PINSHM_PIN_DEFAULT, 4);
+	pk_name(p, pci);
+	pk_end(p);
+}
+
 static void pk_hello(struct pkt *p, uint16_t hdr_version, uint32_t version, uint32_t seq)
 {
 	pk_header(p, PROTO_MAGIC, hdr_version, PROTO_HELLO, seq);
@@ -351,20 +371,7 @@ START_TEST(test_errors)
 	struct pkt p;
 	struct proto_msg m;
 	int s = raw_connect(d.sock);
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_CREATE, 7);
-	pk_name(&p, "bad/name");
-	pk_le(&p, PINSHM_QUEUE, 4);
-	pk_le(&p, 0, 4);
-	pk_le(&p, 64 * KiB, 8);
-	pk_le(&p, 0, 4);
-	pk_le(&p, 1, 4);
-	pk_le(&p, 1, 4);
-	pk_le(&p, 0600, 4);
-	pk_le(&p, 0, 4);
-	pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
-	pk_le(&p, PINSHM_PIN_DEFAULT, 4);
-	pk_name(&p, "");
-	pk_end(&p);
+	pk_create(&p, 7, "bad/name", "");
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_uint_eq(m.h.type, PROTO_CREATE | PROTO_REPLY);
@@ -374,20 +381,7 @@ START_TEST(test_errors)
 	 * gets -EINVAL before any file is opened. */
 	static const char *const bad_pci[] = {"../../../../etc", "0000:3b:00.0/../../x", "0000:3B:00.0"};
 	for (size_t i = 0; i < sizeof(bad_pci) / sizeof(bad_pci[0]); i++) {
-		pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_CREATE, 9);
-		pk_name(&p, "pci-bad");
-		pk_le(&p, PINSHM_QUEUE, 4);
-		pk_le(&p, 0, 4);
-		pk_le(&p, 64 * KiB, 8);
-		pk_le(&p, 0, 4);
-		pk_le(&p, 1, 4);
-		pk_le(&p, 1, 4);
-		pk_le(&p, 0600, 4);
-		pk_le(&p, 0, 4);
-		pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
-		pk_le(&p, PINSHM_PIN_DEFAULT, 4);
-		pk_name(&p, bad_pci[i]);
-		pk_end(&p);
+		pk_create(&p, 9, "pci-bad", bad_pci[i]);
 		raw_send(s, &p, -1, 0);
 		raw_reply(s, &m);
 		ck_assert_int_eq(m.status, -EINVAL);

@@ -307,16 +307,35 @@ START_TEST(test_cuda_release_after)
 }
 END_TEST
 
+/* A queue of one producer and one consumer, both attached, and a device
+ * of the double. */
+struct fake_pair {
+	int fd;
+	pinshm_channel_t *p, *c;
+	pinshm_device_t *dev;
+};
+
+static struct fake_pair fake_pair_open(void)
+{
+	struct fake_pair f;
+
+	fake_setup();
+	f.fd = tu_channel(PINSHM_QUEUE, 4096, 1, 1);
+	f.p = tu_attach(f.fd, PINSHM_PRODUCER);
+	f.c = tu_attach(f.fd, PINSHM_CONSUMER);
+	f.dev = fake_open();
+	return f;
+}
+
 /* A producer's reservation committed after the event of the copy that
  * fills it: never before (the record stays the handle's, and every call
  * that could publish or reuse its room says -EBUSY), then at the next
  * call or poll; a failed command drops it; close waits and commits. */
 START_TEST(test_cuda_commit_after)
 {
-	fake_setup();
-	int fd = tu_channel(PINSHM_QUEUE, 4096, 1, 1);
-	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *c = tu_attach(fd, PINSHM_CONSUMER);
-	pinshm_device_t *dev = fake_open();
+	struct fake_pair f = fake_pair_open();
+	pinshm_channel_t *p = f.p, *c = f.c;
+	pinshm_device_t *dev = f.dev;
 	int ev = FAKE_EVENT_PENDING;
 	pinshm_channel_info_t info;
 	pinshm_msg_t m;
@@ -388,17 +407,16 @@ START_TEST(test_cuda_commit_after)
 	ck_assert_int_eq(fake->nregs, 0);
 	TU_RC(pinshm_channel_close(c), 0);
 	TU_RC(pinshm_device_close(dev), 0);
-	close(fd);
+	close(f.fd);
 }
 END_TEST
 
 /* pinshm_channel_info() lists a handle's devices, read-only or not. */
 START_TEST(test_cuda_info)
 {
-	fake_setup();
-	int fd = tu_channel(PINSHM_QUEUE, 4096, 1, 1);
-	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *c = tu_attach(fd, PINSHM_CONSUMER);
-	pinshm_device_t *dev = fake_open();
+	struct fake_pair f = fake_pair_open();
+	pinshm_channel_t *p = f.p, *c = f.c;
+	pinshm_device_t *dev = f.dev;
 	pinshm_channel_info_t info;
 
 	TU_RC(pinshm_channel_info(c, &info), 0);
@@ -426,7 +444,7 @@ START_TEST(test_cuda_info)
 	TU_RC(pinshm_channel_close(c), 0);
 	TU_RC(pinshm_channel_close(p), 0);
 	TU_RC(pinshm_device_close(dev), 0);
-	close(fd);
+	close(f.fd);
 }
 END_TEST
 
@@ -597,20 +615,32 @@ static const char *kernel_src =
 #define WORDS 256u
 #define RECORDS 40u
 
+/* cl_setup(), the device over its context, and the kernel "twice" built
+ * there (its program in *@p prog).  false: no OpenCL (skipped). */
+static bool twice_setup(struct cl *cl, pinshm_device_t **dev, cl_program *prog, cl_kernel *kernel)
+{
+	cl_int err;
+
+	if (!cl_setup(cl))
+		return false;
+	TU_RC(pinshm_device_open_opencl(cl->ctx, dev), 0);
+	*prog = clCreateProgramWithSource(cl->ctx, 1, &kernel_src, NULL, &err);
+	ck_assert_int_eq(err, CL_SUCCESS);
+	TU_RC(clBuildProgram(*prog, 1, &cl->device, NULL, NULL, NULL), CL_SUCCESS);
+	*kernel = clCreateKernel(*prog, "twice", &err);
+	ck_assert_int_eq(err, CL_SUCCESS);
+	return true;
+}
+
 START_TEST(test_opencl_kernel)
 {
 	struct cl cl;
 	pinshm_device_t *dev;
-	cl_int err;
+	cl_program prog;
+	cl_kernel k;
 
-	if (!cl_setup(&cl))
+	if (!twice_setup(&cl, &dev, &prog, &k))
 		return;
-	TU_RC(pinshm_device_open_opencl(cl.ctx, &dev), 0);
-	cl_program prog = clCreateProgramWithSource(cl.ctx, 1, &kernel_src, NULL, &err);
-	ck_assert_int_eq(err, CL_SUCCESS);
-	TU_RC(clBuildProgram(prog, 1, &cl.device, NULL, NULL, NULL), CL_SUCCESS);
-	cl_kernel k = clCreateKernel(prog, "twice", &err);
-	ck_assert_int_eq(err, CL_SUCCESS);
 
 	/* in: records from a producer; out: records the device fills. */
 	int in_fd = tu_channel(PINSHM_QUEUE, 64 * 1024, 1, 1), out_fd = tu_channel(PINSHM_QUEUE, 64 * 1024, 1, 1);
@@ -746,6 +776,7 @@ START_TEST(test_opencl_release_order)
 	close(fd);
 }
 END_TEST
+
 /* Device to host: a kernel writes each record in place in a reservation,
  * committed after the kernel's event; a pipeline of depth 2 takes two
  * producer handles.  A user event holds a commit back until it is set. */
@@ -754,15 +785,11 @@ START_TEST(test_opencl_commit_after)
 	struct cl cl;
 	pinshm_device_t *dev;
 	cl_int err;
+	cl_program prog;
+	cl_kernel k;
 
-	if (!cl_setup(&cl))
+	if (!twice_setup(&cl, &dev, &prog, &k))
 		return;
-	TU_RC(pinshm_device_open_opencl(cl.ctx, &dev), 0);
-	cl_program prog = clCreateProgramWithSource(cl.ctx, 1, &kernel_src, NULL, &err);
-	ck_assert_int_eq(err, CL_SUCCESS);
-	TU_RC(clBuildProgram(prog, 1, &cl.device, NULL, NULL, NULL), CL_SUCCESS);
-	cl_kernel k = clCreateKernel(prog, "twice", &err);
-	ck_assert_int_eq(err, CL_SUCCESS);
 	uint32_t words[RECORDS][WORDS];
 	for (uint32_t r = 0; r < RECORDS; r++)
 		for (uint32_t i = 0; i < WORDS; i++)
