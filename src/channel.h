@@ -196,6 +196,9 @@ struct device_state;
 int device_progress(pinshm_channel_t *ch) __attribute__((cold, noinline));
 int device_release(pinshm_channel_t *ch, const pinshm_msg_t *msg) __attribute__((cold, noinline));
 void device_state_close(pinshm_channel_t *ch);
+/** Tell the daemon of @p ch's client again of every registration of
+ *  @p ch (after a hand-back to a new daemon).  @return 0 or the first error. */
+int device_report_all(pinshm_channel_t *ch);
 /** The devices of @p ch (pinshm_channel_info()'s devices and commit_waits). */
 void device_info(const pinshm_channel_t *ch, pinshm_channel_info_t *info);
 /** A producer's reservation waits for its event (RESV_DEVICE): commit it

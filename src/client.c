@@ -775,7 +775,8 @@ int client_close_endpoint(pinshm_client_t *c, uint64_t id, uint64_t conn, unsign
  * a consumer's wake-up socket (pinshm_channel_notify_fd()) goes with it
  * (NOTIFY) where its endpoint is claimed again: the new daemon did not
  * have it, and writes it to wake the consumer if it is armed (what it
- * missed while no daemon ran).  A refused NOTIFY leaves the hand-back done. */
+ * missed while no daemon ran), and its device registrations (DEVICE).  A
+ * refused NOTIFY or DEVICE leaves the hand-back done. */
 static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 {
 	struct proto_msg req = {.h.type = PROTO_ADOPT}, rep;
@@ -802,6 +803,10 @@ static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 		if (r != 0 && c->broken)
 			return r;
 	}
+	/* The new daemon keeps a registered channel locked too. */
+	int r = ch->dev ? device_report_all(k->ch) : 0;
+	if (r != 0 && c->broken)
+		return r;
 	return 0;
 }
 

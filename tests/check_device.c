@@ -1000,6 +1000,41 @@ START_TEST(test_daemon_pin_idle)
 }
 END_TEST
 
+/* A client that hands its channel back to a new daemon (a restart) tells
+ * it of the channel's registrations again. */
+START_TEST(test_daemon_restart)
+{
+	struct daemon d;
+	struct daemon_opts o = {.log = true};
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *rx;
+
+	fake_setup();
+	daemon_start_opts(&d, &o);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * 1024, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "dev-back", &attr, 0600, PINSHM_PERSISTENT), 0);
+	CLIENT_RC(c, pinshm_open(c, "dev-back", PINSHM_CONSUMER, &rx), 0);
+	pinshm_device_t *dev = fake_open();
+	TU_RC(pinshm_channel_register(rx, dev, 0), 0);
+	ck_assert_uint_eq(stat_of(c, "dev-back").device_regs, 1);
+	daemon_term_ok(&d);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	CLIENT_RC(c, pinshm_reconnect(c), 0);
+	pinshm_list_entry_t e = stat_of(c, "dev-back");
+	ck_assert_uint_eq(e.device_regs, 1);
+	ck_assert_uint_eq(e.device_kinds, 1u << PINSHM_DEVICE_CUDA);
+	ck_assert(daemon_log_has(&d, "'dev-back' handed back"));
+	TU_RC(pinshm_channel_unregister(rx, dev), 0);
+	ck_assert_uint_eq(stat_of(c, "dev-back").device_regs, 0);
+	TU_RC(pinshm_channel_close(rx), 0); /* adopted: not persistent, gone with it */
+	TU_RC(pinshm_device_close(dev), 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* Write @p value into DIR/bus/pci/devices/BUS/numa_node of a fake sysfs. */
 static void fake_pci(const char *dir, const char *bus, const char *value)
 {
@@ -1099,6 +1134,7 @@ static Suite *device_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_daemon_pin_idle);
 	tcase_add_test(tc, test_daemon_pci);
+	tcase_add_test(tc, test_daemon_restart);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -200,6 +200,19 @@ void device_info(const pinshm_channel_t *ch, pinshm_channel_info_t *info)
 	info->commit_waits = ch->reserved == RESV_DEVICE;
 }
 
+int device_report_all(pinshm_channel_t *ch)
+{
+	struct device_state *ds = ch->dev;
+	int rc = 0;
+
+	for (unsigned i = 0; ds && ds->pid == getpid() && i < ds->nregs; i++) {
+		int r = client_device_report(ch, ds->regs[i].dev->kind, +1);
+		if (r != 0 && rc == 0)
+			rc = r;
+	}
+	return rc;
+}
+
 void device_state_close(pinshm_channel_t *ch)
 {
 	if (ch->dev && ch->dev->pid == getpid())
