@@ -24,6 +24,17 @@
 #include "pinshm.h"
 #include "testutil.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ADDRESS_SANITIZER 1
+#endif
+#endif
+#ifndef ADDRESS_SANITIZER
+#define ADDRESS_SANITIZER 0
+#endif
+
 #ifdef HAVE_OPENCL_TEST
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -893,7 +904,12 @@ START_TEST(test_opencl_register_loop)
 	long locked_after = proc_status_value_kb(getpid(), "VmLck:"), rss_after = proc_status_value_kb(getpid(), "VmRSS:");
 	printf("opencl register loop: VmLck %ld -> %ld kB, VmRSS %ld -> %ld kB\n", locked, locked_after, rss, rss_after);
 	ck_assert_int_eq(locked_after, locked);
+#if ADDRESS_SANITIZER
+	/* Its quarantine keeps what is freed resident: RSS says nothing here. */
+	(void)rss_after;
+#else
 	ck_assert_msg(rss_after - rss < 1024, "VmRSS grew by %ld kB over 10000 registrations", rss_after - rss);
+#endif
 	TU_RC(pinshm_channel_close(c), 0);
 	TU_RC(pinshm_device_close(dev), 0);
 	cl_teardown(&cl);
