@@ -290,6 +290,10 @@ static void print_json_entry(FILE *out, const pinshm_list_entry_t *e, const char
 	json_field_u64(out, "lost", e->lost);
 	json_field_u64(out, "refused", e->refused);
 	json_field_u64(out, "drops", ctl_drops(e));
+	json_field_u64(out, "device_registrations", e->device_regs);
+	fprintf(out, ",\n    \"device_kinds\": [%s%s%s]", e->device_kinds & 1u << PINSHM_DEVICE_CUDA ? "\"cuda\"" : "",
+		(e->device_kinds & 1u << PINSHM_DEVICE_CUDA) && (e->device_kinds & 1u << PINSHM_DEVICE_OPENCL) ? ", " : "",
+		e->device_kinds & 1u << PINSHM_DEVICE_OPENCL ? "\"opencl\"" : "");
 	fprintf(out, "\n%s}", indent);
 }
 
@@ -343,6 +347,11 @@ void ctl_print_stat(FILE *out, const pinshm_list_entry_t *e)
 	fprintf(out, "bytes        %" PRIu64 "\n", e->bytes);
 	fprintf(out, "drops        %" PRIu64 " (lost %" PRIu64 ", refused %" PRIu64 ")\n", ctl_drops(e), e->lost,
 		e->refused);
+	fprintf(out, "devices      %" PRIu32 " registration%s%s%s%s%s\n", e->device_regs, e->device_regs == 1 ? "" : "s",
+		e->device_kinds ? " (" : "", e->device_kinds & 1u << PINSHM_DEVICE_CUDA ? "cuda" : "",
+		e->device_kinds == (1u << PINSHM_DEVICE_CUDA | 1u << PINSHM_DEVICE_OPENCL) ? ", opencl" :
+		e->device_kinds & 1u << PINSHM_DEVICE_OPENCL ? "opencl" : "",
+		e->device_kinds ? ")" : "");
 }
 
 void ctl_duration_string(uint64_t ms, char *buf, size_t len)

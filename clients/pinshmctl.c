@@ -268,11 +268,12 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 		{"producers", required_argument, NULL, 'P'}, {"consumers", required_argument, NULL, 'C'},
 		{"mode", required_argument, NULL, 'M'},      {"backend", required_argument, NULL, 'B'},
 		{"pin", required_argument, NULL, 'p'},       {"node", required_argument, NULL, 'N'},
-		{0}};
+		{"pci", required_argument, NULL, 'D'},       {0}};
 	pinshm_channel_attr_t attr;
 	unsigned mode = 0600, backend = 0;
 	uint32_t pin_idle = PINSHM_PIN_DEFAULT;
 	int node = PINSHM_NODE_ANY;
+	const char *pci = NULL;
 	uint64_t v;
 	int opt;
 
@@ -331,6 +332,7 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 			if (!parse_node(optarg, &node))
 				return usage_error("create: --node must be a node number, any, local or consumer");
 			break;
+		case 'D': pci = optarg; break;
 		default: return EXIT_USAGE;
 		}
 	}
@@ -341,12 +343,15 @@ static int cmd_create(struct ctl *o, int argc, char **argv)
 	int rc = check_geometry(&attr);
 	if (rc != 0)
 		return rc;
+	if (pci && node != PINSHM_NODE_ANY)
+		return usage_error("create: --node or --pci, not both");
 
 	pinshm_client_t *c;
 	if (ctl_connect(o, &c) != 0)
 		return EXIT_FAILED;
 	/* Persistent: the channel outlives this command, until `rm`. */
-	rc = pinshm_create_full(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT | backend, node, pin_idle);
+	rc = pci ? pinshm_create_near_pci(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT | backend, pci, pin_idle)
+		 : pinshm_create_full(c, name, &attr, (mode_t)mode, PINSHM_PERSISTENT | backend, node, pin_idle);
 	if (rc == 0 && pinshm_client_error(c)[0]) /* a warning, such as "created unpinned" */
 		fprintf(stderr, "pinshmctl: create %.*s: pinshmd says: %s\n", PINSHM_NAME_MAX + 8, name,
 			pinshm_client_error(c));
@@ -447,7 +452,7 @@ static const struct command commands[] = {
 	{"create", cmd_create,
 	 "NAME [--topic [--overrun]] [--capacity SIZE] [--max-message SIZE]\n"
 	 "         [--producers N] [--consumers N] [--mode OCTAL] [--backend auto|memfd|shm]\n"
-	 "         [--pin always|SECONDS] [--node N|any|local|consumer]",
+	 "         [--pin always|SECONDS] [--node N|any|local|consumer] [--pci BUS]",
 	 "create a channel (default: a queue, 1m per producer, 4 producers, 1 consumer, mode 0600,\n"
 	 "      the daemon's default backend)"},
 	{"rm", cmd_rm, "NAME...", "remove channel names (users that opened them keep them)"},

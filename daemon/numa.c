@@ -13,19 +13,39 @@
 #include "log.h"
 #include "numa.h"
 #include "pinshm.h"
+#include "protocol.h"
 
 #define NUMA_TEST_MAX 64
 
 static struct {
 	int real_max;  /* highest real node, -1: no NUMA support (one node, 0) */
 	int test_nodes; /* injected node count, 0: none */
-} topo = {.real_max = -1};
+	char sysfs[256]; /* where sysfs is: "/sys", or the test's (PINSHMD_TEST_SYSFS) */
+} topo = {.real_max = -1, .sysfs = "/sys"};
 
 static bool real_node_exists(int node)
 {
 	if (topo.real_max < 0)
 		return node == 0;
 	return node <= topo.real_max && numa_bitmask_isbitset(numa_all_nodes_ptr, (unsigned)node);
+}
+
+/* The sysfs root: /sys, or PINSHMD_TEST_SYSFS (an absolute path). */
+static int sysfs_setup(char *why, size_t whylen)
+{
+	const char *t = getenv("PINSHMD_TEST_SYSFS");
+
+	snprintf(topo.sysfs, sizeof(topo.sysfs), "/sys");
+	if (!t || !*t)
+		return 0;
+	if (t[0] != '/' || strlen(t) >= sizeof(topo.sysfs)) {
+		snprintf(why, whylen, "PINSHMD_TEST_SYSFS='%.64s': not an absolute path under %zu bytes", t,
+			 sizeof(topo.sysfs));
+		return -EINVAL;
+	}
+	snprintf(topo.sysfs, sizeof(topo.sysfs), "%s", t);
+	log_warn("test sysfs in force (PINSHMD_TEST_SYSFS): PCI devices read from %s", topo.sysfs);
+	return 0;
 }
 
 int numa_setup(char *why, size_t whylen)
@@ -45,7 +65,7 @@ int numa_setup(char *why, size_t whylen)
 		log_warn("test topology in force (PINSHMD_TEST_NUMA_NODES): %d nodes, CPU c on node c %% %d", topo.test_nodes,
 			 topo.test_nodes);
 	}
-	return 0;
+	return sysfs_setup(why, whylen);
 }
 
 /* The CPU @p pid last ran on (field 39 of /proc/PID/stat), or -errno. */
@@ -72,6 +92,59 @@ static int cpu_of(pid_t pid)
 	if (field != 39 || !isdigit((unsigned char)*p))
 		return -EIO;
 	return atoi(p);
+}
+
+/* The number in file @p path (a sysfs attribute: one line). @return 0 or -errno. */
+static int read_int(const char *path, long *v)
+{
+	char buf[32];
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -errno;
+	char *line = fgets(buf, sizeof(buf), f);
+	fclose(f);
+	if (!line)
+		return -EIO;
+	char *end;
+	errno = 0;
+	*v = strtol(buf, &end, 10);
+	if (end == buf || (*end != '\n' && *end != '\0') || errno)
+		return -EIO;
+	return 0;
+}
+
+int numa_of_pci(const char *bus, int *node, char *why, size_t whylen)
+{
+	char path[400];
+	long v = 0;
+
+	*node = PINSHM_NODE_ANY;
+	if (!proto_pci_valid(bus)) {
+		snprintf(why, whylen, "invalid PCI bus id '%.32s': DDDD:BB:SS.F in lower-case hex, e.g. 0000:3b:00.0",
+			 bus);
+		return -EINVAL;
+	}
+	snprintf(path, sizeof(path), "%s/bus/pci/devices/%s/numa_node", topo.sysfs, bus);
+	int rc = read_int(path, &v);
+	if (rc == -ENOENT) {
+		snprintf(why, whylen, "no PCI device %s on this machine", bus);
+		return -ENODEV;
+	}
+	if (rc != 0) {
+		snprintf(why, whylen, "PCI device %s: cannot read its NUMA node: %s", bus, strerror(-rc));
+		return -EIO;
+	}
+	if (v < 0) {
+		log_info("PCI device %s has no NUMA node: no placement", bus);
+		return 0;
+	}
+	if (v > INT32_MAX || !numa_node_known((int)v)) {
+		log_warn("PCI device %s is on NUMA node %ld, which this daemon does not know: no placement", bus, v);
+		return 0;
+	}
+	*node = (int)v;
+	return 0;
 }
 
 bool numa_node_known(int node)

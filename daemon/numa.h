@@ -23,6 +23,10 @@
  * the real node n % (real nodes).  Only the test suite sets it; the daemon
  * logs a warning when it is in force.  PINSHMD_TEST_NUMA_MOVE_FAIL=1 makes
  * every numa_move() fail with -ENOMEM, as a full node would.
+ * PINSHMD_TEST_SYSFS=DIR makes numa_of_pci() read DIR/bus/pci/devices
+ * instead of /sys/bus/pci/devices (read at start, logged likewise): a test
+ * gives its daemon PCI devices that the machine does not have.  Both come
+ * from the daemon's own environment: no client can set them.
  */
 #ifndef PINSHMD_NUMA_H
 #define PINSHMD_NUMA_H
@@ -48,6 +52,18 @@ int numa_resolve(int requested, pid_t creator, int *node, char *why, size_t whyl
  * yet.  @return 0 or the -errno of mbind().
  */
 int numa_place(void *base, size_t size, int node);
+
+/**
+ * The NUMA node of PCI device @p bus (proto_pci_valid(), checked again
+ * here: it becomes a path), read from its numa_node in sysfs.
+ * @param node  set to a node numa_node_known() knows, or PINSHM_NODE_ANY
+ *              where the device has none (-1 there: a machine of one node,
+ *              or firmware that does not say) or one this daemon does not
+ *              know (logged).
+ * @return 0; -EINVAL (not a bus id); -ENODEV (no such device); -EIO (its
+ *         numa_node unreadable or not a number); why in @p why.
+ */
+int numa_of_pci(const char *bus, int *node, char *why, size_t whylen);
 
 /** Whether @p node is a node of this machine (or of the test topology). */
 bool numa_node_known(int node);

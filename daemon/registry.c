@@ -1043,6 +1043,9 @@ int registry_tick(struct registry *r, uint64_t now)
 	for (struct channel *ch = r->first; ch && r->idle_policies; ch = ch->next) {
 		if (!ch->pin_idle || !ch->seg.pinned || ch->seg.damaged)
 			continue;
+		/* devices: a channel a device may use by DMA stays locked. */
+		if (devices_in_use(ch))
+			continue;
 		struct activity_args a = {.g = &ch->g};
 		if (segment_access(&ch->seg, activity_fn, &a) != 0)
 			continue;
@@ -1690,6 +1693,7 @@ static void describe(struct channel *ch, struct proto_list_entry *e)
 	e->node = ch->seg.node;
 	e->backend = ch->seg.backend;
 	e->pin_idle = ch->pin_idle;
+	devices_describe(ch, &e->device_regs, &e->device_kinds);
 	struct stats_args sa = {.g = &ch->g, .e = e};
 	if (segment_access(&ch->seg, stats_fn, &sa) != 0)
 		e->messages = e->bytes = e->lost = e->refused = 0; /* damaged: nothing to say */
@@ -1716,6 +1720,7 @@ static void drop_ref(struct registry *r, struct reg_client *c, struct channel *c
 			c->refs[i] = c->refs[--c->nrefs];
 			break;
 		}
+	devices_drop(c, ch); /* devices: what it reported of it goes with its reference */
 	ch->refs--;
 	collect(r, ch);
 }
@@ -1803,6 +1808,7 @@ void registry_client_gone(struct registry *r, struct reg_client *c)
 		making_remove(r, prev, ch);
 		making_drop(r, ch);
 	}
+	devices_client_gone(c); /* devices: its reports go, before its references */
 	for (unsigned i = 0; i < c->nrefs; i++) {
 		struct channel *ch = c->refs[i];
 		for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
@@ -1820,6 +1826,7 @@ void registry_client_gone(struct registry *r, struct reg_client *c)
 
 void registry_client_forget(struct reg_client *c)
 {
+	devices_forget(c);
 	free(c->refs);
 	c->refs = NULL;
 	c->nrefs = c->cap = 0;

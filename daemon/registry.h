@@ -35,6 +35,9 @@
  *   committed, the queue room given back, or the endpoint changes, all
  *   read from the segment (a client could fake activity, or hide it: that
  *   costs only its own channel's pinning).  It stays charged whole.
+ * - DEVICE: a connection that references a channel reports a device
+ *   registration of a handle of it, made or dropped (devices.h): while
+ *   any is counted, working-set pinning leaves the channel locked.
  * - UNLINK: the owner or root; removes the name at once.
  * - A connection that closes gives back its references; each endpoint
  *   claimed for it that is still ACTIVE in the segment is reaped, once
@@ -94,6 +97,7 @@
 #include <stdint.h>
 
 #include "account.h"
+#include "devices.h"
 #include "dying.h"
 #include "seg.h"
 #include "cred.h"
@@ -154,6 +158,7 @@ struct channel {
 	bool from_pool;                 /* its segment came ready from the pool */
 	size_t made;                    /* half-made (registry_create()): bytes of it locked so far */
 	struct channel_move *move;      /* its pages moving to its consumer's node, NULL: not */
+	uint32_t device_regs[DEVICES_KINDS]; /* device registrations its clients reported, by kind (devices.h) */
 	struct channel *hash_next;      /* in its bucket, while named */
 	struct channel *prev, *next;    /* every live channel, by id; next: the half-made ones too */
 };
@@ -164,6 +169,8 @@ struct reg_client {
 	struct cred cred;
 	struct channel **refs; /* each referenced channel once */
 	unsigned nrefs, cap;
+	struct reg_device_use *devuse; /* what it reported of referenced channels (devices.h) */
+	unsigned ndevuse, devuse_cap;
 };
 
 /* A process that owns endpoints of adopted channels, watched until it exits. */

@@ -95,6 +95,22 @@ static void create_reply(const struct channel *ch, struct proto_msg *rep)
 	rep->u.create_reply.id = ch->id;
 }
 
+/* The node of a CREATE: the request's, or that of the PCI device it names. */
+static int create_node(const struct proto_msg *req, const struct reg_client *c, int *node, struct proto_msg *rep)
+{
+	const char *pci = req->u.create.pci;
+
+	if (!pci[0])
+		return numa_resolve(req->u.create.node, c->cred.pid, node, rep->text, sizeof(rep->text));
+	if (req->u.create.node != PINSHM_NODE_ANY)
+		return fail(rep, -EINVAL, "a NUMA node and a PCI device both asked for: one or the other");
+	int rc = numa_of_pci(pci, node, rep->text, sizeof(rep->text));
+	if (rc == 0)
+		log_info("pid %d: '%s' next to PCI device %s: %s%d", (int)c->cred.pid, req->u.create.name, pci,
+			 *node == PINSHM_NODE_ANY ? "no placement, node " : "node ", *node);
+	return rc;
+}
+
 static int serve_create(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
 			struct proto_msg *rep)
 {
@@ -118,7 +134,7 @@ static int serve_create(struct request_ctx *ctx, struct reg_client *c, const str
 	else if (o.pin_idle > PINSHM_PIN_IDLE_MAX)
 		return fail(rep, -EINVAL, "invalid pin_idle %u: 0 (always pinned) or 1 to %u seconds", o.pin_idle,
 			    PINSHM_PIN_IDLE_MAX);
-	rc = numa_resolve(req->u.create.node, c->cred.pid, &o.node, rep->text, sizeof(rep->text));
+	rc = create_node(req, c, &o.node, rep);
 	if (rc != 0)
 		return rc;
 	rc = names_may_create(&ctx->reg->acct->cfg->names, &c->cred, req->u.create.name, rep->text,
@@ -422,6 +438,10 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		out->peer_wake = true; /* refused too: a socket may come later, the wake-up is due now */
 		out->peer_id = req->u.peer.id;
 		out->peer_endpoint = req->u.peer.endpoint;
+		break;
+	case PROTO_DEVICE:
+		rc = devices_report(ctx->reg, c, req->u.device.id, req->u.device.kind, req->u.device.delta, rep->text,
+				    sizeof(rep->text));
 		break;
 	default: /* proto_decode() let through requests only */
 		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);

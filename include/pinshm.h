@@ -390,6 +390,15 @@ typedef struct pinshm_channel_info {
 	uint32_t producers, consumers; /* endpoints attached now */
 	uint64_t segment_size;
 	uint64_t lost; /* messages this handle lost to overruns */
+	/* The devices this handle is registered with (pinshm_channel_register()),
+	 * in no order; none in a forked child. */
+	uint32_t ndevices;
+	struct pinshm_channel_device {
+		struct pinshm_device *dev;
+		uint32_t kind;  /* PINSHM_DEVICE_* */
+		uint32_t flags; /* PINSHM_REGISTERED, with PINSHM_REGISTERED_READ_ONLY where it may only read */
+	} devices[4];
+	uint32_t commit_waits; /* producer: 1 while its reservation waits for a device (pinshm_commit_after()) */
 } pinshm_channel_info_t;
 
 /** Fill @p info. @return 0 or -EBADMSG. */
@@ -438,7 +447,7 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * changes; a library and a daemon of different protocol versions refuse to
  * talk (-EPROTO, with a message saying both versions).
  */
-#define PINSHM_PROTOCOL_VERSION 7
+#define PINSHM_PROTOCOL_VERSION 8
 #define PINSHM_CLIENT_TIMEOUT_MS 10000
 
 /*
@@ -631,6 +640,22 @@ PINSHM_EXPORT int pinshm_create_full(pinshm_client_t *c, const char *name, const
 				     mode_t mode, unsigned flags, int node, uint32_t pin_idle);
 
 /**
+ * As pinshm_create_full(), with the segment's pages placed on the NUMA
+ * node of PCI device @p pci_bus (an accelerator, a network card: the
+ * node its DMA reaches fastest), which the daemon reads from
+ * /sys/bus/pci/devices/BUS/numa_node.  @p pci_bus is the device's bus id
+ * as sysfs names it: "DDDD:BB:SS.F" in lower-case hex, e.g.
+ * "0000:3b:00.0" (nvidia-smi's "00000000:3B:00.0" is written
+ * "0000:3b:00.0").  A device that has no node (-1 there: a machine of one
+ * node) leaves the segment unplaced, as PINSHM_NODE_ANY does; the daemon
+ * logs where it went, and pinshm_stat() shows the node.
+ * @return as pinshm_create_full(); -EINVAL also for a malformed bus id;
+ *         -ENODEV: no such PCI device; -EIO: its node cannot be read.
+ */
+PINSHM_EXPORT int pinshm_create_near_pci(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr,
+					 mode_t mode, unsigned flags, const char *pci_bus, uint32_t pin_idle);
+
+/**
  * If the daemon has unlocked @p ch's segment for want of use (working-set
  * pinning, see pinshm_create_full()), ask it to lock it again now, through
  * the client that opened @p ch (a RELOCK request; the same rule of one
@@ -729,6 +754,10 @@ typedef struct pinshm_list_entry {
 	uint64_t bytes;         /* payload bytes committed */
 	uint64_t lost;          /* messages that overrun subscribers lost (drops) */
 	uint64_t refused;       /* sends that found no room and gave up: -EAGAIN, -ETIMEDOUT (drops) */
+	/* Registrations of its handles with devices (pinshm_channel_register()),
+	 * as the processes that made them told the daemon: */
+	uint32_t device_regs;   /* how many, all processes and devices */
+	uint32_t device_kinds;  /* their kinds: bit 1 << PINSHM_DEVICE_CUDA, 1 << PINSHM_DEVICE_OPENCL */
 } pinshm_list_entry_t;
 
 /**
@@ -994,6 +1023,38 @@ PINSHM_EXPORT int pinshm_device_addr(pinshm_channel_t *ch, pinshm_device_t *dev,
  */
 PINSHM_EXPORT int pinshm_release_after(pinshm_channel_t *ch, const pinshm_msg_t *msg, pinshm_device_t *dev,
 				       void *event);
+
+/**
+ * Commit @p len bytes of @p ch's reservation (as pinshm_commit(ch, len, 0))
+ * once @p event (a CUevent, or a cl_event) has completed: the event of
+ * the device-to-host copy or the kernel that writes the reservation
+ * (pinshm_device_addr()).  The record is never published while the device
+ * may still write it: until the event completes, the handle keeps the
+ * reservation, and pinshm_reserve(), pinshm_send(), pinshm_commit() and
+ * pinshm_abort() on it fail with -EBUSY; each of them, and
+ * pinshm_commit_poll(), commits it first where the event completed
+ * meanwhile.  pinshm_channel_close() and pinshm_channel_unregister() wait
+ * for the event and commit.  One reservation at a time per handle: a
+ * pipeline of depth D uses D producer handles (each its own endpoint).
+ * OpenCL: the event is retained until then.  CUDA: neither destroy nor
+ * record the event again until the commit (pinshm_commit_poll() returns 0).
+ * An event that reports a failed command drops the reservation (as
+ * pinshm_abort()): -EIO, now or from the call that finds it.
+ * @return 0 (committed, or to be); -EINVAL (not a producer, nothing
+ *         reserved, @p len over the reservation, no event); -EBUSY (a
+ *         commit waits already); -ENOENT (@p ch not registered with
+ *         @p dev); -EIO; or the error of the event's query.
+ */
+PINSHM_EXPORT int pinshm_commit_after(pinshm_channel_t *ch, size_t len, pinshm_device_t *dev, void *event);
+
+/**
+ * Commit @p ch's reservation if it waits for an event that has completed
+ * (pinshm_commit_after()).  Never blocks.
+ * @return 0 (nothing waits: committed now, or none); 1 (its event is still
+ *         pending); -EIO (the device's command failed: the reservation was
+ *         dropped).
+ */
+PINSHM_EXPORT int pinshm_commit_poll(pinshm_channel_t *ch);
 
 /**
  * Release the pending records whose events completed (in order), and hand

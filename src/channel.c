@@ -251,13 +251,13 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 {
 	if (!ch)
 		return 0;
+	if (ch->dev)
+		device_state_close(ch); /* waits for the device before anything is released or committed */
 	if (ch->role == PINSHM_PRODUCER) {
 		if (ch->reserved)
 			pinshm_abort(ch);
 		pinshm_flush(ch);
 	} else {
-		if (ch->dev)
-			device_state_close(ch); /* waits for the device before anything is released */
 		consumer_release_all(ch);
 		consumer_disarm(ch);
 	}
@@ -315,5 +315,7 @@ int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_t *info)
 		else if (state == EP_ACTIVE)
 			info->consumers++;
 	}
+	if (ch->dev)
+		device_info(ch, info);
 	return ch->broken ? -EBADMSG : 0;
 }

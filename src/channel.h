@@ -59,6 +59,13 @@ struct fetched_peer {
 	_Atomic bool wanted; /* set without the lock: the consumer there now wants a wake-up */
 };
 
+/* The states of a producer's reservation (pinshm_channel.reserved). */
+enum {
+	RESV_NONE = 0,
+	RESV_HELD = 1,   /* reserved: the caller writes, then commits or aborts */
+	RESV_DEVICE = 2, /* to be committed once a device's event completes (device/commit.c) */
+};
+
 /* A record received in place and not yet released. */
 struct held_record {
 	uint32_t lane;
@@ -95,7 +102,7 @@ struct pinshm_channel {
 	uint64_t resv_len;    /* its reserved payload length */
 	uint64_t resv_start;  /* where it begins, padding included */
 	uint64_t zero_next;   /* a word zeroed ahead, where a next record may end (produce.c zero_ahead()) */
-	bool reserved;        /* a reservation is pending */
+	uint8_t reserved;     /* RESV_*: whether a reservation is pending */
 	bool wake_pending;    /* committed with PINSHM_MORE */
 
 	/* Consumer (line 4). */
@@ -173,6 +180,11 @@ int client_register_notify(struct pinshm_client *c, pinshm_channel_t *ch, int fd
  * sends the request when it is done.
  */
 int client_peer_fd(struct pinshm_client *c, pinshm_channel_t *ch, unsigned consumer, uint32_t gen);
+/** Tell the daemon that handle @p ch made (@p delta +1) or dropped (-1)
+ *  a registration with a device of @p kind (DEVICE), where it was opened
+ *  through pinshmd by this process; 0 where not (nothing to tell).
+ *  @return 0 or the error of the request (with +1, its detail in ch->error). */
+int client_device_report(pinshm_channel_t *ch, pinshm_device_kind_t kind, int delta);
 /** Tell the daemon that endpoint @p endpoint of channel @p id (the number
  *  connection @p conn gave) is closed (CLOSE).  @return 0 (also where this
  *  connection never had the channel) or the error of the request. */
@@ -184,6 +196,15 @@ struct device_state;
 int device_progress(pinshm_channel_t *ch) __attribute__((cold, noinline));
 int device_release(pinshm_channel_t *ch, const pinshm_msg_t *msg) __attribute__((cold, noinline));
 void device_state_close(pinshm_channel_t *ch);
+/** Tell the daemon of @p ch's client again of every registration of
+ *  @p ch (after a hand-back to a new daemon).  @return 0 or the first error. */
+int device_report_all(pinshm_channel_t *ch);
+/** The devices of @p ch (pinshm_channel_info()'s devices and commit_waits). */
+void device_info(const pinshm_channel_t *ch, pinshm_channel_info_t *info);
+/** A producer's reservation waits for its event (RESV_DEVICE): commit it
+ *  if the event completed.  @return 0 (committed now), 1 (still waiting),
+ *  -EIO (the device's command failed: the reservation was dropped). */
+int device_commit_progress(pinshm_channel_t *ch) __attribute__((cold, noinline));
 void device_state_forget(pinshm_channel_t *ch);
 
 /* wakeup.c */

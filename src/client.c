@@ -503,7 +503,7 @@ int pinshm_create_on_node(pinshm_client_t *c, const char *name, const pinshm_cha
 }
 
 static int create_locked(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr, mode_t mode,
-			 unsigned flags, int node, uint32_t pin_idle)
+			 unsigned flags, int node, uint32_t pin_idle, const char *pci)
 {
 	struct proto_msg req = {.h.type = PROTO_CREATE}, rep;
 	pinshm_channel_attr_t defaults;
@@ -534,6 +534,12 @@ static int create_locked(pinshm_client_t *c, const char *name, const pinshm_chan
 	req.u.create.flags = flags;
 	req.u.create.node = node;
 	req.u.create.pin_idle = pin_idle;
+	if (pci && !proto_pci_valid(pci))
+		return client_fail(c, -EINVAL, "invalid PCI bus id '%.32s': DDDD:BB:SS.F in lower-case hex, e.g. "
+					       "0000:3b:00.0",
+				   pci);
+	if (pci)
+		snprintf(req.u.create.pci, sizeof(req.u.create.pci), "%s", pci);
 	return transact(c, &req, &rep, NULL);
 }
 
@@ -541,7 +547,17 @@ int pinshm_create_full(pinshm_client_t *c, const char *name, const pinshm_channe
 		       unsigned flags, int node, uint32_t pin_idle)
 {
 	client_lock(c);
-	int rc = create_locked(c, name, attr, mode, flags, node, pin_idle);
+	int rc = create_locked(c, name, attr, mode, flags, node, pin_idle, NULL);
+	client_unlock(c);
+	return rc;
+}
+
+int pinshm_create_near_pci(pinshm_client_t *c, const char *name, const pinshm_channel_attr_t *attr, mode_t mode,
+			   unsigned flags, const char *pci_bus, uint32_t pin_idle)
+{
+	client_lock(c);
+	int rc = pci_bus ? create_locked(c, name, attr, mode, flags, PINSHM_NODE_ANY, pin_idle, pci_bus)
+			 : client_fail(c, -EINVAL, "no PCI bus id");
 	client_unlock(c);
 	return rc;
 }
@@ -729,6 +745,21 @@ int client_register_notify(pinshm_client_t *c, pinshm_channel_t *ch, int fd)
 	return transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.notify.id, &req, &rep, NULL, fd);
 }
 
+int client_device_report(pinshm_channel_t *ch, pinshm_device_kind_t kind, int delta)
+{
+	struct proto_msg req = {.h.type = PROTO_DEVICE}, rep;
+	pinshm_client_t *c = channel_client(ch);
+
+	if (!c)
+		return 0;
+	req.u.device.kind = (uint32_t)kind;
+	req.u.device.delta = delta;
+	int rc = transact_named(c, &ch->daemon_id, &ch->daemon_conn, &req.u.device.id, &req, &rep, NULL, -1);
+	if (rc != 0 && delta > 0)
+		channel_fail(ch, rc, "pinshmd: %s", c->error);
+	return rc;
+}
+
 int client_close_endpoint(pinshm_client_t *c, uint64_t id, uint64_t conn, unsigned endpoint)
 {
 	struct proto_msg req = {.h.type = PROTO_CLOSE}, rep;
@@ -744,7 +775,8 @@ int client_close_endpoint(pinshm_client_t *c, uint64_t id, uint64_t conn, unsign
  * a consumer's wake-up socket (pinshm_channel_notify_fd()) goes with it
  * (NOTIFY) where its endpoint is claimed again: the new daemon did not
  * have it, and writes it to wake the consumer if it is armed (what it
- * missed while no daemon ran).  A refused NOTIFY leaves the hand-back done. */
+ * missed while no daemon ran), and its device registrations (DEVICE).  A
+ * refused NOTIFY or DEVICE leaves the hand-back done. */
 static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 {
 	struct proto_msg req = {.h.type = PROTO_ADOPT}, rep;
@@ -771,6 +803,10 @@ static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 		if (r != 0 && c->broken)
 			return r;
 	}
+	/* The new daemon keeps a registered channel locked too. */
+	int r = ch->dev ? device_report_all(k->ch) : 0;
+	if (r != 0 && c->broken)
+		return r;
 	return 0;
 }
 

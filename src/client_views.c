@@ -52,6 +52,8 @@ static pinshm_list_entry_t entry_from_wire(const struct proto_list_entry *e)
 		.bytes = e->bytes,
 		.lost = e->lost,
 		.refused = e->refused,
+		.device_regs = e->device_regs,
+		.device_kinds = e->device_kinds,
 	};
 	memcpy(out.name, e->name, sizeof(out.name));
 	return out;

@@ -192,8 +192,36 @@ SEND_STEP_WITH_FENCE int reserve_attempt(void *arg, bool quick)
 	ch->resv_start = ch->tail;
 	ch->resv_pos = ch->tail + pad;
 	ch->resv_len = a->len;
-	ch->reserved = true;
+	ch->reserved = RESV_HELD;
 	return 0;
+}
+
+/* Why a reserve cannot go on; 0 where a reservation that waited for a
+ * device's event was committed meanwhile: it may. */
+static __attribute__((cold, noinline)) int reserve_refused(pinshm_channel_t *ch)
+{
+	if (ch->role != PINSHM_PRODUCER)
+		return channel_fail(ch, -EINVAL, "not a producer");
+	if (ch->reserved == RESV_DEVICE) {
+		int rc = device_commit_progress(ch);
+		if (rc <= 0)
+			return rc;
+		return channel_fail(ch, -EBUSY, "the reservation waits for its device's event to be committed");
+	}
+	return channel_fail(ch, -EINVAL, "a reservation is pending");
+}
+
+/* Why a commit or an abort is refused. */
+static __attribute__((cold, noinline)) int commit_refused(pinshm_channel_t *ch)
+{
+	int rc = ch->reserved == RESV_DEVICE ? device_commit_progress(ch) : 0;
+	if (rc == 1)
+		return channel_fail(ch, -EBUSY, "the reservation waits for its device's event to be committed");
+	if (rc < 0)
+		return rc;
+	if (ch->reserved != RESV_HELD)
+		return channel_fail(ch, -EINVAL, "nothing reserved");
+	return channel_fail(ch, -EINVAL, "commit longer than the reservation");
 }
 
 static inline __attribute__((always_inline)) int reserve(pinshm_channel_t *ch, size_t len, int timeout_ms)
@@ -201,8 +229,11 @@ static inline __attribute__((always_inline)) int reserve(pinshm_channel_t *ch, s
 	struct reserve_args args = { ch, len };
 	int rc;
 
-	if (ch->role != PINSHM_PRODUCER || ch->reserved)
-		return channel_fail(ch, -EINVAL, ch->reserved ? "a reservation is pending" : "not a producer");
+	if (ch->role != PINSHM_PRODUCER || ch->reserved) {
+		int rc = reserve_refused(ch);
+		if (rc != 0)
+			return rc;
+	}
 	if (len > ch->g.max_message)
 		return channel_fail(ch, -EMSGSIZE, "%zu bytes exceed the channel's maximum of %u", len,
 				    ch->g.max_message);
@@ -284,7 +315,7 @@ static inline __attribute__((always_inline)) void stage_reserved(pinshm_channel_
 				      (uint32_t)(ch->resv_pos - ch->resv_start - PINSHM_RECORD_HEADER), memory_order_relaxed);
 	ch->tail = end;
 	ch->last = ch->resv_pos;
-	ch->reserved = false;
+	ch->reserved = RESV_NONE;
 }
 
 /* Publish a staged record at @p pos, and the padding at @p start before it.
@@ -333,9 +364,8 @@ int pinshm_reserve(pinshm_channel_t *ch, size_t len, void **buf, int timeout_ms)
 
 int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags)
 {
-	if (!ch->reserved || len > ch->resv_len)
-		return channel_fail(ch, -EINVAL, ch->reserved ? "commit longer than the reservation"
-							      : "nothing reserved");
+	if (ch->reserved != RESV_HELD || len > ch->resv_len)
+		return commit_refused(ch);
 	if (flags & PINSHM_LEN_ONLY)
 		ch->resv_len = len; /* the room past it holds what it held: see zero_before_publish() */
 	commit_reserved(ch, len);
@@ -350,9 +380,9 @@ int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags)
 
 int pinshm_abort(pinshm_channel_t *ch)
 {
-	if (!ch->reserved)
-		return channel_fail(ch, -EINVAL, "nothing reserved");
-	ch->reserved = false;
+	if (ch->reserved != RESV_HELD)
+		return commit_refused(ch);
+	ch->reserved = RESV_NONE;
 	ch->zero_next = ZERO_NEXT_NONE; /* the reservation may have written over it */
 	if (is_overrun(ch))
 		atomic_store_explicit(&ch->lane->reserve, ch->tail, memory_order_relaxed);
@@ -431,7 +461,7 @@ int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned c
 			atomic_thread_fence(memory_order_release); /* see reserve_attempt() */
 			ch->resv_start = ch->resv_pos = ch->tail;
 			ch->resv_len = len;
-			ch->reserved = true;
+			ch->reserved = RESV_HELD;
 			rc = 0;
 		} else {
 			rc = reserve(ch, len, PINSHM_NONBLOCK);

@@ -213,6 +213,8 @@ static const struct field entry_fields[] = {
 	U64(T, bytes),
 	U64(T, lost),
 	U64(T, refused),
+	U32(T, device_regs),
+	FLAGS(T, device_kinds, PROTO_DEVICE_KINDS),
 };
 #undef T
 static const struct layout entry = LAYOUT(entry_fields, PROTO_LIST_ENTRY_SIZE);
@@ -270,6 +272,7 @@ static const struct field create_req[] = {
 	U32(T, u.create.flags),
 	U32(T, u.create.node),
 	U32(T, u.create.pin_idle),
+	NAME(T, u.create.pci),
 };
 static const struct field create_rep[] = {
 	U64(T, u.create_reply.size),
@@ -364,6 +367,11 @@ static const struct field peer_req[] = {
 	U64(T, u.peer.id),
 	U32(T, u.peer.endpoint),
 };
+static const struct field device_req[] = {
+	U64(T, u.device.id),
+	U32(T, u.device.kind),
+	U32(T, u.device.delta),
+};
 #undef T
 
 /* Every message type: its name, its request's body and its successful
@@ -387,8 +395,9 @@ static const struct message {
 	[PROTO_ADOPT] = {.name = "ADOPT", .request = BODY(adopt_req), .reply = BODY(adopt_rep), .request_fd = true},
 	[PROTO_NOTIFY] = {.name = "NOTIFY", .request = BODY(notify_req), .request_fd = true},
 	[PROTO_PEER] = {.name = "PEER", .request = BODY(peer_req), .reply_fd = true},
+	[PROTO_DEVICE] = {.name = "DEVICE", .request = BODY(device_req)},
 };
-static_assert(sizeof(messages) / sizeof(messages[0]) == PROTO_PEER + 1, "a row for every request type");
+static_assert(sizeof(messages) / sizeof(messages[0]) == PROTO_DEVICE + 1, "a row for every request type");
 
 /* ---- walking a layout ------------------------------------------------------- */
 
@@ -498,7 +507,7 @@ static void get_fields(struct rd *r, const struct layout *l, uint8_t *base)
 
 static bool is_request(uint16_t type)
 {
-	return type >= PROTO_HELLO && type <= PROTO_PEER;
+	return type >= PROTO_HELLO && type <= PROTO_DEVICE;
 }
 
 static bool is_reply(uint16_t type)
@@ -643,6 +652,30 @@ bool proto_name_owner(const char *name, uid_t *uid)
 	if (uid)
 		*uid = (uid_t)v;
 	return true;
+}
+
+/* @p n hex digits (lower case) at @p s. */
+static bool hex_run(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+bool proto_pci_valid(const char *bus)
+{
+	size_t domain = 0;
+
+	if (!bus)
+		return false;
+	while (domain < 9 && bus[domain] && bus[domain] != ':')
+		domain++;
+	if (domain < 4 || domain > 8 || !hex_run(bus, domain))
+		return false;
+	const char *p = bus + domain; /* ":BB:SS.F" */
+	return strlen(p) == 8 && p[0] == ':' && hex_run(p + 1, 2) && p[3] == ':' && hex_run(p + 4, 2) &&
+	       p[4] <= '1' && p[6] == '.' && p[7] >= '0' && p[7] <= '7';
 }
 
 bool proto_name_valid(const char *name)

@@ -32,7 +32,9 @@
  * another version is never decoded further (proto_decode(): -EPROTO), and
  * the two refuse to talk (pinshm-protocol(7), VERSIONS).  The version
  * changes with any message's layout or meaning (6: the pool in STATUS;
- * 7: the expected owner in OPEN, names of the form @UID.REST).
+ * 7: the expected owner in OPEN, names of the form @UID.REST; 8: the PCI
+ * device of CREATE, the device registrations of LIST and STAT entries,
+ * DEVICE).
  *
  * Every reply body starts with {i32 status (0 or -errno), u16 text length,
  * text bytes (no NUL, at most PROTO_TEXT_MAX)}; the type-specific fields
@@ -85,6 +87,7 @@ enum proto_type {
 	PROTO_ADOPT = 12,   /* a segment a client still holds (after a daemon restart) */
 	PROTO_NOTIFY = 13,  /* a consumer's wake-up eventfd */
 	PROTO_PEER = 14,    /* a consumer's wake-up eventfd, for a producer */
+	PROTO_DEVICE = 15,  /* a handle's device registration made or dropped (since 8) */
 	PROTO_REPLY = 0x8000,
 	PROTO_ERROR = 0xffff,
 };
@@ -102,8 +105,11 @@ enum proto_type {
 #define PROTO_LIST_MORE 0x1u /* more channels follow: ask again from `next` */
 
 /* Entries in one LIST reply: what fits with the longest text. */
-#define PROTO_LIST_ENTRY_SIZE 168u
-#define PROTO_LIST_PAGE 22u
+#define PROTO_LIST_ENTRY_SIZE 176u
+#define PROTO_LIST_PAGE 21u
+
+/* The kinds of a LIST or STAT entry's device_kinds: bit 1 << PINSHM_DEVICE_*. */
+#define PROTO_DEVICE_KINDS (1u << PINSHM_DEVICE_CUDA | 1u << PINSHM_DEVICE_OPENCL)
 
 /* Flags of a STATUS reply. */
 #define PROTO_STATUS_USER_MODE 0x1u /* as PROTO_HELLO_USER_MODE */
@@ -161,6 +167,9 @@ struct proto_list_entry {
 	uint64_t messages, bytes; /* committed, all lanes */
 	uint64_t lost;            /* overrun losses, all subscribers */
 	uint64_t refused;         /* sends that found no room and gave up */
+	/* Device registrations of its handles that their clients reported
+	 * (DEVICE; since 8): how many, and their kinds (bit 1 << kind). */
+	uint32_t device_regs, device_kinds;
 };
 
 /* One user in a STATUS reply. */
@@ -214,6 +223,7 @@ struct proto_msg {
 			uint32_t mode, flags;
 			int32_t node; /* PINSHM_NODE_* or a node number */
 			uint32_t pin_idle; /* PINSHM_PIN_ALWAYS, PINSHM_PIN_DEFAULT or seconds */
+			char pci[PROTO_NAME_FIELD]; /* a PCI bus id to place it next to, "": none (since 8) */
 		} create;
 		struct {
 			uint64_t size;
@@ -280,6 +290,11 @@ struct proto_msg {
 			uint32_t endpoint; /* a consumer endpoint */
 		} notify, peer; /* NOTIFY, PEER */
 		struct {
+			uint64_t id;   /* the channel's number */
+			uint32_t kind; /* PINSHM_DEVICE_* */
+			int32_t delta; /* +1: a handle registered with a device of that kind; -1: unregistered */
+		} device;
+		struct {
 			struct proto_list_entry entry;
 		} stat_reply;
 		struct {
@@ -329,6 +344,14 @@ struct proto_geometry proto_geometry_from_attr(const pinshm_channel_attr_t *attr
 
 /** The geometry that @p g carries, as channel attributes. */
 pinshm_channel_attr_t proto_geometry_to_attr(const struct proto_geometry *g);
+
+/**
+ * Whether @p bus is a PCI bus id in the form sysfs names devices
+ * (/sys/bus/pci/devices/BUS): "DDDD:BB:SS.F", a domain of 4 to 8 hex
+ * digits, then a bus of 2, a slot of 2 (00-1f) and a function 0-7, hex
+ * digits in lower case only, nothing else.
+ */
+bool proto_pci_valid(const char *bus);
 
 /** @return whether @p name is a valid channel name: 1..PINSHM_NAME_MAX
  *  characters of [A-Za-z0-9._-], not starting with '.', or a name of the

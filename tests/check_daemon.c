@@ -98,6 +98,26 @@ static void pk_end(struct pkt *p)
 		p->b[8 + i] = (uint8_t)(p->len >> (8 * i));
 }
 
+/* A CREATE of a 64 KiB queue @p name, mode 0600, no node, next to PCI
+ * device @p pci ("": none), as the wire has it. */
+static void pk_create(struct pkt *p, uint32_t seq, const char *name, const char *pci)
+{
+	pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_CREATE, seq);
+	pk_name(p, name);
+	pk_le(p, PINSHM_QUEUE, 4);
+	pk_le(p, 0, 4);
+	pk_le(p, 64 * KiB, 8);
+	pk_le(p, 0, 4);
+	pk_le(p, 1, 4);
+	pk_le(p, 1, 4);
+	pk_le(p, 0600, 4);
+	pk_le(p, 0, 4);
+	pk_le(p, (uint32_t)PINSHM_NODE_ANY, 4);
+	pk_le(p, PINSHM_PIN_DEFAULT, 4);
+	pk_name(p, pci);
+	pk_end(p);
+}
+
 static void pk_hello(struct pkt *p, uint16_t hdr_version, uint32_t version, uint32_t seq)
 {
 	pk_header(p, PROTO_MAGIC, hdr_version, PROTO_HELLO, seq);
@@ -351,24 +371,32 @@ START_TEST(test_errors)
 	struct pkt p;
 	struct proto_msg m;
 	int s = raw_connect(d.sock);
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_CREATE, 7);
-	pk_name(&p, "bad/name");
-	pk_le(&p, PINSHM_QUEUE, 4);
-	pk_le(&p, 0, 4);
-	pk_le(&p, 64 * KiB, 8);
-	pk_le(&p, 0, 4);
-	pk_le(&p, 1, 4);
-	pk_le(&p, 1, 4);
-	pk_le(&p, 0600, 4);
-	pk_le(&p, 0, 4);
-	pk_le(&p, (uint32_t)PINSHM_NODE_ANY, 4);
-	pk_le(&p, PINSHM_PIN_DEFAULT, 4);
-	pk_end(&p);
+	pk_create(&p, 7, "bad/name", "");
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_uint_eq(m.h.type, PROTO_CREATE | PROTO_REPLY);
 	ck_assert_uint_eq(m.h.seq, 7);
 	ck_assert_int_eq(m.status, -EINVAL);
+	/* So are PCI bus ids, which become paths: one that climbs out of sysfs
+	 * gets -EINVAL before any file is opened. */
+	static const char *const bad_pci[] = {"../../../../etc", "0000:3b:00.0/../../x", "0000:3B:00.0"};
+	for (size_t i = 0; i < sizeof(bad_pci) / sizeof(bad_pci[0]); i++) {
+		pk_create(&p, 9, "pci-bad", bad_pci[i]);
+		raw_send(s, &p, -1, 0);
+		raw_reply(s, &m);
+		ck_assert_int_eq(m.status, -EINVAL);
+		ck_assert_msg(strstr(m.text, "invalid PCI bus id"), "%s", m.text);
+	}
+	/* A DEVICE report for a channel this connection does not hold. */
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_DEVICE, 10);
+	pk_le(&p, 4242, 8);
+	pk_le(&p, PINSHM_DEVICE_CUDA, 4);
+	pk_le(&p, 1, 4);
+	pk_end(&p);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_uint_eq(m.h.type, PROTO_DEVICE | PROTO_REPLY);
+	ck_assert_int_eq(m.status, -ENOENT);
 	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, 8);
 	pk_le(&p, 0, 8);
 	pk_end(&p);
@@ -999,7 +1027,7 @@ static size_t body_size(uint16_t type)
 	case PROTO_HELLO:
 		return 8;
 	case PROTO_CREATE:
-		return 108;
+		return 172;
 	case PROTO_OPEN:
 		return 76;
 	case PROTO_UNLINK:
@@ -1013,6 +1041,8 @@ static size_t body_size(uint16_t type)
 		return 12;
 	case PROTO_RELOCK:
 		return 8;
+	case PROTO_DEVICE:
+		return 16;
 	default:
 		return 0;
 	}

@@ -15,12 +15,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemonutil.h"
 #include "fake_cuda.h"
 #include "pinshm.h"
 #include "testutil.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ADDRESS_SANITIZER 1
+#endif
+#endif
+#ifndef ADDRESS_SANITIZER
+#define ADDRESS_SANITIZER 0
+#endif
 
 #ifdef HAVE_OPENCL_TEST
 #define CL_TARGET_OPENCL_VERSION 120
@@ -166,10 +179,12 @@ START_TEST(test_cuda_register_loop)
 	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER);
 	pinshm_device_t *dev = fake_open();
 
+	long locked = proc_status_value_kb(getpid(), "VmLck:");
 	for (int i = 0; i < 10000; i++) {
 		TU_RC(pinshm_channel_register(c, dev, 0), 0);
 		TU_RC(pinshm_channel_unregister(c, dev), 0);
 	}
+	ck_assert_int_eq(proc_status_value_kb(getpid(), "VmLck:"), locked);
 	ck_assert_int_eq(fake->register_calls, 10000);
 	ck_assert_int_eq(fake->unregister_calls, 10000);
 	ck_assert_int_eq(fake->nregs, 0);
@@ -300,6 +315,147 @@ START_TEST(test_cuda_release_after)
 	TU_RC(pinshm_channel_close(p), 0);
 	TU_RC(pinshm_device_close(dev), 0);
 	close(fd);
+}
+END_TEST
+
+/* A queue of one producer and one consumer, both attached, and a device
+ * of the double. */
+struct fake_pair {
+	int fd;
+	pinshm_channel_t *p, *c;
+	pinshm_device_t *dev;
+};
+
+static struct fake_pair fake_pair_open(void)
+{
+	struct fake_pair f;
+
+	fake_setup();
+	f.fd = tu_channel(PINSHM_QUEUE, 4096, 1, 1);
+	f.p = tu_attach(f.fd, PINSHM_PRODUCER);
+	f.c = tu_attach(f.fd, PINSHM_CONSUMER);
+	f.dev = fake_open();
+	return f;
+}
+
+/* A producer's reservation committed after the event of the copy that
+ * fills it: never before (the record stays the handle's, and every call
+ * that could publish or reuse its room says -EBUSY), then at the next
+ * call or poll; a failed command drops it; close waits and commits. */
+START_TEST(test_cuda_commit_after)
+{
+	struct fake_pair f = fake_pair_open();
+	pinshm_channel_t *p = f.p, *c = f.c;
+	pinshm_device_t *dev = f.dev;
+	int ev = FAKE_EVENT_PENDING;
+	pinshm_channel_info_t info;
+	pinshm_msg_t m;
+	void *room, *other;
+
+	TU_RC(pinshm_reserve(p, 100, &room, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_commit_after(p, 100, dev, &ev), -ENOENT);
+	TU_RC(pinshm_channel_register(p, dev, 0), 0);
+	TU_RC(pinshm_commit_after(c, 100, dev, &ev), -EINVAL); /* a consumer */
+	TU_RC(pinshm_commit_after(p, 101, dev, &ev), -EINVAL);
+	TU_RC(pinshm_commit_after(p, 100, dev, NULL), -EINVAL);
+	TU_RC(pinshm_commit_after(p, 100, dev, &ev), 0);
+	TU_RC(pinshm_commit_after(p, 100, dev, &ev), -EBUSY);
+	TU_RC(pinshm_channel_info(p, &info), 0);
+	ck_assert_uint_eq(info.commit_waits, 1);
+	/* The device still writes: nothing published, the room not reusable. */
+	memset(room, 0x5a, 100);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_commit_poll(p), 1);
+	TU_RC(pinshm_reserve(p, 100, &other, PINSHM_NONBLOCK), -EBUSY);
+	TU_RC(send_one(p, 100), -EBUSY);
+	TU_RC(pinshm_commit(p, 100, 0), -EBUSY);
+	TU_RC(pinshm_abort(p), -EBUSY);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), -EAGAIN);
+	/* Done: the poll commits it, with what the device wrote. */
+	ev = FAKE_EVENT_DONE;
+	TU_RC(pinshm_commit_poll(p), 0);
+	TU_RC(pinshm_commit_poll(p), 0);
+	TU_RC(pinshm_channel_info(p, &info), 0);
+	ck_assert_uint_eq(info.commit_waits, 0);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(m.len, 100);
+	ck_assert_uint_eq(((const uint8_t *)m.data)[99], 0x5a);
+	TU_RC(pinshm_release(c, &m), 0);
+
+	/* Found by the next reserve: committed, then the new one made. */
+	ev = FAKE_EVENT_PENDING;
+	TU_RC(pinshm_reserve(p, 64, &room, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_commit_after(p, 64, dev, &ev), 0);
+	ev = FAKE_EVENT_DONE;
+	TU_RC(pinshm_reserve(p, 64, &room, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(m.len, 64);
+	TU_RC(pinshm_release(c, &m), 0);
+	/* A failed command: dropped, never published. */
+	ev = FAKE_EVENT_PENDING;
+	TU_RC(pinshm_commit_after(p, 64, dev, &ev), 0);
+	ev = FAKE_EVENT_FAILED;
+	TU_RC(pinshm_commit_poll(p), -EIO);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_abort(p), -EINVAL); /* nothing reserved any more */
+	/* An event done already: committed at once. */
+	TU_RC(pinshm_reserve(p, 32, &room, PINSHM_NONBLOCK), 0);
+	ev = FAKE_EVENT_DONE;
+	TU_RC(pinshm_commit_after(p, 32, dev, &ev), 0);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(m.len, 32);
+	TU_RC(pinshm_release(c, &m), 0);
+	/* Close waits for the event, then commits. */
+	TU_RC(pinshm_reserve(p, 48, &room, PINSHM_NONBLOCK), 0);
+	ev = FAKE_EVENT_PENDING;
+	TU_RC(pinshm_commit_after(p, 48, dev, &ev), 0);
+	int syncs = fake->syncs;
+	TU_RC(pinshm_channel_close(p), 0);
+	ck_assert_int_eq(fake->syncs, syncs + 1);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(m.len, 48);
+	TU_RC(pinshm_release(c, &m), 0);
+	ck_assert_int_eq(fake->nregs, 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	close(f.fd);
+}
+END_TEST
+
+/* pinshm_channel_info() lists a handle's devices, read-only or not. */
+START_TEST(test_cuda_info)
+{
+	struct fake_pair f = fake_pair_open();
+	pinshm_channel_t *p = f.p, *c = f.c;
+	pinshm_device_t *dev = f.dev;
+	pinshm_channel_info_t info;
+
+	TU_RC(pinshm_channel_info(c, &info), 0);
+	ck_assert_uint_eq(info.ndevices, 0);
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	TU_RC(pinshm_channel_register(p, dev, 0), 0);
+	TU_RC(pinshm_channel_info(c, &info), 0);
+	ck_assert_uint_eq(info.ndevices, 1);
+	ck_assert_ptr_eq(info.devices[0].dev, dev);
+	ck_assert_uint_eq(info.devices[0].kind, PINSHM_DEVICE_CUDA);
+	ck_assert_uint_eq(info.devices[0].flags, PINSHM_REGISTERED | PINSHM_REGISTERED_READ_ONLY);
+	TU_RC(pinshm_channel_info(p, &info), 0);
+	ck_assert_uint_eq(info.ndevices, 1);
+	ck_assert_uint_eq(info.devices[0].flags, PINSHM_REGISTERED);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) /* a forked child has none */
+		_exit(pinshm_channel_info(c, &info) == 0 && info.ndevices == 0 ? 0 : 1);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	TU_RC(pinshm_channel_unregister(c, dev), 0);
+	TU_RC(pinshm_channel_info(c, &info), 0);
+	ck_assert_uint_eq(info.ndevices, 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	close(f.fd);
 }
 END_TEST
 
@@ -470,20 +626,32 @@ static const char *kernel_src =
 #define WORDS 256u
 #define RECORDS 40u
 
+/* cl_setup(), the device over its context, and the kernel "twice" built
+ * there (its program in *@p prog).  false: no OpenCL (skipped). */
+static bool twice_setup(struct cl *cl, pinshm_device_t **dev, cl_program *prog, cl_kernel *kernel)
+{
+	cl_int err;
+
+	if (!cl_setup(cl))
+		return false;
+	TU_RC(pinshm_device_open_opencl(cl->ctx, dev), 0);
+	*prog = clCreateProgramWithSource(cl->ctx, 1, &kernel_src, NULL, &err);
+	ck_assert_int_eq(err, CL_SUCCESS);
+	TU_RC(clBuildProgram(*prog, 1, &cl->device, NULL, NULL, NULL), CL_SUCCESS);
+	*kernel = clCreateKernel(*prog, "twice", &err);
+	ck_assert_int_eq(err, CL_SUCCESS);
+	return true;
+}
+
 START_TEST(test_opencl_kernel)
 {
 	struct cl cl;
 	pinshm_device_t *dev;
-	cl_int err;
+	cl_program prog;
+	cl_kernel k;
 
-	if (!cl_setup(&cl))
+	if (!twice_setup(&cl, &dev, &prog, &k))
 		return;
-	TU_RC(pinshm_device_open_opencl(cl.ctx, &dev), 0);
-	cl_program prog = clCreateProgramWithSource(cl.ctx, 1, &kernel_src, NULL, &err);
-	ck_assert_int_eq(err, CL_SUCCESS);
-	TU_RC(clBuildProgram(prog, 1, &cl.device, NULL, NULL, NULL), CL_SUCCESS);
-	cl_kernel k = clCreateKernel(prog, "twice", &err);
-	ck_assert_int_eq(err, CL_SUCCESS);
 
 	/* in: records from a producer; out: records the device fills. */
 	int in_fd = tu_channel(PINSHM_QUEUE, 64 * 1024, 1, 1), out_fd = tu_channel(PINSHM_QUEUE, 64 * 1024, 1, 1);
@@ -619,7 +787,336 @@ START_TEST(test_opencl_release_order)
 	close(fd);
 }
 END_TEST
+
+/* Device to host: a kernel writes each record in place in a reservation,
+ * committed after the kernel's event; a pipeline of depth 2 takes two
+ * producer handles.  A user event holds a commit back until it is set. */
+START_TEST(test_opencl_commit_after)
+{
+	struct cl cl;
+	pinshm_device_t *dev;
+	cl_int err;
+	cl_program prog;
+	cl_kernel k;
+
+	if (!twice_setup(&cl, &dev, &prog, &k))
+		return;
+	uint32_t words[RECORDS][WORDS];
+	for (uint32_t r = 0; r < RECORDS; r++)
+		for (uint32_t i = 0; i < WORDS; i++)
+			words[r][i] = r * 1000003u + i;
+	cl_mem in = clCreateBuffer(cl.ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(words), words, &err);
+	ck_assert_int_eq(err, CL_SUCCESS);
+
+	int fd = tu_channel(PINSHM_QUEUE, 64 * 1024, 2, 1);
+	pinshm_channel_t *out[2] = { tu_attach(fd, PINSHM_PRODUCER), tu_attach(fd, PINSHM_PRODUCER) };
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER);
+	for (int h = 0; h < 2; h++)
+		TU_RC(pinshm_channel_register(out[h], dev, 0), 0);
+
+	/* Not committed while its event is pending. */
+	cl_event user = clCreateUserEvent(cl.ctx, &err);
+	ck_assert_int_eq(err, CL_SUCCESS);
+	void *room;
+	pinshm_msg_t m;
+	TU_RC(pinshm_reserve(out[0], 16, &room, PINSHM_NONBLOCK), 0);
+	memcpy(room, "held by an event", 16);
+	TU_RC(pinshm_commit_after(out[0], 16, dev, user), 0);
+	clReleaseEvent(user); /* the handle retained it */
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_commit_poll(out[0]), 1);
+	TU_RC(pinshm_reserve(out[0], 16, &room, PINSHM_NONBLOCK), -EBUSY);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(clSetUserEventStatus(user, CL_COMPLETE), CL_SUCCESS);
+	TU_RC(pinshm_commit_poll(out[0]), 0);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	ck_assert(m.len == 16 && memcmp(m.data, "held by an event", 16) == 0);
+	TU_RC(pinshm_release(c, &m), 0);
+
+	cl_event last[2] = { NULL, NULL };
+	for (uint32_t r = 0; r < RECORDS; r++) {
+		int h = (int)(r % 2);
+		if (last[h]) { /* depth 2: this handle's previous record is committed first */
+			TU_RC(clWaitForEvents(1, &last[h]), CL_SUCCESS);
+			TU_RC(pinshm_commit_poll(out[h]), 0);
+			clReleaseEvent(last[h]);
+		}
+		pinshm_device_addr_t oa;
+		TU_RC(pinshm_reserve(out[h], sizeof(words[0]), &room, PINSHM_FOREVER), 0);
+		TU_RC(pinshm_device_addr(out[h], dev, room, sizeof(words[0]), &oa), 0);
+		cl_ulong io = r * sizeof(words[0]), oo = oa.offset;
+		clSetKernelArg(k, 0, sizeof(cl_mem), &in);
+		clSetKernelArg(k, 1, sizeof(io), &io);
+		clSetKernelArg(k, 2, sizeof(cl_mem), &oa.buffer);
+		clSetKernelArg(k, 3, sizeof(oo), &oo);
+		size_t global = WORDS;
+		TU_RC(clEnqueueNDRangeKernel(cl.queue, k, 1, NULL, &global, NULL, 0, NULL, &last[h]), CL_SUCCESS);
+		clFlush(cl.queue);
+		TU_RC(pinshm_commit_after(out[h], sizeof(words[0]), dev, last[h]), 0);
+	}
+	/* Close waits for the last events and commits. */
+	for (int h = 0; h < 2; h++) {
+		TU_RC(pinshm_channel_close(out[h]), 0);
+		clReleaseEvent(last[h]);
+	}
+	bool seen[RECORDS] = { false };
+	for (uint32_t n = 0; n < RECORDS; n++) {
+		TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+		ck_assert_uint_eq(m.len, WORDS * 4);
+		const uint32_t *w = m.data;
+		uint32_t r = (w[0] - 1u) / 2u / 1000003u;
+		ck_assert(r < RECORDS && !seen[r]);
+		seen[r] = true;
+		for (uint32_t i = 0; i < WORDS; i++)
+			ck_assert_uint_eq(w[i], (r * 1000003u + i) * 2u + 1u);
+		TU_RC(pinshm_release(c, &m), 0);
+	}
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), -EPIPE); /* every record seen; the producers left */
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	clReleaseMemObject(in);
+	clReleaseKernel(k);
+	clReleaseProgram(prog);
+	cl_teardown(&cl);
+	close(fd);
+}
+END_TEST
+
+/* No leak: 10000 registrations and unregistrations of a 4 MiB channel
+ * leave the process's locked and resident memory where they were. */
+START_TEST(test_opencl_register_loop)
+{
+	struct cl cl;
+	pinshm_device_t *dev;
+
+	if (!cl_setup(&cl))
+		return;
+	TU_RC(pinshm_device_open_opencl(cl.ctx, &dev), 0);
+	int fd = tu_channel(PINSHM_QUEUE, 4u << 20, 1, 1);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER);
+	TU_RC(pinshm_channel_register(c, dev, 0), 0); /* the runtime's first-use allocations, before counting */
+	TU_RC(pinshm_channel_unregister(c, dev), 0);
+	long locked = proc_status_value_kb(getpid(), "VmLck:"), rss = proc_status_value_kb(getpid(), "VmRSS:");
+	for (int i = 0; i < 10000; i++) {
+		TU_RC(pinshm_channel_register(c, dev, 0), 0);
+		TU_RC(pinshm_channel_unregister(c, dev), 0);
+	}
+	long locked_after = proc_status_value_kb(getpid(), "VmLck:"), rss_after = proc_status_value_kb(getpid(), "VmRSS:");
+	printf("opencl register loop: VmLck %ld -> %ld kB, VmRSS %ld -> %ld kB\n", locked, locked_after, rss, rss_after);
+	ck_assert_int_eq(locked_after, locked);
+#if ADDRESS_SANITIZER
+	/* Its quarantine keeps what is freed resident: RSS says nothing here. */
+	(void)rss_after;
+#else
+	ck_assert_msg(rss_after - rss < 1024, "VmRSS grew by %ld kB over 10000 registrations", rss_after - rss);
+#endif
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	cl_teardown(&cl);
+	close(fd);
+}
+END_TEST
 #endif /* HAVE_OPENCL_TEST */
+
+/* ======================================================================== */
+/* pinshmd: registrations it is told of, and channels next to a device. */
+
+/* pinshm_stat() of @p name through @p c. */
+static pinshm_list_entry_t stat_of(pinshm_client_t *c, const char *name)
+{
+	pinshm_list_entry_t e;
+
+	CLIENT_RC(c, pinshm_stat(c, name, &e), 0);
+	return e;
+}
+
+/* A channel with a short pin_idle is not unlocked while a handle of it is
+ * registered with a device, is locked again by a registration, and is
+ * unlocked once the last registration goes; STAT counts them; a client
+ * that goes takes its counts with it. */
+START_TEST(test_daemon_pin_idle)
+{
+	struct daemon d;
+	struct daemon_opts o = {.log = true, .verbose = true};
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *rx, *tx;
+	pinshm_client_t *other;
+
+	fake_setup();
+	daemon_start_opts(&d, &o);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 256 * 1024, 1, 1);
+	CLIENT_RC(c, pinshm_create_full(c, "dev-idle", &attr, 0600, PINSHM_PERSISTENT, PINSHM_NODE_ANY, 1), 0);
+	pinshm_list_entry_t e = stat_of(c, "dev-idle");
+	if (!(e.state & PINSHM_LIST_PINNED)) {
+		printf("SKIP: channels not pinned here (RLIMIT_MEMLOCK): no working-set pinning to test\n");
+		pinshm_disconnect(c);
+		daemon_stop_ok(&d);
+		return;
+	}
+	ck_assert_uint_eq(e.device_regs, 0);
+	ck_assert_uint_eq(e.device_kinds, 0);
+	CLIENT_RC(c, pinshm_open(c, "dev-idle", PINSHM_CONSUMER, &rx), 0);
+	CLIENT_RC(c, pinshm_open(c, "dev-idle", PINSHM_PRODUCER, &tx), 0);
+	pinshm_device_t *dev = fake_open();
+
+	/* Unlocked after a second unused; a registration locks it again. */
+	wait_channel_state(c, "dev-idle", PINSHM_LIST_UNLOCKED, true, 10000);
+	TU_RC(pinshm_channel_register(rx, dev, 0), 0);
+	e = stat_of(c, "dev-idle");
+	ck_assert(!(e.state & PINSHM_LIST_UNLOCKED));
+	ck_assert_uint_eq(e.device_regs, 1);
+	ck_assert_uint_eq(e.device_kinds, 1u << PINSHM_DEVICE_CUDA);
+	TU_RC(pinshm_channel_register(tx, dev, 0), 0);
+	ck_assert_uint_eq(stat_of(c, "dev-idle").device_regs, 2);
+	/* Registered and unused for three times its pin_idle: still locked. */
+	for (int i = 0; i < 15; i++) {
+		tu_sleep_ms(200);
+		ck_assert_msg(!(stat_of(c, "dev-idle").state & PINSHM_LIST_UNLOCKED), "unlocked while registered");
+	}
+	TU_RC(pinshm_channel_unregister(tx, dev), 0);
+	ck_assert_uint_eq(stat_of(c, "dev-idle").device_regs, 1);
+	tu_sleep_ms(1500);
+	ck_assert(!(stat_of(c, "dev-idle").state & PINSHM_LIST_UNLOCKED));
+	/* The last one goes: unlocked a pin_idle later. */
+	uint64_t t0 = tu_now_ms();
+	TU_RC(pinshm_channel_unregister(rx, dev), 0);
+	e = stat_of(c, "dev-idle");
+	ck_assert_uint_eq(e.device_regs, 0);
+	ck_assert_uint_eq(e.device_kinds, 0);
+	wait_channel_state(c, "dev-idle", PINSHM_LIST_UNLOCKED, true, 10000);
+	ck_assert_uint_ge(tu_now_ms() - t0, 900);
+
+	/* A connection that goes takes its counts: the channel idles again. */
+	TU_RC(pinshm_channel_register(rx, dev, 0), 0);
+	other = connect_ok(&d);
+	ck_assert_uint_eq(stat_of(other, "dev-idle").device_regs, 1);
+	CLIENT_RC(c, pinshm_create_full(c, "dev-keep", &attr, 0600, PINSHM_PERSISTENT, PINSHM_NODE_ANY, 1), 0);
+	pinshm_disconnect(c); /* its handles stay registered in this process; the daemon forgets them */
+	ck_assert_uint_eq(stat_of(other, "dev-idle").device_regs, 0);
+	TU_RC(pinshm_channel_close(rx), 0); /* no connection: nothing to tell */
+	TU_RC(pinshm_channel_close(tx), 0);
+
+	/* Registering and unregistering many times leaves no count behind. */
+	pinshm_channel_t *h;
+	CLIENT_RC(other, pinshm_open(other, "dev-keep", PINSHM_CONSUMER, &h), 0);
+	for (int i = 0; i < 1000; i++) {
+		TU_RC(pinshm_channel_register(h, dev, 0), 0);
+		TU_RC(pinshm_channel_unregister(h, dev), 0);
+	}
+	ck_assert_uint_eq(stat_of(other, "dev-keep").device_regs, 0);
+	ck_assert_int_eq(fake->nregs, 0);
+	TU_RC(pinshm_channel_register(h, dev, 0), 0);
+	ck_assert_uint_eq(stat_of(other, "dev-keep").device_regs, 1);
+	TU_RC(pinshm_channel_close(h), 0); /* closing unregisters, and says so */
+	ck_assert_uint_eq(stat_of(other, "dev-keep").device_regs, 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	pinshm_disconnect(other);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* A client that hands its channel back to a new daemon (a restart) tells
+ * it of the channel's registrations again. */
+START_TEST(test_daemon_restart)
+{
+	struct daemon d;
+	struct daemon_opts o = {.log = true};
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *rx;
+
+	fake_setup();
+	daemon_start_opts(&d, &o);
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * 1024, 1, 1);
+	CLIENT_RC(c, pinshm_create(c, "dev-back", &attr, 0600, PINSHM_PERSISTENT), 0);
+	CLIENT_RC(c, pinshm_open(c, "dev-back", PINSHM_CONSUMER, &rx), 0);
+	pinshm_device_t *dev = fake_open();
+	TU_RC(pinshm_channel_register(rx, dev, 0), 0);
+	ck_assert_uint_eq(stat_of(c, "dev-back").device_regs, 1);
+	daemon_term_ok(&d);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	CLIENT_RC(c, pinshm_reconnect(c), 0);
+	pinshm_list_entry_t e = stat_of(c, "dev-back");
+	ck_assert_uint_eq(e.device_regs, 1);
+	ck_assert_uint_eq(e.device_kinds, 1u << PINSHM_DEVICE_CUDA);
+	ck_assert(daemon_log_has(&d, "'dev-back' handed back"));
+	TU_RC(pinshm_channel_unregister(rx, dev), 0);
+	ck_assert_uint_eq(stat_of(c, "dev-back").device_regs, 0);
+	TU_RC(pinshm_channel_close(rx), 0); /* adopted: not persistent, gone with it */
+	TU_RC(pinshm_device_close(dev), 0);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* Write @p value into DIR/bus/pci/devices/BUS/numa_node of a fake sysfs. */
+static void fake_pci(const char *dir, const char *bus, const char *value)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/bus", dir);
+	mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/bus/pci", dir);
+	mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/bus/pci/devices", dir);
+	mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/bus/pci/devices/%s", dir, bus);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/bus/pci/devices/%s/numa_node", dir, bus);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(value, f);
+	fclose(f);
+}
+
+/* A channel made next to a PCI device lands on the device's node (a fake
+ * sysfs, two test nodes); a device of node -1 places nothing; an unknown
+ * or malformed bus id is refused. */
+START_TEST(test_daemon_pci)
+{
+	struct daemon d;
+	struct daemon_opts o = {.log = true, .verbose = true, .numa_env = true, .numa_nodes = "2"};
+	pinshm_channel_attr_t attr;
+	char sysfs[] = "/tmp/pinshm-sysfs-XXXXXX";
+
+	ck_assert_ptr_nonnull(mkdtemp(sysfs));
+	fake_pci(sysfs, "0000:3b:00.0", "1\n");
+	fake_pci(sysfs, "0000:5e:00.0", "-1\n");
+	fake_pci(sysfs, "0000:af:00.0", "7\n");
+	fake_pci(sysfs, "0000:b0:00.0", "x\n");
+	setenv("PINSHMD_TEST_SYSFS", sysfs, 1);
+	daemon_start_opts(&d, &o);
+	unsetenv("PINSHMD_TEST_SYSFS");
+	pinshm_client_t *c = connect_ok(&d);
+	tu_attr(&attr, PINSHM_QUEUE, 64 * 1024, 1, 1);
+
+	CLIENT_RC(c, pinshm_create_near_pci(c, "near-gpu", &attr, 0600, 0, "0000:3b:00.0", PINSHM_PIN_DEFAULT), 0);
+	ck_assert_int_eq(stat_of(c, "near-gpu").node, 1);
+	ck_assert(daemon_log_has(&d, "'near-gpu' next to PCI device 0000:3b:00.0: node 1"));
+	CLIENT_RC(c, pinshm_create_near_pci(c, "no-node", &attr, 0600, 0, "0000:5e:00.0", PINSHM_PIN_DEFAULT), 0);
+	ck_assert_int_eq(stat_of(c, "no-node").node, PINSHM_NODE_ANY);
+	ck_assert(daemon_log_has(&d, "PCI device 0000:5e:00.0 has no NUMA node: no placement"));
+	CLIENT_RC(c, pinshm_create_near_pci(c, "far-node", &attr, 0600, 0, "0000:af:00.0", PINSHM_PIN_DEFAULT), 0);
+	ck_assert_int_eq(stat_of(c, "far-node").node, PINSHM_NODE_ANY);
+	CLIENT_RC(c, pinshm_create_near_pci(c, "bad-node", &attr, 0600, 0, "0000:b0:00.0", PINSHM_PIN_DEFAULT), -EIO);
+	CLIENT_RC(c, pinshm_create_near_pci(c, "absent", &attr, 0600, 0, "0000:3c:00.0", PINSHM_PIN_DEFAULT), -ENODEV);
+	ck_assert_msg(strstr(pinshm_client_error(c), "no PCI device 0000:3c:00.0"), "%s", pinshm_client_error(c));
+	static const char *const bad[] = { "0000:3B:00.0", "3b:00.0", "0000:3b:00.0/..", "../../../../etc/passwd",
+					   "", "0000:3b:00.0\n" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CLIENT_RC(c, pinshm_create_near_pci(c, "bad", &attr, 0600, 0, bad[i], PINSHM_PIN_DEFAULT), -EINVAL);
+	CLIENT_RC(c, pinshm_create_near_pci(c, "bad", &attr, 0600, 0, NULL, PINSHM_PIN_DEFAULT), -EINVAL);
+	pinshm_list_entry_t e;
+	CLIENT_RC(c, pinshm_stat(c, "bad", &e), -ENOENT);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -r %s", sysfs);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
 
 static Suite *device_suite(void)
 {
@@ -633,6 +1130,8 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, test_cuda_fallback_errors);
 	tcase_add_test(tc, test_cuda_release_after);
 	tcase_add_test(tc, test_cuda_fork);
+	tcase_add_test(tc, test_cuda_commit_after);
+	tcase_add_test(tc, test_cuda_info);
 	tcase_add_test(tc, test_cuda_stale);
 	suite_add_tcase(s, tc);
 #ifdef HAVE_OPENCL_TEST
@@ -641,10 +1140,18 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, test_opencl_register);
 	tcase_add_test(tc, test_opencl_kernel);
 	tcase_add_test(tc, test_opencl_release_order);
+	tcase_add_test(tc, test_opencl_commit_after);
+	tcase_add_test(tc, test_opencl_register_loop);
 	suite_add_tcase(s, tc);
 #else
 	printf("SKIP: OpenCL tests (built without CL/cl.h and the ICD loader)\n");
 #endif
+	tc = tcase_create("daemon");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_daemon_pin_idle);
+	tcase_add_test(tc, test_daemon_pci);
+	tcase_add_test(tc, test_daemon_restart);
+	suite_add_tcase(s, tc);
 	return s;
 }
 

@@ -1628,7 +1628,7 @@ START_TEST(test_stat_json)
 		"name", "kind", "overrun", "owner", "uid", "group", "gid", "mode", "permissions", "capacity",
 		"max_message", "size", "backend", "damaged", "pinned", "sealed", "persistent", "hugepages", "unlocked",
 		"pin_idle", "node", "producers", "max_producers", "consumers", "max_consumers", "messages", "bytes",
-		"lost", "refused", "drops"};
+		"lost", "refused", "drops", "device_registrations", "device_kinds"};
 	const size_t nmembers = sizeof(members) / sizeof(members[0]);
 	pinshm_list_entry_t e;
 	pinshm_client_t *c;
@@ -1643,11 +1643,16 @@ START_TEST(test_stat_json)
 	CTL(&d, &r, 0, "create", "sj.q", "--capacity", "64k", "--producers", "2", "--consumers", "3", "--mode", "0640",
 	    "--backend", "shm", "--pin", "300", "--max-message", "1k");
 	CTL(&d, &r, 0, "create", "sj.t", "--topic", "--overrun");
+	CTL(&d, &r, 1, "create", "sj.pci", "--pci", "0000:3b:00.0/..");
+	ck_assert_msg(strstr(r.err, "invalid PCI bus id"), "%s", r.err);
+	CTL(&d, &r, 2, "create", "sj.pci", "--pci", "0000:3b:00.0", "--node", "0");
 	TU_RC(pinshm_connect(d.sock, &c), 0);
 	TU_RC(pinshm_open(c, "sj.q", PINSHM_PRODUCER, &tx), 0);
 	for (int i = 0; i < 3; i++)
 		TU_RC(pinshm_send(tx, "0123456789", 10, 1000), 0);
 
+	CTL(&d, &r, 0, "stat", "sj.q");
+	ck_assert_msg(strstr(r.out, "\ndevices      0 registrations\n"), "%s", r.out);
 	CTL(&d, &r, 0, "stat", "--json", "sj.q");
 	ck_assert_msg(json_valid(r.out), "invalid JSON:\n%s", r.out);
 	ck_assert_msg(r.out[0] == '{', "not an object:\n%s", r.out);

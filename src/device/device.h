@@ -77,6 +77,13 @@ struct device_state {
 	/* Pending releases, oldest record first (at most one per held record). */
 	unsigned npending;
 	struct device_pending pending[PINSHM_MAX_HELD];
+	/* Producer: the reservation committed once this event completes
+	 * (ch->reserved == RESV_DEVICE; commit.c). */
+	struct device_pending_commit {
+		struct pinshm_device *dev;
+		void *event;
+		size_t len;
+	} commit;
 	/* Records released stale since the last pinshm_release_poll(). */
 	unsigned nstale;
 	pinshm_msg_t stale[DEVICE_MAX_STALE];
@@ -92,6 +99,13 @@ struct device_reg *device_find_reg(struct device_state *ds, const struct pinshm_
 int device_open_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /** dlopen() @p env's library, else @p soname.  NULL: failed, detail set. */
 void *device_dlopen(const char *env, const char *soname);
+
+/* commit.c (and device_commit_progress(): channel.h) */
+/** Wait for the event of a commit that waits, then commit (or drop the
+ *  reservation where the command failed). */
+void device_commit_drain(pinshm_channel_t *ch);
+/** Wait for the event of a commit that waits, and forget it, uncommitted. */
+void device_commit_forget(pinshm_channel_t *ch);
 
 /* release.c (and device_progress(), device_release(): channel.h) */
 /** Wait for every pending event, and release the records. */

@@ -2,6 +2,7 @@
  * register.c - devices: opening and closing them, and the registrations of
  * each handle's mapping with them (the backend-independent part).
  */
+#include <assert.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -109,18 +110,31 @@ int pinshm_channel_register(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned
 	}
 	if (rc != 0)
 		return channel_fail(ch, rc, "%s: %s", dev->ops->name, why);
+	/* pinshmd keeps the channel locked from its reply on (working-set
+	 * pinning must not unlock pages a device may reach by DMA): where it
+	 * refuses, the registration is undone. */
+	rc = client_device_report(ch, dev->kind, +1);
+	if (rc != 0) {
+		dev->ops->unreg(dev, &r);
+		return rc;
+	}
 	ds->regs[ds->nregs++] = r;
 	atomic_fetch_add_explicit(&dev->users, 1, memory_order_relaxed);
 	return 0;
 }
 
 /* Drop registration @p r of @p ds (its events waited for already). */
-static void drop_reg(struct device_state *ds, struct device_reg *r, bool call_driver)
+static void drop_reg(pinshm_channel_t *ch, struct device_reg *r, bool call_driver)
 {
+	struct device_state *ds = ch->dev;
 	struct pinshm_device *dev = r->dev;
 
-	if (call_driver)
+	if (call_driver) {
 		dev->ops->unreg(dev, r);
+		/* Not registered any more, whatever the daemon answers (a lost
+		 * connection drops its counts anyway). */
+		client_device_report(ch, dev->kind, -1);
+	}
 	*r = ds->regs[--ds->nregs];
 	atomic_fetch_sub_explicit(&dev->users, 1, memory_order_release);
 }
@@ -133,7 +147,7 @@ int pinshm_channel_unregister(pinshm_channel_t *ch, pinshm_device_t *dev)
 		return channel_fail(ch, -ENOENT, "not registered with this device");
 	/* The device may still read records of any pending release. */
 	device_drain(ch);
-	drop_reg(ch->dev, r, true);
+	drop_reg(ch, r, true);
 	return 0;
 }
 
@@ -167,6 +181,38 @@ int pinshm_device_addr(pinshm_channel_t *ch, pinshm_device_t *dev, const void *p
 	return 0;
 }
 
+static_assert(sizeof(((pinshm_channel_info_t *)0)->devices) / sizeof(((pinshm_channel_info_t *)0)->devices[0]) ==
+		      DEVICE_MAX_PER_HANDLE,
+	      "pinshm_channel_info() shows every device of a handle");
+
+void device_info(const pinshm_channel_t *ch, pinshm_channel_info_t *info)
+{
+	const struct device_state *ds = ch->dev;
+
+	if (ds->pid != getpid())
+		return; /* a forked child: none of it is its own */
+	for (unsigned i = 0; i < ds->nregs; i++)
+		info->devices[info->ndevices++] = (struct pinshm_channel_device){
+			.dev = ds->regs[i].dev,
+			.kind = ds->regs[i].dev->kind,
+			.flags = PINSHM_REGISTERED | (ds->regs[i].read_only ? PINSHM_REGISTERED_READ_ONLY : 0),
+		};
+	info->commit_waits = ch->reserved == RESV_DEVICE;
+}
+
+int device_report_all(pinshm_channel_t *ch)
+{
+	struct device_state *ds = ch->dev;
+	int rc = 0;
+
+	for (unsigned i = 0; ds && ds->pid == getpid() && i < ds->nregs; i++) {
+		int r = client_device_report(ch, ds->regs[i].dev->kind, +1);
+		if (r != 0 && rc == 0)
+			rc = r;
+	}
+	return rc;
+}
+
 void device_state_close(pinshm_channel_t *ch)
 {
 	if (ch->dev && ch->dev->pid == getpid())
@@ -188,7 +234,7 @@ void device_state_forget(pinshm_channel_t *ch)
 	if (own)
 		device_wait_all(ch);
 	while (ds->nregs > 0)
-		drop_reg(ds, &ds->regs[ds->nregs - 1], own);
+		drop_reg(ch, &ds->regs[ds->nregs - 1], own);
 	free(ds);
 	ch->dev = NULL;
 }

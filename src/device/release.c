@@ -67,6 +67,7 @@ void device_drain(pinshm_channel_t *ch)
 {
 	struct device_state *ds = ch->dev;
 
+	device_commit_drain(ch);
 	while (ds->npending > 0) {
 		struct device_pending *p = &ds->pending[0];
 		if (p->dev)
@@ -79,6 +80,7 @@ void device_wait_all(pinshm_channel_t *ch)
 {
 	struct device_state *ds = ch->dev;
 
+	device_commit_forget(ch);
 	for (unsigned i = 0; i < ds->npending; i++) {
 		struct device_pending *p = &ds->pending[i];
 		if (p->dev) {

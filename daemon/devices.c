@@ -1,0 +1,143 @@
+/*
+ * devices.c - the device registrations of channels, as clients report them.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "clock.h"
+#include "devices.h"
+#include "log.h"
+#include "registry.h"
+
+/* @p c's entry for @p ch, or NULL. */
+static struct reg_device_use *use_of(struct reg_client *c, const struct channel *ch)
+{
+	for (unsigned i = 0; i < c->ndevuse; i++)
+		if (c->devuse[i].ch == ch)
+			return &c->devuse[i];
+	return NULL;
+}
+
+static struct reg_device_use *use_add(struct reg_client *c, struct channel *ch)
+{
+	if (c->ndevuse == c->devuse_cap) {
+		unsigned cap = c->devuse_cap ? c->devuse_cap * 2 : 4;
+		struct reg_device_use *u = realloc(c->devuse, cap * sizeof(*u));
+		if (!u)
+			return NULL;
+		c->devuse = u;
+		c->devuse_cap = cap;
+	}
+	c->devuse[c->ndevuse] = (struct reg_device_use){.ch = ch};
+	return &c->devuse[c->ndevuse++];
+}
+
+static uint32_t total(const uint32_t n[DEVICES_KINDS])
+{
+	uint32_t t = 0;
+
+	for (unsigned k = 0; k < DEVICES_KINDS; k++)
+		t += n[k];
+	return t;
+}
+
+/* Take @p u's counts off its channel, and @p u out of @p c. */
+static void use_remove(struct reg_client *c, struct reg_device_use *u)
+{
+	struct channel *ch = u->ch;
+
+	for (unsigned k = 0; k < DEVICES_KINDS; k++)
+		ch->device_regs[k] -= u->n[k];
+	if (total(u->n) > 0 && !devices_in_use(ch))
+		ch->active_at = clock_now_ms(); /* idle from now on, not from before */
+	*u = c->devuse[--c->ndevuse];
+}
+
+int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32_t kind, int32_t delta, char *why,
+		   size_t whylen)
+{
+	struct channel *ch = NULL;
+
+	for (unsigned i = 0; i < c->nrefs && !ch; i++)
+		if (c->refs[i]->id == id)
+			ch = c->refs[i];
+	if (!ch) {
+		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
+		return -ENOENT;
+	}
+	if (kind != PINSHM_DEVICE_CUDA && kind != PINSHM_DEVICE_OPENCL) {
+		snprintf(why, whylen, "unknown device kind %u", kind);
+		return -EINVAL;
+	}
+	if (delta != 1 && delta != -1) {
+		snprintf(why, whylen, "a registration is reported as +1 or -1, not %d", delta);
+		return -EINVAL;
+	}
+	struct reg_device_use *u = use_of(c, ch);
+	if (delta < 0) {
+		if (!u || u->n[kind] == 0) {
+			snprintf(why, whylen, "no registration of '%s' with such a device reported", ch->name);
+			return -EINVAL;
+		}
+		ch->device_regs[kind]--;
+		if (!devices_in_use(ch))
+			ch->active_at = clock_now_ms();
+		if (--u->n[kind] == 0 && total(u->n) == 0)
+			*u = c->devuse[--c->ndevuse];
+		return 0;
+	}
+	if (u && u->n[kind] >= DEVICES_MAX_PER_CLIENT) {
+		snprintf(why, whylen, "%u registrations of '%s' reported already", u->n[kind], ch->name);
+		return -ENOSPC;
+	}
+	/* Locked before it is counted: the device may use it on our reply. */
+	int rc = registry_relock(r, c, id, why, whylen);
+	if (rc != 0)
+		return rc;
+	if (!u && !(u = use_add(c, ch))) {
+		snprintf(why, whylen, "no memory");
+		return -ENOMEM;
+	}
+	u->n[kind]++;
+	ch->device_regs[kind]++;
+	log_debug("channel '%s': a device registration reported by pid %d (%u now)", ch->name, (int)c->cred.pid,
+		  total(ch->device_regs));
+	return 0;
+}
+
+void devices_drop(struct reg_client *c, struct channel *ch)
+{
+	struct reg_device_use *u = use_of(c, ch);
+
+	if (u)
+		use_remove(c, u);
+}
+
+void devices_client_gone(struct reg_client *c)
+{
+	while (c->ndevuse > 0)
+		use_remove(c, &c->devuse[c->ndevuse - 1]);
+	devices_forget(c);
+}
+
+void devices_forget(struct reg_client *c)
+{
+	free(c->devuse);
+	c->devuse = NULL;
+	c->ndevuse = c->devuse_cap = 0;
+}
+
+bool devices_in_use(const struct channel *ch)
+{
+	return total(ch->device_regs) > 0;
+}
+
+void devices_describe(const struct channel *ch, uint32_t *regs, uint32_t *kinds)
+{
+	*regs = total(ch->device_regs);
+	*kinds = 0;
+	for (unsigned k = 0; k < DEVICES_KINDS; k++)
+		if (ch->device_regs[k] > 0)
+			*kinds |= 1u << k;
+}

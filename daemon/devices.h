@@ -1,0 +1,63 @@
+/*
+ * devices.h - the device registrations of channels, as clients report them.
+ *
+ * A process that registers a handle of a channel with a device (pinshm(3):
+ * pinshm_channel_register()) tells pinshmd through the connection that
+ * opened the handle (DEVICE, +1), and again when the registration goes
+ * (-1).  The daemon counts them per connection and per channel, by device
+ * kind, and drops a connection's counts when it closes or gives the
+ * channel's reference back.  While any is counted, working-set pinning
+ * leaves the channel locked (registry_tick()): a driver pins the pages
+ * and hands their physical addresses to a DMA engine, which the daemon's
+ * munlock() must not undercut; a DEVICE +1 locks an unlocked channel again
+ * first.  The counts are what clients say: a client can only keep its own
+ * channels locked, as activity would.
+ */
+#ifndef PINSHMD_DEVICES_H
+#define PINSHMD_DEVICES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DEVICES_KINDS 3u            /* indexed by PINSHM_DEVICE_* (1, 2) */
+#define DEVICES_MAX_PER_CLIENT 65536u /* registrations of one kind one connection reports for a channel */
+
+struct registry;
+struct reg_client;
+struct channel;
+
+/* What one connection reported for one channel it references. */
+struct reg_device_use {
+	struct channel *ch;
+	uint32_t n[DEVICES_KINDS];
+};
+
+/**
+ * DEVICE: @p c reports a registration (+1) or unregistration (-1) of a
+ * handle of the channel numbered @p id, which it references, with a
+ * device of @p kind.  A +1 locks the channel again where working-set
+ * pinning unlocked it.
+ * @return 0; -ENOENT (no such channel for @p c); -EINVAL (bad kind or
+ *         delta, or a -1 with nothing counted); -ENOSPC (over
+ *         DEVICES_MAX_PER_CLIENT); -ENOMEM; or as registry_relock().
+ */
+int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32_t kind, int32_t delta, char *why,
+		   size_t whylen);
+
+/** Drop what @p c reported for @p ch (its reference to @p ch goes). */
+void devices_drop(struct reg_client *c, struct channel *ch);
+
+/** Drop everything @p c reported (it closed); the channels are alive. */
+void devices_client_gone(struct reg_client *c);
+
+/** Free @p c's reports without touching the channels (at teardown). */
+void devices_forget(struct reg_client *c);
+
+/** Whether any registration of @p ch is counted. */
+bool devices_in_use(const struct channel *ch);
+
+/** The registrations counted for @p ch, and their kinds (bit 1 << kind). */
+void devices_describe(const struct channel *ch, uint32_t *regs, uint32_t *kinds);
+
+#endif /* PINSHMD_DEVICES_H */
