@@ -125,26 +125,29 @@ static int scan(const MPI_Request reqs[], int from, int count, struct tally *t, 
 {
 	const MPI_Request sent = pm.sent;
 	struct pm_op **m = pm.active ? memo_for(count) : NULL;
-	int ours = 0, pending = 0, lib = 0, nsent = 0, i = from;
+	int nulls = 0, idle = 0, lib = 0, nsent = 0, i = from;
 	for (; i < count; i++) {
 		MPI_Request r = reqs[i];
-		if (r == MPI_REQUEST_NULL)
+		if (r == MPI_REQUEST_NULL) {
+			nulls++;
 			continue;
+		}
 		struct pm_op *op = m ? memo_op(&m[i], r) : pm_op_by_handle(r);
 		if (!op) {
 			nsent += r == sent;
 			lib += r != sent;
 			continue;
 		}
-		ours++;
 		if (op->state == ST_DONE) {
 			*done = op;
 			break;
 		}
-		pending += !inactive(op);
+		idle += inactive(op);
 	}
+	/* The ops of ours seen, the done one it stopped at included. */
+	int ours = (i < count ? i + 1 : i) - from - nulls - lib - nsent;
 	t->ours += ours;
-	t->pending += pending;
+	t->pending += ours - idle - (i < count);
 	t->lib += lib;
 	t->sent += nsent;
 	return i;
