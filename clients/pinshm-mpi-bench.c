@@ -16,7 +16,14 @@
  *   exchange   ranks 0 and 1 exchange a message at once, each with
  *              MPI_Irecv, MPI_Isend and MPI_Waitall, the nonblocking pattern
  *              of a halo exchange; a sample is the time of one exchange
- *              (rank 0's batch time / exchanges).
+ *              (rank 0's batch time / exchanges);
+ *   complete   MPI_Testany, MPI_Waitany, MPI_Testsome and MPI_Waitsome
+ *              over many outstanding requests (-q, default 20000) at rank 0:
+ *              all but the last are receives that stay pending, the last is
+ *              a receive whose message has come (rank 1 sent it ahead), so
+ *              that each call looks at every request and finds that one; a
+ *              sample is the time of one call, with the MPI_Irecv that
+ *              posts the last request again (rank 0's batch time / calls).
  *
  * Output: one line per mode and size, "MODE bytes=N KEY=VALUE ...", for
  * scripts; lines starting with '#' are comments.  Every received message is
@@ -43,12 +50,16 @@ struct opts {
 	int samples;         /* per size */
 	double target_s;     /* measuring time per size and mode (roughly) */
 	int window;          /* bandwidth: messages in flight, at most */
+	int requests;        /* complete: requests outstanding */
 };
 
-enum { MODE_LATENCY = 1, MODE_BANDWIDTH = 2, MODE_RING = 4, MODE_EXCHANGE = 8 };
-#define MODE_ALL (MODE_LATENCY | MODE_BANDWIDTH | MODE_RING | MODE_EXCHANGE)
+enum { MODE_LATENCY = 1, MODE_BANDWIDTH = 2, MODE_RING = 4, MODE_EXCHANGE = 8, MODE_COMPLETE = 16 };
+#define MODE_ALL (MODE_LATENCY | MODE_BANDWIDTH | MODE_RING | MODE_EXCHANGE | MODE_COMPLETE)
 
-static const long latency_sizes[] = {0, 8, 64, 512, 4096, 16384, 65536, 262144, MIB, 4 * MIB};
+/* 0 and every power of two up to 4 MiB. */
+static const long latency_sizes[] = {0,     1,     2,     4,      8,      16,     32,     64,  128,     256,
+				     512,   1024,  2048,  4096,   8192,   16384,  32768,  65536,
+				     131072, 262144, 524288, MIB,   2 * MIB, 4 * MIB};
 static const long bandwidth_sizes[] = {65536, 262144, MIB, 4 * MIB};
 static const long ring_sizes[] = {8, 4096, 65536, MIB};
 static const long exchange_sizes[] = {0, 8, 512, 4096, 65536, MIB};
@@ -69,11 +80,13 @@ static void usage(FILE *to)
 	if (rank == 0)
 		fprintf(to,
 			"usage: mpirun -np N pinshm-mpi-bench [-m MODES] [-z SIZES] [-n SAMPLES] [-t SECONDS] [-w WINDOW]\n"
-			"  -m MODES    latency,bandwidth,ring,exchange or all (default: all)\n"
+			"                                    [-q REQUESTS]\n"
+			"  -m MODES    latency,bandwidth,ring,exchange,complete or all (default: all)\n"
 			"  -z SIZES    comma-separated sizes in bytes, K and M suffixes (default: per mode)\n"
 			"  -n SAMPLES  samples per size, 1..100000 (default 41)\n"
 			"  -t SECONDS  time to measure per size and mode, about (default 0.2)\n"
 			"  -w WINDOW   bandwidth: messages in flight, 1..4096 (default 64, fewer for large sizes)\n"
+			"  -q REQUESTS complete: requests outstanding, 1..1000000 (default 20000)\n"
 			"  -h, --help  print this help and exit\n");
 }
 
@@ -111,9 +124,9 @@ static void parse(int argc, char **argv, struct opts *o)
 	int c;
 
 	*o = (struct opts){.modes = MODE_ALL, .samples = 41, .target_s = 0.2,
-			   .window = 64};
+			   .window = 64, .requests = 20000};
 	static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-	while ((c = getopt_long(argc, argv, "m:z:n:t:w:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:z:n:t:w:q:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm': {
 			o->modes = 0;
@@ -127,6 +140,8 @@ static void parse(int argc, char **argv, struct opts *o)
 					o->modes |= MODE_RING;
 				else if (!strcmp(t, "exchange"))
 					o->modes |= MODE_EXCHANGE;
+				else if (!strcmp(t, "complete"))
+					o->modes |= MODE_COMPLETE;
 				else if (!strcmp(t, "all"))
 					o->modes |= MODE_ALL;
 				else
@@ -155,6 +170,7 @@ static void parse(int argc, char **argv, struct opts *o)
 			break;
 		}
 		case 'w': o->window = parse_int(optarg, 1, 4096, "bad window '%s': 1 to 4096"); break;
+		case 'q': o->requests = parse_int(optarg, 1, 1000000, "bad request count '%s': 1 to 1000000"); break;
 		case 'h':
 			usage(stdout);
 			MPI_Finalize();
@@ -229,16 +245,17 @@ static long per_sample(double one, const struct opts *o)
 	return k;
 }
 
-/* Rank 0 prints the line of @p mode for @p n bytes: the median of the
- * samples (microseconds; sorted here) as @p key, their 10th and 90th
- * percentiles; @p extra: fields after the size, or "". */
+/* Rank 0 prints the line of @p mode for @p n bytes (requests in the
+ * complete mode): the median of the samples (microseconds; sorted here)
+ * as @p key, their 10th and 90th percentiles; @p extra: fields after the size, or "". */
 static void print_times(const char *mode, long n, const char *extra, const char *key, double *sample,
 			const struct opts *o, long k)
 {
 	if (rank != 0)
 		return;
 	qsort(sample, o->samples, sizeof(double), cmp_double);
-	printf("%s bytes=%ld%s %s=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld\n", mode, n, extra, key,
+	printf("%s %s=%ld%s %s=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld\n", mode,
+	       strcmp(mode, "complete") ? "bytes" : "requests", n, extra, key,
 	       quantile(sample, o->samples, 0.5), quantile(sample, o->samples, 0.1), quantile(sample, o->samples, 0.9),
 	       o->samples, k);
 	fflush(stdout);
@@ -413,6 +430,97 @@ static void exchange(long n, const struct opts *o)
 	free(sample);
 }
 
+/* The completion calls of the complete mode. */
+enum call { CALL_TESTANY, CALL_WAITANY, CALL_TESTSOME, CALL_WAITSOME, NCALLS };
+static const char *const call_name[NCALLS] = {"testany", "waitany", "testsome", "waitsome"};
+
+/* Rank 0: post the last request again and complete it with @p call, which
+ * must find it (and only it) done. */
+static void complete_one(enum call call, MPI_Request *rq, int nreq, int *indices, MPI_Status *st)
+{
+	int index = -1, flag = 0, out = 0;
+
+	MPI_Irecv(NULL, 0, MPI_BYTE, 1, 6, MPI_COMM_WORLD, &rq[nreq - 1]);
+	switch (call) {
+	case CALL_TESTANY:
+		do
+			MPI_Testany(nreq, rq, &index, &flag, MPI_STATUS_IGNORE);
+		while (!flag);
+		break;
+	case CALL_WAITANY: MPI_Waitany(nreq, rq, &index, MPI_STATUS_IGNORE); break;
+	case CALL_TESTSOME:
+		do
+			MPI_Testsome(nreq, rq, &out, indices, st);
+		while (out == 0);
+		index = out == 1 ? indices[0] : -1;
+		break;
+	default:
+		MPI_Waitsome(nreq, rq, &out, indices, st);
+		index = out == 1 ? indices[0] : -1;
+		break;
+	}
+	if (index != nreq - 1 || rq[nreq - 1] != MPI_REQUEST_NULL) {
+		fprintf(stderr, "pinshm-mpi-bench: %s over %d requests: completed %d (outcount %d), want %d\n",
+			call_name[call], nreq, index, out, nreq - 1);
+		MPI_Abort(MPI_COMM_WORLD, 3);
+	}
+}
+
+/* @p k calls of @p call at rank 0, whose messages rank 1 sends first:
+ * @return their time, seconds (rank 0). */
+static double complete_batch(enum call call, long k, MPI_Request *rq, int nreq, int *indices, MPI_Status *st)
+{
+	double t = 0;
+
+	if (rank == 1)
+		for (long i = 0; i < k; i++)
+			MPI_Send(NULL, 0, MPI_BYTE, 0, 6, MPI_COMM_WORLD);
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 0) {
+		double t0 = MPI_Wtime();
+		for (long i = 0; i < k; i++)
+			complete_one(call, rq, nreq, indices, st);
+		t = MPI_Wtime() - t0;
+	}
+	MPI_Barrier(MPI_COMM_WORLD); /* rank 1 sends nothing more meanwhile */
+	return t;
+}
+
+static void complete(const struct opts *o)
+{
+	int nreq = o->requests;
+	MPI_Comm apart;
+	MPI_Request *rq = calloc(nreq, sizeof(*rq));
+	int *indices = calloc(nreq, sizeof(int));
+	MPI_Status *st = calloc(nreq, sizeof(MPI_Status));
+	double *sample = calloc(o->samples, sizeof(double));
+
+	if (!rq || !indices || !st || !sample)
+		die("out of memory%s", "");
+	/* The pending receives, on a communicator of their own: the message
+	 * of the last request matches without passing them. */
+	MPI_Comm_dup(MPI_COMM_WORLD, &apart);
+	for (int i = 0; rank == 0 && i < nreq - 1; i++)
+		MPI_Irecv(NULL, 0, MPI_BYTE, 1, 7, apart, &rq[i]);
+	for (int c = 0; c < NCALLS; c++) {
+		long k = per_sample(complete_batch(c, 20, rq, nreq, indices, st) / 20, o);
+		for (int s = 0; s < o->samples; s++)
+			sample[s] = complete_batch(c, k, rq, nreq, indices, st) / k * 1e6;
+		char extra[48];
+		snprintf(extra, sizeof(extra), " call=%s", call_name[c]);
+		print_times("complete", nreq, extra, "call_us", sample, o, k);
+	}
+	for (int i = 0; rank == 1 && i < nreq - 1; i++)
+		MPI_Send(NULL, 0, MPI_BYTE, 0, 7, apart);
+	if (rank == 0)
+		MPI_Waitall(nreq - 1, rq, MPI_STATUSES_IGNORE);
+	MPI_Comm_free(&apart);
+	free(rq);
+	free(indices);
+	free(st);
+	free(sample);
+}
+
 static void run_mode(int mode, void (*fn)(long, const struct opts *), const long *defaults, int ndefaults,
 		     const struct opts *o)
 {
@@ -445,6 +553,8 @@ int main(int argc, char **argv)
 	run_mode(MODE_BANDWIDTH, bandwidth, bandwidth_sizes, sizeof(bandwidth_sizes) / sizeof(long), &o);
 	run_mode(MODE_RING, ring, ring_sizes, sizeof(ring_sizes) / sizeof(long), &o);
 	run_mode(MODE_EXCHANGE, exchange, exchange_sizes, sizeof(exchange_sizes) / sizeof(long), &o);
+	if (o.modes & MODE_COMPLETE)
+		complete(&o);
 	MPI_Finalize();
 	return 0;
 }

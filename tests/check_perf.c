@@ -512,7 +512,8 @@ END_TEST
  * the lines pinshm-mpi-bench prints for the mode (-m) and sizes (-z) asked,
  * a figure of (size / 64 + 1) * 3 for Open MPI and * 2 with the plugin
  * (LD_PRELOAD among its arguments), doubled in the second round (it counts
- * its calls: 8 a round), and then the plugin's statistics.
+ * its calls: 10 a round), and then the plugin's statistics; the complete
+ * mode's four calls count as size 0.
  */
 static const char fake_mpirun[] =
 	"#!/bin/sh\n"
@@ -529,13 +530,17 @@ static const char fake_mpirun[] =
 	"done\n"
 	"for z in $(echo \"$sizes\" | tr , ' '); do\n"
 	"    case $z in *K) b=$((${z%K} * 1024)) ;; *) b=$z ;; esac\n"
-	"    v=$(( (b / 64 + 1) * (plugin ? 2 : 3) * (calls / 8 + 1) ))\n"
+	"    v=$(( (b / 64 + 1) * (plugin ? 2 : 3) * (calls / 10 + 1) ))\n"
 	"    case $mode in\n"
 	"    latency) echo \"latency bytes=$b oneway_us=$v p10_us=1 p90_us=2 samples=3 per_sample=1\" ;;\n"
 	"    bandwidth) echo \"bandwidth bytes=$b gbps=$v p10_gbps=1 p90_gbps=2 window=64 samples=3\" ;;\n"
 	"    ring) echo \"ring bytes=$b ranks=4 step_us=$v p10_us=1 p90_us=2 samples=3 per_sample=1\" ;;\n"
 	"    exchange) echo \"exchange bytes=$b round_us=$v p10_us=1 p90_us=2 samples=3 per_sample=1\" ;;\n"
 	"    esac\n"
+	"done\n"
+	"[ \"$mode\" = complete ] && for c in testany waitany testsome waitsome; do\n"
+	"    v=$(( (plugin ? 2 : 3) * (calls / 10 + 1) ))\n"
+	"    echo \"complete requests=20000 call=$c call_us=$v p10_us=1 p90_us=2 samples=3 per_sample=1\"\n"
 	"done\n"
 	"[ $plugin = 1 ] && echo 'pinshm-mpi stats: rank=0 family=p2p pinshm_msgs=10 pinshm_bytes=1 mpi_msgs=0' >&2\n"
 	"exit 0\n";
@@ -563,6 +568,10 @@ START_TEST(test_compare_plot)
 	fake_mpi(&r);
 	COMPARE(&r, NULL, 0, COMPARE_ARGS, "--plot", "mpi.png");
 	HAS(r.out, "one-way latency, 2 ranks, 2 rounds");
+	/* Medians of the rounds (x and 2x) and the ratios within them. */
+	HAS(r.out, "      4096       292.500      195.000   0.67       0.67     0.67-0.67");
+	HAS(r.out, "completion calls over 20000 requests");
+	HAS(r.out, "   testany         4.500        3.000   0.67       0.67     0.67-0.67");
 	HAS(r.err, "plot written to mpi.png");
 	ck_assert_msg(head(&r, "mpi.png", buf, sizeof(buf)) > 1000, "mpi.png is too small to be a plot");
 	ck_assert_msg(memcmp(buf, png, sizeof(png)) == 0, "mpi.png is not a PNG");

@@ -43,82 +43,124 @@ static int finish(MPI_Request *req, struct pm_op *op, MPI_Status *status, bool m
 }
 
 /*
- * An array of requests, split once per call: the plugin's op at each
- * position (NULL: the library's request or MPI_REQUEST_NULL), and the
- * library's requests compacted.  Ops stay valid through the call: only
- * finishing one (once) releases it.  Arrays of up to FEW requests live
- * in the struct itself (on the caller's stack).
+ * An array of requests is read in place, with no copy: a handle of the
+ * plugin's op is, to the library, an inactive persistent request, which
+ * its any, some and all calls skip (as they skip MPI_REQUEST_NULL).  So the
+ * library's part of a call is the library's call over the caller's whole
+ * array, made only where the array holds a request of the library; the
+ * plugin's part is a scan that looks each handle up in the table of
+ * handles.  Nothing is allocated per call.  Ops stay valid through a
+ * call: only finishing one (once) releases it.
  */
-#define FEW 16
 
-struct split {
-	int ours;             /* requests of the plugin */
-	int sent;             /* pm.sent requests left out of the library's (all_sent) */
-	int pending;          /* ours_all_done(): ops before this one are done */
-	struct pm_op **op;    /* per position */
-	int n;                /* requests of the library */
-	int *index;           /* their positions in the caller's array */
-	MPI_Request *reqs;
-	MPI_Status *st;
-	int *done;            /* Testsome's indices */
-	void *block;          /* allocated for the arrays above, or NULL */
-	struct {
-		struct pm_op *op[FEW];
-		int index[FEW], done[FEW];
-		MPI_Request reqs[FEW];
-		MPI_Status st[FEW];
-	} few;
+/* What a scan counted. */
+struct tally {
+	int ours;    /* ops of the plugin */
+	int pending; /* of which active and not done */
+	int lib;     /* requests of the library, MPI_REQUEST_NULL and pm.sent left out */
+	int sent;    /* pm.sent requests */
 };
 
-/* @return MPI_SUCCESS or MPI_ERR_NO_MEM; when no request is the plugin's,
- * only s->ours (0) is meaningful: pass the call to the library.  With
- * @p all_sent, the library's completed send request (pm.sent) is left out
- * of the library's part: an "all" call finishes it itself (all_finish()). */
-static int split_make(struct split *s, int count, const MPI_Request reqs[], bool all_sent)
+/*
+ * The op last found at each position of an array, whichever array: a scan
+ * that finds at reqs[i] the handle of the op remembered there (op->handle
+ * == reqs[i]) takes that op without looking the handle up.  Sound because
+ * a handle belongs to one op at a time and an op's memory is given back
+ * only with the memo (pm_ops_teardown(), pm_complete_teardown()): an op
+ * released since is recycled (ops.c), and its handle is no longer that
+ * one (MPI_REQUEST_NULL, or the one of its next use).  The memo grows to
+ * the longest array seen, not per call; only while the plugin carries
+ * traffic (pm.active: never with MPI_THREAD_MULTIPLE, whose threads would
+ * share it).
+ */
+static struct {
+	struct pm_op **op;
+	int len;
+} memo;
+
+void pm_complete_teardown(void)
 {
-	size_t c = count > 0 ? (size_t)count : 0;
-	s->ours = s->n = s->pending = s->sent = 0;
-	s->block = NULL;
-	s->op = s->few.op;
-	s->index = s->few.index;
-	s->done = s->few.done;
-	s->reqs = s->few.reqs;
-	s->st = s->few.st;
-	if (c > FEW) {
-		char *b = s->block = malloc(c * (sizeof(struct pm_op *) + sizeof(MPI_Request) + sizeof(MPI_Status) +
-						 2 * sizeof(int)));
-		if (!b)
-			return MPI_ERR_NO_MEM;
-		s->op = (struct pm_op **)(void *)b;
-		s->reqs = (MPI_Request *)(void *)(s->op + c);
-		s->st = (MPI_Status *)(void *)(s->reqs + c);
-		s->index = (int *)(void *)(s->st + c);
-		s->done = s->index + c;
+	free(memo.op);
+	memo.op = NULL;
+	memo.len = 0;
+}
+
+/* The memo for @p count positions, or NULL (no room: look every handle up). */
+static struct pm_op **memo_for(int count)
+{
+	if (count > memo.len) {
+		struct pm_op **m = realloc(memo.op, (size_t)count * sizeof(*m));
+		if (!m)
+			return NULL;
+		memset(m + memo.len, 0, (size_t)(count - memo.len) * sizeof(*m));
+		memo.op = m;
+		memo.len = count;
 	}
-	for (size_t i = 0; i < c; i++) {
-		s->op[i] = pm_op_by_handle(reqs[i]);
-		if (s->op[i]) {
-			s->ours++;
-		} else if (all_sent && reqs[i] == pm.sent && pm.sent != MPI_REQUEST_NULL) {
-			s->sent++;
-		} else if (reqs[i] != MPI_REQUEST_NULL) {
-			s->index[s->n] = (int)i;
-			s->reqs[s->n++] = reqs[i];
+	return memo.op;
+}
+
+/* The plugin's op of @p r (not MPI_REQUEST_NULL), the handle at a
+ * position whose memo is @p m. */
+static inline struct pm_op *memo_op(struct pm_op **m, MPI_Request r)
+{
+	if (*m && (*m)->handle == r)
+		return *m;
+	return *m = pm_op_by_handle(r);
+}
+
+/* The plugin's op of reqs[i], or NULL, through the memo where it reaches. */
+static inline struct pm_op *op_at(const MPI_Request reqs[], int i)
+{
+	if (reqs[i] == MPI_REQUEST_NULL)
+		return NULL;
+	return i < memo.len ? memo_op(&memo.op[i], reqs[i]) : pm_op_by_handle(reqs[i]);
+}
+
+/*
+ * Scan reqs[from..count) in order, counting into @p t, up to the first op
+ * of the plugin's that is active and done: @return its position (*done:
+ * the op), or count.
+ */
+static int scan(const MPI_Request reqs[], int from, int count, struct tally *t, struct pm_op **done)
+{
+	const MPI_Request sent = pm.sent;
+	struct pm_op **m = pm.active ? memo_for(count) : NULL;
+	int nulls = 0, idle = 0, lib = 0, nsent = 0, i = from;
+	for (; i < count; i++) {
+		MPI_Request r = reqs[i];
+		if (r == MPI_REQUEST_NULL) {
+			nulls++;
+			continue;
 		}
+		struct pm_op *op = m ? memo_op(&m[i], r) : pm_op_by_handle(r);
+		if (!op) {
+			nsent += r == sent;
+			lib += r != sent;
+			continue;
+		}
+		if (op->state == ST_DONE) {
+			*done = op;
+			break;
+		}
+		idle += inactive(op);
 	}
-	return MPI_SUCCESS;
+	/* The ops of ours seen, the done one it stopped at included. */
+	int ours = (i < count ? i + 1 : i) - from - nulls - lib - nsent;
+	t->ours += ours;
+	t->pending += ours - idle - (i < count);
+	t->lib += lib;
+	t->sent += nsent;
+	return i;
 }
 
-static void split_free(struct split *s)
+/* Whether one of the requests is the plugin's (else the call goes to the
+ * library as it is): the first one usually says. */
+static bool any_ours(int count, const MPI_Request reqs[])
 {
-	free(s->block);
-}
-
-/* Copy the library's handles back (it nulls or keeps them). */
-static void library_back(const struct split *s, MPI_Request reqs[])
-{
-	for (int k = 0; k < s->n; k++)
-		reqs[s->index[k]] = s->reqs[k];
+	for (int i = 0; i < count; i++)
+		if (op_at(reqs, i))
+			return true;
+	return false;
 }
 
 static void wait_pass(unsigned *idle)
@@ -233,11 +275,10 @@ static void finish_noting(MPI_Request *req, struct pm_op *op, MPI_Status *st, st
 
 /* Finish every op of ours (all done) into statuses[i], noting the first
  * that failed in @p f. */
-static void finish_ours(const struct split *s, int count, MPI_Request reqs[], MPI_Status statuses[],
-			struct failure *f)
+static void finish_ours(int count, MPI_Request reqs[], MPI_Status statuses[], struct failure *f)
 {
 	for (int i = 0; i < count; i++) {
-		struct pm_op *op = s->op[i];
+		struct pm_op *op = op_at(reqs, i);
 		if (!op)
 			continue;
 		MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i];
@@ -251,39 +292,30 @@ static void finish_ours(const struct split *s, int count, MPI_Request reqs[], MP
 	}
 }
 
-/* Ops finish mostly in the order they were started, and stay finished: a
- * pass looks from the first one it did not see done. */
-static bool ours_all_done(struct split *s, int count)
+/* Whether the op of ours at @p i, if any, is still to finish. */
+static bool pending_at(const MPI_Request reqs[], int i)
 {
-	for (; s->pending < count; s->pending++) {
-		struct pm_op *op = s->op[s->pending];
-		if (op && !inactive(op) && op->state != ST_DONE)
+	struct pm_op *op = op_at(reqs, i);
+	return op && !inactive(op) && op->state != ST_DONE;
+}
+
+/* Ops finish mostly in the order they were started, and stay finished: a
+ * pass looks from the first one it did not see done (*pending). */
+static bool ours_all_done(const MPI_Request reqs[], int count, int *pending)
+{
+	for (; *pending < count; ++*pending)
+		if (pending_at(reqs, *pending))
 			return false;
-	}
 	return true;
 }
 
-/* The last op of ours not done (ours_all_done() found one). */
-static struct pm_op *last_pending(const struct split *s, int count)
+/* The last op of ours not done (ours_all_done() found one at @p pending). */
+static struct pm_op *last_pending(const MPI_Request reqs[], int count, int pending)
 {
-	for (int i = count - 1; i > s->pending; i--) {
-		struct pm_op *op = s->op[i];
-		if (op && !inactive(op) && op->state != ST_DONE)
-			return op;
-	}
-	return s->op[s->pending];
-}
-
-/* The library's part of a completed "all": statuses of its requests. */
-static void library_statuses(const struct split *s, MPI_Status statuses[], int rc)
-{
-	if (statuses == MPI_STATUSES_IGNORE)
-		return;
-	for (int k = 0; k < s->n; k++) {
-		statuses[s->index[k]] = s->st[k];
-		if (rc == MPI_SUCCESS)
-			statuses[s->index[k]].MPI_ERROR = MPI_SUCCESS;
-	}
+	int i = count - 1;
+	while (i > pending && !pending_at(reqs, i))
+		i--;
+	return op_at(reqs, i);
 }
 
 static void null_statuses(int count, const MPI_Request before[], MPI_Status statuses[])
@@ -299,12 +331,10 @@ static void null_statuses(int count, const MPI_Request before[], MPI_Status stat
 
 /* The completed sends left out of the library's part: what a wait on
  * them in the library does (the status it gives, the handle nulled). */
-static void sent_finish(const struct split *s, int count, MPI_Request reqs[], MPI_Status statuses[])
+static void sent_finish(int count, MPI_Request reqs[], MPI_Status statuses[])
 {
-	if (!s->sent)
-		return;
 	for (int i = 0; i < count; i++)
-		if (reqs[i] == pm.sent && !s->op[i]) {
+		if (reqs[i] == pm.sent && !pm_op_by_handle(reqs[i])) {
 			reqs[i] = MPI_REQUEST_NULL;
 			if (statuses != MPI_STATUSES_IGNORE) {
 				statuses[i] = pm.sent_status;
@@ -328,95 +358,97 @@ static int multi_error(const struct failure *ours, int lib_rc)
 	return MPI_ERR_IN_STATUS;
 }
 
-/* The end of an "all" call once every request is done, the library's with
- * result @p rc: statuses, handles, the split freed. @return the call's result. */
-static int all_finish(struct split *s, int count, MPI_Request reqs[], MPI_Status statuses[], int rc)
+/* The end of an "all" call once every request is done: the library's
+ * call over the array (lib) has returned @p rc and written the statuses,
+ * or (no lib) the null and sent requests are finished here; then ours.
+ * @return the call's result. */
+static int all_finish(const struct tally *l, int count, MPI_Request reqs[], MPI_Status statuses[], int rc)
 {
-	null_statuses(count, reqs, statuses);
-	sent_finish(s, count, reqs, statuses);
-	library_back(s, reqs);
-	library_statuses(s, statuses, rc);
+	if (!l->lib) {
+		null_statuses(count, reqs, statuses);
+		if (l->sent)
+			sent_finish(count, reqs, statuses);
+	} else if (rc == MPI_SUCCESS && statuses != MPI_STATUSES_IGNORE) {
+		for (int i = 0; i < count; i++)
+			statuses[i].MPI_ERROR = MPI_SUCCESS;
+	}
 	struct failure ours = {MPI_COMM_NULL, MPI_SUCCESS};
-	finish_ours(s, count, reqs, statuses, &ours);
-	split_free(s);
+	finish_ours(count, reqs, statuses, &ours);
 	return multi_error(&ours, rc);
 }
 
 int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
 {
-	struct split s;
-	int rc = split_make(&s, count, reqs, true);
-	if (rc != MPI_SUCCESS || !s.ours) {
-		split_free(&s);
-		return rc != MPI_SUCCESS ? rc : PMPI_Waitall(count, reqs, statuses);
-	}
+	struct tally l = {0, 0, 0, 0};
+	struct pm_op *done;
+	for (int i = 0; (i = scan(reqs, i, count, &l, &done)) < count; i++)
+		;
+	if (!l.ours)
+		return PMPI_Waitall(count, reqs, statuses);
 	/* Watch the last op not done (ops finish mostly in order): the engine
 	 * stops taking records once it is, rather than polling on for more. */
 	unsigned idle = 0;
+	int pending = 0, rc = MPI_SUCCESS;
 	struct pm_op *outer = pm.watch;
-	while (!ours_all_done(&s, count)) {
-		pm.watch = last_pending(&s, count);
+	while (l.pending && !ours_all_done(reqs, count, &pending)) {
+		pm.watch = last_pending(reqs, count, pending);
 		wait_pass(&idle);
 	}
 	pm.watch = outer;
-	if (s.n)
-		rc = PMPI_Waitall(s.n, s.reqs, s.st);
-	return all_finish(&s, count, reqs, statuses, rc);
+	if (l.lib)
+		rc = PMPI_Waitall(count, reqs, statuses);
+	return all_finish(&l, count, reqs, statuses, rc);
 }
 
 int MPI_Testall(int count, MPI_Request reqs[], int *flag, MPI_Status statuses[])
 {
-	struct split s;
-	int rc = split_make(&s, count, reqs, true);
-	if (rc != MPI_SUCCESS || !s.ours) {
-		split_free(&s);
-		return rc != MPI_SUCCESS ? rc : PMPI_Testall(count, reqs, flag, statuses);
-	}
+	struct tally l = {0, 0, 0, 0};
+	struct pm_op *done;
+	for (int i = 0; (i = scan(reqs, i, count, &l, &done)) < count; i++)
+		;
+	if (!l.ours)
+		return PMPI_Testall(count, reqs, flag, statuses);
 	pm_progress();
 	*flag = 0;
-	if (!ours_all_done(&s, count)) {
-		split_free(&s);
+	int pending = 0, rc = MPI_SUCCESS;
+	if (!ours_all_done(reqs, count, &pending)) {
 		pm_mpi_progress();
 		return MPI_SUCCESS;
 	}
 	int lib_done = 1;
-	if (s.n)
-		rc = PMPI_Testall(s.n, s.reqs, &lib_done, s.st);
-	if (rc == MPI_SUCCESS && !lib_done) {
-		split_free(&s);
+	if (l.lib)
+		rc = PMPI_Testall(count, reqs, &lib_done, statuses);
+	if (rc == MPI_SUCCESS && !lib_done)
 		return MPI_SUCCESS;
-	}
 	*flag = 1;
-	return all_finish(&s, count, reqs, statuses, rc);
+	return all_finish(&l, count, reqs, statuses, rc);
 }
 
 /* ---- any --------------------------------------------------------------------- */
 
-/* One look for any completed request. @return 1 found (*index set), 0 none
- * yet, -1 none active at all. */
-static int any_pass(int count, MPI_Request reqs[], struct split *s, int *index, MPI_Status *status, int *rc)
+/* One look for any completed request: ours, then the library's (its
+ * Testany over the whole array).  @return 1 found (*index set), 0 none
+ * yet, -1 none active at all, -2 none of the requests is the plugin's
+ * (pass the call to the library). */
+static int any_pass(int count, MPI_Request reqs[], int *index, MPI_Status *status, int *rc)
 {
-	bool active = false;
-	for (int i = 0; i < count; i++) {
-		struct pm_op *op = s->op[i];
-		if (!op || inactive(op))
-			continue;
-		if (op->state == ST_DONE) {
-			*index = i;
-			MPI_Comm comm = error_comm(op);
-			*rc = pm_comm_error(comm, finish(&reqs[i], op, status, false));
-			return 1;
-		}
-		active = true;
+	struct tally t = {0, 0, 0, 0};
+	struct pm_op *op;
+	int i = scan(reqs, 0, count, &t, &op);
+	if (i < count) {
+		*index = i;
+		MPI_Comm comm = error_comm(op);
+		*rc = pm_comm_error(comm, finish(&reqs[i], op, status, false));
+		return 1;
 	}
-	if (s->n) {
+	if (!t.ours)
+		return -2;
+	bool active = t.pending;
+	if (t.lib + t.sent) {
 		int k = MPI_UNDEFINED, flag = 0;
-		*rc = PMPI_Testany(s->n, s->reqs, &k, &flag, status);
+		*rc = PMPI_Testany(count, reqs, &k, &flag, status);
 		if (*rc != MPI_SUCCESS || (flag && k != MPI_UNDEFINED)) {
-			if (k != MPI_UNDEFINED) {
-				reqs[s->index[k]] = s->reqs[k];
-				*index = s->index[k];
-			}
+			*index = k;
 			return 1;
 		}
 		if (!flag)
@@ -427,127 +459,107 @@ static int any_pass(int count, MPI_Request reqs[], struct split *s, int *index, 
 
 int MPI_Waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status)
 {
-	struct split s;
-	int rc = split_make(&s, count, reqs, false);
-	if (rc != MPI_SUCCESS || !s.ours) {
-		split_free(&s);
-		return rc != MPI_SUCCESS ? rc : PMPI_Waitany(count, reqs, index, status);
-	}
 	unsigned idle = 0;
-	while (rc == MPI_SUCCESS) {
-		int got = any_pass(count, reqs, &s, index, status, &rc);
+	int rc = MPI_SUCCESS;
+	for (;;) {
+		int got = any_pass(count, reqs, index, status, &rc);
+		if (got == -2)
+			return PMPI_Waitany(count, reqs, index, status);
 		if (got > 0)
-			break;
+			return rc;
 		if (got < 0) {
 			*index = MPI_UNDEFINED;
 			pm_status_empty(status);
-			break;
+			return MPI_SUCCESS;
 		}
 		wait_pass(&idle);
 	}
-	split_free(&s);
-	return rc;
 }
 
 int MPI_Testany(int count, MPI_Request reqs[], int *index, int *flag, MPI_Status *status)
 {
-	struct split s;
-	int rc = split_make(&s, count, reqs, false);
-	if (rc != MPI_SUCCESS || !s.ours) {
-		split_free(&s);
-		return rc != MPI_SUCCESS ? rc : PMPI_Testany(count, reqs, index, flag, status);
-	}
+	int rc = MPI_SUCCESS;
+	if (!any_ours(count, reqs))
+		return PMPI_Testany(count, reqs, index, flag, status);
 	pm_progress();
-	int got = any_pass(count, reqs, &s, index, status, &rc);
+	int got = any_pass(count, reqs, index, status, &rc);
 	*flag = got != 0;
 	if (got <= 0)
 		*index = MPI_UNDEFINED;
 	if (got < 0)
 		pm_status_empty(status);
-	split_free(&s);
 	return rc;
 }
 
 /* ---- some ------------------------------------------------------------------------ */
 
-/* One look for every completed request. @return how many (*out), or -1
- * when none is active. */
-static int some_pass(int count, MPI_Request reqs[], struct split *s, int indices[], MPI_Status statuses[],
-		     struct failure *ours, int *lib_rc)
+/* One look for every completed request: ours first, then the library's
+ * (its Testsome over the array, into what follows ours in @p indices and
+ * @p statuses).  @return how many, -1 when none is active, -2 when none is
+ * the plugin's (pass the call to the library). */
+static int some_pass(int count, MPI_Request reqs[], int indices[], MPI_Status statuses[], struct failure *ours,
+		     int *lib_rc)
 {
+	struct tally t = {0, 0, 0, 0};
+	struct pm_op *op;
 	int n = 0;
-	bool active = false;
-	for (int i = 0; i < count; i++) {
-		struct pm_op *op = s->op[i];
-		if (!op || inactive(op))
-			continue;
-		if (op->state != ST_DONE) {
-			active = true;
-			continue;
-		}
+	for (int i = 0; (i = scan(reqs, i, count, &t, &op)) < count; i++) {
 		MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[n];
 		finish_noting(&reqs[i], op, st, ours);
 		indices[n++] = i;
 	}
-	if (s->n) {
+	if (!t.ours)
+		return -2;
+	bool active = t.pending;
+	if (t.lib + t.sent) {
 		int out = MPI_UNDEFINED;
-		int rc = PMPI_Testsome(s->n, s->reqs, &out, s->done, s->st);
+		MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUSES_IGNORE : &statuses[n];
+		int rc = PMPI_Testsome(count, reqs, &out, &indices[n], st);
 		if (rc != MPI_SUCCESS)
 			*lib_rc = rc;
 		if (out != MPI_UNDEFINED) {
 			active = true;
-			for (int j = 0; j < out; j++) {
-				int k = s->done[j];
-				reqs[s->index[k]] = s->reqs[k];
-				if (statuses != MPI_STATUSES_IGNORE) {
-					statuses[n] = s->st[j];
-					if (rc == MPI_SUCCESS)
-						statuses[n].MPI_ERROR = MPI_SUCCESS;
-				}
-				indices[n++] = s->index[k];
-			}
+			for (int j = 0; rc == MPI_SUCCESS && st != MPI_STATUSES_IGNORE && j < out; j++)
+				st[j].MPI_ERROR = MPI_SUCCESS;
+			n += out;
 		}
 	}
 	return n ? n : active ? 0 : -1;
 }
 
-/* Waitsome (@p wait) or Testsome; @return -1 when no request is the
+/* Waitsome (@p wait) or Testsome; @return -2 when no request is the
  * plugin's (pass the call to the library), else the call's result. */
 static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[], bool wait)
 {
-	struct split s;
-	int rc = split_make(&s, incount, reqs, false);
-	if (rc == MPI_SUCCESS && !s.ours) {
-		split_free(&s);
-		return -1;
-	}
 	struct failure ours = {MPI_COMM_NULL, MPI_SUCCESS};
 	int lib_rc = MPI_SUCCESS;
 	unsigned idle = 0;
-	if (!wait)
+	if (!wait) {
+		if (!any_ours(incount, reqs))
+			return -2;
 		pm_progress();
-	while (rc == MPI_SUCCESS) {
-		int n = some_pass(incount, reqs, &s, indices, statuses, &ours, &lib_rc);
+	}
+	for (;;) {
+		int n = some_pass(incount, reqs, indices, statuses, &ours, &lib_rc);
+		if (n == -2)
+			return -2;
 		if (n != 0 || !wait) {
 			*outcount = n < 0 ? MPI_UNDEFINED : n;
 			break;
 		}
 		wait_pass(&idle);
 	}
-	split_free(&s);
-	if (rc != MPI_SUCCESS)
-		return rc;
 	return multi_error(&ours, lib_rc);
 }
 
 int MPI_Waitsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[])
 {
 	int rc = some(incount, reqs, outcount, indices, statuses, true);
-	return rc != -1 ? rc : PMPI_Waitsome(incount, reqs, outcount, indices, statuses);
+	return rc != -2 ? rc : PMPI_Waitsome(incount, reqs, outcount, indices, statuses);
 }
 
 int MPI_Testsome(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[])
 {
 	int rc = some(incount, reqs, outcount, indices, statuses, false);
-	return rc != -1 ? rc : PMPI_Testsome(incount, reqs, outcount, indices, statuses);
+	return rc != -2 ? rc : PMPI_Testsome(incount, reqs, outcount, indices, statuses);
 }

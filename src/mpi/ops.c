@@ -355,6 +355,7 @@ void pm_op_complete(struct pm_op *op)
 
 void pm_ops_teardown(void)
 {
+	pm_complete_teardown(); /* it remembers ops */
 	while (nspare)
 		PMPI_Request_free(&spare[--nspare]);
 	free(spare);

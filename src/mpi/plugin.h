@@ -213,6 +213,7 @@ struct pm_op *pm_op_by_handle(MPI_Request req);
  * handles, then the op. */
 void pm_op_release(struct pm_op *op);
 void pm_ops_teardown(void);
+void pm_complete_teardown(void); /* complete.c: forget the ops it remembers */
 /* Unpack or copy @p len bytes of message into a receive op at @p offset. */
 void pm_op_deliver(struct pm_op *op, const void *src, size_t len, uint64_t offset);
 void pm_op_deliver_done(struct pm_op *op);

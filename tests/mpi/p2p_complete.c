@@ -8,7 +8,14 @@
  * receive, and one that had completed); Request_c2f/f2c, and a receive
  * request waited for and freed by the library itself, as Fortran would;
  * a truncated receive through each completion call (one call of the error
- * handler, with MPI_ERR_TRUNCATE, as Open MPI makes); and, last, MPI_Finalize right after sends whose requests were freed.
+ * handler, with MPI_ERR_TRUNCATE, as Open MPI makes); persistent requests,
+ * inactive and started, among the others in the any, some and all calls;
+ * 20 000 requests at once (receives, a collective's request, nulls, an
+ * inactive persistent receive) through each any and some call, where
+ * MPI_Testany and MPI_Testsome over them allocate nothing (malloc,
+ * calloc and realloc counted here, in this thread; not in an ASan build,
+ * whose allocator they would bypass); and, last, MPI_Finalize right after
+ * sends whose requests were freed.
  *
  * Call families: nonblocking, blocking (the "go" messages and the receives
  * of the freed sends).
@@ -16,6 +23,49 @@
 #include <time.h>
 
 #include "mpitest.h"
+
+/* ---- counting allocations --------------------------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define COUNTS_ALLOCATIONS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define COUNTS_ALLOCATIONS 0
+#endif
+#endif
+#ifndef COUNTS_ALLOCATIONS
+#define COUNTS_ALLOCATIONS 1
+#endif
+
+/* While counting, in this thread: the calls of malloc, calloc and realloc
+ * (the program's own definitions take them from every library, the
+ * preloaded plugin included). */
+static __thread int counting;
+static __thread long allocations;
+
+#if COUNTS_ALLOCATIONS
+void *__libc_malloc(size_t n);
+void *__libc_calloc(size_t n, size_t size);
+void *__libc_realloc(void *p, size_t n);
+
+void *malloc(size_t n)
+{
+	allocations += counting;
+	return __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t size)
+{
+	allocations += counting;
+	return __libc_calloc(n, size);
+}
+
+void *realloc(void *p, size_t n)
+{
+	allocations += counting;
+	return __libc_realloc(p, n);
+}
+#endif
 
 #define MIXED 6
 
@@ -289,6 +339,218 @@ static void requests(int peer)
 	MT_CHECK(w == peer + 500, "after a cancel: got %d", w);
 }
 
+/* Persistent requests among the others: [started send, inactive receive,
+ * Ibarrier, NULL, Irecv, started receive].  The any and some calls report
+ * the four active ones once each and never the inactive one; the all
+ * calls give it an empty status; persistent handles stay set. */
+#define PMIX 6
+
+/* Start the persistent send and receive, and fill the array but for its
+ * Irecv (position 4, left NULL). */
+static void pmix_start(MPI_Request rq[PMIX], MPI_Request *psend, MPI_Request *precv, MPI_Request pidle)
+{
+	MT_MPI(MPI_Start(psend));
+	MT_MPI(MPI_Start(precv));
+	rq[0] = *psend;
+	rq[1] = pidle;
+	MT_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &rq[2]));
+	rq[3] = MPI_REQUEST_NULL;
+	rq[4] = MPI_REQUEST_NULL;
+	rq[5] = *precv;
+}
+
+static void persistent_mixed(int peer)
+{
+	int out = mt_rank + 900, in[2] = {-1, -1}, idle = -1, seen;
+	MPI_Request rq[PMIX], psend, precv, pidle;
+	MPI_Status st[PMIX];
+
+	MT_MPI(MPI_Send_init(&out, 1, MPI_INT, peer, 80, MPI_COMM_WORLD, &psend));
+	MT_MPI(MPI_Recv_init(&in[0], 1, MPI_INT, peer, 80, MPI_COMM_WORLD, &precv));
+	MT_MPI(MPI_Recv_init(&idle, 1, MPI_INT, peer, 82, MPI_COMM_WORLD, &pidle));
+	for (int round = 0; round < 4; round++) {
+		in[0] = in[1] = -1;
+		pmix_start(rq, &psend, &precv, pidle);
+		MT_MPI(MPI_Irecv(&in[1], 1, MPI_INT, peer, 81, MPI_COMM_WORLD, &rq[4]));
+		MT_MPI(MPI_Send(&out, 1, MPI_INT, peer, 81, MPI_COMM_WORLD));
+		seen = 0;
+		for (int left = 4; left > 0;) {
+			int idx = -1, n = 0, ind[PMIX], flag = 0;
+			switch (round) {
+			case 0:
+				MT_MPI(MPI_Waitany(PMIX, rq, &idx, &st[0]));
+				n = idx != MPI_UNDEFINED;
+				ind[0] = idx;
+				break;
+			case 1:
+				MT_MPI(MPI_Testany(PMIX, rq, &idx, &flag, &st[0]));
+				MT_CHECK(flag || idx == MPI_UNDEFINED, "Testany without completion: index %d", idx);
+				n = flag && idx != MPI_UNDEFINED;
+				ind[0] = idx;
+				break;
+			case 2: MT_MPI(MPI_Waitsome(PMIX, rq, &n, ind, st)); break;
+			default: MT_MPI(MPI_Testsome(PMIX, rq, &n, ind, MPI_STATUSES_IGNORE)); break;
+			}
+			MT_CHECK(n != MPI_UNDEFINED, "round %d: MPI_UNDEFINED with %d requests left", round, left);
+			for (int k = 0; k < n; k++) {
+				MT_CHECK(ind[k] != 1 && ind[k] != 3 && !(seen & 1 << ind[k]),
+					 "round %d: request %d completed (seen %#x)", round, ind[k], seen);
+				seen |= 1 << ind[k];
+				if (round != 3 && (ind[k] == 4 || ind[k] == 5))
+					MT_CHECK_STATUS(st[k], peer, ind[k] == 4 ? 81 : 80, 1, MPI_INT);
+			}
+			left -= n;
+		}
+		MT_CHECK(in[0] == peer + 900 && in[1] == peer + 900, "round %d: got %d %d", round, in[0], in[1]);
+		MT_CHECK(rq[0] == psend && rq[1] == pidle && rq[5] == precv, "round %d: a persistent handle changed",
+			 round);
+		MT_CHECK(rq[2] == MPI_REQUEST_NULL && rq[4] == MPI_REQUEST_NULL, "round %d: a request not freed",
+			 round);
+		/* Nothing active left: the any and some calls say MPI_UNDEFINED. */
+		int idx = 0, n = 0, flag = 0, ind[PMIX];
+		MT_MPI(MPI_Waitany(PMIX, rq, &idx, MPI_STATUS_IGNORE));
+		MT_CHECK(idx == MPI_UNDEFINED, "Waitany over inactive requests: %d", idx);
+		MT_MPI(MPI_Testany(PMIX, rq, &idx, &flag, MPI_STATUS_IGNORE));
+		MT_CHECK(flag && idx == MPI_UNDEFINED, "Testany over inactive requests: %d %d", flag, idx);
+		MT_MPI(MPI_Waitsome(PMIX, rq, &n, ind, MPI_STATUSES_IGNORE));
+		MT_CHECK(n == MPI_UNDEFINED, "Waitsome over inactive requests: %d", n);
+		MT_MPI(MPI_Testsome(PMIX, rq, &n, ind, MPI_STATUSES_IGNORE));
+		MT_CHECK(n == MPI_UNDEFINED, "Testsome over inactive requests: %d", n);
+	}
+	/* The all calls: the inactive one's status is empty. */
+	for (int round = 0; round < 2; round++) {
+		in[0] = -1;
+		pmix_start(rq, &psend, &precv, pidle);
+		for (int i = 0; i < PMIX; i++)
+			st[i].MPI_ERROR = -77;
+		if (round == 0) {
+			MT_MPI(MPI_Waitall(PMIX, rq, st));
+		} else {
+			for (int flag = 0; !flag;)
+				MT_MPI(MPI_Testall(PMIX, rq, &flag, st));
+		}
+		MT_CHECK_STATUS(st[1], MPI_ANY_SOURCE, MPI_ANY_TAG, 0, MPI_INT);
+		MT_CHECK_STATUS(st[5], peer, 80, 1, MPI_INT);
+		for (int i = 0; i < PMIX; i++)
+			MT_CHECK(st[i].MPI_ERROR == MPI_SUCCESS, "all call %d: status %d: MPI_ERROR %d", round, i,
+				 st[i].MPI_ERROR);
+		MT_CHECK(in[0] == peer + 900, "all call %d: got %d", round, in[0]);
+		MT_CHECK(rq[0] == psend && rq[1] == pidle && rq[5] == precv, "all call %d: a persistent handle changed",
+			 round);
+	}
+	MT_MPI(MPI_Request_free(&psend));
+	MT_MPI(MPI_Request_free(&precv));
+	MT_MPI(MPI_Request_free(&pidle));
+}
+
+/*
+ * MANY requests at the lower rank of a pair: receives (tag = position),
+ * an Ibarrier at LIB_AT, MPI_REQUEST_NULL at every NULL_EVERY-th position,
+ * an inactive persistent receive at IDLE_AT.  Nothing has come yet: over
+ * them MPI_Testany and MPI_Testsome find nothing and allocate nothing.
+ * Then the peer sends, last position first, and they complete through
+ * Waitany, Testany, Testsome and Waitsome, each once.  Every rank makes
+ * the same collective calls (Ibarrier, Barrier, Barrier).
+ */
+#define MANY 20000
+#define LIB_AT 7001
+#define IDLE_AT 13003
+#define NULL_EVERY 997
+
+static int many_receives_at(int i)
+{
+	return i != LIB_AT && i != IDLE_AT && i % NULL_EVERY != 5;
+}
+
+static void many_requests(int peer)
+{
+	if (mt_rank > peer) {
+		MPI_Request bar;
+		MT_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &bar));
+		MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+		for (int i = MANY - 1; i >= 0; i--)
+			if (many_receives_at(i))
+				MT_MPI(MPI_Send(&i, 1, MPI_INT, peer, i, MPI_COMM_WORLD));
+		MT_MPI(MPI_Wait(&bar, MPI_STATUS_IGNORE));
+		MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+		return;
+	}
+	MPI_Request *rq = mt_alloc(MANY * sizeof(*rq)), idle;
+	int *in = mt_alloc(MANY * sizeof(int)), *ind = mt_alloc(MANY * sizeof(int));
+	MPI_Status *st = mt_alloc(MANY * sizeof(*st));
+	unsigned char *seen = mt_alloc(MANY);
+	int expect = 0, got = 0, idx, flag, n;
+
+	memset(seen, 0, MANY);
+	for (int i = 0; i < MANY; i++) {
+		in[i] = -1;
+		rq[i] = MPI_REQUEST_NULL;
+		if (many_receives_at(i)) {
+			MT_MPI(MPI_Irecv(&in[i], 1, MPI_INT, peer, i, MPI_COMM_WORLD, &rq[i]));
+			expect++;
+		}
+	}
+	MT_MPI(MPI_Recv_init(&idx, 1, MPI_INT, peer, MANY, MPI_COMM_WORLD, &idle));
+	rq[IDLE_AT] = idle;
+	/* Before the Ibarrier (which the peer's barrier would complete), with
+	 * the receives pending: nothing to find, nothing allocated. */
+	MT_MPI(MPI_Testany(MANY, rq, &idx, &flag, &st[0])); /* first calls may set up */
+	MT_MPI(MPI_Testsome(MANY, rq, &n, ind, st));
+	counting = 1;
+	for (int k = 0; k < 10; k++) {
+		MT_MPI(MPI_Testany(MANY, rq, &idx, &flag, &st[0]));
+		MT_CHECK(!flag && idx == MPI_UNDEFINED, "Testany over %d pending: %d %d", MANY, flag, idx);
+		MT_MPI(MPI_Testsome(MANY, rq, &n, ind, st));
+		MT_CHECK(n == 0, "Testsome over %d pending: %d", MANY, n);
+	}
+	counting = 0;
+	MT_CHECK(!COUNTS_ALLOCATIONS || allocations == 0,
+		 "20 Testany and Testsome over %d requests allocated %ld times", MANY, allocations);
+	MT_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &rq[LIB_AT]));
+	expect++;
+	MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+	for (int call = 0; got < expect; call = (call + 1) % 4) {
+		n = 0;
+		switch (call) {
+		case 0:
+			MT_MPI(MPI_Waitany(MANY, rq, &idx, &st[0]));
+			ind[0] = idx;
+			n = 1;
+			break;
+		case 1:
+			MT_MPI(MPI_Testany(MANY, rq, &idx, &flag, &st[0]));
+			ind[0] = idx;
+			n = flag;
+			break;
+		case 2: MT_MPI(MPI_Testsome(MANY, rq, &n, ind, st)); break;
+		default: MT_MPI(MPI_Waitsome(MANY, rq, &n, ind, st)); break;
+		}
+		MT_CHECK(n != MPI_UNDEFINED && n >= 0, "call %d: %d completed with %d of %d left", call, n,
+			 expect - got, expect);
+		for (int k = 0; k < n; k++) {
+			int i = ind[k];
+			MT_CHECK(i >= 0 && i < MANY && !seen[i] && i != IDLE_AT && rq[i] == MPI_REQUEST_NULL,
+				 "call %d: position %d completed (again?)", call, i);
+			seen[i] = 1;
+			if (i != LIB_AT) {
+				MT_CHECK_STATUS(st[k], peer, i, 1, MPI_INT);
+				MT_CHECK(in[i] == i, "position %d: got %d", i, in[i]);
+			}
+		}
+		got += n;
+	}
+	MT_MPI(MPI_Waitany(MANY, rq, &idx, MPI_STATUS_IGNORE));
+	MT_CHECK(idx == MPI_UNDEFINED, "Waitany after all: %d", idx);
+	MT_CHECK(rq[IDLE_AT] == idle, "the inactive persistent request changed");
+	MT_MPI(MPI_Request_free(&idle));
+	MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+	free(rq);
+	free(in);
+	free(ind);
+	free(st);
+	free(seen);
+}
+
 /* The lower rank of (0,1) frees its sends and goes straight to MPI_Finalize. */
 #define FREED_BIG (1 << 20)
 static int finalize_with_freed_sends(void)
@@ -435,6 +697,8 @@ int main(int argc, char **argv)
 		requests(mt_rank ^ d);
 		library_side(mt_rank ^ d);
 		truncated_completions(mt_rank ^ d);
+		persistent_mixed(mt_rank ^ d);
+		many_requests(mt_rank ^ d);
 	}
 	return finalize_with_freed_sends();
 }
