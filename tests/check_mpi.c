@@ -91,6 +91,10 @@ enum family { F_BLOCKING, F_NONBLOCKING, F_PERSISTENT, F_PROBE, F_SYNCHRONOUS, F
 static const char *const family_name[NFAMILY] = {"blocking", "nonblocking", "persistent",
 						 "probe",    "synchronous", "buffered"};
 
+/* The collective calls the plugin counts ("pinshm-mpi coll stats:" lines). */
+enum { NCOLL = 4 };
+static const char *const coll_name[NCOLL] = {"barrier", "bcast", "reduce", "allreduce"};
+
 #define B (1u << F_BLOCKING)
 #define NB (1u << F_NONBLOCKING)
 #define P (1u << F_PERSISTENT)
@@ -128,6 +132,10 @@ static const struct program programs[] = {
 	 * items larger than a piece included; a send that fails to pack
 	 * fails its receive too. */
 	{"p2p_pieces", B | NB, 0, NULL, "PINSHM_MPI_PIECE=64"},
+	/* Collectives (Barrier, Bcast, Reduce, Allreduce) with point-to-point
+	 * messages in flight; once more with collectives turned off. */
+	{"coll_basic", NB, 0, NULL, NULL},
+	{"coll_basic", NB, 0, NULL, "PINSHM_MPI_COLL=0"},
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
@@ -306,6 +314,8 @@ struct run {
 	unsigned long long copied_once; /* messages received straight from their sender's memory, all ranks */
 	unsigned long long copy_refused; /* bit r: the kernel refused rank r such a copy */
 	int stat_lines, bad_lines;
+	unsigned long long coll_pinshm[NCOLL], coll_mpi[NCOLL]; /* calls, all ranks */
+	unsigned long long coll_ranks;                           /* bit r: rank r reported them all */
 };
 
 /* The ring every rank of @p cf must report (its stats' queue line): the
@@ -409,6 +419,58 @@ static unsigned long long crossing_copies(const struct config *cf)
 	if (from)
 		return from <= 100000 ? 28 * pairs : 0; /* every message, or none, by its size */
 	return cma_env(cf) ? 0 : 24 * pairs;
+}
+
+/* "pinshm-mpi coll stats: rank=R call=C pinshm_calls=N pinshm_bytes=N mpi_calls=N" lines: a bad
+ * one counts as a malformed stats line. */
+static void parse_coll(struct run *r, int np)
+{
+	unsigned long long seen[NCOLL] = {0};
+	const char *tag = "pinshm-mpi coll stats:";
+	for (char *line = strstr(r->out, tag); line; line = strstr(line + 1, tag)) {
+		int rank = -1, k;
+		char call[32];
+		unsigned long long calls, bytes, mpi;
+		if (sscanf(line, "pinshm-mpi coll stats: rank=%d call=%31s pinshm_calls=%llu pinshm_bytes=%llu mpi_calls=%llu",
+			   &rank, call, &calls, &bytes, &mpi) != 5 || rank < 0 || rank >= np) {
+			r->bad_lines++;
+			continue;
+		}
+		for (k = 0; k < NCOLL && strcmp(call, coll_name[k]) != 0; k++)
+			;
+		if (k == NCOLL || seen[k] >> rank & 1) {
+			r->bad_lines++;
+			continue;
+		}
+		seen[k] |= 1ull << rank;
+		r->coll_pinshm[k] += calls;
+		r->coll_mpi[k] += mpi;
+	}
+	r->coll_ranks = seen[0] & seen[1] & seen[2] & seen[3];
+}
+
+/* For a program of collectives (coll_*) in @p cf: every rank reported every
+ * call; each went through pinshm on one node (none to the MPI library),
+ * and none did with collectives or the plugin off. */
+static bool coll_failed(const struct program *pg, const struct config *cf, const struct run *r, bool all_mpi,
+			char *why, size_t len)
+{
+	if (strncmp(pg->name, "coll_", 5) != 0)
+		return false;
+	bool off = cf->off || all_mpi || (pg->env && !strcmp(pg->env, "PINSHM_MPI_COLL=0"));
+	if (r->coll_ranks != (1ull << cf->np) - 1) {
+		snprintf(why, len, "collective stats from ranks %#llx", r->coll_ranks);
+		return true;
+	}
+	for (int k = 0; k < NCOLL; k++) {
+		bool bad = off ? r->coll_pinshm[k] != 0 : cf->nodes <= 1 && (!r->coll_pinshm[k] || r->coll_mpi[k]);
+		if (bad) {
+			snprintf(why, len, "%s: %llu calls through pinshm, %llu to the MPI library%s", coll_name[k],
+				 r->coll_pinshm[k], r->coll_mpi[k], off ? " (collectives off)" : "");
+			return true;
+		}
+	}
+	return false;
 }
 
 /* Run @p pg in @p cf: with the test daemon @p d, or, where @p u is not NULL,
@@ -543,6 +605,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 	fclose(f);
 	unlink(outpath);
 
+	parse_coll(r, cf->np);
 	/* "pinshm-mpi stats: rank=R family=F pinshm_msgs=N pinshm_bytes=N mpi_msgs=N mpi_bytes=N" */
 	for (char *line = strstr(r->out, "pinshm-mpi stats:"); line; line = strstr(line + 1, "pinshm-mpi stats:")) {
 		int rank = -1;
@@ -664,6 +727,8 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 		snprintf(why, len, "a queue line, but no queue (%s)", cf->off ? "PINSHM_MPI=0" : all_mpi);
 		return true;
 	}
+	if (coll_failed(pg, cf, r, all_mpi != NULL, why, len))
+		return true;
 	if (cf->off) {
 		/* Turned off: stats are optional, but nothing may go through pinshm. */
 		for (int k = 0; k < NFAMILY; k++)

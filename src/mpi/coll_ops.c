@@ -1,0 +1,254 @@
+/*
+ * coll_ops.c - the collective calls carried through a communicator's area
+ * (coll.h): MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce.
+ *
+ * Each passes the call to the MPI library unchanged where pm_coll_for()
+ * says so, or where its arguments are not valid (the library reports the
+ * error as it does), or where the datatype is one it does not carry
+ * (red_layout()); all of that is the same at every rank.
+ *
+ * Barrier: one step, every rank posts and waits for all.
+ * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
+ * of one half, a step each: the root writes, the others copy out.
+ * Reduce, Allreduce: the elements in chunks that fit a half, a step each:
+ * the ranks copy their chunk in as it lies in memory (its gaps included),
+ * and the root (Reduce) or every rank (Allreduce) reduces the n chunks with
+ * PMPI_Reduce_local in one fixed order, from the highest rank down:
+ *   result = x0 op (x1 op (... op (x[n-2] op x[n-1])))
+ * for every operation, predefined or not, commutative or not (MPI takes
+ * them as associative).  The same bytes in the same order at every rank:
+ * every rank of an Allreduce gets the same bits, on every run.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+static void *out_of_memory(void)
+{
+	fprintf(stderr, "pinshm-mpi: out of memory\n");
+	PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+	return NULL;
+}
+
+/* @p p moved by @p d bytes (an address computation only). */
+static inline void *at(const void *p, MPI_Aint d)
+{
+	return (void *)((uintptr_t)p + (uintptr_t)d);
+}
+
+int MPI_Barrier(MPI_Comm comm)
+{
+	struct pm_coll *co = pm_coll_for(comm);
+	coll_count(CALL_BARRIER, co != NULL, 0);
+	if (!co)
+		return PMPI_Barrier(comm);
+	if (co->size > 1) {
+		uint64_t s = ++co->step;
+		coll_post(co, s);
+		coll_wait_all(co, s);
+		coll_finish(co, s);
+	}
+	return MPI_SUCCESS;
+}
+
+/* ---- Bcast ------------------------------------------------------------ */
+
+/* @p bytes at @p data from @p root to every rank, a half at a time. */
+static void bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root)
+{
+	for (uint64_t off = 0; off < bytes; off += co->half_bytes) {
+		size_t n = bytes - off < co->half_bytes ? (size_t)(bytes - off) : co->half_bytes;
+		uint64_t s = ++co->step;
+		if (co->rank == root) {
+			coll_wait_free(co, s);
+			memcpy(coll_half(co, root, s), data + off, n);
+			coll_post(co, s);
+		} else {
+			coll_wait_arrive(co, root, s);
+			memcpy(data + off, coll_half(co, root, s), n);
+		}
+		coll_finish(co, s);
+	}
+}
+
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+{
+	struct pm_coll *co = pm_coll_for(comm);
+	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
+	if (!t || count < 0 || root < 0 || root >= co->size) {
+		coll_count(CALL_BCAST, false, 0);
+		return PMPI_Bcast(buffer, count, datatype, root, comm);
+	}
+	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
+	coll_count(CALL_BCAST, true, bytes);
+	if (co->size == 1 || bytes == 0)
+		return MPI_SUCCESS;
+	size_t flat_bytes;
+	char *data = (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat_bytes);
+	if (data) {
+		bcast_bytes(co, data, bytes, root);
+		return MPI_SUCCESS;
+	}
+	/* Not contiguous here (other ranks may differ): packed. */
+	char *tmp = malloc(bytes);
+	if (!tmp)
+		return out_of_memory(), MPI_ERR_NO_MEM;
+	int rc = MPI_SUCCESS;
+	if (co->rank == root)
+		rc = pm_pack(buffer, count, datatype, tmp, bytes);
+	bcast_bytes(co, tmp, bytes, root);
+	if (co->rank != root)
+		rc = pm_unpack(tmp, bytes, buffer, count, datatype);
+	free(tmp);
+	return pm_comm_error(comm, rc);
+}
+
+/* ---- Reduce, Allreduce --------------------------------------------------- */
+
+/* How the elements of a reduction lie: element i's bytes from
+ * buf + i * extent + lb, true_extent of them, gaps included. */
+struct red {
+	MPI_Datatype type;
+	MPI_Op op;
+	MPI_Aint lb, extent, true_extent;
+	size_t size;
+	bool dense;     /* the elements are count * size contiguous bytes */
+	int per_chunk;  /* elements a half holds */
+};
+
+/* The layout of @p type, or false where it is not carried (the same at
+ * every rank: a reduction's datatype is the same at all): an extent not
+ * past its elements' bytes, gaps at most 15 times the data, an element
+ * that fits a half. */
+static bool red_layout(struct red *r, MPI_Datatype type, size_t half)
+{
+	const struct pm_type *t = pm_type_info(type);
+	if (!t || PMPI_Type_get_true_extent(type, &r->lb, &r->true_extent) != MPI_SUCCESS)
+		return false;
+	r->type = type;
+	r->extent = t->extent;
+	r->size = (size_t)t->size;
+	r->dense = t->flat && (size_t)t->extent == r->size && r->lb == t->tlb;
+	if (r->size == 0 || r->extent <= 0 || r->true_extent <= 0 || r->true_extent > r->extent ||
+	    (uint64_t)r->extent > 16 * (uint64_t)r->size || (uint64_t)r->true_extent > half)
+		return false;
+	r->per_chunk = (int)(((uint64_t)half - (uint64_t)r->true_extent) / (uint64_t)r->extent + 1);
+	return true;
+}
+
+static size_t red_span(const struct red *r, int k)
+{
+	return (size_t)(k - 1) * (size_t)r->extent + (size_t)r->true_extent;
+}
+
+/* @p count elements of @p type (@p bytes of data) from @p in to @p out. */
+static int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t bytes)
+{
+	void *tmp = malloc(bytes);
+	if (!tmp)
+		return out_of_memory(), MPI_ERR_NO_MEM;
+	int rc = pm_pack(in, count, type, tmp, bytes);
+	if (rc == MPI_SUCCESS)
+		rc = pm_unpack(tmp, bytes, out, count, type);
+	free(tmp);
+	return rc;
+}
+
+/* The @p k elements at @p acc (this process's own bytes laid out as in a
+ * buffer, at acc + lb) into the user's @p out, gaps untouched. */
+static int red_store(const struct red *r, const char *acc, void *out, int k)
+{
+	if (r->dense) {
+		memcpy(at(out, r->lb), acc, red_span(r, k));
+		return MPI_SUCCESS;
+	}
+	return typed_copy(at(acc, -r->lb), out, k, r->type, (uint64_t)k * r->size);
+}
+
+/* The fixed order: scratch = x0 op (x1 op (... x[n-1])) over the chunks
+ * of step @p s (rank @p self's taken from @p mine where not NULL). */
+static int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, int self, const void *mine)
+{
+	size_t span = red_span(r, k);
+	int n = co->size, rc = MPI_SUCCESS;
+	char *acc = co->scratch;
+	const void *last = (n - 1 == self && mine) ? at(mine, r->lb) : coll_half(co, n - 1, s);
+	memcpy(acc, last, span);
+	for (int i = n - 2; i >= 0; i--) {
+		const void *x = (i == self && mine) ? mine : at(coll_half(co, i, s), -r->lb);
+		int e = PMPI_Reduce_local(x, at(acc, -r->lb), k, r->type, r->op);
+		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
+			rc = e;
+	}
+	return rc;
+}
+
+/*
+ * Reduce (@p root >= 0) or Allreduce (@p root < 0) of @p count elements
+ * from @p in to @p out.  Every rank runs the same steps; where an
+ * operation fails, the error is kept and the steps go on.
+ */
+static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char *out, int count, int root)
+{
+	int rc = MPI_SUCCESS;
+	for (int e0 = 0; e0 < count; e0 += r->per_chunk) {
+		int k = count - e0 < r->per_chunk ? count - e0 : r->per_chunk;
+		MPI_Aint off = (MPI_Aint)e0 * r->extent;
+		uint64_t s = ++co->step;
+		bool folds = root < 0 || co->rank == root;
+		if (root != co->rank) { /* the root of a Reduce reads its own from the user */
+			coll_wait_free(co, s);
+			memcpy(coll_half(co, co->rank, s), at(in, off + r->lb), red_span(r, k));
+		}
+		coll_post(co, s);
+		if (folds) {
+			coll_wait_all(co, s);
+			int e = red_fold(co, r, s, k, co->rank, root < 0 ? NULL : at(in, off));
+			if (e == MPI_SUCCESS)
+				e = red_store(r, co->scratch, at(out, off), k);
+			if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
+				rc = e;
+		}
+		coll_finish(co, s);
+	}
+	return rc;
+}
+
+/* Reduce (@p root >= 0) or Allreduce (@p root < 0) through the area of
+ * @p comm, or -1 where the library takes it. */
+static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+		       MPI_Comm comm, enum coll_call call)
+{
+	struct pm_coll *co = pm_coll_for(comm);
+	struct red r = {.op = op};
+	if (!co || count < 0 || op == MPI_OP_NULL || root >= co->size ||
+	    !red_layout(&r, datatype, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
+		coll_count(call, false, 0);
+		return -1;
+	}
+	coll_count(call, true, (uint64_t)count * r.size);
+	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+	if (count == 0 || (co->size == 1 && sendbuf == MPI_IN_PLACE))
+		return MPI_SUCCESS;
+	if (co->size == 1) /* the result is the one rank's data */
+		return pm_comm_error(comm, typed_copy(in, recvbuf, count, datatype, (uint64_t)count * r.size));
+	return pm_comm_error(comm, reduce_steps(co, &r, in, recvbuf, count, root));
+}
+
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+	       MPI_Comm comm)
+{
+	if (root < 0)
+		return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+	int rc = reduce_call(sendbuf, recvbuf, count, datatype, op, root, comm, CALL_REDUCE);
+	return rc >= 0 ? rc : PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+}
+
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+		  MPI_Comm comm)
+{
+	int rc = reduce_call(sendbuf, recvbuf, count, datatype, op, -1, comm, CALL_ALLREDUCE);
+	return rc >= 0 ? rc : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
