@@ -140,6 +140,8 @@ static const struct program programs[] = {
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
 	{"f_sendrecv", B | NB, 0, NULL, NULL},
+	/* Fortran's Barrier, Bcast, Reduce and Allreduce: carried like C's. */
+	{"f_coll", B, 0, NULL, NULL},
 	{"f_p2p", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	{"f_p2p08", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	{"f_comms", B | NB, 0, NULL, NULL},
@@ -449,13 +451,13 @@ static void parse_coll(struct run *r, int np)
 	r->coll_ranks = seen[0] & seen[1] & seen[2] & seen[3];
 }
 
-/* For a program of collectives (coll_*) in @p cf: every rank reported every
+/* For a program of collectives (coll_*, f_coll) in @p cf: every rank reported every
  * call; each went through pinshm on one node (none to the MPI library),
  * and none did with collectives or the plugin off. */
 static bool coll_failed(const struct program *pg, const struct config *cf, const struct run *r, bool all_mpi,
 			char *why, size_t len)
 {
-	if (strncmp(pg->name, "coll_", 5) != 0)
+	if (strncmp(pg->name, "coll_", 5) != 0 && strcmp(pg->name, "f_coll") != 0)
 		return false;
 	bool off = cf->off || all_mpi || (pg->env && !strcmp(pg->env, "PINSHM_MPI_COLL=0"));
 	if (r->coll_ranks != (1ull << cf->np) - 1) {
@@ -1563,7 +1565,23 @@ START_TEST(test_stats_checks)
 			pr.fam[k].pinshm_msgs = pr.fam[k].pinshm_bytes = 1;
 			pr.fam[k].mpi_msgs = (programs[i].passes >> k) & 1;
 		}
+		bool coll_off = programs[i].env && !strcmp(programs[i].env, "PINSHM_MPI_COLL=0");
+		pr.coll_ranks = 3;
+		for (int k = 0; k < NCOLL; k++) {
+			pr.coll_pinshm[k] = !coll_off;
+			pr.coll_mpi[k] = coll_off;
+		}
 		ck_assert_msg(!run_failed(&programs[i], &one, &pr, why, sizeof(why)), "%s: %s", programs[i].name, why);
+		if (!strncmp(programs[i].name, "coll_", 5)) {
+			/* A collective down the other path, or a rank without its lines, fails it. */
+			struct run bad = pr;
+			bad.coll_pinshm[3] = coll_off;
+			bad.coll_mpi[3] = !coll_off;
+			ck_assert_msg(run_failed(&programs[i], &one, &bad, why, sizeof(why)), "%s: passed", programs[i].name);
+			bad = pr;
+			bad.coll_ranks = 1;
+			ck_assert_msg(run_failed(&programs[i], &one, &bad, why, sizeof(why)), "%s: passed", programs[i].name);
+		}
 		int k = __builtin_ctz(programs[i].uses);
 		pr.fam[k].pinshm_msgs = 0;
 		pr.fam[k].mpi_msgs = 1;
