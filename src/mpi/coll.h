@@ -40,7 +40,16 @@ struct coll_flags {
 	_Atomic uint64_t done;   /* the last step this rank finished */
 };
 
-enum coll_call { CALL_BARRIER, CALL_BCAST, CALL_REDUCE, CALL_ALLREDUCE, CALL_COUNT };
+enum coll_call {
+	CALL_BARRIER,
+	CALL_BCAST,
+	CALL_REDUCE,
+	CALL_ALLREDUCE,
+	CALL_GATHER,
+	CALL_SCATTER,
+	CALL_ALLGATHER,
+	CALL_COUNT
+};
 
 struct pm_coll {
 	bool on;                   /* agreed by every rank: carried through the area */

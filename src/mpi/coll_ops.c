@@ -1,6 +1,7 @@
 /*
  * coll_ops.c - the collective calls carried through a communicator's area
- * (coll.h): MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce.
+ * (coll.h): MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce, MPI_Gather,
+ * MPI_Scatter, MPI_Allgather.
  *
  * Each passes the call to the MPI library unchanged where pm_coll_for()
  * says so, or where its arguments are not valid (the library reports the
@@ -19,6 +20,7 @@
  * them as associative).  The same bytes in the same order at every rank:
  * every rank of an Allreduce gets the same bits, on every run.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,4 +253,158 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
 {
 	int rc = reduce_call(sendbuf, recvbuf, count, datatype, op, -1, comm, CALL_ALLREDUCE);
 	return rc >= 0 ? rc : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+/* ---- Gather, Scatter, Allgather ---------------------------------------------- */
+
+/*
+ * Each rank's block is the same number of bytes (MPI: the signatures
+ * match), packed where a datatype is not contiguous.  A step moves a piece
+ * of every block: Gather and Allgather a half's worth of each rank's own
+ * block through its own half; Scatter 1/n of the root's half per rank.
+ */
+struct blocks {
+	char *mine;      /* this rank's block (send side), contiguous */
+	char *all;       /* the n blocks (root of Gather, Allgather; root of Scatter: send side) */
+	uint64_t bytes;  /* of one block */
+	void *tmp_mine, *tmp_all; /* packed copies, or NULL */
+};
+
+/* Contiguous bytes of @p count items of @p type at @p buf: the buffer
+ * itself, or a packed copy in *@p tmp (packed now where @p fill).
+ * @return NULL where out of memory or the packing failed (*@p rc). */
+static char *contiguous(const void *buf, int count, MPI_Datatype type, uint64_t bytes, bool fill, void **tmp,
+			int *rc)
+{
+	size_t flat;
+	const void *p = pm_flat_data(buf, count, type, &flat);
+	*tmp = NULL;
+	if (p || bytes == 0)
+		return (char *)(uintptr_t)(p ? p : buf);
+	*tmp = malloc(bytes);
+	if (!*tmp)
+		return out_of_memory(), NULL;
+	if (fill && (*rc = pm_pack(buf, count, type, *tmp, bytes)) != MPI_SUCCESS)
+		return NULL;
+	return *tmp;
+}
+
+/* Root @p root (or every rank, @p root < 0) takes the blocks of all. */
+static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
+{
+	for (uint64_t off = 0; off < b->bytes; off += co->half_bytes) {
+		size_t n = b->bytes - off < co->half_bytes ? (size_t)(b->bytes - off) : co->half_bytes;
+		uint64_t s = ++co->step;
+		coll_wait_free(co, s);
+		memcpy(coll_half(co, co->rank, s), b->mine + off, n);
+		coll_post(co, s);
+		if (root < 0 || root == co->rank) {
+			coll_wait_all(co, s);
+			for (int r = 0; r < co->size; r++)
+				if (b->all + (uint64_t)r * b->bytes + off != b->mine + off) /* in place */
+					memcpy(b->all + (uint64_t)r * b->bytes + off, coll_half(co, r, s), n);
+		}
+		coll_finish(co, s);
+	}
+}
+
+/* The root's blocks, each to its rank. */
+static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
+{
+	size_t piece = co->half_bytes / (size_t)co->size > 0 ? co->half_bytes / (size_t)co->size : 1;
+	for (uint64_t off = 0; off < b->bytes; off += piece) {
+		size_t n = b->bytes - off < piece ? (size_t)(b->bytes - off) : piece;
+		uint64_t s = ++co->step;
+		if (co->rank == root) {
+			coll_wait_free(co, s);
+			for (int r = 0; r < co->size; r++)
+				memcpy(coll_half(co, root, s) + (size_t)r * piece, b->all + (uint64_t)r * b->bytes + off, n);
+			coll_post(co, s);
+		} else {
+			coll_wait_arrive(co, root, s);
+		}
+		if (b->mine && !(b->all && b->mine == b->all + (uint64_t)co->rank * b->bytes))
+			memcpy(b->mine + off, coll_half(co, root, s) + (size_t)co->rank * piece, n);
+		coll_finish(co, s);
+	}
+}
+
+enum blk_kind { BLK_GATHER, BLK_SCATTER, BLK_ALLGATHER };
+
+/* The three calls: the block's bytes from the side every rank has. */
+static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
+		      int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+{
+	static const enum coll_call calls[] = {CALL_GATHER, CALL_SCATTER, CALL_ALLGATHER};
+	struct pm_coll *co = pm_coll_for(comm);
+	bool is_root = co && (kind == BLK_ALLGATHER || co->rank == root);
+	/* Gather: every rank sends; Scatter: every rank receives (at the root, either may be in place). */
+	bool in_place = is_root && (kind == BLK_SCATTER ? recvbuf == MPI_IN_PLACE : sendbuf == MPI_IN_PLACE);
+	bool by_send = kind != BLK_SCATTER && !in_place;
+	/* The type whose items make this rank's block (a pm_type_info() result
+	 * lives until the next look-up, so its size is taken at once). */
+	MPI_Datatype btype = by_send || (kind == BLK_SCATTER && in_place) ? stype : rtype;
+	int count = by_send || (kind == BLK_SCATTER && in_place) ? scount : rcount;
+	bool all_ok = !is_root || (kind == BLK_SCATTER ? scount >= 0 && pm_type_info(stype)
+						       : rcount >= 0 && pm_type_info(rtype));
+	const struct pm_type *t = co && all_ok ? pm_type_info(btype) : NULL;
+	if (!t || count < 0 || (kind != BLK_ALLGATHER && (root < 0 || root >= co->size)) ||
+	    (uint64_t)(kind == BLK_SCATTER ? scount : rcount) * (uint64_t)co->size > INT_MAX) {
+		coll_count(calls[kind], false, 0);
+		return -1;
+	}
+	struct blocks b = {.bytes = (uint64_t)t->size * (uint64_t)count};
+	coll_count(calls[kind], true, b.bytes);
+	if (b.bytes == 0)
+		return MPI_SUCCESS;
+	int rc = MPI_SUCCESS, n = co->size;
+	void *allbuf = kind == BLK_SCATTER ? (void *)(uintptr_t)sendbuf : recvbuf;
+	MPI_Datatype alltype = kind == BLK_SCATTER ? stype : rtype;
+	int allcount = kind == BLK_SCATTER ? scount : rcount;
+	if (is_root)
+		b.all = contiguous(allbuf, allcount * n, alltype, b.bytes * (uint64_t)n, kind == BLK_SCATTER || in_place,
+				   &b.tmp_all, &rc);
+	if (in_place)
+		b.mine = b.all + (uint64_t)co->rank * b.bytes;
+	else if (kind == BLK_SCATTER)
+		b.mine = contiguous(recvbuf, rcount, rtype, b.bytes, false, &b.tmp_mine, &rc);
+	else
+		b.mine = contiguous(sendbuf, scount, stype, b.bytes, true, &b.tmp_mine, &rc);
+	if ((is_root && !b.all) || !b.mine) /* out of memory, or a pack failed: no way on together */
+		PMPI_Abort(comm, rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM);
+	if (co->size == 1)
+		memmove(kind == BLK_SCATTER ? b.mine : b.all, kind == BLK_SCATTER ? b.all : b.mine,
+			b.mine == b.all ? 0 : b.bytes);
+	else if (kind == BLK_SCATTER)
+		scatter_steps(co, &b, root);
+	else
+		gather_steps(co, &b, kind == BLK_GATHER ? root : -1);
+	if (is_root && b.tmp_all && kind != BLK_SCATTER)
+		rc = pm_unpack(b.tmp_all, b.bytes * (uint64_t)n, allbuf, allcount * n, alltype);
+	if (b.tmp_mine && kind == BLK_SCATTER && rc == MPI_SUCCESS)
+		rc = pm_unpack(b.tmp_mine, b.bytes, recvbuf, rcount, rtype);
+	free(b.tmp_all);
+	free(b.tmp_mine);
+	return pm_comm_error(comm, rc);
+}
+
+int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+	       MPI_Datatype recvtype, int root, MPI_Comm comm)
+{
+	int rc = block_call(BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+	return rc >= 0 ? rc : PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+}
+
+int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+		MPI_Datatype recvtype, int root, MPI_Comm comm)
+{
+	int rc = block_call(BLK_SCATTER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+	return rc >= 0 ? rc : PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+}
+
+int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+		  MPI_Datatype recvtype, MPI_Comm comm)
+{
+	int rc = block_call(BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
+	return rc >= 0 ? rc : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }

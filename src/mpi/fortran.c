@@ -852,3 +852,23 @@ void ompi_allreduce_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *t
 				     PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm)));
 }
 FORTRAN_NAMES(MPI_ALLREDUCE, allreduce)
+
+/* Gather, Scatter, Allgather: Fortran's MPI_IN_PLACE is the send buffer
+ * (Gather, Allgather) or the receive buffer (Scatter). */
+#define F_BLOCKS(UPPER, lower, cfunc, ROOT_ARG, ROOT)                                                          \
+	F_API void ompi_##lower##_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *recvbuf,            \
+				    MPI_Fint *rcount, MPI_Fint *rtype, ROOT_ARG MPI_Fint *comm, MPI_Fint *ierr); \
+	void ompi_##lower##_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *recvbuf, MPI_Fint *rcount, \
+			      MPI_Fint *rtype, ROOT_ARG MPI_Fint *comm, MPI_Fint *ierr)                         \
+	{                                                                                                        \
+		set_ierr(ierr, cfunc(send_f2c(sendbuf), *scount, PMPI_Type_f2c(*stype),                          \
+				     (void *)(uintptr_t)send_f2c(recvbuf), *rcount, PMPI_Type_f2c(*rtype),       \
+				     ROOT PMPI_Comm_f2c(*comm)));                                                \
+	}                                                                                                        \
+	FORTRAN_NAMES(UPPER, lower)
+
+#define F_ROOT_ARG MPI_Fint *root,
+#define F_ROOT *root,
+F_BLOCKS(MPI_GATHER, gather, MPI_Gather, F_ROOT_ARG, F_ROOT)
+F_BLOCKS(MPI_SCATTER, scatter, MPI_Scatter, F_ROOT_ARG, F_ROOT)
+F_BLOCKS(MPI_ALLGATHER, allgather, MPI_Allgather, , )

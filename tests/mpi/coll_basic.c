@@ -5,7 +5,8 @@
  * float complex, MPI_2INT (MINLOC, MAXLOC), a vector type; every
  * predefined operation on the types it is defined for; a commutative and
  * a non-commutative user operation; counts 0, 1, 7, 1000 and a large one;
- * every root; MPI_IN_PLACE; Allreduce of rounded doubles the same bits at
+ * every root; MPI_IN_PLACE; MPI_Gather, MPI_Scatter and MPI_Allgather of
+ * ints and of vector items at the root; Allreduce of rounded doubles the same bits at
  * every rank and on a second call; collectives while point-to-point
  * messages are in flight.  Runs with any number of ranks (1 and 3 too).
  */
@@ -20,7 +21,7 @@ static const int counts[] = {0, 1, 7, 1000};
 /* The value rank @p r contributes at element @p i of test @p t. */
 static int ival(int r, int i, int t)
 {
-	return (int)((unsigned)(r * 7919 + i * 104729 + t * 31) % 23u) - 11;
+	return (int)(((unsigned)r * 7919u + (unsigned)i * 104729u + (unsigned)t * 31u) % 23u) - 11;
 }
 
 /* ---- Bcast -------------------------------------------------------------- */
@@ -287,6 +288,67 @@ static void check_bits(MPI_Comm comm)
 	free(c);
 }
 
+/* Gather, Scatter and Allgather of @p k ints a rank (in place where
+ * @p t is odd); Gather and Scatter of vector items at the root. */
+static void check_blocks(MPI_Comm comm, MPI_Datatype vec, int k, int t)
+{
+	int rank, size;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	size_t all = (size_t)size * (size_t)(k + 1) * 3;
+	int *mine = malloc((k + 1) * sizeof(int)), *got = malloc(all * sizeof(int));
+	MT_CHECK(mine && got, "out of memory");
+	for (int root = 0; root < size; root++) {
+		bool inplace = t % 2 && rank == root;
+		for (int i = 0; i < k; i++)
+			mine[i] = ival(rank, i, t + root);
+		for (size_t i = 0; i < all; i++)
+			got[i] = -5;
+		if (inplace)
+			memcpy(got + (size_t)rank * k, mine, k * sizeof(int));
+		MT_MPI(MPI_Gather(inplace ? MPI_IN_PLACE : mine, k, MPI_INT, got, k, MPI_INT, root, comm));
+		for (int r = 0; rank == root && r < size; r++)
+			for (int i = 0; i < k; i++)
+				MT_CHECK(got[(size_t)r * k + i] == ival(r, i, t + root), "gather root %d from %d [%d]",
+					 root, r, i);
+		/* Scatter back what rank r would have: r's values. */
+		for (int i = 0; i < k; i++)
+			mine[i] = -6;
+		MT_MPI(MPI_Scatter(got, k, MPI_INT, inplace ? MPI_IN_PLACE : mine, k, MPI_INT, root, comm));
+		for (int i = 0; !inplace && i < k; i++)
+			MT_CHECK(mine[i] == ival(rank, i, t + root), "scatter root %d [%d] = %d", root, i, mine[i]);
+		/* At the root, items of 2 ints every 3. */
+		int items = k / 2;
+		for (int i = 0; i < 2 * items; i++)
+			mine[i] = ival(rank, i, t);
+		for (size_t i = 0; i < all; i++)
+			got[i] = -5;
+		if (rank == root)
+			MT_MPI(MPI_Gather(mine, 2 * items, MPI_INT, got, items, vec, root, comm));
+		else
+			MT_MPI(MPI_Gather(mine, 2 * items, MPI_INT, NULL, 0, MPI_INT, root, comm));
+		for (int r = 0; rank == root && r < size; r++)
+			for (int i = 0; i < 3 * items; i++)
+				MT_CHECK(got[(size_t)r * 3 * items + i] == (i % 3 == 2 ? -5 : ival(r, i / 3 * 2 + i % 3, t)),
+					 "gather vec root %d from %d [%d]", root, r, i);
+		for (int i = 0; i < 2 * items; i++)
+			mine[i] = -6;
+		MT_MPI(MPI_Scatter(got, items, vec, mine, 2 * items, MPI_INT, root, comm));
+		for (int i = 0; i < 2 * items; i++)
+			MT_CHECK(mine[i] == ival(rank, i, t), "scatter vec root %d [%d]", root, i);
+	}
+	for (int i = 0; i < k; i++)
+		mine[i] = ival(rank, i, t);
+	if (t % 2)
+		memcpy(got + (size_t)rank * k, mine, k * sizeof(int));
+	MT_MPI(MPI_Allgather(t % 2 ? MPI_IN_PLACE : mine, k, MPI_INT, got, k, MPI_INT, comm));
+	for (int r = 0; r < size; r++)
+		for (int i = 0; i < k; i++)
+			MT_CHECK(got[(size_t)r * k + i] == ival(r, i, t), "allgather from %d [%d]", r, i);
+	free(mine);
+	free(got);
+}
+
 /* A ring of messages in flight over world while @p comm reduces. */
 static void check_with_p2p(MPI_Comm comm)
 {
@@ -321,9 +383,11 @@ static void check_comm(MPI_Comm comm, MPI_Datatype vec, MPI_Datatype pair, MPI_O
 			check_int(comm, iops[o], counts[c], (int)(c * 16 + o));
 		check_double_complex(comm, counts[c], (int)c);
 		check_pairs_vectors_user(comm, vec, pair, aff, mab, counts[c], (int)c);
+		check_blocks(comm, vec, counts[c], (int)c);
 		MT_MPI(MPI_Barrier(comm));
 	}
 	check_int(comm, MPI_SUM, LARGE, 99);
+	check_blocks(comm, vec, LARGE / 4, 3);
 	check_bits(comm);
 	check_with_p2p(comm);
 }

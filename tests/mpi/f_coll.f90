@@ -2,6 +2,7 @@
 ! the plugin's Fortran layer defines): MPI_Barrier; MPI_Bcast from every
 ! root; MPI_Reduce (MAX) to every root, MPI_IN_PLACE at the root on odd
 ! roots; MPI_Allreduce (SUM) of integers and doubles, in place and not;
+! MPI_Gather to rank 0, MPI_Scatter back, MPI_Allgather in place;
 ! checked against what each rank computes itself; a ring of MPI_Sendrecv
 ! between them (which crosses pretend nodes).  MPI_Abort with a
 ! message on any failure.
@@ -11,6 +12,7 @@ program f_coll
   integer, parameter :: n = 1000
   integer :: ierr, rank, nprocs, root, i, r
   integer :: ibuf(n), iout(n), want(n)
+  integer, allocatable :: blocks(:)
   double precision :: dbuf(n), dout(n)
 
   call MPI_Init(ierr)
@@ -59,6 +61,26 @@ program f_coll
     if (dout(i) /= 0.25d0 * nprocs * (nprocs - 1) + nprocs * i) call fail('MPI_Allreduce: wrong result')
   end do
 
+  allocate(blocks(4 * nprocs))
+  blocks = -1
+  call MPI_Gather(ibuf, 4, MPI_INTEGER, blocks, 4, MPI_INTEGER, 0, MPI_COMM_WORLD, ierr)
+  do r = 0, nprocs - 1
+    do i = 1, 4
+      if (rank == 0 .and. blocks(4 * r + i) /= nprocs * (nprocs - 1) / 2 + nprocs * i) call fail('MPI_Gather')
+    end do
+  end do
+  iout = -1
+  call MPI_Scatter(blocks, 4, MPI_INTEGER, iout, 4, MPI_INTEGER, 0, MPI_COMM_WORLD, ierr)
+  if (any(iout(1:4) /= ibuf(1:4))) call fail('MPI_Scatter')
+  do i = 1, 4
+    blocks(4 * rank + i) = rank * 10 + i
+  end do
+  call MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, blocks, 4, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  do r = 0, nprocs - 1
+    do i = 1, 4
+      if (blocks(4 * r + i) /= r * 10 + i) call fail('MPI_Allgather in place')
+    end do
+  end do
   call MPI_Sendrecv(ibuf, n, MPI_INTEGER, mod(rank + 1, nprocs), 7, iout, n, MPI_INTEGER, &
                     mod(rank + nprocs - 1, nprocs), 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE, ierr)
   if (any(iout /= ibuf)) call fail('MPI_Sendrecv: wrong data')
