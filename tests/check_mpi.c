@@ -92,9 +92,10 @@ static const char *const family_name[NFAMILY] = {"blocking", "nonblocking", "per
 						 "probe",    "synchronous", "buffered"};
 
 /* The collective calls the plugin counts ("pinshm-mpi coll stats:" lines). */
-enum { NCOLL = 7 };
-static const char *const coll_name[NCOLL] = {"barrier", "bcast", "reduce", "allreduce", "gather", "scatter", "allgather"};
-#define COLL_ALL 0x7fu  /* every call of coll_name */
+enum { NCOLL = 8 };
+static const char *const coll_name[NCOLL] = {"barrier", "bcast",   "reduce",    "allreduce",
+					     "gather",  "scatter", "allgather", "alltoall"};
+#define COLL_ALL 0xffu /* every call of coll_name */
 
 #define B (1u << F_BLOCKING)
 #define NB (1u << F_NONBLOCKING)

@@ -1,7 +1,7 @@
 /*
  * coll_ops.c - the collective calls carried through a communicator's area
  * (coll.h): MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce, MPI_Gather,
- * MPI_Scatter, MPI_Allgather.
+ * MPI_Scatter, MPI_Allgather, MPI_Alltoall.
  *
  * Each passes the call to the MPI library unchanged where pm_coll_for()
  * says so, or where its arguments are not valid (the library reports the
@@ -345,11 +345,13 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 	 * lives until the next look-up, so its size is taken at once). */
 	MPI_Datatype btype = by_send || (kind == BLK_SCATTER && in_place) ? stype : rtype;
 	int count = by_send || (kind == BLK_SCATTER && in_place) ? scount : rcount;
-	bool all_ok = !is_root || (kind == BLK_SCATTER ? scount >= 0 && pm_type_info(stype)
-						       : rcount >= 0 && pm_type_info(rtype));
+	/* The root's n blocks (its other arguments are not significant elsewhere). */
+	int allcount = kind == BLK_SCATTER ? scount : rcount;
+	MPI_Datatype alltype = kind == BLK_SCATTER ? stype : rtype;
+	bool all_ok = !is_root || (allcount >= 0 && (uint64_t)allcount * (uint64_t)co->size <= INT_MAX &&
+				   pm_type_info(alltype));
 	const struct pm_type *t = co && all_ok ? pm_type_info(btype) : NULL;
-	if (!t || count < 0 || (kind != BLK_ALLGATHER && (root < 0 || root >= co->size)) ||
-	    (uint64_t)(kind == BLK_SCATTER ? scount : rcount) * (uint64_t)co->size > INT_MAX) {
+	if (!t || count < 0 || (kind != BLK_ALLGATHER && (root < 0 || root >= co->size))) {
 		coll_count(calls[kind], false, 0);
 		return -1;
 	}
@@ -359,8 +361,6 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 		return MPI_SUCCESS;
 	int rc = MPI_SUCCESS, n = co->size;
 	void *allbuf = kind == BLK_SCATTER ? (void *)(uintptr_t)sendbuf : recvbuf;
-	MPI_Datatype alltype = kind == BLK_SCATTER ? stype : rtype;
-	int allcount = kind == BLK_SCATTER ? scount : rcount;
 	if (is_root)
 		b.all = contiguous(allbuf, allcount * n, alltype, b.bytes * (uint64_t)n, kind == BLK_SCATTER || in_place,
 				   &b.tmp_all, &rc);
@@ -407,4 +407,66 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, voi
 {
 	int rc = block_call(BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
 	return rc >= 0 ? rc : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+}
+
+/* ---- Alltoall ------------------------------------------------------------- */
+
+/* Block r of every rank's @p out (n blocks of @p bytes) to rank r's @p in
+ * at block of the sender: each step, every rank writes a 1/n of its half
+ * per destination, then copies its own piece out of every rank's half. */
+static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64_t bytes)
+{
+	int n = co->size;
+	size_t piece = co->half_bytes / (size_t)n > 0 ? co->half_bytes / (size_t)n : 1;
+	for (uint64_t off = 0; off < bytes; off += piece) {
+		size_t len = bytes - off < piece ? (size_t)(bytes - off) : piece;
+		uint64_t s = ++co->step;
+		coll_wait_free(co, s);
+		for (int r = 0; r < n; r++)
+			memcpy(coll_half(co, co->rank, s) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
+		coll_post(co, s);
+		coll_wait_all(co, s);
+		for (int r = 0; r < n; r++)
+			memcpy(in + (uint64_t)r * bytes + off, coll_half(co, r, s) + (size_t)co->rank * piece, len);
+		coll_finish(co, s);
+	}
+}
+
+int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+		 MPI_Datatype recvtype, MPI_Comm comm)
+{
+	struct pm_coll *co = pm_coll_for(comm);
+	bool in_place = sendbuf == MPI_IN_PLACE;
+	uint64_t rsize = co && recvcount >= 0 && pm_type_info(recvtype) ? (uint64_t)pm_type_info(recvtype)->size : 0;
+	bool ok = rsize && (in_place || (sendcount >= 0 && pm_type_info(sendtype)));
+	if (!co || !ok || (uint64_t)recvcount * (uint64_t)co->size > INT_MAX ||
+	    (!in_place && (uint64_t)sendcount * (uint64_t)co->size > INT_MAX)) {
+		coll_count(CALL_ALLTOALL, false, 0);
+		return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+	}
+	uint64_t bytes = rsize * (uint64_t)recvcount, all = bytes * (uint64_t)co->size;
+	coll_count(CALL_ALLTOALL, true, all);
+	if (bytes == 0)
+		return MPI_SUCCESS;
+	int rc = MPI_SUCCESS, n = co->size;
+	void *tmp_out = NULL, *tmp_in = NULL;
+	/* In place: the send blocks are the receive buffer, read before it is written. */
+	char *out = in_place ? contiguous(recvbuf, recvcount * n, recvtype, all, true, &tmp_out, &rc)
+			     : contiguous(sendbuf, sendcount * n, sendtype, all, true, &tmp_out, &rc);
+	if (out && in_place && !tmp_out) { /* contiguous in the user's buffer: a copy to read from */
+		tmp_out = malloc(all);
+		out = tmp_out ? memcpy(tmp_out, out, all) : NULL;
+	}
+	char *in = out ? contiguous(recvbuf, recvcount * n, recvtype, all, false, &tmp_in, &rc) : NULL;
+	if (!out || !in)
+		PMPI_Abort(comm, rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM);
+	if (n == 1)
+		memcpy(in, out, all);
+	else
+		alltoall_steps(co, out, in, bytes);
+	if (tmp_in)
+		rc = pm_unpack(tmp_in, all, recvbuf, recvcount * n, recvtype);
+	free(tmp_out);
+	free(tmp_in);
+	return pm_comm_error(comm, rc);
 }

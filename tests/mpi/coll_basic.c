@@ -6,7 +6,7 @@
  * predefined operation on the types it is defined for; a commutative and
  * a non-commutative user operation; counts 0, 1, 7, 1000 and a large one;
  * every root; MPI_IN_PLACE; MPI_Gather, MPI_Scatter and MPI_Allgather of
- * ints and of vector items at the root; Allreduce of rounded doubles the same bits at
+ * ints and of vector items at the root; MPI_Alltoall; Allreduce of rounded doubles the same bits at
  * every rank and on a second call; collectives while point-to-point
  * messages are in flight.  Runs with any number of ranks (1 and 3 too).
  */
@@ -325,15 +325,18 @@ static void check_blocks(MPI_Comm comm, MPI_Datatype vec, int k, int t)
 			got[i] = -5;
 		if (rank == root)
 			MT_MPI(MPI_Gather(mine, 2 * items, MPI_INT, got, items, vec, root, comm));
-		else
-			MT_MPI(MPI_Gather(mine, 2 * items, MPI_INT, NULL, 0, MPI_INT, root, comm));
+		else /* the receive side is not significant here */
+			MT_MPI(MPI_Gather(mine, 2 * items, MPI_INT, NULL, -1, MPI_DATATYPE_NULL, root, comm));
 		for (int r = 0; rank == root && r < size; r++)
 			for (int i = 0; i < 3 * items; i++)
 				MT_CHECK(got[(size_t)r * 3 * items + i] == (i % 3 == 2 ? -5 : ival(r, i / 3 * 2 + i % 3, t)),
 					 "gather vec root %d from %d [%d]", root, r, i);
 		for (int i = 0; i < 2 * items; i++)
 			mine[i] = -6;
-		MT_MPI(MPI_Scatter(got, items, vec, mine, 2 * items, MPI_INT, root, comm));
+		if (rank == root)
+			MT_MPI(MPI_Scatter(got, items, vec, mine, 2 * items, MPI_INT, root, comm));
+		else
+			MT_MPI(MPI_Scatter(NULL, -1, MPI_DATATYPE_NULL, mine, 2 * items, MPI_INT, root, comm));
 		for (int i = 0; i < 2 * items; i++)
 			MT_CHECK(mine[i] == ival(rank, i, t), "scatter vec root %d [%d]", root, i);
 	}
@@ -345,6 +348,18 @@ static void check_blocks(MPI_Comm comm, MPI_Datatype vec, int k, int t)
 	for (int r = 0; r < size; r++)
 		for (int i = 0; i < k; i++)
 			MT_CHECK(got[(size_t)r * k + i] == ival(r, i, t), "allgather from %d [%d]", r, i);
+	/* Alltoall: block r of rank q holds ival(q * size + r, ...). */
+	int *to = malloc(((size_t)size * k + 1) * sizeof(int));
+	MT_CHECK(to, "out of memory");
+	for (int r = 0; r < size; r++)
+		for (int i = 0; i < k; i++)
+			to[(size_t)r * k + i] = ival(rank * size + r, i, t);
+	memcpy(got, to, (size_t)size * k * sizeof(int));
+	MT_MPI(MPI_Alltoall(t % 2 ? MPI_IN_PLACE : to, k, MPI_INT, got, k, MPI_INT, comm));
+	for (int r = 0; r < size; r++)
+		for (int i = 0; i < k; i++)
+			MT_CHECK(got[(size_t)r * k + i] == ival(r * size + rank, i, t), "alltoall from %d [%d]", r, i);
+	free(to);
 	free(mine);
 	free(got);
 }

@@ -2,7 +2,8 @@
 ! the plugin's Fortran layer defines): MPI_Barrier; MPI_Bcast from every
 ! root; MPI_Reduce (MAX) to every root, MPI_IN_PLACE at the root on odd
 ! roots; MPI_Allreduce (SUM) of integers and doubles, in place and not;
-! MPI_Gather to rank 0, MPI_Scatter back, MPI_Allgather in place;
+! MPI_Gather to rank 0, MPI_Scatter back, MPI_Allgather and MPI_Alltoall
+! in place;
 ! checked against what each rank computes itself; a ring of MPI_Sendrecv
 ! between them (which crosses pretend nodes).  MPI_Abort with a
 ! message on any failure.
@@ -79,6 +80,17 @@ program f_coll
   do r = 0, nprocs - 1
     do i = 1, 4
       if (blocks(4 * r + i) /= r * 10 + i) call fail('MPI_Allgather in place')
+    end do
+  end do
+  do r = 0, nprocs - 1
+    do i = 1, 4
+      blocks(4 * r + i) = rank * 100 + r * 10 + i
+    end do
+  end do
+  call MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, blocks, 4, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  do r = 0, nprocs - 1
+    do i = 1, 4
+      if (blocks(4 * r + i) /= r * 100 + rank * 10 + i) call fail('MPI_Alltoall in place')
     end do
   end do
   call MPI_Sendrecv(ibuf, n, MPI_INTEGER, mod(rank + 1, nprocs), 7, iout, n, MPI_INTEGER, &
