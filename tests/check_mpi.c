@@ -91,6 +91,12 @@ enum family { F_BLOCKING, F_NONBLOCKING, F_PERSISTENT, F_PROBE, F_SYNCHRONOUS, F
 static const char *const family_name[NFAMILY] = {"blocking", "nonblocking", "persistent",
 						 "probe",    "synchronous", "buffered"};
 
+/* The collective calls the plugin counts ("pinshm-mpi coll stats:" lines). */
+enum { NCOLL = 8 };
+static const char *const coll_name[NCOLL] = {"barrier", "bcast",   "reduce",    "allreduce",
+					     "gather",  "scatter", "allgather", "alltoall"};
+#define COLL_ALL 0xffu /* every call of coll_name */
+
 #define B (1u << F_BLOCKING)
 #define NB (1u << F_NONBLOCKING)
 #define P (1u << F_PERSISTENT)
@@ -128,10 +134,16 @@ static const struct program programs[] = {
 	 * items larger than a piece included; a send that fails to pack
 	 * fails its receive too. */
 	{"p2p_pieces", B | NB, 0, NULL, "PINSHM_MPI_PIECE=64"},
+	/* Collectives (Barrier, Bcast, Reduce, Allreduce) with point-to-point
+	 * messages in flight; once more with collectives turned off. */
+	{"coll_basic", NB, 0, NULL, NULL},
+	{"coll_basic", NB, 0, NULL, "PINSHM_MPI_COLL=0"},
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
 	{"f_sendrecv", B | NB, 0, NULL, NULL},
+	/* Fortran's collectives: carried like C's. */
+	{"f_coll", B, 0, NULL, NULL},
 	{"f_p2p", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	{"f_p2p08", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	{"f_comms", B | NB, 0, NULL, NULL},
@@ -306,6 +318,8 @@ struct run {
 	unsigned long long copied_once; /* messages received straight from their sender's memory, all ranks */
 	unsigned long long copy_refused; /* bit r: the kernel refused rank r such a copy */
 	int stat_lines, bad_lines;
+	unsigned long long coll_pinshm[NCOLL], coll_mpi[NCOLL]; /* calls, all ranks */
+	unsigned long long coll_ranks;                           /* bit r: rank r reported them all */
 };
 
 /* The ring every rank of @p cf must report (its stats' queue line): the
@@ -409,6 +423,71 @@ static unsigned long long crossing_copies(const struct config *cf)
 	if (from)
 		return from <= 100000 ? 28 * pairs : 0; /* every message, or none, by its size */
 	return cma_env(cf) ? 0 : 24 * pairs;
+}
+
+/* "pinshm-mpi coll stats: rank=R call=C pinshm_calls=N pinshm_bytes=N mpi_calls=N" lines: a bad
+ * one counts as a malformed stats line. */
+static void parse_coll(struct run *r, int np)
+{
+	unsigned long long seen[NCOLL] = {0};
+	const char *tag = "pinshm-mpi coll stats:";
+	for (char *line = strstr(r->out, tag); line; line = strstr(line + 1, tag)) {
+		int rank = -1, k;
+		char call[32];
+		unsigned long long calls, bytes, mpi;
+		if (sscanf(line, "pinshm-mpi coll stats: rank=%d call=%31s pinshm_calls=%llu pinshm_bytes=%llu mpi_calls=%llu",
+			   &rank, call, &calls, &bytes, &mpi) != 5 || rank < 0 || rank >= np) {
+			r->bad_lines++;
+			continue;
+		}
+		for (k = 0; k < NCOLL && strcmp(call, coll_name[k]) != 0; k++)
+			;
+		if (k == NCOLL || seen[k] >> rank & 1) {
+			r->bad_lines++;
+			continue;
+		}
+		seen[k] |= 1ull << rank;
+		r->coll_pinshm[k] += calls;
+		r->coll_mpi[k] += mpi;
+	}
+	r->coll_ranks = ~0ull;
+	for (int k = 0; k < NCOLL; k++)
+		r->coll_ranks &= seen[k];
+}
+
+/* The collective calls (bit k: coll_name[k]) that @p pg makes, which must
+ * go through pinshm on one node. */
+static unsigned colls_of(const struct program *pg)
+{
+	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_ALL : 0;
+}
+
+/* For a program of collectives (colls_of()) in @p cf: every rank reported every
+ * call; on one node each call it uses went through pinshm and none went to
+ * the MPI library; with collectives or the plugin off, none went through
+ * pinshm. */
+static bool coll_failed(const struct program *pg, const struct config *cf, const struct run *r, bool all_mpi,
+			char *why, size_t len)
+{
+	unsigned colls = colls_of(pg);
+	if (!colls)
+		return false;
+	bool off = cf->off || all_mpi || (pg->env && !strcmp(pg->env, "PINSHM_MPI_COLL=0"));
+	if (r->coll_ranks != (1ull << cf->np) - 1) {
+		snprintf(why, len, "collective stats from ranks %#llx", r->coll_ranks);
+		return true;
+	}
+	for (int k = 0; k < NCOLL; k++) {
+		bool used = colls >> k & 1;
+		bool bad = off ? r->coll_pinshm[k] != 0
+			       : cf->nodes <= 1 && ((used && !r->coll_pinshm[k]) || r->coll_mpi[k]);
+		if (bad) {
+			snprintf(why, len, "%s: %llu calls through pinshm, %llu to the MPI library%s", coll_name[k],
+				 r->coll_pinshm[k], r->coll_mpi[k], off ? " (collectives off)" : "");
+			return true;
+		}
+	}
+	return false;
 }
 
 /* Run @p pg in @p cf: with the test daemon @p d, or, where @p u is not NULL,
@@ -543,6 +622,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 	fclose(f);
 	unlink(outpath);
 
+	parse_coll(r, cf->np);
 	/* "pinshm-mpi stats: rank=R family=F pinshm_msgs=N pinshm_bytes=N mpi_msgs=N mpi_bytes=N" */
 	for (char *line = strstr(r->out, "pinshm-mpi stats:"); line; line = strstr(line + 1, "pinshm-mpi stats:")) {
 		int rank = -1;
@@ -664,6 +744,8 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 		snprintf(why, len, "a queue line, but no queue (%s)", cf->off ? "PINSHM_MPI=0" : all_mpi);
 		return true;
 	}
+	if (coll_failed(pg, cf, r, all_mpi != NULL, why, len))
+		return true;
 	if (cf->off) {
 		/* Turned off: stats are optional, but nothing may go through pinshm. */
 		for (int k = 0; k < NFAMILY; k++)
@@ -1498,7 +1580,23 @@ START_TEST(test_stats_checks)
 			pr.fam[k].pinshm_msgs = pr.fam[k].pinshm_bytes = 1;
 			pr.fam[k].mpi_msgs = (programs[i].passes >> k) & 1;
 		}
+		bool coll_off = programs[i].env && !strcmp(programs[i].env, "PINSHM_MPI_COLL=0");
+		pr.coll_ranks = 3;
+		for (int k = 0; k < NCOLL; k++) {
+			pr.coll_pinshm[k] = !coll_off && (colls_of(&programs[i]) >> k & 1);
+			pr.coll_mpi[k] = coll_off;
+		}
 		ck_assert_msg(!run_failed(&programs[i], &one, &pr, why, sizeof(why)), "%s: %s", programs[i].name, why);
+		if (colls_of(&programs[i])) {
+			/* A collective down the other path, or a rank without its lines, fails it. */
+			struct run bad = pr;
+			bad.coll_pinshm[3] = coll_off;
+			bad.coll_mpi[3] = !coll_off;
+			ck_assert_msg(run_failed(&programs[i], &one, &bad, why, sizeof(why)), "%s: passed", programs[i].name);
+			bad = pr;
+			bad.coll_ranks = 1;
+			ck_assert_msg(run_failed(&programs[i], &one, &bad, why, sizeof(why)), "%s: passed", programs[i].name);
+		}
 		int k = __builtin_ctz(programs[i].uses);
 		pr.fam[k].pinshm_msgs = 0;
 		pr.fam[k].mpi_msgs = 1;

@@ -151,6 +151,7 @@ static void free_entry(struct pm_comm *c)
 		pm_list_remove(&c->unexp, &u->link);
 		pm_unexp_free(u);
 	}
+	pm_coll_free(c);
 	free(c->local);
 	free(c);
 }

@@ -9,7 +9,9 @@
  * or takes a request (and MPI_Init, MPI_Init_thread, MPI_Finalize, without
  * which the plugin never starts, MPI_Type_free, which must empty its type
  * cache, and the calls that make communicators, so that those made in
- * Fortran are carried too), the names those bindings define:
+ * Fortran are carried too, and the collectives the plugin carries, so that
+ * a Fortran rank takes the path its C peers take), the names those
+ * bindings define:
  *   ompi_X_f                     what mpi_f08 (libmpi_usempif08) calls
  *   MPI_X, mpi_x, mpi_x_, mpi_x__ what mpif.h and `use mpi` programs call
  *                                (gfortran: mpi_x_)
@@ -24,7 +26,7 @@
  * MPI_Request_f2c and request_c2f() below; messages, real ones of the
  * library (mprobe.c), with PMPI_Message_f2c/c2f; statuses with
  * PMPI_Status_f2c/c2f.  Fortran's MPI_BOTTOM, MPI_STATUS(ES)_IGNORE,
- * MPI_UNWEIGHTED and MPI_WEIGHTS_EMPTY are the addresses of Open MPI's
+ * MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY and MPI_IN_PLACE are the addresses of Open MPI's
  * common blocks.
  */
 #include <stdbool.h>
@@ -806,3 +808,68 @@ void ompi_comm_idup_f(MPI_Fint *comm, MPI_Fint *newcomm, MPI_Fint *request, MPI_
 	set_ierr(ierr, rc);
 }
 FORTRAN_NAMES(MPI_COMM_IDUP, comm_idup)
+
+/* ---- collectives (coll_ops.c) ------------------------------------------- */
+
+/* Fortran's MPI_IN_PLACE: the address of Open MPI's common block. */
+extern char mpi_fortran_in_place_ __attribute__((weak));
+
+static const void *send_f2c(void *buf)
+{
+	return &mpi_fortran_in_place_ && buf == (void *)&mpi_fortran_in_place_ ? MPI_IN_PLACE : buf_f2c(buf);
+}
+
+F_API void ompi_barrier_f(MPI_Fint *comm, MPI_Fint *ierr);
+void ompi_barrier_f(MPI_Fint *comm, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Barrier(PMPI_Comm_f2c(*comm)));
+}
+FORTRAN_NAMES(MPI_BARRIER, barrier)
+
+F_API void ompi_bcast_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr);
+void ompi_bcast_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Bcast(buf_f2c(buf), *count, PMPI_Type_f2c(*type), *root, PMPI_Comm_f2c(*comm)));
+}
+FORTRAN_NAMES(MPI_BCAST, bcast)
+
+F_API void ompi_reduce_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,
+			 MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr);
+void ompi_reduce_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op, MPI_Fint *root,
+		   MPI_Fint *comm, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Reduce(send_f2c(sendbuf), buf_f2c(recvbuf), *count, PMPI_Type_f2c(*type),
+				  PMPI_Op_f2c(*op), *root, PMPI_Comm_f2c(*comm)));
+}
+FORTRAN_NAMES(MPI_REDUCE, reduce)
+
+F_API void ompi_allreduce_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,
+			    MPI_Fint *comm, MPI_Fint *ierr);
+void ompi_allreduce_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,
+		      MPI_Fint *comm, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Allreduce(send_f2c(sendbuf), buf_f2c(recvbuf), *count, PMPI_Type_f2c(*type),
+				     PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm)));
+}
+FORTRAN_NAMES(MPI_ALLREDUCE, allreduce)
+
+/* Gather, Scatter, Allgather: Fortran's MPI_IN_PLACE is the send buffer
+ * (Gather, Allgather) or the receive buffer (Scatter). */
+#define F_BLOCKS(UPPER, lower, cfunc, ROOT_ARG, ROOT)                                                          \
+	F_API void ompi_##lower##_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *recvbuf,            \
+				    MPI_Fint *rcount, MPI_Fint *rtype, ROOT_ARG MPI_Fint *comm, MPI_Fint *ierr); \
+	void ompi_##lower##_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *recvbuf, MPI_Fint *rcount, \
+			      MPI_Fint *rtype, ROOT_ARG MPI_Fint *comm, MPI_Fint *ierr)                         \
+	{                                                                                                        \
+		set_ierr(ierr, cfunc(send_f2c(sendbuf), *scount, PMPI_Type_f2c(*stype),                          \
+				     (void *)(uintptr_t)send_f2c(recvbuf), *rcount, PMPI_Type_f2c(*rtype),       \
+				     ROOT PMPI_Comm_f2c(*comm)));                                                \
+	}                                                                                                        \
+	FORTRAN_NAMES(UPPER, lower)
+
+#define F_ROOT_ARG MPI_Fint *root,
+#define F_ROOT *root,
+F_BLOCKS(MPI_GATHER, gather, MPI_Gather, F_ROOT_ARG, F_ROOT)
+F_BLOCKS(MPI_SCATTER, scatter, MPI_Scatter, F_ROOT_ARG, F_ROOT)
+F_BLOCKS(MPI_ALLGATHER, allgather, MPI_Allgather, , )
+F_BLOCKS(MPI_ALLTOALL, alltoall, MPI_Alltoall, , )

@@ -15,6 +15,8 @@
  *   complete.c  Wait/Test families, Request_free, Cancel
  *   persist.c   persistent requests      bsend.c     buffered sends
  *   pack.c      packing non-contiguous data, in pieces of at most INT_MAX bytes
+ *   coll.c      collectives: each communicator's decision and shared area
+ *   coll_ops.c  the collective calls carried through that area
  *
  * Threads: the plugin carries traffic only below MPI_THREAD_MULTIPLE, so
  * one thread at a time is inside it; its state is plain process memory.
@@ -101,6 +103,7 @@ struct pm_comm {
 	unsigned wild_remote;  /* posted receives that may match a message of the MPI library */
 	unsigned refs;         /* ops that point here; freed at 0 once forgotten */
 	bool forgotten;        /* MPI_Comm_free seen */
+	struct pm_coll *coll;  /* collectives: decided at the first one (coll.c), or NULL */
 };
 
 /* The communicator that the plugin carries for @p comm, or NULL. */
@@ -480,6 +483,17 @@ void pm_forget_passed(MPI_Request handle);  /* persist.c: a library request free
 void pm_persist_teardown(void);
 void pm_op_register_handle(struct pm_op *op); /* ops.c: a persistent op's handle */
 void pm_mprobe_teardown(void);              /* mprobe.c */
+
+/* ---- collectives (coll.c) ------------------------------------------- */
+
+struct pm_coll;
+void pm_coll_config(void);           /* PINSHM_MPI_COLL, PINSHM_MPI_COLL_AREA */
+void pm_coll_free(struct pm_comm *c); /* the communicator's entry goes */
+void pm_coll_print_stats(void);
+/* setup.c: a size from the environment, as the plugin's own settings are
+ * read (a warning from rank 0 where it is not one); a random token. */
+uint64_t pm_env_size(const char *name, uint64_t def, uint64_t min, uint64_t max);
+uint64_t pm_token(void);
 
 /* Error through the communicator's error handler. */
 int pm_comm_error(MPI_Comm comm, int code);

@@ -97,6 +97,11 @@ static uint64_t env_size(const char *name, uint64_t def, uint64_t min, uint64_t 
 	return env_parse(name, min, max, &x, instead) > 0 ? x : def;
 }
 
+uint64_t pm_env_size(const char *name, uint64_t def, uint64_t min, uint64_t max)
+{
+	return env_size(name, def, min, max);
+}
+
 /* The machine's cores, not this process's affinity (mpirun binds each rank
  * to one core, which says nothing about how many ranks share the cores). */
 static unsigned cpus_online(void)
@@ -200,6 +205,7 @@ static void read_config(void)
 	/* A test hook: smaller pieces take the piece logic of pack.c on small
 	 * messages.  64 bytes hold any predefined type. */
 	c->piece = env_size("PINSHM_MPI_PIECE", INT_MAX, 64, INT_MAX);
+	pm_coll_config();
 }
 
 /* ---- channels ---------------------------------------------------------- */
@@ -216,7 +222,7 @@ static void channel_name(char *buf, size_t size, uint64_t token, int index)
 		buf[0] = '\0'; /* cannot be: 44 characters at most (then the create fails, -EINVAL) */
 }
 
-static uint64_t make_token(void)
+uint64_t pm_token(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -247,7 +253,7 @@ static int open_channels(char *why, size_t whylen)
 		pm.client = NULL;
 	}
 	if (pm.local_rank == 0 && rc == 0) {
-		token = make_token();
+		token = pm_token();
 		pinshm_channel_attr_t attr;
 		pinshm_channel_attr_init(&attr);
 		attr.kind = PINSHM_QUEUE;
@@ -531,6 +537,7 @@ static void print_stats(void)
 			" copy_refused=%d\n",
 			pm.world_rank, pm.in_locked == QUEUE_PINNED ? "pinned" : "unpinned", pm.cfg.ring, pm.cfg.cma,
 			pm.copied_once, pm.copy_refused);
+	pm_coll_print_stats();
 }
 
 int MPI_Finalize(void)

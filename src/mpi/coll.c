@@ -1,0 +1,238 @@
+/*
+ * coll.c - collectives: each communicator's decision, its shared area,
+ * the steps of the protocol (coll.h), statistics.
+ *
+ * Which calls are carried.  A communicator's collectives go through pinshm
+ * when the plugin carries the communicator (an intracommunicator it saw
+ * created, below MPI_THREAD_MULTIPLE), all its ranks are on this (pretend)
+ * node, and at its first collective call every rank agreed: collectives
+ * are on at every rank (PINSHM_MPI_COLL is not 0) and every rank opened the
+ * area.  That agreement is an MPI_Allreduce over the communicator, so every
+ * rank takes the same path for every later call.  The rest is consistent
+ * without talking: a communicator is carried at all its ranks or none
+ * (every rank of a node carries or none does; one that spans nodes is
+ * mixed at every rank), and what a call then does depends only on its
+ * arguments that MPI requires to match.  The area lives until the
+ * communicator's entry goes (MPI_Comm_free, MPI_Finalize).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "channel.h" /* the area's mapping: base and geometry of a handle */
+#include "coll.h"
+
+#define SLOT_DEFAULT (256u * 1024) /* ring bytes per rank, halved to fit the bound */
+#define SLOT_MIN (8u * 1024)
+#define AREA_DEFAULT (64ull << 20)
+#define SLOT_HEAD 128u /* the zero line, the flag line */
+
+static bool coll_enabled = true;
+static uint64_t area_max = AREA_DEFAULT;
+
+static const char *const call_names[CALL_COUNT] = {"barrier", "bcast",  "reduce",   "allreduce",
+							 "gather",  "scatter", "allgather", "alltoall"};
+static struct {
+	uint64_t pinshm_calls, pinshm_bytes, mpi_calls;
+} counts[CALL_COUNT];
+
+void pm_coll_config(void)
+{
+	const char *v = getenv("PINSHM_MPI_COLL");
+	coll_enabled = !(v && strcmp(v, "0") == 0);
+	area_max = pm_env_size("PINSHM_MPI_COLL_AREA", AREA_DEFAULT, 2 * SLOT_MIN, UINT64_MAX);
+}
+
+void coll_count(enum coll_call call, bool pinshm, uint64_t bytes)
+{
+	if (pm.multiple || call >= CALL_COUNT)
+		return;
+	if (pinshm) {
+		counts[call].pinshm_calls++;
+		counts[call].pinshm_bytes += bytes;
+	} else {
+		counts[call].mpi_calls++;
+	}
+}
+
+void pm_coll_print_stats(void)
+{
+	for (int k = 0; k < CALL_COUNT; k++)
+		fprintf(stderr,
+			"pinshm-mpi coll stats: rank=%d call=%s pinshm_calls=%" PRIu64 " pinshm_bytes=%" PRIu64
+			" mpi_calls=%" PRIu64 "\n",
+			pm.world_rank, call_names[k], counts[k].pinshm_calls, counts[k].pinshm_bytes,
+			counts[k].mpi_calls);
+}
+
+/* ---- the area ------------------------------------------------------------ */
+
+/* Ring bytes per rank: SLOT_DEFAULT, halved until the @p n slots fit in
+ * PINSHM_MPI_COLL_AREA, never below SLOT_MIN. */
+static uint64_t slot_bytes(int n)
+{
+	uint64_t slot = SLOT_DEFAULT;
+	while (slot > SLOT_MIN && slot * (uint64_t)n > area_max)
+		slot /= 2;
+	return slot;
+}
+
+static void area_name(char *buf, size_t size, uint64_t token)
+{
+	char rest[PINSHM_NAME_MAX + 1];
+	snprintf(rest, sizeof(rest), "mpic.%016" PRIx64, token);
+	if (pinshm_name_own(buf, size, rest) != 0)
+		buf[0] = '\0';
+}
+
+/* Open the area named by @p token and find every rank's slot.
+ * @return 0 or a negative errno. */
+static int area_open(struct pm_coll *co, uint64_t token)
+{
+	char name[PINSHM_NAME_MAX + 1];
+	area_name(name, sizeof(name), token);
+	int rc = pinshm_open(pm.client, name, PINSHM_PRODUCER, &co->ch);
+	if (rc < 0) {
+		co->ch = NULL;
+		return rc;
+	}
+	const struct seg_geometry *g = &co->ch->g;
+	if (g->max_producers < (uint32_t)co->size || g->capacity < 4 * SLOT_HEAD)
+		return -EBADMSG;
+	co->half = calloc((size_t)co->size, sizeof(*co->half));
+	co->flags = calloc((size_t)co->size, sizeof(*co->flags));
+	co->half_bytes = (size_t)((g->capacity - SLOT_HEAD) / 2) & ~(size_t)63;
+	co->scratch = aligned_alloc(64, co->half_bytes);
+	if (!co->half || !co->flags || !co->scratch)
+		return -ENOMEM;
+	for (int r = 0; r < co->size; r++) {
+		uint8_t *ring = seg_ring(g, co->ch->base, (unsigned)r);
+		co->flags[r] = (struct coll_flags *)(void *)(ring + 64);
+		co->half[r] = ring + SLOT_HEAD;
+	}
+	return 0;
+}
+
+static void area_close(struct pm_coll *co)
+{
+	if (co->ch)
+		pinshm_channel_close(co->ch);
+	co->ch = NULL;
+	free(co->half);
+	free(co->flags);
+	free(co->scratch);
+	co->half = NULL;
+	co->flags = NULL;
+	co->scratch = NULL;
+}
+
+/* The first collective on @p c: rank 0 creates the area, every rank opens
+ * it, and all agree (collective over c->comm, at every rank). */
+static struct pm_coll *agree(struct pm_comm *c)
+{
+	struct pm_coll *co = calloc(1, sizeof(*co));
+	if (!co) {
+		fprintf(stderr, "pinshm-mpi: out of memory\n");
+		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+		return NULL;
+	}
+	co->rank = c->rank;
+	co->size = c->size;
+	c->coll = co;
+	if (co->size == 1) { /* nothing to share */
+		co->on = coll_enabled;
+		return co;
+	}
+	int64_t msg[2] = {coll_enabled ? 0 : -ECANCELED, (int64_t)pm_token()};
+	char name[PINSHM_NAME_MAX + 1];
+	if (co->rank == 0 && coll_enabled) {
+		pinshm_channel_attr_t attr;
+		pinshm_channel_attr_init(&attr);
+		attr.kind = PINSHM_QUEUE;
+		attr.capacity = slot_bytes(co->size);
+		attr.max_producers = (uint32_t)co->size;
+		attr.max_consumers = 1;
+		area_name(name, sizeof(name), (uint64_t)msg[1]);
+		msg[0] = pinshm_create(pm.client, name, &attr, 0600, 0);
+	}
+	PMPI_Bcast(msg, 2, MPI_INT64_T, 0, c->comm);
+	int ok = coll_enabled && msg[0] == 0 && area_open(co, (uint64_t)msg[1]) == 0;
+	int all = 0;
+	PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->comm);
+	/* Every rank has tried its open: the name is no longer needed. */
+	if (co->rank == 0 && msg[0] == 0)
+		pinshm_unlink(pm.client, name);
+	co->on = all != 0;
+	if (!co->on)
+		area_close(co);
+	return co;
+}
+
+struct pm_coll *pm_coll_for(MPI_Comm comm)
+{
+	if (!pm.active)
+		return NULL;
+	struct pm_comm *c = pm_comm_find(comm);
+	if (!c || c->mixed)
+		return NULL;
+	struct pm_coll *co = c->coll ? c->coll : agree(c);
+	return co && co->on ? co : NULL;
+}
+
+void pm_coll_free(struct pm_comm *c)
+{
+	if (!c->coll)
+		return;
+	area_close(c->coll);
+	free(c->coll);
+	c->coll = NULL;
+}
+
+/* ---- waiting ---------------------------------------------------------- */
+
+/* Until every rank r in [@p from, @p to) has *field(r) >= @p s: polling,
+ * moving point-to-point traffic meanwhile (a rank may wait for this one's
+ * CTS before it comes here), by the rules of pm_idle(). */
+static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s)
+{
+	unsigned idle = 0;
+	for (int r = from; r < to;) {
+		_Atomic uint64_t *w = done ? &co->flags[r]->done : &co->flags[r]->arrive;
+		if (atomic_load_explicit(w, memory_order_acquire) >= s) {
+			r++;
+			continue;
+		}
+		if (pm_progress())
+			idle = 0;
+		else
+			pm_idle(&idle, false);
+	}
+}
+
+void coll_wait_free(struct pm_coll *co, uint64_t s)
+{
+	if (s > 2)
+		wait_for(co, 0, co->size, true, s - 2);
+}
+
+void coll_post(struct pm_coll *co, uint64_t s)
+{
+	atomic_store_explicit(&co->flags[co->rank]->arrive, s, memory_order_release);
+}
+
+void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s)
+{
+	wait_for(co, r, r + 1, false, s);
+}
+
+void coll_wait_all(struct pm_coll *co, uint64_t s)
+{
+	wait_for(co, 0, co->size, false, s);
+}
+
+void coll_finish(struct pm_coll *co, uint64_t s)
+{
+	atomic_store_explicit(&co->flags[co->rank]->done, s, memory_order_release);
+}

@@ -1,0 +1,86 @@
+/*
+ * coll.h - collectives: what coll.c (the decision and the shared area of a
+ * communicator) gives coll_ops.c (the calls).
+ *
+ * The area of a communicator of n ranks is one pinshmd queue channel of n
+ * producer lanes that nobody sends on: its pages are pinned and shared,
+ * and the ring of lane r (capacity bytes) is rank r's slot:
+ *
+ *   ring + 0    one line left zero (where a record's commit word would be:
+ *               anything that scans the lane sees an empty ring)
+ *   ring + 64   rank r's flag line: arrive, done (struct coll_flags)
+ *   ring + 128  two halves of `half` bytes each: the data rank r posts at
+ *               step s lies in half s & 1
+ *
+ * Steps.  Every call carried on the communicator runs as one or more steps,
+ * numbered 1, 2, ... in the same order at every rank (MPI orders the
+ * collective calls on a communicator, and how many steps a call takes
+ * depends only on what must match at every rank), so the step number is the
+ * communicator's sequence: data of one call never meets another's.  At step
+ * s a rank may write its half s & 1 once every rank's `done` >= s - 2 (no
+ * one reads that half any more), then stores arrive = s (release); a rank
+ * reads rank r's half s & 1 once r's arrive >= s (acquire), and stores
+ * done = s (release) once it no longer needs any data of step s.  Every
+ * rank stores done = s at every step, whatever its part.
+ *
+ * The flags are shared memory written by the other ranks: they are only
+ * compared with step numbers (a wrong one makes a rank wait or read data
+ * too early, never reach outside the area); sizes and offsets come from
+ * this process's own geometry.
+ */
+#ifndef PINSHM_MPI_COLL_H
+#define PINSHM_MPI_COLL_H
+
+#include <stdatomic.h>
+
+#include "plugin.h"
+
+struct coll_flags {
+	_Atomic uint64_t arrive; /* the last step whose data this rank posted */
+	_Atomic uint64_t done;   /* the last step this rank finished */
+};
+
+enum coll_call {
+	CALL_BARRIER,
+	CALL_BCAST,
+	CALL_REDUCE,
+	CALL_ALLREDUCE,
+	CALL_GATHER,
+	CALL_SCATTER,
+	CALL_ALLGATHER,
+	CALL_ALLTOALL,
+	CALL_COUNT
+};
+
+struct pm_coll {
+	bool on;                   /* agreed by every rank: carried through the area */
+	pinshm_channel_t *ch;      /* the area's channel, or NULL (one rank, or off) */
+	int rank, size;
+	uint8_t **half;            /* rank -> its two halves */
+	struct coll_flags **flags; /* rank -> its flag line */
+	size_t half_bytes;         /* bytes of one half */
+	uint64_t step;             /* steps begun */
+	void *scratch;             /* half_bytes of this rank's own, for reductions */
+};
+
+/* The area of @p comm if its collectives are carried (deciding at the
+ * first call, collectively over @p comm), else NULL: the caller passes the
+ * call to the MPI library.  Every rank of @p comm gets the same answer. */
+struct pm_coll *pm_coll_for(MPI_Comm comm);
+
+static inline uint8_t *coll_half(const struct pm_coll *co, int r, uint64_t s)
+{
+	return co->half[r] + (s & 1) * co->half_bytes;
+}
+
+/* The protocol's steps (above). */
+void coll_wait_free(struct pm_coll *co, uint64_t s);   /* before writing at step s */
+void coll_post(struct pm_coll *co, uint64_t s);        /* arrive = s */
+void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s);
+void coll_wait_all(struct pm_coll *co, uint64_t s);    /* every rank's arrive >= s */
+void coll_finish(struct pm_coll *co, uint64_t s);      /* done = s */
+
+/* Statistics: a call of @p call carried (@p pinshm) or passed on. */
+void coll_count(enum coll_call call, bool pinshm, uint64_t bytes);
+
+#endif /* PINSHM_MPI_COLL_H */

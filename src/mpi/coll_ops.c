@@ -1,0 +1,472 @@
+/*
+ * coll_ops.c - the collective calls carried through a communicator's area
+ * (coll.h): MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce, MPI_Gather,
+ * MPI_Scatter, MPI_Allgather, MPI_Alltoall.
+ *
+ * Each passes the call to the MPI library unchanged where pm_coll_for()
+ * says so, or where its arguments are not valid (the library reports the
+ * error as it does), or where the datatype is one it does not carry
+ * (red_layout()); all of that is the same at every rank.
+ *
+ * Barrier: one step, every rank posts and waits for all.
+ * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
+ * of one half, a step each: the root writes, the others copy out.
+ * Reduce, Allreduce: the elements in chunks that fit a half, a step each:
+ * the ranks copy their chunk in as it lies in memory (its gaps included),
+ * and the root (Reduce) or every rank (Allreduce) reduces the n chunks with
+ * PMPI_Reduce_local in one fixed order, from the highest rank down:
+ *   result = x0 op (x1 op (... op (x[n-2] op x[n-1])))
+ * for every operation, predefined or not, commutative or not (MPI takes
+ * them as associative).  The same bytes in the same order at every rank:
+ * every rank of an Allreduce gets the same bits, on every run.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+static void *out_of_memory(void)
+{
+	fprintf(stderr, "pinshm-mpi: out of memory\n");
+	PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+	return NULL;
+}
+
+/* @p p moved by @p d bytes (an address computation only). */
+static inline void *at(const void *p, MPI_Aint d)
+{
+	return (void *)((uintptr_t)p + (uintptr_t)d);
+}
+
+int MPI_Barrier(MPI_Comm comm)
+{
+	struct pm_coll *co = pm_coll_for(comm);
+	coll_count(CALL_BARRIER, co != NULL, 0);
+	if (!co)
+		return PMPI_Barrier(comm);
+	if (co->size > 1) {
+		uint64_t s = ++co->step;
+		coll_post(co, s);
+		coll_wait_all(co, s);
+		coll_finish(co, s);
+	}
+	return MPI_SUCCESS;
+}
+
+/* ---- Bcast ------------------------------------------------------------ */
+
+/* @p bytes at @p data from @p root to every rank, a half at a time. */
+static void bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root)
+{
+	for (uint64_t off = 0; off < bytes; off += co->half_bytes) {
+		size_t n = bytes - off < co->half_bytes ? (size_t)(bytes - off) : co->half_bytes;
+		uint64_t s = ++co->step;
+		if (co->rank == root) {
+			coll_wait_free(co, s);
+			memcpy(coll_half(co, root, s), data + off, n);
+			coll_post(co, s);
+		} else {
+			coll_wait_arrive(co, root, s);
+			memcpy(data + off, coll_half(co, root, s), n);
+		}
+		coll_finish(co, s);
+	}
+}
+
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+{
+	struct pm_coll *co = pm_coll_for(comm);
+	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
+	if (!t || count < 0 || root < 0 || root >= co->size) {
+		coll_count(CALL_BCAST, false, 0);
+		return PMPI_Bcast(buffer, count, datatype, root, comm);
+	}
+	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
+	coll_count(CALL_BCAST, true, bytes);
+	if (co->size == 1 || bytes == 0)
+		return MPI_SUCCESS;
+	size_t flat_bytes;
+	char *data = (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat_bytes);
+	if (data) {
+		bcast_bytes(co, data, bytes, root);
+		return MPI_SUCCESS;
+	}
+	/* Not contiguous here (other ranks may differ): packed. */
+	char *tmp = malloc(bytes);
+	if (!tmp)
+		return out_of_memory(), MPI_ERR_NO_MEM;
+	int rc = MPI_SUCCESS;
+	if (co->rank == root)
+		rc = pm_pack(buffer, count, datatype, tmp, bytes);
+	bcast_bytes(co, tmp, bytes, root);
+	if (co->rank != root)
+		rc = pm_unpack(tmp, bytes, buffer, count, datatype);
+	free(tmp);
+	return pm_comm_error(comm, rc);
+}
+
+/* ---- Reduce, Allreduce --------------------------------------------------- */
+
+/* How the elements of a reduction lie: element i's bytes from
+ * buf + i * extent + lb, true_extent of them, gaps included. */
+struct red {
+	MPI_Datatype type;
+	MPI_Op op;
+	MPI_Aint lb, extent, true_extent;
+	size_t size;
+	bool dense;     /* the elements are count * size contiguous bytes */
+	int per_chunk;  /* elements a half holds */
+};
+
+/* The layout of @p type, or false where it is not carried (the same at
+ * every rank: a reduction's datatype is the same at all): an extent not
+ * past its elements' bytes, gaps at most 15 times the data, an element
+ * that fits a half. */
+static bool red_layout(struct red *r, MPI_Datatype type, size_t half)
+{
+	const struct pm_type *t = pm_type_info(type);
+	if (!t || PMPI_Type_get_true_extent(type, &r->lb, &r->true_extent) != MPI_SUCCESS)
+		return false;
+	r->type = type;
+	r->extent = t->extent;
+	r->size = (size_t)t->size;
+	r->dense = t->flat && (size_t)t->extent == r->size && r->lb == t->tlb;
+	if (r->size == 0 || r->extent <= 0 || r->true_extent <= 0 || r->true_extent > r->extent ||
+	    (uint64_t)r->extent > 16 * (uint64_t)r->size || (uint64_t)r->true_extent > half)
+		return false;
+	r->per_chunk = (int)(((uint64_t)half - (uint64_t)r->true_extent) / (uint64_t)r->extent + 1);
+	return true;
+}
+
+static size_t red_span(const struct red *r, int k)
+{
+	return (size_t)(k - 1) * (size_t)r->extent + (size_t)r->true_extent;
+}
+
+/* @p count elements of @p type (@p bytes of data) from @p in to @p out. */
+static int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t bytes)
+{
+	void *tmp = malloc(bytes);
+	if (!tmp)
+		return out_of_memory(), MPI_ERR_NO_MEM;
+	int rc = pm_pack(in, count, type, tmp, bytes);
+	if (rc == MPI_SUCCESS)
+		rc = pm_unpack(tmp, bytes, out, count, type);
+	free(tmp);
+	return rc;
+}
+
+/* The @p k elements at @p acc (this process's own bytes laid out as in a
+ * buffer, at acc + lb) into the user's @p out, gaps untouched. */
+static int red_store(const struct red *r, const char *acc, void *out, int k)
+{
+	if (r->dense) {
+		memcpy(at(out, r->lb), acc, red_span(r, k));
+		return MPI_SUCCESS;
+	}
+	return typed_copy(at(acc, -r->lb), out, k, r->type, (uint64_t)k * r->size);
+}
+
+/* The fixed order: scratch = x0 op (x1 op (... x[n-1])) over the chunks
+ * of step @p s (rank @p self's taken from @p mine where not NULL). */
+static int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, int self, const void *mine)
+{
+	size_t span = red_span(r, k);
+	int n = co->size, rc = MPI_SUCCESS;
+	char *acc = co->scratch;
+	const void *last = (n - 1 == self && mine) ? at(mine, r->lb) : coll_half(co, n - 1, s);
+	memcpy(acc, last, span);
+	for (int i = n - 2; i >= 0; i--) {
+		const void *x = (i == self && mine) ? mine : at(coll_half(co, i, s), -r->lb);
+		int e = PMPI_Reduce_local(x, at(acc, -r->lb), k, r->type, r->op);
+		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
+			rc = e;
+	}
+	return rc;
+}
+
+/*
+ * Reduce (@p root >= 0) or Allreduce (@p root < 0) of @p count elements
+ * from @p in to @p out.  Every rank runs the same steps; where an
+ * operation fails, the error is kept and the steps go on.
+ */
+static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char *out, int count, int root)
+{
+	int rc = MPI_SUCCESS;
+	for (int e0 = 0; e0 < count; e0 += r->per_chunk) {
+		int k = count - e0 < r->per_chunk ? count - e0 : r->per_chunk;
+		MPI_Aint off = (MPI_Aint)e0 * r->extent;
+		uint64_t s = ++co->step;
+		bool folds = root < 0 || co->rank == root;
+		if (root != co->rank) { /* the root of a Reduce reads its own from the user */
+			coll_wait_free(co, s);
+			memcpy(coll_half(co, co->rank, s), at(in, off + r->lb), red_span(r, k));
+		}
+		coll_post(co, s);
+		if (folds) {
+			coll_wait_all(co, s);
+			int e = red_fold(co, r, s, k, co->rank, root < 0 ? NULL : at(in, off));
+			if (e == MPI_SUCCESS)
+				e = red_store(r, co->scratch, at(out, off), k);
+			if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
+				rc = e;
+		}
+		coll_finish(co, s);
+	}
+	return rc;
+}
+
+/* Reduce (@p root >= 0) or Allreduce (@p root < 0) through the area of
+ * @p comm, or -1 where the library takes it. */
+static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+		       MPI_Comm comm, enum coll_call call)
+{
+	struct pm_coll *co = pm_coll_for(comm);
+	struct red r = {.op = op};
+	if (!co || count < 0 || op == MPI_OP_NULL || root >= co->size ||
+	    !red_layout(&r, datatype, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
+		coll_count(call, false, 0);
+		return -1;
+	}
+	coll_count(call, true, (uint64_t)count * r.size);
+	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+	if (count == 0 || (co->size == 1 && sendbuf == MPI_IN_PLACE))
+		return MPI_SUCCESS;
+	if (co->size == 1) /* the result is the one rank's data */
+		return pm_comm_error(comm, typed_copy(in, recvbuf, count, datatype, (uint64_t)count * r.size));
+	return pm_comm_error(comm, reduce_steps(co, &r, in, recvbuf, count, root));
+}
+
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+	       MPI_Comm comm)
+{
+	if (root < 0)
+		return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+	int rc = reduce_call(sendbuf, recvbuf, count, datatype, op, root, comm, CALL_REDUCE);
+	return rc >= 0 ? rc : PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+}
+
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+		  MPI_Comm comm)
+{
+	int rc = reduce_call(sendbuf, recvbuf, count, datatype, op, -1, comm, CALL_ALLREDUCE);
+	return rc >= 0 ? rc : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+/* ---- Gather, Scatter, Allgather ---------------------------------------------- */
+
+/*
+ * Each rank's block is the same number of bytes (MPI: the signatures
+ * match), packed where a datatype is not contiguous.  A step moves a piece
+ * of every block: Gather and Allgather a half's worth of each rank's own
+ * block through its own half; Scatter 1/n of the root's half per rank.
+ */
+struct blocks {
+	char *mine;      /* this rank's block (send side), contiguous */
+	char *all;       /* the n blocks (root of Gather, Allgather; root of Scatter: send side) */
+	uint64_t bytes;  /* of one block */
+	void *tmp_mine, *tmp_all; /* packed copies, or NULL */
+};
+
+/* Contiguous bytes of @p count items of @p type at @p buf: the buffer
+ * itself, or a packed copy in *@p tmp (packed now where @p fill).
+ * @return NULL where out of memory or the packing failed (*@p rc). */
+static char *contiguous(const void *buf, int count, MPI_Datatype type, uint64_t bytes, bool fill, void **tmp,
+			int *rc)
+{
+	size_t flat;
+	const void *p = pm_flat_data(buf, count, type, &flat);
+	*tmp = NULL;
+	if (p || bytes == 0)
+		return (char *)(uintptr_t)(p ? p : buf);
+	*tmp = malloc(bytes);
+	if (!*tmp)
+		return out_of_memory(), NULL;
+	if (fill && (*rc = pm_pack(buf, count, type, *tmp, bytes)) != MPI_SUCCESS)
+		return NULL;
+	return *tmp;
+}
+
+/* Root @p root (or every rank, @p root < 0) takes the blocks of all. */
+static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
+{
+	for (uint64_t off = 0; off < b->bytes; off += co->half_bytes) {
+		size_t n = b->bytes - off < co->half_bytes ? (size_t)(b->bytes - off) : co->half_bytes;
+		uint64_t s = ++co->step;
+		coll_wait_free(co, s);
+		memcpy(coll_half(co, co->rank, s), b->mine + off, n);
+		coll_post(co, s);
+		if (root < 0 || root == co->rank) {
+			coll_wait_all(co, s);
+			for (int r = 0; r < co->size; r++)
+				if (b->all + (uint64_t)r * b->bytes + off != b->mine + off) /* in place */
+					memcpy(b->all + (uint64_t)r * b->bytes + off, coll_half(co, r, s), n);
+		}
+		coll_finish(co, s);
+	}
+}
+
+/* The root's blocks, each to its rank. */
+static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
+{
+	size_t piece = co->half_bytes / (size_t)co->size > 0 ? co->half_bytes / (size_t)co->size : 1;
+	for (uint64_t off = 0; off < b->bytes; off += piece) {
+		size_t n = b->bytes - off < piece ? (size_t)(b->bytes - off) : piece;
+		uint64_t s = ++co->step;
+		if (co->rank == root) {
+			coll_wait_free(co, s);
+			for (int r = 0; r < co->size; r++)
+				memcpy(coll_half(co, root, s) + (size_t)r * piece, b->all + (uint64_t)r * b->bytes + off, n);
+			coll_post(co, s);
+		} else {
+			coll_wait_arrive(co, root, s);
+		}
+		if (b->mine && !(b->all && b->mine == b->all + (uint64_t)co->rank * b->bytes))
+			memcpy(b->mine + off, coll_half(co, root, s) + (size_t)co->rank * piece, n);
+		coll_finish(co, s);
+	}
+}
+
+enum blk_kind { BLK_GATHER, BLK_SCATTER, BLK_ALLGATHER };
+
+/* The three calls: the block's bytes from the side every rank has. */
+static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
+		      int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+{
+	static const enum coll_call calls[] = {CALL_GATHER, CALL_SCATTER, CALL_ALLGATHER};
+	struct pm_coll *co = pm_coll_for(comm);
+	bool is_root = co && (kind == BLK_ALLGATHER || co->rank == root);
+	/* Gather: every rank sends; Scatter: every rank receives (at the root, either may be in place). */
+	bool in_place = is_root && (kind == BLK_SCATTER ? recvbuf == MPI_IN_PLACE : sendbuf == MPI_IN_PLACE);
+	bool by_send = kind != BLK_SCATTER && !in_place;
+	/* The type whose items make this rank's block (a pm_type_info() result
+	 * lives until the next look-up, so its size is taken at once). */
+	MPI_Datatype btype = by_send || (kind == BLK_SCATTER && in_place) ? stype : rtype;
+	int count = by_send || (kind == BLK_SCATTER && in_place) ? scount : rcount;
+	/* The root's n blocks (its other arguments are not significant elsewhere). */
+	int allcount = kind == BLK_SCATTER ? scount : rcount;
+	MPI_Datatype alltype = kind == BLK_SCATTER ? stype : rtype;
+	bool all_ok = !is_root || (allcount >= 0 && (uint64_t)allcount * (uint64_t)co->size <= INT_MAX &&
+				   pm_type_info(alltype));
+	const struct pm_type *t = co && all_ok ? pm_type_info(btype) : NULL;
+	if (!t || count < 0 || (kind != BLK_ALLGATHER && (root < 0 || root >= co->size))) {
+		coll_count(calls[kind], false, 0);
+		return -1;
+	}
+	struct blocks b = {.bytes = (uint64_t)t->size * (uint64_t)count};
+	coll_count(calls[kind], true, b.bytes);
+	if (b.bytes == 0)
+		return MPI_SUCCESS;
+	int rc = MPI_SUCCESS, n = co->size;
+	void *allbuf = kind == BLK_SCATTER ? (void *)(uintptr_t)sendbuf : recvbuf;
+	if (is_root)
+		b.all = contiguous(allbuf, allcount * n, alltype, b.bytes * (uint64_t)n, kind == BLK_SCATTER || in_place,
+				   &b.tmp_all, &rc);
+	if (in_place)
+		b.mine = b.all + (uint64_t)co->rank * b.bytes;
+	else if (kind == BLK_SCATTER)
+		b.mine = contiguous(recvbuf, rcount, rtype, b.bytes, false, &b.tmp_mine, &rc);
+	else
+		b.mine = contiguous(sendbuf, scount, stype, b.bytes, true, &b.tmp_mine, &rc);
+	if ((is_root && !b.all) || !b.mine) /* out of memory, or a pack failed: no way on together */
+		PMPI_Abort(comm, rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM);
+	if (co->size == 1)
+		memmove(kind == BLK_SCATTER ? b.mine : b.all, kind == BLK_SCATTER ? b.all : b.mine,
+			b.mine == b.all ? 0 : b.bytes);
+	else if (kind == BLK_SCATTER)
+		scatter_steps(co, &b, root);
+	else
+		gather_steps(co, &b, kind == BLK_GATHER ? root : -1);
+	if (is_root && b.tmp_all && kind != BLK_SCATTER)
+		rc = pm_unpack(b.tmp_all, b.bytes * (uint64_t)n, allbuf, allcount * n, alltype);
+	if (b.tmp_mine && kind == BLK_SCATTER && rc == MPI_SUCCESS)
+		rc = pm_unpack(b.tmp_mine, b.bytes, recvbuf, rcount, rtype);
+	free(b.tmp_all);
+	free(b.tmp_mine);
+	return pm_comm_error(comm, rc);
+}
+
+int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+	       MPI_Datatype recvtype, int root, MPI_Comm comm)
+{
+	int rc = block_call(BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+	return rc >= 0 ? rc : PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+}
+
+int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+		MPI_Datatype recvtype, int root, MPI_Comm comm)
+{
+	int rc = block_call(BLK_SCATTER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+	return rc >= 0 ? rc : PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+}
+
+int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+		  MPI_Datatype recvtype, MPI_Comm comm)
+{
+	int rc = block_call(BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
+	return rc >= 0 ? rc : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+}
+
+/* ---- Alltoall ------------------------------------------------------------- */
+
+/* Block r of every rank's @p out (n blocks of @p bytes) to rank r's @p in
+ * at block of the sender: each step, every rank writes a 1/n of its half
+ * per destination, then copies its own piece out of every rank's half. */
+static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64_t bytes)
+{
+	int n = co->size;
+	size_t piece = co->half_bytes / (size_t)n > 0 ? co->half_bytes / (size_t)n : 1;
+	for (uint64_t off = 0; off < bytes; off += piece) {
+		size_t len = bytes - off < piece ? (size_t)(bytes - off) : piece;
+		uint64_t s = ++co->step;
+		coll_wait_free(co, s);
+		for (int r = 0; r < n; r++)
+			memcpy(coll_half(co, co->rank, s) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
+		coll_post(co, s);
+		coll_wait_all(co, s);
+		for (int r = 0; r < n; r++)
+			memcpy(in + (uint64_t)r * bytes + off, coll_half(co, r, s) + (size_t)co->rank * piece, len);
+		coll_finish(co, s);
+	}
+}
+
+int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+		 MPI_Datatype recvtype, MPI_Comm comm)
+{
+	struct pm_coll *co = pm_coll_for(comm);
+	bool in_place = sendbuf == MPI_IN_PLACE;
+	uint64_t rsize = co && recvcount >= 0 && pm_type_info(recvtype) ? (uint64_t)pm_type_info(recvtype)->size : 0;
+	bool ok = rsize && (in_place || (sendcount >= 0 && pm_type_info(sendtype)));
+	if (!co || !ok || (uint64_t)recvcount * (uint64_t)co->size > INT_MAX ||
+	    (!in_place && (uint64_t)sendcount * (uint64_t)co->size > INT_MAX)) {
+		coll_count(CALL_ALLTOALL, false, 0);
+		return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+	}
+	uint64_t bytes = rsize * (uint64_t)recvcount, all = bytes * (uint64_t)co->size;
+	coll_count(CALL_ALLTOALL, true, all);
+	if (bytes == 0)
+		return MPI_SUCCESS;
+	int rc = MPI_SUCCESS, n = co->size;
+	void *tmp_out = NULL, *tmp_in = NULL;
+	/* In place: the send blocks are the receive buffer, read before it is written. */
+	char *out = in_place ? contiguous(recvbuf, recvcount * n, recvtype, all, true, &tmp_out, &rc)
+			     : contiguous(sendbuf, sendcount * n, sendtype, all, true, &tmp_out, &rc);
+	if (out && in_place && !tmp_out) { /* contiguous in the user's buffer: a copy to read from */
+		tmp_out = malloc(all);
+		out = tmp_out ? memcpy(tmp_out, out, all) : NULL;
+	}
+	char *in = out ? contiguous(recvbuf, recvcount * n, recvtype, all, false, &tmp_in, &rc) : NULL;
+	if (!out || !in)
+		PMPI_Abort(comm, rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM);
+	if (n == 1)
+		memcpy(in, out, all);
+	else
+		alltoall_steps(co, out, in, bytes);
+	if (tmp_in)
+		rc = pm_unpack(tmp_in, all, recvbuf, recvcount * n, recvtype);
+	free(tmp_out);
+	free(tmp_in);
+	return pm_comm_error(comm, rc);
+}
