@@ -165,8 +165,8 @@ static PyGetSetDef msg_getset[] = {
 PyDoc_STRVAR(msg_doc, "A message received in place (Channel.recv_inplace()).\n\n"
 		      "Exports its record read-only through the buffer protocol: memoryview(msg),\n"
 		      "numpy.asarray(msg), bytes(msg).  len(msg) is its length.  Released by release(),\n"
-		      "a with block, or when its last reference goes.  Note: numpy.frombuffer(msg) does not\n"
-		      "keep the export (numpy lets it go at once): use numpy.asarray(msg) or pinshm.as_array().");
+		      "a with block, or when its last reference goes.  Whatever holds it (an array from\n"
+		      "numpy.frombuffer(msg) does) keeps the channel's mapping alive.");
 
 static PyType_Slot msg_slots[] = {
 	{Py_tp_doc, (void *)msg_doc},
