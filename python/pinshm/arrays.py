@@ -130,7 +130,12 @@ def as_array(message):
     view = memoryview(message)
     try:
         dtype, shape, order, offset = _parse(np, view)
-        return np.ndarray(shape, dtype, buffer=view, offset=offset, order=order)
+        count = 1
+        for d in shape:
+            count *= d
+        # frombuffer keeps the buffer export (numpy.ndarray(buffer=) lets it go).
+        flat = np.frombuffer(view, dtype=dtype, count=count, offset=offset)
+        return flat.reshape(shape, order=order)
     except BaseException:
         view.release()
         raise
