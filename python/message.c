@@ -99,6 +99,36 @@ static PyObject *msg_tobytes(MessageObject *m, PyObject *unused)
 	return PyBytes_FromStringAndSize(m->data, (Py_ssize_t)m->len);
 }
 
+PyDoc_STRVAR(msg_dlpack_doc,
+	     "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None) -> capsule\n\n"
+	     "The record as a one-dimensional uint8 DLPack tensor on the CPU, in place\n"
+	     "(torch.from_dlpack(msg), numpy.from_dlpack(msg)).  The record stays held\n"
+	     "until every consumer of the capsule has let go.  copy=True is refused\n"
+	     "(BufferError): the point is not to copy.  For the array of an array\n"
+	     "message, pinshm.array_dlpack(msg).");
+
+static PyObject *msg_dlpack(MessageObject *m, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+	PyObject *stream = Py_None, *maxv = Py_None, *dev = Py_None, *copy = Py_None;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kwlist, &stream, &maxv, &dev, &copy))
+		return NULL;
+	if (copy == Py_True) {
+		PyErr_SetString(PyExc_BufferError, "pinshm exports records in place, never as copies");
+		return NULL;
+	}
+	int64_t shape[1] = {(int64_t)m->len};
+	return pyshm_dlpack_capsule(m, 0, 1, shape, NULL, 1 /* kDLUInt */, 8);
+}
+
+static PyObject *msg_dlpack_device(MessageObject *m, PyObject *unused)
+{
+	(void)m;
+	(void)unused;
+	return Py_BuildValue("(ii)", 1 /* kDLCPU */, 0);
+}
+
 static PyObject *msg_enter(PyObject *self, PyObject *unused)
 {
 	(void)unused;
@@ -150,6 +180,9 @@ static void msg_dealloc(MessageObject *m)
 static PyMethodDef msg_methods[] = {
 	{"release", (PyCFunction)msg_release, METH_NOARGS, msg_release_doc},
 	{"tobytes", (PyCFunction)msg_tobytes, METH_NOARGS, msg_tobytes_doc},
+	{"__dlpack__", (PyCFunction)(void (*)(void))msg_dlpack, METH_VARARGS | METH_KEYWORDS, msg_dlpack_doc},
+	{"__dlpack_device__", (PyCFunction)msg_dlpack_device, METH_NOARGS,
+	 "__dlpack_device__() -> (1, 0): kDLCPU, device 0."},
 	{"__enter__", msg_enter, METH_NOARGS, "Return self."},
 	{"__exit__", (PyCFunction)msg_exit, METH_VARARGS, "release()."},
 	{NULL, NULL, 0, NULL},

@@ -154,10 +154,83 @@ static PyObject *mod_own_name(PyObject *mod, PyObject *args)
 	return PyUnicode_FromString(buf);
 }
 
+PyDoc_STRVAR(dlpack_doc, "_dlpack(message, offset, shape, strides, code, bits) -> capsule\n\n"
+			 "A DLPack capsule over message from byte offset (pinshm.array_dlpack() uses it):\n"
+			 "shape and strides (in elements, or None for C order) tuples, DLPack type code\n"
+			 "and bits.  The geometry must lie within the record.");
+
+/* Read a tuple of up to 32 int64 into @p out. @return its length, or -1. */
+static int int64_tuple(PyObject *t, int64_t *out)
+{
+	if (!PyTuple_Check(t) || PyTuple_Size(t) > 32) {
+		PyErr_SetString(PyExc_ValueError, "a tuple of at most 32 integers");
+		return -1;
+	}
+	int n = (int)PyTuple_Size(t);
+	for (int i = 0; i < n; i++) {
+		out[i] = PyLong_AsLongLong(PyTuple_GetItem(t, i));
+		if (out[i] == -1 && PyErr_Occurred())
+			return -1;
+	}
+	return n;
+}
+
+/* Whether @p ndim dimensions of @p itemsize bytes with @p shape and
+ * @p strides (elements, NULL: C order) from @p offset lie within @p len bytes. */
+static bool geometry_fits(size_t len, size_t offset, int ndim, const int64_t *shape, const int64_t *strides,
+			  size_t itemsize)
+{
+	__int128 lo = (__int128)offset, hi = (__int128)offset, step = (__int128)itemsize;
+
+	for (int i = ndim - 1; i >= 0; i--) {
+		if (shape[i] < 0)
+			return false;
+		if (shape[i] == 0)
+			return offset <= len;
+		__int128 s = strides ? (__int128)strides[i] * (__int128)itemsize : step;
+		__int128 span = s * (__int128)(shape[i] - 1);
+		if (span < 0)
+			lo += span;
+		else
+			hi += span;
+		step *= shape[i];
+	}
+	return lo >= 0 && hi + (__int128)itemsize <= (__int128)len;
+}
+
+static PyObject *mod_dlpack(PyObject *mod, PyObject *args)
+{
+	PyObject *msg, *shape_t, *strides_t;
+	unsigned long long offset;
+	unsigned char code, bits;
+	int64_t shape[32], strides[32];
+
+	(void)mod;
+	if (!PyArg_ParseTuple(args, "O!KOObb:_dlpack", (PyTypeObject *)pyshm_MessageType, &msg, &offset, &shape_t,
+			      &strides_t, &code, &bits))
+		return NULL;
+	int ndim = int64_tuple(shape_t, shape);
+	if (ndim < 0)
+		return NULL;
+	if (strides_t != Py_None && int64_tuple(strides_t, strides) != ndim) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_ValueError, "strides and shape differ in length");
+		return NULL;
+	}
+	MessageObject *m = (MessageObject *)msg;
+	if (bits == 0 || bits % 8 || !geometry_fits(m->len, offset, ndim, shape, strides_t == Py_None ? NULL : strides,
+						    bits / 8)) {
+		PyErr_SetString(PyExc_ValueError, "the tensor does not lie within the record");
+		return NULL;
+	}
+	return pyshm_dlpack_capsule(m, offset, ndim, shape, strides_t == Py_None ? NULL : strides, code, bits);
+}
+
 static PyMethodDef mod_methods[] = {
 	{"connect", (PyCFunction)(void (*)(void))mod_connect, METH_VARARGS | METH_KEYWORDS, connect_doc},
 	{"strerror", mod_strerror, METH_O, strerror_doc},
 	{"own_name", mod_own_name, METH_VARARGS, own_name_doc},
+	{"_dlpack", mod_dlpack, METH_VARARGS, dlpack_doc},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -146,6 +146,13 @@ void pyshm_reservation_drop(ReservationObject *r);
  *  then calls pyshm_channel_reap(). */
 void pyshm_message_done(MessageObject *m);
 
+/** A DLPack capsule ("dltensor", kDLCPU) of @p ndim dimensions over message
+ *  @p m from byte @p offset: @p shape, @p strides (elements; NULL: C
+ *  order), type @p code and @p bits.  It holds an export of @p m until the
+ *  tensor's deleter runs.  @return the capsule, or NULL. */
+PyObject *pyshm_dlpack_capsule(MessageObject *m, size_t offset, int ndim, const int64_t *shape,
+			       const int64_t *strides, uint8_t code, uint8_t bits);
+
 /** Free a heap-type instance and its type reference. */
 void pyshm_free(PyObject *self);
 

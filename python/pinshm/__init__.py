@@ -50,7 +50,8 @@ from _pinshm import (  # noqa: F401  (re-exported)
     strerror,
 )
 
-from .arrays import ARRAY_MAGIC, as_array, recv_array, send_array  # noqa: F401
+from .aio import recv_async  # noqa: F401
+from .arrays import ARRAY_MAGIC, array_dlpack, as_array, recv_array, send_array  # noqa: F401
 
 __version__ = LIBRARY_VERSION
 
@@ -59,5 +60,5 @@ __all__ = [
     "NAME_MAX", "OVERRUN", "PERSISTENT", "PRODUCER", "PROTOCOL_VERSION", "QUEUE", "TOPIC",
     "Channel", "Client", "Corrupt", "Empty", "Error", "Full", "Message", "PeerGone",
     "Reservation", "Stale", "Timeout", "TooManyHeld", "connect", "own_name", "strerror",
-    "ARRAY_MAGIC", "as_array", "recv_array", "send_array",
+    "ARRAY_MAGIC", "array_dlpack", "as_array", "recv_array", "send_array", "recv_async",
 ]

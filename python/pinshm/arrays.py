@@ -155,3 +155,32 @@ def recv_array(channel, timeout=None):
     except ValueError:
         msg.release()
         raise
+
+
+_DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}  # DLPack type codes of numpy kinds
+
+
+def array_dlpack(message):
+    """A DLPack capsule of the array that message carries, in place.
+
+    For torch.from_dlpack(pinshm.array_dlpack(msg)): a tensor of the array's
+    dtype, shape and order over the record (on the CPU; no copy).  The record
+    stays held until the tensor is gone.  Booleans, integers, floats and
+    complex numbers of native byte order only (TypeError otherwise);
+    ValueError where the message is not a well-formed array message.
+    """
+    import _pinshm
+
+    np = _np()
+    with memoryview(message) as view:
+        dtype, shape, order, offset = _parse(np, view)
+    if dtype.kind not in _DL_CODES or dtype.names or dtype.subdtype or not dtype.isnative:
+        raise TypeError("DLPack has no type for dtype %s" % dtype)
+    strides = None
+    if order == "F" and len(shape) > 1:
+        step, strides = 1, []
+        for d in shape:
+            strides.append(step)
+            step *= d
+        strides = tuple(strides)
+    return _pinshm._dlpack(message, offset, tuple(shape), strides, _DL_CODES[dtype.kind], dtype.itemsize * 8)
