@@ -62,6 +62,10 @@ int pyshm_channel_reap(ChannelObject *self)
 {
 	if (!self->ch || self->busy || self->closed || self->pid != getpid())
 		return 0;
+	if (self->abort_pending) {
+		self->abort_pending = false;
+		pinshm_abort(self->ch);
+	}
 	uint64_t k = self->first;
 	while (k < self->end && self->held[k % PYSHM_MAX_HELD].obj == NULL)
 		k++;
@@ -742,13 +746,6 @@ static PyType_Spec chan_spec = {"pinshm.Channel", sizeof(ChannelObject), 0,
 
 int pyshm_channel_init(PyObject *module)
 {
-	pyshm_ChannelType = PyType_FromSpec(&chan_spec);
-	if (!pyshm_ChannelType)
-		return -1;
-	Py_INCREF(pyshm_ChannelType);
-	if (PyModule_AddObject(module, "Channel", pyshm_ChannelType) < 0) {
-		Py_DECREF(pyshm_ChannelType);
-		return -1;
-	}
-	return 0;
+	pyshm_ChannelType = pyshm_add_type(module, &chan_spec, "Channel");
+	return pyshm_ChannelType ? 0 : -1;
 }

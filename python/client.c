@@ -50,6 +50,67 @@ static int parse_role(PyObject *arg, int *role)
 	return 0;
 }
 
+/* One request to the daemon, its arguments and results. */
+enum req_kind { REQ_CREATE, REQ_OPEN, REQ_UNLINK, REQ_STAT, REQ_LIST, REQ_STATUS, REQ_SHUTDOWN };
+
+struct request {
+	enum req_kind kind;
+	const char *name;
+	pinshm_channel_attr_t attr; /* REQ_CREATE, with mode and flags */
+	mode_t mode;
+	unsigned flags;
+	int role;                   /* REQ_OPEN: in; ch: out */
+	pinshm_channel_t *ch;
+	pinshm_list_entry_t entry;  /* REQ_STAT */
+	pinshm_list_entry_t *entries; /* REQ_LIST, count of them */
+	size_t count;
+	pinshm_status_t status;     /* REQ_STATUS */
+};
+
+static int request_run(pinshm_client_t *c, struct request *r)
+{
+	switch (r->kind) {
+	case REQ_CREATE:
+		return pinshm_create(c, r->name, &r->attr, r->mode, r->flags);
+	case REQ_OPEN:
+		return pinshm_open(c, r->name, (pinshm_role_t)r->role, &r->ch);
+	case REQ_UNLINK:
+		return pinshm_unlink(c, r->name);
+	case REQ_STAT:
+		return pinshm_stat(c, r->name, &r->entry);
+	case REQ_LIST:
+		return pinshm_list(c, &r->entries, &r->count);
+	case REQ_STATUS:
+		return pinshm_status(c, &r->status, NULL, NULL);
+	case REQ_SHUTDOWN:
+		return pinshm_daemon_shutdown(c);
+	}
+	return -EINVAL;
+}
+
+/* Make request @p r without the GIL (counted in users, so that no other
+ * thread disconnects meanwhile).  @return 0, or -1 with the exception of
+ * its failure set, carrying the daemon's reason. */
+static int client_request(ClientObject *self, struct request *r)
+{
+	char why[512];
+	int rc;
+
+	if (client_usable(self) < 0)
+		return -1;
+	self->users++;
+	Py_BEGIN_ALLOW_THREADS
+	rc = request_run(self->c, r);
+	snprintf(why, sizeof(why), "%s", pinshm_client_error(self->c));
+	Py_END_ALLOW_THREADS
+	self->users--;
+	if (rc < 0) {
+		pyshm_raise(rc, why, PYSHM_OTHER);
+		return -1;
+	}
+	return 0;
+}
+
 PyDoc_STRVAR(create_doc,
 	     "create(name, kind=QUEUE, capacity=1048576, max_message=0, max_producers=4,\n"
 	     "       max_consumers=1, overrun=False, mode=0o600, persistent=False, flags=0)\n\n"
@@ -63,41 +124,30 @@ static PyObject *client_create(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"name",     "kind", "capacity",   "max_message", "max_producers", "max_consumers",
 				 "overrun", "mode", "persistent", "flags",       NULL};
-	const char *name;
-	pinshm_channel_attr_t attr;
+	struct request r = {.kind = REQ_CREATE};
 	unsigned kind, maxmsg, prods, cons, mode = 0600, flags = 0;
 	unsigned long long cap;
 	int overrun = 0, persistent = 0;
-	char why[512];
 
-	pinshm_channel_attr_init(&attr);
-	kind = attr.kind;
-	cap = attr.capacity;
-	maxmsg = attr.max_message;
-	prods = attr.max_producers;
-	cons = attr.max_consumers;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IKIIIpIpI:create", kwlist, &name, &kind, &cap, &maxmsg, &prods,
-					 &cons, &overrun, &mode, &persistent, &flags))
+	pinshm_channel_attr_init(&r.attr);
+	kind = r.attr.kind;
+	cap = r.attr.capacity;
+	maxmsg = r.attr.max_message;
+	prods = r.attr.max_producers;
+	cons = r.attr.max_consumers;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IKIIIpIpI:create", kwlist, &r.name, &kind, &cap, &maxmsg,
+					 &prods, &cons, &overrun, &mode, &persistent, &flags))
 		return NULL;
-	if (client_usable(self) < 0)
+	r.attr = (pinshm_channel_attr_t){.kind = kind,
+					 .flags = overrun ? PINSHM_OVERRUN : 0,
+					 .capacity = cap,
+					 .max_message = maxmsg,
+					 .max_producers = prods,
+					 .max_consumers = cons};
+	r.mode = (mode_t)mode;
+	r.flags = flags | (persistent ? PINSHM_PERSISTENT : 0);
+	if (client_request(self, &r) < 0)
 		return NULL;
-	attr.kind = kind;
-	attr.capacity = cap;
-	attr.max_message = maxmsg;
-	attr.max_producers = prods;
-	attr.max_consumers = cons;
-	attr.flags = overrun ? PINSHM_OVERRUN : 0;
-	if (persistent)
-		flags |= PINSHM_PERSISTENT;
-	int rc;
-	self->users++;
-	Py_BEGIN_ALLOW_THREADS
-	rc = pinshm_create(self->c, name, &attr, (mode_t)mode, flags);
-	snprintf(why, sizeof(why), "%s", pinshm_client_error(self->c));
-	Py_END_ALLOW_THREADS
-	self->users--;
-	if (rc < 0)
-		return pyshm_raise(rc, why, PYSHM_OTHER);
 	Py_RETURN_NONE;
 }
 
@@ -108,26 +158,14 @@ PyDoc_STRVAR(open_doc, "open(name, role) -> Channel\n\n"
 static PyObject *client_open(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"name", "role", NULL};
-	const char *name;
+	struct request r = {.kind = REQ_OPEN};
 	PyObject *role_arg;
-	int role;
-	pinshm_channel_t *ch = NULL;
-	char why[512];
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "sO:open", kwlist, &name, &role_arg))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "sO:open", kwlist, &r.name, &role_arg))
 		return NULL;
-	if (parse_role(role_arg, &role) < 0 || client_usable(self) < 0)
+	if (parse_role(role_arg, &r.role) < 0 || client_request(self, &r) < 0)
 		return NULL;
-	int rc;
-	self->users++;
-	Py_BEGIN_ALLOW_THREADS
-	rc = pinshm_open(self->c, name, (pinshm_role_t)role, &ch);
-	snprintf(why, sizeof(why), "%s", pinshm_client_error(self->c));
-	Py_END_ALLOW_THREADS
-	self->users--;
-	if (rc < 0)
-		return pyshm_raise(rc, why, PYSHM_OTHER);
-	return pyshm_channel_new(ch, self, role, name);
+	return pyshm_channel_new(r.ch, self, r.role, r.name);
 }
 
 PyDoc_STRVAR(unlink_doc, "unlink(name)\n\nRemove the name (pinshm_unlink()): users of the old channel "
@@ -135,20 +173,10 @@ PyDoc_STRVAR(unlink_doc, "unlink(name)\n\nRemove the name (pinshm_unlink()): use
 
 static PyObject *client_unlink(ClientObject *self, PyObject *args)
 {
-	const char *name;
-	char why[512];
+	struct request r = {.kind = REQ_UNLINK};
 
-	if (!PyArg_ParseTuple(args, "s:unlink", &name) || client_usable(self) < 0)
+	if (!PyArg_ParseTuple(args, "s:unlink", &r.name) || client_request(self, &r) < 0)
 		return NULL;
-	int rc;
-	self->users++;
-	Py_BEGIN_ALLOW_THREADS
-	rc = pinshm_unlink(self->c, name);
-	snprintf(why, sizeof(why), "%s", pinshm_client_error(self->c));
-	Py_END_ALLOW_THREADS
-	self->users--;
-	if (rc < 0)
-		return pyshm_raise(rc, why, PYSHM_OTHER);
 	Py_RETURN_NONE;
 }
 
@@ -201,22 +229,11 @@ PyDoc_STRVAR(stat_doc, "stat(name) -> dict\n\nThe channel name as the daemon lis
 
 static PyObject *client_stat(ClientObject *self, PyObject *args)
 {
-	const char *name;
-	pinshm_list_entry_t e;
-	char why[512];
+	struct request r = {.kind = REQ_STAT};
 
-	if (!PyArg_ParseTuple(args, "s:stat", &name) || client_usable(self) < 0)
+	if (!PyArg_ParseTuple(args, "s:stat", &r.name) || client_request(self, &r) < 0)
 		return NULL;
-	int rc;
-	self->users++;
-	Py_BEGIN_ALLOW_THREADS
-	rc = pinshm_stat(self->c, name, &e);
-	snprintf(why, sizeof(why), "%s", pinshm_client_error(self->c));
-	Py_END_ALLOW_THREADS
-	self->users--;
-	if (rc < 0)
-		return pyshm_raise(rc, why, PYSHM_OTHER);
-	return entry_dict(&e);
+	return entry_dict(&r.entry);
 }
 
 PyDoc_STRVAR(list_doc, "list() -> list of dict\n\nEvery named channel, in the order created "
@@ -224,25 +241,14 @@ PyDoc_STRVAR(list_doc, "list() -> list of dict\n\nEvery named channel, in the or
 
 static PyObject *client_list(ClientObject *self, PyObject *unused)
 {
-	pinshm_list_entry_t *es = NULL;
-	size_t n = 0;
-	char why[512];
+	struct request r = {.kind = REQ_LIST};
 
 	(void)unused;
-	if (client_usable(self) < 0)
+	if (client_request(self, &r) < 0)
 		return NULL;
-	int rc;
-	self->users++;
-	Py_BEGIN_ALLOW_THREADS
-	rc = pinshm_list(self->c, &es, &n);
-	snprintf(why, sizeof(why), "%s", pinshm_client_error(self->c));
-	Py_END_ALLOW_THREADS
-	self->users--;
-	if (rc < 0)
-		return pyshm_raise(rc, why, PYSHM_OTHER);
 	PyObject *l = PyList_New(0);
-	for (size_t i = 0; l && i < n; i++) {
-		PyObject *d = entry_dict(&es[i]);
+	for (size_t i = 0; l && i < r.count; i++) {
+		PyObject *d = entry_dict(&r.entries[i]);
 		if (!d || PyList_Append(l, d) < 0) {
 			Py_XDECREF(d);
 			Py_CLEAR(l);
@@ -250,7 +256,7 @@ static PyObject *client_list(ClientObject *self, PyObject *unused)
 		}
 		Py_DECREF(d);
 	}
-	free(es);
+	free(r.entries);
 	return l;
 }
 
@@ -259,26 +265,17 @@ PyDoc_STRVAR(status_doc, "status() -> dict\n\nThe daemon's figures (pinshm_statu
 
 static PyObject *client_status(ClientObject *self, PyObject *unused)
 {
-	pinshm_status_t st;
-	char why[512];
+	struct request r = {.kind = REQ_STATUS};
+	const pinshm_status_t *st = &r.status;
 
 	(void)unused;
-	if (client_usable(self) < 0)
+	if (client_request(self, &r) < 0)
 		return NULL;
-	int rc;
-	self->users++;
-	Py_BEGIN_ALLOW_THREADS
-	rc = pinshm_status(self->c, &st, NULL, NULL);
-	snprintf(why, sizeof(why), "%s", pinshm_client_error(self->c));
-	Py_END_ALLOW_THREADS
-	self->users--;
-	if (rc < 0)
-		return pyshm_raise(rc, why, PYSHM_OTHER);
-	return Py_BuildValue("{s:I,s:O,s:K,s:K,s:K,s:I,s:I,s:I}", "pid", st.pid, "user_mode",
-			     (st.flags & PINSHM_STATUS_USER_MODE) ? Py_True : Py_False, "uptime_ms",
-			     (unsigned long long)st.uptime_ms, "budget", (unsigned long long)st.budget, "pinned",
-			     (unsigned long long)st.pinned, "channels_pinned", st.channels_pinned, "channels_unpinned",
-			     st.channels_unpinned, "connections", st.connections);
+	return Py_BuildValue("{s:I,s:O,s:K,s:K,s:K,s:I,s:I,s:I}", "pid", st->pid, "user_mode",
+			     (st->flags & PINSHM_STATUS_USER_MODE) ? Py_True : Py_False, "uptime_ms",
+			     (unsigned long long)st->uptime_ms, "budget", (unsigned long long)st->budget, "pinned",
+			     (unsigned long long)st->pinned, "channels_pinned", st->channels_pinned,
+			     "channels_unpinned", st->channels_unpinned, "connections", st->connections);
 }
 
 PyDoc_STRVAR(shutdown_doc, "shutdown_daemon()\n\nAsk the daemon to stop (pinshm_daemon_shutdown(): "
@@ -286,20 +283,11 @@ PyDoc_STRVAR(shutdown_doc, "shutdown_daemon()\n\nAsk the daemon to stop (pinshm_
 
 static PyObject *client_shutdown(ClientObject *self, PyObject *unused)
 {
-	char why[512];
+	struct request r = {.kind = REQ_SHUTDOWN};
 
 	(void)unused;
-	if (client_usable(self) < 0)
+	if (client_request(self, &r) < 0)
 		return NULL;
-	int rc;
-	self->users++;
-	Py_BEGIN_ALLOW_THREADS
-	rc = pinshm_daemon_shutdown(self->c);
-	snprintf(why, sizeof(why), "%s", pinshm_client_error(self->c));
-	Py_END_ALLOW_THREADS
-	self->users--;
-	if (rc < 0)
-		return pyshm_raise(rc, why, PYSHM_OTHER);
 	Py_RETURN_NONE;
 }
 
@@ -388,13 +376,6 @@ static PyType_Spec client_spec = {"pinshm.Client", sizeof(ClientObject), 0,
 
 int pyshm_client_init(PyObject *module)
 {
-	pyshm_ClientType = PyType_FromSpec(&client_spec);
-	if (!pyshm_ClientType)
-		return -1;
-	Py_INCREF(pyshm_ClientType);
-	if (PyModule_AddObject(module, "Client", pyshm_ClientType) < 0) {
-		Py_DECREF(pyshm_ClientType);
-		return -1;
-	}
-	return 0;
+	pyshm_ClientType = pyshm_add_type(module, &client_spec, "Client");
+	return pyshm_ClientType ? 0 : -1;
 }

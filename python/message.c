@@ -244,7 +244,11 @@ void pyshm_reservation_drop(ReservationObject *r)
 		return;
 	r->done = true;
 	chan->resv = NULL;
-	if (chan->ch && !chan->busy && !chan->closed && chan->pid == getpid())
+	if (!chan->ch || chan->closed || chan->pid != getpid())
+		return; /* close() drops it with the handle */
+	if (chan->busy)
+		chan->abort_pending = true;
+	else
 		pinshm_abort(chan->ch);
 }
 
@@ -401,25 +405,9 @@ static PyType_Slot resv_slots[] = {
 static PyType_Spec resv_spec = {"pinshm.Reservation", sizeof(ReservationObject), 0,
 				Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, resv_slots};
 
-/* Make the type of @p spec and add it to @p module as @p name. */
-static PyObject *add_type(PyObject *module, PyType_Spec *spec, const char *name)
-{
-	PyObject *t = PyType_FromSpec(spec);
-
-	if (!t)
-		return NULL;
-	Py_INCREF(t);
-	if (PyModule_AddObject(module, name, t) < 0) {
-		Py_DECREF(t);
-		Py_DECREF(t);
-		return NULL;
-	}
-	return t;
-}
-
 int pyshm_message_init(PyObject *module)
 {
-	pyshm_MessageType = add_type(module, &msg_spec, "Message");
-	pyshm_ReservationType = pyshm_MessageType ? add_type(module, &resv_spec, "Reservation") : NULL;
+	pyshm_MessageType = pyshm_add_type(module, &msg_spec, "Message");
+	pyshm_ReservationType = pyshm_MessageType ? pyshm_add_type(module, &resv_spec, "Reservation") : NULL;
 	return pyshm_ReservationType ? 0 : -1;
 }

@@ -338,6 +338,21 @@ PyMODINIT_FUNC PyInit__pinshm(void)
 	return m;
 }
 
+PyObject *pyshm_add_type(PyObject *module, PyType_Spec *spec, const char *name)
+{
+	PyObject *t = PyType_FromSpec(spec);
+
+	if (!t)
+		return NULL;
+	Py_INCREF(t);
+	if (PyModule_AddObject(module, name, t) < 0) {
+		Py_DECREF(t);
+		Py_DECREF(t);
+		return NULL;
+	}
+	return t;
+}
+
 void pyshm_free(PyObject *self)
 {
 	PyTypeObject *tp = Py_TYPE(self);

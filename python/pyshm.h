@@ -71,6 +71,7 @@ typedef struct {
 	uint64_t first, end;
 	struct held_slot held[PYSHM_MAX_HELD];
 	ReservationObject *resv; /* borrowed: the pending reservation, or NULL */
+	bool abort_pending;      /* a reservation dropped while the handle was busy: abort it when free */
 	int release_err;         /* last error of a deferred release (negative errno), 0 */
 	char name[PINSHM_NAME_MAX + 1];
 } ChannelObject;
@@ -152,6 +153,10 @@ void pyshm_message_done(MessageObject *m);
  *  tensor's deleter runs.  @return the capsule, or NULL. */
 PyObject *pyshm_dlpack_capsule(MessageObject *m, size_t offset, int ndim, const int64_t *shape,
 			       const int64_t *strides, uint8_t code, uint8_t bits);
+
+/** Make the type of @p spec and add it to @p module as @p name.
+ *  @return the type (a reference kept for the module's globals), or NULL. */
+PyObject *pyshm_add_type(PyObject *module, PyType_Spec *spec, const char *name);
 
 /** Free a heap-type instance and its type reference. */
 void pyshm_free(PyObject *self);
