@@ -515,11 +515,25 @@ static PyObject *chan_recv_batch(ChannelObject *self, PyObject *args, PyObject *
 
 /* ---- event loops, information ----------------------------------------- */
 
-static int op_notify_fd(pinshm_channel_t *ch, void *arg, int ms)
+/* The wake-up calls, which may make a request through the client: arm
+ * with @p arg non-NULL, else the descriptor. */
+static int op_event(pinshm_channel_t *ch, void *arg, int ms)
 {
-	(void)arg;
 	(void)ms;
-	return pinshm_channel_notify_fd(ch);
+	return arg ? pinshm_channel_arm(ch) : pinshm_channel_notify_fd(ch);
+}
+
+/* op_event() once without the GIL. @return its result, or INT_MIN with an exception set. */
+static int event_call(ChannelObject *self, bool arm)
+{
+	if (pyshm_channel_usable(self) < 0)
+		return INT_MIN;
+	int rc = run_waiting(self, op_event, arm ? self : NULL, RUN_ONCE);
+	if (rc < 0 && rc != INT_MIN && !(arm && rc == -EAGAIN)) {
+		chan_raise(self, rc, PYSHM_OTHER);
+		return INT_MIN;
+	}
+	return rc;
 }
 
 PyDoc_STRVAR(fileno_doc, "fileno() -> int\n\n"
@@ -530,21 +544,8 @@ PyDoc_STRVAR(fileno_doc, "fileno() -> int\n\n"
 static PyObject *chan_fileno(ChannelObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (pyshm_channel_usable(self) < 0)
-		return NULL;
-	int rc = run_waiting(self, op_notify_fd, NULL, RUN_ONCE);
-	if (rc == INT_MIN)
-		return NULL;
-	if (rc < 0)
-		return chan_raise(self, rc, PYSHM_OTHER);
-	return PyLong_FromLong(rc);
-}
-
-static int op_arm(pinshm_channel_t *ch, void *arg, int ms)
-{
-	(void)arg;
-	(void)ms;
-	return pinshm_channel_arm(ch);
+	int rc = event_call(self, false);
+	return rc == INT_MIN ? NULL : PyLong_FromLong(rc);
 }
 
 PyDoc_STRVAR(arm_doc, "arm() -> bool\n\n"
@@ -556,16 +557,8 @@ PyDoc_STRVAR(arm_doc, "arm() -> bool\n\n"
 static PyObject *chan_arm(ChannelObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (pyshm_channel_usable(self) < 0)
-		return NULL;
-	int rc = run_waiting(self, op_arm, NULL, RUN_ONCE);
-	if (rc == INT_MIN)
-		return NULL;
-	if (rc == -EAGAIN)
-		Py_RETURN_FALSE;
-	if (rc < 0)
-		return chan_raise(self, rc, PYSHM_OTHER);
-	Py_RETURN_TRUE;
+	int rc = event_call(self, true);
+	return rc == INT_MIN ? NULL : PyBool_FromLong(rc == 0);
 }
 
 PyDoc_STRVAR(info_doc, "info() -> dict\n\n"
