@@ -94,7 +94,10 @@ def test_producers_to_one_consumer(client, daemon):
 
 
 def test_producers_to_shared_consumers(client, daemon):
-    client.create("shared", capacity=1 << 14, max_producers=2, max_consumers=2)
+    client.create("shared", capacity=1 << 14, max_producers=3, max_consumers=2)
+    # A producer endpoint of the test's own, so that the consumers see every
+    # producer gone only once it closes, not between two children.
+    held = client.open("shared", "producer")
     pipes = [ctx.Pipe(duplex=False) for _ in range(2)]
     consumers = [start(consume, daemon.sock, "shared", w) for r, w in pipes]
     for r, w in pipes:
@@ -102,6 +105,7 @@ def test_producers_to_shared_consumers(client, daemon):
     count = 1000
     producers = [start(produce, daemon.sock, "shared", p, count, True) for p in range(2)]
     join_all(producers)
+    held.close()
     got = [r.recv() for r, w in pipes]
     join_all(consumers)
     for part in got:  # each consumer sees each producer's messages in order
