@@ -34,7 +34,7 @@ PyObject *pyshm_channel_new(pinshm_channel_t *ch, ClientObject *client, int role
 	self->ch = ch;
 	self->client = client;
 	Py_XINCREF((PyObject *)client);
-	self->pid = getpid();
+	self->pid = pyshm_pid();
 	self->role = role;
 	self->max_message = pinshm_channel_info(ch, &info) == 0 ? info.max_message : 0;
 	snprintf(self->name, sizeof(self->name), "%s", name ? name : "");
@@ -47,7 +47,7 @@ int pyshm_channel_usable(ChannelObject *self)
 		PyErr_SetString(PyExc_ValueError, "the channel is closed");
 		return -1;
 	}
-	if (self->pid != getpid()) {
+	if (self->pid != pyshm_pid()) {
 		PyErr_SetString(pyshm_Error, "this channel belongs to the parent process (fork): open it again");
 		return -1;
 	}
@@ -60,7 +60,7 @@ int pyshm_channel_usable(ChannelObject *self)
 
 int pyshm_channel_reap(ChannelObject *self)
 {
-	if (!self->ch || self->busy || self->closed || self->pid != getpid())
+	if (!self->ch || self->busy || self->closed || self->pid != pyshm_pid())
 		return 0;
 	if (self->abort_pending) {
 		self->abort_pending = false;
@@ -92,7 +92,7 @@ static int chan_unmap(ChannelObject *self, bool nogil)
 	pinshm_channel_t *ch = self->ch;
 
 	self->ch = NULL;
-	if (ch && self->pid != getpid()) {
+	if (ch && self->pid != pyshm_pid()) {
 		pinshm_channel_forget(ch);
 	} else if (ch && nogil) {
 		ClientObject *c = self->client;
@@ -612,7 +612,7 @@ static PyObject *chan_close(ChannelObject *self, PyObject *unused)
 	(void)unused;
 	if (self->closed)
 		Py_RETURN_NONE;
-	if (self->pid == getpid()) {
+	if (self->pid == pyshm_pid()) {
 		if (self->busy) {
 			PyErr_SetString(PyExc_RuntimeError, "the channel is in use by another thread");
 			return NULL;

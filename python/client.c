@@ -22,7 +22,7 @@ static int client_usable(ClientObject *self)
 		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return -1;
 	}
-	if (self->pid != getpid()) {
+	if (self->pid != pyshm_pid()) {
 		PyErr_SetString(pyshm_Error, "this client belongs to the parent process (fork): connect again");
 		return -1;
 	}

@@ -7,12 +7,27 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 PyObject *pyshm_Error, *pyshm_Full, *pyshm_Empty, *pyshm_Timeout, *pyshm_PeerGone, *pyshm_Corrupt,
 	*pyshm_TooManyHeld, *pyshm_Stale;
+
+/* This process's id, kept across fork() by an atfork handler: glibc's
+ * getpid() is a system call, and every call on an object asks it. */
+static pid_t cached_pid;
+
+static void after_fork_child(void)
+{
+	cached_pid = getpid();
+}
+
+pid_t pyshm_pid(void)
+{
+	return cached_pid;
+}
 
 PyObject *pyshm_raise(int rc, const char *detail, enum pyshm_side side)
 {
@@ -116,7 +131,7 @@ static PyObject *mod_connect(PyObject *mod, PyObject *args, PyObject *kw)
 		return NULL;
 	}
 	self->c = c;
-	self->pid = getpid();
+	self->pid = pyshm_pid();
 	self->users = 0;
 	return (PyObject *)self;
 }
@@ -330,6 +345,11 @@ PyMODINIT_FUNC PyInit__pinshm(void)
 
 	if (!m)
 		return NULL;
+	cached_pid = getpid();
+	if (pthread_atfork(NULL, NULL, after_fork_child) != 0) {
+		Py_DECREF(m);
+		return PyErr_NoMemory();
+	}
 	if (add_exceptions(m) < 0 || add_constants(m) < 0 || pyshm_client_init(m) < 0 ||
 	    pyshm_channel_init(m) < 0 || pyshm_message_init(m) < 0) {
 		Py_DECREF(m);

@@ -104,6 +104,9 @@ extern PyObject *pyshm_Error, *pyshm_Full, *pyshm_Empty, *pyshm_Timeout, *pyshm_
 /* Which side of a channel a failure happened on, for -EAGAIN. */
 enum pyshm_side { PYSHM_SEND, PYSHM_RECV, PYSHM_OTHER };
 
+/** This process's id (cached; updated in a child after fork()). */
+pid_t pyshm_pid(void);
+
 /** Raise the exception for negative errno @p rc with @p detail ("" or NULL: none).
  *  @return NULL. */
 PyObject *pyshm_raise(int rc, const char *detail, enum pyshm_side side);
