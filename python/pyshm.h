@@ -129,8 +129,9 @@ PyObject *pyshm_channel_new(pinshm_channel_t *ch, ClientObject *client, int role
  *  @return 0, or -1 with an exception set. */
 int pyshm_channel_usable(ChannelObject *self);
 
-/** Release to the library the longest run of done records at the head of
- *  @p self's held list, where the handle is free. @return 0 or a negative errno. */
+/** Where the handle is free: abort a reservation dropped while it was
+ *  busy, and release to the library the longest run of done records at the
+ *  head of @p self's held list. @return 0 or a negative errno. */
 int pyshm_channel_reap(ChannelObject *self);
 
 /** A record object's last reference went: drop its count on @p self, and
