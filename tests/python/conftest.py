@@ -49,6 +49,15 @@ class Daemon:
         self.dir = tempfile.mkdtemp(prefix="pinshm-py-", dir="/tmp")
         self.sock = os.path.join(self.dir, "sock")
         self.log = os.path.join(self.dir, "pinshmd.log")
+        self.proc = None
+        try:
+            self._start(env)
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def _start(self, env):
+        """Spawn it and wait until it accepts."""
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 [PINSHMD, "-f", "--user", "-s", self.sock],
@@ -63,7 +72,6 @@ class Daemon:
             if self.proc.poll() is not None:
                 raise RuntimeError("pinshmd exited at start (%s): %s" % (self.proc.returncode, self.logtext()))
             if time.monotonic() > deadline:
-                self.proc.kill()
                 raise RuntimeError("pinshmd does not accept on %s" % self.sock)
             time.sleep(0.01)
 
@@ -86,7 +94,7 @@ class Daemon:
 
     def cleanup(self):
         """Kill it if it runs, and remove its folder."""
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
