@@ -1,0 +1,168 @@
+/*
+ * pyshm.h - the _pinshm extension module: its types and shared helpers.
+ *
+ * Built against the stable ABI of Python 3.11 (Py_LIMITED_API), over the
+ * public API of libpinshm only.
+ *
+ * Object graph (strong references point left to right, never back):
+ *   Message, Reservation -> Channel -> Client
+ * so that a channel outlives every record object that points into its
+ * mapping, and a client every channel opened through it.
+ *
+ * Memory safety: a buffer export (memoryview, numpy array...) holds its
+ * Message or Reservation, which holds its Channel, whose mapping therefore
+ * stays until the export is gone: Channel.close() with an export alive
+ * raises BufferError, and with record objects alive but no export the
+ * mapping is kept until the last of them goes (the endpoint's records are
+ * released at close).  A released record refuses new exports.
+ *
+ * Threads: every call runs with the GIL held except the library call
+ * itself where it may wait.  A channel is used by one thread at a time
+ * (the library's rule): a call while another thread is inside one on the
+ * same Channel raises RuntimeError.  Records dropped meanwhile are marked,
+ * and released to the library when the channel is next free.
+ *
+ * fork(): objects inherited by a child belong to the parent's endpoints:
+ * in the child their methods raise, and their deallocation forgets the
+ * handle (pinshm_channel_forget()) without touching the channel.
+ */
+#ifndef PINSHM_PYSHM_H
+#define PINSHM_PYSHM_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pinshm.h"
+
+#define PYSHM_MAX_HELD 64 /* records one handle holds in place (the library's limit) */
+
+typedef struct {
+	PyObject_HEAD
+	pinshm_client_t *c; /* NULL once closed */
+	pid_t pid;          /* the process that connected */
+	int users;          /* calls in progress without the GIL, on it or its channels */
+} ClientObject;
+
+typedef struct MessageObject MessageObject;
+typedef struct ReservationObject ReservationObject;
+
+/* A record the handle holds in place, in the order received. */
+struct held_slot {
+	pinshm_msg_t msg;
+	MessageObject *obj; /* borrowed; NULL once the message is done with */
+};
+
+typedef struct {
+	PyObject_HEAD
+	pinshm_channel_t *ch; /* NULL once unmapped */
+	ClientObject *client; /* strong, or NULL (closed with the channel) */
+	pid_t pid;            /* the process that attached */
+	int role;             /* PINSHM_PRODUCER or PINSHM_CONSUMER */
+	bool busy;            /* a call runs without the GIL */
+	bool closed;          /* close() was called: methods raise */
+	Py_ssize_t objs;      /* Message and Reservation objects alive that point at it */
+	Py_ssize_t views;     /* buffer exports alive of its records */
+	size_t max_message;
+	/* Records held in place: sequence numbers [first, end), slot seq % 64. */
+	uint64_t first, end;
+	struct held_slot held[PYSHM_MAX_HELD];
+	ReservationObject *resv; /* borrowed: the pending reservation, or NULL */
+	bool abort_pending;      /* a reservation dropped while the handle was busy: abort it when free */
+	int release_err;         /* last error of a deferred release (negative errno), 0 */
+	char name[PINSHM_NAME_MAX + 1];
+} ChannelObject;
+
+struct MessageObject {
+	PyObject_HEAD
+	ChannelObject *chan; /* strong */
+	const void *data;
+	size_t len;
+	uint64_t lost;
+	uint64_t seq;
+	Py_ssize_t views;
+	bool done; /* released: no more exports, its slot is done with */
+};
+
+struct ReservationObject {
+	PyObject_HEAD
+	ChannelObject *chan; /* strong */
+	void *data;
+	size_t len;
+	Py_ssize_t views;
+	bool done; /* committed or aborted */
+};
+
+/* Types and exceptions, made at module init. */
+extern PyObject *pyshm_ClientType, *pyshm_ChannelType, *pyshm_MessageType, *pyshm_ReservationType;
+extern PyObject *pyshm_Error, *pyshm_Full, *pyshm_Empty, *pyshm_Timeout, *pyshm_PeerGone, *pyshm_Corrupt,
+	*pyshm_TooManyHeld, *pyshm_Stale;
+
+/* Which side of a channel a failure happened on, for -EAGAIN. */
+enum pyshm_side { PYSHM_SEND, PYSHM_RECV, PYSHM_OTHER };
+
+/** This process's id (cached; updated in a child after fork()). */
+pid_t pyshm_pid(void);
+
+/** Raise the exception for negative errno @p rc with @p detail ("" or NULL: none).
+ *  @return NULL. */
+PyObject *pyshm_raise(int rc, const char *detail, enum pyshm_side side);
+
+/** Convert a timeout argument (None: forever, seconds >= 0) into
+ *  milliseconds (-1: forever).  @return 0, or -1 with an exception set. */
+int pyshm_timeout_ms(PyObject *arg, int *ms);
+
+/** Make the module's types; @return 0 or -1 with an exception set. */
+int pyshm_client_init(PyObject *module);
+int pyshm_channel_init(PyObject *module);
+int pyshm_message_init(PyObject *module);
+
+/** A new Channel object for handle @p ch (owned from now on), of @p client
+ *  (borrowed, NULL for none), in role @p role. @return NULL on failure
+ *  (the handle is closed). */
+PyObject *pyshm_channel_new(pinshm_channel_t *ch, ClientObject *client, int role, const char *name);
+
+/** Raise unless @p self may be used now (open, this process's, not busy).
+ *  @return 0, or -1 with an exception set. */
+int pyshm_channel_usable(ChannelObject *self);
+
+/** Where the handle is free: abort a reservation dropped while it was
+ *  busy, and release to the library the longest run of done records at the
+ *  head of @p self's held list. @return 0 or a negative errno. */
+int pyshm_channel_reap(ChannelObject *self);
+
+/** A record object's last reference went: drop its count on @p self, and
+ *  unmap a closed channel once none is left. */
+void pyshm_channel_obj_gone(ChannelObject *self);
+
+/** New Message for slot @p seq of @p chan. */
+PyObject *pyshm_message_new(ChannelObject *chan, uint64_t seq);
+
+/** New Reservation of @p len bytes at @p data in @p chan. */
+PyObject *pyshm_reservation_new(ChannelObject *chan, void *data, size_t len);
+
+/** Abort reservation @p r where the handle allows, and mark it done. */
+void pyshm_reservation_drop(ReservationObject *r);
+
+/** Mark message @p m done (no more exports) and drop its slot; the caller
+ *  then calls pyshm_channel_reap(). */
+void pyshm_message_done(MessageObject *m);
+
+/** A DLPack capsule ("dltensor", kDLCPU) of @p ndim dimensions over message
+ *  @p m from byte @p offset: @p shape, @p strides (elements; NULL: C
+ *  order), type @p code and @p bits.  It holds an export of @p m until the
+ *  tensor's deleter runs.  @return the capsule, or NULL. */
+PyObject *pyshm_dlpack_capsule(MessageObject *m, size_t offset, int ndim, const int64_t *shape,
+			       const int64_t *strides, uint8_t code, uint8_t bits);
+
+/** Make the type of @p spec and add it to @p module as @p name.
+ *  @return the type (a reference kept for the module's globals), or NULL. */
+PyObject *pyshm_add_type(PyObject *module, PyType_Spec *spec, const char *name);
+
+/** Free a heap-type instance and its type reference. */
+void pyshm_free(PyObject *self);
+
+#endif

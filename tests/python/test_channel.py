@@ -1,0 +1,219 @@
+"""pinshm.Channel: sending and receiving by copy, waiting, event loops, errors."""
+
+import ctypes
+import errno
+import selectors
+import signal
+import threading
+import time
+
+import pytest
+
+import pinshm
+
+
+def test_send_recv_sizes(pair):
+    tx, rx = pair(capacity=1 << 16)
+    assert (tx.role, rx.role) == ("producer", "consumer")
+    assert tx.max_message == (1 << 15) - 32
+    for n in (0, 1, 15, 16, 4095, 4096, 4097, 10000, tx.max_message):
+        data = bytes((i * 7 + n) & 0xFF for i in range(n))
+        tx.send(data)
+        got = rx.recv()
+        assert type(got) is bytes and got == data
+    tx.send(bytearray(b"ba"))
+    tx.send(memoryview(b"xmvx")[1:3])
+    assert rx.recv() == b"ba" and rx.recv() == b"mv"
+
+
+def test_too_long(pair):
+    tx, rx = pair(capacity=1 << 14)
+    with pytest.raises(pinshm.Error) as ei:
+        tx.send(bytes(tx.max_message + 1))
+    assert ei.value.errno == errno.EMSGSIZE
+    with pytest.raises(pinshm.Error) as ei:
+        tx.reserve(tx.max_message + 1)
+    assert ei.value.errno == errno.EMSGSIZE
+
+
+def test_nonblocking_and_timeouts(pair):
+    tx, rx = pair(capacity=1 << 14)
+    with pytest.raises(pinshm.Empty) as ei:
+        rx.recv(timeout=0)
+    assert ei.value.errno == errno.EAGAIN
+    t = time.monotonic()
+    with pytest.raises(pinshm.Timeout) as ei:
+        rx.recv(timeout=0.15)
+    assert time.monotonic() - t >= 0.14 and ei.value.errno == errno.ETIMEDOUT
+    with pytest.raises(pinshm.Empty):
+        rx.recv_inplace(timeout=0)
+    with pytest.raises(pinshm.Timeout):
+        rx.recv_batch(timeout=0.01)
+    sent = 0
+    with pytest.raises(pinshm.Full) as ei:
+        while True:
+            tx.send(bytes(1000), timeout=0)
+            sent += 1
+    assert ei.value.errno == errno.EAGAIN and sent > 5
+    with pytest.raises(pinshm.Timeout):
+        tx.send(bytes(1000), timeout=0.05)
+    with pytest.raises(pinshm.Full):
+        tx.reserve(1000, timeout=0)
+    for _ in range(sent):
+        assert rx.recv(timeout=0) == bytes(1000)
+    with pytest.raises(ValueError):
+        rx.recv(timeout=-1)
+
+
+def test_peer_gone(client):
+    client.create("pg", capacity=1 << 14)
+    tx = client.open("pg", "producer")
+    rx = client.open("pg", "consumer")
+    tx.send(b"last")
+    tx.close()
+    assert rx.recv() == b"last"  # what was sent is still delivered
+    with pytest.raises(pinshm.PeerGone) as ei:
+        rx.recv(timeout=1)
+    assert ei.value.errno == errno.EPIPE
+    tx = client.open("pg", "producer")
+    rx.close()
+    with pytest.raises(pinshm.PeerGone):
+        while True:
+            tx.send(bytes(1000), timeout=1)
+    tx.close()
+
+
+def test_batches(pair):
+    tx, rx = pair(capacity=1 << 16)
+    msgs = [bytes([i]) * i for i in range(40)]
+    assert tx.send_batch(msgs) == 40
+    assert tx.send_batch([]) == 0
+    got = rx.recv_batch(max=100)
+    assert [bytes(m) for m in got] == msgs[: len(got)] and 1 <= len(got) <= 40
+    n = len(got)
+    for m in got:
+        m.release()
+    while n < 40:
+        more = rx.recv_batch(max=7, timeout=0)
+        assert 1 <= len(more) <= 7
+        assert [bytes(m) for m in more] == msgs[n : n + len(more)]
+        n += len(more)
+        del more
+    with pytest.raises(ValueError):
+        rx.recv_batch(max=0)
+    with pytest.raises(TypeError):
+        tx.send_batch([b"ok", 5])
+
+
+def test_wrong_role(pair):
+    tx, rx = pair()
+    with pytest.raises(pinshm.Error) as ei:
+        tx.recv(timeout=0)
+    assert ei.value.errno == errno.EINVAL and ei.value.detail
+    with pytest.raises(pinshm.Error) as ei:
+        rx.send(b"x")
+    assert ei.value.errno == errno.EINVAL
+    with pytest.raises(pinshm.Error):
+        tx.fileno()
+
+
+def test_info(pair):
+    tx, rx = pair(capacity=1 << 15, max_producers=2)
+    i = rx.info()
+    assert (i["kind"], i["capacity"], i["max_producers"], i["max_consumers"]) == ("queue", 1 << 15, 2, 1)
+    assert i["producers"] == 1 and i["consumers"] == 1 and i["segment_size"] > 0 and i["held"] == 0
+    assert tx.info()["endpoint"] != i["endpoint"]
+    tx.set_spin(0)
+    tx.flush()
+
+
+def test_close(pair):
+    tx, rx = pair()
+    assert not rx.closed
+    with rx:
+        pass
+    assert rx.closed
+    rx.close()  # twice: nothing
+    for call in (lambda: rx.recv(timeout=0), rx.info, rx.fileno, rx.arm, lambda: rx.recv_inplace(timeout=0)):
+        with pytest.raises(ValueError):
+            call()
+
+
+def test_event_loop(pair):
+    tx, rx = pair()
+    fd = rx.fileno()
+    assert fd >= 0 and rx.fileno() == fd
+    sel = selectors.DefaultSelector()
+    sel.register(fd, selectors.EVENT_READ)
+    assert rx.arm() is True
+    assert sel.select(timeout=0.05) == []
+    sender = threading.Timer(0.05, tx.send, args=(b"wake",))
+    sender.start()
+    assert sel.select(timeout=10), "the wake-up descriptor did not become readable"
+    sender.join()
+    assert rx.recv(timeout=0) == b"wake"
+    tx.send(b"ready")
+    assert rx.arm() is False  # a message is ready: do not sleep
+    assert rx.recv(timeout=0) == b"ready"
+    sel.close()
+    tx.close()
+    with pytest.raises(pinshm.PeerGone):
+        rx.arm()
+
+
+def test_blocking_call_releases_gil(pair):
+    tx, rx = pair()
+    got = []
+    t = threading.Thread(target=lambda: got.append(rx.recv(timeout=10)))
+    t.start()
+    time.sleep(0.1)  # the receiver waits without the GIL: this thread runs
+    with pytest.raises(RuntimeError):
+        rx.recv(timeout=0)  # one thread at a time per channel
+    with pytest.raises(RuntimeError):
+        rx.close()
+    tx.send(b"across")
+    t.join(10)
+    assert got == [b"across"]
+
+
+def test_signal_interrupts_wait(pair):
+    tx, rx = pair()
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted()
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        t = time.monotonic()
+        with pytest.raises(Interrupted):
+            rx.recv()  # forever, but a signal's handler runs between slices
+        assert time.monotonic() - t < 5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    tx.send(b"after")
+    assert rx.recv(timeout=1) == b"after"  # still usable
+
+
+def _address(buf):
+    """The address of a writable buffer's first byte (test helper)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+def test_corrupt_channel(pair):
+    tx, rx = pair()
+    with tx.reserve(64) as r:
+        view = memoryview(r)
+        addr = _address(view)
+        view.release()
+    # A hostile producer scribbles over the record's header in its ring.
+    ctypes.memset(addr - 16, 0xFF, 16)
+    with pytest.raises(pinshm.Corrupt) as ei:
+        rx.recv(timeout=1)
+    assert ei.value.errno == errno.EBADMSG and ei.value.detail
+    with pytest.raises(pinshm.Corrupt):
+        rx.recv_inplace(timeout=0)

@@ -1,0 +1,170 @@
+"""pinshm.connect() and pinshm.Client: connecting, names, errors."""
+
+import errno
+import os
+import signal
+import time
+
+import pytest
+
+import pinshm
+from conftest import PINSHMD, new_name
+
+
+def test_connect_explicit_and_default(daemon):
+    with pinshm.connect(daemon.sock) as c:
+        assert not c.closed
+        c.create("a")
+    assert c.closed
+    # No socket argument: $PINSHM_SOCKET, which the fixture points at the daemon.
+    with pinshm.connect() as c:
+        assert [e["name"] for e in c.list()] == []  # "a" went with its creator's connection
+
+
+def test_connect_no_daemon(hermetic):
+    with pytest.raises(pinshm.Error) as ei:
+        pinshm.connect(str(hermetic / "none"))
+    e = ei.value
+    assert isinstance(e, OSError)
+    assert e.errno == errno.ENOENT
+    assert e.detail  # the library's reason
+    assert e.detail in str(e)
+    # The default socket of the environment: nobody listens there either.
+    with pytest.raises(pinshm.Error) as ei:
+        pinshm.connect()
+    assert ei.value.errno in (errno.ENOENT, errno.ECONNREFUSED)
+
+
+def test_autostart(hermetic, monkeypatch):
+    sock = str(hermetic / "auto.sock")
+    monkeypatch.delenv("PINSHM_AUTOSTART")
+    monkeypatch.setenv("PINSHMD", PINSHMD)
+    monkeypatch.setenv("PINSHM_AUTOSTART_IDLE", "1")
+    with pytest.raises(pinshm.Error):
+        pinshm.connect(sock)  # not allowed unless asked for
+    with pinshm.connect(sock, autostart=True) as c:
+        c.create("auto")
+        assert c.stat("auto")["name"] == "auto"
+        st = c.status()
+        assert st["user_mode"] and st["connections"] >= 1
+    try:
+        deadline = time.monotonic() + 20
+        while os.path.exists(sock) and time.monotonic() < deadline:  # it exits once idle
+            time.sleep(0.1)
+        assert not os.path.exists(sock)
+    finally:
+        if os.path.exists(sock):
+            os.kill(st["pid"], signal.SIGKILL)
+
+
+def test_status_shutdown(daemon):
+    with pinshm.connect(daemon.sock) as c:
+        assert c.status()["pid"] == daemon.proc.pid
+        c.shutdown_daemon()
+    assert daemon.proc.wait(10) == 0
+    assert not os.path.exists(daemon.sock)
+    daemon.stop = lambda: None  # stopped already
+
+
+def test_autostart_forbidden(hermetic, monkeypatch):
+    monkeypatch.setenv("PINSHMD", PINSHMD)
+    with pytest.raises(pinshm.Error):
+        pinshm.connect(str(hermetic / "no.sock"), autostart=True)  # PINSHM_AUTOSTART=0
+    assert not os.path.exists(str(hermetic / "no.sock"))
+
+
+def test_create_stat_list_unlink(client):
+    client.create("q", capacity=1 << 16, max_producers=2, max_consumers=3, mode=0o640)
+    client.create("t", kind=pinshm.TOPIC, overrun=True, capacity=1 << 14, persistent=True)
+    s = client.stat("q")
+    assert (s["name"], s["kind"], s["capacity"]) == ("q", "queue", 1 << 16)
+    assert (s["max_producers"], s["max_consumers"], s["mode"]) == (2, 3, 0o640)
+    assert s["uid"] == os.getuid() and s["producers"] == 0 and s["messages"] == 0
+    t = client.stat("t")
+    assert t["kind"] == "topic" and t["flags"] == pinshm.OVERRUN and t["persistent"]
+    assert [e["name"] for e in client.list()] == ["q", "t"]
+    client.unlink("t")
+    assert [e["name"] for e in client.list()] == ["q"]
+    with pytest.raises(pinshm.Error) as ei:
+        client.stat("t")
+    assert ei.value.errno == errno.ENOENT
+
+
+def test_errors(client):
+    client.create("dup")
+    with pytest.raises(pinshm.Error) as ei:
+        client.create("dup")
+    assert ei.value.errno == errno.EEXIST and ei.value.detail
+    with pytest.raises(pinshm.Error) as ei:
+        client.create("bad name!")
+    assert ei.value.errno == errno.EINVAL and "name" in ei.value.detail
+    with pytest.raises(pinshm.Error) as ei:
+        client.create("badcap", capacity=5000)
+    assert ei.value.errno == errno.EINVAL
+    with pytest.raises(pinshm.Error) as ei:
+        client.open("missing", pinshm.CONSUMER)
+    assert ei.value.errno == errno.ENOENT
+    with pytest.raises(ValueError):
+        client.open("dup", "reader")
+    with pytest.raises(pinshm.Error) as ei:
+        client.unlink("missing")
+    assert ei.value.errno == errno.ENOENT
+    # One consumer allowed: the second open finds none free.
+    a = client.open("dup", "consumer")
+    with pytest.raises(pinshm.Error) as ei:
+        client.open("dup", "consumer")
+    assert ei.value.errno == errno.EBUSY
+    a.close()
+    assert isinstance(client.error, str)
+
+
+def test_closed_client(client):
+    client.close()
+    client.close()  # twice: nothing
+    for call in (lambda: client.create("x"), lambda: client.open("x", "producer"), client.list,
+                 lambda: client.stat("x"), lambda: client.unlink("x")):
+        with pytest.raises(ValueError):
+            call()
+
+
+def test_types_not_instantiable():
+    for t in (pinshm.Client, pinshm.Channel, pinshm.Message, pinshm.Reservation):
+        with pytest.raises(TypeError):
+            t()
+
+
+def test_module_functions():
+    assert pinshm.own_name("jobs") == "@%d.jobs" % os.geteuid()
+    with pytest.raises(pinshm.Error):
+        pinshm.own_name("bad name")
+    assert pinshm.strerror(errno.EPIPE) == pinshm.strerror(-errno.EPIPE)
+    assert pinshm.LIBRARY_VERSION.count(".") == 2
+    for sub in (pinshm.Full, pinshm.Empty, pinshm.Timeout, pinshm.PeerGone, pinshm.Corrupt,
+                pinshm.TooManyHeld, pinshm.Stale):
+        assert issubclass(sub, pinshm.Error) and issubclass(sub, OSError)
+    assert issubclass(pinshm.Timeout, TimeoutError) and issubclass(pinshm.PeerGone, BrokenPipeError)
+    assert issubclass(pinshm.Full, BlockingIOError) and issubclass(pinshm.Empty, BlockingIOError)
+
+
+def test_docstrings():
+    """help(pinshm) reads well: every public function, class and method has a docstring."""
+    missing = []
+    for name in pinshm.__all__:
+        obj = getattr(pinshm, name)
+        if callable(obj) and not (obj.__doc__ or "").strip():
+            missing.append(name)
+        if isinstance(obj, type) and not issubclass(obj, BaseException):
+            for attr, member in vars(obj).items():
+                if not attr.startswith("_") and not (getattr(member, "__doc__", "") or "").strip():
+                    missing.append("%s.%s" % (name, attr))
+    assert not missing
+
+
+def test_channel_outlives_client(client):
+    name = new_name()
+    client.create(name)
+    rx = client.open(name, "consumer")
+    client.close()  # the channel stays mapped; its endpoint is marked dead by the daemon
+    with pytest.raises(pinshm.Error):
+        rx.recv(timeout=0.2)
+    rx.close()
