@@ -758,8 +758,11 @@ int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_re
 		log_notice("channel '%s': handed back by a process outside this daemon's PID namespaces (pid 0): "
 			   "its endpoints are not judged",
 			   ch->name);
+	else if (!(*flags & PROTO_ADOPT_KNOWN) &&
+		 registry_judge_start(r, ch, &(struct reg_judged){.client = c->id, .id = chid, .flags = *flags}) == 0)
+		return -EINPROGRESS; /* the reply once judged (registry_judge_step()) */
 	else if (!(*flags & PROTO_ADOPT_KNOWN))
-		registry_adopt_endpoints(r, ch);
+		registry_adopt_endpoints(r, ch); /* out of memory to do it in slices */
 	*id = chid;
 	return 0;
 }

@@ -386,6 +386,37 @@ enum maps_answer {
 	MAPS_LONG = -2,   /* not found within the lines the daemon may read */
 };
 
+/* A process whose maps a hand-back's judging read ahead, in slices
+ * (registry_judge_step()), for registry_adopt_endpoints() to take from there. */
+struct judged_proc {
+	pid_t pid;                /* the daemon's */
+	bool recorded;            /* a pid of an endpoint (else a nested namespace's process that has it there) */
+	enum maps_answer answer;  /* MAPS_NO: no such process, or it exited or does not map the segment */
+	unsigned long long start; /* its start time, read while a pidfd held it: that process (0: unknown) */
+};
+
+/* A hand-back's judging under way: the maps of the processes its endpoints
+ * name are read REGISTRY_MAPS_SLICE bytes a loop turn (registry_judge_step()),
+ * then registry_adopt_endpoints() judges from what was read. */
+struct reg_judging {
+	struct reg_judging *next;
+	struct channel *ch;       /* referenced by the client, which waits: kept */
+	struct reg_judged done;   /* the client and its reply */
+	struct stat st;           /* the segment's file */
+	unsigned budget;          /* bytes of maps left to read (REGISTRY_MAPS_BUDGET) */
+	struct judged_proc *p;    /* the processes, in the order read */
+	unsigned n, cap, cursor;  /* p[cursor] is read now */
+	FILE *maps;               /* its maps, open while read */
+	int pidfd;                /* and a pidfd that holds it meanwhile, -1: none */
+	unsigned limit, bytes;    /* of its maps, the most read and the bytes read */
+	bool at_start;            /* the next read starts a line */
+};
+
+/* The hand-back whose maps were read ahead, while its endpoints are
+ * judged: no maps are read then, a process not read ahead cannot be judged. */
+static const struct reg_judging *judging_now;
+static const struct judged_proc *judged_lookup(pid_t pid);
+
 /* Whether process @p pid maps the file @p st, reading at most
  * REGISTRY_MAPS_MAX_BYTES of its maps and no more than *@p budget bytes
  * (the bytes read are taken off it; a line is read a buffer at a time, so
@@ -397,6 +428,10 @@ static enum maps_answer maps_file(pid_t pid, const struct stat *st, unsigned *bu
 	bool at_start = true;
 	enum maps_answer found = MAPS_NO;
 
+	if (judging_now) {
+		const struct judged_proc *jp = judged_lookup(pid);
+		return jp ? jp->answer : MAPS_LONG;
+	}
 	if (limit == 0)
 		return MAPS_LONG;
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
@@ -498,7 +533,8 @@ static enum maps_answer process_maps(pid_t pid, const struct stat *st, unsigned 
 	if (h->pidfd < 0 && (h->start = proc_start(pid)) == 0)
 		return MAPS_NO;
 	enum maps_answer maps = maps_file(pid, st, budget);
-	if (handle_exited(pid, h)) {
+	const struct judged_proc *jp = judging_now ? judged_lookup(pid) : NULL;
+	if (handle_exited(pid, h) || (jp && jp->answer != MAPS_NO && proc_start(pid) != jp->start)) {
 		*why = "its process has exited";
 		maps = MAPS_NO;
 	} else if (maps == MAPS_NO) {
@@ -842,7 +878,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 	unsigned reaped = 0, watched = 0, kept = 0;
 	const char *kept_why = "";
 	uint32_t kept_pid = 0;
-	j->budget = REGISTRY_MAPS_BUDGET;
+	j->budget = judging_now ? judging_now->budget : REGISTRY_MAPS_BUDGET; /* read ahead already */
 	if (fstat(ch->seg.fd, &st) != 0)
 		goto out;
 	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
@@ -899,6 +935,218 @@ out:
 		    r->watches[j->e[i].watch].here != 0)
 			unwatch(r, j->e[i].watch);
 	free(j);
+}
+
+/* ---- hand-backs judged in slices ------------------------------------------- */
+
+static const struct judged_proc *judged_lookup(pid_t pid)
+{
+	for (unsigned i = 0; i < judging_now->n; i++)
+		if (judging_now->p[i].pid == pid)
+			return &judging_now->p[i];
+	return NULL;
+}
+
+/* Put process @p pid in @p jg's list at @p at, once.  @return false out of memory. */
+static bool judging_add(struct reg_judging *jg, unsigned at, pid_t pid, bool recorded)
+{
+	for (unsigned i = 0; i < jg->n; i++)
+		if (jg->p[i].pid == pid)
+			return true;
+	if (jg->n == jg->cap) {
+		unsigned cap = jg->cap ? jg->cap * 2 : 16;
+		struct judged_proc *p = realloc(jg->p, cap * sizeof(*p));
+		if (!p)
+			return false;
+		jg->p = p;
+		jg->cap = cap;
+	}
+	memmove(&jg->p[at + 1], &jg->p[at], (jg->n - at) * sizeof(*jg->p));
+	jg->p[at] = (struct judged_proc){.pid = pid, .recorded = recorded, .answer = MAPS_NO};
+	jg->n++;
+	return true;
+}
+
+static void judging_free(struct reg_judging *jg)
+{
+	if (jg->maps)
+		fclose(jg->maps);
+	if (jg->pidfd >= 0)
+		close(jg->pidfd);
+	free(jg->p);
+	free(jg);
+}
+
+/* Begin reading the maps of jg->p[jg->cursor]: a pidfd on it, its start
+ * time, its maps open.  @return false where there is nothing to read (its
+ * answer set). */
+static bool judging_open(struct reg_judging *jg)
+{
+	struct judged_proc *jp = &jg->p[jg->cursor];
+	char path[64];
+
+	jg->pidfd = -1;
+#ifdef SYS_pidfd_open
+	jg->pidfd = (int)syscall(SYS_pidfd_open, jp->pid, 0);
+	if (jg->pidfd < 0 && (errno == ESRCH || errno == EINVAL))
+		return false; /* MAPS_NO */
+#endif
+	jp->start = proc_start(jp->pid);
+	jg->limit = jg->budget < REGISTRY_MAPS_MAX_BYTES ? jg->budget : REGISTRY_MAPS_MAX_BYTES;
+	jg->bytes = 0;
+	jg->at_start = true;
+	jp->answer = jp->start == 0 ? MAPS_NO : jg->limit == 0 ? MAPS_LONG : MAPS_CLOSED;
+	if (jp->answer != MAPS_CLOSED)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)jp->pid);
+	jg->maps = fopen(path, "re");
+	jp->answer = MAPS_NO;
+	if (!jg->maps)
+		jp->answer = MAPS_CLOSED;
+	return jg->maps != NULL;
+}
+
+/* Read on in the maps of jg->p[jg->cursor], at most about *@p quantum
+ * bytes (taken off it), as maps_file() does.  @return whether it is done. */
+static bool judging_read(struct reg_judging *jg, unsigned *quantum)
+{
+	struct judged_proc *jp = &jg->p[jg->cursor];
+	char line[512];
+
+	while (*quantum > 0 && fgets(line, sizeof(line), jg->maps)) {
+		unsigned maj, min;
+		unsigned long long ino;
+		bool starts = jg->at_start;
+		size_t len = strlen(line);
+		jg->at_start = len > 0 && line[len - 1] == '\n';
+		if (len > jg->limit - jg->bytes) {
+			jg->bytes = jg->limit;
+			jp->answer = MAPS_LONG;
+			return true;
+		}
+		jg->bytes += (unsigned)len;
+		*quantum = len < *quantum ? *quantum - (unsigned)len : 0;
+		if (starts && sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 &&
+		    ino == (unsigned long long)jg->st.st_ino && maj == major(jg->st.st_dev) && min == minor(jg->st.st_dev)) {
+			jp->answer = MAPS_YES;
+			return true;
+		}
+	}
+	if (*quantum > 0 && ferror(jg->maps))
+		jp->answer = MAPS_CLOSED;
+	return *quantum > 0;
+}
+
+/* The maps of jg->p[jg->cursor] are read: close them, see whether it
+ * exited meanwhile; where it does not map the segment, the processes of
+ * nested PID namespaces that have its pid there are read next. */
+static void judging_close(struct registry *r, struct reg_judging *jg)
+{
+	struct judged_proc *jp = &jg->p[jg->cursor];
+
+	if (jg->maps) {
+		fclose(jg->maps);
+		jg->maps = NULL;
+	}
+	jg->budget -= jg->bytes;
+	jg->bytes = 0;
+	if (jp->answer != MAPS_NO && handle_exited(jp->pid, &(struct proc_handle){.pidfd = jg->pidfd, .start = jp->start}))
+		jp->answer = MAPS_NO;
+	if (jg->pidfd >= 0)
+		close(jg->pidfd);
+	jg->pidfd = -1;
+	pid_t pid = jp->pid;
+	bool recorded = jp->recorded;
+	unsigned at = ++jg->cursor;
+	if (!recorded || jg->p[at - 1].answer == MAPS_YES)
+		return;
+	nested_scan(&r->nested);
+	for (unsigned i = 0; !r->nested.truncated && i < r->nested.n; i++)
+		if (r->nested.p[i].inner == (uint32_t)pid && !judging_add(jg, at++, r->nested.p[i].here, false))
+			break; /* not read: not judged */
+}
+
+/* The pids that @p jg's endpoints record (attached, held by no
+ * connection), to be read in turn.  @return false out of memory. */
+static bool judging_list(struct reg_judging *jg)
+{
+	struct channel *ch = jg->ch;
+
+	if (fstat(ch->seg.fd, &jg->st) != 0)
+		return true; /* nothing read: judged as it can be */
+	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
+		struct endpoint_view v;
+		if (ch->holder[ep] != 0 || view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE || v.pid == 0 ||
+		    v.pid > INT_MAX || (pid_t)v.pid == getpid())
+			continue;
+		if (!judging_add(jg, jg->n, (pid_t)v.pid, true))
+			return false;
+	}
+	return true;
+}
+
+int registry_judge_start(struct registry *r, struct channel *ch, const struct reg_judged *reply)
+{
+	struct reg_judging *jg = calloc(1, sizeof(*jg));
+
+	if (!jg)
+		return -ENOMEM;
+	*jg = (struct reg_judging){.ch = ch, .done = *reply, .budget = REGISTRY_MAPS_BUDGET, .pidfd = -1};
+	if (!judging_list(jg)) {
+		judging_free(jg);
+		return -ENOMEM;
+	}
+	struct reg_judging **q = &r->judging;
+	while (*q)
+		q = &(*q)->next;
+	*q = jg;
+	return 0;
+}
+
+bool registry_judge_step(struct registry *r, struct reg_judged *done)
+{
+	struct reg_judging *jg = r->judging;
+	unsigned quantum = REGISTRY_MAPS_SLICE;
+
+	if (!jg)
+		return false;
+	while (quantum > 0 && jg->cursor < jg->n) {
+		if (!jg->maps && !judging_open(jg)) {
+			judging_close(r, jg);
+			continue;
+		}
+		if (judging_read(jg, &quantum))
+			judging_close(r, jg);
+	}
+	r->judging = jg->next;
+	if (jg->cursor < jg->n) { /* round robin */
+		struct reg_judging **q = &r->judging;
+		while (*q)
+			q = &(*q)->next;
+		*q = jg;
+		jg->next = NULL;
+		return false;
+	}
+	judging_now = jg;
+	registry_adopt_endpoints(r, jg->ch);
+	judging_now = NULL;
+	*done = jg->done;
+	judging_free(jg);
+	return true;
+}
+
+/* Give up the judgings for client @p id (it went): its channels are judged no more. */
+static void judging_forget(struct registry *r, uint64_t id)
+{
+	for (struct reg_judging **q = &r->judging; *q;) {
+		struct reg_judging *jg = *q;
+		if (jg->done.client != id) {
+			q = &jg->next;
+			continue;
+		}
+		*q = jg->next;
+		judging_free(jg);
+	}
 }
 
 /* Whether orphan @p i is no longer its process's to reap: claimed by a
@@ -1311,6 +1559,11 @@ void registry_fini(struct registry *r)
 		making_remove(r, NULL, ch);
 		making_drop(r, ch);
 	}
+	while (r->judging) {
+		struct reg_judging *jg = r->judging;
+		r->judging = jg->next;
+		judging_free(jg);
+	}
 	dying_finish(&r->dying);
 }
 
@@ -1518,7 +1771,7 @@ void registry_create_abandon(struct registry *r, struct channel *ch)
 
 bool registry_busy(const struct registry *r)
 {
-	return r->dying || r->making || r->moving;
+	return r->dying || r->making || r->moving || r->judging;
 }
 
 /*
@@ -1792,6 +2045,7 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
 
 void registry_client_gone(struct registry *r, struct reg_client *c)
 {
+	judging_forget(r, c->id);
 	for (struct channel *ch = r->making, *prev = NULL, *next; ch; ch = next) {
 		next = ch->next;
 		if (ch->creator != c->id) {
