@@ -339,16 +339,99 @@ static int claim_fn(void *base, void *arg)
 struct reap_args {
 	const struct seg_geometry *g;
 	unsigned endpoint;
+	struct unclaim_cursor *cur;
+	uint64_t bytes;
 };
 
 static int reap_fn(void *base, void *arg)
 {
 	const struct reap_args *a = arg;
 
-	return seg_endpoint_reap(a->g, base, a->endpoint);
+	return seg_endpoint_reap_step(a->g, base, a->endpoint, a->cur, a->bytes);
 }
 
-static void reap_endpoint(struct channel *ch, unsigned ep, pid_t pid);
+/* A reap under way: a shared queue's dead consumer's claims handed back
+ * REGISTRY_REAP_SLICE bytes of its rings a turn (registry_step()). */
+struct reg_reaping {
+	struct reg_reaping *next;
+	struct channel *ch; /* kept (a reference) until it is done */
+	unsigned ep;
+	pid_t pid;
+	struct unclaim_cursor cur;
+};
+
+/*
+ * A slice of @p rp, the reap of an endpoint if its segment still marks it
+ * attached.  Once done, as a producer that leaves does, wake the consumers
+ * armed on an eventfd that the daemon keeps: marked dead first, so that
+ * they see it (-EPIPE, or the records a dead consumer held, handed back).
+ * @return whether slices are left.
+ */
+static bool reap_slice(struct reg_reaping *rp)
+{
+	struct channel *ch = rp->ch;
+	unsigned ep = rp->ep;
+	struct reap_args ra = {.g = &ch->g, .endpoint = ep, .cur = &rp->cur, .bytes = REGISTRY_REAP_SLICE};
+	int rc = segment_access(&ch->seg, reap_fn, &ra);
+
+	if (rc == 1)
+		return true;
+	if (rc == -EINVAL)
+		return false; /* closed by the client */
+	if (rc != 0) {
+		log_warn("channel '%s': cannot reap endpoint %u of pid %d: %s", ch->name, ep, (int)rp->pid,
+			 pinshm_strerror(rc));
+		return false;
+	}
+	log_info("channel '%s': endpoint %u of pid %d reaped", ch->name, ep, (int)rp->pid);
+	for (unsigned i = 0; ch->notify_fd && i < ch->g.max_consumers; i++)
+		if (ch->g.max_producers + i != ep)
+			wake_armed(ch, ch->g.max_producers + i);
+	return false;
+}
+
+/* Reap endpoint @p ep of @p ch (process @p pid): its first slice now, the
+ * others (a shared queue's rings scanned) by registry_step(), in turn
+ * with the other reaps; the endpoint stays attached until its last. */
+static void reap_endpoint(struct registry *r, struct channel *ch, unsigned ep, pid_t pid)
+{
+	struct reg_reaping first = {.ch = ch, .ep = ep, .pid = pid};
+
+	if (!reap_slice(&first))
+		return;
+	struct reg_reaping *rp = malloc(sizeof(*rp));
+	if (!rp) {
+		while (reap_slice(&first)) /* no memory to wait: the rest at once */
+			;
+		return;
+	}
+	*rp = first;
+	ch->refs++;
+	struct reg_reaping **q = &r->reaping;
+	while (*q)
+		q = &(*q)->next;
+	*q = rp;
+}
+
+/* The next slice of the oldest reap under way; then it waits its turn again. */
+static void reaping_step(struct registry *r)
+{
+	struct reg_reaping *rp = r->reaping;
+
+	r->reaping = rp->next;
+	rp->next = NULL;
+	if (reap_slice(rp)) {
+		struct reg_reaping **q = &r->reaping;
+		while (*q)
+			q = &(*q)->next;
+		*q = rp;
+		return;
+	}
+	struct channel *ch = rp->ch;
+	free(rp);
+	ch->refs--;
+	collect(r, ch);
+}
 static void drop_ref(struct registry *r, struct reg_client *c, struct channel *ch);
 
 /* ---- endpoints of adopted channels that no connection holds ---------------- */
@@ -896,7 +979,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 		if (e->verdict == OWNER_GONE) {
 			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name, ep,
 				 (unsigned)v.pid, e->why);
-			reap_endpoint(ch, ep, (pid_t)v.pid);
+			reap_endpoint(r, ch, ep, (pid_t)v.pid);
 			forget_notify(r, ch, ep);
 			reaped++;
 		} else if (e->verdict == OWNER_KEPT) {
@@ -1186,7 +1269,7 @@ static void watch_exited(struct registry *r, unsigned w)
 			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: "
 				 "its process has exited",
 				 o->ch->name, o->endpoint, (unsigned)o->pid);
-			reap_endpoint(o->ch, o->endpoint, (pid_t)o->pid);
+			reap_endpoint(r, o->ch, o->endpoint, (pid_t)o->pid);
 			reaped++;
 		}
 		forget_orphan(r, i);
@@ -1559,6 +1642,11 @@ void registry_fini(struct registry *r)
 		making_remove(r, NULL, ch);
 		making_drop(r, ch);
 	}
+	while (r->reaping) {
+		struct reg_reaping *rp = r->reaping;
+		r->reaping = rp->next;
+		free(rp);
+	}
 	while (r->judging) {
 		struct reg_judging *jg = r->judging;
 		r->judging = jg->next;
@@ -1743,6 +1831,8 @@ bool registry_step(struct registry *r, struct channel **made)
 	struct channel *ch = r->making;
 
 	*made = NULL;
+	if (r->reaping)
+		reaping_step(r); /* besides the others: a reap holds its endpoint */
 	if (r->dying) {
 		dying_step(&r->dying); /* first: what they unlock makes room for what the others lock */
 	} else if (r->moving) {
@@ -1771,7 +1861,7 @@ void registry_create_abandon(struct registry *r, struct channel *ch)
 
 bool registry_busy(const struct registry *r)
 {
-	return r->dying || r->making || r->moving || r->judging;
+	return r->dying || r->making || r->moving || r->judging || r->reaping;
 }
 
 /*
@@ -1973,30 +2063,6 @@ static void drop_ref(struct registry *r, struct reg_client *c, struct channel *c
 	collect(r, ch);
 }
 
-/*
- * Reap endpoint @p ep of @p ch if its segment still marks it attached.
- * Then, as a producer that leaves does, wake the consumers armed on an
- * eventfd that the daemon keeps: marked dead first, so that they see it
- * (-EPIPE, or the records a dead consumer held, handed back).
- */
-static void reap_endpoint(struct channel *ch, unsigned ep, pid_t pid)
-{
-	struct reap_args ra = {.g = &ch->g, .endpoint = ep};
-	int rc = segment_access(&ch->seg, reap_fn, &ra);
-
-	if (rc == -EINVAL)
-		return; /* closed by the client */
-	if (rc != 0) {
-		log_warn("channel '%s': cannot reap endpoint %u of pid %d: %s", ch->name, ep, (int)pid,
-			 pinshm_strerror(rc));
-		return;
-	}
-	log_info("channel '%s': endpoint %u of pid %d reaped", ch->name, ep, (int)pid);
-	for (unsigned i = 0; ch->notify_fd && i < ch->g.max_consumers; i++)
-		if (ch->g.max_producers + i != ep)
-			wake_armed(ch, ch->g.max_producers + i);
-}
-
 int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, char *why,
 		   size_t whylen)
 {
@@ -2013,7 +2079,7 @@ int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32
 	}
 	ch->holder[endpoint] = 0;
 	forget_notify(r, ch, endpoint);
-	reap_endpoint(ch, endpoint, c->cred.pid);
+	reap_endpoint(r, ch, endpoint, c->cred.pid);
 	log_debug("channel '%s': endpoint %u closed by pid %d", ch->name, endpoint, (int)c->cred.pid);
 	for (unsigned ep = 0; ep < total; ep++)
 		if (ch->holder[ep] == c->id)
@@ -2064,7 +2130,7 @@ void registry_client_gone(struct registry *r, struct reg_client *c)
 				continue;
 			ch->holder[ep] = 0;
 			forget_notify(r, ch, ep);
-			reap_endpoint(ch, ep, c->cred.pid);
+			reap_endpoint(r, ch, ep, c->cred.pid);
 		}
 		ch->refs--;
 		collect(r, ch);

@@ -114,6 +114,7 @@
 #define REGISTRY_MAPS_MAX_BYTES (1u << 20) /* of one process's /proc/PID/maps read to judge it */
 #define REGISTRY_MAPS_BUDGET (4u << 20)    /* bytes of maps read for one adoption, all its processes */
 #define REGISTRY_MAPS_SLICE (64u << 10)    /* of them, read a loop turn for hand-backs (registry_judge_step()) */
+#define REGISTRY_REAP_SLICE (1u << 20)     /* bytes of rings a reap scans a loop turn (registry_step()) */
 #define REGISTRY_TICK_ORPHANS 1024u   /* watched endpoints looked at a tick (claimed or closed since?) */
 #define REGISTRY_NESTED_MAX 65536u    /* processes of nested PID namespaces one scan of /proc keeps */
 #define REGISTRY_NESTED_SCAN_MS 1000u /* a scan of /proc is reused for so long, and 50 times its own time */
@@ -227,6 +228,7 @@ struct registry {
 	struct dying *dying;        /* segments of destroyed channels, unmapped and punched in slices */
 	struct channel *moving;     /* channels whose pages move to their consumer's node (ch->move) */
 	struct reg_judging *judging; /* hand-backs whose endpoints' processes are read, in turn */
+	struct reg_reaping *reaping; /* reaps of shared queues' consumers under way, in turn */
 };
 
 /* The reply a hand-back waits for while its endpoints are judged. */
@@ -295,7 +297,7 @@ bool registry_step(struct registry *r, struct channel **made);
 void registry_create_abandon(struct registry *r, struct channel *ch);
 
 /** Whether registry_step() or registry_judge_step() has work: dying
- * segments, moves, half-made channels, judgings. */
+ * segments, moves, half-made channels, reaps, judgings. */
 bool registry_busy(const struct registry *r);
 
 /**

@@ -32,6 +32,9 @@
  * - stall_peers: the same bounds while a client hands back crafted
  *   segments whose endpoints name processes of long maps, again and
  *   again (the daemon reads maps 64 KiB a turn).
+ *   And while a client opens every consumer of a shared queue full of
+ *   small records and goes, again and again (each reap scans every lane,
+ *   1 MiB a turn).
  */
 #include <check.h>
 #include <dirent.h>
@@ -677,6 +680,22 @@ static int raw_adopt(int sock, const pinshm_channel_attr_t *attr, int seg)
 	return raw_request(sock, &m, seg);
 }
 
+/* Open @p name as a consumer on @p sock (its descriptor closed at once).
+ * @return the status. */
+static int raw_open_consumer(int sock, const char *name)
+{
+	static struct proto_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.h.type = PROTO_OPEN;
+	m.h.seq = 3;
+	snprintf(m.u.open.name, sizeof(m.u.open.name), "%s", name);
+	m.u.open.role = PINSHM_CONSUMER;
+	m.u.open.node = PINSHM_NODE_ANY;
+	m.u.open.owner = PROTO_OWNER_ANY;
+	return raw_request(sock, &m, -1);
+}
+
 /* The hostile client, in a child: hand back a crafted segment whose
  * producers name @p owners, again and again for STALL_MS (each a new
  * channel, gone with its connection).  @return the exit status. */
@@ -725,6 +744,71 @@ START_TEST(test_stall_adopt)
 	tu_kill_all(&ps);
 	close(ready[0]);
 	close(ready[1]);
+}
+END_TEST
+
+/* ---- reaps of a shared queue full of records --------------------------- */
+
+#define REAP_CAPACITY (64u * 1024u)
+#define REAP_CONSUMERS PINSHM_MAX_CONSUMERS
+
+/* The hostile client, in a child: a shared queue of as many lanes of
+ * REAP_CAPACITY as the quota holds, filled with the smallest records;
+ * then, for STALL_MS, a connection opens all its consumers and goes,
+ * again and again (each reap of a consumer scans every lane).
+ * @return the exit status. */
+static int reap_rounds(const struct daemon *d)
+{
+	pinshm_channel_attr_t attr;
+	pinshm_client_t *owner = NULL;
+	static pinshm_channel_t *prod[PINSHM_MAX_PRODUCERS];
+	unsigned lanes = 1, rounds = 0;
+	size_t size, records = 0;
+
+	for (;; lanes++) {
+		tu_attr(&attr, PINSHM_QUEUE, REAP_CAPACITY, lanes + 1, REAP_CONSUMERS);
+		if (pinshm_segment_size(&attr, &size) != 0 || size > 8 * MiB - 64 * 1024)
+			break;
+	}
+	tu_attr(&attr, PINSHM_QUEUE, REAP_CAPACITY, lanes, REAP_CONSUMERS);
+	if (pinshm_connect(d->sock, &owner) != 0 || pinshm_create(owner, "reap", &attr, 0600, 0) != 0) {
+		fprintf(stderr, "stall: reap: create: %s\n", owner ? pinshm_client_error(owner) : "no connection");
+		return 1;
+	}
+	for (unsigned i = 0; i < lanes; i++) {
+		if (pinshm_open(owner, "reap", PINSHM_PRODUCER, &prod[i]) != 0)
+			return 1;
+		while (pinshm_send(prod[i], "x", 1, 0) == 0)
+			records++;
+	}
+	uint64_t end = tu_now_ms() + STALL_MS;
+	while (tu_now_ms() < end) {
+		int sock = raw_connect(d), rc = sock >= 0 ? 0 : -EIO;
+		for (unsigned k = 0; k < REAP_CONSUMERS && rc == 0; k++)
+			while ((rc = raw_open_consumer(sock, "reap")) == -EBUSY)
+				usleep(1000); /* the last round's consumers are still being reaped */
+		if (rc != 0) {
+			fprintf(stderr, "stall: reap: round %u: %s\n", rounds, strerror(-rc));
+			return 1;
+		}
+		close(sock); /* the daemon reaps every consumer */
+		rounds++;
+	}
+	fprintf(stderr, "stall: %u lanes, %zu records, %u disconnects of %u consumers\n", lanes, records, rounds,
+		REAP_CONSUMERS);
+	return rounds >= 2 ? 0 : 1;
+}
+
+START_TEST(test_stall_reap)
+{
+	struct daemon d;
+
+	pinshm_client_t *c = start_conf(&d, SMALL_QUOTA);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(reap_rounds(&d));
+	stall_measure(&d, c, pid, "reaps of a shared queue full of records");
 }
 END_TEST
 
@@ -862,6 +946,7 @@ static Suite *hostile_suite(void)
 	tc = tcase_create("stall_peers");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_stall_adopt);
+	tcase_add_test(tc, test_stall_reap);
 	suite_add_tcase(s, tc);
 	return s;
 }
