@@ -1746,7 +1746,7 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	}
 	if (rc == -ENOSPC && r->pool && pool_bytes(r->pool) > 0) {
 		/* Ready segments give way to channels. */
-		pool_drain(r->pool);
+		pool_drain(r->pool, &r->dying); /* unmapped in slices, before this one's are locked */
 		why[0] = '\0';
 		rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
 	}

@@ -242,7 +242,7 @@ START_TEST(test_steps_drain)
 	ck_assert_uint_eq(filling(&b, NULL), size);
 	ck_assert_uint_eq(locked_now(&b), size + 2 * SLICE);
 	ck_assert_uint_eq(b.acct.pinned, 2 * size);
-	ck_assert_uint_eq(pool_drain(&b.pool), 2 * size);
+	ck_assert_uint_eq(pool_drain(&b.pool, NULL), 2 * size);
 	ck_assert_uint_eq(b.acct.pinned, 0);
 	ck_assert_uint_eq(pool_bytes(&b.pool), 0);
 	ck_assert_uint_eq(filling(&b, NULL), 0);
