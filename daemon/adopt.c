@@ -746,7 +746,8 @@ int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_re
 		return rc; /* ch may be gone */
 	*flags |= ch->named ? PROTO_ADOPT_NAMED : 0;
 	struct endpoint_check e = {.g = &ch->g, .endpoint = q->endpoint, .pid = (uint32_t)c->cred.pid};
-	if (ch->holder[q->endpoint] == 0 && segment_access(&ch->seg, endpoint_attached, &e) == 0) {
+	if (ch->holder[q->endpoint] == 0 && !registry_reaping(r, ch, q->endpoint) &&
+	    segment_access(&ch->seg, endpoint_attached, &e) == 0) {
 		ch->holder[q->endpoint] = c->id;
 		*flags |= PROTO_ADOPT_ENDPOINT;
 	}

@@ -413,6 +413,14 @@ static void reap_endpoint(struct registry *r, struct channel *ch, unsigned ep, p
 	*q = rp;
 }
 
+bool registry_reaping(const struct registry *r, const struct channel *ch, unsigned ep)
+{
+	for (const struct reg_reaping *rp = r->reaping; rp; rp = rp->next)
+		if (rp->ch == ch && rp->ep == ep)
+			return true;
+	return false;
+}
+
 /* The next slice of the oldest reap under way; then it waits its turn again. */
 static void reaping_step(struct registry *r)
 {
@@ -1069,6 +1077,8 @@ static bool judging_open(struct reg_judging *jg)
 	char path[64];
 
 	jg->pidfd = -1;
+	if (jp->pid == getpid())
+		return false; /* MAPS_NO */
 #ifdef SYS_pidfd_open
 	jg->pidfd = (int)syscall(SYS_pidfd_open, jp->pid, 0);
 	if (jg->pidfd < 0 && (errno == ESRCH || errno == EINVAL))
@@ -1157,10 +1167,11 @@ static bool judging_list(struct reg_judging *jg)
 
 	if (fstat(ch->seg.fd, &jg->st) != 0)
 		return true; /* nothing read: judged as it can be */
+	/* The daemon's own pid is listed, not read: its nested namesakes are. */
 	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
 		struct endpoint_view v;
 		if (ch->holder[ep] != 0 || view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE || v.pid == 0 ||
-		    v.pid > INT_MAX || (pid_t)v.pid == getpid())
+		    v.pid > INT_MAX)
 			continue;
 		if (!judging_add(jg, jg->n, (pid_t)v.pid, true))
 			return false;

@@ -433,6 +433,10 @@ int registry_insert(struct registry *r, struct channel *ch, char *why, size_t wh
  */
 void registry_adopt_endpoints(struct registry *r, struct channel *ch);
 
+/** Whether endpoint @p ep of @p ch is being reaped (in slices): attached
+ *  still, but for no one to claim. */
+bool registry_reaping(const struct registry *r, const struct channel *ch, unsigned ep);
+
 /**
  * registry_adopt_endpoints() of @p ch, handed back by a client, in slices:
  * the maps of the processes its endpoints name (and of the processes of
