@@ -501,6 +501,7 @@ struct reg_judging {
 	int pidfd;                /* and a pidfd that holds it meanwhile, -1: none */
 	unsigned limit, bytes;    /* of its maps, the most read and the bytes read */
 	bool at_start;            /* the next read starts a line */
+	pid_t nested;             /* a recorded pid not proven here: its nested namesakes wanted next, 0: none */
 };
 
 /* The hand-back whose maps were read ahead, while its endpoints are
@@ -685,22 +686,28 @@ static bool nested_add(struct nested_procs *np, uint32_t inner, pid_t here)
 }
 
 /* The processes of nested PID namespaces, in @p np: /proc scanned again
- * once the last scan is no longer fresh.  A process started since the
- * scan is missed there (an owner that started so late is taken for gone).
- * A scan stops, truncated, where it cannot read on (/proc, a process's
- * status) or keep more: a pid looked for in it is then not judged. */
-static void nested_scan(struct nested_procs *np)
+ * once the last scan is no longer fresh, the status of at most @p max
+ * processes read by this call (a scan may take several, np->dir open
+ * meanwhile).  A process started since the scan is missed there (an
+ * owner that started so late is taken for gone).  A scan stops,
+ * truncated, where it cannot read on (/proc, a process's status) or keep
+ * more: a pid looked for in it is then not judged.  @return whether the
+ * scan is complete (fresh). */
+static bool nested_scan_step(struct nested_procs *np, unsigned max)
 {
-	uint64_t start = clock_now_ms();
-
-	if (start < np->fresh_until)
-		return;
-	np->n = 0;
-	DIR *d = opendir("/proc");
-	np->truncated = d == NULL;
-	while (d && !np->truncated) {
+	if (!np->dir) {
+		np->started = clock_now_ms();
+		if (np->started < np->fresh_until)
+			return true;
+		np->n = 0;
+		np->dir = opendir("/proc");
+		np->truncated = np->dir == NULL;
+	}
+	for (unsigned k = 0; np->dir && !np->truncated;) {
+		if (k == max)
+			return false;
 		errno = 0;
-		struct dirent *e = readdir(d);
+		struct dirent *e = readdir(np->dir);
 		if (!e) {
 			np->truncated = errno != 0;
 			break;
@@ -710,14 +717,25 @@ static void nested_scan(struct nested_procs *np)
 		uint32_t inner;
 		if (*end != '\0' || here <= 0 || here > INT_MAX)
 			continue;
+		k++;
 		np->truncated = !nested_pid((pid_t)here, &inner) || (inner && !nested_add(np, inner, (pid_t)here));
 	}
-	if (d)
-		closedir(d);
-	uint64_t now = clock_now_ms(), took = now - start;
+	if (np->dir)
+		closedir(np->dir);
+	np->dir = NULL;
+	uint64_t now = clock_now_ms(), took = now - np->started;
 	np->fresh_until = now + (took * 50 > REGISTRY_NESTED_SCAN_MS ? took * 50 : REGISTRY_NESTED_SCAN_MS);
 	log_debug("scanned /proc for processes of nested PID namespaces: %u found%s, in %llu ms", np->n,
 		  np->truncated ? " (stopped there: a status unread, or the most kept)" : "", (unsigned long long)took);
+	return true;
+}
+
+/* nested_scan_step() to its end; not while a hand-back is judged from what
+ * was read ahead (a scan under way then leaves its pids unjudged). */
+static void nested_scan(struct nested_procs *np)
+{
+	while (!judging_now && !nested_scan_step(np, UINT_MAX))
+		;
 }
 
 /*
@@ -734,7 +752,7 @@ static enum maps_answer nested_owner(struct nested_procs *np, uint32_t pid, cons
 	unsigned owners = 0;
 	bool unsure = false;
 
-	if (np->truncated) {
+	if (np->truncated || np->dir) {
 		*why = "the scan of /proc for nested PID namespaces stopped short";
 		return MAPS_CLOSED;
 	}
@@ -1133,7 +1151,7 @@ static bool judging_read(struct reg_judging *jg, unsigned *quantum)
 /* The maps of jg->p[jg->cursor] are read: close them, see whether it
  * exited meanwhile; where it does not map the segment, the processes of
  * nested PID namespaces that have its pid there are read next. */
-static void judging_close(struct registry *r, struct reg_judging *jg)
+static void judging_close(struct reg_judging *jg)
 {
 	struct judged_proc *jp = &jg->p[jg->cursor];
 
@@ -1148,15 +1166,25 @@ static void judging_close(struct registry *r, struct reg_judging *jg)
 	if (jg->pidfd >= 0)
 		close(jg->pidfd);
 	jg->pidfd = -1;
-	pid_t pid = jp->pid;
-	bool recorded = jp->recorded;
-	unsigned at = ++jg->cursor;
-	if (!recorded || jg->p[at - 1].answer == MAPS_YES)
-		return;
-	nested_scan(&r->nested);
+	jg->cursor++;
+	if (jp->recorded && jp->answer != MAPS_YES)
+		jg->nested = jp->pid; /* its nested namesakes next (judging_nested()) */
+}
+
+/* The processes of nested PID namespaces that have pid jg->nested there,
+ * read next, once the scan of /proc (a slice a turn) is complete.
+ * @return false while it is not. */
+static bool judging_nested(struct registry *r, struct reg_judging *jg)
+{
+	unsigned at = jg->cursor;
+
+	if (!nested_scan_step(&r->nested, REGISTRY_NESTED_SLICE))
+		return false;
 	for (unsigned i = 0; !r->nested.truncated && i < r->nested.n; i++)
-		if (r->nested.p[i].inner == (uint32_t)pid && !judging_add(jg, at++, r->nested.p[i].here, false))
+		if (r->nested.p[i].inner == (uint32_t)jg->nested && !judging_add(jg, at++, r->nested.p[i].here, false))
 			break; /* not read: not judged */
+	jg->nested = 0;
+	return true;
 }
 
 /* The pids that @p jg's endpoints record (attached, held by no
@@ -1204,16 +1232,21 @@ bool registry_judge_step(struct registry *r, struct reg_judged *done)
 
 	if (!jg)
 		return false;
-	while (quantum > 0 && jg->cursor < jg->n) {
+	while (quantum > 0 && (jg->cursor < jg->n || jg->nested)) {
+		if (jg->nested) {
+			if (!judging_nested(r, jg))
+				break; /* the scan goes on next turn */
+			continue;
+		}
 		if (!jg->maps && !judging_open(jg)) {
-			judging_close(r, jg);
+			judging_close(jg);
 			continue;
 		}
 		if (judging_read(jg, &quantum))
-			judging_close(r, jg);
+			judging_close(jg);
 	}
 	r->judging = jg->next;
-	if (jg->cursor < jg->n) { /* round robin */
+	if (jg->cursor < jg->n || jg->nested) { /* round robin */
 		struct reg_judging **q = &r->judging;
 		while (*q)
 			q = &(*q)->next;
@@ -1638,6 +1671,8 @@ void registry_fini(struct registry *r)
 			close(r->watches[w].pidfd);
 	free(r->watches);
 	free(r->orphans);
+	if (r->nested.dir)
+		closedir(r->nested.dir);
 	free(r->nested.p);
 	r->watches = NULL;
 	r->orphans = NULL;

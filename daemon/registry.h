@@ -56,7 +56,8 @@
  *   segment (the pid is the client's own view: a client in a container):
  *   then that process owns it (the nested processes are found by a scan
  *   of /proc, reused for REGISTRY_NESTED_SCAN_MS, or 50 times as long as
- *   it took, so that hand-backs cannot keep the daemon scanning).  A gone
+ *   it took, so that hand-backs cannot keep the daemon scanning; for a
+ *   client's hand-back, REGISTRY_NESTED_SLICE processes a loop turn).  A gone
  *   owner's endpoint is reaped at once, as a closed connection's is.  An
  *   owner proven alive (it maps the segment) is watched and its endpoint
  *   reaped when it exits, unless a connection claimed it again before
@@ -88,6 +89,7 @@
 #ifndef PINSHMD_REGISTRY_H
 #define PINSHMD_REGISTRY_H
 
+#include <dirent.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -114,6 +116,7 @@
 #define REGISTRY_MAPS_MAX_BYTES (1u << 20) /* of one process's /proc/PID/maps read to judge it */
 #define REGISTRY_MAPS_BUDGET (4u << 20)    /* bytes of maps read for one adoption, all its processes */
 #define REGISTRY_MAPS_SLICE (64u << 10)    /* of them, read a loop turn for hand-backs (registry_judge_step()) */
+#define REGISTRY_NESTED_SLICE 64u          /* processes' status read a loop turn by a hand-back's scan of /proc */
 #define REGISTRY_REAP_SLICE (1u << 20)     /* bytes of rings a reap scans a loop turn (registry_step()) */
 #define REGISTRY_TICK_ORPHANS 1024u   /* watched endpoints looked at a tick (claimed or closed since?) */
 #define REGISTRY_NESTED_MAX 65536u    /* processes of nested PID namespaces one scan of /proc keeps */
@@ -181,6 +184,8 @@ struct reg_watch {
  * a client may record any pid of any of them for an endpoint. */
 struct nested_procs {
 	uint64_t fresh_until;    /* ms: reused until then (0: never scanned) */
+	uint64_t started;        /* ms: when the scan under way, or the last, began */
+	DIR *dir;                /* /proc, while a scan is under way (a slice a turn), else NULL */
 	bool truncated;          /* stopped (a status unread, REGISTRY_NESTED_MAX kept): others unknown */
 	unsigned n, cap;
 	struct nested_proc {
