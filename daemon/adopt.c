@@ -746,7 +746,8 @@ int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_re
 		return rc; /* ch may be gone */
 	*flags |= ch->named ? PROTO_ADOPT_NAMED : 0;
 	struct endpoint_check e = {.g = &ch->g, .endpoint = q->endpoint, .pid = (uint32_t)c->cred.pid};
-	if (ch->holder[q->endpoint] == 0 && segment_access(&ch->seg, endpoint_attached, &e) == 0) {
+	if (ch->holder[q->endpoint] == 0 && !registry_reaping(r, ch, q->endpoint) &&
+	    segment_access(&ch->seg, endpoint_attached, &e) == 0) {
 		ch->holder[q->endpoint] = c->id;
 		*flags |= PROTO_ADOPT_ENDPOINT;
 	}
@@ -758,8 +759,11 @@ int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_re
 		log_notice("channel '%s': handed back by a process outside this daemon's PID namespaces (pid 0): "
 			   "its endpoints are not judged",
 			   ch->name);
+	else if (!(*flags & PROTO_ADOPT_KNOWN) &&
+		 registry_judge_start(r, ch, &(struct reg_judged){.client = c->id, .id = chid, .flags = *flags}) == 0)
+		return -EINPROGRESS; /* the reply once judged (registry_judge_step()) */
 	else if (!(*flags & PROTO_ADOPT_KNOWN))
-		registry_adopt_endpoints(r, ch);
+		registry_adopt_endpoints(r, ch); /* out of memory to do it in slices */
 	*id = chid;
 	return 0;
 }

@@ -166,9 +166,13 @@ struct adopt_request {
  * configured pin_idle, named @p q->name where that name is free (else
  * unnamed), charged to @p c's user as a create.  Either way @p c references it, and the endpoint is
  * claimed for @p c again where the segment marks it attached for @p c's
- * process and no connection holds it.
+ * process, no connection holds it and no reap of it is under way.
+ * A channel new to the daemon has its other endpoints judged
+ * (registry.h) in slices: @return -EINPROGRESS, the reply
+ * (registry_judge_step()) once they are.
  * @return 0 with @p id (the channel's number) and @p flags (PROTO_ADOPT_*),
- *         @p *fd set to -1 where the channel took it; or -EINVAL (bad
+ *         @p *fd set to -1 where the channel took it; -EINPROGRESS (the
+ *         same, judged in slices); or -EINVAL (bad
  *         geometry, endpoint or segment), -EPROTO/-EBADMSG (its header),
  *         the errors of account_charge(), -ENFILE, -EMFILE, -ENOMEM.
  */

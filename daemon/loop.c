@@ -48,8 +48,9 @@ struct conn {
 	uint64_t silent_until; /* CLOCK_MONOTONIC ms: closed then unless it has sent a packet; 0: it has */
 	struct reg_client client;
 	struct reply *pending; /* a reply waiting for room in the socket */
-	bool making;           /* its CREATE is in progress (registry_step()): not read meanwhile */
-	uint32_t making_seq;   /* that CREATE's */
+	bool making;           /* its CREATE or ADOPT is in progress (registry_step(),
+				* registry_judge_step()): not read meanwhile */
+	uint32_t making_seq;   /* that request's */
 	int refused;           /* 0, or why its first request is to be refused (-EACCES, -EUSERS) */
 	char refusal[PROTO_TEXT_MAX + 1];
 	struct conn *prev, *next;
@@ -419,7 +420,7 @@ static bool peer_closed(int fd)
 }
 
 /*
- * @p c's CREATE (seq @p seq) is in progress: watch nothing of it but
+ * @p c's CREATE or ADOPT (seq @p seq) is in progress: watch nothing of it but
  * EPOLLHUP and EPOLLERR (a client that goes gives it up) until
  * loop_step() replies.  What it sends meanwhile waits in its socket.
  */
@@ -431,27 +432,50 @@ static void conn_making(struct loop *l, struct conn *c, uint32_t seq)
 		conn_close(l, c, "epoll");
 }
 
-/* One slice of the work in progress (registry_step()); the reply to the
- * CREATE that it ends. */
+/* The connection @p id whose request is in progress, or NULL. */
+static struct conn *conn_making_id(struct loop *l, uint64_t id)
+{
+	struct conn *c = l->conns;
+
+	while (c && !(c->making && c->client.id == id))
+		c = c->next;
+	return c;
+}
+
+/* Send @p rep, the reply that ends @p c's request in progress, and read
+ * @p c again. */
+static void conn_made(struct loop *l, struct conn *c, const struct reply *rep)
+{
+	c->making = false;
+	if (conn_reply(l, c, rep) && !c->pending && watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, c) != 0)
+		conn_close(l, c, "epoll");
+}
+
+/* One slice of the work in progress (registry_step(), registry_judge_step());
+ * the reply to the CREATE or ADOPT that it ends. */
 static void loop_step(struct loop *l)
 {
 	struct channel *ch;
+	struct reg_judged done;
 	struct reply rep;
-	struct conn *c = l->conns;
 
+	if (registry_judge_step(l->ctx.reg, &done)) {
+		struct conn *c = conn_making_id(l, done.client);
+		if (c) { /* else cannot be: a client that goes gives its judging up */
+			request_adopted(&l->ctx, &done, c->making_seq, &rep);
+			conn_made(l, c, &rep);
+		}
+	}
 	registry_step(l->ctx.reg, &ch);
 	if (!ch)
 		return;
-	while (c && !(c->making && c->client.id == ch->creator))
-		c = c->next;
+	struct conn *c = conn_making_id(l, ch->creator);
 	if (!c) { /* cannot be: a creator that goes gives its channel up */
 		registry_create_abandon(l->ctx.reg, ch);
 		return;
 	}
-	c->making = false;
 	request_created(&l->ctx, &c->client, ch, c->making_seq, &rep);
-	if (conn_reply(l, c, &rep) && !c->pending && watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, c) != 0)
-		conn_close(l, c, "epoll");
+	conn_made(l, c, &rep);
 }
 
 static void on_readable(struct loop *l, struct conn *c)
@@ -683,7 +707,7 @@ int loop_run(struct loop *l)
 				if (c->fd < 0)
 					continue; /* closed earlier in this batch */
 				if (c->making) /* EPOLLHUP, EPOLLERR: gone */
-					conn_close(l, c, "by the client, while its channel was made");
+					conn_close(l, c, "by the client, while its request was in progress");
 				else if (c->pending) /* EPOLLOUT, or EPOLLHUP/EPOLLERR: the send says which */
 					on_writable(l, c);
 				else if (ev & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR))

@@ -14,9 +14,19 @@ void pool_init(struct pool *p, struct account *acct)
 	*p = (struct pool){.acct = acct, .fill = {.fd = -1, .base = NULL}};
 }
 
+/* Destroy @p s, a segment of the pool: at once, or a slice a turn in
+ * @p later (its charge is gone already; unmapping unlocks). */
+static void pool_destroy(struct segment *s, struct dying **later)
+{
+	if (later)
+		dying_add(later, s);
+	else
+		segment_destroy(s);
+}
+
 /* Give up the segment being filled: unmapping it unlocks what was locked,
  * and its whole charge goes.  @return its bytes (0: none was). */
-static uint64_t fill_abandon(struct pool *p, const char *why)
+static uint64_t fill_abandon(struct pool *p, const char *why, struct dying **later)
 {
 	uint64_t bytes = p->fill.size;
 
@@ -25,35 +35,37 @@ static uint64_t fill_abandon(struct pool *p, const char *why)
 	log_info("pool: the segment of %zu bytes being filled (%zu locked) destroyed: %s", p->fill.size,
 		 p->fill_locked, why);
 	p->acct->pinned -= bytes;
-	segment_destroy(&p->fill);
+	pool_destroy(&p->fill, later);
+	p->fill = (struct segment){.fd = -1, .base = NULL};
 	p->fill_class = NULL;
 	p->fill_locked = 0;
 	return bytes;
 }
 
-static void class_drain(struct pool *p, struct pool_class *c)
+static void class_drain(struct pool *p, struct pool_class *c, struct dying **later)
 {
 	while (c->n > 0) {
 		struct segment *s = &c->segs[--c->n];
 		p->acct->pinned -= s->size;
-		segment_destroy(s);
+		pool_destroy(s, later);
 	}
 }
 
-uint64_t pool_drain(struct pool *p)
+uint64_t pool_drain(struct pool *p, struct dying **later)
 {
 	uint64_t bytes = pool_bytes(p) - pool_filling_bytes(p, NULL);
 
 	for (unsigned i = 0; i < p->nclasses; i++)
-		class_drain(p, &p->classes[i]);
+		class_drain(p, &p->classes[i], later);
 	if (bytes)
-		log_info("pool: %llu bytes of ready segments destroyed", (unsigned long long)bytes);
-	return bytes + fill_abandon(p, "the pool is emptied");
+		log_info("pool: %llu bytes of ready segments destroyed%s", (unsigned long long)bytes,
+			 later ? " (unmapped in slices)" : "");
+	return bytes + fill_abandon(p, "the pool is emptied", later);
 }
 
 void pool_fini(struct pool *p)
 {
-	pool_drain(p);
+	pool_drain(p, NULL);
 	for (unsigned i = 0; i < p->nclasses; i++)
 		free(p->classes[i].segs);
 	free(p->classes);
@@ -150,13 +162,13 @@ void pool_refill(struct pool *p)
 	if (rc < 0) {
 		log_warn("pool: segments cannot be pinned (%s, %zu of %zu bytes locked); the pool stops filling",
 			 p->fill.pin_error, locked, p->fill.size);
-		fill_abandon(p, "not pinned");
+		fill_abandon(p, "not pinned", NULL);
 		p->stopped = true;
 		return;
 	}
 	struct pool_class *c = p->fill_class;
 	if (c->n >= p->target) { /* filled up meanwhile (pool_put_back) */
-		fill_abandon(p, "its class is full");
+		fill_abandon(p, "its class is full", NULL);
 		return;
 	}
 	c->segs[c->n++] = p->fill;

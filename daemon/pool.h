@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "account.h"
+#include "dying.h"
 #include "segment.h"
 
 struct pool_class {
@@ -106,9 +107,11 @@ bool pool_take(struct pool *p, size_t size, struct segment *out);
 /** Give back @p s, taken by pool_take() and never handed out. */
 void pool_put_back(struct pool *p, struct segment *s);
 
-/** Destroy every ready segment and the one being filled.
+/** Destroy every ready segment and the one being filled: at once, or,
+ *  with @p later, queued there to be unmapped a slice a turn (dying.h);
+ *  their charges go at once either way.
  *  @return the bytes freed from the budget. */
-uint64_t pool_drain(struct pool *p);
+uint64_t pool_drain(struct pool *p, struct dying **later);
 
 /** @return the bytes the pool holds of the budget: its ready segments and
  *  the one being filled, whole. */

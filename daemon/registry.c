@@ -339,16 +339,107 @@ static int claim_fn(void *base, void *arg)
 struct reap_args {
 	const struct seg_geometry *g;
 	unsigned endpoint;
+	struct unclaim_cursor *cur;
+	uint64_t bytes;
 };
 
 static int reap_fn(void *base, void *arg)
 {
 	const struct reap_args *a = arg;
 
-	return seg_endpoint_reap(a->g, base, a->endpoint);
+	return seg_endpoint_reap_step(a->g, base, a->endpoint, a->cur, a->bytes);
 }
 
-static void reap_endpoint(struct channel *ch, unsigned ep, pid_t pid);
+/* A reap under way: a shared queue's dead consumer's claims handed back
+ * REGISTRY_REAP_SLICE bytes of its rings a turn (registry_step()). */
+struct reg_reaping {
+	struct reg_reaping *next;
+	struct channel *ch; /* kept (a reference) until it is done */
+	unsigned ep;
+	pid_t pid;
+	struct unclaim_cursor cur;
+};
+
+/*
+ * A slice of @p rp, the reap of an endpoint if its segment still marks it
+ * attached.  Once done, as a producer that leaves does, wake the consumers
+ * armed on an eventfd that the daemon keeps: marked dead first, so that
+ * they see it (-EPIPE, or the records a dead consumer held, handed back).
+ * @return whether slices are left.
+ */
+static bool reap_slice(struct reg_reaping *rp)
+{
+	struct channel *ch = rp->ch;
+	unsigned ep = rp->ep;
+	struct reap_args ra = {.g = &ch->g, .endpoint = ep, .cur = &rp->cur, .bytes = REGISTRY_REAP_SLICE};
+	int rc = segment_access(&ch->seg, reap_fn, &ra);
+
+	if (rc == 1)
+		return true;
+	if (rc == -EINVAL)
+		return false; /* closed by the client */
+	if (rc != 0) {
+		log_warn("channel '%s': cannot reap endpoint %u of pid %d: %s", ch->name, ep, (int)rp->pid,
+			 pinshm_strerror(rc));
+		return false;
+	}
+	log_info("channel '%s': endpoint %u of pid %d reaped", ch->name, ep, (int)rp->pid);
+	for (unsigned i = 0; ch->notify_fd && i < ch->g.max_consumers; i++)
+		if (ch->g.max_producers + i != ep)
+			wake_armed(ch, ch->g.max_producers + i);
+	return false;
+}
+
+/* Reap endpoint @p ep of @p ch (process @p pid): its first slice now, the
+ * others (a shared queue's rings scanned) by registry_step(), in turn
+ * with the other reaps; the endpoint stays attached until its last. */
+static void reap_endpoint(struct registry *r, struct channel *ch, unsigned ep, pid_t pid)
+{
+	struct reg_reaping first = {.ch = ch, .ep = ep, .pid = pid};
+
+	if (!reap_slice(&first))
+		return;
+	struct reg_reaping *rp = malloc(sizeof(*rp));
+	if (!rp) {
+		while (reap_slice(&first)) /* no memory to wait: the rest at once */
+			;
+		return;
+	}
+	*rp = first;
+	ch->refs++;
+	struct reg_reaping **q = &r->reaping;
+	while (*q)
+		q = &(*q)->next;
+	*q = rp;
+}
+
+bool registry_reaping(const struct registry *r, const struct channel *ch, unsigned ep)
+{
+	for (const struct reg_reaping *rp = r->reaping; rp; rp = rp->next)
+		if (rp->ch == ch && rp->ep == ep)
+			return true;
+	return false;
+}
+
+/* The next slice of the oldest reap under way; then it waits its turn again. */
+static void reaping_step(struct registry *r)
+{
+	struct reg_reaping *rp = r->reaping;
+
+	r->reaping = rp->next;
+	rp->next = NULL;
+	if (reap_slice(rp)) {
+		struct reg_reaping **q = &r->reaping;
+		while (*q)
+			q = &(*q)->next;
+		*q = rp;
+		return;
+	}
+	struct channel *ch = rp->ch;
+	free(rp);
+	ch->refs--;
+	collect(r, ch);
+}
 static void drop_ref(struct registry *r, struct reg_client *c, struct channel *ch);
 
 /* ---- endpoints of adopted channels that no connection holds ---------------- */
@@ -386,6 +477,38 @@ enum maps_answer {
 	MAPS_LONG = -2,   /* not found within the lines the daemon may read */
 };
 
+/* A process whose maps a hand-back's judging read ahead, in slices
+ * (registry_judge_step()), for registry_adopt_endpoints() to take from there. */
+struct judged_proc {
+	pid_t pid;                /* the daemon's */
+	bool recorded;            /* a pid of an endpoint (else a nested namespace's process that has it there) */
+	enum maps_answer answer;  /* MAPS_NO: no such process, or it exited or does not map the segment */
+	unsigned long long start; /* its start time, read while a pidfd held it: that process (0: unknown) */
+};
+
+/* A hand-back's judging under way: the maps of the processes its endpoints
+ * name are read REGISTRY_MAPS_SLICE bytes a loop turn (registry_judge_step()),
+ * then registry_adopt_endpoints() judges from what was read. */
+struct reg_judging {
+	struct reg_judging *next;
+	struct channel *ch;       /* referenced by the client, which waits: kept */
+	struct reg_judged done;   /* the client and its reply */
+	struct stat st;           /* the segment's file */
+	unsigned budget;          /* bytes of maps left to read (REGISTRY_MAPS_BUDGET) */
+	struct judged_proc *p;    /* the processes, in the order read */
+	unsigned n, cap, cursor;  /* p[cursor] is read now */
+	FILE *maps;               /* its maps, open while read */
+	int pidfd;                /* and a pidfd that holds it meanwhile, -1: none */
+	unsigned limit, bytes;    /* of its maps, the most read and the bytes read */
+	bool at_start;            /* the next read starts a line */
+	pid_t nested;             /* a recorded pid not proven here: its nested namesakes wanted next, 0: none */
+};
+
+/* The hand-back whose maps were read ahead, while its endpoints are
+ * judged: no maps are read then, a process not read ahead cannot be judged. */
+static const struct reg_judging *judging_now;
+static const struct judged_proc *judged_lookup(pid_t pid);
+
 /* Whether process @p pid maps the file @p st, reading at most
  * REGISTRY_MAPS_MAX_BYTES of its maps and no more than *@p budget bytes
  * (the bytes read are taken off it; a line is read a buffer at a time, so
@@ -397,6 +520,10 @@ static enum maps_answer maps_file(pid_t pid, const struct stat *st, unsigned *bu
 	bool at_start = true;
 	enum maps_answer found = MAPS_NO;
 
+	if (judging_now) {
+		const struct judged_proc *jp = judged_lookup(pid);
+		return jp ? jp->answer : MAPS_LONG;
+	}
 	if (limit == 0)
 		return MAPS_LONG;
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
@@ -498,7 +625,8 @@ static enum maps_answer process_maps(pid_t pid, const struct stat *st, unsigned 
 	if (h->pidfd < 0 && (h->start = proc_start(pid)) == 0)
 		return MAPS_NO;
 	enum maps_answer maps = maps_file(pid, st, budget);
-	if (handle_exited(pid, h)) {
+	const struct judged_proc *jp = judging_now ? judged_lookup(pid) : NULL;
+	if (handle_exited(pid, h) || (jp && jp->answer != MAPS_NO && proc_start(pid) != jp->start)) {
 		*why = "its process has exited";
 		maps = MAPS_NO;
 	} else if (maps == MAPS_NO) {
@@ -558,22 +686,28 @@ static bool nested_add(struct nested_procs *np, uint32_t inner, pid_t here)
 }
 
 /* The processes of nested PID namespaces, in @p np: /proc scanned again
- * once the last scan is no longer fresh.  A process started since the
- * scan is missed there (an owner that started so late is taken for gone).
- * A scan stops, truncated, where it cannot read on (/proc, a process's
- * status) or keep more: a pid looked for in it is then not judged. */
-static void nested_scan(struct nested_procs *np)
+ * once the last scan is no longer fresh, the status of at most @p max
+ * processes read by this call (a scan may take several, np->dir open
+ * meanwhile).  A process started since the scan is missed there (an
+ * owner that started so late is taken for gone).  A scan stops,
+ * truncated, where it cannot read on (/proc, a process's status) or keep
+ * more: a pid looked for in it is then not judged.  @return whether the
+ * scan is complete (fresh). */
+static bool nested_scan_step(struct nested_procs *np, unsigned max)
 {
-	uint64_t start = clock_now_ms();
-
-	if (start < np->fresh_until)
-		return;
-	np->n = 0;
-	DIR *d = opendir("/proc");
-	np->truncated = d == NULL;
-	while (d && !np->truncated) {
+	if (!np->dir) {
+		np->started = clock_now_ms();
+		if (np->started < np->fresh_until)
+			return true;
+		np->n = 0;
+		np->dir = opendir("/proc");
+		np->truncated = np->dir == NULL;
+	}
+	for (unsigned k = 0; np->dir && !np->truncated;) {
+		if (k == max)
+			return false;
 		errno = 0;
-		struct dirent *e = readdir(d);
+		struct dirent *e = readdir(np->dir);
 		if (!e) {
 			np->truncated = errno != 0;
 			break;
@@ -583,14 +717,25 @@ static void nested_scan(struct nested_procs *np)
 		uint32_t inner;
 		if (*end != '\0' || here <= 0 || here > INT_MAX)
 			continue;
+		k++;
 		np->truncated = !nested_pid((pid_t)here, &inner) || (inner && !nested_add(np, inner, (pid_t)here));
 	}
-	if (d)
-		closedir(d);
-	uint64_t now = clock_now_ms(), took = now - start;
+	if (np->dir)
+		closedir(np->dir);
+	np->dir = NULL;
+	uint64_t now = clock_now_ms(), took = now - np->started;
 	np->fresh_until = now + (took * 50 > REGISTRY_NESTED_SCAN_MS ? took * 50 : REGISTRY_NESTED_SCAN_MS);
 	log_debug("scanned /proc for processes of nested PID namespaces: %u found%s, in %llu ms", np->n,
 		  np->truncated ? " (stopped there: a status unread, or the most kept)" : "", (unsigned long long)took);
+	return true;
+}
+
+/* nested_scan_step() to its end; not while a hand-back is judged from what
+ * was read ahead (a scan under way then leaves its pids unjudged). */
+static void nested_scan(struct nested_procs *np)
+{
+	while (!judging_now && !nested_scan_step(np, UINT_MAX))
+		;
 }
 
 /*
@@ -607,7 +752,7 @@ static enum maps_answer nested_owner(struct nested_procs *np, uint32_t pid, cons
 	unsigned owners = 0;
 	bool unsure = false;
 
-	if (np->truncated) {
+	if (np->truncated || np->dir) {
 		*why = "the scan of /proc for nested PID namespaces stopped short";
 		return MAPS_CLOSED;
 	}
@@ -842,7 +987,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 	unsigned reaped = 0, watched = 0, kept = 0;
 	const char *kept_why = "";
 	uint32_t kept_pid = 0;
-	j->budget = REGISTRY_MAPS_BUDGET;
+	j->budget = judging_now ? judging_now->budget : REGISTRY_MAPS_BUDGET; /* read ahead already */
 	if (fstat(ch->seg.fd, &st) != 0)
 		goto out;
 	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
@@ -860,7 +1005,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 		if (e->verdict == OWNER_GONE) {
 			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name, ep,
 				 (unsigned)v.pid, e->why);
-			reap_endpoint(ch, ep, (pid_t)v.pid);
+			reap_endpoint(r, ch, ep, (pid_t)v.pid);
 			forget_notify(r, ch, ep);
 			reaped++;
 		} else if (e->verdict == OWNER_KEPT) {
@@ -901,6 +1046,236 @@ out:
 	free(j);
 }
 
+/* ---- hand-backs judged in slices ------------------------------------------- */
+
+static const struct judged_proc *judged_lookup(pid_t pid)
+{
+	for (unsigned i = 0; i < judging_now->n; i++)
+		if (judging_now->p[i].pid == pid)
+			return &judging_now->p[i];
+	return NULL;
+}
+
+/* Put process @p pid in @p jg's list at @p at, once.  @return false out of memory. */
+static bool judging_add(struct reg_judging *jg, unsigned at, pid_t pid, bool recorded)
+{
+	for (unsigned i = 0; i < jg->n; i++)
+		if (jg->p[i].pid == pid)
+			return true;
+	if (jg->n == jg->cap) {
+		unsigned cap = jg->cap ? jg->cap * 2 : 16;
+		struct judged_proc *p = realloc(jg->p, cap * sizeof(*p));
+		if (!p)
+			return false;
+		jg->p = p;
+		jg->cap = cap;
+	}
+	memmove(&jg->p[at + 1], &jg->p[at], (jg->n - at) * sizeof(*jg->p));
+	jg->p[at] = (struct judged_proc){.pid = pid, .recorded = recorded, .answer = MAPS_NO};
+	jg->n++;
+	return true;
+}
+
+static void judging_free(struct reg_judging *jg)
+{
+	if (jg->maps)
+		fclose(jg->maps);
+	if (jg->pidfd >= 0)
+		close(jg->pidfd);
+	free(jg->p);
+	free(jg);
+}
+
+/* Begin reading the maps of jg->p[jg->cursor]: a pidfd on it, its start
+ * time, its maps open.  @return false where there is nothing to read (its
+ * answer set). */
+static bool judging_open(struct reg_judging *jg)
+{
+	struct judged_proc *jp = &jg->p[jg->cursor];
+	char path[64];
+
+	jg->pidfd = -1;
+	if (jp->pid == getpid())
+		return false; /* MAPS_NO */
+#ifdef SYS_pidfd_open
+	jg->pidfd = (int)syscall(SYS_pidfd_open, jp->pid, 0);
+	if (jg->pidfd < 0 && (errno == ESRCH || errno == EINVAL))
+		return false; /* MAPS_NO */
+#endif
+	jp->start = proc_start(jp->pid);
+	jg->limit = jg->budget < REGISTRY_MAPS_MAX_BYTES ? jg->budget : REGISTRY_MAPS_MAX_BYTES;
+	jg->bytes = 0;
+	jg->at_start = true;
+	jp->answer = jp->start == 0 ? MAPS_NO : jg->limit == 0 ? MAPS_LONG : MAPS_CLOSED;
+	if (jp->answer != MAPS_CLOSED)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)jp->pid);
+	jg->maps = fopen(path, "re");
+	jp->answer = MAPS_NO;
+	if (!jg->maps)
+		jp->answer = MAPS_CLOSED;
+	return jg->maps != NULL;
+}
+
+/* Read on in the maps of jg->p[jg->cursor], at most about *@p quantum
+ * bytes (taken off it), as maps_file() does.  @return whether it is done. */
+static bool judging_read(struct reg_judging *jg, unsigned *quantum)
+{
+	struct judged_proc *jp = &jg->p[jg->cursor];
+	char line[512];
+
+	while (*quantum > 0 && fgets(line, sizeof(line), jg->maps)) {
+		unsigned maj, min;
+		unsigned long long ino;
+		bool starts = jg->at_start;
+		size_t len = strlen(line);
+		jg->at_start = len > 0 && line[len - 1] == '\n';
+		if (len > jg->limit - jg->bytes) {
+			jg->bytes = jg->limit;
+			jp->answer = MAPS_LONG;
+			return true;
+		}
+		jg->bytes += (unsigned)len;
+		*quantum = len < *quantum ? *quantum - (unsigned)len : 0;
+		if (starts && sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 &&
+		    ino == (unsigned long long)jg->st.st_ino && maj == major(jg->st.st_dev) && min == minor(jg->st.st_dev)) {
+			jp->answer = MAPS_YES;
+			return true;
+		}
+	}
+	if (*quantum > 0 && ferror(jg->maps))
+		jp->answer = MAPS_CLOSED;
+	return *quantum > 0;
+}
+
+/* The maps of jg->p[jg->cursor] are read: close them, see whether it
+ * exited meanwhile; where it does not map the segment, the processes of
+ * nested PID namespaces that have its pid there are read next. */
+static void judging_close(struct reg_judging *jg)
+{
+	struct judged_proc *jp = &jg->p[jg->cursor];
+
+	if (jg->maps) {
+		fclose(jg->maps);
+		jg->maps = NULL;
+	}
+	jg->budget -= jg->bytes;
+	jg->bytes = 0;
+	if (jp->answer != MAPS_NO && handle_exited(jp->pid, &(struct proc_handle){.pidfd = jg->pidfd, .start = jp->start}))
+		jp->answer = MAPS_NO;
+	if (jg->pidfd >= 0)
+		close(jg->pidfd);
+	jg->pidfd = -1;
+	jg->cursor++;
+	if (jp->recorded && jp->answer != MAPS_YES)
+		jg->nested = jp->pid; /* its nested namesakes next (judging_nested()) */
+}
+
+/* The processes of nested PID namespaces that have pid jg->nested there,
+ * read next, once the scan of /proc (a slice a turn) is complete.
+ * @return false while it is not. */
+static bool judging_nested(struct registry *r, struct reg_judging *jg)
+{
+	unsigned at = jg->cursor;
+
+	if (!nested_scan_step(&r->nested, REGISTRY_NESTED_SLICE))
+		return false;
+	for (unsigned i = 0; !r->nested.truncated && i < r->nested.n; i++)
+		if (r->nested.p[i].inner == (uint32_t)jg->nested && !judging_add(jg, at++, r->nested.p[i].here, false))
+			break; /* not read: not judged */
+	jg->nested = 0;
+	return true;
+}
+
+/* The pids that @p jg's endpoints record (attached, held by no
+ * connection), to be read in turn.  @return false out of memory. */
+static bool judging_list(struct reg_judging *jg)
+{
+	struct channel *ch = jg->ch;
+
+	if (fstat(ch->seg.fd, &jg->st) != 0)
+		return true; /* nothing read: judged as it can be */
+	/* The daemon's own pid is listed, not read: its nested namesakes are. */
+	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
+		struct endpoint_view v;
+		if (ch->holder[ep] != 0 || view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE || v.pid == 0 ||
+		    v.pid > INT_MAX)
+			continue;
+		if (!judging_add(jg, jg->n, (pid_t)v.pid, true))
+			return false;
+	}
+	return true;
+}
+
+int registry_judge_start(struct registry *r, struct channel *ch, const struct reg_judged *reply)
+{
+	struct reg_judging *jg = calloc(1, sizeof(*jg));
+
+	if (!jg)
+		return -ENOMEM;
+	*jg = (struct reg_judging){.ch = ch, .done = *reply, .budget = REGISTRY_MAPS_BUDGET, .pidfd = -1};
+	if (!judging_list(jg)) {
+		judging_free(jg);
+		return -ENOMEM;
+	}
+	struct reg_judging **q = &r->judging;
+	while (*q)
+		q = &(*q)->next;
+	*q = jg;
+	return 0;
+}
+
+bool registry_judge_step(struct registry *r, struct reg_judged *done)
+{
+	struct reg_judging *jg = r->judging;
+	unsigned quantum = REGISTRY_MAPS_SLICE;
+
+	if (!jg)
+		return false;
+	while (quantum > 0 && (jg->cursor < jg->n || jg->nested)) {
+		if (jg->nested) {
+			if (!judging_nested(r, jg))
+				break; /* the scan goes on next turn */
+			continue;
+		}
+		if (!jg->maps && !judging_open(jg)) {
+			judging_close(jg);
+			continue;
+		}
+		if (judging_read(jg, &quantum))
+			judging_close(jg);
+	}
+	r->judging = jg->next;
+	if (jg->cursor < jg->n || jg->nested) { /* round robin */
+		struct reg_judging **q = &r->judging;
+		while (*q)
+			q = &(*q)->next;
+		*q = jg;
+		jg->next = NULL;
+		return false;
+	}
+	judging_now = jg;
+	registry_adopt_endpoints(r, jg->ch);
+	judging_now = NULL;
+	*done = jg->done;
+	judging_free(jg);
+	return true;
+}
+
+/* Give up the judgings for client @p id (it went): its channels are judged no more. */
+static void judging_forget(struct registry *r, uint64_t id)
+{
+	for (struct reg_judging **q = &r->judging; *q;) {
+		struct reg_judging *jg = *q;
+		if (jg->done.client != id) {
+			q = &jg->next;
+			continue;
+		}
+		*q = jg->next;
+		judging_free(jg);
+	}
+}
+
 /* Whether orphan @p i is no longer its process's to reap: claimed by a
  * connection, closed, reaped or attached again, or its segment damaged. */
 static bool orphan_stale(struct registry *r, unsigned i)
@@ -938,7 +1313,7 @@ static void watch_exited(struct registry *r, unsigned w)
 			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: "
 				 "its process has exited",
 				 o->ch->name, o->endpoint, (unsigned)o->pid);
-			reap_endpoint(o->ch, o->endpoint, (pid_t)o->pid);
+			reap_endpoint(r, o->ch, o->endpoint, (pid_t)o->pid);
 			reaped++;
 		}
 		forget_orphan(r, i);
@@ -1299,6 +1674,8 @@ void registry_fini(struct registry *r)
 			close(r->watches[w].pidfd);
 	free(r->watches);
 	free(r->orphans);
+	if (r->nested.dir)
+		closedir(r->nested.dir);
 	free(r->nested.p);
 	r->watches = NULL;
 	r->orphans = NULL;
@@ -1313,6 +1690,16 @@ void registry_fini(struct registry *r)
 		struct channel *ch = r->making;
 		making_remove(r, NULL, ch);
 		making_drop(r, ch);
+	}
+	while (r->reaping) {
+		struct reg_reaping *rp = r->reaping;
+		r->reaping = rp->next;
+		free(rp);
+	}
+	while (r->judging) {
+		struct reg_judging *jg = r->judging;
+		r->judging = jg->next;
+		judging_free(jg);
 	}
 	dying_finish(&r->dying);
 }
@@ -1408,7 +1795,7 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	}
 	if (rc == -ENOSPC && r->pool && pool_bytes(r->pool) > 0) {
 		/* Ready segments give way to channels. */
-		pool_drain(r->pool);
+		pool_drain(r->pool, &r->dying); /* unmapped in slices, before this one's are locked */
 		why[0] = '\0';
 		rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
 	}
@@ -1493,6 +1880,8 @@ bool registry_step(struct registry *r, struct channel **made)
 	struct channel *ch = r->making;
 
 	*made = NULL;
+	if (r->reaping)
+		reaping_step(r); /* besides the others: a reap holds its endpoint */
 	if (r->dying) {
 		dying_step(&r->dying); /* first: what they unlock makes room for what the others lock */
 	} else if (r->moving) {
@@ -1521,7 +1910,7 @@ void registry_create_abandon(struct registry *r, struct channel *ch)
 
 bool registry_busy(const struct registry *r)
 {
-	return r->dying || r->making || r->moving;
+	return r->dying || r->making || r->moving || r->judging || r->reaping;
 }
 
 /*
@@ -1725,30 +2114,6 @@ static void drop_ref(struct registry *r, struct reg_client *c, struct channel *c
 	collect(r, ch);
 }
 
-/*
- * Reap endpoint @p ep of @p ch if its segment still marks it attached.
- * Then, as a producer that leaves does, wake the consumers armed on an
- * eventfd that the daemon keeps: marked dead first, so that they see it
- * (-EPIPE, or the records a dead consumer held, handed back).
- */
-static void reap_endpoint(struct channel *ch, unsigned ep, pid_t pid)
-{
-	struct reap_args ra = {.g = &ch->g, .endpoint = ep};
-	int rc = segment_access(&ch->seg, reap_fn, &ra);
-
-	if (rc == -EINVAL)
-		return; /* closed by the client */
-	if (rc != 0) {
-		log_warn("channel '%s': cannot reap endpoint %u of pid %d: %s", ch->name, ep, (int)pid,
-			 pinshm_strerror(rc));
-		return;
-	}
-	log_info("channel '%s': endpoint %u of pid %d reaped", ch->name, ep, (int)pid);
-	for (unsigned i = 0; ch->notify_fd && i < ch->g.max_consumers; i++)
-		if (ch->g.max_producers + i != ep)
-			wake_armed(ch, ch->g.max_producers + i);
-}
-
 int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, char *why,
 		   size_t whylen)
 {
@@ -1765,7 +2130,7 @@ int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32
 	}
 	ch->holder[endpoint] = 0;
 	forget_notify(r, ch, endpoint);
-	reap_endpoint(ch, endpoint, c->cred.pid);
+	reap_endpoint(r, ch, endpoint, c->cred.pid);
 	log_debug("channel '%s': endpoint %u closed by pid %d", ch->name, endpoint, (int)c->cred.pid);
 	for (unsigned ep = 0; ep < total; ep++)
 		if (ch->holder[ep] == c->id)
@@ -1797,6 +2162,7 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
 
 void registry_client_gone(struct registry *r, struct reg_client *c)
 {
+	judging_forget(r, c->id);
 	for (struct channel *ch = r->making, *prev = NULL, *next; ch; ch = next) {
 		next = ch->next;
 		if (ch->creator != c->id) {
@@ -1816,7 +2182,7 @@ void registry_client_gone(struct registry *r, struct reg_client *c)
 				continue;
 			ch->holder[ep] = 0;
 			forget_notify(r, ch, ep);
-			reap_endpoint(ch, ep, c->cred.pid);
+			reap_endpoint(r, ch, ep, c->cred.pid);
 		}
 		ch->refs--;
 		collect(r, ch);

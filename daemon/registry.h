@@ -59,7 +59,8 @@
  *   segment (the pid is the client's own view: a client in a container):
  *   then that process owns it (the nested processes are found by a scan
  *   of /proc, reused for REGISTRY_NESTED_SCAN_MS, or 50 times as long as
- *   it took, so that hand-backs cannot keep the daemon scanning).  A gone
+ *   it took, so that hand-backs cannot keep the daemon scanning; for a
+ *   client's hand-back, REGISTRY_NESTED_SLICE processes a loop turn).  A gone
  *   owner's endpoint is reaped at once, as a closed connection's is.  An
  *   owner proven alive (it maps the segment) is watched and its endpoint
  *   reaped when it exits, unless a connection claimed it again before
@@ -91,6 +92,7 @@
 #ifndef PINSHMD_REGISTRY_H
 #define PINSHMD_REGISTRY_H
 
+#include <dirent.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -117,6 +119,9 @@
 #define REGISTRY_MAX_ORPHANS 65536u   /* endpoints watched at once, all channels */
 #define REGISTRY_MAPS_MAX_BYTES (1u << 20) /* of one process's /proc/PID/maps read to judge it */
 #define REGISTRY_MAPS_BUDGET (4u << 20)    /* bytes of maps read for one adoption, all its processes */
+#define REGISTRY_MAPS_SLICE (64u << 10)    /* of them, read a loop turn for hand-backs (registry_judge_step()) */
+#define REGISTRY_NESTED_SLICE 64u          /* processes' status read a loop turn by a hand-back's scan of /proc */
+#define REGISTRY_REAP_SLICE (1u << 20)     /* bytes of rings a reap scans a loop turn (registry_step()) */
 #define REGISTRY_TICK_ORPHANS 1024u   /* watched endpoints looked at a tick (claimed or closed since?) */
 #define REGISTRY_NESTED_MAX 65536u    /* processes of nested PID namespaces one scan of /proc keeps */
 #define REGISTRY_NESTED_SCAN_MS 1000u /* a scan of /proc is reused for so long, and 50 times its own time */
@@ -186,6 +191,8 @@ struct reg_watch {
  * a client may record any pid of any of them for an endpoint. */
 struct nested_procs {
 	uint64_t fresh_until;    /* ms: reused until then (0: never scanned) */
+	uint64_t started;        /* ms: when the scan under way, or the last, began */
+	DIR *dir;                /* /proc, while a scan is under way (a slice a turn), else NULL */
 	bool truncated;          /* stopped (a status unread, REGISTRY_NESTED_MAX kept): others unknown */
 	unsigned n, cap;
 	struct nested_proc {
@@ -232,6 +239,15 @@ struct registry {
 	unsigned nmaking;
 	struct dying *dying;        /* segments of destroyed channels, unmapped and punched in slices */
 	struct channel *moving;     /* channels whose pages move to their consumer's node (ch->move) */
+	struct reg_judging *judging; /* hand-backs whose endpoints' processes are read, in turn */
+	struct reg_reaping *reaping; /* reaps of shared queues' consumers under way, in turn */
+};
+
+/* The reply a hand-back waits for while its endpoints are judged. */
+struct reg_judged {
+	uint64_t client; /* the connection's id */
+	uint64_t id;     /* the channel's number */
+	uint32_t flags;  /* PROTO_ADOPT_* */
 };
 
 /** An empty registry that charges its channels to @p acct. */
@@ -292,7 +308,8 @@ bool registry_step(struct registry *r, struct channel **made);
 /** Give up @p ch, half-made, handed back by registry_step(). */
 void registry_create_abandon(struct registry *r, struct channel *ch);
 
-/** Whether registry_step() has work: dying segments, moves, half-made channels. */
+/** Whether registry_step() or registry_judge_step() has work: dying
+ * segments, moves, half-made channels, reaps, judgings. */
 bool registry_busy(const struct registry *r);
 
 /**
@@ -427,6 +444,31 @@ int registry_insert(struct registry *r, struct channel *ch, char *why, size_t wh
  * the others until it exits where it can.  Logged.
  */
 void registry_adopt_endpoints(struct registry *r, struct channel *ch);
+
+/** Whether endpoint @p ep of @p ch is being reaped (in slices): attached
+ *  still, but for no one to claim. */
+bool registry_reaping(const struct registry *r, const struct channel *ch, unsigned ep);
+
+/**
+ * registry_adopt_endpoints() of @p ch, handed back by a client, in slices:
+ * the maps of the processes its endpoints name (and of the processes of
+ * nested PID namespaces that have those pids there) are read
+ * REGISTRY_MAPS_SLICE bytes a loop turn, in turn with the other
+ * hand-backs, within the same budgets; then the endpoints are judged from
+ * what was read (a process not read then, or exited since, is not
+ * taken for the one read).  The client (@p reply->client) makes no other
+ * request meanwhile and references @p ch; if it goes
+ * (registry_client_gone()), the judging is given up.
+ * @return 0, or -ENOMEM (judge at once instead).
+ */
+int registry_judge_start(struct registry *r, struct channel *ch, const struct reg_judged *reply);
+
+/**
+ * A slice of the oldest judging (registry_judge_start()), once a loop turn
+ * while registry_busy().  @return true where it ended: its endpoints are
+ * judged, and @p done is the reply to send.
+ */
+bool registry_judge_step(struct registry *r, struct reg_judged *done);
 
 /**
  * Reference @p ch from @p c (once).  @return 0, or -EMFILE / -ENOMEM, and

@@ -426,6 +426,11 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	case PROTO_ADOPT:
 		rc = serve_adopt(ctx, c, req, rep);
+		if (rc == -EINPROGRESS) {
+			out->deferred = true; /* request_adopted() replies */
+			out->seq = req->h.seq;
+			return;
+		}
 		break;
 	case PROTO_NOTIFY:
 		rc = registry_notify(ctx->reg, c, req->u.notify.id, req->u.notify.endpoint, &ctx->in_fd, rep->text,
@@ -472,6 +477,19 @@ void request_created(struct request_ctx *ctx, struct reg_client *c, struct chann
 		create_reply(ch, rep);
 	else
 		log_debug("pid %d uid %u: CREATE: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
+	finish(rep, out);
+}
+
+void request_adopted(struct request_ctx *ctx, const struct reg_judged *done, uint32_t seq, struct reply *out)
+{
+	struct proto_msg *rep = &ctx->rep;
+
+	*out = (struct reply){.fd = -1};
+	memset(rep, 0, offsetof(struct proto_msg, u));
+	rep->h.type = PROTO_ADOPT | PROTO_REPLY;
+	rep->h.seq = seq;
+	rep->u.adopt_reply.id = done->id;
+	rep->u.adopt_reply.flags = done->flags;
 	finish(rep, out);
 }
 

@@ -64,7 +64,8 @@ struct reply {
 			   * a pending reply send another descriptor under the same number */
 	bool close_after; /* close the connection once it is sent */
 	bool deferred;    /* nothing to send yet: a CREATE in progress (registry_create()), whose
-			   * reply request_created() builds; the connection is not read until then */
+			   * reply request_created() builds, or an ADOPT being judged
+			   * (request_adopted()); the connection is not read until then */
 	uint32_t seq;     /* with deferred: the request's */
 	bool peer_wake;   /* a PEER reply: registry_peer_replied() once it is sent */
 	uint64_t peer_id;
@@ -89,6 +90,10 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
  */
 void request_created(struct request_ctx *ctx, struct reg_client *c, struct channel *ch, uint32_t seq,
 		     struct reply *out);
+
+/** The reply to a deferred ADOPT (seq @p seq) whose endpoints are judged
+ *  (registry_judge_step()'s @p done). */
+void request_adopted(struct request_ctx *ctx, const struct reg_judged *done, uint32_t seq, struct reply *out);
 
 /** What reply @p out asks for once it is sent (or held for room in the
  *  socket) to client @p c. */

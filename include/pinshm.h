@@ -437,8 +437,8 @@ PINSHM_EXPORT int pinshm_channel_info(pinshm_channel_t *ch, pinshm_channel_info_
  * when every process holding it has closed it or exited.
  *
  * Thread safety: a pinshm_client_t may be used by several threads; its
- * requests go one at a time (a lock), and pinshm_client_error() tells the
- * last one's reason, whichever thread made it.  Every call waits for the
+ * requests go one at a time (a lock), and pinshm_client_error() tells
+ * each thread the reason of its own last request (kept per thread).  Every call waits for the
  * daemon's reply at most PINSHM_CLIENT_TIMEOUT_MS (plus the time another
  * thread's request holds the lock).  A send on a handle opened through it
  * makes no request that waits: see pinshm_channel_notify_fd().
@@ -563,10 +563,12 @@ PINSHM_EXPORT int pinshm_disconnect(pinshm_client_t *c);
 PINSHM_EXPORT int pinshm_reconnect(pinshm_client_t *c);
 
 /**
- * @return the daemon's message about the last request on @p c (why it
- *         failed, or a warning such as a channel created unpinned), or ""
- *         if none; with @p c NULL, why the last pinshm_connect() of this
- *         thread failed.
+ * @return the daemon's message about the last request that the calling
+ *         thread made on @p c (why it failed, or a warning such as a
+ *         channel created unpinned), or "" if none: each thread has its
+ *         own, which another thread's requests do not change, valid until
+ *         this thread's next request on @p c or pinshm_disconnect(); with
+ *         @p c NULL, why the last pinshm_connect() of this thread failed.
  */
 PINSHM_EXPORT const char *pinshm_client_error(const pinshm_client_t *c);
 

@@ -47,7 +47,7 @@ int client_fail(pinshm_client_t *c, int err, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(c->error, sizeof(c->error), fmt, ap);
+	vsnprintf(client_error_buf(c), CLIENT_ERROR_MAX, fmt, ap);
 	va_end(ap);
 	return err;
 }
@@ -88,12 +88,12 @@ static int wait_readable(int fd, uint64_t deadline)
  * if one answers).  @return 0, or why there is no connection to ask on. */
 static int client_ready(pinshm_client_t *c)
 {
-	c->error[0] = '\0';
+	client_error_buf(c)[0] = '\0';
 	if (!c->reconnecting && (c->broken ? c->broken_err == -ECONNRESET : hung_up(c->fd))) {
 		int rc = client_reconnect(c);
 		if (rc != 0)
 			return rc;
-		c->error[0] = '\0';
+		client_error_buf(c)[0] = '\0';
 	}
 	if (c->broken)
 		return client_fail(c, c->broken_err, "the connection to pinshmd was lost earlier");
@@ -173,7 +173,7 @@ static int exchange(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
 	}
 	if (nfds == 1)
 		*fd = fds[0];
-	snprintf(c->error, sizeof(c->error), "%s", rep->text);
+	snprintf(client_error_buf(c), CLIENT_ERROR_MAX, "%s", rep->text);
 	return rep->status;
 }
 
@@ -183,7 +183,7 @@ static int exchange(pinshm_client_t *c, struct proto_msg *req, struct proto_msg 
  * @param fd  for OPEN: set to the descriptor that came with a successful
  *            reply; NULL for the others (a descriptor then is an error).
  * @return the reply's status (0 or -errno from the daemon, its message in
- *         c->error), or a transport error (the client is then broken).
+ *         pinshm_client_error()), or a transport error (the client is then broken).
  */
 int transact(pinshm_client_t *c, struct proto_msg *req, struct proto_msg *rep, int *fd)
 {
@@ -378,6 +378,8 @@ static pinshm_client_t *client_new(void)
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
 	int rc = pthread_mutex_init(&c->lock, &attr);
 	pthread_mutexattr_destroy(&attr);
+	if (rc == 0 && (rc = pthread_mutex_init(&c->error_lock, NULL)) != 0)
+		pthread_mutex_destroy(&c->lock);
 	if (rc != 0) {
 		free(c);
 		return NULL;
@@ -445,7 +447,7 @@ int pinshm_connect_flags(const char *socket_path, unsigned flags, pinshm_client_
 			return 0;
 		}
 		snprintf(connect_error, sizeof(connect_error), "pinshmd at %s: %s", where,
-			 c->error[0] ? c->error : strerror(-rc));
+			 pinshm_client_error(c)[0] ? pinshm_client_error(c) : strerror(-rc));
 		pinshm_disconnect(c);
 		if (rc != -ECONNRESET || attempt > 0 || !autostart_allowed(flags))
 			return rc;
@@ -469,14 +471,47 @@ int pinshm_disconnect(pinshm_client_t *c)
 	}
 	close(c->fd);
 	free(c->async);
+	while (c->errors) {
+		struct client_error *e = c->errors;
+		c->errors = e->next;
+		free(e);
+	}
+	pthread_mutex_destroy(&c->error_lock);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 	return 0;
 }
 
+char *client_error_buf(pinshm_client_t *c)
+{
+	pthread_t self = pthread_self();
+	struct client_error *e;
+
+	pthread_mutex_lock(&c->error_lock);
+	for (e = c->errors; e && !pthread_equal(e->thread, self); e = e->next)
+		;
+	if (!e && (e = calloc(1, sizeof(*e))) != NULL) {
+		e->thread = self;
+		e->next = c->errors;
+		c->errors = e;
+	}
+	pthread_mutex_unlock(&c->error_lock);
+	return e ? e->text : c->error;
+}
+
 const char *pinshm_client_error(const pinshm_client_t *c)
 {
-	return c ? c->error : connect_error;
+	if (!c)
+		return connect_error;
+	pinshm_client_t *m = (pinshm_client_t *)c; /* the list changes under its lock, not the client */
+	pthread_t self = pthread_self();
+	const struct client_error *e;
+
+	pthread_mutex_lock(&m->error_lock);
+	for (e = m->errors; e && !pthread_equal(e->thread, self); e = e->next)
+		;
+	pthread_mutex_unlock(&m->error_lock);
+	return e ? e->text : c->error;
 }
 
 /* Copy @p name into a name field, checking it first. */
@@ -509,7 +544,7 @@ static int create_locked(pinshm_client_t *c, const char *name, const pinshm_chan
 	pinshm_channel_attr_t defaults;
 	size_t size;
 
-	c->error[0] = '\0';
+	client_error_buf(c)[0] = '\0';
 	int rc = client_put_name(c, req.u.create.name, name);
 	if (rc != 0)
 		return rc;
@@ -633,7 +668,7 @@ static int open_locked(pinshm_client_t *c, const char *name, pinshm_role_t role,
 	int fd;
 
 	*out = NULL;
-	c->error[0] = '\0';
+	client_error_buf(c)[0] = '\0';
 	int rc = client_put_name(c, req.u.open.name, name);
 	if (rc != 0)
 		return rc;
@@ -844,7 +879,7 @@ static int client_reconnect(pinshm_client_t *c)
 	}
 	c->reconnecting = false;
 	if (rc == 0 && refused)
-		snprintf(c->error, sizeof(c->error), "reconnected to pinshmd at %s; it did not take back %u channel%s",
+		snprintf(client_error_buf(c), CLIENT_ERROR_MAX, "reconnected to pinshmd at %s; it did not take back %u channel%s",
 			 where, refused, refused == 1 ? "" : "s");
 	return rc;
 }
@@ -854,7 +889,7 @@ int pinshm_reconnect(pinshm_client_t *c)
 	int rc = 0;
 
 	client_lock(c);
-	c->error[0] = '\0';
+	client_error_buf(c)[0] = '\0';
 	if (c->broken && c->broken_err != -ECONNRESET)
 		rc = client_fail(c, c->broken_err, "the connection to pinshmd is out of step: connect again");
 	else if (c->broken || hung_up(c->fd))
@@ -867,7 +902,7 @@ static int unlink_locked(pinshm_client_t *c, const char *name)
 {
 	struct proto_msg req = {.h.type = PROTO_UNLINK}, rep;
 
-	c->error[0] = '\0';
+	client_error_buf(c)[0] = '\0';
 	int rc = client_put_name(c, req.u.unlink.name, name);
 	if (rc != 0)
 		return rc;

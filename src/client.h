@@ -32,13 +32,24 @@ struct async_peer {
 	uint32_t gen;
 };
 
+#define CLIENT_ERROR_MAX (PROTO_TEXT_MAX + 96)
+
+/* A thread's message about its last request on a client (pinshm_client_error()). */
+struct client_error {
+	pthread_t thread;
+	struct client_error *next;
+	char text[CLIENT_ERROR_MAX];
+};
+
 struct pinshm_client {
 	int fd;
 	uint32_t seq;           /* of the last request */
 	bool broken;            /* out of step with the daemon: calls fail with `broken_err` */
 	int broken_err;
 	uint32_t daemon_flags;  /* PROTO_HELLO_* */
-	char error[PROTO_TEXT_MAX + 96];
+	char error[CLIENT_ERROR_MAX]; /* the message of a thread short of memory for its own, else "" */
+	pthread_mutex_t error_lock;   /* over `errors`; each thread writes its own text, unlocked */
+	struct client_error *errors;  /* the threads' messages, one node a thread that made requests */
 	pinshm_channel_t *channels; /* handles opened through it, not closed yet */
 	/* Reconnecting (pinshm_reconnect()): where and how it connected, and,
 	 * per open handle, a descriptor of its segment to hand back. */
@@ -66,6 +77,9 @@ void client_unlock(struct pinshm_client *c);
 /* client.c */
 int client_break(struct pinshm_client *c, int err);
 /** Set @p c's error detail from @p fmt.  @return @p err. */
+/** The calling thread's message buffer of @p c (CLIENT_ERROR_MAX bytes),
+ *  made at its first use (c->error where memory is short). */
+char *client_error_buf(struct pinshm_client *c);
 int client_fail(struct pinshm_client *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /** Send @p req and receive its reply into @p rep, under the lock, after a
  *  reconnect where the daemon went.  @p fd: for OPEN, the descriptor that

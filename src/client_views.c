@@ -64,7 +64,7 @@ static int stat_locked(pinshm_client_t *c, const char *name, pinshm_list_entry_t
 	struct proto_msg req = {.h.type = PROTO_STAT};
 	struct proto_msg *rep;
 
-	c->error[0] = '\0';
+	client_error_buf(c)[0] = '\0';
 	int rc = client_put_name(c, req.u.stat.name, name);
 	if (rc != 0)
 		return rc;
@@ -147,7 +147,7 @@ static int fetch_pages_locked(pinshm_client_t *c, const struct paging *pg, void 
 		*list = NULL;
 		*count = 0;
 	}
-	c->error[0] = '\0';
+	client_error_buf(c)[0] = '\0';
 	if (!rep)
 		return -ENOMEM;
 	for (;;) {

@@ -56,8 +56,9 @@ struct shared_scan {
 	const struct seg_geometry *g;
 	uint8_t *ring;
 	_Atomic uint64_t *free;
-	uint64_t pos; /* the record looked at (where the scan ended) */
+	uint64_t pos; /* the record looked at (where the scan ended); one_lap: where it starts, if past `free` */
 	unsigned restarts;
+	uint64_t lap; /* one_lap: the bytes it scans at most (a ring's worth, or less) */
 };
 
 typedef int (*scan_visit_fn)(struct shared_scan *s, void *arg, uint64_t word, uint32_t len, uint64_t size);
@@ -81,8 +82,9 @@ static inline bool scan_follow_free(struct shared_scan *s, int rc, uint64_t *sca
 
 /*
  * Walk the ready records of a shared queue's lane from `free` (everything
- * before it is done), @p visit called for each.  @p one_lap: end after a
- * ring's worth (SCAN_LAP); else other consumers moving `free` while we
+ * before it is done), @p visit called for each.  @p one_lap: from s->pos
+ * where that is past `free` (a scan that goes on), and end after s->lap
+ * bytes (SCAN_LAP, at most a ring's worth); else other consumers moving `free` while we
  * scan explain a ring's worth behind us (a restart), unless we are more
  * than a ring ahead of `free` (damage).  @p follow_damage: an impossible
  * record is looked past as a changed one if `free` passed it; else it is
@@ -92,15 +94,15 @@ static inline bool scan_follow_free(struct shared_scan *s, int rc, uint64_t *sca
 static inline __attribute__((always_inline)) int shared_scan(struct shared_scan *s, bool one_lap, bool follow_damage,
 							     scan_visit_fn visit, void *arg)
 {
-	uint64_t cap = s->g->capacity;
+	uint64_t cap = s->g->capacity, from = atomic_load_explicit(s->free, memory_order_acquire);
 
-	s->pos = atomic_load_explicit(s->free, memory_order_acquire);
+	s->pos = one_lap && s->pos > from ? s->pos : from;
 	s->restarts = 0;
 	for (uint64_t scanned = 0;;) {
 		uint64_t word, size;
 		uint32_t len;
 
-		if (one_lap && scanned >= cap)
+		if (one_lap && scanned >= s->lap)
 			return SCAN_LAP;
 		if (!one_lap && scanned > cap) {
 			if (s->pos - atomic_load_explicit(s->free, memory_order_acquire) > cap)
@@ -174,7 +176,7 @@ static int claim_visit(struct shared_scan *s, void *arg, uint64_t word, uint32_t
  * further on, also finds the records that a reap handed back. */
 int queue_take(pinshm_channel_t *ch, unsigned lane, struct taken *t, size_t max_len, bool peek)
 {
-	struct shared_scan s = { &ch->g, lane_ring(ch, lane), &lane_hdr(ch, lane)->free, 0, 0 };
+	struct shared_scan s = { &ch->g, lane_ring(ch, lane), &lane_hdr(ch, lane)->free, 0, 0, 0 };
 	struct claim_args a = { ch, lane, t, max_len, peek };
 	int rc = shared_scan(&s, false, false, claim_visit, &a);
 
@@ -259,20 +261,47 @@ static int unclaim_visit(struct shared_scan *s, void *arg, uint64_t word, uint32
 	return SCAN_PAST;
 }
 
-int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner)
+int ring_unclaim_step(const struct seg_geometry *g, void *base, unsigned owner, struct unclaim_cursor *cur,
+		      uint64_t bytes)
 {
-	for (unsigned lane = 0; lane < g->max_producers; lane++) {
-		struct shared_scan s = { g, seg_ring(g, base, lane), &seg_lane(g, base, lane)->free, 0, 0 };
+	for (; cur->lane < g->max_producers; *cur = (struct unclaim_cursor){.lane = cur->lane + 1}) {
+		_Atomic uint64_t *free = &seg_lane(g, base, cur->lane)->free;
+		uint64_t from = atomic_load_explicit(free, memory_order_acquire);
+		if (from > cur->pos)
+			cur->scanned = 0; /* from `free` again, a whole lap: what was behind it is done */
+		else
+			from = cur->pos;
+		uint64_t lap = g->capacity - cur->scanned;
+		bool last = lap <= bytes;
+		struct shared_scan s = { g, seg_ring(g, base, cur->lane), free, cur->pos, 0, last ? lap : bytes };
 		int rc = shared_scan(&s, true, true, unclaim_visit, &owner);
 		if (rc != SCAN_END && rc != SCAN_LAP)
 			return -EBADMSG; /* impossible, or changing without end */
+		if (rc == SCAN_LAP && !last) {
+			cur->pos = s.pos;
+			cur->scanned += bytes;
+			return 1;
+		}
+		uint64_t spent = (s.pos > from ? s.pos - from : 0) + sizeof(struct record_header); /* a lane costs some */
+		bytes -= spent < bytes ? spent : bytes;
 		/* The consumer may have died between marking a record DONE and
 		 * moving `free` past it: move it as it would have, or a full ring
 		 * whose other records are done too would hold its producer for
 		 * ever, with nothing left for the other consumers to release. */
-		rc = shared_advance_free(g, base, lane);
+		rc = shared_advance_free(g, base, cur->lane);
 		if (rc != 0)
 			return rc;
+		if (bytes == 0 && cur->lane + 1 < g->max_producers) {
+			*cur = (struct unclaim_cursor){.lane = cur->lane + 1};
+			return 1;
+		}
 	}
 	return 0;
+}
+
+int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner)
+{
+	struct unclaim_cursor cur = {0};
+
+	return ring_unclaim_step(g, base, owner, &cur, UINT64_MAX);
 }

@@ -229,6 +229,14 @@ int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t r
 
 int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoint)
 {
+	struct unclaim_cursor cur = {0};
+
+	return seg_endpoint_reap_step(g, base, endpoint, &cur, UINT64_MAX);
+}
+
+int seg_endpoint_reap_step(const struct seg_geometry *g, void *base, unsigned endpoint, struct unclaim_cursor *cur,
+			   uint64_t bytes)
+{
 	if (endpoint >= g->max_producers + g->max_consumers)
 		return -EINVAL;
 	struct endpoint *ep = seg_endpoint(g, base, endpoint);
@@ -241,7 +249,7 @@ int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoin
 	 * cursor): what it held unreleased is read again by its successor.
 	 * A shared consumer's claims are handed back to the others. */
 	if (endpoint >= g->max_producers && g->kind == PINSHM_QUEUE && g->max_consumers > 1) {
-		int rc = ring_unclaim_owner(g, base, endpoint - g->max_producers);
+		int rc = ring_unclaim_step(g, base, endpoint - g->max_producers, cur, bytes);
 		if (rc != 0)
 			return rc;
 	}

@@ -57,10 +57,28 @@ int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t r
  *  of range, or not attached), -EBADMSG. */
 int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoint);
 
+/** Where seg_endpoint_reap_step() goes on: {0} to begin. */
+struct unclaim_cursor {
+	unsigned lane;    /* the lane scanned now */
+	uint64_t pos;     /* where in it, 0: from its `free` */
+	uint64_t scanned; /* bytes of its lap scanned so far */
+};
+
+/** seg_endpoint_reap() in steps: each scans about @p bytes of the rings
+ *  for a shared queue's dead consumer's claims (the endpoint stays
+ *  attached meanwhile).  @return 1: call again with @p cur; else as
+ *  seg_endpoint_reap(). */
+int seg_endpoint_reap_step(const struct seg_geometry *g, void *base, unsigned endpoint, struct unclaim_cursor *cur,
+			   uint64_t bytes);
+
 /* queue.c: the shared queue's part of a reap. */
 /** Hand back the records that dead consumer @p owner of a shared queue had
  *  claimed, and move each lane's `free` past the records done.
  *  @return 0, -EBADMSG. */
 int ring_unclaim_owner(const struct seg_geometry *g, void *base, unsigned owner);
+/** ring_unclaim_owner() in steps of about @p bytes scanned, from @p cur.
+ *  @return 1 (call again), 0 (done), -EBADMSG. */
+int ring_unclaim_step(const struct seg_geometry *g, void *base, unsigned owner, struct unclaim_cursor *cur,
+		      uint64_t bytes);
 
 #endif /* PINSHM_SEG_H */

@@ -29,6 +29,12 @@
  *   serves on), by a daemon that stops (it exits 0).  And one whose lock
  *   fails half-way (RLIMIT_MEMLOCK of 3 MiB, 8 MiB of channel, 2 MiB a
  *   slice): created unpinned, nothing of it left locked, and it works.
+ * - stall_peers: the same bounds while a client hands back crafted
+ *   segments whose endpoints name processes of long maps, again and
+ *   again (the daemon reads maps 64 KiB a turn).
+ *   And while a client opens every consumer of a shared queue full of
+ *   small records and goes, again and again (each reap scans every lane,
+ *   1 MiB a turn).
  */
 #include <check.h>
 #include <dirent.h>
@@ -40,7 +46,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +57,8 @@
 #include "channel.h"
 #include "config.h"
 #include "daemonutil.h"
+#include "fdpass.h"
+#include "protocol.h"
 #include "pinshm.h"
 #include "testutil.h"
 
@@ -495,31 +506,25 @@ static int by_value(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-START_TEST(test_stall)
+/*
+ * Measure the daemon @p d's service to @p c, a STATUS round trip every
+ * millisecond or so, while the hostile child @p pid works (@p what, for the
+ * output); assert that the child succeeded and, unless under a wrapper,
+ * the bounds.
+ */
+static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const char *what)
 {
-	struct daemon d;
-	uint64_t budget, quota, q, max_segment;
-	pinshm_channel_attr_t attr;
-	size_t size, n = 0;
+	double *ms = malloc(STALL_SAMPLES * sizeof(*ms));
+	size_t n = 0;
 	int status;
 
-	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
-	config_derived_limits(budget, &q, &max_segment);
-	largest_attr(&attr, max_segment < quota ? max_segment : quota);
-	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
-	double *ms = malloc(STALL_SAMPLES * sizeof(*ms));
 	ck_assert_ptr_nonnull(ms);
-
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0)
-		_exit(stall_rounds(&d, &attr));
 	/* The bound is the daemon's: a loop turn that holds the others up.
 	 * The tests that make check runs beside this one on two cores must
 	 * not decide it through the scheduler, so the daemon and the
 	 * measuring client run ahead of them where that is allowed (root);
-	 * the creating client does not. */
-	(void)setpriority(PRIO_PROCESS, (id_t)d.pid, STALL_NICE);
+	 * the hostile client does not. */
+	(void)setpriority(PRIO_PROCESS, (id_t)d->pid, STALL_NICE);
 	(void)setpriority(PRIO_PROCESS, 0, STALL_NICE);
 	while (waitpid(pid, &status, WNOHANG) == 0) {
 		pinshm_status_t st;
@@ -534,21 +539,276 @@ START_TEST(test_stall)
 			ms[n++] = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
 		usleep(1000);
 	}
-	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the creating client failed (status %#x)",
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the hostile client failed (status %#x)",
 		      status);
 	ck_assert_uint_gt(n, 0);
 	qsort(ms, n, sizeof(*ms), by_value);
 	double p50 = ms[n / 2], p99 = ms[n * 99 / 100], max = ms[n - 1];
 	free(ms);
-	fprintf(stderr, "stall: segments of %zu bytes; STATUS round trips: %zu, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
-		size, n, p50, p99, max);
+	fprintf(stderr, "stall: %s; STATUS round trips: %zu, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", what, n, p50,
+		p99, max);
 	(void)setpriority(PRIO_PROCESS, 0, 0);
 	CLIENT_RC(c, pinshm_disconnect(c), 0);
-	daemon_stop_ok(&d);
+	daemon_stop_ok(d);
 	if (pinshmd_wrapper())
 		return; /* slower by far: the scenario, not the bounds */
-	ck_assert_msg(p99 <= STALL_P99_MS, "p99 %.2f ms > %.0f ms", p99, STALL_P99_MS);
-	ck_assert_msg(max <= STALL_MAX_MS, "max %.2f ms > %.0f ms", max, STALL_MAX_MS);
+	ck_assert_msg(p99 <= STALL_P99_MS, "%s: p99 %.2f ms > %.0f ms", what, p99, STALL_P99_MS);
+	ck_assert_msg(max <= STALL_MAX_MS, "%s: max %.2f ms > %.0f ms", what, max, STALL_MAX_MS);
+}
+
+START_TEST(test_stall)
+{
+	struct daemon d;
+	uint64_t budget, quota, q, max_segment;
+	pinshm_channel_attr_t attr;
+	size_t size;
+	char what[64];
+
+	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
+	config_derived_limits(budget, &q, &max_segment);
+	largest_attr(&attr, max_segment < quota ? max_segment : quota);
+	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(stall_rounds(&d, &attr));
+	snprintf(what, sizeof(what), "creates of %zu bytes", size);
+	stall_measure(&d, c, pid, what);
+}
+END_TEST
+
+/* ---- hand-backs naming processes of long maps -------------------------- */
+
+#define ADOPT_OWNERS 4u      /* processes the endpoints name */
+#define ADOPT_MAPPINGS 24000 /* each: some 1.1 MB of maps, more than the daemon reads of one */
+#define SMALL_QUOTA "[daemon]\npool_segments = 0\ndefault_user_quota = 8M\n"
+
+/* A child of ADOPT_MAPPINGS mappings (pages of alternating protections,
+ * untouched), until killed; a byte on @p arg's pipe once they are made. */
+static int long_maps_owner(void *arg, int idx)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	char *area = mmap(NULL, (size_t)ADOPT_MAPPINGS * (size_t)page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	(void)idx;
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* not left behind by a failed test */
+	if (area == MAP_FAILED)
+		tu_child_fail(2, "mmap: %s", strerror(errno));
+	for (long i = 0; i < ADOPT_MAPPINGS; i += 2)
+		if (mprotect(area + i * page, (size_t)page, PROT_READ | PROT_WRITE) != 0)
+			tu_child_fail(3, "mprotect: %s", strerror(errno));
+	if (write(*(const int *)arg, "r", 1) != 1)
+		tu_child_fail(4, "write: %s", strerror(errno));
+	for (;;)
+		pause();
+}
+
+/* Send @p m on @p sock, with descriptor @p fd unless -1, and read the
+ * reply into @p m (a descriptor it brings closed).  @return its status. */
+static int raw_request(int sock, struct proto_msg *m, int fd)
+{
+	uint8_t buf[PROTO_MAX_PACKET];
+	unsigned nfds = 0;
+	int got = -1, len = proto_encode(m, buf);
+
+	if (len <= 0 || fdpass_send(sock, buf, (size_t)len, &fd, fd >= 0 ? 1 : 0, 0) != 0)
+		return -EIO;
+	ssize_t n = fdpass_recv(sock, buf, sizeof(buf), &got, 1, &nfds, 0);
+	if (nfds > 0 && got >= 0)
+		close(got);
+	if (n <= 0 || proto_decode(buf, (size_t)n, true, m) != 0)
+		return -ECONNRESET;
+	return m->status;
+}
+
+/* A raw connection to @p d, HELLO said.  @return it, or -1. */
+static int raw_connect(const struct daemon *d)
+{
+	static struct proto_msg m;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	memset(&m, 0, sizeof(m));
+	m.h.type = PROTO_HELLO;
+	m.h.seq = 1;
+	m.u.hello.version = PROTO_VERSION;
+	if (fd >= 0 && strlen(d->sock) < sizeof(sa.sun_path)) {
+		memcpy(sa.sun_path, d->sock, strlen(d->sock) + 1);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && raw_request(fd, &m, -1) == 0)
+			return fd;
+	}
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+/* A segment of @p attr whose endpoints are all attached: the producers by
+ * @p owners in turn, the consumer by this process.  @return it, or -1. */
+static int crafted_segment(const pinshm_channel_attr_t *attr, const pid_t *owners, unsigned nowners)
+{
+	struct seg_geometry g;
+	int fd = -1;
+
+	if (seg_geometry_compute(attr, &g) != 0 || pinshm_segment_create(attr, &fd) != 0)
+		return -1;
+	void *base = mmap(NULL, g.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		close(fd);
+		return -1;
+	}
+	for (unsigned i = 0; i < g.max_producers + g.max_consumers; i++) {
+		struct endpoint *ep = seg_endpoint(&g, base, i);
+		atomic_store(&ep->state, EP_ACTIVE);
+		atomic_store(&ep->pid, i < g.max_producers ? (uint32_t)owners[i % nowners] : (uint32_t)getpid());
+	}
+	munmap(base, g.size);
+	return fd;
+}
+
+/* Hand back @p seg as @p attr's consumer on @p sock.  @return the status. */
+static int raw_adopt(int sock, const pinshm_channel_attr_t *attr, int seg)
+{
+	static struct proto_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.h.type = PROTO_ADOPT;
+	m.h.seq = 2;
+	snprintf(m.u.adopt.name, sizeof(m.u.adopt.name), "crafted");
+	m.u.adopt.geo = proto_geometry_from_attr(attr);
+	m.u.adopt.role = PINSHM_CONSUMER;
+	m.u.adopt.endpoint = attr->max_producers;
+	return raw_request(sock, &m, seg);
+}
+
+/* Open @p name as a consumer on @p sock (its descriptor closed at once).
+ * @return the status. */
+static int raw_open_consumer(int sock, const char *name)
+{
+	static struct proto_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.h.type = PROTO_OPEN;
+	m.h.seq = 3;
+	snprintf(m.u.open.name, sizeof(m.u.open.name), "%s", name);
+	m.u.open.role = PINSHM_CONSUMER;
+	m.u.open.node = PINSHM_NODE_ANY;
+	m.u.open.owner = PROTO_OWNER_ANY;
+	return raw_request(sock, &m, -1);
+}
+
+/* The hostile client, in a child: hand back a crafted segment whose
+ * producers name @p owners, again and again for STALL_MS (each a new
+ * channel, gone with its connection).  @return the exit status. */
+static int adopt_rounds(const struct daemon *d, const pid_t *owners)
+{
+	uint64_t end = tu_now_ms() + STALL_MS;
+	pinshm_channel_attr_t attr;
+	unsigned rounds = 0;
+
+	tu_attr(&attr, PINSHM_QUEUE, 4096, 64, 1);
+	while (tu_now_ms() < end) {
+		int sock = raw_connect(d), seg = crafted_segment(&attr, owners, ADOPT_OWNERS);
+		int rc = sock >= 0 && seg >= 0 ? raw_adopt(sock, &attr, seg) : -EIO;
+		if (rc != 0) {
+			fprintf(stderr, "stall: hand-back %u: %s\n", rounds, strerror(-rc));
+			return 1;
+		}
+		close(seg);
+		close(sock);
+		rounds++;
+	}
+	fprintf(stderr, "stall: %u hand-backs\n", rounds);
+	return rounds >= 2 ? 0 : 1;
+}
+
+START_TEST(test_stall_adopt)
+{
+	struct daemon d;
+	struct tu_procs ps;
+	pid_t owners[ADOPT_OWNERS];
+	int ready[2];
+	char b;
+
+	tu_procs_init(&ps);
+	ck_assert_int_eq(pipe(ready), 0);
+	for (unsigned i = 0; i < ADOPT_OWNERS; i++) {
+		owners[i] = ps.pid[tu_spawn(&ps, "long maps", long_maps_owner, &ready[1], (int)i)];
+		ck_assert_int_eq(read(ready[0], &b, 1), 1);
+	}
+	pinshm_client_t *c = start_conf(&d, SMALL_QUOTA);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(adopt_rounds(&d, owners));
+	stall_measure(&d, c, pid, "hand-backs naming 4 processes of long maps");
+	tu_kill_all(&ps);
+	close(ready[0]);
+	close(ready[1]);
+}
+END_TEST
+
+/* ---- reaps of a shared queue full of records --------------------------- */
+
+#define REAP_CAPACITY (64u * 1024u)
+#define REAP_CONSUMERS PINSHM_MAX_CONSUMERS
+
+/* The hostile client, in a child: a shared queue of as many lanes of
+ * REAP_CAPACITY as the quota holds, filled with the smallest records;
+ * then, for STALL_MS, a connection opens all its consumers and goes,
+ * again and again (each reap of a consumer scans every lane).
+ * @return the exit status. */
+static int reap_rounds(const struct daemon *d)
+{
+	pinshm_channel_attr_t attr;
+	pinshm_client_t *owner = NULL;
+	static pinshm_channel_t *prod[PINSHM_MAX_PRODUCERS];
+	unsigned lanes = 1, rounds = 0;
+	size_t size, records = 0;
+
+	for (;; lanes++) {
+		tu_attr(&attr, PINSHM_QUEUE, REAP_CAPACITY, lanes + 1, REAP_CONSUMERS);
+		if (pinshm_segment_size(&attr, &size) != 0 || size > 8 * MiB - 64 * 1024)
+			break;
+	}
+	tu_attr(&attr, PINSHM_QUEUE, REAP_CAPACITY, lanes, REAP_CONSUMERS);
+	if (pinshm_connect(d->sock, &owner) != 0 || pinshm_create(owner, "reap", &attr, 0600, 0) != 0) {
+		fprintf(stderr, "stall: reap: create: %s\n", owner ? pinshm_client_error(owner) : "no connection");
+		return 1;
+	}
+	for (unsigned i = 0; i < lanes; i++) {
+		if (pinshm_open(owner, "reap", PINSHM_PRODUCER, &prod[i]) != 0)
+			return 1;
+		while (pinshm_send(prod[i], "x", 1, 0) == 0)
+			records++;
+	}
+	uint64_t end = tu_now_ms() + STALL_MS;
+	while (tu_now_ms() < end) {
+		int sock = raw_connect(d), rc = sock >= 0 ? 0 : -EIO;
+		for (unsigned k = 0; k < REAP_CONSUMERS && rc == 0; k++)
+			while ((rc = raw_open_consumer(sock, "reap")) == -EBUSY)
+				usleep(1000); /* the last round's consumers are still being reaped */
+		if (rc != 0) {
+			fprintf(stderr, "stall: reap: round %u: %s\n", rounds, strerror(-rc));
+			return 1;
+		}
+		close(sock); /* the daemon reaps every consumer */
+		rounds++;
+	}
+	fprintf(stderr, "stall: %u lanes, %zu records, %u disconnects of %u consumers\n", lanes, records, rounds,
+		REAP_CONSUMERS);
+	return rounds >= 2 ? 0 : 1;
+}
+
+START_TEST(test_stall_reap)
+{
+	struct daemon d;
+
+	pinshm_client_t *c = start_conf(&d, SMALL_QUOTA);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(reap_rounds(&d));
+	stall_measure(&d, c, pid, "reaps of a shared queue full of records");
 }
 END_TEST
 
@@ -681,6 +941,12 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_stall);
 	tcase_add_test(tc, test_stall_given_up);
 	tcase_add_test(tc, test_stall_unpinned);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("stall_peers");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_stall_adopt);
+	tcase_add_test(tc, test_stall_reap);
 	suite_add_tcase(s, tc);
 	return s;
 }

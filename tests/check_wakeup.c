@@ -14,7 +14,9 @@
  *   path); both clients also make requests from those threads meanwhile.
  *   Every message arrives in order, no wake-up is lost, and every reply
  *   each client read answered its request (a mismatch breaks the client:
- *   its next request fails).  Runs under ThreadSanitizer in CI.
+ *   its next request fails); and two threads that fail requests on one
+ *   client at once each read their own reason.  Runs under
+ *   ThreadSanitizer in CI.
  *
  * Every test starts its own pinshmd on its own socket (tests/daemonutil.h).
  */
@@ -311,6 +313,56 @@ START_TEST(test_threads_share_clients)
 }
 END_TEST
 
+#define ERROR_ROUNDS 2000
+
+struct error_arg {
+	pinshm_client_t *c;
+	const char *mine, *other; /* the missing channel this thread opens, and the other's */
+	char failure[256];
+};
+
+/* Open a missing channel again and again: each failure's message, read
+ * at once, names this thread's channel, whatever the other thread does. */
+static void *error_thread(void *arg)
+{
+	struct error_arg *a = arg;
+	pinshm_channel_t *h;
+
+	for (unsigned i = 0; i < ERROR_ROUNDS && !a->failure[0]; i++) {
+		int rc = pinshm_open(a->c, a->mine, PINSHM_PRODUCER, &h);
+		const char *why = pinshm_client_error(a->c);
+		if (rc != -ENOENT || !strstr(why, a->mine) || strstr(why, a->other))
+			snprintf(a->failure, sizeof(a->failure), "round %u: %s: '%s'", i, pinshm_strerror(rc), why);
+	}
+	return NULL;
+}
+
+/* Two threads fail requests on one client at once: each reads its own
+ * reason, never the other's nor a torn one (a data race for TSan before
+ * the reasons were kept per thread). */
+START_TEST(test_threads_client_error)
+{
+	struct daemon d;
+	pthread_t t[2];
+	struct error_arg a[2];
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	a[0] = (struct error_arg){.c = c, .mine = "missing_first", .other = "missing_second"};
+	a[1] = (struct error_arg){.c = c, .mine = "missing_second", .other = "missing_first"};
+	for (unsigned i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, error_thread, &a[i]), 0);
+	for (unsigned i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	for (unsigned i = 0; i < 2; i++)
+		ck_assert_msg(!a[i].failure[0], "thread %u: %s", i, a[i].failure);
+	CLIENT_RC(c, pinshm_open(c, "missing_main", PINSHM_CONSUMER, &(pinshm_channel_t *){NULL}), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(pinshm_client_error(c), "missing_main"));
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 static Suite *wakeup_suite(void)
 {
 	Suite *s = suite_create("wakeup");
@@ -324,6 +376,7 @@ static Suite *wakeup_suite(void)
 	tc = tcase_create("threads");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_threads_share_clients);
+	tcase_add_test(tc, test_threads_client_error);
 	suite_add_tcase(s, tc);
 	return s;
 }

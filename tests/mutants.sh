@@ -118,3 +118,12 @@ mutant fdstore-gives-up-nothing daemon/fdstore.c \
 mutant start-time-wrong-reap daemon/registry.c \
 	's/if (proc_start(rw->here) != rw->start)/if (1)/' \
 	check_lifecycle:judge
+mutant adopt-maps-one-turn daemon/registry.h \
+	's/#define REGISTRY_MAPS_SLICE (64u << 10)/#define REGISTRY_MAPS_SLICE (64u << 20)/' \
+	check_hostile:stall_peers
+mutant reap-one-turn daemon/registry.h \
+	's/#define REGISTRY_REAP_SLICE (1u << 20)/#define REGISTRY_REAP_SLICE (1u << 30)/' \
+	check_hostile:stall_peers
+mutant client-error-shared src/client.c \
+	's/return e ? e->text : c->error;/return c->error;/' \
+	check_wakeup:threads
