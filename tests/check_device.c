@@ -1183,6 +1183,9 @@ START_TEST(test_daemon_pci)
 	CLIENT_RC(c, pinshm_create_near_pci(c, "near-gpu", &attr, 0600, 0, "0000:3b:00.0", PINSHM_PIN_DEFAULT), 0);
 	ck_assert_int_eq(stat_of(c, "near-gpu").node, 1);
 	ck_assert(daemon_log_has(&d, "'near-gpu' next to PCI device 0000:3b:00.0: node 1"));
+	/* A domain of 8 digits is the same device: sysfs writes it in 4. */
+	CLIENT_RC(c, pinshm_create_near_pci(c, "near-gpu8", &attr, 0600, 0, "00000000:3b:00.0", PINSHM_PIN_DEFAULT), 0);
+	ck_assert_int_eq(stat_of(c, "near-gpu8").node, 1);
 	CLIENT_RC(c, pinshm_create_near_pci(c, "no-node", &attr, 0600, 0, "0000:5e:00.0", PINSHM_PIN_DEFAULT), 0);
 	ck_assert_int_eq(stat_of(c, "no-node").node, PINSHM_NODE_ANY);
 	ck_assert(daemon_log_has(&d, "PCI device 0000:5e:00.0 has no NUMA node: no placement"));
