@@ -53,15 +53,15 @@ int device_commit_progress(pinshm_channel_t *ch)
 static int wait_commit(pinshm_channel_t *ch)
 {
 	struct device_pending_commit *c = &ch->dev->commit;
-	char why[DEVICE_WHY];
+	char why[DEVICE_WHY] = "";
 
 	c->dev->ops->wait(c->dev, c->event);
 	int done = c->dev->ops->query(c->dev, c->event, why);
 	if (done != 0)
 		return done;
 	c->dev->ops->drop(c->dev, c->event);
-	channel_fail(ch, -EIO, "%s: the wait for the device's event failed: its reservation is lost (%s)",
-		     c->dev->ops->name, why);
+	channel_fail(ch, -EIO, "%s: the wait for the device's event failed: its reservation is lost",
+		     c->dev->ops->name);
 	*c = (struct device_pending_commit){ 0 };
 	ch->reserved = RESV_LOST;
 	return 0;
