@@ -257,6 +257,24 @@ static unsigned reap(pid_t *pids, unsigned n, struct figures *f, bool block)
 	return running;
 }
 
+/* Wait until @p want children are ready.  @return 0, or -ECHILD (said)
+ * where one ended first (it failed to connect, attach or allocate): the
+ * others are killed, since they would wait for it forever. */
+static int wait_ready(struct tally *t, unsigned want, pid_t *pids, unsigned n, struct figures *f)
+{
+	while (atomic_load(&t->ready) < want) {
+		if (reap(pids, n, f, false) < n && atomic_load(&t->ready) < want) {
+			fprintf(stderr, "%s: a child process ended before it was ready\n", prog);
+			for (unsigned i = 0; i < n; i++)
+				if (pids[i] > 0)
+					kill(pids[i], SIGKILL);
+			return -ECHILD;
+		}
+		usleep(1000);
+	}
+	return 0;
+}
+
 /* ---- the consumer's pipeline (h2d) ------------------------------------ */
 
 struct inflight {
@@ -564,8 +582,8 @@ static int consume(const struct options *o, struct feed_dev *d, int fd, pinshm_c
 		snprintf(p.why, FEED_WHY, "register: %s", pinshm_channel_error(p.ch));
 	for (unsigned k = 0; rc == 0 && o->staged && k < o->depth; k++)
 		rc = d->ops->host_alloc(d, o->batch, &p.stage[k], p.why);
-	while (rc == 0 && atomic_load(&t->ready) < o->producers)
-		usleep(1000);
+	if (rc == 0)
+		rc = wait_ready(t, o->producers, pids, o->producers, f);
 	if (rc == 0)
 		rc = pipeline_h2d(&p, pids, t);
 	if (rc != 0)
@@ -580,14 +598,12 @@ static int consume(const struct options *o, struct feed_dev *d, int fd, pinshm_c
 }
 
 /* The filler: a producer handle per slot, each registered. */
-static int produce(const struct options *o, struct feed_dev *d, int fd, pinshm_client_t *client, struct tally *t,
-		   struct figures *f)
+static int produce(const struct options *o, struct feed_dev *d, int fd, pinshm_client_t *client, pid_t *pids,
+		   struct tally *t, struct figures *f)
 {
 	struct fill_state p = { .o = o, .d = d, .f = f };
-	int rc = 0;
+	int rc = wait_ready(t, o->subscribers, pids, o->subscribers, f);
 
-	while (atomic_load(&t->ready) < o->subscribers)
-		usleep(1000);
 	for (unsigned k = 0; rc == 0 && k < o->depth; k++) {
 		rc = open_channel(fd, o, PINSHM_PRODUCER, client, &p.ch[k]);
 		if (rc == 0 && (rc = pinshm_channel_register(p.ch[k], d->ops->device(d), 0)) != 0)
@@ -625,23 +641,10 @@ static int make_channel(struct options *o, int *fd, pinshm_client_t **client)
 	return rc;
 }
 
-static int run_feed(struct options *o, struct feed_dev *d, struct figures *f)
+/* The children stopped and reaped, their counts checked against the
+ * parent's: @return @p rc, or -EPROTO where batches are missing. */
+static int settle(const struct options *o, struct tally *t, pid_t *pids, unsigned nproc, struct figures *f, int rc)
 {
-	pinshm_client_t *client;
-	pid_t pids[MAX_PROCS] = { 0 };
-	int fd, rc = make_channel(o, &fd, &client);
-	unsigned nproc = o->d2h ? o->subscribers : o->producers;
-
-	if (rc != 0) {
-		fprintf(stderr, "%s: cannot create the channel: %s\n", prog, pinshm_strerror(rc));
-		return rc;
-	}
-	struct tally *t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (t == MAP_FAILED)
-		return -errno;
-	for (unsigned i = 0; i < nproc; i++)
-		pids[i] = spawn(o->d2h ? run_subscriber : run_producer, fd, o, i, t);
-	rc = o->d2h ? produce(o, d, fd, client, t, f) : consume(o, d, fd, client, pids, t, f);
 	atomic_store(&t->stop, 1);
 	atomic_store(&t->go, 1);
 	reap(pids, nproc, f, true);
@@ -662,13 +665,47 @@ static int run_feed(struct options *o, struct feed_dev *d, struct figures *f)
 			" expected\n", prog, f->ok, f->dropped + f->lost, want);
 		rc = -EPROTO;
 	}
+	return rc;
+}
+
+static int run_feed(struct options *o, struct feed_dev *d, struct figures *f)
+{
+	pinshm_client_t *client;
+	pid_t pids[MAX_PROCS] = { 0 };
+	int fd, rc = make_channel(o, &fd, &client);
+	unsigned nproc = o->d2h ? o->subscribers : o->producers;
+
+	if (rc != 0) {
+		fprintf(stderr, "%s: cannot create the channel: %s\n", prog, pinshm_strerror(rc));
+		return rc;
+	}
+	struct tally *t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (t == MAP_FAILED) {
+		rc = -errno;
+		fprintf(stderr, "%s: mmap: %s\n", prog, strerror(errno));
+		nproc = 0;
+	}
+	for (unsigned i = 0; rc == 0 && i < nproc; i++) {
+		pids[i] = spawn(o->d2h ? run_subscriber : run_producer, fd, o, i, t);
+		if (pids[i] < 0) {
+			rc = -errno;
+			fprintf(stderr, "%s: fork: %s\n", prog, strerror(errno));
+			for (unsigned j = 0; j < i; j++)
+				kill(pids[j], SIGKILL); /* they would wait for the one missing */
+		}
+	}
+	if (rc == 0)
+		rc = o->d2h ? produce(o, d, fd, client, pids, t, f) : consume(o, d, fd, client, pids, t, f);
+	if (t != MAP_FAILED) {
+		rc = settle(o, t, pids, nproc, f, rc);
+		munmap(t, sizeof(*t));
+	}
 	if (fd >= 0)
 		close(fd);
 	if (client) {
 		pinshm_unlink(client, o->name);
 		pinshm_disconnect(client);
 	}
-	munmap(t, sizeof(*t));
 	return rc;
 }
 

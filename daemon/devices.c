@@ -75,6 +75,11 @@ int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32
 		return -EINVAL;
 	}
 	struct reg_device_use *u = use_of(c, ch);
+	if (delta > 0 && !registry_client_holds(c, ch)) {
+		snprintf(why, whylen, "this connection holds no endpoint of '%s': only a handle's registration counts",
+			 ch->name);
+		return -EPERM;
+	}
 	if (delta < 0) {
 		if (!u || u->n[kind] == 0) {
 			snprintf(why, whylen, "no registration of '%s' with such a device reported", ch->name);

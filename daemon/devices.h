@@ -10,8 +10,10 @@
  * leaves the channel locked (registry_tick()): a driver pins the pages
  * and hands their physical addresses to a DMA engine, which the daemon's
  * munlock() must not undercut; a DEVICE +1 locks an unlocked channel again
- * first.  The counts are what clients say: a client can only keep its own
- * channels locked, as activity would.
+ * first.  The counts are what clients say: a +1 counts only from a
+ * connection that holds an attached endpoint of the channel (a handle it
+ * opened, so it could keep it locked by activity too); a connection with a
+ * mere reference gets -EPERM.
  */
 #ifndef PINSHMD_DEVICES_H
 #define PINSHMD_DEVICES_H

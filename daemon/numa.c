@@ -114,17 +114,22 @@ static int read_int(const char *path, long *v)
 	return 0;
 }
 
-int numa_of_pci(const char *bus, int *node, char *why, size_t whylen)
+int numa_of_pci(const char *given, int *node, char *why, size_t whylen)
 {
-	char path[400];
+	char path[400], bus[24];
 	long v = 0;
 
 	*node = PINSHM_NODE_ANY;
-	if (!proto_pci_valid(bus)) {
+	if (!proto_pci_valid(given)) {
 		snprintf(why, whylen, "invalid PCI bus id '%.32s': DDDD:BB:SS.F in lower-case hex, e.g. 0000:3b:00.0",
-			 bus);
+			 given);
 		return -EINVAL;
 	}
+	/* As sysfs names it: the domain in at least 4 digits, no more
+	 * (0000:3b:00.0 for 00000000:3b:00.0). */
+	char *rest;
+	unsigned long domain = strtoul(given, &rest, 16);
+	snprintf(bus, sizeof(bus), "%04lx%s", domain, rest);
 	snprintf(path, sizeof(path), "%s/bus/pci/devices/%s/numa_node", topo.sysfs, bus);
 	int rc = read_int(path, &v);
 	if (rc == -ENOENT) {

@@ -55,7 +55,8 @@ int numa_place(void *base, size_t size, int node);
 
 /**
  * The NUMA node of PCI device @p bus (proto_pci_valid(), checked again
- * here: it becomes a path), read from its numa_node in sysfs.
+ * here: it becomes a path; its domain written in 4 digits or more, as
+ * sysfs does), read from its numa_node in sysfs.
  * @param node  set to a node numa_node_known() knows, or PINSHM_NODE_ANY
  *              where the device has none (-1 there: a machine of one node,
  *              or firmware that does not say) or one this daemon does not

@@ -2027,6 +2027,14 @@ void registry_count(const struct registry *r, uint32_t *pinned, uint32_t *unpinn
 		++*(ch->seg.pinned ? pinned : unpinned);
 }
 
+bool registry_client_holds(const struct reg_client *c, struct channel *ch)
+{
+	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++)
+		if (ch->holder[ep] == c->id && endpoint_active(ch, ep))
+			return true;
+	return false;
+}
+
 uint32_t registry_client_endpoints(const struct reg_client *c)
 {
 	uint32_t n = 0;

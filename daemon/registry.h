@@ -418,6 +418,8 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
  *  those whose segment is locked in RAM, @p unpinned the others. */
 void registry_count(const struct registry *r, uint32_t *pinned, uint32_t *unpinned);
 
+/** Whether @p c holds an attached endpoint of @p ch (a handle it opened). */
+bool registry_client_holds(const struct reg_client *c, struct channel *ch);
 /** @return the endpoints claimed for @p c that their segments still mark
  *  attached (closed ones no longer count). */
 uint32_t registry_client_endpoints(const struct reg_client *c);

@@ -113,7 +113,9 @@ static int lock_start(const char *lock_path, uint64_t deadline, char *why, size_
 
 /* The daemon's environment: the caller's without LD_PRELOAD, which names
  * libraries meant for the caller, not for the daemon (an MPI rank preloads
- * the pinshm plugin, and with it the MPI library).  NULL without memory. */
+ * the pinshm plugin, and with it the MPI library), and without the
+ * daemon's test hooks (PINSHMD_TEST_*), which no client may set.  NULL
+ * without memory. */
 static char **daemon_environ(void)
 {
 	size_t n = 0, kept = 0;
@@ -123,7 +125,8 @@ static char **daemon_environ(void)
 	if (!env)
 		return NULL;
 	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], "LD_PRELOAD=", strlen("LD_PRELOAD=")) != 0)
+		if (strncmp(environ[i], "LD_PRELOAD=", strlen("LD_PRELOAD=")) != 0 &&
+		    strncmp(environ[i], "PINSHMD_TEST_", strlen("PINSHMD_TEST_")) != 0)
 			env[kept++] = environ[i];
 	env[kept] = NULL;
 	return env;

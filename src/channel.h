@@ -64,6 +64,8 @@ enum {
 	RESV_NONE = 0,
 	RESV_HELD = 1,   /* reserved: the caller writes, then commits or aborts */
 	RESV_DEVICE = 2, /* to be committed once a device's event completes (device/commit.c) */
+	RESV_LOST = 3,   /* never committed nor reused: a device may still write it (a forked
+			  * child's copy of its parent's waiting commit; a failed wait) */
 };
 
 /* A record received in place and not yet released. */
@@ -206,6 +208,10 @@ void device_info(const pinshm_channel_t *ch, pinshm_channel_info_t *info);
  *  -EIO (the device's command failed: the reservation was dropped). */
 int device_commit_progress(pinshm_channel_t *ch) __attribute__((cold, noinline));
 void device_state_forget(pinshm_channel_t *ch);
+/** Where @p ch's device state is a forked parent's, forget it without
+ *  driver calls (its registrations and events are the parent's), its
+ *  waiting commit made RESV_LOST.  Called at every device entry point. */
+void device_fork_check(pinshm_channel_t *ch);
 
 /* wakeup.c */
 void wake_send(int fd, bool socket);

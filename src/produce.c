@@ -196,6 +196,13 @@ SEND_STEP_WITH_FENCE int reserve_attempt(void *arg, bool quick)
 	return 0;
 }
 
+/* A reservation that a device may still write: never committed nor
+ * reused (its room stays reserved). */
+static __attribute__((cold, noinline)) int lost(pinshm_channel_t *ch)
+{
+	return channel_fail(ch, -EIO, "the reservation is lost: a device may still write it");
+}
+
 /* Why a reserve cannot go on; 0 where a reservation that waited for a
  * device's event was committed meanwhile: it may. */
 static __attribute__((cold, noinline)) int reserve_refused(pinshm_channel_t *ch)
@@ -208,17 +215,23 @@ static __attribute__((cold, noinline)) int reserve_refused(pinshm_channel_t *ch)
 			return rc;
 		return channel_fail(ch, -EBUSY, "the reservation waits for its device's event to be committed");
 	}
+	if (ch->reserved == RESV_LOST)
+		return lost(ch);
 	return channel_fail(ch, -EINVAL, "a reservation is pending");
 }
 
-/* Why a commit or an abort is refused. */
+/* Why a commit or an abort is refused; 0 where the reservation waited
+ * for a device's event that has completed: it is committed now. */
 static __attribute__((cold, noinline)) int commit_refused(pinshm_channel_t *ch)
 {
-	int rc = ch->reserved == RESV_DEVICE ? device_commit_progress(ch) : 0;
+	bool waited = ch->reserved == RESV_DEVICE;
+	int rc = waited ? device_commit_progress(ch) : 0;
 	if (rc == 1)
 		return channel_fail(ch, -EBUSY, "the reservation waits for its device's event to be committed");
-	if (rc < 0)
+	if (rc < 0 || (waited && ch->reserved != RESV_LOST))
 		return rc;
+	if (ch->reserved == RESV_LOST)
+		return lost(ch);
 	if (ch->reserved != RESV_HELD)
 		return channel_fail(ch, -EINVAL, "nothing reserved");
 	return channel_fail(ch, -EINVAL, "commit longer than the reservation");

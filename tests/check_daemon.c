@@ -397,13 +397,28 @@ START_TEST(test_errors)
 	raw_reply(s, &m);
 	ck_assert_uint_eq(m.h.type, PROTO_DEVICE | PROTO_REPLY);
 	ck_assert_int_eq(m.status, -ENOENT);
+	/* Nor for one it only references (created, no endpoint attached):
+	 * it would keep the channel locked with no device. */
+	pk_create(&p, 11, "dev-ref", "");
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_int_eq(m.status, 0);
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_DEVICE, 12);
+	pk_le(&p, m.u.create_reply.id, 8);
+	pk_le(&p, PINSHM_DEVICE_CUDA, 4);
+	pk_le(&p, 1, 4);
+	pk_end(&p);
+	raw_send(s, &p, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_int_eq(m.status, -EPERM);
+	ck_assert_msg(strstr(m.text, "holds no endpoint"), "%s", m.text);
 	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, 8);
 	pk_le(&p, 0, 8);
 	pk_end(&p);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_int_eq(m.status, 0);
-	ck_assert_uint_eq(m.u.list_reply.count, 3);
+	ck_assert_uint_eq(m.u.list_reply.count, 4);
 	close(s);
 
 	pinshm_disconnect(c);

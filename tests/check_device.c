@@ -422,6 +422,94 @@ START_TEST(test_cuda_commit_after)
 }
 END_TEST
 
+/* A forked child's copy of a producer whose commit waits for the
+ * parent's device: its close calls no driver and publishes nothing, its
+ * reservation is lost to it (the parent's DMA writes there), and its own
+ * registration is a fresh one.  The parent's commit goes on. */
+START_TEST(test_cuda_commit_fork)
+{
+	struct fake_pair f = fake_pair_open();
+	int ev = FAKE_EVENT_PENDING, status;
+	pinshm_msg_t m;
+	void *room;
+
+	TU_RC(pinshm_channel_register(f.p, f.dev, 0), 0);
+	TU_RC(pinshm_reserve(f.p, 100, &room, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_commit_after(f.p, 100, f.dev, &ev), 0);
+	for (int k = 0; k < 2; k++) {
+		pid_t pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0 && k == 0) {
+			int rc = pinshm_channel_close(f.p);
+			_exit(rc == 0 && fake->unregister_calls == 0 && fake->syncs == 0 ? 0 : 1);
+		}
+		if (pid == 0) {
+			int calls = fake->register_calls;
+			bool fresh = pinshm_channel_register(f.p, f.dev, 0) == 0 &&
+				     fake->register_calls == calls + 1 &&
+				     pinshm_channel_registered(f.p, f.dev) & PINSHM_REGISTERED;
+			bool lost = pinshm_reserve(f.p, 16, &room, PINSHM_NONBLOCK) == -EIO &&
+				    pinshm_commit(f.p, 100, 0) == -EIO && pinshm_abort(f.p) == -EIO;
+			_exit(fresh && lost && fake->syncs == 0 ? 0 : 2);
+		}
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d: status %#x", k, status);
+	}
+	/* Nothing published (the child's close closed the shared endpoint:
+	 * -EPIPE while the ring is empty). */
+	int rc = pinshm_recv_inplace(f.c, &m, PINSHM_NONBLOCK);
+	ck_assert_msg(rc == -EAGAIN || rc == -EPIPE, "recv: %d", rc);
+	ev = FAKE_EVENT_DONE;
+	TU_RC(pinshm_commit_poll(f.p), 0);
+	TU_RC(pinshm_recv_inplace(f.c, &m, PINSHM_NONBLOCK), 0);
+	ck_assert_uint_eq(m.len, 100);
+	TU_RC(pinshm_release(f.c, &m), 0);
+	TU_RC(pinshm_channel_close(f.p), 0);
+	TU_RC(pinshm_channel_close(f.c), 0);
+	TU_RC(pinshm_device_close(f.dev), 0);
+	close(f.fd);
+}
+END_TEST
+
+/* Commit or abort of a reservation whose event has completed: it is
+ * committed, and they say 0.  A wait for the event that fails leaves the
+ * reservation lost (-EIO), never aborted: its room is never reused. */
+START_TEST(test_cuda_commit_waits)
+{
+	struct fake_pair f = fake_pair_open();
+	int ev = FAKE_EVENT_PENDING;
+	pinshm_msg_t m;
+	void *room;
+
+	TU_RC(pinshm_channel_register(f.p, f.dev, 0), 0);
+	for (int k = 0; k < 2; k++) {
+		ev = FAKE_EVENT_PENDING;
+		TU_RC(pinshm_reserve(f.p, 40 + k, &room, PINSHM_NONBLOCK), 0);
+		TU_RC(pinshm_commit_after(f.p, 40 + k, f.dev, &ev), 0);
+		ev = FAKE_EVENT_DONE;
+		TU_RC(k ? pinshm_abort(f.p) : pinshm_commit(f.p, 40, 0), 0);
+		TU_RC(pinshm_recv_inplace(f.c, &m, PINSHM_NONBLOCK), 0);
+		ck_assert_uint_eq(m.len, 40 + k);
+		TU_RC(pinshm_release(f.c, &m), 0);
+	}
+	ev = FAKE_EVENT_PENDING;
+	TU_RC(pinshm_reserve(f.p, 64, &room, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_commit_after(f.p, 64, f.dev, &ev), 0);
+	fake->sync_fails = 1;
+	TU_RC(pinshm_channel_unregister(f.p, f.dev), 0);
+	fake->sync_fails = 0;
+	TU_RC(pinshm_reserve(f.p, 64, &room, PINSHM_NONBLOCK), -EIO);
+	ck_assert_msg(strstr(pinshm_channel_error(f.p), "lost"), "%s", pinshm_channel_error(f.p));
+	TU_RC(pinshm_commit(f.p, 64, 0), -EIO);
+	TU_RC(pinshm_abort(f.p), -EIO);
+	TU_RC(pinshm_recv_inplace(f.c, &m, PINSHM_NONBLOCK), -EAGAIN);
+	TU_RC(pinshm_channel_close(f.p), 0);
+	TU_RC(pinshm_channel_close(f.c), 0);
+	TU_RC(pinshm_device_close(f.dev), 0);
+	close(f.fd);
+}
+END_TEST
+
 /* pinshm_channel_info() lists a handle's devices, read-only or not. */
 START_TEST(test_cuda_info)
 {
@@ -1095,6 +1183,9 @@ START_TEST(test_daemon_pci)
 	CLIENT_RC(c, pinshm_create_near_pci(c, "near-gpu", &attr, 0600, 0, "0000:3b:00.0", PINSHM_PIN_DEFAULT), 0);
 	ck_assert_int_eq(stat_of(c, "near-gpu").node, 1);
 	ck_assert(daemon_log_has(&d, "'near-gpu' next to PCI device 0000:3b:00.0: node 1"));
+	/* A domain of 8 digits is the same device: sysfs writes it in 4. */
+	CLIENT_RC(c, pinshm_create_near_pci(c, "near-gpu8", &attr, 0600, 0, "00000000:3b:00.0", PINSHM_PIN_DEFAULT), 0);
+	ck_assert_int_eq(stat_of(c, "near-gpu8").node, 1);
 	CLIENT_RC(c, pinshm_create_near_pci(c, "no-node", &attr, 0600, 0, "0000:5e:00.0", PINSHM_PIN_DEFAULT), 0);
 	ck_assert_int_eq(stat_of(c, "no-node").node, PINSHM_NODE_ANY);
 	ck_assert(daemon_log_has(&d, "PCI device 0000:5e:00.0 has no NUMA node: no placement"));
@@ -1131,6 +1222,8 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, test_cuda_release_after);
 	tcase_add_test(tc, test_cuda_fork);
 	tcase_add_test(tc, test_cuda_commit_after);
+	tcase_add_test(tc, test_cuda_commit_fork);
+	tcase_add_test(tc, test_cuda_commit_waits);
 	tcase_add_test(tc, test_cuda_info);
 	tcase_add_test(tc, test_cuda_stale);
 	suite_add_tcase(s, tc);

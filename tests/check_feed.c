@@ -211,6 +211,37 @@ START_TEST(test_cuda_double)
 }
 END_TEST
 
+/* A producer or subscriber that ends before it is ready (here: the
+ * daemon takes one connection of the user, so no child can connect)
+ * makes the feed fail at once and say so, never wait for it (it was
+ * killed after RUN_S seconds). */
+START_TEST(test_child_fails)
+{
+	const char *fake = getenv("PINSHM_FAKE_CUDA_FEED");
+	static const char *const args[] = { "--device cuda --producers 2 --batch 64k --batches 8",
+					    "--device cuda --direction d2h --subscribers 2 --batch 64k --batches 8" };
+	struct daemon one;
+	struct daemon_opts o = {.config = true};
+	struct run r;
+
+	ck_assert_msg(fake && *fake, "PINSHM_FAKE_CUDA_FEED is not set (run through make check)");
+	setenv("PINSHM_CUDA_LIBRARY", fake, 1);
+	daemon_prepare(&one, &o);
+	FILE *conf = fopen(one.conf, "w");
+	ck_assert_ptr_nonnull(conf);
+	fputs("[daemon]\nmax_connections_per_user = 1\n", conf);
+	ck_assert_int_eq(fclose(conf), 0);
+	daemon_spawn(&one, &o);
+	daemon_wait_ready(&one);
+	for (unsigned k = 0; k < 2; k++) {
+		feed(&r, &one, args[k]);
+		ck_assert_msg(r.status == 1, "%s: exit %d\n%s", args[k], r.status, r.err);
+		HAS(r.err, "a child process ended before it was ready");
+	}
+	daemon_stop_ok(&one);
+}
+END_TEST
+
 static Suite *feed_suite(void)
 {
 	Suite *s = suite_create("pinshm-feed");
@@ -225,6 +256,7 @@ static Suite *feed_suite(void)
 	tcase_add_test(tc, test_bench);
 	tcase_add_test(tc, test_cuda);
 	tcase_add_test(tc, test_cuda_double);
+	tcase_add_test(tc, test_child_fails);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -148,6 +148,8 @@ EXPORT int cuEventSynchronize(void *ev)
 	int *e = ev;
 
 	fake_cuda.syncs++;
+	if (*e == FAKE_EVENT_PENDING && fake_cuda.sync_fails)
+		return LAUNCH_FAILED;
 	if (*e == FAKE_EVENT_PENDING && fake_cuda.on_sync)
 		fake_cuda.on_sync();
 	if (*e == FAKE_EVENT_PENDING)

@@ -24,6 +24,7 @@ struct fake_cuda {
 	int fail_register;        /* a CUresult for the next cuMemHostRegister, 0: none */
 	int no_get_proc;          /* cuGetProcAddress_v2 finds nothing: the library falls back to dlsym */
 	void (*on_sync)(void);    /* called by cuEventSynchronize on a pending event, before it completes */
+	int sync_fails;           /* cuEventSynchronize leaves a pending event pending, says LAUNCH_FAILED */
 	/* Kept by the double. */
 	int get_proc_calls, register_calls, unregister_calls, syncs;
 	int ctx_retained, ctx_depth;

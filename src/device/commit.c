@@ -34,36 +34,54 @@ static int finish(pinshm_channel_t *ch, int done)
 
 int device_commit_progress(pinshm_channel_t *ch)
 {
-	struct device_pending_commit *c = &ch->dev->commit;
 	char why[DEVICE_WHY];
 
+	device_fork_check(ch);
 	if (ch->reserved != RESV_DEVICE)
 		return 0;
+	struct device_pending_commit *c = &ch->dev->commit;
 	int done = c->dev->ops->query(c->dev, c->event, why);
 	if (done == 0)
 		return 1;
 	return finish(ch, done == 1 ? 1 : -EIO);
 }
 
-void device_commit_drain(pinshm_channel_t *ch)
+/* Wait for the event of the waiting commit.  @return its query's answer
+ * after the wait; where the wait did not end it (0: still pending), the
+ * reservation becomes RESV_LOST: the device may still write it, so it is
+ * neither committed nor aborted, and its room is never reused. */
+static int wait_commit(pinshm_channel_t *ch)
 {
 	struct device_pending_commit *c = &ch->dev->commit;
-	char why[DEVICE_WHY];
+	char why[DEVICE_WHY] = "";
 
-	if (ch->reserved != RESV_DEVICE)
-		return;
 	c->dev->ops->wait(c->dev, c->event);
 	int done = c->dev->ops->query(c->dev, c->event, why);
-	finish(ch, done == 1 ? 1 : -EIO);
+	if (done != 0)
+		return done;
+	c->dev->ops->drop(c->dev, c->event);
+	channel_fail(ch, -EIO, "%s: the wait for the device's event failed: its reservation is lost",
+		     c->dev->ops->name);
+	*c = (struct device_pending_commit){ 0 };
+	ch->reserved = RESV_LOST;
+	return 0;
+}
+
+void device_commit_drain(pinshm_channel_t *ch)
+{
+	if (ch->reserved != RESV_DEVICE)
+		return;
+	int done = wait_commit(ch);
+	if (done != 0)
+		finish(ch, done == 1 ? 1 : -EIO);
 }
 
 void device_commit_forget(pinshm_channel_t *ch)
 {
 	struct device_pending_commit *c = &ch->dev->commit;
 
-	if (ch->reserved != RESV_DEVICE)
+	if (ch->reserved != RESV_DEVICE || wait_commit(ch) == 0)
 		return;
-	c->dev->ops->wait(c->dev, c->event);
 	c->dev->ops->drop(c->dev, c->event);
 	*c = (struct device_pending_commit){ 0 };
 	ch->reserved = RESV_HELD; /* the handle's own: it goes with it */
@@ -75,6 +93,7 @@ int pinshm_commit_after(pinshm_channel_t *ch, size_t len, pinshm_device_t *dev, 
 
 	if (ch->role != PINSHM_PRODUCER)
 		return channel_fail(ch, -EINVAL, "not a producer");
+	device_fork_check(ch);
 	if (!device_find_reg(ch->dev, dev))
 		return channel_fail(ch, -ENOENT, "not registered with this device");
 	if (!event)
@@ -96,7 +115,7 @@ int pinshm_commit_after(pinshm_channel_t *ch, size_t len, pinshm_device_t *dev, 
 
 int pinshm_commit_poll(pinshm_channel_t *ch)
 {
-	if (!ch->dev || ch->reserved != RESV_DEVICE)
+	if (!ch->dev)
 		return 0;
 	return device_commit_progress(ch);
 }

@@ -76,8 +76,19 @@ pinshm_device_kind_t pinshm_device_kind(const pinshm_device_t *dev)
 	return dev->kind;
 }
 
+void device_fork_check(pinshm_channel_t *ch)
+{
+	if (!ch->dev || ch->dev->pid == getpid())
+		return;
+	if (ch->reserved == RESV_DEVICE)
+		ch->reserved = RESV_LOST; /* the parent's device writes it: never published here */
+	device_state_forget(ch);
+}
+
 struct device_reg *device_find_reg(struct device_state *ds, const struct pinshm_device *dev)
 {
+	if (ds && ds->pid != getpid())
+		return NULL; /* a forked child: none of it is its own */
 	for (unsigned i = 0; ds && i < ds->nregs; i++)
 		if (ds->regs[i].dev == dev)
 			return &ds->regs[i];
@@ -90,6 +101,7 @@ int pinshm_channel_register(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned
 
 	if (!dev || flags & ~(PINSHM_REGISTER_READ_ONLY | PINSHM_REGISTER_STRICT))
 		return channel_fail(ch, -EINVAL, "bad device or flags");
+	device_fork_check(ch);
 	if (device_find_reg(ch->dev, dev))
 		return 0;
 	if (!ch->dev) {
@@ -215,7 +227,8 @@ int device_report_all(pinshm_channel_t *ch)
 
 void device_state_close(pinshm_channel_t *ch)
 {
-	if (ch->dev && ch->dev->pid == getpid())
+	device_fork_check(ch);
+	if (ch->dev)
 		device_drain(ch);
 	device_state_forget(ch);
 }

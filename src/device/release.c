@@ -47,11 +47,12 @@ static int release_first(pinshm_channel_t *ch)
 
 int device_progress(pinshm_channel_t *ch)
 {
-	struct device_state *ds = ch->dev;
 	char why[DEVICE_WHY];
 	int rc = 0;
 
-	while (ds->npending > 0) {
+	device_fork_check(ch);
+	struct device_state *ds = ch->dev;
+	while (ds && ds->npending > 0) {
 		struct device_pending *p = &ds->pending[0];
 		/* A failed event counts as completed: its command is over. */
 		if (p->dev && p->dev->ops->query(p->dev, p->event, why) == 0)
@@ -137,6 +138,9 @@ static int locate(pinshm_channel_t *ch, const pinshm_msg_t *msg, int *k)
 
 int device_release(pinshm_channel_t *ch, const pinshm_msg_t *msg)
 {
+	device_fork_check(ch);
+	if (!ch->dev)
+		return pinshm_release(ch, msg);
 	int k, i = locate(ch, msg, &k);
 
 	if (i < 0)
@@ -152,6 +156,7 @@ int pinshm_release_after(pinshm_channel_t *ch, const pinshm_msg_t *msg, pinshm_d
 {
 	char why[DEVICE_WHY] = "";
 
+	device_fork_check(ch);
 	if (!device_find_reg(ch->dev, dev))
 		return channel_fail(ch, -ENOENT, "not registered with this device");
 	if (!event)
@@ -178,6 +183,8 @@ int pinshm_release_poll(pinshm_channel_t *ch, pinshm_msg_t *stale, unsigned max,
 
 	if (nstale)
 		*nstale = 0;
+	device_fork_check(ch);
+	ds = ch->dev;
 	if (!ds)
 		return 0;
 	int rc = device_progress(ch);
