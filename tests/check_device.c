@@ -170,6 +170,68 @@ START_TEST(test_cuda_register)
 }
 END_TEST
 
+/* A mapping the driver refuses as one range is registered in pieces of
+ * halved sizes (2 MiB at least), each unregistered at the end; device
+ * addresses where the pieces' lie as one range (unified addressing). */
+START_TEST(test_cuda_pieces)
+{
+	fake_setup();
+	int fd = tu_channel(PINSHM_QUEUE, 4 << 20, 1, 1);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER), *c = tu_attach(fd, PINSHM_CONSUMER);
+	pinshm_device_t *dev = fake_open();
+	pinshm_device_addr_t a;
+	pinshm_msg_t m;
+
+	fake->max_register = 3 << 20;
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	ck_assert_int_eq(fake->nregs, 3); /* 2 MiB, 2 MiB and the rest */
+	for (int i = 0; i < fake->nregs; i++)
+		ck_assert_uint_le(fake->regs[i].size, 2 << 20);
+	ck_assert_uint_eq(pinshm_channel_registered(c, dev), PINSHM_REGISTERED | PINSHM_REGISTERED_READ_ONLY);
+	TU_RC(send_one(p, 100), 0);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	/* The double's pieces lie apart on the device: no single address. */
+	TU_RC(pinshm_device_addr(c, dev, m.data, m.len, &a), -ENOTSUP);
+	ck_assert_msg(strstr(pinshm_channel_error(c), "pieces"), "%s", pinshm_channel_error(c));
+	TU_RC(pinshm_release(c, &m), 0);
+	int calls = fake->unregister_calls;
+	TU_RC(pinshm_channel_unregister(c, dev), 0);
+	ck_assert_int_eq(fake->unregister_calls - calls, 3);
+	ck_assert_int_eq(fake->nregs, 0);
+
+	/* Unified addressing: the device address is the host's. */
+	fake->uva = 1;
+	TU_RC(pinshm_channel_register(c, dev, 0), 0);
+	TU_RC(send_one(p, 100), 0);
+	TU_RC(pinshm_recv_inplace(c, &m, PINSHM_NONBLOCK), 0);
+	TU_RC(pinshm_device_addr(c, dev, m.data, m.len, &a), 0);
+	ck_assert_uint_eq(a.ptr, (uint64_t)(uintptr_t)m.data);
+	TU_RC(pinshm_release(c, &m), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	ck_assert_int_eq(fake->nregs, 0);
+
+	/* Below the smallest piece: the driver's error, nothing left registered. */
+	fake->max_register = 1 << 20;
+	TU_RC(pinshm_channel_register(p, dev, 0), -ENOMEM);
+	ck_assert_int_eq(fake->nregs, 0);
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	close(fd);
+
+	/* Refused after some pieces (the double holds 16): those undone. */
+	fd = tu_channel(PINSHM_QUEUE, 4 << 20, 10, 1); /* ten lanes of 4 MiB */
+	c = tu_attach(fd, PINSHM_CONSUMER);
+	dev = fake_open();
+	fake->max_register = 3 << 20;
+	TU_RC(pinshm_channel_register(c, dev, 0), -ENOMEM);
+	ck_assert_int_eq(fake->nregs, 0);
+	ck_assert_int_eq(fake->unregister_calls - calls, 3 + 3 + 16);
+	TU_RC(pinshm_channel_close(c), 0);
+	TU_RC(pinshm_device_close(dev), 0);
+	close(fd);
+}
+END_TEST
+
 /* No driver-side leak: registrations made and released many times leave
  * none behind, and every context push is popped. */
 START_TEST(test_cuda_register_loop)
@@ -1218,6 +1280,7 @@ static Suite *device_suite(void)
 	tcase_add_test(tc, test_cuda_loader);
 	tcase_add_test(tc, test_cuda_register);
 	tcase_add_test(tc, test_cuda_register_loop);
+	tcase_add_test(tc, test_cuda_pieces);
 	tcase_add_test(tc, test_cuda_fallback_errors);
 	tcase_add_test(tc, test_cuda_release_after);
 	tcase_add_test(tc, test_cuda_fork);

@@ -104,6 +104,8 @@ EXPORT int cuMemHostRegister_v2(void *p, size_t size, unsigned flags)
 		return 201; /* CUDA_ERROR_INVALID_CONTEXT: no context current */
 	if (flags & 0x08 && (fake_cuda.refuse_read_only || !fake_cuda.read_only))
 		return NOT_SUPPORTED;
+	if (fake_cuda.max_register && size > fake_cuda.max_register)
+		return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
 	if (find_reg(p) >= 0)
 		return ALREADY_REGISTERED;
 	if (fake_cuda.nregs == FAKE_MAX_REGS)
@@ -130,6 +132,10 @@ EXPORT int cuMemHostGetDevicePointer_v2(unsigned long long *dptr, void *p, unsig
 
 	if (flags != 0 || i < 0 || !fake_cuda.can_map)
 		return INVALID_VALUE;
+	if (fake_cuda.uva) {
+		*dptr = (unsigned long long)(uintptr_t)p;
+		return SUCCESS;
+	}
 	*dptr = FAKE_DPTR_BASE + (unsigned long long)i * 0x100000000ull +
 		(unsigned long long)((char *)p - (char *)fake_cuda.regs[i].base);
 	return SUCCESS;

@@ -25,6 +25,8 @@ struct fake_cuda {
 	int no_get_proc;          /* cuGetProcAddress_v2 finds nothing: the library falls back to dlsym */
 	void (*on_sync)(void);    /* called by cuEventSynchronize on a pending event, before it completes */
 	int sync_fails;           /* cuEventSynchronize leaves a pending event pending, says LAUNCH_FAILED */
+	size_t max_register;      /* cuMemHostRegister refuses larger ranges (OUT_OF_MEMORY); 0: no limit */
+	int uva;                  /* unified addressing: a registered byte's device address is its host address */
 	/* Kept by the double. */
 	int get_proc_calls, register_calls, unregister_calls, syncs;
 	int ctx_retained, ctx_depth;

@@ -233,30 +233,84 @@ static CUresult cuda_register_range(struct cuda_device *cd, void *base, size_t s
 	return r;
 }
 
+/* The smallest piece a mapping is split into where the driver refuses to
+ * register it in one range (some drivers refuse very large ranges). */
+#define CUDA_MIN_PIECE ((size_t)2 << 20)
+
+/* Register [base, base + size) in pieces of @p piece bytes (the last one
+ * shorter); where one fails, unregister those done. */
+static CUresult cuda_register_pieces(struct cuda_device *cd, char *base, size_t size, size_t piece, unsigned flags)
+{
+	size_t done = 0;
+	CUresult r = CUDA_SUCCESS;
+
+	for (; done < size && r == CUDA_SUCCESS; done += piece)
+		r = cuda_register_range(cd, base + done, size - done < piece ? size - done : piece, flags);
+	if (r != CUDA_SUCCESS && done > piece) {
+		CUcontext old;
+		if (cd->api.ctx_push(cd->ctx) == CUDA_SUCCESS) {
+			for (size_t at = 0; at + piece < done; at += piece)
+				cd->api.host_unregister(base + at);
+			cd->api.ctx_pop(&old);
+		}
+	}
+	return r;
+}
+
+/* Register in pieces of @p piece bytes, read-only where *@p ro and the
+ * driver takes it (else writable, *@p ro cleared). */
+static CUresult cuda_register_as(struct cuda_device *cd, char *base, size_t size, size_t piece, unsigned flags,
+				 bool *ro)
+{
+	CUresult res = cuda_register_pieces(cd, base, size, piece, flags | (*ro ? CU_MEMHOSTREGISTER_READ_ONLY : 0));
+	if (res == CUDA_ERROR_NOT_SUPPORTED && *ro) {
+		/* The attribute said yes, the call says no: fall back to writable. */
+		*ro = false;
+		res = cuda_register_pieces(cd, base, size, piece, flags);
+	}
+	return res;
+}
+
+/* The device address of the mapping's start, where every piece's lies at
+ * the same distance from its host address (as with unified addressing),
+ * so that one address and an offset reach any byte; else 0. */
+static uint64_t cuda_mapping_dptr(struct cuda_device *cd, char *base, size_t size, size_t piece)
+{
+	CUdeviceptr first = 0, d = 0;
+
+	if (!cd->can_map || cd->api.host_device_ptr(&first, base, 0) != CUDA_SUCCESS)
+		return 0;
+	for (size_t at = piece; at < size; at += piece)
+		if (cd->api.host_device_ptr(&d, base + at, 0) != CUDA_SUCCESS || d != first + at)
+			return 0;
+	return first;
+}
+
 static int cuda_reg(struct pinshm_device *dev, void *base, size_t size, struct device_reg *r, char *why)
 {
 	struct cuda_device *cd = cuda_of(dev);
 	unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | (cd->can_map ? CU_MEMHOSTREGISTER_DEVICEMAP : 0);
+	size_t piece = size;
 
 	r->read_only = r->read_only && cd->read_only;
-	CUresult res = cuda_register_range(cd, base, size, flags | (r->read_only ? CU_MEMHOSTREGISTER_READ_ONLY : 0));
-	if (res == CUDA_ERROR_NOT_SUPPORTED && r->read_only) {
-		/* The attribute said yes, the call says no: fall back to writable. */
-		r->read_only = false;
-		res = cuda_register_range(cd, base, size, flags);
+	CUresult res = cuda_register_as(cd, base, size, piece, flags, &r->read_only);
+	while ((res == CUDA_ERROR_OUT_OF_MEMORY || res == CUDA_ERROR_INVALID_VALUE) && piece > CUDA_MIN_PIECE) {
+		/* Refused as one range: in halves, rounded up to whole pieces. */
+		piece = (piece / 2 + CUDA_MIN_PIECE - 1) / CUDA_MIN_PIECE * CUDA_MIN_PIECE;
+		res = cuda_register_as(cd, base, size, piece, flags, &r->read_only);
 	}
 	if (res == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
 		/* Registered by the caller itself: used, never unregistered here. */
 		r->borrowed = true;
 		r->read_only = false;
+		piece = size;
 	} else if (res != CUDA_SUCCESS) {
 		return cuda_fail(&cd->api, res, "cuMemHostRegister", why);
 	}
 	r->host = base;
-	CUdeviceptr dptr = 0;
-	if (cd->can_map && cd->api.host_device_ptr(&dptr, base, 0) != CUDA_SUCCESS)
-		dptr = 0;
-	r->dptr = dptr;
+	r->size = size;
+	r->piece = piece;
+	r->dptr = cuda_mapping_dptr(cd, base, size, piece);
 	return 0;
 }
 
@@ -267,7 +321,8 @@ static void cuda_unreg(struct pinshm_device *dev, struct device_reg *r)
 
 	if (r->borrowed || cd->api.ctx_push(cd->ctx) != CUDA_SUCCESS)
 		return;
-	cd->api.host_unregister(r->host);
+	for (size_t at = 0; at < r->size; at += r->piece)
+		cd->api.host_unregister((char *)r->host + at);
 	cd->api.ctx_pop(&old);
 }
 

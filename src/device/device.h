@@ -27,6 +27,9 @@
 struct device_reg {
 	struct pinshm_device *dev;
 	void *host;        /* the mapping registered */
+	size_t size;       /* CUDA: its bytes */
+	size_t piece;      /* CUDA: registered in pieces of this many bytes (the last
+			    * one shorter): size where the driver took one range */
 	uint64_t dptr;     /* CUDA: the device address of the mapping's start; 0: none */
 	void *buffer;      /* OpenCL: the cl_mem over the mapping */
 	bool read_only;    /* the device may not write it */

@@ -187,6 +187,9 @@ int pinshm_device_addr(pinshm_channel_t *ch, pinshm_device_t *dev, const void *p
 		*out = (pinshm_device_addr_t){ .buffer = r->buffer, .offset = off };
 		return 0;
 	}
+	if (r->dptr == 0 && r->piece < r->size)
+		return channel_fail(ch, -ENOTSUP, "%s: the mapping was registered in pieces whose device addresses are apart",
+				    dev->ops->name);
 	if (r->dptr == 0)
 		return channel_fail(ch, -ENOTSUP, "%s: the device cannot map host memory", dev->ops->name);
 	*out = (pinshm_device_addr_t){ .ptr = r->dptr + off };
