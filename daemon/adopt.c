@@ -414,6 +414,36 @@ static void adopt_duplicate(struct channel *ch, int fd, const char *fdname, cons
 		ch->stored = adopt_store(ch);
 }
 
+/* The channel that record @p rec describes, its geometry @p g: named and
+ * in the store already. */
+static void channel_from_record(struct channel *ch, const struct record *rec, const struct seg_geometry *g,
+				uint32_t default_pin_idle)
+{
+	snprintf(ch->name, sizeof(ch->name), "%s", rec->name);
+	ch->persistent = rec->flags & PINSHM_PERSISTENT;
+	ch->uid = rec->uid;
+	ch->gid = rec->gid;
+	ch->mode = rec->mode;
+	ch->attr = rec->attr;
+	ch->g = *g;
+	/* A record of version 1 (an older daemon's) has no pin_idle: the
+	 * configured default, as a create that gives none. */
+	ch->pin_idle = rec->version >= 2 ? rec->pin_idle : default_pin_idle;
+	ch->named = true;
+	ch->stored = true; /* its record is there already */
+}
+
+static void log_adopted(const struct channel *ch, unsigned version)
+{
+	char idle[64] = "always locked";
+
+	if (ch->pin_idle)
+		snprintf(idle, sizeof(idle), "unlocked after %u s unused", ch->pin_idle);
+	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes%s, %s%s", ch->name,
+		   (unsigned)ch->uid, ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned", idle,
+		   version < 2 ? " (an older daemon's record: the default pin_idle)" : "");
+}
+
 /* Adopt descriptor @p fd named @p fdname.  @return 0, or -errno (logged). */
 static int adopt_one(struct adopt *a, int fd, const char *fdname)
 {
@@ -470,18 +500,7 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 	adopt_pin(&ch->seg);
 	if (!ch->seg.pinned)
 		account_unpinned(r->acct, rec.uid, ch->seg.size);
-	snprintf(ch->name, sizeof(ch->name), "%s", rec.name);
-	ch->persistent = rec.flags & PINSHM_PERSISTENT;
-	ch->uid = rec.uid;
-	ch->gid = rec.gid;
-	ch->mode = rec.mode;
-	ch->attr = rec.attr;
-	ch->g = g;
-	/* A record of version 1 (an older daemon's) has no pin_idle: the
-	 * configured default, as a create that gives none. */
-	ch->pin_idle = rec.version >= 2 ? rec.pin_idle : r->acct->cfg->pin_idle;
-	ch->named = true;
-	ch->stored = true; /* its record is there already */
+	channel_from_record(ch, &rec, &g, r->acct->cfg->pin_idle);
 	rc = registry_insert(r, ch, why, sizeof(why));
 	if (rc != 0) {
 		account_release(r->acct, ch->uid, ch->seg.size, ch->seg.pinned);
@@ -496,12 +515,7 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 	}
 	if (!ch->persistent && keep_ref(a, ch) != 0)
 		log_warn("channel '%s': no grace for its users to come back (out of memory)", ch->name);
-	char idle[64] = "always locked";
-	if (ch->pin_idle)
-		snprintf(idle, sizeof(idle), "unlocked after %u s unused", ch->pin_idle);
-	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes%s, %s%s", ch->name,
-		   (unsigned)ch->uid, ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned", idle,
-		   rec.version < 2 ? " (an older daemon's record: the default pin_idle)" : "");
+	log_adopted(ch, rec.version);
 	return 0; /* its endpoints judged once the eventfds are back (adopt_listen_fds()) */
 fail:
 	log_warn("descriptor store: channel '%s' not adopted: %s", rec.name, why);
