@@ -361,6 +361,21 @@ static void undecoded(const struct reg_client *c, const struct proto_msg *req, s
 	finish(rep, out);
 }
 
+/* A consumer's wake-up socket for a producer; the daemon wakes that
+ * consumer once the reply is sent (request_replied()). */
+static int serve_peer(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
+		      struct proto_msg *rep, struct reply *out)
+{
+	int rc = registry_peer(ctx->reg, c, req->u.peer.id, req->u.peer.endpoint, &out->fd, rep->text,
+			       sizeof(rep->text));
+
+	out->fd_owned = rc == 0;
+	out->peer_wake = true; /* refused too: a socket may come later, the wake-up is due now */
+	out->peer_id = req->u.peer.id;
+	out->peer_endpoint = req->u.peer.endpoint;
+	return rc;
+}
+
 void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t *pkt, size_t len, struct reply *out)
 {
 	struct proto_msg *req = &ctx->req, *rep = &ctx->rep;
@@ -437,12 +452,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 				     sizeof(rep->text));
 		break;
 	case PROTO_PEER:
-		rc = registry_peer(ctx->reg, c, req->u.peer.id, req->u.peer.endpoint, &out->fd, rep->text,
-				   sizeof(rep->text));
-		out->fd_owned = rc == 0;
-		out->peer_wake = true; /* refused too: a socket may come later, the wake-up is due now */
-		out->peer_id = req->u.peer.id;
-		out->peer_endpoint = req->u.peer.endpoint;
+		rc = serve_peer(ctx, c, req, rep, out);
 		break;
 	case PROTO_DEVICE:
 		rc = devices_report(ctx->reg, c, req->u.device.id, req->u.device.kind, req->u.device.delta, rep->text,
