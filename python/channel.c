@@ -169,6 +169,9 @@ static int run_waiting(ChannelObject *self, wait_op op, void *arg, int timeout_m
 			return -ETIMEDOUT;
 		if (PyErr_CheckSignals() < 0)
 			return INT_MIN;
+		/* A signal handler may have closed the channel (or another thread taken it). */
+		if (pyshm_channel_usable(self) < 0)
+			return INT_MIN;
 	}
 }
 

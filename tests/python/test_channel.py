@@ -4,6 +4,9 @@ import ctypes
 import errno
 import selectors
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -217,3 +220,40 @@ def test_corrupt_channel(pair):
     assert ei.value.errno == errno.EBADMSG and ei.value.detail
     with pytest.raises(pinshm.Corrupt):
         rx.recv_inplace(timeout=0)
+
+
+# Python code that runs inside a call (a signal handler, a generator, a
+# garbage collector's callback) and closes the channel: each case runs in a
+# fresh interpreter, so that a crash fails the test instead of pytest.
+SNIPPET_PRELUDE = """
+import gc, os, signal, pinshm
+c = pinshm.connect(os.environ["PINSHM_SOCKET"])
+c.create("hz", capacity=1 << 16)
+tx = c.open("hz", pinshm.PRODUCER)
+rx = c.open("hz", pinshm.CONSUMER)
+"""
+
+
+def run_snippet(code):
+    """Run SNIPPET_PRELUDE then @p code in a child interpreter: its CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, "-c", SNIPPET_PRELUDE + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_signal_handler_closes_waiting_channel(daemon):
+    p = run_snippet(
+        """
+        signal.signal(signal.SIGALRM, lambda *a: rx.close())
+        signal.setitimer(signal.ITIMER_REAL, 0.15)
+        try:
+            rx.recv(timeout=2)
+        except ValueError as e:
+            print("raised:", e)
+        """
+    )
+    assert p.returncode == 0, p.stderr
+    assert "raised: the channel is closed" in p.stdout
