@@ -264,6 +264,8 @@ static PyObject *chan_send_batch(ChannelObject *self, PyObject *args, PyObject *
 			goto out;
 		iov[got] = (struct iovec){bufs[got].buf, (size_t)bufs[got].len};
 	}
+	if (pyshm_channel_usable(self) < 0) /* the sequence's code may have closed it */
+		goto out;
 	struct batch_arg a = {iov, (unsigned)n};
 	int rc = run_waiting(self, op_send_batch, &a, ms);
 	if (rc == INT_MIN)

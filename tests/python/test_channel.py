@@ -257,3 +257,19 @@ def test_signal_handler_closes_waiting_channel(daemon):
     )
     assert p.returncode == 0, p.stderr
     assert "raised: the channel is closed" in p.stdout
+
+
+def test_send_batch_sequence_closes_channel(daemon):
+    p = run_snippet(
+        """
+        def gen():
+            tx.close()
+            yield b"x"
+        try:
+            tx.send_batch(gen())
+        except ValueError as e:
+            print("raised:", e)
+        """
+    )
+    assert p.returncode == 0, p.stderr
+    assert "raised: the channel is closed" in p.stdout
