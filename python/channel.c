@@ -422,6 +422,9 @@ static int check_room(ChannelObject *self)
  * as Message objects.  @return a list of them, or NULL. */
 static PyObject *hold_all(ChannelObject *self, const pinshm_msg_t *msgs, int n)
 {
+	/* Busy until every record is held: an allocation may run a finalizer
+	 * that tries to close the channel, which would unmap the records. */
+	self->busy = true;
 	PyObject *l = PyList_New(0);
 
 	for (int i = 0; i < n; i++) {
@@ -435,6 +438,7 @@ static PyObject *hold_all(ChannelObject *self, const pinshm_msg_t *msgs, int n)
 		Py_XDECREF(m);
 		Py_CLEAR(l);
 	}
+	self->busy = false;
 	pyshm_channel_reap(self); /* the slots of messages not made, if any */
 	return l;
 }

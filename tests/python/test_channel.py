@@ -273,3 +273,37 @@ def test_send_batch_sequence_closes_channel(daemon):
     )
     assert p.returncode == 0, p.stderr
     assert "raised: the channel is closed" in p.stdout
+
+
+def test_finalizer_closes_channel_while_receiving(daemon):
+    # The first allocation tracked by the collector inside recv_inplace()
+    # (the result list: none is left on the free list) runs a collection
+    # whose callback tries to close the channel: refused while the record
+    # is not yet held, the message stays readable.
+    p = run_snippet(
+        """
+        out = []
+        armed = [False]
+        def cb(phase, info):
+            if armed[0] and phase == "start":
+                armed[0] = False
+                try:
+                    rx.close()
+                    out.append("closed")
+                except RuntimeError:
+                    out.append("refused")
+        gc.callbacks.append(cb)
+        payload = bytes(range(256)) * 64
+        tx.send(payload)
+        gc.collect()
+        keep = [[] for _ in range(200)]
+        gc.set_threshold(1)
+        armed[0] = True
+        m = rx.recv_inplace()
+        gc.set_threshold(700)
+        print(out, bytes(m) == payload)
+        m.release()
+        """
+    )
+    assert p.returncode == 0, p.stderr
+    assert "['refused'] True" in p.stdout
