@@ -85,8 +85,9 @@ static PyObject *chan_raise(ChannelObject *self, int rc, enum pyshm_side side)
 }
 
 /* Unmap and free the handle (closing the endpoint where it is this
- * process's), and drop the client.  @return the close's result. */
-static int chan_unmap(ChannelObject *self, bool nogil)
+ * process's: a request to the daemon, made without the GIL), and drop the
+ * client.  @return the close's result. */
+static int chan_unmap(ChannelObject *self)
 {
 	int rc = 0;
 	pinshm_channel_t *ch = self->ch;
@@ -94,7 +95,7 @@ static int chan_unmap(ChannelObject *self, bool nogil)
 	self->ch = NULL;
 	if (ch && self->pid != pyshm_pid()) {
 		pinshm_channel_forget(ch);
-	} else if (ch && nogil) {
+	} else if (ch) {
 		ClientObject *c = self->client;
 		if (c)
 			c->users++;
@@ -103,8 +104,6 @@ static int chan_unmap(ChannelObject *self, bool nogil)
 		Py_END_ALLOW_THREADS
 		if (c)
 			c->users--;
-	} else if (ch) {
-		rc = pinshm_channel_close(ch);
 	}
 	Py_CLEAR(self->client);
 	return rc;
@@ -114,7 +113,7 @@ void pyshm_channel_obj_gone(ChannelObject *self)
 {
 	self->objs--;
 	if (self->closed && self->objs == 0 && self->ch)
-		chan_unmap(self, false);
+		chan_unmap(self);
 }
 
 static uint64_t now_ms(void)
@@ -640,7 +639,7 @@ static PyObject *chan_close(ChannelObject *self, PyObject *unused)
 	self->closed = true;
 	if (self->objs > 0)
 		Py_RETURN_NONE; /* unmapped when the last record object goes */
-	int rc = chan_unmap(self, true);
+	int rc = chan_unmap(self);
 	if (rc < 0)
 		return pyshm_raise(rc, "closing the channel", PYSHM_OTHER);
 	Py_RETURN_NONE;
@@ -663,7 +662,7 @@ static void chan_dealloc(ChannelObject *self)
 {
 	/* No record object is left (each holds the channel). */
 	self->closed = true;
-	chan_unmap(self, false);
+	chan_unmap(self);
 	pyshm_free((PyObject *)self);
 }
 

@@ -3,6 +3,7 @@
 import errno
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -168,3 +169,32 @@ def test_channel_outlives_client(client):
     with pytest.raises(pinshm.Error):
         rx.recv(timeout=0.2)
     rx.close()
+
+
+def test_channel_dealloc_closes_without_gil(client, daemon):
+    # The last reference to an open channel goes while the daemon is
+    # stopped: its close request waits for the daemon, without the GIL, so
+    # that another thread can wake the daemon up and the close completes at
+    # once instead of after the client's 10 s request timeout.
+    name = new_name()
+    client.create(name, capacity=1 << 14)
+    rx = client.open(name, pinshm.CONSUMER)
+    go = threading.Event()
+
+    def wake():
+        go.wait()
+        time.sleep(0.3)
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+
+    t = threading.Thread(target=wake)
+    t.start()
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        go.set()
+        t0 = time.monotonic()
+        del rx
+        took = time.monotonic() - t0
+    finally:
+        t.join()
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert took < 5
