@@ -3,6 +3,8 @@
 import errno
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -198,3 +200,36 @@ def test_channel_dealloc_closes_without_gil(client, daemon):
         t.join()
         os.kill(daemon.proc.pid, signal.SIGCONT)
     assert took < 5
+
+
+def test_close_in_forked_child_while_parent_waits(daemon):
+    # fork() while another thread of the parent waits in a call on one of
+    # the client's channels: the child may still close its copy.
+    code = """
+import os, threading, time, pinshm
+c = pinshm.connect(os.environ["PINSHM_SOCKET"])
+c.create("fk", capacity=1 << 14)
+rx = c.open("fk", pinshm.CONSUMER)
+def wait():
+    try:
+        rx.recv(timeout=1)
+    except pinshm.Timeout:
+        pass
+t = threading.Thread(target=wait)
+t.start()
+time.sleep(0.3)
+pid = os.fork()
+if pid == 0:
+    try:
+        c.close()
+        os._exit(0)
+    except RuntimeError as e:
+        print("child:", e, flush=True)
+        os._exit(3)
+_, st = os.waitpid(pid, 0)
+t.join()
+print("child exit", os.waitstatus_to_exitcode(st))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "child exit 0" in p.stdout, p.stdout
