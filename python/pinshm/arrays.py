@@ -100,6 +100,8 @@ def _parse(np, view):
     if offset < end or offset > n or offset % 16:
         raise ValueError("malformed array header: data offset %d (header %d, message %d bytes)" % (offset, end, n))
     shape = struct.unpack_from("<%dQ" % ndim, view, _FIXED.size)
+    if any(d > n for d in shape):
+        raise ValueError("malformed array header: shape %s larger than the message (%d bytes)" % (tuple(shape), n))
     try:
         text = bytes(view[_FIXED.size + 8 * ndim : end]).decode("utf-8")
         dtype = np.lib.format.descr_to_dtype(ast.literal_eval(text))
@@ -128,6 +130,7 @@ def as_array(message):
     """
     np = _np()
     view = memoryview(message)
+    flat = None
     try:
         dtype, shape, order, offset = _parse(np, view)
         count = 1
@@ -137,6 +140,7 @@ def as_array(message):
         flat = np.frombuffer(view, dtype=dtype, count=count, offset=offset)
         return flat.reshape(shape, order=order)
     except BaseException:
+        del flat  # its export of view, or view.release() raises BufferError
         view.release()
         raise
 
