@@ -55,6 +55,13 @@ int pyshm_channel_usable(ChannelObject *self)
 		PyErr_SetString(PyExc_RuntimeError, "the channel is in use by another thread (one thread at a time)");
 		return -1;
 	}
+	if (self->release_err < 0) { /* a release when a Message went: reported once, here */
+		int rc = self->release_err;
+		self->release_err = 0;
+		pyshm_raise(rc, "releasing a message dropped earlier failed (an overrun topic overwrote it while held)",
+			    PYSHM_RECV);
+		return -1;
+	}
 	return 0;
 }
 
