@@ -620,7 +620,8 @@ PyDoc_STRVAR(close_doc, "close()\n\n"
 			"Leave the channel (pinshm_channel_close()).  BufferError while a view\n"
 			"(memoryview, array) of one of its records or of a reservation is alive.\n"
 			"Messages still referenced are released and refuse new views; the mapping\n"
-			"goes with the last of them.  Closing twice does nothing.");
+			"goes, and the endpoint leaves the channel, with the last of them.\n"
+			"Closing twice does nothing.");
 
 static PyObject *chan_close(ChannelObject *self, PyObject *unused)
 {
