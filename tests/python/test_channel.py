@@ -244,35 +244,23 @@ def run_snippet(code):
     )
 
 
-def test_signal_handler_closes_waiting_channel(daemon):
-    p = run_snippet(
-        """
-        signal.signal(signal.SIGALRM, lambda *a: rx.close())
-        signal.setitimer(signal.ITIMER_REAL, 0.15)
-        try:
-            rx.recv(timeout=2)
-        except ValueError as e:
-            print("raised:", e)
-        """
-    )
+def assert_call_sees_close(setup, call):
+    """After @p setup, @p call (a statement) raises ValueError: the channel is closed."""
+    p = run_snippet(setup + "\ntry:\n    " + call + "\nexcept ValueError as e:\n    print('raised:', e)\n")
     assert p.returncode == 0, p.stderr
     assert "raised: the channel is closed" in p.stdout
+
+
+def test_signal_handler_closes_waiting_channel(daemon):
+    assert_call_sees_close(
+        "signal.signal(signal.SIGALRM, lambda *a: rx.close())\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.15)",
+        "rx.recv(timeout=2)",
+    )
 
 
 def test_send_batch_sequence_closes_channel(daemon):
-    p = run_snippet(
-        """
-        def gen():
-            tx.close()
-            yield b"x"
-        try:
-            tx.send_batch(gen())
-        except ValueError as e:
-            print("raised:", e)
-        """
-    )
-    assert p.returncode == 0, p.stderr
-    assert "raised: the channel is closed" in p.stdout
+    assert_call_sees_close("def gen():\n    tx.close()\n    yield b'x'", "tx.send_batch(gen())")
 
 
 def test_finalizer_closes_channel_while_receiving(daemon):
