@@ -55,6 +55,13 @@ int pyshm_channel_usable(ChannelObject *self)
 		PyErr_SetString(PyExc_RuntimeError, "the channel is in use by another thread (one thread at a time)");
 		return -1;
 	}
+	if (self->release_err < 0) { /* a release when a Message went: reported once, here */
+		int rc = self->release_err;
+		self->release_err = 0;
+		pyshm_raise(rc, "releasing a message dropped earlier failed (an overrun topic overwrote it while held)",
+			    PYSHM_RECV);
+		return -1;
+	}
 	return 0;
 }
 
@@ -85,8 +92,9 @@ static PyObject *chan_raise(ChannelObject *self, int rc, enum pyshm_side side)
 }
 
 /* Unmap and free the handle (closing the endpoint where it is this
- * process's), and drop the client.  @return the close's result. */
-static int chan_unmap(ChannelObject *self, bool nogil)
+ * process's: a request to the daemon, made without the GIL), and drop the
+ * client.  @return the close's result. */
+static int chan_unmap(ChannelObject *self)
 {
 	int rc = 0;
 	pinshm_channel_t *ch = self->ch;
@@ -94,7 +102,7 @@ static int chan_unmap(ChannelObject *self, bool nogil)
 	self->ch = NULL;
 	if (ch && self->pid != pyshm_pid()) {
 		pinshm_channel_forget(ch);
-	} else if (ch && nogil) {
+	} else if (ch) {
 		ClientObject *c = self->client;
 		if (c)
 			c->users++;
@@ -103,8 +111,6 @@ static int chan_unmap(ChannelObject *self, bool nogil)
 		Py_END_ALLOW_THREADS
 		if (c)
 			c->users--;
-	} else if (ch) {
-		rc = pinshm_channel_close(ch);
 	}
 	Py_CLEAR(self->client);
 	return rc;
@@ -114,7 +120,7 @@ void pyshm_channel_obj_gone(ChannelObject *self)
 {
 	self->objs--;
 	if (self->closed && self->objs == 0 && self->ch)
-		chan_unmap(self, false);
+		chan_unmap(self);
 }
 
 static uint64_t now_ms(void)
@@ -168,6 +174,9 @@ static int run_waiting(ChannelObject *self, wait_op op, void *arg, int timeout_m
 		if (timeout_ms > 0 && now_ms() >= deadline)
 			return -ETIMEDOUT;
 		if (PyErr_CheckSignals() < 0)
+			return INT_MIN;
+		/* A signal handler may have closed the channel (or another thread taken it). */
+		if (pyshm_channel_usable(self) < 0)
 			return INT_MIN;
 	}
 }
@@ -261,6 +270,8 @@ static PyObject *chan_send_batch(ChannelObject *self, PyObject *args, PyObject *
 			goto out;
 		iov[got] = (struct iovec){bufs[got].buf, (size_t)bufs[got].len};
 	}
+	if (pyshm_channel_usable(self) < 0) /* the sequence's code may have closed it */
+		goto out;
 	struct batch_arg a = {iov, (unsigned)n};
 	int rc = run_waiting(self, op_send_batch, &a, ms);
 	if (rc == INT_MIN)
@@ -417,6 +428,9 @@ static int check_room(ChannelObject *self)
  * as Message objects.  @return a list of them, or NULL. */
 static PyObject *hold_all(ChannelObject *self, const pinshm_msg_t *msgs, int n)
 {
+	/* Busy until every record is held: an allocation may run a finalizer
+	 * that tries to close the channel, which would unmap the records. */
+	self->busy = true;
 	PyObject *l = PyList_New(0);
 
 	for (int i = 0; i < n; i++) {
@@ -430,6 +444,7 @@ static PyObject *hold_all(ChannelObject *self, const pinshm_msg_t *msgs, int n)
 		Py_XDECREF(m);
 		Py_CLEAR(l);
 	}
+	self->busy = false;
 	pyshm_channel_reap(self); /* the slots of messages not made, if any */
 	return l;
 }
@@ -605,7 +620,8 @@ PyDoc_STRVAR(close_doc, "close()\n\n"
 			"Leave the channel (pinshm_channel_close()).  BufferError while a view\n"
 			"(memoryview, array) of one of its records or of a reservation is alive.\n"
 			"Messages still referenced are released and refuse new views; the mapping\n"
-			"goes with the last of them.  Closing twice does nothing.");
+			"goes, and the endpoint leaves the channel, with the last of them.\n"
+			"Closing twice does nothing.");
 
 static PyObject *chan_close(ChannelObject *self, PyObject *unused)
 {
@@ -631,7 +647,7 @@ static PyObject *chan_close(ChannelObject *self, PyObject *unused)
 	self->closed = true;
 	if (self->objs > 0)
 		Py_RETURN_NONE; /* unmapped when the last record object goes */
-	int rc = chan_unmap(self, true);
+	int rc = chan_unmap(self);
 	if (rc < 0)
 		return pyshm_raise(rc, "closing the channel", PYSHM_OTHER);
 	Py_RETURN_NONE;
@@ -654,7 +670,7 @@ static void chan_dealloc(ChannelObject *self)
 {
 	/* No record object is left (each holds the channel). */
 	self->closed = true;
-	chan_unmap(self, false);
+	chan_unmap(self);
 	pyshm_free((PyObject *)self);
 }
 

@@ -300,11 +300,12 @@ static PyObject *client_close(ClientObject *self, PyObject *unused)
 	(void)unused;
 	if (!self->c)
 		Py_RETURN_NONE;
-	if (self->users > 0) {
+	/* In a child after fork(), this closes nothing of the parent's, and
+	 * the parent's threads that were using it do not run here. */
+	if (self->users > 0 && self->pid == pyshm_pid()) {
 		PyErr_SetString(PyExc_RuntimeError, "the client is in use by another thread");
 		return NULL;
 	}
-	/* In a child after fork(), this closes nothing of the parent's. */
 	pinshm_disconnect(self->c);
 	self->c = NULL;
 	Py_RETURN_NONE;

@@ -82,8 +82,10 @@ static PyObject *msg_release(MessageObject *m, PyObject *unused)
 	}
 	pyshm_message_done(m);
 	int rc = pyshm_channel_reap(m->chan);
-	if (rc < 0)
+	if (rc < 0) {
+		m->chan->release_err = 0; /* reported here, not by the next call */
 		return pyshm_raise(rc, m->chan->ch ? pinshm_channel_error(m->chan->ch) : "", PYSHM_RECV);
+	}
 	Py_RETURN_NONE;
 }
 

@@ -195,20 +195,27 @@ static int int64_tuple(PyObject *t, int64_t *out)
 static bool geometry_fits(size_t len, size_t offset, int ndim, const int64_t *shape, const int64_t *strides,
 			  size_t itemsize)
 {
+	for (int i = 0; i < ndim; i++)
+		if (shape[i] < 0)
+			return false;
+	for (int i = 0; i < ndim; i++)
+		if (shape[i] == 0)
+			return offset <= len; /* empty: no element is read */
 	__int128 lo = (__int128)offset, hi = (__int128)offset, step = (__int128)itemsize;
 
 	for (int i = ndim - 1; i >= 0; i--) {
-		if (shape[i] < 0)
-			return false;
-		if (shape[i] == 0)
-			return offset <= len;
 		__int128 s = strides ? (__int128)strides[i] * (__int128)itemsize : step;
+		__int128 mag = s < 0 ? -s : s;
+		/* Each dimension's span within len on its own, so that neither
+		 * the sums nor step (at most 2 * len) can overflow. */
+		if ((uint64_t)shape[i] > len || (mag > 0 && (__int128)(shape[i] - 1) > (__int128)len / mag))
+			return false;
 		__int128 span = s * (__int128)(shape[i] - 1);
 		if (span < 0)
 			lo += span;
 		else
 			hi += span;
-		step *= shape[i];
+		step = s * shape[i];
 	}
 	return lo >= 0 && hi + (__int128)itemsize <= (__int128)len;
 }

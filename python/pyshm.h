@@ -72,7 +72,7 @@ typedef struct {
 	struct held_slot held[PYSHM_MAX_HELD];
 	ReservationObject *resv; /* borrowed: the pending reservation, or NULL */
 	bool abort_pending;      /* a reservation dropped while the handle was busy: abort it when free */
-	int release_err;         /* last error of a deferred release (negative errno), 0 */
+	int release_err;         /* last error of a deferred release (negative errno), 0: the next call raises it */
 	char name[PINSHM_NAME_MAX + 1];
 } ChannelObject;
 

@@ -15,7 +15,8 @@ A message that carries an array is a header, then the array's bytes::
     ...     zeros up to data_offset
     data_offset  itemsize * prod(shape)  the array, in that order
 
-A record is 16-byte aligned, so the array's bytes are too.  On receipt every
+A record is 16-byte aligned and data_offset a multiple of 64 (checked on
+receipt), so the array's bytes are 16-byte aligned.  On receipt every
 field is checked, and the record's length must be exactly data_offset plus
 the array's size; dtypes that hold Python objects are refused both ways.
 """
@@ -97,9 +98,11 @@ def _parse(np, view):
     if order not in (ord("C"), ord("F")) or ndim > _MAX_DIMS or dlen > _MAX_DESCR:
         raise ValueError("malformed array header (order %d, ndim %d, descr %d bytes)" % (order, ndim, dlen))
     end = _FIXED.size + 8 * ndim + dlen
-    if offset < end or offset > n or offset % 16:
+    if offset < end or offset > n or offset % _ALIGN:
         raise ValueError("malformed array header: data offset %d (header %d, message %d bytes)" % (offset, end, n))
     shape = struct.unpack_from("<%dQ" % ndim, view, _FIXED.size)
+    if any(d > n for d in shape):
+        raise ValueError("malformed array header: shape %s larger than the message (%d bytes)" % (tuple(shape), n))
     try:
         text = bytes(view[_FIXED.size + 8 * ndim : end]).decode("utf-8")
         dtype = np.lib.format.descr_to_dtype(ast.literal_eval(text))
@@ -128,6 +131,7 @@ def as_array(message):
     """
     np = _np()
     view = memoryview(message)
+    flat = None
     try:
         dtype, shape, order, offset = _parse(np, view)
         count = 1
@@ -137,6 +141,7 @@ def as_array(message):
         flat = np.frombuffer(view, dtype=dtype, count=count, offset=offset)
         return flat.reshape(shape, order=order)
     except BaseException:
+        del flat  # its export of view, or view.release() raises BufferError
         view.release()
         raise
 

@@ -120,6 +120,8 @@ def test_headers_checked(pair):
         header(extra=8),  # longer than the header says
         header(extra=-8),  # shorter
         header(shape=(1 << 62, 4)),  # overflows
+        header(shape=(1 << 62, 1 << 62, 0)),  # empty, dimensions past the record
+        header(offset=48),  # not a multiple of 64
         header(offset=8),  # inside the header
         header(offset=4096)[:200],  # past the end
         header(dlen=1 << 30),

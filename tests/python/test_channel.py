@@ -4,6 +4,9 @@ import ctypes
 import errno
 import selectors
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -217,3 +220,78 @@ def test_corrupt_channel(pair):
     assert ei.value.errno == errno.EBADMSG and ei.value.detail
     with pytest.raises(pinshm.Corrupt):
         rx.recv_inplace(timeout=0)
+
+
+# Python code that runs inside a call (a signal handler, a generator, a
+# garbage collector's callback) and closes the channel: each case runs in a
+# fresh interpreter, so that a crash fails the test instead of pytest.
+SNIPPET_PRELUDE = """
+import gc, os, signal, pinshm
+c = pinshm.connect(os.environ["PINSHM_SOCKET"])
+c.create("hz", capacity=1 << 16)
+tx = c.open("hz", pinshm.PRODUCER)
+rx = c.open("hz", pinshm.CONSUMER)
+"""
+
+
+def run_snippet(code):
+    """Run SNIPPET_PRELUDE then @p code in a child interpreter: its CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, "-c", SNIPPET_PRELUDE + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def assert_call_sees_close(setup, call):
+    """After @p setup, @p call (a statement) raises ValueError: the channel is closed."""
+    p = run_snippet(setup + "\ntry:\n    " + call + "\nexcept ValueError as e:\n    print('raised:', e)\n")
+    assert p.returncode == 0, p.stderr
+    assert "raised: the channel is closed" in p.stdout
+
+
+def test_signal_handler_closes_waiting_channel(daemon):
+    assert_call_sees_close(
+        "signal.signal(signal.SIGALRM, lambda *a: rx.close())\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.15)",
+        "rx.recv(timeout=2)",
+    )
+
+
+def test_send_batch_sequence_closes_channel(daemon):
+    assert_call_sees_close("def gen():\n    tx.close()\n    yield b'x'", "tx.send_batch(gen())")
+
+
+def test_finalizer_closes_channel_while_receiving(daemon):
+    # The first allocation tracked by the collector inside recv_inplace()
+    # (the result list: none is left on the free list) runs a collection
+    # whose callback tries to close the channel: refused while the record
+    # is not yet held, the message stays readable.
+    p = run_snippet(
+        """
+        out = []
+        armed = [False]
+        def cb(phase, info):
+            if armed[0] and phase == "start":
+                armed[0] = False
+                try:
+                    rx.close()
+                    out.append("closed")
+                except RuntimeError:
+                    out.append("refused")
+        gc.callbacks.append(cb)
+        payload = bytes(range(256)) * 64
+        tx.send(payload)
+        gc.collect()
+        keep = [[] for _ in range(200)]
+        gc.set_threshold(1)
+        armed[0] = True
+        m = rx.recv_inplace()
+        gc.set_threshold(700)
+        print(out, bytes(m) == payload)
+        m.release()
+        """
+    )
+    assert p.returncode == 0, p.stderr
+    assert "['refused'] True" in p.stdout

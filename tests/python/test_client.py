@@ -3,6 +3,9 @@
 import errno
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -168,3 +171,65 @@ def test_channel_outlives_client(client):
     with pytest.raises(pinshm.Error):
         rx.recv(timeout=0.2)
     rx.close()
+
+
+def test_channel_dealloc_closes_without_gil(client, daemon):
+    # The last reference to an open channel goes while the daemon is
+    # stopped: its close request waits for the daemon, without the GIL, so
+    # that another thread can wake the daemon up and the close completes at
+    # once instead of after the client's 10 s request timeout.
+    name = new_name()
+    client.create(name, capacity=1 << 14)
+    rx = client.open(name, pinshm.CONSUMER)
+    go = threading.Event()
+
+    def wake():
+        go.wait()
+        time.sleep(0.3)
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+
+    t = threading.Thread(target=wake)
+    t.start()
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        go.set()
+        t0 = time.monotonic()
+        del rx
+        took = time.monotonic() - t0
+    finally:
+        t.join()
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert took < 5
+
+
+def test_close_in_forked_child_while_parent_waits(daemon):
+    # fork() while another thread of the parent waits in a call on one of
+    # the client's channels: the child may still close its copy.
+    code = """
+import os, threading, time, pinshm
+c = pinshm.connect(os.environ["PINSHM_SOCKET"])
+c.create("fk", capacity=1 << 14)
+rx = c.open("fk", pinshm.CONSUMER)
+def wait():
+    try:
+        rx.recv(timeout=1)
+    except pinshm.Timeout:
+        pass
+t = threading.Thread(target=wait)
+t.start()
+time.sleep(0.3)
+pid = os.fork()
+if pid == 0:
+    try:
+        c.close()
+        os._exit(0)
+    except RuntimeError as e:
+        print("child:", e, flush=True)
+        os._exit(3)
+_, st = os.waitpid(pid, 0)
+t.join()
+print("child exit", os.waitstatus_to_exitcode(st))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "child exit 0" in p.stdout, p.stdout

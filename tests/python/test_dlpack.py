@@ -74,7 +74,9 @@ def test_bad_geometry(pair):
     tx.send(bytes(64))
     with rx.recv_inplace(timeout=1) as m:
         for args in ((0, (9,), None, 2, 64), (8, (8,), None, 2, 64), (0, (2, 2), (8, 1), 2, 64),
-                     (0, (2,), (-1,), 2, 64), (0, (1,), None, 2, 12), (0, (-1,), None, 1, 8)):
+                     (0, (2,), (-1,), 2, 64), (0, (1,), None, 2, 12), (0, (-1,), None, 1, 8),
+                     # 16 spans of 2**124 bytes: their sum wraps a 128-bit integer to 0
+                     (0, (2**60 + 1,) * 16, (2**61,) * 16, 2, 64)):
             with pytest.raises(ValueError):
                 _pinshm._dlpack(m, *args)
         cap = _pinshm._dlpack(m, 0, (8,), None, 2, 64)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import pinshm
+from conftest import new_name
 
 
 def test_reserve_commit_abort(pair):
@@ -233,3 +234,32 @@ def test_no_leak(pair):
     assert sys.getrefcount(tx) == base_tx and sys.getrefcount(rx) == base_rx
     assert rx.held == 0
     assert rss_kb() - before < 2048, "memory grew by %d kB over 20000 rounds" % (rss_kb() - before)
+
+
+def test_stale_release_reported(client):
+    # On an overrun topic a held record overwritten by the producer makes its
+    # release fail (Stale): raised by release(), or, for a message dropped
+    # without release(), by the next call on the channel, once.
+    name = new_name()
+    client.create(name, kind=pinshm.TOPIC, overrun=True, capacity=1 << 12)
+    tx = client.open(name, pinshm.PRODUCER)
+    rx = client.open(name, pinshm.CONSUMER)
+    try:
+        for explicit in (True, False):
+            tx.send(b"first")
+            m = rx.recv_inplace(timeout=1)
+            for _ in range(64):
+                tx.send(bytes(200))
+            if explicit:
+                with pytest.raises(pinshm.Stale):
+                    m.release()
+            else:
+                del m
+                with pytest.raises(pinshm.Stale):
+                    rx.recv(timeout=0)
+            with pytest.raises(pinshm.Empty):
+                while True:  # what the producer left; no second report
+                    rx.recv(timeout=0)
+    finally:
+        tx.close()
+        rx.close()
