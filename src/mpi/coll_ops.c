@@ -4,9 +4,12 @@
  * MPI_Scatter, MPI_Allgather, MPI_Alltoall.
  *
  * Each passes the call to the MPI library unchanged where pm_coll_for()
- * says so, or where its arguments are not valid (the library reports the
- * error as it does), or where the datatype is one it does not carry
- * (red_layout()); all of that is the same at every rank.
+ * says so, or where what must match at every rank is not valid (the root,
+ * the count and type of the rank's own block or elements: the library
+ * reports the error as it does), or where a reduction's element does not
+ * fit a half (red_layout()); all of that is the same at every rank.  The
+ * root's own arguments of Gather, Scatter decide nothing: an error there
+ * is the root's, after the same steps as the others.
  *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
@@ -304,22 +307,45 @@ struct blocks {
 	void *tmp_mine, *tmp_all; /* packed copies, or NULL */
 };
 
-/* Contiguous bytes of @p count items of @p type at @p buf: the buffer
- * itself, or a packed copy in *@p tmp (packed now where @p fill).
- * @return NULL where out of memory or the packing failed (*@p rc). */
-static char *contiguous(const void *buf, int count, MPI_Datatype type, uint64_t bytes, bool fill, void **tmp,
+/* The @p n blocks of @p count items of @p type at @p buf (block r at
+ * buf + r * count * extent) packed to (@p pack) or unpacked from
+ * @p packed (block r at r * @p bytes), one block at a time. */
+static int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *packed, uint64_t bytes, bool pack)
+{
+	const struct pm_type *t = pm_type_info(type);
+	if (!t)
+		return MPI_ERR_TYPE;
+	if (count < 0)
+		return MPI_ERR_COUNT;
+	MPI_Aint stride = t->extent * (MPI_Aint)count; /* taken before the next look-up */
+	int rc = MPI_SUCCESS;
+	for (int r = 0; r < n && rc == MPI_SUCCESS; r++) {
+		void *p = at(buf, (MPI_Aint)r * stride);
+		char *q = packed + (uint64_t)r * bytes;
+		rc = pack ? pm_pack(p, count, type, q, bytes) : pm_unpack(q, bytes, p, count, type);
+	}
+	return rc;
+}
+
+/* Contiguous bytes of the @p n blocks (@p bytes each, @p bytes > 0) of
+ * @p count items of @p type at @p buf: the buffer itself, or a packed copy
+ * in *@p tmp (packed now where @p fill; a failure to pack is kept in *@p rc
+ * and the copy holds zeros: the caller's steps go on).  @return NULL only
+ * where out of memory. */
+static char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes, bool fill, void **tmp,
 			int *rc)
 {
-	size_t flat;
-	const void *p = pm_flat_data(buf, count, type, &flat);
+	const struct pm_type *t = pm_type_info(type);
 	*tmp = NULL;
-	if (p || bytes == 0)
-		return (char *)(uintptr_t)(p ? p : buf);
-	*tmp = malloc(bytes);
+	if (t && count >= 0 && t->flat && (uint64_t)t->size * (uint64_t)count == bytes &&
+	    (t->extent == t->size || (uint64_t)count * (uint64_t)n <= 1))
+		return at(buf, t->tlb);
+	*tmp = calloc(n, bytes);
 	if (!*tmp)
 		return out_of_memory(), NULL;
-	if (fill && (*rc = pm_pack(buf, count, type, *tmp, bytes)) != MPI_SUCCESS)
-		return NULL;
+	int e = fill ? blocks_move(buf, count, type, n, *tmp, bytes, true) : MPI_SUCCESS;
+	if (e != MPI_SUCCESS && *rc == MPI_SUCCESS)
+		*rc = e;
 	return *tmp;
 }
 
@@ -379,12 +405,12 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 	 * lives until the next look-up, so its size is taken at once). */
 	MPI_Datatype btype = by_send || (kind == BLK_SCATTER && in_place) ? stype : rtype;
 	int count = by_send || (kind == BLK_SCATTER && in_place) ? scount : rcount;
-	/* The root's n blocks (its other arguments are not significant elsewhere). */
+	/* The root's n blocks (its other arguments are not significant
+	 * elsewhere, so nothing is decided from them: an error there is the
+	 * root's, after the same steps as the others). */
 	int allcount = kind == BLK_SCATTER ? scount : rcount;
 	MPI_Datatype alltype = kind == BLK_SCATTER ? stype : rtype;
-	bool all_ok = !is_root || (allcount >= 0 && (uint64_t)allcount * (uint64_t)co->size <= INT_MAX &&
-				   pm_type_info(alltype));
-	const struct pm_type *t = co && all_ok ? pm_type_info(btype) : NULL;
+	const struct pm_type *t = co ? pm_type_info(btype) : NULL;
 	if (!t || count < 0 || (kind != BLK_ALLGATHER && (root < 0 || root >= co->size))) {
 		coll_count(calls[kind], false, 0);
 		return -1;
@@ -396,16 +422,16 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 	int rc = MPI_SUCCESS, n = co->size;
 	void *allbuf = kind == BLK_SCATTER ? (void *)(uintptr_t)sendbuf : recvbuf;
 	if (is_root)
-		b.all = contiguous(allbuf, allcount * n, alltype, b.bytes * (uint64_t)n, kind == BLK_SCATTER || in_place,
-				   &b.tmp_all, &rc);
+		b.all = contiguous(allbuf, allcount, alltype, n, b.bytes, kind == BLK_SCATTER || in_place, &b.tmp_all,
+				   &rc);
 	if (in_place)
 		b.mine = b.all + (uint64_t)co->rank * b.bytes;
 	else if (kind == BLK_SCATTER)
-		b.mine = contiguous(recvbuf, rcount, rtype, b.bytes, false, &b.tmp_mine, &rc);
+		b.mine = contiguous(recvbuf, rcount, rtype, 1, b.bytes, false, &b.tmp_mine, &rc);
 	else
-		b.mine = contiguous(sendbuf, scount, stype, b.bytes, true, &b.tmp_mine, &rc);
-	if ((is_root && !b.all) || !b.mine) /* out of memory, or a pack failed: no way on together */
-		PMPI_Abort(comm, rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM);
+		b.mine = contiguous((void *)(uintptr_t)sendbuf, scount, stype, 1, b.bytes, true, &b.tmp_mine, &rc);
+	if ((is_root && !b.all) || !b.mine) /* out of memory: no way on together */
+		PMPI_Abort(comm, MPI_ERR_NO_MEM);
 	if (co->size == 1)
 		memmove(kind == BLK_SCATTER ? b.mine : b.all, kind == BLK_SCATTER ? b.all : b.mine,
 			b.mine == b.all ? 0 : b.bytes);
@@ -413,10 +439,10 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 		scatter_steps(co, &b, root);
 	else
 		gather_steps(co, &b, kind == BLK_GATHER ? root : -1);
-	if (is_root && b.tmp_all && kind != BLK_SCATTER)
-		rc = pm_unpack(b.tmp_all, b.bytes * (uint64_t)n, allbuf, allcount * n, alltype);
+	if (is_root && b.tmp_all && kind != BLK_SCATTER && rc == MPI_SUCCESS)
+		rc = blocks_move(allbuf, allcount, alltype, n, b.tmp_all, b.bytes, false);
 	if (b.tmp_mine && kind == BLK_SCATTER && rc == MPI_SUCCESS)
-		rc = pm_unpack(b.tmp_mine, b.bytes, recvbuf, rcount, rtype);
+		rc = blocks_move(recvbuf, rcount, rtype, 1, b.tmp_mine, b.bytes, false);
 	free(b.tmp_all);
 	free(b.tmp_mine);
 	return pm_comm_error(comm, rc);
@@ -471,35 +497,34 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
 {
 	struct pm_coll *co = pm_coll_for(comm);
 	bool in_place = sendbuf == MPI_IN_PLACE;
-	uint64_t rsize = co && recvcount >= 0 && pm_type_info(recvtype) ? (uint64_t)pm_type_info(recvtype)->size : 0;
-	bool ok = rsize && (in_place || (sendcount >= 0 && pm_type_info(sendtype)));
-	if (!co || !ok || (uint64_t)recvcount * (uint64_t)co->size > INT_MAX ||
-	    (!in_place && (uint64_t)sendcount * (uint64_t)co->size > INT_MAX)) {
+	/* Decided from the block's bytes only (the same at every rank). */
+	const struct pm_type *rt = co && recvcount >= 0 ? pm_type_info(recvtype) : NULL;
+	if (!rt) {
 		coll_count(CALL_ALLTOALL, false, 0);
 		return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 	}
-	uint64_t bytes = rsize * (uint64_t)recvcount, all = bytes * (uint64_t)co->size;
+	uint64_t bytes = (uint64_t)rt->size * (uint64_t)recvcount, all = bytes * (uint64_t)co->size;
 	coll_count(CALL_ALLTOALL, true, all);
 	if (bytes == 0)
 		return MPI_SUCCESS;
 	int rc = MPI_SUCCESS, n = co->size;
 	void *tmp_out = NULL, *tmp_in = NULL;
 	/* In place: the send blocks are the receive buffer, read before it is written. */
-	char *out = in_place ? contiguous(recvbuf, recvcount * n, recvtype, all, true, &tmp_out, &rc)
-			     : contiguous(sendbuf, sendcount * n, sendtype, all, true, &tmp_out, &rc);
+	char *out = in_place ? contiguous(recvbuf, recvcount, recvtype, n, bytes, true, &tmp_out, &rc)
+			     : contiguous((void *)(uintptr_t)sendbuf, sendcount, sendtype, n, bytes, true, &tmp_out, &rc);
 	if (out && in_place && !tmp_out) { /* contiguous in the user's buffer: a copy to read from */
 		tmp_out = malloc(all);
 		out = tmp_out ? memcpy(tmp_out, out, all) : NULL;
 	}
-	char *in = out ? contiguous(recvbuf, recvcount * n, recvtype, all, false, &tmp_in, &rc) : NULL;
+	char *in = out ? contiguous(recvbuf, recvcount, recvtype, n, bytes, false, &tmp_in, &rc) : NULL;
 	if (!out || !in)
-		PMPI_Abort(comm, rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM);
+		PMPI_Abort(comm, MPI_ERR_NO_MEM);
 	if (n == 1)
 		memcpy(in, out, all);
 	else
 		alltoall_steps(co, out, in, bytes);
-	if (tmp_in)
-		rc = pm_unpack(tmp_in, all, recvbuf, recvcount * n, recvtype);
+	if (tmp_in && rc == MPI_SUCCESS)
+		rc = blocks_move(recvbuf, recvcount, recvtype, n, tmp_in, bytes, false);
 	free(tmp_out);
 	free(tmp_in);
 	return pm_comm_error(comm, rc);

@@ -11,6 +11,7 @@
  * messages are in flight.  Runs with any number of ranks (1 and 3 too).
  */
 #include <complex.h>
+#include <limits.h>
 #include <stdbool.h>
 
 #include "mpitest.h"
@@ -458,6 +459,26 @@ static void check_strided(MPI_Comm comm)
 	MPI_Op_free(&op);
 }
 
+/* A Gather whose root alone passes a datatype it may not use (not
+ * committed; the library may or may not say so there): every rank has
+ * taken the same steps (the next call on the communicator is right). */
+static void check_root_only_error(MPI_Comm comm)
+{
+	int rank, size, x = 7, all[64];
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	MPI_Datatype raw;
+	MT_MPI(MPI_Type_contiguous(1, MPI_INT, &raw)); /* never committed */
+	for (int root = 0; root < size && size <= 64; root++) {
+		int rc = MPI_Gather(&x, 1, MPI_INT, all, 1, rank == root ? raw : MPI_INT, root, comm);
+		MT_CHECK(rank == root || rc == MPI_SUCCESS, "gather, root %d: rc %d", root, rc);
+		int s = 0, one = 1;
+		MT_MPI(MPI_Allreduce(&one, &s, 1, MPI_INT, MPI_SUM, comm));
+		MT_CHECK(s == size, "after the root's error: %d", s);
+	}
+	MPI_Type_free(&raw);
+}
+
 static void check_comm(MPI_Comm comm, MPI_Datatype vec, MPI_Datatype pair, MPI_Op aff, MPI_Op mab)
 {
 	MPI_Op iops[] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN, MPI_LAND, MPI_LOR, MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR};
@@ -476,6 +497,7 @@ static void check_comm(MPI_Comm comm, MPI_Datatype vec, MPI_Datatype pair, MPI_O
 	check_blocks(comm, vec, LARGE / 4, 3);
 	check_bits(comm);
 	check_strided(comm);
+	check_root_only_error(comm);
 	check_with_p2p(comm);
 }
 
