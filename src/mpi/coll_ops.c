@@ -4,16 +4,21 @@
  * MPI_Scatter, MPI_Allgather, MPI_Alltoall.
  *
  * Each passes the call to the MPI library unchanged where pm_coll_for()
- * says so, or where its arguments are not valid (the library reports the
- * error as it does), or where the datatype is one it does not carry
- * (red_layout()); all of that is the same at every rank.
+ * says so, or where what must match at every rank is not valid (the root,
+ * the count and type of the rank's own block or elements: the library
+ * reports the error as it does), or where a reduction's element does not
+ * fit a half (red_layout()); all of that is the same at every rank.  The
+ * root's own arguments of Gather, Scatter decide nothing: an error there
+ * is the root's, after the same steps as the others.
  *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
  * of one half, a step each: the root writes, the others copy out.
- * Reduce, Allreduce: the elements in chunks that fit a half, a step each:
- * the ranks copy their chunk in as it lies in memory (its gaps included),
- * and the root (Reduce) or every rank (Allreduce) reduces the n chunks with
+ * Reduce, Allreduce: the elements in chunks whose packed bytes fit a half,
+ * a step each (how many from the type's size and the count only: the ranks
+ * may lay the same signature out differently): the ranks pack their chunk
+ * into their half, and the root (Reduce) or every rank (Allreduce) unpacks
+ * each into its own layout and reduces the n chunks with
  * PMPI_Reduce_local in one fixed order, from the highest rank down:
  *   result = x0 op (x1 op (... op (x[n-2] op x[n-1])))
  * for every operation, predefined or not, commutative or not (MPI takes
@@ -109,40 +114,49 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
 
 /* ---- Reduce, Allreduce --------------------------------------------------- */
 
-/* How the elements of a reduction lie: element i's bytes from
- * buf + i * extent + lb, true_extent of them, gaps included. */
+/* A reduction: what is decided from its signature (the same at every
+ * rank: the type's size, the count, the op), and how the elements lie in
+ * this rank's own memory (element i's bytes from buf + i * extent + tlb,
+ * true_extent of them; its layout is its own, other ranks' may differ). */
 struct red {
 	MPI_Datatype type;
 	MPI_Op op;
-	MPI_Aint lb, extent, true_extent;
-	size_t size;
-	bool dense;     /* the elements are count * size contiguous bytes */
-	int per_chunk;  /* elements a half holds */
+	size_t size;    /* signature: bytes of one element, packed */
+	int per_chunk;  /* signature: elements a half holds, packed */
+	MPI_Aint tlb, extent, true_extent;
+	bool dense;     /* here: the elements are count * size contiguous bytes */
+	char *acc, *x;  /* here, not dense: two chunks in this layout, or NULL */
 };
 
-/* The layout of @p type, or false where it is not carried (the same at
- * every rank: a reduction's datatype is the same at all): an extent not
- * past its elements' bytes, gaps at most 15 times the data, an element
- * that fits a half. */
+/* The reduction of @p type, or false where it is not carried: decided
+ * from the type's size only (an element's packed bytes fit a half). */
 static bool red_layout(struct red *r, MPI_Datatype type, size_t half)
 {
 	const struct pm_type *t = pm_type_info(type);
-	if (!t || PMPI_Type_get_true_extent(type, &r->lb, &r->true_extent) != MPI_SUCCESS)
+	if (!t || t->size == 0 || (uint64_t)t->size > half)
 		return false;
 	r->type = type;
-	r->extent = t->extent;
 	r->size = (size_t)t->size;
-	r->dense = t->flat && (size_t)t->extent == r->size && r->lb == t->tlb;
-	if (r->size == 0 || r->extent <= 0 || r->true_extent <= 0 || r->true_extent > r->extent ||
-	    (uint64_t)r->extent > 16 * (uint64_t)r->size || (uint64_t)r->true_extent > half)
-		return false;
-	r->per_chunk = (int)(((uint64_t)half - (uint64_t)r->true_extent) / (uint64_t)r->extent + 1);
+	r->per_chunk = half / r->size > INT_MAX ? INT_MAX : (int)(half / r->size);
+	r->extent = t->extent;
+	r->dense = t->flat && t->extent == (MPI_Aint)t->size;
+	if (PMPI_Type_get_true_extent(type, &r->tlb, &r->true_extent) != MPI_SUCCESS)
+		r->true_extent = 0;
 	return true;
+}
+
+/* @p k elements in this layout: the offset of their lowest byte from the
+ * buffer's address, and how many bytes they span. */
+static MPI_Aint red_lo(const struct red *r, int k)
+{
+	MPI_Aint d = (MPI_Aint)(k - 1) * r->extent;
+	return r->tlb + (d < 0 ? d : 0);
 }
 
 static size_t red_span(const struct red *r, int k)
 {
-	return (size_t)(k - 1) * (size_t)r->extent + (size_t)r->true_extent;
+	MPI_Aint d = (MPI_Aint)(k - 1) * r->extent;
+	return (size_t)(r->true_extent + (d < 0 ? -d : d));
 }
 
 /* @p count elements of @p type (@p bytes of data) from @p in to @p out. */
@@ -158,61 +172,74 @@ static int typed_copy(const void *in, void *out, int count, MPI_Datatype type, u
 	return rc;
 }
 
-/* The @p k elements at @p acc (this process's own bytes laid out as in a
- * buffer, at acc + lb) into the user's @p out, gaps untouched. */
-static int red_store(const struct red *r, const char *acc, void *out, int k)
+/* The @p k packed elements of @p half as a buffer in this layout (the
+ * half itself where dense, else unpacked into @p room). */
+static void *red_unpacked(const struct red *r, const void *half, char *room, int k, int *rc)
 {
-	if (r->dense) {
-		memcpy(at(out, r->lb), acc, red_span(r, k));
-		return MPI_SUCCESS;
-	}
-	return typed_copy(at(acc, -r->lb), out, k, r->type, (uint64_t)k * r->size);
+	if (r->dense)
+		return at(half, -r->tlb);
+	void *buf = at(room, -red_lo(r, k));
+	int e = pm_unpack(half, (uint64_t)k * r->size, buf, k, r->type);
+	if (e != MPI_SUCCESS && *rc == MPI_SUCCESS)
+		*rc = e;
+	return buf;
 }
 
-/* The fixed order: scratch = x0 op (x1 op (... x[n-1])) over the chunks
- * of step @p s (rank @p self's taken from @p mine where not NULL). */
-static int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, int self, const void *mine)
+/* The fixed order: x0 op (x1 op (... x[n-1])) over the chunks of step
+ * @p s, into @p out (the user's, at this chunk). */
+static int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out)
 {
-	size_t span = red_span(r, k);
 	int n = co->size, rc = MPI_SUCCESS;
-	char *acc = co->scratch;
-	const void *last = (n - 1 == self && mine) ? at(mine, r->lb) : coll_half(co, n - 1, s);
-	memcpy(acc, last, span);
+	void *acc;
+	if (r->dense) {
+		memcpy(co->scratch, coll_half(co, n - 1, s), (size_t)k * r->size);
+		acc = at(co->scratch, -r->tlb);
+	} else {
+		acc = red_unpacked(r, coll_half(co, n - 1, s), r->acc, k, &rc);
+	}
 	for (int i = n - 2; i >= 0; i--) {
-		const void *x = (i == self && mine) ? mine : at(coll_half(co, i, s), -r->lb);
-		int e = PMPI_Reduce_local(x, at(acc, -r->lb), k, r->type, r->op);
+		int e = PMPI_Reduce_local(red_unpacked(r, coll_half(co, i, s), r->x, k, &rc), acc, k, r->type, r->op);
 		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
 			rc = e;
 	}
-	return rc;
+	if (rc != MPI_SUCCESS)
+		return rc;
+	if (r->dense) {
+		memcpy(at(out, r->tlb), co->scratch, (size_t)k * r->size);
+		return MPI_SUCCESS;
+	}
+	return typed_copy(acc, out, k, r->type, (uint64_t)k * r->size);
 }
 
 /*
  * Reduce (@p root >= 0) or Allreduce (@p root < 0) of @p count elements
- * from @p in to @p out.  Every rank runs the same steps; where an
- * operation fails, the error is kept and the steps go on.
+ * from @p in to @p out.  Every rank runs the same steps (their number
+ * from the signature only); each packs its chunk into its half, and a
+ * folding rank unpacks each into its own layout.  Where an operation
+ * fails, the error is kept and the steps go on.
  */
 static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char *out, int count, int root)
 {
 	int rc = MPI_SUCCESS;
-	for (int e0 = 0; e0 < count; e0 += r->per_chunk) {
-		int k = count - e0 < r->per_chunk ? count - e0 : r->per_chunk;
+	for (int64_t e0 = 0; e0 < count; e0 += r->per_chunk) {
+		int k = count - e0 < r->per_chunk ? (int)(count - e0) : r->per_chunk;
 		MPI_Aint off = (MPI_Aint)e0 * r->extent;
 		uint64_t s = ++co->step;
-		bool folds = root < 0 || co->rank == root;
-		if (root != co->rank) { /* the root of a Reduce reads its own from the user */
-			coll_wait_free(co, s);
-			memcpy(coll_half(co, co->rank, s), at(in, off + r->lb), red_span(r, k));
-		}
+		coll_wait_free(co, s);
+		int e = MPI_SUCCESS;
+		if (r->dense)
+			memcpy(coll_half(co, co->rank, s), at(in, off + r->tlb), (size_t)k * r->size);
+		else
+			e = pm_pack(at(in, off), k, r->type, coll_half(co, co->rank, s), (uint64_t)k * r->size);
 		coll_post(co, s);
-		if (folds) {
+		if (root < 0 || co->rank == root) {
 			coll_wait_all(co, s);
-			int e = red_fold(co, r, s, k, co->rank, root < 0 ? NULL : at(in, off));
+			int f = red_fold(co, r, s, k, at(out, off));
 			if (e == MPI_SUCCESS)
-				e = red_store(r, co->scratch, at(out, off), k);
-			if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
-				rc = e;
+				e = f;
 		}
+		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
+			rc = e;
 		coll_finish(co, s);
 	}
 	return rc;
@@ -236,7 +263,17 @@ static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Dataty
 		return MPI_SUCCESS;
 	if (co->size == 1) /* the result is the one rank's data */
 		return pm_comm_error(comm, typed_copy(in, recvbuf, count, datatype, (uint64_t)count * r.size));
-	return pm_comm_error(comm, reduce_steps(co, &r, in, recvbuf, count, root));
+	if (!r.dense) { /* this rank's own room for a chunk (a local choice: the steps are the same) */
+		size_t room = red_span(&r, count < r.per_chunk ? count : r.per_chunk);
+		r.acc = malloc(room);
+		r.x = malloc(room);
+		if (!r.acc || !r.x)
+			out_of_memory();
+	}
+	int rc = reduce_steps(co, &r, in, recvbuf, count, root);
+	free(r.acc);
+	free(r.x);
+	return pm_comm_error(comm, rc);
 }
 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
@@ -270,22 +307,45 @@ struct blocks {
 	void *tmp_mine, *tmp_all; /* packed copies, or NULL */
 };
 
-/* Contiguous bytes of @p count items of @p type at @p buf: the buffer
- * itself, or a packed copy in *@p tmp (packed now where @p fill).
- * @return NULL where out of memory or the packing failed (*@p rc). */
-static char *contiguous(const void *buf, int count, MPI_Datatype type, uint64_t bytes, bool fill, void **tmp,
+/* The @p n blocks of @p count items of @p type at @p buf (block r at
+ * buf + r * count * extent) packed to (@p pack) or unpacked from
+ * @p packed (block r at r * @p bytes), one block at a time. */
+static int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *packed, uint64_t bytes, bool pack)
+{
+	const struct pm_type *t = pm_type_info(type);
+	if (!t)
+		return MPI_ERR_TYPE;
+	if (count < 0)
+		return MPI_ERR_COUNT;
+	MPI_Aint stride = t->extent * (MPI_Aint)count; /* taken before the next look-up */
+	int rc = MPI_SUCCESS;
+	for (int r = 0; r < n && rc == MPI_SUCCESS; r++) {
+		void *p = at(buf, (MPI_Aint)r * stride);
+		char *q = packed + (uint64_t)r * bytes;
+		rc = pack ? pm_pack(p, count, type, q, bytes) : pm_unpack(q, bytes, p, count, type);
+	}
+	return rc;
+}
+
+/* Contiguous bytes of the @p n blocks (@p bytes each, @p bytes > 0) of
+ * @p count items of @p type at @p buf: the buffer itself, or a packed copy
+ * in *@p tmp (packed now where @p fill; a failure to pack is kept in *@p rc
+ * and the copy holds zeros: the caller's steps go on).  @return NULL only
+ * where out of memory. */
+static char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes, bool fill, void **tmp,
 			int *rc)
 {
-	size_t flat;
-	const void *p = pm_flat_data(buf, count, type, &flat);
+	const struct pm_type *t = pm_type_info(type);
 	*tmp = NULL;
-	if (p || bytes == 0)
-		return (char *)(uintptr_t)(p ? p : buf);
-	*tmp = malloc(bytes);
+	if (t && count >= 0 && t->flat && (uint64_t)t->size * (uint64_t)count == bytes &&
+	    (t->extent == t->size || (uint64_t)count * (uint64_t)n <= 1))
+		return at(buf, t->tlb);
+	*tmp = calloc(n, bytes);
 	if (!*tmp)
 		return out_of_memory(), NULL;
-	if (fill && (*rc = pm_pack(buf, count, type, *tmp, bytes)) != MPI_SUCCESS)
-		return NULL;
+	int e = fill ? blocks_move(buf, count, type, n, *tmp, bytes, true) : MPI_SUCCESS;
+	if (e != MPI_SUCCESS && *rc == MPI_SUCCESS)
+		*rc = e;
 	return *tmp;
 }
 
@@ -345,12 +405,12 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 	 * lives until the next look-up, so its size is taken at once). */
 	MPI_Datatype btype = by_send || (kind == BLK_SCATTER && in_place) ? stype : rtype;
 	int count = by_send || (kind == BLK_SCATTER && in_place) ? scount : rcount;
-	/* The root's n blocks (its other arguments are not significant elsewhere). */
+	/* The root's n blocks (its other arguments are not significant
+	 * elsewhere, so nothing is decided from them: an error there is the
+	 * root's, after the same steps as the others). */
 	int allcount = kind == BLK_SCATTER ? scount : rcount;
 	MPI_Datatype alltype = kind == BLK_SCATTER ? stype : rtype;
-	bool all_ok = !is_root || (allcount >= 0 && (uint64_t)allcount * (uint64_t)co->size <= INT_MAX &&
-				   pm_type_info(alltype));
-	const struct pm_type *t = co && all_ok ? pm_type_info(btype) : NULL;
+	const struct pm_type *t = co ? pm_type_info(btype) : NULL;
 	if (!t || count < 0 || (kind != BLK_ALLGATHER && (root < 0 || root >= co->size))) {
 		coll_count(calls[kind], false, 0);
 		return -1;
@@ -362,16 +422,16 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 	int rc = MPI_SUCCESS, n = co->size;
 	void *allbuf = kind == BLK_SCATTER ? (void *)(uintptr_t)sendbuf : recvbuf;
 	if (is_root)
-		b.all = contiguous(allbuf, allcount * n, alltype, b.bytes * (uint64_t)n, kind == BLK_SCATTER || in_place,
-				   &b.tmp_all, &rc);
+		b.all = contiguous(allbuf, allcount, alltype, n, b.bytes, kind == BLK_SCATTER || in_place, &b.tmp_all,
+				   &rc);
 	if (in_place)
 		b.mine = b.all + (uint64_t)co->rank * b.bytes;
 	else if (kind == BLK_SCATTER)
-		b.mine = contiguous(recvbuf, rcount, rtype, b.bytes, false, &b.tmp_mine, &rc);
+		b.mine = contiguous(recvbuf, rcount, rtype, 1, b.bytes, false, &b.tmp_mine, &rc);
 	else
-		b.mine = contiguous(sendbuf, scount, stype, b.bytes, true, &b.tmp_mine, &rc);
-	if ((is_root && !b.all) || !b.mine) /* out of memory, or a pack failed: no way on together */
-		PMPI_Abort(comm, rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM);
+		b.mine = contiguous((void *)(uintptr_t)sendbuf, scount, stype, 1, b.bytes, true, &b.tmp_mine, &rc);
+	if ((is_root && !b.all) || !b.mine) /* out of memory: no way on together */
+		PMPI_Abort(comm, MPI_ERR_NO_MEM);
 	if (co->size == 1)
 		memmove(kind == BLK_SCATTER ? b.mine : b.all, kind == BLK_SCATTER ? b.all : b.mine,
 			b.mine == b.all ? 0 : b.bytes);
@@ -379,10 +439,10 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 		scatter_steps(co, &b, root);
 	else
 		gather_steps(co, &b, kind == BLK_GATHER ? root : -1);
-	if (is_root && b.tmp_all && kind != BLK_SCATTER)
-		rc = pm_unpack(b.tmp_all, b.bytes * (uint64_t)n, allbuf, allcount * n, alltype);
+	if (is_root && b.tmp_all && kind != BLK_SCATTER && rc == MPI_SUCCESS)
+		rc = blocks_move(allbuf, allcount, alltype, n, b.tmp_all, b.bytes, false);
 	if (b.tmp_mine && kind == BLK_SCATTER && rc == MPI_SUCCESS)
-		rc = pm_unpack(b.tmp_mine, b.bytes, recvbuf, rcount, rtype);
+		rc = blocks_move(recvbuf, rcount, rtype, 1, b.tmp_mine, b.bytes, false);
 	free(b.tmp_all);
 	free(b.tmp_mine);
 	return pm_comm_error(comm, rc);
@@ -437,35 +497,34 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
 {
 	struct pm_coll *co = pm_coll_for(comm);
 	bool in_place = sendbuf == MPI_IN_PLACE;
-	uint64_t rsize = co && recvcount >= 0 && pm_type_info(recvtype) ? (uint64_t)pm_type_info(recvtype)->size : 0;
-	bool ok = rsize && (in_place || (sendcount >= 0 && pm_type_info(sendtype)));
-	if (!co || !ok || (uint64_t)recvcount * (uint64_t)co->size > INT_MAX ||
-	    (!in_place && (uint64_t)sendcount * (uint64_t)co->size > INT_MAX)) {
+	/* Decided from the block's bytes only (the same at every rank). */
+	const struct pm_type *rt = co && recvcount >= 0 ? pm_type_info(recvtype) : NULL;
+	if (!rt) {
 		coll_count(CALL_ALLTOALL, false, 0);
 		return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 	}
-	uint64_t bytes = rsize * (uint64_t)recvcount, all = bytes * (uint64_t)co->size;
+	uint64_t bytes = (uint64_t)rt->size * (uint64_t)recvcount, all = bytes * (uint64_t)co->size;
 	coll_count(CALL_ALLTOALL, true, all);
 	if (bytes == 0)
 		return MPI_SUCCESS;
 	int rc = MPI_SUCCESS, n = co->size;
 	void *tmp_out = NULL, *tmp_in = NULL;
 	/* In place: the send blocks are the receive buffer, read before it is written. */
-	char *out = in_place ? contiguous(recvbuf, recvcount * n, recvtype, all, true, &tmp_out, &rc)
-			     : contiguous(sendbuf, sendcount * n, sendtype, all, true, &tmp_out, &rc);
+	char *out = in_place ? contiguous(recvbuf, recvcount, recvtype, n, bytes, true, &tmp_out, &rc)
+			     : contiguous((void *)(uintptr_t)sendbuf, sendcount, sendtype, n, bytes, true, &tmp_out, &rc);
 	if (out && in_place && !tmp_out) { /* contiguous in the user's buffer: a copy to read from */
 		tmp_out = malloc(all);
 		out = tmp_out ? memcpy(tmp_out, out, all) : NULL;
 	}
-	char *in = out ? contiguous(recvbuf, recvcount * n, recvtype, all, false, &tmp_in, &rc) : NULL;
+	char *in = out ? contiguous(recvbuf, recvcount, recvtype, n, bytes, false, &tmp_in, &rc) : NULL;
 	if (!out || !in)
-		PMPI_Abort(comm, rc != MPI_SUCCESS ? rc : MPI_ERR_NO_MEM);
+		PMPI_Abort(comm, MPI_ERR_NO_MEM);
 	if (n == 1)
 		memcpy(in, out, all);
 	else
 		alltoall_steps(co, out, in, bytes);
-	if (tmp_in)
-		rc = pm_unpack(tmp_in, all, recvbuf, recvcount * n, recvtype);
+	if (tmp_in && rc == MPI_SUCCESS)
+		rc = blocks_move(recvbuf, recvcount, recvtype, n, tmp_in, bytes, false);
 	free(tmp_out);
 	free(tmp_in);
 	return pm_comm_error(comm, rc);

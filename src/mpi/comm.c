@@ -48,6 +48,13 @@ static struct pm_comm *last_ctx; /* ... and by context (every record asks) */
 
 static void table_put(struct table *t, uintptr_t key, struct pm_comm *c);
 
+/* Out of memory where the ranks must go on together: no way on. */
+static void no_memory(void)
+{
+	fprintf(stderr, "pinshm-mpi: out of memory\n");
+	PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+}
+
 static void table_grow(struct table *t)
 {
 	struct table old = *t;
@@ -55,8 +62,7 @@ static void table_grow(struct table *t)
 	t->used = 0;
 	t->s = calloc(t->n, sizeof(*t->s));
 	if (!t->s) {
-		fprintf(stderr, "pinshm-mpi: out of memory\n");
-		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+		no_memory();
 		return;
 	}
 	for (size_t i = 0; i < old.n; i++)
@@ -200,9 +206,12 @@ static struct pm_comm *make_entry(MPI_Comm comm, uint64_t ctx)
 	PMPI_Comm_test_inter(comm, &inter);
 	if (inter)
 		return NULL;
+	/* Every rank of comm makes its entry (or none: an intercommunicator);
+	 * one that could not would pass calls to the library while the others
+	 * carry them, so a failure here ends the job. */
 	struct pm_comm *c = calloc(1, sizeof(*c));
 	if (!c)
-		return NULL;
+		return no_memory(), NULL;
 	c->comm = comm;
 	c->ctx = ctx;
 	PMPI_Comm_rank(comm, &c->rank);
@@ -216,7 +225,7 @@ static struct pm_comm *make_entry(MPI_Comm comm, uint64_t ctx)
 		free(world);
 		free(c->local);
 		free(c);
-		return NULL;
+		return no_memory(), NULL;
 	}
 	for (int i = 0; i < c->size; i++)
 		ranks[i] = i;

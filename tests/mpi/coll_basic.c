@@ -11,6 +11,7 @@
  * messages are in flight.  Runs with any number of ranks (1 and 3 too).
  */
 #include <complex.h>
+#include <limits.h>
 #include <stdbool.h>
 
 #include "mpitest.h"
@@ -387,6 +388,97 @@ static void check_with_p2p(MPI_Comm comm)
 	free(out);
 }
 
+/* Where signature item j of a strided double vector lies: shape 0, one
+ * vector of m items (stride ld); shape 1, items of two (stride ld). */
+static size_t spos(int shape, int ld, size_t j)
+{
+	return shape ? (j / 2) * (size_t)(ld + 1) + (j % 2) * (size_t)ld : j * (size_t)ld;
+}
+
+/* SUM over items of a vector of doubles (blocks of 1), in the layout of
+ * the datatype it is given (each rank's own). */
+static void vdsum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+	int ints[3], ni, na, nd, comb;
+	MPI_Aint lb, extent, addr;
+	MPI_Datatype inner;
+	MPI_Type_get_envelope(*dt, &ni, &na, &nd, &comb);
+	if (comb != MPI_COMBINER_VECTOR || ni != 3)
+		MT_FAIL("vdsum: not a vector type");
+	MPI_Type_get_contents(*dt, 3, 0, 1, ints, &addr, &inner);
+	MPI_Type_get_extent(*dt, &lb, &extent);
+	for (int i = 0; i < *len; i++)
+		for (int j = 0; j < ints[0]; j++) {
+			size_t at = (size_t)i * (size_t)extent + (size_t)j * (size_t)ints[2] * sizeof(double);
+			*(double *)((char *)inout + at) += *(double *)((char *)in + at);
+		}
+}
+
+/* Reductions whose ranks lay the same signature out differently: each
+ * rank's own stride, its gaps left untouched. */
+static void check_strided(MPI_Comm comm)
+{
+	MPI_Op op;
+	MT_MPI(MPI_Op_create(vdsum, 1, &op));
+	int rank, size;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	int ld = 1 + 9 * (rank % 4);
+	for (int shape = 0; shape < 2; shape++) {
+		int m = shape ? 2 : 500, count = shape ? 20000 : 1;
+		size_t items = (size_t)m * (size_t)count, nd = spos(shape, ld, items - 1) + 2;
+		double *in = malloc(nd * sizeof(double)), *out = malloc(nd * sizeof(double));
+		MT_CHECK(in && out, "out of memory");
+		MPI_Datatype t;
+		MT_MPI(MPI_Type_vector(m, 1, ld, MPI_DOUBLE, &t));
+		MT_MPI(MPI_Type_commit(&t));
+		for (size_t i = 0; i < nd; i++)
+			in[i] = out[i] = -1.0;
+		for (size_t j = 0; j < items; j++)
+			in[spos(shape, ld, j)] = rank + 1 + (double)(j % 7);
+		MT_MPI(MPI_Allreduce(in, out, count, t, op, comm));
+		for (size_t j = 0, k = 0; k < nd; k++) {
+			bool item = j < items && spos(shape, ld, j) == k;
+			double w = item ? size * (size + 1) / 2 + size * (double)(j++ % 7) : -1.0;
+			MT_CHECK(out[k] == w, "strided allreduce shape %d [%zu] = %g want %g", shape, k, out[k], w);
+		}
+		for (int root = 0; root < size; root++) {
+			for (size_t i = 0; i < nd; i++)
+				out[i] = -1.0;
+			MT_MPI(MPI_Reduce(in, out, count, t, op, root, comm));
+			for (size_t j = 0, k = 0; rank == root && k < nd; k++) {
+				bool item = j < items && spos(shape, ld, j) == k;
+				double w = item ? size * (size + 1) / 2 + size * (double)(j++ % 7) : -1.0;
+				MT_CHECK(out[k] == w, "strided reduce shape %d [%zu] = %g want %g", shape, k, out[k], w);
+			}
+		}
+		MPI_Type_free(&t);
+		free(in);
+		free(out);
+	}
+	MPI_Op_free(&op);
+}
+
+/* A Gather whose root alone passes a datatype it may not use (not
+ * committed; the library may or may not say so there): every rank has
+ * taken the same steps (the next call on the communicator is right). */
+static void check_root_only_error(MPI_Comm comm)
+{
+	int rank, size, x = 7, all[64];
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	MPI_Datatype raw;
+	MT_MPI(MPI_Type_contiguous(1, MPI_INT, &raw)); /* never committed */
+	for (int root = 0; root < size && size <= 64; root++) {
+		int rc = MPI_Gather(&x, 1, MPI_INT, all, 1, rank == root ? raw : MPI_INT, root, comm);
+		MT_CHECK(rank == root || rc == MPI_SUCCESS, "gather, root %d: rc %d", root, rc);
+		int s = 0, one = 1;
+		MT_MPI(MPI_Allreduce(&one, &s, 1, MPI_INT, MPI_SUM, comm));
+		MT_CHECK(s == size, "after the root's error: %d", s);
+	}
+	MPI_Type_free(&raw);
+}
+
 static void check_comm(MPI_Comm comm, MPI_Datatype vec, MPI_Datatype pair, MPI_Op aff, MPI_Op mab)
 {
 	MPI_Op iops[] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN, MPI_LAND, MPI_LOR, MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR};
@@ -404,6 +496,8 @@ static void check_comm(MPI_Comm comm, MPI_Datatype vec, MPI_Datatype pair, MPI_O
 	check_int(comm, MPI_SUM, LARGE, 99);
 	check_blocks(comm, vec, LARGE / 4, 3);
 	check_bits(comm);
+	check_strided(comm);
+	check_root_only_error(comm);
 	check_with_p2p(comm);
 }
 
