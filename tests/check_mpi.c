@@ -92,10 +92,14 @@ static const char *const family_name[NFAMILY] = {"blocking", "nonblocking", "per
 						 "probe",    "synchronous", "buffered"};
 
 /* The collective calls the plugin counts ("pinshm-mpi coll stats:" lines). */
-enum { NCOLL = 8 };
-static const char *const coll_name[NCOLL] = {"barrier", "bcast",   "reduce",    "allreduce",
-					     "gather",  "scatter", "allgather", "alltoall"};
-#define COLL_ALL 0xffu /* every call of coll_name */
+enum { NCOLL = 16 };
+static const char *const coll_name[NCOLL] = {
+	"barrier", "bcast",    "reduce",     "allreduce", "gather",		  "scatter",	    "allgather",
+	"alltoall", "gatherv", "scatterv", "allgatherv", "alltoallv", "reduce_scatter_block", "reduce_scatter",
+	"scan",	    "exscan"};
+#define COLL_BASIC 0xffu  /* Barrier ... Alltoall */
+#define COLL_V 0xf00u     /* Gatherv, Scatterv, Allgatherv, Alltoallv */
+#define COLL_SCAN 0xf000u /* Reduce_scatter(_block), Scan, Exscan */
 
 #define B (1u << F_BLOCKING)
 #define NB (1u << F_NONBLOCKING)
@@ -138,12 +142,16 @@ static const struct program programs[] = {
 	 * messages in flight; once more with collectives turned off. */
 	{"coll_basic", NB, 0, NULL, NULL},
 	{"coll_basic", NB, 0, NULL, "PINSHM_MPI_COLL=0"},
+	/* The v variants; reduce-scatter and the scans (more ranks: test_coll_ranks). */
+	{"coll_v", B, 0, NULL, NULL},
+	{"coll_scan", B, 0, NULL, NULL},
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
 	{"f_sendrecv", B | NB, 0, NULL, NULL},
 	/* Fortran's collectives: carried like C's. */
 	{"f_coll", B, 0, NULL, NULL},
+	{"f_collv", B, 0, NULL, NULL},
 	{"f_p2p", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	{"f_p2p08", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	{"f_comms", B | NB, 0, NULL, NULL},
@@ -459,7 +467,11 @@ static void parse_coll(struct run *r, int np)
  * go through pinshm on one node. */
 static unsigned colls_of(const struct program *pg)
 {
-	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_ALL : 0;
+	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_BASIC
+	       : !strcmp(pg->name, "coll_v")				      ? COLL_V
+	       : !strcmp(pg->name, "coll_scan")				      ? COLL_SCAN
+	       : !strcmp(pg->name, "f_collv")				      ? COLL_V | COLL_SCAN
+										      : 0;
 }
 
 /* For a program of collectives (colls_of()) in @p cf: every rank reported every
@@ -472,7 +484,8 @@ static bool coll_failed(const struct program *pg, const struct config *cf, const
 	unsigned colls = colls_of(pg);
 	if (!colls)
 		return false;
-	bool off = cf->off || all_mpi || (pg->env && !strcmp(pg->env, "PINSHM_MPI_COLL=0"));
+	bool off = cf->off || all_mpi || (pg->env && !strcmp(pg->env, "PINSHM_MPI_COLL=0")) ||
+		   (cf->env[0] && !strcmp(cf->env[0], "PINSHM_MPI_COLL=0"));
 	if (r->coll_ranks != (1ull << cf->np) - 1) {
 		snprintf(why, len, "collective stats from ranks %#llx", r->coll_ranks);
 		return true;
@@ -897,6 +910,29 @@ START_TEST(test_random)
 
 	program_arg = random_seeds[_i / (NPLAIN + NPLUGIN)];
 	run_one(&prog, c < NPLAIN ? &plain_configs[c] : &plugin_configs[c - NPLAIN]);
+	program_arg = NULL;
+}
+END_TEST
+
+/* The collectives of coll_v and coll_scan at 3 ranks (sub-communicators
+ * of 3, a rank count not a power of two) with the smallest area (blocks of
+ * 1000 items then take several steps), at 8 ranks on these few cores
+ * (their short subset), and at 3 ranks with collectives off (the stats say
+ * none went through pinshm). */
+static const struct config coll_configs[] = {
+	{.name = "plugin -np 3 PINSHM_MPI_COLL_AREA=16K", .np = 3, .plugin = true, .env = {"PINSHM_MPI_COLL_AREA=16K"}},
+	{.name = "plugin -np 8 (short)", .np = 8, .plugin = true},
+	{.name = "plugin -np 3 PINSHM_MPI_COLL=0", .np = 3, .plugin = true, .env = {"PINSHM_MPI_COLL=0"}},
+};
+#define NCOLL_CONFIGS ((int)(sizeof(coll_configs) / sizeof(coll_configs[0])))
+
+START_TEST(test_coll_ranks)
+{
+	static const struct program progs[] = {{"coll_v", B, 0, NULL, NULL}, {"coll_scan", B, 0, NULL, NULL}};
+	const struct config *cf = &coll_configs[_i % NCOLL_CONFIGS];
+
+	program_arg = cf->np > 4 ? "short" : NULL;
+	run_one(&progs[_i / NCOLL_CONFIGS], cf);
 	program_arg = NULL;
 }
 END_TEST
@@ -1631,6 +1667,11 @@ static Suite *mpi_suite(bool plugin, bool user)
 		tc = tcase_create("rings");
 		tcase_add_loop_test(tc, test_rings, 0, NRING_PROGRAMS * NRING_CONFIGS);
 		tcase_add_test(tc, test_rings_differ);
+		tcase_set_timeout(tc, 200);
+		suite_add_tcase(s, tc);
+
+		tc = tcase_create("coll");
+		tcase_add_loop_test(tc, test_coll_ranks, 0, 2 * NCOLL_CONFIGS);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

@@ -32,8 +32,9 @@
 static bool coll_enabled = true;
 static uint64_t area_max = AREA_DEFAULT;
 
-static const char *const call_names[CALL_COUNT] = {"barrier", "bcast",  "reduce",   "allreduce",
-							 "gather",  "scatter", "allgather", "alltoall"};
+static const char *const call_names[CALL_COUNT] = {
+	"barrier", "bcast", "reduce", "allreduce", "gather", "scatter", "allgather", "alltoall",
+	"gatherv", "scatterv", "allgatherv", "alltoallv", "reduce_scatter_block", "reduce_scatter", "scan", "exscan"};
 static struct {
 	uint64_t pinshm_calls, pinshm_bytes, mpi_calls;
 } counts[CALL_COUNT];

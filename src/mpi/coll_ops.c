@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
+#include "coll_red.h"
 
 static void *out_of_memory(void)
 {
@@ -114,23 +114,8 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
 
 /* ---- Reduce, Allreduce --------------------------------------------------- */
 
-/* A reduction: what is decided from its signature (the same at every
- * rank: the type's size, the count, the op), and how the elements lie in
- * this rank's own memory (element i's bytes from buf + i * extent + tlb,
- * true_extent of them; its layout is its own, other ranks' may differ). */
-struct red {
-	MPI_Datatype type;
-	MPI_Op op;
-	size_t size;    /* signature: bytes of one element, packed */
-	int per_chunk;  /* signature: elements a half holds, packed */
-	MPI_Aint tlb, extent, true_extent;
-	bool dense;     /* here: the elements are count * size contiguous bytes */
-	char *acc, *x;  /* here, not dense: two chunks in this layout, or NULL */
-};
-
-/* The reduction of @p type, or false where it is not carried: decided
- * from the type's size only (an element's packed bytes fit a half). */
-static bool red_layout(struct red *r, MPI_Datatype type, size_t half)
+/* The reduction of @p type, or false where it is not carried (coll_red.h). */
+bool red_layout(struct red *r, MPI_Datatype type, size_t half)
 {
 	const struct pm_type *t = pm_type_info(type);
 	if (!t || t->size == 0 || (uint64_t)t->size > half)
@@ -153,14 +138,14 @@ static MPI_Aint red_lo(const struct red *r, int k)
 	return r->tlb + (d < 0 ? d : 0);
 }
 
-static size_t red_span(const struct red *r, int k)
+size_t red_span(const struct red *r, int k)
 {
 	MPI_Aint d = (MPI_Aint)(k - 1) * r->extent;
 	return (size_t)(r->true_extent + (d < 0 ? -d : d));
 }
 
 /* @p count elements of @p type (@p bytes of data) from @p in to @p out. */
-static int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t bytes)
+int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t bytes)
 {
 	void *tmp = malloc(bytes);
 	if (!tmp)
@@ -185,20 +170,21 @@ static void *red_unpacked(const struct red *r, const void *half, char *room, int
 	return buf;
 }
 
-/* The fixed order: x0 op (x1 op (... x[n-1])) over the chunks of step
- * @p s, into @p out (the user's, at this chunk). */
-static int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out)
+/* The fixed order: x[lo] op (x[lo+1] op (... x[hi-1])) over the chunks at
+ * @p off of the halves of step @p s, into @p out (the user's, at this chunk). */
+int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out, int lo, int hi, size_t off)
 {
-	int n = co->size, rc = MPI_SUCCESS;
+	int rc = MPI_SUCCESS;
 	void *acc;
 	if (r->dense) {
-		memcpy(co->scratch, coll_half(co, n - 1, s), (size_t)k * r->size);
+		memcpy(co->scratch, coll_half(co, hi - 1, s) + off, (size_t)k * r->size);
 		acc = at(co->scratch, -r->tlb);
 	} else {
-		acc = red_unpacked(r, coll_half(co, n - 1, s), r->acc, k, &rc);
+		acc = red_unpacked(r, coll_half(co, hi - 1, s) + off, r->acc, k, &rc);
 	}
-	for (int i = n - 2; i >= 0; i--) {
-		int e = PMPI_Reduce_local(red_unpacked(r, coll_half(co, i, s), r->x, k, &rc), acc, k, r->type, r->op);
+	for (int i = hi - 2; i >= lo; i--) {
+		int e = PMPI_Reduce_local(red_unpacked(r, coll_half(co, i, s) + off, r->x, k, &rc), acc, k, r->type,
+					  r->op);
 		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
 			rc = e;
 	}
@@ -234,7 +220,7 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		coll_post(co, s);
 		if (root < 0 || co->rank == root) {
 			coll_wait_all(co, s);
-			int f = red_fold(co, r, s, k, at(out, off));
+			int f = red_fold(co, r, s, k, at(out, off), 0, co->size, 0);
 			if (e == MPI_SUCCESS)
 				e = f;
 		}

@@ -873,3 +873,81 @@ F_BLOCKS(MPI_GATHER, gather, MPI_Gather, F_ROOT_ARG, F_ROOT)
 F_BLOCKS(MPI_SCATTER, scatter, MPI_Scatter, F_ROOT_ARG, F_ROOT)
 F_BLOCKS(MPI_ALLGATHER, allgather, MPI_Allgather, , )
 F_BLOCKS(MPI_ALLTOALL, alltoall, MPI_Alltoall, , )
+
+/* The v variants, reduce-scatter and the scans (coll_vops.c, coll_scan.c):
+ * Fortran's MPI_IN_PLACE is a send buffer, or Scatterv's receive buffer. */
+F_API void ompi_gatherv_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *recvbuf, MPI_Fint *rcounts,
+			  MPI_Fint *displs, MPI_Fint *rtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr);
+void ompi_gatherv_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *recvbuf, MPI_Fint *rcounts,
+		    MPI_Fint *displs, MPI_Fint *rtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Gatherv(send_f2c(sendbuf), *scount, PMPI_Type_f2c(*stype), buf_f2c(recvbuf), rcounts,
+				   displs, PMPI_Type_f2c(*rtype), *root, PMPI_Comm_f2c(*comm)));
+}
+FORTRAN_NAMES(MPI_GATHERV, gatherv)
+
+F_API void ompi_scatterv_f(void *sendbuf, MPI_Fint *scounts, MPI_Fint *displs, MPI_Fint *stype, void *recvbuf,
+			   MPI_Fint *rcount, MPI_Fint *rtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr);
+void ompi_scatterv_f(void *sendbuf, MPI_Fint *scounts, MPI_Fint *displs, MPI_Fint *stype, void *recvbuf,
+		     MPI_Fint *rcount, MPI_Fint *rtype, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Scatterv(buf_f2c(sendbuf), scounts, displs, PMPI_Type_f2c(*stype),
+				    (void *)(uintptr_t)send_f2c(recvbuf), *rcount, PMPI_Type_f2c(*rtype), *root,
+				    PMPI_Comm_f2c(*comm)));
+}
+FORTRAN_NAMES(MPI_SCATTERV, scatterv)
+
+F_API void ompi_allgatherv_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *recvbuf, MPI_Fint *rcounts,
+			     MPI_Fint *displs, MPI_Fint *rtype, MPI_Fint *comm, MPI_Fint *ierr);
+void ompi_allgatherv_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *recvbuf, MPI_Fint *rcounts,
+		       MPI_Fint *displs, MPI_Fint *rtype, MPI_Fint *comm, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Allgatherv(send_f2c(sendbuf), *scount, PMPI_Type_f2c(*stype), buf_f2c(recvbuf), rcounts,
+				      displs, PMPI_Type_f2c(*rtype), PMPI_Comm_f2c(*comm)));
+}
+FORTRAN_NAMES(MPI_ALLGATHERV, allgatherv)
+
+F_API void ompi_alltoallv_f(void *sendbuf, MPI_Fint *scounts, MPI_Fint *sdispls, MPI_Fint *stype, void *recvbuf,
+			    MPI_Fint *rcounts, MPI_Fint *rdispls, MPI_Fint *rtype, MPI_Fint *comm, MPI_Fint *ierr);
+void ompi_alltoallv_f(void *sendbuf, MPI_Fint *scounts, MPI_Fint *sdispls, MPI_Fint *stype, void *recvbuf,
+		      MPI_Fint *rcounts, MPI_Fint *rdispls, MPI_Fint *rtype, MPI_Fint *comm, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Alltoallv(send_f2c(sendbuf), scounts, sdispls, PMPI_Type_f2c(*stype), buf_f2c(recvbuf),
+				     rcounts, rdispls, PMPI_Type_f2c(*rtype), PMPI_Comm_f2c(*comm)));
+}
+FORTRAN_NAMES(MPI_ALLTOALLV, alltoallv)
+
+F_API void ompi_reduce_scatter_block_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,
+				       MPI_Fint *comm, MPI_Fint *ierr);
+void ompi_reduce_scatter_block_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,
+				 MPI_Fint *comm, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Reduce_scatter_block(send_f2c(sendbuf), buf_f2c(recvbuf), *count, PMPI_Type_f2c(*type),
+						PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm)));
+}
+FORTRAN_NAMES(MPI_REDUCE_SCATTER_BLOCK, reduce_scatter_block)
+
+F_API void ompi_reduce_scatter_f(void *sendbuf, void *recvbuf, MPI_Fint *counts, MPI_Fint *type, MPI_Fint *op,
+				 MPI_Fint *comm, MPI_Fint *ierr);
+void ompi_reduce_scatter_f(void *sendbuf, void *recvbuf, MPI_Fint *counts, MPI_Fint *type, MPI_Fint *op,
+			   MPI_Fint *comm, MPI_Fint *ierr)
+{
+	set_ierr(ierr, MPI_Reduce_scatter(send_f2c(sendbuf), buf_f2c(recvbuf), counts, PMPI_Type_f2c(*type),
+					  PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm)));
+}
+FORTRAN_NAMES(MPI_REDUCE_SCATTER, reduce_scatter)
+
+/* Scan, Exscan: as Allreduce. */
+#define F_SCAN(UPPER, lower, cfunc)                                                                            \
+	F_API void ompi_##lower##_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op, \
+				    MPI_Fint *comm, MPI_Fint *ierr);                                           \
+	void ompi_##lower##_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,       \
+			      MPI_Fint *comm, MPI_Fint *ierr)                                                  \
+	{                                                                                                        \
+		set_ierr(ierr, cfunc(send_f2c(sendbuf), buf_f2c(recvbuf), *count, PMPI_Type_f2c(*type),           \
+				     PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm)));                                   \
+	}                                                                                                        \
+	FORTRAN_NAMES(UPPER, lower)
+
+F_SCAN(MPI_SCAN, scan, MPI_Scan)
+F_SCAN(MPI_EXSCAN, exscan, MPI_Exscan)

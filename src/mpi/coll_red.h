@@ -1,0 +1,40 @@
+/*
+ * coll_red.h - what the reductions of coll_ops.c share with those of
+ * coll_scan.c: a reduction's layout (decided from its signature) and the
+ * fold of the ranks' chunks of one step in the fixed order
+ *   x[lo] op (x[lo+1] op (... op x[hi-1]))
+ * (from the highest rank down, whatever the operation: MPI takes every
+ * operation as associative; non-commutative ones are applied in rank order).
+ */
+#ifndef PINSHM_MPI_COLL_RED_H
+#define PINSHM_MPI_COLL_RED_H
+
+#include "coll.h"
+
+/* A reduction: what is decided from its signature (the same at every
+ * rank: the type's size, the count, the op), and how the elements lie in
+ * this rank's own memory (element i's bytes from buf + i * extent + tlb,
+ * true_extent of them; its layout is its own, other ranks' may differ). */
+struct red {
+	MPI_Datatype type;
+	MPI_Op op;
+	size_t size;    /* signature: bytes of one element, packed */
+	int per_chunk;  /* signature: elements a half holds, packed */
+	MPI_Aint tlb, extent, true_extent;
+	bool dense;     /* here: the elements are count * size contiguous bytes */
+	char *acc, *x;  /* here, not dense: two chunks in this layout, or NULL */
+};
+
+/* The reduction of @p type, or false where it is not carried: decided
+ * from the type's size only (an element's packed bytes fit @p half). */
+bool red_layout(struct red *r, MPI_Datatype type, size_t half);
+/* Bytes that @p k elements span in this layout. */
+size_t red_span(const struct red *r, int k);
+/* @p count elements of @p type (@p bytes of data) from @p in to @p out. */
+int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t bytes);
+/* The fixed order over ranks [@p lo, @p hi) of the @p k packed elements
+ * at byte @p off of each one's half of step @p s, into @p out (the
+ * user's, at this chunk). */
+int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out, int lo, int hi, size_t off);
+
+#endif /* PINSHM_MPI_COLL_RED_H */
