@@ -15,8 +15,10 @@
  * Steps.  Every call carried on the communicator runs as one or more steps,
  * numbered 1, 2, ... in the same order at every rank (MPI orders the
  * collective calls on a communicator, and how many steps a call takes
- * depends only on what must match at every rank), so the step number is the
- * communicator's sequence: data of one call never meets another's.  At step
+ * depends only on what must match at every rank, or on what every rank
+ * reads alike at the call's first step: the v variants' lengths, in
+ * coll_vops.c), so the step number is the communicator's sequence: data
+ * of one call never meets another's.  At step
  * s a rank may write its half s & 1 once every rank's `done` >= s - 2 (no
  * one reads that half any more), then stores arrive = s (release); a rank
  * reads rank r's half s & 1 once r's arrive >= s (acquire), and stores
@@ -26,7 +28,8 @@
  * The flags are shared memory written by the other ranks: they are only
  * compared with step numbers (a wrong one makes a rank wait or read data
  * too early, never reach outside the area); sizes and offsets come from
- * this process's own geometry.
+ * this process's own geometry (the v variants' lengths, read from the
+ * area, bound only how much is copied: never past a piece or the room).
  */
 #ifndef PINSHM_MPI_COLL_H
 #define PINSHM_MPI_COLL_H

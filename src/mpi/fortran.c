@@ -917,16 +917,6 @@ void ompi_alltoallv_f(void *sendbuf, MPI_Fint *scounts, MPI_Fint *sdispls, MPI_F
 }
 FORTRAN_NAMES(MPI_ALLTOALLV, alltoallv)
 
-F_API void ompi_reduce_scatter_block_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,
-				       MPI_Fint *comm, MPI_Fint *ierr);
-void ompi_reduce_scatter_block_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,
-				 MPI_Fint *comm, MPI_Fint *ierr)
-{
-	set_ierr(ierr, MPI_Reduce_scatter_block(send_f2c(sendbuf), buf_f2c(recvbuf), *count, PMPI_Type_f2c(*type),
-						PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm)));
-}
-FORTRAN_NAMES(MPI_REDUCE_SCATTER_BLOCK, reduce_scatter_block)
-
 F_API void ompi_reduce_scatter_f(void *sendbuf, void *recvbuf, MPI_Fint *counts, MPI_Fint *type, MPI_Fint *op,
 				 MPI_Fint *comm, MPI_Fint *ierr);
 void ompi_reduce_scatter_f(void *sendbuf, void *recvbuf, MPI_Fint *counts, MPI_Fint *type, MPI_Fint *op,
@@ -937,8 +927,8 @@ void ompi_reduce_scatter_f(void *sendbuf, void *recvbuf, MPI_Fint *counts, MPI_F
 }
 FORTRAN_NAMES(MPI_REDUCE_SCATTER, reduce_scatter)
 
-/* Scan, Exscan: as Allreduce. */
-#define F_SCAN(UPPER, lower, cfunc)                                                                            \
+/* Reduce_scatter_block, Scan, Exscan: as Allreduce. */
+#define F_REDUCTION(UPPER, lower, cfunc)                                                                         \
 	F_API void ompi_##lower##_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op, \
 				    MPI_Fint *comm, MPI_Fint *ierr);                                           \
 	void ompi_##lower##_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,       \
@@ -949,5 +939,6 @@ FORTRAN_NAMES(MPI_REDUCE_SCATTER, reduce_scatter)
 	}                                                                                                        \
 	FORTRAN_NAMES(UPPER, lower)
 
-F_SCAN(MPI_SCAN, scan, MPI_Scan)
-F_SCAN(MPI_EXSCAN, exscan, MPI_Exscan)
+F_REDUCTION(MPI_REDUCE_SCATTER_BLOCK, reduce_scatter_block, MPI_Reduce_scatter_block)
+F_REDUCTION(MPI_SCAN, scan, MPI_Scan)
+F_REDUCTION(MPI_EXSCAN, exscan, MPI_Exscan)

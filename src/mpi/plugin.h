@@ -17,6 +17,7 @@
  *   pack.c      packing non-contiguous data, in pieces of at most INT_MAX bytes
  *   coll.c      collectives: each communicator's decision and shared area
  *   coll_ops.c  the collective calls carried through that area
+ *   coll_vops.c the v variants;  coll_scan.c reduce-scatters and scans
  *
  * Threads: the plugin carries traffic only below MPI_THREAD_MULTIPLE, so
  * one thread at a time is inside it; its state is plain process memory.

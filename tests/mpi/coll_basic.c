@@ -14,7 +14,7 @@
 #include <limits.h>
 #include <stdbool.h>
 
-#include "mpitest.h"
+#include "colltest.h"
 
 static const int counts[] = {0, 1, 7, 1000};
 #define LARGE (1 << 18)
@@ -71,36 +71,6 @@ static void check_bcast(MPI_Comm comm, MPI_Datatype vec)
 }
 
 /* ---- reductions ------------------------------------------------------------ */
-
-/* x -> a x + b composed: (f . g)(x) = f(g(x)); associative, not commutative. */
-static void affine(void *in, void *inout, int *len, MPI_Datatype *dt)
-{
-	(void)dt;
-	unsigned *f = in, *g = inout;
-	for (int i = 0; i < *len; i++, f += 2, g += 2) {
-		unsigned a = f[0] * g[0], b = f[0] * g[1] + f[1];
-		g[0] = a;
-		g[1] = b;
-	}
-}
-
-static void maxabs(void *in, void *inout, int *len, MPI_Datatype *dt)
-{
-	(void)dt;
-	int *a = in, *b = inout;
-	for (int i = 0; i < *len; i++)
-		b[i] = abs(a[i]) > abs(b[i]) ? abs(a[i]) : abs(b[i]);
-}
-
-/* SUM over items of the vector type (2 ints every 3). */
-static void vecsum(void *in, void *inout, int *len, MPI_Datatype *dt)
-{
-	(void)dt;
-	int *a = in, *b = inout;
-	for (int i = 0; i < *len; i++)
-		for (int j = 0; j < 2; j++)
-			b[3 * i + j] += a[3 * i + j];
-}
 
 static int iop(MPI_Op op, int a, int b)
 {

@@ -15,7 +15,7 @@
 #include <complex.h>
 #include <stdbool.h>
 
-#include "mpitest.h"
+#include "colltest.h"
 
 #define LARGE (1 << 20)
 
@@ -25,36 +25,6 @@ static int rank, size;
 static int ival(int r, int i, int t)
 {
 	return (int)(((unsigned)r * 7919u + (unsigned)i * 104729u + (unsigned)t * 31u) % 23u) - 11;
-}
-
-/* x -> a x + b composed: (f . g)(x) = f(g(x)); associative, not commutative. */
-static void affine(void *in, void *inout, int *len, MPI_Datatype *dt)
-{
-	(void)dt;
-	unsigned *f = in, *g = inout;
-	for (int i = 0; i < *len; i++, f += 2, g += 2) {
-		unsigned a = f[0] * g[0], b = f[0] * g[1] + f[1];
-		g[0] = a;
-		g[1] = b;
-	}
-}
-
-static void maxabs(void *in, void *inout, int *len, MPI_Datatype *dt)
-{
-	(void)dt;
-	int *a = in, *b = inout;
-	for (int i = 0; i < *len; i++)
-		b[i] = abs(a[i]) > abs(b[i]) ? abs(a[i]) : abs(b[i]);
-}
-
-/* SUM over items of the vector type (2 ints every 3). */
-static void vecsum(void *in, void *inout, int *len, MPI_Datatype *dt)
-{
-	(void)dt;
-	int *a = in, *b = inout;
-	for (int i = 0; i < *len; i++)
-		for (int j = 0; j < 2; j++)
-			b[3 * i + j] += a[3 * i + j];
 }
 
 static MPI_Op aff_op, mab_op, vsum_op;
@@ -354,29 +324,12 @@ int main(int argc, char **argv)
 	MT_MPI(MPI_Op_create(maxabs, 1, &mab_op));
 	MT_MPI(MPI_Op_create(vecsum, 1, &vsum_op));
 
-	check_comm(MPI_COMM_WORLD, quick, !quick);
-	if (!quick) {
-		MPI_Comm rev, dup, sub;
-		MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, 0, mt_size - mt_rank, &rev));
-		MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-		MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, mt_rank / 3, mt_rank, &sub));
-		check_comm(rev, false, false);
-		check_comm(dup, true, false);
-		check_comm(sub, false, false);
-		MPI_Comm_free(&rev);
-		MPI_Comm_free(&dup);
-		MPI_Comm_free(&sub);
-	}
+	mt_coll_comms(check_comm, quick);
 	MPI_Op_free(&aff_op);
 	MPI_Op_free(&mab_op);
 	MPI_Op_free(&vsum_op);
 	MPI_Type_free(&vec);
 	MPI_Type_free(&pair);
-	/* A ring of point-to-point messages beside the collectives. */
-	int token = mt_rank, back = -1;
-	MT_MPI(MPI_Sendrecv(&token, 1, MPI_INT, (mt_rank + 1) % mt_size, 5, &back, 1, MPI_INT,
-			    (mt_rank + mt_size - 1) % mt_size, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-	MT_CHECK(back == (mt_rank + mt_size - 1) % mt_size, "ring: %d", back);
 	MPI_Barrier(MPI_COMM_WORLD);
 	if (mt_rank == 0)
 		printf("coll_scan: ok\n");

@@ -14,7 +14,7 @@
 #include <complex.h>
 #include <stdbool.h>
 
-#include "mpitest.h"
+#include "colltest.h"
 
 #define LARGE (1 << 20)
 #define GAP 3 /* items between blocks */
@@ -262,25 +262,8 @@ int main(int argc, char **argv)
 	MT_MPI(MPI_Type_create_resized(v2, 0, 3 * sizeof(int), &vec));
 	MPI_Type_free(&v2);
 	MT_MPI(MPI_Type_commit(&vec));
-	check_comm(MPI_COMM_WORLD, quick, !quick);
-	if (!quick) {
-		MPI_Comm rev, dup, sub;
-		MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, 0, mt_size - mt_rank, &rev));
-		MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-		MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, mt_rank / 3, mt_rank, &sub));
-		check_comm(rev, false, false);
-		check_comm(dup, true, false);
-		check_comm(sub, false, false);
-		MPI_Comm_free(&rev);
-		MPI_Comm_free(&dup);
-		MPI_Comm_free(&sub);
-	}
+	mt_coll_comms(check_comm, quick);
 	MPI_Type_free(&vec);
-	/* A ring of point-to-point messages beside the collectives. */
-	int token = mt_rank, back = -1;
-	MT_MPI(MPI_Sendrecv(&token, 1, MPI_INT, (mt_rank + 1) % mt_size, 5, &back, 1, MPI_INT,
-			    (mt_rank + mt_size - 1) % mt_size, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-	MT_CHECK(back == (mt_rank + mt_size - 1) % mt_size, "ring: %d", back);
 	MPI_Barrier(MPI_COMM_WORLD);
 	if (mt_rank == 0)
 		printf("coll_v: ok\n");

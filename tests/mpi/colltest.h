@@ -1,0 +1,67 @@
+/*
+ * colltest.h - what the collective test programs of tests/mpi share: the
+ * user operations they reduce with, and the run over their communicators.
+ */
+#ifndef PINSHM_COLLTEST_H
+#define PINSHM_COLLTEST_H
+
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "mpitest.h"
+
+/* x -> a x + b composed: (f . g)(x) = f(g(x)); associative, not commutative. */
+static inline void affine(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+	(void)dt;
+	unsigned *f = in, *g = inout;
+	for (int i = 0; i < *len; i++, f += 2, g += 2) {
+		unsigned a = f[0] * g[0], b = f[0] * g[1] + f[1];
+		g[0] = a;
+		g[1] = b;
+	}
+}
+
+static inline void maxabs(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+	(void)dt;
+	int *a = in, *b = inout;
+	for (int i = 0; i < *len; i++)
+		b[i] = abs(a[i]) > abs(b[i]) ? abs(a[i]) : abs(b[i]);
+}
+
+/* SUM over items of the vector type (2 ints every 3). */
+static inline void vecsum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+	(void)dt;
+	int *a = in, *b = inout;
+	for (int i = 0; i < *len; i++)
+		for (int j = 0; j < 2; j++)
+			b[3 * i + j] += a[3 * i + j];
+}
+
+/* @p check(comm, quick, large) on world (large unless @p quick), and unless
+ * @p quick on a reversed split, a dup (quick) and sub-communicators of up
+ * to 3 ranks; then a ring of point-to-point messages over world. */
+static inline void mt_coll_comms(void (*check)(MPI_Comm, bool, bool), bool quick)
+{
+	check(MPI_COMM_WORLD, quick, !quick);
+	if (!quick) {
+		MPI_Comm rev, dup, sub;
+		MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, 0, mt_size - mt_rank, &rev));
+		MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+		MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, mt_rank / 3, mt_rank, &sub));
+		check(rev, false, false);
+		check(dup, true, false);
+		check(sub, false, false);
+		MPI_Comm_free(&rev);
+		MPI_Comm_free(&dup);
+		MPI_Comm_free(&sub);
+	}
+	int token = mt_rank, back = -1;
+	MT_MPI(MPI_Sendrecv(&token, 1, MPI_INT, (mt_rank + 1) % mt_size, 5, &back, 1, MPI_INT,
+			    (mt_rank + mt_size - 1) % mt_size, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+	MT_CHECK(back == (mt_rank + mt_size - 1) % mt_size, "ring: %d", back);
+}
+
+#endif /* PINSHM_COLLTEST_H */
