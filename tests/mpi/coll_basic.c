@@ -72,21 +72,6 @@ static void check_bcast(MPI_Comm comm, MPI_Datatype vec)
 
 /* ---- reductions ------------------------------------------------------------ */
 
-static int iop(MPI_Op op, int a, int b)
-{
-	if (op == MPI_SUM) return a + b;
-	if (op == MPI_PROD) return a * b;
-	if (op == MPI_MAX) return a > b ? a : b;
-	if (op == MPI_MIN) return a < b ? a : b;
-	if (op == MPI_LAND) return a && b;
-	if (op == MPI_LOR) return a || b;
-	if (op == MPI_LXOR) return !a != !b;
-	if (op == MPI_BAND) return a & b;
-	if (op == MPI_BOR) return a | b;
-	if (op == MPI_BXOR) return a ^ b;
-	return abs(a) > abs(b) ? abs(a) : abs(b); /* maxabs */
-}
-
 /* Reduce to each root, then Allreduce (in place at odd tests), of ints. */
 static void check_int(MPI_Comm comm, MPI_Op op, int n, int t)
 {

@@ -129,21 +129,6 @@ static void check_kind(MPI_Comm comm, const struct kind *k, int n, int t)
 
 static MPI_Op cur_op;
 
-static int iop(MPI_Op op, int a, int b)
-{
-	if (op == MPI_SUM) return a + b;
-	if (op == MPI_PROD) return a * b;
-	if (op == MPI_MAX) return a > b ? a : b;
-	if (op == MPI_MIN) return a < b ? a : b;
-	if (op == MPI_LAND) return a && b;
-	if (op == MPI_LOR) return a || b;
-	if (op == MPI_LXOR) return !a != !b;
-	if (op == MPI_BAND) return a & b;
-	if (op == MPI_BOR) return a | b;
-	if (op == MPI_BXOR) return a ^ b;
-	return abs(a) > abs(b) ? abs(a) : abs(b); /* maxabs */
-}
-
 static void int_elem(int r, int i, int t, void *out) { *(int *)out = ival(r, i, t) % 3; }
 static void int_fold(const void *a, void *b) { *(int *)b = iop(cur_op, *(const int *)a, *(int *)b); }
 static bool int_same(const void *a, const void *b) { return *(const int *)a == *(const int *)b; }
@@ -307,17 +292,8 @@ static void check_comm(MPI_Comm comm, bool quick, bool large)
 
 int main(int argc, char **argv)
 {
-	MPI_Init(&argc, &argv);
-	mt_name = "coll_scan";
-	bool quick = argc > 1 && !strcmp(argv[1], "short");
-	MPI_Comm_rank(MPI_COMM_WORLD, &mt_rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &mt_size);
-	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-	MPI_Datatype v2;
-	MT_MPI(MPI_Type_contiguous(2, MPI_INT, &v2));
-	MT_MPI(MPI_Type_create_resized(v2, 0, 3 * sizeof(int), &vec));
-	MPI_Type_free(&v2);
-	MT_MPI(MPI_Type_commit(&vec));
+	bool quick = mt_coll_init(&argc, &argv, "coll_scan");
+	vec = mt_vec3();
 	MT_MPI(MPI_Type_contiguous(2, MPI_UNSIGNED, &pair));
 	MT_MPI(MPI_Type_commit(&pair));
 	MT_MPI(MPI_Op_create(affine, 0, &aff_op));

@@ -251,17 +251,8 @@ static void check_comm(MPI_Comm comm, bool quick, bool large)
 
 int main(int argc, char **argv)
 {
-	MPI_Init(&argc, &argv);
-	mt_name = "coll_v";
-	bool quick = argc > 1 && !strcmp(argv[1], "short");
-	MPI_Comm_rank(MPI_COMM_WORLD, &mt_rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &mt_size);
-	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-	MPI_Datatype v2;
-	MT_MPI(MPI_Type_contiguous(2, MPI_INT, &v2));
-	MT_MPI(MPI_Type_create_resized(v2, 0, 3 * sizeof(int), &vec));
-	MPI_Type_free(&v2);
-	MT_MPI(MPI_Type_commit(&vec));
+	bool quick = mt_coll_init(&argc, &argv, "coll_v");
+	vec = mt_vec3();
 	mt_coll_comms(check_comm, quick);
 	MPI_Type_free(&vec);
 	MPI_Barrier(MPI_COMM_WORLD);

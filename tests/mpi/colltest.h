@@ -40,6 +40,45 @@ static inline void vecsum(void *in, void *inout, int *len, MPI_Datatype *dt)
 			b[3 * i + j] += a[3 * i + j];
 }
 
+/* MPI_Init, rank and size, errors returned on world: @return whether the
+ * program's argument asks for its short run ("short"). */
+static inline bool mt_coll_init(int *argc, char ***argv, const char *name)
+{
+	MPI_Init(argc, argv);
+	mt_name = name;
+	MPI_Comm_rank(MPI_COMM_WORLD, &mt_rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &mt_size);
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	return *argc > 1 && !strcmp((*argv)[1], "short");
+}
+
+/* The vector type of the programs: 2 ints every 3 (committed). */
+static inline MPI_Datatype mt_vec3(void)
+{
+	MPI_Datatype v2, vec;
+	MT_MPI(MPI_Type_contiguous(2, MPI_INT, &v2));
+	MT_MPI(MPI_Type_create_resized(v2, 0, 3 * sizeof(int), &vec));
+	MPI_Type_free(&v2);
+	MT_MPI(MPI_Type_commit(&vec));
+	return vec;
+}
+
+/* The predefined operations on ints (and maxabs, for a user's one). */
+static inline int iop(MPI_Op op, int a, int b)
+{
+	if (op == MPI_SUM) return a + b;
+	if (op == MPI_PROD) return a * b;
+	if (op == MPI_MAX) return a > b ? a : b;
+	if (op == MPI_MIN) return a < b ? a : b;
+	if (op == MPI_LAND) return a && b;
+	if (op == MPI_LOR) return a || b;
+	if (op == MPI_LXOR) return !a != !b;
+	if (op == MPI_BAND) return a & b;
+	if (op == MPI_BOR) return a | b;
+	if (op == MPI_BXOR) return a ^ b;
+	return abs(a) > abs(b) ? abs(a) : abs(b); /* maxabs */
+}
+
 /* @p check(comm, quick, large) on world (large unless @p quick), and unless
  * @p quick on a reversed split, a dup (quick) and sub-communicators of up
  * to 3 ranks; then a ring of point-to-point messages over world. */
