@@ -106,10 +106,12 @@ def _parse(np, view):
     try:
         text = bytes(view[_FIXED.size + 8 * ndim : end]).decode("utf-8")
         dtype = np.lib.format.descr_to_dtype(ast.literal_eval(text))
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, KeyError, IndexError) as e:
-        raise ValueError("malformed array header: bad dtype (%s)" % e) from None
+    except Exception as e:  # whatever the text makes numpy or the parser say
+        raise ValueError("malformed array header: bad dtype (%s: %s)" % (type(e).__name__, e)) from None
     if dtype.hasobject:
         raise ValueError("array message of Python objects (dtype %s) refused" % dtype)
+    if dtype.itemsize == 0:
+        raise ValueError("malformed array header: dtype %s has no size" % dtype)
     size = dtype.itemsize
     for d in shape:
         size *= d
