@@ -22,6 +22,7 @@ the array's size; dtypes that hold Python objects are refused both ways.
 """
 
 import ast
+import functools
 import struct
 
 ARRAY_MAGIC = b"PSHA"
@@ -85,6 +86,23 @@ def send_array(channel, array, timeout=None, more=False):
         r.commit(more=more)
 
 
+@functools.lru_cache(maxsize=256)
+def _dtype(descr):
+    """The dtype that description descr (bytes) names; ValueError if it names
+    none, one of Python objects, or one of no size.  Cached: a stream of
+    arrays names few dtypes, and parsing one costs microseconds."""
+    np = _np()
+    try:
+        dtype = np.lib.format.descr_to_dtype(ast.literal_eval(descr.decode("utf-8")))
+    except Exception as e:  # whatever the text makes numpy or the parser say
+        raise ValueError("malformed array header: bad dtype (%s: %s)" % (type(e).__name__, e)) from None
+    if dtype.hasobject:
+        raise ValueError("array message of Python objects (dtype %s) refused" % dtype)
+    if dtype.itemsize == 0:
+        raise ValueError("malformed array header: dtype %s has no size" % dtype)
+    return dtype
+
+
 def _parse(np, view):
     """dtype, shape, order and data offset of the array in view; ValueError if malformed."""
     n = len(view)
@@ -103,15 +121,7 @@ def _parse(np, view):
     shape = struct.unpack_from("<%dQ" % ndim, view, _FIXED.size)
     if any(d > n for d in shape):
         raise ValueError("malformed array header: shape %s larger than the message (%d bytes)" % (tuple(shape), n))
-    try:
-        text = bytes(view[_FIXED.size + 8 * ndim : end]).decode("utf-8")
-        dtype = np.lib.format.descr_to_dtype(ast.literal_eval(text))
-    except Exception as e:  # whatever the text makes numpy or the parser say
-        raise ValueError("malformed array header: bad dtype (%s: %s)" % (type(e).__name__, e)) from None
-    if dtype.hasobject:
-        raise ValueError("array message of Python objects (dtype %s) refused" % dtype)
-    if dtype.itemsize == 0:
-        raise ValueError("malformed array header: dtype %s has no size" % dtype)
+    dtype = _dtype(bytes(view[_FIXED.size + 8 * ndim : end]))
     size = dtype.itemsize
     for d in shape:
         size *= d

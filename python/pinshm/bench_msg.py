@@ -1,0 +1,208 @@
+"""Micro-benchmarks of the Python module: ``python3 -m pinshm.bench_msg``.
+
+1. One 64-byte message's send plus receive between two processes, against
+   multiprocessing.Queue and multiprocessing.Pipe: a ping-pong (the round
+   trip's time halved) and one-way throughput (a burst of messages, the
+   receiver acknowledging the last).
+2. The in-place receive of a 64 MiB array (less 4 KiB, so that it fits the
+   largest channel a daemon's default max_segment_size allows) against that
+   of a 64 KiB one (pinshm.recv_array(): the record as a numpy array, not
+   read).  Between the send and the timed receive, 64 MiB of scratch memory
+   is written, so that both receives find caches as cold: otherwise the
+   big send's copy, in this same process, would evict them for one only.
+
+The ways run in alternating rounds; each figure is the median over rounds,
+and each comparison the median of the per-round ratios.  It connects as
+pinshm.connect() does (PINSHM_SOCKET, autostart) or to --socket.
+"""
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import pinshm
+
+SIZE = 64
+Q_CAPACITY = 1 << 16
+
+
+def _name(tag):
+    """A channel name of this run."""
+    return "bench-%s-%d" % (tag, os.getpid())
+
+
+# ---- the echo process --------------------------------------------------
+
+
+def _pinshm_echo(sock, spin, up, down, n_ping, n_burst, rounds):
+    """Child: echo each ping, then acknowledge each burst's last message."""
+    with pinshm.connect(sock) as c:  # a client of its own: none crosses fork
+        rx, tx = c.open(up, pinshm.CONSUMER), c.open(down, pinshm.PRODUCER)
+        if spin is not None:
+            rx.set_spin(spin)
+        for _ in range(rounds):
+            for _ in range(n_ping):
+                tx.send(rx.recv())
+            for _ in range(n_burst):
+                rx.recv()
+            tx.send(b"k")
+        rx.close()
+        tx.close()
+
+
+def _queue_echo(up, down, n_ping, n_burst, rounds):
+    """Child: the same over two multiprocessing.Queue."""
+    for _ in range(rounds):
+        for _ in range(n_ping):
+            down.put(up.get())
+        for _ in range(n_burst):
+            up.get()
+        down.put(b"k")
+
+
+def _pipe_echo(conn, n_ping, n_burst, rounds):
+    """Child: the same over one duplex multiprocessing.Pipe end."""
+    for _ in range(rounds):
+        for _ in range(n_ping):
+            conn.send_bytes(conn.recv_bytes())
+        for _ in range(n_burst):
+            conn.recv_bytes()
+        conn.send_bytes(b"k")
+
+
+# ---- one round of each way -----------------------------------------------
+
+
+def _time_round(send, recv, n_ping, n_burst):
+    """(seconds per message of the ping-pong, seconds per message one way)."""
+    msg = bytes(SIZE)
+    t0 = time.perf_counter()
+    for _ in range(n_ping):
+        send(msg)
+        recv()
+    t1 = time.perf_counter()
+    for _ in range(n_burst):
+        send(msg)
+    recv()
+    t2 = time.perf_counter()
+    return (t1 - t0) / n_ping / 2, (t2 - t1) / n_burst
+
+
+def small_messages(sock, spin, rounds, n_ping, n_burst):
+    """Per way, the per-round (ping-pong, one-way) seconds per message;
+    spin: the receivers' Channel.set_spin() (None: the library's default)."""
+    ctx = mp.get_context("fork")
+    client = pinshm.connect(sock)
+    up, down = _name("up"), _name("down")
+    for name in (up, down):
+        client.create(name, capacity=Q_CAPACITY)
+    tx, rx = client.open(up, pinshm.PRODUCER), client.open(down, pinshm.CONSUMER)
+    if spin is not None:
+        rx.set_spin(spin)
+    qu, qd = ctx.Queue(), ctx.Queue()
+    pa, pb = ctx.Pipe()
+    kids = [ctx.Process(target=_pinshm_echo, args=(sock, spin, up, down, n_ping, n_burst, rounds)),
+            ctx.Process(target=_queue_echo, args=(qu, qd, n_ping, n_burst, rounds)),
+            ctx.Process(target=_pipe_echo, args=(pb, n_ping, n_burst, rounds))]
+    for k in kids:
+        k.start()
+    ways = {"pinshm": (tx.send, rx.recv), "mp.Queue": (qu.put, qd.get), "mp.Pipe": (pa.send_bytes, pa.recv_bytes)}
+    out = {w: [] for w in ways}
+    try:
+        for r in range(rounds):
+            order = list(ways) if r % 2 == 0 else list(reversed(ways))
+            for w in order:
+                out[w].append(_time_round(*ways[w], n_ping, n_burst))
+    finally:
+        for k in kids:
+            k.join(30)
+        tx.close()
+        rx.close()
+        for name in (up, down):
+            client.unlink(name)
+        client.close()
+    return out
+
+
+def big_receive(sock, rounds, reps):
+    """Per-round median seconds of recv_array() of a 64 KiB and a 64 MiB array."""
+    client = pinshm.connect(sock)
+    name = _name("big")
+    # The largest ring the daemon's default max_segment_size (256 MiB) allows
+    # holds messages up to 64 MiB - 32 bytes: the big array leaves 4 KiB.
+    client.create(name, capacity=1 << 27, max_producers=1)
+    tx, rx = client.open(name, pinshm.PRODUCER), client.open(name, pinshm.CONSUMER)
+    arrays = {"64 KiB": np.ones(1 << 14, np.float32), "64 MiB": np.ones((1 << 24) - 1024, np.float32)}
+    scratch = np.empty(1 << 26, np.uint8)
+    out = {k: [] for k in arrays}
+    try:
+        for r in range(rounds):
+            for k in (list(arrays) if r % 2 == 0 else list(reversed(arrays))):
+                times = []
+                for _ in range(reps):
+                    pinshm.send_array(tx, arrays[k])
+                    scratch[:] = 1  # the same cold caches for both sizes, whatever the send left
+                    t0 = time.perf_counter()
+                    a = pinshm.recv_array(rx)
+                    times.append(time.perf_counter() - t0)
+                    assert a.nbytes == arrays[k].nbytes
+                    del a
+                out[k].append(statistics.median(times))
+    finally:
+        tx.close()
+        rx.close()
+        client.unlink(name)
+        client.close()
+    return out
+
+
+def _ratios(num, den):
+    """The median of the per-round ratios num[i] / den[i]."""
+    return statistics.median(n / d for n, d in zip(num, den))
+
+
+def main(argv=None):
+    """Run the benchmarks and print the figures; exit 1 if a target is missed."""
+    ap = argparse.ArgumentParser(prog="python3 -m pinshm.bench_msg", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--socket", default=None, help="the daemon's socket (default: as pinshm.connect())")
+    ap.add_argument("--spin", type=int, default=None,
+                    help="ns a receiver polls before it sleeps (Channel.set_spin(); default: the library's)")
+    ap.add_argument("--rounds", type=int, default=9, help="alternating rounds (default 9)")
+    ap.add_argument("--ping", type=int, default=2000, help="ping-pongs per round (default 2000)")
+    ap.add_argument("--burst", type=int, default=20000, help="one-way messages per round (default 20000)")
+    ap.add_argument("--reps", type=int, default=20, help="big receives per size and round (default 20)")
+    args = ap.parse_args(argv)
+
+    small = small_messages(args.socket, args.spin, args.rounds, args.ping, args.burst)
+    print("64-byte message, send + receive between two processes (median of %d rounds, spin %s):"
+          % (args.rounds, "default" if args.spin is None else "%d ns" % args.spin))
+    for w, v in small.items():
+        print("  %-9s ping-pong %7.2f us   one-way %7.2f us" % (w, statistics.median(p for p, _ in v) * 1e6,
+                                                                 statistics.median(o for _, o in v) * 1e6))
+    missed = False
+    for w in ("mp.Queue", "mp.Pipe"):
+        pp = _ratios([p for p, _ in small[w]], [p for p, _ in small["pinshm"]])
+        ow = _ratios([o for _, o in small[w]], [o for _, o in small["pinshm"]])
+        print("  pinshm vs %-9s ping-pong %5.2fx as fast, one-way %5.2fx as fast" % (w, pp, ow))
+        if w == "mp.Queue" and min(pp, ow) < 5:
+            print("  target missed: at least 5x faster than multiprocessing.Queue")
+            missed = True
+
+    big = big_receive(args.socket, args.rounds, args.reps)
+    print("in-place receive of an array (recv_array(), median of %d rounds):" % args.rounds)
+    for k, v in big.items():
+        print("  %-7s %8.2f us" % (k, statistics.median(v) * 1e6))
+    ratio = _ratios(big["64 MiB"], big["64 KiB"])
+    print("  64 MiB / 64 KiB: %.2fx (target: at most 2x)" % ratio)
+    if ratio > 2:
+        missed = True
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
