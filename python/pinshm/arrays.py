@@ -177,14 +177,16 @@ def recv_array(channel, timeout=None):
 _DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}  # DLPack type codes of numpy kinds
 
 
-def array_dlpack(message):
+def array_dlpack(message, **dlpack):
     """A DLPack capsule of the array that message carries, in place.
 
     For torch.from_dlpack(pinshm.array_dlpack(msg)): a tensor of the array's
     dtype, shape and order over the record (on the CPU; no copy).  The record
     stays held until the tensor is gone.  Booleans, integers, floats and
     complex numbers of native byte order only (TypeError otherwise);
-    ValueError where the message is not a well-formed array message.
+    ValueError where the message is not a well-formed array message.  The
+    keywords are Message.__dlpack__()'s (max_version=(1, 0): a versioned,
+    read-only capsule; dl_device; copy).
     """
     import _pinshm
 
@@ -200,4 +202,5 @@ def array_dlpack(message):
             strides.append(step)
             step *= d
         strides = tuple(strides)
-    return _pinshm._dlpack(message, offset, tuple(shape), strides, _DL_CODES[dtype.kind], dtype.itemsize * 8)
+    return _pinshm._dlpack(message, offset, tuple(shape), strides, _DL_CODES[dtype.kind], dtype.itemsize * 8,
+                           **dlpack)

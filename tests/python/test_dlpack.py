@@ -230,3 +230,25 @@ def test_reservation_dlpack(pair):
         r.__dlpack__()
     with rx.recv_inplace(timeout=1) as m:
         assert bytes(m) == bytes(i * 3 for i in range(8))
+
+
+def test_array_capsule_kinds(pair):
+    """array_dlpack() passes max_version and the others on."""
+    tx, rx = pair()
+    pinshm.send_array(tx, np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3)))
+    with rx.recv_inplace(timeout=1) as m:
+        cap = pinshm.array_dlpack(m, max_version=(1, 0))
+        name, t = _tensor(cap)
+        dl = t.dl_tensor
+        assert name == b"dltensor_versioned" and t.flags == 1
+        assert (dl.ndim, dl.code, dl.bits) == (2, 0, 32)
+        assert (dl.shape[0], dl.shape[1], dl.strides[0], dl.strides[1]) == (2, 3, 1, 2)
+        assert dl.data == pinshm.as_array(m).ctypes.data
+        del cap, t, dl
+        cap = pinshm.array_dlpack(m, max_version=(1, 0), copy=True)
+        _, t = _tensor(cap)
+        assert t.flags == 2 and ctypes.string_at(t.dl_tensor.data, 24) == np.arange(6, dtype=np.int32).reshape(2, 3).tobytes("F")
+        del t
+        with pytest.raises(BufferError):
+            pinshm.array_dlpack(m, dl_device=(2, 0))
+        del cap
