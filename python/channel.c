@@ -153,7 +153,8 @@ typedef int (*wait_op)(pinshm_channel_t *ch, void *arg, int ms);
 
 /*
  * Run @p op with @p timeout_ms: at once with the GIL for PINSHM_NONBLOCK,
- * else without it in slices, checking signals in between; RUN_ONCE: once
+ * else once so, then (where it would wait) without it in slices, checking
+ * signals in between; RUN_ONCE: once
  * without it (a call that waits for the daemon, not for the channel).
  * @return its result, or INT_MIN with an exception set (a signal).
  */
@@ -165,6 +166,13 @@ static int run_waiting(ChannelObject *self, wait_op op, void *arg, int timeout_m
 		return rc;
 	}
 	bool once = timeout_ms == RUN_ONCE;
+	if (!once) { /* first without waiting, and so without giving up the GIL */
+		int rc = op(self->ch, arg, 0);
+		if (rc != -EAGAIN) {
+			pyshm_channel_reap(self);
+			return rc;
+		}
+	}
 	uint64_t deadline = timeout_ms > 0 ? now_ms() + (uint64_t)timeout_ms : 0;
 	int rc;
 	for (;;) {
