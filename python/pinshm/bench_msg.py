@@ -39,40 +39,26 @@ def _name(tag):
 # ---- the echo process --------------------------------------------------
 
 
-def _pinshm_echo(sock, spin, up, down, n_ping, n_burst, rounds):
+def _echo(send, recv, n_ping, n_burst, rounds):
     """Child: echo each ping, then acknowledge each burst's last message."""
-    with pinshm.connect(sock) as c:  # a client of its own: none crosses fork
+    for _ in range(rounds):
+        for _ in range(n_ping):
+            send(recv())
+        for _ in range(n_burst):
+            recv()
+        send(b"k")
+
+
+def _pinshm_echo(sock, spin, up, down, n_ping, n_burst, rounds):
+    """Child: _echo() over two pinshm queues, with a client of its own
+    (none crosses fork)."""
+    with pinshm.connect(sock) as c:
         rx, tx = c.open(up, pinshm.CONSUMER), c.open(down, pinshm.PRODUCER)
         if spin is not None:
             rx.set_spin(spin)
-        for _ in range(rounds):
-            for _ in range(n_ping):
-                tx.send(rx.recv())
-            for _ in range(n_burst):
-                rx.recv()
-            tx.send(b"k")
+        _echo(tx.send, rx.recv, n_ping, n_burst, rounds)
         rx.close()
         tx.close()
-
-
-def _queue_echo(up, down, n_ping, n_burst, rounds):
-    """Child: the same over two multiprocessing.Queue."""
-    for _ in range(rounds):
-        for _ in range(n_ping):
-            down.put(up.get())
-        for _ in range(n_burst):
-            up.get()
-        down.put(b"k")
-
-
-def _pipe_echo(conn, n_ping, n_burst, rounds):
-    """Child: the same over one duplex multiprocessing.Pipe end."""
-    for _ in range(rounds):
-        for _ in range(n_ping):
-            conn.send_bytes(conn.recv_bytes())
-        for _ in range(n_burst):
-            conn.recv_bytes()
-        conn.send_bytes(b"k")
 
 
 # ---- one round of each way -----------------------------------------------
@@ -107,8 +93,8 @@ def small_messages(sock, spin, rounds, n_ping, n_burst):
     qu, qd = ctx.Queue(), ctx.Queue()
     pa, pb = ctx.Pipe()
     kids = [ctx.Process(target=_pinshm_echo, args=(sock, spin, up, down, n_ping, n_burst, rounds)),
-            ctx.Process(target=_queue_echo, args=(qu, qd, n_ping, n_burst, rounds)),
-            ctx.Process(target=_pipe_echo, args=(pb, n_ping, n_burst, rounds))]
+            ctx.Process(target=_echo, args=(qd.put, qu.get, n_ping, n_burst, rounds)),
+            ctx.Process(target=_echo, args=(pb.send_bytes, pb.recv_bytes, n_ping, n_burst, rounds))]
     for k in kids:
         k.start()
     ways = {"pinshm": (tx.send, rx.recv), "mp.Queue": (qu.put, qd.get), "mp.Pipe": (pa.send_bytes, pa.recv_bytes)}
