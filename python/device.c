@@ -143,6 +143,37 @@ static int device_arg(PyObject *o, void *out)
 	return 1;
 }
 
+/* The registration calls, which may pin or wait for copies. */
+static int do_register(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned flags)
+{
+	return pinshm_channel_register(ch, dev, flags);
+}
+
+static int do_unregister(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned flags)
+{
+	(void)flags;
+	return pinshm_channel_unregister(ch, dev);
+}
+
+/* @p op without the GIL, the handle marked busy and its client in use. */
+static int without_gil(ChannelObject *self, int (*op)(pinshm_channel_t *, pinshm_device_t *, unsigned),
+		       pinshm_channel_t *ch, pinshm_device_t *dev, unsigned flags)
+{
+	ClientObject *c = self->client;
+	int rc;
+
+	self->busy = true;
+	if (c)
+		c->users++;
+	Py_BEGIN_ALLOW_THREADS
+	rc = op(ch, dev, flags);
+	Py_END_ALLOW_THREADS
+	if (c)
+		c->users--;
+	self->busy = false;
+	return rc;
+}
+
 const char pyshm_register_doc[] = "register(device, read_only=False, strict=False)\n\n"
 			   "Register this handle's mapping of the channel with device\n"
 			   "(pinshm_channel_register()), so that its DMA engine reads records and writes\n"
@@ -165,11 +196,7 @@ PyObject *pyshm_channel_register(ChannelObject *self, PyObject *args, PyObject *
 	unsigned flags = (ro ? PINSHM_REGISTER_READ_ONLY : 0) | (strict ? PINSHM_REGISTER_STRICT : 0);
 	pinshm_channel_t *ch = self->ch;
 	pinshm_device_t *dev = ((DeviceObject *)d)->dev;
-	self->busy = true;
-	Py_BEGIN_ALLOW_THREADS
-	rc = pinshm_channel_register(ch, dev, flags);
-	Py_END_ALLOW_THREADS
-	self->busy = false;
+	rc = without_gil(self, do_register, ch, dev, flags);
 	if (rc < 0)
 		return pyshm_raise(rc, pinshm_channel_error(self->ch), PYSHM_OTHER);
 	if (i < 0) {
@@ -192,11 +219,7 @@ PyObject *pyshm_channel_unregister(ChannelObject *self, PyObject *arg)
 	if (!device_arg(arg, &d) || pyshm_channel_usable(self) < 0)
 		return NULL;
 	pinshm_channel_t *ch = self->ch;
-	self->busy = true;
-	Py_BEGIN_ALLOW_THREADS
-	rc = pinshm_channel_unregister(ch, ((DeviceObject *)d)->dev);
-	Py_END_ALLOW_THREADS
-	self->busy = false;
+	rc = without_gil(self, do_unregister, ch, ((DeviceObject *)d)->dev, 0);
 	pyshm_channel_reap(self);
 	if (rc < 0)
 		return pyshm_raise(rc, pinshm_channel_error(self->ch), PYSHM_OTHER);

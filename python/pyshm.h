@@ -6,8 +6,10 @@
  *
  * Object graph (strong references point left to right, never back):
  *   Message, Reservation -> Channel -> Client
+ *                           Channel -> Device (those it is registered with)
  * so that a channel outlives every record object that points into its
- * mapping, and a client every channel opened through it.
+ * mapping, a client every channel opened through it, and a device every
+ * registration with it.
  *
  * Memory safety: a buffer export (memoryview, numpy array...) holds its
  * Message or Reservation, which holds its Channel, whose mapping therefore
