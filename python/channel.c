@@ -78,10 +78,26 @@ int pyshm_channel_reap(ChannelObject *self)
 		k++;
 	if (k == self->first)
 		return 0;
-	int rc = pinshm_release(self->ch, &self->held[(k - 1) % PYSHM_MAX_HELD].msg);
+	/* One release for each run without events, one release_after() for
+	 * each record with one (the library queues those behind a pending one). */
+	int rc = 0;
+	for (uint64_t j = self->first; j < k; j++) {
+		struct held_slot *s = &self->held[j % PYSHM_MAX_HELD];
+		int r = 0;
+		if (s->event)
+			r = pinshm_release_after(self->ch, &s->msg, s->dev, s->event);
+		else if (j + 1 == k || self->held[(j + 1) % PYSHM_MAX_HELD].event)
+			r = pinshm_release(self->ch, &s->msg);
+		s->event = NULL;
+		s->dev = NULL;
+		if (r < 0 && rc == 0)
+			rc = r;
+	}
 	self->first = k;
 	if (rc < 0)
 		self->release_err = rc;
+	if (self->events && pinshm_release_poll(self->ch, NULL, 0, NULL) == 0)
+		Py_CLEAR(self->events); /* no release waits for their events any longer */
 	return rc;
 }
 
@@ -113,6 +129,7 @@ static int chan_unmap(ChannelObject *self)
 			c->users--;
 	}
 	Py_CLEAR(self->client);
+	pyshm_channel_devices_clear(self);
 	return rc;
 }
 
@@ -136,7 +153,8 @@ typedef int (*wait_op)(pinshm_channel_t *ch, void *arg, int ms);
 
 /*
  * Run @p op with @p timeout_ms: at once with the GIL for PINSHM_NONBLOCK,
- * else without it in slices, checking signals in between; RUN_ONCE: once
+ * else once so, then (where it would wait) without it in slices, checking
+ * signals in between; RUN_ONCE: once
  * without it (a call that waits for the daemon, not for the channel).
  * @return its result, or INT_MIN with an exception set (a signal).
  */
@@ -148,6 +166,13 @@ static int run_waiting(ChannelObject *self, wait_op op, void *arg, int timeout_m
 		return rc;
 	}
 	bool once = timeout_ms == RUN_ONCE;
+	if (!once) { /* first without waiting, and so without giving up the GIL */
+		int rc = op(self->ch, arg, 0);
+		if (rc != -EAGAIN) {
+			pyshm_channel_reap(self);
+			return rc;
+		}
+	}
 	uint64_t deadline = timeout_ms > 0 ? now_ms() + (uint64_t)timeout_ms : 0;
 	int rc;
 	for (;;) {
@@ -723,6 +748,11 @@ static PyMethodDef chan_methods[] = {
 	{"arm", (PyCFunction)chan_arm, METH_NOARGS, arm_doc},
 	{"info", (PyCFunction)chan_info, METH_NOARGS, info_doc},
 	{"set_spin", (PyCFunction)chan_set_spin, METH_O, set_spin_doc},
+	{"register", (PyCFunction)(void (*)(void))pyshm_channel_register, METH_VARARGS | METH_KEYWORDS,
+	 pyshm_register_doc},
+	{"unregister", (PyCFunction)pyshm_channel_unregister, METH_O, pyshm_unregister_doc},
+	{"registered", (PyCFunction)pyshm_channel_registered, METH_O, pyshm_registered_doc},
+	{"release_poll", (PyCFunction)pyshm_channel_release_poll, METH_NOARGS, pyshm_release_poll_doc},
 	{"close", (PyCFunction)chan_close, METH_NOARGS, close_doc},
 	{"__enter__", chan_enter, METH_NOARGS, "Return self."},
 	{"__exit__", (PyCFunction)chan_exit, METH_VARARGS, "close()."},

@@ -32,6 +32,7 @@ PyObject *pyshm_message_new(ChannelObject *chan, uint64_t seq)
 	m->seq = seq;
 	m->views = 0;
 	m->done = false;
+	m->release_after = false;
 	chan->objs++;
 	chan->held[seq % PYSHM_MAX_HELD].obj = m;
 	return (PyObject *)m;
@@ -45,12 +46,20 @@ void pyshm_message_done(MessageObject *m)
 	m->chan->held[m->seq % PYSHM_MAX_HELD].obj = NULL;
 }
 
-static int msg_getbuffer(MessageObject *m, Py_buffer *view, int flags)
+/* Raise BufferError unless @p m may export its record. */
+int pyshm_message_exportable(MessageObject *m)
 {
-	if (m->done) {
+	if (m->done || m->release_after) {
 		PyErr_SetString(PyExc_BufferError, "the message was released");
 		return -1;
 	}
+	return 0;
+}
+
+static int msg_getbuffer(MessageObject *m, Py_buffer *view, int flags)
+{
+	if (pyshm_message_exportable(m) < 0)
+		return -1;
 	if (PyBuffer_FillInfo(view, (PyObject *)m, (void *)m->data, (Py_ssize_t)m->len, 1, flags) < 0)
 		return -1;
 	m->views++;
@@ -103,32 +112,19 @@ static PyObject *msg_tobytes(MessageObject *m, PyObject *unused)
 
 PyDoc_STRVAR(msg_dlpack_doc,
 	     "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None) -> capsule\n\n"
-	     "The record as a one-dimensional uint8 DLPack tensor on the CPU, in place\n"
-	     "(torch.from_dlpack(msg), numpy.from_dlpack(msg)).  The record stays held\n"
-	     "until every consumer of the capsule has let go.  copy=True is refused\n"
-	     "(BufferError): the point is not to copy.  For the array of an array\n"
-	     "message, pinshm.array_dlpack(msg).");
+	     "The record as a one-dimensional uint8 DLPack tensor, in place (torch.from_dlpack(msg),\n"
+	     "numpy.from_dlpack(msg)).  The record stays held until every consumer of the capsule\n"
+	     "has let go.  max_version (1, 0) or later: a \"dltensor_versioned\" capsule marked\n"
+	     "read-only; otherwise \"dltensor\".  dl_device: (1, 0) kDLCPU (the default) or (3, 0)\n"
+	     "kDLCUDAHost; another device raises BufferError.  copy=True: a copy of the record's\n"
+	     "own.  stream is not used (host memory).  For the array of an array message,\n"
+	     "pinshm.array_dlpack(msg).");
 
 static PyObject *msg_dlpack(MessageObject *m, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
-	PyObject *stream = Py_None, *maxv = Py_None, *dev = Py_None, *copy = Py_None;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO:__dlpack__", kwlist, &stream, &maxv, &dev, &copy))
+	if (pyshm_message_exportable(m) < 0)
 		return NULL;
-	if (copy == Py_True) {
-		PyErr_SetString(PyExc_BufferError, "pinshm exports records in place, never as copies");
-		return NULL;
-	}
-	int64_t shape[1] = {(int64_t)m->len};
-	return pyshm_dlpack_capsule(m, 0, 1, shape, NULL, 1 /* kDLUInt */, 8);
-}
-
-static PyObject *msg_dlpack_device(MessageObject *m, PyObject *unused)
-{
-	(void)m;
-	(void)unused;
-	return Py_BuildValue("(ii)", 1 /* kDLCPU */, 0);
+	return pyshm_dlpack_bytes((PyObject *)m, &m->views, m->chan, (void *)m->data, m->len, true, args, kw);
 }
 
 static PyObject *msg_enter(PyObject *self, PyObject *unused)
@@ -182,9 +178,10 @@ static void msg_dealloc(MessageObject *m)
 static PyMethodDef msg_methods[] = {
 	{"release", (PyCFunction)msg_release, METH_NOARGS, msg_release_doc},
 	{"tobytes", (PyCFunction)msg_tobytes, METH_NOARGS, msg_tobytes_doc},
+	{"release_after", (PyCFunction)(void (*)(void))pyshm_message_release_after, METH_VARARGS | METH_KEYWORDS,
+	 pyshm_release_after_doc},
 	{"__dlpack__", (PyCFunction)(void (*)(void))msg_dlpack, METH_VARARGS | METH_KEYWORDS, msg_dlpack_doc},
-	{"__dlpack_device__", (PyCFunction)msg_dlpack_device, METH_NOARGS,
-	 "__dlpack_device__() -> (1, 0): kDLCPU, device 0."},
+	{"__dlpack_device__", pyshm_dlpack_device, METH_NOARGS, "__dlpack_device__() -> (1, 0): kDLCPU, device 0."},
 	{"__enter__", msg_enter, METH_NOARGS, "Return self."},
 	{"__exit__", (PyCFunction)msg_exit, METH_VARARGS, "release()."},
 	{NULL, NULL, 0, NULL},
@@ -333,6 +330,22 @@ static PyObject *resv_abort(ReservationObject *r, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(resv_dlpack_doc,
+	     "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None) -> capsule\n\n"
+	     "The reservation as a writable one-dimensional uint8 DLPack tensor, in place\n"
+	     "(torch.from_dlpack(r)): write the message through it, let the tensor go, then\n"
+	     "commit().  Arguments as Message.__dlpack__() (a versioned capsule is not marked\n"
+	     "read-only).");
+
+static PyObject *resv_dlpack(ReservationObject *r, PyObject *args, PyObject *kw)
+{
+	if (r->done) {
+		PyErr_SetString(PyExc_BufferError, "the reservation was committed or aborted");
+		return NULL;
+	}
+	return pyshm_dlpack_bytes((PyObject *)r, &r->views, r->chan, r->data, r->len, false, args, kw);
+}
+
 static PyObject *resv_enter(PyObject *self, PyObject *unused)
 {
 	(void)unused;
@@ -378,6 +391,8 @@ static void resv_dealloc(ReservationObject *r)
 static PyMethodDef resv_methods[] = {
 	{"commit", (PyCFunction)(void (*)(void))resv_commit, METH_VARARGS | METH_KEYWORDS, commit_doc},
 	{"abort", (PyCFunction)resv_abort, METH_NOARGS, abort_doc},
+	{"__dlpack__", (PyCFunction)(void (*)(void))resv_dlpack, METH_VARARGS | METH_KEYWORDS, resv_dlpack_doc},
+	{"__dlpack_device__", pyshm_dlpack_device, METH_NOARGS, "__dlpack_device__() -> (1, 0): kDLCPU, device 0."},
 	{"__enter__", resv_enter, METH_NOARGS, "Return self."},
 	{"__exit__", (PyCFunction)resv_exit, METH_VARARGS, "commit() on a normal exit, abort() on an exception."},
 	{NULL, NULL, 0, NULL},

@@ -169,10 +169,11 @@ static PyObject *mod_own_name(PyObject *mod, PyObject *args)
 	return PyUnicode_FromString(buf);
 }
 
-PyDoc_STRVAR(dlpack_doc, "_dlpack(message, offset, shape, strides, code, bits) -> capsule\n\n"
+PyDoc_STRVAR(dlpack_doc, "_dlpack(message, offset, shape, strides, code, bits, **dlpack) -> capsule\n\n"
 			 "A DLPack capsule over message from byte offset (pinshm.array_dlpack() uses it):\n"
 			 "shape and strides (in elements, or None for C order) tuples, DLPack type code\n"
-			 "and bits.  The geometry must lie within the record.");
+			 "and bits.  The geometry must lie within the record.  The keywords are those\n"
+			 "of Message.__dlpack__() (max_version, dl_device, copy, stream).");
 
 /* Read a tuple of up to 32 int64 into @p out. @return its length, or -1. */
 static int int64_tuple(PyObject *t, int64_t *out)
@@ -220,14 +221,20 @@ static bool geometry_fits(size_t len, size_t offset, int ndim, const int64_t *sh
 	return lo >= 0 && hi + (__int128)itemsize <= (__int128)len;
 }
 
-static PyObject *mod_dlpack(PyObject *mod, PyObject *args)
+static PyObject *mod_dlpack(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	PyObject *msg, *shape_t, *strides_t;
+	struct pyshm_dl_request req;
 	unsigned long long offset;
 	unsigned char code, bits;
 	int64_t shape[32], strides[32];
 
 	(void)mod;
+	PyObject *none = PyTuple_New(0);
+	int bad = !none || pyshm_dlpack_request(none, kw, &req) < 0;
+	Py_XDECREF(none);
+	if (bad)
+		return NULL;
 	if (!PyArg_ParseTuple(args, "O!KOObb:_dlpack", (PyTypeObject *)pyshm_MessageType, &msg, &offset, &shape_t,
 			      &strides_t, &code, &bits))
 		return NULL;
@@ -245,14 +252,26 @@ static PyObject *mod_dlpack(PyObject *mod, PyObject *args)
 		PyErr_SetString(PyExc_ValueError, "the tensor does not lie within the record");
 		return NULL;
 	}
-	return pyshm_dlpack_capsule(m, offset, ndim, shape, strides_t == Py_None ? NULL : strides, code, bits);
+	if (pyshm_message_exportable(m) < 0)
+		return NULL;
+	struct pyshm_dl_geometry g = {
+		.offset = offset,
+		.ndim = ndim,
+		.shape = shape,
+		.strides = strides_t == Py_None ? NULL : strides,
+		.code = code,
+		.bits = bits,
+	};
+	return pyshm_dlpack_capsule(msg, &m->views, m->chan, (void *)m->data, m->len, true, &req, &g);
 }
 
 static PyMethodDef mod_methods[] = {
 	{"connect", (PyCFunction)(void (*)(void))mod_connect, METH_VARARGS | METH_KEYWORDS, connect_doc},
 	{"strerror", mod_strerror, METH_O, strerror_doc},
 	{"own_name", mod_own_name, METH_VARARGS, own_name_doc},
-	{"_dlpack", mod_dlpack, METH_VARARGS, dlpack_doc},
+	{"cuda_device", (PyCFunction)(void (*)(void))pyshm_cuda_device, METH_VARARGS | METH_KEYWORDS, pyshm_cuda_doc},
+	{"opencl_device", pyshm_opencl_device, METH_O, pyshm_opencl_doc},
+	{"_dlpack", (PyCFunction)(void (*)(void))mod_dlpack, METH_VARARGS | METH_KEYWORDS, dlpack_doc},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -337,6 +356,8 @@ static int add_constants(PyObject *m)
 		{"LAYOUT_VERSION", PINSHM_LAYOUT_VERSION},
 		{"PROTOCOL_VERSION", PINSHM_PROTOCOL_VERSION},
 		{"MIN_CAPACITY", PINSHM_MIN_CAPACITY},
+		{"REGISTERED", PINSHM_REGISTERED},
+		{"REGISTERED_READ_ONLY", PINSHM_REGISTERED_READ_ONLY},
 	};
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
 		if (PyModule_AddIntConstant(m, k[i].name, (long)k[i].value) < 0)
@@ -358,7 +379,8 @@ PyMODINIT_FUNC PyInit__pinshm(void)
 		return PyErr_NoMemory();
 	}
 	if (add_exceptions(m) < 0 || add_constants(m) < 0 || pyshm_client_init(m) < 0 ||
-	    pyshm_channel_init(m) < 0 || pyshm_message_init(m) < 0) {
+	    pyshm_channel_init(m) < 0 || pyshm_message_init(m) < 0 ||
+	    pyshm_device_init(m) < 0) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -6,8 +6,10 @@
  *
  * Object graph (strong references point left to right, never back):
  *   Message, Reservation -> Channel -> Client
+ *                           Channel -> Device (those it is registered with)
  * so that a channel outlives every record object that points into its
- * mapping, and a client every channel opened through it.
+ * mapping, a client every channel opened through it, and a device every
+ * registration with it.
  *
  * Memory safety: a buffer export (memoryview, numpy array...) holds its
  * Message or Reservation, which holds its Channel, whose mapping therefore
@@ -38,7 +40,8 @@
 
 #include "pinshm.h"
 
-#define PYSHM_MAX_HELD 64 /* records one handle holds in place (the library's limit) */
+#define PYSHM_MAX_HELD 64   /* records one handle holds in place (the library's limit) */
+#define PYSHM_MAX_DEVICES 4 /* devices one handle registers with (the library's limit) */
 
 typedef struct {
 	PyObject_HEAD
@@ -53,8 +56,16 @@ typedef struct ReservationObject ReservationObject;
 /* A record the handle holds in place, in the order received. */
 struct held_slot {
 	pinshm_msg_t msg;
-	MessageObject *obj; /* borrowed; NULL once the message is done with */
+	MessageObject *obj;   /* borrowed; NULL once the message is done with */
+	pinshm_device_t *dev; /* release_after(): released after event on dev; NULL: at once */
+	void *event;
 };
+
+typedef struct {
+	PyObject_HEAD
+	pinshm_device_t *dev;
+	pid_t pid; /* the process that opened it */
+} DeviceObject;
 
 typedef struct {
 	PyObject_HEAD
@@ -73,6 +84,8 @@ typedef struct {
 	ReservationObject *resv; /* borrowed: the pending reservation, or NULL */
 	bool abort_pending;      /* a reservation dropped while the handle was busy: abort it when free */
 	int release_err;         /* last error of a deferred release (negative errno), 0: the next call raises it */
+	PyObject *devs[PYSHM_MAX_DEVICES]; /* strong: the Devices it is registered with, or NULL */
+	PyObject *events;                  /* a list of the event objects of pending releases, or NULL */
 	char name[PINSHM_NAME_MAX + 1];
 } ChannelObject;
 
@@ -84,7 +97,8 @@ struct MessageObject {
 	uint64_t lost;
 	uint64_t seq;
 	Py_ssize_t views;
-	bool done; /* released: no more exports, its slot is done with */
+	bool done;          /* released: no more exports, its slot is done with */
+	bool release_after; /* release_after() was called: no more exports */
 };
 
 struct ReservationObject {
@@ -97,7 +111,8 @@ struct ReservationObject {
 };
 
 /* Types and exceptions, made at module init. */
-extern PyObject *pyshm_ClientType, *pyshm_ChannelType, *pyshm_MessageType, *pyshm_ReservationType;
+extern PyObject *pyshm_ClientType, *pyshm_ChannelType, *pyshm_MessageType, *pyshm_ReservationType,
+	*pyshm_DeviceType;
 extern PyObject *pyshm_Error, *pyshm_Full, *pyshm_Empty, *pyshm_Timeout, *pyshm_PeerGone, *pyshm_Corrupt,
 	*pyshm_TooManyHeld, *pyshm_Stale;
 
@@ -119,6 +134,21 @@ int pyshm_timeout_ms(PyObject *arg, int *ms);
 int pyshm_client_init(PyObject *module);
 int pyshm_channel_init(PyObject *module);
 int pyshm_message_init(PyObject *module);
+int pyshm_device_init(PyObject *module);
+
+/* Devices (device.c): module functions, Channel and Message methods, and their docs. */
+PyObject *pyshm_cuda_device(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *pyshm_opencl_device(PyObject *mod, PyObject *arg);
+PyObject *pyshm_channel_register(ChannelObject *self, PyObject *args, PyObject *kw);
+PyObject *pyshm_channel_unregister(ChannelObject *self, PyObject *arg);
+PyObject *pyshm_channel_registered(ChannelObject *self, PyObject *arg);
+PyObject *pyshm_channel_release_poll(ChannelObject *self, PyObject *unused);
+PyObject *pyshm_message_release_after(MessageObject *m, PyObject *args, PyObject *kw);
+extern const char pyshm_cuda_doc[], pyshm_opencl_doc[], pyshm_register_doc[], pyshm_unregister_doc[],
+	pyshm_registered_doc[], pyshm_release_poll_doc[], pyshm_release_after_doc[];
+
+/** Drop @p self's devices and held event objects (its handle is closed). */
+void pyshm_channel_devices_clear(ChannelObject *self);
 
 /** A new Channel object for handle @p ch (owned from now on), of @p client
  *  (borrowed, NULL for none), in role @p role. @return NULL on failure
@@ -141,6 +171,10 @@ void pyshm_channel_obj_gone(ChannelObject *self);
 /** New Message for slot @p seq of @p chan. */
 PyObject *pyshm_message_new(ChannelObject *chan, uint64_t seq);
 
+/** Raise BufferError unless message @p m may export its record (not
+ *  released, no release_after()). @return 0 or -1. */
+int pyshm_message_exportable(MessageObject *m);
+
 /** New Reservation of @p len bytes at @p data in @p chan. */
 PyObject *pyshm_reservation_new(ChannelObject *chan, void *data, size_t len);
 
@@ -151,12 +185,43 @@ void pyshm_reservation_drop(ReservationObject *r);
  *  then calls pyshm_channel_reap(). */
 void pyshm_message_done(MessageObject *m);
 
-/** A DLPack capsule ("dltensor", kDLCPU) of @p ndim dimensions over message
- *  @p m from byte @p offset: @p shape, @p strides (elements; NULL: C
- *  order), type @p code and @p bits.  It holds an export of @p m until the
- *  tensor's deleter runs.  @return the capsule, or NULL. */
-PyObject *pyshm_dlpack_capsule(MessageObject *m, size_t offset, int ndim, const int64_t *shape,
-			       const int64_t *strides, uint8_t code, uint8_t bits);
+#define PYSHM_KDLCPU 1
+#define PYSHM_KDLCUDAHOST 3
+
+/* What a consumer asked __dlpack__() for. */
+struct pyshm_dl_request {
+	bool versioned;      /* max_version >= (1, 0): "dltensor_versioned" */
+	bool copy;           /* copy=True: the tensor gets bytes of its own */
+	int32_t device_type; /* PYSHM_KDLCPU or PYSHM_KDLCUDAHOST */
+};
+
+/* A tensor's place in its record. */
+struct pyshm_dl_geometry {
+	size_t offset; /* of its first byte in the record */
+	int ndim;
+	const int64_t *shape, *strides; /* strides in elements; NULL: C order */
+	uint8_t code, bits;
+};
+
+/** Parse __dlpack__()'s keyword arguments (stream, max_version, dl_device,
+ *  copy) into @p req: BufferError for a device other than the host.
+ *  @return 0, or -1 with an exception set. */
+int pyshm_dlpack_request(PyObject *args, PyObject *kw, struct pyshm_dl_request *req);
+
+/** A DLPack capsule of tensor @p g over the @p len bytes at @p base, the
+ *  record of @p owner (a Message or Reservation, its exports counted in
+ *  @p views, of channel @p chan), which the capsule holds (one export) until
+ *  the tensor's deleter runs; with req->copy over a copy instead.  The
+ *  caller checked that @p g lies within the record.  @return it, or NULL. */
+PyObject *pyshm_dlpack_capsule(PyObject *owner, Py_ssize_t *views, ChannelObject *chan, void *base, size_t len,
+			       bool read_only, const struct pyshm_dl_request *req, const struct pyshm_dl_geometry *g);
+
+/** __dlpack__(*args, **kw) of a whole record as one-dimensional uint8. */
+PyObject *pyshm_dlpack_bytes(PyObject *owner, Py_ssize_t *views, ChannelObject *chan, void *base, size_t len,
+			     bool read_only, PyObject *args, PyObject *kw);
+
+/** __dlpack_device__(): (kDLCPU, 0). */
+PyObject *pyshm_dlpack_device(PyObject *self, PyObject *unused);
 
 /** Make the type of @p spec and add it to @p module as @p name.
  *  @return the type (a reference kept for the module's globals), or NULL. */

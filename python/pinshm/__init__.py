@@ -12,7 +12,10 @@ receive messages, by copy or in place::
                 print(bytes(msg))
 
 numpy arrays go through send_array() and recv_array(): a received array is
-the record in place (no copy).  Errors are pinshm.Error (an OSError) and its
+the record in place (no copy).  Messages and reservations speak DLPack
+(torch.from_dlpack(msg), numpy.from_dlpack(msg)); a record a GPU copies
+from goes back once the copy completed (cuda_device(), Channel.register(),
+Message.release_after()).  Errors are pinshm.Error (an OSError) and its
 subclasses Full, Empty, Timeout, PeerGone, Corrupt, TooManyHeld, Stale,
 each carrying errno and the library's reason in .detail.
 
@@ -32,10 +35,13 @@ from _pinshm import (  # noqa: F401  (re-exported)
     PRODUCER,
     PROTOCOL_VERSION,
     QUEUE,
+    REGISTERED,
+    REGISTERED_READ_ONLY,
     TOPIC,
     Channel,
     Client,
     Corrupt,
+    Device,
     Empty,
     Error,
     Full,
@@ -46,6 +52,8 @@ from _pinshm import (  # noqa: F401  (re-exported)
     Timeout,
     TooManyHeld,
     connect,
+    cuda_device,
+    opencl_device,
     own_name,
     strerror,
 )
@@ -57,8 +65,10 @@ __version__ = LIBRARY_VERSION
 
 __all__ = [
     "CONSUMER", "HUGEPAGES", "LAYOUT_VERSION", "LIBRARY_VERSION", "MAX_HELD", "MIN_CAPACITY",
-    "NAME_MAX", "OVERRUN", "PERSISTENT", "PRODUCER", "PROTOCOL_VERSION", "QUEUE", "TOPIC",
-    "Channel", "Client", "Corrupt", "Empty", "Error", "Full", "Message", "PeerGone",
-    "Reservation", "Stale", "Timeout", "TooManyHeld", "connect", "own_name", "strerror",
+    "NAME_MAX", "OVERRUN", "PERSISTENT", "PRODUCER", "PROTOCOL_VERSION", "QUEUE", "REGISTERED",
+    "REGISTERED_READ_ONLY", "TOPIC", "Channel", "Client", "Corrupt", "Device", "Empty", "Error",
+    "Full", "Message", "PeerGone",
+    "Reservation", "Stale", "Timeout", "TooManyHeld", "connect", "cuda_device", "opencl_device", "own_name",
+    "strerror",
     "ARRAY_MAGIC", "array_dlpack", "as_array", "recv_array", "send_array", "recv_async",
 ]

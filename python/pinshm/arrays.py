@@ -22,6 +22,7 @@ the array's size; dtypes that hold Python objects are refused both ways.
 """
 
 import ast
+import functools
 import struct
 
 ARRAY_MAGIC = b"PSHA"
@@ -85,6 +86,23 @@ def send_array(channel, array, timeout=None, more=False):
         r.commit(more=more)
 
 
+@functools.lru_cache(maxsize=256)
+def _dtype(descr):
+    """The dtype that description descr (bytes) names; ValueError if it names
+    none, one of Python objects, or one of no size.  Cached: a stream of
+    arrays names few dtypes, and parsing one costs microseconds."""
+    np = _np()
+    try:
+        dtype = np.lib.format.descr_to_dtype(ast.literal_eval(descr.decode("utf-8")))
+    except Exception as e:  # whatever the text makes numpy or the parser say
+        raise ValueError("malformed array header: bad dtype (%s: %s)" % (type(e).__name__, e)) from None
+    if dtype.hasobject:
+        raise ValueError("array message of Python objects (dtype %s) refused" % dtype)
+    if dtype.itemsize == 0:
+        raise ValueError("malformed array header: dtype %s has no size" % dtype)
+    return dtype
+
+
 def _parse(np, view):
     """dtype, shape, order and data offset of the array in view; ValueError if malformed."""
     n = len(view)
@@ -103,13 +121,7 @@ def _parse(np, view):
     shape = struct.unpack_from("<%dQ" % ndim, view, _FIXED.size)
     if any(d > n for d in shape):
         raise ValueError("malformed array header: shape %s larger than the message (%d bytes)" % (tuple(shape), n))
-    try:
-        text = bytes(view[_FIXED.size + 8 * ndim : end]).decode("utf-8")
-        dtype = np.lib.format.descr_to_dtype(ast.literal_eval(text))
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, KeyError, IndexError) as e:
-        raise ValueError("malformed array header: bad dtype (%s)" % e) from None
-    if dtype.hasobject:
-        raise ValueError("array message of Python objects (dtype %s) refused" % dtype)
+    dtype = _dtype(bytes(view[_FIXED.size + 8 * ndim : end]))
     size = dtype.itemsize
     for d in shape:
         size *= d
@@ -165,14 +177,16 @@ def recv_array(channel, timeout=None):
 _DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}  # DLPack type codes of numpy kinds
 
 
-def array_dlpack(message):
+def array_dlpack(message, **dlpack):
     """A DLPack capsule of the array that message carries, in place.
 
     For torch.from_dlpack(pinshm.array_dlpack(msg)): a tensor of the array's
     dtype, shape and order over the record (on the CPU; no copy).  The record
     stays held until the tensor is gone.  Booleans, integers, floats and
     complex numbers of native byte order only (TypeError otherwise);
-    ValueError where the message is not a well-formed array message.
+    ValueError where the message is not a well-formed array message.  The
+    keywords are Message.__dlpack__()'s (max_version=(1, 0): a versioned,
+    read-only capsule; dl_device; copy).
     """
     import _pinshm
 
@@ -188,4 +202,5 @@ def array_dlpack(message):
             strides.append(step)
             step *= d
         strides = tuple(strides)
-    return _pinshm._dlpack(message, offset, tuple(shape), strides, _DL_CODES[dtype.kind], dtype.itemsize * 8)
+    return _pinshm._dlpack(message, offset, tuple(shape), strides, _DL_CODES[dtype.kind], dtype.itemsize * 8,
+                           **dlpack)

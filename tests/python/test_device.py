@@ -1,0 +1,193 @@
+"""Devices from Python: registration and release_after() over the CUDA
+backend, driven by the test double of libcuda.so.1 (tests/fake_cuda.c,
+$PINSHM_FAKE_CUDA, loaded in place of the driver through
+PINSHM_CUDA_LIBRARY).  Its events are pointers to an int: 0 pending, 1
+done, 2 failed.  This proves the module's logic, not a GPU's DMA (the GPU
+machine's checks do that)."""
+
+import ctypes
+import errno
+import gc
+import os
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+import pinshm
+
+FAKE = os.environ.get("PINSHM_FAKE_CUDA", "")
+PENDING, DONE, FAILED = 0, 1, 2
+
+
+def test_no_driver(monkeypatch):
+    """No libcuda: ENODEV, saying why."""
+    monkeypatch.setenv("PINSHM_CUDA_LIBRARY", "/nonexistent/libcuda.so.1")
+    with pytest.raises(pinshm.Error) as e:
+        pinshm.cuda_device()
+    assert e.value.errno == errno.ENODEV and "cannot load" in e.value.detail
+    with pytest.raises(TypeError):
+        pinshm.cuda_device("0")
+
+
+@pytest.fixture
+def dev(monkeypatch):
+    """A Device of the fake driver."""
+    if not FAKE or not os.path.exists(FAKE):
+        pytest.skip("PINSHM_FAKE_CUDA does not name the fake driver (run through make check)")
+    monkeypatch.setenv("PINSHM_CUDA_LIBRARY", FAKE)
+    ctypes.CDLL(FAKE)  # the library under test loads this same one
+    d = pinshm.cuda_device(0)
+    assert d.kind == "cuda"
+    with pytest.raises(pinshm.Error) as e:
+        pinshm.cuda_device(5)  # the double has one device
+    assert e.value.errno == errno.ENODEV
+    return d
+
+
+def events(n):
+    """n events of the double, pending, and their handles."""
+    ev = (ctypes.c_int * n)(*[PENDING] * n)
+    return ev, [ctypes.addressof(ev) + i * ctypes.sizeof(ctypes.c_int) for i in range(n)]
+
+
+def fill(tx, size=1000):
+    """Send until the channel is full; return how many were sent."""
+    n = 0
+    try:
+        while True:
+            tx.send(bytes([n % 251]) * size, timeout=0)
+            n += 1
+    except pinshm.Full:
+        return n
+
+
+def test_register(pair, dev):
+    tx, rx = pair(capacity=pinshm.MIN_CAPACITY)
+    assert rx.registered(dev) == 0
+    rx.register(dev)
+    rx.register(dev)  # again: nothing
+    assert rx.registered(dev) == pinshm.REGISTERED | pinshm.REGISTERED_READ_ONLY  # a consumer's
+    tx.register(dev)
+    assert tx.registered(dev) == pinshm.REGISTERED
+    with pytest.raises(TypeError):
+        rx.register("cuda")
+    rx.unregister(dev)
+    assert rx.registered(dev) == 0
+    with pytest.raises(pinshm.Error) as e:
+        rx.unregister(dev)
+    assert e.value.errno == errno.ENOENT
+
+
+def test_release_after(pair, dev):
+    """A record goes back only once its event completed, and in order."""
+    tx, rx = pair(capacity=pinshm.MIN_CAPACITY)
+    sent = fill(tx)
+    assert sent >= 3
+    ev, h = events(3)
+    m = rx.recv_inplace(timeout=1)
+    with pytest.raises(pinshm.Error) as e:
+        m.release_after(h[0])  # not registered
+    assert e.value.errno == errno.ENOENT and not m.released
+    rx.register(dev)
+    other = pinshm.cuda_device(0)
+    for bad, exc in ((("x",), TypeError), ((h[0], "metal"), ValueError), ((h[0], 3), TypeError),
+                     ((0,), ValueError)):
+        with pytest.raises(exc):
+            m.release_after(*bad)
+    with pytest.raises(pinshm.Error):
+        m.release_after(h[0], other)  # a device it is not registered with
+    m.release_after(h[0], "cuda")
+    with pytest.raises(ValueError):
+        m.release_after(h[0])
+    with pytest.raises(BufferError):
+        memoryview(m)
+    del m
+    assert rx.held == 0 and rx.release_poll() == 1
+    with pytest.raises(pinshm.Full):
+        tx.send(bytes(1000), timeout=0)  # the record's room is not the producer's yet
+    # Out of order: the second's event is done, the first still holds it.
+    m1, m2 = rx.recv_inplace(timeout=1), rx.recv_inplace(timeout=1)
+    assert bytes(m2)[:1] == bytes([2])
+    a2 = np.asarray(m2)
+    ev[2] = DONE
+    m2.release_after(h[2], dev)  # a view is alive: it waits for it too
+    with pytest.raises(BufferError):
+        m2.__dlpack__()
+    del a2, m2
+    m1.release_after(h[1])
+    del m1
+    assert rx.release_poll() == 3
+    ev[1] = FAILED  # a failed copy is over too; the first still waits
+    assert rx.release_poll() == 3
+    ev[0] = DONE
+    assert rx.release_poll() == 0
+    tx.send(bytes(1000), timeout=0)
+    n = 0
+    while True:
+        try:
+            rx.recv_inplace(timeout=0).release()
+            n += 1
+        except pinshm.Empty:
+            break
+    assert n == sent - 3 + 1
+
+
+class FakeEvent:
+    """What release_after() reads of a torch.cuda.Event."""
+
+    def __init__(self, handle):
+        self.cuda_event = handle
+
+
+class FakeStream:
+    """What release_after() uses of a torch.cuda.Stream."""
+
+    def __init__(self, handle):
+        self.handle, self.recorded = handle, []
+
+    def record_event(self):
+        e = FakeEvent(self.handle)
+        self.recorded.append(weakref.ref(e))
+        return e
+
+
+def test_event_objects_held(pair, dev):
+    """An event object lives until its release is no longer pending."""
+    tx, rx = pair()
+    rx.register(dev)
+    ev, h = events(2)
+    tx.send(b"a")
+    tx.send(b"b")
+    e = FakeEvent(h[0])
+    alive = weakref.ref(e)
+    rx.recv_inplace(timeout=1).release_after(e)
+    del e
+    gc.collect()
+    assert alive() is not None and rx.release_poll() == 1
+    s = FakeStream(h[1])
+    rx.recv_inplace(timeout=1).release_after(s)
+    assert len(s.recorded) == 1 and s.recorded[0]() is not None
+    ev[0] = DONE
+    assert rx.release_poll() == 1 and alive() is not None
+    ev[1] = DONE
+    assert rx.release_poll() == 0
+    gc.collect()
+    assert alive() is None and s.recorded[0]() is None
+
+
+def test_close_waits(pair, dev, client):
+    """Closing a channel waits for the pending copies (the double completes
+    an event it is asked to wait for), then lets the device go."""
+    tx, rx = pair()
+    refs = sys.getrefcount(dev)
+    rx.register(dev)
+    assert sys.getrefcount(dev) == refs + 1  # the channel holds it
+    ev, h = events(1)
+    tx.send(b"a")
+    rx.recv_inplace(timeout=1).release_after(h[0])
+    assert rx.release_poll() == 1
+    rx.close()
+    assert ev[0] == DONE
+    assert sys.getrefcount(dev) == refs  # and let it go
