@@ -92,10 +92,12 @@ static const char *const family_name[NFAMILY] = {"blocking", "nonblocking", "per
 						 "probe",    "synchronous", "buffered"};
 
 /* The collective calls the plugin counts ("pinshm-mpi coll stats:" lines). */
-enum { NCOLL = 8 };
-static const char *const coll_name[NCOLL] = {"barrier", "bcast",   "reduce",    "allreduce",
-					     "gather",  "scatter", "allgather", "alltoall"};
-#define COLL_ALL 0xffu /* every call of coll_name */
+enum { NCOLL = 13 };
+static const char *const coll_name[NCOLL] = {"barrier",  "bcast",  "reduce",  "allreduce",  "gather",
+					     "scatter",  "allgather", "alltoall", "ibarrier", "ibcast",
+					     "ireduce", "iallreduce", "iallgather"};
+#define COLL_ALL 0xffu  /* every blocking call of coll_name */
+#define COLL_NB 0x1f00u /* every nonblocking one */
 
 #define B (1u << F_BLOCKING)
 #define NB (1u << F_NONBLOCKING)
@@ -138,12 +140,17 @@ static const struct program programs[] = {
 	 * messages in flight; once more with collectives turned off. */
 	{"coll_basic", NB, 0, NULL, NULL},
 	{"coll_basic", NB, 0, NULL, "PINSHM_MPI_COLL=0"},
+	/* The nonblocking collectives, overlapping each other, blocking ones
+	 * and point-to-point traffic; once more with collectives turned off. */
+	{"coll_nb", NB, 0, NULL, NULL},
+	{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL=0"},
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
 	{"f_sendrecv", B | NB, 0, NULL, NULL},
 	/* Fortran's collectives: carried like C's. */
 	{"f_coll", B, 0, NULL, NULL},
+	{"f_coll_nb", B, 0, NULL, NULL},
 	{"f_p2p", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	{"f_p2p08", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	{"f_comms", B | NB, 0, NULL, NULL},
@@ -459,6 +466,10 @@ static void parse_coll(struct run *r, int np)
  * go through pinshm on one node. */
 static unsigned colls_of(const struct program *pg)
 {
+	if (!strcmp(pg->name, "coll_nb"))
+		return COLL_NB | 1u << 0 | 1u << 1 | 1u << 3; /* and Barrier, Bcast, Allreduce */
+	if (!strcmp(pg->name, "f_coll_nb"))
+		return COLL_NB;
 	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_ALL : 0;
 }
 

@@ -65,6 +65,7 @@ void pm_coll_print_stats(void)
 			" mpi_calls=%" PRIu64 "\n",
 			pm.world_rank, call_names[k], counts[k].pinshm_calls, counts[k].pinshm_bytes,
 			counts[k].mpi_calls);
+	coll_nb_print_stats();
 }
 
 /* ---- the area ------------------------------------------------------------ */
@@ -170,7 +171,7 @@ static struct pm_coll *agree(struct pm_comm *c)
 	return co;
 }
 
-struct pm_coll *pm_coll_for(MPI_Comm comm)
+struct pm_coll *pm_coll_nb_for(MPI_Comm comm)
 {
 	if (!pm.active)
 		return NULL;
@@ -179,6 +180,14 @@ struct pm_coll *pm_coll_for(MPI_Comm comm)
 		return NULL;
 	struct pm_coll *co = c->coll ? c->coll : agree(c);
 	return co && co->on ? co : NULL;
+}
+
+struct pm_coll *pm_coll_for(MPI_Comm comm)
+{
+	struct pm_coll *co = pm_coll_nb_for(comm);
+	if (co)
+		coll_nb_drain(co);
+	return co;
 }
 
 void pm_coll_free(struct pm_comm *c)

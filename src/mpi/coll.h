@@ -68,6 +68,27 @@ struct pm_coll {
  * call to the MPI library.  Every rank of @p comm gets the same answer. */
 struct pm_coll *pm_coll_for(MPI_Comm comm);
 
+/*
+ * Nonblocking collectives (coll_nb.c).  A call reserves its steps when it
+ * is made (co->step moves past them then, as a blocking call's would), so
+ * calls on a communicator take the same steps at every rank in whatever
+ * mix of blocking and nonblocking calls.  This rank runs the steps of a
+ * communicator strictly in order, one at a time: step s begins only once
+ * its own done = s - 1.  That keeps arrive and done meaning "every step up
+ * to s" and the two halves' rule (write half s & 1 once every done >=
+ * s - 2) sound, with one step's data and the previous one's in the halves
+ * at most.  So a blocking call, which takes the next steps at once, first
+ * lets every pending nonblocking call on the communicator finish here
+ * (coll_nb_drain(): own done reaches the steps reserved, progressing them
+ * and everything else meanwhile); the other ranks reach those steps
+ * without it (the progress engine, or their own blocking call).
+ */
+/* As pm_coll_for(), without waiting for pending nonblocking calls. */
+struct pm_coll *pm_coll_nb_for(MPI_Comm comm);
+/* Until this rank has finished every step reserved on @p co. */
+void coll_nb_drain(struct pm_coll *co);
+void coll_nb_print_stats(void);
+
 static inline uint8_t *coll_half(const struct pm_coll *co, int r, uint64_t s)
 {
 	return co->half[r] + (s & 1) * co->half_bytes;
@@ -82,5 +103,29 @@ void coll_finish(struct pm_coll *co, uint64_t s);      /* done = s */
 
 /* Statistics: a call of @p call carried (@p pinshm) or passed on. */
 void coll_count(enum coll_call call, bool pinshm, uint64_t bytes);
+
+/* ---- what coll_ops.c shares with coll_nb.c ---------------------------- */
+
+/* A reduction: what is decided from its signature (the same at every
+ * rank: the type's size, the count, the op), and how the elements lie in
+ * this rank's own memory (element i's bytes from buf + i * extent + tlb,
+ * true_extent of them; its layout is its own, other ranks' may differ). */
+struct red {
+	MPI_Datatype type;
+	MPI_Op op;
+	size_t size;    /* signature: bytes of one element, packed */
+	int per_chunk;  /* signature: elements a half holds, packed */
+	MPI_Aint tlb, extent, true_extent;
+	bool dense;     /* here: the elements are count * size contiguous bytes */
+	char *acc, *x;  /* here, not dense: two chunks in this layout, or NULL */
+};
+
+bool red_layout(struct red *r, MPI_Datatype type, size_t half);
+size_t red_span(const struct red *r, int k);
+/* Fold the n chunks of step @p s into @p out in the fixed order. */
+int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out);
+int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t bytes);
+int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *packed, uint64_t bytes, bool pack);
+char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes, bool fill, void **tmp, int *rc);
 
 #endif /* PINSHM_MPI_COLL_H */

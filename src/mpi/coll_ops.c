@@ -114,23 +114,9 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
 
 /* ---- Reduce, Allreduce --------------------------------------------------- */
 
-/* A reduction: what is decided from its signature (the same at every
- * rank: the type's size, the count, the op), and how the elements lie in
- * this rank's own memory (element i's bytes from buf + i * extent + tlb,
- * true_extent of them; its layout is its own, other ranks' may differ). */
-struct red {
-	MPI_Datatype type;
-	MPI_Op op;
-	size_t size;    /* signature: bytes of one element, packed */
-	int per_chunk;  /* signature: elements a half holds, packed */
-	MPI_Aint tlb, extent, true_extent;
-	bool dense;     /* here: the elements are count * size contiguous bytes */
-	char *acc, *x;  /* here, not dense: two chunks in this layout, or NULL */
-};
-
 /* The reduction of @p type, or false where it is not carried: decided
  * from the type's size only (an element's packed bytes fit a half). */
-static bool red_layout(struct red *r, MPI_Datatype type, size_t half)
+bool red_layout(struct red *r, MPI_Datatype type, size_t half)
 {
 	const struct pm_type *t = pm_type_info(type);
 	if (!t || t->size == 0 || (uint64_t)t->size > half)
@@ -153,14 +139,14 @@ static MPI_Aint red_lo(const struct red *r, int k)
 	return r->tlb + (d < 0 ? d : 0);
 }
 
-static size_t red_span(const struct red *r, int k)
+size_t red_span(const struct red *r, int k)
 {
 	MPI_Aint d = (MPI_Aint)(k - 1) * r->extent;
 	return (size_t)(r->true_extent + (d < 0 ? -d : d));
 }
 
 /* @p count elements of @p type (@p bytes of data) from @p in to @p out. */
-static int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t bytes)
+int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t bytes)
 {
 	void *tmp = malloc(bytes);
 	if (!tmp)
@@ -187,7 +173,7 @@ static void *red_unpacked(const struct red *r, const void *half, char *room, int
 
 /* The fixed order: x0 op (x1 op (... x[n-1])) over the chunks of step
  * @p s, into @p out (the user's, at this chunk). */
-static int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out)
+int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out)
 {
 	int n = co->size, rc = MPI_SUCCESS;
 	void *acc;
@@ -310,7 +296,7 @@ struct blocks {
 /* The @p n blocks of @p count items of @p type at @p buf (block r at
  * buf + r * count * extent) packed to (@p pack) or unpacked from
  * @p packed (block r at r * @p bytes), one block at a time. */
-static int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *packed, uint64_t bytes, bool pack)
+int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *packed, uint64_t bytes, bool pack)
 {
 	const struct pm_type *t = pm_type_info(type);
 	if (!t)
@@ -332,7 +318,7 @@ static int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *pac
  * in *@p tmp (packed now where @p fill; a failure to pack is kept in *@p rc
  * and the copy holds zeros: the caller's steps go on).  @return NULL only
  * where out of memory. */
-static char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes, bool fill, void **tmp,
+char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes, bool fill, void **tmp,
 			int *rc)
 {
 	const struct pm_type *t = pm_type_info(type);
