@@ -141,16 +141,14 @@ static const struct program programs[] = {
 	{"coll_basic", NB, 0, NULL, NULL},
 	{"coll_basic", NB, 0, NULL, "PINSHM_MPI_COLL=0"},
 	/* The nonblocking collectives, overlapping each other, blocking ones
-	 * and point-to-point traffic; once more with collectives turned off. */
-	{"coll_nb", NB, 0, NULL, NULL},
-	{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL=0"},
+	 * and point-to-point traffic (more runs: test_coll_nb). */
+	{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL_AREA=64K"}, /* halves of 8 to 16 KiB: calls of many steps */
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
 	{"f_sendrecv", B | NB, 0, NULL, NULL},
 	/* Fortran's collectives: carried like C's. */
 	{"f_coll", B, 0, NULL, NULL},
-	{"f_coll_nb", B, 0, NULL, NULL},
 	{"f_p2p", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	{"f_p2p08", B | NB | P | PR | SY | BU, 0, NULL, NULL},
 	{"f_comms", B | NB, 0, NULL, NULL},
@@ -983,6 +981,26 @@ START_TEST(test_many_ranks)
 }
 END_TEST
 
+/* The nonblocking collectives in a few more runs than every
+ * configuration's (each run costs seconds): at 3 ranks (a node not a
+ * power of two), with collectives turned off, from Fortran. */
+START_TEST(test_coll_nb)
+{
+	static const struct {
+		struct program pg;
+		struct config cf;
+	} runs[] = {
+		{{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL_AREA=64K"}, {.name = "plugin -np 3", .np = 3, .plugin = true}},
+		{{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL=0"}, {.name = "plugin -np 4", .np = 4, .plugin = true}},
+#ifdef HAVE_MPIFORT_TEST
+		{{"f_coll_nb", NB, 0, NULL, NULL}, {.name = "plugin -np 4", .np = 4, .plugin = true}},
+#endif
+	};
+	if ((size_t)_i < sizeof(runs) / sizeof(runs[0]))
+		run_one(&runs[_i].pg, &runs[_i].cf);
+}
+END_TEST
+
 /* A tool's library that defines MPI_Send (as a profiler's wrappers do)
  * preloaded before the plugin: that MPI_Send reaches the MPI library
  * without the plugin, so the plugin must carry nothing (else its receives
@@ -1647,6 +1665,11 @@ static Suite *mpi_suite(bool plugin, bool user)
 
 		tc = tcase_create("wrapped");
 		tcase_add_loop_test(tc, test_wrapped, 0, 3);
+		tcase_set_timeout(tc, 200);
+		suite_add_tcase(s, tc);
+
+		tc = tcase_create("coll_nb");
+		tcase_add_loop_test(tc, test_coll_nb, 0, 3);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

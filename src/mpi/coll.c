@@ -32,8 +32,9 @@
 static bool coll_enabled = true;
 static uint64_t area_max = AREA_DEFAULT;
 
-static const char *const call_names[CALL_COUNT] = {"barrier", "bcast",  "reduce",   "allreduce",
-							 "gather",  "scatter", "allgather", "alltoall"};
+static const char *const call_names[CALL_COUNT] = {
+	"barrier", "bcast", "reduce", "allreduce", "gather", "scatter", "allgather", "alltoall",
+	"ibarrier", "ibcast", "ireduce", "iallreduce", "iallgather"};
 static struct {
 	uint64_t pinshm_calls, pinshm_bytes, mpi_calls;
 } counts[CALL_COUNT];
@@ -65,7 +66,6 @@ void pm_coll_print_stats(void)
 			" mpi_calls=%" PRIu64 "\n",
 			pm.world_rank, call_names[k], counts[k].pinshm_calls, counts[k].pinshm_bytes,
 			counts[k].mpi_calls);
-	coll_nb_print_stats();
 }
 
 /* ---- the area ------------------------------------------------------------ */

@@ -49,6 +49,11 @@ enum coll_call {
 	CALL_SCATTER,
 	CALL_ALLGATHER,
 	CALL_ALLTOALL,
+	CALL_IBARRIER, /* the nonblocking ones (coll_nb.c) */
+	CALL_IBCAST,
+	CALL_IREDUCE,
+	CALL_IALLREDUCE,
+	CALL_IALLGATHER,
 	CALL_COUNT
 };
 
@@ -87,7 +92,6 @@ struct pm_coll *pm_coll_for(MPI_Comm comm);
 struct pm_coll *pm_coll_nb_for(MPI_Comm comm);
 /* Until this rank has finished every step reserved on @p co. */
 void coll_nb_drain(struct pm_coll *co);
-void coll_nb_print_stats(void);
 
 static inline uint8_t *coll_half(const struct pm_coll *co, int r, uint64_t s)
 {

@@ -25,24 +25,16 @@
  * with the library's blocking collectives (coll.c), also where that call
  * is a nonblocking one.
  */
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "coll.h"
 
-enum nb_kind { NB_BARRIER, NB_BCAST, NB_REDUCE, NB_ALLREDUCE, NB_ALLGATHER, NB_KINDS };
-
-static const char *const nb_names[NB_KINDS] = {"ibarrier", "ibcast", "ireduce", "iallreduce", "iallgather"};
-static struct {
-	uint64_t pinshm_calls, pinshm_bytes, mpi_calls;
-} nb_counts[NB_KINDS];
-
 struct nb {
 	struct pm_link link; /* in `pending`, in the order the calls were made */
 	struct pm_op *op;
 	struct pm_coll *co;
-	enum nb_kind kind;
+	enum coll_call kind;
 	int root;            /* Bcast, Reduce; else -1 */
 	uint64_t first, last; /* its steps */
 	uint64_t step;        /* the one running */
@@ -63,28 +55,6 @@ struct nb {
 
 static struct pm_list pending;
 unsigned pm_coll_nb_pending;
-
-static void count_call(enum nb_kind k, bool pinshm, uint64_t bytes)
-{
-	if (pm.multiple)
-		return;
-	if (pinshm) {
-		nb_counts[k].pinshm_calls++;
-		nb_counts[k].pinshm_bytes += bytes;
-	} else {
-		nb_counts[k].mpi_calls++;
-	}
-}
-
-void coll_nb_print_stats(void)
-{
-	for (int k = 0; k < NB_KINDS; k++)
-		fprintf(stderr,
-			"pinshm-mpi coll stats: rank=%d call=%s pinshm_calls=%" PRIu64 " pinshm_bytes=%" PRIu64
-			" mpi_calls=%" PRIu64 "\n",
-			pm.world_rank, nb_names[k], nb_counts[k].pinshm_calls, nb_counts[k].pinshm_bytes,
-			nb_counts[k].mpi_calls);
-}
 
 static void no_memory(void)
 {
@@ -126,7 +96,7 @@ static uint64_t own_done(const struct pm_coll *co)
 /* Whether this rank writes data at each step of @p b (Barrier: posts only). */
 static bool writes(const struct nb *b)
 {
-	return b->kind != NB_BCAST || b->co->rank == b->root;
+	return b->kind != CALL_IBCAST || b->co->rank == b->root;
 }
 
 /* The ranks whose data this rank reads at each step: [*from, *to). */
@@ -135,10 +105,10 @@ static void reads(const struct nb *b, int *from, int *to)
 	int n = b->co->size, me = b->co->rank;
 	*from = 0;
 	*to = n;
-	if (b->kind == NB_BCAST) {
+	if (b->kind == CALL_IBCAST) {
 		*from = me == b->root ? 0 : b->root;
 		*to = me == b->root ? 0 : b->root + 1;
-	} else if (b->kind == NB_REDUCE && me != b->root) {
+	} else if (b->kind == CALL_IREDUCE && me != b->root) {
 		*to = 0;
 	}
 }
@@ -155,9 +125,9 @@ static void write_part(struct nb *b, uint64_t s)
 	struct pm_coll *co = b->co;
 	uint64_t i = s - b->first;
 	uint8_t *half = coll_half(co, co->rank, s);
-	if (b->kind == NB_BCAST || b->kind == NB_ALLGATHER) {
+	if (b->kind == CALL_IBCAST || b->kind == CALL_IALLGATHER) {
 		memcpy(half, b->data + i * co->half_bytes, piece_len(b->bytes, i, co->half_bytes));
-	} else if (b->kind == NB_REDUCE || b->kind == NB_ALLREDUCE) {
+	} else if (b->kind == CALL_IREDUCE || b->kind == CALL_IALLREDUCE) {
 		const struct red *r = &b->r;
 		int64_t e0 = (int64_t)i * r->per_chunk;
 		int k = b->count - e0 < r->per_chunk ? (int)(b->count - e0) : r->per_chunk;
@@ -174,13 +144,13 @@ static void read_part(struct nb *b, uint64_t s)
 	struct pm_coll *co = b->co;
 	uint64_t i = s - b->first, off = i * co->half_bytes;
 	size_t len = piece_len(b->bytes, i, co->half_bytes);
-	if (b->kind == NB_BCAST && co->rank != b->root) {
+	if (b->kind == CALL_IBCAST && co->rank != b->root) {
 		memcpy(b->data + off, coll_half(co, b->root, s), len);
-	} else if (b->kind == NB_ALLGATHER) {
+	} else if (b->kind == CALL_IALLGATHER) {
 		for (int r = 0; r < co->size; r++)
 			if (r != co->rank || b->data != b->all + (uint64_t)r * b->bytes) /* in place */
 				memcpy(b->all + (uint64_t)r * b->bytes + off, coll_half(co, r, s), len);
-	} else if (b->kind == NB_ALLREDUCE || (b->kind == NB_REDUCE && co->rank == b->root)) {
+	} else if (b->kind == CALL_IALLREDUCE || (b->kind == CALL_IREDUCE && co->rank == b->root)) {
 		const struct red *r = &b->r;
 		int64_t e0 = (int64_t)i * r->per_chunk;
 		int k = b->count - e0 < r->per_chunk ? (int)(b->count - e0) : r->per_chunk;
@@ -197,7 +167,7 @@ static bool try_step(struct nb *b)
 		if (own_done(co) != s - 1)
 			return false; /* an earlier call's step runs first (coll.h) */
 		bool w = writes(b);
-		if (w && b->kind != NB_BARRIER && s > 2 && !flags_at(co, 0, co->size, true, s - 2))
+		if (w && b->kind != CALL_IBARRIER && s > 2 && !flags_at(co, 0, co->size, true, s - 2))
 			return false; /* someone still reads half s & 1 */
 		if (w) {
 			write_part(b, s);
@@ -226,9 +196,9 @@ static void finish(struct nb *b)
 		pm_list_remove(&pending, &b->link);
 		pm_coll_nb_pending--;
 	}
-	if (b->kind == NB_BCAST && b->tmp && b->co->rank != b->root && b->rc == MPI_SUCCESS)
+	if (b->kind == CALL_IBCAST && b->tmp && b->co->rank != b->root && b->rc == MPI_SUCCESS)
 		note(b, pm_unpack(b->tmp, b->bytes, b->ubuf, b->ucount, op->dtype));
-	if (b->kind == NB_ALLGATHER && b->tmp_all && b->rc == MPI_SUCCESS)
+	if (b->kind == CALL_IALLGATHER && b->tmp_all && b->rc == MPI_SUCCESS)
 		note(b, blocks_move(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->bytes, false));
 	op->st_error = b->rc;
 	free(b->tmp);
@@ -270,7 +240,7 @@ void coll_nb_drain(struct pm_coll *co)
 
 /* A call on @p comm carried through @p co: its op, its handle in
  * *@p request.  @return NULL (*@p rc: why) where it has none. */
-static struct nb *nb_new(struct pm_coll *co, enum nb_kind kind, MPI_Comm comm, MPI_Request *request, int *rc)
+static struct nb *nb_new(struct pm_coll *co, enum coll_call kind, MPI_Comm comm, MPI_Request *request, int *rc)
 {
 	struct nb *b = calloc(1, sizeof(*b));
 	if (!b)
@@ -334,11 +304,11 @@ static uint64_t pieces(uint64_t bytes, size_t half)
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
 {
 	struct pm_coll *co = pm_coll_nb_for(comm);
-	count_call(NB_BARRIER, co != NULL, 0);
+	coll_count(CALL_IBARRIER, co != NULL, 0);
 	if (!co)
 		return PMPI_Ibarrier(comm, request);
 	int rc;
-	struct nb *b = nb_new(co, NB_BARRIER, comm, request, &rc);
+	struct nb *b = nb_new(co, CALL_IBARRIER, comm, request, &rc);
 	return b ? launch(b, co->size > 1) : rc;
 }
 
@@ -347,13 +317,13 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
 	struct pm_coll *co = pm_coll_nb_for(comm);
 	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
 	if (!t || count < 0 || root < 0 || root >= co->size) {
-		count_call(NB_BCAST, false, 0);
+		coll_count(CALL_IBCAST, false, 0);
 		return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
 	}
 	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
-	count_call(NB_BCAST, true, bytes);
+	coll_count(CALL_IBCAST, true, bytes);
 	int rc;
-	struct nb *b = nb_new(co, NB_BCAST, comm, request, &rc);
+	struct nb *b = nb_new(co, CALL_IBCAST, comm, request, &rc);
 	if (!b)
 		return rc;
 	b->root = root;
@@ -380,15 +350,15 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
 static int nb_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
 		     MPI_Comm comm, MPI_Request *request)
 {
-	enum nb_kind kind = root < 0 ? NB_ALLREDUCE : NB_REDUCE;
+	enum coll_call kind = root < 0 ? CALL_IALLREDUCE : CALL_IREDUCE;
 	struct pm_coll *co = pm_coll_nb_for(comm);
 	struct red r = {.op = op};
 	if (!co || count < 0 || op == MPI_OP_NULL || root >= co->size ||
 	    !red_layout(&r, datatype, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
-		count_call(kind, false, 0);
+		coll_count(kind, false, 0);
 		return -1;
 	}
-	count_call(kind, true, (uint64_t)count * r.size);
+	coll_count(kind, true, (uint64_t)count * r.size);
 	int rc;
 	struct nb *b = nb_new(co, kind, comm, request, &rc);
 	if (!b)
@@ -440,13 +410,13 @@ int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
 	const struct pm_type *t = co ? pm_type_info(in_place ? recvtype : sendtype) : NULL;
 	int count = in_place ? recvcount : sendcount;
 	if (!t || count < 0) {
-		count_call(NB_ALLGATHER, false, 0);
+		coll_count(CALL_IALLGATHER, false, 0);
 		return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
 	}
 	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
-	count_call(NB_ALLGATHER, true, bytes);
+	coll_count(CALL_IALLGATHER, true, bytes);
 	int rc;
-	struct nb *b = nb_new(co, NB_ALLGATHER, comm, request, &rc);
+	struct nb *b = nb_new(co, CALL_IALLGATHER, comm, request, &rc);
 	if (!b)
 		return rc;
 	b->bytes = bytes;
