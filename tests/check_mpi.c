@@ -92,14 +92,16 @@ static const char *const family_name[NFAMILY] = {"blocking", "nonblocking", "per
 						 "probe",    "synchronous", "buffered"};
 
 /* The collective calls the plugin counts ("pinshm-mpi coll stats:" lines). */
-enum { NCOLL = 16 };
+enum { NCOLL = 21 };
 static const char *const coll_name[NCOLL] = {
-	"barrier", "bcast",    "reduce",     "allreduce", "gather",		  "scatter",	    "allgather",
-	"alltoall", "gatherv", "scatterv", "allgatherv", "alltoallv", "reduce_scatter_block", "reduce_scatter",
-	"scan",	    "exscan"};
-#define COLL_BASIC 0xffu  /* Barrier ... Alltoall */
-#define COLL_V 0xf00u     /* Gatherv, Scatterv, Allgatherv, Alltoallv */
-#define COLL_SCAN 0xf000u /* Reduce_scatter(_block), Scan, Exscan */
+	"barrier",  "bcast",	"reduce",    "allreduce",  "gather",     "scatter",
+	"allgather", "alltoall", "gatherv",   "scatterv",   "allgatherv", "alltoallv",
+	"reduce_scatter_block", "reduce_scatter", "scan", "exscan", "ibarrier", "ibcast",
+	"ireduce",  "iallreduce", "iallgather"};
+#define COLL_BASIC 0xffu    /* Barrier ... Alltoall */
+#define COLL_V 0xf00u       /* Gatherv, Scatterv, Allgatherv, Alltoallv */
+#define COLL_SCAN 0xf000u   /* Reduce_scatter(_block), Scan, Exscan */
+#define COLL_NB 0x1f0000u   /* Ibarrier ... Iallgather */
 
 #define B (1u << F_BLOCKING)
 #define NB (1u << F_NONBLOCKING)
@@ -145,6 +147,9 @@ static const struct program programs[] = {
 	/* The v variants; reduce-scatter and the scans (more ranks: test_coll_ranks). */
 	{"coll_v", B, 0, NULL, NULL},
 	{"coll_scan", B, 0, NULL, NULL},
+	/* The nonblocking collectives, overlapping each other, blocking ones
+	 * and point-to-point traffic (more runs: test_coll_nb). */
+	{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL_AREA=64K"}, /* halves of 8 to 16 KiB: calls of many steps */
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
@@ -467,6 +472,10 @@ static void parse_coll(struct run *r, int np)
  * go through pinshm on one node. */
 static unsigned colls_of(const struct program *pg)
 {
+	if (!strcmp(pg->name, "coll_nb"))
+		return COLL_NB | 1u << 0 | 1u << 1 | 1u << 3; /* and Barrier, Bcast, Allreduce */
+	if (!strcmp(pg->name, "f_coll_nb"))
+		return COLL_NB;
 	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_BASIC
 	       : !strcmp(pg->name, "coll_v")				      ? COLL_V
 	       : !strcmp(pg->name, "coll_scan")				      ? COLL_SCAN
@@ -1005,6 +1014,26 @@ START_TEST(test_many_ranks)
 	program_arg = _i == 2 ? "1" : NULL;
 	run_one(&many[_i], &np32);
 	program_arg = NULL;
+}
+END_TEST
+
+/* The nonblocking collectives in a few more runs than every
+ * configuration's (each run costs seconds): at 3 ranks (a node not a
+ * power of two), with collectives turned off, from Fortran. */
+START_TEST(test_coll_nb)
+{
+	static const struct {
+		struct program pg;
+		struct config cf;
+	} runs[] = {
+		{{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL_AREA=64K"}, {.name = "plugin -np 3", .np = 3, .plugin = true}},
+		{{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL=0"}, {.name = "plugin -np 4", .np = 4, .plugin = true}},
+#ifdef HAVE_MPIFORT_TEST
+		{{"f_coll_nb", NB, 0, NULL, NULL}, {.name = "plugin -np 4", .np = 4, .plugin = true}},
+#endif
+	};
+	if ((size_t)_i < sizeof(runs) / sizeof(runs[0]))
+		run_one(&runs[_i].pg, &runs[_i].cf);
 }
 END_TEST
 
@@ -1677,6 +1706,11 @@ static Suite *mpi_suite(bool plugin, bool user)
 
 		tc = tcase_create("wrapped");
 		tcase_add_loop_test(tc, test_wrapped, 0, 3);
+		tcase_set_timeout(tc, 200);
+		suite_add_tcase(s, tc);
+
+		tc = tcase_create("coll_nb");
+		tcase_add_loop_test(tc, test_coll_nb, 0, 3);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

@@ -34,7 +34,8 @@ static uint64_t area_max = AREA_DEFAULT;
 
 static const char *const call_names[CALL_COUNT] = {
 	"barrier", "bcast", "reduce", "allreduce", "gather", "scatter", "allgather", "alltoall",
-	"gatherv", "scatterv", "allgatherv", "alltoallv", "reduce_scatter_block", "reduce_scatter", "scan", "exscan"};
+	"gatherv", "scatterv", "allgatherv", "alltoallv", "reduce_scatter_block", "reduce_scatter", "scan", "exscan",
+	"ibarrier", "ibcast", "ireduce", "iallreduce", "iallgather"};
 static struct {
 	uint64_t pinshm_calls, pinshm_bytes, mpi_calls;
 } counts[CALL_COUNT];
@@ -171,7 +172,7 @@ static struct pm_coll *agree(struct pm_comm *c)
 	return co;
 }
 
-struct pm_coll *pm_coll_for(MPI_Comm comm)
+struct pm_coll *pm_coll_nb_for(MPI_Comm comm)
 {
 	if (!pm.active)
 		return NULL;
@@ -180,6 +181,14 @@ struct pm_coll *pm_coll_for(MPI_Comm comm)
 		return NULL;
 	struct pm_coll *co = c->coll ? c->coll : agree(c);
 	return co && co->on ? co : NULL;
+}
+
+struct pm_coll *pm_coll_for(MPI_Comm comm)
+{
+	struct pm_coll *co = pm_coll_nb_for(comm);
+	if (co)
+		coll_nb_drain(co);
+	return co;
 }
 
 void pm_coll_free(struct pm_comm *c)

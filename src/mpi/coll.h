@@ -60,6 +60,11 @@ enum coll_call {
 	CALL_REDUCE_SCATTER,
 	CALL_SCAN,
 	CALL_EXSCAN,
+	CALL_IBARRIER, /* the nonblocking ones (coll_nb.c) */
+	CALL_IBCAST,
+	CALL_IREDUCE,
+	CALL_IALLREDUCE,
+	CALL_IALLGATHER,
 	CALL_COUNT
 };
 
@@ -78,6 +83,26 @@ struct pm_coll {
  * first call, collectively over @p comm), else NULL: the caller passes the
  * call to the MPI library.  Every rank of @p comm gets the same answer. */
 struct pm_coll *pm_coll_for(MPI_Comm comm);
+
+/*
+ * Nonblocking collectives (coll_nb.c).  A call reserves its steps when it
+ * is made (co->step moves past them then, as a blocking call's would), so
+ * calls on a communicator take the same steps at every rank in whatever
+ * mix of blocking and nonblocking calls.  This rank runs the steps of a
+ * communicator strictly in order, one at a time: step s begins only once
+ * its own done = s - 1.  That keeps arrive and done meaning "every step up
+ * to s" and the two halves' rule (write half s & 1 once every done >=
+ * s - 2) sound, with one step's data and the previous one's in the halves
+ * at most.  So a blocking call, which takes the next steps at once, first
+ * lets every pending nonblocking call on the communicator finish here
+ * (coll_nb_drain(): own done reaches the steps reserved, progressing them
+ * and everything else meanwhile); the other ranks reach those steps
+ * without it (the progress engine, or their own blocking call).
+ */
+/* As pm_coll_for(), without waiting for pending nonblocking calls. */
+struct pm_coll *pm_coll_nb_for(MPI_Comm comm);
+/* Until this rank has finished every step reserved on @p co. */
+void coll_nb_drain(struct pm_coll *co);
 
 static inline uint8_t *coll_half(const struct pm_coll *co, int r, uint64_t s)
 {

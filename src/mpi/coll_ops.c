@@ -296,7 +296,7 @@ struct blocks {
 /* The @p n blocks of @p count items of @p type at @p buf (block r at
  * buf + r * count * extent) packed to (@p pack) or unpacked from
  * @p packed (block r at r * @p bytes), one block at a time. */
-static int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *packed, uint64_t bytes, bool pack)
+int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *packed, uint64_t bytes, bool pack)
 {
 	const struct pm_type *t = pm_type_info(type);
 	if (!t)
@@ -318,7 +318,7 @@ static int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *pac
  * in *@p tmp (packed now where @p fill; a failure to pack is kept in *@p rc
  * and the copy holds zeros: the caller's steps go on).  @return NULL only
  * where out of memory. */
-static char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes, bool fill, void **tmp,
+char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes, bool fill, void **tmp,
 			int *rc)
 {
 	const struct pm_type *t = pm_type_info(type);

@@ -1,6 +1,6 @@
 /*
  * coll_red.h - what the reductions of coll_ops.c share with those of
- * coll_scan.c: a reduction's layout (decided from its signature) and the
+ * coll_scan.c and coll_nb.c: a reduction's layout (decided from its signature) and the
  * fold of the ranks' chunks of one step in the fixed order
  *   x[lo] op (x[lo+1] op (... op x[hi-1]))
  * (from the highest rank down, whatever the operation: MPI takes every
@@ -36,5 +36,12 @@ int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t
  * at byte @p off of each one's half of step @p s, into @p out (the
  * user's, at this chunk). */
 int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out, int lo, int hi, size_t off);
+
+/* The @p n blocks of @p count items of @p type at @p buf packed to
+ * (@p pack) or unpacked from @p packed (block r at r * @p bytes). */
+int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *packed, uint64_t bytes, bool pack);
+/* @p buf's @p n blocks as contiguous packed bytes: @p buf itself where it
+ * is already, else a copy in *@p tmp (coll_ops.c says more). */
+char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes, bool fill, void **tmp, int *rc);
 
 #endif /* PINSHM_MPI_COLL_RED_H */

@@ -238,6 +238,8 @@ int MPI_Request_free(MPI_Request *request)
 		pm_forget_passed(*request);
 		return PMPI_Request_free(request);
 	}
+	if (op->kind == OP_COLL && op->state != ST_DONE) /* erroneous (MPI-3.1 5.12): refused, as Open MPI does */
+		return pm_comm_error(error_comm(op), MPI_ERR_REQUEST);
 	*request = MPI_REQUEST_NULL;
 	if (op->state == ST_DONE || inactive(op))
 		pm_op_release(op);
@@ -251,6 +253,8 @@ int MPI_Cancel(MPI_Request *request)
 	struct pm_op *op = pm_op_by_handle(*request);
 	if (!op)
 		return PMPI_Cancel(request);
+	if (op->kind == OP_COLL && op->state != ST_DONE) /* erroneous, as above */
+		return pm_comm_error(error_comm(op), MPI_ERR_REQUEST);
 	if (op->kind != OP_IDUP)
 		pm_op_cancel(op);
 	return MPI_SUCCESS;

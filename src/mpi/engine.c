@@ -1042,6 +1042,8 @@ int pm_progress(void)
 		}
 	if (pm.hybrid.head || pm.remote.head)
 		did += poll_remote();
+	if (pm_coll_nb_pending)
+		did += pm_coll_nb_progress();
 	pm.in_progress = 0;
 	return did;
 }
@@ -1074,7 +1076,8 @@ static bool any_busy(void)
 void pm_idle(unsigned *idle, bool may_sleep)
 {
 	static uint64_t since;
-	if (may_sleep && pm.cfg.spin_ns && !any_busy() && !pm.hybrid.head && !pm.remote.head && !pm.in_progress) {
+	if (may_sleep && pm.cfg.spin_ns && !any_busy() && !pm.hybrid.head && !pm.remote.head && !pm.in_progress &&
+	    !pm_coll_nb_pending) {
 		/* Only a record can end this wait: the ring waits for it, polling
 		 * its lanes tightly for spin_ns (the first time), then yielding,
 		 * then asleep, 1 ms at a time between calls to the library. */
@@ -1103,7 +1106,7 @@ void pm_idle(unsigned *idle, bool may_sleep)
 		sched_yield(); /* the library progresses every 64 passes (above) */
 		return;
 	}
-	if (may_sleep && !any_busy() && !pm.hybrid.head && !pm.remote.head && !pm.in_progress) {
+	if (may_sleep && !any_busy() && !pm.hybrid.head && !pm.remote.head && !pm.in_progress && !pm_coll_nb_pending) {
 		pm.in_progress = 1;
 		int did = drain_inbound(1);
 		pm.in_progress = 0;

@@ -942,3 +942,70 @@ FORTRAN_NAMES(MPI_REDUCE_SCATTER, reduce_scatter)
 F_REDUCTION(MPI_REDUCE_SCATTER_BLOCK, reduce_scatter_block, MPI_Reduce_scatter_block)
 F_REDUCTION(MPI_SCAN, scan, MPI_Scan)
 F_REDUCTION(MPI_EXSCAN, exscan, MPI_Exscan)
+/* ---- nonblocking collectives (coll_nb.c) ------------------------------------ */
+
+F_API void ompi_ibarrier_f(MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr);
+void ompi_ibarrier_f(MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
+{
+	MPI_Request c = MPI_REQUEST_NULL;
+	int rc = MPI_Ibarrier(PMPI_Comm_f2c(*comm), &c);
+	if (rc == MPI_SUCCESS)
+		*request = request_c2f(c);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_IBARRIER, ibarrier)
+
+F_API void ompi_ibcast_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *root, MPI_Fint *comm,
+			 MPI_Fint *request, MPI_Fint *ierr);
+void ompi_ibcast_f(void *buf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request,
+		   MPI_Fint *ierr)
+{
+	MPI_Request c = MPI_REQUEST_NULL;
+	int rc = MPI_Ibcast(buf_f2c(buf), *count, PMPI_Type_f2c(*type), *root, PMPI_Comm_f2c(*comm), &c);
+	if (rc == MPI_SUCCESS)
+		*request = request_c2f(c);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_IBCAST, ibcast)
+
+F_API void ompi_ireduce_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,
+			  MPI_Fint *root, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr);
+void ompi_ireduce_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op, MPI_Fint *root,
+		    MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
+{
+	MPI_Request c = MPI_REQUEST_NULL;
+	int rc = MPI_Ireduce(send_f2c(sendbuf), buf_f2c(recvbuf), *count, PMPI_Type_f2c(*type), PMPI_Op_f2c(*op),
+			     *root, PMPI_Comm_f2c(*comm), &c);
+	if (rc == MPI_SUCCESS)
+		*request = request_c2f(c);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_IREDUCE, ireduce)
+
+F_API void ompi_iallreduce_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,
+			     MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr);
+void ompi_iallreduce_f(void *sendbuf, void *recvbuf, MPI_Fint *count, MPI_Fint *type, MPI_Fint *op,
+		       MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
+{
+	MPI_Request c = MPI_REQUEST_NULL;
+	int rc = MPI_Iallreduce(send_f2c(sendbuf), buf_f2c(recvbuf), *count, PMPI_Type_f2c(*type), PMPI_Op_f2c(*op),
+				PMPI_Comm_f2c(*comm), &c);
+	if (rc == MPI_SUCCESS)
+		*request = request_c2f(c);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_IALLREDUCE, iallreduce)
+
+F_API void ompi_iallgather_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *recvbuf, MPI_Fint *rcount,
+			     MPI_Fint *rtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr);
+void ompi_iallgather_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *recvbuf, MPI_Fint *rcount,
+		       MPI_Fint *rtype, MPI_Fint *comm, MPI_Fint *request, MPI_Fint *ierr)
+{
+	MPI_Request c = MPI_REQUEST_NULL;
+	int rc = MPI_Iallgather(send_f2c(sendbuf), *scount, PMPI_Type_f2c(*stype), buf_f2c(recvbuf), *rcount,
+				PMPI_Type_f2c(*rtype), PMPI_Comm_f2c(*comm), &c);
+	if (rc == MPI_SUCCESS)
+		*request = request_c2f(c);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_IALLGATHER, iallgather)

@@ -18,6 +18,7 @@
  *   coll.c      collectives: each communicator's decision and shared area
  *   coll_ops.c  the collective calls carried through that area
  *   coll_vops.c the v variants;  coll_scan.c reduce-scatters and scans
+ *   coll_nb.c   the nonblocking collectives, progressed by the engine
  *
  * Threads: the plugin carries traffic only below MPI_THREAD_MULTIPLE, so
  * one thread at a time is inside it; its state is plain process memory.
@@ -133,6 +134,7 @@ enum pm_kind {
 	OP_SEND = 1,
 	OP_RECV = 2,
 	OP_IDUP = 3, /* MPI_Comm_idup: registers the communicator when preq completes */
+	OP_COLL = 4, /* a nonblocking collective (coll_nb.c): never cancelled */
 };
 
 enum pm_mode { MODE_STANDARD, MODE_SYNC, MODE_BUFFERED, MODE_READY };
@@ -491,6 +493,10 @@ struct pm_coll;
 void pm_coll_config(void);           /* PINSHM_MPI_COLL, PINSHM_MPI_COLL_AREA */
 void pm_coll_free(struct pm_comm *c); /* the communicator's entry goes */
 void pm_coll_print_stats(void);
+/* Nonblocking collectives not finished yet (coll_nb.c), and one pass
+ * over them: @return how many steps it took. */
+extern unsigned pm_coll_nb_pending;
+int pm_coll_nb_progress(void);
 /* setup.c: a size from the environment, as the plugin's own settings are
  * read (a warning from rank 0 where it is not one); a random token. */
 uint64_t pm_env_size(const char *name, uint64_t def, uint64_t min, uint64_t max);

@@ -1,0 +1,442 @@
+/*
+ * coll_nb.c - the nonblocking collectives carried through a communicator's
+ * area (coll.h): MPI_Ibarrier, MPI_Ibcast, MPI_Ireduce, MPI_Iallreduce,
+ * MPI_Iallgather.
+ *
+ * Each call takes the path its blocking twin takes (coll_ops.c), decided
+ * from what must match at every rank only; where the area is off it goes
+ * to the library's MPI_I... unchanged.  A carried call is an op of kind
+ * OP_COLL with a handle like any op's (ops.c), so every wait and test call
+ * completes it (complete.c), MPI_Request_free lets it run on to its end,
+ * and MPI_Cancel is refused.  Its state (struct nb) runs the steps the
+ * blocking call would run, with the same data in the same halves, but
+ * never waits: each step's try looks at the flags and returns where they
+ * are not there yet.  The engine tries every pending call at each pass
+ * (pm_progress()), in the order they were made; the call itself tries
+ * once.  The order of the steps, and what a blocking call does first: the
+ * contract in coll.h.
+ *
+ * A call's data is what MPI lets it use until it completes: the user's
+ * buffers, read and written at each step; non-contiguous data is packed
+ * at the call (Bcast at the root, Allgather) and unpacked at the end, and
+ * the op holds its own reference to the datatype it uses later.
+ *
+ * Limit: the first collective call on a communicator agrees on its area
+ * with the library's blocking collectives (coll.c), also where that call
+ * is a nonblocking one.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "coll_red.h"
+
+struct nb {
+	struct pm_link link; /* in `pending`, in the order the calls were made */
+	struct pm_op *op;
+	struct pm_coll *co;
+	enum coll_call kind;
+	int root;            /* Bcast, Reduce; else -1 */
+	uint64_t first, last; /* its steps */
+	uint64_t step;        /* the one running */
+	bool posted;          /* this rank's part of it is written (or it has none) */
+	int rc;               /* the first error, reported at completion */
+	/* Bcast: the message; Allgather: this rank's block and the n blocks. */
+	char *data, *all;
+	uint64_t bytes;       /* Bcast: the message; Allgather: one block */
+	void *tmp, *tmp_all;  /* packed copies, or NULL */
+	void *ubuf;           /* the user's buffer, unpacked into at the end (op->dtype) */
+	int ucount;
+	/* Reduce, Allreduce. */
+	struct red r;
+	const char *in;
+	char *out;
+	int count;
+};
+
+static struct pm_list pending;
+unsigned pm_coll_nb_pending;
+
+static void no_memory(void)
+{
+	fprintf(stderr, "pinshm-mpi: out of memory\n");
+	PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+}
+
+static inline void *at(const void *p, MPI_Aint d)
+{
+	return (void *)((uintptr_t)p + (uintptr_t)d);
+}
+
+static void note(struct nb *b, int rc)
+{
+	if (rc != MPI_SUCCESS && b->rc == MPI_SUCCESS)
+		b->rc = rc;
+}
+
+/* ---- the flags, without waiting ---------------------------------------- */
+
+/* Whether every rank in [@p from, @p to) has its flag (done or arrive) >= @p s. */
+static bool flags_at(const struct pm_coll *co, int from, int to, bool done, uint64_t s)
+{
+	for (int r = from; r < to; r++) {
+		_Atomic uint64_t *w = done ? &co->flags[r]->done : &co->flags[r]->arrive;
+		if (atomic_load_explicit(w, memory_order_acquire) < s)
+			return false;
+	}
+	return true;
+}
+
+static uint64_t own_done(const struct pm_coll *co)
+{
+	return atomic_load_explicit(&co->flags[co->rank]->done, memory_order_relaxed);
+}
+
+/* ---- one step ---------------------------------------------------------------- */
+
+/* Whether this rank writes data at each step of @p b (Barrier: posts only). */
+static bool writes(const struct nb *b)
+{
+	return b->kind != CALL_IBCAST || b->co->rank == b->root;
+}
+
+/* The ranks whose data this rank reads at each step: [*from, *to). */
+static void reads(const struct nb *b, int *from, int *to)
+{
+	int n = b->co->size, me = b->co->rank;
+	*from = 0;
+	*to = n;
+	if (b->kind == CALL_IBCAST) {
+		*from = me == b->root ? 0 : b->root;
+		*to = me == b->root ? 0 : b->root + 1;
+	} else if (b->kind == CALL_IREDUCE && me != b->root) {
+		*to = 0;
+	}
+}
+
+/* Bytes of piece @p i of @p total in pieces of @p piece. */
+static size_t piece_len(uint64_t total, uint64_t i, size_t piece)
+{
+	uint64_t off = i * piece;
+	return total - off < piece ? (size_t)(total - off) : piece;
+}
+
+static void write_part(struct nb *b, uint64_t s)
+{
+	struct pm_coll *co = b->co;
+	uint64_t i = s - b->first;
+	uint8_t *half = coll_half(co, co->rank, s);
+	if (b->kind == CALL_IBCAST || b->kind == CALL_IALLGATHER) {
+		memcpy(half, b->data + i * co->half_bytes, piece_len(b->bytes, i, co->half_bytes));
+	} else if (b->kind == CALL_IREDUCE || b->kind == CALL_IALLREDUCE) {
+		const struct red *r = &b->r;
+		int64_t e0 = (int64_t)i * r->per_chunk;
+		int k = b->count - e0 < r->per_chunk ? (int)(b->count - e0) : r->per_chunk;
+		MPI_Aint off = (MPI_Aint)e0 * r->extent;
+		if (r->dense)
+			memcpy(half, at(b->in, off + r->tlb), (size_t)k * r->size);
+		else
+			note(b, pm_pack(at(b->in, off), k, r->type, half, (uint64_t)k * r->size));
+	}
+}
+
+static void read_part(struct nb *b, uint64_t s)
+{
+	struct pm_coll *co = b->co;
+	uint64_t i = s - b->first, off = i * co->half_bytes;
+	size_t len = piece_len(b->bytes, i, co->half_bytes);
+	if (b->kind == CALL_IBCAST && co->rank != b->root) {
+		memcpy(b->data + off, coll_half(co, b->root, s), len);
+	} else if (b->kind == CALL_IALLGATHER) {
+		for (int r = 0; r < co->size; r++)
+			if (r != co->rank || b->data != b->all + (uint64_t)r * b->bytes) /* in place */
+				memcpy(b->all + (uint64_t)r * b->bytes + off, coll_half(co, r, s), len);
+	} else if (b->kind == CALL_IALLREDUCE || (b->kind == CALL_IREDUCE && co->rank == b->root)) {
+		const struct red *r = &b->r;
+		int64_t e0 = (int64_t)i * r->per_chunk;
+		int k = b->count - e0 < r->per_chunk ? (int)(b->count - e0) : r->per_chunk;
+		note(b, red_fold(co, r, s, k, at(b->out, (MPI_Aint)e0 * r->extent), 0, co->size, 0));
+	}
+}
+
+/* Try the step of @p b that runs: @return whether it is finished. */
+static bool try_step(struct nb *b)
+{
+	struct pm_coll *co = b->co;
+	uint64_t s = b->step;
+	if (!b->posted) {
+		if (own_done(co) != s - 1)
+			return false; /* an earlier call's step runs first (coll.h) */
+		bool w = writes(b);
+		if (w && b->kind != CALL_IBARRIER && s > 2 && !flags_at(co, 0, co->size, true, s - 2))
+			return false; /* someone still reads half s & 1 */
+		if (w) {
+			write_part(b, s);
+			coll_post(co, s);
+		}
+		b->posted = true;
+	}
+	int from, to;
+	reads(b, &from, &to);
+	if (!flags_at(co, from, to, false, s))
+		return false;
+	read_part(b, s);
+	coll_finish(co, s);
+	b->posted = false;
+	b->step++;
+	return true;
+}
+
+/* ---- a call's life ------------------------------------------------------ */
+
+/* @p b's steps are all done (or it had none): unpack, complete its op. */
+static void finish(struct nb *b)
+{
+	struct pm_op *op = b->op;
+	if (b->last >= b->first) { /* it was pending */
+		pm_list_remove(&pending, &b->link);
+		pm_coll_nb_pending--;
+	}
+	if (b->kind == CALL_IBCAST && b->tmp && b->co->rank != b->root && b->rc == MPI_SUCCESS)
+		note(b, pm_unpack(b->tmp, b->bytes, b->ubuf, b->ucount, op->dtype));
+	if (b->kind == CALL_IALLGATHER && b->tmp_all && b->rc == MPI_SUCCESS)
+		note(b, blocks_move(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->bytes, false));
+	op->st_error = b->rc;
+	free(b->tmp);
+	free(b->tmp_all);
+	free(b->r.acc);
+	free(b->r.x);
+	free(b);
+	pm_op_complete(op); /* may release it (MPI_Request_free), and the communicator */
+}
+
+int pm_coll_nb_progress(void)
+{
+	int did = 0;
+	struct pm_link *l = pending.head;
+	while (l) {
+		struct pm_link *next = l->next;
+		struct nb *b = pm_container(l, struct nb, link);
+		while (b->step <= b->last && try_step(b))
+			did++;
+		if (b->step > b->last)
+			finish(b);
+		l = next;
+	}
+	return did;
+}
+
+void coll_nb_drain(struct pm_coll *co)
+{
+	if (co->size < 2 || !co->flags)
+		return;
+	unsigned idle = 0;
+	while (own_done(co) < co->step) {
+		if (pm_progress())
+			idle = 0;
+		else
+			pm_idle(&idle, false);
+	}
+}
+
+/* A call on @p comm carried through @p co: its op, its handle in
+ * *@p request.  @return NULL (*@p rc: why) where it has none. */
+static struct nb *nb_new(struct pm_coll *co, enum coll_call kind, MPI_Comm comm, MPI_Request *request, int *rc)
+{
+	struct nb *b = calloc(1, sizeof(*b));
+	if (!b)
+		return no_memory(), NULL;
+	struct pm_op *op = pm_op_new(OP_COLL);
+	op->family = FAM_COUNT; /* counted here, not as point to point */
+	op->counted = true;
+	op->st_source = op->st_tag = 0; /* what Open MPI's collective requests report */
+	pm_op_attach(op, pm_comm_find(comm));
+	*rc = pm_op_handle(op);
+	if (*rc != MPI_SUCCESS) {
+		pm_op_free(op);
+		free(b);
+		return NULL;
+	}
+	*request = op->handle;
+	op->state = ST_STREAM;
+	b->op = op;
+	b->co = co;
+	b->kind = kind;
+	b->root = -1;
+	return b;
+}
+
+/* Reserve @p steps steps for @p b (the same number at every rank) and
+ * start it, or finish it at once where it has none. */
+static int launch(struct nb *b, uint64_t steps)
+{
+	struct pm_coll *co = b->co;
+	b->first = co->step + 1;
+	b->step = b->first;
+	co->step += steps;
+	b->last = co->step;
+	if (steps == 0) {
+		finish(b);
+		return MPI_SUCCESS;
+	}
+	pm_list_push(&pending, &b->link);
+	pm_coll_nb_pending++;
+	while (b->step <= b->last && try_step(b))
+		;
+	if (b->step > b->last)
+		finish(b);
+	return MPI_SUCCESS;
+}
+
+/* The op keeps its own reference to @p type, which it uses at the end. */
+static void hold(struct nb *b, MPI_Datatype type)
+{
+	b->op->dtype = type;
+	note(b, pm_op_hold_type(b->op));
+}
+
+static uint64_t pieces(uint64_t bytes, size_t half)
+{
+	return (bytes + half - 1) / half;
+}
+
+/* ---- the calls ------------------------------------------------------------ */
+
+int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
+{
+	struct pm_coll *co = pm_coll_nb_for(comm);
+	coll_count(CALL_IBARRIER, co != NULL, 0);
+	if (!co)
+		return PMPI_Ibarrier(comm, request);
+	int rc;
+	struct nb *b = nb_new(co, CALL_IBARRIER, comm, request, &rc);
+	return b ? launch(b, co->size > 1) : rc;
+}
+
+int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request)
+{
+	struct pm_coll *co = pm_coll_nb_for(comm);
+	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
+	if (!t || count < 0 || root < 0 || root >= co->size) {
+		coll_count(CALL_IBCAST, false, 0);
+		return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+	}
+	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
+	coll_count(CALL_IBCAST, true, bytes);
+	int rc;
+	struct nb *b = nb_new(co, CALL_IBCAST, comm, request, &rc);
+	if (!b)
+		return rc;
+	b->root = root;
+	b->bytes = bytes;
+	if (co->size == 1 || bytes == 0)
+		return launch(b, 0);
+	size_t flat;
+	b->data = (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat);
+	if (!b->data) { /* not contiguous here (other ranks may differ): packed */
+		b->data = b->tmp = malloc(bytes);
+		if (!b->tmp)
+			no_memory();
+		b->ubuf = buffer;
+		b->ucount = count;
+		hold(b, datatype);
+		if (co->rank == root)
+			note(b, pm_pack(buffer, count, datatype, b->tmp, bytes));
+	}
+	return launch(b, pieces(bytes, co->half_bytes));
+}
+
+/* Ireduce (@p root >= 0) or Iallreduce (@p root < 0), or -1 where the
+ * library takes it (decided as reduce_call() of coll_ops.c decides). */
+static int nb_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+		     MPI_Comm comm, MPI_Request *request)
+{
+	enum coll_call kind = root < 0 ? CALL_IALLREDUCE : CALL_IREDUCE;
+	struct pm_coll *co = pm_coll_nb_for(comm);
+	struct red r = {.op = op};
+	if (!co || count < 0 || op == MPI_OP_NULL || root >= co->size ||
+	    !red_layout(&r, datatype, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
+		coll_count(kind, false, 0);
+		return -1;
+	}
+	coll_count(kind, true, (uint64_t)count * r.size);
+	int rc;
+	struct nb *b = nb_new(co, kind, comm, request, &rc);
+	if (!b)
+		return rc;
+	b->root = root;
+	b->in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+	b->out = recvbuf;
+	b->count = count;
+	if (count == 0 || (co->size == 1 && sendbuf == MPI_IN_PLACE))
+		return launch(b, 0);
+	if (co->size == 1) { /* the result is the one rank's data */
+		note(b, typed_copy(b->in, recvbuf, count, datatype, (uint64_t)count * r.size));
+		return launch(b, 0);
+	}
+	hold(b, datatype);
+	red_layout(&r, b->op->dtype, co->half_bytes); /* the same signature: the same steps */
+	if (!r.dense) { /* this rank's own room for a chunk */
+		size_t room = red_span(&r, count < r.per_chunk ? count : r.per_chunk);
+		r.acc = malloc(room);
+		r.x = malloc(room);
+		if (!r.acc || !r.x)
+			no_memory();
+	}
+	b->r = r;
+	return launch(b, ((uint64_t)count + (uint64_t)r.per_chunk - 1) / (uint64_t)r.per_chunk);
+}
+
+int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+		MPI_Comm comm, MPI_Request *request)
+{
+	int rc = root < 0 ? -1 : nb_reduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
+	return rc >= 0 ? rc : PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
+}
+
+int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+		   MPI_Comm comm, MPI_Request *request)
+{
+	int rc = nb_reduce(sendbuf, recvbuf, count, datatype, op, -1, comm, request);
+	return rc >= 0 ? rc : PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+}
+
+int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+		   MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
+{
+	struct pm_coll *co = pm_coll_nb_for(comm);
+	bool in_place = sendbuf == MPI_IN_PLACE;
+	/* This rank's block: the bytes of its send items, or of its receive
+	 * items in place (taken at once: a look-up lives until the next). */
+	const struct pm_type *t = co ? pm_type_info(in_place ? recvtype : sendtype) : NULL;
+	int count = in_place ? recvcount : sendcount;
+	if (!t || count < 0) {
+		coll_count(CALL_IALLGATHER, false, 0);
+		return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+	}
+	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
+	coll_count(CALL_IALLGATHER, true, bytes);
+	int rc;
+	struct nb *b = nb_new(co, CALL_IALLGATHER, comm, request, &rc);
+	if (!b)
+		return rc;
+	b->bytes = bytes;
+	if (bytes == 0)
+		return launch(b, 0);
+	b->all = contiguous(recvbuf, recvcount, recvtype, co->size, bytes, in_place, &b->tmp_all, &b->rc);
+	if (in_place)
+		b->data = b->all ? b->all + (uint64_t)co->rank * bytes : NULL;
+	else
+		b->data = contiguous((void *)(uintptr_t)sendbuf, sendcount, sendtype, 1, bytes, true, &b->tmp, &b->rc);
+	if (!b->all || !b->data) /* out of memory: no way on together */
+		PMPI_Abort(comm, MPI_ERR_NO_MEM);
+	if (b->tmp_all) {
+		b->ubuf = recvbuf;
+		b->ucount = recvcount;
+		hold(b, recvtype);
+	}
+	if (co->size == 1) {
+		memmove(b->all, b->data, b->data == b->all ? 0 : bytes);
+		return launch(b, 0);
+	}
+	return launch(b, pieces(bytes, co->half_bytes));
+}
