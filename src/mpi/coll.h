@@ -61,6 +61,7 @@ struct pm_coll {
 	size_t half_bytes;         /* bytes of one half */
 	uint64_t step;             /* steps begun */
 	void *scratch;             /* half_bytes of this rank's own, for reductions */
+	struct coll_live *live;    /* the members' liveness (coll.c), or NULL */
 };
 
 /* The area of @p comm if its collectives are carried (deciding at the
@@ -73,12 +74,18 @@ static inline uint8_t *coll_half(const struct pm_coll *co, int r, uint64_t s)
 	return co->half[r] + (s & 1) * co->half_bytes;
 }
 
-/* The protocol's steps (above). */
+/* The protocol's steps (above).  A wait that finds a member of the
+ * communicator dead (its process left the area without closing it, seen by
+ * pinshmd) calls the communicator's error handler with MPI_ERR_OTHER (by
+ * default the job aborts); if the handler returns, that wait and every
+ * later one on the area return at once and coll_error() says so: the call
+ * returns that error, its data undefined. */
 void coll_wait_free(struct pm_coll *co, uint64_t s);   /* before writing at step s */
 void coll_post(struct pm_coll *co, uint64_t s);        /* arrive = s */
 void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s);
 void coll_wait_all(struct pm_coll *co, uint64_t s);    /* every rank's arrive >= s */
 void coll_finish(struct pm_coll *co, uint64_t s);      /* done = s */
+int coll_error(const struct pm_coll *co);              /* MPI_SUCCESS or the error a wait found */
 
 /* Statistics: a call of @p call carried (@p pinshm) or passed on. */
 void coll_count(enum coll_call call, bool pinshm, uint64_t bytes);

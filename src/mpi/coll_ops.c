@@ -39,6 +39,14 @@ static void *out_of_memory(void)
 	return NULL;
 }
 
+/* What a call that ran steps returns: the error a wait found (already
+ * reported through the error handler), else @p rc through it. */
+static int coll_result(const struct pm_coll *co, MPI_Comm comm, int rc)
+{
+	int e = coll_error(co);
+	return e != MPI_SUCCESS ? e : pm_comm_error(comm, rc);
+}
+
 /* @p p moved by @p d bytes (an address computation only). */
 static inline void *at(const void *p, MPI_Aint d)
 {
@@ -57,7 +65,7 @@ int MPI_Barrier(MPI_Comm comm)
 		coll_wait_all(co, s);
 		coll_finish(co, s);
 	}
-	return MPI_SUCCESS;
+	return coll_error(co);
 }
 
 /* ---- Bcast ------------------------------------------------------------ */
@@ -96,7 +104,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
 	char *data = (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat_bytes);
 	if (data) {
 		bcast_bytes(co, data, bytes, root);
-		return MPI_SUCCESS;
+		return coll_error(co);
 	}
 	/* Not contiguous here (other ranks may differ): packed. */
 	char *tmp = malloc(bytes);
@@ -109,7 +117,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
 	if (co->rank != root)
 		rc = pm_unpack(tmp, bytes, buffer, count, datatype);
 	free(tmp);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }
 
 /* ---- Reduce, Allreduce --------------------------------------------------- */
@@ -273,7 +281,7 @@ static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Dataty
 	int rc = reduce_steps(co, &r, in, recvbuf, count, root);
 	free(r.acc);
 	free(r.x);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }
 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
@@ -445,7 +453,7 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 		rc = blocks_move(recvbuf, rcount, rtype, 1, b.tmp_mine, b.bytes, false);
 	free(b.tmp_all);
 	free(b.tmp_mine);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }
 
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
@@ -527,5 +535,5 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
 		rc = blocks_move(recvbuf, recvcount, recvtype, n, tmp_in, bytes, false);
 	free(tmp_out);
 	free(tmp_in);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }
