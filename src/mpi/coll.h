@@ -8,7 +8,11 @@
  *
  *   ring + 0    one line left zero (where a record's commit word would be:
  *               anything that scans the lane sees an empty ring)
- *   ring + 64   rank r's flag line: arrive, done (struct coll_flags)
+ *   ring + 64   rank r's flag line: arrive, done (struct coll_flags),
+ *               then two small slots of COLL_SMALL bytes: data of at most
+ *               that size posted at step s may lie in slot s & 1 instead
+ *               of the half (coll_small()), under the same rules, so that
+ *               a reader takes it with the flag's line
  *   ring + 128  two halves of `half` bytes each: the data rank r posts at
  *               step s lies in half s & 1
  *
@@ -31,6 +35,7 @@
 #ifndef PINSHM_MPI_COLL_H
 #define PINSHM_MPI_COLL_H
 
+#include <assert.h>
 #include <stdatomic.h>
 
 #include "plugin.h"
@@ -72,6 +77,14 @@ struct pm_coll *pm_coll_for(MPI_Comm comm);
 static inline uint8_t *coll_half(const struct pm_coll *co, int r, uint64_t s)
 {
 	return co->half[r] + (s & 1) * co->half_bytes;
+}
+
+#define COLL_SMALL 24u /* bytes of a small slot */
+static_assert(sizeof(struct coll_flags) + 2 * COLL_SMALL <= 64, "the small slots fit the flag line");
+
+static inline uint8_t *coll_small(const struct pm_coll *co, int r, uint64_t s)
+{
+	return (uint8_t *)(void *)co->flags[r] + sizeof(struct coll_flags) + (s & 1) * COLL_SMALL;
 }
 
 /* The protocol's steps (above).  A wait that finds a member of the

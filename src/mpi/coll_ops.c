@@ -11,6 +11,11 @@
  * root's own arguments of Gather, Scatter decide nothing: an error there
  * is the root's, after the same steps as the others.
  *
+ * Data of at most COLL_SMALL bytes in a step (what a rank posts: a
+ * Bcast's message, a reduction's elements, a Gather's block, the n blocks
+ * of a Scatter or of one rank's Alltoall) lies in the rank's small slot,
+ * beside its flags, instead of its half: one line to fetch, not two.
+ *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
  * of one half, a step each: the root writes, the others copy out.
@@ -47,6 +52,14 @@ static int coll_result(const struct pm_coll *co, MPI_Comm comm, int rc)
 	return e != MPI_SUCCESS ? e : pm_comm_error(comm, rc);
 }
 
+/* Where rank @p r's data of step @p s lies: its small slot (data of at
+ * most COLL_SMALL bytes, decided from what matches at every rank) or its
+ * half. */
+static inline uint8_t *slot(const struct pm_coll *co, int r, uint64_t s, bool small)
+{
+	return small ? coll_small(co, r, s) : coll_half(co, r, s);
+}
+
 /* @p p moved by @p d bytes (an address computation only). */
 static inline void *at(const void *p, MPI_Aint d)
 {
@@ -73,16 +86,17 @@ int MPI_Barrier(MPI_Comm comm)
 /* @p bytes at @p data from @p root to every rank, a half at a time. */
 static void bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root)
 {
+	bool small = bytes <= COLL_SMALL;
 	for (uint64_t off = 0; off < bytes; off += co->half_bytes) {
 		size_t n = bytes - off < co->half_bytes ? (size_t)(bytes - off) : co->half_bytes;
 		uint64_t s = ++co->step;
 		if (co->rank == root) {
 			coll_wait_free(co, s);
-			memcpy(coll_half(co, root, s), data + off, n);
+			memcpy(slot(co, root, s, small), data + off, n);
 			coll_post(co, s);
 		} else {
 			coll_wait_arrive(co, root, s);
-			memcpy(data + off, coll_half(co, root, s), n);
+			memcpy(data + off, slot(co, root, s, small), n);
 		}
 		coll_finish(co, s);
 	}
@@ -133,6 +147,7 @@ struct red {
 	int per_chunk;  /* signature: elements a half holds, packed */
 	MPI_Aint tlb, extent, true_extent;
 	bool dense;     /* here: the elements are count * size contiguous bytes */
+	bool small;     /* signature: count * size fits a small slot (one step) */
 	char *acc, *x;  /* here, not dense: two chunks in this layout, or NULL */
 };
 
@@ -200,13 +215,14 @@ static int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, 
 	int n = co->size, rc = MPI_SUCCESS;
 	void *acc;
 	if (r->dense) {
-		memcpy(co->scratch, coll_half(co, n - 1, s), (size_t)k * r->size);
+		memcpy(co->scratch, slot(co, n - 1, s, r->small), (size_t)k * r->size);
 		acc = at(co->scratch, -r->tlb);
 	} else {
-		acc = red_unpacked(r, coll_half(co, n - 1, s), r->acc, k, &rc);
+		acc = red_unpacked(r, slot(co, n - 1, s, r->small), r->acc, k, &rc);
 	}
 	for (int i = n - 2; i >= 0; i--) {
-		int e = PMPI_Reduce_local(red_unpacked(r, coll_half(co, i, s), r->x, k, &rc), acc, k, r->type, r->op);
+		int e = PMPI_Reduce_local(red_unpacked(r, slot(co, i, s, r->small), r->x, k, &rc), acc, k, r->type,
+					  r->op);
 		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
 			rc = e;
 	}
@@ -235,10 +251,11 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		uint64_t s = ++co->step;
 		coll_wait_free(co, s);
 		int e = MPI_SUCCESS;
+		uint8_t *mine = slot(co, co->rank, s, r->small);
 		if (r->dense)
-			memcpy(coll_half(co, co->rank, s), at(in, off + r->tlb), (size_t)k * r->size);
+			memcpy(mine, at(in, off + r->tlb), (size_t)k * r->size);
 		else
-			e = pm_pack(at(in, off), k, r->type, coll_half(co, co->rank, s), (uint64_t)k * r->size);
+			e = pm_pack(at(in, off), k, r->type, mine, (uint64_t)k * r->size);
 		coll_post(co, s);
 		if (root < 0 || co->rank == root) {
 			coll_wait_all(co, s);
@@ -266,6 +283,7 @@ static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Dataty
 		return -1;
 	}
 	coll_count(call, true, (uint64_t)count * r.size);
+	r.small = (uint64_t)count * r.size <= COLL_SMALL;
 	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
 	if (count == 0 || (co->size == 1 && sendbuf == MPI_IN_PLACE))
 		return MPI_SUCCESS;
@@ -360,17 +378,18 @@ static char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t
 /* Root @p root (or every rank, @p root < 0) takes the blocks of all. */
 static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 {
+	bool small = b->bytes <= COLL_SMALL;
 	for (uint64_t off = 0; off < b->bytes; off += co->half_bytes) {
 		size_t n = b->bytes - off < co->half_bytes ? (size_t)(b->bytes - off) : co->half_bytes;
 		uint64_t s = ++co->step;
 		coll_wait_free(co, s);
-		memcpy(coll_half(co, co->rank, s), b->mine + off, n);
+		memcpy(slot(co, co->rank, s, small), b->mine + off, n);
 		coll_post(co, s);
 		if (root < 0 || root == co->rank) {
 			coll_wait_all(co, s);
 			for (int r = 0; r < co->size; r++)
 				if (b->all + (uint64_t)r * b->bytes + off != b->mine + off) /* in place */
-					memcpy(b->all + (uint64_t)r * b->bytes + off, coll_half(co, r, s), n);
+					memcpy(b->all + (uint64_t)r * b->bytes + off, slot(co, r, s, small), n);
 		}
 		coll_finish(co, s);
 	}
@@ -379,20 +398,22 @@ static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 /* The root's blocks, each to its rank. */
 static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
 {
-	size_t piece = co->half_bytes / (size_t)co->size > 0 ? co->half_bytes / (size_t)co->size : 1;
+	bool small = b->bytes * (uint64_t)co->size <= COLL_SMALL;
+	size_t room = small ? COLL_SMALL : co->half_bytes;
+	size_t piece = room / (size_t)co->size > 0 ? room / (size_t)co->size : 1;
 	for (uint64_t off = 0; off < b->bytes; off += piece) {
 		size_t n = b->bytes - off < piece ? (size_t)(b->bytes - off) : piece;
 		uint64_t s = ++co->step;
 		if (co->rank == root) {
 			coll_wait_free(co, s);
 			for (int r = 0; r < co->size; r++)
-				memcpy(coll_half(co, root, s) + (size_t)r * piece, b->all + (uint64_t)r * b->bytes + off, n);
+				memcpy(slot(co, root, s, small) + (size_t)r * piece, b->all + (uint64_t)r * b->bytes + off, n);
 			coll_post(co, s);
 		} else {
 			coll_wait_arrive(co, root, s);
 		}
 		if (b->mine && !(b->all && b->mine == b->all + (uint64_t)co->rank * b->bytes))
-			memcpy(b->mine + off, coll_half(co, root, s) + (size_t)co->rank * piece, n);
+			memcpy(b->mine + off, slot(co, root, s, small) + (size_t)co->rank * piece, n);
 		coll_finish(co, s);
 	}
 }
@@ -485,17 +506,19 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, voi
 static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64_t bytes)
 {
 	int n = co->size;
-	size_t piece = co->half_bytes / (size_t)n > 0 ? co->half_bytes / (size_t)n : 1;
+	bool small = bytes * (uint64_t)n <= COLL_SMALL;
+	size_t room = small ? COLL_SMALL : co->half_bytes;
+	size_t piece = room / (size_t)n > 0 ? room / (size_t)n : 1;
 	for (uint64_t off = 0; off < bytes; off += piece) {
 		size_t len = bytes - off < piece ? (size_t)(bytes - off) : piece;
 		uint64_t s = ++co->step;
 		coll_wait_free(co, s);
 		for (int r = 0; r < n; r++)
-			memcpy(coll_half(co, co->rank, s) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
+			memcpy(slot(co, co->rank, s, small) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
 		coll_post(co, s);
 		coll_wait_all(co, s);
 		for (int r = 0; r < n; r++)
-			memcpy(in + (uint64_t)r * bytes + off, coll_half(co, r, s) + (size_t)co->rank * piece, len);
+			memcpy(in + (uint64_t)r * bytes + off, slot(co, r, s, small) + (size_t)co->rank * piece, len);
 		coll_finish(co, s);
 	}
 }
