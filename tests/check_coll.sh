@@ -54,15 +54,8 @@ for f in "$plugin" "$bench" "$dead"; do
     [ -e "$f" ] || fail "$f is not built"
 done
 
-"${PINSHMD:-daemon/pinshmd}" --user -f -s "$work/sock" 2>"$work/pinshmd.log" &
-daemon=$!
-i=0
-until "${PINSHMCTL:-clients/pinshmctl}" -s "$work/sock" ls >/dev/null 2>&1; do
-    kill -0 "$daemon" 2>/dev/null || fail "pinshmd exited at start"
-    i=$((i + 1))
-    [ "$i" -le $((start_s * 10)) ] || fail "pinshmd does not answer on $work/sock"
-    sleep 0.1
-done
+. "${srcdir:-.}/tests/daemon.sh"
+start_pinshmd "$work" "$start_s"
 
 PINSHM_SOCKET=$work/sock
 PINSHM_AUTOSTART=0
