@@ -23,7 +23,16 @@
  *              a receive whose message has come (rank 1 sent it ahead), so
  *              that each call looks at every request and finds that one; a
  *              sample is the time of one call, with the MPI_Irecv that
- *              posts the last request again (rank 0's batch time / calls).
+ *              posts the last request again (rank 0's batch time / calls);
+ *   coll       the collective calls (-c: barrier, bcast, reduce, allreduce,
+ *              gather, scatter, allgather, alltoall) on every rank, as the
+ *              OSU collective benchmarks time them: after a warm-up, each
+ *              call is timed alone with a barrier between calls; a sample
+ *              is the mean time of a call over a batch at each rank, the
+ *              maximum over the ranks; the size is the bytes of one rank's
+ *              block (Gather, Scatter, Allgather, Alltoall: per rank, and
+ *              per pair for Alltoall) or of the whole message (Bcast,
+ *              Reduce, Allreduce: ints, MPI_SUM); the root is rank 0.
  *
  * Output: one line per mode and size, "MODE bytes=N KEY=VALUE ...", for
  * scripts; lines starting with '#' are comments.  Every received message is
@@ -51,10 +60,18 @@ struct opts {
 	double target_s;     /* measuring time per size and mode (roughly) */
 	int window;          /* bandwidth: messages in flight, at most */
 	int requests;        /* complete: requests outstanding */
+	unsigned calls;      /* coll: bits of the collective calls (coll_names) */
 };
 
-enum { MODE_LATENCY = 1, MODE_BANDWIDTH = 2, MODE_RING = 4, MODE_EXCHANGE = 8, MODE_COMPLETE = 16 };
+enum { MODE_LATENCY = 1, MODE_BANDWIDTH = 2, MODE_RING = 4, MODE_EXCHANGE = 8, MODE_COMPLETE = 16, MODE_COLL = 32 };
+/* "all": the point-to-point modes (coll is asked for by name). */
 #define MODE_ALL (MODE_LATENCY | MODE_BANDWIDTH | MODE_RING | MODE_EXCHANGE | MODE_COMPLETE)
+
+enum coll { COLL_BARRIER, COLL_BCAST, COLL_REDUCE, COLL_ALLREDUCE, COLL_GATHER, COLL_SCATTER, COLL_ALLGATHER,
+	    COLL_ALLTOALL, NCOLL };
+static const char *const coll_names[NCOLL] = {"barrier", "bcast",     "reduce",    "allreduce",
+					       "gather",  "scatter",   "allgather", "alltoall"};
+#define COLL_ALL ((1u << NCOLL) - 1)
 
 /* 0 and every power of two up to 4 MiB. */
 static const long latency_sizes[] = {0,     1,     2,     4,      8,      16,     32,     64,  128,     256,
@@ -63,6 +80,7 @@ static const long latency_sizes[] = {0,     1,     2,     4,      8,      16,   
 static const long bandwidth_sizes[] = {65536, 262144, MIB, 4 * MIB};
 static const long ring_sizes[] = {8, 4096, 65536, MIB};
 static const long exchange_sizes[] = {0, 8, 512, 4096, 65536, MIB};
+static const long coll_sizes[] = {8, 64, 512, 4096, 32768, 65536, 262144, MIB, 4 * MIB};
 
 static void die(const char *fmt, const char *arg)
 {
@@ -80,13 +98,16 @@ static void usage(FILE *to)
 	if (rank == 0)
 		fprintf(to,
 			"usage: mpirun -np N pinshm-mpi-bench [-m MODES] [-z SIZES] [-n SAMPLES] [-t SECONDS] [-w WINDOW]\n"
-			"                                    [-q REQUESTS]\n"
-			"  -m MODES    latency,bandwidth,ring,exchange,complete or all (default: all)\n"
+			"                                    [-q REQUESTS] [-c CALLS]\n"
+			"  -m MODES    latency,bandwidth,ring,exchange,complete,coll or all (default: all, which is\n"
+			"              every mode but coll)\n"
 			"  -z SIZES    comma-separated sizes in bytes, K and M suffixes (default: per mode)\n"
 			"  -n SAMPLES  samples per size, 1..100000 (default 41)\n"
 			"  -t SECONDS  time to measure per size and mode, about (default 0.2)\n"
 			"  -w WINDOW   bandwidth: messages in flight, 1..4096 (default 64, fewer for large sizes)\n"
 			"  -q REQUESTS complete: requests outstanding, 1..1000000 (default 20000)\n"
+			"  -c CALLS    coll: barrier,bcast,reduce,allreduce,gather,scatter,allgather,alltoall\n"
+			"              or all (default: all)\n"
 			"  -h, --help  print this help and exit\n");
 }
 
@@ -119,14 +140,37 @@ static long parse_size(const char *s)
 	return v;
 }
 
+/* "bcast,allreduce" or "all": bits of coll_names. */
+static unsigned parse_calls(const char *arg)
+{
+	unsigned calls = 0;
+	char *copy = strdup(arg), *save = NULL;
+
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int k = 0;
+		while (k < NCOLL && strcmp(t, coll_names[k]) != 0)
+			k++;
+		if (k < NCOLL)
+			calls |= 1u << k;
+		else if (!strcmp(t, "all"))
+			calls |= COLL_ALL;
+		else
+			die("unknown collective '%s'", t);
+	}
+	free(copy);
+	if (!calls)
+		die("no collective in '%s'", arg);
+	return calls;
+}
+
 static void parse(int argc, char **argv, struct opts *o)
 {
 	int c;
 
 	*o = (struct opts){.modes = MODE_ALL, .samples = 41, .target_s = 0.2,
-			   .window = 64, .requests = 20000};
+			   .window = 64, .requests = 20000, .calls = COLL_ALL};
 	static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-	while ((c = getopt_long(argc, argv, "m:z:n:t:w:q:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:z:n:t:w:q:c:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm': {
 			o->modes = 0;
@@ -142,6 +186,8 @@ static void parse(int argc, char **argv, struct opts *o)
 					o->modes |= MODE_EXCHANGE;
 				else if (!strcmp(t, "complete"))
 					o->modes |= MODE_COMPLETE;
+				else if (!strcmp(t, "coll"))
+					o->modes |= MODE_COLL;
 				else if (!strcmp(t, "all"))
 					o->modes |= MODE_ALL;
 				else
@@ -169,6 +215,7 @@ static void parse(int argc, char **argv, struct opts *o)
 				die("bad time '%s': seconds, above 0 and below 3600", optarg);
 			break;
 		}
+		case 'c': o->calls = parse_calls(optarg); break;
 		case 'w': o->window = parse_int(optarg, 1, 4096, "bad window '%s': 1 to 4096"); break;
 		case 'q': o->requests = parse_int(optarg, 1, 1000000, "bad request count '%s': 1 to 1000000"); break;
 		case 'h':
@@ -521,6 +568,154 @@ static void complete(const struct opts *o)
 	free(sample);
 }
 
+/* ---- coll ------------------------------------------------------------- */
+
+/* One call of @p call over blocks of @p k ints (@p send, @p recv: room
+ * for nranks blocks each); the root is rank 0. */
+static void coll_once(enum coll call, int k, int *send, int *recv)
+{
+	MPI_Comm w = MPI_COMM_WORLD;
+
+	switch (call) {
+	case COLL_BARRIER: MPI_Barrier(w); break;
+	case COLL_BCAST: MPI_Bcast(send, k, MPI_INT, 0, w); break;
+	case COLL_REDUCE: MPI_Reduce(send, recv, k, MPI_INT, MPI_SUM, 0, w); break;
+	case COLL_ALLREDUCE: MPI_Allreduce(send, recv, k, MPI_INT, MPI_SUM, w); break;
+	case COLL_GATHER: MPI_Gather(send, k, MPI_INT, recv, k, MPI_INT, 0, w); break;
+	case COLL_SCATTER: MPI_Scatter(send, k, MPI_INT, recv, k, MPI_INT, 0, w); break;
+	case COLL_ALLGATHER: MPI_Allgather(send, k, MPI_INT, recv, k, MPI_INT, w); break;
+	default: MPI_Alltoall(send, k, MPI_INT, recv, k, MPI_INT, w); break;
+	}
+}
+
+/* The first and last int of block @p b of @p k ints at @p p. */
+static void mark_block(int *p, int k, int b, int v)
+{
+	p[(long)b * k] = v;
+	p[(long)b * k + k - 1] = v;
+}
+
+static void check_block(const int *p, int k, int b, int v, enum coll call)
+{
+	if (p[(long)b * k] != v || p[(long)b * k + k - 1] != v) {
+		fprintf(stderr, "pinshm-mpi-bench: rank %d: %s of %d ints, block %d: wrong data (%d %d, want %d)\n", rank,
+			coll_names[call], k, b, p[(long)b * k], p[(long)b * k + k - 1], v);
+		MPI_Abort(MPI_COMM_WORLD, 3);
+	}
+}
+
+/* Before a sample of value @p v: this rank's send blocks marked (block d
+ * of rank r: v + r * nranks + d; Bcast: v at the root, 0 elsewhere), its
+ * receive blocks cleared. */
+static void coll_prepare(enum coll call, int k, int *send, int *recv, int v)
+{
+	for (int d = 0; d < nranks; d++) {
+		mark_block(send, k, d, call == COLL_BCAST ? (rank == 0 ? v : 0) : v + rank * nranks + d);
+		mark_block(recv, k, d, -1);
+	}
+}
+
+/* After it: what the call must have left (the blocks that the last call
+ * wrote, as prepared above). */
+static void coll_verify(enum coll call, int k, const int *send, const int *recv, int v)
+{
+	int n = nranks, sum = 0;
+
+	for (int r = 0; r < n; r++)
+		sum += v + r * n;
+	switch (call) {
+	case COLL_BARRIER: break;
+	case COLL_BCAST: check_block(send, k, 0, v, call); break;
+	case COLL_REDUCE:
+		if (rank == 0)
+			check_block(recv, k, 0, sum, call);
+		break;
+	case COLL_ALLREDUCE: check_block(recv, k, 0, sum, call); break;
+	case COLL_GATHER:
+		for (int r = 0; r < n && rank == 0; r++)
+			check_block(recv, k, r, v + r * n, call);
+		break;
+	case COLL_SCATTER: check_block(recv, k, 0, v + rank, call); break; /* block `rank` of the root */
+	case COLL_ALLGATHER:
+		for (int r = 0; r < n; r++)
+			check_block(recv, k, r, v + r * n, call);
+		break;
+	default:
+		for (int r = 0; r < n; r++)
+			check_block(recv, k, r, v + r * n + rank, call);
+		break;
+	}
+}
+
+/* @p iters calls, each timed alone with a barrier between (Barrier: a
+ * run of barriers): the mean seconds of a call, the maximum over the
+ * ranks; *@p wall: the batch's time at this rank, per call. */
+static double coll_batch(enum coll call, int k, int *send, int *recv, long iters, double *wall)
+{
+	double sum = 0, tmax = 0, start = MPI_Wtime();
+
+	if (call == COLL_BARRIER) {
+		for (long i = 0; i < iters; i++)
+			MPI_Barrier(MPI_COMM_WORLD);
+		sum = MPI_Wtime() - start;
+	} else {
+		for (long i = 0; i < iters; i++) {
+			double t0 = MPI_Wtime();
+			coll_once(call, k, send, recv);
+			sum += MPI_Wtime() - t0;
+			MPI_Barrier(MPI_COMM_WORLD);
+		}
+	}
+	*wall = (MPI_Wtime() - start) / iters;
+	double mean = sum / iters;
+	MPI_Allreduce(&mean, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	return tmax;
+}
+
+/* Collective @p call over blocks of @p n bytes (ints: n / 4, at least one). */
+static void coll_size(enum coll call, long n, const struct opts *o)
+{
+	int k = n / 4 > 0 ? (int)(n / 4) : 1;
+	long ints = (long)k * nranks;
+	int *send = (int *)(void *)alloc_touched(ints * (long)sizeof(int));
+	int *recv = (int *)(void *)alloc_touched(ints * (long)sizeof(int));
+	double *sample = calloc(o->samples, sizeof(double)), wall = 0;
+
+	if (!sample)
+		die("out of memory%s", "");
+	coll_prepare(call, k, send, recv, 1);
+	coll_batch(call, k, send, recv, 3, &wall); /* the warm-up, then a batch timed to size the samples */
+	coll_batch(call, k, send, recv, 20, &wall);
+	coll_verify(call, k, send, recv, 1);
+	long iters = per_sample(wall, o);
+	for (int s = 0; s < o->samples; s++) {
+		int v = (s & 1023) + 2;
+		coll_prepare(call, k, send, recv, v);
+		MPI_Barrier(MPI_COMM_WORLD);
+		sample[s] = coll_batch(call, k, send, recv, iters, &wall) * 1e6;
+		coll_verify(call, k, send, recv, v);
+	}
+	char extra[64];
+	snprintf(extra, sizeof(extra), " call=%s ranks=%d", coll_names[call], nranks);
+	print_times("coll", call == COLL_BARRIER ? 0 : (long)k * 4, extra, "us", sample, o, iters);
+	free(sample);
+	free(send);
+	free(recv);
+}
+
+static void coll(const struct opts *o)
+{
+	const long *sizes = o->nsizes ? o->sizes : coll_sizes;
+	int nsizes = o->nsizes ? o->nsizes : (int)(sizeof(coll_sizes) / sizeof(long));
+
+	for (int c = 0; c < NCOLL; c++) {
+		if (!(o->calls >> c & 1))
+			continue;
+		for (int i = 0; i < (c == COLL_BARRIER ? 1 : nsizes); i++)
+			coll_size(c, sizes[i], o);
+	}
+}
+
 static void run_mode(int mode, void (*fn)(long, const struct opts *), const long *defaults, int ndefaults,
 		     const struct opts *o)
 {
@@ -555,6 +750,8 @@ int main(int argc, char **argv)
 	run_mode(MODE_EXCHANGE, exchange, exchange_sizes, sizeof(exchange_sizes) / sizeof(long), &o);
 	if (o.modes & MODE_COMPLETE)
 		complete(&o);
+	if (o.modes & MODE_COLL)
+		coll(&o);
 	MPI_Finalize();
 	return 0;
 }

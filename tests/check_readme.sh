@@ -53,15 +53,8 @@ ${PINSHM_CC:-cc} -Werror -I"$srcdir/include" -o "$work/example" "$work/example.c
 # Shared names off, as an administrator may turn them: the example must
 # use its user's own name (for a user other than root, who may create any).
 printf '[daemon]\nshared_names = no\n' >"$work/pinshmd.conf"
-"${PINSHMD:-daemon/pinshmd}" --user -f -c "$work/pinshmd.conf" -s "$work/sock" 2>"$work/pinshmd.log" &
-daemon=$!
-i=0
-until "${PINSHMCTL:-clients/pinshmctl}" -s "$work/sock" ls >/dev/null 2>&1; do
-    kill -0 "$daemon" 2>/dev/null || fail "pinshmd exited at start"
-    i=$((i + 1))
-    [ "$i" -le $((start_s * 10)) ] || fail "pinshmd does not answer on $work/sock"
-    sleep 0.1
-done
+. "$srcdir/tests/daemon.sh"
+start_pinshmd "$work" "$start_s" -c "$work/pinshmd.conf"
 
 PINSHM_SOCKET=$work/sock
 PINSHM_AUTOSTART=0

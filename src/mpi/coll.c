@@ -17,6 +17,8 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +119,84 @@ static int area_open(struct pm_coll *co, uint64_t token)
 	return 0;
 }
 
+/* ---- liveness ----------------------------------------------------------- */
+
+/*
+ * Each member's process holds one producer endpoint of the area; pinshmd
+ * marks it dead when that process goes without closing it.  The endpoint
+ * of member r is the active one whose pid is r's (found once every member
+ * opened the area), with its generation then: it is dead when pinshmd
+ * marked it so, or it was taken again (the generation moved).  Where no
+ * endpoint shows the pid (another pid namespace), the process itself is
+ * asked (kill 0).  A member that closed the area left after its last
+ * call: not dead.  Endpoints are shared memory: a wrong value can only
+ * make a wait fail.
+ */
+struct coll_live {
+	MPI_Comm comm;  /* for its error handler */
+	int error;      /* MPI_SUCCESS, or what a wait found */
+	unsigned *ep;   /* member -> its endpoint, or UINT_MAX: none found */
+	uint32_t *gen;  /* member -> that endpoint's generation when found */
+	int *pid;       /* member -> its process */
+};
+
+static void live_free(struct coll_live *lv)
+{
+	if (!lv)
+		return;
+	free(lv->ep);
+	free(lv->gen);
+	free(lv->pid);
+	free(lv);
+}
+
+/* Find every member's endpoint (after all opened the area). */
+static struct coll_live *live_find(const struct pm_coll *co, const struct pm_comm *c)
+{
+	struct coll_live *lv = calloc(1, sizeof(*lv));
+	if (!lv || !(lv->ep = calloc((size_t)co->size, sizeof(unsigned))) ||
+	    !(lv->gen = calloc((size_t)co->size, sizeof(uint32_t))) ||
+	    !(lv->pid = calloc((size_t)co->size, sizeof(int)))) {
+		live_free(lv);
+		return NULL;
+	}
+	lv->comm = c->comm;
+	const struct seg_geometry *g = &co->ch->g;
+	for (int r = 0; r < co->size; r++) {
+		int node = c->local[r];
+		lv->pid[r] = node >= 0 && node < pm.nlocal ? pm.local_pid[node] : 0;
+		lv->ep[r] = UINT_MAX;
+		for (unsigned e = 0; e < g->max_producers && lv->pid[r] > 0; e++) {
+			struct endpoint *ep = seg_endpoint(g, co->ch->base, e);
+			if (atomic_load_explicit(&ep->state, memory_order_acquire) == EP_ACTIVE &&
+			    atomic_load_explicit(&ep->pid, memory_order_relaxed) == (uint32_t)lv->pid[r]) {
+				lv->ep[r] = e;
+				lv->gen[r] = atomic_load_explicit(&ep->generation, memory_order_relaxed);
+				break;
+			}
+		}
+	}
+	return lv;
+}
+
+/* Whether member @p r is known to be dead. */
+static bool live_gone(const struct pm_coll *co, int r)
+{
+	const struct coll_live *lv = co->live;
+	if (lv->ep[r] != UINT_MAX) {
+		struct endpoint *ep = seg_endpoint(&co->ch->g, co->ch->base, lv->ep[r]);
+		uint32_t state = atomic_load_explicit(&ep->state, memory_order_acquire);
+		return state == EP_DEAD || state == EP_FREE ||
+		       (state == EP_ACTIVE && atomic_load_explicit(&ep->generation, memory_order_relaxed) != lv->gen[r]);
+	}
+	return lv->pid[r] > 0 && kill(lv->pid[r], 0) != 0 && errno == ESRCH;
+}
+
+int coll_error(const struct pm_coll *co)
+{
+	return co->live ? co->live->error : MPI_SUCCESS;
+}
+
 static void area_close(struct pm_coll *co)
 {
 	if (co->ch)
@@ -125,6 +205,8 @@ static void area_close(struct pm_coll *co)
 	free(co->half);
 	free(co->flags);
 	free(co->scratch);
+	live_free(co->live);
+	co->live = NULL;
 	co->half = NULL;
 	co->flags = NULL;
 	co->scratch = NULL;
@@ -167,7 +249,9 @@ static struct pm_coll *agree(struct pm_comm *c)
 	if (co->rank == 0 && msg[0] == 0)
 		pinshm_unlink(pm.client, name);
 	co->on = all != 0;
-	if (!co->on)
+	if (co->on)
+		co->live = live_find(co, c); /* NULL (out of memory): not watched */
+	else
 		area_close(co);
 	return co;
 }
@@ -202,22 +286,58 @@ void pm_coll_free(struct pm_comm *c)
 
 /* ---- waiting ---------------------------------------------------------- */
 
+#define LIVE_EVERY 256u /* fruitless passes between two looks at the members' liveness */
+
+static bool flag_reached(const struct pm_coll *co, int r, bool done, uint64_t s)
+{
+	_Atomic uint64_t *w = done ? &co->flags[r]->done : &co->flags[r]->arrive;
+	return atomic_load_explicit(w, memory_order_acquire) >= s;
+}
+
+/* Whether a wait for member @p r must end without its flag: some member
+ * died (the wait ends too where it is another: @p r may wait for that one)
+ * and @p r's flag, read again after the endpoints, has not come.  Reports
+ * it through the communicator's error handler. */
+static bool wait_failed(struct pm_coll *co, int r, bool done, uint64_t s)
+{
+	struct coll_live *lv = co->live;
+	for (int m = 0; m < co->size; m++) {
+		if (m == co->rank || !live_gone(co, m))
+			continue;
+		if (flag_reached(co, r, done, s))
+			return false;
+		fprintf(stderr,
+			"pinshm-mpi: rank %d (world rank %d): rank %d of the communicator (process %d) died: "
+			"the collective call cannot complete\n",
+			co->rank, pm.world_rank, m, lv->pid[m]);
+		lv->error = MPI_ERR_OTHER;
+		PMPI_Comm_call_errhandler(lv->comm, MPI_ERR_OTHER);
+		return true;
+	}
+	return false;
+}
+
 /* Until every rank r in [@p from, @p to) has *field(r) >= @p s: polling,
  * moving point-to-point traffic meanwhile (a rank may wait for this one's
- * CTS before it comes here), by the rules of pm_idle(). */
+ * CTS before it comes here), by the rules of pm_idle(); every LIVE_EVERY
+ * fruitless passes, a look at whether the members are alive. */
 static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s)
 {
-	unsigned idle = 0;
+	unsigned idle = 0, passes = 0;
+	if (coll_error(co) != MPI_SUCCESS)
+		return;
 	for (int r = from; r < to;) {
-		_Atomic uint64_t *w = done ? &co->flags[r]->done : &co->flags[r]->arrive;
-		if (atomic_load_explicit(w, memory_order_acquire) >= s) {
+		if (flag_reached(co, r, done, s)) {
 			r++;
 			continue;
 		}
-		if (pm_progress())
+		if (pm_progress()) {
 			idle = 0;
-		else
-			pm_idle(&idle, false);
+			continue;
+		}
+		pm_idle(&idle, false);
+		if (++passes % LIVE_EVERY == 0 && co->live && wait_failed(co, r, done, s))
+			return;
 	}
 }
 

@@ -8,7 +8,11 @@
  *
  *   ring + 0    one line left zero (where a record's commit word would be:
  *               anything that scans the lane sees an empty ring)
- *   ring + 64   rank r's flag line: arrive, done (struct coll_flags)
+ *   ring + 64   rank r's flag line: arrive, done (struct coll_flags),
+ *               then two small slots of COLL_SMALL bytes: data of at most
+ *               that size posted at step s may lie in slot s & 1 instead
+ *               of the half (coll_small()), under the same rules, so that
+ *               a reader takes it with the flag's line
  *   ring + 128  two halves of `half` bytes each: the data rank r posts at
  *               step s lies in half s & 1
  *
@@ -34,6 +38,7 @@
 #ifndef PINSHM_MPI_COLL_H
 #define PINSHM_MPI_COLL_H
 
+#include <assert.h>
 #include <stdatomic.h>
 
 #include "plugin.h"
@@ -77,6 +82,7 @@ struct pm_coll {
 	size_t half_bytes;         /* bytes of one half */
 	uint64_t step;             /* steps begun */
 	void *scratch;             /* half_bytes of this rank's own, for reductions */
+	struct coll_live *live;    /* the members' liveness (coll.c), or NULL */
 };
 
 /* The area of @p comm if its collectives are carried (deciding at the
@@ -109,12 +115,26 @@ static inline uint8_t *coll_half(const struct pm_coll *co, int r, uint64_t s)
 	return co->half[r] + (s & 1) * co->half_bytes;
 }
 
-/* The protocol's steps (above). */
+#define COLL_SMALL 24u /* bytes of a small slot */
+static_assert(sizeof(struct coll_flags) + 2 * COLL_SMALL <= 64, "the small slots fit the flag line");
+
+static inline uint8_t *coll_small(const struct pm_coll *co, int r, uint64_t s)
+{
+	return (uint8_t *)(void *)co->flags[r] + sizeof(struct coll_flags) + (s & 1) * COLL_SMALL;
+}
+
+/* The protocol's steps (above).  A wait that finds a member of the
+ * communicator dead (its process left the area without closing it, seen by
+ * pinshmd) calls the communicator's error handler with MPI_ERR_OTHER (by
+ * default the job aborts); if the handler returns, that wait and every
+ * later one on the area return at once and coll_error() says so: the call
+ * returns that error, its data undefined. */
 void coll_wait_free(struct pm_coll *co, uint64_t s);   /* before writing at step s */
 void coll_post(struct pm_coll *co, uint64_t s);        /* arrive = s */
 void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s);
 void coll_wait_all(struct pm_coll *co, uint64_t s);    /* every rank's arrive >= s */
 void coll_finish(struct pm_coll *co, uint64_t s);      /* done = s */
+int coll_error(const struct pm_coll *co);              /* MPI_SUCCESS or the error a wait found */
 
 /* Statistics: a call of @p call carried (@p pinshm) or passed on. */
 void coll_count(enum coll_call call, bool pinshm, uint64_t bytes);

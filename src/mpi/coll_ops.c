@@ -11,6 +11,11 @@
  * root's own arguments of Gather, Scatter decide nothing: an error there
  * is the root's, after the same steps as the others.
  *
+ * Data of at most COLL_SMALL bytes in a step (what a rank posts: a
+ * Bcast's message, a reduction's elements, a Gather's block, the n blocks
+ * of a Scatter or of one rank's Alltoall) lies in the rank's small slot,
+ * beside its flags, instead of its half: one line to fetch, not two.
+ *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
  * of one half, a step each: the root writes, the others copy out.
@@ -39,6 +44,22 @@ static void *out_of_memory(void)
 	return NULL;
 }
 
+/* What a call that ran steps returns: the error a wait found (already
+ * reported through the error handler), else @p rc through it. */
+static int coll_result(const struct pm_coll *co, MPI_Comm comm, int rc)
+{
+	int e = coll_error(co);
+	return e != MPI_SUCCESS ? e : pm_comm_error(comm, rc);
+}
+
+/* Where rank @p r's data of step @p s lies: its small slot (data of at
+ * most COLL_SMALL bytes, decided from what matches at every rank) or its
+ * half. */
+static inline uint8_t *slot(const struct pm_coll *co, int r, uint64_t s, bool small)
+{
+	return small ? coll_small(co, r, s) : coll_half(co, r, s);
+}
+
 /* @p p moved by @p d bytes (an address computation only). */
 static inline void *at(const void *p, MPI_Aint d)
 {
@@ -57,7 +78,7 @@ int MPI_Barrier(MPI_Comm comm)
 		coll_wait_all(co, s);
 		coll_finish(co, s);
 	}
-	return MPI_SUCCESS;
+	return coll_error(co);
 }
 
 /* ---- Bcast ------------------------------------------------------------ */
@@ -65,16 +86,17 @@ int MPI_Barrier(MPI_Comm comm)
 /* @p bytes at @p data from @p root to every rank, a half at a time. */
 static void bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root)
 {
+	bool small = bytes <= COLL_SMALL;
 	for (uint64_t off = 0; off < bytes; off += co->half_bytes) {
 		size_t n = bytes - off < co->half_bytes ? (size_t)(bytes - off) : co->half_bytes;
 		uint64_t s = ++co->step;
 		if (co->rank == root) {
 			coll_wait_free(co, s);
-			memcpy(coll_half(co, root, s), data + off, n);
+			memcpy(slot(co, root, s, small), data + off, n);
 			coll_post(co, s);
 		} else {
 			coll_wait_arrive(co, root, s);
-			memcpy(data + off, coll_half(co, root, s), n);
+			memcpy(data + off, slot(co, root, s, small), n);
 		}
 		coll_finish(co, s);
 	}
@@ -96,7 +118,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
 	char *data = (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat_bytes);
 	if (data) {
 		bcast_bytes(co, data, bytes, root);
-		return MPI_SUCCESS;
+		return coll_error(co);
 	}
 	/* Not contiguous here (other ranks may differ): packed. */
 	char *tmp = malloc(bytes);
@@ -109,7 +131,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
 	if (co->rank != root)
 		rc = pm_unpack(tmp, bytes, buffer, count, datatype);
 	free(tmp);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }
 
 /* ---- Reduce, Allreduce --------------------------------------------------- */
@@ -125,6 +147,7 @@ bool red_layout(struct red *r, MPI_Datatype type, size_t half)
 	r->per_chunk = half / r->size > INT_MAX ? INT_MAX : (int)(half / r->size);
 	r->extent = t->extent;
 	r->dense = t->flat && t->extent == (MPI_Aint)t->size;
+	r->small = false; /* the halves, unless the caller chooses a small slot */
 	if (PMPI_Type_get_true_extent(type, &r->tlb, &r->true_extent) != MPI_SUCCESS)
 		r->true_extent = 0;
 	return true;
@@ -177,13 +200,13 @@ int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *o
 	int rc = MPI_SUCCESS;
 	void *acc;
 	if (r->dense) {
-		memcpy(co->scratch, coll_half(co, hi - 1, s) + off, (size_t)k * r->size);
+		memcpy(co->scratch, slot(co, hi - 1, s, r->small) + off, (size_t)k * r->size);
 		acc = at(co->scratch, -r->tlb);
 	} else {
-		acc = red_unpacked(r, coll_half(co, hi - 1, s) + off, r->acc, k, &rc);
+		acc = red_unpacked(r, slot(co, hi - 1, s, r->small) + off, r->acc, k, &rc);
 	}
 	for (int i = hi - 2; i >= lo; i--) {
-		int e = PMPI_Reduce_local(red_unpacked(r, coll_half(co, i, s) + off, r->x, k, &rc), acc, k, r->type,
+		int e = PMPI_Reduce_local(red_unpacked(r, slot(co, i, s, r->small) + off, r->x, k, &rc), acc, k, r->type,
 					  r->op);
 		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
 			rc = e;
@@ -213,10 +236,11 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		uint64_t s = ++co->step;
 		coll_wait_free(co, s);
 		int e = MPI_SUCCESS;
+		uint8_t *mine = slot(co, co->rank, s, r->small);
 		if (r->dense)
-			memcpy(coll_half(co, co->rank, s), at(in, off + r->tlb), (size_t)k * r->size);
+			memcpy(mine, at(in, off + r->tlb), (size_t)k * r->size);
 		else
-			e = pm_pack(at(in, off), k, r->type, coll_half(co, co->rank, s), (uint64_t)k * r->size);
+			e = pm_pack(at(in, off), k, r->type, mine, (uint64_t)k * r->size);
 		coll_post(co, s);
 		if (root < 0 || co->rank == root) {
 			coll_wait_all(co, s);
@@ -244,6 +268,7 @@ static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Dataty
 		return -1;
 	}
 	coll_count(call, true, (uint64_t)count * r.size);
+	r.small = (uint64_t)count * r.size <= COLL_SMALL;
 	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
 	if (count == 0 || (co->size == 1 && sendbuf == MPI_IN_PLACE))
 		return MPI_SUCCESS;
@@ -259,7 +284,7 @@ static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Dataty
 	int rc = reduce_steps(co, &r, in, recvbuf, count, root);
 	free(r.acc);
 	free(r.x);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }
 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
@@ -338,17 +363,18 @@ char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes,
 /* Root @p root (or every rank, @p root < 0) takes the blocks of all. */
 static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 {
+	bool small = b->bytes <= COLL_SMALL;
 	for (uint64_t off = 0; off < b->bytes; off += co->half_bytes) {
 		size_t n = b->bytes - off < co->half_bytes ? (size_t)(b->bytes - off) : co->half_bytes;
 		uint64_t s = ++co->step;
 		coll_wait_free(co, s);
-		memcpy(coll_half(co, co->rank, s), b->mine + off, n);
+		memcpy(slot(co, co->rank, s, small), b->mine + off, n);
 		coll_post(co, s);
 		if (root < 0 || root == co->rank) {
 			coll_wait_all(co, s);
 			for (int r = 0; r < co->size; r++)
 				if (b->all + (uint64_t)r * b->bytes + off != b->mine + off) /* in place */
-					memcpy(b->all + (uint64_t)r * b->bytes + off, coll_half(co, r, s), n);
+					memcpy(b->all + (uint64_t)r * b->bytes + off, slot(co, r, s, small), n);
 		}
 		coll_finish(co, s);
 	}
@@ -357,20 +383,22 @@ static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 /* The root's blocks, each to its rank. */
 static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
 {
-	size_t piece = co->half_bytes / (size_t)co->size > 0 ? co->half_bytes / (size_t)co->size : 1;
+	bool small = b->bytes * (uint64_t)co->size <= COLL_SMALL;
+	size_t room = small ? COLL_SMALL : co->half_bytes;
+	size_t piece = room / (size_t)co->size > 0 ? room / (size_t)co->size : 1;
 	for (uint64_t off = 0; off < b->bytes; off += piece) {
 		size_t n = b->bytes - off < piece ? (size_t)(b->bytes - off) : piece;
 		uint64_t s = ++co->step;
 		if (co->rank == root) {
 			coll_wait_free(co, s);
 			for (int r = 0; r < co->size; r++)
-				memcpy(coll_half(co, root, s) + (size_t)r * piece, b->all + (uint64_t)r * b->bytes + off, n);
+				memcpy(slot(co, root, s, small) + (size_t)r * piece, b->all + (uint64_t)r * b->bytes + off, n);
 			coll_post(co, s);
 		} else {
 			coll_wait_arrive(co, root, s);
 		}
 		if (b->mine && !(b->all && b->mine == b->all + (uint64_t)co->rank * b->bytes))
-			memcpy(b->mine + off, coll_half(co, root, s) + (size_t)co->rank * piece, n);
+			memcpy(b->mine + off, slot(co, root, s, small) + (size_t)co->rank * piece, n);
 		coll_finish(co, s);
 	}
 }
@@ -431,7 +459,7 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 		rc = blocks_move(recvbuf, rcount, rtype, 1, b.tmp_mine, b.bytes, false);
 	free(b.tmp_all);
 	free(b.tmp_mine);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }
 
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
@@ -463,17 +491,19 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, voi
 static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64_t bytes)
 {
 	int n = co->size;
-	size_t piece = co->half_bytes / (size_t)n > 0 ? co->half_bytes / (size_t)n : 1;
+	bool small = bytes * (uint64_t)n <= COLL_SMALL;
+	size_t room = small ? COLL_SMALL : co->half_bytes;
+	size_t piece = room / (size_t)n > 0 ? room / (size_t)n : 1;
 	for (uint64_t off = 0; off < bytes; off += piece) {
 		size_t len = bytes - off < piece ? (size_t)(bytes - off) : piece;
 		uint64_t s = ++co->step;
 		coll_wait_free(co, s);
 		for (int r = 0; r < n; r++)
-			memcpy(coll_half(co, co->rank, s) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
+			memcpy(slot(co, co->rank, s, small) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
 		coll_post(co, s);
 		coll_wait_all(co, s);
 		for (int r = 0; r < n; r++)
-			memcpy(in + (uint64_t)r * bytes + off, coll_half(co, r, s) + (size_t)co->rank * piece, len);
+			memcpy(in + (uint64_t)r * bytes + off, slot(co, r, s, small) + (size_t)co->rank * piece, len);
 		coll_finish(co, s);
 	}
 }
@@ -513,5 +543,5 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
 		rc = blocks_move(recvbuf, recvcount, recvtype, n, tmp_in, bytes, false);
 	free(tmp_out);
 	free(tmp_in);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }

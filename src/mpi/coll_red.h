@@ -22,6 +22,7 @@ struct red {
 	int per_chunk;  /* signature: elements a half holds, packed */
 	MPI_Aint tlb, extent, true_extent;
 	bool dense;     /* here: the elements are count * size contiguous bytes */
+	bool small;     /* in the small slots (set by the caller that puts them there) */
 	char *acc, *x;  /* here, not dense: two chunks in this layout, or NULL */
 };
 

@@ -1,0 +1,119 @@
+#!/bin/sh
+# check_coll.sh - the collectives' benchmark runs, and a dead rank ends a
+# collective instead of hanging it.
+#
+# Against a pinshmd of the test's own (--user -f on a socket in a fresh
+# folder, autostart off), with the plugin preloaded ($PINSHM_MPI_LIB) under
+# $MPIRUN:
+#  - pinshm-mpi-bench -m coll, in a quick run (2 samples, 8 B and 64 KiB),
+#    at 2 ranks and at 4 (oversubscribed): a line per call and size, exit
+#    0, every call carried by the plugin (PINSHM_MPI_STATS); then
+#    pinshm-mpi-compare -M coll for one round: its table.  No speed is
+#    asserted.
+#  - tests/mpi/coll_dead at 3 ranks: the last rank kills itself (SIGKILL)
+#    between two collectives, and mpirun runs with --enable-recovery, so
+#    that Open MPI does not end the job for it: the survivors' call must
+#    end with MPI_ERR_OTHER (MPI_ERRORS_RETURN) or abort them (the default
+#    handler), well within the time limit, never hang.
+# Skipped (77) without mpirun.  Run by make check from the top build folder.
+set -eu
+
+run_s=120  # for one mpirun: generous (a loaded machine); a hang runs into it
+start_s=15 # for the daemon to answer
+
+mpirun=${MPIRUN:-mpirun}
+command -v "$mpirun" >/dev/null 2>&1 || { echo "SKIP: no mpirun"; exit 77; }
+plugin=${PINSHM_MPI_LIB:-$PWD/src/mpi/.libs/libpinshm_mpi.so}
+bench=$PWD/clients/pinshm-mpi-bench
+dead=$PWD/tests/mpi/coll_dead
+compare=${PINSHM_MPI_COMPARE:-${srcdir:-.}/clients/pinshm-mpi-compare}
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/pinshm-coll.XXXXXX")
+daemon=
+cleanup() {
+    if [ -n "$daemon" ]; then
+        kill "$daemon" 2>/dev/null || true
+        wait "$daemon" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    for f in out err pinshmd.log; do
+        if [ -s "$work/$f" ]; then
+            echo "--- $f:" >&2
+            tail -n 40 "$work/$f" >&2
+        fi
+    done
+    exit 1
+}
+
+for f in "$plugin" "$bench" "$dead"; do
+    [ -e "$f" ] || fail "$f is not built"
+done
+
+. "${srcdir:-.}/tests/daemon.sh"
+start_pinshmd "$work" "$start_s"
+
+PINSHM_SOCKET=$work/sock
+PINSHM_AUTOSTART=0
+export PINSHM_SOCKET PINSHM_AUTOSTART
+if [ "$(id -u)" -eq 0 ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+fi
+
+# mpi NP ARGS...: one mpirun with the plugin; its status in $rc.
+mpi() {
+    np=$1
+    shift
+    rc=0
+    timeout -k 10 "$run_s" "$mpirun" -np "$np" --oversubscribe --mca pml ob1 --mca btl self,vader \
+        -x LD_PRELOAD="$plugin" -x PINSHM_SOCKET -x PINSHM_AUTOSTART -x PINSHM_MPI_STATS=1 "$@" \
+        >"$work/out" 2>"$work/err" </dev/null || rc=$?
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "mpirun -np $np $*: still running after $run_s s"
+}
+
+calls="barrier bcast reduce allreduce gather scatter allgather alltoall"
+for np in 2 4; do
+    mpi "$np" "$bench" -m coll -n 2 -t 0.01 -z 8,64K
+    [ "$rc" -eq 0 ] || fail "pinshm-mpi-bench -m coll on $np ranks exited $rc"
+    for c in $calls; do
+        for b in 8 65536; do
+            [ "$c" != barrier ] || b=0
+            grep -q "^coll bytes=$b call=$c ranks=$np us=[0-9.]* " "$work/out" ||
+                fail "$np ranks: no line for $c of $b bytes"
+        done
+        n=$(sed -n "s/^pinshm-mpi coll stats: rank=[0-9]* call=$c pinshm_calls=\([0-9]*\) .*/\1/p" "$work/err" |
+            awk '$1 > 0 { n++ } END { print n + 0 }')
+        [ "$n" -eq "$np" ] || fail "$np ranks: $c went through pinshm at $n ranks of $np"
+    done
+done
+
+rc=0
+timeout -k 10 $((run_s * 3)) bash "$compare" -M coll -r 1 -R 2 -c barrier,allreduce -s 8 -X none -n 2 -t 0.01 \
+    -b "$bench" -p "$plugin" -m "$mpirun" -T "$run_s" >"$work/out" 2>"$work/err" </dev/null || rc=$?
+[ "$rc" -eq 0 ] || fail "pinshm-mpi-compare -M coll exited $rc"
+grep -q "^collectives, time of one call" "$work/out" || fail "pinshm-mpi-compare -M coll: no table"
+grep -Eq '^barrier +2 +0 +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$work/out" || fail "pinshm-mpi-compare: no barrier row"
+grep -Eq '^allreduce +2 +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$work/out" || fail "pinshm-mpi-compare: no allreduce row"
+
+# A dead rank: the two survivors' calls end with the error, or abort.
+for c in allreduce barrier bcast; do
+    mpi 3 --enable-recovery "$dead" "$c" return
+    n=$(grep -c "^coll_dead: rank [01]: $c returned [0-9]* (class [0-9]*: MPI_ERR_OTHER" "$work/out" || true)
+    [ "$n" -eq 2 ] || fail "$c with a dead rank, errors returned: $n survivors of 2 got MPI_ERR_OTHER"
+    grep -q "pinshm-mpi: .* died: the collective call cannot complete" "$work/err" ||
+        fail "$c with a dead rank: no message"
+done
+mpi 3 --enable-recovery "$dead" allreduce
+! grep -q "returned" "$work/out" || fail "allreduce with a dead rank, errors fatal: a survivor returned"
+grep -q "MPI_ERRORS_ARE_FATAL" "$work/err" || fail "allreduce with a dead rank, errors fatal: no abort"
+
+kill "$daemon"
+wait "$daemon" || fail "pinshmd exited $? at SIGTERM"
+daemon=
+echo "PASS: the collectives' benchmark at 2 and 4 ranks; a dead rank fails Allreduce, Barrier and Bcast"
