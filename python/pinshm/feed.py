@@ -27,8 +27,8 @@ read-only in spirit (a torch tensor is writable whatever DLPack says: do
 not write into it).  The record stays valid while any of them is alive, and
 goes back to the worker once they are all gone.  Records go back in order,
 per worker: the loop may keep at most ``prefetch_factor`` batches per worker
-alive (the last one, a few for logging); keeping more raises RuntimeError
-rather than stalling the workers.  Copy (``tensor.clone()``,
+alive (the last one, a few for logging); keeping as many as a worker's
+channel holds raises RuntimeError rather than stalling the workers.  Copy (``tensor.clone()``,
 ``array.copy()``) what must live longer.  On an accelerator, let a
 non-blocking copy from a batch complete (e.g. synchronize, or any ``.item()``
 after it) before the batch goes.
@@ -116,12 +116,14 @@ class WorkerDied(RuntimeError):
 
 
 def _np():
+    """numpy, imported on first use."""
     import numpy
 
     return numpy
 
 
 def _torch():
+    """torch, imported on first use (a feed of numpy arrays never imports it)."""
     import torch
 
     return torch
@@ -141,11 +143,13 @@ def _torch_dtype(name):
 
 
 def _is_tensor(x):
+    """Whether x is a torch tensor (False where torch was never imported)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
 
 def _is_array(x):
+    """Whether x is a numpy array."""
     np = sys.modules.get("numpy")
     return np is not None and isinstance(x, np.ndarray)
 
@@ -182,6 +186,7 @@ class Leaf:
         self.nbytes = size
 
     def __repr__(self):
+        """Leaf(kind, dtype, shape)."""
         return "Leaf(%r, %r, %r)" % (self.kind, self.dtype, self.shape)
 
     @classmethod
@@ -346,6 +351,7 @@ class StackCollate(Collate):
     """
 
     def layout(self, samples):
+        """The structure of the first sample, each leaf with len(samples) before its shape."""
         if not samples:
             raise ValueError("an empty batch")
         leaves = []
@@ -353,6 +359,7 @@ class StackCollate(Collate):
         return _build(structure, [Leaf.like(x, (len(samples),)) for x in leaves])
 
     def __call__(self, samples, out):
+        """Stack each leaf of the samples into its leaf of out."""
         leaves = []
         structure = _flatten(samples[0], leaves)
         rows = [[] for _ in leaves]
@@ -405,6 +412,7 @@ class WorkerInfo:
         self.id, self.num_workers, self.seed, self.dataset = id, num_workers, seed, dataset
 
     def __repr__(self):
+        """WorkerInfo(id=..., num_workers=..., seed=...)."""
         return "WorkerInfo(id=%d, num_workers=%d, seed=%d)" % (self.id, self.num_workers, self.seed)
 
 
@@ -496,13 +504,14 @@ class _Producer:
             r.commit(size)
 
     def close(self):
+        """Leave the channel and disconnect."""
         if self.chan is not None:
             self.chan.close()
         self.client.close()
 
 
 class _Stop(Exception):
-    pass
+    """The main process told the worker to stop."""
 
 
 def _die_with_parent():
@@ -574,6 +583,7 @@ def _wrap(e, wid, number):
 
 
 def _reraise(err):
+    """Raise a worker's exception (type, text) again: that type where it takes the text."""
     cls, text = err
     try:
         exc = cls(text) if cls is not None else None
@@ -588,6 +598,7 @@ def _reraise(err):
 
 
 def _pow2(n):
+    """The smallest power of two at least n (and 64 KiB)."""
     return 1 << max(16, (int(n) - 1).bit_length())
 
 
@@ -691,6 +702,7 @@ class Feed:
         return self._chunks(order)
 
     def _permutation(self, epoch):
+        """The shuffled order of epoch's indices."""
         n = len(self.dataset)
         g = self.generator
         if g is not None and type(g).__module__.startswith("torch"):
@@ -700,6 +712,7 @@ class Feed:
         return g.permutation(n).tolist()
 
     def _chunks(self, order):
+        """Lists of batch_size indices of order (the last shorter unless drop_last)."""
         while True:
             b = list(itertools.islice(order, self.batch_size))
             if not b or (self.drop_last and len(b) < self.batch_size):
@@ -707,6 +720,7 @@ class Feed:
             yield b
 
     def __len__(self):
+        """The number of batches of an epoch."""
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
         n = len(self.sampler) if self.sampler is not None else len(self.dataset)
@@ -715,6 +729,7 @@ class Feed:
     # -- workers --
 
     def _context(self):
+        """The multiprocessing context of the workers."""
         import multiprocessing
 
         ctx = self._ctx
@@ -744,6 +759,7 @@ class Feed:
             raise
 
     def _base_seed(self):
+        """The workers' base seed, from generator or seed (and the epoch)."""
         g = self.generator
         if g is not None and type(g).__module__.startswith("torch"):
             return int(_torch().empty((), dtype=_torch().int64).random_(generator=g).item())
@@ -802,12 +818,15 @@ class Feed:
             self._client = None
 
     def __enter__(self):
+        """Return self."""
         return self
 
     def __exit__(self, *exc):
+        """close()."""
         self.close()
 
     def __del__(self):
+        """Stop workers left running."""
         try:
             if self._workers:
                 self._stop()
@@ -817,6 +836,7 @@ class Feed:
     # -- the main loop --
 
     def __iter__(self):
+        """An epoch: its batches in place (starts the workers unless they persist)."""
         active = self._active and self._active()
         if active is not None:
             active.close()  # one epoch at a time
@@ -825,6 +845,7 @@ class Feed:
         return gen
 
     def _epoch(self):
+        """The generator of an epoch; its end (or close()) stops non-persistent workers."""
         self.epoch += 1
         epoch = self.epoch
         try:
@@ -838,6 +859,7 @@ class Feed:
                 self._stop()
 
     def _send(self, w, epoch, number, indices):
+        """Give worker w the task of batch (epoch, number)."""
         w.tasks.append((epoch, number))
         w.conn.send((epoch, number, list(indices)))
 
@@ -955,11 +977,12 @@ class Feed:
             except BufferError:
                 kept.append(m)
         w.kept = kept
-        if w.chan is not None and len(kept) + len(w.tasks) > w.slots:
+        # The batch awaited next needs room besides the kept ones, or the worker waits forever.
+        if w.chan is not None and len(kept) >= w.slots:
             raise RuntimeError(
-                "pinshm.feed: the loop keeps %d batches of worker %d alive and %d are in flight, but its "
-                "channel holds %d: keep fewer (at most prefetch_factor per worker) or copy them "
-                "(tensor.clone(), array.copy())" % (len(kept), w.id, len(w.tasks), w.slots))
+                "pinshm.feed: the loop keeps %d batches of worker %d alive, and its channel holds %d: "
+                "keep fewer (at most prefetch_factor per worker) or copy them (tensor.clone(), array.copy())"
+                % (len(kept), w.id, w.slots))
 
     def _receive(self, ws):
         """(worker, Message) of the first of ws with a record, or (worker, None) after a
@@ -1012,7 +1035,14 @@ class Feed:
         slot = (max(size, self.max_batch_bytes or 0) + 2 * _ALIGN - 1) // _ALIGN * _ALIGN
         cap = _pow2((self.prefetch_factor + 2) * slot)
         w.name = _pinshm.own_name("feed.%d.%d.%d.%d" % (os.getpid(), self._id, w.id, w.proc.pid))
-        self._client.create(w.name, capacity=cap, max_message=cap // 2 - _ALIGN, max_producers=1)
+        while True:  # smaller where the daemon refuses, down to 2 records besides one lost at the end
+            try:
+                self._client.create(w.name, capacity=cap, max_message=cap // 2 - _ALIGN, max_producers=1)
+                break
+            except _pinshm.Error as e:
+                if e.errno not in (errno.EFBIG, errno.ENOMEM, errno.ENOSPC) or cap // 2 // slot < 3:
+                    raise
+                cap //= 2
         w.chan = self._client.open(w.name, _pinshm.CONSUMER)
         w.fd = w.chan.fileno()  # made before arm() may be called
         # A record may not fit at the ring's end (one slot lost); the library holds 64 at most.

@@ -2,6 +2,7 @@
 structures, worker errors and deaths, early ends, epochs, the record header."""
 
 import os
+from multiprocessing import resource_tracker
 import random
 import signal
 import struct
@@ -44,15 +45,16 @@ def check(batch, indices):
 
 
 def children():
-    """Processes whose parent is this one, but the test's daemon."""
+    """Processes whose parent is this one, but multiprocessing's resource tracker (spawn starts it)."""
     me, found = str(os.getpid()), []
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
     for pid in os.listdir("/proc"):
         try:
             with open("/proc/%s/stat" % pid) as f:
                 stat = f.read()
         except OSError:
             continue
-        if pid.isdigit() and stat.rsplit(")", 1)[1].split()[1] == me:
+        if pid.isdigit() and stat.rsplit(")", 1)[1].split()[1] == me and int(pid) != tracker:
             found.append(int(pid))
     return found
 
@@ -245,6 +247,14 @@ def test_ctrl_c_while_waiting(clean):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     feed.close()
+
+
+def test_spawned_workers(clean):
+    """The workers need no fork: with spawn the dataset and collate travel pickled."""
+    with Feed(Squares(12), batch_size=4, num_workers=1, multiprocessing_context="spawn", timeout=60) as feed:
+        for b in feed:
+            check(b, list(range(b[1][0], b[1][0] + 4)))
+        assert b[1][0] == 8
 
 
 def test_persistent_workers_across_epochs(clean):
