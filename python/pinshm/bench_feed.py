@@ -21,8 +21,9 @@ in the main process; one with pin_memory, the copy into pinned memory; the
 feed: none, the tensor is the record), and the median of the per-round
 ratios feed / DataLoader.
 
---daemon PATH starts that pinshmd on a private socket for the run;
-without it the feed connects as pinshm.connect(autostart=True) does.
+--daemon PATH starts that pinshmd on a private socket for the run, with
+no max_segment_size (the rings of 64 MiB batches take 512 MiB); without it
+the feed connects as pinshm.connect(autostart=True) does.
 """
 
 import argparse
@@ -127,8 +128,10 @@ def _run_size(size, args, cuda):
 def _daemon(path):
     """Start pinshmd at path on a private socket: (process, folder, socket)."""
     folder = tempfile.mkdtemp(prefix="pinshm-bench-")
-    sock = os.path.join(folder, "sock")
-    proc = subprocess.Popen([path, "-f", "--user", "-s", sock], stdin=subprocess.DEVNULL,
+    sock, conf = os.path.join(folder, "sock"), os.path.join(folder, "pinshmd.conf")
+    with open(conf, "w") as f:  # 64 MiB batches take rings of 512 MiB, over the default 256M
+        f.write("[daemon]\nmax_segment_size = unlimited\ndefault_user_quota = unlimited\n")
+    proc = subprocess.Popen([path, "-f", "--user", "-c", conf, "-s", sock], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 15
     while not os.path.exists(sock):

@@ -92,15 +92,15 @@ import weakref
 
 import _pinshm
 
+from .arrays import _ALIGN, _MAX_DIMS, _np  # the array messages' alignment, dimensions, numpy on first use
+
 __all__ = ["Feed", "Collate", "StackCollate", "Leaf", "WorkerError", "WorkerDied", "get_worker_info"]
 
 MAGIC = b"PSHF"
 _VERSION = 1
 _FIXED = struct.Struct("<4sHHIIQII")
-_ALIGN = 64
 _MAX_LEAVES = 1024
 _MAX_DEPTH = 8
-_MAX_DIMS = 32
 _MAX_TEXT = 1 << 20
 
 
@@ -113,13 +113,6 @@ class WorkerDied(RuntimeError):
 
 
 # ---- torch and numpy, imported on first use --------------------------------
-
-
-def _np():
-    """numpy, imported on first use."""
-    import numpy
-
-    return numpy
 
 
 def _torch():
@@ -854,6 +847,9 @@ class Feed:
             self._drain()
             batches = enumerate(self._batches(epoch))
             yield from (self._ordered if self.in_order else self._unordered)(epoch, batches)
+        except WorkerDied:
+            self._stop()  # even persistent workers: the dead one's channel holds half a story
+            raise
         finally:
             if not self.persistent_workers:
                 self._stop()
