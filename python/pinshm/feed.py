@@ -522,8 +522,8 @@ def _worker(wid, num_workers, seed, socket, conn, dataset, collate, worker_init_
     global _worker_info
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides
-    if os.getppid() != parent:
-        return
+    if parent is not None and os.getppid() != parent:
+        return  # the main process ended before the line above
     _worker_info = WorkerInfo(wid, num_workers, seed, dataset)
     random.seed(seed)
     if "numpy" in sys.modules:
@@ -738,12 +738,14 @@ class Feed:
             self._client = _pinshm.connect(self.socket, self.autostart)
         ctx = self._context()
         base = self._base_seed()
+        # A forkserver's children are not ours: their parent is the server.
+        parent = None if ctx.get_start_method() == "forkserver" else os.getpid()
         try:
             for wid in range(self.num_workers):
                 mine, theirs = ctx.Pipe()
                 p = ctx.Process(target=_worker, daemon=True, name="pinshm.feed worker %d" % wid,
                                 args=(wid, self.num_workers, base + wid, self.socket, theirs, self.dataset,
-                                      self.collate_fn, self.worker_init_fn, os.getpid()))
+                                      self.collate_fn, self.worker_init_fn, parent))
                 p.start()
                 theirs.close()
                 self._workers.append(_Worker(wid, p, mine))
