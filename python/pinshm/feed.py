@@ -37,7 +37,8 @@ Errors: an exception in a worker is raised in the main process when its
 batch is due, as the same exception type where it can be made from a
 message (else WorkerError), with the worker's traceback in its text.  A
 worker that dies (a signal, os._exit) fails the iteration at once with
-WorkerDied; it is not restarted.  A break, an exception in the loop body or
+WorkerDied (batches it committed before may go
+undelivered); it is not restarted.  A break, an exception in the loop body or
 Ctrl-C stops the workers of the epoch (or, with persistent_workers, leaves
 them for the next epoch until close()) and unlinks the channels: no process
 and no channel name is left behind.
@@ -859,7 +860,10 @@ class Feed:
     def _send(self, w, epoch, number, indices):
         """Give worker w the task of batch (epoch, number)."""
         w.tasks.append((epoch, number))
-        w.conn.send((epoch, number, list(indices)))
+        try:
+            w.conn.send((epoch, number, list(indices)))
+        except OSError:  # BrokenPipeError: it died
+            self._gone(w, "closed its pipe")
 
     def _ordered(self, epoch, batches):
         """Batch k from worker k % num_workers, k = 0, 1, ..."""
@@ -991,19 +995,19 @@ class Feed:
         while True:
             armed = True
             for w in ws:
-                if w.chan is not None:
-                    try:
-                        return w, w.chan.recv_inplace(0)
-                    except _pinshm.Empty:
-                        pass
-                    except _pinshm.PeerGone:
-                        self._check_alive(wait=True)
-                        raise
-                if w.conn.poll():
-                    self._control(w)
-                    return w, None
-                if w.chan is not None and not w.chan.arm():
-                    armed = False
+                try:
+                    if w.chan is not None:
+                        try:
+                            return w, w.chan.recv_inplace(0)
+                        except _pinshm.Empty:
+                            pass
+                    if w.conn.poll():
+                        self._control(w)
+                        return w, None
+                    if w.chan is not None and not w.chan.arm():
+                        armed = False
+                except _pinshm.PeerGone:
+                    self._gone(w, "left its channel")
             self._check_alive()
             if not armed:
                 continue
@@ -1018,8 +1022,7 @@ class Feed:
         try:
             msg = w.conn.recv()
         except (EOFError, OSError):
-            self._check_alive(wait=True)
-            raise WorkerDied("pinshm.feed: worker %d closed its pipe" % w.id) from None
+            self._gone(w, "closed its pipe")
         if msg[0] == "size":
             self._make_channel(w, msg[1])
             return
@@ -1047,11 +1050,15 @@ class Feed:
         w.slots = min(cap // slot - 1, _pinshm.MAX_HELD - 2)
         w.conn.send(("chan", w.name, cap // 2 - _ALIGN))
 
-    def _check_alive(self, wait=False):
-        """Raise WorkerDied if a worker has ended (wait: give one that is ending time to)."""
+    def _gone(self, w, what):
+        """Raise WorkerDied for w, which what (it left): with its exit status once it has one."""
+        w.proc.join(10)  # its descriptors close before the kernel reports its end
+        self._check_alive()
+        raise WorkerDied("pinshm.feed: worker %d (pid %d) %s" % (w.id, w.proc.pid, what))
+
+    def _check_alive(self):
+        """Raise WorkerDied if a worker has ended."""
         for w in self._workers:
-            if wait:
-                w.proc.join(0.5)
             code = w.proc.exitcode
             if code is not None:
                 how = ("was killed by signal %d (%s)" % (-code, signal.Signals(-code).name) if code < 0

@@ -206,7 +206,7 @@ def test_worker_killed_mid_reserve(clean):
             for b in feed:
                 check(b, list(range(b[1][0], b[1][0] + 4)))
                 seen.append(b[1][0])
-        assert seen == [0, 4]
+        assert seen in ([0], [0, 4])  # batch 1 is committed, but the death may be seen first
 
 
 def test_break_keeps_the_last_batch_valid(clean):
