@@ -58,6 +58,7 @@ from _pinshm import (  # noqa: F401  (re-exported)
     strerror,
 )
 
+from . import feed  # noqa: F401  (pinshm.feed.Feed: the DataLoader of records in place)
 from .aio import recv_async  # noqa: F401
 from .arrays import ARRAY_MAGIC, array_dlpack, as_array, recv_array, send_array  # noqa: F401
 
