@@ -432,6 +432,16 @@ static int take_quick(pinshm_channel_t *ch, struct taken *t, size_t max_len)
 	return -EAGAIN;
 }
 
+/* A receive call disarms the descriptor that pinshm_channel_arm() armed. */
+void consumer_disarm(pinshm_channel_t *ch)
+{
+	if (!ch->armed)
+		return;
+	ch->armed = false;
+	atomic_store_explicit(&ch->ep->armed, 0, memory_order_relaxed);
+	wait_unregister(&ch->hdr->data, &ch->ep->sleeping, SLEEPING_ARMED);
+}
+
 int consumer_has_message(pinshm_channel_t *ch)
 {
 	struct taken t;
