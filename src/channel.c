@@ -27,7 +27,7 @@ static int endpoint_claim(pinshm_channel_t *ch, unsigned first, unsigned n)
 
 /* Take over @p endpoint of [first, first + n), which the daemon claimed
  * for this process. */
-static int endpoint_adopt(pinshm_channel_t *ch, unsigned endpoint, unsigned first, unsigned n)
+static int endpoint_attach_claimed(pinshm_channel_t *ch, unsigned endpoint, unsigned first, unsigned n)
 {
 	if (endpoint < first || endpoint - first >= n)
 		return -EINVAL;
@@ -142,7 +142,7 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 			ch->fetched[i].fd = ch->fetched[i].arrived = -1;
 		}
 		rc = endpoint < 0 ? endpoint_claim(ch, 0, producers)
-				  : endpoint_adopt(ch, (unsigned)endpoint, 0, producers);
+				  : endpoint_attach_claimed(ch, (unsigned)endpoint, 0, producers);
 		if (rc != 0)
 			goto fail;
 		ch->lane = seg_lane(&ch->g, ch->base, ch->endpoint);
@@ -157,7 +157,7 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 		}
 		ch->mode = ch->g.kind == PINSHM_QUEUE && consumers > 1 ? CONSUME_SHARED : CONSUME_SEQUENTIAL;
 		rc = endpoint < 0 ? endpoint_claim(ch, producers, consumers)
-				  : endpoint_adopt(ch, (unsigned)endpoint, producers, consumers);
+				  : endpoint_attach_claimed(ch, (unsigned)endpoint, producers, consumers);
 		if (rc != 0)
 			goto fail;
 		consumer_start(ch);

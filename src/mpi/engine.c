@@ -460,7 +460,7 @@ static void take_rts(struct pm_op *op, const struct pm_unexp *e)
 	bool copy = (e->flags & REC_COPY) || (!pm.cfg.cma_set && pm.peers[e->from].open_sends);
 	if ((e->flags & REC_CMA) && copy && e->pid == (uint32_t)pm.local_pid[e->from] &&
 	    copy_from_sender(op, e->pid, e->addr)) {
-		struct rec_cts c = {.h = {.type = REC_CTS, .flags = REC_DONE, .from = (uint16_t)pm.local_rank},
+		struct rec_cts c = {.h = {.type = REC_CTS, .flags = REC_COPIED, .from = (uint16_t)pm.local_rank},
 				    .sid = e->sid,
 				    .accept = op->accept};
 		send_ctl(e->from, &c, sizeof(c));
@@ -613,7 +613,7 @@ static void on_cts(const struct rec_cts *r, size_t n)
 	op->remote_id = r->rid;
 	op->accept = r->accept;
 	op->offset = 0;
-	if (op->accept == 0 || (r->h.flags & REC_DONE))
+	if (op->accept == 0 || (r->h.flags & REC_COPIED))
 		return pm_op_complete(op);
 	op->state = ST_STREAM;
 	pm_list_push(&pm.peers[op->peer_local].stream, &op->link);

@@ -333,7 +333,7 @@ bool pm_probe_lib(const struct pm_comm *c, int source);
 /* Cancel an op that has not reached its peer. @return true if cancelled. */
 bool pm_op_cancel(struct pm_op *op);
 /* Messages that came for a context not known yet: move them to @p c. */
-void pm_adopt_orphans(struct pm_comm *c);
+void pm_unexp_move_orphans(struct pm_comm *c);
 /* Keep a copy of envelope @p e (and of an EAGER's payload) until a receive
  * matches it; @p c NULL: its communicator is not known yet (unexp.c). */
 void pm_unexp_keep(struct pm_comm *c, const struct pm_unexp *e, const void *payload);

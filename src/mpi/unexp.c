@@ -100,7 +100,7 @@ void pm_unexp_keep(struct pm_comm *c, const struct pm_unexp *e, const void *payl
 	pm_list_push(c ? &c->unexp : &pm.orphans, &u->link);
 }
 
-void pm_adopt_orphans(struct pm_comm *c)
+void pm_unexp_move_orphans(struct pm_comm *c)
 {
 	struct pm_link *l = pm.orphans.head;
 	while (l) {
