@@ -137,6 +137,7 @@ struct pinshm_channel {
 	struct given_peer *given;     /* producer: per consumer endpoint, from pinshm_channel_set_peer_fd() */
 	struct fetched_peer *fetched; /* producer: per consumer endpoint, fetched from pinshmd (PEER) */
 	char error[160];
+	const struct channel_dev_ops *dev_ops; /* set with the first dev, and kept (device/) */
 
 	/* Opened through pinshmd (pinshm_open): the client it came from, until
 	 * that disconnects (NULL: none), in that client's list of handles. */
@@ -206,6 +207,17 @@ static inline struct pinshm_client *channel_client(const pinshm_channel_t *ch)
 /* device/: only where ch->dev is set; kept out of line (cold, noinline), so
  * that the paths of the handles without devices keep their shape. */
 struct device_state;
+/*
+ * What the ring (produce.c, consume.c) calls of the device layer, for a
+ * handle with ch->dev set: ch->dev_ops, installed with the handle's first
+ * registration and kept (device/register.c).  The ring calls only through
+ * it, so that it calls no function of the device layer, which calls the ring.
+ */
+struct channel_dev_ops {
+	int (*progress)(pinshm_channel_t *ch);                          /* device_progress() */
+	int (*release)(pinshm_channel_t *ch, const pinshm_msg_t *msg);  /* device_release() */
+	int (*commit_progress)(pinshm_channel_t *ch);                   /* device_commit_progress() */
+};
 int device_progress(pinshm_channel_t *ch) __attribute__((cold, noinline));
 int device_release(pinshm_channel_t *ch, const pinshm_msg_t *msg) __attribute__((cold, noinline));
 void device_state_close(pinshm_channel_t *ch);

@@ -43,6 +43,13 @@ pinshm_device_kind_t pinshm_device_kind(const pinshm_device_t *dev)
 	return dev->kind;
 }
 
+/* What the ring calls of the device layer (channel.h). */
+static const struct channel_dev_ops device_ops = {
+	.progress = device_progress,
+	.release = device_release,
+	.commit_progress = device_commit_progress,
+};
+
 /* Tell the daemon of a registration made or dropped (the handle's control
  * plane's device_report), where the handle was opened through pinshmd. */
 static int device_report(pinshm_channel_t *ch, pinshm_device_kind_t kind, int delta)
@@ -83,6 +90,7 @@ int pinshm_channel_register(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned
 		if (!ch->dev)
 			return channel_fail(ch, -ENOMEM, "no memory for the device state");
 		ch->dev->pid = getpid();
+		ch->dev_ops = &device_ops;
 	}
 	struct device_state *ds = ch->dev;
 	if (ds->nregs == DEVICE_MAX_PER_HANDLE)
