@@ -1,5 +1,5 @@
 /*
- * channel.c - a process's handle: attach, close, its endpoint, its errors.
+ * channel.c - a process's handle: attach, close, its endpoint, its settings.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,49 +12,6 @@
 
 #include "channel.h"
 #include "wait.h"
-
-/* True when no endpoint in [first, first + n) is attached but one had been. */
-static bool endpoints_gone(const struct seg_geometry *g, void *base, unsigned first, unsigned n)
-{
-	bool seen = false;
-
-	for (unsigned i = first; i < first + n; i++) {
-		uint32_t state = atomic_load_explicit(&seg_endpoint(g, base, i)->state, memory_order_acquire);
-		if (state == EP_ACTIVE)
-			return false;
-		if (state == EP_CLOSED || state == EP_DEAD)
-			seen = true;
-	}
-	return seen;
-}
-
-/* Whether every endpoint of the other role has left, looked at again only
- * when an endpoint changed state. */
-bool channel_peers_gone(pinshm_channel_t *ch)
-{
-	uint32_t changes = atomic_load_explicit(&ch->hdr->endpoint_changes, memory_order_acquire);
-
-	if (changes != ch->gone_changes) {
-		ch->gone_changes = changes;
-		if (ch->role == PINSHM_PRODUCER)
-			ch->gone = endpoints_gone(&ch->g, ch->base, ch->g.max_producers, ch->g.max_consumers);
-		else
-			ch->gone = endpoints_gone(&ch->g, ch->base, 0, ch->g.max_producers);
-	}
-	return ch->gone;
-}
-
-int channel_fail(pinshm_channel_t *ch, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(ch->error, sizeof(ch->error), fmt, ap);
-	va_end(ap);
-	if (err == -EBADMSG)
-		ch->broken = true;
-	return err;
-}
 
 /* Take the first endpoint of [first, first + n) that nobody holds. */
 static int endpoint_claim(pinshm_channel_t *ch, unsigned first, unsigned n)
@@ -70,7 +27,7 @@ static int endpoint_claim(pinshm_channel_t *ch, unsigned first, unsigned n)
 
 /* Take over @p endpoint of [first, first + n), which the daemon claimed
  * for this process. */
-static int endpoint_adopt(pinshm_channel_t *ch, unsigned endpoint, unsigned first, unsigned n)
+static int endpoint_attach_claimed(pinshm_channel_t *ch, unsigned endpoint, unsigned first, unsigned n)
 {
 	if (endpoint < first || endpoint - first >= n)
 		return -EINVAL;
@@ -185,7 +142,7 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 			ch->fetched[i].fd = ch->fetched[i].arrived = -1;
 		}
 		rc = endpoint < 0 ? endpoint_claim(ch, 0, producers)
-				  : endpoint_adopt(ch, (unsigned)endpoint, 0, producers);
+				  : endpoint_attach_claimed(ch, (unsigned)endpoint, 0, producers);
 		if (rc != 0)
 			goto fail;
 		ch->lane = seg_lane(&ch->g, ch->base, ch->endpoint);
@@ -200,7 +157,7 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 		}
 		ch->mode = ch->g.kind == PINSHM_QUEUE && consumers > 1 ? CONSUME_SHARED : CONSUME_SEQUENTIAL;
 		rc = endpoint < 0 ? endpoint_claim(ch, producers, consumers)
-				  : endpoint_adopt(ch, (unsigned)endpoint, producers, consumers);
+				  : endpoint_attach_claimed(ch, (unsigned)endpoint, producers, consumers);
 		if (rc != 0)
 			goto fail;
 		consumer_start(ch);
@@ -233,7 +190,7 @@ void pinshm_channel_forget(pinshm_channel_t *ch)
 	if (ch->dev)
 		device_state_forget(ch);
 	if (ch->client)
-		client_detach_channel(ch);
+		ch->ctl->detach(ch);
 	if (ch->base)
 		munmap(ch->base, ch->map_size);
 	notify_close(ch);
@@ -269,11 +226,12 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 	if (ch->role == PINSHM_PRODUCER)
 		producer_notify_armed(ch); /* an event loop learns of it too */
 	struct pinshm_client *c = channel_client(ch);
+	const struct channel_ctl *ctl = ch->ctl;
 	uint64_t id = ch->daemon_id, conn = ch->daemon_conn;
 	unsigned endpoint = ch->endpoint;
 	pinshm_channel_forget(ch);
 	/* Closed here first: the daemon finds it so and has nothing to reap. */
-	return c ? client_close_endpoint(c, id, conn, endpoint) : 0;
+	return c ? ctl->close_endpoint(c, id, conn, endpoint) : 0;
 }
 
 const char *pinshm_channel_error(const pinshm_channel_t *ch)

@@ -137,10 +137,12 @@ struct pinshm_channel {
 	struct given_peer *given;     /* producer: per consumer endpoint, from pinshm_channel_set_peer_fd() */
 	struct fetched_peer *fetched; /* producer: per consumer endpoint, fetched from pinshmd (PEER) */
 	char error[160];
+	const struct channel_dev_ops *dev_ops; /* set with the first dev, and kept (device/) */
 
 	/* Opened through pinshmd (pinshm_open): the client it came from, until
 	 * that disconnects (NULL: none), in that client's list of handles. */
 	struct pinshm_client *client;
+	const struct channel_ctl *ctl; /* set with client, and kept */
 	pid_t client_pid;   /* the process that opened it: a child that inherited the handle
 			     * must not speak on its parent's connection */
 	uint64_t daemon_id; /* the channel's number for the daemon (CLOSE) */
@@ -148,53 +150,74 @@ struct pinshm_channel {
 	pinshm_channel_t *client_prev, *client_next;
 };
 
-/* channel.c */
+/* handle.c */
 bool channel_peers_gone(pinshm_channel_t *ch);
+int channel_fail(pinshm_channel_t *ch, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* channel.c */
 /** pinshm_channel_attach() to @p endpoint, already claimed for this process.
  *  @return as pinshm_channel_attach(); -EINVAL if @p endpoint is not one of
  *  @p role's, -EBADMSG if it is not active. */
 int channel_attach_claimed(int fd, pinshm_role_t role, unsigned endpoint, pinshm_channel_t **out);
-int channel_fail(pinshm_channel_t *ch, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* client.c: a handle opened through the daemon. */
+/*
+ * What the data path asks of the control plane that opened a handle
+ * (ch->ctl, which pinshm_open() installs; a handle of
+ * pinshm_channel_attach() has none).  The data path calls only through
+ * it, so that it calls no function of the client's (client.c, peer_fetch.c).
+ */
+struct channel_ctl {
+	/** Take @p ch out of its client's list (ch->client set). */
+	void (*detach)(pinshm_channel_t *ch);
+	/** Give the daemon @p fd, the sending end of consumer handle @p ch's
+	 *  wake-up socket (NOTIFY; the caller keeps @p fd).  @return 0 or the
+	 *  error of the request.
+	 *  These requests name the channel by the number the connection that
+	 *  opened or took it back gave (daemon_id, daemon_conn): -ENOTCONN where
+	 *  the current connection never gave it one. */
+	int (*register_notify)(struct pinshm_client *c, pinshm_channel_t *ch, int fd);
+	/**
+	 * For producer handle @p ch, on its send path: the sending end of consumer
+	 * @p consumer's wake-up socket for generation @p gen, if a PEER reply
+	 * brought it (a new descriptor, the handle's from now on); else -1, after
+	 * making sure that a PEER request for it is on its way (pinshmd wakes the
+	 * consumer, if armed, after it replied).  Never waits: no reconnect, no
+	 * reply awaited; where another thread holds the client, that thread
+	 * sends the request when it is done.
+	 */
+	int (*peer_fd)(struct pinshm_client *c, pinshm_channel_t *ch, unsigned consumer, uint32_t gen);
+	/** Tell the daemon that handle @p ch made (@p delta +1) or dropped (-1)
+	 *  a registration with a device of @p kind (DEVICE), where it was opened
+	 *  through pinshmd by this process; 0 where not (nothing to tell).
+	 *  @return 0 or the error of the request (with +1, its detail in ch->error). */
+	int (*device_report)(pinshm_channel_t *ch, pinshm_device_kind_t kind, int delta);
+	/** Tell the daemon that endpoint @p endpoint of channel @p id (the number
+	 *  connection @p conn gave) is closed (CLOSE).  @return 0 (also where this
+	 *  connection never had the channel) or the error of the request. */
+	int (*close_endpoint)(struct pinshm_client *c, uint64_t id, uint64_t conn, unsigned endpoint);
+};
+
 /** The client to ask the daemon through for @p ch, or NULL: none, or this
  *  process is not the one that opened it (a child after fork()). */
 static inline struct pinshm_client *channel_client(const pinshm_channel_t *ch)
 {
 	return ch->client && ch->client_pid == getpid() ? ch->client : NULL;
 }
-/** Take @p ch out of its client's list (ch->client set). */
-void client_detach_channel(pinshm_channel_t *ch);
-/** Give the daemon @p fd, the sending end of consumer handle @p ch's
- *  wake-up socket (NOTIFY; the caller keeps @p fd).  @return 0 or the
- *  error of the request.
- *  These requests name the channel by the number the connection that
- *  opened or took it back gave (daemon_id, daemon_conn): -ENOTCONN where
- *  the current connection never gave it one. */
-int client_register_notify(struct pinshm_client *c, pinshm_channel_t *ch, int fd);
-/**
- * For producer handle @p ch, on its send path: the sending end of consumer
- * @p consumer's wake-up socket for generation @p gen, if a PEER reply
- * brought it (a new descriptor, the handle's from now on); else -1, after
- * making sure that a PEER request for it is on its way (pinshmd wakes the
- * consumer, if armed, after it replied).  Never waits: no reconnect, no
- * reply awaited; where another thread holds the client, that thread
- * sends the request when it is done.
- */
-int client_peer_fd(struct pinshm_client *c, pinshm_channel_t *ch, unsigned consumer, uint32_t gen);
-/** Tell the daemon that handle @p ch made (@p delta +1) or dropped (-1)
- *  a registration with a device of @p kind (DEVICE), where it was opened
- *  through pinshmd by this process; 0 where not (nothing to tell).
- *  @return 0 or the error of the request (with +1, its detail in ch->error). */
-int client_device_report(pinshm_channel_t *ch, pinshm_device_kind_t kind, int delta);
-/** Tell the daemon that endpoint @p endpoint of channel @p id (the number
- *  connection @p conn gave) is closed (CLOSE).  @return 0 (also where this
- *  connection never had the channel) or the error of the request. */
-int client_close_endpoint(struct pinshm_client *c, uint64_t id, uint64_t conn, unsigned endpoint);
 
 /* device/: only where ch->dev is set; kept out of line (cold, noinline), so
  * that the paths of the handles without devices keep their shape. */
 struct device_state;
+/*
+ * What the ring (produce.c, consume.c) calls of the device layer, for a
+ * handle with ch->dev set: ch->dev_ops, installed with the handle's first
+ * registration and kept (device/register.c).  The ring calls only through
+ * it, so that it calls no function of the device layer, which calls the ring.
+ */
+struct channel_dev_ops {
+	int (*progress)(pinshm_channel_t *ch);                          /* device_progress() */
+	int (*release)(pinshm_channel_t *ch, const pinshm_msg_t *msg);  /* device_release() */
+	int (*commit_progress)(pinshm_channel_t *ch);                   /* device_commit_progress() */
+};
 int device_progress(pinshm_channel_t *ch) __attribute__((cold, noinline));
 int device_release(pinshm_channel_t *ch, const pinshm_msg_t *msg) __attribute__((cold, noinline));
 void device_state_close(pinshm_channel_t *ch);
@@ -222,7 +245,6 @@ void wake_send(int fd, bool socket);
 bool wake_armed_gen(struct endpoint *ep, int fd, uint32_t gen);
 /** Wake the armed consumers (a commit found sleepers, or the handle closes). */
 void producer_notify_armed(pinshm_channel_t *ch);
-void consumer_disarm(pinshm_channel_t *ch);
 /** Close the handle's own wake-up socket, if any. */
 void notify_close(pinshm_channel_t *ch);
 
@@ -231,6 +253,7 @@ void producer_recover_tail(pinshm_channel_t *ch);
 
 /* consume.c */
 void consumer_start(pinshm_channel_t *ch);
+void consumer_disarm(pinshm_channel_t *ch);
 void consumer_release_all(pinshm_channel_t *ch);
 int consumer_has_message(pinshm_channel_t *ch);
 /** The position of @p msg among the records held, oldest first; -1: not held. */

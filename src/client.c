@@ -36,29 +36,20 @@ struct kept_segment {
 
 static int client_reconnect(pinshm_client_t *c);
 
+/* What a handle opened here asks of its client. */
+static const struct channel_ctl client_ctl = {
+	.detach = client_detach_channel,
+	.register_notify = client_register_notify,
+	.peer_fd = client_peer_fd,
+	.device_report = client_device_report,
+	.close_endpoint = client_close_endpoint,
+};
+
 /* Why the last pinshm_connect() of this thread failed. */
 static __thread char connect_error[512];
 
 #define LIBRARY_VERSION_CODE                                                                                  \
 	((uint32_t)PINSHM_VERSION_MAJOR << 16 | (uint32_t)PINSHM_VERSION_MINOR << 8 | PINSHM_VERSION_PATCH)
-
-int client_fail(pinshm_client_t *c, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(client_error_buf(c), CLIENT_ERROR_MAX, fmt, ap);
-	va_end(ap);
-	return err;
-}
-
-/* The connection can no longer be trusted to be in step. */
-int client_break(pinshm_client_t *c, int err)
-{
-	c->broken = true;
-	c->broken_err = err;
-	return err;
-}
 
 /* Whether the daemon closed the connection @p fd (checked before a request). */
 static bool hung_up(int fd)
@@ -98,26 +89,6 @@ static int client_ready(pinshm_client_t *c)
 	if (c->broken)
 		return client_fail(c, c->broken_err, "the connection to pinshmd was lost earlier");
 	return 0;
-}
-
-int client_check_reply(pinshm_client_t *c, uint16_t type, uint32_t seq, const struct proto_msg *rep, int rc,
-		       unsigned nfds)
-{
-	if (rc == 0 && rep->h.seq != seq)
-		rc = client_fail(c, -EPROTO, "pinshmd answered request %u to request %u", rep->h.seq, seq);
-	else if (rc == 0 && rep->h.type != (type | PROTO_REPLY) && rep->h.type != PROTO_ERROR)
-		rc = client_fail(c, -EPROTO, "pinshmd answered %s with %s", proto_type_name(type),
-				 proto_type_name(rep->h.type));
-	else if (rc == 0 && (rep->status == 0 && proto_reply_gives_fd(rep->h.type)) != (nfds == 1))
-		rc = client_fail(c, -EPROTO, "pinshmd sent %u descriptors with its %s reply", nfds,
-				 proto_type_name(type));
-	else if (rc == -EPROTO)
-		rc = client_fail(c, -EPROTO, "pinshmd speaks protocol version %u, this library %u", rep->h.version,
-				 PROTO_VERSION);
-	else if (rc != 0)
-		rc = client_fail(c, -EPROTO, "malformed reply from pinshmd to %s (%s)", proto_type_name(type),
-				 strerror(-rc));
-	return rc;
 }
 
 /* Send @p req, with descriptor @p out_fd (-1: none), on the connection as
@@ -482,23 +453,6 @@ int pinshm_disconnect(pinshm_client_t *c)
 	return 0;
 }
 
-char *client_error_buf(pinshm_client_t *c)
-{
-	pthread_t self = pthread_self();
-	struct client_error *e;
-
-	pthread_mutex_lock(&c->error_lock);
-	for (e = c->errors; e && !pthread_equal(e->thread, self); e = e->next)
-		;
-	if (!e && (e = calloc(1, sizeof(*e))) != NULL) {
-		e->thread = self;
-		e->next = c->errors;
-		c->errors = e;
-	}
-	pthread_mutex_unlock(&c->error_lock);
-	return e ? e->text : c->error;
-}
-
 const char *pinshm_client_error(const pinshm_client_t *c)
 {
 	if (!c)
@@ -707,6 +661,7 @@ static int open_locked(pinshm_client_t *c, const char *name, pinshm_role_t role,
 				   pinshm_strerror(rc));
 	}
 	ch->client = c;
+	ch->ctl = &client_ctl;
 	ch->client_pid = getpid();
 	ch->daemon_id = rep.u.open_reply.id;
 	ch->daemon_conn = c->connection;

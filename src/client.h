@@ -1,7 +1,7 @@
 /*
  * client.h - a connection to pinshmd, shared by client.c (requests and
- * replies, one at a time) and peer_fetch.c (PEER requests sent from the
- * send path without waiting) (private).
+ * replies, one at a time), peer_fetch.c (PEER requests sent from the
+ * send path without waiting) and client_error.c (its errors) (private).
  *
  * Locking: every request and every read of a reply happens under `lock`
  * (recursive: a reconnect makes requests inside one).  The send path only
@@ -74,13 +74,21 @@ bool client_trylock(struct pinshm_client *c);
 /** Serve what send paths wanted meanwhile, then let go. */
 void client_unlock(struct pinshm_client *c);
 
-/* client.c */
+/* client_error.c */
+/** The connection can no longer be trusted to be in step.  @return @p err. */
 int client_break(struct pinshm_client *c, int err);
-/** Set @p c's error detail from @p fmt.  @return @p err. */
 /** The calling thread's message buffer of @p c (CLIENT_ERROR_MAX bytes),
  *  made at its first use (c->error where memory is short). */
 char *client_error_buf(struct pinshm_client *c);
+/** Set @p c's error detail from @p fmt.  @return @p err. */
 int client_fail(struct pinshm_client *c, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/** Check reply @p rep (decoded with status @p rc, @p nfds descriptors) to a
+ *  request of @p type with sequence number @p seq.  @return 0 or -EPROTO
+ *  (the reason in c->error). */
+int client_check_reply(struct pinshm_client *c, uint16_t type, uint32_t seq, const struct proto_msg *rep, int rc,
+		       unsigned nfds);
+
+/* client.c */
 /** Send @p req and receive its reply into @p rep, under the lock, after a
  *  reconnect where the daemon went.  @p fd: for OPEN, the descriptor that
  *  came with a successful reply; NULL for the others.  @return the reply's
@@ -88,11 +96,12 @@ int client_fail(struct pinshm_client *c, int err, const char *fmt, ...) __attrib
 int transact(struct pinshm_client *c, struct proto_msg *req, struct proto_msg *rep, int *fd);
 /** Copy @p name into a name field, checking it first.  @return 0 or -EINVAL. */
 int client_put_name(struct pinshm_client *c, char *field, const char *name);
-/** Check reply @p rep (decoded with status @p rc, @p nfds descriptors) to a
- *  request of @p type with sequence number @p seq.  @return 0 or -EPROTO
- *  (the reason in c->error). */
-int client_check_reply(struct pinshm_client *c, uint16_t type, uint32_t seq, const struct proto_msg *rep, int rc,
-		       unsigned nfds);
+
+/* The handle's control plane (struct channel_ctl), which open installs. */
+void client_detach_channel(pinshm_channel_t *ch);
+int client_register_notify(struct pinshm_client *c, pinshm_channel_t *ch, int fd);
+int client_device_report(pinshm_channel_t *ch, pinshm_device_kind_t kind, int delta);
+int client_close_endpoint(struct pinshm_client *c, uint64_t id, uint64_t conn, unsigned endpoint);
 
 /* peer_fetch.c (under the lock) */
 /** Whether reply @p rep is the oldest PEER in flight's: then it is taken
@@ -112,5 +121,7 @@ void producer_fetch_again(pinshm_channel_t *ch);
 void async_serve_wanted(struct pinshm_client *c);
 /** Serve those of @p ch (before it leaves the client's list). */
 void async_serve_channel(struct pinshm_client *c, pinshm_channel_t *ch);
+/** struct channel_ctl's peer_fd (not under the lock: it tries it). */
+int client_peer_fd(struct pinshm_client *c, pinshm_channel_t *ch, unsigned consumer, uint32_t gen);
 
 #endif /* PINSHM_CLIENT_H */

@@ -432,6 +432,16 @@ static int take_quick(pinshm_channel_t *ch, struct taken *t, size_t max_len)
 	return -EAGAIN;
 }
 
+/* A receive call disarms the descriptor that pinshm_channel_arm() armed. */
+void consumer_disarm(pinshm_channel_t *ch)
+{
+	if (!ch->armed)
+		return;
+	ch->armed = false;
+	atomic_store_explicit(&ch->ep->armed, 0, memory_order_relaxed);
+	wait_unregister(&ch->hdr->data, &ch->ep->sleeping, SLEEPING_ARMED);
+}
+
 int consumer_has_message(pinshm_channel_t *ch)
 {
 	struct taken t;
@@ -627,7 +637,7 @@ int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, unsigned max, in
 	if (max == 0)
 		return channel_fail(ch, -EINVAL, "no room for a message");
 	if (__builtin_expect(ch->dev != NULL, 0))
-		device_progress(ch); /* room for more, where events completed */
+		ch->dev_ops->progress(ch); /* room for more, where events completed */
 	if (ch->role == PINSHM_CONSUMER && ch->held_count == PINSHM_MAX_HELD)
 		return channel_fail(ch, -ENOBUFS, "%u messages are held already", PINSHM_MAX_HELD);
 	int rc = consumer_take(ch, &t, SIZE_MAX, timeout_ms);
@@ -685,7 +695,7 @@ int pinshm_release(pinshm_channel_t *ch, const pinshm_msg_t *msg)
 	/* A handle that hands records to a device releases them in the
 	 * order of their events (device/release.c). */
 	if (__builtin_expect(ch->dev != NULL, 0))
-		return device_release(ch, msg);
+		return ch->dev_ops->release(ch, msg);
 	for (unsigned i = 0; i < ch->held_count; i++) {
 		const struct held_record *h = &ch->held[(ch->held_first + i) % PINSHM_MAX_HELD];
 		if (h->pos == msg->priv[0] && h->lane == msg->priv[1])

@@ -210,7 +210,7 @@ static __attribute__((cold, noinline)) int reserve_refused(pinshm_channel_t *ch)
 	if (ch->role != PINSHM_PRODUCER)
 		return channel_fail(ch, -EINVAL, "not a producer");
 	if (ch->reserved == RESV_DEVICE) {
-		int rc = device_commit_progress(ch);
+		int rc = ch->dev_ops->commit_progress(ch);
 		if (rc <= 0)
 			return rc;
 		return channel_fail(ch, -EBUSY, "the reservation waits for its device's event to be committed");
@@ -225,7 +225,7 @@ static __attribute__((cold, noinline)) int reserve_refused(pinshm_channel_t *ch)
 static __attribute__((cold, noinline)) int commit_refused(pinshm_channel_t *ch)
 {
 	bool waited = ch->reserved == RESV_DEVICE;
-	int rc = waited ? device_commit_progress(ch) : 0;
+	int rc = waited ? ch->dev_ops->commit_progress(ch) : 0;
 	if (rc == 1)
 		return channel_fail(ch, -EBUSY, "the reservation waits for its device's event to be committed");
 	if (rc < 0 || (waited && ch->reserved != RESV_LOST))

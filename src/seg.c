@@ -75,26 +75,6 @@ int seg_geometry_read(const void *base, size_t size, struct seg_geometry *g)
 	return 0;
 }
 
-struct lane_header *seg_lane(const struct seg_geometry *g, void *base, unsigned lane)
-{
-	return (struct lane_header *)((uint8_t *)base + g->lanes_off + lane * g->lane_stride);
-}
-
-uint8_t *seg_ring(const struct seg_geometry *g, void *base, unsigned lane)
-{
-	return (uint8_t *)seg_lane(g, base, lane) + sizeof(struct lane_header);
-}
-
-struct endpoint *seg_endpoint(const struct seg_geometry *g, void *base, unsigned endpoint)
-{
-	return (struct endpoint *)((uint8_t *)base + g->endpoints_off) + endpoint;
-}
-
-_Atomic uint64_t *seg_cursor(const struct seg_geometry *g, void *base, unsigned consumer, unsigned lane)
-{
-	return (_Atomic uint64_t *)((uint8_t *)base + g->cursors_off) + consumer * g->cursor_stride + lane;
-}
-
 void pinshm_channel_attr_init(pinshm_channel_attr_t *attr)
 {
 	*attr = (pinshm_channel_attr_t){

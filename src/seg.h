@@ -25,10 +25,26 @@ int seg_geometry_compute(const pinshm_channel_attr_t *attr, struct seg_geometry 
 int seg_geometry_read(const void *base, size_t size, struct seg_geometry *g);
 
 /* Where things lie in a segment of geometry @p g mapped at @p base. */
-struct lane_header *seg_lane(const struct seg_geometry *g, void *base, unsigned lane);
-uint8_t *seg_ring(const struct seg_geometry *g, void *base, unsigned lane);
-struct endpoint *seg_endpoint(const struct seg_geometry *g, void *base, unsigned endpoint);
-_Atomic uint64_t *seg_cursor(const struct seg_geometry *g, void *base, unsigned consumer, unsigned lane);
+static inline struct lane_header *seg_lane(const struct seg_geometry *g, void *base, unsigned lane)
+{
+	return (struct lane_header *)((uint8_t *)base + g->lanes_off + lane * g->lane_stride);
+}
+
+static inline uint8_t *seg_ring(const struct seg_geometry *g, void *base, unsigned lane)
+{
+	return (uint8_t *)seg_lane(g, base, lane) + sizeof(struct lane_header);
+}
+
+static inline struct endpoint *seg_endpoint(const struct seg_geometry *g, void *base, unsigned endpoint)
+{
+	return (struct endpoint *)((uint8_t *)base + g->endpoints_off) + endpoint;
+}
+
+static inline _Atomic uint64_t *seg_cursor(const struct seg_geometry *g, void *base, unsigned consumer,
+					   unsigned lane)
+{
+	return (_Atomic uint64_t *)((uint8_t *)base + g->cursors_off) + consumer * g->cursor_stride + lane;
+}
 
 /** Take the first endpoint of [@p first, @p first + @p n) that nobody
  *  holds, for process @p pid: active (seq_cst CAS, so that a back-pressure

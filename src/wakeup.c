@@ -97,7 +97,7 @@ int pinshm_channel_notify_fd(pinshm_channel_t *ch)
 	ch->notify_own = true;
 	/* Opened through pinshmd: it carries the sending end to the producers. */
 	if (channel_client(ch)) {
-		int rc = client_register_notify(ch->client, ch, sv[1]);
+		int rc = ch->ctl->register_notify(ch->client, ch, sv[1]);
 		if (rc != 0) {
 			notify_close(ch);
 			return rc;
@@ -188,21 +188,11 @@ int pinshm_channel_arm(pinshm_channel_t *ch)
 	return rc == -EAGAIN ? 0 : rc;
 }
 
-/* A receive call disarms the descriptor that pinshm_channel_arm() armed. */
-void consumer_disarm(pinshm_channel_t *ch)
-{
-	if (!ch->armed)
-		return;
-	ch->armed = false;
-	atomic_store_explicit(&ch->ep->armed, 0, memory_order_relaxed);
-	wait_unregister(&ch->hdr->data, &ch->ep->sleeping, SLEEPING_ARMED);
-}
-
 /*
  * The sending end of armed consumer @p c's socket, for a handle opened
  * through pinshmd: the one fetched for its current generation, else -1
  * after asking the daemon, without waiting, for the socket and to wake
- * that consumer (client_peer_fd()).
+ * that consumer (its control plane's peer_fd).
  */
 static int fetched_peer_fd(pinshm_channel_t *ch, unsigned c, struct endpoint *ep)
 {
@@ -214,7 +204,7 @@ static int fetched_peer_fd(pinshm_channel_t *ch, unsigned c, struct endpoint *ep
 	struct pinshm_client *client = channel_client(ch);
 	if (!client)
 		return -1;
-	int fd = client_peer_fd(client, ch, c, gen);
+	int fd = ch->ctl->peer_fd(client, ch, c, gen);
 	if (fd < 0)
 		return -1;
 	if (f->fd >= 0)

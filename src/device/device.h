@@ -98,6 +98,10 @@ struct device_reg *device_find_reg(struct device_state *ds, const struct pinshm_
  * device_state_forget(): in the process that registered, wait for the
  * pending events and unregister; in a forked child, free the state with
  * no driver call (channel.h). */
+
+/* load.c */
+/** An open begins: clear this thread's detail of a failed open. */
+void device_open_begin(void);
 /** Set this thread's detail of a failed open (pinshm_device_error(NULL)). @return err. */
 int device_open_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /** dlopen() @p env's library, else @p soname.  NULL: failed, detail set. */

@@ -5,54 +5,21 @@
 #include <assert.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device/device.h"
 
-/* Why the last open of this thread failed. */
-static _Thread_local char open_error[DEVICE_WHY];
-
-int device_open_fail(int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(open_error, sizeof(open_error), fmt, ap);
-	va_end(ap);
-	return err;
-}
-
-const char *pinshm_device_error(void)
-{
-	return open_error;
-}
-
-/* The library named by environment variable @p env (tests load a double of
- * the driver this way), else @p soname. */
-void *device_dlopen(const char *env, const char *soname)
-{
-	const char *name = getenv(env);
-
-	if (!name || !*name)
-		name = soname;
-	void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-	if (!lib)
-		device_open_fail(-ENODEV, "cannot load %s: %s", name, dlerror());
-	return lib;
-}
-
 int pinshm_device_open_cuda(int ordinal, pinshm_device_t **out)
 {
-	open_error[0] = '\0';
+	device_open_begin();
 	return cuda_open(ordinal, out);
 }
 
 int pinshm_device_open_opencl(void *context, pinshm_device_t **out)
 {
-	open_error[0] = '\0';
+	device_open_begin();
 	if (!context)
 		return device_open_fail(-EINVAL, "no OpenCL context");
 	return opencl_open(context, out);
@@ -74,6 +41,20 @@ int pinshm_device_close(pinshm_device_t *dev)
 pinshm_device_kind_t pinshm_device_kind(const pinshm_device_t *dev)
 {
 	return dev->kind;
+}
+
+/* What the ring calls of the device layer (channel.h). */
+static const struct channel_dev_ops device_ops = {
+	.progress = device_progress,
+	.release = device_release,
+	.commit_progress = device_commit_progress,
+};
+
+/* Tell the daemon of a registration made or dropped (the handle's control
+ * plane's device_report), where the handle was opened through pinshmd. */
+static int device_report(pinshm_channel_t *ch, pinshm_device_kind_t kind, int delta)
+{
+	return ch->ctl ? ch->ctl->device_report(ch, kind, delta) : 0;
 }
 
 void device_fork_check(pinshm_channel_t *ch)
@@ -109,6 +90,7 @@ int pinshm_channel_register(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned
 		if (!ch->dev)
 			return channel_fail(ch, -ENOMEM, "no memory for the device state");
 		ch->dev->pid = getpid();
+		ch->dev_ops = &device_ops;
 	}
 	struct device_state *ds = ch->dev;
 	if (ds->nregs == DEVICE_MAX_PER_HANDLE)
@@ -125,7 +107,7 @@ int pinshm_channel_register(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned
 	/* pinshmd keeps the channel locked from its reply on (working-set
 	 * pinning must not unlock pages a device may reach by DMA): where it
 	 * refuses, the registration is undone. */
-	rc = client_device_report(ch, dev->kind, +1);
+	rc = device_report(ch, dev->kind, +1);
 	if (rc != 0) {
 		dev->ops->unreg(dev, &r);
 		return rc;
@@ -145,7 +127,7 @@ static void drop_reg(pinshm_channel_t *ch, struct device_reg *r, bool call_drive
 		dev->ops->unreg(dev, r);
 		/* Not registered any more, whatever the daemon answers (a lost
 		 * connection drops its counts anyway). */
-		client_device_report(ch, dev->kind, -1);
+		device_report(ch, dev->kind, -1);
 	}
 	*r = ds->regs[--ds->nregs];
 	atomic_fetch_sub_explicit(&dev->users, 1, memory_order_release);
@@ -221,7 +203,7 @@ int device_report_all(pinshm_channel_t *ch)
 	int rc = 0;
 
 	for (unsigned i = 0; ds && ds->pid == getpid() && i < ds->nregs; i++) {
-		int r = client_device_report(ch, ds->regs[i].dev->kind, +1);
+		int r = device_report(ch, ds->regs[i].dev->kind, +1);
 		if (r != 0 && rc == 0)
 			rc = r;
 	}

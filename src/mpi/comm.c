@@ -270,7 +270,7 @@ void pm_comm_register(MPI_Comm comm, uint64_t ctx)
 	last_ctx = NULL;
 	if (comm != MPI_COMM_WORLD && comm != MPI_COMM_SELF)
 		PMPI_Comm_set_attr(comm, keyval, c);
-	pm_adopt_orphans(c);
+	pm_unexp_move_orphans(c);
 }
 
 int pm_comm_setup(void)

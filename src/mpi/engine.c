@@ -15,10 +15,8 @@
  * straight from its sender instead, where the two send to each other or
  * ranks outnumber cores: wire.h, write_first(), take_rts().)
  *
- * The MPI library's side: receives that may match a message of the MPI
- * library (MPI_ANY_SOURCE on a communicator with members on other nodes)
- * also probe it (MPI_Improbe) in the order posted; one that finds a message
- * there receives it with MPI_Imrecv and leaves the posted list.
+ * Unexpected messages are kept by unexp.c; receives that may also match a
+ * message of the MPI library probe it from remote.c.
  *
  * Nothing here blocks except pm_idle(), and only when told it may.
  */
@@ -362,49 +360,6 @@ int pm_send_failed(struct pm_comm *c, int dest, int tag, int code)
 	return code;
 }
 
-static bool matches(int want_source, int want_tag, int source, int tag)
-{
-	return (want_source == MPI_ANY_SOURCE || want_source == source) && (want_tag == MPI_ANY_TAG || want_tag == tag);
-}
-
-struct pm_unexp *pm_unexp_find(struct pm_comm *c, int source, int tag)
-{
-	for (struct pm_link *l = c->unexp.head; l; l = l->next) {
-		struct pm_unexp *u = pm_container(l, struct pm_unexp, link);
-		if (matches(source, tag, u->src, u->tag))
-			return u;
-	}
-	return NULL;
-}
-
-/*
- * Unexpected messages are common (a send that comes before its receive):
- * their entries are recycled, with payload room up to UNEXP_KEEP bytes, so
- * that keeping one allocates nothing once as many have been kept at once.
- */
-#define UNEXP_KEEP 4096   /* payload room a recycled entry keeps */
-#define UNEXP_SPARES 1024 /* recycled entries kept at most */
-
-static struct pm_link *spare_unexp;
-static unsigned nspare_unexp;
-
-void pm_unexp_free(struct pm_unexp *u)
-{
-	if (nspare_unexp == UNEXP_SPARES) {
-		free(u->data);
-		free(u);
-		return;
-	}
-	if (u->room > UNEXP_KEEP) {
-		free(u->data);
-		u->data = NULL;
-		u->room = 0;
-	}
-	u->link.next = spare_unexp;
-	spare_unexp = &u->link;
-	nspare_unexp++;
-}
-
 void pm_unexp_refuse(const struct pm_unexp *u)
 {
 	if (u->type == REC_RTS)
@@ -413,29 +368,13 @@ void pm_unexp_refuse(const struct pm_unexp *u)
 		send_ack(u->from, u->sid);
 }
 
-void pm_unexp_teardown(void)
-{
-	while (pm.orphans.head) {
-		struct pm_link *l = pm.orphans.head;
-		pm_list_remove(&pm.orphans, l);
-		pm_unexp_free(pm_container(l, struct pm_unexp, link));
-	}
-	while (spare_unexp) {
-		struct pm_unexp *u = pm_container(spare_unexp, struct pm_unexp, link);
-		spare_unexp = u->link.next;
-		free(u->data);
-		free(u);
-	}
-	nspare_unexp = 0;
-}
-
 /* Whether a posted receive may also be matched by the MPI library. */
 static bool may_match_remote(const struct pm_op *op)
 {
 	return pm_probe_lib(op->comm, op->peer);
 }
 
-static void unpost(struct pm_op *op)
+void pm_op_unpost(struct pm_op *op)
 {
 	pm_list_remove(&op->comm->posted, &op->link);
 	if (may_match_remote(op)) {
@@ -521,7 +460,7 @@ static void take_rts(struct pm_op *op, const struct pm_unexp *e)
 	bool copy = (e->flags & REC_COPY) || (!pm.cfg.cma_set && pm.peers[e->from].open_sends);
 	if ((e->flags & REC_CMA) && copy && e->pid == (uint32_t)pm.local_pid[e->from] &&
 	    copy_from_sender(op, e->pid, e->addr)) {
-		struct rec_cts c = {.h = {.type = REC_CTS, .flags = REC_DONE, .from = (uint16_t)pm.local_rank},
+		struct rec_cts c = {.h = {.type = REC_CTS, .flags = REC_COPIED, .from = (uint16_t)pm.local_rank},
 				    .sid = e->sid,
 				    .accept = op->accept};
 		send_ctl(e->from, &c, sizeof(c));
@@ -566,7 +505,7 @@ int pm_recv_start(struct pm_op *op)
 bool pm_op_cancel(struct pm_op *op)
 {
 	if (op->state == ST_POSTED) {
-		unpost(op);
+		pm_op_unpost(op);
 	} else if (op->state == ST_QUEUED) {
 		pm_list_remove(&pm.peers[op->peer_local].sendq, &op->link);
 		peer_update_busy(op->peer_local);
@@ -581,27 +520,13 @@ bool pm_op_cancel(struct pm_op *op)
 	return true;
 }
 
-void pm_adopt_orphans(struct pm_comm *c)
-{
-	struct pm_link *l = pm.orphans.head;
-	while (l) {
-		struct pm_link *next = l->next;
-		struct pm_unexp *u = pm_container(l, struct pm_unexp, link);
-		if (u->ctx == c->ctx) {
-			pm_list_remove(&pm.orphans, l);
-			pm_list_push(&c->unexp, l);
-		}
-		l = next;
-	}
-}
-
 /* ---- reading records ------------------------------------------------------ */
 
 static struct pm_op *match_posted(struct pm_comm *c, int src, int tag)
 {
 	for (struct pm_link *l = c->posted.head; l; l = l->next) {
 		struct pm_op *op = pm_container(l, struct pm_op, link);
-		if (matches(op->peer, op->tag, src, tag))
+		if (pm_matches(op->peer, op->tag, src, tag))
 			return op;
 	}
 	return NULL;
@@ -611,7 +536,7 @@ static struct pm_op *match_posted(struct pm_comm *c, int src, int tag)
 static bool direct_matches(const struct pm_comm *c, int src, int tag)
 {
 	const struct pm_op *d = pm.direct;
-	return d && d->comm == c && d->state == ST_POSTED && matches(d->peer, d->tag, src, tag);
+	return d && d->comm == c && d->state == ST_POSTED && pm_matches(d->peer, d->tag, src, tag);
 }
 
 /* The communicator of an envelope, checked against the lane it came on. */
@@ -628,41 +553,6 @@ static struct pm_comm *envelope_comm(uint64_t ctx, int src, int from, bool *orph
 		return NULL;
 	}
 	return c;
-}
-
-/* Keep a copy of envelope @p e (and of an EAGER's payload) until a receive
- * matches it; @p c NULL: its communicator is not known yet. */
-static void keep_unexpected(struct pm_comm *c, const struct pm_unexp *e, const void *payload)
-{
-	struct pm_unexp *u = NULL;
-	char *data = NULL;
-	size_t room = 0;
-	if (spare_unexp) {
-		u = pm_container(spare_unexp, struct pm_unexp, link);
-		spare_unexp = u->link.next;
-		nspare_unexp--;
-		data = u->data;
-		room = u->room;
-	} else {
-		u = malloc(sizeof(*u));
-	}
-	size_t len = e->type == REC_EAGER ? e->len : 0;
-	if (u && len > room) {
-		free(data);
-		room = len;
-		data = malloc(room);
-	}
-	if (!u || (len && !data)) {
-		fprintf(stderr, "pinshm-mpi: out of memory for an unexpected message\n");
-		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
-		return;
-	}
-	*u = *e;
-	u->data = data;
-	u->room = room;
-	if (len)
-		memcpy(u->data, payload, len);
-	pm_list_push(c ? &c->unexp : &pm.orphans, &u->link);
 }
 
 /*
@@ -683,13 +573,13 @@ static void on_eager(const struct rec_eager *r, uint64_t sid, const void *payloa
 		return;
 	struct pm_op *op = c ? match_posted(c, r->src, r->tag) : NULL;
 	if (op) {
-		unpost(op);
+		pm_op_unpost(op);
 	} else if (direct_matches(c, r->src, r->tag)) {
 		op = pm.direct;
 	} else {
 		struct pm_unexp e = {.type = REC_EAGER, .flags = r->h.flags, .from = r->h.from, .src = r->src,
 				     .tag = r->tag, .ctx = r->ctx, .len = n, .sid = sid};
-		return keep_unexpected(c, &e, payload);
+		return pm_unexp_keep(c, &e, payload);
 	}
 	take_eager(op, r->src, r->tag, r->h.flags, r->h.from, sid, payload, n);
 }
@@ -708,9 +598,9 @@ static void on_rts(const struct rec_rts *r, size_t n)
 	if (!op) {
 		if (direct_matches(c, r->src, r->tag))
 			pm.direct_missed = true; /* it has no wire id for the CTS */
-		return keep_unexpected(c, &e, NULL);
+		return pm_unexp_keep(c, &e, NULL);
 	}
-	unpost(op);
+	pm_op_unpost(op);
 	take_rts(op, &e);
 }
 
@@ -723,7 +613,7 @@ static void on_cts(const struct rec_cts *r, size_t n)
 	op->remote_id = r->rid;
 	op->accept = r->accept;
 	op->offset = 0;
-	if (op->accept == 0 || (r->h.flags & REC_DONE))
+	if (op->accept == 0 || (r->h.flags & REC_COPIED))
 		return pm_op_complete(op);
 	op->state = ST_STREAM;
 	pm_list_push(&pm.peers[op->peer_local].stream, &op->link);
@@ -861,7 +751,7 @@ static bool take_direct(const pinshm_msg_t *m)
 	const struct pm_comm *c = op->comm;
 	if (r.h.type != REC_EAGER || r.h.flags != 0 || r.ctx != c->ctx || c->posted.head || r.src < 0 ||
 	    r.src >= c->size || c->local[r.src] != r.h.from || n < r.len || n - r.len >= LINE ||
-	    !matches(op->peer, op->tag, r.src, r.tag))
+	    !pm_matches(op->peer, op->tag, r.src, r.tag))
 		return false;
 	/* take_eager() and pm_op_complete() for a contiguous receive without
 	 * a handle, which nothing else completes. */
@@ -919,114 +809,6 @@ static int drain_inbound(int timeout_ms)
 	return did;
 }
 
-/* ---- the MPI library's side --------------------------------------------------- */
-
-void pm_remote_start(struct pm_op *op)
-{
-	op->state = ST_REMOTE;
-	pm_list_push(&pm.remote, &op->rlink);
-}
-
-static struct pm_op *first_hybrid(const struct pm_comm *c, int source, int tag, const struct pm_link *stop)
-{
-	for (struct pm_link *e = pm.hybrid.head; e != stop; e = e->next) {
-		struct pm_op *o = pm_container(e, struct pm_op, rlink);
-		if (o->comm == c && matches(o->peer, o->tag, source, tag))
-			return o;
-	}
-	return NULL;
-}
-
-/* The library matched @p msg for @p op (in the hybrid list): receive it. */
-static void hybrid_receive(struct pm_op *op, MPI_Message *msg)
-{
-	unpost(op);
-	op->state = ST_REMOTE;
-	PMPI_Imrecv((void *)op->ubuf, op->count, op->dtype, msg, &op->preq);
-	pm_list_push(&pm.remote, &op->rlink);
-}
-
-bool pm_hybrid_wants(const struct pm_comm *c, int source, int tag)
-{
-	return first_hybrid(c, source, tag, NULL) != NULL;
-}
-
-bool pm_hybrid_take(const struct pm_comm *c, int source, int tag, MPI_Message *msg)
-{
-	struct pm_op *op = first_hybrid(c, source, tag, NULL);
-	if (!op)
-		return false;
-	hybrid_receive(op, msg);
-	return true;
-}
-
-static int poll_remote(void)
-{
-	int did = 0;
-	struct pm_link *l = pm.hybrid.head;
-	while (l) {
-		struct pm_link *next = l->next;
-		struct pm_op *op = pm_container(l, struct pm_op, rlink);
-		int flag = 0;
-		MPI_Message msg;
-		MPI_Status st;
-		int src = op->peer;
-		PMPI_Improbe(src, op->tag, op->comm->comm, &flag, &msg, &st);
-		if (flag) {
-			/* The message goes to the first posted receive that matches
-			 * it: an earlier one may have probed just before it came. */
-			struct pm_op *first = first_hybrid(op->comm, st.MPI_SOURCE, st.MPI_TAG, l);
-			if (first)
-				op = first;
-			hybrid_receive(op, &msg);
-			did++;
-			if (&op->rlink != l)
-				continue; /* l is still posted: let it probe again */
-		}
-		l = next;
-	}
-	l = pm.remote.head;
-	while (l) {
-		struct pm_link *next = l->next;
-		struct pm_op *op = pm_container(l, struct pm_op, rlink);
-		int flag = 0;
-		MPI_Status st;
-		int rc = PMPI_Test(&op->preq, &flag, &st);
-		if (flag || rc != MPI_SUCCESS) {
-			pm_list_remove(&pm.remote, &op->rlink);
-			if (op->kind == OP_IDUP) {
-				op->st_error = rc;
-				if (rc == MPI_SUCCESS)
-					pm_comm_register(*op->newcomm, op->new_ctx);
-				if (op->fnewcomm) { /* Fortran's MPI_COMM_IDUP (comm.c) */
-					if (rc == MPI_SUCCESS)
-						*op->fnewcomm = PMPI_Comm_c2f(*op->newcomm);
-					free(op->newcomm);
-					op->newcomm = NULL;
-					op->fnewcomm = NULL;
-				}
-			} else {
-				MPI_Count n = 0;
-				int cancelled = 0;
-				PMPI_Test_cancelled(&st, &cancelled);
-				op->cancelled = cancelled;
-				PMPI_Get_elements_x(&st, MPI_BYTE, &n);
-				op->st_source = st.MPI_SOURCE;
-				op->st_tag = st.MPI_TAG;
-				op->st_error = rc != MPI_SUCCESS ? rc : MPI_SUCCESS;
-				op->st_bytes = n > 0 ? (uint64_t)n : 0;
-				op->counted = true;
-				if (!cancelled)
-					pm_count_mpi(op->family, op->st_bytes);
-			}
-			pm_op_complete(op);
-			did++;
-		}
-		l = next;
-	}
-	return did;
-}
-
 /* ---- progress and waiting -------------------------------------------------------- */
 
 int pm_progress(void)
@@ -1041,7 +823,7 @@ int pm_progress(void)
 			break;
 		}
 	if (pm.hybrid.head || pm.remote.head)
-		did += poll_remote();
+		did += pm_poll_remote();
 	if (pm_coll_nb_pending)
 		did += pm_coll_nb_progress();
 	pm.in_progress = 0;

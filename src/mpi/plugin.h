@@ -336,7 +336,22 @@ bool pm_probe_lib(const struct pm_comm *c, int source);
 /* Cancel an op that has not reached its peer. @return true if cancelled. */
 bool pm_op_cancel(struct pm_op *op);
 /* Messages that came for a context not known yet: move them to @p c. */
-void pm_adopt_orphans(struct pm_comm *c);
+void pm_unexp_move_orphans(struct pm_comm *c);
+/* Keep a copy of envelope @p e (and of an EAGER's payload) until a receive
+ * matches it; @p c NULL: its communicator is not known yet (unexp.c). */
+void pm_unexp_keep(struct pm_comm *c, const struct pm_unexp *e, const void *payload);
+/* Take posted receive @p op out of the posted lists (engine.c). */
+void pm_op_unpost(struct pm_op *op);
+/* Probe the library for the receives that may match its messages, and
+ * test the library's requests that ops wait for (remote.c).  @return how
+ * many it finished or matched. */
+int pm_poll_remote(void);
+/* Whether a message from @p source with @p tag matches a receive that wants
+ * @p want_source and @p want_tag (wildcards included). */
+static inline bool pm_matches(int want_source, int want_tag, int source, int tag)
+{
+	return (want_source == MPI_ANY_SOURCE || want_source == source) && (want_tag == MPI_ANY_TAG || want_tag == tag);
+}
 
 /* One pass over everything: @return how much it did (0: nothing). */
 int pm_progress(void);

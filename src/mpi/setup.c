@@ -378,21 +378,10 @@ static void find_sent_request(void)
 		pm.sent = shared;
 }
 
-static void setup(int provided)
+/* The (pretend) node: collective over MPI_COMM_WORLD, so every rank takes
+ * part even where it will fail. */
+static void find_node(void)
 {
-	char why[512] = "";
-	int rc = 0;
-	pm.sent = MPI_REQUEST_NULL;
-	pm.node_comm = MPI_COMM_NULL;
-	pm.quiet_comm = MPI_COMM_NULL;
-	pm.world_group = MPI_GROUP_NULL;
-	PMPI_Comm_rank(MPI_COMM_WORLD, &pm.world_rank);
-	PMPI_Comm_size(MPI_COMM_WORLD, &pm.world_size);
-	read_config();
-	pm.loaded = true;
-
-	/* The (pretend) node: collective over MPI_COMM_WORLD, so every rank
-	 * takes part even where it will fail. */
 	MPI_Comm shared;
 	PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared);
 	int srank, ssize;
@@ -406,25 +395,12 @@ static void setup(int provided)
 	PMPI_Comm_size(pm.node_comm, &pm.nlocal);
 	size_rings();
 	PMPI_Comm_group(MPI_COMM_WORLD, &pm.world_group);
+}
 
-	/* Every rank takes part in the collective calls here and in the
-	 * creation of communicators, turned off or not, so that ranks that
-	 * differ never wait for each other. */
-	const char *on = getenv("PINSHM_MPI");
-	pm.multiple = provided == MPI_THREAD_MULTIPLE;
-	if (on && strcmp(on, "0") == 0) {
-		rc = -ECANCELED; /* turned off: silently */
-	} else if (pm.multiple) {
-		rc = -ENOTSUP;
-		snprintf(why, sizeof(why), "MPI_THREAD_MULTIPLE is not carried");
-	} else if (pm_calls_taken(why, sizeof(why))) {
-		rc = -ELIBBAD; /* its calls and the plugin's would not meet */
-	} else if (pm.nlocal > (int)PINSHM_MAX_PRODUCERS) {
-		rc = -E2BIG; /* each rank writes into every queue on a lane of its own */
-		snprintf(why, sizeof(why), "%d ranks on a node, more than the %u writers a queue may have", pm.nlocal,
-			 PINSHM_MAX_PRODUCERS);
-	}
-
+/* Each rank of the node: its world rank and pid; each world rank's place
+ * on the node (-1: another node). */
+static void map_ranks(void)
+{
 	pm.local_world = calloc((size_t)pm.nlocal, sizeof(int));
 	pm.local_pid = calloc((size_t)pm.nlocal, sizeof(int));
 	pm.world_local = malloc((size_t)pm.world_size * sizeof(int));
@@ -442,29 +418,11 @@ static void setup(int provided)
 		pm.world_local[w] = -1;
 	for (int i = 0; i < pm.nlocal; i++)
 		pm.world_local[pm.local_world[i]] = i;
+}
 
-	/* Everyone of the node opens, or nobody carries anything.  The
-	 * node's first rank that failed says why. */
-	int first_failed = rc < 0 ? pm.local_rank : pm.nlocal;
-	PMPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, pm.node_comm);
-	if (first_failed == pm.nlocal) {
-		rc = open_channels(why, sizeof(why));
-		first_failed = rc < 0 ? pm.local_rank : pm.nlocal;
-		PMPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, pm.node_comm);
-	}
-	if (first_failed < pm.nlocal) {
-		/* One line: from rank 0 for what all ranks share, else from
-		 * the node's first rank that failed. */
-		if (why[0] && (pm.multiple ? pm.world_rank == 0 : pm.local_rank == first_failed))
-			fprintf(stderr,
-				"pinshm-mpi: warning: rank %d: %s; the ranks of its node use the MPI library for "
-				"everything\n",
-				pm.world_rank, why);
-		close_channels();
-		free_state();
-		return;
-	}
-
+/* Every rank of the node opened its channels: carry. */
+static void start_carrying(void)
+{
 	int *ub = NULL, found = 0;
 	PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
 	pm.tag_ub = found && ub ? *ub : 32767;
@@ -497,6 +455,66 @@ static void setup(int provided)
 	opal_progress_fn = (void (*)(void))dlsym(RTLD_DEFAULT, "opal_progress");
 	if (opal_register && opal_unregister && opal_register(progress_callback) == 0)
 		registered = true;
+}
+
+static void setup(int provided)
+{
+	char why[512] = "";
+	int rc = 0;
+	pm.sent = MPI_REQUEST_NULL;
+	pm.node_comm = MPI_COMM_NULL;
+	pm.quiet_comm = MPI_COMM_NULL;
+	pm.world_group = MPI_GROUP_NULL;
+	PMPI_Comm_rank(MPI_COMM_WORLD, &pm.world_rank);
+	PMPI_Comm_size(MPI_COMM_WORLD, &pm.world_size);
+	read_config();
+	pm.loaded = true;
+
+	find_node();
+
+	/* Every rank takes part in the collective calls here and in the
+	 * creation of communicators, turned off or not, so that ranks that
+	 * differ never wait for each other. */
+	const char *on = getenv("PINSHM_MPI");
+	pm.multiple = provided == MPI_THREAD_MULTIPLE;
+	if (on && strcmp(on, "0") == 0) {
+		rc = -ECANCELED; /* turned off: silently */
+	} else if (pm.multiple) {
+		rc = -ENOTSUP;
+		snprintf(why, sizeof(why), "MPI_THREAD_MULTIPLE is not carried");
+	} else if (pm_calls_taken(why, sizeof(why))) {
+		rc = -ELIBBAD; /* its calls and the plugin's would not meet */
+	} else if (pm.nlocal > (int)PINSHM_MAX_PRODUCERS) {
+		rc = -E2BIG; /* each rank writes into every queue on a lane of its own */
+		snprintf(why, sizeof(why), "%d ranks on a node, more than the %u writers a queue may have", pm.nlocal,
+			 PINSHM_MAX_PRODUCERS);
+	}
+
+	map_ranks();
+
+	/* Everyone of the node opens, or nobody carries anything.  The
+	 * node's first rank that failed says why. */
+	int first_failed = rc < 0 ? pm.local_rank : pm.nlocal;
+	PMPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, pm.node_comm);
+	if (first_failed == pm.nlocal) {
+		rc = open_channels(why, sizeof(why));
+		first_failed = rc < 0 ? pm.local_rank : pm.nlocal;
+		PMPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, pm.node_comm);
+	}
+	if (first_failed < pm.nlocal) {
+		/* One line: from rank 0 for what all ranks share, else from
+		 * the node's first rank that failed. */
+		if (why[0] && (pm.multiple ? pm.world_rank == 0 : pm.local_rank == first_failed))
+			fprintf(stderr,
+				"pinshm-mpi: warning: rank %d: %s; the ranks of its node use the MPI library for "
+				"everything\n",
+				pm.world_rank, why);
+		close_channels();
+		free_state();
+		return;
+	}
+
+	start_carrying();
 }
 
 int MPI_Init(int *argc, char ***argv)

@@ -19,7 +19,7 @@
  *   at once with process_vm_readv(2), and does where the sender asks it
  *   to (REC_COPY) or, unless PINSHM_MPI_CMA is set, where it is itself
  *   sending a long message to that sender; it then answers CTS with
- *   REC_DONE, which completes the send.
+ *   REC_COPIED, which completes the send.
  *   Otherwise, or where the kernel refuses (ptrace rules), the receiver
  *   answers a plain CTS and the message is streamed.
  *
@@ -50,7 +50,7 @@ enum rec_type {
 
 #define REC_SYNC 0x1u /* EAGER: the sender waits for an ACK when it is matched */
 #define REC_CMA 0x2u  /* RTS: the receiver may copy the message from the sender itself */
-#define REC_DONE 0x4u /* CTS: the receiver copied the message: the send is complete */
+#define REC_COPIED 0x4u /* CTS: the receiver copied the message: the send is complete */
 #define REC_SID 0x8u  /* EAGER: a sid follows the header (struct rec_eager_sync) */
 #define REC_COPY 0x10u /* RTS with REC_CMA: the sender asks the receiver to copy it so */
 #define REC_FAILED 0x20u /* EAGER: the send failed; the payload is its int error code */
