@@ -8,6 +8,7 @@
 #include "clock.h"
 #include "devices.h"
 #include "log.h"
+#include "idle.h"
 #include "registry.h"
 
 /* @p c's entry for @p ch, or NULL. */
@@ -33,15 +34,6 @@ static struct reg_device_use *use_add(struct reg_client *c, struct channel *ch)
 	return &c->devuse[c->ndevuse++];
 }
 
-static uint32_t total(const uint32_t n[DEVICES_KINDS])
-{
-	uint32_t t = 0;
-
-	for (unsigned k = 0; k < DEVICES_KINDS; k++)
-		t += n[k];
-	return t;
-}
-
 /* Take @p u's counts off its channel, and @p u out of @p c. */
 static void use_remove(struct reg_client *c, struct reg_device_use *u)
 {
@@ -49,23 +41,14 @@ static void use_remove(struct reg_client *c, struct reg_device_use *u)
 
 	for (unsigned k = 0; k < DEVICES_KINDS; k++)
 		ch->device_regs[k] -= u->n[k];
-	if (total(u->n) > 0 && !devices_in_use(ch))
+	if (devices_count(u->n) > 0 && !devices_in_use(ch))
 		ch->active_at = clock_now_ms(); /* idle from now on, not from before */
 	*u = c->devuse[--c->ndevuse];
 }
 
-int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32_t kind, int32_t delta, char *why,
+int devices_report(struct reg_client *c, struct channel *ch, bool holds, uint32_t kind, int32_t delta, char *why,
 		   size_t whylen)
 {
-	struct channel *ch = NULL;
-
-	for (unsigned i = 0; i < c->nrefs && !ch; i++)
-		if (c->refs[i]->id == id)
-			ch = c->refs[i];
-	if (!ch) {
-		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
-		return -ENOENT;
-	}
 	if (kind != PINSHM_DEVICE_CUDA && kind != PINSHM_DEVICE_OPENCL) {
 		snprintf(why, whylen, "unknown device kind %u", kind);
 		return -EINVAL;
@@ -75,7 +58,7 @@ int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32
 		return -EINVAL;
 	}
 	struct reg_device_use *u = use_of(c, ch);
-	if (delta > 0 && !registry_client_holds(c, ch)) {
+	if (delta > 0 && !holds) {
 		snprintf(why, whylen, "this connection holds no endpoint of '%s': only a handle's registration counts",
 			 ch->name);
 		return -EPERM;
@@ -88,7 +71,7 @@ int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32
 		ch->device_regs[kind]--;
 		if (!devices_in_use(ch))
 			ch->active_at = clock_now_ms();
-		if (--u->n[kind] == 0 && total(u->n) == 0)
+		if (--u->n[kind] == 0 && devices_count(u->n) == 0)
 			*u = c->devuse[--c->ndevuse];
 		return 0;
 	}
@@ -97,7 +80,7 @@ int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32
 		return -ENOSPC;
 	}
 	/* Locked before it is counted: the device may use it on our reply. */
-	int rc = registry_relock(r, c, id, why, whylen);
+	int rc = idle_relock_asked(ch, why, whylen);
 	if (rc != 0)
 		return rc;
 	if (!u && !(u = use_add(c, ch))) {
@@ -107,7 +90,7 @@ int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32
 	u->n[kind]++;
 	ch->device_regs[kind]++;
 	log_debug("channel '%s': a device registration reported by pid %d (%u now)", ch->name, (int)c->cred.pid,
-		  total(ch->device_regs));
+		  devices_count(ch->device_regs));
 	return 0;
 }
 
@@ -133,14 +116,9 @@ void devices_forget(struct reg_client *c)
 	c->ndevuse = c->devuse_cap = 0;
 }
 
-bool devices_in_use(const struct channel *ch)
-{
-	return total(ch->device_regs) > 0;
-}
-
 void devices_describe(const struct channel *ch, uint32_t *regs, uint32_t *kinds)
 {
-	*regs = total(ch->device_regs);
+	*regs = devices_count(ch->device_regs);
 	*kinds = 0;
 	for (unsigned k = 0; k < DEVICES_KINDS; k++)
 		if (ch->device_regs[k] > 0)

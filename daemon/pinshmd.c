@@ -32,6 +32,7 @@
 #include "pool.h"
 #include "protocol.h"
 #include "registry.h"
+#include "watch.h"
 
 /* Descriptors wanted: channels, connections and their pidfds, the
  * consumers' eventfds, the pidfds of the processes watched for adopted
@@ -382,6 +383,7 @@ int main(int argc, char **argv)
 	dc.socket = ln.path;
 	account_init(&acct, dc.cfg);
 	registry_init(&reg, &acct);
+	watch_init(&reg);
 	pool_init(&pool, &acct);
 	pool_apply(&dc, dc.cfg);
 	reg.pool = &pool;
@@ -412,6 +414,7 @@ int main(int argc, char **argv)
 		log_warn("the service manager was not told that the daemon stops");
 	loop_fini(&loop);
 	adopt_fini(&adopt);
+	watch_fini(&reg);
 	registry_fini(&reg);
 	pool_fini(&pool);
 	account_fini(&acct);

@@ -30,7 +30,7 @@
  *   unlocked for want of use, to be locked again.
  * - Working-set pinning: a channel created with a pin_idle of N seconds
  *   whose segment shows no activity for N seconds is unlocked
- *   (segment_unlock()), and locked again when registry_tick() sees it used,
+ *   (segment_unlock()), and locked again when idle_scan() sees it used,
  *   at an OPEN, or at a RELOCK.  Activity: a change of the messages
  *   committed, the queue room given back, or the endpoint changes, all
  *   read from the segment (a client could fake activity, or hide it: that
@@ -64,7 +64,7 @@
  *   owner's endpoint is reaped at once, as a closed connection's is.  An
  *   owner proven alive (it maps the segment) is watched and its endpoint
  *   reaped when it exits, unless a connection claimed it again before
- *   (adopt_client()); the channel is kept while an endpoint of it is
+ *   (handback()); the channel is kept while an endpoint of it is
  *   watched.  One watch per process for the whole daemon (a pidfd in
  *   watch_epfd, which the event loop polls, REGISTRY_MAX_WATCH_PIDFDS at
  *   most; past them or without pidfds, the process's start time, looked
@@ -97,22 +97,25 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "account.h"
 #include "devices.h"
 #include "dying.h"
 #include "seg.h"
 #include "cred.h"
+#include "making.h"
+#include "move.h"
 #include "pool.h"
+#include "record.h"
 #include "protocol.h"
 #include "segment.h"
+#include "wake.h"
 
 #define REGISTRY_BUCKETS 1024u      /* name hash table */
 #define REGISTRY_MAX_CHANNELS 4096u /* channels alive at once (named or not) */
 #define REGISTRY_MAX_REFS 1024u     /* channels one connection may reference */
 #define REGISTRY_TICK_MS 250u       /* how often working-set pinning looks at the channels */
-#define REGISTRY_MAX_NOTIFY_FDS 4096u /* consumers' eventfds held at once, all channels */
-#define REGISTRY_MAX_NOTIFY_FDS_USER 1024u /* of them, given by one user (a quarter) */
 #define REGISTRY_MAX_WATCHES 4096u    /* processes watched at once, all channels */
 #define REGISTRY_MAX_WATCH_PIDFDS 256u /* of them, known by a pidfd (the others by their start time) */
 #define REGISTRY_TICK_WATCHES 256u    /* watches known by their start time looked at a tick, in turn */
@@ -126,23 +129,12 @@
 #define REGISTRY_NESTED_MAX 65536u    /* processes of nested PID namespaces one scan of /proc keeps */
 #define REGISTRY_NESTED_SCAN_MS 1000u /* a scan of /proc is reused for so long, and 50 times its own time */
 
-/* A channel's pages on their way to its first consumer's node, a slice a
- * turn (registry_step()). */
-struct channel_move {
-	int node;              /* where to */
-	pid_t pid;             /* that consumer, for the log */
-	size_t done;           /* bytes moved from the start */
-	bool partial;          /* some pages stayed where they are (mbind's EIO) */
-	char why[160];         /* why not all, or why stopped */
-	struct channel *next;  /* in registry.moving */
-};
-
 struct channel {
 	uint64_t id;                    /* creation order, from 1: the LIST cursor */
 	char name[PINSHM_NAME_MAX + 1];
 	bool named;                     /* false once unlinked */
 	bool persistent;
-	bool stored;                    /* its record is in the descriptor store (adopt.h) */
+	bool stored;                    /* its record is in the descriptor store (adopt.h, record.h) */
 	uid_t uid;
 	gid_t gid;
 	unsigned mode;
@@ -219,13 +211,7 @@ struct registry {
 	struct account *acct; /* charged for every channel (not owned) */
 	struct pool *pool;    /* ready segments (not owned), NULL: none */
 	unsigned idle_policies; /* live channels with a pin_idle */
-	unsigned notify_fds;    /* eventfds held for consumers, all channels (REGISTRY_MAX_NOTIFY_FDS) */
-	struct reg_notify_user {
-		uid_t uid;
-		unsigned n;     /* eventfds counted on it, > 0 (REGISTRY_MAX_NOTIFY_FDS_USER) */
-	} notify_users[REGISTRY_MAX_NOTIFY_FDS]; /* each user holding any, in no order */
-	unsigned nnotify_users;
-	uint64_t next_tick;     /* when registry_tick() looks again (ms) */
+	struct wakeups wake;    /* the consumers' wake-up sockets held, counted (wake.h) */
 	struct reg_orphan *orphans; /* watched endpoints (registry_adopt_endpoints()) */
 	unsigned norphans, orphans_cap;
 	unsigned orphan_cursor;     /* the next orphan the tick looks at */
@@ -235,10 +221,9 @@ struct registry {
 	unsigned watch_cursor;      /* the next slot the tick looks at */
 	int watch_epfd;             /* an epoll set of the watches' pidfds (-1: none, all ticked) */
 	struct nested_procs nested; /* the last scan of /proc for nested PID namespaces */
-	struct channel *making, *making_last; /* half-made channels, in the order of their next slice */
-	unsigned nmaking;
+	struct making making;       /* half-made channels (making.h) */
 	struct dying *dying;        /* segments of destroyed channels, unmapped and punched in slices */
-	struct channel *moving;     /* channels whose pages move to their consumer's node (ch->move) */
+	struct channel *moving;     /* channels whose pages move to their consumer's node (move.h) */
 	struct reg_judging *judging; /* hand-backs whose endpoints' processes are read, in turn */
 	struct reg_reaping *reaping; /* reaps of shared queues' consumers under way, in turn */
 };
@@ -364,8 +349,21 @@ int registry_keep_notify(struct registry *r, struct channel *ch, unsigned endpoi
  *  take it out of the descriptor store. */
 void registry_forget_notify(struct registry *r, struct channel *ch, unsigned endpoint);
 
+/** The channel numbered @p id among those @p c references, or NULL. */
+struct channel *registry_referenced(struct reg_client *c, uint64_t id);
+
 /** The named channel @p name, or NULL. */
 struct channel *registry_find(struct registry *r, const char *name);
+
+/** The channel whose segment is the file @p st (device and inode), or NULL. */
+struct channel *registry_find_segment(struct registry *r, const struct stat *st);
+
+/** The descriptor store's record of @p ch (record.h). */
+void registry_record(const struct channel *ch, struct record *rec);
+
+/** Put @p ch in the descriptor store, in service mode (ch->stored says
+ *  whether it is there now). */
+void registry_store(struct channel *ch);
 
 /**
  * A new descriptor (the caller's) of the wake-up socket of consumer
@@ -383,18 +381,6 @@ int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_
  * the reply first (then it wakes the consumer itself): so the reply first.
  */
 void registry_peer_replied(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint);
-
-/**
- * From the event loop, every REGISTRY_TICK_MS: working-set pinning (look
- * at the channels with a pin_idle, unlock those idle for that long and
- * lock again those used since), the watched processes without a pidfd
- * (reap the endpoints of those that exited, as registry_watch_events()),
- * and REGISTRY_TICK_ORPHANS watched endpoints in turn (forget those a
- * connection claimed, closed or attached again since).  @p now:
- * CLOCK_MONOTONIC ms.  @return ms until it wants to run again, or -1 (no
- * channel has a pin_idle, no endpoint is watched).
- */
-int registry_tick(struct registry *r, uint64_t now);
 
 /**
  * From the event loop, when r->watch_epfd is readable: reap the watched
@@ -446,6 +432,13 @@ int registry_insert(struct registry *r, struct channel *ch, char *why, size_t wh
  * the others until it exits where it can.  Logged.
  */
 void registry_adopt_endpoints(struct registry *r, struct channel *ch);
+
+/** Destroy @p ch if nothing keeps it any more. */
+void registry_collect(struct registry *r, struct channel *ch);
+
+/** Reap endpoint @p ep of @p ch, whose process @p pid is gone (in slices,
+ *  registry_step()). */
+void registry_reap_endpoint(struct registry *r, struct channel *ch, unsigned ep, pid_t pid);
 
 /** Whether endpoint @p ep of @p ch is being reaped (in slices): attached
  *  still, but for no one to claim. */

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "adopt.h"
+#include "handback.h"
 #include "log.h"
 #include "names.h"
 #include "numa.h"
@@ -227,11 +227,11 @@ static int serve_adopt(struct request_ctx *ctx, struct reg_client *c, const stru
 		return rc;
 	if (ctx->in_fd < 0)
 		return fail(rep, -EINVAL, "ADOPT comes with the channel's descriptor");
-	struct adopt_request q = {.name = req->u.adopt.name,
+	struct handback_request q = {.name = req->u.adopt.name,
 				  .attr = proto_geometry_to_attr(&req->u.adopt.geo),
 				  .role = req->u.adopt.role,
 				  .endpoint = req->u.adopt.endpoint};
-	return adopt_client(ctx->reg, c, &q, &ctx->in_fd, &rep->u.adopt_reply.id, &rep->u.adopt_reply.flags,
+	return handback(ctx->reg, c, &q, &ctx->in_fd, &rep->u.adopt_reply.id, &rep->u.adopt_reply.flags,
 			    rep->text, sizeof(rep->text));
 }
 
@@ -361,6 +361,18 @@ static void undecoded(const struct reg_client *c, const struct proto_msg *req, s
 	finish(rep, out);
 }
 
+/* DEVICE: a registration reported for a channel @p c references (devices.h). */
+static int serve_device(struct reg_client *c, const struct proto_msg *req, struct proto_msg *rep)
+{
+	struct channel *ch = registry_referenced(c, req->u.device.id);
+
+	if (!ch)
+		return fail(rep, -ENOENT, "this connection holds no channel number %llu",
+			    (unsigned long long)req->u.device.id);
+	return devices_report(c, ch, registry_client_holds(c, ch), req->u.device.kind, req->u.device.delta,
+			      rep->text, sizeof(rep->text));
+}
+
 /* A consumer's wake-up socket for a producer; the daemon wakes that
  * consumer once the reply is sent (request_replied()). */
 static int serve_peer(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
@@ -455,8 +467,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		rc = serve_peer(ctx, c, req, rep, out);
 		break;
 	case PROTO_DEVICE:
-		rc = devices_report(ctx->reg, c, req->u.device.id, req->u.device.kind, req->u.device.delta, rep->text,
-				    sizeof(rep->text));
+		rc = serve_device(c, req, rep);
 		break;
 	default: /* proto_decode() let through requests only */
 		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);
