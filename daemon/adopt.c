@@ -17,6 +17,7 @@
 
 #include "clock.h"
 #include "adopt.h"
+#include "watch.h"
 #include "seg.h"
 #include "fdstore.h"
 #include "record.h"
@@ -62,8 +63,8 @@ out:
 }
 
 
-/* Reference @p ch from the grace's pseudo-connection. */
-static int keep_ref(struct adopt *a, struct channel *ch)
+/* Reference @p chan from the grace's pseudo-connection. */
+static int keep_ref(struct adopt *a, struct channel *chan)
 {
 	struct reg_client *k = &a->keep;
 
@@ -75,61 +76,61 @@ static int keep_ref(struct adopt *a, struct channel *ch)
 		k->refs = refs;
 		k->cap = cap;
 	}
-	k->refs[k->nrefs++] = ch;
-	ch->refs++;
+	k->refs[k->nrefs++] = chan;
+	chan->refs++;
 	return 0;
 }
 
 /* Close @p fd, named @p fdname, a second record of the segment @p st of
- * @p ch, adopted from an earlier one: not a second channel, nor a second
- * charge.  Its record leaves the store; where it bears the name of @p ch's
+ * @p chan, adopted from an earlier one: not a second channel, nor a second
+ * charge.  Its record leaves the store; where it bears the name of @p chan's
  * own, that removal takes both (FDSTOREREMOVE drops every descriptor of a
- * name), so @p ch is stored again under it. */
-static void adopt_duplicate(struct channel *ch, int fd, const char *fdname, const struct stat *st)
+ * name), so @p chan is stored again under it. */
+static void adopt_duplicate(struct channel *chan, int fd, const char *fdname, const struct stat *st)
 {
 	char own[FDSTORE_NAME_MAX];
 	struct record rec;
 
 	log_warn("descriptor store: '%.300s' is a second record of the segment of channel '%s' (device %llu, "
 		 "inode %llu): closed, not adopted twice",
-		 fdname, ch->name, (unsigned long long)st->st_dev, (unsigned long long)st->st_ino);
+		 fdname, chan->name, (unsigned long long)st->st_dev, (unsigned long long)st->st_ino);
 	close(fd);
 	if (!record_service())
 		return;
 	record_drop(fdname);
-	registry_record(ch, &rec);
-	record_name(&rec, ch->seg.fd, own, sizeof(own));
+	registry_record(chan, &rec);
+	record_name(&rec, chan->seg.fd, own, sizeof(own));
 	if (strcmp(own, fdname) == 0)
-		registry_store(ch);
+		registry_store(chan);
 }
 
 /* The channel that record @p rec describes, its geometry @p g: named and
  * in the store already. */
-static void channel_from_record(struct channel *ch, const struct record *rec, const struct seg_geometry *g,
+static void channel_from_record(struct channel *chan, const struct record *rec, const struct seg_geometry *g,
 				uint32_t default_pin_idle)
 {
-	snprintf(ch->name, sizeof(ch->name), "%s", rec->name);
-	ch->persistent = rec->flags & PINSHM_PERSISTENT;
-	ch->uid = rec->uid;
-	ch->gid = rec->gid;
-	ch->mode = rec->mode;
-	ch->attr = rec->attr;
-	ch->g = *g;
+	snprintf(chan->name, sizeof(chan->name), "%s", rec->name);
+	chan->persistent = rec->flags & PINSHM_PERSISTENT;
+	chan->uid = rec->uid;
+	chan->gid = rec->gid;
+	chan->mode = rec->mode;
+	chan->attr = rec->attr;
+	chan->g = *g;
 	/* A record of version 1 (an older daemon's) has no pin_idle: the
 	 * configured default, as a create that gives none. */
-	ch->pin_idle = rec->version >= 2 ? rec->pin_idle : default_pin_idle;
-	ch->named = true;
-	ch->stored = true; /* its record is there already */
+	chan->pin_idle = rec->version >= 2 ? rec->pin_idle : default_pin_idle;
+	chan->named = true;
+	chan->stored = true; /* its record is there already */
 }
 
-static void log_adopted(const struct channel *ch, unsigned version)
+static void log_adopted(const struct channel *chan, unsigned version)
 {
 	char idle[64] = "always locked";
 
-	if (ch->pin_idle)
-		snprintf(idle, sizeof(idle), "unlocked after %u s unused", ch->pin_idle);
-	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes%s, %s%s", ch->name,
-		   (unsigned)ch->uid, ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned", idle,
+	if (chan->pin_idle)
+		snprintf(idle, sizeof(idle), "unlocked after %u s unused", chan->pin_idle);
+	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes%s, %s%s", chan->name,
+		   (unsigned)chan->uid, chan->seg.size, chan->seg.pinned ? ", pinned" : ", NOT pinned", idle,
 		   version < 2 ? " (an older daemon's record: the default pin_idle)" : "");
 }
 
@@ -141,7 +142,7 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 	struct seg_geometry g;
 	char why[256] = "";
 	struct stat st;
-	struct channel *ch = NULL;
+	struct channel *chan = NULL;
 	int rc = record_parse(fdname, &rec, why, sizeof(why));
 
 	if (rc == 0 && seg_geometry_compute(&rec.attr, &g) != 0) {
@@ -171,28 +172,28 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 		adopt_duplicate(first, fd, fdname, &st);
 		return -EEXIST;
 	}
-	ch = calloc(1, sizeof(*ch));
-	if (ch)
-		ch->holder = calloc(g.max_producers + g.max_consumers, sizeof(*ch->holder));
-	if (!ch || !ch->holder) {
+	chan = calloc(1, sizeof(*chan));
+	if (chan)
+		chan->holder = calloc(g.max_producers + g.max_consumers, sizeof(*chan->holder));
+	if (!chan || !chan->holder) {
 		rc = -ENOMEM;
 		snprintf(why, sizeof(why), "out of memory");
 		goto fail;
 	}
-	rc = segment_attach(fd, &g, rec.node, &ch->seg, why, sizeof(why));
+	rc = segment_attach(fd, &g, rec.node, &chan->seg, why, sizeof(why));
 	if (rc != 0)
 		goto fail;
 	fd = -1; /* the segment's now */
-	rc = account_charge(r->acct, rec.uid, ch->seg.size, why, sizeof(why)); /* as a create */
+	rc = account_charge(r->acct, rec.uid, chan->seg.size, why, sizeof(why)); /* as a create */
 	if (rc != 0)
 		goto fail;
-	segment_attach_pin(&ch->seg);
-	if (!ch->seg.pinned)
-		account_unpinned(r->acct, rec.uid, ch->seg.size);
-	channel_from_record(ch, &rec, &g, r->acct->cfg->pin_idle);
-	rc = registry_insert(r, ch, why, sizeof(why));
+	segment_attach_pin(&chan->seg);
+	if (!chan->seg.pinned)
+		account_unpinned(r->acct, rec.uid, chan->seg.size);
+	channel_from_record(chan, &rec, &g, r->acct->cfg->pin_idle);
+	rc = registry_insert(r, chan, why, sizeof(why));
 	if (rc != 0) {
-		account_release(r->acct, ch->uid, ch->seg.size, ch->seg.pinned);
+		account_release(r->acct, chan->uid, chan->seg.size, chan->seg.pinned);
 		goto fail;
 	}
 	if (rec.version < 2 && record_service()) {
@@ -200,19 +201,19 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 		 * removed first: systemd keeps a descriptor it has once, under
 		 * its first name, and would ignore the new one. */
 		record_drop(fdname);
-		registry_store(ch);
+		registry_store(chan);
 	}
-	if (!ch->persistent && keep_ref(a, ch) != 0)
-		log_warn("channel '%s': no grace for its users to come back (out of memory)", ch->name);
-	log_adopted(ch, rec.version);
+	if (!chan->persistent && keep_ref(a, chan) != 0)
+		log_warn("channel '%s': no grace for its users to come back (out of memory)", chan->name);
+	log_adopted(chan, rec.version);
 	return 0; /* its endpoints judged once the eventfds are back (adopt_listen_fds()) */
 fail:
 	log_warn("descriptor store: channel '%s' not adopted: %s", rec.name, why);
-	if (ch) {
-		if (ch->seg.base)
-			segment_destroy(&ch->seg);
-		free(ch->holder);
-		free(ch);
+	if (chan) {
+		if (chan->seg.base)
+			segment_destroy(&chan->seg);
+		free(chan->holder);
+		free(chan);
 	}
 	if (fd >= 0)
 		close(fd);
@@ -237,18 +238,18 @@ static void adopt_notify_fd(struct registry *r, int fd, const char *fdname)
 	if (!record_wakeup_parse(fdname, &dev, &ino, &endpoint, &name)) {
 		snprintf(why, sizeof(why), "not an eventfd's record of this daemon's version");
 	} else {
-		struct channel *ch = registry_find(r, name);
-		if (ch && ch->stored && fstat(ch->seg.fd, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+		struct channel *chan = registry_find(r, name);
+		if (chan && chan->stored && fstat(chan->seg.fd, &st) == 0 && (unsigned long long)st.st_dev == dev &&
 		    (unsigned long long)st.st_ino == ino) {
-			if (endpoint >= ch->g.max_producers && endpoint < ch->g.max_producers + ch->g.max_consumers &&
-			    ch->notify_fd && ch->notify_fd[endpoint - ch->g.max_producers] >= 0) {
+			if (endpoint >= chan->g.max_producers && endpoint < chan->g.max_producers + chan->g.max_consumers &&
+			    chan->notify_fd && chan->notify_fd[endpoint - chan->g.max_producers] >= 0) {
 				/* Which is the consumer's is unknown: neither is kept. */
-				registry_forget_notify(r, ch, endpoint);
+				registry_forget_notify(r, chan, endpoint);
 				snprintf(why, sizeof(why), "a second eventfd for endpoint %u of '%s': both dropped",
-					 endpoint, ch->name);
-			} else if (registry_keep_notify(r, ch, endpoint, &fd, why, sizeof(why)) == 0) {
+					 endpoint, chan->name);
+			} else if (registry_keep_notify(r, chan, endpoint, &fd, why, sizeof(why)) == 0) {
 				log_info("channel '%s': endpoint %u's eventfd back from the descriptor store",
-					 ch->name, endpoint);
+					 chan->name, endpoint);
 				return;
 			}
 		}
@@ -273,8 +274,8 @@ unsigned adopt_listen_fds(struct adopt *a, struct registry *reg)
 	for (unsigned i = 0; i < a->nfds; i++)
 		if (strncmp(a->fds[i].name, RECORD_WAKEUP_PREFIX, strlen(RECORD_WAKEUP_PREFIX)) == 0)
 			adopt_notify_fd(reg, a->fds[i].fd, a->fds[i].name);
-	for (struct channel *ch = reg->first; ch; ch = ch->next)
-		registry_adopt_endpoints(reg, ch); /* no connection holds any yet */
+	for (struct channel *chan = reg->first; chan; chan = chan->next)
+		watch_judge_endpoints(reg, chan); /* no connection holds any yet */
 	for (unsigned i = 0; i < a->nfds; i++)
 		free(a->fds[i].name);
 	free(a->fds);

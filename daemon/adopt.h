@@ -32,7 +32,7 @@
  *   pinshm-efd.2.DEV.INO.ENDPOINT.NAME
  *
  * (NAME the channel's, DEV and INO its segment's), only for a channel whose
- * own record is in the store (ch->stored: created by this daemon or adopted
+ * own record is in the store (chan->stored: created by this daemon or adopted
  * from the store, not handed back by a client), until the daemon forgets it
  * (the endpoint closed, reaped or claimed afresh, another eventfd given, the
  * channel destroyed).  A daemon started
@@ -74,7 +74,7 @@
  *
  * The endpoints attached in an adopted segment belong to no connection
  * until their processes hand it back.  As a channel is adopted (from the
- * store, or first handed back), registry_adopt_endpoints() judges each
+ * store, or first handed back), watch_judge_endpoints() judges each
  * such endpoint by the pid the segment records: one whose process died
  * while no daemon ran is reaped at once, as a closed connection's is (its
  * peers get -EPIPE); one whose process lives is watched and reaped when it

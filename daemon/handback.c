@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "handback.h"
+#include "watch.h"
 #include "log.h"
 #include "names.h"
 #include "seg.h"
@@ -36,54 +37,54 @@ static int endpoint_attached(void *base, void *arg)
 static int handback_new(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
 		     const struct seg_geometry *g, int fd, struct channel **out, char *why, size_t whylen)
 {
-	struct channel *ch = calloc(1, sizeof(*ch));
+	struct channel *chan = calloc(1, sizeof(*chan));
 	int rc;
 
-	if (ch)
-		ch->holder = calloc(g->max_producers + g->max_consumers, sizeof(*ch->holder));
-	if (!ch || !ch->holder) {
-		free(ch);
+	if (chan)
+		chan->holder = calloc(g->max_producers + g->max_consumers, sizeof(*chan->holder));
+	if (!chan || !chan->holder) {
+		free(chan);
 		snprintf(why, whylen, "out of memory");
 		return -ENOMEM;
 	}
-	rc = segment_attach(fd, g, PINSHM_NODE_ANY, &ch->seg, why, whylen);
+	rc = segment_attach(fd, g, PINSHM_NODE_ANY, &chan->seg, why, whylen);
 	if (rc == 0) {
-		rc = account_charge(r->acct, c->cred.uid, ch->seg.size, why, whylen);
+		rc = account_charge(r->acct, c->cred.uid, chan->seg.size, why, whylen);
 		if (rc != 0)
-			munmap(ch->seg.base, ch->seg.size);
+			munmap(chan->seg.base, chan->seg.size);
 	}
 	if (rc != 0) {
-		free(ch->holder);
-		free(ch);
+		free(chan->holder);
+		free(chan);
 		return rc;
 	}
-	segment_attach_pin(&ch->seg);
-	if (!ch->seg.pinned)
-		account_unpinned(r->acct, c->cred.uid, ch->seg.size);
-	snprintf(ch->name, sizeof(ch->name), "%s", name);
-	ch->uid = c->cred.uid;
-	ch->gid = c->cred.gid;
-	ch->mode = 0600;
-	ch->attr = *attr;
-	ch->attr.max_message = g->max_message;
-	ch->g = *g;
-	ch->pin_idle = r->acct->cfg->pin_idle; /* an ADOPT does not carry the channel's own: the default */
+	segment_attach_pin(&chan->seg);
+	if (!chan->seg.pinned)
+		account_unpinned(r->acct, c->cred.uid, chan->seg.size);
+	snprintf(chan->name, sizeof(chan->name), "%s", name);
+	chan->uid = c->cred.uid;
+	chan->gid = c->cred.gid;
+	chan->mode = 0600;
+	chan->attr = *attr;
+	chan->attr.max_message = g->max_message;
+	chan->g = *g;
+	chan->pin_idle = r->acct->cfg->pin_idle; /* an ADOPT does not carry the channel's own: the default */
 	/* A name the client may not create (names.h) is not given either. */
-	ch->named = names_may_create(&r->acct->cfg->names, &c->cred, name, why, whylen) == 0;
-	rc = registry_insert(r, ch, why, whylen);
+	chan->named = names_may_create(&r->acct->cfg->names, &c->cred, name, why, whylen) == 0;
+	rc = registry_insert(r, chan, why, whylen);
 	if (rc == -EEXIST) {
-		ch->named = false; /* the name went to another channel: adopted unnamed */
-		rc = registry_insert(r, ch, why, whylen);
+		chan->named = false; /* the name went to another channel: adopted unnamed */
+		rc = registry_insert(r, chan, why, whylen);
 	}
 	if (rc != 0) {
-		account_release(r->acct, ch->uid, ch->seg.size, ch->seg.pinned);
-		ch->seg.fd = -1; /* the caller's still */
-		segment_destroy(&ch->seg);
-		free(ch->holder);
-		free(ch);
+		account_release(r->acct, chan->uid, chan->seg.size, chan->seg.pinned);
+		chan->seg.fd = -1; /* the caller's still */
+		segment_destroy(&chan->seg);
+		free(chan->holder);
+		free(chan);
 		return rc;
 	}
-	*out = ch;
+	*out = chan;
 	return 0;
 }
 
@@ -92,7 +93,7 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 {
 	struct seg_geometry g;
 	struct stat st;
-	struct channel *ch;
+	struct channel *chan;
 	int rc;
 
 	*flags = 0;
@@ -112,33 +113,33 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 		snprintf(why, whylen, "fstat: %s", strerror(errno));
 		return -EINVAL;
 	}
-	ch = registry_find_segment(r, &st);
-	if (ch) {
-		if (memcmp(&ch->g, &g, sizeof(g)) != 0) {
-			snprintf(why, whylen, "channel '%s' has another geometry", ch->name);
+	chan = registry_find_segment(r, &st);
+	if (chan) {
+		if (memcmp(&chan->g, &g, sizeof(g)) != 0) {
+			snprintf(why, whylen, "channel '%s' has another geometry", chan->name);
 			return -EINVAL;
 		}
 		*flags |= PROTO_ADOPT_KNOWN;
 	} else {
-		rc = handback_new(r, c, q->name, &q->attr, &g, *fd, &ch, why, whylen);
+		rc = handback_new(r, c, q->name, &q->attr, &g, *fd, &chan, why, whylen);
 		if (rc != 0)
 			return rc;
 		*fd = -1; /* the channel's now */
 		log_notice("channel '%s' handed back by pid %d uid %u: adopted%s, owner uid %u, mode 0600, %zu bytes%s, "
 			   "default pin_idle %u",
-			   ch->name, (int)c->cred.pid, (unsigned)c->cred.uid,
-			   ch->named ? "" : " unnamed (name taken, or not its to create)",
-			   (unsigned)ch->uid, ch->seg.size, ch->seg.pinned ? ", pinned" : ", NOT pinned", ch->pin_idle);
+			   chan->name, (int)c->cred.pid, (unsigned)c->cred.uid,
+			   chan->named ? "" : " unnamed (name taken, or not its to create)",
+			   (unsigned)chan->uid, chan->seg.size, chan->seg.pinned ? ", pinned" : ", NOT pinned", chan->pin_idle);
 	}
-	uint64_t chid = ch->id;
-	rc = registry_ref(r, c, ch, why, whylen);
+	uint64_t chid = chan->id;
+	rc = registry_ref(r, c, chan, why, whylen);
 	if (rc != 0)
-		return rc; /* ch may be gone */
-	*flags |= ch->named ? PROTO_ADOPT_NAMED : 0;
-	struct endpoint_check e = {.g = &ch->g, .endpoint = q->endpoint, .pid = (uint32_t)c->cred.pid};
-	if (ch->holder[q->endpoint] == 0 && !registry_reaping(r, ch, q->endpoint) &&
-	    segment_access(&ch->seg, endpoint_attached, &e) == 0) {
-		ch->holder[q->endpoint] = c->id;
+		return rc; /* chan may be gone */
+	*flags |= chan->named ? PROTO_ADOPT_NAMED : 0;
+	struct endpoint_check e = {.g = &chan->g, .endpoint = q->endpoint, .pid = (uint32_t)c->cred.pid};
+	if (chan->holder[q->endpoint] == 0 && !registry_reaping(r, chan, q->endpoint) &&
+	    segment_access(&chan->seg, endpoint_attached, &e) == 0) {
+		chan->holder[q->endpoint] = c->id;
 		*flags |= PROTO_ADOPT_ENDPOINT;
 	}
 	/* A channel new to this daemon: the endpoints of the others.  Not by
@@ -148,12 +149,12 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 	if (!(*flags & PROTO_ADOPT_KNOWN) && c->cred.pid <= 0)
 		log_notice("channel '%s': handed back by a process outside this daemon's PID namespaces (pid 0): "
 			   "its endpoints are not judged",
-			   ch->name);
+			   chan->name);
 	else if (!(*flags & PROTO_ADOPT_KNOWN) &&
-		 registry_judge_start(r, ch, &(struct reg_judged){.client = c->id, .id = chid, .flags = *flags}) == 0)
-		return -EINPROGRESS; /* the reply once judged (registry_judge_step()) */
+		 watch_judge_start(r, chan, &(struct reg_judged){.client = c->id, .id = chid, .flags = *flags}) == 0)
+		return -EINPROGRESS; /* the reply once judged (watch_judge_step()) */
 	else if (!(*flags & PROTO_ADOPT_KNOWN))
-		registry_adopt_endpoints(r, ch); /* out of memory to do it in slices */
+		watch_judge_endpoints(r, chan); /* out of memory to do it in slices */
 	*id = chid;
 	return 0;
 }

@@ -34,7 +34,7 @@ struct handback_request {
  * process, no connection holds it and no reap of it is under way.
  * A channel new to the daemon has its other endpoints judged
  * (registry.h) in slices: @return -EINPROGRESS, the reply
- * (registry_judge_step()) once they are.
+ * (watch_judge_step()) once they are.
  * @return 0 with @p id (the channel's number) and @p flags (PROTO_ADOPT_*),
  *         @p *fd set to -1 where the channel took it; -EINPROGRESS (the
  *         same, judged in slices); or -EINVAL (bad

@@ -31,47 +31,47 @@ static int activity_fn(void *base, void *arg)
 	return 0;
 }
 
-int idle_relock(struct channel *ch, const char *reason)
+int idle_relock(struct channel *chan, const char *reason)
 {
-	int rc = segment_relock(&ch->seg);
+	int rc = segment_relock(&chan->seg);
 
 	if (rc == 0)
-		log_info("channel '%s': locked again (%s)", ch->name, reason);
+		log_info("channel '%s': locked again (%s)", chan->name, reason);
 	else
-		log_warn("channel '%s': cannot lock it again (%s): %s", ch->name, reason, strerror(-rc));
-	ch->active_at = clock_now_ms();
+		log_warn("channel '%s': cannot lock it again (%s): %s", chan->name, reason, strerror(-rc));
+	chan->active_at = clock_now_ms();
 	return rc;
 }
 
-int idle_relock_asked(struct channel *ch, char *why, size_t whylen)
+int idle_relock_asked(struct channel *chan, char *why, size_t whylen)
 {
-	if (!ch->seg.unlocked)
+	if (!chan->seg.unlocked)
 		return 0;
-	int rc = idle_relock(ch, "asked");
+	int rc = idle_relock(chan, "asked");
 	if (rc != 0)
-		snprintf(why, whylen, "cannot lock '%s' again: %s", ch->name, strerror(-rc));
+		snprintf(why, whylen, "cannot lock '%s' again: %s", chan->name, strerror(-rc));
 	return rc;
 }
 
 void idle_scan(struct registry *r, uint64_t now)
 {
-	for (struct channel *ch = r->first; ch && r->idle_policies; ch = ch->next) {
-		if (!ch->pin_idle || !ch->seg.pinned || ch->seg.damaged)
+	for (struct channel *chan = r->first; chan && r->idle_policies; chan = chan->next) {
+		if (!chan->pin_idle || !chan->seg.pinned || chan->seg.damaged)
 			continue;
 		/* devices: a channel a device may use by DMA stays locked. */
-		if (devices_in_use(ch))
+		if (devices_in_use(chan))
 			continue;
-		struct activity_args a = {.g = &ch->g};
-		if (segment_access(&ch->seg, activity_fn, &a) != 0)
+		struct activity_args a = {.g = &chan->g};
+		if (segment_access(&chan->seg, activity_fn, &a) != 0)
 			continue;
-		if (a.sig != ch->activity) {
-			ch->activity = a.sig;
-			ch->active_at = now;
-			if (ch->seg.unlocked)
-				idle_relock(ch, "used again");
-		} else if (!ch->seg.unlocked && now - ch->active_at >= (uint64_t)ch->pin_idle * 1000u) {
-			segment_unlock(&ch->seg);
-			log_info("channel '%s': unlocked after %u s unused (still charged)", ch->name, ch->pin_idle);
+		if (a.sig != chan->activity) {
+			chan->activity = a.sig;
+			chan->active_at = now;
+			if (chan->seg.unlocked)
+				idle_relock(chan, "used again");
+		} else if (!chan->seg.unlocked && now - chan->active_at >= (uint64_t)chan->pin_idle * 1000u) {
+			segment_unlock(&chan->seg);
+			log_info("channel '%s': unlocked after %u s unused (still charged)", chan->name, chan->pin_idle);
 		}
 	}
 }

@@ -18,13 +18,13 @@
 
 #define IDLE_SCAN_MS 250u /* how often idle_scan() looks at the channels */
 
-/** Lock @p ch's segment again (logged, @p reason in the log line); its idle
+/** Lock @p chan's segment again (logged, @p reason in the log line); its idle
  *  time starts afresh.  @return 0 or as segment_relock(). */
-int idle_relock(struct channel *ch, const char *reason);
+int idle_relock(struct channel *chan, const char *reason);
 
-/** Lock @p ch again if it was unlocked for want of use, as asked by a
+/** Lock @p chan again if it was unlocked for want of use, as asked by a
  *  client.  @return 0, or as segment_relock() with @p why. */
-int idle_relock_asked(struct channel *ch, char *why, size_t whylen);
+int idle_relock_asked(struct channel *chan, char *why, size_t whylen);
 
 /** Every REGISTRY_TICK_MS: look at the channels of @p r with a pin_idle:
  *  unlock those idle for that long, lock again those used since.  @p now:

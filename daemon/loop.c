@@ -51,9 +51,9 @@ struct conn {
 	uint64_t silent_until; /* CLOCK_MONOTONIC ms: closed then unless it has sent a packet; 0: it has */
 	struct reg_client client;
 	struct reply *pending; /* a reply waiting for room in the socket */
-	bool making;           /* its CREATE or ADOPT is in progress (registry_step(),
-				* registry_judge_step()): not read meanwhile */
-	uint32_t making_seq;   /* that request's */
+	bool deferred;         /* its CREATE or hand-back (ADOPT) is in progress (registry_step(),
+				* watch_judge_step()): not read meanwhile */
+	uint32_t deferred_seq; /* that request's */
 	int refused;           /* 0, or why its first request is to be refused (-EACCES, -EUSERS) */
 	char refusal[PROTO_TEXT_MAX + 1];
 	struct conn *prev, *next;
@@ -432,20 +432,20 @@ static bool peer_closed(int fd)
  * EPOLLHUP and EPOLLERR (a client that goes gives it up) until
  * loop_step() replies.  What it sends meanwhile waits in its socket.
  */
-static void conn_making(struct loop *l, struct conn *c, uint32_t seq)
+static void conn_defer(struct loop *l, struct conn *c, uint32_t seq)
 {
-	c->making = true;
-	c->making_seq = seq;
+	c->deferred = true;
+	c->deferred_seq = seq;
 	if (watch_fd(l, EPOLL_CTL_MOD, c->fd, 0, c) != 0)
 		conn_close(l, c, "epoll");
 }
 
 /* The connection @p id whose request is in progress, or NULL. */
-static struct conn *conn_making_id(struct loop *l, uint64_t id)
+static struct conn *conn_deferred_of(struct loop *l, uint64_t id)
 {
 	struct conn *c = l->conns;
 
-	while (c && !(c->making && c->client.id == id))
+	while (c && !(c->deferred && c->client.id == id))
 		c = c->next;
 	return c;
 }
@@ -454,35 +454,35 @@ static struct conn *conn_making_id(struct loop *l, uint64_t id)
  * @p c again. */
 static void conn_made(struct loop *l, struct conn *c, const struct reply *rep)
 {
-	c->making = false;
+	c->deferred = false;
 	if (conn_reply(l, c, rep) && !c->pending && watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, c) != 0)
 		conn_close(l, c, "epoll");
 }
 
-/* One slice of the work in progress (registry_step(), registry_judge_step());
+/* One slice of the work in progress (registry_step(), watch_judge_step());
  * the reply to the CREATE or ADOPT that it ends. */
 static void loop_step(struct loop *l)
 {
-	struct channel *ch;
+	struct channel *chan;
 	struct reg_judged done;
 	struct reply rep;
 
-	if (registry_judge_step(l->ctx.reg, &done)) {
-		struct conn *c = conn_making_id(l, done.client);
+	if (watch_judge_step(l->ctx.reg, &done)) {
+		struct conn *c = conn_deferred_of(l, done.client);
 		if (c) { /* else cannot be: a client that goes gives its judging up */
-			request_adopted(&l->ctx, &done, c->making_seq, &rep);
+			request_handed_back(&l->ctx, &done, c->deferred_seq, &rep);
 			conn_made(l, c, &rep);
 		}
 	}
-	registry_step(l->ctx.reg, &ch);
-	if (!ch)
+	registry_step(l->ctx.reg, &chan);
+	if (!chan)
 		return;
-	struct conn *c = conn_making_id(l, ch->creator);
+	struct conn *c = conn_deferred_of(l, chan->creator);
 	if (!c) { /* cannot be: a creator that goes gives its channel up */
-		registry_create_abandon(l->ctx.reg, ch);
+		registry_create_abandon(l->ctx.reg, chan);
 		return;
 	}
-	request_created(&l->ctx, &c->client, ch, c->making_seq, &rep);
+	request_created(&l->ctx, &c->client, chan, c->deferred_seq, &rep);
 	conn_made(l, c, &rep);
 }
 
@@ -491,7 +491,7 @@ static void on_readable(struct loop *l, struct conn *c)
 	uint8_t buf[PROTO_MAX_PACKET];
 	struct reply rep;
 
-	for (unsigned i = 0; i < LOOP_BATCH && !c->pending && !c->making && !l->ctx.stop; i++) {
+	for (unsigned i = 0; i < LOOP_BATCH && !c->pending && !c->deferred && !l->ctx.stop; i++) {
 		unsigned nfds;
 		int fd = -1;
 		ssize_t n = fdpass_recv(c->fd, buf, sizeof(buf), &fd, 1, &nfds, MSG_DONTWAIT);
@@ -540,7 +540,7 @@ static void on_readable(struct loop *l, struct conn *c)
 			close(l->ctx.in_fd);
 		l->ctx.in_fd = -1;
 		if (rep.deferred) {
-			conn_making(l, c, rep.seq);
+			conn_defer(l, c, rep.seq);
 			return;
 		}
 		if (!conn_reply(l, c, &rep))
@@ -795,7 +795,7 @@ int loop_run(struct loop *l)
 				struct conn *c = (struct conn *)w;
 				if (c->fd < 0)
 					continue; /* closed earlier in this batch */
-				if (c->making) /* EPOLLHUP, EPOLLERR: gone */
+				if (c->deferred) /* EPOLLHUP, EPOLLERR: gone */
 					conn_close(l, c, "by the client, while its request was in progress");
 				else if (c->pending) /* EPOLLOUT, or EPOLLHUP/EPOLLERR: the send says which */
 					on_writable(l, c);

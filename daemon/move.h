@@ -27,15 +27,15 @@ struct channel_move {
 	struct channel *next;  /* in the list of moves (registry.moving) */
 };
 
-/** Move @p ch's pages to @p node near its consumer @p pid: the first slice
- *  now, the rest by move_step() (@p ch on @p moving, ch->move set). */
-void move_start(struct channel **moving, struct channel *ch, int node, pid_t pid);
+/** Move @p chan's pages to @p node near its consumer @p pid: the first slice
+ *  now, the rest by move_step() (@p chan on @p moving, chan->move set). */
+void move_start(struct channel **moving, struct channel *chan, int node, pid_t pid);
 
 /** Move a slice of the first channel of @p moving (not empty); a move
  *  that ends leaves the list (logged). */
 void move_step(struct channel **moving);
 
-/** Take @p ch's move (ch->move) out of @p moving and free it, ended or not. */
-void move_forget(struct channel **moving, struct channel *ch);
+/** Take @p chan's move (chan->move) out of @p moving and free it, ended or not. */
+void move_forget(struct channel **moving, struct channel *chan);
 
 #endif /* PINSHMD_MOVE_H */

@@ -49,7 +49,7 @@
  *   not persistent or no longer named.  A daemon that stops
  *   (registry_fini()) punches nothing: its channels live on.
  * - Adopted channels (adopt.h) come with endpoints attached by processes
- *   that no connection of this daemon stands for: registry_adopt_endpoints()
+ *   that no connection of this daemon stands for: watch_judge_endpoints()
  *   judges each one's owner, the pid the segment records for it, each
  *   distinct pid once per adoption.  A pid is taken for gone where no
  *   process has it, where it is the daemon's own, or where the process
@@ -122,7 +122,7 @@
 #define REGISTRY_MAX_ORPHANS 65536u   /* endpoints watched at once, all channels */
 #define REGISTRY_MAPS_MAX_BYTES (1u << 20) /* of one process's /proc/PID/maps read to judge it */
 #define REGISTRY_MAPS_BUDGET (4u << 20)    /* bytes of maps read for one adoption, all its processes */
-#define REGISTRY_MAPS_SLICE (64u << 10)    /* of them, read a loop turn for hand-backs (registry_judge_step()) */
+#define REGISTRY_MAPS_SLICE (64u << 10)    /* of them, read a loop turn for hand-backs (watch_judge_step()) */
 #define REGISTRY_NESTED_SLICE 64u          /* processes' status read a loop turn by a hand-back's scan of /proc */
 #define REGISTRY_REAP_SLICE (1u << 20)     /* bytes of rings a reap scans a loop turn (registry_step()) */
 #define REGISTRY_TICK_ORPHANS 1024u   /* watched endpoints looked at a tick (claimed or closed since?) */
@@ -196,7 +196,7 @@ struct nested_procs {
 /* An endpoint of an adopted channel that no connection holds, attached by
  * a process that lived when the channel was adopted: watched until it exits. */
 struct reg_orphan {
-	struct channel *ch;  /* kept (ch->watched) */
+	struct channel *chan;  /* kept (chan->watched) */
 	unsigned endpoint;
 	uint32_t pid;        /* as the segment recorded it */
 	uint32_t generation; /* the endpoint's, then: another attach changes it */
@@ -212,7 +212,7 @@ struct registry {
 	struct pool *pool;    /* ready segments (not owned), NULL: none */
 	unsigned idle_policies; /* live channels with a pin_idle */
 	struct wakeups wake;    /* the consumers' wake-up sockets held, counted (wake.h) */
-	struct reg_orphan *orphans; /* watched endpoints (registry_adopt_endpoints()) */
+	struct reg_orphan *orphans; /* watched endpoints (watch_judge_endpoints()) */
 	unsigned norphans, orphans_cap;
 	unsigned orphan_cursor;     /* the next orphan the tick looks at */
 	struct reg_watch *watches;  /* REGISTRY_MAX_WATCHES slots (allocated at the first watch) */
@@ -228,12 +228,6 @@ struct registry {
 	struct reg_reaping *reaping; /* reaps of shared queues' consumers under way, in turn */
 };
 
-/* The reply a hand-back waits for while its endpoints are judged. */
-struct reg_judged {
-	uint64_t client; /* the connection's id */
-	uint64_t id;     /* the channel's number */
-	uint32_t flags;  /* PROTO_ADOPT_* */
-};
 
 /** An empty registry that charges its channels to @p acct. */
 void registry_init(struct registry *r, struct account *acct);
@@ -270,13 +264,13 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 		    size_t whylen);
 
 /**
- * Finish @p ch for its creator @p c, once registry_step() handed it back
+ * Finish @p chan for its creator @p c, once registry_step() handed it back
  * (locked, or unpinned where locking failed: then so charged, and a
  * warning in @p why): format it, name it, list it, reference it from
  * @p c; @p out set to it.  @return 0, or -EINVAL/-ENOSPC (not formatted:
  * given up).
  */
-int registry_create_end(struct registry *r, struct reg_client *c, struct channel *ch, struct channel **out,
+int registry_create_end(struct registry *r, struct reg_client *c, struct channel *chan, struct channel **out,
 			char *why, size_t whylen);
 
 /**
@@ -290,10 +284,10 @@ int registry_create_end(struct registry *r, struct reg_client *c, struct channel
  */
 bool registry_step(struct registry *r, struct channel **made);
 
-/** Give up @p ch, half-made, handed back by registry_step(). */
-void registry_create_abandon(struct registry *r, struct channel *ch);
+/** Give up @p chan, half-made, handed back by registry_step(). */
+void registry_create_abandon(struct registry *r, struct channel *chan);
 
-/** Whether registry_step() or registry_judge_step() has work: dying
+/** Whether registry_step() or watch_judge_step() has work: dying
  * segments, moves, half-made channels, reaps, judgings. */
 bool registry_busy(const struct registry *r);
 
@@ -337,17 +331,17 @@ int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint3
 		    size_t whylen);
 
 /**
- * Keep *@p fd, the eventfd of consumer endpoint @p endpoint of @p ch, as
+ * Keep *@p fd, the eventfd of consumer endpoint @p endpoint of @p chan, as
  * the descriptor store held it (adopt.h): as registry_notify(), with no
  * connection holding the endpoint yet.  @return 0 (*@p fd taken), or
  * -EINVAL (not a consumer endpoint, or not an eventfd), -ENOMEM, -ENFILE.
  */
-int registry_keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, int *fd, char *why,
+int registry_keep_notify(struct registry *r, struct channel *chan, unsigned endpoint, int *fd, char *why,
 			 size_t whylen);
 
-/** Close the eventfd kept for endpoint @p endpoint of @p ch, if any, and
+/** Close the eventfd kept for endpoint @p endpoint of @p chan, if any, and
  *  take it out of the descriptor store. */
-void registry_forget_notify(struct registry *r, struct channel *ch, unsigned endpoint);
+void registry_forget_notify(struct registry *r, struct channel *chan, unsigned endpoint);
 
 /** The channel numbered @p id among those @p c references, or NULL. */
 struct channel *registry_referenced(struct reg_client *c, uint64_t id);
@@ -358,12 +352,12 @@ struct channel *registry_find(struct registry *r, const char *name);
 /** The channel whose segment is the file @p st (device and inode), or NULL. */
 struct channel *registry_find_segment(struct registry *r, const struct stat *st);
 
-/** The descriptor store's record of @p ch (record.h). */
-void registry_record(const struct channel *ch, struct record *rec);
+/** The descriptor store's record of @p chan (record.h). */
+void registry_record(const struct channel *chan, struct record *rec);
 
-/** Put @p ch in the descriptor store, in service mode (ch->stored says
+/** Put @p chan in the descriptor store, in service mode (chan->stored says
  *  whether it is there now). */
-void registry_store(struct channel *ch);
+void registry_store(struct channel *chan);
 
 /**
  * A new descriptor (the caller's) of the wake-up socket of consumer
@@ -404,14 +398,14 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
  *  those whose segment is locked in RAM, @p unpinned the others. */
 void registry_count(const struct registry *r, uint32_t *pinned, uint32_t *unpinned);
 
-/** Whether @p c holds an attached endpoint of @p ch (a handle it opened). */
-bool registry_client_holds(const struct reg_client *c, struct channel *ch);
+/** Whether @p c holds an attached endpoint of @p chan (a handle it opened). */
+bool registry_client_holds(const struct reg_client *c, struct channel *chan);
 /** @return the endpoints claimed for @p c that their segments still mark
  *  attached (closed ones no longer count). */
 uint32_t registry_client_endpoints(const struct reg_client *c);
 
-/** @return the PINSHM_LIST_* state bits of @p ch. */
-uint32_t registry_channel_state(const struct channel *ch);
+/** @return the PINSHM_LIST_* state bits of @p chan. */
+uint32_t registry_channel_state(const struct channel *chan);
 
 /** Connection @p c closed: reap its endpoints, drop its references. */
 void registry_client_gone(struct registry *r, struct reg_client *c);
@@ -420,55 +414,30 @@ void registry_client_gone(struct registry *r, struct reg_client *c);
 void registry_client_forget(struct reg_client *c);
 
 /**
- * List @p ch, made outside registry_create() (adopt.h: its segment, record
- * and charge complete, no reference), and name it if ch->named.
+ * List @p chan, made outside registry_create() (adopt.h: its segment, record
+ * and charge complete, no reference), and name it if chan->named.
  * @return 0, -EEXIST (the name is taken), -ENFILE (too many channels).
  */
-int registry_insert(struct registry *r, struct channel *ch, char *why, size_t whylen);
+int registry_insert(struct registry *r, struct channel *chan, char *why, size_t whylen);
 
-/**
- * Judge the endpoints of @p ch, just adopted, that are attached and held by
- * no connection (the rules above): reap those whose process is gone, watch
- * the others until it exits where it can.  Logged.
- */
-void registry_adopt_endpoints(struct registry *r, struct channel *ch);
 
-/** Destroy @p ch if nothing keeps it any more. */
-void registry_collect(struct registry *r, struct channel *ch);
+/** Destroy @p chan if nothing keeps it any more. */
+void registry_collect(struct registry *r, struct channel *chan);
 
-/** Reap endpoint @p ep of @p ch, whose process @p pid is gone (in slices,
+/** Reap endpoint @p ep of @p chan, whose process @p pid is gone (in slices,
  *  registry_step()). */
-void registry_reap_endpoint(struct registry *r, struct channel *ch, unsigned ep, pid_t pid);
+void registry_reap_endpoint(struct registry *r, struct channel *chan, unsigned ep, pid_t pid);
 
-/** Whether endpoint @p ep of @p ch is being reaped (in slices): attached
+/** Whether endpoint @p ep of @p chan is being reaped (in slices): attached
  *  still, but for no one to claim. */
-bool registry_reaping(const struct registry *r, const struct channel *ch, unsigned ep);
+bool registry_reaping(const struct registry *r, const struct channel *chan, unsigned ep);
+
+
 
 /**
- * registry_adopt_endpoints() of @p ch, handed back by a client, in slices:
- * the maps of the processes its endpoints name (and of the processes of
- * nested PID namespaces that have those pids there) are read
- * REGISTRY_MAPS_SLICE bytes a loop turn, in turn with the other
- * hand-backs, within the same budgets; then the endpoints are judged from
- * what was read (a process not read then, or exited since, is not
- * taken for the one read).  The client (@p reply->client) makes no other
- * request meanwhile and references @p ch; if it goes
- * (registry_client_gone()), the judging is given up.
- * @return 0, or -ENOMEM (judge at once instead).
+ * Reference @p chan from @p c (once).  @return 0, or -EMFILE / -ENOMEM, and
+ * then @p chan is destroyed if nothing else keeps it.
  */
-int registry_judge_start(struct registry *r, struct channel *ch, const struct reg_judged *reply);
-
-/**
- * A slice of the oldest judging (registry_judge_start()), once a loop turn
- * while registry_busy().  @return true where it ended: its endpoints are
- * judged, and @p done is the reply to send.
- */
-bool registry_judge_step(struct registry *r, struct reg_judged *done);
-
-/**
- * Reference @p ch from @p c (once).  @return 0, or -EMFILE / -ENOMEM, and
- * then @p ch is destroyed if nothing else keeps it.
- */
-int registry_ref(struct registry *r, struct reg_client *c, struct channel *ch, char *why, size_t whylen);
+int registry_ref(struct registry *r, struct reg_client *c, struct channel *chan, char *why, size_t whylen);
 
 #endif /* PINSHMD_REGISTRY_H */

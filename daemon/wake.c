@@ -24,16 +24,16 @@ static struct wake_user *wake_user(struct wakeups *w, uid_t uid)
 	return NULL;
 }
 
-void wake_forget(struct wakeups *w, struct channel *ch, unsigned ep)
+void wake_forget(struct wakeups *w, struct channel *chan, unsigned ep)
 {
-	if (!ch->notify_fd || ep < ch->g.max_producers || ch->notify_fd[ep - ch->g.max_producers] < 0)
+	if (!chan->notify_fd || ep < chan->g.max_producers || chan->notify_fd[ep - chan->g.max_producers] < 0)
 		return;
-	if (ch->stored)
-		record_wakeup_remove(ch->name, ch->seg.fd, ep);
-	close(ch->notify_fd[ep - ch->g.max_producers]);
-	ch->notify_fd[ep - ch->g.max_producers] = -1;
+	if (chan->stored)
+		record_wakeup_remove(chan->name, chan->seg.fd, ep);
+	close(chan->notify_fd[ep - chan->g.max_producers]);
+	chan->notify_fd[ep - chan->g.max_producers] = -1;
 	w->fds--;
-	struct wake_user *u = wake_user(w, ch->notify_uid[ep - ch->g.max_producers]);
+	struct wake_user *u = wake_user(w, chan->notify_uid[ep - chan->g.max_producers]);
 	if (u && --u->n == 0)
 		*u = w->users[--w->nusers];
 }
@@ -69,14 +69,14 @@ static int disarm_fn(void *base, void *arg)
 	return atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel) != 0;
 }
 
-void wake_armed(struct channel *ch, unsigned ep)
+void wake_armed(struct channel *chan, unsigned ep)
 {
-	int fd = ch->notify_fd ? ch->notify_fd[ep - ch->g.max_producers] : -1;
-	struct disarm_args a = {.g = &ch->g, .endpoint = ep};
+	int fd = chan->notify_fd ? chan->notify_fd[ep - chan->g.max_producers] : -1;
+	struct disarm_args a = {.g = &chan->g, .endpoint = ep};
 
-	if (fd >= 0 && segment_access(&ch->seg, disarm_fn, &a) == 1) {
+	if (fd >= 0 && segment_access(&chan->seg, disarm_fn, &a) == 1) {
 		wake_socket(fd);
-		log_debug("channel '%s': endpoint %u woken", ch->name, ep);
+		log_debug("channel '%s': endpoint %u woken", chan->name, ep);
 	}
 }
 
@@ -99,7 +99,7 @@ static bool is_wake_socket(int fd)
 	return getpeername(fd, (struct sockaddr *)&peer, &len) == 0 && len == sizeof(sa_family_t);
 }
 
-int wake_keep(struct wakeups *w, struct channel *ch, unsigned endpoint, uid_t uid, int *fd, char *why,
+int wake_keep(struct wakeups *w, struct channel *chan, unsigned endpoint, uid_t uid, int *fd, char *why,
 	      size_t whylen)
 {
 	if (*fd < 0 || !is_wake_socket(*fd)) {
@@ -107,22 +107,22 @@ int wake_keep(struct wakeups *w, struct channel *ch, unsigned endpoint, uid_t ui
 				      "socket pair, pinshm_channel_notify_fd())");
 		return -EINVAL;
 	}
-	unsigned i = endpoint - ch->g.max_producers;
-	if (!ch->notify_fd) {
-		ch->notify_fd = malloc(ch->g.max_consumers * sizeof(*ch->notify_fd));
-		ch->notify_uid = malloc(ch->g.max_consumers * sizeof(*ch->notify_uid));
-		if (!ch->notify_fd || !ch->notify_uid) {
-			free(ch->notify_fd);
-			free(ch->notify_uid);
-			ch->notify_fd = NULL;
-			ch->notify_uid = NULL;
+	unsigned i = endpoint - chan->g.max_producers;
+	if (!chan->notify_fd) {
+		chan->notify_fd = malloc(chan->g.max_consumers * sizeof(*chan->notify_fd));
+		chan->notify_uid = malloc(chan->g.max_consumers * sizeof(*chan->notify_uid));
+		if (!chan->notify_fd || !chan->notify_uid) {
+			free(chan->notify_fd);
+			free(chan->notify_uid);
+			chan->notify_fd = NULL;
+			chan->notify_uid = NULL;
 			snprintf(why, whylen, "out of memory");
 			return -ENOMEM;
 		}
-		for (unsigned k = 0; k < ch->g.max_consumers; k++)
-			ch->notify_fd[k] = -1;
+		for (unsigned k = 0; k < chan->g.max_consumers; k++)
+			chan->notify_fd[k] = -1;
 	}
-	wake_forget(w, ch, endpoint);
+	wake_forget(w, chan, endpoint);
 	if (w->fds >= REGISTRY_MAX_NOTIFY_FDS) {
 		snprintf(why, whylen, "the daemon holds %u wake-up sockets, its most", w->fds);
 		return -ENFILE;
@@ -138,17 +138,17 @@ int wake_keep(struct wakeups *w, struct channel *ch, unsigned endpoint, uid_t ui
 		*u = (struct wake_user){.uid = uid};
 	}
 	u->n++;
-	ch->notify_fd[i] = *fd;
-	ch->notify_uid[i] = uid;
+	chan->notify_fd[i] = *fd;
+	chan->notify_uid[i] = uid;
 	*fd = -1;
 	w->fds++;
-	log_debug("channel '%s': endpoint %u's wake-up socket kept", ch->name, endpoint);
+	log_debug("channel '%s': endpoint %u's wake-up socket kept", chan->name, endpoint);
 	return 0;
 }
 
-int wake_dup(struct channel *ch, unsigned endpoint, int *fd, char *why, size_t whylen)
+int wake_dup(struct channel *chan, unsigned endpoint, int *fd, char *why, size_t whylen)
 {
-	*fd = fcntl(ch->notify_fd[endpoint - ch->g.max_producers], F_DUPFD_CLOEXEC, 0);
+	*fd = fcntl(chan->notify_fd[endpoint - chan->g.max_producers], F_DUPFD_CLOEXEC, 0);
 	if (*fd < 0) {
 		int err = errno;
 		snprintf(why, whylen, "dup: %s", strerror(err));

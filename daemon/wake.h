@@ -29,24 +29,24 @@ struct wakeups {
 
 /**
  * Keep wake-up socket *@p fd (checked: the sending end of a Unix datagram
- * socket pair) for consumer endpoint @p endpoint of @p ch (the caller
+ * socket pair) for consumer endpoint @p endpoint of @p chan (the caller
  * checked the endpoint), in place of any other, counted on user @p uid.
  * @return 0 (*@p fd taken, set to -1); -EINVAL (not a wake-up socket);
  *         -ENOMEM; -ENFILE, -EDQUOT (the limits above).
  */
-int wake_keep(struct wakeups *w, struct channel *ch, unsigned endpoint, uid_t uid, int *fd, char *why,
+int wake_keep(struct wakeups *w, struct channel *chan, unsigned endpoint, uid_t uid, int *fd, char *why,
 	      size_t whylen);
 
-/** Close the wake-up socket kept for endpoint @p ep of @p ch, if any, and
+/** Close the wake-up socket kept for endpoint @p ep of @p chan, if any, and
  *  take it out of the descriptor store. */
-void wake_forget(struct wakeups *w, struct channel *ch, unsigned ep);
+void wake_forget(struct wakeups *w, struct channel *chan, unsigned ep);
 
-/** Wake consumer endpoint @p ep of @p ch on the socket kept for it, if it
+/** Wake consumer endpoint @p ep of @p chan on the socket kept for it, if it
  *  is armed: disarmed, one wake-up per arming. */
-void wake_armed(struct channel *ch, unsigned ep);
+void wake_armed(struct channel *chan, unsigned ep);
 
 /** A new descriptor (*@p fd, the caller's) of the socket kept for
- *  endpoint @p endpoint of @p ch (there is one).  @return 0 or -errno. */
-int wake_dup(struct channel *ch, unsigned endpoint, int *fd, char *why, size_t whylen);
+ *  endpoint @p endpoint of @p chan (there is one).  @return 0 or -errno. */
+int wake_dup(struct channel *chan, unsigned endpoint, int *fd, char *why, size_t whylen);
 
 #endif /* PINSHMD_WAKE_H */

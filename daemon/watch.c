@@ -46,11 +46,11 @@ static int view_fn(void *base, void *arg)
 	return 0;
 }
 
-/* Endpoint @p ep of @p ch as its segment says.  @return 0, or -EBADMSG (damaged). */
-static int view_endpoint(struct channel *ch, unsigned ep, struct endpoint_view *v)
+/* Endpoint @p ep of @p chan as its segment says.  @return 0, or -EBADMSG (damaged). */
+static int view_endpoint(struct channel *chan, unsigned ep, struct endpoint_view *v)
 {
-	*v = (struct endpoint_view){.g = &ch->g, .endpoint = ep};
-	return segment_access(&ch->seg, view_fn, v);
+	*v = (struct endpoint_view){.g = &chan->g, .endpoint = ep};
+	return segment_access(&chan->seg, view_fn, v);
 }
 
 /* What a look at a process's maps says of the segment. */
@@ -62,7 +62,7 @@ enum maps_answer {
 };
 
 /* A process whose maps a hand-back's judging read ahead, in slices
- * (registry_judge_step()), for registry_adopt_endpoints() to take from there. */
+ * (watch_judge_step()), for watch_judge_endpoints() to take from there. */
 struct judged_proc {
 	pid_t pid;                /* the daemon's */
 	bool recorded;            /* a pid of an endpoint (else a nested namespace's process that has it there) */
@@ -71,11 +71,11 @@ struct judged_proc {
 };
 
 /* A hand-back's judging under way: the maps of the processes its endpoints
- * name are read REGISTRY_MAPS_SLICE bytes a loop turn (registry_judge_step()),
- * then registry_adopt_endpoints() judges from what was read. */
+ * name are read REGISTRY_MAPS_SLICE bytes a loop turn (watch_judge_step()),
+ * then watch_judge_endpoints() judges from what was read. */
 struct reg_judging {
 	struct reg_judging *next;
-	struct channel *ch;       /* referenced by the client, which waits: kept */
+	struct channel *chan;       /* referenced by the client, which waits: kept */
 	struct reg_judged done;   /* the client and its reply */
 	struct stat st;           /* the segment's file */
 	unsigned budget;          /* bytes of maps left to read (REGISTRY_MAPS_BUDGET) */
@@ -517,9 +517,9 @@ static const struct judged *judge_pid(struct registry *r, struct judge *j, uint3
 	return e;
 }
 
-/* Watch endpoint @p v of @p ch through watch @p w.  @return 0, or -1 with
+/* Watch endpoint @p v of @p chan through watch @p w.  @return 0, or -1 with
  * @p why (REGISTRY_MAX_ORPHANS, or memory). */
-static int watch_orphan(struct registry *r, struct channel *ch, const struct endpoint_view *v, unsigned w,
+static int watch_orphan(struct registry *r, struct channel *chan, const struct endpoint_view *v, unsigned w,
 			const char **why)
 {
 	*why = "the daemon watches REGISTRY_MAX_ORPHANS endpoints already";
@@ -535,10 +535,10 @@ static int watch_orphan(struct registry *r, struct channel *ch, const struct end
 		r->orphans_cap = cap;
 	}
 	r->orphans[r->norphans++] = (struct reg_orphan){
-		.ch = ch, .endpoint = v->endpoint, .pid = v->pid, .generation = v->generation, .watch = w};
+		.chan = chan, .endpoint = v->endpoint, .pid = v->pid, .generation = v->generation, .watch = w};
 	r->watches[w].users++;
-	if (ch->watched++ == 0)
-		ch->refs++; /* kept while watched */
+	if (chan->watched++ == 0)
+		chan->refs++; /* kept while watched */
 	return 0;
 }
 
@@ -546,62 +546,62 @@ static int watch_orphan(struct registry *r, struct channel *ch, const struct end
  * channel may be destroyed. */
 static void drop_orphan(struct registry *r, unsigned i)
 {
-	struct channel *ch = r->orphans[i].ch;
+	struct channel *chan = r->orphans[i].chan;
 	unsigned w = r->orphans[i].watch;
 
 	if (--r->watches[w].users == 0)
 		unwatch(r, w);
 	r->orphans[i] = r->orphans[--r->norphans];
-	if (--ch->watched == 0) {
-		ch->refs--;
-		registry_collect(r, ch);
+	if (--chan->watched == 0) {
+		chan->refs--;
+		registry_collect(r, chan);
 	}
 }
 
-void registry_adopt_endpoints(struct registry *r, struct channel *ch)
+void watch_judge_endpoints(struct registry *r, struct channel *chan)
 {
 	struct judge *j = calloc(1, sizeof(*j));
 	struct stat st;
 
 	if (!j) {
 		log_warn("channel '%s': out of memory: the endpoints attached before the restart are not judged",
-			 ch->name);
+			 chan->name);
 		return;
 	}
 	unsigned reaped = 0, watched = 0, kept = 0;
 	const char *kept_why = "";
 	uint32_t kept_pid = 0;
 	j->budget = judging_now ? judging_now->budget : REGISTRY_MAPS_BUDGET; /* read ahead already */
-	if (fstat(ch->seg.fd, &st) != 0)
+	if (fstat(chan->seg.fd, &st) != 0)
 		goto out;
-	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
+	for (unsigned ep = 0; ep < chan->g.max_producers + chan->g.max_consumers; ep++) {
 		struct endpoint_view v;
 		const char *why;
-		if (ch->holder[ep] != 0)
+		if (chan->holder[ep] != 0)
 			continue;
-		if (view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE) {
-			registry_forget_notify(r, ch, ep); /* an eventfd from the store: its endpoint closed since */
+		if (view_endpoint(chan, ep, &v) != 0 || v.state != EP_ACTIVE) {
+			registry_forget_notify(r, chan, ep); /* an eventfd from the store: its endpoint closed since */
 			continue;
 		}
 		const struct judged *e = judge_pid(r, j, v.pid, &st);
 		/* One line an endpoint at info, a summary at notice: a client
 		 * chooses how many endpoints a hand-back brings. */
 		if (e->verdict == OWNER_GONE) {
-			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name, ep,
+			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: %s", chan->name, ep,
 				 (unsigned)v.pid, e->why);
-			registry_reap_endpoint(r, ch, ep, (pid_t)v.pid);
-			registry_forget_notify(r, ch, ep);
+			registry_reap_endpoint(r, chan, ep, (pid_t)v.pid);
+			registry_forget_notify(r, chan, ep);
 			reaped++;
 		} else if (e->verdict == OWNER_KEPT) {
 			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: %s: "
 				 "taken for alive, not watched",
-				 ch->name, ep, (unsigned)v.pid, e->why);
+				 chan->name, ep, (unsigned)v.pid, e->why);
 			if (kept++ == 0) {
 				kept_why = e->why;
 				kept_pid = v.pid;
 			}
-		} else if (watch_orphan(r, ch, &v, e->watch, &why) != 0) {
-			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: %s: not watched", ch->name, ep,
+		} else if (watch_orphan(r, chan, &v, e->watch, &why) != 0) {
+			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: %s: not watched", chan->name, ep,
 				 (unsigned)v.pid, (int)e->here, why);
 			if (kept++ == 0) {
 				kept_why = why;
@@ -609,7 +609,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 			}
 		} else {
 			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: watched until it exits%s",
-				 ch->name, ep, (unsigned)v.pid, (int)e->here,
+				 chan->name, ep, (unsigned)v.pid, (int)e->here,
 				 r->watches[e->watch].pidfd >= 0 ? "" : " (no pidfd: its start time looked at by the tick)");
 			watched++;
 		}
@@ -620,7 +620,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 	if (reaped + watched + kept)
 		log_notice("channel '%s': of its endpoints attached before the restart, %u reaped (their processes "
 			   "are gone), %u watched, %u taken for alive and not watched%s; %u bytes of maps read",
-			   ch->name, reaped, watched, kept, first, REGISTRY_MAPS_BUDGET - j->budget);
+			   chan->name, reaped, watched, kept, first, REGISTRY_MAPS_BUDGET - j->budget);
 out:
 	/* Watches that no endpoint came to use (all kept past a cap). */
 	for (unsigned i = 0; i < j->n; i++)
@@ -775,14 +775,14 @@ static bool judging_nested(struct registry *r, struct reg_judging *jg)
  * connection), to be read in turn.  @return false out of memory. */
 static bool judging_list(struct reg_judging *jg)
 {
-	struct channel *ch = jg->ch;
+	struct channel *chan = jg->chan;
 
-	if (fstat(ch->seg.fd, &jg->st) != 0)
+	if (fstat(chan->seg.fd, &jg->st) != 0)
 		return true; /* nothing read: judged as it can be */
 	/* The daemon's own pid is listed, not read: its nested namesakes are. */
-	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
+	for (unsigned ep = 0; ep < chan->g.max_producers + chan->g.max_consumers; ep++) {
 		struct endpoint_view v;
-		if (ch->holder[ep] != 0 || view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE || v.pid == 0 ||
+		if (chan->holder[ep] != 0 || view_endpoint(chan, ep, &v) != 0 || v.state != EP_ACTIVE || v.pid == 0 ||
 		    v.pid > INT_MAX)
 			continue;
 		if (!judging_add(jg, jg->n, (pid_t)v.pid, true))
@@ -791,13 +791,13 @@ static bool judging_list(struct reg_judging *jg)
 	return true;
 }
 
-int registry_judge_start(struct registry *r, struct channel *ch, const struct reg_judged *reply)
+int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply)
 {
 	struct reg_judging *jg = calloc(1, sizeof(*jg));
 
 	if (!jg)
 		return -ENOMEM;
-	*jg = (struct reg_judging){.ch = ch, .done = *reply, .budget = REGISTRY_MAPS_BUDGET, .pidfd = -1};
+	*jg = (struct reg_judging){.chan = chan, .done = *reply, .budget = REGISTRY_MAPS_BUDGET, .pidfd = -1};
 	if (!judging_list(jg)) {
 		judging_free(jg);
 		return -ENOMEM;
@@ -809,7 +809,7 @@ int registry_judge_start(struct registry *r, struct channel *ch, const struct re
 	return 0;
 }
 
-bool registry_judge_step(struct registry *r, struct reg_judged *done)
+bool watch_judge_step(struct registry *r, struct reg_judged *done)
 {
 	struct reg_judging *jg = r->judging;
 	unsigned quantum = REGISTRY_MAPS_SLICE;
@@ -839,7 +839,7 @@ bool registry_judge_step(struct registry *r, struct reg_judged *done)
 		return false;
 	}
 	judging_now = jg;
-	registry_adopt_endpoints(r, jg->ch);
+	watch_judge_endpoints(r, jg->chan);
 	judging_now = NULL;
 	*done = jg->done;
 	judging_free(jg);
@@ -867,7 +867,7 @@ static bool orphan_stale(struct registry *r, unsigned i)
 	const struct reg_orphan *o = &r->orphans[i];
 	struct endpoint_view v;
 
-	return o->ch->holder[o->endpoint] != 0 || view_endpoint(o->ch, o->endpoint, &v) != 0 ||
+	return o->chan->holder[o->endpoint] != 0 || view_endpoint(o->chan, o->endpoint, &v) != 0 ||
 	       v.state != EP_ACTIVE || v.pid != o->pid || v.generation != o->generation;
 }
 
@@ -877,8 +877,8 @@ static void forget_orphan(struct registry *r, unsigned i)
 {
 	const struct reg_orphan *o = &r->orphans[i];
 
-	if (o->ch->holder[o->endpoint] == 0)
-		registry_forget_notify(r, o->ch, o->endpoint);
+	if (o->chan->holder[o->endpoint] == 0)
+		registry_forget_notify(r, o->chan, o->endpoint);
 	drop_orphan(r, i);
 }
 
@@ -896,8 +896,8 @@ static void watch_exited(struct registry *r, unsigned w)
 		if (!orphan_stale(r, i)) {
 			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: "
 				 "its process has exited",
-				 o->ch->name, o->endpoint, (unsigned)o->pid);
-			registry_reap_endpoint(r, o->ch, o->endpoint, (pid_t)o->pid);
+				 o->chan->name, o->endpoint, (unsigned)o->pid);
+			registry_reap_endpoint(r, o->chan, o->endpoint, (pid_t)o->pid);
 			reaped++;
 		}
 		forget_orphan(r, i);
