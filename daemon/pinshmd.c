@@ -58,6 +58,7 @@ struct daemon_config {
 	struct config *cfg;  /* in force */
 	struct account *acct;
 	struct pool *pool;
+	struct dying **dying; /* where a reload's drained pool segments go (the registry's) */
 	bool user_mode;
 	const char *socket;  /* listened on */
 };
@@ -68,7 +69,7 @@ static void pool_apply(struct daemon_config *dc, const struct config *cfg)
 {
 	unsigned n = cfg->pool_segments_set || !dc->user_mode ? cfg->pool_segments : 0;
 
-	if (pool_configure(dc->pool, cfg->pool_sizes, cfg->npool_sizes, n) != 0)
+	if (pool_configure(dc->pool, cfg->pool_sizes, cfg->npool_sizes, n, dc->dying) != 0)
 		log_err("pool: out of memory; no pool");
 }
 
@@ -341,7 +342,7 @@ int main(int argc, char **argv)
 	struct loop loop;
 	struct pool pool;
 	struct adopt adopt;
-	struct daemon_config dc = {.acct = &acct, .pool = &pool};
+	struct daemon_config dc = {.acct = &acct, .pool = &pool, .dying = &reg.dying};
 	char why[640];
 	int ready_fd = -1;
 	int rc;

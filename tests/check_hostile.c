@@ -29,6 +29,8 @@
  *   serves on), by a daemon that stops (it exits 0).  And one whose lock
  *   fails half-way (RLIMIT_MEMLOCK of 3 MiB, 8 MiB of channel, 2 MiB a
  *   slice): created unpinned, nothing of it left locked, and it works.
+ *   And while a reload empties a pool of 3 GiB of ready segments (their
+ *   pages unmapped in slices after the reload).
  * - stall_peers: the same bounds while a client hands back crafted
  *   segments whose endpoints name processes of long maps, again and
  *   again (the daemon reads maps 64 KiB a turn).
@@ -577,6 +579,43 @@ START_TEST(test_stall)
 }
 END_TEST
 
+/* ---- a reload that empties a large pool --------------------------------- */
+
+#define RELOAD_POOL "[daemon]\npool_segments = 3\npool_sizes = 1G\n" /* 3 GiB locked, ready */
+#define RELOAD_NO_POOL "[daemon]\npool_segments = 0\n"
+#define RELOAD_AFTER_MS 3000u /* measured after the reload: the pool's pages go meanwhile */
+
+/* The hostile side, in a child: reload a configuration without a pool
+ * (SIGHUP), which destroys the 3 GiB of ready segments, and wait while
+ * they go.  @return the exit status: 0, 1. */
+static int reload_drain(const struct daemon *d)
+{
+	FILE *f = fopen(d->conf, "w");
+
+	if (!f || fputs(RELOAD_NO_POOL, f) < 0 || fclose(f) != 0 || kill(d->pid, SIGHUP) != 0) {
+		fprintf(stderr, "stall: reload: %s\n", strerror(errno));
+		return 1;
+	}
+	tu_sleep_ms(RELOAD_AFTER_MS);
+	return 0;
+}
+
+/* A reload (SIGHUP) that empties a large pool of ready segments: their
+ * pages go in slices, not in one turn of the loop. */
+START_TEST(test_stall_reload)
+{
+	struct daemon d;
+
+	pinshm_client_t *c = start_conf(&d, RELOAD_POOL);
+	wait_pool_ready(c);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(reload_drain(&d));
+	stall_measure(&d, c, pid, "a reload that empties a pool of 3 GiB");
+}
+END_TEST
+
 /* ---- hand-backs naming processes of long maps -------------------------- */
 
 #define ADOPT_OWNERS 4u      /* processes the endpoints name */
@@ -941,6 +980,7 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_stall);
 	tcase_add_test(tc, test_stall_given_up);
 	tcase_add_test(tc, test_stall_unpinned);
+	tcase_add_test(tc, test_stall_reload);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("stall_peers");
