@@ -187,7 +187,8 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 	rc = account_charge(r->acct, rec.uid, chan->seg.size, why, sizeof(why)); /* as a create */
 	if (rc != 0)
 		goto fail;
-	segment_attach_pin(&chan->seg);
+	size_t locked = 0;
+	segment_attach_pin(&chan->seg, &locked, SIZE_MAX);
 	if (!chan->seg.pinned)
 		account_unpinned(r->acct, rec.uid, chan->seg.size);
 	channel_from_record(chan, &rec, &g, r->acct->cfg->pin_idle);

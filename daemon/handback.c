@@ -58,9 +58,7 @@ static int handback_new(struct registry *r, struct reg_client *c, const char *na
 		free(chan);
 		return rc;
 	}
-	segment_attach_pin(&chan->seg);
-	if (!chan->seg.pinned)
-		account_unpinned(r->acct, c->cred.uid, chan->seg.size);
+	chan->pinning = true; /* locked in slices while its endpoints are judged, or at once: handback() */
 	snprintf(chan->name, sizeof(chan->name), "%s", name);
 	chan->uid = c->cred.uid;
 	chan->gid = c->cred.gid;
@@ -129,7 +127,7 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 			   "default pin_idle %u",
 			   chan->name, (int)c->cred.pid, (unsigned)c->cred.uid,
 			   chan->named ? "" : " unnamed (name taken, or not its to create)",
-			   (unsigned)chan->uid, chan->seg.size, chan->seg.pinned ? ", pinned" : ", NOT pinned", chan->pin_idle);
+			   (unsigned)chan->uid, chan->seg.size, chan->pinning ? ", to be locked" : ", NOT pinned", chan->pin_idle);
 	}
 	uint64_t chid = chan->id;
 	rc = registry_ref(r, c, chan, why, whylen);
@@ -155,6 +153,8 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 		return -EINPROGRESS; /* the reply once judged (watch_judge_step()) */
 	else if (!(*flags & PROTO_ADOPT_KNOWN))
 		watch_judge_endpoints(r, chan); /* out of memory to do it in slices */
+	if (chan->pinning)
+		watch_pin_end(r, chan, SIZE_MAX); /* not judged in slices: locked at once */
 	*id = chid;
 	return 0;
 }

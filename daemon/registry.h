@@ -153,7 +153,8 @@ struct channel {
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
 	bool from_pool;                 /* its segment came ready from the pool */
-	size_t made;                    /* half-made (registry_create()): bytes of it locked so far */
+	size_t made;                    /* half-made (registry_create()), or pinning: bytes of it locked so far */
+	bool pinning;                   /* handed back, its segment being locked (watch_pin_end()) */
 	struct channel_move *move;      /* its pages moving to its consumer's node, NULL: not */
 	uint32_t device_regs[DEVICES_KINDS]; /* device registrations its clients reported, by kind (devices.h) */
 	struct channel *hash_next;      /* in its bucket, while named */

@@ -500,10 +500,15 @@ static int clear_unlocked(void *base, void *arg)
 	return 0;
 }
 
-void segment_attach_pin(struct segment *s)
+int segment_attach_pin(struct segment *s, size_t *locked, size_t max)
 {
-	size_t locked = 0;
+	if (*locked == 0)
+		segment_access(s, clear_unlocked, NULL);
+	return segment_lock_step(s, locked, max);
+}
 
-	segment_access(s, clear_unlocked, NULL);
-	segment_lock_step(s, &locked, s->size);
+void segment_lock_abandon(struct segment *s, const char *why)
+{
+	unlock_range(s->base, s->size);
+	snprintf(s->pin_error, sizeof(s->pin_error), "%s", why);
 }

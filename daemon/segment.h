@@ -192,11 +192,17 @@ int segment_destroy_step(struct segment *s, size_t *done, size_t max);
 int segment_attach(int fd, const struct seg_geometry *g, int node, struct segment *s, char *why, size_t len);
 
 /**
- * Lock @p s, attached, in RAM, as segment_alloc() would have.  Whatever a
- * previous daemon did, it is locked again (or not pinned at all, pin_error
- * set), never left unlocked for want of use: the header's `unlocked` is
- * cleared.
+ * Lock @p s, attached, in RAM, as segment_alloc() would have: the next
+ * @p max bytes from *@p locked on, as segment_lock_step() (SIZE_MAX: all
+ * at once).  Whatever a previous daemon did, it is locked again (or not
+ * pinned at all, pin_error set), never left unlocked for want of use: the
+ * header's `unlocked` is cleared with the first slice.
+ * @return as segment_lock_step().
  */
-void segment_attach_pin(struct segment *s);
+int segment_attach_pin(struct segment *s, size_t *locked, size_t max);
+
+/** Give up locking @p s in slices: what was locked is unlocked, and it
+ *  stays unpinned for @p why (pin_error). */
+void segment_lock_abandon(struct segment *s, const char *why);
 
 #endif /* PINSHMD_SEGMENT_H */

@@ -809,6 +809,42 @@ int watch_judge_start(struct registry *r, struct channel *chan, const struct reg
 	return 0;
 }
 
+void watch_pin_end(struct registry *r, struct channel *chan, size_t max)
+{
+	int rc = segment_attach_pin(&chan->seg, &chan->made, max);
+
+	if (rc > 0)
+		return;
+	chan->pinning = false;
+	if (rc < 0) {
+		account_unpinned(r->acct, chan->uid, chan->seg.size);
+		log_warn("channel '%s': %zu bytes left unpinned: %s", chan->name, chan->seg.size, chan->seg.pin_error);
+	}
+}
+
+/* A judging's channel whose locking is given up (its client went, or the
+ * daemon stops): unpinned, so charged. */
+static void pin_give_up(struct registry *r, struct channel *chan)
+{
+	if (!chan->pinning)
+		return;
+	segment_lock_abandon(&chan->seg, "its hand-back was given up while it was locked");
+	chan->pinning = false;
+	account_unpinned(r->acct, chan->uid, chan->seg.size);
+}
+
+/* Move @p jg, the first judging, to the end of the list (round robin). */
+static void judging_requeue(struct registry *r, struct reg_judging *jg)
+{
+	struct reg_judging **q = &r->judging;
+
+	r->judging = jg->next;
+	while (*q)
+		q = &(*q)->next;
+	*q = jg;
+	jg->next = NULL;
+}
+
 bool watch_judge_step(struct registry *r, struct reg_judged *done)
 {
 	struct reg_judging *jg = r->judging;
@@ -816,6 +852,11 @@ bool watch_judge_step(struct registry *r, struct reg_judged *done)
 
 	if (!jg)
 		return false;
+	if (jg->chan->pinning) { /* its segment locked first, a slice a turn */
+		watch_pin_end(r, jg->chan, segment_slice_bytes(&jg->chan->seg));
+		judging_requeue(r, jg);
+		return false;
+	}
 	while (quantum > 0 && (jg->cursor < jg->n || jg->nested)) {
 		if (jg->nested) {
 			if (!judging_nested(r, jg))
@@ -829,15 +870,11 @@ bool watch_judge_step(struct registry *r, struct reg_judged *done)
 		if (judging_read(jg, &quantum))
 			judging_close(jg);
 	}
-	r->judging = jg->next;
 	if (jg->cursor < jg->n || jg->nested) { /* round robin */
-		struct reg_judging **q = &r->judging;
-		while (*q)
-			q = &(*q)->next;
-		*q = jg;
-		jg->next = NULL;
+		judging_requeue(r, jg);
 		return false;
 	}
+	r->judging = jg->next;
 	judging_now = jg;
 	watch_judge_endpoints(r, jg->chan);
 	judging_now = NULL;
@@ -856,6 +893,7 @@ void watch_client_gone(struct registry *r, uint64_t id)
 			continue;
 		}
 		*q = jg->next;
+		pin_give_up(r, jg->chan);
 		judging_free(jg);
 	}
 }
@@ -985,6 +1023,7 @@ void watch_fini(struct registry *r)
 	while (r->judging) {
 		struct reg_judging *jg = r->judging;
 		r->judging = jg->next;
+		pin_give_up(r, jg->chan);
 		judging_free(jg);
 	}
 }

@@ -51,6 +51,15 @@ void watch_judge_endpoints(struct registry *r, struct channel *chan);
 int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply);
 
 /**
+ * Lock the next @p max bytes of the segment of @p chan, handed back and
+ * charged pinned, that chan->pinning says is being locked (SIZE_MAX: the
+ * rest at once); once all is locked, or locking failed (then it is
+ * charged unpinned, logged), chan->pinning goes.  A hand-back judged in
+ * slices locks a slice a turn first (watch_judge_step()).
+ */
+void watch_pin_end(struct registry *r, struct channel *chan, size_t max);
+
+/**
  * A slice of the oldest judging (watch_judge_start()), once a loop turn
  * while registry_busy().  @return true where it ended: its endpoints are
  * judged, and @p done is the reply to send.

@@ -33,7 +33,9 @@
  *   pages unmapped in slices after the reload).
  * - stall_peers: the same bounds while a client hands back crafted
  *   segments whose endpoints name processes of long maps, again and
- *   again (the daemon reads maps 64 KiB a turn).
+ *   again (the daemon reads maps 64 KiB a turn).  And while a client hands
+ *   back the largest segments it may have, again and again (the daemon
+ *   locks them a slice a turn).
  *   And while a client opens every consumer of a shared queue full of
  *   small records and goes, again and again (each reap scans every lane,
  *   1 MiB a turn).
@@ -786,6 +788,53 @@ START_TEST(test_stall_adopt)
 }
 END_TEST
 
+/* The hostile client, in a child: hand back a crafted segment of @p attr
+ * (the largest it may make), its producers named by this process, again
+ * and again for STALL_MS.  @return the exit status. */
+static int large_handback_rounds(const struct daemon *d, const pinshm_channel_attr_t *attr)
+{
+	uint64_t end = tu_now_ms() + STALL_MS;
+	pid_t self = getpid();
+	unsigned rounds = 0;
+
+	while (tu_now_ms() < end) {
+		int sock = raw_connect(d), seg = crafted_segment(attr, &self, 1);
+		int rc = sock >= 0 && seg >= 0 ? raw_adopt(sock, attr, seg) : -EIO;
+		if (rc != 0) {
+			fprintf(stderr, "stall: large hand-back %u: %s\n", rounds, strerror(-rc));
+			return 1;
+		}
+		close(seg);
+		close(sock);
+		rounds++;
+	}
+	fprintf(stderr, "stall: %u large hand-backs\n", rounds);
+	return rounds >= 2 ? 0 : 1;
+}
+
+/* Hand-backs of the largest segments a user may have: the daemon locks
+ * them a slice a turn, as it does what it creates. */
+START_TEST(test_stall_handback_large)
+{
+	struct daemon d;
+	uint64_t budget, quota, q, max_segment;
+	pinshm_channel_attr_t attr;
+	size_t size;
+	char what[64];
+
+	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
+	config_derived_limits(budget, &q, &max_segment);
+	largest_attr(&attr, max_segment < quota ? max_segment : quota);
+	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(large_handback_rounds(&d, &attr));
+	snprintf(what, sizeof(what), "hand-backs of %zu bytes", size);
+	stall_measure(&d, c, pid, what);
+}
+END_TEST
+
 /* ---- reaps of a shared queue full of records --------------------------- */
 
 #define REAP_CAPACITY (64u * 1024u)
@@ -986,6 +1035,7 @@ static Suite *hostile_suite(void)
 	tc = tcase_create("stall_peers");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_stall_adopt);
+	tcase_add_test(tc, test_stall_handback_large);
 	tcase_add_test(tc, test_stall_reap);
 	suite_add_tcase(s, tc);
 	return s;
