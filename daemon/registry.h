@@ -105,6 +105,7 @@
 #include "seg.h"
 #include "cred.h"
 #include "making.h"
+#include "nested.h"
 #include "move.h"
 #include "pool.h"
 #include "record.h"
@@ -126,8 +127,6 @@
 #define REGISTRY_NESTED_SLICE 64u          /* processes' status read a loop turn by a hand-back's scan of /proc */
 #define REGISTRY_REAP_SLICE (1u << 20)     /* bytes of rings a reap scans a loop turn (registry_step()) */
 #define REGISTRY_TICK_ORPHANS 1024u   /* watched endpoints looked at a tick (claimed or closed since?) */
-#define REGISTRY_NESTED_MAX 65536u    /* processes of nested PID namespaces one scan of /proc keeps */
-#define REGISTRY_NESTED_SCAN_MS 1000u /* a scan of /proc is reused for so long, and 50 times its own time */
 
 struct channel {
 	uint64_t id;                    /* creation order, from 1: the LIST cursor */
@@ -179,20 +178,6 @@ struct reg_watch {
 	unsigned users;            /* reg_orphans watched through it */
 };
 
-/* The processes of nested PID namespaces (their NSpid lines), found by one
- * scan of /proc and reused by the adoptions that follow it for a while:
- * a client may record any pid of any of them for an endpoint. */
-struct nested_procs {
-	uint64_t fresh_until;    /* ms: reused until then (0: never scanned) */
-	uint64_t started;        /* ms: when the scan under way, or the last, began */
-	DIR *dir;                /* /proc, while a scan is under way (a slice a turn), else NULL */
-	bool truncated;          /* stopped (a status unread, REGISTRY_NESTED_MAX kept): others unknown */
-	unsigned n, cap;
-	struct nested_proc {
-		uint32_t inner;  /* its pid in its own namespace */
-		pid_t here;      /* in the daemon's */
-	} *p;
-};
 
 /* An endpoint of an adopted channel that no connection holds, attached by
  * a process that lived when the channel was adopted: watched until it exits. */
