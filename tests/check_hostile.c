@@ -560,18 +560,27 @@ static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const
 	ck_assert_msg(max <= STALL_MAX_MS, "%s: max %.2f ms > %.0f ms", what, max, STALL_MAX_MS);
 }
 
+/* A daemon of the defaults without a pool, and a client of it; in @p attr
+ * the largest channel a user may have there (@p size bytes). */
+static pinshm_client_t *start_largest(struct daemon *d, pinshm_channel_attr_t *attr, size_t *size)
+{
+	uint64_t budget, quota, q, max_segment;
+	pinshm_client_t *c = start_status(d, "[daemon]\npool_segments = 0\n", &budget, &quota);
+
+	config_derived_limits(budget, &q, &max_segment);
+	largest_attr(attr, max_segment < quota ? max_segment : quota);
+	ck_assert_int_eq(pinshm_segment_size(attr, size), 0);
+	return c;
+}
+
 START_TEST(test_stall)
 {
 	struct daemon d;
-	uint64_t budget, quota, q, max_segment;
 	pinshm_channel_attr_t attr;
 	size_t size;
 	char what[64];
+	pinshm_client_t *c = start_largest(&d, &attr, &size);
 
-	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
-	config_derived_limits(budget, &q, &max_segment);
-	largest_attr(&attr, max_segment < quota ? max_segment : quota);
-	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
@@ -737,19 +746,19 @@ static int raw_open_consumer(int sock, const char *name)
 	return raw_request(sock, &m, -1);
 }
 
-/* The hostile client, in a child: hand back a crafted segment whose
- * producers name @p owners, again and again for STALL_MS (each a new
- * channel, gone with its connection).  @return the exit status. */
-static int adopt_rounds(const struct daemon *d, const pid_t *owners)
+/* The hostile client, in a child: hand back a crafted segment of @p attr
+ * whose producers name @p owners (@p nowners of them), again and again
+ * for STALL_MS (each a new channel, gone with its connection).
+ * @return the exit status. */
+static int adopt_rounds(const struct daemon *d, const pinshm_channel_attr_t *attr, const pid_t *owners,
+			unsigned nowners)
 {
 	uint64_t end = tu_now_ms() + STALL_MS;
-	pinshm_channel_attr_t attr;
 	unsigned rounds = 0;
 
-	tu_attr(&attr, PINSHM_QUEUE, 4096, 64, 1);
 	while (tu_now_ms() < end) {
-		int sock = raw_connect(d), seg = crafted_segment(&attr, owners, ADOPT_OWNERS);
-		int rc = sock >= 0 && seg >= 0 ? raw_adopt(sock, &attr, seg) : -EIO;
+		int sock = raw_connect(d), seg = crafted_segment(attr, owners, nowners);
+		int rc = sock >= 0 && seg >= 0 ? raw_adopt(sock, attr, seg) : -EIO;
 		if (rc != 0) {
 			fprintf(stderr, "stall: hand-back %u: %s\n", rounds, strerror(-rc));
 			return 1;
@@ -765,6 +774,7 @@ static int adopt_rounds(const struct daemon *d, const pid_t *owners)
 START_TEST(test_stall_adopt)
 {
 	struct daemon d;
+	pinshm_channel_attr_t attr;
 	struct tu_procs ps;
 	pid_t owners[ADOPT_OWNERS];
 	int ready[2];
@@ -777,10 +787,11 @@ START_TEST(test_stall_adopt)
 		ck_assert_int_eq(read(ready[0], &b, 1), 1);
 	}
 	pinshm_client_t *c = start_conf(&d, SMALL_QUOTA);
+	tu_attr(&attr, PINSHM_QUEUE, 4096, 64, 1);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
-		_exit(adopt_rounds(&d, owners));
+		_exit(adopt_rounds(&d, &attr, owners, ADOPT_OWNERS));
 	stall_measure(&d, c, pid, "hand-backs naming 4 processes of long maps");
 	tu_kill_all(&ps);
 	close(ready[0]);
@@ -788,48 +799,20 @@ START_TEST(test_stall_adopt)
 }
 END_TEST
 
-/* The hostile client, in a child: hand back a crafted segment of @p attr
- * (the largest it may make), its producers named by this process, again
- * and again for STALL_MS.  @return the exit status. */
-static int large_handback_rounds(const struct daemon *d, const pinshm_channel_attr_t *attr)
-{
-	uint64_t end = tu_now_ms() + STALL_MS;
-	pid_t self = getpid();
-	unsigned rounds = 0;
-
-	while (tu_now_ms() < end) {
-		int sock = raw_connect(d), seg = crafted_segment(attr, &self, 1);
-		int rc = sock >= 0 && seg >= 0 ? raw_adopt(sock, attr, seg) : -EIO;
-		if (rc != 0) {
-			fprintf(stderr, "stall: large hand-back %u: %s\n", rounds, strerror(-rc));
-			return 1;
-		}
-		close(seg);
-		close(sock);
-		rounds++;
-	}
-	fprintf(stderr, "stall: %u large hand-backs\n", rounds);
-	return rounds >= 2 ? 0 : 1;
-}
-
 /* Hand-backs of the largest segments a user may have: the daemon locks
  * them a slice a turn, as it does what it creates. */
 START_TEST(test_stall_handback_large)
 {
 	struct daemon d;
-	uint64_t budget, quota, q, max_segment;
 	pinshm_channel_attr_t attr;
 	size_t size;
 	char what[64];
+	pinshm_client_t *c = start_largest(&d, &attr, &size);
 
-	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
-	config_derived_limits(budget, &q, &max_segment);
-	largest_attr(&attr, max_segment < quota ? max_segment : quota);
-	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
-		_exit(large_handback_rounds(&d, &attr));
+		_exit(adopt_rounds(&d, &attr, &(pid_t){getpid()}, 1));
 	snprintf(what, sizeof(what), "hand-backs of %zu bytes", size);
 	stall_measure(&d, c, pid, what);
 }
