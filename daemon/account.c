@@ -10,6 +10,7 @@
 
 #include "account.h"
 #include "log.h"
+#include "pool.h"
 
 struct account_user {
 	uid_t uid;
@@ -243,4 +244,34 @@ unsigned account_list(const struct account *a, uint64_t cursor, struct proto_use
 		*next = (uint64_t)u->uid + 1;
 	}
 	return n;
+}
+
+int account_charge_channel(struct account *a, struct pool *pool, struct dying **dying, uid_t uid, size_t need,
+			   const struct segment_opts *o, struct segment *pooled, size_t *size, char *why,
+			   size_t whylen)
+{
+	bool from_pool = false;
+	int rc;
+
+	segment_backing_size(need, o, size);
+	if (pool && o->node == PINSHM_NODE_ANY && !o->hugepages && !o->shm && pool_take(pool, need, pooled)) {
+		from_pool = true;
+		*size = pooled->size;
+	}
+	rc = account_charge(a, uid, *size, why, whylen);
+	if (rc != 0 && from_pool) {
+		pool_put_back(pool, pooled);
+		from_pool = false;
+		segment_backing_size(need, o, size);
+		why[0] = '\0';
+		rc = account_charge(a, uid, *size, why, whylen);
+	}
+	if (rc == -ENOSPC && pool && pool_bytes(pool) > 0) {
+		pool_drain(pool, dying);
+		why[0] = '\0';
+		rc = account_charge(a, uid, *size, why, whylen);
+	}
+	if (rc != 0 && from_pool)
+		pool_put_back(pool, pooled);
+	return rc != 0 ? rc : from_pool;
 }

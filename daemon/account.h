@@ -78,6 +78,29 @@ void account_disconnect(struct account *a, uid_t uid);
  */
 int account_charge(struct account *a, uid_t uid, uint64_t size, char *why, size_t whylen);
 
+struct dying;
+struct pool;
+struct segment;
+struct segment_opts;
+
+/**
+ * The segment of a new channel of @p need bytes made as @p o says, for
+ * @p uid: taken from @p pool (NULL: none) where it has one of the size
+ * (only for a segment of no node, no huge pages, not shm: the pool's are
+ * sealed memfds), else to be made; charged (account_charge()) for its true
+ * size, the pool's class or a fresh segment's backing size (@p size).  A
+ * limit that the pool's class breaks is tried again with a fresh
+ * segment's size (the class may be larger than the channel needs); a
+ * budget that refuses it (-ENOSPC) is tried again once the pool gave its
+ * ready segments up (pool_drain(), unmapped in slices through @p dying,
+ * before this channel's are locked): ready segments give way to channels.
+ * @return 1 (@p pooled, from the pool), 0 (a segment to make), or as
+ *         account_charge() (the pool keeps what it had).
+ */
+int account_charge_channel(struct account *a, struct pool *pool, struct dying **dying, uid_t uid, size_t need,
+			   const struct segment_opts *o, struct segment *pooled, size_t *size, char *why,
+			   size_t whylen);
+
 /** The segment of @p size bytes charged to @p uid by account_charge() could
  *  not be locked after all: take its bytes off the pinned sums (it stays on
  *  the quota). */

@@ -32,7 +32,7 @@
  *   pinshm-efd.2.DEV.INO.ENDPOINT.NAME
  *
  * (NAME the channel's, DEV and INO its segment's), only for a channel whose
- * own record is in the store (ch->stored: created by this daemon or adopted
+ * own record is in the store (chan->stored: created by this daemon or adopted
  * from the store, not handed back by a client), until the daemon forgets it
  * (the endpoint closed, reaped or claimed afresh, another eventfd given, the
  * channel destroyed).  A daemon started
@@ -60,7 +60,7 @@
  *
  * Outside service mode, clients hand their segments back when they
  * reconnect (pinshm_reconnect(3), an ADOPT request with the descriptor):
- * see adopt_client() for what the daemon checks and trusts.  A client can
+ * see handback.h for what the daemon checks and trusts.  A client can
  * prove only that it holds the segment: not who owned the channel, its
  * mode or its name.  So a channel the daemon learns from a client belongs
  * to that client's user, mode 0600, not persistent, with the configured
@@ -74,7 +74,7 @@
  *
  * The endpoints attached in an adopted segment belong to no connection
  * until their processes hand it back.  As a channel is adopted (from the
- * store, or first handed back), registry_adopt_endpoints() judges each
+ * store, or first handed back), watch_judge_endpoints() judges each
  * such endpoint by the pid the segment records: one whose process died
  * while no daemon ran is reaped at once, as a closed connection's is (its
  * peers get -EPIPE); one whose process lives is watched and reaped when it
@@ -123,9 +123,9 @@ unsigned adopt_take_listen_fds(struct adopt *a);
  *  @return the channels adopted. */
 unsigned adopt_listen_fds(struct adopt *a, struct registry *reg);
 
-/** For the event loop: the ms until the grace ends (then call
- *  adopt_grace_end()), or -1: none running. */
-int adopt_timeout(const struct adopt *a);
+/** For the event loop's timers: when the grace ends (CLOCK_MONOTONIC ms;
+ *  then call adopt_grace_end()), or 0: none running. */
+uint64_t adopt_grace_due(const struct adopt *a);
 
 /** The grace is over: drop its references (unused channels go). */
 void adopt_grace_end(struct adopt *a);
@@ -133,50 +133,5 @@ void adopt_grace_end(struct adopt *a);
 /** Close what was not adopted, forget the grace's references, and leave
  *  the store alone from now on (the daemon stops). */
 void adopt_fini(struct adopt *a);
-
-/** Put @p ch (named, just created) in the descriptor store, in service
- *  mode.  @return whether it is there now (set ch->stored from it). */
-bool adopt_store(const struct channel *ch);
-
-/** Take @p ch out of the descriptor store (unlinked or destroyed). */
-void adopt_unstore(const struct channel *ch);
-
-/** Put the eventfd kept for consumer endpoint @p endpoint of @p ch in the
- *  descriptor store, in service mode, where @p ch is there (ch->stored). */
-void adopt_store_notify(const struct channel *ch, unsigned endpoint);
-
-/** Take the eventfd of endpoint @p endpoint of @p ch out of the store. */
-void adopt_unstore_notify(const struct channel *ch, unsigned endpoint);
-
-/* What a client says of a channel it hands back (an ADOPT request). */
-struct adopt_request {
-	const char *name;             /* valid */
-	pinshm_channel_attr_t attr;   /* the geometry it attached with */
-	uint32_t role, endpoint;      /* the endpoint it is attached to */
-};
-
-/**
- * Client @p c hands back the segment @p *fd of a channel it has open.
- * The segment is checked as one from the store (a regular file at least
- * as large as the geometry, a header that matches it).  Where the daemon
- * has that segment already (same st_dev and st_ino: adopted from the
- * store, or handed back by another client), it is that channel, with its
- * record; else it becomes a new channel whose record is what the daemon
- * can trust: owner @p c's uid and gid, mode 0600, not persistent, the
- * configured pin_idle, named @p q->name where that name is free (else
- * unnamed), charged to @p c's user as a create.  Either way @p c references it, and the endpoint is
- * claimed for @p c again where the segment marks it attached for @p c's
- * process, no connection holds it and no reap of it is under way.
- * A channel new to the daemon has its other endpoints judged
- * (registry.h) in slices: @return -EINPROGRESS, the reply
- * (registry_judge_step()) once they are.
- * @return 0 with @p id (the channel's number) and @p flags (PROTO_ADOPT_*),
- *         @p *fd set to -1 where the channel took it; -EINPROGRESS (the
- *         same, judged in slices); or -EINVAL (bad
- *         geometry, endpoint or segment), -EPROTO/-EBADMSG (its header),
- *         the errors of account_charge(), -ENFILE, -EMFILE, -ENOMEM.
- */
-int adopt_client(struct registry *r, struct reg_client *c, const struct adopt_request *q, int *fd, uint64_t *id,
-		 uint32_t *flags, char *why, size_t whylen);
 
 #endif /* PINSHMD_ADOPT_H */

@@ -8,18 +8,19 @@
 #include "clock.h"
 #include "devices.h"
 #include "log.h"
+#include "idle.h"
 #include "registry.h"
 
-/* @p c's entry for @p ch, or NULL. */
-static struct reg_device_use *use_of(struct reg_client *c, const struct channel *ch)
+/* @p c's entry for @p chan, or NULL. */
+static struct reg_device_use *use_of(struct reg_client *c, const struct channel *chan)
 {
 	for (unsigned i = 0; i < c->ndevuse; i++)
-		if (c->devuse[i].ch == ch)
+		if (c->devuse[i].chan == chan)
 			return &c->devuse[i];
 	return NULL;
 }
 
-static struct reg_device_use *use_add(struct reg_client *c, struct channel *ch)
+static struct reg_device_use *use_add(struct reg_client *c, struct channel *chan)
 {
 	if (c->ndevuse == c->devuse_cap) {
 		unsigned cap = c->devuse_cap ? c->devuse_cap * 2 : 4;
@@ -29,43 +30,25 @@ static struct reg_device_use *use_add(struct reg_client *c, struct channel *ch)
 		c->devuse = u;
 		c->devuse_cap = cap;
 	}
-	c->devuse[c->ndevuse] = (struct reg_device_use){.ch = ch};
+	c->devuse[c->ndevuse] = (struct reg_device_use){.chan = chan};
 	return &c->devuse[c->ndevuse++];
-}
-
-static uint32_t total(const uint32_t n[DEVICES_KINDS])
-{
-	uint32_t t = 0;
-
-	for (unsigned k = 0; k < DEVICES_KINDS; k++)
-		t += n[k];
-	return t;
 }
 
 /* Take @p u's counts off its channel, and @p u out of @p c. */
 static void use_remove(struct reg_client *c, struct reg_device_use *u)
 {
-	struct channel *ch = u->ch;
+	struct channel *chan = u->chan;
 
 	for (unsigned k = 0; k < DEVICES_KINDS; k++)
-		ch->device_regs[k] -= u->n[k];
-	if (total(u->n) > 0 && !devices_in_use(ch))
-		ch->active_at = clock_now_ms(); /* idle from now on, not from before */
+		chan->device_regs[k] -= u->n[k];
+	if (devices_count(u->n) > 0 && !devices_in_use(chan))
+		chan->active_at = clock_now_ms(); /* idle from now on, not from before */
 	*u = c->devuse[--c->ndevuse];
 }
 
-int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32_t kind, int32_t delta, char *why,
+int devices_report(struct reg_client *c, struct channel *chan, bool holds, uint32_t kind, int32_t delta, char *why,
 		   size_t whylen)
 {
-	struct channel *ch = NULL;
-
-	for (unsigned i = 0; i < c->nrefs && !ch; i++)
-		if (c->refs[i]->id == id)
-			ch = c->refs[i];
-	if (!ch) {
-		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
-		return -ENOENT;
-	}
 	if (kind != PINSHM_DEVICE_CUDA && kind != PINSHM_DEVICE_OPENCL) {
 		snprintf(why, whylen, "unknown device kind %u", kind);
 		return -EINVAL;
@@ -74,46 +57,46 @@ int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32
 		snprintf(why, whylen, "a registration is reported as +1 or -1, not %d", delta);
 		return -EINVAL;
 	}
-	struct reg_device_use *u = use_of(c, ch);
-	if (delta > 0 && !registry_client_holds(c, ch)) {
+	struct reg_device_use *u = use_of(c, chan);
+	if (delta > 0 && !holds) {
 		snprintf(why, whylen, "this connection holds no endpoint of '%s': only a handle's registration counts",
-			 ch->name);
+			 chan->name);
 		return -EPERM;
 	}
 	if (delta < 0) {
 		if (!u || u->n[kind] == 0) {
-			snprintf(why, whylen, "no registration of '%s' with such a device reported", ch->name);
+			snprintf(why, whylen, "no registration of '%s' with such a device reported", chan->name);
 			return -EINVAL;
 		}
-		ch->device_regs[kind]--;
-		if (!devices_in_use(ch))
-			ch->active_at = clock_now_ms();
-		if (--u->n[kind] == 0 && total(u->n) == 0)
+		chan->device_regs[kind]--;
+		if (!devices_in_use(chan))
+			chan->active_at = clock_now_ms();
+		if (--u->n[kind] == 0 && devices_count(u->n) == 0)
 			*u = c->devuse[--c->ndevuse];
 		return 0;
 	}
 	if (u && u->n[kind] >= DEVICES_MAX_PER_CLIENT) {
-		snprintf(why, whylen, "%u registrations of '%s' reported already", u->n[kind], ch->name);
+		snprintf(why, whylen, "%u registrations of '%s' reported already", u->n[kind], chan->name);
 		return -ENOSPC;
 	}
 	/* Locked before it is counted: the device may use it on our reply. */
-	int rc = registry_relock(r, c, id, why, whylen);
+	int rc = idle_relock_asked(chan, why, whylen);
 	if (rc != 0)
 		return rc;
-	if (!u && !(u = use_add(c, ch))) {
+	if (!u && !(u = use_add(c, chan))) {
 		snprintf(why, whylen, "no memory");
 		return -ENOMEM;
 	}
 	u->n[kind]++;
-	ch->device_regs[kind]++;
-	log_debug("channel '%s': a device registration reported by pid %d (%u now)", ch->name, (int)c->cred.pid,
-		  total(ch->device_regs));
+	chan->device_regs[kind]++;
+	log_debug("channel '%s': a device registration reported by pid %d (%u now)", chan->name, (int)c->cred.pid,
+		  devices_count(chan->device_regs));
 	return 0;
 }
 
-void devices_drop(struct reg_client *c, struct channel *ch)
+void devices_drop(struct reg_client *c, struct channel *chan)
 {
-	struct reg_device_use *u = use_of(c, ch);
+	struct reg_device_use *u = use_of(c, chan);
 
 	if (u)
 		use_remove(c, u);
@@ -133,16 +116,11 @@ void devices_forget(struct reg_client *c)
 	c->ndevuse = c->devuse_cap = 0;
 }
 
-bool devices_in_use(const struct channel *ch)
+void devices_describe(const struct channel *chan, uint32_t *regs, uint32_t *kinds)
 {
-	return total(ch->device_regs) > 0;
-}
-
-void devices_describe(const struct channel *ch, uint32_t *regs, uint32_t *kinds)
-{
-	*regs = total(ch->device_regs);
+	*regs = devices_count(chan->device_regs);
 	*kinds = 0;
 	for (unsigned k = 0; k < DEVICES_KINDS; k++)
-		if (ch->device_regs[k] > 0)
+		if (chan->device_regs[k] > 0)
 			*kinds |= 1u << k;
 }

@@ -7,7 +7,7 @@
  * (-1).  The daemon counts them per connection and per channel, by device
  * kind, and drops a connection's counts when it closes or gives the
  * channel's reference back.  While any is counted, working-set pinning
- * leaves the channel locked (registry_tick()): a driver pins the pages
+ * leaves the channel locked (idle.h): a driver pins the pages
  * and hands their physical addresses to a DMA engine, which the daemon's
  * munlock() must not undercut; a DEVICE +1 locks an unlocked channel again
  * first.  The counts are what clients say: a +1 counts only from a
@@ -31,24 +31,24 @@ struct channel;
 
 /* What one connection reported for one channel it references. */
 struct reg_device_use {
-	struct channel *ch;
+	struct channel *chan;
 	uint32_t n[DEVICES_KINDS];
 };
 
 /**
  * DEVICE: @p c reports a registration (+1) or unregistration (-1) of a
- * handle of the channel numbered @p id, which it references, with a
- * device of @p kind.  A +1 locks the channel again where working-set
- * pinning unlocked it.
- * @return 0; -ENOENT (no such channel for @p c); -EINVAL (bad kind or
- *         delta, or a -1 with nothing counted); -ENOSPC (over
- *         DEVICES_MAX_PER_CLIENT); -ENOMEM; or as registry_relock().
+ * handle of @p chan, which it references, with a device of @p kind; @p holds:
+ * whether @p c holds an attached endpoint of @p chan (registry_client_holds()).
+ * A +1 locks the channel again where working-set pinning unlocked it.
+ * @return 0; -EINVAL (bad kind or delta, or a -1 with nothing counted);
+ *         -EPERM (a +1 and not @p holds); -ENOSPC (over
+ *         DEVICES_MAX_PER_CLIENT); -ENOMEM; or as idle_relock_asked().
  */
-int devices_report(struct registry *r, struct reg_client *c, uint64_t id, uint32_t kind, int32_t delta, char *why,
+int devices_report(struct reg_client *c, struct channel *chan, bool holds, uint32_t kind, int32_t delta, char *why,
 		   size_t whylen);
 
-/** Drop what @p c reported for @p ch (its reference to @p ch goes). */
-void devices_drop(struct reg_client *c, struct channel *ch);
+/** Drop what @p c reported for @p chan (its reference to @p chan goes). */
+void devices_drop(struct reg_client *c, struct channel *chan);
 
 /** Drop everything @p c reported (it closed); the channels are alive. */
 void devices_client_gone(struct reg_client *c);
@@ -56,10 +56,20 @@ void devices_client_gone(struct reg_client *c);
 /** Free @p c's reports without touching the channels (at teardown). */
 void devices_forget(struct reg_client *c);
 
-/** Whether any registration of @p ch is counted. */
-bool devices_in_use(const struct channel *ch);
+/** Whether any registration of @p chan is counted (by kind in chan->device_regs). */
+#define devices_in_use(chan) devices_count((chan)->device_regs)
 
-/** The registrations counted for @p ch, and their kinds (bit 1 << kind). */
-void devices_describe(const struct channel *ch, uint32_t *regs, uint32_t *kinds);
+/** The registrations counted in @p n, all kinds. */
+static inline uint32_t devices_count(const uint32_t n[DEVICES_KINDS])
+{
+	uint32_t t = 0;
+
+	for (unsigned k = 0; k < DEVICES_KINDS; k++)
+		t += n[k];
+	return t;
+}
+
+/** The registrations counted for @p chan, and their kinds (bit 1 << kind). */
+void devices_describe(const struct channel *chan, uint32_t *regs, uint32_t *kinds);
 
 #endif /* PINSHMD_DEVICES_H */

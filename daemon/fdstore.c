@@ -138,12 +138,9 @@ void fdstore_remove(const char *fdname)
 		 rc == -EAGAIN ? "others wait before it" : strerror(-rc));
 }
 
-int fdstore_timeout(void)
+uint64_t fdstore_due(void)
 {
-	if (!npending)
-		return -1;
-	uint64_t now = clock_now_ms();
-	return now >= retry_at ? 0 : (int)(retry_at - now > INT_MAX ? INT_MAX : retry_at - now);
+	return npending ? retry_at : 0;
 }
 
 void fdstore_retry(void)

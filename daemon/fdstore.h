@@ -29,6 +29,8 @@
 #ifndef PINSHMD_FDSTORE_H
 #define PINSHMD_FDSTORE_H
 
+#include <stdint.h>
+
 #define FDSTORE_PENDING_MAX 64
 #define FDSTORE_RETRY_MS 1000 /* $PINSHMD_TEST_STORE_RETRY_MS, for the tests, changes it */
 #define FDSTORE_NAME_MAX 300  /* an FDNAME's bytes, with its NUL */
@@ -45,8 +47,9 @@ int fdstore_put(const char *fdname, int fd);
  *  removal to send again (logged). */
 void fdstore_remove(const char *fdname);
 
-/** For the event loop: the ms until fdstore_retry() is due, -1: nothing waits. */
-int fdstore_timeout(void);
+/** For the event loop's timers: when fdstore_retry() is due (CLOCK_MONOTONIC
+ *  ms), 0: nothing waits. */
+uint64_t fdstore_due(void);
 
 /** Send what waits, in order, up to the first that cannot go, without
  *  waiting. */

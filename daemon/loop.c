@@ -20,8 +20,11 @@
 #include "clock.h"
 #include "fdpass.h"
 #include "fdstore.h"
+#include "idle.h"
 #include "log.h"
 #include "loop.h"
+#include "timers.h"
+#include "watch.h"
 
 /* What an epoll event is about: the first member of each watched object. */
 enum watch_kind {
@@ -48,9 +51,9 @@ struct conn {
 	uint64_t silent_until; /* CLOCK_MONOTONIC ms: closed then unless it has sent a packet; 0: it has */
 	struct reg_client client;
 	struct reply *pending; /* a reply waiting for room in the socket */
-	bool making;           /* its CREATE or ADOPT is in progress (registry_step(),
-				* registry_judge_step()): not read meanwhile */
-	uint32_t making_seq;   /* that request's */
+	bool deferred;         /* its CREATE or hand-back (ADOPT) is in progress (registry_step(),
+				* watch_judge_step()): not read meanwhile */
+	uint32_t deferred_seq; /* that request's */
 	int refused;           /* 0, or why its first request is to be refused (-EACCES, -EUSERS) */
 	char refusal[PROTO_TEXT_MAX + 1];
 	struct conn *prev, *next;
@@ -126,6 +129,8 @@ static unsigned loop_clients(void *arg, uint64_t cursor, struct proto_client_ent
 	return n;
 }
 
+static int timers_init(struct loop *l);
+
 int loop_init(struct loop *l, int listen_fd, struct registry *reg, struct account *acct, bool user_mode,
 	      void (*reload)(void *arg), void *reload_arg)
 {
@@ -159,6 +164,8 @@ int loop_init(struct loop *l, int listen_fd, struct registry *reg, struct accoun
 		rc = watch_fd(l, EPOLL_CTL_ADD, l->signal_fd, EPOLLIN, &signal_watch);
 	if (rc == 0 && reg->watch_epfd >= 0)
 		rc = watch_fd(l, EPOLL_CTL_ADD, reg->watch_epfd, EPOLLIN, &orphans_watch);
+	if (rc == 0)
+		rc = timers_init(l);
 	if (rc == 0)
 		return 0;
 fail:
@@ -201,6 +208,7 @@ static void conn_close(struct loop *l, struct conn *c, const char *why)
 		close(c->pidfd);
 		c->pidfd = -1;
 	}
+	watch_client_gone(l->ctx.reg, c->client.id); /* its hand-backs' judgings */
 	registry_client_gone(l->ctx.reg, &c->client);
 	if (c->silent_until)
 		l->nsilent--;
@@ -424,20 +432,20 @@ static bool peer_closed(int fd)
  * EPOLLHUP and EPOLLERR (a client that goes gives it up) until
  * loop_step() replies.  What it sends meanwhile waits in its socket.
  */
-static void conn_making(struct loop *l, struct conn *c, uint32_t seq)
+static void conn_defer(struct loop *l, struct conn *c, uint32_t seq)
 {
-	c->making = true;
-	c->making_seq = seq;
+	c->deferred = true;
+	c->deferred_seq = seq;
 	if (watch_fd(l, EPOLL_CTL_MOD, c->fd, 0, c) != 0)
 		conn_close(l, c, "epoll");
 }
 
 /* The connection @p id whose request is in progress, or NULL. */
-static struct conn *conn_making_id(struct loop *l, uint64_t id)
+static struct conn *conn_deferred_of(struct loop *l, uint64_t id)
 {
 	struct conn *c = l->conns;
 
-	while (c && !(c->making && c->client.id == id))
+	while (c && !(c->deferred && c->client.id == id))
 		c = c->next;
 	return c;
 }
@@ -446,35 +454,35 @@ static struct conn *conn_making_id(struct loop *l, uint64_t id)
  * @p c again. */
 static void conn_made(struct loop *l, struct conn *c, const struct reply *rep)
 {
-	c->making = false;
+	c->deferred = false;
 	if (conn_reply(l, c, rep) && !c->pending && watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, c) != 0)
 		conn_close(l, c, "epoll");
 }
 
-/* One slice of the work in progress (registry_step(), registry_judge_step());
+/* One slice of the work in progress (registry_step(), watch_judge_step());
  * the reply to the CREATE or ADOPT that it ends. */
 static void loop_step(struct loop *l)
 {
-	struct channel *ch;
+	struct channel *chan;
 	struct reg_judged done;
 	struct reply rep;
 
-	if (registry_judge_step(l->ctx.reg, &done)) {
-		struct conn *c = conn_making_id(l, done.client);
+	if (watch_judge_step(l->ctx.reg, &done)) {
+		struct conn *c = conn_deferred_of(l, done.client);
 		if (c) { /* else cannot be: a client that goes gives its judging up */
-			request_adopted(&l->ctx, &done, c->making_seq, &rep);
+			request_handed_back(&l->ctx, &done, c->deferred_seq, &rep);
 			conn_made(l, c, &rep);
 		}
 	}
-	registry_step(l->ctx.reg, &ch);
-	if (!ch)
+	registry_step(l->ctx.reg, &chan);
+	if (!chan)
 		return;
-	struct conn *c = conn_making_id(l, ch->creator);
+	struct conn *c = conn_deferred_of(l, chan->creator);
 	if (!c) { /* cannot be: a creator that goes gives its channel up */
-		registry_create_abandon(l->ctx.reg, ch);
+		registry_create_abandon(l->ctx.reg, chan);
 		return;
 	}
-	request_created(&l->ctx, &c->client, ch, c->making_seq, &rep);
+	request_created(&l->ctx, &c->client, chan, c->deferred_seq, &rep);
 	conn_made(l, c, &rep);
 }
 
@@ -483,7 +491,7 @@ static void on_readable(struct loop *l, struct conn *c)
 	uint8_t buf[PROTO_MAX_PACKET];
 	struct reply rep;
 
-	for (unsigned i = 0; i < LOOP_BATCH && !c->pending && !c->making && !l->ctx.stop; i++) {
+	for (unsigned i = 0; i < LOOP_BATCH && !c->pending && !c->deferred && !l->ctx.stop; i++) {
 		unsigned nfds;
 		int fd = -1;
 		ssize_t n = fdpass_recv(c->fd, buf, sizeof(buf), &fd, 1, &nfds, MSG_DONTWAIT);
@@ -532,7 +540,7 @@ static void on_readable(struct loop *l, struct conn *c)
 			close(l->ctx.in_fd);
 		l->ctx.in_fd = -1;
 		if (rep.deferred) {
-			conn_making(l, c, rep.seq);
+			conn_defer(l, c, rep.seq);
 			return;
 		}
 		if (!conn_reply(l, c, &rep))
@@ -594,16 +602,21 @@ static int earlier(int a, int b)
 	return a < 0 || (b >= 0 && b < a) ? b : a;
 }
 
-/* Close the connections that sent nothing within LOOP_SILENT_MS of their
- * accept.  @return the ms until the next one would be, or -1: none. */
-static int silent_timeout(struct loop *l)
+/* Timer "silent connections": due at the first silent_until. */
+static uint64_t silent_when(void *arg)
 {
-	if (l->nsilent == 0)
-		return -1;
-	uint64_t now = clock_now_ms();
-	if (now < l->silent_check_at)
-		return (int)(l->silent_check_at - now);
+	struct loop *l = arg;
+
+	return l->nsilent ? l->silent_check_at : 0;
+}
+
+/* Close the connections that sent nothing within LOOP_SILENT_MS of their
+ * accept; the timer is due again at the next one's. */
+static void silent_fire(void *arg, uint64_t now)
+{
+	struct loop *l = arg;
 	uint64_t next = UINT64_MAX;
+
 	for (struct conn *c = l->conns, *after; c; c = after) {
 		after = c->next;
 		if (!c->silent_until)
@@ -617,10 +630,7 @@ static int silent_timeout(struct loop *l)
 		}
 	}
 	conn_free_closed(l);
-	if (next == UINT64_MAX)
-		return -1;
 	l->silent_check_at = next;
-	return (int)(next - now);
 }
 
 /* With ready segments to make: wait until no request has come for
@@ -639,33 +649,112 @@ static int pool_timeout(struct loop *l)
 	return now >= quiet ? 0 : (int)(quiet - now);
 }
 
-/* How long epoll may wait: until accepting is to be tried again, if
- * paused, a silent connection is to be closed, an idle daemon is to
- * exit, the pool may be refilled, or what waits for the descriptor store
- * is to be sent again. */
+/* Timer "idle scan": every REGISTRY_TICK_MS while a channel has a
+ * pin_idle (working-set pinning, idle.h). */
+static uint64_t idle_scan_when(void *arg)
+{
+	struct loop *l = arg;
+
+	return l->ctx.reg->idle_policies ? l->idle_scan_at : 0;
+}
+
+static void idle_scan_fire(void *arg, uint64_t now)
+{
+	struct loop *l = arg;
+
+	l->idle_scan_at = now + REGISTRY_TICK_MS;
+	idle_scan(l->ctx.reg, now);
+}
+
+/* Timer "watch tick": every REGISTRY_TICK_MS while an endpoint is watched:
+ * the watched processes without a pidfd, the watched endpoints in turn
+ * (watch.h). */
+static uint64_t watch_tick_when(void *arg)
+{
+	struct loop *l = arg;
+
+	return l->ctx.reg->norphans ? l->watch_tick_at : 0;
+}
+
+static void watch_tick_fire(void *arg, uint64_t now)
+{
+	struct loop *l = arg;
+
+	l->watch_tick_at = now + REGISTRY_TICK_MS;
+	watch_tick(l->ctx.reg);
+}
+
+/* Timer "grace end": the channels adopted at the start lose the grace's
+ * references (adopt.h). */
+static uint64_t grace_when(void *arg)
+{
+	struct loop *l = arg;
+
+	return l->adopt ? adopt_grace_due(l->adopt) : 0;
+}
+
+static void grace_fire(void *arg, uint64_t now)
+{
+	struct loop *l = arg;
+
+	(void)now;
+	adopt_grace_end(l->adopt);
+}
+
+/* Timer "store retries": the descriptor store's removals that wait (fdstore.h). */
+static uint64_t store_when(void *arg)
+{
+	(void)arg;
+	return fdstore_due();
+}
+
+static void store_fire(void *arg, uint64_t now)
+{
+	(void)arg;
+	(void)now;
+	fdstore_retry();
+}
+
+/* Timer "accept retry": accepting paused (out of descriptors) is tried again. */
+static uint64_t accept_when(void *arg)
+{
+	struct loop *l = arg;
+
+	return l->accept_paused ? l->accept_retry_at : 0;
+}
+
+static void accept_fire(void *arg, uint64_t now)
+{
+	struct loop *l = arg;
+
+	accept_resume(l);
+	l->accept_retry_at = now + LOOP_ACCEPT_RETRY_MS;
+}
+
+/* The loop's timers, in the order they fire when due together. */
+static int timers_init(struct loop *l)
+{
+	int rc = timers_add(&l->timers, "grace end", grace_when, grace_fire, l);
+
+	l->idle_scan_at = l->watch_tick_at = 1; /* due as soon as armed (0 would disarm them) */
+
+	rc = rc ? rc : timers_add(&l->timers, "store retries", store_when, store_fire, l);
+	rc = rc ? rc : timers_add(&l->timers, "idle scan", idle_scan_when, idle_scan_fire, l);
+	rc = rc ? rc : timers_add(&l->timers, "watch tick", watch_tick_when, watch_tick_fire, l);
+	rc = rc ? rc : timers_add(&l->timers, "silent connections", silent_when, silent_fire, l);
+	rc = rc ? rc : timers_add(&l->timers, "accept retry", accept_when, accept_fire, l);
+	return rc;
+}
+
+/* How long epoll may wait: until a timer is due, an idle daemon is to
+ * exit, or the pool may be refilled; the timers due now fire first. */
 static int wait_timeout(struct loop *l)
 {
-	if (l->adopt && adopt_timeout(l->adopt) == 0)
-		adopt_grace_end(l->adopt);
-	if (fdstore_timeout() == 0)
-		fdstore_retry();
-	int t = earlier(idle_timeout(l), silent_timeout(l));
-	t = earlier(t, fdstore_timeout());
-	t = earlier(t, registry_tick(l->ctx.reg, clock_now_ms())); /* working-set pinning, watches without pidfds */
-	if (l->adopt)
-		t = earlier(t, adopt_timeout(l->adopt));
-
-	if (!l->accept_paused)
-		return earlier(t, pool_timeout(l));
 	uint64_t now = clock_now_ms();
-	int retry;
-	if (now >= l->accept_retry_at) {
-		accept_resume(l);
-		retry = l->accept_paused ? (int)LOOP_ACCEPT_RETRY_MS : -1;
-	} else {
-		retry = (int)(l->accept_retry_at - now);
-	}
-	return earlier(earlier(t, retry), pool_timeout(l));
+
+	timers_due(&l->timers, now);
+	int t = earlier(idle_timeout(l), timers_next(&l->timers, clock_now_ms()));
+	return earlier(t, pool_timeout(l));
 }
 
 int loop_run(struct loop *l)
@@ -706,7 +795,7 @@ int loop_run(struct loop *l)
 				struct conn *c = (struct conn *)w;
 				if (c->fd < 0)
 					continue; /* closed earlier in this batch */
-				if (c->making) /* EPOLLHUP, EPOLLERR: gone */
+				if (c->deferred) /* EPOLLHUP, EPOLLERR: gone */
 					conn_close(l, c, "by the client, while its request was in progress");
 				else if (c->pending) /* EPOLLOUT, or EPOLLHUP/EPOLLERR: the send says which */
 					on_writable(l, c);

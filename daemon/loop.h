@@ -61,6 +61,7 @@
 #include "adopt.h"
 #include "registry.h"
 #include "request.h"
+#include "timers.h"
 
 #define LOOP_MAX_CONNECTIONS 1024u
 #define LOOP_BATCH 16u
@@ -90,6 +91,9 @@ struct loop {
 	struct adopt *adopt;  /* channels adopted at start, for their grace (NULL: none) */
 	uint64_t exit_idle_ms; /* 0, or stop after this long with no connection and no channel */
 	uint64_t idle_since;   /* CLOCK_MONOTONIC ms when it last became idle, 0: not idle */
+	uint64_t idle_scan_at; /* CLOCK_MONOTONIC ms: the timer "idle scan" due */
+	uint64_t watch_tick_at; /* CLOCK_MONOTONIC ms: the timer "watch tick" due */
+	struct timers timers;  /* the periodic and deferred work (timers.h) */
 	void (*reload)(void *arg); /* on SIGHUP */
 	void *reload_arg;
 	struct request_ctx ctx;

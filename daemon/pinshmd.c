@@ -32,6 +32,7 @@
 #include "pool.h"
 #include "protocol.h"
 #include "registry.h"
+#include "watch.h"
 
 /* Descriptors wanted: channels, connections and their pidfds, the
  * consumers' eventfds, the pidfds of the processes watched for adopted
@@ -57,6 +58,7 @@ struct daemon_config {
 	struct config *cfg;  /* in force */
 	struct account *acct;
 	struct pool *pool;
+	struct dying **dying; /* where a reload's drained pool segments go (the registry's) */
 	bool user_mode;
 	const char *socket;  /* listened on */
 };
@@ -67,7 +69,7 @@ static void pool_apply(struct daemon_config *dc, const struct config *cfg)
 {
 	unsigned n = cfg->pool_segments_set || !dc->user_mode ? cfg->pool_segments : 0;
 
-	if (pool_configure(dc->pool, cfg->pool_sizes, cfg->npool_sizes, n) != 0)
+	if (pool_configure(dc->pool, cfg->pool_sizes, cfg->npool_sizes, n, dc->dying) != 0)
 		log_err("pool: out of memory; no pool");
 }
 
@@ -340,7 +342,7 @@ int main(int argc, char **argv)
 	struct loop loop;
 	struct pool pool;
 	struct adopt adopt;
-	struct daemon_config dc = {.acct = &acct, .pool = &pool};
+	struct daemon_config dc = {.acct = &acct, .pool = &pool, .dying = &reg.dying};
 	char why[640];
 	int ready_fd = -1;
 	int rc;
@@ -382,6 +384,7 @@ int main(int argc, char **argv)
 	dc.socket = ln.path;
 	account_init(&acct, dc.cfg);
 	registry_init(&reg, &acct);
+	watch_init(&reg);
 	pool_init(&pool, &acct);
 	pool_apply(&dc, dc.cfg);
 	reg.pool = &pool;
@@ -412,6 +415,7 @@ int main(int argc, char **argv)
 		log_warn("the service manager was not told that the daemon stops");
 	loop_fini(&loop);
 	adopt_fini(&adopt);
+	watch_fini(&reg);
 	registry_fini(&reg);
 	pool_fini(&pool);
 	account_fini(&acct);

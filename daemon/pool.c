@@ -15,13 +15,18 @@ void pool_init(struct pool *p, struct account *acct)
 }
 
 /* Destroy @p s, a segment of the pool: at once, or a slice a turn in
- * @p later (its charge is gone already; unmapping unlocks). */
+ * @p later (its charge is gone already; unmapping unlocks).  Its pages
+ * are punched out with each slice (never handed out: none is kept), so
+ * that the close at the end has nothing left to free in one turn. */
 static void pool_destroy(struct segment *s, struct dying **later)
 {
-	if (later)
-		dying_add(later, s);
-	else
+	if (!later) {
 		segment_destroy(s);
+		return;
+	}
+	s->release = true;
+	s->keep = 0;
+	dying_add(later, s);
 }
 
 /* Give up the segment being filled: unmapping it unlocks what was locked,
@@ -63,14 +68,20 @@ uint64_t pool_drain(struct pool *p, struct dying **later)
 	return bytes + fill_abandon(p, "the pool is emptied", later);
 }
 
-void pool_fini(struct pool *p)
+/* Forget the classes (drained). */
+static void classes_free(struct pool *p)
 {
-	pool_drain(p, NULL);
 	for (unsigned i = 0; i < p->nclasses; i++)
 		free(p->classes[i].segs);
 	free(p->classes);
 	p->classes = NULL;
 	p->nclasses = 0;
+}
+
+void pool_fini(struct pool *p)
+{
+	pool_drain(p, NULL);
+	classes_free(p);
 }
 
 static int by_size(const void *a, const void *b)
@@ -80,11 +91,12 @@ static int by_size(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-int pool_configure(struct pool *p, const uint64_t *sizes, unsigned nsizes, unsigned per_size)
+int pool_configure(struct pool *p, const uint64_t *sizes, unsigned nsizes, unsigned per_size, struct dying **later)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 
-	pool_fini(p);
+	pool_drain(p, later); /* the ready segments unmapped in slices, off this turn, where @p later */
+	classes_free(p);
 	p->stopped = false;
 	p->target = per_size;
 	if (per_size == 0 || nsizes == 0)

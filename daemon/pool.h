@@ -82,9 +82,11 @@ void pool_init(struct pool *p, struct account *acct);
 /**
  * Set the classes to the @p nsizes sizes @p sizes (rounded up to pages)
  * with @p per_size segments each, destroying every ready segment (they
- * are made again from idle time).  @return 0 or -ENOMEM (pool emptied).
+ * are made again from idle time): added to @p later, to be unmapped in
+ * slices (dying.h), or at once where @p later is NULL.
+ * @return 0 or -ENOMEM (pool emptied).
  */
-int pool_configure(struct pool *p, const uint64_t *sizes, unsigned nsizes, unsigned per_size);
+int pool_configure(struct pool *p, const uint64_t *sizes, unsigned nsizes, unsigned per_size, struct dying **later);
 
 /** Whether pool_refill() has something to do. */
 bool pool_wants(const struct pool *p);

@@ -1,31 +1,25 @@
 /*
- * registry.c - the channel table, permissions, references and reaping
- * (the processes of endpoints no connection holds are watched in watch.c).
+ * registry.c - the channel table, permissions, references and reaping.
+ * Below it: the wake-up sockets (wake.c), the descriptor store's records
+ * (record.c), half-made channels (making.c), page moves (move.c),
+ * working-set pinning (idle.c); above it, calling in: the watching of
+ * processes (watch.c), restart adoption (adopt.c), hand-backs
+ * (handback.c), the requests (request.c).
  */
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/stat.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <sys/sysmacros.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
-#include "adopt.h"
 #include "dying.h"
+#include "idle.h"
 #include "log.h"
-#include "numa.h"
+#include "record.h"
 #include "registry.h"
-#include "watch.h"
+#include "wake.h"
 
 static unsigned name_hash(const char *name)
 {
@@ -38,232 +32,107 @@ static unsigned name_hash(const char *name)
 
 static struct channel *find(struct registry *r, const char *name)
 {
-	for (struct channel *ch = r->buckets[name_hash(name)]; ch; ch = ch->hash_next)
-		if (strcmp(ch->name, name) == 0)
-			return ch;
+	for (struct channel *chan = r->buckets[name_hash(name)]; chan; chan = chan->hash_next)
+		if (strcmp(chan->name, name) == 0)
+			return chan;
 	return NULL;
 }
 
-static void unname(struct registry *r, struct channel *ch)
+static void unname(struct registry *r, struct channel *chan)
 {
-	struct channel **p = &r->buckets[name_hash(ch->name)];
+	struct channel **p = &r->buckets[name_hash(chan->name)];
 
-	while (*p != ch)
+	while (*p != chan)
 		p = &(*p)->hash_next;
-	*p = ch->hash_next;
-	ch->hash_next = NULL;
-	ch->named = false;
-	adopt_unstore(ch);
+	*p = chan->hash_next;
+	chan->hash_next = NULL;
+	chan->named = false;
+	struct record rec;
+	registry_record(chan, &rec);
+	record_remove(&rec, chan->seg.fd, chan->stored);
 	/* Its eventfds' records go with its own: they name it. */
-	for (unsigned k = 0; ch->notify_fd && k < ch->g.max_consumers; k++)
-		if (ch->notify_fd[k] >= 0)
-			adopt_unstore_notify(ch, ch->g.max_producers + k);
-	ch->stored = false;
+	for (unsigned k = 0; chan->stored && chan->notify_fd && k < chan->g.max_consumers; k++)
+		if (chan->notify_fd[k] >= 0)
+			record_wakeup_remove(chan->name, chan->seg.fd, chan->g.max_producers + k);
+	chan->stored = false;
 }
 
-/* The count of eventfds of user @p uid, NULL: none (not in the table). */
-static struct reg_notify_user *notify_user(struct registry *r, uid_t uid)
-{
-	for (unsigned i = 0; i < r->nnotify_users; i++)
-		if (r->notify_users[i].uid == uid)
-			return &r->notify_users[i];
-	return NULL;
-}
-
-/* Close the eventfd kept for endpoint @p ep of @p ch, if any (and take it
- * out of the descriptor store). */
-static void forget_notify(struct registry *r, struct channel *ch, unsigned ep)
-{
-	if (!ch->notify_fd || ep < ch->g.max_producers || ch->notify_fd[ep - ch->g.max_producers] < 0)
-		return;
-	adopt_unstore_notify(ch, ep);
-	close(ch->notify_fd[ep - ch->g.max_producers]);
-	ch->notify_fd[ep - ch->g.max_producers] = -1;
-	r->notify_fds--;
-	struct reg_notify_user *u = notify_user(r, ch->notify_uid[ep - ch->g.max_producers]);
-	if (u && --u->n == 0)
-		*u = r->notify_users[--r->nnotify_users];
-}
-
-/*
- * Wake the consumer whose wake-up socket's sending end is @p fd: one
- * datagram, never waiting (MSG_DONTWAIT is the call's, not the file's,
- * whose flags any holder may change).  A full socket is readable already.
- */
-static void wake_socket(int fd)
-{
-	uint64_t one = 1;
-
-	if (send(fd, &one, sizeof(one), MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
-		log_debug("a wake-up not sent: %s", strerror(errno));
-}
-
-struct disarm_args {
-	const struct seg_geometry *g;
-	unsigned endpoint;
-};
-
-/* Disarm consumer endpoint a->endpoint, as a producer that wakes it does.
- * @return whether it was armed (its eventfd wants a write). */
-static int disarm_fn(void *base, void *arg)
-{
-	const struct disarm_args *a = arg;
-	struct endpoint *ep = seg_endpoint(a->g, base, a->endpoint);
-
-	/* acq_rel, as a producer's exchange: pairs with the consumer's seq_cst
-	 * store of armed, and publishes what the daemon wrote before (an
-	 * endpoint marked dead) to the consumer that sees it disarmed. */
-	return atomic_exchange_explicit(&ep->armed, 0, memory_order_acq_rel) != 0;
-}
-
-/* Wake consumer endpoint @p ep of @p ch on the socket the daemon keeps for
- * it, if it is armed: disarmed, one wake-up per arming. */
-static void wake_armed(struct channel *ch, unsigned ep)
-{
-	int fd = ch->notify_fd ? ch->notify_fd[ep - ch->g.max_producers] : -1;
-	struct disarm_args a = {.g = &ch->g, .endpoint = ep};
-
-	if (fd >= 0 && segment_access(&ch->seg, disarm_fn, &a) == 1) {
-		wake_socket(fd);
-		log_debug("channel '%s': endpoint %u woken", ch->name, ep);
-	}
-}
-
-/*
- * One slice of the move of @p ch's pages to m->node, from m->done on, at
- * most @p max bytes.  @return 1: more to move; 0: all moved; -EIO: the
- * policy is set, but some pages stay where they are; or an error of
- * mbind(), -EBADMSG (damaged): stopped.  m->why says why.
- */
-static int move_slice(struct channel *ch, struct channel_move *m, size_t max)
-{
-	size_t len = ch->seg.size - m->done < max ? ch->seg.size - m->done : max;
-	char why[sizeof(m->why)];
-	int rc = -EBADMSG;
-
-	if (ch->seg.damaged)
-		snprintf(why, sizeof(why), "the segment is damaged (shrunk by a client)");
-	else
-		rc = numa_move((char *)ch->seg.base + m->done, len, m->node, why, sizeof(why));
-	if (rc != 0)
-		memcpy(m->why, why, sizeof(why));
-	if (rc == -EIO)
-		m->partial = true;
-	else if (rc != 0)
-		return rc;
-	m->done += len;
-	if (m->done < ch->seg.size)
-		return 1;
-	return m->partial ? -EIO : 0;
-}
-
-/* The move of @p ch is over (@p rc from move_slice()): its node, the log. */
-static void move_end(struct channel *ch, const struct channel_move *m, int rc)
-{
-	if (rc == 0 || rc == -EIO) {
-		ch->seg.node = m->node;
-		if (rc == 0)
-			log_info("channel '%s': pages moved to NUMA node %d, near its consumer (pid %d)", ch->name,
-				 m->node, (int)m->pid);
-		else
-			log_warn("channel '%s': pages preferred on NUMA node %d, near its consumer (pid %d), but %s",
-				 ch->name, m->node, (int)m->pid, m->why);
-		return;
-	}
-	ch->seg.node = PINSHM_NODE_ANY;
-	log_warn("channel '%s': pages not moved to NUMA node %d, near its consumer (pid %d): %s; "
-		 "they stay where they are",
-		 ch->name, m->node, (int)m->pid, m->why);
-}
-
-/* Take @p ch's move out of r->moving, and end it. */
-static void move_forget(struct registry *r, struct channel *ch)
-{
-	struct channel **p = &r->moving;
-
-	while (*p != ch)
-		p = &(*p)->move->next;
-	*p = ch->move->next;
-	free(ch->move);
-	ch->move = NULL;
-}
-
-/* Number @p ch, file it under its name (if named) and append it to the
+/* Number @p chan, file it under its name (if named) and append it to the
  * registry's list; channel_free() undoes it. */
-static void link_channel(struct registry *r, struct channel *ch)
+static void link_channel(struct registry *r, struct channel *chan)
 {
-	ch->id = r->next_id++;
-	if (ch->named) {
-		unsigned b = name_hash(ch->name);
-		ch->hash_next = r->buckets[b];
-		r->buckets[b] = ch;
+	chan->id = r->next_id++;
+	if (chan->named) {
+		unsigned b = name_hash(chan->name);
+		chan->hash_next = r->buckets[b];
+		r->buckets[b] = chan;
 	}
-	ch->prev = r->last;
-	ch->next = NULL;
+	chan->prev = r->last;
+	chan->next = NULL;
 	if (r->last)
-		r->last->next = ch;
+		r->last->next = chan;
 	else
-		r->first = ch;
-	r->last = ch;
+		r->first = chan;
+	r->last = chan;
 	r->count++;
 }
 
-static void channel_free(struct registry *r, struct channel *ch)
+static void channel_free(struct registry *r, struct channel *chan)
 {
-	if (ch->named)
-		unname(r, ch);
-	if (ch->prev)
-		ch->prev->next = ch->next;
+	if (chan->named)
+		unname(r, chan);
+	if (chan->prev)
+		chan->prev->next = chan->next;
 	else
-		r->first = ch->next;
-	if (ch->next)
-		ch->next->prev = ch->prev;
+		r->first = chan->next;
+	if (chan->next)
+		chan->next->prev = chan->prev;
 	else
-		r->last = ch->prev;
+		r->last = chan->prev;
 	r->count--;
-	if (ch->pin_idle)
+	if (chan->pin_idle)
 		r->idle_policies--;
-	account_release(r->acct, ch->uid, ch->seg.size, ch->seg.pinned);
-	for (unsigned i = 0; ch->notify_fd && i < ch->g.max_consumers; i++)
-		forget_notify(r, ch, ch->g.max_producers + i);
-	free(ch->notify_fd);
-	free(ch->notify_uid);
-	if (ch->move)
-		move_forget(r, ch);
-	if (ch->seg.release)
-		dying_add(&r->dying, &ch->seg); /* unmapped and punched in slices */
+	account_release(r->acct, chan->uid, chan->seg.size, chan->seg.pinned);
+	for (unsigned i = 0; chan->notify_fd && i < chan->g.max_consumers; i++)
+		wake_forget(&r->wake, chan, chan->g.max_producers + i);
+	free(chan->notify_fd);
+	free(chan->notify_uid);
+	if (chan->move)
+		move_forget(&r->moving, chan);
+	if (chan->seg.release)
+		dying_add(&r->dying, &chan->seg); /* unmapped and punched in slices */
 	else
-		segment_destroy(&ch->seg);
-	free(ch->holder);
-	free(ch);
+		segment_destroy(&chan->seg);
+	free(chan->holder);
+	free(chan);
 }
 
-/* Destroy @p ch if nothing keeps it any more. */
-void registry_collect(struct registry *r, struct channel *ch)
+/* Destroy @p chan if nothing keeps it any more. */
+void registry_collect(struct registry *r, struct channel *chan)
 {
-	if (ch->refs > 0 || (ch->persistent && ch->named))
+	if (chan->refs > 0 || (chan->persistent && chan->named))
 		return;
-	log_info("channel '%s' destroyed%s", ch->name, ch->named ? "" : " (unlinked)");
+	log_info("channel '%s' destroyed%s", chan->name, chan->named ? "" : " (unlinked)");
 	/* Its pages go, whoever still holds its descriptor, but for the header
 	 * and the endpoints, whose marks (dead, closed) tell a process that
 	 * still uses it that its peers are gone (-EPIPE). */
-	ch->seg.release = true;
-	ch->seg.keep = ch->g.cursors_off;
-	channel_free(r, ch);
+	chan->seg.release = true;
+	chan->seg.keep = chan->g.cursors_off;
+	channel_free(r, chan);
 }
 
-static bool has_ref(const struct reg_client *c, const struct channel *ch)
+static bool has_ref(const struct reg_client *c, const struct channel *chan)
 {
 	for (unsigned i = 0; i < c->nrefs; i++)
-		if (c->refs[i] == ch)
+		if (c->refs[i] == chan)
 			return true;
 	return false;
 }
 
-/* Make sure @p c can reference @p ch (NULL: a channel about to be made). */
-static int ref_room(struct reg_client *c, const struct channel *ch, char *why, size_t whylen)
+/* Make sure @p c can reference @p chan (NULL: a channel about to be made). */
+static int ref_room(struct reg_client *c, const struct channel *chan, char *why, size_t whylen)
 {
-	if (c->nrefs < c->cap || (ch && has_ref(c, ch)))
+	if (c->nrefs < c->cap || (chan && has_ref(c, chan)))
 		return 0;
 	if (c->cap >= REGISTRY_MAX_REFS) {
 		snprintf(why, whylen, "this connection references %u channels, its most", c->nrefs);
@@ -280,13 +149,13 @@ static int ref_room(struct reg_client *c, const struct channel *ch, char *why, s
 	return 0;
 }
 
-/* Reference @p ch from @p c (room made by ref_room()). */
-static void take_ref(struct reg_client *c, struct channel *ch)
+/* Reference @p chan from @p c (room made by ref_room()). */
+static void take_ref(struct reg_client *c, struct channel *chan)
 {
-	if (has_ref(c, ch))
+	if (has_ref(c, chan))
 		return;
-	c->refs[c->nrefs++] = ch;
-	ch->refs++;
+	c->refs[c->nrefs++] = chan;
+	chan->refs++;
 }
 
 /*
@@ -312,17 +181,17 @@ static int count_fn(void *base, void *arg)
 	return active;
 }
 
-static uint32_t count_active(struct channel *ch, unsigned first, unsigned n)
+static uint32_t count_active(struct channel *chan, unsigned first, unsigned n)
 {
-	struct count_args a = {.g = &ch->g, .first = first, .n = n};
-	int active = segment_access(&ch->seg, count_fn, &a);
+	struct count_args a = {.g = &chan->g, .first = first, .n = n};
+	int active = segment_access(&chan->seg, count_fn, &a);
 
 	return active > 0 ? (uint32_t)active : 0;
 }
 
-static bool endpoint_active(struct channel *ch, unsigned i)
+static bool endpoint_active(struct channel *chan, unsigned i)
 {
-	return count_active(ch, i, 1) == 1;
+	return count_active(chan, i, 1) == 1;
 }
 
 struct claim_args {
@@ -356,7 +225,7 @@ static int reap_fn(void *base, void *arg)
  * REGISTRY_REAP_SLICE bytes of its rings a turn (registry_step()). */
 struct reg_reaping {
 	struct reg_reaping *next;
-	struct channel *ch; /* kept (a reference) until it is done */
+	struct channel *chan; /* kept (a reference) until it is done */
 	unsigned ep;
 	pid_t pid;
 	struct unclaim_cursor cur;
@@ -371,33 +240,33 @@ struct reg_reaping {
  */
 static bool reap_slice(struct reg_reaping *rp)
 {
-	struct channel *ch = rp->ch;
+	struct channel *chan = rp->chan;
 	unsigned ep = rp->ep;
-	struct reap_args ra = {.g = &ch->g, .endpoint = ep, .cur = &rp->cur, .bytes = REGISTRY_REAP_SLICE};
-	int rc = segment_access(&ch->seg, reap_fn, &ra);
+	struct reap_args ra = {.g = &chan->g, .endpoint = ep, .cur = &rp->cur, .bytes = REGISTRY_REAP_SLICE};
+	int rc = segment_access(&chan->seg, reap_fn, &ra);
 
 	if (rc == 1)
 		return true;
 	if (rc == -EINVAL)
 		return false; /* closed by the client */
 	if (rc != 0) {
-		log_warn("channel '%s': cannot reap endpoint %u of pid %d: %s", ch->name, ep, (int)rp->pid,
+		log_warn("channel '%s': cannot reap endpoint %u of pid %d: %s", chan->name, ep, (int)rp->pid,
 			 pinshm_strerror(rc));
 		return false;
 	}
-	log_info("channel '%s': endpoint %u of pid %d reaped", ch->name, ep, (int)rp->pid);
-	for (unsigned i = 0; ch->notify_fd && i < ch->g.max_consumers; i++)
-		if (ch->g.max_producers + i != ep)
-			wake_armed(ch, ch->g.max_producers + i);
+	log_info("channel '%s': endpoint %u of pid %d reaped", chan->name, ep, (int)rp->pid);
+	for (unsigned i = 0; chan->notify_fd && i < chan->g.max_consumers; i++)
+		if (chan->g.max_producers + i != ep)
+			wake_armed(chan, chan->g.max_producers + i);
 	return false;
 }
 
-/* Reap endpoint @p ep of @p ch (process @p pid): its first slice now, the
+/* Reap endpoint @p ep of @p chan (process @p pid): its first slice now, the
  * others (a shared queue's rings scanned) by registry_step(), in turn
  * with the other reaps; the endpoint stays attached until its last. */
-void registry_reap_endpoint(struct registry *r, struct channel *ch, unsigned ep, pid_t pid)
+void registry_reap_endpoint(struct registry *r, struct channel *chan, unsigned ep, pid_t pid)
 {
-	struct reg_reaping first = {.ch = ch, .ep = ep, .pid = pid};
+	struct reg_reaping first = {.chan = chan, .ep = ep, .pid = pid};
 
 	if (!reap_slice(&first))
 		return;
@@ -408,17 +277,17 @@ void registry_reap_endpoint(struct registry *r, struct channel *ch, unsigned ep,
 		return;
 	}
 	*rp = first;
-	ch->refs++;
+	chan->refs++;
 	struct reg_reaping **q = &r->reaping;
 	while (*q)
 		q = &(*q)->next;
 	*q = rp;
 }
 
-bool registry_reaping(const struct registry *r, const struct channel *ch, unsigned ep)
+bool registry_reaping(const struct registry *r, const struct channel *chan, unsigned ep)
 {
 	for (const struct reg_reaping *rp = r->reaping; rp; rp = rp->next)
-		if (rp->ch == ch && rp->ep == ep)
+		if (rp->chan == chan && rp->ep == ep)
 			return true;
 	return false;
 }
@@ -437,82 +306,14 @@ static void reaping_step(struct registry *r)
 		*q = rp;
 		return;
 	}
-	struct channel *ch = rp->ch;
+	struct channel *chan = rp->chan;
 	free(rp);
-	ch->refs--;
-	registry_collect(r, ch);
-}
-static void drop_ref(struct registry *r, struct reg_client *c, struct channel *ch);
-
-/* ---- working-set pinning ---------------------------------------------------- */
-
-struct activity_args {
-	const struct seg_geometry *g;
-	uint64_t sig;
-};
-
-/* A signature of the segment's activity: it changes when a message is
- * committed, queue room is given back or an endpoint comes or goes. */
-static int activity_fn(void *base, void *arg)
-{
-	struct activity_args *a = arg;
-	const struct seg_header *h = base;
-	uint64_t sig = atomic_load_explicit(&h->endpoint_changes, memory_order_relaxed);
-
-	for (unsigned l = 0; l < a->g->max_producers; l++) {
-		struct lane_header *lh = seg_lane(a->g, base, l);
-		sig = sig * 31 + atomic_load_explicit(&lh->messages, memory_order_relaxed);
-		sig = sig * 31 + atomic_load_explicit(&lh->free, memory_order_relaxed);
-	}
-	a->sig = sig;
-	return 0;
-}
-
-/* Lock @p ch's segment again; log why, or why not. */
-static int relock(struct channel *ch, const char *why)
-{
-	int rc = segment_relock(&ch->seg);
-
-	if (rc == 0)
-		log_info("channel '%s': locked again (%s)", ch->name, why);
-	else
-		log_warn("channel '%s': cannot lock it again (%s): %s", ch->name, why, strerror(-rc));
-	ch->active_at = clock_now_ms();
-	return rc;
-}
-
-int registry_tick(struct registry *r, uint64_t now)
-{
-	if (r->idle_policies == 0 && r->norphans == 0)
-		return -1;
-	if (now < r->next_tick)
-		return (int)(r->next_tick - now);
-	r->next_tick = now + REGISTRY_TICK_MS;
-	watch_tick(r);
-	for (struct channel *ch = r->first; ch && r->idle_policies; ch = ch->next) {
-		if (!ch->pin_idle || !ch->seg.pinned || ch->seg.damaged)
-			continue;
-		/* devices: a channel a device may use by DMA stays locked. */
-		if (devices_in_use(ch))
-			continue;
-		struct activity_args a = {.g = &ch->g};
-		if (segment_access(&ch->seg, activity_fn, &a) != 0)
-			continue;
-		if (a.sig != ch->activity) {
-			ch->activity = a.sig;
-			ch->active_at = now;
-			if (ch->seg.unlocked)
-				relock(ch, "used again");
-		} else if (!ch->seg.unlocked && now - ch->active_at >= (uint64_t)ch->pin_idle * 1000u) {
-			segment_unlock(&ch->seg);
-			log_info("channel '%s': unlocked after %u s unused (still charged)", ch->name, ch->pin_idle);
-		}
-	}
-	return REGISTRY_TICK_MS;
+	chan->refs--;
+	registry_collect(r, chan);
 }
 
 /* The channel numbered @p id among those @p c references, or NULL. */
-static struct channel *referenced(struct reg_client *c, uint64_t id)
+struct channel *registry_referenced(struct reg_client *c, uint64_t id)
 {
 	for (unsigned i = 0; i < c->nrefs; i++)
 		if (c->refs[i]->id == id)
@@ -520,114 +321,46 @@ static struct channel *referenced(struct reg_client *c, uint64_t id)
 	return NULL;
 }
 
-/*
- * Whether @p fd is the sending end of a wake-up socket: a Unix datagram
- * socket connected to an unnamed one, which only a socket pair's other end
- * is (nothing can connect to an unbound socket).  Not one connected to a
- * named socket: producers would send their wake-ups to whoever bound it.
- */
-static bool is_wake_socket(int fd)
-{
-	struct sockaddr_un peer;
-	socklen_t len = sizeof(peer);
-	int domain, type;
-	socklen_t dlen = sizeof(domain), tlen = sizeof(type);
-
-	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) != 0 || domain != AF_UNIX ||
-	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_DGRAM)
-		return false;
-	return getpeername(fd, (struct sockaddr *)&peer, &len) == 0 && len == sizeof(sa_family_t);
-}
-
-/* Keep wake-up socket *@p fd (checked) for consumer endpoint @p endpoint of @p ch,
- * in place of any other (the caller checked the endpoint), counted on user
- * @p uid: one user may not take every slot from the others. */
-static int keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, uid_t uid, int *fd, char *why,
-		       size_t whylen)
-{
-	if (*fd < 0 || !is_wake_socket(*fd)) {
-		snprintf(why, whylen, "NOTIFY comes with the sending end of a wake-up socket pair (a Unix datagram "
-				      "socket pair, pinshm_channel_notify_fd())");
-		return -EINVAL;
-	}
-	unsigned i = endpoint - ch->g.max_producers;
-	if (!ch->notify_fd) {
-		ch->notify_fd = malloc(ch->g.max_consumers * sizeof(*ch->notify_fd));
-		ch->notify_uid = malloc(ch->g.max_consumers * sizeof(*ch->notify_uid));
-		if (!ch->notify_fd || !ch->notify_uid) {
-			free(ch->notify_fd);
-			free(ch->notify_uid);
-			ch->notify_fd = NULL;
-			ch->notify_uid = NULL;
-			snprintf(why, whylen, "out of memory");
-			return -ENOMEM;
-		}
-		for (unsigned k = 0; k < ch->g.max_consumers; k++)
-			ch->notify_fd[k] = -1;
-	}
-	forget_notify(r, ch, endpoint);
-	if (r->notify_fds >= REGISTRY_MAX_NOTIFY_FDS) {
-		snprintf(why, whylen, "the daemon holds %u wake-up sockets, its most", r->notify_fds);
-		return -ENFILE;
-	}
-	struct reg_notify_user *u = notify_user(r, uid);
-	if (u && u->n >= REGISTRY_MAX_NOTIFY_FDS_USER) {
-		snprintf(why, whylen, "user %u gave the daemon %u wake-up sockets, the most one user may", (unsigned)uid,
-			 u->n);
-		return -EDQUOT;
-	}
-	if (!u) { /* a slot is free: each user in the table holds one of the eventfds at least */
-		u = &r->notify_users[r->nnotify_users++];
-		*u = (struct reg_notify_user){.uid = uid};
-	}
-	u->n++;
-	ch->notify_fd[i] = *fd;
-	ch->notify_uid[i] = uid;
-	*fd = -1;
-	r->notify_fds++;
-	log_debug("channel '%s': endpoint %u's wake-up socket kept", ch->name, endpoint);
-	return 0;
-}
-
 int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
 		    size_t whylen)
 {
-	struct channel *ch = referenced(c, id);
+	struct channel *chan = registry_referenced(c, id);
 
-	if (!ch) {
+	if (!chan) {
 		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
 		return -ENOENT;
 	}
-	if (endpoint < ch->g.max_producers || endpoint >= ch->g.max_producers + ch->g.max_consumers ||
-	    ch->holder[endpoint] != c->id) {
+	if (endpoint < chan->g.max_producers || endpoint >= chan->g.max_producers + chan->g.max_consumers ||
+	    chan->holder[endpoint] != c->id) {
 		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer this connection opened", endpoint,
-			 ch->name);
+			 chan->name);
 		return -EINVAL;
 	}
-	int rc = keep_notify(r, ch, endpoint, c->cred.uid, fd, why, whylen);
+	int rc = wake_keep(&r->wake, chan, endpoint, c->cred.uid, fd, why, whylen);
 	if (rc != 0)
 		return rc;
-	adopt_store_notify(ch, endpoint);
+	if (chan->stored) /* only beside its channel's record: a channel handed back is not there */
+		record_wakeup_put(chan->name, chan->seg.fd, endpoint, chan->notify_fd[endpoint - chan->g.max_producers]);
 	/* Armed already: it may have missed a wake-up that nobody could give
 	 * (a restart: producers could not fetch its socket, and endpoints
 	 * reaped at the adoption), so it is woken now; at worst, for nothing. */
-	wake_armed(ch, endpoint);
+	wake_armed(chan, endpoint);
 	return 0;
 }
 
-int registry_keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, int *fd, char *why,
+int registry_keep_notify(struct registry *r, struct channel *chan, unsigned endpoint, int *fd, char *why,
 			 size_t whylen)
 {
-	if (endpoint < ch->g.max_producers || endpoint >= ch->g.max_producers + ch->g.max_consumers) {
-		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer endpoint", endpoint, ch->name);
+	if (endpoint < chan->g.max_producers || endpoint >= chan->g.max_producers + chan->g.max_consumers) {
+		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer endpoint", endpoint, chan->name);
 		return -EINVAL;
 	}
-	return keep_notify(r, ch, endpoint, ch->uid, fd, why, whylen); /* who gave it is not stored */
+	return wake_keep(&r->wake, chan, endpoint, chan->uid, fd, why, whylen); /* who gave it is not stored */
 }
 
-void registry_forget_notify(struct registry *r, struct channel *ch, unsigned endpoint)
+void registry_forget_notify(struct registry *r, struct channel *chan, unsigned endpoint)
 {
-	forget_notify(r, ch, endpoint);
+	wake_forget(&r->wake, chan, endpoint);
 }
 
 struct channel *registry_find(struct registry *r, const char *name)
@@ -635,162 +368,98 @@ struct channel *registry_find(struct registry *r, const char *name)
 	return find(r, name);
 }
 
+struct channel *registry_find_segment(struct registry *r, const struct stat *st)
+{
+	struct stat other;
+
+	/* The size first: an fstat() only for the channels of the same size. */
+	for (struct channel *chan = r->first; chan; chan = chan->next)
+		if ((off_t)chan->seg.size == st->st_size && fstat(chan->seg.fd, &other) == 0 && other.st_dev == st->st_dev &&
+		    other.st_ino == st->st_ino)
+			return chan;
+	return NULL;
+}
+
+
+void registry_record(const struct channel *chan, struct record *rec)
+{
+	*rec = (struct record){.version = 2,
+			       .uid = chan->uid,
+			       .gid = chan->gid,
+			       .mode = chan->mode,
+			       .flags = chan->persistent ? PINSHM_PERSISTENT : 0u,
+			       .attr = chan->attr,
+			       .node = chan->seg.at_consumer ? PINSHM_NODE_CONSUMER : chan->seg.node,
+			       .pin_idle = chan->pin_idle};
+	snprintf(rec->name, sizeof(rec->name), "%s", chan->name);
+}
+
+void registry_store(struct channel *chan)
+{
+	struct record rec;
+
+	registry_record(chan, &rec);
+	chan->stored = record_put(&rec, chan->seg.fd);
+}
+
 int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, int *fd, char *why,
 		  size_t whylen)
 {
-	struct channel *ch = referenced(c, id);
+	struct channel *chan = registry_referenced(c, id);
 
 	(void)r;
-	if (!ch) {
+	if (!chan) {
 		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
 		return -ENOENT;
 	}
-	if (endpoint < ch->g.max_producers || endpoint >= ch->g.max_producers + ch->g.max_consumers) {
-		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer endpoint", endpoint, ch->name);
+	if (endpoint < chan->g.max_producers || endpoint >= chan->g.max_producers + chan->g.max_consumers) {
+		snprintf(why, whylen, "endpoint %u of '%s' is not a consumer endpoint", endpoint, chan->name);
 		return -EINVAL;
 	}
-	if (!ch->notify_fd || ch->notify_fd[endpoint - ch->g.max_producers] < 0) {
-		snprintf(why, whylen, "endpoint %u of '%s' gave no wake-up socket", endpoint, ch->name);
+	if (!chan->notify_fd || chan->notify_fd[endpoint - chan->g.max_producers] < 0) {
+		snprintf(why, whylen, "endpoint %u of '%s' gave no wake-up socket", endpoint, chan->name);
 		return -ENOENT;
 	}
-	*fd = fcntl(ch->notify_fd[endpoint - ch->g.max_producers], F_DUPFD_CLOEXEC, 0);
-	if (*fd < 0) {
-		int err = errno;
-		snprintf(why, whylen, "dup: %s", strerror(err));
-		return -err;
-	}
-	return 0;
+	return wake_dup(chan, endpoint, fd, why, whylen);
 }
 
 void registry_peer_replied(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint)
 {
-	struct channel *ch = referenced(c, id);
+	struct channel *chan = registry_referenced(c, id);
 
 	(void)r;
-	if (ch && endpoint >= ch->g.max_producers && endpoint < ch->g.max_producers + ch->g.max_consumers)
-		wake_armed(ch, endpoint);
+	if (chan && endpoint >= chan->g.max_producers && endpoint < chan->g.max_producers + chan->g.max_consumers)
+		wake_armed(chan, endpoint);
 }
 
 int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char *why, size_t whylen)
 {
-	struct channel *ch = referenced(c, id);
+	struct channel *chan = registry_referenced(c, id);
 
 	(void)r;
-	if (!ch) {
+	if (!chan) {
 		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
 		return -ENOENT;
 	}
-	if (!ch->seg.unlocked)
-		return 0;
-	int rc = relock(ch, "asked");
-	if (rc != 0)
-		snprintf(why, whylen, "cannot lock '%s' again: %s", ch->name, strerror(-rc));
-	return rc;
-}
-
-/* A half-made channel @p ch (registry_create()): its name is reserved, no
- * one else sees it; registry_step() locks it slice by slice. */
-static void making_add(struct registry *r, struct channel *ch)
-{
-	ch->next = NULL;
-	if (r->making_last)
-		r->making_last->next = ch;
-	else
-		r->making = ch;
-	r->making_last = ch;
-	r->nmaking++;
-}
-
-/* Take the half-made channel @p ch out of the list (@p prev before it). */
-static void making_remove(struct registry *r, struct channel *prev, struct channel *ch)
-{
-	if (prev)
-		prev->next = ch->next;
-	else
-		r->making = ch->next;
-	if (r->making_last == ch)
-		r->making_last = prev;
-	ch->next = NULL;
-	r->nmaking--;
-}
-
-static bool making_named(const struct registry *r, const char *name)
-{
-	for (const struct channel *ch = r->making; ch; ch = ch->next)
-		if (strcmp(ch->name, name) == 0)
-			return true;
-	return false;
-}
-
-/* Give up @p ch, half-made or made and never linked: its whole charge
- * goes, its segment is destroyed in slices (never handed out: no punch
- * kept for anyone, every page goes). */
-static void making_drop(struct registry *r, struct channel *ch)
-{
-	account_release(r->acct, ch->uid, ch->seg.size, true);
-	ch->seg.release = true;
-	ch->seg.keep = 0;
-	dying_add(&r->dying, &ch->seg);
-	free(ch->holder);
-	free(ch);
+	return idle_relock_asked(chan, why, whylen);
 }
 
 void registry_init(struct registry *r, struct account *acct)
 {
-	*r = (struct registry){.next_id = 1, .acct = acct};
-	watch_init(r);
+	*r = (struct registry){.next_id = 1, .acct = acct, .watch_epfd = -1};
 }
 
 void registry_fini(struct registry *r)
 {
-	watch_fini(r);
 	while (r->first)
 		channel_free(r, r->first);
-	while (r->making) {
-		struct channel *ch = r->making;
-		making_remove(r, NULL, ch);
-		making_drop(r, ch);
-	}
+	making_fini(&r->making, r->acct, &r->dying);
 	while (r->reaping) {
 		struct reg_reaping *rp = r->reaping;
 		r->reaping = rp->next;
 		free(rp);
 	}
 	dying_finish(&r->dying);
-}
-
-/* The segment of @p ch, charged @p ch->seg.size bytes to its owner: the
- * pool's segment @p pooled (ch->from_pool), or a fresh one of @p need
- * bytes made as @p o says, to be locked in slices.  On failure the charge
- * goes, and @p ch. */
-static int create_segment(struct registry *r, struct channel *ch, const struct segment_opts *o, size_t need,
-			  const struct segment *pooled, char *why, size_t whylen)
-{
-	const char *name = ch->name;
-	size_t size;
-	int rc = 0;
-
-	segment_backing_size(need, o, &size);
-	if (ch->from_pool) {
-		ch->seg = *pooled;
-		return 0;
-	}
-	struct segment_opts later = *o;
-	later.lock_later = true; /* locked in slices: registry_step() */
-	rc = segment_alloc(&ch->seg, need, &later, name);
-	if (rc == 0)
-		return 0;
-	if (o->hugepages && rc == -ENOMEM)
-		snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages", name, size);
-	else if (o->hugepages && rc == -EINVAL)
-		snprintf(why, whylen, "huge pages for '%s': this kernel cannot make a sealed huge-page memfd", name);
-	else
-		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
-	log_err("channel '%s': %s", name, why);
-	account_release(r->acct, ch->uid, size, true);
-	free(ch->holder);
-	free(ch);
-	return rc;
 }
 
 int registry_create(struct registry *r, struct reg_client *c, const char *name, const pinshm_channel_attr_t *attr,
@@ -804,11 +473,11 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	size_t size;
 	int rc;
 
-	if (find(r, name) || making_named(r, name)) {
+	if (find(r, name) || making_named(&r->making, name)) {
 		snprintf(why, whylen, "channel '%s' exists", name);
 		return -EEXIST;
 	}
-	if (r->count + r->nmaking >= REGISTRY_MAX_CHANNELS) {
+	if (r->count + r->making.n >= REGISTRY_MAX_CHANNELS) {
 		snprintf(why, whylen, "the daemon holds %u channels, its most", r->count);
 		return -ENFILE;
 	}
@@ -833,259 +502,185 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 		snprintf(why, whylen, "huge pages asked for, but this kernel has none");
 		return -EINVAL;
 	}
-	/* The pool's segments are sealed memfds: not for shm. */
-	if (r->pool && o->node == PINSHM_NODE_ANY && !o->hugepages && !o->shm && pool_take(r->pool, need, &pooled)) {
-		from_pool = true;
-		size = pooled.size;
-	}
-	rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
-	if (rc != 0 && from_pool) {
-		/* The pool's class may be larger than the channel needs: a
-		 * limit it breaks must not refuse what a fresh segment fits. */
-		pool_put_back(r->pool, &pooled);
-		from_pool = false;
-		segment_backing_size(need, o, &size);
-		why[0] = '\0';
-		rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
-	}
-	if (rc == -ENOSPC && r->pool && pool_bytes(r->pool) > 0) {
-		/* Ready segments give way to channels. */
-		pool_drain(r->pool, &r->dying); /* unmapped in slices, before this one's are locked */
-		why[0] = '\0';
-		rc = account_charge(r->acct, c->cred.uid, size, why, whylen);
-	}
-	if (rc != 0) {
-		if (from_pool)
-			pool_put_back(r->pool, &pooled);
+	rc = account_charge_channel(r->acct, r->pool, &r->dying, c->cred.uid, need, o, &pooled, &size, why, whylen);
+	if (rc < 0) {
 		log_info("channel '%s' refused to uid %u (pid %d): %s", name, (unsigned)c->cred.uid,
 			 (int)c->cred.pid, why);
 		return rc;
 	}
-	struct channel *ch = calloc(1, sizeof(*ch));
-	if (!ch || !(ch->holder = calloc(g.max_producers + g.max_consumers, sizeof(*ch->holder)))) {
-		free(ch);
+	from_pool = rc == 1;
+	struct channel *chan = calloc(1, sizeof(*chan));
+	if (!chan || !(chan->holder = calloc(g.max_producers + g.max_consumers, sizeof(*chan->holder)))) {
+		free(chan);
 		if (from_pool)
 			pool_put_back(r->pool, &pooled);
 		account_release(r->acct, c->cred.uid, size, true);
 		snprintf(why, whylen, "out of memory");
 		return -ENOMEM;
 	}
-	snprintf(ch->name, sizeof(ch->name), "%s", name);
-	ch->persistent = persistent;
-	ch->creator = c->id;
-	ch->pin_idle = o->pin_idle;
-	ch->uid = c->cred.uid;
-	ch->gid = c->cred.gid;
-	ch->mode = mode;
-	ch->attr = resolved;
-	ch->g = g;
-	ch->from_pool = from_pool;
-	rc = create_segment(r, ch, o, need, &pooled, why, whylen);
+	snprintf(chan->name, sizeof(chan->name), "%s", name);
+	chan->persistent = persistent;
+	chan->creator = c->id;
+	chan->pin_idle = o->pin_idle;
+	chan->uid = c->cred.uid;
+	chan->gid = c->cred.gid;
+	chan->mode = mode;
+	chan->attr = resolved;
+	chan->g = g;
+	chan->from_pool = from_pool;
+	rc = making_segment(r->acct, chan, o, need, &pooled, why, whylen);
 	if (rc != 0)
 		return rc;
 	if (!from_pool) {
-		making_add(r, ch);
-		*out = ch;
+		making_add(&r->making, chan);
+		*out = chan;
 		return -EINPROGRESS;
 	}
-	return registry_create_end(r, c, ch, out, why, whylen);
+	return registry_create_end(r, c, chan, out, why, whylen);
 }
-int registry_create_end(struct registry *r, struct reg_client *c, struct channel *ch, struct channel **out,
+int registry_create_end(struct registry *r, struct reg_client *c, struct channel *chan, struct channel **out,
 			char *why, size_t whylen)
 {
-	const char *name = ch->name;
-	int rc = segment_format(&ch->seg, &ch->attr);
+	const char *name = chan->name;
+	int rc = segment_format(&chan->seg, &chan->attr);
 
 	if (rc != 0) {
 		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
 		log_err("channel '%s': %s", name, why);
-		making_drop(r, ch);
+		making_drop(r->acct, &r->dying, chan);
 		return rc;
 	}
-	if (!ch->seg.pinned) {
-		log_warn("segment '%s': %zu bytes left unpinned: %s", name, ch->seg.size, ch->seg.pin_error);
-		account_unpinned(r->acct, ch->uid, ch->seg.size); /* on the quota, not the budget */
+	if (!chan->seg.pinned) {
+		log_warn("segment '%s': %zu bytes left unpinned: %s", name, chan->seg.size, chan->seg.pin_error);
+		account_unpinned(r->acct, chan->uid, chan->seg.size); /* on the quota, not the budget */
 	}
-	ch->named = true;
-	link_channel(r, ch);
-	take_ref(c, ch);
-	ch->stored = adopt_store(ch);
-	if (ch->pin_idle) {
+	chan->named = true;
+	link_channel(r, chan);
+	take_ref(c, chan);
+	registry_store(chan);
+	if (chan->pin_idle) {
 		r->idle_policies++;
-		ch->active_at = clock_now_ms();
+		chan->active_at = clock_now_ms();
 	}
 
-	if (!ch->seg.pinned)
-		snprintf(why, whylen, "channel '%s' created, but not pinned: %s", name, ch->seg.pin_error);
+	if (!chan->seg.pinned)
+		snprintf(why, whylen, "channel '%s' created, but not pinned: %s", name, chan->seg.pin_error);
 	log_info("channel '%s' created by uid %u (pid %d): %s, %s, %zu bytes, mode %03o%s%s%s%s", name,
-		 (unsigned)ch->uid, (int)c->cred.pid, ch->attr.kind == PINSHM_TOPIC ? "topic" : "queue",
-		 ch->seg.backend == PINSHM_BACKEND_SHM ? "shm" : "sealed memfd", ch->seg.size, ch->mode,
-		 ch->persistent ? ", persistent" : "", ch->seg.pinned ? ", pinned" : ", NOT pinned",
-		 ch->seg.hugepages ? ", huge pages" : "", ch->from_pool ? ", from the pool" : "");
-	if (ch->seg.node >= 0)
-		log_info("channel '%s': pages preferred on NUMA node %d", name, ch->seg.node);
-	else if (ch->seg.at_consumer)
+		 (unsigned)chan->uid, (int)c->cred.pid, chan->attr.kind == PINSHM_TOPIC ? "topic" : "queue",
+		 chan->seg.backend == PINSHM_BACKEND_SHM ? "shm" : "sealed memfd", chan->seg.size, chan->mode,
+		 chan->persistent ? ", persistent" : "", chan->seg.pinned ? ", pinned" : ", NOT pinned",
+		 chan->seg.hugepages ? ", huge pages" : "", chan->from_pool ? ", from the pool" : "");
+	if (chan->seg.node >= 0)
+		log_info("channel '%s': pages preferred on NUMA node %d", name, chan->seg.node);
+	else if (chan->seg.at_consumer)
 		log_info("channel '%s': unplaced until its first consumer opens it (near the consumer)", name);
-	*out = ch;
+	*out = chan;
 	return 0;
 }
 
 bool registry_step(struct registry *r, struct channel **made)
 {
-	struct channel *ch = r->making;
-
 	*made = NULL;
 	if (r->reaping)
 		reaping_step(r); /* besides the others: a reap holds its endpoint */
-	if (r->dying) {
+	if (r->dying)
 		dying_step(&r->dying); /* first: what they unlock makes room for what the others lock */
-	} else if (r->moving) {
-		struct channel *mv = r->moving;
-		int rc = move_slice(mv, mv->move, segment_slice_bytes(&mv->seg));
-		if (rc <= 0) {
-			move_end(mv, mv->move, rc);
-			move_forget(r, mv);
-		}
-	} else if (ch) {
-		int rc = segment_lock_step(&ch->seg, &ch->made, segment_slice_bytes(&ch->seg));
-		making_remove(r, NULL, ch);
-		if (rc > 0) {
-			making_add(r, ch); /* round robin */
-		} else {
-			*made = ch; /* locked, or left unpinned (rc < 0, pin_error) */
-		}
-	}
+	else if (r->moving)
+		move_step(&r->moving);
+	else if (r->making.first)
+		*made = making_step(&r->making);
 	return registry_busy(r);
 }
 
-void registry_create_abandon(struct registry *r, struct channel *ch)
+void registry_create_abandon(struct registry *r, struct channel *chan)
 {
-	making_drop(r, ch);
+	making_drop(r->acct, &r->dying, chan);
 }
 
 bool registry_busy(const struct registry *r)
 {
-	return r->dying || r->making || r->moving || r->judging || r->reaping;
-}
-
-/*
- * A channel made near its consumer, at its first consumer's OPEN: move its
- * pages to @p node, the node that consumer says it runs on (a hint from a
- * client: checked against the nodes there are, else ignored).  Whatever
- * fails, the channel keeps working where its pages are.  The first slice
- * is moved now (a small channel's whole segment), the others by
- * registry_step(), one a turn; the channel is listed on @p node from now
- * on, unless its first slice fails.
- */
-static void place_near_consumer(struct registry *r, struct channel *ch, int node, pid_t pid)
-{
-	struct channel_move m = {.node = node, .pid = pid};
-
-	if (node == PINSHM_NODE_ANY) {
-		log_info("channel '%s': its consumer (pid %d) does not know its NUMA node: not placed yet", ch->name,
-			 (int)pid);
-		return;
-	}
-	if (!numa_node_known(node)) {
-		log_warn("channel '%s': its consumer (pid %d) says NUMA node %d, not a node here: "
-			 "ignored, not placed yet",
-			 ch->name, (int)pid, node);
-		return;
-	}
-	int rc = move_slice(ch, &m, segment_slice_bytes(&ch->seg));
-	if (rc > 0)
-		ch->move = malloc(sizeof(*ch->move));
-	if (rc > 0 && ch->move) {
-		*ch->move = m;
-		ch->move->next = r->moving;
-		r->moving = ch;
-		ch->seg.node = node;
-		return;
-	}
-	while (rc > 0) /* no memory to wait: the rest at once */
-		rc = move_slice(ch, &m, SIZE_MAX);
-	move_end(ch, &m, rc);
+	return r->dying || r->making.first || r->moving || r->judging || r->reaping;
 }
 
 int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,
 		  int client_node, struct channel **out, unsigned *endpoint, char *why, size_t whylen)
 {
-	struct channel *ch = find(r, name);
+	struct channel *chan = find(r, name);
 	const char *what = role == PINSHM_PRODUCER ? "producer" : "consumer";
 
-	if (!ch) {
+	if (!chan) {
 		snprintf(why, whylen, "no channel '%s'", name);
 		return -ENOENT;
 	}
-	if (!cred_may(&c->cred, ch->uid, ch->gid, ch->mode, role == PINSHM_PRODUCER ? CRED_WRITE : CRED_READ)) {
+	if (!cred_may(&c->cred, chan->uid, chan->gid, chan->mode, role == PINSHM_PRODUCER ? CRED_WRITE : CRED_READ)) {
 		snprintf(why, whylen, "uid %u may not open '%s' as a %s (owner %u, group %u, mode %03o)",
-			 (unsigned)c->cred.uid, name, what, (unsigned)ch->uid, (unsigned)ch->gid, ch->mode);
+			 (unsigned)c->cred.uid, name, what, (unsigned)chan->uid, (unsigned)chan->gid, chan->mode);
 		return -EACCES;
 	}
-	int rc = ref_room(c, ch, why, whylen);
+	int rc = ref_room(c, chan, why, whylen);
 	if (rc != 0)
 		return rc;
-	struct claim_args ca = {.g = &ch->g, .role = role, .pid = (uint32_t)c->cred.pid};
-	int ep = segment_access(&ch->seg, claim_fn, &ca);
+	struct claim_args ca = {.g = &chan->g, .role = role, .pid = (uint32_t)c->cred.pid};
+	int ep = segment_access(&chan->seg, claim_fn, &ca);
 	if (ep == -EBADMSG) {
 		snprintf(why, whylen, "the segment of '%s' is damaged (shrunk by a client)", name);
 		return ep;
 	}
 	if (ep < 0) {
 		snprintf(why, whylen, "every %s endpoint of '%s' is taken (%u)", what, name,
-			 role == PINSHM_PRODUCER ? ch->g.max_producers : ch->g.max_consumers);
+			 role == PINSHM_PRODUCER ? chan->g.max_producers : chan->g.max_consumers);
 		return ep;
 	}
-	ch->holder[ep] = c->id;
-	forget_notify(r, ch, (unsigned)ep); /* a free endpoint's: stale */
-	take_ref(c, ch);
+	chan->holder[ep] = c->id;
+	wake_forget(&r->wake, chan, (unsigned)ep); /* a free endpoint's: stale */
+	take_ref(c, chan);
 	log_debug("channel '%s': endpoint %d (%s) claimed for pid %d", name, ep, what, (int)c->cred.pid);
-	if (ch->seg.unlocked)
-		relock(ch, "opened"); /* about to be used */
-	if (role == PINSHM_CONSUMER && ch->seg.node == PINSHM_NODE_CONSUMER)
-		place_near_consumer(r, ch, client_node, c->cred.pid);
-	*out = ch;
+	if (chan->seg.unlocked)
+		idle_relock(chan, "opened"); /* about to be used */
+	if (role == PINSHM_CONSUMER && chan->seg.node == PINSHM_NODE_CONSUMER)
+		move_start(&r->moving, chan, client_node, c->cred.pid);
+	*out = chan;
 	*endpoint = (unsigned)ep;
 	return 0;
 }
 
 int registry_unlink(struct registry *r, struct reg_client *c, const char *name, char *why, size_t whylen)
 {
-	struct channel *ch = find(r, name);
+	struct channel *chan = find(r, name);
 
-	if (!ch) {
+	if (!chan) {
 		snprintf(why, whylen, "no channel '%s'", name);
 		return -ENOENT;
 	}
-	if (c->cred.uid != 0 && c->cred.uid != ch->uid) {
-		snprintf(why, whylen, "only its owner (uid %u) or root may unlink '%s'", (unsigned)ch->uid, name);
+	if (c->cred.uid != 0 && c->cred.uid != chan->uid) {
+		snprintf(why, whylen, "only its owner (uid %u) or root may unlink '%s'", (unsigned)chan->uid, name);
 		return -EPERM;
 	}
-	unname(r, ch);
-	log_info("channel '%s' unlinked by uid %u (pid %d)", ch->name, (unsigned)c->cred.uid, (int)c->cred.pid);
-	registry_collect(r, ch);
+	unname(r, chan);
+	log_info("channel '%s' unlinked by uid %u (pid %d)", chan->name, (unsigned)c->cred.uid, (int)c->cred.pid);
+	registry_collect(r, chan);
 	return 0;
 }
 
-uint32_t registry_channel_state(const struct channel *ch)
+uint32_t registry_channel_state(const struct channel *chan)
 {
-	return (ch->seg.pinned ? PINSHM_LIST_PINNED : 0) | (ch->persistent ? PINSHM_LIST_PERSISTENT : 0) |
-	       (ch->seg.sealed ? PINSHM_LIST_SEALED : 0) | (ch->seg.hugepages ? PINSHM_LIST_HUGEPAGES : 0) |
-	       (ch->seg.damaged ? PINSHM_LIST_DAMAGED : 0) | (ch->seg.unlocked ? PINSHM_LIST_UNLOCKED : 0);
+	return (chan->seg.pinned ? PINSHM_LIST_PINNED : 0) | (chan->persistent ? PINSHM_LIST_PERSISTENT : 0) |
+	       (chan->seg.sealed ? PINSHM_LIST_SEALED : 0) | (chan->seg.hugepages ? PINSHM_LIST_HUGEPAGES : 0) |
+	       (chan->seg.damaged ? PINSHM_LIST_DAMAGED : 0) | (chan->seg.unlocked ? PINSHM_LIST_UNLOCKED : 0);
 }
 
 
 void registry_count(const struct registry *r, uint32_t *pinned, uint32_t *unpinned)
 {
 	*pinned = *unpinned = 0;
-	for (const struct channel *ch = r->first; ch; ch = ch->next)
-		++*(ch->seg.pinned ? pinned : unpinned);
+	for (const struct channel *chan = r->first; chan; chan = chan->next)
+		++*(chan->seg.pinned ? pinned : unpinned);
 }
 
-bool registry_client_holds(const struct reg_client *c, struct channel *ch)
+bool registry_client_holds(const struct reg_client *c, struct channel *chan)
 {
-	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++)
-		if (ch->holder[ep] == c->id && endpoint_active(ch, ep))
+	for (unsigned ep = 0; ep < chan->g.max_producers + chan->g.max_consumers; ep++)
+		if (chan->holder[ep] == c->id && endpoint_active(chan, ep))
 			return true;
 	return false;
 }
@@ -1095,9 +690,9 @@ uint32_t registry_client_endpoints(const struct reg_client *c)
 	uint32_t n = 0;
 
 	for (unsigned i = 0; i < c->nrefs; i++) {
-		struct channel *ch = c->refs[i];
-		for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++)
-			n += ch->holder[ep] == c->id && endpoint_active(ch, ep);
+		struct channel *chan = c->refs[i];
+		for (unsigned ep = 0; ep < chan->g.max_producers + chan->g.max_consumers; ep++)
+			n += chan->holder[ep] == c->id && endpoint_active(chan, ep);
 	}
 	return n;
 }
@@ -1128,78 +723,78 @@ static int stats_fn(void *base, void *arg)
 	return 0;
 }
 
-/* What LIST and STAT say of @p ch. */
-static void describe(struct channel *ch, struct proto_list_entry *e)
+/* What LIST and STAT say of @p chan. */
+static void describe(struct channel *chan, struct proto_list_entry *e)
 {
 	memset(e, 0, sizeof(*e));
-	snprintf(e->name, sizeof(e->name), "%s", ch->name);
-	e->geo = proto_geometry_from_attr(&ch->attr);
+	snprintf(e->name, sizeof(e->name), "%s", chan->name);
+	e->geo = proto_geometry_from_attr(&chan->attr);
 	/* Counted first: the count may find the segment damaged. */
-	e->producers = count_active(ch, 0, ch->g.max_producers);
-	e->consumers = count_active(ch, ch->g.max_producers, ch->g.max_consumers);
-	e->state = registry_channel_state(ch);
-	e->uid = ch->uid;
-	e->gid = ch->gid;
-	e->mode = ch->mode;
-	e->size = ch->seg.size;
-	e->node = ch->seg.node;
-	e->backend = ch->seg.backend;
-	e->pin_idle = ch->pin_idle;
-	devices_describe(ch, &e->device_regs, &e->device_kinds);
-	struct stats_args sa = {.g = &ch->g, .e = e};
-	if (segment_access(&ch->seg, stats_fn, &sa) != 0)
+	e->producers = count_active(chan, 0, chan->g.max_producers);
+	e->consumers = count_active(chan, chan->g.max_producers, chan->g.max_consumers);
+	e->state = registry_channel_state(chan);
+	e->uid = chan->uid;
+	e->gid = chan->gid;
+	e->mode = chan->mode;
+	e->size = chan->seg.size;
+	e->node = chan->seg.node;
+	e->backend = chan->seg.backend;
+	e->pin_idle = chan->pin_idle;
+	devices_describe(chan, &e->device_regs, &e->device_kinds);
+	struct stats_args sa = {.g = &chan->g, .e = e};
+	if (segment_access(&chan->seg, stats_fn, &sa) != 0)
 		e->messages = e->bytes = e->lost = e->refused = 0; /* damaged: nothing to say */
-	e->state = registry_channel_state(ch);
+	e->state = registry_channel_state(chan);
 }
 
 int registry_stat(struct registry *r, const char *name, struct proto_list_entry *out, char *why, size_t whylen)
 {
-	struct channel *ch = find(r, name);
+	struct channel *chan = find(r, name);
 
-	if (!ch) {
+	if (!chan) {
 		snprintf(why, whylen, "no channel '%s'", name);
 		return -ENOENT;
 	}
-	describe(ch, out);
+	describe(chan, out);
 	return 0;
 }
 
-/* Drop @p c's reference to @p ch (it has one); @p ch may be destroyed. */
-static void drop_ref(struct registry *r, struct reg_client *c, struct channel *ch)
+/* Drop @p c's reference to @p chan (it has one); @p chan may be destroyed. */
+static void drop_ref(struct registry *r, struct reg_client *c, struct channel *chan)
 {
 	for (unsigned i = 0; i < c->nrefs; i++)
-		if (c->refs[i] == ch) {
+		if (c->refs[i] == chan) {
 			c->refs[i] = c->refs[--c->nrefs];
 			break;
 		}
-	devices_drop(c, ch); /* devices: what it reported of it goes with its reference */
-	ch->refs--;
-	registry_collect(r, ch);
+	devices_drop(c, chan); /* devices: what it reported of it goes with its reference */
+	chan->refs--;
+	registry_collect(r, chan);
 }
 
 int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint, char *why,
 		   size_t whylen)
 {
-	struct channel *ch = referenced(c, id);
+	struct channel *chan = registry_referenced(c, id);
 
-	if (!ch) {
+	if (!chan) {
 		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
 		return -ENOENT;
 	}
-	unsigned total = ch->g.max_producers + ch->g.max_consumers;
-	if (endpoint >= total || ch->holder[endpoint] != c->id) {
-		snprintf(why, whylen, "endpoint %u of '%s' is not one this connection opened", endpoint, ch->name);
+	unsigned total = chan->g.max_producers + chan->g.max_consumers;
+	if (endpoint >= total || chan->holder[endpoint] != c->id) {
+		snprintf(why, whylen, "endpoint %u of '%s' is not one this connection opened", endpoint, chan->name);
 		return -EINVAL;
 	}
-	ch->holder[endpoint] = 0;
-	forget_notify(r, ch, endpoint);
-	registry_reap_endpoint(r, ch, endpoint, c->cred.pid);
-	log_debug("channel '%s': endpoint %u closed by pid %d", ch->name, endpoint, (int)c->cred.pid);
+	chan->holder[endpoint] = 0;
+	wake_forget(&r->wake, chan, endpoint);
+	registry_reap_endpoint(r, chan, endpoint, c->cred.pid);
+	log_debug("channel '%s': endpoint %u closed by pid %d", chan->name, endpoint, (int)c->cred.pid);
 	for (unsigned ep = 0; ep < total; ep++)
-		if (ch->holder[ep] == c->id)
+		if (chan->holder[ep] == c->id)
 			return 0; /* it still holds another */
-	if (ch->creator != c->id)
-		drop_ref(r, c, ch);
+	if (chan->creator != c->id)
+		drop_ref(r, c, chan);
 	return 0;
 }
 
@@ -1210,45 +805,34 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
 
 	*next = cursor;
 	*more = false;
-	for (struct channel *ch = r->first; ch; ch = ch->next) {
-		if (!ch->named || ch->id <= cursor)
+	for (struct channel *chan = r->first; chan; chan = chan->next) {
+		if (!chan->named || chan->id <= cursor)
 			continue;
 		if (n == max) {
 			*more = true;
 			break;
 		}
-		describe(ch, &out[n++]);
-		*next = ch->id;
+		describe(chan, &out[n++]);
+		*next = chan->id;
 	}
 	return n;
 }
 
 void registry_client_gone(struct registry *r, struct reg_client *c)
 {
-	watch_client_gone(r, c->id);
-	for (struct channel *ch = r->making, *prev = NULL, *next; ch; ch = next) {
-		next = ch->next;
-		if (ch->creator != c->id) {
-			prev = ch;
-			continue;
-		}
-		log_info("channel '%s': its creator (pid %d) left while it was made: given up", ch->name,
-			 (int)c->cred.pid);
-		making_remove(r, prev, ch);
-		making_drop(r, ch);
-	}
+	making_creator_gone(&r->making, c->id, c->cred.pid, r->acct, &r->dying);
 	devices_client_gone(c); /* devices: its reports go, before its references */
 	for (unsigned i = 0; i < c->nrefs; i++) {
-		struct channel *ch = c->refs[i];
-		for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
-			if (ch->holder[ep] != c->id)
+		struct channel *chan = c->refs[i];
+		for (unsigned ep = 0; ep < chan->g.max_producers + chan->g.max_consumers; ep++) {
+			if (chan->holder[ep] != c->id)
 				continue;
-			ch->holder[ep] = 0;
-			forget_notify(r, ch, ep);
-			registry_reap_endpoint(r, ch, ep, c->cred.pid);
+			chan->holder[ep] = 0;
+			wake_forget(&r->wake, chan, ep);
+			registry_reap_endpoint(r, chan, ep, c->cred.pid);
 		}
-		ch->refs--;
-		registry_collect(r, ch);
+		chan->refs--;
+		registry_collect(r, chan);
 	}
 	registry_client_forget(c);
 }
@@ -1261,31 +845,31 @@ void registry_client_forget(struct reg_client *c)
 	c->nrefs = c->cap = 0;
 }
 
-int registry_insert(struct registry *r, struct channel *ch, char *why, size_t whylen)
+int registry_insert(struct registry *r, struct channel *chan, char *why, size_t whylen)
 {
-	if (ch->named && (find(r, ch->name) || making_named(r, ch->name))) {
-		snprintf(why, whylen, "channel '%s' exists", ch->name);
+	if (chan->named && (find(r, chan->name) || making_named(&r->making, chan->name))) {
+		snprintf(why, whylen, "channel '%s' exists", chan->name);
 		return -EEXIST;
 	}
 	if (r->count >= REGISTRY_MAX_CHANNELS) {
 		snprintf(why, whylen, "the daemon holds %u channels, its most", r->count);
 		return -ENFILE;
 	}
-	link_channel(r, ch);
-	if (ch->pin_idle) { /* working-set pinning, from now on (channel_free() counts it off) */
+	link_channel(r, chan);
+	if (chan->pin_idle) { /* working-set pinning, from now on (channel_free() counts it off) */
 		r->idle_policies++;
-		ch->active_at = clock_now_ms();
+		chan->active_at = clock_now_ms();
 	}
 	return 0;
 }
 
-int registry_ref(struct registry *r, struct reg_client *c, struct channel *ch, char *why, size_t whylen)
+int registry_ref(struct registry *r, struct reg_client *c, struct channel *chan, char *why, size_t whylen)
 {
-	int rc = ref_room(c, ch, why, whylen);
+	int rc = ref_room(c, chan, why, whylen);
 
 	if (rc == 0)
-		take_ref(c, ch);
+		take_ref(c, chan);
 	else
-		registry_collect(r, ch);
+		registry_collect(r, chan);
 	return rc;
 }

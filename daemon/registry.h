@@ -30,7 +30,7 @@
  *   unlocked for want of use, to be locked again.
  * - Working-set pinning: a channel created with a pin_idle of N seconds
  *   whose segment shows no activity for N seconds is unlocked
- *   (segment_unlock()), and locked again when registry_tick() sees it used,
+ *   (segment_unlock()), and locked again when idle_scan() sees it used,
  *   at an OPEN, or at a RELOCK.  Activity: a change of the messages
  *   committed, the queue room given back, or the endpoint changes, all
  *   read from the segment (a client could fake activity, or hide it: that
@@ -49,7 +49,7 @@
  *   not persistent or no longer named.  A daemon that stops
  *   (registry_fini()) punches nothing: its channels live on.
  * - Adopted channels (adopt.h) come with endpoints attached by processes
- *   that no connection of this daemon stands for: registry_adopt_endpoints()
+ *   that no connection of this daemon stands for: watch_judge_endpoints()
  *   judges each one's owner, the pid the segment records for it, each
  *   distinct pid once per adoption.  A pid is taken for gone where no
  *   process has it, where it is the daemon's own, or where the process
@@ -64,7 +64,7 @@
  *   owner's endpoint is reaped at once, as a closed connection's is.  An
  *   owner proven alive (it maps the segment) is watched and its endpoint
  *   reaped when it exits, unless a connection claimed it again before
- *   (adopt_client()); the channel is kept while an endpoint of it is
+ *   (handback()); the channel is kept while an endpoint of it is
  *   watched.  One watch per process for the whole daemon (a pidfd in
  *   watch_epfd, which the event loop polls, REGISTRY_MAX_WATCH_PIDFDS at
  *   most; past them or without pidfds, the process's start time, looked
@@ -97,52 +97,43 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "account.h"
 #include "devices.h"
 #include "dying.h"
 #include "seg.h"
 #include "cred.h"
+#include "making.h"
+#include "nested.h"
+#include "move.h"
 #include "pool.h"
+#include "record.h"
 #include "protocol.h"
 #include "segment.h"
+#include "wake.h"
 
 #define REGISTRY_BUCKETS 1024u      /* name hash table */
 #define REGISTRY_MAX_CHANNELS 4096u /* channels alive at once (named or not) */
 #define REGISTRY_MAX_REFS 1024u     /* channels one connection may reference */
 #define REGISTRY_TICK_MS 250u       /* how often working-set pinning looks at the channels */
-#define REGISTRY_MAX_NOTIFY_FDS 4096u /* consumers' eventfds held at once, all channels */
-#define REGISTRY_MAX_NOTIFY_FDS_USER 1024u /* of them, given by one user (a quarter) */
 #define REGISTRY_MAX_WATCHES 4096u    /* processes watched at once, all channels */
 #define REGISTRY_MAX_WATCH_PIDFDS 256u /* of them, known by a pidfd (the others by their start time) */
 #define REGISTRY_TICK_WATCHES 256u    /* watches known by their start time looked at a tick, in turn */
 #define REGISTRY_MAX_ORPHANS 65536u   /* endpoints watched at once, all channels */
 #define REGISTRY_MAPS_MAX_BYTES (1u << 20) /* of one process's /proc/PID/maps read to judge it */
 #define REGISTRY_MAPS_BUDGET (4u << 20)    /* bytes of maps read for one adoption, all its processes */
-#define REGISTRY_MAPS_SLICE (64u << 10)    /* of them, read a loop turn for hand-backs (registry_judge_step()) */
+#define REGISTRY_MAPS_SLICE (64u << 10)    /* of them, read a loop turn for hand-backs (watch_judge_step()) */
 #define REGISTRY_NESTED_SLICE 64u          /* processes' status read a loop turn by a hand-back's scan of /proc */
 #define REGISTRY_REAP_SLICE (1u << 20)     /* bytes of rings a reap scans a loop turn (registry_step()) */
 #define REGISTRY_TICK_ORPHANS 1024u   /* watched endpoints looked at a tick (claimed or closed since?) */
-#define REGISTRY_NESTED_MAX 65536u    /* processes of nested PID namespaces one scan of /proc keeps */
-#define REGISTRY_NESTED_SCAN_MS 1000u /* a scan of /proc is reused for so long, and 50 times its own time */
-
-/* A channel's pages on their way to its first consumer's node, a slice a
- * turn (registry_step()). */
-struct channel_move {
-	int node;              /* where to */
-	pid_t pid;             /* that consumer, for the log */
-	size_t done;           /* bytes moved from the start */
-	bool partial;          /* some pages stayed where they are (mbind's EIO) */
-	char why[160];         /* why not all, or why stopped */
-	struct channel *next;  /* in registry.moving */
-};
 
 struct channel {
 	uint64_t id;                    /* creation order, from 1: the LIST cursor */
 	char name[PINSHM_NAME_MAX + 1];
 	bool named;                     /* false once unlinked */
 	bool persistent;
-	bool stored;                    /* its record is in the descriptor store (adopt.h) */
+	bool stored;                    /* its record is in the descriptor store (adopt.h, record.h) */
 	uid_t uid;
 	gid_t gid;
 	unsigned mode;
@@ -161,7 +152,8 @@ struct channel {
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
 	bool from_pool;                 /* its segment came ready from the pool */
-	size_t made;                    /* half-made (registry_create()): bytes of it locked so far */
+	size_t made;                    /* half-made (registry_create()), or pinning: bytes of it locked so far */
+	bool pinning;                   /* handed back, its segment being locked (watch_pin_end()) */
 	struct channel_move *move;      /* its pages moving to its consumer's node, NULL: not */
 	uint32_t device_regs[DEVICES_KINDS]; /* device registrations its clients reported, by kind (devices.h) */
 	struct channel *hash_next;      /* in its bucket, while named */
@@ -186,25 +178,11 @@ struct reg_watch {
 	unsigned users;            /* reg_orphans watched through it */
 };
 
-/* The processes of nested PID namespaces (their NSpid lines), found by one
- * scan of /proc and reused by the adoptions that follow it for a while:
- * a client may record any pid of any of them for an endpoint. */
-struct nested_procs {
-	uint64_t fresh_until;    /* ms: reused until then (0: never scanned) */
-	uint64_t started;        /* ms: when the scan under way, or the last, began */
-	DIR *dir;                /* /proc, while a scan is under way (a slice a turn), else NULL */
-	bool truncated;          /* stopped (a status unread, REGISTRY_NESTED_MAX kept): others unknown */
-	unsigned n, cap;
-	struct nested_proc {
-		uint32_t inner;  /* its pid in its own namespace */
-		pid_t here;      /* in the daemon's */
-	} *p;
-};
 
 /* An endpoint of an adopted channel that no connection holds, attached by
  * a process that lived when the channel was adopted: watched until it exits. */
 struct reg_orphan {
-	struct channel *ch;  /* kept (ch->watched) */
+	struct channel *chan;  /* kept (chan->watched) */
 	unsigned endpoint;
 	uint32_t pid;        /* as the segment recorded it */
 	uint32_t generation; /* the endpoint's, then: another attach changes it */
@@ -219,14 +197,8 @@ struct registry {
 	struct account *acct; /* charged for every channel (not owned) */
 	struct pool *pool;    /* ready segments (not owned), NULL: none */
 	unsigned idle_policies; /* live channels with a pin_idle */
-	unsigned notify_fds;    /* eventfds held for consumers, all channels (REGISTRY_MAX_NOTIFY_FDS) */
-	struct reg_notify_user {
-		uid_t uid;
-		unsigned n;     /* eventfds counted on it, > 0 (REGISTRY_MAX_NOTIFY_FDS_USER) */
-	} notify_users[REGISTRY_MAX_NOTIFY_FDS]; /* each user holding any, in no order */
-	unsigned nnotify_users;
-	uint64_t next_tick;     /* when registry_tick() looks again (ms) */
-	struct reg_orphan *orphans; /* watched endpoints (registry_adopt_endpoints()) */
+	struct wakeups wake;    /* the consumers' wake-up sockets held, counted (wake.h) */
+	struct reg_orphan *orphans; /* watched endpoints (watch_judge_endpoints()) */
 	unsigned norphans, orphans_cap;
 	unsigned orphan_cursor;     /* the next orphan the tick looks at */
 	struct reg_watch *watches;  /* REGISTRY_MAX_WATCHES slots (allocated at the first watch) */
@@ -235,20 +207,13 @@ struct registry {
 	unsigned watch_cursor;      /* the next slot the tick looks at */
 	int watch_epfd;             /* an epoll set of the watches' pidfds (-1: none, all ticked) */
 	struct nested_procs nested; /* the last scan of /proc for nested PID namespaces */
-	struct channel *making, *making_last; /* half-made channels, in the order of their next slice */
-	unsigned nmaking;
+	struct making making;       /* half-made channels (making.h) */
 	struct dying *dying;        /* segments of destroyed channels, unmapped and punched in slices */
-	struct channel *moving;     /* channels whose pages move to their consumer's node (ch->move) */
+	struct channel *moving;     /* channels whose pages move to their consumer's node (move.h) */
 	struct reg_judging *judging; /* hand-backs whose endpoints' processes are read, in turn */
 	struct reg_reaping *reaping; /* reaps of shared queues' consumers under way, in turn */
 };
 
-/* The reply a hand-back waits for while its endpoints are judged. */
-struct reg_judged {
-	uint64_t client; /* the connection's id */
-	uint64_t id;     /* the channel's number */
-	uint32_t flags;  /* PROTO_ADOPT_* */
-};
 
 /** An empty registry that charges its channels to @p acct. */
 void registry_init(struct registry *r, struct account *acct);
@@ -285,13 +250,13 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 		    size_t whylen);
 
 /**
- * Finish @p ch for its creator @p c, once registry_step() handed it back
+ * Finish @p chan for its creator @p c, once registry_step() handed it back
  * (locked, or unpinned where locking failed: then so charged, and a
  * warning in @p why): format it, name it, list it, reference it from
  * @p c; @p out set to it.  @return 0, or -EINVAL/-ENOSPC (not formatted:
  * given up).
  */
-int registry_create_end(struct registry *r, struct reg_client *c, struct channel *ch, struct channel **out,
+int registry_create_end(struct registry *r, struct reg_client *c, struct channel *chan, struct channel **out,
 			char *why, size_t whylen);
 
 /**
@@ -305,10 +270,10 @@ int registry_create_end(struct registry *r, struct reg_client *c, struct channel
  */
 bool registry_step(struct registry *r, struct channel **made);
 
-/** Give up @p ch, half-made, handed back by registry_step(). */
-void registry_create_abandon(struct registry *r, struct channel *ch);
+/** Give up @p chan, half-made, handed back by registry_step(). */
+void registry_create_abandon(struct registry *r, struct channel *chan);
 
-/** Whether registry_step() or registry_judge_step() has work: dying
+/** Whether registry_step() or watch_judge_step() has work: dying
  * segments, moves, half-made channels, reaps, judgings. */
 bool registry_busy(const struct registry *r);
 
@@ -352,20 +317,33 @@ int registry_notify(struct registry *r, struct reg_client *c, uint64_t id, uint3
 		    size_t whylen);
 
 /**
- * Keep *@p fd, the eventfd of consumer endpoint @p endpoint of @p ch, as
+ * Keep *@p fd, the eventfd of consumer endpoint @p endpoint of @p chan, as
  * the descriptor store held it (adopt.h): as registry_notify(), with no
  * connection holding the endpoint yet.  @return 0 (*@p fd taken), or
  * -EINVAL (not a consumer endpoint, or not an eventfd), -ENOMEM, -ENFILE.
  */
-int registry_keep_notify(struct registry *r, struct channel *ch, unsigned endpoint, int *fd, char *why,
+int registry_keep_notify(struct registry *r, struct channel *chan, unsigned endpoint, int *fd, char *why,
 			 size_t whylen);
 
-/** Close the eventfd kept for endpoint @p endpoint of @p ch, if any, and
+/** Close the eventfd kept for endpoint @p endpoint of @p chan, if any, and
  *  take it out of the descriptor store. */
-void registry_forget_notify(struct registry *r, struct channel *ch, unsigned endpoint);
+void registry_forget_notify(struct registry *r, struct channel *chan, unsigned endpoint);
+
+/** The channel numbered @p id among those @p c references, or NULL. */
+struct channel *registry_referenced(struct reg_client *c, uint64_t id);
 
 /** The named channel @p name, or NULL. */
 struct channel *registry_find(struct registry *r, const char *name);
+
+/** The channel whose segment is the file @p st (device and inode), or NULL. */
+struct channel *registry_find_segment(struct registry *r, const struct stat *st);
+
+/** The descriptor store's record of @p chan (record.h). */
+void registry_record(const struct channel *chan, struct record *rec);
+
+/** Put @p chan in the descriptor store, in service mode (chan->stored says
+ *  whether it is there now). */
+void registry_store(struct channel *chan);
 
 /**
  * A new descriptor (the caller's) of the wake-up socket of consumer
@@ -383,18 +361,6 @@ int registry_peer(struct registry *r, struct reg_client *c, uint64_t id, uint32_
  * the reply first (then it wakes the consumer itself): so the reply first.
  */
 void registry_peer_replied(struct registry *r, struct reg_client *c, uint64_t id, uint32_t endpoint);
-
-/**
- * From the event loop, every REGISTRY_TICK_MS: working-set pinning (look
- * at the channels with a pin_idle, unlock those idle for that long and
- * lock again those used since), the watched processes without a pidfd
- * (reap the endpoints of those that exited, as registry_watch_events()),
- * and REGISTRY_TICK_ORPHANS watched endpoints in turn (forget those a
- * connection claimed, closed or attached again since).  @p now:
- * CLOCK_MONOTONIC ms.  @return ms until it wants to run again, or -1 (no
- * channel has a pin_idle, no endpoint is watched).
- */
-int registry_tick(struct registry *r, uint64_t now);
 
 /**
  * From the event loop, when r->watch_epfd is readable: reap the watched
@@ -418,14 +384,14 @@ unsigned registry_list(struct registry *r, uint64_t cursor, struct proto_list_en
  *  those whose segment is locked in RAM, @p unpinned the others. */
 void registry_count(const struct registry *r, uint32_t *pinned, uint32_t *unpinned);
 
-/** Whether @p c holds an attached endpoint of @p ch (a handle it opened). */
-bool registry_client_holds(const struct reg_client *c, struct channel *ch);
+/** Whether @p c holds an attached endpoint of @p chan (a handle it opened). */
+bool registry_client_holds(const struct reg_client *c, struct channel *chan);
 /** @return the endpoints claimed for @p c that their segments still mark
  *  attached (closed ones no longer count). */
 uint32_t registry_client_endpoints(const struct reg_client *c);
 
-/** @return the PINSHM_LIST_* state bits of @p ch. */
-uint32_t registry_channel_state(const struct channel *ch);
+/** @return the PINSHM_LIST_* state bits of @p chan. */
+uint32_t registry_channel_state(const struct channel *chan);
 
 /** Connection @p c closed: reap its endpoints, drop its references. */
 void registry_client_gone(struct registry *r, struct reg_client *c);
@@ -434,48 +400,30 @@ void registry_client_gone(struct registry *r, struct reg_client *c);
 void registry_client_forget(struct reg_client *c);
 
 /**
- * List @p ch, made outside registry_create() (adopt.h: its segment, record
- * and charge complete, no reference), and name it if ch->named.
+ * List @p chan, made outside registry_create() (adopt.h: its segment, record
+ * and charge complete, no reference), and name it if chan->named.
  * @return 0, -EEXIST (the name is taken), -ENFILE (too many channels).
  */
-int registry_insert(struct registry *r, struct channel *ch, char *why, size_t whylen);
+int registry_insert(struct registry *r, struct channel *chan, char *why, size_t whylen);
 
-/**
- * Judge the endpoints of @p ch, just adopted, that are attached and held by
- * no connection (the rules above): reap those whose process is gone, watch
- * the others until it exits where it can.  Logged.
- */
-void registry_adopt_endpoints(struct registry *r, struct channel *ch);
 
-/** Whether endpoint @p ep of @p ch is being reaped (in slices): attached
+/** Destroy @p chan if nothing keeps it any more. */
+void registry_collect(struct registry *r, struct channel *chan);
+
+/** Reap endpoint @p ep of @p chan, whose process @p pid is gone (in slices,
+ *  registry_step()). */
+void registry_reap_endpoint(struct registry *r, struct channel *chan, unsigned ep, pid_t pid);
+
+/** Whether endpoint @p ep of @p chan is being reaped (in slices): attached
  *  still, but for no one to claim. */
-bool registry_reaping(const struct registry *r, const struct channel *ch, unsigned ep);
+bool registry_reaping(const struct registry *r, const struct channel *chan, unsigned ep);
+
+
 
 /**
- * registry_adopt_endpoints() of @p ch, handed back by a client, in slices:
- * the maps of the processes its endpoints name (and of the processes of
- * nested PID namespaces that have those pids there) are read
- * REGISTRY_MAPS_SLICE bytes a loop turn, in turn with the other
- * hand-backs, within the same budgets; then the endpoints are judged from
- * what was read (a process not read then, or exited since, is not
- * taken for the one read).  The client (@p reply->client) makes no other
- * request meanwhile and references @p ch; if it goes
- * (registry_client_gone()), the judging is given up.
- * @return 0, or -ENOMEM (judge at once instead).
+ * Reference @p chan from @p c (once).  @return 0, or -EMFILE / -ENOMEM, and
+ * then @p chan is destroyed if nothing else keeps it.
  */
-int registry_judge_start(struct registry *r, struct channel *ch, const struct reg_judged *reply);
-
-/**
- * A slice of the oldest judging (registry_judge_start()), once a loop turn
- * while registry_busy().  @return true where it ended: its endpoints are
- * judged, and @p done is the reply to send.
- */
-bool registry_judge_step(struct registry *r, struct reg_judged *done);
-
-/**
- * Reference @p ch from @p c (once).  @return 0, or -EMFILE / -ENOMEM, and
- * then @p ch is destroyed if nothing else keeps it.
- */
-int registry_ref(struct registry *r, struct reg_client *c, struct channel *ch, char *why, size_t whylen);
+int registry_ref(struct registry *r, struct reg_client *c, struct channel *chan, char *why, size_t whylen);
 
 #endif /* PINSHMD_REGISTRY_H */

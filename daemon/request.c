@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "adopt.h"
+#include "handback.h"
 #include "log.h"
 #include "names.h"
 #include "numa.h"
@@ -87,12 +87,12 @@ static int choose_backend(enum config_backend dflt, uint32_t flags, uint32_t mod
 	return 0;
 }
 
-static void create_reply(const struct channel *ch, struct proto_msg *rep)
+static void create_reply(const struct channel *chan, struct proto_msg *rep)
 {
-	rep->u.create_reply.size = ch->seg.size;
-	rep->u.create_reply.state = registry_channel_state(ch);
-	rep->u.create_reply.backend = ch->seg.backend;
-	rep->u.create_reply.id = ch->id;
+	rep->u.create_reply.size = chan->seg.size;
+	rep->u.create_reply.state = registry_channel_state(chan);
+	rep->u.create_reply.backend = chan->seg.backend;
+	rep->u.create_reply.id = chan->id;
 }
 
 /* The node of a CREATE: the request's, or that of the PCI device it names. */
@@ -114,7 +114,7 @@ static int create_node(const struct proto_msg *req, const struct reg_client *c, 
 static int serve_create(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
 			struct proto_msg *rep)
 {
-	struct channel *ch;
+	struct channel *chan;
 	int rc = check_name(rep, req->u.create.name);
 
 	if (rc != 0)
@@ -143,27 +143,27 @@ static int serve_create(struct request_ctx *ctx, struct reg_client *c, const str
 		return rc;
 	pinshm_channel_attr_t attr = proto_geometry_to_attr(&req->u.create.geo);
 	rc = registry_create(ctx->reg, c, req->u.create.name, &attr, req->u.create.mode,
-			     req->u.create.flags & PINSHM_PERSISTENT, &o, &ch, rep->text, sizeof(rep->text));
+			     req->u.create.flags & PINSHM_PERSISTENT, &o, &chan, rep->text, sizeof(rep->text));
 	if (rc == 0)
-		create_reply(ch, rep);
+		create_reply(chan, rep);
 	return rc;
 }
 
 /* The channel @p name, if there is one, belongs to @p owner (PROTO_OWNER_ANY: anyone). */
 static int check_owner(struct registry *reg, const char *name, uint32_t owner, struct proto_msg *rep)
 {
-	const struct channel *ch = registry_find(reg, name);
+	const struct channel *chan = registry_find(reg, name);
 
-	if (!ch || owner == PROTO_OWNER_ANY || ch->uid == (uid_t)owner)
+	if (!chan || owner == PROTO_OWNER_ANY || chan->uid == (uid_t)owner)
 		return 0;
 	return fail(rep, -EPERM, "channel '%s' belongs to uid %lu, not to uid %lu as the opener expects", name,
-		    (unsigned long)ch->uid, (unsigned long)owner);
+		    (unsigned long)chan->uid, (unsigned long)owner);
 }
 
 static int serve_open(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
 		      struct proto_msg *rep, int *fd)
 {
-	struct channel *ch;
+	struct channel *chan;
 	unsigned endpoint;
 	uint32_t role = req->u.open.role;
 	int rc = check_name(rep, req->u.open.name);
@@ -175,15 +175,15 @@ static int serve_open(struct request_ctx *ctx, struct reg_client *c, const struc
 	rc = check_owner(ctx->reg, req->u.open.name, req->u.open.owner, rep);
 	if (rc != 0)
 		return rc;
-	rc = registry_open(ctx->reg, c, req->u.open.name, (pinshm_role_t)role, req->u.open.node, &ch, &endpoint,
+	rc = registry_open(ctx->reg, c, req->u.open.name, (pinshm_role_t)role, req->u.open.node, &chan, &endpoint,
 			   rep->text, sizeof(rep->text));
 	if (rc != 0)
 		return rc;
 	rep->u.open_reply.endpoint = endpoint;
-	rep->u.open_reply.geo = proto_geometry_from_attr(&ch->attr);
-	rep->u.open_reply.size = ch->g.size; /* the geometry's; the segment may be larger */
-	rep->u.open_reply.id = ch->id;
-	*fd = ch->seg.fd;
+	rep->u.open_reply.geo = proto_geometry_from_attr(&chan->attr);
+	rep->u.open_reply.size = chan->g.size; /* the geometry's; the segment may be larger */
+	rep->u.open_reply.id = chan->id;
+	*fd = chan->seg.fd;
 	return 0;
 }
 
@@ -218,7 +218,7 @@ static int serve_stat(struct request_ctx *ctx, const struct proto_msg *req, stru
 	return registry_stat(ctx->reg, req->u.stat.name, &rep->u.stat_reply.entry, rep->text, sizeof(rep->text));
 }
 
-static int serve_adopt(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
+static int serve_handback(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
 		       struct proto_msg *rep)
 {
 	int rc = check_name(rep, req->u.adopt.name);
@@ -227,11 +227,11 @@ static int serve_adopt(struct request_ctx *ctx, struct reg_client *c, const stru
 		return rc;
 	if (ctx->in_fd < 0)
 		return fail(rep, -EINVAL, "ADOPT comes with the channel's descriptor");
-	struct adopt_request q = {.name = req->u.adopt.name,
+	struct handback_request q = {.name = req->u.adopt.name,
 				  .attr = proto_geometry_to_attr(&req->u.adopt.geo),
 				  .role = req->u.adopt.role,
 				  .endpoint = req->u.adopt.endpoint};
-	return adopt_client(ctx->reg, c, &q, &ctx->in_fd, &rep->u.adopt_reply.id, &rep->u.adopt_reply.flags,
+	return handback(ctx->reg, c, &q, &ctx->in_fd, &rep->u.adopt_reply.id, &rep->u.adopt_reply.flags,
 			    rep->text, sizeof(rep->text));
 }
 
@@ -361,6 +361,18 @@ static void undecoded(const struct reg_client *c, const struct proto_msg *req, s
 	finish(rep, out);
 }
 
+/* DEVICE: a registration reported for a channel @p c references (devices.h). */
+static int serve_device(struct reg_client *c, const struct proto_msg *req, struct proto_msg *rep)
+{
+	struct channel *chan = registry_referenced(c, req->u.device.id);
+
+	if (!chan)
+		return fail(rep, -ENOENT, "this connection holds no channel number %llu",
+			    (unsigned long long)req->u.device.id);
+	return devices_report(c, chan, registry_client_holds(c, chan), req->u.device.kind, req->u.device.delta,
+			      rep->text, sizeof(rep->text));
+}
+
 /* A consumer's wake-up socket for a producer; the daemon wakes that
  * consumer once the reply is sent (request_replied()). */
 static int serve_peer(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
@@ -440,9 +452,9 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		rc = serve_relock(ctx, c, req, rep);
 		break;
 	case PROTO_ADOPT:
-		rc = serve_adopt(ctx, c, req, rep);
+		rc = serve_handback(ctx, c, req, rep);
 		if (rc == -EINPROGRESS) {
-			out->deferred = true; /* request_adopted() replies */
+			out->deferred = true; /* request_handed_back() replies */
 			out->seq = req->h.seq;
 			return;
 		}
@@ -455,8 +467,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		rc = serve_peer(ctx, c, req, rep, out);
 		break;
 	case PROTO_DEVICE:
-		rc = devices_report(ctx->reg, c, req->u.device.id, req->u.device.kind, req->u.device.delta, rep->text,
-				    sizeof(rep->text));
+		rc = serve_device(c, req, rep);
 		break;
 	default: /* proto_decode() let through requests only */
 		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);
@@ -473,7 +484,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 	finish(rep, out);
 }
 
-void request_created(struct request_ctx *ctx, struct reg_client *c, struct channel *ch, uint32_t seq,
+void request_created(struct request_ctx *ctx, struct reg_client *c, struct channel *chan, uint32_t seq,
 		     struct reply *out)
 {
 	struct proto_msg *rep = &ctx->rep;
@@ -482,15 +493,15 @@ void request_created(struct request_ctx *ctx, struct reg_client *c, struct chann
 	memset(rep, 0, offsetof(struct proto_msg, u));
 	rep->h.type = PROTO_CREATE | PROTO_REPLY;
 	rep->h.seq = seq;
-	rep->status = registry_create_end(ctx->reg, c, ch, &ch, rep->text, sizeof(rep->text));
+	rep->status = registry_create_end(ctx->reg, c, chan, &chan, rep->text, sizeof(rep->text));
 	if (rep->status == 0)
-		create_reply(ch, rep);
+		create_reply(chan, rep);
 	else
 		log_debug("pid %d uid %u: CREATE: %s", (int)c->cred.pid, (unsigned)c->cred.uid, rep->text);
 	finish(rep, out);
 }
 
-void request_adopted(struct request_ctx *ctx, const struct reg_judged *done, uint32_t seq, struct reply *out)
+void request_handed_back(struct request_ctx *ctx, const struct reg_judged *done, uint32_t seq, struct reply *out)
 {
 	struct proto_msg *rep = &ctx->rep;
 

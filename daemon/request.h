@@ -29,6 +29,7 @@
 
 #include "protocol.h"
 #include "registry.h"
+#include "watch.h"
 
 /**
  * The connections, for CLIENTS (set by the event loop): fill @p out with up
@@ -65,7 +66,7 @@ struct reply {
 	bool close_after; /* close the connection once it is sent */
 	bool deferred;    /* nothing to send yet: a CREATE in progress (registry_create()), whose
 			   * reply request_created() builds, or an ADOPT being judged
-			   * (request_adopted()); the connection is not read until then */
+			   * (request_handed_back()); the connection is not read until then */
 	uint32_t seq;     /* with deferred: the request's */
 	bool peer_wake;   /* a PEER reply: registry_peer_replied() once it is sent */
 	uint64_t peer_id;
@@ -85,15 +86,15 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 
 /**
  * The reply to a deferred CREATE (seq @p seq) of client @p c, once
- * registry_step() handed back its half-made channel @p ch:
+ * registry_step() handed back its half-made channel @p chan:
  * registry_create_end(), and its CREATE reply or error into @p out.
  */
-void request_created(struct request_ctx *ctx, struct reg_client *c, struct channel *ch, uint32_t seq,
+void request_created(struct request_ctx *ctx, struct reg_client *c, struct channel *chan, uint32_t seq,
 		     struct reply *out);
 
 /** The reply to a deferred ADOPT (seq @p seq) whose endpoints are judged
- *  (registry_judge_step()'s @p done). */
-void request_adopted(struct request_ctx *ctx, const struct reg_judged *done, uint32_t seq, struct reply *out);
+ *  (watch_judge_step()'s @p done). */
+void request_handed_back(struct request_ctx *ctx, const struct reg_judged *done, uint32_t seq, struct reply *out);
 
 /** What reply @p out asks for once it is sent (or held for room in the
  *  socket) to client @p c. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "layout.h"
+#include "seg.h"
 #include "log.h"
 #include "numa.h"
 #include "segment.h"
@@ -439,4 +440,75 @@ void segment_destroy(struct segment *s)
 	size_t done = 0;
 
 	segment_destroy_step(s, &done, SIZE_MAX);
+}
+
+/* segment_access(): the header matches the record's geometry. */
+static int header_matches(void *base, void *arg)
+{
+	const struct seg_geometry *want = arg;
+	struct seg_geometry g;
+	int rc = seg_geometry_read(base, want->size, &g);
+
+	if (rc != 0)
+		return rc;
+	return memcmp(&g, want, sizeof(g)) == 0 ? 0 : -EBADMSG;
+}
+
+int segment_attach(int fd, const struct seg_geometry *g, int node, struct segment *s, char *why, size_t len)
+{
+	struct stat st;
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	*s = (struct segment){.fd = fd, .node = node, .at_consumer = node == PINSHM_NODE_CONSUMER};
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		snprintf(why, len, "not a shared memory file");
+		return -EINVAL;
+	}
+	if ((uint64_t)st.st_size < g->size || (uint64_t)st.st_size > SIZE_MAX) {
+		snprintf(why, len, "a file of %lld bytes for a geometry of %zu", (long long)st.st_size, g->size);
+		return -EINVAL;
+	}
+	s->size = (size_t)st.st_size;
+	s->sealed = seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW);
+	s->backend = s->sealed ? PINSHM_BACKEND_MEMFD : PINSHM_BACKEND_SHM;
+	s->hugepages = st.st_blksize >= (1 << 21); /* hugetlbfs: its page size */
+	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (s->base == MAP_FAILED) {
+		s->base = NULL;
+		snprintf(why, len, "mmap: %s", strerror(errno));
+		return -EINVAL;
+	}
+	int rc = segment_access(s, header_matches, (void *)g);
+	if (rc != 0) {
+		snprintf(why, len, "its header does not match the daemon's record (%s)", pinshm_strerror(rc));
+		munmap(s->base, s->size);
+		s->base = NULL;
+		return rc;
+	}
+	return 0;
+}
+
+/* segment_access(): clear the header's `unlocked`, the note that a
+ * previous daemon may have left there (working-set pinning).  Relaxed, as
+ * the daemon's other writes of it: a hint to clients, never trusted. */
+static int clear_unlocked(void *base, void *arg)
+{
+	struct seg_header *h = base;
+
+	(void)arg;
+	atomic_store_explicit(&h->unlocked, 0, memory_order_relaxed);
+	return 0;
+}
+
+int segment_attach_pin(struct segment *s, size_t *locked, size_t max)
+{
+	if (*locked == 0)
+		segment_access(s, clear_unlocked, NULL);
+	return segment_lock_step(s, locked, max);
+}
+
+void segment_lock_abandon(struct segment *s, const char *why)
+{
+	unlock_range(s->base, s->size);
+	snprintf(s->pin_error, sizeof(s->pin_error), "%s", why);
 }

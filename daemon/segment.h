@@ -39,6 +39,8 @@
 
 #include "pinshm.h"
 
+struct seg_geometry;
+
 struct segment {
 	int fd;        /* the memfd or shm object, close-on-exec; handed to clients */
 	void *base;    /* the daemon's mapping */
@@ -179,5 +181,28 @@ size_t segment_slice_bytes(const struct segment *s);
  * @return 1: more to do; 0: destroyed (as segment_destroy()).
  */
 int segment_destroy_step(struct segment *s, size_t *done, size_t max);
+
+/**
+ * Map the segment @p fd that the daemon did not make (a record of the
+ * descriptor store, a client's hand-back) into @p s, of geometry @p g,
+ * placed on @p node: a regular file at least g->size bytes large whose
+ * header matches @p g.  Not locked (segment_attach_pin()).  @return 0 (s->fd is
+ * @p fd), or -EINVAL, -EPROTO/-EBADMSG (its header) with @p why.
+ */
+int segment_attach(int fd, const struct seg_geometry *g, int node, struct segment *s, char *why, size_t len);
+
+/**
+ * Lock @p s, attached, in RAM, as segment_alloc() would have: the next
+ * @p max bytes from *@p locked on, as segment_lock_step() (SIZE_MAX: all
+ * at once).  Whatever a previous daemon did, it is locked again (or not
+ * pinned at all, pin_error set), never left unlocked for want of use: the
+ * header's `unlocked` is cleared with the first slice.
+ * @return as segment_lock_step().
+ */
+int segment_attach_pin(struct segment *s, size_t *locked, size_t max);
+
+/** Give up locking @p s in slices: what was locked is unlocked, and it
+ *  stays unpinned for @p why (pin_error). */
+void segment_lock_abandon(struct segment *s, const char *why);
 
 #endif /* PINSHMD_SEGMENT_H */

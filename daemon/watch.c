@@ -46,11 +46,11 @@ static int view_fn(void *base, void *arg)
 	return 0;
 }
 
-/* Endpoint @p ep of @p ch as its segment says.  @return 0, or -EBADMSG (damaged). */
-static int view_endpoint(struct channel *ch, unsigned ep, struct endpoint_view *v)
+/* Endpoint @p ep of @p chan as its segment says.  @return 0, or -EBADMSG (damaged). */
+static int view_endpoint(struct channel *chan, unsigned ep, struct endpoint_view *v)
 {
-	*v = (struct endpoint_view){.g = &ch->g, .endpoint = ep};
-	return segment_access(&ch->seg, view_fn, v);
+	*v = (struct endpoint_view){.g = &chan->g, .endpoint = ep};
+	return segment_access(&chan->seg, view_fn, v);
 }
 
 /* What a look at a process's maps says of the segment. */
@@ -62,7 +62,7 @@ enum maps_answer {
 };
 
 /* A process whose maps a hand-back's judging read ahead, in slices
- * (registry_judge_step()), for registry_adopt_endpoints() to take from there. */
+ * (watch_judge_step()), for watch_judge_endpoints() to take from there. */
 struct judged_proc {
 	pid_t pid;                /* the daemon's */
 	bool recorded;            /* a pid of an endpoint (else a nested namespace's process that has it there) */
@@ -71,11 +71,11 @@ struct judged_proc {
 };
 
 /* A hand-back's judging under way: the maps of the processes its endpoints
- * name are read REGISTRY_MAPS_SLICE bytes a loop turn (registry_judge_step()),
- * then registry_adopt_endpoints() judges from what was read. */
+ * name are read REGISTRY_MAPS_SLICE bytes a loop turn (watch_judge_step()),
+ * then watch_judge_endpoints() judges from what was read. */
 struct reg_judging {
 	struct reg_judging *next;
-	struct channel *ch;       /* referenced by the client, which waits: kept */
+	struct channel *chan;       /* referenced by the client, which waits: kept */
 	struct reg_judged done;   /* the client and its reply */
 	struct stat st;           /* the segment's file */
 	unsigned budget;          /* bytes of maps left to read (REGISTRY_MAPS_BUDGET) */
@@ -223,95 +223,6 @@ static enum maps_answer process_maps(pid_t pid, const struct stat *st, unsigned 
 	if (maps != MAPS_YES)
 		handle_close(h);
 	return maps;
-}
-
-/* The pid that process @p pid has in its own PID namespace, where that is
- * not the daemon's (its NSpid line has more than one), else 0, in
- * *@p inner.  @return false where its status could not be read though
- * the process may live (not ENOENT or ESRCH: it is gone). */
-static bool nested_pid(pid_t pid, uint32_t *inner)
-{
-	char path[64], line[512];
-
-	*inner = 0;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return errno == ENOENT || errno == ESRCH;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, "NSpid:", 6) != 0)
-			continue;
-		unsigned n = 0;
-		char *p = line + 6, *end;
-		for (unsigned long v; (v = strtoul(p, &end, 10)), end != p; p = end, n++)
-			*inner = v <= UINT32_MAX ? (uint32_t)v : 0;
-		if (n < 2)
-			*inner = 0;
-		break;
-	}
-	fclose(f);
-	return true;
-}
-
-/* Keep process @p here, pid @p inner in its own namespace, in @p np.
- * @return false past REGISTRY_NESTED_MAX, or short of memory. */
-static bool nested_add(struct nested_procs *np, uint32_t inner, pid_t here)
-{
-	if (np->n == np->cap) {
-		unsigned cap = np->cap ? np->cap * 2 : 16;
-		struct nested_proc *p = cap <= REGISTRY_NESTED_MAX ? realloc(np->p, cap * sizeof(*p)) : NULL;
-		if (!p)
-			return false;
-		np->p = p;
-		np->cap = cap;
-	}
-	np->p[np->n++] = (struct nested_proc){.inner = inner, .here = here};
-	return true;
-}
-
-/* The processes of nested PID namespaces, in @p np: /proc scanned again
- * once the last scan is no longer fresh, the status of at most @p max
- * processes read by this call (a scan may take several, np->dir open
- * meanwhile).  A process started since the scan is missed there (an
- * owner that started so late is taken for gone).  A scan stops,
- * truncated, where it cannot read on (/proc, a process's status) or keep
- * more: a pid looked for in it is then not judged.  @return whether the
- * scan is complete (fresh). */
-static bool nested_scan_step(struct nested_procs *np, unsigned max)
-{
-	if (!np->dir) {
-		np->started = clock_now_ms();
-		if (np->started < np->fresh_until)
-			return true;
-		np->n = 0;
-		np->dir = opendir("/proc");
-		np->truncated = np->dir == NULL;
-	}
-	for (unsigned k = 0; np->dir && !np->truncated;) {
-		if (k == max)
-			return false;
-		errno = 0;
-		struct dirent *e = readdir(np->dir);
-		if (!e) {
-			np->truncated = errno != 0;
-			break;
-		}
-		char *end;
-		long here = strtol(e->d_name, &end, 10);
-		uint32_t inner;
-		if (*end != '\0' || here <= 0 || here > INT_MAX)
-			continue;
-		k++;
-		np->truncated = !nested_pid((pid_t)here, &inner) || (inner && !nested_add(np, inner, (pid_t)here));
-	}
-	if (np->dir)
-		closedir(np->dir);
-	np->dir = NULL;
-	uint64_t now = clock_now_ms(), took = now - np->started;
-	np->fresh_until = now + (took * 50 > REGISTRY_NESTED_SCAN_MS ? took * 50 : REGISTRY_NESTED_SCAN_MS);
-	log_debug("scanned /proc for processes of nested PID namespaces: %u found%s, in %llu ms", np->n,
-		  np->truncated ? " (stopped there: a status unread, or the most kept)" : "", (unsigned long long)took);
-	return true;
 }
 
 /* nested_scan_step() to its end; not while a hand-back is judged from what
@@ -517,9 +428,9 @@ static const struct judged *judge_pid(struct registry *r, struct judge *j, uint3
 	return e;
 }
 
-/* Watch endpoint @p v of @p ch through watch @p w.  @return 0, or -1 with
+/* Watch endpoint @p v of @p chan through watch @p w.  @return 0, or -1 with
  * @p why (REGISTRY_MAX_ORPHANS, or memory). */
-static int watch_orphan(struct registry *r, struct channel *ch, const struct endpoint_view *v, unsigned w,
+static int watch_orphan(struct registry *r, struct channel *chan, const struct endpoint_view *v, unsigned w,
 			const char **why)
 {
 	*why = "the daemon watches REGISTRY_MAX_ORPHANS endpoints already";
@@ -535,10 +446,10 @@ static int watch_orphan(struct registry *r, struct channel *ch, const struct end
 		r->orphans_cap = cap;
 	}
 	r->orphans[r->norphans++] = (struct reg_orphan){
-		.ch = ch, .endpoint = v->endpoint, .pid = v->pid, .generation = v->generation, .watch = w};
+		.chan = chan, .endpoint = v->endpoint, .pid = v->pid, .generation = v->generation, .watch = w};
 	r->watches[w].users++;
-	if (ch->watched++ == 0)
-		ch->refs++; /* kept while watched */
+	if (chan->watched++ == 0)
+		chan->refs++; /* kept while watched */
 	return 0;
 }
 
@@ -546,62 +457,62 @@ static int watch_orphan(struct registry *r, struct channel *ch, const struct end
  * channel may be destroyed. */
 static void drop_orphan(struct registry *r, unsigned i)
 {
-	struct channel *ch = r->orphans[i].ch;
+	struct channel *chan = r->orphans[i].chan;
 	unsigned w = r->orphans[i].watch;
 
 	if (--r->watches[w].users == 0)
 		unwatch(r, w);
 	r->orphans[i] = r->orphans[--r->norphans];
-	if (--ch->watched == 0) {
-		ch->refs--;
-		registry_collect(r, ch);
+	if (--chan->watched == 0) {
+		chan->refs--;
+		registry_collect(r, chan);
 	}
 }
 
-void registry_adopt_endpoints(struct registry *r, struct channel *ch)
+void watch_judge_endpoints(struct registry *r, struct channel *chan)
 {
 	struct judge *j = calloc(1, sizeof(*j));
 	struct stat st;
 
 	if (!j) {
 		log_warn("channel '%s': out of memory: the endpoints attached before the restart are not judged",
-			 ch->name);
+			 chan->name);
 		return;
 	}
 	unsigned reaped = 0, watched = 0, kept = 0;
 	const char *kept_why = "";
 	uint32_t kept_pid = 0;
 	j->budget = judging_now ? judging_now->budget : REGISTRY_MAPS_BUDGET; /* read ahead already */
-	if (fstat(ch->seg.fd, &st) != 0)
+	if (fstat(chan->seg.fd, &st) != 0)
 		goto out;
-	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
+	for (unsigned ep = 0; ep < chan->g.max_producers + chan->g.max_consumers; ep++) {
 		struct endpoint_view v;
 		const char *why;
-		if (ch->holder[ep] != 0)
+		if (chan->holder[ep] != 0)
 			continue;
-		if (view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE) {
-			registry_forget_notify(r, ch, ep); /* an eventfd from the store: its endpoint closed since */
+		if (view_endpoint(chan, ep, &v) != 0 || v.state != EP_ACTIVE) {
+			registry_forget_notify(r, chan, ep); /* an eventfd from the store: its endpoint closed since */
 			continue;
 		}
 		const struct judged *e = judge_pid(r, j, v.pid, &st);
 		/* One line an endpoint at info, a summary at notice: a client
 		 * chooses how many endpoints a hand-back brings. */
 		if (e->verdict == OWNER_GONE) {
-			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: %s", ch->name, ep,
+			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: %s", chan->name, ep,
 				 (unsigned)v.pid, e->why);
-			registry_reap_endpoint(r, ch, ep, (pid_t)v.pid);
-			registry_forget_notify(r, ch, ep);
+			registry_reap_endpoint(r, chan, ep, (pid_t)v.pid);
+			registry_forget_notify(r, chan, ep);
 			reaped++;
 		} else if (e->verdict == OWNER_KEPT) {
 			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: %s: "
 				 "taken for alive, not watched",
-				 ch->name, ep, (unsigned)v.pid, e->why);
+				 chan->name, ep, (unsigned)v.pid, e->why);
 			if (kept++ == 0) {
 				kept_why = e->why;
 				kept_pid = v.pid;
 			}
-		} else if (watch_orphan(r, ch, &v, e->watch, &why) != 0) {
-			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: %s: not watched", ch->name, ep,
+		} else if (watch_orphan(r, chan, &v, e->watch, &why) != 0) {
+			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: %s: not watched", chan->name, ep,
 				 (unsigned)v.pid, (int)e->here, why);
 			if (kept++ == 0) {
 				kept_why = why;
@@ -609,7 +520,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 			}
 		} else {
 			log_info("channel '%s': endpoint %u of pid %u (here %d), alive: watched until it exits%s",
-				 ch->name, ep, (unsigned)v.pid, (int)e->here,
+				 chan->name, ep, (unsigned)v.pid, (int)e->here,
 				 r->watches[e->watch].pidfd >= 0 ? "" : " (no pidfd: its start time looked at by the tick)");
 			watched++;
 		}
@@ -620,7 +531,7 @@ void registry_adopt_endpoints(struct registry *r, struct channel *ch)
 	if (reaped + watched + kept)
 		log_notice("channel '%s': of its endpoints attached before the restart, %u reaped (their processes "
 			   "are gone), %u watched, %u taken for alive and not watched%s; %u bytes of maps read",
-			   ch->name, reaped, watched, kept, first, REGISTRY_MAPS_BUDGET - j->budget);
+			   chan->name, reaped, watched, kept, first, REGISTRY_MAPS_BUDGET - j->budget);
 out:
 	/* Watches that no endpoint came to use (all kept past a cap). */
 	for (unsigned i = 0; i < j->n; i++)
@@ -775,14 +686,14 @@ static bool judging_nested(struct registry *r, struct reg_judging *jg)
  * connection), to be read in turn.  @return false out of memory. */
 static bool judging_list(struct reg_judging *jg)
 {
-	struct channel *ch = jg->ch;
+	struct channel *chan = jg->chan;
 
-	if (fstat(ch->seg.fd, &jg->st) != 0)
+	if (fstat(chan->seg.fd, &jg->st) != 0)
 		return true; /* nothing read: judged as it can be */
 	/* The daemon's own pid is listed, not read: its nested namesakes are. */
-	for (unsigned ep = 0; ep < ch->g.max_producers + ch->g.max_consumers; ep++) {
+	for (unsigned ep = 0; ep < chan->g.max_producers + chan->g.max_consumers; ep++) {
 		struct endpoint_view v;
-		if (ch->holder[ep] != 0 || view_endpoint(ch, ep, &v) != 0 || v.state != EP_ACTIVE || v.pid == 0 ||
+		if (chan->holder[ep] != 0 || view_endpoint(chan, ep, &v) != 0 || v.state != EP_ACTIVE || v.pid == 0 ||
 		    v.pid > INT_MAX)
 			continue;
 		if (!judging_add(jg, jg->n, (pid_t)v.pid, true))
@@ -791,13 +702,13 @@ static bool judging_list(struct reg_judging *jg)
 	return true;
 }
 
-int registry_judge_start(struct registry *r, struct channel *ch, const struct reg_judged *reply)
+int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply)
 {
 	struct reg_judging *jg = calloc(1, sizeof(*jg));
 
 	if (!jg)
 		return -ENOMEM;
-	*jg = (struct reg_judging){.ch = ch, .done = *reply, .budget = REGISTRY_MAPS_BUDGET, .pidfd = -1};
+	*jg = (struct reg_judging){.chan = chan, .done = *reply, .budget = REGISTRY_MAPS_BUDGET, .pidfd = -1};
 	if (!judging_list(jg)) {
 		judging_free(jg);
 		return -ENOMEM;
@@ -809,13 +720,54 @@ int registry_judge_start(struct registry *r, struct channel *ch, const struct re
 	return 0;
 }
 
-bool registry_judge_step(struct registry *r, struct reg_judged *done)
+void watch_pin_end(struct registry *r, struct channel *chan, size_t max)
+{
+	int rc = segment_attach_pin(&chan->seg, &chan->made, max);
+
+	if (rc > 0)
+		return;
+	chan->pinning = false;
+	if (rc < 0) {
+		account_unpinned(r->acct, chan->uid, chan->seg.size);
+		log_warn("channel '%s': %zu bytes left unpinned: %s", chan->name, chan->seg.size, chan->seg.pin_error);
+	}
+}
+
+/* A judging's channel whose locking is given up (its client went, or the
+ * daemon stops): unpinned, so charged. */
+static void pin_give_up(struct registry *r, struct channel *chan)
+{
+	if (!chan->pinning)
+		return;
+	segment_lock_abandon(&chan->seg, "its hand-back was given up while it was locked");
+	chan->pinning = false;
+	account_unpinned(r->acct, chan->uid, chan->seg.size);
+}
+
+/* Move @p jg, the first judging, to the end of the list (round robin). */
+static void judging_requeue(struct registry *r, struct reg_judging *jg)
+{
+	struct reg_judging **q = &r->judging;
+
+	r->judging = jg->next;
+	while (*q)
+		q = &(*q)->next;
+	*q = jg;
+	jg->next = NULL;
+}
+
+bool watch_judge_step(struct registry *r, struct reg_judged *done)
 {
 	struct reg_judging *jg = r->judging;
 	unsigned quantum = REGISTRY_MAPS_SLICE;
 
 	if (!jg)
 		return false;
+	if (jg->chan->pinning) { /* its segment locked first, a slice a turn */
+		watch_pin_end(r, jg->chan, segment_slice_bytes(&jg->chan->seg));
+		judging_requeue(r, jg);
+		return false;
+	}
 	while (quantum > 0 && (jg->cursor < jg->n || jg->nested)) {
 		if (jg->nested) {
 			if (!judging_nested(r, jg))
@@ -829,17 +781,13 @@ bool registry_judge_step(struct registry *r, struct reg_judged *done)
 		if (judging_read(jg, &quantum))
 			judging_close(jg);
 	}
-	r->judging = jg->next;
 	if (jg->cursor < jg->n || jg->nested) { /* round robin */
-		struct reg_judging **q = &r->judging;
-		while (*q)
-			q = &(*q)->next;
-		*q = jg;
-		jg->next = NULL;
+		judging_requeue(r, jg);
 		return false;
 	}
+	r->judging = jg->next;
 	judging_now = jg;
-	registry_adopt_endpoints(r, jg->ch);
+	watch_judge_endpoints(r, jg->chan);
 	judging_now = NULL;
 	*done = jg->done;
 	judging_free(jg);
@@ -856,6 +804,7 @@ void watch_client_gone(struct registry *r, uint64_t id)
 			continue;
 		}
 		*q = jg->next;
+		pin_give_up(r, jg->chan);
 		judging_free(jg);
 	}
 }
@@ -867,7 +816,7 @@ static bool orphan_stale(struct registry *r, unsigned i)
 	const struct reg_orphan *o = &r->orphans[i];
 	struct endpoint_view v;
 
-	return o->ch->holder[o->endpoint] != 0 || view_endpoint(o->ch, o->endpoint, &v) != 0 ||
+	return o->chan->holder[o->endpoint] != 0 || view_endpoint(o->chan, o->endpoint, &v) != 0 ||
 	       v.state != EP_ACTIVE || v.pid != o->pid || v.generation != o->generation;
 }
 
@@ -877,8 +826,8 @@ static void forget_orphan(struct registry *r, unsigned i)
 {
 	const struct reg_orphan *o = &r->orphans[i];
 
-	if (o->ch->holder[o->endpoint] == 0)
-		registry_forget_notify(r, o->ch, o->endpoint);
+	if (o->chan->holder[o->endpoint] == 0)
+		registry_forget_notify(r, o->chan, o->endpoint);
 	drop_orphan(r, i);
 }
 
@@ -896,8 +845,8 @@ static void watch_exited(struct registry *r, unsigned w)
 		if (!orphan_stale(r, i)) {
 			log_info("channel '%s': endpoint %u of pid %u, attached before the restart: "
 				 "its process has exited",
-				 o->ch->name, o->endpoint, (unsigned)o->pid);
-			registry_reap_endpoint(r, o->ch, o->endpoint, (pid_t)o->pid);
+				 o->chan->name, o->endpoint, (unsigned)o->pid);
+			registry_reap_endpoint(r, o->chan, o->endpoint, (pid_t)o->pid);
 			reaped++;
 		}
 		forget_orphan(r, i);
@@ -985,6 +934,7 @@ void watch_fini(struct registry *r)
 	while (r->judging) {
 		struct reg_judging *jg = r->judging;
 		r->judging = jg->next;
+		pin_give_up(r, jg->chan);
 		judging_free(jg);
 	}
 }

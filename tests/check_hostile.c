@@ -29,9 +29,13 @@
  *   serves on), by a daemon that stops (it exits 0).  And one whose lock
  *   fails half-way (RLIMIT_MEMLOCK of 3 MiB, 8 MiB of channel, 2 MiB a
  *   slice): created unpinned, nothing of it left locked, and it works.
+ *   And while a reload empties a pool of 3 GiB of ready segments (their
+ *   pages unmapped in slices after the reload).
  * - stall_peers: the same bounds while a client hands back crafted
  *   segments whose endpoints name processes of long maps, again and
- *   again (the daemon reads maps 64 KiB a turn).
+ *   again (the daemon reads maps 64 KiB a turn).  And while a client hands
+ *   back the largest segments it may have, again and again (the daemon
+ *   locks them a slice a turn).
  *   And while a client opens every consumer of a shared queue full of
  *   small records and goes, again and again (each reap scans every lane,
  *   1 MiB a turn).
@@ -556,24 +560,70 @@ static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const
 	ck_assert_msg(max <= STALL_MAX_MS, "%s: max %.2f ms > %.0f ms", what, max, STALL_MAX_MS);
 }
 
+/* A daemon of the defaults without a pool, and a client of it; in @p attr
+ * the largest channel a user may have there (@p size bytes). */
+static pinshm_client_t *start_largest(struct daemon *d, pinshm_channel_attr_t *attr, size_t *size)
+{
+	uint64_t budget, quota, q, max_segment;
+	pinshm_client_t *c = start_status(d, "[daemon]\npool_segments = 0\n", &budget, &quota);
+
+	config_derived_limits(budget, &q, &max_segment);
+	largest_attr(attr, max_segment < quota ? max_segment : quota);
+	ck_assert_int_eq(pinshm_segment_size(attr, size), 0);
+	return c;
+}
+
 START_TEST(test_stall)
 {
 	struct daemon d;
-	uint64_t budget, quota, q, max_segment;
 	pinshm_channel_attr_t attr;
 	size_t size;
 	char what[64];
+	pinshm_client_t *c = start_largest(&d, &attr, &size);
 
-	pinshm_client_t *c = start_status(&d, "[daemon]\npool_segments = 0\n", &budget, &quota);
-	config_derived_limits(budget, &q, &max_segment);
-	largest_attr(&attr, max_segment < quota ? max_segment : quota);
-	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
 		_exit(stall_rounds(&d, &attr));
 	snprintf(what, sizeof(what), "creates of %zu bytes", size);
 	stall_measure(&d, c, pid, what);
+}
+END_TEST
+
+/* ---- a reload that empties a large pool --------------------------------- */
+
+#define RELOAD_POOL "[daemon]\npool_segments = 3\npool_sizes = 1G\n" /* 3 GiB locked, ready */
+#define RELOAD_NO_POOL "[daemon]\npool_segments = 0\n"
+#define RELOAD_AFTER_MS 3000u /* measured after the reload: the pool's pages go meanwhile */
+
+/* The hostile side, in a child: reload a configuration without a pool
+ * (SIGHUP), which destroys the 3 GiB of ready segments, and wait while
+ * they go.  @return the exit status: 0, 1. */
+static int reload_drain(const struct daemon *d)
+{
+	FILE *f = fopen(d->conf, "w");
+
+	if (!f || fputs(RELOAD_NO_POOL, f) < 0 || fclose(f) != 0 || kill(d->pid, SIGHUP) != 0) {
+		fprintf(stderr, "stall: reload: %s\n", strerror(errno));
+		return 1;
+	}
+	tu_sleep_ms(RELOAD_AFTER_MS);
+	return 0;
+}
+
+/* A reload (SIGHUP) that empties a large pool of ready segments: their
+ * pages go in slices, not in one turn of the loop. */
+START_TEST(test_stall_reload)
+{
+	struct daemon d;
+
+	pinshm_client_t *c = start_conf(&d, RELOAD_POOL);
+	wait_pool_ready(c);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(reload_drain(&d));
+	stall_measure(&d, c, pid, "a reload that empties a pool of 3 GiB");
 }
 END_TEST
 
@@ -696,19 +746,19 @@ static int raw_open_consumer(int sock, const char *name)
 	return raw_request(sock, &m, -1);
 }
 
-/* The hostile client, in a child: hand back a crafted segment whose
- * producers name @p owners, again and again for STALL_MS (each a new
- * channel, gone with its connection).  @return the exit status. */
-static int adopt_rounds(const struct daemon *d, const pid_t *owners)
+/* The hostile client, in a child: hand back a crafted segment of @p attr
+ * whose producers name @p owners (@p nowners of them), again and again
+ * for STALL_MS (each a new channel, gone with its connection).
+ * @return the exit status. */
+static int adopt_rounds(const struct daemon *d, const pinshm_channel_attr_t *attr, const pid_t *owners,
+			unsigned nowners)
 {
 	uint64_t end = tu_now_ms() + STALL_MS;
-	pinshm_channel_attr_t attr;
 	unsigned rounds = 0;
 
-	tu_attr(&attr, PINSHM_QUEUE, 4096, 64, 1);
 	while (tu_now_ms() < end) {
-		int sock = raw_connect(d), seg = crafted_segment(&attr, owners, ADOPT_OWNERS);
-		int rc = sock >= 0 && seg >= 0 ? raw_adopt(sock, &attr, seg) : -EIO;
+		int sock = raw_connect(d), seg = crafted_segment(attr, owners, nowners);
+		int rc = sock >= 0 && seg >= 0 ? raw_adopt(sock, attr, seg) : -EIO;
 		if (rc != 0) {
 			fprintf(stderr, "stall: hand-back %u: %s\n", rounds, strerror(-rc));
 			return 1;
@@ -724,6 +774,7 @@ static int adopt_rounds(const struct daemon *d, const pid_t *owners)
 START_TEST(test_stall_adopt)
 {
 	struct daemon d;
+	pinshm_channel_attr_t attr;
 	struct tu_procs ps;
 	pid_t owners[ADOPT_OWNERS];
 	int ready[2];
@@ -736,14 +787,34 @@ START_TEST(test_stall_adopt)
 		ck_assert_int_eq(read(ready[0], &b, 1), 1);
 	}
 	pinshm_client_t *c = start_conf(&d, SMALL_QUOTA);
+	tu_attr(&attr, PINSHM_QUEUE, 4096, 64, 1);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
-		_exit(adopt_rounds(&d, owners));
+		_exit(adopt_rounds(&d, &attr, owners, ADOPT_OWNERS));
 	stall_measure(&d, c, pid, "hand-backs naming 4 processes of long maps");
 	tu_kill_all(&ps);
 	close(ready[0]);
 	close(ready[1]);
+}
+END_TEST
+
+/* Hand-backs of the largest segments a user may have: the daemon locks
+ * them a slice a turn, as it does what it creates. */
+START_TEST(test_stall_handback_large)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	size_t size;
+	char what[64];
+	pinshm_client_t *c = start_largest(&d, &attr, &size);
+
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(adopt_rounds(&d, &attr, &(pid_t){getpid()}, 1));
+	snprintf(what, sizeof(what), "hand-backs of %zu bytes", size);
+	stall_measure(&d, c, pid, what);
 }
 END_TEST
 
@@ -941,11 +1012,13 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_stall);
 	tcase_add_test(tc, test_stall_given_up);
 	tcase_add_test(tc, test_stall_unpinned);
+	tcase_add_test(tc, test_stall_reload);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("stall_peers");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_stall_adopt);
+	tcase_add_test(tc, test_stall_handback_large);
 	tcase_add_test(tc, test_stall_reap);
 	suite_add_tcase(s, tc);
 	return s;

@@ -90,7 +90,7 @@ static bool bench_init(struct bench *b, uint64_t budget, const uint64_t *sizes, 
 	b->acct.cfg = &b->cfg;
 	b->locked0 = locked_bytes(getpid());
 	pool_init(&b->pool, &b->acct);
-	ck_assert_int_eq(pool_configure(&b->pool, sizes, nsizes, per_size), 0);
+	ck_assert_int_eq(pool_configure(&b->pool, sizes, nsizes, per_size, NULL), 0);
 	return true;
 }
 
@@ -301,7 +301,7 @@ START_TEST(test_steps_reload)
 	pool_refill(&b.pool);
 	pool_refill(&b.pool);
 	ck_assert_uint_eq(locked_now(&b), 2 * SLICE);
-	ck_assert_int_eq(pool_configure(&b.pool, &other, 1, 1), 0);
+	ck_assert_int_eq(pool_configure(&b.pool, &other, 1, 1, NULL), 0);
 	ck_assert_uint_eq(b.acct.pinned, 0);
 	ck_assert_uint_eq(locked_now(&b), 0);
 	ck_assert_uint_eq(open_fds(), fds0);
@@ -309,7 +309,7 @@ START_TEST(test_steps_reload)
 		pool_refill(&b.pool);
 	ck_assert_uint_eq(b.acct.pinned, other);
 	ck_assert_uint_eq(locked_now(&b), other);
-	ck_assert_int_eq(pool_configure(&b.pool, NULL, 0, 0), 0);
+	ck_assert_int_eq(pool_configure(&b.pool, NULL, 0, 0, NULL), 0);
 	ck_assert_uint_eq(b.acct.pinned, 0);
 	ck_assert_uint_eq(locked_now(&b), 0);
 	ck_assert_uint_eq(open_fds(), fds0);
@@ -384,7 +384,7 @@ static int lock_fails_child(void)
 		return 101;
 	unsigned fds0 = open_fds();
 	pool_init(&pool, &acct);
-	if (pool_configure(&pool, &size, 1, 1) != 0)
+	if (pool_configure(&pool, &size, 1, 1, NULL) != 0)
 		return 102;
 	for (int step = 0; step < 3; step++) {
 		pool_refill(&pool);

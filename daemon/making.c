@@ -1,0 +1,120 @@
+/*
+ * making.c - half-made channels: segments made for a CREATE, locked (and
+ * so populated) a slice a loop turn, in turn with one another.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "making.h"
+#include "registry.h"
+
+void making_add(struct making *m, struct channel *chan)
+{
+	chan->next = NULL;
+	if (m->last)
+		m->last->next = chan;
+	else
+		m->first = chan;
+	m->last = chan;
+	m->n++;
+}
+
+void making_remove(struct making *m, struct channel *prev, struct channel *chan)
+{
+	if (prev)
+		prev->next = chan->next;
+	else
+		m->first = chan->next;
+	if (m->last == chan)
+		m->last = prev;
+	chan->next = NULL;
+	m->n--;
+}
+
+bool making_named(const struct making *m, const char *name)
+{
+	for (const struct channel *chan = m->first; chan; chan = chan->next)
+		if (strcmp(chan->name, name) == 0)
+			return true;
+	return false;
+}
+
+void making_drop(struct account *acct, struct dying **dying, struct channel *chan)
+{
+	account_release(acct, chan->uid, chan->seg.size, true);
+	chan->seg.release = true;
+	chan->seg.keep = 0;
+	dying_add(dying, &chan->seg);
+	free(chan->holder);
+	free(chan);
+}
+
+
+int making_segment(struct account *acct, struct channel *chan, const struct segment_opts *o, size_t need,
+			  const struct segment *pooled, char *why, size_t whylen)
+{
+	const char *name = chan->name;
+	size_t size;
+	int rc = 0;
+
+	segment_backing_size(need, o, &size);
+	if (chan->from_pool) {
+		chan->seg = *pooled;
+		return 0;
+	}
+	struct segment_opts later = *o;
+	later.lock_later = true; /* locked in slices: making_step() */
+	rc = segment_alloc(&chan->seg, need, &later, name);
+	if (rc == 0)
+		return 0;
+	if (o->hugepages && rc == -ENOMEM)
+		snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages", name, size);
+	else if (o->hugepages && rc == -EINVAL)
+		snprintf(why, whylen, "huge pages for '%s': this kernel cannot make a sealed huge-page memfd", name);
+	else
+		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
+	log_err("channel '%s': %s", name, why);
+	account_release(acct, chan->uid, size, true);
+	free(chan->holder);
+	free(chan);
+	return rc;
+}
+
+struct channel *making_step(struct making *m)
+{
+	struct channel *chan = m->first;
+	int rc = segment_lock_step(&chan->seg, &chan->made, segment_slice_bytes(&chan->seg));
+
+	making_remove(m, NULL, chan);
+	if (rc > 0) {
+		making_add(m, chan); /* round robin */
+		return NULL;
+	}
+	return chan; /* locked, or left unpinned (rc < 0, pin_error) */
+}
+
+void making_creator_gone(struct making *m, uint64_t creator, pid_t pid, struct account *acct, struct dying **dying)
+{
+	for (struct channel *chan = m->first, *prev = NULL, *next; chan; chan = next) {
+		next = chan->next;
+		if (chan->creator != creator) {
+			prev = chan;
+			continue;
+		}
+		log_info("channel '%s': its creator (pid %d) left while it was made: given up", chan->name, (int)pid);
+		making_remove(m, prev, chan);
+		making_drop(acct, dying, chan);
+	}
+}
+
+void making_fini(struct making *m, struct account *acct, struct dying **dying)
+{
+	while (m->first) {
+		struct channel *chan = m->first;
+		making_remove(m, NULL, chan);
+		making_drop(acct, dying, chan);
+	}
+}
