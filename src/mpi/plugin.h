@@ -221,6 +221,7 @@ void pm_complete_teardown(void); /* complete.c: forget the ops it remembers */
 /* complete.c: @p op is no longer active and not done (it is done, or
  * over); call where op->memo_at is set. */
 void pm_complete_cool(struct pm_op *op);
+void pm_fortran_teardown(void); /* fortran.c: the room of its calls on arrays */
 /* Unpack or copy @p len bytes of message into a receive op at @p offset. */
 void pm_op_deliver(struct pm_op *op, const void *src, size_t len, uint64_t offset);
 void pm_op_deliver_done(struct pm_op *op);

@@ -589,5 +589,6 @@ int MPI_Finalize(void)
 	close_channels();
 	free_state();
 	pm_ops_teardown();
+	pm_fortran_teardown();
 	return PMPI_Finalize();
 }

@@ -24,50 +24,8 @@
  */
 #include <time.h>
 
+#define MT_COUNT_ALLOCATIONS
 #include "mpitest.h"
-
-/* ---- counting allocations --------------------------------------------------- */
-
-#if defined(__SANITIZE_ADDRESS__)
-#define COUNTS_ALLOCATIONS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define COUNTS_ALLOCATIONS 0
-#endif
-#endif
-#ifndef COUNTS_ALLOCATIONS
-#define COUNTS_ALLOCATIONS 1
-#endif
-
-/* While counting, in this thread: the calls of malloc, calloc and realloc
- * (the program's own definitions take them from every library, the
- * preloaded plugin included). */
-static __thread int counting;
-static __thread long allocations;
-
-#if COUNTS_ALLOCATIONS
-void *__libc_malloc(size_t n);
-void *__libc_calloc(size_t n, size_t size);
-void *__libc_realloc(void *p, size_t n);
-
-void *malloc(size_t n)
-{
-	allocations += counting;
-	return __libc_malloc(n);
-}
-
-void *calloc(size_t n, size_t size)
-{
-	allocations += counting;
-	return __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t n)
-{
-	allocations += counting;
-	return __libc_realloc(p, n);
-}
-#endif
 
 #define MIXED 6
 
@@ -498,16 +456,16 @@ static void many_requests(int peer)
 	 * the receives pending: nothing to find, nothing allocated. */
 	MT_MPI(MPI_Testany(MANY, rq, &idx, &flag, &st[0])); /* first calls may set up */
 	MT_MPI(MPI_Testsome(MANY, rq, &n, ind, st));
-	counting = 1;
+	mt_counting = 1;
 	for (int k = 0; k < 10; k++) {
 		MT_MPI(MPI_Testany(MANY, rq, &idx, &flag, &st[0]));
 		MT_CHECK(!flag && idx == MPI_UNDEFINED, "Testany over %d pending: %d %d", MANY, flag, idx);
 		MT_MPI(MPI_Testsome(MANY, rq, &n, ind, st));
 		MT_CHECK(n == 0, "Testsome over %d pending: %d", MANY, n);
 	}
-	counting = 0;
-	MT_CHECK(!COUNTS_ALLOCATIONS || allocations == 0,
-		 "20 Testany and Testsome over %d requests allocated %ld times", MANY, allocations);
+	mt_counting = 0;
+	MT_CHECK(!MT_COUNTS_ALLOCATIONS || mt_allocations == 0,
+		 "20 Testany and Testsome over %d requests allocated %ld times", MANY, mt_allocations);
 	MT_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &rq[LIB_AT]));
 	expect++;
 	MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
