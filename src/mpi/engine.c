@@ -857,9 +857,13 @@ static bool take_direct(const pinshm_msg_t *m)
 	if (!op || op->state != ST_POSTED || m->len < sizeof(r))
 		return false;
 	memcpy(&r, m->data, sizeof(r)); /* read once: see on_eager() */
-	size_t n = m->len - sizeof(r);
+	/* Over LINE_ALIGNED_EAGER bytes, a sid (unused here) comes first. */
+	size_t hdr = r.h.flags == REC_SID ? sizeof(struct rec_eager_sync) : sizeof(r);
+	if (m->len < hdr)
+		return false;
+	size_t n = m->len - hdr;
 	const struct pm_comm *c = op->comm;
-	if (r.h.type != REC_EAGER || r.h.flags != 0 || r.ctx != c->ctx || c->posted.head || r.src < 0 ||
+	if (r.h.type != REC_EAGER || (r.h.flags & ~REC_SID) || r.ctx != c->ctx || c->posted.head || r.src < 0 ||
 	    r.src >= c->size || c->local[r.src] != r.h.from || n < r.len || n - r.len >= LINE ||
 	    !matches(op->peer, op->tag, r.src, r.tag))
 		return false;
@@ -872,7 +876,7 @@ static bool take_direct(const pinshm_msg_t *m)
 	if (r.len > op->bytes)
 		op->st_error = MPI_ERR_TRUNCATE;
 	if (op->accept)
-		memcpy(op->data, (const char *)m->data + sizeof(r), op->accept);
+		memcpy(op->data, (const char *)m->data + hdr, op->accept);
 	op->state = ST_DONE;
 	op->counted = true;
 	pm_count_pinshm(op->family, r.len);

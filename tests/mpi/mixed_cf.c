@@ -12,6 +12,11 @@
  * Each pair of ranks in turn (peer = rank ^ d).  Call families: blocking,
  * nonblocking, persistent.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr */
+#endif
+#include <dlfcn.h>
+
 #define MT_COUNT_ALLOCATIONS
 #include "mpitest.h"
 
@@ -71,9 +76,18 @@ static void pair(int peer)
 	MT_MPI(MPI_Request_free(&sreq));
 }
 
+/* Whether Fortran's calls are the plugin's (preloaded, whether on or off),
+ * whose calls on arrays allocate nothing; Open MPI's own allocate. */
+static int fortran_is_plugin(void)
+{
+	Dl_info info;
+	void *f = dlsym(RTLD_DEFAULT, "mpi_testany_");
+	return f && dladdr(f, &info) && info.dli_fname && strstr(info.dli_fname, "pinshm_mpi");
+}
+
 /* MANY receives posted in Fortran at the lower rank of the pair (tag 1000
  * + position), tested from Fortran while nothing has come: after a first
- * round, the tests allocate nothing.  Then the peer sends (last position
+ * round, the tests allocate nothing where they are the plugin's.  Then the peer sends (last position
  * first), and Fortran completes them.  Each rank calls MPI_Barrier once. */
 static void many(int peer)
 {
@@ -93,7 +107,7 @@ static void many(int peer)
 	mt_counting = 1;
 	f_mixed_many_test(reqs, sts, ind, MANY, 10);
 	mt_counting = 0;
-	MT_CHECK(!MT_COUNTS_ALLOCATIONS || mt_allocations == 0,
+	MT_CHECK(!MT_COUNTS_ALLOCATIONS || !fortran_is_plugin() || mt_allocations == 0,
 		 "Fortran's Testany, Testsome and Testall over %d requests, 10 times each: %ld allocations", MANY,
 		 mt_allocations);
 	MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
