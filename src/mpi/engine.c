@@ -61,8 +61,12 @@ static void peer_update_busy(int peer)
 /* ---- writing records ---------------------------------------------------- */
 
 #define LINE 64 /* bytes of a cache line */
-/* EAGER records up to this payload end on a cache line (write_eager()). */
+/* EAGER records up to this payload carry no sid unless synchronous
+ * (write_eager()); longer ones do, so that their payload starts 16-byte
+ * aligned. */
 #define LINE_ALIGNED_EAGER 256
+/* EAGER records up to this payload end on a cache line (write_eager()). */
+#define LINE_END_EAGER 4096
 
 /* Reserve @p len bytes in @p peer's ring without waiting.
  * @return 1 with *buf set, 0 when there is no room now.
@@ -141,7 +145,7 @@ static inline __attribute__((always_inline)) int write_eager(int peer, const str
 	bool with_sid = (flags & REC_SYNC) || bytes > LINE_ALIGNED_EAGER;
 	size_t hdr = with_sid ? sizeof(struct rec_eager_sync) : sizeof(struct rec_eager);
 	size_t len = hdr + bytes;
-	bool align = bytes <= LINE_ALIGNED_EAGER;
+	bool align = bytes <= LINE_END_EAGER;
 	if (!reserve(peer, align ? len + LINE - 16 : len, &buf))
 		return 0;
 	struct rec_eager *r = buf;
