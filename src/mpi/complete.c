@@ -68,21 +68,42 @@ struct tally {
  * a handle belongs to one op at a time and an op's memory is given back
  * only with the memo (pm_ops_teardown(), pm_complete_teardown()): an op
  * released since is recycled (ops.c), and its handle is no longer that
- * one (MPI_REQUEST_NULL, or the one of its next use).  The memo grows to
- * the longest array seen, not per call; only while the plugin carries
- * traffic (pm.active: never with MPI_THREAD_MULTIPLE, whose threads would
- * share it).
+ * one (MPI_REQUEST_NULL, or the one of its next use).
+ *
+ * Beside it, hot[i]: the handle of an op that a scan found active and not
+ * done at position i, which it stays until pm_complete_cool() (the op is
+ * done, or over) sets hot[i] back to COLD, which no request equals; an op
+ * is hot at one position at most (op->memo_at).  A scan passes a position
+ * whose request is hot[i] reading neither the op nor the handle table:
+ * over many requests that stay pending, a call reads the caller's array
+ * and hot[], and no op.
+ *
+ * The memo grows to the longest array seen, not per call; only while the
+ * plugin carries traffic (pm.active: never with MPI_THREAD_MULTIPLE, whose
+ * threads would share it).
  */
 static struct {
 	struct pm_op **op;
+	MPI_Request *hot;
 	int len;
 } memo;
+
+#define COLD ((MPI_Request)(void *)&memo)
 
 void pm_complete_teardown(void)
 {
 	free(memo.op);
+	free(memo.hot);
 	memo.op = NULL;
+	memo.hot = NULL;
 	memo.len = 0;
+}
+
+void pm_complete_cool(struct pm_op *op)
+{
+	if (op->memo_at <= memo.len)
+		memo.hot[op->memo_at - 1] = COLD;
+	op->memo_at = 0;
 }
 
 /* The memo for @p count positions, or NULL (no room: look every handle up). */
@@ -90,13 +111,29 @@ static struct pm_op **memo_for(int count)
 {
 	if (count > memo.len) {
 		struct pm_op **m = realloc(memo.op, (size_t)count * sizeof(*m));
-		if (!m)
+		if (m)
+			memo.op = m;
+		MPI_Request *h = m ? realloc(memo.hot, (size_t)count * sizeof(*h)) : NULL;
+		if (!h)
 			return NULL;
-		memset(m + memo.len, 0, (size_t)(count - memo.len) * sizeof(*m));
-		memo.op = m;
+		memo.hot = h;
+		for (int i = memo.len; i < count; i++) {
+			m[i] = NULL;
+			h[i] = COLD;
+		}
 		memo.len = count;
 	}
 	return memo.op;
+}
+
+/* Make @p op, found active and not done at position @p i of a scan with
+ * the memo, hot there (and nowhere else). */
+static void warm(struct pm_op *op, int i)
+{
+	if (op->memo_at)
+		memo.hot[op->memo_at - 1] = COLD;
+	memo.hot[i] = op->handle;
+	op->memo_at = i + 1;
 }
 
 /* The plugin's op of @p r (not MPI_REQUEST_NULL), the handle at a
@@ -116,6 +153,15 @@ static inline struct pm_op *op_at(const MPI_Request reqs[], int i)
 	return i < memo.len ? memo_op(&memo.op[i], reqs[i]) : pm_op_by_handle(reqs[i]);
 }
 
+/* The first position from @p i on whose request is not hot there. */
+static inline int skip_hot(const MPI_Request reqs[], int i, int count)
+{
+	const MPI_Request *hot = memo.hot;
+	while (i < count && reqs[i] == hot[i])
+		i++;
+	return i;
+}
+
 /*
  * Scan reqs[from..count) in order, counting into @p t, up to the first op
  * of the plugin's that is active and done: @return its position (*done:
@@ -126,7 +172,7 @@ static int scan(const MPI_Request reqs[], int from, int count, struct tally *t, 
 	const MPI_Request sent = pm.sent;
 	struct pm_op **m = pm.active ? memo_for(count) : NULL;
 	int nulls = 0, idle = 0, lib = 0, nsent = 0, i = from;
-	for (; i < count; i++) {
+	for (; (i = m ? skip_hot(reqs, i, count) : i) < count; i++) {
 		MPI_Request r = reqs[i];
 		if (r == MPI_REQUEST_NULL) {
 			nulls++;
@@ -142,7 +188,10 @@ static int scan(const MPI_Request reqs[], int from, int count, struct tally *t, 
 			*done = op;
 			break;
 		}
-		idle += inactive(op);
+		if (inactive(op))
+			idle++;
+		else if (m && r == op->handle)
+			warm(op, i);
 	}
 	/* The ops of ours seen, the done one it stopped at included. */
 	int ours = (i < count ? i + 1 : i) - from - nulls - lib - nsent;
@@ -299,6 +348,8 @@ static void finish_ours(int count, MPI_Request reqs[], MPI_Status statuses[], st
 /* Whether the op of ours at @p i, if any, is still to finish. */
 static bool pending_at(const MPI_Request reqs[], int i)
 {
+	if (i < memo.len && reqs[i] == memo.hot[i])
+		return true;
 	struct pm_op *op = op_at(reqs, i);
 	return op && !inactive(op) && op->state != ST_DONE;
 }

@@ -59,8 +59,12 @@ static void peer_update_busy(int peer)
 /* ---- writing records ---------------------------------------------------- */
 
 #define LINE 64 /* bytes of a cache line */
-/* EAGER records up to this payload end on a cache line (write_eager()). */
+/* EAGER records up to this payload carry no sid unless synchronous
+ * (write_eager()); longer ones do, so that their payload starts 16-byte
+ * aligned. */
 #define LINE_ALIGNED_EAGER 256
+/* EAGER records up to this payload end on a cache line (write_eager()). */
+#define LINE_END_EAGER 4096
 
 /* Reserve @p len bytes in @p peer's ring without waiting.
  * @return 1 with *buf set, 0 when there is no room now.
@@ -139,7 +143,7 @@ static inline __attribute__((always_inline)) int write_eager(int peer, const str
 	bool with_sid = (flags & REC_SYNC) || bytes > LINE_ALIGNED_EAGER;
 	size_t hdr = with_sid ? sizeof(struct rec_eager_sync) : sizeof(struct rec_eager);
 	size_t len = hdr + bytes;
-	bool align = bytes <= LINE_ALIGNED_EAGER;
+	bool align = bytes <= LINE_END_EAGER;
 	if (!reserve(peer, align ? len + LINE - 16 : len, &buf))
 		return 0;
 	struct rec_eager *r = buf;
@@ -747,9 +751,13 @@ static bool take_direct(const pinshm_msg_t *m)
 	if (!op || op->state != ST_POSTED || m->len < sizeof(r))
 		return false;
 	memcpy(&r, m->data, sizeof(r)); /* read once: see on_eager() */
-	size_t n = m->len - sizeof(r);
+	/* Over LINE_ALIGNED_EAGER bytes, a sid (unused here) comes first. */
+	size_t hdr = r.h.flags == REC_SID ? sizeof(struct rec_eager_sync) : sizeof(r);
+	if (m->len < hdr)
+		return false;
+	size_t n = m->len - hdr;
 	const struct pm_comm *c = op->comm;
-	if (r.h.type != REC_EAGER || r.h.flags != 0 || r.ctx != c->ctx || c->posted.head || r.src < 0 ||
+	if (r.h.type != REC_EAGER || (r.h.flags & ~REC_SID) || r.ctx != c->ctx || c->posted.head || r.src < 0 ||
 	    r.src >= c->size || c->local[r.src] != r.h.from || n < r.len || n - r.len >= LINE ||
 	    !pm_matches(op->peer, op->tag, r.src, r.tag))
 		return false;
@@ -762,7 +770,7 @@ static bool take_direct(const pinshm_msg_t *m)
 	if (r.len > op->bytes)
 		op->st_error = MPI_ERR_TRUNCATE;
 	if (op->accept)
-		memcpy(op->data, (const char *)m->data + sizeof(r), op->accept);
+		memcpy(op->data, (const char *)m->data + hdr, op->accept);
 	op->state = ST_DONE;
 	op->counted = true;
 	pm_count_pinshm(op->family, r.len);

@@ -139,8 +139,45 @@ struct req_array {
 	MPI_Status *st; /* MPI_STATUSES_IGNORE where Fortran ignores them */
 	MPI_Request c_s[ARRAY_ON_STACK], given_s[ARRAY_ON_STACK];
 	MPI_Status st_s[ARRAY_ON_STACK];
-	void *heap;
+	void *heap;     /* from malloc, for this call */
+	bool spilled;   /* in spill */
 };
+
+/*
+ * The room of calls on longer arrays, below MPI_THREAD_MULTIPLE (one
+ * thread at a time in MPI): grown to the longest array seen and kept, so
+ * that a call allocates nothing.  Busy while a call holds it; a call made
+ * meanwhile (from an error handler, a generalized request's callback)
+ * allocates its own, as every call does under MPI_THREAD_MULTIPLE.
+ */
+static struct {
+	void *mem;
+	size_t size;
+	bool busy;
+} spill;
+
+void pm_fortran_teardown(void)
+{
+	free(spill.mem);
+	spill.mem = NULL;
+	spill.size = 0;
+}
+
+/* @p size bytes for @p a's arrays, or NULL. */
+static void *array_room(struct req_array *a, size_t size)
+{
+	if (pm.multiple || spill.busy)
+		return a->heap = malloc(size);
+	if (size > spill.size) {
+		free(spill.mem); /* nothing in it to keep */
+		spill.mem = malloc(size);
+		spill.size = spill.mem ? size : 0;
+		if (!spill.mem)
+			return NULL;
+	}
+	spill.busy = a->spilled = true;
+	return spill.mem;
+}
 
 /* @return MPI_SUCCESS, or MPI_ERR_ARG (a negative count) or MPI_ERR_NO_MEM
  * through MPI_COMM_WORLD's handler.  (Open MPI 4.1's own bindings give
@@ -152,15 +189,15 @@ static int array_in(struct req_array *a, int n, const MPI_Fint *freqs, MPI_Fint 
 		return pm_comm_error(MPI_COMM_WORLD, MPI_ERR_ARG);
 	a->n = n;
 	a->heap = NULL;
+	a->spilled = false;
 	a->c = a->c_s;
 	a->given = a->given_s;
 	a->st = a->st_s;
 	if (a->n > ARRAY_ON_STACK) {
 		size_t each = 2 * sizeof(MPI_Request) + sizeof(MPI_Status);
-		a->heap = malloc((size_t)a->n * each);
-		if (!a->heap)
+		a->st = array_room(a, (size_t)a->n * each);
+		if (!a->st)
 			return pm_comm_error(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
-		a->st = a->heap;
 		a->c = (MPI_Request *)(void *)(a->st + a->n);
 		a->given = a->c + a->n;
 	}
@@ -174,7 +211,8 @@ static int array_in(struct req_array *a, int n, const MPI_Fint *freqs, MPI_Fint 
 	return MPI_SUCCESS;
 }
 
-/* Write back the requests that changed, and the statuses; free. */
+/* Write back the requests that changed, and the statuses; give the room
+ * back. */
 static void array_out(struct req_array *a, MPI_Fint *freqs, MPI_Fint *fstatuses)
 {
 	for (int i = 0; i < a->n; i++)
@@ -183,6 +221,8 @@ static void array_out(struct req_array *a, MPI_Fint *freqs, MPI_Fint *fstatuses)
 	if (a->st != MPI_STATUSES_IGNORE)
 		for (int i = 0; i < a->n; i++)
 			PMPI_Status_c2f(&a->st[i], fstatuses + (size_t)i * F_STATUS_SIZE);
+	if (a->spilled)
+		spill.busy = false;
 	free(a->heap);
 }
 

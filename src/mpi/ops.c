@@ -113,6 +113,8 @@ struct pm_op *pm_op_new(enum pm_kind kind)
 
 void pm_op_free(struct pm_op *op)
 {
+	if (op->memo_at)
+		pm_complete_cool(op);
 	pm_op_closed(op);
 	free(op->tmp);
 	op->tmp = NULL;
@@ -334,6 +336,8 @@ void pm_op_complete(struct pm_op *op)
 	if (op->state == ST_STREAM && op->kind == OP_RECV && pm.streaming)
 		pm.streaming--;
 	op->state = ST_DONE;
+	if (op->memo_at)
+		pm_complete_cool(op);
 	if (op->kind == OP_SEND && pm.sends_inflight)
 		pm.sends_inflight--;
 	if (!op->cancelled && !op->counted) {

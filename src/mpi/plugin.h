@@ -164,6 +164,7 @@ struct pm_op {
 	MPI_Request handle;     /* what the user holds, or MPI_REQUEST_NULL */
 	MPI_Request fortran;    /* the same request for Fortran (Request_c2f), or MPI_REQUEST_NULL */
 	bool completing;        /* inside pm_op_complete() */
+	int memo_at;            /* 1 + its position in complete.c's memo of active ops, or 0 */
 	struct pm_comm *comm;
 	int peer, tag;          /* dest or source (may be MPI_ANY_SOURCE), tag */
 	int peer_local;         /* send: the peer's index in the node */
@@ -220,6 +221,10 @@ struct pm_op *pm_op_by_handle(MPI_Request req);
 void pm_op_release(struct pm_op *op);
 void pm_ops_teardown(void);
 void pm_complete_teardown(void); /* complete.c: forget the ops it remembers */
+/* complete.c: @p op is no longer active and not done (it is done, or
+ * over); call where op->memo_at is set. */
+void pm_complete_cool(struct pm_op *op);
+void pm_fortran_teardown(void); /* fortran.c: the room of its calls on arrays */
 /* Unpack or copy @p len bytes of message into a receive op at @p offset. */
 void pm_op_deliver(struct pm_op *op, const void *src, size_t len, uint64_t offset);
 void pm_op_deliver_done(struct pm_op *op);

@@ -607,5 +607,6 @@ int MPI_Finalize(void)
 	close_channels();
 	free_state();
 	pm_ops_teardown();
+	pm_fortran_teardown();
 	return PMPI_Finalize();
 }

@@ -73,6 +73,84 @@ subroutine f_mixed_persistent(rreq, sreq, sbuf, rbuf, peer, n) bind(C, name='f_m
   end do
 end subroutine f_mixed_persistent
 
+! Post n receives of one integer each, tag 1000 + position, into bufs.
+subroutine f_mixed_many_post(reqs, bufs, peer, n) bind(C, name='f_mixed_many_post')
+  use mpi
+  use, intrinsic :: iso_c_binding, only : c_int
+  implicit none
+  integer(c_int), value :: peer, n
+  integer(c_int) :: reqs(n), bufs(n)
+  integer :: i, ierr
+  bufs = -1
+  do i = 1, n
+    call MPI_Irecv(bufs(i), 1, MPI_INTEGER, peer, 1000 + i, MPI_COMM_WORLD, reqs(i), ierr)
+    if (ierr /= MPI_SUCCESS) call f_mixed_fail('Irecv of many', i)
+  end do
+end subroutine f_mixed_many_post
+
+! Testany, Testsome and Testall over the n receives, calls times each,
+! while nothing has come: none finds one, none changes a request.  The
+! arrays are the caller's, so that nothing here allocates.
+subroutine f_mixed_many_test(reqs, sts, ind, n, calls) bind(C, name='f_mixed_many_test')
+  use mpi
+  use, intrinsic :: iso_c_binding, only : c_int
+  implicit none
+  integer(c_int), value :: n, calls
+  integer(c_int) :: reqs(n), sts(MPI_STATUS_SIZE, n), ind(n)
+  integer :: k, idx, outcount, ierr
+  logical :: flag
+  do k = 1, calls
+    call MPI_Testany(n, reqs, idx, flag, sts(:, 1), ierr)
+    if (ierr /= MPI_SUCCESS .or. flag .or. idx /= MPI_UNDEFINED) call f_mixed_fail('Testany of many', idx)
+    call MPI_Testsome(n, reqs, outcount, ind, sts, ierr)
+    if (ierr /= MPI_SUCCESS .or. outcount /= 0) call f_mixed_fail('Testsome of many', outcount)
+    call MPI_Testall(n, reqs, flag, sts, ierr)
+    if (ierr /= MPI_SUCCESS .or. flag) call f_mixed_fail('Testall of many', k)
+  end do
+  if (any(reqs == MPI_REQUEST_NULL)) call f_mixed_fail('a test of many nulled a request', k)
+end subroutine f_mixed_many_test
+
+! Complete the n receives with Waitany, Testany, Waitsome and Testsome in
+! turn: each position once, with its message.
+subroutine f_mixed_many_finish(reqs, sts, ind, bufs, peer, n) bind(C, name='f_mixed_many_finish')
+  use mpi
+  use, intrinsic :: iso_c_binding, only : c_int
+  implicit none
+  integer(c_int), value :: peer, n
+  integer(c_int) :: reqs(n), sts(MPI_STATUS_SIZE, n), ind(n), bufs(n)
+  integer :: which, got, outcount, k, i, rank, ierr
+  logical :: flag
+  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+  got = 0
+  which = 0
+  do while (got < n)
+    outcount = 0
+    select case (which)
+    case (0)
+      call MPI_Waitany(n, reqs, ind(1), sts(:, 1), ierr)
+      outcount = 1
+    case (1)
+      call MPI_Testany(n, reqs, ind(1), flag, sts(:, 1), ierr)
+      outcount = merge(1, 0, flag)
+    case (2)
+      call MPI_Waitsome(n, reqs, outcount, ind, sts, ierr)
+    case default
+      call MPI_Testsome(n, reqs, outcount, ind, sts, ierr)
+    end select
+    if (ierr /= MPI_SUCCESS .or. outcount < 0) call f_mixed_fail('completing many', which)
+    do k = 1, outcount
+      i = ind(k)
+      if (i < 1 .or. i > n) call f_mixed_fail('completing many: index', i)
+      if (reqs(i) /= MPI_REQUEST_NULL) call f_mixed_fail('completing many: request left', i)
+      if (sts(MPI_TAG, k) /= 1000 + i .or. sts(MPI_SOURCE, k) /= peer) call f_mixed_fail('completing many: status', i)
+      if (bufs(i) /= peer * 1000003 + rank * 10007 + 5 * 101 + i) call f_mixed_fail('completing many: data', i)
+      bufs(i) = -2 ! seen
+    end do
+    got = got + outcount
+    which = mod(which + 1, 4)
+  end do
+end subroutine f_mixed_many_finish
+
 subroutine f_mixed_fail(why, what)
   use mpi
   implicit none

@@ -198,4 +198,52 @@ static inline void *mt_alloc(size_t n)
 	return p;
 }
 
+/*
+ * Counting allocations (a program that defines MT_COUNT_ALLOCATIONS before
+ * including this): while mt_counting is set, in this thread, the calls of
+ * malloc, calloc and realloc, into mt_allocations; the program's own
+ * definitions take them from every library, the preloaded plugin
+ * included.  MT_COUNTS_ALLOCATIONS is 0 in an ASan build, whose allocator
+ * they would bypass.
+ */
+#ifdef MT_COUNT_ALLOCATIONS
+#if defined(__SANITIZE_ADDRESS__)
+#define MT_COUNTS_ALLOCATIONS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MT_COUNTS_ALLOCATIONS 0
+#endif
+#endif
+#ifndef MT_COUNTS_ALLOCATIONS
+#define MT_COUNTS_ALLOCATIONS 1
+#endif
+
+static __thread int mt_counting;
+static __thread long mt_allocations;
+
+#if MT_COUNTS_ALLOCATIONS
+void *__libc_malloc(size_t n);
+void *__libc_calloc(size_t n, size_t size);
+void *__libc_realloc(void *p, size_t n);
+
+void *malloc(size_t n)
+{
+	mt_allocations += mt_counting;
+	return __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t size)
+{
+	mt_allocations += mt_counting;
+	return __libc_calloc(n, size);
+}
+
+void *realloc(void *p, size_t n)
+{
+	mt_allocations += mt_counting;
+	return __libc_realloc(p, n);
+}
+#endif
+#endif
+
 #endif

@@ -14,58 +14,18 @@
  * inactive persistent receive) through each any and some call, where
  * MPI_Testany and MPI_Testsome over them allocate nothing (malloc,
  * calloc and realloc counted here, in this thread; not in an ASan build,
- * whose allocator they would bypass); and, last, MPI_Finalize right after
- * sends whose requests were freed.
+ * whose allocator they would bypass); the same requests in two arrays at
+ * different positions, completed through either, round after round as
+ * new requests take the handles of the old; and, last, MPI_Finalize right
+ * after sends whose requests were freed.
  *
  * Call families: nonblocking, blocking (the "go" messages and the receives
  * of the freed sends).
  */
 #include <time.h>
 
+#define MT_COUNT_ALLOCATIONS
 #include "mpitest.h"
-
-/* ---- counting allocations --------------------------------------------------- */
-
-#if defined(__SANITIZE_ADDRESS__)
-#define COUNTS_ALLOCATIONS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define COUNTS_ALLOCATIONS 0
-#endif
-#endif
-#ifndef COUNTS_ALLOCATIONS
-#define COUNTS_ALLOCATIONS 1
-#endif
-
-/* While counting, in this thread: the calls of malloc, calloc and realloc
- * (the program's own definitions take them from every library, the
- * preloaded plugin included). */
-static __thread int counting;
-static __thread long allocations;
-
-#if COUNTS_ALLOCATIONS
-void *__libc_malloc(size_t n);
-void *__libc_calloc(size_t n, size_t size);
-void *__libc_realloc(void *p, size_t n);
-
-void *malloc(size_t n)
-{
-	allocations += counting;
-	return __libc_malloc(n);
-}
-
-void *calloc(size_t n, size_t size)
-{
-	allocations += counting;
-	return __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t n)
-{
-	allocations += counting;
-	return __libc_realloc(p, n);
-}
-#endif
 
 #define MIXED 6
 
@@ -496,16 +456,16 @@ static void many_requests(int peer)
 	 * the receives pending: nothing to find, nothing allocated. */
 	MT_MPI(MPI_Testany(MANY, rq, &idx, &flag, &st[0])); /* first calls may set up */
 	MT_MPI(MPI_Testsome(MANY, rq, &n, ind, st));
-	counting = 1;
+	mt_counting = 1;
 	for (int k = 0; k < 10; k++) {
 		MT_MPI(MPI_Testany(MANY, rq, &idx, &flag, &st[0]));
 		MT_CHECK(!flag && idx == MPI_UNDEFINED, "Testany over %d pending: %d %d", MANY, flag, idx);
 		MT_MPI(MPI_Testsome(MANY, rq, &n, ind, st));
 		MT_CHECK(n == 0, "Testsome over %d pending: %d", MANY, n);
 	}
-	counting = 0;
-	MT_CHECK(!COUNTS_ALLOCATIONS || allocations == 0,
-		 "20 Testany and Testsome over %d requests allocated %ld times", MANY, allocations);
+	mt_counting = 0;
+	MT_CHECK(!MT_COUNTS_ALLOCATIONS || mt_allocations == 0,
+		 "20 Testany and Testsome over %d requests allocated %ld times", MANY, mt_allocations);
 	MT_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &rq[LIB_AT]));
 	expect++;
 	MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
@@ -549,6 +509,76 @@ static void many_requests(int peer)
 	free(ind);
 	free(st);
 	free(seen);
+}
+
+/*
+ * The same VIEW receives in two arrays: a[i], and b[VIEW + i] after VIEW
+ * nulls.  The calls over one array and over the other must each see which
+ * are pending and which are done, wherever a request was seen last; they
+ * complete through either, alternating.  ROUNDS rounds, whose receives
+ * take the handles that the last round's gave back.  Every rank makes the
+ * same collective calls (a Barrier per round).
+ */
+#define VIEW 64
+#define VIEW_ROUNDS 4
+
+/* Complete every receive of a and b (the peer sends them now). */
+static void two_views_finish(MPI_Request a[VIEW], MPI_Request b[2 * VIEW], int in[VIEW], int peer, int round)
+{
+	int ind[2 * VIEW], got = 0, idx, n;
+	MPI_Status st[2 * VIEW];
+	for (int call = 0; got < VIEW; call = (call + 1) % 4) {
+		int over_b = call & 1;
+		MPI_Request *v = over_b ? b : a;
+		int len = over_b ? 2 * VIEW : VIEW;
+		if (call < 2) {
+			MT_MPI(MPI_Waitany(len, v, &idx, &st[0]));
+			ind[0] = idx;
+			n = 1;
+		} else {
+			MT_MPI(MPI_Waitsome(len, v, &n, ind, st));
+		}
+		MT_CHECK(n >= 1, "round %d call %d: %d done of %d left", round, call, n, VIEW - got);
+		for (int k = 0; k < n; k++) {
+			int i = over_b ? ind[k] - VIEW : ind[k];
+			MT_CHECK(i >= 0 && i < VIEW && v[ind[k]] == MPI_REQUEST_NULL, "round %d call %d: position %d",
+				 round, call, ind[k]);
+			MT_CHECK_STATUS(st[k], peer, i, 1, MPI_INT);
+			MT_CHECK(in[i] == i + round, "round %d: position %d got %d", round, i, in[i]);
+			a[i] = b[VIEW + i] = MPI_REQUEST_NULL;
+		}
+		got += n;
+	}
+}
+
+static void two_views(int peer)
+{
+	MPI_Request a[VIEW], b[2 * VIEW];
+	int in[VIEW], idx, flag, n, ind[2 * VIEW];
+	for (int r = 0; r < VIEW_ROUNDS; r++) {
+		if (mt_rank > peer) {
+			MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+			for (int i = VIEW - 1; i >= 0; i--) {
+				int v = i + r;
+				MT_MPI(MPI_Send(&v, 1, MPI_INT, peer, i, MPI_COMM_WORLD));
+			}
+			continue;
+		}
+		for (int i = 0; i < VIEW; i++) {
+			b[i] = MPI_REQUEST_NULL;
+			MT_MPI(MPI_Irecv(&in[i], 1, MPI_INT, peer, i, MPI_COMM_WORLD, &a[i]));
+			b[VIEW + i] = a[i];
+		}
+		/* Nothing has come: each call over either array finds nothing. */
+		for (int k = 0; k < 3; k++) {
+			MT_MPI(MPI_Testsome(VIEW, a, &n, ind, MPI_STATUSES_IGNORE));
+			MT_CHECK(n == 0, "round %d: Testsome over a: %d", r, n);
+			MT_MPI(MPI_Testany(2 * VIEW, b, &idx, &flag, MPI_STATUS_IGNORE));
+			MT_CHECK(!flag && idx == MPI_UNDEFINED, "round %d: Testany over b: %d %d", r, flag, idx);
+		}
+		MT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+		two_views_finish(a, b, in, peer, r);
+	}
 }
 
 /* The lower rank of (0,1) frees its sends and goes straight to MPI_Finalize. */
@@ -699,6 +729,7 @@ int main(int argc, char **argv)
 		truncated_completions(mt_rank ^ d);
 		persistent_mixed(mt_rank ^ d);
 		many_requests(mt_rank ^ d);
+		two_views(mt_rank ^ d);
 	}
 	return finalize_with_freed_sends();
 }
