@@ -11,6 +11,8 @@
  *   comm.c      communicators: contexts, which pair takes which path
  *   ops.c       operations, their wire ids and their MPI_Request handles
  *   engine.c    progress: the inbound queue, matching, the outbound queues
+ *   unexp.c     unexpected messages, a context's orphans
+ *   remote.c    the MPI library's side of mixed receives and requests
  *   send.c      the send calls          recv.c      receives and probes
  *   complete.c  Wait/Test families, Request_free, Cancel
  *   persist.c   persistent requests      bsend.c     buffered sends
@@ -19,6 +21,8 @@
  *   coll_ops.c  the collective calls carried through that area
  *   coll_vops.c the v variants;  coll_scan.c reduce-scatters and scans
  *   coll_nb.c   the nonblocking collectives, progressed by the engine
+ *   fortran.c   Fortran's entry points (fortran_coll.c: its collectives)
+ *   lookup.c    whether the plugin's MPI calls are the ones the process calls
  *
  * Threads: the plugin carries traffic only below MPI_THREAD_MULTIPLE, so
  * one thread at a time is inside it; its state is plain process memory.
