@@ -102,7 +102,7 @@ grep -Eq '^barrier +2 +0 +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$work/out" || fail "pinsh
 grep -Eq '^allreduce +2 +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$work/out" || fail "pinshm-mpi-compare: no allreduce row"
 
 # A dead rank: the two survivors' calls end with the error, or abort.
-for c in allreduce barrier bcast; do
+for c in allreduce barrier bcast iallreduce; do
     mpi 3 --enable-recovery "$dead" "$c" return
     n=$(grep -c "^coll_dead: rank [01]: $c returned [0-9]* (class [0-9]*: MPI_ERR_OTHER" "$work/out" || true)
     [ "$n" -eq 2 ] || fail "$c with a dead rank, errors returned: $n survivors of 2 got MPI_ERR_OTHER"
@@ -116,4 +116,4 @@ grep -q "MPI_ERRORS_ARE_FATAL" "$work/err" || fail "allreduce with a dead rank, 
 kill "$daemon"
 wait "$daemon" || fail "pinshmd exited $? at SIGTERM"
 daemon=
-echo "PASS: the collectives' benchmark at 2 and 4 ranks; a dead rank fails Allreduce, Barrier and Bcast"
+echo "PASS: the collectives' benchmark at 2 and 4 ranks; a dead rank fails Allreduce, Barrier, Bcast and Iallreduce"

@@ -341,6 +341,18 @@ static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s
 	}
 }
 
+bool coll_poll_failed(struct pm_coll *co, unsigned *passes, int from, int to, bool done, uint64_t s)
+{
+	if (coll_error(co) != MPI_SUCCESS)
+		return true;
+	if (++*passes % LIVE_EVERY != 0 || !co->live)
+		return false;
+	for (int r = from; r < to; r++)
+		if (!flag_reached(co, r, done, s))
+			return wait_failed(co, r, done, s);
+	return false;
+}
+
 void coll_wait_free(struct pm_coll *co, uint64_t s)
 {
 	if (s > 2)

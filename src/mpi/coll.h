@@ -135,6 +135,19 @@ void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s);
 void coll_wait_all(struct pm_coll *co, uint64_t s);    /* every rank's arrive >= s */
 void coll_finish(struct pm_coll *co, uint64_t s);      /* done = s */
 int coll_error(const struct pm_coll *co);              /* MPI_SUCCESS or the error a wait found */
+/* For a caller that polls the flags of ranks [@p from, @p to) at step @p s
+ * itself (coll_nb.c), after a poll that found them short: whether it must
+ * give up, because a wait failed before or (every so many calls, counted
+ * in *@p passes) a member died, reported as a failed wait is. */
+bool coll_poll_failed(struct pm_coll *co, unsigned *passes, int from, int to, bool done, uint64_t s);
+
+/* What a call that ran steps returns: the error a wait found (already
+ * reported through the error handler), else @p rc through it. */
+static inline int coll_result(const struct pm_coll *co, MPI_Comm comm, int rc)
+{
+	int e = coll_error(co);
+	return e != MPI_SUCCESS ? e : pm_comm_error(comm, rc);
+}
 
 /* Statistics: a call of @p call carried (@p pinshm) or passed on. */
 void coll_count(enum coll_call call, bool pinshm, uint64_t bytes);

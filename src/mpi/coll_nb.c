@@ -39,6 +39,7 @@ struct nb {
 	uint64_t first, last; /* its steps */
 	uint64_t step;        /* the one running */
 	bool posted;          /* this rank's part of it is written (or it has none) */
+	unsigned passes;      /* fruitless tries (coll_poll_failed()) */
 	int rc;               /* the first error, reported at completion */
 	/* Bcast: the message; Allgather: this rank's block and the n blocks. */
 	char *data, *all;
@@ -158,17 +159,33 @@ static void read_part(struct nb *b, uint64_t s)
 	}
 }
 
+/* @p b cannot complete (a member died, or a wait on its area failed):
+ * its steps end here as done, so that the calls after it on the area end
+ * too, and it completes with an error. */
+static bool give_up(struct nb *b)
+{
+	note(b, MPI_ERR_OTHER);
+	coll_finish(b->co, b->last);
+	b->step = b->last + 1;
+	return false;
+}
+
 /* Try the step of @p b that runs: @return whether it is finished. */
 static bool try_step(struct nb *b)
 {
 	struct pm_coll *co = b->co;
 	uint64_t s = b->step;
 	if (!b->posted) {
+		if (coll_error(co) != MPI_SUCCESS)
+			return give_up(b);
 		if (own_done(co) != s - 1)
 			return false; /* an earlier call's step runs first (coll.h) */
 		bool w = writes(b);
-		if (w && b->kind != CALL_IBARRIER && s > 2 && !flags_at(co, 0, co->size, true, s - 2))
+		if (w && b->kind != CALL_IBARRIER && s > 2 && !flags_at(co, 0, co->size, true, s - 2)) {
+			if (coll_poll_failed(co, &b->passes, 0, co->size, true, s - 2))
+				return give_up(b);
 			return false; /* someone still reads half s & 1 */
+		}
 		if (w) {
 			write_part(b, s);
 			coll_post(co, s);
@@ -178,7 +195,7 @@ static bool try_step(struct nb *b)
 	int from, to;
 	reads(b, &from, &to);
 	if (!flags_at(co, from, to, false, s))
-		return false;
+		return coll_poll_failed(co, &b->passes, from, to, false, s) ? give_up(b) : false;
 	read_part(b, s);
 	coll_finish(co, s);
 	b->posted = false;
@@ -230,7 +247,7 @@ void coll_nb_drain(struct pm_coll *co)
 	if (co->size < 2 || !co->flags)
 		return;
 	unsigned idle = 0;
-	while (own_done(co) < co->step) {
+	while (own_done(co) < co->step && coll_error(co) == MPI_SUCCESS) {
 		if (pm_progress())
 			idle = 0;
 		else

@@ -44,14 +44,6 @@ static void *out_of_memory(void)
 	return NULL;
 }
 
-/* What a call that ran steps returns: the error a wait found (already
- * reported through the error handler), else @p rc through it. */
-static int coll_result(const struct pm_coll *co, MPI_Comm comm, int rc)
-{
-	int e = coll_error(co);
-	return e != MPI_SUCCESS ? e : pm_comm_error(comm, rc);
-}
-
 /* Where rank @p r's data of step @p s lies: its small slot (data of at
  * most COLL_SMALL bytes, decided from what matches at every rank) or its
  * half. */

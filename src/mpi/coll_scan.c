@@ -140,7 +140,7 @@ static int rs_call(const void *sendbuf, void *recvbuf, const int *counts, int bl
 	free(r.acc);
 	free(r.x);
 	free(all);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }
 
 int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op,
@@ -202,7 +202,7 @@ static int scan_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype
 	int rc = scan_steps(co, &r, in, recvbuf, count, ex);
 	free(r.acc);
 	free(r.x);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }
 
 int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)

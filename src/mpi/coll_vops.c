@@ -156,7 +156,8 @@ static uint64_t vx_table(struct pm_coll *co, struct vx *x)
 			most = len > most ? len : most;
 		}
 	coll_finish(co, s);
-	return most;
+	/* A wait that failed (a dead member) read no table: no steps. */
+	return coll_error(co) == MPI_SUCCESS ? most : 0;
 }
 
 /* The steps that move every block, a piece of each a step. */
@@ -226,7 +227,7 @@ static int vx_run(struct pm_coll *co, struct vx *x, MPI_Comm comm, enum coll_cal
 	free(x->out);
 	free(x->in);
 	free(x->from);
-	return pm_comm_error(comm, rc);
+	return coll_result(co, comm, rc);
 }
 
 /* The area of @p comm for a v variant with @p root (0 for those without

@@ -3,7 +3,8 @@
  * wait for it forever.  The last rank kills itself (SIGKILL: no exit
  * handler runs) after a first MPI_Allreduce has set the communicator's
  * collectives up; the others then call MPI_Allreduce (argument "barrier":
- * MPI_Barrier; "bcast": MPI_Bcast from the dead rank).  By default the
+ * MPI_Barrier; "bcast": MPI_Bcast from the dead rank; "iallreduce":
+ * MPI_Iallreduce and MPI_Wait).  By default the
  * error handler aborts the job; with "return" (a second argument) the
  * survivors set MPI_ERRORS_RETURN, print the error the call returned and
  * exit 0 without MPI_Finalize.
@@ -40,6 +41,12 @@ int main(int argc, char **argv)
 		rc = MPI_Barrier(MPI_COMM_WORLD);
 	else if (!strcmp(call, "bcast"))
 		rc = MPI_Bcast(&x, 1, MPI_INT, size - 1, MPI_COMM_WORLD);
+	else if (!strcmp(call, "iallreduce")) {
+		MPI_Request req;
+		rc = MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+		if (rc == MPI_SUCCESS)
+			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+	}
 	else
 		rc = MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 	char msg[MPI_MAX_ERROR_STRING];
