@@ -354,7 +354,8 @@ const char pyshm_release_after_doc[] = "release_after(event, device=None)\n\n"
 	     "('cuda', 'opencl'), or None for the only one; pinshm.Error (ENOENT) where the\n"
 	     "channel is not registered.  Like release(), the message makes no new view; with\n"
 	     "views alive, the release waits for them too (it happens when the message goes).\n"
-	     "Records still go back in the order received.";
+	     "Records still go back in the order received.  One call per message: a second\n"
+	     "raises ValueError (record one event after every copy that reads the record).";
 
 PyObject *pyshm_message_release_after(MessageObject *m, PyObject *args, PyObject *kw)
 {
@@ -363,8 +364,10 @@ PyObject *pyshm_message_release_after(MessageObject *m, PyObject *args, PyObject
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:release_after", kwlist, &ev, &spec))
 		return NULL;
-	if (m->done) {
-		PyErr_SetString(PyExc_ValueError, "the message was released already");
+	if (m->done || m->release_after) {
+		PyErr_SetString(PyExc_ValueError, m->done ? "the message was released already"
+							  : "release_after() was called already for this message "
+							    "(one event: record it after every copy that reads the record)");
 		return NULL;
 	}
 	ChannelObject *chan = m->chan;
@@ -374,6 +377,13 @@ PyObject *pyshm_message_release_after(MessageObject *m, PyObject *args, PyObject
 	void *handle = d ? event_handle(ev, &keep) : NULL;
 	if (!handle)
 		return NULL;
+	/* event_handle() may have run Python code (recording an event). */
+	if (m->done || m->release_after || pyshm_channel_usable(chan) < 0) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_ValueError, "the message was released meanwhile");
+		Py_XDECREF(keep);
+		return NULL;
+	}
 	if (keep) {
 		if (!chan->events)
 			chan->events = PyList_New(0);

@@ -115,6 +115,8 @@ def test_release_after(pair, dev):
     m2.release_after(h[2], dev)  # a view is alive: it waits for it too
     with pytest.raises(BufferError):
         m2.__dlpack__()
+    with pytest.raises(ValueError, match="called already"):
+        m2.release_after(h[1], dev)  # one event a message: never replaced
     del a2, m2
     m1.release_after(h[1])
     del m1
