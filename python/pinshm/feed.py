@@ -26,9 +26,11 @@ Lifetime of a batch: a batch's tensors and arrays are the record itself,
 read-only in spirit (a torch tensor is writable whatever DLPack says: do
 not write into it).  The record stays valid while any of them is alive, and
 goes back to the worker once they are all gone.  Records go back in order,
-per worker: the loop may keep at most ``prefetch_factor`` batches per worker
-alive (the last one, a few for logging); keeping as many as a worker's
-channel holds raises RuntimeError rather than stalling the workers.  Copy (``tensor.clone()``,
+per worker: a batch kept alive holds back every later record of its worker,
+so the loop may keep at most its latest ``prefetch_factor`` batches per
+worker alive (the last one, a few for logging); holding back as many
+records as a worker's channel holds (an old batch kept while the loop goes
+on does) raises RuntimeError rather than stalling the workers.  Copy (``tensor.clone()``,
 ``array.copy()``) what must live longer.  On an accelerator, let a
 non-blocking copy from a batch complete (e.g. synchronize, or any ``.item()``
 after it) before the batch goes.
@@ -488,13 +490,15 @@ class _Producer:
             data, leaves = leaves, [Leaf.like(x) for x in leaves]
         head, offsets, size = _layout(structure, leaves, epoch, number)
         r = self.channel(size).reserve(size)
-        with r:
-            mv = memoryview(r)
-            try:
-                mv[: len(head)] = head
-                _fill(mv, leaves, offsets, structure, samples, collate, data)
-            finally:
-                mv.release()  # BufferError if the collate kept a view of the record
+        mv = memoryview(r)
+        try:
+            mv[: len(head)] = head
+            _fill(mv, leaves, offsets, structure, samples, collate, data)
+        except BaseException as e:
+            _drop_views(e, mv, r)
+            raise
+        with r:  # abort() where commit() or release() fails
+            mv.release()  # BufferError if the collate kept a view of the record
             r.commit(size)
 
     def close(self):
@@ -502,6 +506,28 @@ class _Producer:
         if self.chan is not None:
             self.chan.close()
         self.client.close()
+
+
+def _drop_views(e, mv, r):
+    """After e in a collate: let go of the record's views and abort r, so that e (not a BufferError) is raised.
+
+    The frames of e's traceback (and of its context) keep the collate's locals, views of
+    mv among them: they are cleared (the traceback still formats).
+    """
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e = e.__cause__ or e.__context__
+    for _ in range(2):
+        try:
+            mv.release()
+            r.abort()
+            return
+        except BufferError:
+            import gc
+
+            gc.collect()  # views in a cycle; a view that lives on (in e itself?) leaves e to be raised still
 
 
 class _Stop(Exception):
@@ -609,6 +635,7 @@ class _Worker:
         self.slots = 0  # records its channel holds at least
         self.tasks = collections.deque()  # (epoch, number) sent, oldest first
         self.kept = []  # messages of batches yielded, not yet released
+        self.aside = None  # a record received while the error of an earlier task was due
         self.errors = {}  # (epoch, number) -> (type, text) of the worker's exception
 
 
@@ -791,12 +818,12 @@ class Feed:
             self._client.unlink(w.name)
         except _pinshm.Error:
             pass
-        for m in w.kept:
+        for m in w.kept + ([w.aside] if w.aside is not None else []):
             try:
                 m.release()
             except BufferError:
                 pass
-        w.kept = []
+        w.kept, w.aside = [], None
         try:
             w.chan.close()
         except BufferError:
@@ -979,12 +1006,15 @@ class Feed:
             except BufferError:
                 kept.append(m)
         w.kept = kept
-        # The batch awaited next needs room besides the kept ones, or the worker waits forever.
-        if w.chan is not None and len(kept) >= w.slots:
+        # Records go back in order: the oldest one kept holds back every later one.  The
+        # batch awaited next needs room besides those, or the worker waits forever.
+        held = w.chan.held if w.chan is not None else 0
+        if held and w.aside is None and held >= w.slots:
             raise RuntimeError(
-                "pinshm.feed: the loop keeps %d batches of worker %d alive, and its channel holds %d: "
-                "keep fewer (at most prefetch_factor per worker) or copy them (tensor.clone(), array.copy())"
-                % (len(kept), w.id, w.slots))
+                "pinshm.feed: the loop keeps batches of worker %d alive that hold %d of its records, and its "
+                "channel holds %d (records go back in order: a batch kept holds back every later one): keep "
+                "at most prefetch_factor batches per worker alive, the latest ones, or copy them "
+                "(tensor.clone(), array.copy())" % (w.id, held, w.slots))
 
     def _receive(self, ws):
         """(worker, Message) of the first of ws with a record, or (worker, None) after a
@@ -995,12 +1025,17 @@ class Feed:
         while True:
             armed = True
             for w in ws:
+                if w.aside is not None:
+                    got, w.aside = w.aside, None
+                    return w, got
                 try:
                     if w.chan is not None:
                         try:
-                            return w, w.chan.recv_inplace(0)
+                            got = w.chan.recv_inplace(0)
                         except _pinshm.Empty:
                             pass
+                        else:
+                            return w, self._due(w, got)
                     if w.conn.poll():
                         self._control(w)
                         return w, None
@@ -1016,6 +1051,25 @@ class Feed:
                 raise _pinshm.Timeout(errno.ETIMEDOUT, "pinshm.feed: no batch within %s s" % self.timeout)
             fds = [w.conn for w in ws] + [w.fd for w in ws if w.chan is not None]
             select.select(fds + [x.proc.sentinel for x in self._workers], [], [], left)
+
+    def _due(self, w, msg):
+        """msg, or None where it is not w's oldest task and the error of that task is in w's pipe.
+
+        A worker sends a batch's error down its pipe, then goes on with its next batch: the
+        error is read before that record, which waits aside for its turn.
+        """
+        try:
+            tag = _FIXED.unpack_from(msg, 0)[3:6:2]  # (epoch, number)
+        except (struct.error, TypeError, BufferError):
+            return msg  # not a record: _accept says so
+        if not w.tasks or tag == (w.tasks[0][0] & 0xFFFFFFFF, w.tasks[0][1]):
+            return msg
+        while w.tasks[0] not in w.errors and w.conn.poll():
+            self._control(w)
+        if w.tasks[0] not in w.errors:
+            return msg  # _accept says it was not due
+        w.aside = msg
+        return None
 
     def _control(self, w):
         """Handle a message of w's pipe: a channel request, or an error to file."""
@@ -1047,8 +1101,9 @@ class Feed:
         w.chan = self._client.open(w.name, _pinshm.CONSUMER)
         w.fd = w.chan.fileno()  # made before arm() may be called
         # A record may not fit at the ring's end (one slot lost); the library holds 64 at most.
+        # The worker's records are at most a slot (its header besides), so that w.slots holds.
         w.slots = min(cap // slot - 1, _pinshm.MAX_HELD - 2)
-        w.conn.send(("chan", w.name, cap // 2 - _ALIGN))
+        w.conn.send(("chan", w.name, slot - _ALIGN))
 
     def _gone(self, w, what):
         """Raise WorkerDied for w, which what (it left): with its exit status once it has one."""

@@ -297,12 +297,70 @@ def test_shuffle_with_a_seed_is_reproducible(clean):
 def test_keeping_every_batch_is_an_error_not_a_hang(clean):
     with Feed(Squares(200), batch_size=2, num_workers=1, prefetch_factor=1, timeout=30) as feed:
         kept = []
-        with pytest.raises(RuntimeError, match="keeps .* batches .* alive"):
+        with pytest.raises(RuntimeError, match="keeps batches .* alive"):
             for b in feed:
                 kept.append(b)
         assert len(kept) >= 1
         check(kept[0], [0, 1])  # still valid
         del kept, b
+
+
+class Growing(Squares):
+    """Sample i: a float32 array of 4 values for the first 4 samples, of 2000 after."""
+
+    def __getitem__(self, i):
+        return np.full(4 if i < 4 else 2000, i, dtype=np.float32)
+
+
+def test_keeping_the_first_batch_is_an_error_not_a_hang(clean):
+    """Records go back in order: the first batch kept holds back every later one (batches of
+    8 KB: the channel holds fewer than the 64 records the library lets a consumer hold)."""
+    with Feed(Growing(400), batch_size=2, sampler=range(4, 400), num_workers=1, prefetch_factor=2, timeout=10) as feed:
+        first = None
+        with pytest.raises(RuntimeError, match="keeps batches of worker 0 alive that hold .* records"):
+            for n, b in enumerate(feed):
+                if n == 0:
+                    first = b
+        assert n < 60
+        assert first[:, 0].tolist() == [4, 5]  # still valid
+        del first, b
+
+
+def test_worker_error_is_not_overtaken_by_its_next_batch(clean):
+    """Worker 1 fails on batch 3 and commits batch 5 before batch 3 is due: the error is raised."""
+
+    feed = Feed(Squares(40, fail_at=3), batch_size=1, num_workers=2, prefetch_factor=2, timeout=30)
+    seen = []
+    with pytest.raises(ValueError, match="sample 3 is unreadable"):
+        for b in feed:
+            seen.append(int(b[1][0]))
+            time.sleep(0.3)  # the workers are ahead: batch 5 is in worker 1's channel
+    assert seen == [0, 1, 2]
+    feed.close()
+
+
+
+
+def test_batches_bigger_than_the_first_need_max_batch_bytes(clean):
+    with Feed(Growing(12), batch_size=2, num_workers=1, timeout=30) as feed:
+        with pytest.raises(ValueError, match=r"does not fit .*max_batch_bytes"):
+            for _ in feed:
+                pass
+    with Feed(Growing(12), batch_size=2, num_workers=1, timeout=30, max_batch_bytes=20000) as feed:
+        assert [b[:, 0].tolist() for b in feed] == [[2 * k, 2 * k + 1] for k in range(6)]
+
+
+def test_collate_error_is_raised_not_a_buffer_error(clean):
+    """The collate's frames hold views of the record: the worker's error still comes through."""
+
+    class Ragged(Squares):
+        def __getitem__(self, i):
+            return np.zeros(1 + i % 2, dtype=np.float32)
+
+    with Feed(Ragged(8), batch_size=2, num_workers=1, timeout=30) as feed:
+        with pytest.raises(ValueError, match="same shape") as e:
+            list(feed)
+        assert "_stack_into" in str(e.value)
 
 
 def test_worker_info_and_init(clean):
