@@ -4,8 +4,6 @@ its bandwidth is that of torch's own pinned memory.  Skipped, saying why,
 where torch has no CUDA device (tests/gpu/run runs these on a GPU machine,
 with -s so that the figures are printed)."""
 
-import time
-
 import numpy as np
 import pytest
 
@@ -107,22 +105,3 @@ def test_bandwidth_as_pinned(registered):
     msg.release()
     assert ratio > 0.5, "a registered record copies at %.2fx pinned memory's speed" % ratio
 
-
-def test_inplace_receive_time_flat(registered):
-    """In place, a 64 MiB record is received about as fast as a 64 KiB one."""
-    tx, rx = registered
-    times = {}
-    for size in (64 << 10, 64 * MIB):
-        best = None
-        for _ in range(5):
-            send_bytes(tx, np.zeros(size, dtype=np.uint8))
-            t0 = time.perf_counter()
-            msg = rx.recv_inplace(timeout=5)
-            t = torch.from_dlpack(msg)
-            dt = time.perf_counter() - t0
-            del t
-            msg.release()
-            best = dt if best is None else min(best, dt)
-        times[size] = best
-    print("\nin-place receive: 64 KiB %.1f us, 64 MiB %.1f us"
-          % (times[64 << 10] * 1e6, times[64 * MIB] * 1e6))
