@@ -3,23 +3,12 @@
 # calls back into it, directly or through others.  The call graph between
 # files is read from the symbols of libpinshm-core's objects (nm: what each
 # defines, what each calls); a strongly connected group of more than one
-# file is a cycle.  The calls of a cycle not broken yet are listed below
-# (KNOWN: the device layer's registrations, releases and commits, which
-# a forked child's check and a handle's close tie together): a call
-# between files of a cycle that is not there fails.
+# file is a cycle, and any call between two files of a cycle fails.
 #
 #     check_cycles.sh [--print]     (--print: every call between files)
 #
 # Skipped (77) without nm or python3, or before the objects are built.
 set -eu
-
-KNOWN='
-device/commit -> device/register
-device/register -> device/commit
-device/register -> device/release
-device/release -> device/commit
-device/release -> device/register
-'
 
 python=${PYTHON:-python3}
 if ! command -v nm >/dev/null 2>&1 || ! command -v "$python" >/dev/null 2>&1; then
@@ -41,7 +30,7 @@ for o in $(ar t src/.libs/libpinshm-core.a); do
     done
 done
 
-KNOWN=$KNOWN "$python" - "$@" <<'PY'
+"$python" - "$@" <<'PY'
 import os, re, subprocess, sys
 
 mode, objs = sys.argv[1], sys.argv[2:]
@@ -90,13 +79,9 @@ for v in sorted(calls):
     if v not in index:
         visit(v)
 
-known = {tuple(l.split(' -> ')) for l in os.environ['KNOWN'].strip().splitlines()}
-cyclic = {(a, b) for (a, b) in edges if comp[a] == comp[b]}
-new = sorted(cyclic - known)
-for a, b in new:
-    print('check_cycles: new call in a cycle: %s -> %s (%s)' % (a, b, ' '.join(sorted(edges[(a, b)]))))
-for a, b in sorted(known - cyclic):
-    print('check_cycles: note: %s -> %s is no longer in a cycle: take it off KNOWN' % (a, b))
-print('check_cycles: %d calls between files in cycles, %d new' % (len(cyclic), len(new)))
-sys.exit(1 if new else 0)
+cyclic = sorted((a, b) for (a, b) in edges if comp[a] == comp[b])
+for a, b in cyclic:
+    print('check_cycles: call in a cycle: %s -> %s (%s)' % (a, b, ' '.join(sorted(edges[(a, b)]))))
+print('check_cycles: %d calls between files, %d in cycles' % (len(edges), len(cyclic)))
+sys.exit(1 if cyclic else 0)
 PY

@@ -6,8 +6,9 @@
  * (opencl.c, the ICD loader loaded at run time).  A handle that uses
  * devices carries a struct device_state (ch->dev, NULL for every other
  * handle, so that the send and receive paths of those pay one test of a
- * pointer at most): its registrations (register.c) and the records whose
- * release waits for a completion event (release.c).
+ * pointer at most): its registrations (state.c, register.c), the records
+ * whose release waits for a completion event (release.c) and the
+ * reservation whose commit waits for one (commit.c).
  */
 #ifndef PINSHM_DEVICE_H
 #define PINSHM_DEVICE_H
@@ -92,12 +93,35 @@ struct device_state {
 	pinshm_msg_t stale[DEVICE_MAX_STALE];
 };
 
-/* register.c */
+/*
+ * The units call one way: register.c (the top: registrations, and a
+ * handle's close) calls commit.c and release.c, and all three call
+ * state.c, which calls none of them.
+ */
+
+/* state.c (and device_fork_check(), device_info(), device_report_all():
+ * channel.h) */
+/** @p ch's device state, made (its pid this process's) where it has none;
+ *  NULL: no memory. */
+struct device_state *device_state_get(pinshm_channel_t *ch);
+/** @p dev's registration in @p ds, or NULL (none, or a forked child's). */
 struct device_reg *device_find_reg(struct device_state *ds, const struct pinshm_device *dev);
-/* device_state_close(): release what is pending once completed, then as
- * device_state_forget(): in the process that registered, wait for the
- * pending events and unregister; in a forked child, free the state with
- * no driver call (channel.h). */
+/** Tell the daemon of a registration made (+1) or dropped (-1), where the
+ *  handle was opened through pinshmd (its control plane's device_report).
+ *  @return 0, or its refusal. */
+int device_report(pinshm_channel_t *ch, pinshm_device_kind_t kind, int delta);
+/** Drop registration @p r of ch->dev (its events waited for already):
+ *  unregister it and tell the daemon where @p call_driver. */
+void device_drop_reg(pinshm_channel_t *ch, struct device_reg *r, bool call_driver);
+/** Drop every registration (as device_drop_reg()) and free ch->dev, with
+ *  no wait: the caller waited for the events, or they are a forked
+ *  parent's (@p call_driver false). */
+void device_state_free(pinshm_channel_t *ch, bool call_driver);
+
+/* register.c: device_state_close(): release what is pending once
+ * completed, then as device_state_forget(): in the process that
+ * registered, wait for the pending events and unregister; in a forked
+ * child, free the state with no driver call (channel.h). */
 
 /* load.c */
 /** An open begins: clear this thread's detail of a failed open. */
@@ -116,9 +140,9 @@ void device_commit_forget(pinshm_channel_t *ch);
 
 /* release.c (and device_progress(), device_release(): channel.h) */
 /** Wait for every pending event, and release the records. */
-void device_drain(pinshm_channel_t *ch);
+void device_release_drain(pinshm_channel_t *ch);
 /** Wait for every pending event and forget the records, unreleased. */
-void device_wait_all(pinshm_channel_t *ch);
+void device_release_forget(pinshm_channel_t *ch);
 
 /* cuda.c, opencl.c: the backends' openers. */
 int cuda_open(int ordinal, struct pinshm_device **out);

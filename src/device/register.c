@@ -1,13 +1,12 @@
 /*
  * register.c - devices: opening and closing them, and the registrations of
- * each handle's mapping with them (the backend-independent part).
+ * each handle's mapping with them (the backend-independent part).  The top
+ * of the device layer: an unregistration or a close waits for the waiting
+ * commit (commit.c) and the pending releases (release.c) first.
  */
-#include <assert.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <unistd.h>
 
 #include "device/device.h"
 
@@ -50,32 +49,6 @@ static const struct channel_dev_ops device_ops = {
 	.commit_progress = device_commit_progress,
 };
 
-/* Tell the daemon of a registration made or dropped (the handle's control
- * plane's device_report), where the handle was opened through pinshmd. */
-static int device_report(pinshm_channel_t *ch, pinshm_device_kind_t kind, int delta)
-{
-	return ch->ctl ? ch->ctl->device_report(ch, kind, delta) : 0;
-}
-
-void device_fork_check(pinshm_channel_t *ch)
-{
-	if (!ch->dev || ch->dev->pid == getpid())
-		return;
-	if (ch->reserved == RESV_DEVICE)
-		ch->reserved = RESV_LOST; /* the parent's device writes it: never published here */
-	device_state_forget(ch);
-}
-
-struct device_reg *device_find_reg(struct device_state *ds, const struct pinshm_device *dev)
-{
-	if (ds && ds->pid != getpid())
-		return NULL; /* a forked child: none of it is its own */
-	for (unsigned i = 0; ds && i < ds->nregs; i++)
-		if (ds->regs[i].dev == dev)
-			return &ds->regs[i];
-	return NULL;
-}
-
 int pinshm_channel_register(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned flags)
 {
 	char why[DEVICE_WHY] = "";
@@ -85,14 +58,10 @@ int pinshm_channel_register(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned
 	device_fork_check(ch);
 	if (device_find_reg(ch->dev, dev))
 		return 0;
-	if (!ch->dev) {
-		ch->dev = calloc(1, sizeof(*ch->dev));
-		if (!ch->dev)
-			return channel_fail(ch, -ENOMEM, "no memory for the device state");
-		ch->dev->pid = getpid();
-		ch->dev_ops = &device_ops;
-	}
-	struct device_state *ds = ch->dev;
+	struct device_state *ds = device_state_get(ch);
+	if (!ds)
+		return channel_fail(ch, -ENOMEM, "no memory for the device state");
+	ch->dev_ops = &device_ops;
 	if (ds->nregs == DEVICE_MAX_PER_HANDLE)
 		return channel_fail(ch, -ENOSPC, "registered with %u devices already", DEVICE_MAX_PER_HANDLE);
 	bool want_ro = ch->role == PINSHM_CONSUMER || flags & PINSHM_REGISTER_READ_ONLY;
@@ -117,20 +86,12 @@ int pinshm_channel_register(pinshm_channel_t *ch, pinshm_device_t *dev, unsigned
 	return 0;
 }
 
-/* Drop registration @p r of @p ds (its events waited for already). */
-static void drop_reg(pinshm_channel_t *ch, struct device_reg *r, bool call_driver)
+/* Wait for the device's events (the waiting commit's, then those of the
+ * pending releases), and commit and release what they held. */
+static void drain(pinshm_channel_t *ch)
 {
-	struct device_state *ds = ch->dev;
-	struct pinshm_device *dev = r->dev;
-
-	if (call_driver) {
-		dev->ops->unreg(dev, r);
-		/* Not registered any more, whatever the daemon answers (a lost
-		 * connection drops its counts anyway). */
-		device_report(ch, dev->kind, -1);
-	}
-	*r = ds->regs[--ds->nregs];
-	atomic_fetch_sub_explicit(&dev->users, 1, memory_order_release);
+	device_commit_drain(ch);
+	device_release_drain(ch);
 }
 
 int pinshm_channel_unregister(pinshm_channel_t *ch, pinshm_device_t *dev)
@@ -140,8 +101,8 @@ int pinshm_channel_unregister(pinshm_channel_t *ch, pinshm_device_t *dev)
 	if (!r)
 		return channel_fail(ch, -ENOENT, "not registered with this device");
 	/* The device may still read records of any pending release. */
-	device_drain(ch);
-	drop_reg(ch, r, true);
+	drain(ch);
+	device_drop_reg(ch, r, true);
 	return 0;
 }
 
@@ -178,61 +139,26 @@ int pinshm_device_addr(pinshm_channel_t *ch, pinshm_device_t *dev, const void *p
 	return 0;
 }
 
-static_assert(sizeof(((pinshm_channel_info_t *)0)->devices) / sizeof(((pinshm_channel_info_t *)0)->devices[0]) ==
-		      DEVICE_MAX_PER_HANDLE,
-	      "pinshm_channel_info() shows every device of a handle");
-
-void device_info(const pinshm_channel_t *ch, pinshm_channel_info_t *info)
-{
-	const struct device_state *ds = ch->dev;
-
-	if (ds->pid != getpid())
-		return; /* a forked child: none of it is its own */
-	for (unsigned i = 0; i < ds->nregs; i++)
-		info->devices[info->ndevices++] = (struct pinshm_channel_device){
-			.dev = ds->regs[i].dev,
-			.kind = ds->regs[i].dev->kind,
-			.flags = PINSHM_REGISTERED | (ds->regs[i].read_only ? PINSHM_REGISTERED_READ_ONLY : 0),
-		};
-	info->commit_waits = ch->reserved == RESV_DEVICE;
-}
-
-int device_report_all(pinshm_channel_t *ch)
-{
-	struct device_state *ds = ch->dev;
-	int rc = 0;
-
-	for (unsigned i = 0; ds && ds->pid == getpid() && i < ds->nregs; i++) {
-		int r = device_report(ch, ds->regs[i].dev->kind, +1);
-		if (r != 0 && rc == 0)
-			rc = r;
-	}
-	return rc;
-}
-
 void device_state_close(pinshm_channel_t *ch)
 {
 	device_fork_check(ch);
 	if (ch->dev)
-		device_drain(ch);
+		drain(ch);
 	device_state_forget(ch);
 }
 
 void device_state_forget(pinshm_channel_t *ch)
 {
-	struct device_state *ds = ch->dev;
-
-	if (!ds)
+	if (!ch->dev)
 		return;
 	/* In a forked child the driver's registrations and events are the
 	 * parent's: nothing of them is touched.  In the process that
 	 * registered, the device must be done with the mapping before it is
-	 * unregistered (and unmapped): wait, but release nothing. */
-	bool own = ds->pid == getpid();
-	if (own)
-		device_wait_all(ch);
-	while (ds->nregs > 0)
-		drop_reg(ch, &ds->regs[ds->nregs - 1], own);
-	free(ds);
-	ch->dev = NULL;
+	 * unregistered (and unmapped): wait, but commit and release nothing. */
+	bool own = ch->dev->pid == getpid();
+	if (own) {
+		device_commit_forget(ch);
+		device_release_forget(ch);
+	}
+	device_state_free(ch, own);
 }

@@ -64,11 +64,10 @@ int device_progress(pinshm_channel_t *ch)
 	return rc;
 }
 
-void device_drain(pinshm_channel_t *ch)
+void device_release_drain(pinshm_channel_t *ch)
 {
 	struct device_state *ds = ch->dev;
 
-	device_commit_drain(ch);
 	while (ds->npending > 0) {
 		struct device_pending *p = &ds->pending[0];
 		if (p->dev)
@@ -77,11 +76,10 @@ void device_drain(pinshm_channel_t *ch)
 	}
 }
 
-void device_wait_all(pinshm_channel_t *ch)
+void device_release_forget(pinshm_channel_t *ch)
 {
 	struct device_state *ds = ch->dev;
 
-	device_commit_forget(ch);
 	for (unsigned i = 0; i < ds->npending; i++) {
 		struct device_pending *p = &ds->pending[i];
 		if (p->dev) {
