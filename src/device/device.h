@@ -10,8 +10,8 @@
  * whose release waits for a completion event (release.c) and the
  * reservation whose commit waits for one (commit.c).
  */
-#ifndef PINSHM_DEVICE_H
-#define PINSHM_DEVICE_H
+#ifndef PINSHM_DEVICE_PRIV_H
+#define PINSHM_DEVICE_PRIV_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -148,4 +148,4 @@ void device_release_forget(pinshm_channel_t *ch);
 int cuda_open(int ordinal, struct pinshm_device **out);
 int opencl_open(void *context, struct pinshm_device **out);
 
-#endif /* PINSHM_DEVICE_H */
+#endif /* PINSHM_DEVICE_PRIV_H */
