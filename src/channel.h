@@ -92,8 +92,8 @@ struct pinshm_channel {
 	uint64_t spin_ns;
 
 	/* Producer (lines 2 and 3). */
-	alignas(64) struct lane_header *lane;
-	uint8_t *ring;
+	alignas(64) uint8_t *ring;
+	struct lane_header *lane;
 	uint64_t tail;        /* end of what this producer committed (or staged) */
 	uint64_t committed;   /* end of what is committed (tail less staged records) */
 	uint64_t last;        /* start of the last record committed */
@@ -108,8 +108,8 @@ struct pinshm_channel {
 	bool wake_pending;    /* committed with PINSHM_MORE */
 
 	/* Consumer (line 4). */
-	alignas(64) enum consume_mode mode;
-	unsigned next_lane;   /* round-robin start */
+	alignas(64) unsigned next_lane; /* round-robin start */
+	enum consume_mode mode;
 	uint64_t *cursor;     /* sequential: next position to read, per lane */
 	uint64_t last_size;   /* sequential: bytes of the last record taken (consume.c prefetch_next_line()) */
 	unsigned held_first, held_count;
