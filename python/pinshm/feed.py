@@ -40,7 +40,11 @@ batch is due, as the same exception type where it can be made from a
 message (else WorkerError), with the worker's traceback in its text.  A
 worker that dies (a signal, os._exit) fails the iteration at once with
 WorkerDied (batches it committed before may go
-undelivered); it is not restarted.  A break, an exception in the loop body or
+undelivered); it is not restarted.  A collate must let go of its views of
+out when it returns: a view kept beyond (in a global, an exception kept
+alive) keeps the record reserved, and that batch and the worker's later
+ones fail saying so until the view goes.  Workers end themselves once
+the main process has ended (a thread of theirs watches the parent's pid).  A break, an exception in the loop body or
 Ctrl-C stops the workers of the epoch (or, with persistent_workers, leaves
 them for the next epoch until close()) and unlinks the channels: no process
 and no channel name is left behind.
@@ -451,12 +455,14 @@ def _fill(mv, leaves, offsets, structure, samples, collate, data):
 class _Producer:
     """A worker's side: its client, its channel, writing batches into records."""
 
-    def __init__(self, socket, conn):
+    def __init__(self, wid, socket, conn):
+        self.wid = wid
         self.client = _pinshm.connect(socket)
         self.conn = conn
         self.chan = None
         self.room = 0
         self.tasks = collections.deque()  # tasks that came while waiting for the channel
+        self.stuck = None  # (memoryview, Reservation, epoch, number): a record a view outlived
 
     def task(self):
         """The next task (epoch, number, indices), or None: stop."""
@@ -481,7 +487,12 @@ class _Producer:
         return self.chan
 
     def put(self, epoch, number, samples, collate):
-        """Collate samples into a record of the channel and commit it."""
+        """Collate samples into a record of the channel and commit it.
+
+        A failure of the collate raises _BatchFailed with its text, formatted before the
+        exception (whose traceback and arguments may hold views of the record) is dropped.
+        """
+        self._unstick(epoch, number)
         plain = not isinstance(collate, Collate)
         leaves = []
         structure = _flatten(collate(samples) if plain else collate.layout(samples), leaves)
@@ -491,21 +502,70 @@ class _Producer:
         head, offsets, size = _layout(structure, leaves, epoch, number)
         r = self.channel(size).reserve(size)
         mv = memoryview(r)
+        failed = None
         try:
             mv[: len(head)] = head
             _fill(mv, leaves, offsets, structure, samples, collate, data)
+        except Exception as e:
+            failed = _wrap(e, self.wid, number)
         except BaseException as e:
             _drop_views(e, mv, r)
             raise
-        with r:  # abort() where commit() or release() fails
-            mv.release()  # BufferError if the collate kept a view of the record
-            r.commit(size)
+        # Out of the except block, the exception, its traceback and their views are gone.
+        if failed is not None:
+            if not _abort(mv, r):
+                self.stuck = (mv, r, epoch, number)
+                failed = (failed[0], failed[1] + "\n" + self._stuck_text(epoch, number))
+            raise _BatchFailed(failed)
+        if not _let_go(mv, r, lambda: r.commit(size)):
+            self.stuck = (mv, r, epoch, number)
+            raise BufferError(self._stuck_text(epoch, number))
+
+    def _stuck_text(self, epoch, number):
+        """What a view kept of the record of batch (epoch, number) does."""
+        return ("pinshm.feed worker %d: a view of the record of batch %d (epoch %d) is still alive, kept by the "
+                "collate or the dataset (in a global, an attribute or an exception that lives on): the record "
+                "stays reserved, and the worker's later batches fail until the view goes; let go of every view "
+                "of out once the collate returns" % (self.wid, number, epoch))
+
+    def _unstick(self, epoch, number):
+        """Abort the record a view outlived, once it is gone; RuntimeError while it lives."""
+        if self.stuck is None:
+            return
+        mv, r, e0, n0 = self.stuck
+        if not _abort(mv, r):
+            raise RuntimeError("%s (batch %d of epoch %d cannot be written)" % (self._stuck_text(e0, n0), number,
+                                                                                 epoch))
+        self.stuck = None
 
     def close(self):
         """Leave the channel and disconnect."""
         if self.chan is not None:
-            self.chan.close()
+            try:
+                self.chan.close()
+            except BufferError:
+                pass  # a view outlived its record: the channel goes with the process
         self.client.close()
+
+
+def _let_go(mv, r, then):
+    """Release memoryview mv of reservation r and call then() (r's commit or abort), collecting
+    cycles that hold views of r where it raises BufferError; False where a view lives on."""
+    for _ in range(2):
+        try:
+            mv.release()
+            then()
+            return True
+        except BufferError:
+            import gc
+
+            gc.collect()
+    return False
+
+
+def _abort(mv, r):
+    """Let go of mv and abort reservation r; False where a view of it lives on."""
+    return _let_go(mv, r, r.abort)
 
 
 def _drop_views(e, mv, r):
@@ -519,38 +579,58 @@ def _drop_views(e, mv, r):
         seen.add(id(e))
         traceback.clear_frames(e.__traceback__)
         e = e.__cause__ or e.__context__
-    for _ in range(2):
-        try:
-            mv.release()
-            r.abort()
-            return
-        except BufferError:
-            import gc
+    try:
+        _abort(mv, r)
+    except BufferError:
+        pass  # a view lives on (in e itself?): e is raised still
 
-            gc.collect()  # views in a cycle; a view that lives on (in e itself?) leaves e to be raised still
+
+class _BatchFailed(Exception):
+    """A batch's collate failed: err is the (type, text) of its exception for the main process."""
+
+    def __init__(self, err):
+        super().__init__(err[1])
+        self.err = err
 
 
 class _Stop(Exception):
     """The main process told the worker to stop."""
 
 
-def _die_with_parent():
-    """Ask Linux for SIGKILL when the parent (the main process) ends."""
-    try:
-        import ctypes
+def _die_with_parent(parent):
+    """End this worker (SIGKILL) when its parent, the main process of pid parent, ends.
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    A thread watches os.getppid(): PR_SET_PDEATHSIG would follow the thread that forked
+    the worker, not the process, and kill the workers of a feed started by a thread that
+    then ends.  parent None (forkserver, whose children are the server's, a process of
+    one thread): PR_SET_PDEATHSIG, the server's end.
+    """
+    if parent is None:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+        return
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(_WATCH_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="pinshm.feed parent watch", daemon=True).start()
+
+
+_WATCH_S = 0.2  # how often a worker checks that the main process lives
 
 
 def _worker(wid, num_workers, seed, socket, conn, dataset, collate, worker_init_fn, parent):
     """A worker process: take (epoch, number, indices) tasks, write batches, report errors."""
     global _worker_info
-    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides
-    if parent is not None and os.getppid() != parent:
-        return  # the main process ended before the line above
+    _die_with_parent(parent)
     _worker_info = WorkerInfo(wid, num_workers, seed, dataset)
     random.seed(seed)
     if "numpy" in sys.modules:
@@ -561,7 +641,7 @@ def _worker(wid, num_workers, seed, socket, conn, dataset, collate, worker_init_
         torch.manual_seed(seed)
     prod = None
     try:
-        prod = _Producer(socket, conn)
+        prod = _Producer(wid, socket, conn)
         if worker_init_fn is not None:
             worker_init_fn(wid)
         while True:
@@ -573,6 +653,8 @@ def _worker(wid, num_workers, seed, socket, conn, dataset, collate, worker_init_
                 prod.put(epoch, number, [dataset[i] for i in indices], collate)
             except (_Stop, _pinshm.PeerGone, EOFError):
                 break
+            except _BatchFailed as e:
+                conn.send(("error", epoch, number, e.err))
             except Exception as e:
                 conn.send(("error", epoch, number, _wrap(e, wid, number)))
     except (_Stop, EOFError, BrokenPipeError, KeyboardInterrupt):
@@ -615,6 +697,17 @@ def _reraise(err):
 
 
 # ---- the main process ------------------------------------------------------
+
+
+def _tell_stop(conn):
+    """Tell a worker to stop through its pipe, never waiting: False where the pipe is full
+    (a worker that reads no more) or closed, and the worker is to be terminated."""
+    try:
+        os.set_blocking(conn.fileno(), False)
+        conn.send(None)
+        return True
+    except OSError:  # BlockingIOError: full; a partial message does not matter, it is ended
+        return False
 
 
 def _pow2(n):
@@ -793,15 +886,12 @@ class Feed:
     def _stop(self):
         """Stop the workers, release what the main process holds, unlink the channels."""
         workers, self._workers = self._workers, []
-        for w in workers:
-            try:
-                w.conn.send(None)
-            except OSError:
-                pass
+        told = [_tell_stop(w.conn) for w in workers]
         for w in workers:
             self._drop_channel(w)
-        for w in workers:
-            w.proc.join(2)
+        for w, asked in zip(workers, told):
+            if asked:
+                w.proc.join(2)
             if w.proc.exitcode is None:
                 w.proc.terminate()
                 w.proc.join(2)
@@ -1098,8 +1188,18 @@ class Feed:
                 if e.errno not in (errno.EFBIG, errno.ENOMEM, errno.ENOSPC) or cap // 2 // slot < 3:
                     raise
                 cap //= 2
-        w.chan = self._client.open(w.name, _pinshm.CONSUMER)
-        w.fd = w.chan.fileno()  # made before arm() may be called
+        try:
+            w.chan = self._client.open(w.name, _pinshm.CONSUMER)
+            w.fd = w.chan.fileno()  # made before arm() may be called
+        except BaseException:
+            if w.chan is not None:
+                w.chan.close()
+                w.chan = None
+            try:
+                self._client.unlink(w.name)  # no name left behind
+            except _pinshm.Error:
+                pass
+            raise
         # A record may not fit at the ring's end (one slot lost); the library holds 64 at most.
         # The worker's records are at most a slot (its header besides), so that w.slots holds.
         w.slots = min(cap // slot - 1, _pinshm.MAX_HELD - 2)
