@@ -496,25 +496,31 @@ def test_feed_started_by_a_thread_that_ends(clean):
         assert [int(b[1][0]) for b in feed] == [0, 4, 8]
 
 
-class RaiseWithViews(Collate):
-    """Fails its first batch with an exception that holds the batch's views of the record."""
+class OnFirstBatch(Collate):
+    """Stacks the samples, and calls what(out) at the first batch of its worker."""
 
-    calls = 0
+    def __init__(self, what):
+        self.what, self.calls = what, 0
 
     def layout(self, samples):
         return pf.StackCollate().layout(samples)
 
     def __call__(self, samples, out):
         pf.StackCollate()(samples, out)
-        RaiseWithViews.calls += 1  # in the worker
-        if RaiseWithViews.calls == 1:
-            raise ValueError("bad batch", out)
+        self.calls += 1  # in the worker
+        if self.calls == 1:
+            self.what(out)
+
+
+def raise_with(out):
+    """Fail with an exception that holds the batch's views of the record."""
+    raise ValueError("bad batch", out)
 
 
 def test_views_in_an_exception_do_not_hold_the_record(clean):
     """The exception's arguments hold views of the record: it is aborted still, and
     the worker's next batches go through."""
-    with Feed(Squares(8), batch_size=2, num_workers=1, prefetch_factor=1, collate_fn=RaiseWithViews(),
+    with Feed(Squares(8), batch_size=2, num_workers=1, prefetch_factor=1, collate_fn=OnFirstBatch(raise_with),
               persistent_workers=True, timeout=30) as feed:
         with pytest.raises(ValueError, match="bad batch"):
             list(feed)
@@ -523,21 +529,6 @@ def test_views_in_an_exception_do_not_hold_the_record(clean):
 
 
 _KEPT = []
-
-
-class KeepView(Collate):
-    """Keeps a view of its first batch's record in a global."""
-
-    calls = 0
-
-    def layout(self, samples):
-        return pf.StackCollate().layout(samples)
-
-    def __call__(self, samples, out):
-        pf.StackCollate()(samples, out)
-        KeepView.calls += 1
-        if KeepView.calls == 1:
-            _KEPT.append(out)
 
 
 class LetGo(Squares):
@@ -557,7 +548,7 @@ def test_a_view_kept_by_the_collate_is_a_clear_error(clean, tmp_path):
     """A view of a record kept past its batch: that batch and the worker's next ones
     fail saying so, the feed goes on, and once the view goes the worker writes again."""
     flag = str(tmp_path / "let-go")
-    with Feed(LetGo(8, flag), batch_size=2, num_workers=1, prefetch_factor=1, collate_fn=KeepView(),
+    with Feed(LetGo(8, flag), batch_size=2, num_workers=1, prefetch_factor=1, collate_fn=OnFirstBatch(_KEPT.append),
               persistent_workers=True, timeout=30) as feed:
         with pytest.raises(BufferError, match="view of the record of batch 0 .* is still alive"):
             list(feed)
