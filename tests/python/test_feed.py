@@ -15,6 +15,7 @@ import pytest
 
 import pinshm
 from pinshm import feed as pf
+from pinshm import feed_format as pff
 from pinshm.feed import Collate, Feed, Leaf, WorkerDied, WorkerError
 
 torch = pytest.importorskip("torch")
@@ -384,7 +385,7 @@ def test_header_round_trip_and_fuzz():
     """Every header parse_header accepts describes leaves within the record."""
     leaves = [Leaf("t", "float32", (3, 5)), Leaf("n", "<i2", (7,)), Leaf("n", "|b1", ())]
     structure = ["d", [["a", 0], ["b", ["t", [1, 2]]]]]
-    head, offsets, size = pf._layout(structure, leaves, 5, 9)
+    head, offsets, size = pff._layout(structure, leaves, 5, 9)
     rec = bytearray(head + bytes(size - len(head)))
     ep, number, s, got = pf.parse_header(rec)
     assert (ep, number, s) == (5, 9, structure)
@@ -409,7 +410,7 @@ def test_header_round_trip_and_fuzz():
             assert off >= end and off % 64 == 0 and off + lf.nbytes <= len(r)
             end = off + lf.nbytes
         seen = set()
-        pf._check_struct(s, len(got), seen)
+        pff._check_struct(s, len(got), seen)
         assert seen == set(range(len(got)))
     assert accepted > 0
     bad = struct.pack("<4sHHIIQII", b"PSHF", 1, 1, 0, 64, 0, 20, 0) + b'{"s":0,"l":[["n","O",[],64]]}'
