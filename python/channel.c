@@ -79,8 +79,11 @@ int pyshm_channel_reap(ChannelObject *self)
 	if (k == self->first)
 		return 0;
 	/* One release for each run without events, one release_after() for
-	 * each record with one (the library queues those behind a pending one). */
+	 * each record with one (the library queues those behind a pending one).
+	 * Busy meanwhile: dropping an event object may run Python code, whose
+	 * calls on this channel must not reap the same records again. */
 	int rc = 0;
+	self->busy = true;
 	for (uint64_t j = self->first; j < k; j++) {
 		struct held_slot *s = &self->held[j % PYSHM_MAX_HELD];
 		int r = 0;
@@ -94,6 +97,7 @@ int pyshm_channel_reap(ChannelObject *self)
 			rc = r;
 	}
 	self->first = k;
+	self->busy = false;
 	if (rc < 0)
 		self->release_err = rc;
 	if (self->ev_count > 0) /* keep the objects of the events still pending only */

@@ -265,9 +265,9 @@ PyObject *pyshm_channel_release_poll(ChannelObject *self, PyObject *unused)
 
 void pyshm_channel_events_trim(ChannelObject *self, int pending)
 {
-	unsigned keep = pending > 0 ? (unsigned)pending : 0;
-
-	while (self->ev_count > keep) {
+	if (pending < 0)
+		return; /* a failed poll says nothing of what is pending */
+	while (self->ev_count > (unsigned)pending) {
 		/* Out of the ring first: the object's finalizer may call back. */
 		PyObject *ev = self->events[self->ev_first];
 		self->events[self->ev_first] = NULL;
@@ -290,12 +290,14 @@ int pyshm_release_slot_after(ChannelObject *self, struct held_slot *s)
 	 * is room.  A release that failed or went at once needs no object. */
 	if (rc == 0 && self->ev_count == PYSHM_MAX_HELD)
 		pyshm_channel_events_trim(self, pinshm_release_poll(self->ch, NULL, 0, NULL));
-	if (rc == 0 && self->ev_count < PYSHM_MAX_HELD) {
+	if (rc != 0) {
+		Py_DECREF(keep);
+	} else if (self->ev_count < PYSHM_MAX_HELD) {
 		self->events[(self->ev_first + self->ev_count) % PYSHM_MAX_HELD] = keep;
 		self->ev_count++;
-	} else {
-		Py_DECREF(keep);
 	}
+	/* Else the poll failed (a corrupt channel): the object is kept for
+	 * ever rather than freed while the driver may still query its event. */
 	return rc;
 }
 

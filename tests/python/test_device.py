@@ -251,3 +251,36 @@ def test_cuda_host_only_registered(pair, dev):
         cap = m.__dlpack__()
         assert _device_type(cap) == 1  # not asked for
         del cap
+
+
+def test_event_objects_after_a_burst(pair, dev):
+    """60 releases pending that all complete unseen, then 6 handed to the
+    library at once: the channel makes room for them by dropping the objects
+    of those no longer pending, and keeps the new ones."""
+    tx, rx = pair()
+    rx.register(dev)
+    for i in range(66):
+        tx.send(bytes([i]) * 64)
+    ev, h = events(66)
+    for i in range(60):
+        rx.recv_inplace(timeout=1).release_after(FakeEvent(h[i]))
+    assert rx.release_poll() == 60 and rx.event_objects == 60
+    for i in range(60):
+        ev[i] = DONE
+    first = rx.recv_inplace(timeout=1)  # holds back the next ones
+    later = []
+    for i in range(61, 66):
+        e = FakeEvent(h[i])
+        later.append(weakref.ref(e))
+        rx.recv_inplace(timeout=1).release_after(e)
+        del e
+    assert rx.event_objects == 60  # nothing was handed over yet
+    first.release()  # hands the five over, after the first
+    assert rx.release_poll() == 5 and rx.event_objects == 5
+    gc.collect()
+    assert all(r() is not None for r in later)
+    for i in range(61, 66):
+        ev[i] = DONE
+    assert rx.release_poll() == 0 and rx.event_objects == 0
+    gc.collect()
+    assert all(r() is None for r in later)  # none kept for ever
