@@ -79,13 +79,16 @@ int pyshm_channel_reap(ChannelObject *self)
 	if (k == self->first)
 		return 0;
 	/* One release for each run without events, one release_after() for
-	 * each record with one (the library queues those behind a pending one). */
+	 * each record with one (the library queues those behind a pending one).
+	 * Busy meanwhile: dropping an event object may run Python code, whose
+	 * calls on this channel must not reap the same records again. */
 	int rc = 0;
+	self->busy = true;
 	for (uint64_t j = self->first; j < k; j++) {
 		struct held_slot *s = &self->held[j % PYSHM_MAX_HELD];
 		int r = 0;
 		if (s->event)
-			r = pinshm_release_after(self->ch, &s->msg, s->dev, s->event);
+			r = pyshm_release_slot_after(self, s);
 		else if (j + 1 == k || self->held[(j + 1) % PYSHM_MAX_HELD].event)
 			r = pinshm_release(self->ch, &s->msg);
 		s->event = NULL;
@@ -94,10 +97,11 @@ int pyshm_channel_reap(ChannelObject *self)
 			rc = r;
 	}
 	self->first = k;
+	self->busy = false;
 	if (rc < 0)
 		self->release_err = rc;
-	if (self->events && pinshm_release_poll(self->ch, NULL, 0, NULL) == 0)
-		Py_CLEAR(self->events); /* no release waits for their events any longer */
+	if (self->ev_count > 0) /* keep the objects of the events still pending only */
+		pyshm_channel_events_trim(self, pinshm_release_poll(self->ch, NULL, 0, NULL));
 	return rc;
 }
 
@@ -735,6 +739,12 @@ static PyObject *chan_get_held(ChannelObject *self, void *closure)
 	return PyLong_FromUnsignedLongLong(self->end - self->first);
 }
 
+static PyObject *chan_get_events(ChannelObject *self, void *closure)
+{
+	(void)closure;
+	return PyLong_FromUnsignedLong(self->ev_count);
+}
+
 static PyMethodDef chan_methods[] = {
 	{"send", (PyCFunction)(void (*)(void))chan_send, METH_VARARGS | METH_KEYWORDS, send_doc},
 	{"send_batch", (PyCFunction)(void (*)(void))chan_send_batch, METH_VARARGS | METH_KEYWORDS, send_batch_doc},
@@ -767,6 +777,8 @@ static PyGetSetDef chan_getset[] = {
 	{"max_message", (getter)chan_get_max_message, NULL, "The largest payload, in bytes.", NULL},
 	{"held", (getter)chan_get_held, NULL, "Records held in place, released to the library or not yet.",
 	 NULL},
+	{"event_objects", (getter)chan_get_events, NULL,
+	 "Event objects (release_after()) the handle holds for releases that may still be pending.", NULL},
 	{NULL, NULL, NULL, NULL, NULL},
 };
 

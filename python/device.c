@@ -7,8 +7,10 @@
  * A Channel holds each Device it is registered with (strong), so that the
  * device is closed only after the channel's registration went with its
  * handle.  Event objects given to release_after() (a torch.cuda.Event)
- * are held by the channel until no release of it is pending any longer:
- * the driver cannot retain a CUDA event, which must outlive the wait.
+ * are held by the channel until their release is no longer pending (the
+ * driver cannot retain a CUDA event, which must outlive the wait): by the
+ * record's slot until it goes to the library, then in the channel's ring
+ * of pending ones, trimmed after each release.
  */
 #include "pyshm.h"
 
@@ -257,14 +259,53 @@ PyObject *pyshm_channel_release_poll(ChannelObject *self, PyObject *unused)
 		n = pinshm_release_poll(self->ch, NULL, 0, NULL);
 	if (n < 0)
 		return pyshm_raise(n, pinshm_channel_error(self->ch), PYSHM_RECV);
-	if (n == 0)
-		Py_CLEAR(self->events);
+	pyshm_channel_events_trim(self, n);
 	return PyLong_FromLong(n);
+}
+
+void pyshm_channel_events_trim(ChannelObject *self, int pending)
+{
+	if (pending < 0)
+		return; /* a failed poll says nothing of what is pending */
+	while (self->ev_count > (unsigned)pending) {
+		/* Out of the ring first: the object's finalizer may call back. */
+		PyObject *ev = self->events[self->ev_first];
+		self->events[self->ev_first] = NULL;
+		self->ev_first = (self->ev_first + 1) % PYSHM_MAX_HELD;
+		self->ev_count--;
+		Py_DECREF(ev);
+	}
+}
+
+int pyshm_release_slot_after(ChannelObject *self, struct held_slot *s)
+{
+	int rc = pinshm_release_after(self->ch, &s->msg, s->dev, s->event);
+	PyObject *keep = s->keep;
+
+	s->keep = NULL;
+	if (!keep)
+		return rc;
+	/* The pending releases are the newest handed over (in order), at most
+	 * one per held record: after dropping those no longer pending, there
+	 * is room.  A release that failed or went at once needs no object. */
+	if (rc == 0 && self->ev_count == PYSHM_MAX_HELD)
+		pyshm_channel_events_trim(self, pinshm_release_poll(self->ch, NULL, 0, NULL));
+	if (rc != 0) {
+		Py_DECREF(keep);
+	} else if (self->ev_count < PYSHM_MAX_HELD) {
+		self->events[(self->ev_first + self->ev_count) % PYSHM_MAX_HELD] = keep;
+		self->ev_count++;
+	}
+	/* Else the poll failed (a corrupt channel): the object is kept for
+	 * ever rather than freed while the driver may still query its event. */
+	return rc;
 }
 
 void pyshm_channel_devices_clear(ChannelObject *self)
 {
-	Py_CLEAR(self->events);
+	pyshm_channel_events_trim(self, 0);
+	for (int i = 0; i < PYSHM_MAX_HELD; i++)
+		Py_CLEAR(self->held[i].keep);
 	for (int i = 0; i < PYSHM_MAX_DEVICES; i++)
 		Py_CLEAR(self->devs[i]);
 }
@@ -384,17 +425,12 @@ PyObject *pyshm_message_release_after(MessageObject *m, PyObject *args, PyObject
 		Py_XDECREF(keep);
 		return NULL;
 	}
-	if (keep) {
-		if (!chan->events)
-			chan->events = PyList_New(0);
-		int bad = !chan->events || PyList_Append(chan->events, keep) < 0;
-		Py_DECREF(keep);
-		if (bad)
-			return NULL;
-	}
 	struct held_slot *s = &chan->held[m->seq % PYSHM_MAX_HELD];
 	s->dev = d->dev;
 	s->event = handle;
+	PyObject *old = s->keep; /* NULL: a slot's object goes when its record does */
+	s->keep = keep;          /* held until the release is no longer pending */
+	Py_XDECREF(old);
 	m->release_after = true;
 	if (m->views > 0)
 		Py_RETURN_NONE; /* released with the message, once the views are gone */

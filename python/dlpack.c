@@ -12,7 +12,9 @@
  * before 1.0) where the consumer passes no max_version or one below 1.0,
  * "dltensor_versioned" (DLManagedTensorVersioned, 1.0) otherwise, whose
  * flags mark a received record read-only.  The device is kDLCPU, or
- * kDLCUDAHost where the consumer asks for it through dl_device.
+ * kDLCUDAHost where the consumer asks for it through dl_device and the
+ * memory is the record of a channel registered with a CUDA device (pinned
+ * for it); otherwise (a copy, a channel not registered) kDLCPU still.
  */
 #include "pyshm.h"
 
@@ -77,16 +79,22 @@ struct export {
 	int64_t shape[DL_MAX_DIMS], strides[DL_MAX_DIMS];
 };
 
+/* A tensor's deleter, which a consumer may call from any thread, with or
+ * without the GIL.  A copy holds nothing of Python's: freed without it,
+ * so that a consumer that frees tensors where the GIL is out of reach (a
+ * thread of its own, interpreter teardown) does not wait for it. */
 static void export_free(struct export *e)
 {
+	if (!e->owner) {
+		free(e->copy);
+		free(e);
+		return;
+	}
 	PyGILState_STATE g = PyGILState_Ensure();
 
-	if (e->owner) {
-		(*e->views)--;
-		e->chan->views--;
-		Py_DECREF(e->owner);
-	}
-	free(e->copy);
+	(*e->views)--;
+	e->chan->views--;
+	Py_DECREF(e->owner);
 	free(e);
 	PyGILState_Release(g);
 }
@@ -159,6 +167,17 @@ int pyshm_dlpack_request(PyObject *args, PyObject *kw, struct pyshm_dl_request *
 	return 0;
 }
 
+/* Whether @p chan's mapping is registered with a CUDA device (pinned for it). */
+static bool cuda_registered(ChannelObject *chan)
+{
+	for (int i = 0; chan->ch && i < PYSHM_MAX_DEVICES; i++) {
+		DeviceObject *d = (DeviceObject *)chan->devs[i];
+		if (d && pinshm_device_kind(d->dev) == PINSHM_DEVICE_CUDA && pinshm_channel_registered(chan->ch, d->dev))
+			return true;
+	}
+	return false;
+}
+
 PyObject *pyshm_dlpack_capsule(PyObject *owner, Py_ssize_t *views, ChannelObject *chan, void *base, size_t len,
 			       bool read_only, const struct pyshm_dl_request *req, const struct pyshm_dl_geometry *g)
 {
@@ -183,9 +202,10 @@ PyObject *pyshm_dlpack_capsule(PyObject *owner, Py_ssize_t *views, ChannelObject
 	memcpy(e->shape, g->shape, sizeof(int64_t) * (size_t)g->ndim);
 	if (g->strides)
 		memcpy(e->strides, g->strides, sizeof(int64_t) * (size_t)g->ndim);
+	bool pinned = !req->copy && cuda_registered(chan);
 	DLTensor t = {
 		.data = data, /* torch 1.13 ignores byte_offset: the offset is in the pointer */
-		.device = {req->device_type, 0},
+		.device = {req->device_type == PYSHM_KDLCUDAHOST && pinned ? PYSHM_KDLCUDAHOST : PYSHM_KDLCPU, 0},
 		.ndim = g->ndim,
 		.dtype = {g->code, g->bits, 1},
 		.shape = e->shape,

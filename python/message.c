@@ -116,9 +116,10 @@ PyDoc_STRVAR(msg_dlpack_doc,
 	     "numpy.from_dlpack(msg)).  The record stays held until every consumer of the capsule\n"
 	     "has let go.  max_version (1, 0) or later: a \"dltensor_versioned\" capsule marked\n"
 	     "read-only; otherwise \"dltensor\".  dl_device: (1, 0) kDLCPU (the default) or (3, 0)\n"
-	     "kDLCUDAHost; another device raises BufferError.  copy=True: a copy of the record's\n"
-	     "own.  stream is not used (host memory).  For the array of an array message,\n"
-	     "pinshm.array_dlpack(msg).");
+	     "kDLCUDAHost, which only the record of a channel registered with a CUDA device gets\n"
+	     "(else, and for a copy, the tensor says kDLCPU); another device raises BufferError.\n"
+	     "copy=True: a copy of the record's own.  stream is not used (host memory).  For\n"
+	     "the array of an array message, pinshm.array_dlpack(msg).");
 
 static PyObject *msg_dlpack(MessageObject *m, PyObject *args, PyObject *kw)
 {

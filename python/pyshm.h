@@ -59,6 +59,7 @@ struct held_slot {
 	MessageObject *obj;   /* borrowed; NULL once the message is done with */
 	pinshm_device_t *dev; /* release_after(): released after event on dev; NULL: at once */
 	void *event;
+	PyObject *keep; /* strong: the object of event (torch.cuda.Event) until it goes to the library, or NULL */
 };
 
 typedef struct {
@@ -85,7 +86,12 @@ typedef struct {
 	bool abort_pending;      /* a reservation dropped while the handle was busy: abort it when free */
 	int release_err;         /* last error of a deferred release (negative errno), 0: the next call raises it */
 	PyObject *devs[PYSHM_MAX_DEVICES]; /* strong: the Devices it is registered with, or NULL */
-	PyObject *events;                  /* a list of the event objects of pending releases, or NULL */
+	/* Strong: the event objects of releases handed to the library, oldest
+	 * first (a ring from ev_first).  The library releases in order, so the
+	 * pending ones are the newest: trimmed to the pending count after each
+	 * release, so that at most PYSHM_MAX_HELD are ever held. */
+	PyObject *events[PYSHM_MAX_HELD];
+	unsigned ev_first, ev_count;
 	char name[PINSHM_NAME_MAX + 1];
 } ChannelObject;
 
@@ -149,6 +155,15 @@ extern const char pyshm_cuda_doc[], pyshm_opencl_doc[], pyshm_register_doc[], py
 
 /** Drop @p self's devices and held event objects (its handle is closed). */
 void pyshm_channel_devices_clear(ChannelObject *self);
+
+/** Hand the record of held slot @p s of @p self to the library with its
+ *  event (pinshm_release_after()), keeping the slot's event object while
+ *  the release is pending.  @return the library's result. */
+int pyshm_release_slot_after(ChannelObject *self, struct held_slot *s);
+
+/** Drop the event objects of @p self beyond the @p pending newest ones
+ *  (a negative @p pending: none). */
+void pyshm_channel_events_trim(ChannelObject *self, int pending);
 
 /** A new Channel object for handle @p ch (owned from now on), of @p client
  *  (borrowed, NULL for none), in role @p role. @return NULL on failure

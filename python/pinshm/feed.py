@@ -40,7 +40,11 @@ batch is due, as the same exception type where it can be made from a
 message (else WorkerError), with the worker's traceback in its text.  A
 worker that dies (a signal, os._exit) fails the iteration at once with
 WorkerDied (batches it committed before may go
-undelivered); it is not restarted.  A break, an exception in the loop body or
+undelivered); it is not restarted.  A collate must let go of its views of
+out when it returns: a view kept beyond (in a global, an exception kept
+alive) keeps the record reserved, and that batch and the worker's later
+ones fail saying so until the view goes.  Workers end themselves once
+the main process has ended (a thread of theirs watches the parent's pid).  A break, an exception in the loop body or
 Ctrl-C stops the workers of the epoch (or, with persistent_workers, leaves
 them for the next epoch until close()) and unlinks the channels: no process
 and no channel name is left behind.
@@ -77,34 +81,32 @@ shape a list of at most 32 sizes, offset a multiple of 64 at or after
 data_offset.  The arrays are C-contiguous, in increasing offsets without
 overlap, and the last ends at or before the record's end.  Every field is
 checked on receipt (ValueError otherwise).
+
+The worker side lives in pinshm.feed_worker, the record format in
+pinshm.feed_format and the collates in pinshm.feed_collate; their public
+names are pinshm.feed's.
 """
 
 import collections
 import errno
 import itertools
-import json
 import os
-import random
 import select
 import signal
 import struct
 import sys
 import time
-import traceback
 import weakref
 
 import _pinshm
 
-from .arrays import _ALIGN, _MAX_DIMS, _np  # the array messages' alignment, dimensions, numpy on first use
+from .arrays import _ALIGN, _np
+from .feed_collate import Collate, StackCollate
+from .feed_format import _FIXED, _TORCH_DL, Leaf, _build, _torch, _torch_name, parse_header
+from .feed_worker import WorkerInfo, _worker, get_worker_info
 
-__all__ = ["Feed", "Collate", "StackCollate", "Leaf", "WorkerError", "WorkerDied", "get_worker_info"]
-
-MAGIC = b"PSHF"
-_VERSION = 1
-_FIXED = struct.Struct("<4sHHIIQII")
-_MAX_LEAVES = 1024
-_MAX_DEPTH = 8
-_MAX_TEXT = 1 << 20
+__all__ = ["Feed", "Collate", "StackCollate", "Leaf", "WorkerError", "WorkerDied", "get_worker_info", "WorkerInfo",
+           "parse_header"]
 
 
 class WorkerError(RuntimeError):
@@ -113,493 +115,6 @@ class WorkerError(RuntimeError):
 
 class WorkerDied(RuntimeError):
     """A worker process ended during an iteration (a signal, os._exit, a crash)."""
-
-
-# ---- torch and numpy, imported on first use --------------------------------
-
-
-def _torch():
-    """torch, imported on first use (a feed of numpy arrays never imports it)."""
-    import torch
-
-    return torch
-
-
-_TORCH_DL = {  # torch dtype name -> (DLPack code, bits)
-    "bool": (1, 8),  # as uint8, viewed as bool on receipt
-    "uint8": (1, 8), "int8": (0, 8), "int16": (0, 16), "int32": (0, 32), "int64": (0, 64),
-    "float16": (2, 16), "bfloat16": (4, 16), "float32": (2, 32), "float64": (2, 64),
-    "complex64": (5, 64), "complex128": (5, 128),
-}
-
-
-def _torch_dtype(name):
-    """The torch dtype of a name of _TORCH_DL."""
-    return getattr(_torch(), name)
-
-
-def _is_tensor(x):
-    """Whether x is a torch tensor (False where torch was never imported)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
-
-
-def _is_array(x):
-    """Whether x is a numpy array."""
-    np = sys.modules.get("numpy")
-    return np is not None and isinstance(x, np.ndarray)
-
-
-class Leaf:
-    """One array of a batch: kind "t" (torch tensor) or "n" (numpy array), dtype, shape.
-
-    dtype is a torch dtype's name ("float32") for kind "t", a numpy dtype
-    or its str ("<f4") for kind "n".  nbytes is its size.
-    """
-
-    __slots__ = ("kind", "dtype", "shape", "nbytes")
-
-    def __init__(self, kind, dtype, shape):
-        self.kind = kind
-        self.shape = tuple(int(d) for d in shape)
-        if kind == "t":
-            self.dtype = str(dtype).replace("torch.", "")
-            if self.dtype not in _TORCH_DL:
-                raise TypeError("pinshm.feed cannot carry tensors of dtype %s" % dtype)
-            size = _TORCH_DL[self.dtype][1] // 8
-        elif kind == "n":
-            dt = _np().dtype(dtype)
-            if dt.hasobject or dt.names or dt.subdtype:
-                raise TypeError("pinshm.feed carries plain numpy dtypes only, not %s" % dt)
-            self.dtype = dt.str
-            size = dt.itemsize
-        else:
-            raise ValueError("leaf kind %r: 't' or 'n'" % (kind,))
-        for d in self.shape:
-            if d < 0:
-                raise ValueError("negative size in shape %s" % (self.shape,))
-            size *= d
-        self.nbytes = size
-
-    def __repr__(self):
-        """Leaf(kind, dtype, shape)."""
-        return "Leaf(%r, %r, %r)" % (self.kind, self.dtype, self.shape)
-
-    @classmethod
-    def like(cls, x, prefix=()):
-        """The Leaf of a tensor, an array or a Python number, with prefix dimensions before."""
-        if _is_tensor(x):
-            return cls("t", x.dtype, tuple(prefix) + tuple(x.shape))
-        np = _np()
-        if isinstance(x, (bool, int, float, complex, np.generic)) or _is_array(x):
-            a = np.asarray(x)
-            return cls("n", a.dtype, tuple(prefix) + a.shape)
-        raise TypeError("pinshm.feed batches hold tensors, numpy arrays and numbers, not %s" % type(x).__name__)
-
-
-# ---- structures: tuples, lists and dicts of leaves -------------------------
-
-
-def _flatten(tree, leaves, depth=0):
-    """The structure of tree (see the module's doc), appending its leaves to leaves."""
-    if depth > _MAX_DEPTH:
-        raise ValueError("a batch nested more than %d deep" % _MAX_DEPTH)
-    if isinstance(tree, dict):
-        for k in tree:
-            if not isinstance(k, str):
-                raise TypeError("dict keys of a batch must be strings, not %s" % type(k).__name__)
-        return ["d", [[k, _flatten(v, leaves, depth + 1)] for k, v in tree.items()]]
-    if isinstance(tree, (tuple, list)):
-        return ["t" if isinstance(tree, tuple) else "l", [_flatten(v, leaves, depth + 1) for v in tree]]
-    leaves.append(tree)
-    return len(leaves) - 1
-
-
-def _build(struct_, leaves):
-    """The tree of struct_ with leaf numbers replaced by leaves[n]."""
-    if isinstance(struct_, int):
-        return leaves[struct_]
-    tag, items = struct_
-    if tag == "d":
-        return {k: _build(v, leaves) for k, v in items}
-    seq = [_build(v, leaves) for v in items]
-    return tuple(seq) if tag == "t" else seq
-
-
-def _check_struct(s, n, seen, depth=0):
-    """ValueError unless s is a structure naming leaves below n, each once."""
-    if depth > _MAX_DEPTH:
-        raise ValueError("malformed feed header: structure nested too deep")
-    if isinstance(s, int) and not isinstance(s, bool):
-        if not 0 <= s < n or s in seen:
-            raise ValueError("malformed feed header: leaf %d named twice or out of range" % s)
-        seen.add(s)
-        return
-    if not (isinstance(s, list) and len(s) == 2 and s[0] in ("t", "l", "d") and isinstance(s[1], list)):
-        raise ValueError("malformed feed header: bad structure %.80r" % (s,))
-    for item in s[1]:
-        if s[0] == "d":
-            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
-                raise ValueError("malformed feed header: bad dict item %.80r" % (item,))
-            item = item[1]
-        _check_struct(item, n, seen, depth + 1)
-
-
-# ---- the record's header ---------------------------------------------------
-
-
-def _layout(structure, leaves, epoch, number):
-    """(header bytes, offsets of the leaves, record size) of a batch."""
-    offsets, desc = [], []
-    text_len = 0
-    # The description's length depends on the offsets' digits: iterate to a fixed point.
-    for _ in range(4):
-        start = (_FIXED.size + text_len + _ALIGN - 1) // _ALIGN * _ALIGN
-        offsets, pos = [], start
-        for leaf in leaves:
-            offsets.append(pos)
-            pos += (leaf.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-        desc = [[lf.kind, lf.dtype, list(lf.shape), off] for lf, off in zip(leaves, offsets)]
-        text = json.dumps({"s": structure, "l": desc}, separators=(",", ":")).encode()
-        if len(text) <= text_len:
-            break
-        text_len = len(text) + 16
-    text = text.ljust(text_len)
-    head = _FIXED.pack(MAGIC, _VERSION, len(leaves), epoch & 0xFFFFFFFF, start, number, text_len, 0) + text
-    return head + bytes(start - len(head)), offsets, max(pos, start)
-
-
-def parse_header(view):
-    """(epoch, number, structure, leaves) of the record in view (a bytes-like).
-
-    leaves is a list of (Leaf, offset).  ValueError where anything disagrees
-    with the format or with the record's length.
-    """
-    n = len(view)
-    if n < _FIXED.size:
-        raise ValueError("not a feed record: %d bytes" % n)
-    magic, version, count, epoch, start, number, text_len, _ = _FIXED.unpack_from(view, 0)
-    if magic != MAGIC or version != _VERSION:
-        raise ValueError("not a feed record of version %d (magic %r, version %d)" % (_VERSION, magic, version))
-    if not 1 <= count <= _MAX_LEAVES or text_len > _MAX_TEXT or start % _ALIGN:
-        raise ValueError("malformed feed header (%d leaves, %d bytes of text, data at %d)" % (count, text_len, start))
-    if _FIXED.size + text_len > start or start > n:
-        raise ValueError("malformed feed header: data at %d, text ends at %d, record of %d bytes"
-                         % (start, _FIXED.size + text_len, n))
-    try:
-        d = json.loads(bytes(view[_FIXED.size:_FIXED.size + text_len]).decode("utf-8"))
-        structure, desc = d["s"], d["l"]
-    except (ValueError, TypeError, KeyError, RecursionError) as e:
-        raise ValueError("malformed feed header: bad description (%s)" % e) from None
-    if not isinstance(desc, list) or len(desc) != count:
-        raise ValueError("malformed feed header: %d leaves announced, description differs" % count)
-    _check_struct(structure, count, set())
-    leaves, pos = [], start
-    for item in desc:
-        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[2], list) and len(item[2]) <= _MAX_DIMS
-                and all(type(x) is int for x in item[2] + [item[3]]) and isinstance(item[1], str)):
-            raise ValueError("malformed feed header: bad leaf %.80r" % (item,))
-        try:
-            leaf = Leaf(item[0], item[1], item[2])
-        except (TypeError, ValueError) as e:
-            raise ValueError("malformed feed header: %s" % e) from None
-        off = item[3]
-        if off < pos or off % _ALIGN or leaf.nbytes > n - off:
-            raise ValueError("malformed feed header: leaf of %d bytes at %d (from %d) in a record of %d bytes"
-                             % (leaf.nbytes, off, pos, n))
-        leaves.append((leaf, off))
-        pos = off + leaf.nbytes
-    return epoch, number, structure, leaves
-
-
-# ---- collates --------------------------------------------------------------
-
-
-class Collate:
-    """A collate that writes a batch into memory it is given (the record).
-
-    Subclasses define layout(samples), the batch's structure with a Leaf
-    for each array (what the record must hold), and __call__(samples, out),
-    which fills out: the same structure with a writable array or tensor
-    over the record in place of each Leaf.  The feed calls layout() in the
-    worker, reserves the record, and calls the collate with out.
-    A plain function given as collate_fn instead (DataLoader's kind,
-    samples -> batch) also works: its batch is copied into the record.
-    """
-
-    def layout(self, samples):
-        """The batch's structure, with a Leaf for each array."""
-        raise NotImplementedError
-
-    def __call__(self, samples, out):
-        """Write the batch of samples into out (the structure of layout())."""
-        raise NotImplementedError
-
-
-class StackCollate(Collate):
-    """The default collate: stacks the samples along a new first dimension.
-
-    Samples are tensors, numpy arrays, numbers, or tuples, lists and dicts
-    of them, all of the same structure, shapes and dtypes; each leaf of the
-    batch is the leaves of the samples stacked (torch.stack(out=),
-    numpy.stack(out=)).  Numbers become numpy arrays (int64, float64, bool);
-    Feed(output="torch") gives every leaf as a tensor.
-    """
-
-    def layout(self, samples):
-        """The structure of the first sample, each leaf with len(samples) before its shape."""
-        if not samples:
-            raise ValueError("an empty batch")
-        leaves = []
-        structure = _flatten(samples[0], leaves)
-        return _build(structure, [Leaf.like(x, (len(samples),)) for x in leaves])
-
-    def __call__(self, samples, out):
-        """Stack each leaf of the samples into its leaf of out."""
-        leaves = []
-        structure = _flatten(samples[0], leaves)
-        rows = [[] for _ in leaves]
-        for s in samples:
-            got = []
-            if _flatten(s, got) != structure:
-                raise ValueError("samples of different structures cannot be stacked")
-            for r, x in zip(rows, got):
-                r.append(x)
-        outs = []
-        _flatten(out, outs)
-        for dst, r in zip(outs, rows):
-            _stack_into(dst, r)
-
-
-def _stack_into(dst, items):
-    """Stack items (tensors, arrays or numbers) into dst along its first dimension."""
-    if _is_tensor(dst):
-        torch = _torch()
-        if all(_is_tensor(x) for x in items):
-            torch.stack(items, 0, out=dst)
-        else:
-            dst.copy_(torch.as_tensor(_np().stack([_np().asarray(x) for x in items])))
-        return
-    np = _np()
-    if all(_is_array(x) for x in items):
-        np.stack(items, 0, out=dst)
-    else:
-        for i, x in enumerate(items):
-            dst[i] = np.asarray(x)
-
-
-def _copy_into(dst, src):
-    """Copy one leaf of a batch (tensor, array or number) into dst."""
-    if _is_tensor(dst):
-        dst.copy_(src if _is_tensor(src) else _torch().as_tensor(src))
-    elif _is_tensor(src):
-        dst[...] = src.detach().cpu().numpy()
-    else:
-        dst[...] = src
-
-
-# ---- the worker ------------------------------------------------------------
-
-
-class WorkerInfo:
-    """What get_worker_info() returns in a worker: id, num_workers, seed, dataset."""
-
-    def __init__(self, id, num_workers, seed, dataset):
-        self.id, self.num_workers, self.seed, self.dataset = id, num_workers, seed, dataset
-
-    def __repr__(self):
-        """WorkerInfo(id=..., num_workers=..., seed=...)."""
-        return "WorkerInfo(id=%d, num_workers=%d, seed=%d)" % (self.id, self.num_workers, self.seed)
-
-
-_worker_info = None
-
-
-def get_worker_info():
-    """In a feed worker, its WorkerInfo (id, num_workers, seed, dataset); None elsewhere."""
-    return _worker_info
-
-
-def _views(mv, tree_leaves, offsets):
-    """Writable arrays (kind "n") or tensors (kind "t") over mv at offsets."""
-    np = _np()
-    out = []
-    for leaf, off in zip(tree_leaves, offsets):
-        if leaf.kind == "n":
-            dt = np.dtype(leaf.dtype)
-            count = leaf.nbytes // dt.itemsize if dt.itemsize else 0
-            out.append(np.frombuffer(mv, dt, count, off).reshape(leaf.shape))  # holds mv's export
-        else:
-            torch = _torch()
-            raw = np.frombuffer(mv, np.uint8, leaf.nbytes, off)
-            t = torch.from_numpy(raw)
-            t = t.view(_torch_dtype(leaf.dtype)) if leaf.nbytes else torch.empty(0, dtype=_torch_dtype(leaf.dtype))
-            out.append(t.view(leaf.shape))
-    return out
-
-
-def _fill(mv, leaves, offsets, structure, samples, collate, data):
-    """Write the batch into mv: collate(samples, out), or copy data (a plain collate's leaves)."""
-    out = _views(mv, leaves, offsets)
-    if data is None:
-        collate(samples, _build(structure, out))
-    else:
-        for dst, src in zip(out, data):
-            _copy_into(dst, src)
-
-
-class _Producer:
-    """A worker's side: its client, its channel, writing batches into records."""
-
-    def __init__(self, socket, conn):
-        self.client = _pinshm.connect(socket)
-        self.conn = conn
-        self.chan = None
-        self.room = 0
-        self.tasks = collections.deque()  # tasks that came while waiting for the channel
-
-    def task(self):
-        """The next task (epoch, number, indices), or None: stop."""
-        return self.tasks.popleft() if self.tasks else self.conn.recv()
-
-    def channel(self, size):
-        """The worker's channel, asked of the main process for records of size bytes."""
-        if self.chan is None:
-            self.conn.send(("size", size))
-            while True:
-                msg = self.conn.recv()
-                if msg is None:
-                    raise _Stop()
-                if msg[0] == "chan":
-                    break
-                self.tasks.append(msg)
-            self.chan = self.client.open(msg[1], _pinshm.PRODUCER)
-            self.room = msg[2]
-        if size > self.room:
-            raise ValueError("a batch of %d bytes does not fit the feed's records of %d (sized from the first "
-                             "batch): pass Feed(max_batch_bytes=)" % (size, self.room))
-        return self.chan
-
-    def put(self, epoch, number, samples, collate):
-        """Collate samples into a record of the channel and commit it."""
-        plain = not isinstance(collate, Collate)
-        leaves = []
-        structure = _flatten(collate(samples) if plain else collate.layout(samples), leaves)
-        data = None
-        if plain:  # leaves are the batch's arrays: copy them
-            data, leaves = leaves, [Leaf.like(x) for x in leaves]
-        head, offsets, size = _layout(structure, leaves, epoch, number)
-        r = self.channel(size).reserve(size)
-        mv = memoryview(r)
-        try:
-            mv[: len(head)] = head
-            _fill(mv, leaves, offsets, structure, samples, collate, data)
-        except BaseException as e:
-            _drop_views(e, mv, r)
-            raise
-        with r:  # abort() where commit() or release() fails
-            mv.release()  # BufferError if the collate kept a view of the record
-            r.commit(size)
-
-    def close(self):
-        """Leave the channel and disconnect."""
-        if self.chan is not None:
-            self.chan.close()
-        self.client.close()
-
-
-def _drop_views(e, mv, r):
-    """After e in a collate: let go of the record's views and abort r, so that e (not a BufferError) is raised.
-
-    The frames of e's traceback (and of its context) keep the collate's locals, views of
-    mv among them: they are cleared (the traceback still formats).
-    """
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        traceback.clear_frames(e.__traceback__)
-        e = e.__cause__ or e.__context__
-    for _ in range(2):
-        try:
-            mv.release()
-            r.abort()
-            return
-        except BufferError:
-            import gc
-
-            gc.collect()  # views in a cycle; a view that lives on (in e itself?) leaves e to be raised still
-
-
-class _Stop(Exception):
-    """The main process told the worker to stop."""
-
-
-def _die_with_parent():
-    """Ask Linux for SIGKILL when the parent (the main process) ends."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _worker(wid, num_workers, seed, socket, conn, dataset, collate, worker_init_fn, parent):
-    """A worker process: take (epoch, number, indices) tasks, write batches, report errors."""
-    global _worker_info
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides
-    if parent is not None and os.getppid() != parent:
-        return  # the main process ended before the line above
-    _worker_info = WorkerInfo(wid, num_workers, seed, dataset)
-    random.seed(seed)
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed(seed % (1 << 32))
-    if "torch" in sys.modules:
-        torch = sys.modules["torch"]
-        torch.set_num_threads(1)
-        torch.manual_seed(seed)
-    prod = None
-    try:
-        prod = _Producer(socket, conn)
-        if worker_init_fn is not None:
-            worker_init_fn(wid)
-        while True:
-            task = prod.task()
-            if task is None:
-                break
-            epoch, number, indices = task
-            try:
-                prod.put(epoch, number, [dataset[i] for i in indices], collate)
-            except (_Stop, _pinshm.PeerGone, EOFError):
-                break
-            except Exception as e:
-                conn.send(("error", epoch, number, _wrap(e, wid, number)))
-    except (_Stop, EOFError, BrokenPipeError, KeyboardInterrupt):
-        pass
-    except Exception as e:
-        try:
-            conn.send(("error", -1, -1, _wrap(e, wid, -1)))
-        except OSError:
-            pass
-    finally:
-        if prod is not None:
-            prod.close()
-
-
-def _wrap(e, wid, number):
-    """(exception type or None, text) of e, to raise again in the main process."""
-    where = "batch %d" % number if number >= 0 else "start"
-    text = "%s in pinshm.feed worker %d (%s)\nOriginal %s" % (
-        type(e).__name__, wid, where, "".join(traceback.format_exception(type(e), e, e.__traceback__)))
-    cls = type(e)
-    try:
-        import pickle
-
-        pickle.dumps(cls)
-    except Exception:
-        cls = None
-    return cls, text
 
 
 def _reraise(err):
@@ -615,6 +130,17 @@ def _reraise(err):
 
 
 # ---- the main process ------------------------------------------------------
+
+
+def _tell_stop(conn):
+    """Tell a worker to stop through its pipe, never waiting: False where the pipe is full
+    (a worker that reads no more) or closed, and the worker is to be terminated."""
+    try:
+        os.set_blocking(conn.fileno(), False)
+        conn.send(None)
+        return True
+    except OSError:  # BlockingIOError: full; a partial message does not matter, it is ended
+        return False
 
 
 def _pow2(n):
@@ -793,15 +319,12 @@ class Feed:
     def _stop(self):
         """Stop the workers, release what the main process holds, unlink the channels."""
         workers, self._workers = self._workers, []
-        for w in workers:
-            try:
-                w.conn.send(None)
-            except OSError:
-                pass
+        told = [_tell_stop(w.conn) for w in workers]
         for w in workers:
             self._drop_channel(w)
-        for w in workers:
-            w.proc.join(2)
+        for w, asked in zip(workers, told):
+            if asked:
+                w.proc.join(2)
             if w.proc.exitcode is None:
                 w.proc.terminate()
                 w.proc.join(2)
@@ -1098,8 +621,18 @@ class Feed:
                 if e.errno not in (errno.EFBIG, errno.ENOMEM, errno.ENOSPC) or cap // 2 // slot < 3:
                     raise
                 cap //= 2
-        w.chan = self._client.open(w.name, _pinshm.CONSUMER)
-        w.fd = w.chan.fileno()  # made before arm() may be called
+        try:
+            w.chan = self._client.open(w.name, _pinshm.CONSUMER)
+            w.fd = w.chan.fileno()  # made before arm() may be called
+        except BaseException:
+            if w.chan is not None:
+                w.chan.close()
+                w.chan = None
+            try:
+                self._client.unlink(w.name)  # no name left behind
+            except _pinshm.Error:
+                pass
+            raise
         # A record may not fit at the ring's end (one slot lost); the library holds 64 at most.
         # The worker's records are at most a slot (its header besides), so that w.slots holds.
         w.slots = min(cap // slot - 1, _pinshm.MAX_HELD - 2)
@@ -1120,12 +653,5 @@ class Feed:
                        else "exited with status %d" % code)
                 raise WorkerDied("pinshm.feed: worker %d (pid %d) %s" % (w.id, w.proc.pid, how))
 
-
-def _torch_name(dt):
-    """The torch dtype name of numpy dtype dt; TypeError if none."""
-    name = "bool" if dt.kind == "b" else dt.newbyteorder("=").name
-    if not dt.isnative or name not in _TORCH_DL:
-        raise TypeError("pinshm.feed: torch has no dtype for %s" % dt)
-    return name
 
 _now = time.monotonic

@@ -172,7 +172,9 @@ def test_event_objects_held(pair, dev):
     rx.recv_inplace(timeout=1).release_after(s)
     assert len(s.recorded) == 1 and s.recorded[0]() is not None
     ev[0] = DONE
-    assert rx.release_poll() == 1 and alive() is not None
+    assert rx.release_poll() == 1
+    gc.collect()
+    assert alive() is None and s.recorded[0]() is not None  # the first is no longer pending
     ev[1] = DONE
     assert rx.release_poll() == 0
     gc.collect()
@@ -193,3 +195,92 @@ def test_close_waits(pair, dev, client):
     rx.close()
     assert ev[0] == DONE
     assert sys.getrefcount(dev) == refs  # and let it go
+
+
+def test_event_objects_bounded(pair, dev):
+    """A steady loop of release_after() with copies in flight: the channel
+    holds the objects of the pending releases only, not every event given."""
+    tx, rx = pair()
+    rx.register(dev)
+    n, depth = 300, 3
+    ev, h = events(n)
+    alive, most = [], 0
+    for i in range(n):
+        tx.send(bytes([i % 251]) * 100)
+        e = FakeEvent(h[i])
+        alive.append(weakref.ref(e))
+        rx.recv_inplace(timeout=1).release_after(e)
+        del e
+        if i >= depth:
+            ev[i - depth] = DONE  # the copy of depth records ago completed
+        assert rx.release_poll() > 0  # always one in flight: never all done
+        most = max(most, rx.event_objects, sum(r() is not None for r in alive))
+    assert most <= depth + 1
+    for i in range(n):
+        ev[i] = DONE
+    assert rx.release_poll() == 0 and rx.event_objects == 0
+    gc.collect()
+    assert all(r() is None for r in alive)
+
+
+def _device_type(cap):
+    """The device type of an unversioned DLPack capsule's tensor (kDLCPU 1, kDLCUDAHost 3)."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return ctypes.c_int32.from_address(get(cap, b"dltensor") + 8).value  # DLTensor: data, then device
+
+
+def test_cuda_host_only_registered(pair, dev):
+    """kDLCUDAHost is granted to the records of a channel registered with a
+    CUDA device only; others, and copies, say kDLCPU."""
+    tx, rx = pair()
+    tx.send(b"abc")
+    tx.send(b"def")
+    with rx.recv_inplace(timeout=1) as m:
+        cap = m.__dlpack__(dl_device=(3, 0))
+        assert _device_type(cap) == 1  # not registered: not pinned for CUDA
+        del cap
+    rx.register(dev)
+    with rx.recv_inplace(timeout=1) as m:
+        cap = m.__dlpack__(dl_device=(3, 0))
+        assert _device_type(cap) == 3
+        del cap
+        cap = m.__dlpack__(dl_device=(3, 0), copy=True)
+        assert _device_type(cap) == 1  # a copy is plain memory
+        del cap
+        cap = m.__dlpack__()
+        assert _device_type(cap) == 1  # not asked for
+        del cap
+
+
+def test_event_objects_after_a_burst(pair, dev):
+    """60 releases pending that all complete unseen, then 6 handed to the
+    library at once: the channel makes room for them by dropping the objects
+    of those no longer pending, and keeps the new ones."""
+    tx, rx = pair()
+    rx.register(dev)
+    for i in range(66):
+        tx.send(bytes([i]) * 64)
+    ev, h = events(66)
+    for i in range(60):
+        rx.recv_inplace(timeout=1).release_after(FakeEvent(h[i]))
+    assert rx.release_poll() == 60 and rx.event_objects == 60
+    for i in range(60):
+        ev[i] = DONE
+    first = rx.recv_inplace(timeout=1)  # holds back the next ones
+    later = []
+    for i in range(61, 66):
+        e = FakeEvent(h[i])
+        later.append(weakref.ref(e))
+        rx.recv_inplace(timeout=1).release_after(e)
+        del e
+    assert rx.event_objects == 60  # nothing was handed over yet
+    first.release()  # hands the five over, after the first
+    assert rx.release_poll() == 5 and rx.event_objects == 5
+    gc.collect()
+    assert all(r() is not None for r in later)
+    for i in range(61, 66):
+        ev[i] = DONE
+    assert rx.release_poll() == 0 and rx.event_objects == 0
+    gc.collect()
+    assert all(r() is None for r in later)  # none kept for ever

@@ -7,7 +7,9 @@ through ctypes, as a consumer of DLPack 1.0 reads it.
 """
 
 import ctypes
+import errno
 import gc
+import time
 
 import _pinshm
 import numpy as np
@@ -153,7 +155,7 @@ def test_capsule_kinds(pair):
             m.release()  # the unconsumed capsule holds the record
         del cap, t, dl
     cap = m.__dlpack__(max_version=(1, 0), dl_device=(3, 0))  # kDLCUDAHost, asked for
-    assert _tensor(cap)[1].dl_tensor.device_type == 3
+    assert _tensor(cap)[1].dl_tensor.device_type == 1  # not granted: the channel is not registered
     del cap
     m.release()
     assert rx.held == 0
@@ -252,3 +254,39 @@ def test_array_capsule_kinds(pair):
         with pytest.raises(BufferError):
             pinshm.array_dlpack(m, dl_device=(2, 0))
         del cap
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_USED = b"used_dltensor"  # a consumed capsule's name (kept alive here: the capsule points at it)
+
+
+def test_copy_deleter_takes_no_gil(pair):
+    """The deleter of a copy's tensor frees it without taking the GIL: called
+    from a thread of its own while this one holds the GIL, it returns."""
+    tx, rx = pair()
+    tx.send(b"abc")
+    m = rx.recv_inplace(timeout=1)
+    cap = m.__dlpack__(copy=True)
+    addr = _pointer(cap, b"dltensor")
+    t = Unversioned.from_address(addr)
+    assert ctypes.string_at(t.dl_tensor.data, 3) == b"abc"
+    set_name = ctypes.pythonapi.PyCapsule_SetName
+    set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    assert set_name(cap, _USED) == 0  # consumed: the capsule's destructor leaves the tensor alone
+    holding = ctypes.PyDLL(None)  # its calls keep the GIL
+    tid = ctypes.c_ulong()
+    holding.pthread_create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p,
+                                       ctypes.c_void_p]
+    assert holding.pthread_create(ctypes.byref(tid), None, t.deleter, addr) == 0
+    until = _Timespec(int(time.time()) + 5, 0)
+    holding.pthread_timedjoin_np.argtypes = [ctypes.c_ulong, ctypes.c_void_p, ctypes.POINTER(_Timespec)]
+    rc = holding.pthread_timedjoin_np(tid, None, ctypes.byref(until))
+    if rc != 0:  # it waits for the GIL: let it have it, then fail
+        ctypes.CDLL(None).pthread_join(tid, None)
+    assert rc != errno.ETIMEDOUT, "the deleter of a copy waited for the GIL"
+    assert rc == 0
+    m.release()
+    del cap

@@ -1,11 +1,13 @@
 """pinshm.feed: batches in place from worker processes, in order or not,
 structures, worker errors and deaths, early ends, epochs, the record header."""
 
+import errno
 import os
 from multiprocessing import resource_tracker
 import random
 import signal
 import struct
+import threading
 import time
 
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 
 import pinshm
 from pinshm import feed as pf
+from pinshm import feed_format as pff
 from pinshm.feed import Collate, Feed, Leaf, WorkerDied, WorkerError
 
 torch = pytest.importorskip("torch")
@@ -382,7 +385,7 @@ def test_header_round_trip_and_fuzz():
     """Every header parse_header accepts describes leaves within the record."""
     leaves = [Leaf("t", "float32", (3, 5)), Leaf("n", "<i2", (7,)), Leaf("n", "|b1", ())]
     structure = ["d", [["a", 0], ["b", ["t", [1, 2]]]]]
-    head, offsets, size = pf._layout(structure, leaves, 5, 9)
+    head, offsets, size = pff._layout(structure, leaves, 5, 9)
     rec = bytearray(head + bytes(size - len(head)))
     ep, number, s, got = pf.parse_header(rec)
     assert (ep, number, s) == (5, 9, structure)
@@ -407,7 +410,7 @@ def test_header_round_trip_and_fuzz():
             assert off >= end and off % 64 == 0 and off + lf.nbytes <= len(r)
             end = off + lf.nbytes
         seen = set()
-        pf._check_struct(s, len(got), seen)
+        pff._check_struct(s, len(got), seen)
         assert seen == set(range(len(got)))
     assert accepted > 0
     bad = struct.pack("<4sHHIIQII", b"PSHF", 1, 1, 0, 64, 0, 20, 0) + b'{"s":0,"l":[["n","O",[],64]]}'
@@ -425,3 +428,133 @@ def test_arguments_are_checked():
     with pytest.raises(TypeError):
         Leaf("n", object, (2,))
     assert pinshm.feed.Feed is Feed
+
+
+class Stuck(Squares):
+    """Sample 0 never comes: its worker reads no more of its pipe."""
+
+    def __getitem__(self, i):
+        if i == 0:
+            time.sleep(600)
+        return super().__getitem__(i)
+
+
+def test_close_with_a_full_pipe(clean):
+    """close() never waits on a worker's full control pipe: the worker is ended."""
+    feed = Feed(Stuck(8), batch_size=1, num_workers=1, persistent_workers=True, timeout=0.5)
+    with pytest.raises(pinshm.Timeout):
+        next(iter(feed))
+    w = feed._workers[0]
+    fd = w.conn.fileno()
+    os.set_blocking(fd, False)
+    with pytest.raises(BlockingIOError):
+        while True:
+            os.write(fd, bytes(4096))
+    os.set_blocking(fd, True)
+    closer = threading.Thread(target=feed.close, daemon=True)
+    closer.start()
+    closer.join(30)
+    stuck = closer.is_alive()
+    if stuck:  # let it go: the worker's end closes
+        os.kill(w.proc.pid, signal.SIGKILL)
+        closer.join(30)
+    assert not stuck, "close() waited on a full pipe"
+    assert w.proc.exitcode is not None
+
+
+class OpenFails:
+    """A client whose open() fails (the daemon's refusal, injected)."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def open(self, *args, **kw):
+        raise pinshm.Error(errno.EMFILE, "open refused (injected)")
+
+
+def test_failed_open_leaves_no_name(clean):
+    feed = Feed(Squares(8), batch_size=2, num_workers=1, timeout=30)
+    feed._client = OpenFails(pinshm.connect())
+    with pytest.raises(pinshm.Error, match="injected"):
+        next(iter(feed))
+    assert clean.list() == [], "the channel created for the worker is left"
+    feed.close()
+
+
+def test_feed_started_by_a_thread_that_ends(clean):
+    """Workers outlive the thread that started them (they follow the process)."""
+    feed = Feed(Squares(12), batch_size=4, num_workers=2, persistent_workers=True, timeout=30)
+    got = []
+    t = threading.Thread(target=lambda: got.extend(int(b[1][0]) for b in feed))
+    t.start()
+    t.join(60)
+    assert got == [0, 4, 8]
+    time.sleep(0.5)  # a worker killed when the thread ended is dead by now
+    with feed:
+        assert [int(b[1][0]) for b in feed] == [0, 4, 8]
+
+
+class OnFirstBatch(Collate):
+    """Stacks the samples, and calls what(out) at the first batch of its worker."""
+
+    def __init__(self, what):
+        self.what, self.calls = what, 0
+
+    def layout(self, samples):
+        return pf.StackCollate().layout(samples)
+
+    def __call__(self, samples, out):
+        pf.StackCollate()(samples, out)
+        self.calls += 1  # in the worker
+        if self.calls == 1:
+            self.what(out)
+
+
+def raise_with(out):
+    """Fail with an exception that holds the batch's views of the record."""
+    raise ValueError("bad batch", out)
+
+
+def test_views_in_an_exception_do_not_hold_the_record(clean):
+    """The exception's arguments hold views of the record: it is aborted still, and
+    the worker's next batches go through."""
+    with Feed(Squares(8), batch_size=2, num_workers=1, prefetch_factor=1, collate_fn=OnFirstBatch(raise_with),
+              persistent_workers=True, timeout=30) as feed:
+        with pytest.raises(ValueError, match="bad batch"):
+            list(feed)
+        for b in feed:
+            check(b, list(b[1]))
+
+
+_KEPT = []
+
+
+class LetGo(Squares):
+    """Clears the views kept (_KEPT) once the file flag exists."""
+
+    def __init__(self, n, flag):
+        super().__init__(n)
+        self.flag = flag
+
+    def __getitem__(self, i):
+        if os.path.exists(self.flag):
+            _KEPT.clear()
+        return super().__getitem__(i)
+
+
+def test_a_view_kept_by_the_collate_is_a_clear_error(clean, tmp_path):
+    """A view of a record kept past its batch: that batch and the worker's next ones
+    fail saying so, the feed goes on, and once the view goes the worker writes again."""
+    flag = str(tmp_path / "let-go")
+    with Feed(LetGo(8, flag), batch_size=2, num_workers=1, prefetch_factor=1, collate_fn=OnFirstBatch(_KEPT.append),
+              persistent_workers=True, timeout=30) as feed:
+        with pytest.raises(BufferError, match="view of the record of batch 0 .* is still alive"):
+            list(feed)
+        with pytest.raises(RuntimeError, match="still alive.*batch 0 of epoch 2 cannot be written"):
+            list(feed)
+        open(flag, "w").close()
+        for b in feed:
+            check(b, list(b[1]))
