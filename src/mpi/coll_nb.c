@@ -4,8 +4,8 @@
  * MPI_Iallgather.
  *
  * Each call takes the path its blocking twin takes (coll_ops.c), decided
- * from what must match at every rank only; where the area is off it goes
- * to the library's MPI_I... unchanged.  A carried call is an op of kind
+ * from what must match at every rank only; where the area is off, or not
+ * agreed yet (nb_area()), it goes to the library's MPI_I... unchanged.  A carried call is an op of kind
  * OP_COLL with a handle like any op's (ops.c), so every wait and test call
  * completes it (complete.c), MPI_Request_free lets it run on to its end,
  * and MPI_Cancel is refused.  Its state (struct nb) runs the steps the
@@ -25,9 +25,10 @@
  * held op only marks it, and the library frees it when the last pending
  * call that uses it completes.
  *
- * Limit: the first collective call on a communicator agrees on its area
- * with the library's blocking collectives (coll.c), also where that call
- * is a nonblocking one.
+ * Limit: a communicator's area is agreed at its first blocking
+ * collective call (coll.c agrees with blocking collectives of the
+ * library), so the nonblocking calls made before that one, or on a
+ * communicator that never makes one, go to the library.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,6 +343,17 @@ void coll_nb_drain(struct pm_coll *co)
 	}
 }
 
+/* The area of @p comm for a nonblocking call, or NULL: only where a
+ * blocking call agreed on it already, since agreeing waits for every rank
+ * and a nonblocking call must not.  The same at every rank: every blocking
+ * collective call asks for the area first (pm_coll_for()), so it is agreed
+ * at the same call of the communicator's sequence everywhere. */
+static struct pm_coll *nb_area(MPI_Comm comm)
+{
+	const struct pm_comm *c = pm.active ? pm_comm_find(comm) : NULL;
+	return c && c->coll ? pm_coll_nb_for(comm) : NULL;
+}
+
 /* A call on @p comm carried through @p co: its op, its handle in
  * *@p request.  @return NULL (*@p rc: why) where it has none. */
 static struct nb *nb_new(struct pm_coll *co, enum coll_call kind, MPI_Comm comm, MPI_Request *request, int *rc)
@@ -407,7 +419,7 @@ static uint64_t pieces(uint64_t bytes, size_t half)
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
 {
-	struct pm_coll *co = pm_coll_nb_for(comm);
+	struct pm_coll *co = nb_area(comm);
 	coll_count(CALL_IBARRIER, co != NULL, 0);
 	if (!co)
 		return PMPI_Ibarrier(comm, request);
@@ -418,7 +430,7 @@ int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
 
 int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request)
 {
-	struct pm_coll *co = pm_coll_nb_for(comm);
+	struct pm_coll *co = nb_area(comm);
 	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
 	if (!t || count < 0 || root < 0 || root >= co->size) {
 		coll_count(CALL_IBCAST, false, 0);
@@ -455,7 +467,7 @@ static int nb_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype
 		     MPI_Comm comm, MPI_Request *request)
 {
 	enum coll_call kind = root < 0 ? CALL_IALLREDUCE : CALL_IREDUCE;
-	struct pm_coll *co = pm_coll_nb_for(comm);
+	struct pm_coll *co = nb_area(comm);
 	struct red r = {.op = op};
 	if (!co || count < 0 || op == MPI_OP_NULL || root >= co->size ||
 	    !red_layout(&r, datatype, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
@@ -508,7 +520,7 @@ int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype d
 int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		   MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 {
-	struct pm_coll *co = pm_coll_nb_for(comm);
+	struct pm_coll *co = nb_area(comm);
 	bool in_place = sendbuf == MPI_IN_PLACE;
 	/* This rank's block: the bytes of its send items, or of its receive
 	 * items in place (taken at once: a look-up lives until the next). */

@@ -20,6 +20,8 @@ program f_coll_nb
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
   call MPI_Comm_size(MPI_COMM_WORLD, nprocs, ierr)
   allocate(ag(n * nprocs))
+  ! A blocking call first: the plugin carries the nonblocking ones after it.
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
 
   do root = 0, nprocs - 1
     bc = -1
