@@ -1026,7 +1026,8 @@ END_TEST
 
 /* The nonblocking collectives in a few more runs than every
  * configuration's (each run costs seconds): at 3 ranks (a node not a
- * power of two), with collectives turned off, from Fortran. */
+ * power of two), with collectives turned off, as a communicator's first
+ * collective calls (which must not wait), from Fortran. */
 START_TEST(test_coll_nb)
 {
 	static const struct {
@@ -1035,6 +1036,7 @@ START_TEST(test_coll_nb)
 	} runs[] = {
 		{{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL_AREA=64K"}, {.name = "plugin -np 3", .np = 3, .plugin = true}},
 		{{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL=0"}, {.name = "plugin -np 4", .np = 4, .plugin = true}},
+		{{"coll_nb_first", B, 0, NULL, NULL}, {.name = "plugin -np 3", .np = 3, .plugin = true}},
 #ifdef HAVE_MPIFORT_TEST
 		{{"f_coll_nb", NB, 0, NULL, NULL}, {.name = "plugin -np 4", .np = 4, .plugin = true}},
 #endif
@@ -1717,7 +1719,7 @@ static Suite *mpi_suite(bool plugin, bool user)
 		suite_add_tcase(s, tc);
 
 		tc = tcase_create("coll_nb");
-		tcase_add_loop_test(tc, test_coll_nb, 0, 3);
+		tcase_add_loop_test(tc, test_coll_nb, 0, 4);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

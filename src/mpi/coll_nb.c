@@ -4,8 +4,8 @@
  * MPI_Iallgather.
  *
  * Each call takes the path its blocking twin takes (coll_ops.c), decided
- * from what must match at every rank only; where the area is off it goes
- * to the library's MPI_I... unchanged.  A carried call is an op of kind
+ * from what must match at every rank only; where the area is off, or not
+ * agreed yet (nb_area()), it goes to the library's MPI_I... unchanged.  A carried call is an op of kind
  * OP_COLL with a handle like any op's (ops.c), so every wait and test call
  * completes it (complete.c), MPI_Request_free lets it run on to its end,
  * and MPI_Cancel is refused.  Its state (struct nb) runs the steps the
@@ -19,11 +19,16 @@
  * A call's data is what MPI lets it use until it completes: the user's
  * buffers, read and written at each step; non-contiguous data is packed
  * at the call (Bcast at the root, Allgather) and unpacked at the end, and
- * the op holds its own reference to the datatype it uses later.
+ * the op holds its own reference to the datatype it uses later.  A user's
+ * MPI_Op that a pending Ireduce or Iallreduce applies later is held here
+ * too: MPI lets the user free it right after the call, so MPI_Op_free of a
+ * held op only marks it, and the library frees it when the last pending
+ * call that uses it completes.
  *
- * Limit: the first collective call on a communicator agrees on its area
- * with the library's blocking collectives (coll.c), also where that call
- * is a nonblocking one.
+ * Limit: a communicator's area is agreed at its first blocking
+ * collective call (coll.c agrees with blocking collectives of the
+ * library), so the nonblocking calls made before that one, or on a
+ * communicator that never makes one, go to the library.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +53,8 @@ struct nb {
 	void *ubuf;           /* the user's buffer, unpacked into at the end (op->dtype) */
 	int ucount;
 	/* Reduce, Allreduce. */
-	struct red r;
+	struct red r;         /* r.op: held (hold_op()) where user_op */
+	bool user_op;
 	const char *in;
 	char *out;
 	int count;
@@ -72,6 +78,86 @@ static void note(struct nb *b, int rc)
 {
 	if (rc != MPI_SUCCESS && b->rc == MPI_SUCCESS)
 		b->rc = rc;
+}
+
+/* ---- the user's operations that pending calls apply ------------------------- */
+
+/* A user's op that @p calls pending calls apply; @p freed: the user
+ * freed it meanwhile (MPI_Op_free), the last of them frees it. */
+struct held_op {
+	MPI_Op op;
+	unsigned calls;
+	bool freed;
+};
+
+static struct held_op *held;
+static size_t nheld, held_room;
+
+/* The predefined ops, which are never freed (a missing one is merely held). */
+static bool predefined(MPI_Op op)
+{
+	static const MPI_Op named[] = {MPI_MAX,	 MPI_MIN,  MPI_SUM,    MPI_PROD,   MPI_LAND,	 MPI_BAND,   MPI_LOR,
+				       MPI_BOR,	 MPI_LXOR, MPI_BXOR,   MPI_MAXLOC, MPI_MINLOC, MPI_REPLACE, MPI_NO_OP};
+	for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
+		if (op == named[i])
+			return true;
+	return false;
+}
+
+static struct held_op *find_held(MPI_Op op)
+{
+	for (size_t i = 0; i < nheld; i++)
+		if (held[i].op == op)
+			return &held[i];
+	return NULL;
+}
+
+/* A pending call applies @p op later: @return whether it is held for it. */
+static bool hold_op(MPI_Op op)
+{
+	if (predefined(op))
+		return false;
+	struct held_op *h = find_held(op);
+	if (!h) {
+		if (nheld == held_room) {
+			size_t room = held_room ? 2 * held_room : 4;
+			struct held_op *more = realloc(held, room * sizeof(*more));
+			if (!more)
+				no_memory();
+			held = more;
+			held_room = room;
+		}
+		h = &held[nheld++];
+		*h = (struct held_op){.op = op};
+	}
+	h->calls++;
+	return true;
+}
+
+/* A call that held @p op completed: the last one frees it if the user did. */
+static void release_op(MPI_Op op)
+{
+	struct held_op *h = find_held(op);
+	if (!h || --h->calls > 0)
+		return;
+	bool freed = h->freed;
+	*h = held[--nheld];
+	if (freed)
+		PMPI_Op_free(&op);
+}
+
+/* Where a pending call holds *@p op, the free waits for its completion
+ * (MPI_OP_NULL in *@p op at once, as MPI says); else the library frees it. */
+int MPI_Op_free(MPI_Op *op)
+{
+	struct held_op *h = op ? find_held(*op) : NULL;
+	if (!h)
+		return PMPI_Op_free(op);
+	if (h->freed) /* a copy of a handle freed already: erroneous */
+		return pm_comm_error(MPI_COMM_WORLD, MPI_ERR_OP);
+	h->freed = true;
+	*op = MPI_OP_NULL;
+	return MPI_SUCCESS;
 }
 
 /* ---- the flags, without waiting ---------------------------------------- */
@@ -218,6 +304,8 @@ static void finish(struct nb *b)
 	if (b->kind == CALL_IALLGATHER && b->tmp_all && b->rc == MPI_SUCCESS)
 		note(b, blocks_move(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->bytes, false));
 	op->st_error = b->rc;
+	if (b->user_op)
+		release_op(b->r.op);
 	free(b->tmp);
 	free(b->tmp_all);
 	free(b->r.acc);
@@ -253,6 +341,17 @@ void coll_nb_drain(struct pm_coll *co)
 		else
 			pm_idle(&idle, false);
 	}
+}
+
+/* The area of @p comm for a nonblocking call, or NULL: only where a
+ * blocking call agreed on it already, since agreeing waits for every rank
+ * and a nonblocking call must not.  The same at every rank: every blocking
+ * collective call asks for the area first (pm_coll_for()), so it is agreed
+ * at the same call of the communicator's sequence everywhere. */
+static struct pm_coll *nb_area(MPI_Comm comm)
+{
+	const struct pm_comm *c = pm.active ? pm_comm_find(comm) : NULL;
+	return c && c->coll ? pm_coll_nb_for(comm) : NULL;
 }
 
 /* A call on @p comm carried through @p co: its op, its handle in
@@ -320,7 +419,7 @@ static uint64_t pieces(uint64_t bytes, size_t half)
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
 {
-	struct pm_coll *co = pm_coll_nb_for(comm);
+	struct pm_coll *co = nb_area(comm);
 	coll_count(CALL_IBARRIER, co != NULL, 0);
 	if (!co)
 		return PMPI_Ibarrier(comm, request);
@@ -331,7 +430,7 @@ int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
 
 int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request)
 {
-	struct pm_coll *co = pm_coll_nb_for(comm);
+	struct pm_coll *co = nb_area(comm);
 	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
 	if (!t || count < 0 || root < 0 || root >= co->size) {
 		coll_count(CALL_IBCAST, false, 0);
@@ -368,7 +467,7 @@ static int nb_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype
 		     MPI_Comm comm, MPI_Request *request)
 {
 	enum coll_call kind = root < 0 ? CALL_IALLREDUCE : CALL_IREDUCE;
-	struct pm_coll *co = pm_coll_nb_for(comm);
+	struct pm_coll *co = nb_area(comm);
 	struct red r = {.op = op};
 	if (!co || count < 0 || op == MPI_OP_NULL || root >= co->size ||
 	    !red_layout(&r, datatype, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
@@ -400,6 +499,7 @@ static int nb_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype
 			no_memory();
 	}
 	b->r = r;
+	b->user_op = hold_op(op);
 	return launch(b, ((uint64_t)count + (uint64_t)r.per_chunk - 1) / (uint64_t)r.per_chunk);
 }
 
@@ -420,7 +520,7 @@ int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype d
 int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		   MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 {
-	struct pm_coll *co = pm_coll_nb_for(comm);
+	struct pm_coll *co = nb_area(comm);
 	bool in_place = sendbuf == MPI_IN_PLACE;
 	/* This rank's block: the bytes of its send items, or of its receive
 	 * items in place (taken at once: a look-up lives until the next). */

@@ -1,7 +1,8 @@
 /*
  * fortran_coll.c - Fortran's collective calls, carried by the plugin so
- * that a Fortran rank takes the path its C peers take (the names and
- * conversions: fortran.h, fortran.c).
+ * that a Fortran rank takes the path its C peers take, and MPI_Op_free,
+ * which must not free an op that a pending call still applies (the names
+ * and conversions: fortran.h, fortran.c).
  */
 #include "fortran.h"
 
@@ -205,3 +206,15 @@ void ompi_iallgather_f(void *sendbuf, MPI_Fint *scount, MPI_Fint *stype, void *r
 	set_ierr(ierr, rc);
 }
 FORTRAN_NAMES(MPI_IALLGATHER, iallgather)
+
+/* MPI_Op_free: put off while a pending call applies the op (coll_nb.c). */
+F_API void ompi_op_free_f(MPI_Fint *op, MPI_Fint *ierr);
+void ompi_op_free_f(MPI_Fint *op, MPI_Fint *ierr)
+{
+	MPI_Op c = PMPI_Op_f2c(*op);
+	int rc = MPI_Op_free(&c);
+	if (rc == MPI_SUCCESS)
+		*op = PMPI_Op_c2f(c);
+	set_ierr(ierr, rc);
+}
+FORTRAN_NAMES(MPI_OP_FREE, op_free)

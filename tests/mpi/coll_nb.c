@@ -8,7 +8,8 @@
  * different orders by MPI_Waitall, MPI_Testany, MPI_Testsome,
  * MPI_Waitany, MPI_Wait, MPI_Test and MPI_Request_get_status, mixed with
  * point-to-point requests; blocking collectives issued while nonblocking
- * ones are pending; MPI_Request_free and MPI_Cancel refused.  On world, a reversed split, a dup and sub-communicators of up
+ * ones are pending; MPI_Request_free and MPI_Cancel refused; a user's
+ * operation freed (MPI_Op_free) right after the calls that apply it.  On world, a reversed split, a dup and sub-communicators of up
  * to 3 ranks (and of 1).  Runs with any number of ranks.
  */
 #include <stdbool.h>
@@ -41,6 +42,23 @@ static void add_ints(void *in, void *inout, int *len, MPI_Datatype *dt)
 		b[3 * k] += a[3 * k];
 		b[3 * k + 1] += a[3 * k + 1];
 	}
+}
+
+/* A user's sum of ints, and a user's max (made while the sum is freed but
+ * still in use: where the sum's memory went back, the max gets it). */
+static void sum_ints(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+	(void)dt;
+	for (int k = 0; k < *len; k++)
+		((int *)inout)[k] += ((int *)in)[k];
+}
+
+static void max_ints(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+	(void)dt;
+	int *a = in, *b = inout;
+	for (int k = 0; k < *len; k++)
+		b[k] = a[k] > b[k] ? a[k] : b[k];
 }
 
 /* ---- completing a set of requests, one way or another ------------------------- */
@@ -331,6 +349,55 @@ static void check_free_cancel(MPI_Comm comm)
 	MT_CHECK(s == size * (size - 1) / 2, "allreduce after them: %d", s);
 }
 
+/* MPI_Op_free of a user's op right after an Iallreduce and an Ireduce
+ * that apply it, at rank 0 before the others start theirs (they wait for
+ * its message), so that rank 0 applies it after the free; another op made
+ * meanwhile, used and freed the same way.  Both results right. */
+static void check_op_free(MPI_Comm comm)
+{
+	int rank, size;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	const int n = 5000; /* several steps in a small area */
+	int *a = mt_alloc(n * sizeof(int)), *ao = mt_alloc(n * sizeof(int));
+	int *b = mt_alloc(n * sizeof(int)), *bo = mt_alloc(n * sizeof(int));
+	int *c = mt_alloc(n * sizeof(int)), go = 1;
+	for (int i = 0; i < n; i++) {
+		a[i] = ival(rank, i, 60);
+		b[i] = ival(rank, i, 61);
+		c[i] = ival(rank, i, 62);
+		ao[i] = bo[i] = -99;
+	}
+	if (rank > 0)
+		MT_MPI(MPI_Recv(&go, 1, MPI_INT, 0, 9, comm, MPI_STATUS_IGNORE));
+	MPI_Op sum, max;
+	MPI_Request r[3];
+	MT_MPI(MPI_Op_create(sum_ints, 1, &sum));
+	MT_MPI(MPI_Iallreduce(a, ao, n, MPI_INT, sum, comm, &r[0]));
+	MT_MPI(MPI_Ireduce(b, rank == 0 ? bo : NULL, n, MPI_INT, sum, 0, comm, &r[1]));
+	MT_MPI(MPI_Op_free(&sum));
+	MT_CHECK(sum == MPI_OP_NULL, "op_free left the handle");
+	MT_MPI(MPI_Op_create(max_ints, 1, &max));
+	MT_MPI(MPI_Iallreduce(MPI_IN_PLACE, c, n, MPI_INT, max, comm, &r[2]));
+	MT_MPI(MPI_Op_free(&max));
+	for (int d = 1; rank == 0 && d < size; d++)
+		MT_MPI(MPI_Send(&go, 1, MPI_INT, d, 9, comm));
+	MT_MPI(MPI_Waitall(3, r, MPI_STATUSES_IGNORE));
+	for (int i = 0; i < n; i++) {
+		int m = ival(0, i, 62);
+		for (int q = 1; q < size; q++)
+			m = ival(q, i, 62) > m ? ival(q, i, 62) : m;
+		MT_CHECK(ao[i] == isum(size, i, 60), "iallreduce, op freed: [%d] = %d", i, ao[i]);
+		MT_CHECK(rank > 0 || bo[i] == isum(size, i, 61), "ireduce, op freed: [%d] = %d", i, bo[i]);
+		MT_CHECK(c[i] == m, "iallreduce, second op freed: [%d] = %d, not %d", i, c[i], m);
+	}
+	free(a);
+	free(ao);
+	free(b);
+	free(bo);
+	free(c);
+}
+
 int main(int argc, char **argv)
 {
 	MPI_Init(&argc, &argv);
@@ -349,12 +416,15 @@ int main(int argc, char **argv)
 	MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, 0, mt_size - mt_rank, &rev));
 	MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
 	MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, mt_rank / 3, mt_rank, &sub));
-	MPI_Comm comms[] = {MPI_COMM_WORLD, rev, sub};
+	MPI_Comm comms[] = {MPI_COMM_WORLD, rev, sub, dup};
+	for (int i = 0; i < 4; i++) /* a blocking call first: the plugin carries the later ones (coll_nb_first) */
+		MT_MPI(MPI_Barrier(comms[i]));
 	for (int i = 0; i < 3; i++) {
 		MPI_Comm_set_errhandler(comms[i], MPI_ERRORS_RETURN);
 		check_counts(comms[i]);
 		check_vector(comms[i], vec, add);
 		check_free_cancel(comms[i]);
+		check_op_free(comms[i]);
 	}
 	MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
 	check_two(rev, dup);

@@ -9,7 +9,8 @@ program f_coll_nb
   use mpi
   implicit none
   integer, parameter :: n = 1000
-  integer :: ierr, rank, nprocs, root, i, r, idx, k
+  integer :: ierr, rank, nprocs, root, i, r, idx, k, go, usum, umax
+  external :: fsum, fmax
   integer :: bc(n), ar(n), rd(n), rdo(n), want(n), sent, got
   integer, allocatable :: ag(:)
   integer :: reqs(7)
@@ -19,6 +20,8 @@ program f_coll_nb
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
   call MPI_Comm_size(MPI_COMM_WORLD, nprocs, ierr)
   allocate(ag(n * nprocs))
+  ! A blocking call first: the plugin carries the nonblocking ones after it.
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
 
   do root = 0, nprocs - 1
     bc = -1
@@ -78,6 +81,35 @@ program f_coll_nb
     if (got /= mod(rank + nprocs - 1, nprocs) * 100 + root) call fail('point to point among them')
   end do
 
+  go = 1
+  if (rank > 0) call MPI_Recv(go, 1, MPI_INTEGER, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE, ierr)
+  do i = 1, n
+    ar(i) = rank + i
+    rd(i) = mod(rank * 37 + i * 11, 101)
+  end do
+  call MPI_Op_create(fsum, .true., usum, ierr)
+  call MPI_Iallreduce(MPI_IN_PLACE, ar, n, MPI_INTEGER, usum, MPI_COMM_WORLD, reqs(1), ierr)
+  call MPI_Op_free(usum, ierr)
+  if (ierr /= MPI_SUCCESS .or. usum /= MPI_OP_NULL) call fail('MPI_Op_free')
+  call MPI_Op_create(fmax, .true., umax, ierr)
+  call MPI_Iallreduce(MPI_IN_PLACE, rd, n, MPI_INTEGER, umax, MPI_COMM_WORLD, reqs(2), ierr)
+  call MPI_Op_free(umax, ierr)
+  if (rank == 0) then
+    do r = 1, nprocs - 1
+      call MPI_Send(go, 1, MPI_INTEGER, r, 9, MPI_COMM_WORLD, ierr)
+    end do
+  end if
+  call MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE, ierr)
+  if (ierr /= MPI_SUCCESS) call fail('completing, ops freed')
+  do i = 1, n
+    if (ar(i) /= nprocs * (nprocs - 1) / 2 + nprocs * i) call fail('MPI_Iallreduce, op freed: wrong result')
+    want(i) = 0
+    do r = 0, nprocs - 1
+      want(i) = max(want(i), mod(r * 37 + i * 11, 101))
+    end do
+  end do
+  if (any(rd /= want)) call fail('MPI_Iallreduce, second op freed: wrong result')
+
   call MPI_Barrier(MPI_COMM_WORLD, ierr)
   if (rank == 0) print '(a)', 'f_coll_nb: ok'
   call MPI_Finalize(ierr)
@@ -91,3 +123,18 @@ contains
     call MPI_Abort(MPI_COMM_WORLD, 1, e)
   end subroutine fail
 end program f_coll_nb
+
+! The user's operations: a sum and a max of integers.
+subroutine fsum(invec, inoutvec, len, type)
+  implicit none
+  integer :: len, type
+  integer :: invec(len), inoutvec(len)
+  inoutvec = inoutvec + invec
+end subroutine fsum
+
+subroutine fmax(invec, inoutvec, len, type)
+  implicit none
+  integer :: len, type
+  integer :: invec(len), inoutvec(len)
+  inoutvec = max(inoutvec, invec)
+end subroutine fmax
