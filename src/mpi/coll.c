@@ -13,7 +13,11 @@
  * (every rank of a node carries or none does; one that spans nodes is
  * mixed at every rank), and what a call then does depends only on its
  * arguments that MPI requires to match.  The area lives until the
- * communicator's entry goes (MPI_Comm_free, MPI_Finalize).
+ * communicator's entry goes (MPI_Comm_free, MPI_Finalize).  A communicator
+ * that spans nodes has no area of its own: where every node of the job
+ * carries (pm.all_active), its first Barrier, Bcast, Reduce or Allreduce
+ * agrees on a node layout instead (coll_hier.c), and its other
+ * collectives go to the library whole.
  */
 #include <errno.h>
 #include <inttypes.h>

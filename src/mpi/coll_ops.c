@@ -3,8 +3,9 @@
  * (coll.h): MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce, MPI_Gather,
  * MPI_Scatter, MPI_Allgather, MPI_Alltoall.
  *
- * Each passes the call to the MPI library unchanged where pm_coll_for()
- * says so, or where what must match at every rank is not valid (the root,
+ * Barrier, Bcast, Reduce and Allreduce first offer the call to
+ * coll_hier.c (a communicator that spans nodes).  Each passes the call to
+ * the MPI library unchanged where pm_coll_for() says so, or where what must match at every rank is not valid (the root,
  * the count and type of the rank's own block or elements: the library
  * reports the error as it does), or where a reduction's element does not
  * fit a half (red_layout()); all of that is the same at every rank.  The
