@@ -102,7 +102,7 @@ static const char *const coll_name[NCOLL] = {
 #define COLL_V 0xf00u       /* Gatherv, Scatterv, Allgatherv, Alltoallv */
 #define COLL_SCAN 0xf000u   /* Reduce_scatter(_block), Scan, Exscan */
 #define COLL_NB 0x1f0000u   /* Ibarrier ... Iallgather */
-#define COLL_HIER 0xfu      /* Barrier, Bcast, Reduce, Allreduce: carried across pretend nodes */
+#define COLL_HIER 0x5fu     /* Barrier, Bcast, Reduce, Allreduce, Gather, Allgather: carried across pretend nodes */
 
 #define B (1u << F_BLOCKING)
 #define NB (1u << F_NONBLOCKING)
@@ -486,17 +486,18 @@ static unsigned colls_of(const struct program *pg)
 										      : 0;
 }
 
-/* coll_hier on pretend nodes: each call it makes went through pinshm at every
- * rank, and to the MPI library only its non-commutative calls on the
+/* coll_hier on pretend nodes: each call it makes (COLL_HIER) went through
+ * pinshm at every rank, and to the MPI library only its non-commutative calls on the
  * interleaved communicator (tests/mpi/coll_hier.c): per rank, one Reduce
  * per root and one Allreduce. */
 static bool hier_failed(const struct config *cf, const struct run *r, char *why, size_t len)
 {
-	unsigned long long np = (unsigned long long)cf->np, want_mpi[4] = {0, 0, np * np, np};
-	for (int k = 0; k < 4; k++) {
-		if (r->coll_pinshm[k] < np || r->coll_mpi[k] != want_mpi[k]) {
+	unsigned long long np = (unsigned long long)cf->np;
+	for (int k = 0; k < NCOLL; k++) {
+		unsigned long long want_mpi = k == 2 ? np * np : k == 3 ? np : 0;
+		if ((COLL_HIER >> k & 1) && (r->coll_pinshm[k] < np || r->coll_mpi[k] != want_mpi)) {
 			snprintf(why, len, "%s: %llu calls through pinshm, %llu to the MPI library (want %llu) on %d nodes",
-				 coll_name[k], r->coll_pinshm[k], r->coll_mpi[k], want_mpi[k], cf->nodes);
+				 coll_name[k], r->coll_pinshm[k], r->coll_mpi[k], want_mpi, cf->nodes);
 			return true;
 		}
 	}
@@ -1719,8 +1720,8 @@ START_TEST(test_stats_checks)
 	struct run h;
 	memset(&h, 0, sizeof(h));
 	h.coll_ranks = 0xf;
-	for (int k = 0; k < 4; k++)
-		h.coll_pinshm[k] = 40;
+	for (int k = 0; k < NCOLL; k++)
+		h.coll_pinshm[k] = COLL_HIER >> k & 1 ? 40 : 0;
 	h.coll_mpi[2] = 16;
 	h.coll_mpi[3] = 4;
 	ck_assert_msg(!coll_failed(&hier, &two, &h, false, why, sizeof(why)), "a good hierarchical run failed: %s", why);

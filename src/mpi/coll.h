@@ -177,6 +177,9 @@ int hier_barrier(MPI_Comm comm);
 int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm);
 int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
 		MPI_Comm comm);
+/* Gather to @p root, or (@p all) Allgather. */
+int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
+		int root, bool all, MPI_Comm comm);
 
 /* Statistics: a call of @p call carried (@p pinshm) or passed on. */
 void coll_count(enum coll_call call, bool pinshm, uint64_t bytes);

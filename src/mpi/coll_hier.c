@@ -3,7 +3,7 @@
  * a node-local phase through pinshm, the leaders' phase through the MPI
  * library, which stays the engine between the nodes.
  *
- * The layout.  At the communicator's first collective call every rank
+ * The layout.  At the communicator's first call of those below every rank
  * learns every member's node (one allgather of its node's id and whether
  * its collectives are on); the nodes are numbered by their lowest rank,
  * whose rank is the node's leader.  Then two communicators of the library
@@ -21,6 +21,11 @@
  *   Bcast: on the root's node, root -> its node (the leader included);
  *     the leaders' PMPI_Bcast from that node's leader; every other node's
  *     leader -> its node.
+ *   Gather, Allgather: each node gathers its ranks' blocks (packed) at its
+ *     leader; the leaders' PMPI_Gatherv to the root's node's leader, or
+ *     PMPI_Allgatherv, of the nodes' blocks in node order; the leader
+ *     passes them to the root, or to its whole node; the root (every rank)
+ *     puts them in rank order.
  *   Reduce, Allreduce: each node reduces to its leader in the area's fixed
  *     order (coll_ops.c: x[a] op (x[a+1] op (... op x[b])) over the node's
  *     ranks a < ... < b); the leaders' PMPI_Reduce of the node results, to
@@ -39,6 +44,7 @@
  *     applies the node results in rank order); elsewhere the library takes
  *     it whole, at every rank alike.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,10 +56,11 @@ struct pm_hier {
 	MPI_Comm node_comm;   /* this rank's node, in the communicator's rank order */
 	MPI_Comm leaders;     /* the nodes' leaders (node i: rank i), or MPI_COMM_NULL here */
 	struct pm_coll *node; /* the node communicator's area */
-	int size, nnodes, my_node;
+	int rank, size, nnodes, my_node;
 	int *node_of;         /* rank -> its node */
 	int *node_rank;       /* rank -> its rank in its node */
 	int *leader;          /* node -> the rank of its leader */
+	int *node_size;       /* node -> how many ranks it has */
 	bool blocks;          /* each node is one run of consecutive ranks */
 	size_t half_min;      /* the smallest half of a node's area (SIZE_MAX: none has one) */
 };
@@ -76,6 +83,7 @@ void hier_free(struct pm_hier *h)
 	free(h->node_of);
 	free(h->node_rank);
 	free(h->leader);
+	free(h->node_size);
 	free(h);
 }
 
@@ -98,6 +106,7 @@ static void number_nodes(struct pm_hier *h, const int64_t *ids, int size)
 			h->node_rank[r] = h->node_rank[prev] + 1;
 		}
 		h->node_of[r] = n;
+		h->node_size[n]++;
 		if (r > 0 && n != h->node_of[r - 1] && n != h->node_of[r - 1] + 1)
 			h->blocks = false;
 	}
@@ -129,12 +138,14 @@ struct pm_hier *hier_make(struct pm_comm *c)
 	int64_t mine[2] = {pm.local_world[0], coll_wanted()}, *ids = malloc((size_t)c->size * sizeof(mine));
 	if (!h || !ids || !(h->node_of = calloc((size_t)c->size, sizeof(int))) ||
 	    !(h->node_rank = calloc((size_t)c->size, sizeof(int))) ||
-	    !(h->leader = calloc((size_t)c->size, sizeof(int)))) {
+	    !(h->leader = calloc((size_t)c->size, sizeof(int))) ||
+	    !(h->node_size = calloc((size_t)c->size, sizeof(int)))) {
 		no_memory();
 		return NULL;
 	}
 	h->comm = c->comm;
 	h->size = c->size;
+	h->rank = c->rank;
 	h->node_comm = h->leaders = MPI_COMM_NULL;
 	PMPI_Allgather(mine, 2, MPI_INT64_T, ids, 2, MPI_INT64_T, c->comm);
 	bool wanted = true;
@@ -256,4 +267,88 @@ int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type
 					     comm));
 	free(base);
 	return rc;
+}
+
+/* The blocks of @p bytes of every rank, @p mine here, in node order at
+ * @p packed (node j's from @p displs[j], in its ranks' order; @p counts[j]
+ * bytes): at every rank (@p rn < 0), or at the leader of node @p rn and
+ * from there at rank @p root. */
+static int gather_nodes(const struct pm_hier *h, char *mine, uint64_t bytes, char *packed, const int *counts,
+			const int *displs, int rn, int root, MPI_Comm comm)
+{
+	int me = h->my_node, total = displs[h->nnodes - 1] + counts[h->nnodes - 1];
+	int rc = coll_gather_bytes(h->node, mine, is_leader(h) ? packed + displs[me] : NULL, bytes, 0);
+	if (is_leader(h) && rn < 0)
+		rc = first(rc, PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed, counts, displs, MPI_BYTE,
+					       h->leaders));
+	else if (is_leader(h) && me == rn)
+		rc = first(rc, PMPI_Gatherv(MPI_IN_PLACE, 0, MPI_BYTE, packed, counts, displs, MPI_BYTE, rn, h->leaders));
+	else if (is_leader(h))
+		rc = first(rc, PMPI_Gatherv(packed + displs[me], counts[me], MPI_BYTE, NULL, NULL, NULL, MPI_BYTE, rn,
+					    h->leaders));
+	if (rn < 0)
+		rc = first(rc, coll_bcast_to(h->node, packed, total, MPI_BYTE, 0, -1, comm));
+	else if (me == rn && h->leader[rn] != root)
+		rc = first(rc, coll_bcast_to(h->node, packed, total, MPI_BYTE, 0, h->node_rank[root], comm));
+	return rc;
+}
+
+/* The blocks in node order at @p packed to @p recvbuf in rank order. */
+static int unpack_ranks(const struct pm_hier *h, const char *packed, const int *displs, uint64_t bytes,
+			void *recvbuf, int rcount, MPI_Datatype rtype)
+{
+	int rc = MPI_SUCCESS;
+	void *tmp = NULL;
+	char *ordered = contiguous(recvbuf, rcount, rtype, h->size, bytes, false, &tmp, &rc);
+	if (!ordered)
+		return MPI_ERR_NO_MEM;
+	for (int r = 0; r < h->size; r++)
+		memcpy(ordered + (uint64_t)r * bytes, packed + displs[h->node_of[r]] + (uint64_t)h->node_rank[r] * bytes,
+		       bytes);
+	if (tmp && rc == MPI_SUCCESS)
+		rc = blocks_move(recvbuf, rcount, rtype, h->size, tmp, bytes, false);
+	free(tmp);
+	return rc;
+}
+
+int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
+		int root, bool all, MPI_Comm comm)
+{
+	struct pm_hier *h = pm_hier_for(comm);
+	if (!h || (!all && (root < 0 || root >= h->size)))
+		return -1;
+	int rank = h->rank, rc = MPI_SUCCESS;
+	bool takes = all || rank == root, in_place = takes && sendbuf == MPI_IN_PLACE;
+	const struct pm_type *t = pm_type_info(in_place ? rtype : stype);
+	int count = in_place ? rcount : scount;
+	uint64_t bytes = t && count >= 0 ? (uint64_t)t->size * (uint64_t)count : UINT64_MAX;
+	MPI_Aint rext = in_place && t ? t->extent : 0;
+	if (bytes > INT_MAX / (uint64_t)h->size) /* the leaders' counts are ints */
+		return -1;
+	coll_count(all ? CALL_ALLGATHER : CALL_GATHER, true, bytes);
+	if (bytes == 0)
+		return MPI_SUCCESS;
+	int *counts = malloc((size_t)h->nnodes * sizeof(int)), *displs = malloc((size_t)h->nnodes * sizeof(int));
+	bool room = takes || is_leader(h); /* where the n blocks lie */
+	char *packed = room ? malloc(bytes * (uint64_t)h->size) : NULL, *mine;
+	void *tmp_mine = NULL;
+	if (in_place)
+		mine = contiguous((char *)recvbuf + (MPI_Aint)rank * rcount * rext, rcount, rtype, 1, bytes, true,
+				  &tmp_mine, &rc);
+	else
+		mine = contiguous((void *)(uintptr_t)sendbuf, scount, stype, 1, bytes, true, &tmp_mine, &rc);
+	if (!counts || !displs || (room && !packed) || !mine)
+		return no_memory(), MPI_ERR_NO_MEM;
+	for (int j = 0, off = 0; j < h->nnodes; off += counts[j++]) {
+		counts[j] = h->node_size[j] * (int)bytes;
+		displs[j] = off;
+	}
+	rc = first(rc, gather_nodes(h, mine, bytes, packed, counts, displs, all ? -1 : h->node_of[root], root, comm));
+	if (takes)
+		rc = first(rc, unpack_ranks(h, packed, displs, bytes, recvbuf, rcount, rtype));
+	free(counts);
+	free(displs);
+	free(packed);
+	free(tmp_mine);
+	return pm_comm_error(comm, rc);
 }

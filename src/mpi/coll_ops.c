@@ -3,7 +3,7 @@
  * (coll.h): MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce, MPI_Gather,
  * MPI_Scatter, MPI_Allgather, MPI_Alltoall.
  *
- * Barrier, Bcast, Reduce and Allreduce first offer the call to
+ * Barrier, Bcast, Reduce, Allreduce, Gather and Allgather first offer the call to
  * coll_hier.c (a communicator that spans nodes).  Each passes the call to
  * the MPI library unchanged where pm_coll_for() says so, or where what must match at every rank is not valid (the root,
  * the count and type of the rank's own block or elements: the library
@@ -409,6 +409,18 @@ static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 	}
 }
 
+int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes, int root)
+{
+	struct blocks b = {.mine = mine, .all = all, .bytes = bytes};
+	if (bytes == 0)
+		return MPI_SUCCESS;
+	if (co->size == 1)
+		memmove(all, mine, bytes);
+	else
+		gather_steps(co, &b, root);
+	return coll_error(co);
+}
+
 /* The root's blocks, each to its rank. */
 static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
 {
@@ -494,7 +506,9 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 	       MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
-	int rc = block_call(BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+	int rc = hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, false, comm);
+	if (rc < 0)
+		rc = block_call(BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 	return rc >= 0 ? rc : PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 }
 
@@ -508,7 +522,9 @@ int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
 int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		  MPI_Datatype recvtype, MPI_Comm comm)
 {
-	int rc = block_call(BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
+	int rc = hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, true, comm);
+	if (rc < 0)
+		rc = block_call(BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
 	return rc >= 0 ? rc : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 

@@ -58,5 +58,8 @@ int coll_bcast_to(struct pm_coll *co, void *buffer, int count, MPI_Datatype data
 		  MPI_Comm comm);
 int coll_reduce(struct pm_coll *co, const struct red *r, const void *sendbuf, void *recvbuf, int count, int root,
 		MPI_Comm comm);
+/* Gather of every rank's @p bytes at @p mine into @p all (block r at r *
+ * @p bytes) at @p root (every rank: @p root < 0). */
+int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes, int root);
 
 #endif /* PINSHM_MPI_COLL_RED_H */

@@ -1,15 +1,16 @@
 /*
- * coll_hier.c - MPI_Barrier, MPI_Bcast, MPI_Reduce and MPI_Allreduce on
- * communicators that span (pretend) nodes (run with PINSHM_MPI_NODES),
- * checked against references every rank computes itself: on world (each
- * node a block of consecutive ranks), a reversed split (blocks again) and
- * an interleaved split (even ranks first: no node is a block with 2 or 3
- * pretend nodes of 3 or 4 ranks); every root; MPI_IN_PLACE at the root and on
- * every rank; counts 0, 1, 7, 1000 and one larger than an area's half; a
- * vector type at some ranks (same signature); a commutative user
- * operation on the vector type; the non-commutative affine operation;
- * double sums of values that round, the same bits at every rank and on a
- * second call.
+ * coll_hier.c - MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce,
+ * MPI_Gather and MPI_Allgather on communicators that span (pretend) nodes
+ * (run with PINSHM_MPI_NODES), checked against references every rank
+ * computes itself: on world (each node a block of consecutive ranks), a
+ * reversed split (blocks again) and an interleaved split (even ranks
+ * first: no node is a block with 2 or 3 pretend nodes of 3 or 4 ranks);
+ * every root; MPI_IN_PLACE at the root and on every rank; counts 0, 1, 7,
+ * 1000 and one larger than an area's half; a vector type at some ranks
+ * (same signature); a commutative user operation on the vector type; the
+ * non-commutative affine operation; double sums of values that round, the
+ * same bits at every rank and on a second call; blocks of a Gather or
+ * Allgather received as vector items at some ranks.
  *
  * What goes to the MPI library whole (check_mpi counts it): on the
  * interleaved split only, the affine operation's calls, that is per rank
@@ -58,6 +59,42 @@ static void check_bcast(MPI_Comm comm, int rank, int size, MPI_Datatype vec)
 		}
 	}
 	free(b);
+}
+
+/* Gather to every root and Allgather of blocks of @p n ints: in place at
+ * odd roots (Allgather: at every rank on odd tests), received as vector
+ * items at odd ranks. */
+static void check_gather(MPI_Comm comm, int rank, int size, MPI_Datatype vec, int n, int t)
+{
+	int *in = malloc((n + 1) * sizeof(int)), *out = malloc(((size_t)3 * n * size + 1) * sizeof(int));
+	MT_CHECK(in && out, "out of memory");
+	bool v = rank % 2 && n % 2 == 0; /* n ints: n / 2 vector items */
+	for (int i = 0; i < n; i++)
+		in[i] = ival(rank, i, t);
+	for (int root = 0; root <= size; root++) {
+		bool all = root == size, inplace = all ? t % 2 : rank == root && root % 2;
+		size_t len = (size_t)(v ? 3 * n / 2 : n) * size;
+		for (size_t i = 0; i <= len; i++)
+			out[i] = -7;
+		for (int i = 0; inplace && i < n; i++) /* this rank's block, at its place */
+			out[v ? (size_t)rank * 3 * n / 2 + (i / 2) * 3 + i % 2 : (size_t)rank * n + i] = in[i];
+		const void *send = inplace ? MPI_IN_PLACE : in;
+		int rcount = v ? n / 2 : n;
+		MPI_Datatype rtype = v ? vec : MPI_INT;
+		if (all)
+			MT_MPI(MPI_Allgather(send, n, MPI_INT, out, rcount, rtype, comm));
+		else
+			MT_MPI(MPI_Gather(send, n, MPI_INT, out, rcount, rtype, root, comm));
+		for (int r = 0; (all || rank == root) && r < size; r++)
+			for (int i = 0; i < n; i++) {
+				size_t at = v ? (size_t)r * 3 * n / 2 + (i / 2) * 3 + i % 2 : (size_t)r * n + i;
+				MT_CHECK(out[at] == ival(r, i, t), "%s root %d n %d rank %d's [%d] = %d", all ? "allgather" : "gather",
+					 root, n, r, i, out[at]);
+			}
+		MT_CHECK(out[len] == -7, "gather wrote past the blocks");
+	}
+	free(in);
+	free(out);
 }
 
 /* Reduce to every root (in place there at odd roots) and Allreduce (in
@@ -176,6 +213,8 @@ static void check_comm(MPI_Comm comm, MPI_Datatype vec, MPI_Datatype pair, MPI_O
 	MPI_Comm_size(comm, &size);
 	MT_MPI(MPI_Barrier(comm));
 	check_bcast(comm, rank, size, vec);
+	for (int c = 0; c < NCOUNTS; c++)
+		check_gather(comm, rank, size, vec, c < NCOUNTS - 1 ? counts[c] : 40000, c);
 	for (int c = 0; c < NCOUNTS; c++)
 		check_int(comm, rank, size, ops[c % 3], counts[c], c);
 	check_affine(comm, rank, size, pair, aff);
