@@ -97,13 +97,11 @@ static void check_gather(MPI_Comm comm, int rank, int size, MPI_Datatype vec, in
 	free(out);
 }
 
-/* Reduce to every root (in place there at odd roots) and Allreduce (in
- * place at every rank on odd tests) of ints with @p op. */
+/* Reduce to every root and Allreduce of ints with @p op (colltest.h). */
 static void check_int(MPI_Comm comm, int rank, int size, MPI_Op op, int n, int t)
 {
-	int *in = malloc((n + 1) * sizeof(int)), *out = malloc((n + 1) * sizeof(int));
-	int *want = malloc((n + 1) * sizeof(int));
-	MT_CHECK(in && out && want, "out of memory");
+	int *in = malloc((n + 1) * sizeof(int)), *want = malloc((n + 1) * sizeof(int));
+	MT_CHECK(in && want, "out of memory");
 	for (int i = 0; i < n; i++) {
 		int v = ival(size - 1, i, t);
 		for (int r = size - 2; r >= 0; r--)
@@ -111,25 +109,8 @@ static void check_int(MPI_Comm comm, int rank, int size, MPI_Op op, int n, int t
 		want[i] = v;
 		in[i] = ival(rank, i, t);
 	}
-	for (int root = 0; root < size; root++) {
-		bool inplace = rank == root && root % 2;
-		for (int i = 0; i < n; i++)
-			out[i] = inplace ? in[i] : -77;
-		out[n] = 4242;
-		MT_MPI(MPI_Reduce(inplace ? MPI_IN_PLACE : in, out, n, MPI_INT, op, root, comm));
-		for (int i = 0; rank == root && i < n; i++)
-			MT_CHECK(out[i] == want[i], "reduce t %d root %d n %d [%d] = %d want %d", t, root, n, i,
-				 out[i], want[i]);
-		MT_CHECK(out[n] == 4242, "reduce wrote past the count");
-	}
-	bool inplace = t % 2;
-	for (int i = 0; i < n; i++)
-		out[i] = inplace ? in[i] : -77;
-	MT_MPI(MPI_Allreduce(inplace ? MPI_IN_PLACE : in, out, n, MPI_INT, op, comm));
-	for (int i = 0; i < n; i++)
-		MT_CHECK(out[i] == want[i], "allreduce t %d n %d [%d] = %d want %d", t, n, i, out[i], want[i]);
+	mt_check_reduce_ints(comm, op, n, t, in, want);
 	free(in);
-	free(out);
 	free(want);
 }
 
