@@ -102,6 +102,7 @@ static const char *const coll_name[NCOLL] = {
 #define COLL_V 0xf00u       /* Gatherv, Scatterv, Allgatherv, Alltoallv */
 #define COLL_SCAN 0xf000u   /* Reduce_scatter(_block), Scan, Exscan */
 #define COLL_NB 0x1f0000u   /* Ibarrier ... Iallgather */
+#define COLL_HIER 0x5fu     /* Barrier, Bcast, Reduce, Allreduce, Gather, Allgather: carried across pretend nodes */
 
 #define B (1u << F_BLOCKING)
 #define NB (1u << F_NONBLOCKING)
@@ -476,6 +477,8 @@ static unsigned colls_of(const struct program *pg)
 		return COLL_NB | 1u << 0 | 1u << 1 | 1u << 3; /* and Barrier, Bcast, Allreduce */
 	if (!strcmp(pg->name, "f_coll_nb"))
 		return COLL_NB;
+	if (!strcmp(pg->name, "coll_hier"))
+		return COLL_HIER;
 	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_BASIC
 	       : !strcmp(pg->name, "coll_v")				      ? COLL_V
 	       : !strcmp(pg->name, "coll_scan")				      ? COLL_SCAN
@@ -483,10 +486,28 @@ static unsigned colls_of(const struct program *pg)
 										      : 0;
 }
 
+/* coll_hier on pretend nodes: each call it makes (COLL_HIER) went through
+ * pinshm at every rank, and to the MPI library only its non-commutative calls on the
+ * interleaved communicator (tests/mpi/coll_hier.c): per rank, one Reduce
+ * per root and one Allreduce. */
+static bool hier_failed(const struct config *cf, const struct run *r, char *why, size_t len)
+{
+	unsigned long long np = (unsigned long long)cf->np;
+	for (int k = 0; k < NCOLL; k++) {
+		unsigned long long want_mpi = k == 2 ? np * np : k == 3 ? np : 0;
+		if ((COLL_HIER >> k & 1) && (r->coll_pinshm[k] < np || r->coll_mpi[k] != want_mpi)) {
+			snprintf(why, len, "%s: %llu calls through pinshm, %llu to the MPI library (want %llu) on %d nodes",
+				 coll_name[k], r->coll_pinshm[k], r->coll_mpi[k], want_mpi, cf->nodes);
+			return true;
+		}
+	}
+	return false;
+}
+
 /* For a program of collectives (colls_of()) in @p cf: every rank reported every
  * call; on one node each call it uses went through pinshm and none went to
  * the MPI library; with collectives or the plugin off, none went through
- * pinshm. */
+ * pinshm; coll_hier on pretend nodes: hier_failed(). */
 static bool coll_failed(const struct program *pg, const struct config *cf, const struct run *r, bool all_mpi,
 			char *why, size_t len)
 {
@@ -509,7 +530,7 @@ static bool coll_failed(const struct program *pg, const struct config *cf, const
 			return true;
 		}
 	}
-	return false;
+	return !off && cf->nodes >= 2 && !strcmp(pg->name, "coll_hier") && hier_failed(cf, r, why, len);
 }
 
 /* Run @p pg in @p cf: with the test daemon @p d, or, where @p u is not NULL,
@@ -950,6 +971,24 @@ START_TEST(test_coll_ranks)
 	program_arg = cf->np > 4 ? "short" : NULL;
 	run_one(&progs[_i / NCOLL_CONFIGS], cf);
 	program_arg = NULL;
+}
+END_TEST
+
+/* coll_hier (the calls carried hierarchically) on two and three pretend
+ * nodes of 4 ranks, two of 3 ranks, and with collectives off. */
+static const struct config hier_configs[] = {
+	{.name = "plugin -np 4 PINSHM_MPI_NODES=2", .np = 4, .plugin = true, .nodes = 2},
+	{.name = "plugin -np 4 PINSHM_MPI_NODES=3", .np = 4, .plugin = true, .nodes = 3},
+	{.name = "plugin -np 3 PINSHM_MPI_NODES=2", .np = 3, .plugin = true, .nodes = 2},
+	{.name = "plugin -np 4 PINSHM_MPI_NODES=2 PINSHM_MPI_COLL=0", .np = 4, .plugin = true, .nodes = 2,
+	 .env = {"PINSHM_MPI_COLL=0"}},
+};
+#define NHIER_CONFIGS ((int)(sizeof(hier_configs) / sizeof(hier_configs[0])))
+
+START_TEST(test_coll_hier)
+{
+	static const struct program prog = {"coll_hier", B, 0, NULL, NULL};
+	run_one(&prog, &hier_configs[_i]);
 }
 END_TEST
 
@@ -1677,6 +1716,22 @@ START_TEST(test_stats_checks)
 		ck_assert_msg(run_failed(&programs[i], &one, &pr, why, sizeof(why)), "%s passed with %s through MPI",
 			      programs[i].name, family_name[k]);
 	}
+	/* coll_hier on two pretend nodes: each call carried, and exactly its
+	 * non-commutative calls on the interleaved communicator passed on. */
+	static const struct program hier = {"coll_hier", B, 0, NULL, NULL};
+	struct run h;
+	memset(&h, 0, sizeof(h));
+	h.coll_ranks = 0xf;
+	for (int k = 0; k < NCOLL; k++)
+		h.coll_pinshm[k] = COLL_HIER >> k & 1 ? 40 : 0;
+	h.coll_mpi[2] = 16;
+	h.coll_mpi[3] = 4;
+	ck_assert_msg(!coll_failed(&hier, &two, &h, false, why, sizeof(why)), "a good hierarchical run failed: %s", why);
+	h.coll_mpi[3] = 5; /* one Allreduce more went to the library */
+	ck_assert(coll_failed(&hier, &two, &h, false, why, sizeof(why)));
+	h.coll_mpi[3] = 4;
+	h.coll_pinshm[1] = 0; /* Bcast not carried */
+	ck_assert(coll_failed(&hier, &two, &h, false, why, sizeof(why)));
 }
 END_TEST
 
@@ -1710,6 +1765,7 @@ static Suite *mpi_suite(bool plugin, bool user)
 
 		tc = tcase_create("coll");
 		tcase_add_loop_test(tc, test_coll_ranks, 0, 2 * NCOLL_CONFIGS);
+		tcase_add_loop_test(tc, test_coll_hier, 0, NHIER_CONFIGS);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

@@ -13,7 +13,11 @@
  * (every rank of a node carries or none does; one that spans nodes is
  * mixed at every rank), and what a call then does depends only on its
  * arguments that MPI requires to match.  The area lives until the
- * communicator's entry goes (MPI_Comm_free, MPI_Finalize).
+ * communicator's entry goes (MPI_Comm_free, MPI_Finalize).  A communicator
+ * that spans nodes has no area of its own: where every node of the job
+ * carries (pm.all_active), its first Barrier, Bcast, Reduce, Allreduce,
+ * Gather or Allgather agrees on a node layout instead (coll_hier.c), and
+ * its other collectives go to the library whole.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -150,8 +154,9 @@ static void live_free(struct coll_live *lv)
 	free(lv);
 }
 
-/* Find every member's endpoint (after all opened the area). */
-static struct coll_live *live_find(const struct pm_coll *co, const struct pm_comm *c)
+/* Find every member's endpoint (after all opened the area); @p local:
+ * member -> its index in the node. */
+static struct coll_live *live_find(const struct pm_coll *co, const int *local, MPI_Comm errcomm)
 {
 	struct coll_live *lv = calloc(1, sizeof(*lv));
 	if (!lv || !(lv->ep = calloc((size_t)co->size, sizeof(unsigned))) ||
@@ -160,10 +165,10 @@ static struct coll_live *live_find(const struct pm_coll *co, const struct pm_com
 		live_free(lv);
 		return NULL;
 	}
-	lv->comm = c->comm;
+	lv->comm = errcomm;
 	const struct seg_geometry *g = &co->ch->g;
 	for (int r = 0; r < co->size; r++) {
-		int node = c->local[r];
+		int node = local[r];
 		lv->pid[r] = node >= 0 && node < pm.nlocal ? pm.local_pid[node] : 0;
 		lv->ep[r] = UINT_MAX;
 		for (unsigned e = 0; e < g->max_producers && lv->pid[r] > 0; e++) {
@@ -212,9 +217,13 @@ static void area_close(struct pm_coll *co)
 	co->scratch = NULL;
 }
 
-/* The first collective on @p c: rank 0 creates the area, every rank opens
- * it, and all agree (collective over c->comm, at every rank). */
-static struct pm_coll *agree(struct pm_comm *c)
+/* The area of @p comm (@p rank of @p size, @p local: member -> index in
+ * the node, @p errcomm: whose error handler a failed wait calls): rank 0
+ * creates it, every rank opens it, and all agree (collective over @p comm,
+ * at every rank).  A communicator whose ranks outnumber a half's bytes is
+ * refused: a Scatter's or Alltoall's step puts one piece of at least one
+ * byte per rank in one half (coll_ops.c). */
+struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *local, MPI_Comm errcomm)
 {
 	struct pm_coll *co = calloc(1, sizeof(*co));
 	if (!co) {
@@ -222,9 +231,8 @@ static struct pm_coll *agree(struct pm_comm *c)
 		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
 		return NULL;
 	}
-	co->rank = c->rank;
-	co->size = c->size;
-	c->coll = co;
+	co->rank = rank;
+	co->size = size;
 	if (co->size == 1) { /* nothing to share */
 		co->on = coll_enabled;
 		return co;
@@ -241,19 +249,51 @@ static struct pm_coll *agree(struct pm_comm *c)
 		area_name(name, sizeof(name), (uint64_t)msg[1]);
 		msg[0] = pinshm_create(pm.client, name, &attr, 0600, 0);
 	}
-	PMPI_Bcast(msg, 2, MPI_INT64_T, 0, c->comm);
-	int ok = coll_enabled && msg[0] == 0 && area_open(co, (uint64_t)msg[1]) == 0;
+	PMPI_Bcast(msg, 2, MPI_INT64_T, 0, comm);
+	int ok = coll_enabled && msg[0] == 0 && area_open(co, (uint64_t)msg[1]) == 0 &&
+		 (uint64_t)co->size <= co->half_bytes;
 	int all = 0;
-	PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->comm);
+	PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
 	/* Every rank has tried its open: the name is no longer needed. */
 	if (co->rank == 0 && msg[0] == 0)
 		pinshm_unlink(pm.client, name);
 	co->on = all != 0;
 	if (co->on)
-		co->live = live_find(co, c); /* NULL (out of memory): not watched */
+		co->live = live_find(co, local, errcomm); /* NULL (out of memory): not watched */
 	else
 		area_close(co);
 	return co;
+}
+
+void coll_area_free(struct pm_coll *co)
+{
+	if (!co)
+		return;
+	area_close(co);
+	free(co);
+}
+
+bool coll_wanted(void)
+{
+	return coll_enabled;
+}
+
+/* The first collective on @p c (collective over c->comm, at every rank):
+ * its area, or (spanning nodes) its node layout and the node's area. */
+static struct pm_coll *agree(struct pm_comm *c)
+{
+	if (!c->mixed)
+		return c->coll = coll_area_agree(c->comm, c->rank, c->size, c->local, c->comm);
+	struct pm_coll *co = calloc(1, sizeof(*co));
+	if (!co) {
+		fprintf(stderr, "pinshm-mpi: out of memory\n");
+		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+		return NULL;
+	}
+	co->rank = c->rank;
+	co->size = c->size;
+	co->hier = hier_make(c);
+	return c->coll = co;
 }
 
 struct pm_coll *pm_coll_nb_for(MPI_Comm comm)
@@ -265,6 +305,17 @@ struct pm_coll *pm_coll_nb_for(MPI_Comm comm)
 		return NULL;
 	struct pm_coll *co = c->coll ? c->coll : agree(c);
 	return co && co->on ? co : NULL;
+}
+
+struct pm_hier *pm_hier_for(MPI_Comm comm)
+{
+	if (!pm.active || !pm.all_active)
+		return NULL;
+	struct pm_comm *c = pm_comm_find(comm);
+	if (!c || !c->mixed)
+		return NULL;
+	struct pm_coll *co = c->coll ? c->coll : agree(c);
+	return co ? co->hier : NULL;
 }
 
 struct pm_coll *pm_coll_for(MPI_Comm comm)
@@ -279,8 +330,8 @@ void pm_coll_free(struct pm_comm *c)
 {
 	if (!c->coll)
 		return;
-	area_close(c->coll);
-	free(c->coll);
+	hier_free(c->coll->hier);
+	coll_area_free(c->coll);
 	c->coll = NULL;
 }
 

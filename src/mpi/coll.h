@@ -83,6 +83,7 @@ struct pm_coll {
 	uint64_t step;             /* steps begun */
 	void *scratch;             /* half_bytes of this rank's own, for reductions */
 	struct coll_live *live;    /* the members' liveness (coll.c), or NULL */
+	struct pm_hier *hier;      /* spanning nodes: the agreed layout (coll_hier.c), or NULL */
 };
 
 /* The area of @p comm if its collectives are carried (deciding at the
@@ -148,6 +149,37 @@ static inline int coll_result(const struct pm_coll *co, MPI_Comm comm, int rc)
 	int e = coll_error(co);
 	return e != MPI_SUCCESS ? e : pm_comm_error(comm, rc);
 }
+
+/* The area of a communicator that no pm_comm entry names (coll_hier.c's
+ * node communicators): as pm_coll_for() agrees on one at the first call,
+ * collective over @p comm; @p local: member -> its index in the node,
+ * @p errcomm: whose error handler a failed wait calls.  Never NULL (out of
+ * memory ends the job); its `on` says whether it is carried. */
+struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *local, MPI_Comm errcomm);
+void coll_area_free(struct pm_coll *co);
+bool coll_wanted(void); /* PINSHM_MPI_COLL is not 0 here */
+
+/*
+ * Communicators that span nodes (coll_hier.c).  pm_hier_for() gives the
+ * layout agreed at the communicator's first collective call (collective
+ * over it, at every rank), or NULL where the call goes to the MPI library
+ * whole: the communicator does not span nodes, or some node does not carry
+ * (the plugin or its collectives off there, an area not opened).
+ */
+struct pm_hier;
+struct pm_hier *pm_hier_for(MPI_Comm comm);
+struct pm_hier *hier_make(struct pm_comm *c); /* the agreement (NULL: not carried) */
+void hier_free(struct pm_hier *h);
+/* The calls, hierarchically: MPI_SUCCESS or an error, or -1 where the
+ * call is not carried so (the caller's own path then takes it, the same
+ * at every rank).  @p root < 0: Allreduce. */
+int hier_barrier(MPI_Comm comm);
+int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm);
+int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+		MPI_Comm comm);
+/* Gather to @p root, or (@p all) Allgather. */
+int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
+		int root, bool all, MPI_Comm comm);
 
 /* Statistics: a call of @p call carried (@p pinshm) or passed on. */
 void coll_count(enum coll_call call, bool pinshm, uint64_t bytes);

@@ -3,8 +3,9 @@
  * (coll.h): MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce, MPI_Gather,
  * MPI_Scatter, MPI_Allgather, MPI_Alltoall.
  *
- * Each passes the call to the MPI library unchanged where pm_coll_for()
- * says so, or where what must match at every rank is not valid (the root,
+ * Barrier, Bcast, Reduce, Allreduce, Gather and Allgather first offer the call to
+ * coll_hier.c (a communicator that spans nodes).  Each passes the call to
+ * the MPI library unchanged where pm_coll_for() says so, or where what must match at every rank is not valid (the root,
  * the count and type of the rank's own block or elements: the library
  * reports the error as it does), or where a reduction's element does not
  * fit a half (red_layout()); all of that is the same at every rank.  The
@@ -58,12 +59,8 @@ static inline void *at(const void *p, MPI_Aint d)
 	return (void *)((uintptr_t)p + (uintptr_t)d);
 }
 
-int MPI_Barrier(MPI_Comm comm)
+int coll_barrier(struct pm_coll *co)
 {
-	struct pm_coll *co = pm_coll_for(comm);
-	coll_count(CALL_BARRIER, co != NULL, 0);
-	if (!co)
-		return PMPI_Barrier(comm);
 	if (co->size > 1) {
 		uint64_t s = ++co->step;
 		coll_post(co, s);
@@ -73,10 +70,21 @@ int MPI_Barrier(MPI_Comm comm)
 	return coll_error(co);
 }
 
+int MPI_Barrier(MPI_Comm comm)
+{
+	int rc = hier_barrier(comm);
+	if (rc >= 0)
+		return rc;
+	struct pm_coll *co = pm_coll_for(comm);
+	coll_count(CALL_BARRIER, co != NULL, 0);
+	return co ? coll_barrier(co) : PMPI_Barrier(comm);
+}
+
 /* ---- Bcast ------------------------------------------------------------ */
 
-/* @p bytes at @p data from @p root to every rank, a half at a time. */
-static void bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root)
+/* @p bytes at @p data from @p root to rank @p to (every rank: @p to < 0),
+ * a half at a time (every rank runs the steps). */
+static void bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root, int to)
 {
 	bool small = bytes <= COLL_SMALL;
 	for (uint64_t off = 0; off < bytes; off += co->half_bytes) {
@@ -86,7 +94,7 @@ static void bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root
 			coll_wait_free(co, s);
 			memcpy(slot(co, root, s, small), data + off, n);
 			coll_post(co, s);
-		} else {
+		} else if (to < 0 || co->rank == to) {
 			coll_wait_arrive(co, root, s);
 			memcpy(data + off, slot(co, root, s, small), n);
 		}
@@ -94,22 +102,17 @@ static void bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root
 	}
 }
 
-int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+int coll_bcast_to(struct pm_coll *co, void *buffer, int count, MPI_Datatype datatype, int root, int to,
+		  MPI_Comm comm)
 {
-	struct pm_coll *co = pm_coll_for(comm);
-	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
-	if (!t || count < 0 || root < 0 || root >= co->size) {
-		coll_count(CALL_BCAST, false, 0);
-		return PMPI_Bcast(buffer, count, datatype, root, comm);
-	}
-	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
-	coll_count(CALL_BCAST, true, bytes);
+	const struct pm_type *t = pm_type_info(datatype);
+	uint64_t bytes = t ? (uint64_t)t->size * (uint64_t)count : 0;
 	if (co->size == 1 || bytes == 0)
 		return MPI_SUCCESS;
 	size_t flat_bytes;
 	char *data = (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat_bytes);
 	if (data) {
-		bcast_bytes(co, data, bytes, root);
+		bcast_bytes(co, data, bytes, root, to);
 		return coll_error(co);
 	}
 	/* Not contiguous here (other ranks may differ): packed. */
@@ -119,11 +122,26 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
 	int rc = MPI_SUCCESS;
 	if (co->rank == root)
 		rc = pm_pack(buffer, count, datatype, tmp, bytes);
-	bcast_bytes(co, tmp, bytes, root);
-	if (co->rank != root)
+	bcast_bytes(co, tmp, bytes, root, to);
+	if (co->rank != root && (to < 0 || co->rank == to))
 		rc = pm_unpack(tmp, bytes, buffer, count, datatype);
 	free(tmp);
 	return coll_result(co, comm, rc);
+}
+
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+{
+	int rc = hier_bcast(buffer, count, datatype, root, comm);
+	if (rc >= 0)
+		return rc;
+	struct pm_coll *co = pm_coll_for(comm);
+	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
+	if (!t || count < 0 || root < 0 || root >= co->size) {
+		coll_count(CALL_BCAST, false, 0);
+		return PMPI_Bcast(buffer, count, datatype, root, comm);
+	}
+	coll_count(CALL_BCAST, true, (uint64_t)t->size * (uint64_t)count);
+	return coll_bcast_to(co, buffer, count, datatype, root, -1, comm);
 }
 
 /* ---- Reduce, Allreduce --------------------------------------------------- */
@@ -157,6 +175,14 @@ size_t red_span(const struct red *r, int k)
 {
 	MPI_Aint d = (MPI_Aint)(k - 1) * r->extent;
 	return (size_t)(r->true_extent + (d < 0 ? -d : d));
+}
+
+void *red_room(const struct red *r, int k, void **base)
+{
+	*base = malloc(k > 0 ? red_span(r, k) : 1);
+	if (!*base)
+		return out_of_memory();
+	return k > 0 ? at(*base, -red_lo(r, k)) : *base;
 }
 
 /* @p count elements of @p type (@p bytes of data) from @p in to @p out. */
@@ -247,19 +273,11 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 	return rc;
 }
 
-/* Reduce (@p root >= 0) or Allreduce (@p root < 0) through the area of
- * @p comm, or -1 where the library takes it. */
-static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
-		       MPI_Comm comm, enum coll_call call)
+int coll_reduce(struct pm_coll *co, const struct red *r_, const void *sendbuf, void *recvbuf, int count, int root,
+		MPI_Comm comm)
 {
-	struct pm_coll *co = pm_coll_for(comm);
-	struct red r = {.op = op};
-	if (!co || count < 0 || op == MPI_OP_NULL || root >= co->size ||
-	    !red_layout(&r, datatype, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
-		coll_count(call, false, 0);
-		return -1;
-	}
-	coll_count(call, true, (uint64_t)count * r.size);
+	struct red r = *r_;
+	MPI_Datatype datatype = r.type;
 	r.small = (uint64_t)count * r.size <= COLL_SMALL;
 	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
 	if (count == 0 || (co->size == 1 && sendbuf == MPI_IN_PLACE))
@@ -277,6 +295,25 @@ static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Dataty
 	free(r.acc);
 	free(r.x);
 	return coll_result(co, comm, rc);
+}
+
+/* Reduce (@p root >= 0) or Allreduce (@p root < 0) through the area of
+ * @p comm, or -1 where the library takes it. */
+static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+		       MPI_Comm comm, enum coll_call call)
+{
+	int rc = hier_reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+	if (rc >= 0)
+		return rc;
+	struct pm_coll *co = pm_coll_for(comm);
+	struct red r = {.op = op};
+	if (!co || count < 0 || op == MPI_OP_NULL || root >= co->size ||
+	    !red_layout(&r, datatype, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
+		coll_count(call, false, 0);
+		return -1;
+	}
+	coll_count(call, true, (uint64_t)count * r.size);
+	return coll_reduce(co, &r, sendbuf, recvbuf, count, root, comm);
 }
 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
@@ -372,6 +409,18 @@ static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 	}
 }
 
+int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes, int root)
+{
+	struct blocks b = {.mine = mine, .all = all, .bytes = bytes};
+	if (bytes == 0)
+		return MPI_SUCCESS;
+	if (co->size == 1)
+		memmove(all, mine, bytes);
+	else
+		gather_steps(co, &b, root);
+	return coll_error(co);
+}
+
 /* The root's blocks, each to its rank. */
 static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
 {
@@ -457,7 +506,9 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 	       MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
-	int rc = block_call(BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+	int rc = hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, false, comm);
+	if (rc < 0)
+		rc = block_call(BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 	return rc >= 0 ? rc : PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 }
 
@@ -471,7 +522,9 @@ int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
 int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		  MPI_Datatype recvtype, MPI_Comm comm)
 {
-	int rc = block_call(BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
+	int rc = hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, true, comm);
+	if (rc < 0)
+		rc = block_call(BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
 	return rc >= 0 ? rc : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 

@@ -31,6 +31,9 @@ struct red {
 bool red_layout(struct red *r, MPI_Datatype type, size_t half);
 /* Bytes that @p k elements span in this layout. */
 size_t red_span(const struct red *r, int k);
+/* Room for @p k elements in this layout: the buffer's address (elements
+ * from there on), its memory in *@p base for free(). */
+void *red_room(const struct red *r, int k, void **base);
 /* @p count elements of @p type (@p bytes of data) from @p in to @p out. */
 int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t bytes);
 /* The fixed order over ranks [@p lo, @p hi) of the @p k packed elements
@@ -44,5 +47,19 @@ int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *packed, ui
 /* @p buf's @p n blocks as contiguous packed bytes: @p buf itself where it
  * is already, else a copy in *@p tmp (coll_ops.c says more). */
 char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes, bool fill, void **tmp, int *rc);
+
+/* The flat bodies of coll_ops.c on an area @p co, for coll_hier.c's node
+ * phases: the caller has checked what they check and counted the call;
+ * @p comm is whose error handler an error goes to.  Bcast: to rank @p to
+ * only (the others run the steps), or to every rank (@p to < 0).  Reduce:
+ * @p r from red_layout() with its op set; @p root < 0: Allreduce. */
+int coll_barrier(struct pm_coll *co);
+int coll_bcast_to(struct pm_coll *co, void *buffer, int count, MPI_Datatype datatype, int root, int to,
+		  MPI_Comm comm);
+int coll_reduce(struct pm_coll *co, const struct red *r, const void *sendbuf, void *recvbuf, int count, int root,
+		MPI_Comm comm);
+/* Gather of every rank's @p bytes at @p mine into @p all (block r at r *
+ * @p bytes) at @p root (every rank: @p root < 0). */
+int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes, int root);
 
 #endif /* PINSHM_MPI_COLL_RED_H */

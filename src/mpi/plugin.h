@@ -443,6 +443,7 @@ struct pm_config {
 struct pm_state {
 	bool loaded;        /* MPI_Init ran the plugin's setup (all ranks do) */
 	bool active;        /* carrying traffic (all ranks of a node or none) */
+	bool all_active;    /* every node of the job carries (agreed at MPI_Init) */
 	bool multiple;      /* MPI_THREAD_MULTIPLE: every call goes to the library, and the
 			     * plugin keeps no statistics (its threads would race on them) */
 	int world_rank, world_size;

@@ -511,10 +511,14 @@ static void setup(int provided)
 				pm.world_rank, why);
 		close_channels();
 		free_state();
-		return;
+	} else {
+		start_carrying();
 	}
-
-	start_carrying();
+	/* Whether every node carries: a communicator that spans nodes runs
+	 * its collectives hierarchically only then (coll_hier.c). */
+	int all = pm.active;
+	PMPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	pm.all_active = all != 0;
 }
 
 int MPI_Init(int *argc, char ***argv)

@@ -78,9 +78,8 @@ static void check_int(MPI_Comm comm, MPI_Op op, int n, int t)
 	int rank, size;
 	MPI_Comm_rank(comm, &rank);
 	MPI_Comm_size(comm, &size);
-	int *in = malloc((n + 1) * sizeof(int)), *out = malloc((n + 1) * sizeof(int));
-	int *want = malloc((n + 1) * sizeof(int));
-	MT_CHECK(in && out && want, "out of memory");
+	int *in = malloc((n + 1) * sizeof(int)), *want = malloc((n + 1) * sizeof(int));
+	MT_CHECK(in && want, "out of memory");
 	for (int i = 0; i < n; i++) {
 		int v = ival(size - 1, i, t) % 3; /* PROD stays small */
 		for (int r = size - 2; r >= 0; r--)
@@ -88,25 +87,8 @@ static void check_int(MPI_Comm comm, MPI_Op op, int n, int t)
 		want[i] = v;
 		in[i] = ival(rank, i, t) % 3;
 	}
-	for (int root = 0; root < size; root++) {
-		bool inplace = rank == root && (t + root) % 2;
-		for (int i = 0; i < n; i++)
-			out[i] = inplace ? in[i] : -77;
-		out[n] = 4242;
-		MT_MPI(MPI_Reduce(inplace ? MPI_IN_PLACE : in, out, n, MPI_INT, op, root, comm));
-		for (int i = 0; rank == root && i < n; i++)
-			MT_CHECK(out[i] == want[i], "reduce op test %d root %d n %d [%d] = %d want %d", t, root, n, i,
-				 out[i], want[i]);
-		MT_CHECK(out[n] == 4242, "reduce wrote past the count");
-	}
-	bool inplace = t % 2;
-	for (int i = 0; i < n; i++)
-		out[i] = inplace ? in[i] : -77;
-	MT_MPI(MPI_Allreduce(inplace ? MPI_IN_PLACE : in, out, n, MPI_INT, op, comm));
-	for (int i = 0; i < n; i++)
-		MT_CHECK(out[i] == want[i], "allreduce op test %d n %d [%d] = %d want %d", t, n, i, out[i], want[i]);
+	mt_check_reduce_ints(comm, op, n, t, in, want);
 	free(in);
-	free(out);
 	free(want);
 }
 

@@ -79,6 +79,36 @@ static inline int iop(MPI_Op op, int a, int b)
 	return abs(a) > abs(b) ? abs(a) : abs(b); /* maxabs */
 }
 
+/* MPI_Reduce of @p n ints (this rank's @p in) to every root (in place
+ * there where t + root is odd), then MPI_Allreduce (in place on odd
+ * tests @p t): the root, then every rank, gets @p want; nothing past it. */
+static inline void mt_check_reduce_ints(MPI_Comm comm, MPI_Op op, int n, int t, const int *in, const int *want)
+{
+	int rank, size;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	int *out = malloc((n + 1) * sizeof(int));
+	MT_CHECK(out != NULL, "out of memory");
+	for (int root = 0; root < size; root++) {
+		bool inplace = rank == root && (t + root) % 2;
+		for (int i = 0; i < n; i++)
+			out[i] = inplace ? in[i] : -77;
+		out[n] = 4242;
+		MT_MPI(MPI_Reduce(inplace ? MPI_IN_PLACE : in, out, n, MPI_INT, op, root, comm));
+		for (int i = 0; rank == root && i < n; i++)
+			MT_CHECK(out[i] == want[i], "reduce op test %d root %d n %d [%d] = %d want %d", t, root, n, i,
+				 out[i], want[i]);
+		MT_CHECK(out[n] == 4242, "reduce wrote past the count");
+	}
+	bool inplace = t % 2;
+	for (int i = 0; i < n; i++)
+		out[i] = inplace ? in[i] : -77;
+	MT_MPI(MPI_Allreduce(inplace ? MPI_IN_PLACE : in, out, n, MPI_INT, op, comm));
+	for (int i = 0; i < n; i++)
+		MT_CHECK(out[i] == want[i], "allreduce op test %d n %d [%d] = %d want %d", t, n, i, out[i], want[i]);
+	free(out);
+}
+
 /* @p check(comm, quick, large) on world (large unless @p quick), and unless
  * @p quick on a reversed split, a dup (quick) and sub-communicators of up
  * to 3 ranks; then a ring of point-to-point messages over world. */

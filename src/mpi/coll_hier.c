@@ -1,0 +1,354 @@
+/*
+ * coll_hier.c - collectives of a communicator that spans (pretend) nodes:
+ * a node-local phase through pinshm, the leaders' phase through the MPI
+ * library, which stays the engine between the nodes.
+ *
+ * The layout.  At the communicator's first call of those below every rank
+ * learns every member's node (one allgather of its node's id and whether
+ * its collectives are on); the nodes are numbered by their lowest rank,
+ * whose rank is the node's leader.  Then two communicators of the library
+ * (PMPI_Comm_split, ranks in the communicator's order): the node's ranks,
+ * with an area of its own (coll_area_agree()), and the leaders (node i is
+ * rank i there).  Whether every node's area opened, and the smallest half
+ * of any node (what an element of a reduction must fit at every node), are
+ * agreed by one allreduce over the communicator: carried at every rank or
+ * at none.  A node communicator is the library's own: no entry of the
+ * plugin names it, so a node phase never nests in another decision.
+ *
+ * The calls (everything else on such a communicator, and every
+ * nonblocking call, goes to the library whole):
+ *   Barrier: node barrier; the leaders' PMPI_Barrier; node barrier.
+ *   Bcast: on the root's node, root -> its node (the leader included);
+ *     the leaders' PMPI_Bcast from that node's leader; every other node's
+ *     leader -> its node.
+ *   Gather, Allgather: each node gathers its ranks' blocks (packed) at its
+ *     leader; the leaders' PMPI_Gatherv to the root's node's leader, or
+ *     PMPI_Allgatherv, of the nodes' blocks in node order; the leader
+ *     passes them to the root, or to its whole node; the root (every rank)
+ *     puts them in rank order.
+ *   Reduce, Allreduce: each node reduces to its leader in the area's fixed
+ *     order (coll_ops.c: x[a] op (x[a+1] op (... op x[b])) over the node's
+ *     ranks a < ... < b); the leaders' PMPI_Reduce of the node results, to
+ *     the root's node's leader (Reduce) or to the first node's leader then
+ *     PMPI_Bcast among the leaders (Allreduce); then the node's leader ->
+ *     the root (Reduce, where the root is not its node's leader) or -> its
+ *     whole node (Allreduce).  One result is computed and copied to every
+ *     rank, so every rank of an Allreduce gets the same bits; the node
+ *     phase's order is fixed, and the leaders' is the library's MPI_Reduce,
+ *     which for the same count, datatype and number of nodes runs the same
+ *     algorithm in the same order (Open MPI's choice depends on those sizes
+ *     only; MPI asks that a reduction give the same result for the same
+ *     arguments in the same order).  A non-commutative operation is carried
+ *     so only where each node holds one contiguous block of the
+ *     communicator's ranks (then node order is rank order, and MPI_Reduce
+ *     applies the node results in rank order); elsewhere the library takes
+ *     it whole, at every rank alike.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_red.h"
+
+struct pm_hier {
+	MPI_Comm comm;        /* the communicator: its error handler */
+	MPI_Comm node_comm;   /* this rank's node, in the communicator's rank order */
+	MPI_Comm leaders;     /* the nodes' leaders (node i: rank i), or MPI_COMM_NULL here */
+	struct pm_coll *node; /* the node communicator's area */
+	int rank, size, nnodes, my_node;
+	int *node_of;         /* rank -> its node */
+	int *node_rank;       /* rank -> its rank in its node */
+	int *leader;          /* node -> the rank of its leader */
+	int *node_size;       /* node -> how many ranks it has */
+	bool blocks;          /* each node is one run of consecutive ranks */
+	size_t half_min;      /* the smallest half of a node's area (SIZE_MAX: none has one) */
+};
+
+static void no_memory(void)
+{
+	fprintf(stderr, "pinshm-mpi: out of memory\n");
+	PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+}
+
+void hier_free(struct pm_hier *h)
+{
+	if (!h)
+		return;
+	coll_area_free(h->node);
+	if (h->node_comm != MPI_COMM_NULL)
+		PMPI_Comm_free(&h->node_comm);
+	if (h->leaders != MPI_COMM_NULL)
+		PMPI_Comm_free(&h->leaders);
+	free(h->node_of);
+	free(h->node_rank);
+	free(h->leader);
+	free(h->node_size);
+	free(h);
+}
+
+/* Every member's node from @p ids (member -> its node's id): the nodes
+ * numbered by their lowest member, the leaders, the ranks in the nodes. */
+static void number_nodes(struct pm_hier *h, const int64_t *ids, int size)
+{
+	h->blocks = true;
+	for (int r = 0; r < size; r++) {
+		int n = 0;
+		while (n < h->nnodes && ids[2 * h->leader[n]] != ids[2 * r])
+			n++;
+		if (n == h->nnodes) {
+			h->leader[h->nnodes++] = r;
+			h->node_rank[r] = 0;
+		} else {
+			int prev = r - 1; /* the member of node n just before r */
+			while (h->node_of[prev] != n)
+				prev--;
+			h->node_rank[r] = h->node_rank[prev] + 1;
+		}
+		h->node_of[r] = n;
+		h->node_size[n]++;
+		if (r > 0 && n != h->node_of[r - 1] && n != h->node_of[r - 1] + 1)
+			h->blocks = false;
+	}
+}
+
+/* The node communicator, the leaders' and the node's area; @return
+ * whether this rank's area is on (and its half's bytes in *@p half). */
+static bool split_nodes(struct pm_hier *h, const struct pm_comm *c, int64_t *half)
+{
+	h->my_node = h->node_of[c->rank];
+	PMPI_Comm_split(c->comm, h->my_node, c->rank, &h->node_comm);
+	PMPI_Comm_split(c->comm, h->leader[h->my_node] == c->rank ? 0 : MPI_UNDEFINED, c->rank, &h->leaders);
+	int n = 0;
+	int *local = malloc((size_t)c->size * sizeof(int)); /* node rank -> index in the (pretend) node */
+	if (!local)
+		return no_memory(), false;
+	for (int r = 0; r < c->size; r++)
+		if (h->node_of[r] == h->my_node)
+			local[n++] = c->local[r];
+	h->node = coll_area_agree(h->node_comm, h->node_rank[c->rank], n, local, c->comm);
+	free(local);
+	*half = h->node->half_bytes ? (int64_t)h->node->half_bytes : INT64_MAX;
+	return h->node->on;
+}
+
+struct pm_hier *hier_make(struct pm_comm *c)
+{
+	struct pm_hier *h = calloc(1, sizeof(*h));
+	int64_t mine[2] = {pm.local_world[0], coll_wanted()}, *ids = malloc((size_t)c->size * sizeof(mine));
+	if (!h || !ids || !(h->node_of = calloc((size_t)c->size, sizeof(int))) ||
+	    !(h->node_rank = calloc((size_t)c->size, sizeof(int))) ||
+	    !(h->leader = calloc((size_t)c->size, sizeof(int))) ||
+	    !(h->node_size = calloc((size_t)c->size, sizeof(int)))) {
+		no_memory();
+		return NULL;
+	}
+	h->comm = c->comm;
+	h->size = c->size;
+	h->rank = c->rank;
+	h->node_comm = h->leaders = MPI_COMM_NULL;
+	PMPI_Allgather(mine, 2, MPI_INT64_T, ids, 2, MPI_INT64_T, c->comm);
+	bool wanted = true;
+	for (int r = 0; r < c->size; r++)
+		wanted = wanted && ids[2 * r + 1];
+	if (wanted) /* everyone's answer: the same at every rank */
+		number_nodes(h, ids, c->size);
+	free(ids);
+	if (!wanted) {
+		hier_free(h);
+		return NULL;
+	}
+	int64_t agreed[2] = {0, 0};
+	agreed[0] = split_nodes(h, c, &agreed[1]);
+	PMPI_Allreduce(MPI_IN_PLACE, agreed, 2, MPI_INT64_T, MPI_MIN, c->comm);
+	h->half_min = (uint64_t)agreed[1] > SIZE_MAX ? SIZE_MAX : (size_t)agreed[1];
+	if (!agreed[0]) {
+		hier_free(h);
+		return NULL;
+	}
+	return h;
+}
+
+/* ---- the calls ------------------------------------------------------------- */
+
+static bool is_leader(const struct pm_hier *h)
+{
+	return h->leaders != MPI_COMM_NULL;
+}
+
+/* The first error of @p a, @p b. */
+static int first(int a, int b)
+{
+	return a != MPI_SUCCESS ? a : b;
+}
+
+int hier_barrier(MPI_Comm comm)
+{
+	struct pm_hier *h = pm_hier_for(comm);
+	if (!h)
+		return -1;
+	coll_count(CALL_BARRIER, true, 0);
+	int rc = coll_barrier(h->node);
+	if (is_leader(h))
+		rc = first(rc, PMPI_Barrier(h->leaders));
+	return first(rc, coll_barrier(h->node));
+}
+
+int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
+{
+	struct pm_hier *h = pm_hier_for(comm);
+	const struct pm_type *t = h ? pm_type_info(type) : NULL;
+	if (!t || count < 0 || root < 0 || root >= h->size)
+		return -1;
+	coll_count(CALL_BCAST, true, (uint64_t)t->size * (uint64_t)count);
+	int rn = h->node_of[root], rc = MPI_SUCCESS;
+	if (h->my_node == rn)
+		rc = coll_bcast_to(h->node, buffer, count, type, h->node_rank[root], -1, comm);
+	if (is_leader(h))
+		rc = first(rc, PMPI_Bcast(buffer, count, type, rn, h->leaders));
+	if (h->my_node != rn)
+		rc = first(rc, coll_bcast_to(h->node, buffer, count, type, 0, -1, comm));
+	return rc;
+}
+
+/* The leaders' phase of a reduction of @p count elements at @p buf (this
+ * node's result, in this rank's layout): to the leader of node @p rn,
+ * or (@p all) to the first node's leader and then back to every leader. */
+static int leaders_reduce(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, MPI_Op op, int rn,
+			  bool all)
+{
+	int to = all ? 0 : rn;
+	int rc = h->my_node == to ? PMPI_Reduce(MPI_IN_PLACE, buf, count, type, op, to, h->leaders)
+				  : PMPI_Reduce(buf, NULL, count, type, op, to, h->leaders);
+	if (all)
+		rc = first(rc, PMPI_Bcast(buf, count, type, 0, h->leaders));
+	return rc;
+}
+
+/* Whether a reduction of @p op, @p type, @p count is carried on @p h (from
+ * what matches at every rank only); its layout in *@p r. */
+static bool hier_carries(const struct pm_hier *h, struct red *r, MPI_Datatype type, MPI_Op op, int count)
+{
+	int commute = 0;
+	if (!h || count < 0 || op == MPI_OP_NULL || PMPI_Op_commutative(op, &commute) != MPI_SUCCESS)
+		return false;
+	if (!commute && !h->blocks)
+		return false;
+	/* The element must fit the smallest half of every node; this node's
+	 * own half sets its chunks (steps only its node runs). */
+	return red_layout(r, type, h->half_min) &&
+	       red_layout(r, type, h->node->half_bytes ? h->node->half_bytes : SIZE_MAX);
+}
+
+int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+		MPI_Comm comm)
+{
+	struct pm_hier *h = pm_hier_for(comm);
+	struct red r = {.op = op};
+	if (!hier_carries(h, &r, type, op, count) || root >= h->size)
+		return -1;
+	coll_count(root < 0 ? CALL_ALLREDUCE : CALL_REDUCE, true, (uint64_t)count * r.size);
+	if (count == 0)
+		return MPI_SUCCESS;
+	int rn = root < 0 ? -1 : h->node_of[root];
+	bool root_leads = root < 0 || h->leader[rn] == root;
+	/* The node's result, at its leader: the user's buffer where the
+	 * leader takes the result, else room of its own. */
+	void *base = NULL, *acc = recvbuf;
+	if (is_leader(h) && !(root_leads && h->my_node == rn) && root >= 0)
+		acc = red_room(&r, count, &base);
+	int rc = coll_reduce(h->node, &r, sendbuf, acc, count, 0, comm); /* in place: only where acc is recvbuf */
+	if (is_leader(h))
+		rc = first(rc, leaders_reduce(h, acc, count, type, op, rn, root < 0));
+	if (root < 0)
+		rc = first(rc, coll_bcast_to(h->node, recvbuf, count, type, 0, -1, comm));
+	else if (h->my_node == rn && !root_leads)
+		rc = first(rc, coll_bcast_to(h->node, is_leader(h) ? acc : recvbuf, count, type, 0, h->node_rank[root],
+					     comm));
+	free(base);
+	return rc;
+}
+
+/* The blocks of @p bytes of every rank, @p mine here, in node order at
+ * @p packed (node j's from @p displs[j], in its ranks' order; @p counts[j]
+ * bytes): at every rank (@p rn < 0), or at the leader of node @p rn and
+ * from there at rank @p root. */
+static int gather_nodes(const struct pm_hier *h, char *mine, uint64_t bytes, char *packed, const int *counts,
+			const int *displs, int rn, int root, MPI_Comm comm)
+{
+	int me = h->my_node, total = displs[h->nnodes - 1] + counts[h->nnodes - 1];
+	int rc = coll_gather_bytes(h->node, mine, is_leader(h) ? packed + displs[me] : NULL, bytes, 0);
+	if (is_leader(h) && rn < 0)
+		rc = first(rc, PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed, counts, displs, MPI_BYTE,
+					       h->leaders));
+	else if (is_leader(h) && me == rn)
+		rc = first(rc, PMPI_Gatherv(MPI_IN_PLACE, 0, MPI_BYTE, packed, counts, displs, MPI_BYTE, rn, h->leaders));
+	else if (is_leader(h))
+		rc = first(rc, PMPI_Gatherv(packed + displs[me], counts[me], MPI_BYTE, NULL, NULL, NULL, MPI_BYTE, rn,
+					    h->leaders));
+	if (rn < 0)
+		rc = first(rc, coll_bcast_to(h->node, packed, total, MPI_BYTE, 0, -1, comm));
+	else if (me == rn && h->leader[rn] != root)
+		rc = first(rc, coll_bcast_to(h->node, packed, total, MPI_BYTE, 0, h->node_rank[root], comm));
+	return rc;
+}
+
+/* The blocks in node order at @p packed to @p recvbuf in rank order. */
+static int unpack_ranks(const struct pm_hier *h, const char *packed, const int *displs, uint64_t bytes,
+			void *recvbuf, int rcount, MPI_Datatype rtype)
+{
+	int rc = MPI_SUCCESS;
+	void *tmp = NULL;
+	char *ordered = contiguous(recvbuf, rcount, rtype, h->size, bytes, false, &tmp, &rc);
+	if (!ordered)
+		return MPI_ERR_NO_MEM;
+	for (int r = 0; r < h->size; r++)
+		memcpy(ordered + (uint64_t)r * bytes, packed + displs[h->node_of[r]] + (uint64_t)h->node_rank[r] * bytes,
+		       bytes);
+	if (tmp && rc == MPI_SUCCESS)
+		rc = blocks_move(recvbuf, rcount, rtype, h->size, tmp, bytes, false);
+	free(tmp);
+	return rc;
+}
+
+int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
+		int root, bool all, MPI_Comm comm)
+{
+	struct pm_hier *h = pm_hier_for(comm);
+	if (!h || (!all && (root < 0 || root >= h->size)))
+		return -1;
+	int rank = h->rank, rc = MPI_SUCCESS;
+	bool takes = all || rank == root, in_place = takes && sendbuf == MPI_IN_PLACE;
+	const struct pm_type *t = pm_type_info(in_place ? rtype : stype);
+	int count = in_place ? rcount : scount;
+	uint64_t bytes = t && count >= 0 ? (uint64_t)t->size * (uint64_t)count : UINT64_MAX;
+	MPI_Aint rext = in_place && t ? t->extent : 0;
+	if (bytes > INT_MAX / (uint64_t)h->size) /* the leaders' counts are ints */
+		return -1;
+	coll_count(all ? CALL_ALLGATHER : CALL_GATHER, true, bytes);
+	if (bytes == 0)
+		return MPI_SUCCESS;
+	int *counts = malloc((size_t)h->nnodes * sizeof(int)), *displs = malloc((size_t)h->nnodes * sizeof(int));
+	bool room = takes || is_leader(h); /* where the n blocks lie */
+	char *packed = room ? malloc(bytes * (uint64_t)h->size) : NULL, *mine;
+	void *tmp_mine = NULL;
+	if (in_place)
+		mine = contiguous((char *)recvbuf + (MPI_Aint)rank * rcount * rext, rcount, rtype, 1, bytes, true,
+				  &tmp_mine, &rc);
+	else
+		mine = contiguous((void *)(uintptr_t)sendbuf, scount, stype, 1, bytes, true, &tmp_mine, &rc);
+	if (!counts || !displs || (room && !packed) || !mine)
+		return no_memory(), MPI_ERR_NO_MEM;
+	for (int j = 0, off = 0; j < h->nnodes; off += counts[j++]) {
+		counts[j] = h->node_size[j] * (int)bytes;
+		displs[j] = off;
+	}
+	rc = first(rc, gather_nodes(h, mine, bytes, packed, counts, displs, all ? -1 : h->node_of[root], root, comm));
+	if (takes)
+		rc = first(rc, unpack_ranks(h, packed, displs, bytes, recvbuf, rcount, rtype));
+	free(counts);
+	free(displs);
+	free(packed);
+	free(tmp_mine);
+	return pm_comm_error(comm, rc);
+}
