@@ -39,11 +39,14 @@
  * with $LISTEN_FDS / $LISTEN_FDNAMES (for its own $LISTEN_PID) adopts
  * each descriptor so named: the segment must be a regular file at least as
  * large as the record's geometry, whose header (magic, layout version,
- * geometry) matches the record; it is mapped, locked where the budget
- * allows, charged to its owner as a create would be, and named again.  An
+ * geometry) matches the record; it is mapped, charged to its owner (pinned)
+ * as a create would be, and named again, and the loop locks it a slice a
+ * turn (locking.h) while it serves: a large segment holds no client up.
+ * Meanwhile the channel is served, listed as not pinned, its header says
+ * it is unlocked, and a RELOCK of it waits for its last slice.  An
  * adopted segment is locked again even where the previous daemon had
- * unlocked it for want of use (the header's `unlocked` is cleared); the
- * idle scan may unlock it again after its pin_idle.  A
+ * unlocked it for want of use; the idle scan may unlock it again after
+ * its pin_idle.  A
  * descriptor that fails a check, or whose owner's limits refuse it, is
  * logged and closed (its users keep their mappings, unmanaged).  A second
  * record of a segment already adopted (the same st_dev and st_ino) is

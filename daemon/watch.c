@@ -720,30 +720,6 @@ int watch_judge_start(struct registry *r, struct channel *chan, const struct reg
 	return 0;
 }
 
-void watch_pin_end(struct registry *r, struct channel *chan, size_t max)
-{
-	int rc = segment_attach_pin(&chan->seg, &chan->made, max);
-
-	if (rc > 0)
-		return;
-	chan->pinning = false;
-	if (rc < 0) {
-		account_unpinned(r->acct, chan->uid, chan->seg.size);
-		log_warn("channel '%s': %zu bytes left unpinned: %s", chan->name, chan->seg.size, chan->seg.pin_error);
-	}
-}
-
-/* A judging's channel whose locking is given up (its client went, or the
- * daemon stops): unpinned, so charged. */
-static void pin_give_up(struct registry *r, struct channel *chan)
-{
-	if (!chan->pinning)
-		return;
-	segment_lock_abandon(&chan->seg, "its hand-back was given up while it was locked");
-	chan->pinning = false;
-	account_unpinned(r->acct, chan->uid, chan->seg.size);
-}
-
 /* Move @p jg, the first judging, to the end of the list (round robin). */
 static void judging_requeue(struct registry *r, struct reg_judging *jg)
 {
@@ -763,8 +739,7 @@ bool watch_judge_step(struct registry *r, struct reg_judged *done)
 
 	if (!jg)
 		return false;
-	if (jg->chan->pinning) { /* its segment locked first, a slice a turn */
-		watch_pin_end(r, jg->chan, segment_slice_bytes(&jg->chan->seg));
+	if (jg->chan->locking) { /* its segment locked first, a slice a turn (registry_step()) */
 		judging_requeue(r, jg);
 		return false;
 	}
@@ -804,8 +779,7 @@ void watch_client_gone(struct registry *r, uint64_t id)
 			continue;
 		}
 		*q = jg->next;
-		pin_give_up(r, jg->chan);
-		judging_free(jg);
+		judging_free(jg); /* its channel, if kept, is locked on */
 	}
 }
 
@@ -934,7 +908,6 @@ void watch_fini(struct registry *r)
 	while (r->judging) {
 		struct reg_judging *jg = r->judging;
 		r->judging = jg->next;
-		pin_give_up(r, jg->chan);
 		judging_free(jg);
 	}
 }

@@ -38,7 +38,11 @@
  *   locks them a slice a turn).
  *   And while a client opens every consumer of a shared queue full of
  *   small records and goes, again and again (each reap scans every lane,
- *   1 MiB a turn).
+ *   1 MiB a turn).  And from the first accept of a daemon that starts
+ *   with a segment of 1 GiB in its descriptor store (a restart): it locks
+ *   the segment a slice a turn and serves meanwhile; a client sees the
+ *   channel not pinned yet, opens it, and its RELOCK waits until the
+ *   channel is pinned.
  */
 #include <check.h>
 #include <dirent.h>
@@ -53,6 +57,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -172,18 +177,22 @@ static bool reads_zeros(int fd, off_t off, size_t len)
 	return true;
 }
 
-/* A daemon on the configuration @p conf, and a client of it. */
-static pinshm_client_t *start_conf(struct daemon *d, const char *conf)
+/* A daemon of options @p o on the configuration @p conf, accepting. */
+static void spawn_conf(struct daemon *d, const char *conf, const struct daemon_opts *o)
 {
-	struct daemon_opts o = {.config = true};
-
-	daemon_prepare(d, &o);
+	daemon_prepare(d, o);
 	FILE *f = fopen(d->conf, "w");
 	ck_assert_msg(f != NULL, "%s: %s", d->conf, strerror(errno));
 	fputs(conf, f);
 	ck_assert_int_eq(fclose(f), 0);
-	daemon_spawn(d, &o);
+	daemon_spawn(d, o);
 	daemon_wait_ready(d);
+}
+
+/* A daemon on the configuration @p conf, and a client of it. */
+static pinshm_client_t *start_conf(struct daemon *d, const char *conf)
+{
+	spawn_conf(d, conf, &(struct daemon_opts){.config = true});
 	return connect_ok(d);
 }
 
@@ -730,9 +739,9 @@ static int raw_adopt(int sock, const pinshm_channel_attr_t *attr, int seg)
 	return raw_request(sock, &m, seg);
 }
 
-/* Open @p name as a consumer on @p sock (its descriptor closed at once).
- * @return the status. */
-static int raw_open_consumer(int sock, const char *name)
+/* Open @p name as a consumer on @p sock (its descriptor closed at once):
+ * the channel's number into @p id unless NULL.  @return the status. */
+static int raw_open_consumer(int sock, const char *name, uint64_t *id)
 {
 	static struct proto_msg m;
 
@@ -743,6 +752,21 @@ static int raw_open_consumer(int sock, const char *name)
 	m.u.open.role = PINSHM_CONSUMER;
 	m.u.open.node = PINSHM_NODE_ANY;
 	m.u.open.owner = PROTO_OWNER_ANY;
+	int rc = raw_request(sock, &m, -1);
+	if (rc == 0 && id)
+		*id = m.u.open_reply.id;
+	return rc;
+}
+
+/* Ask for channel @p id, opened on @p sock, to be locked.  @return the status. */
+static int raw_relock(int sock, uint64_t id)
+{
+	static struct proto_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.h.type = PROTO_RELOCK;
+	m.h.seq = 4;
+	m.u.relock.id = id;
 	return raw_request(sock, &m, -1);
 }
 
@@ -818,6 +842,98 @@ START_TEST(test_stall_handback_large)
 }
 END_TEST
 
+/* ---- a restart that adopts a large segment ------------------------------ */
+
+#define RESTART_BYTES (1024ull * MiB) /* the segment the store hands the daemon */
+/* Room for larger segments than the defaults allow. */
+#define LARGE_CONF "[daemon]\npool_segments = 0\nmax_segment_size = 2G\ndefault_user_quota = 2G\n"
+
+/* A persistent queue of about RESTART_BYTES, made by this process, as the
+ * descriptor store hands it to a daemon that starts: @return its
+ * descriptor, and its record (this user's, mode 0600, named @p name) in
+ * @p fdname. */
+static int stored_segment(const char *name, char *fdname, size_t len)
+{
+	pinshm_channel_attr_t attr;
+	struct stat st;
+	int fd = -1;
+
+	largest_attr(&attr, RESTART_BYTES);
+	ck_assert_int_eq(pinshm_segment_create(&attr, &fd), 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	snprintf(fdname, len, "pinshm.2.%llu.%u.%u.600.%u.%u.%u.%llu.%u.%u.%u.-1.0.%s", (unsigned long long)st.st_ino,
+		 (unsigned)getuid(), (unsigned)getgid(), PINSHM_PERSISTENT, (unsigned)attr.kind, attr.flags,
+		 (unsigned long long)attr.capacity, attr.max_message, attr.max_producers, attr.max_consumers, name);
+	return fd;
+}
+
+/* In a child: the channel @p name, adopted at the start, is served while
+ * it is locked: listed not pinned yet, opened, and a RELOCK waits until
+ * it is locked; then it is listed pinned.  The open is a raw request: the
+ * library's would map the whole segment first.  @return the exit status. */
+static int restart_client(const struct daemon *d, const char *name)
+{
+	pinshm_client_t *c = NULL;
+	pinshm_list_entry_t before, after;
+	uint64_t id = 0, waited = 0;
+	int sock = raw_connect(d), rc = pinshm_connect(d->sock, &c);
+
+	rc = rc ? rc : pinshm_stat(c, name, &before);
+	rc = rc ? rc : sock >= 0 ? raw_open_consumer(sock, name, &id) : -EIO;
+	if (rc == 0) {
+		uint64_t t0 = tu_now_ms();
+		rc = raw_relock(sock, id);
+		waited = tu_now_ms() - t0;
+	}
+	rc = rc ? rc : pinshm_stat(c, name, &after);
+	if (rc != 0) {
+		fprintf(stderr, "stall: restart: %s (%s)\n", strerror(-rc), c ? pinshm_client_error(c) : "");
+		return 1;
+	}
+	fprintf(stderr, "stall: restart: '%s' %s at the first STAT, %s after a RELOCK that waited %llu ms\n", name,
+		before.state & PINSHM_LIST_PINNED ? "pinned" : "not pinned yet",
+		after.state & PINSHM_LIST_PINNED ? "pinned" : "NOT pinned", (unsigned long long)waited);
+	close(sock);
+	pinshm_disconnect(c);
+	return !(before.state & PINSHM_LIST_PINNED) && (after.state & PINSHM_LIST_PINNED) ? 0 : 1;
+}
+
+/* A daemon that starts with a large segment in the descriptor store
+ * (a restart) serves at once: it locks the segment a slice a turn. */
+START_TEST(test_stall_restart_large)
+{
+	struct daemon d;
+	char fdname[256], what[96];
+	const char *names[1] = {fdname};
+	int seg = stored_segment("big", fdname, sizeof(fdname));
+	struct daemon_opts o = {.config = true, .listen_fds = &seg, .listen_names = names, .nlisten = 1};
+	struct stat st;
+
+	ck_assert_int_eq(fstat(seg, &st), 0);
+	spawn_conf(&d, LARGE_CONF, &o);
+	close(seg); /* the daemon's now */
+	/* Its first request, from the first accept on: not after the lock. */
+	uint64_t t0 = tu_now_ms();
+	pinshm_client_t *c = connect_ok(&d);
+	pinshm_status_t status;
+	pinshm_user_usage_t *u;
+	size_t nu;
+	CLIENT_RC(c, pinshm_status(c, &status, &u, &nu), 0);
+	free(u);
+	uint64_t first = tu_now_ms() - t0;
+	fprintf(stderr, "stall: restart: the first connect and STATUS took %llu ms\n", (unsigned long long)first);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(restart_client(&d, "big"));
+	snprintf(what, sizeof(what), "a start that adopts %lld bytes", (long long)st.st_size);
+	stall_measure(&d, c, pid, what);
+	if (!pinshmd_wrapper())
+		ck_assert_msg(first <= STALL_MAX_MS, "%s: first round trip %llu ms > %.0f ms", what,
+			      (unsigned long long)first, STALL_MAX_MS);
+}
+END_TEST
+
 /* ---- reaps of a shared queue full of records --------------------------- */
 
 #define REAP_CAPACITY (64u * 1024u)
@@ -856,7 +972,7 @@ static int reap_rounds(const struct daemon *d)
 	while (tu_now_ms() < end) {
 		int sock = raw_connect(d), rc = sock >= 0 ? 0 : -EIO;
 		for (unsigned k = 0; k < REAP_CONSUMERS && rc == 0; k++)
-			while ((rc = raw_open_consumer(sock, "reap")) == -EBUSY)
+			while ((rc = raw_open_consumer(sock, "reap", NULL)) == -EBUSY)
 				usleep(1000); /* the last round's consumers are still being reaped */
 		if (rc != 0) {
 			fprintf(stderr, "stall: reap: round %u: %s\n", rounds, strerror(-rc));
@@ -1019,6 +1135,7 @@ static Suite *hostile_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_stall_adopt);
 	tcase_add_test(tc, test_stall_handback_large);
+	tcase_add_test(tc, test_stall_restart_large);
 	tcase_add_test(tc, test_stall_reap);
 	suite_add_tcase(s, tc);
 	return s;

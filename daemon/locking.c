@@ -1,0 +1,72 @@
+/*
+ * locking.c - segments the daemon did not make, locked a slice a loop
+ * turn (locking.h).
+ */
+#include "locking.h"
+#include "log.h"
+#include "registry.h"
+
+/* Append @p chan to @p q. */
+static void append(struct locking *q, struct channel *chan)
+{
+	chan->lock_next = NULL;
+	if (q->last)
+		q->last->lock_next = chan;
+	else
+		q->first = chan;
+	q->last = chan;
+}
+
+/* Take @p chan out of @p q, where it is. */
+static void take_out(struct locking *q, struct channel *chan)
+{
+	struct channel *prev = NULL;
+
+	for (struct channel *at = q->first; at && at != chan; at = at->lock_next)
+		prev = at;
+	if (prev ? prev->lock_next != chan : q->first != chan)
+		return;
+	if (prev)
+		prev->lock_next = chan->lock_next;
+	else
+		q->first = chan->lock_next;
+	if (q->last == chan)
+		q->last = prev;
+	chan->lock_next = NULL;
+}
+
+void locking_add(struct locking *q, struct channel *chan)
+{
+	chan->locking = true;
+	chan->made = 0;
+	segment_attach_pin(&chan->seg, &chan->made, 0); /* the header's note only */
+	append(q, chan);
+}
+
+struct channel *locking_step(struct locking *q, struct account *acct)
+{
+	struct channel *chan = q->first;
+	int rc = segment_attach_pin(&chan->seg, &chan->made, segment_slice_bytes(&chan->seg));
+
+	take_out(q, chan);
+	if (rc > 0) {
+		append(q, chan); /* round robin */
+		return NULL;
+	}
+	chan->locking = false;
+	if (rc < 0) {
+		account_unpinned(acct, chan->uid, chan->seg.size);
+		log_warn("channel '%s': %zu bytes left unpinned: %s", chan->name, chan->seg.size, chan->seg.pin_error);
+	} else {
+		log_info("channel '%s': its %zu bytes locked", chan->name, chan->seg.size);
+	}
+	return chan;
+}
+
+void locking_abandon(struct locking *q, struct account *acct, struct channel *chan, const char *why)
+{
+	take_out(q, chan);
+	segment_lock_abandon(&chan->seg, why);
+	chan->locking = false;
+	account_unpinned(acct, chan->uid, chan->seg.size);
+}
