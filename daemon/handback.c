@@ -147,17 +147,15 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 	 * once it is locked.  Not by a client the daemon cannot see
 	 * (SO_PEERCRED pid 0: a PID namespace not nested in the daemon's),
 	 * whose own pids mean nothing here: its live endpoints would be taken
-	 * for gone; its segment is locked at once. */
-	if (c->cred.pid <= 0) {
+	 * for gone; its reply still waits for the lock. */
+	bool judge = c->cred.pid > 0;
+	if (!judge)
 		log_notice("channel '%s': handed back by a process outside this daemon's PID namespaces (pid 0): "
 			   "its endpoints are not judged",
 			   chan->name);
-		while (chan->locking)
-			locking_step(&r->locking, r->acct);
-		return 0;
-	}
-	if (watch_judge_start(r, chan, &(struct reg_judged){.client = c->id, .id = chid, .flags = *flags}) == 0)
+	if (watch_judge_start(r, chan, &(struct reg_judged){.client = c->id, .id = chid, .flags = *flags}, judge) == 0)
 		return -EINPROGRESS; /* the reply once locked and judged (watch_judge_step()) */
-	watch_judge_endpoints(r, chan); /* out of memory to do it in slices; still locked in slices */
+	if (judge)
+		watch_judge_endpoints(r, chan); /* out of memory to do it in slices; still locked in slices */
 	return 0;
 }

@@ -86,6 +86,7 @@ struct reg_judging {
 	unsigned limit, bytes;    /* of its maps, the most read and the bytes read */
 	bool at_start;            /* the next read starts a line */
 	pid_t nested;             /* a recorded pid not proven here: its nested namesakes wanted next, 0: none */
+	bool unjudged;            /* a client of pid 0's: its segment locked, no endpoint judged */
 };
 
 /* The hand-back whose maps were read ahead, while its endpoints are
@@ -702,14 +703,15 @@ static bool judging_list(struct reg_judging *jg)
 	return true;
 }
 
-int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply)
+int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply, bool judge)
 {
 	struct reg_judging *jg = calloc(1, sizeof(*jg));
 
 	if (!jg)
 		return -ENOMEM;
-	*jg = (struct reg_judging){.chan = chan, .done = *reply, .budget = REGISTRY_MAPS_BUDGET, .pidfd = -1};
-	if (!judging_list(jg)) {
+	*jg = (struct reg_judging){
+		.chan = chan, .done = *reply, .budget = REGISTRY_MAPS_BUDGET, .pidfd = -1, .unjudged = !judge};
+	if (judge && !judging_list(jg)) {
 		judging_free(jg);
 		return -ENOMEM;
 	}
@@ -762,7 +764,8 @@ bool watch_judge_step(struct registry *r, struct reg_judged *done)
 	}
 	r->judging = jg->next;
 	judging_now = jg;
-	watch_judge_endpoints(r, jg->chan);
+	if (!jg->unjudged)
+		watch_judge_endpoints(r, jg->chan);
 	judging_now = NULL;
 	*done = jg->done;
 	judging_free(jg);

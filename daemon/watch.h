@@ -43,13 +43,14 @@ void watch_judge_endpoints(struct registry *r, struct channel *chan);
  * namespaces that have those pids there) are read REGISTRY_MAPS_SLICE
  * bytes a loop turn, in turn with the other hand-backs, within the same
  * budgets; then the endpoints are judged from what was read (a process
- * not read then, or exited since, is not taken for the one read).  The
+ * not read then, or exited since, is not taken for the one read).  Not
+ * @p judge (a client of pid 0): the reply waits for the lock alone.  The
  * client (@p reply->client) makes no other request meanwhile and
  * references @p chan; if it goes (watch_client_gone()), the judging is
  * given up.
  * @return 0, or -ENOMEM (judge at once instead).
  */
-int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply);
+int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply, bool judge);
 
 /**
  * A slice of the oldest judging (watch_judge_start()), once a loop turn

@@ -42,12 +42,15 @@
  *   with a segment of 1 GiB in its descriptor store (a restart): it locks
  *   the segment a slice a turn and serves meanwhile; a client sees the
  *   channel not pinned yet, opens it, and its RELOCK waits until the
- *   channel is pinned.
+ *   channel is pinned.  And while a client that the daemon cannot see
+ *   (the daemon in a PID namespace of its own) hands back segments of
+ *   512 MiB again and again: locked a slice a turn too.
  */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -934,6 +937,49 @@ START_TEST(test_stall_restart_large)
 }
 END_TEST
 
+/* ---- hand-backs by a client the daemon cannot see ---------------------- */
+
+#define UNSEEN_BYTES (512ull * MiB) /* each segment handed back */
+
+/* Whether this process may make a PID namespace (root). */
+static bool pid_namespaces_allowed(void)
+{
+	int st = 0;
+	pid_t p = fork();
+
+	if (p == 0)
+		_exit(unshare(CLONE_NEWPID) == 0 ? 0 : 1);
+	return p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* Hand-backs of large segments by a client whose pid the daemon cannot
+ * see (the daemon in a PID namespace of its own: SO_PEERCRED pid 0): no
+ * endpoint is judged, but the segment is locked a slice a turn, as for
+ * any other hand-back. */
+START_TEST(test_stall_handback_unseen)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	size_t size;
+	char what[80];
+
+	if (!pid_namespaces_allowed()) {
+		fprintf(stderr, "note: no PID namespaces here (root needed): the unseen hand-back test is skipped\n");
+		return;
+	}
+	spawn_conf(&d, LARGE_CONF, &(struct daemon_opts){.config = true, .own_pid_ns = true});
+	pinshm_client_t *c = connect_ok(&d);
+	largest_attr(&attr, UNSEEN_BYTES);
+	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(adopt_rounds(&d, &attr, &(pid_t){getpid()}, 1));
+	snprintf(what, sizeof(what), "hand-backs of %zu bytes by a client of pid 0", size);
+	stall_measure(&d, c, pid, what);
+}
+END_TEST
+
 /* ---- reaps of a shared queue full of records --------------------------- */
 
 #define REAP_CAPACITY (64u * 1024u)
@@ -1136,6 +1182,7 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_stall_adopt);
 	tcase_add_test(tc, test_stall_handback_large);
 	tcase_add_test(tc, test_stall_restart_large);
+	tcase_add_test(tc, test_stall_handback_unseen);
 	tcase_add_test(tc, test_stall_reap);
 	suite_add_tcase(s, tc);
 	return s;
