@@ -38,15 +38,15 @@ static void take_out(struct locking *q, struct channel *chan)
 void locking_add(struct locking *q, struct channel *chan)
 {
 	chan->locking = true;
-	chan->made = 0;
-	segment_attach_pin(&chan->seg, &chan->made, 0); /* the header's note only */
+	chan->locked_bytes = 0;
+	segment_attach_pin(&chan->seg, &chan->locked_bytes, 0); /* the header's note only */
 	append(q, chan);
 }
 
 struct channel *locking_step(struct locking *q, struct account *acct)
 {
 	struct channel *chan = q->first;
-	int rc = segment_attach_pin(&chan->seg, &chan->made, segment_slice_bytes(&chan->seg));
+	int rc = segment_attach_pin(&chan->seg, &chan->locked_bytes, segment_slice_bytes(&chan->seg));
 
 	take_out(q, chan);
 	if (rc > 0) {

@@ -431,7 +431,7 @@ static bool peer_closed(int fd)
 /*
  * @p c's CREATE, ADOPT or RELOCK (@p rep, deferred) is in progress: watch
  * nothing of it but EPOLLHUP and EPOLLERR (a client that goes gives it up)
- * until loop_step() replies (conn_made()).  What it sends meanwhile
+ * until loop_step() replies (conn_resume()).  What it sends meanwhile
  * waits in its socket.
  */
 static void conn_defer(struct loop *l, struct conn *c, const struct reply *rep)
@@ -455,7 +455,7 @@ static struct conn *conn_deferred_of(struct loop *l, uint64_t id)
 
 /* Send @p rep, the reply that ends @p c's deferred request (conn_defer()),
  * and read @p c again. */
-static void conn_made(struct loop *l, struct conn *c, const struct reply *rep)
+static void conn_resume(struct loop *l, struct conn *c, const struct reply *rep)
 {
 	c->deferred = false;
 	c->deferred_relock = 0;
@@ -472,7 +472,7 @@ static void relocks_answer(struct loop *l, const struct channel *chan)
 		next = c->next; /* c may be closed */
 		if (c->deferred && c->deferred_relock == chan->id) {
 			request_relocked(&l->ctx, chan, c->deferred_seq, &rep);
-			conn_made(l, c, &rep);
+			conn_resume(l, c, &rep);
 		}
 	}
 }
@@ -481,7 +481,7 @@ static void relocks_answer(struct loop *l, const struct channel *chan)
  * the replies to the CREATE, ADOPT or RELOCKs that it ends. */
 static void loop_step(struct loop *l)
 {
-	struct channel *chan, *locked;
+	struct channel *chan, *lock_done;
 	struct reg_judged done;
 	struct reply rep;
 
@@ -489,12 +489,12 @@ static void loop_step(struct loop *l)
 		struct conn *c = conn_deferred_of(l, done.client);
 		if (c) { /* else cannot be: a client that goes gives its judging up */
 			request_handed_back(&l->ctx, &done, c->deferred_seq, &rep);
-			conn_made(l, c, &rep);
+			conn_resume(l, c, &rep);
 		}
 	}
-	registry_step(l->ctx.reg, &chan, &locked);
-	if (locked)
-		relocks_answer(l, locked);
+	registry_step(l->ctx.reg, &chan, &lock_done);
+	if (lock_done)
+		relocks_answer(l, lock_done);
 	if (!chan)
 		return;
 	struct conn *c = conn_deferred_of(l, chan->creator);
@@ -503,7 +503,7 @@ static void loop_step(struct loop *l)
 		return;
 	}
 	request_created(&l->ctx, &c->client, chan, c->deferred_seq, &rep);
-	conn_made(l, c, &rep);
+	conn_resume(l, c, &rep);
 }
 
 static void on_readable(struct loop *l, struct conn *c)

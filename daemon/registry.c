@@ -445,7 +445,7 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
 		return -ENOENT;
 	}
 	if (chan->locking) {
-		snprintf(why, whylen, "'%s' is being locked: %zu of %zu bytes so far", chan->name, chan->made,
+		snprintf(why, whylen, "'%s' is being locked: %zu of %zu bytes so far", chan->name, chan->locked_bytes,
 			 chan->seg.size);
 		return -EINPROGRESS;
 	}
@@ -586,9 +586,9 @@ int registry_create_end(struct registry *r, struct reg_client *c, struct channel
 	return 0;
 }
 
-bool registry_step(struct registry *r, struct channel **made, struct channel **locked)
+bool registry_step(struct registry *r, struct channel **made, struct channel **lock_done)
 {
-	*made = *locked = NULL;
+	*made = *lock_done = NULL;
 	if (r->reaping)
 		reaping_step(r); /* besides the others: a reap holds its endpoint */
 	if (r->dying)
@@ -597,7 +597,7 @@ bool registry_step(struct registry *r, struct channel **made, struct channel **l
 		move_step(&r->moving);
 	else if (r->locking.first && (!r->making.first || r->lock_turn)) {
 		r->lock_turn = false;
-		*locked = locking_step(&r->locking, r->acct);
+		*lock_done = locking_step(&r->locking, r->acct);
 	} else if (r->making.first) {
 		r->lock_turn = true; /* the locking's, next */
 		*made = making_step(&r->making);

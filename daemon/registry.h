@@ -153,7 +153,7 @@ struct channel {
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
 	bool from_pool;                 /* its segment came ready from the pool */
-	size_t made;                    /* half-made (registry_create()), or locking: bytes of it locked so far */
+	size_t locked_bytes;            /* half-made (registry_create()), or locking: bytes of it locked so far */
 	bool locking;                   /* adopted or handed back, its segment being locked (locking.h) */
 	struct channel *lock_next;      /* with locking: the next in registry.locking */
 	struct channel_move *move;      /* its pages moving to its consumer's node, NULL: not */
@@ -272,11 +272,11 @@ int registry_create_end(struct registry *r, struct reg_client *c, struct channel
  * other turn where both wait) of the adopted or handed-back channel that
  * waited longest (round robin).  @p made: the half-made channel whose
  * last slice this was (out of the list: for registry_create_end() now),
- * or NULL; @p locked: the adopted or handed-back channel whose locking
+ * or NULL; @p lock_done: the adopted or handed-back channel whose locking
  * ended (for the RELOCKs that wait: request_relocked()), or NULL.
  * @return registry_busy().
  */
-bool registry_step(struct registry *r, struct channel **made, struct channel **locked);
+bool registry_step(struct registry *r, struct channel **made, struct channel **lock_done);
 
 /** Give up @p chan, half-made, handed back by registry_step(). */
 void registry_create_abandon(struct registry *r, struct channel *chan);
