@@ -826,6 +826,22 @@ START_TEST(test_stall_adopt)
 }
 END_TEST
 
+/* Measure the daemon @p d's service to @p c while a child hands back
+ * segments of @p attr (@p size bytes) again and again (@p who: by whom,
+ * for the output). */
+static void handback_measure(struct daemon *d, pinshm_client_t *c, const pinshm_channel_attr_t *attr, size_t size,
+			     const char *who)
+{
+	char what[96];
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(adopt_rounds(d, attr, &(pid_t){getpid()}, 1));
+	snprintf(what, sizeof(what), "hand-backs of %zu bytes%s", size, who);
+	stall_measure(d, c, pid, what);
+}
+
 /* Hand-backs of the largest segments a user may have: the daemon locks
  * them a slice a turn, as it does what it creates. */
 START_TEST(test_stall_handback_large)
@@ -833,15 +849,9 @@ START_TEST(test_stall_handback_large)
 	struct daemon d;
 	pinshm_channel_attr_t attr;
 	size_t size;
-	char what[64];
 	pinshm_client_t *c = start_largest(&d, &attr, &size);
 
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0)
-		_exit(adopt_rounds(&d, &attr, &(pid_t){getpid()}, 1));
-	snprintf(what, sizeof(what), "hand-backs of %zu bytes", size);
-	stall_measure(&d, c, pid, what);
+	handback_measure(&d, c, &attr, size, "");
 }
 END_TEST
 
@@ -961,7 +971,6 @@ START_TEST(test_stall_handback_unseen)
 	struct daemon d;
 	pinshm_channel_attr_t attr;
 	size_t size;
-	char what[80];
 
 	if (!pid_namespaces_allowed()) {
 		fprintf(stderr, "note: no PID namespaces here (root needed): the unseen hand-back test is skipped\n");
@@ -971,12 +980,7 @@ START_TEST(test_stall_handback_unseen)
 	pinshm_client_t *c = connect_ok(&d);
 	largest_attr(&attr, UNSEEN_BYTES);
 	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0)
-		_exit(adopt_rounds(&d, &attr, &(pid_t){getpid()}, 1));
-	snprintf(what, sizeof(what), "hand-backs of %zu bytes by a client of pid 0", size);
-	stall_measure(&d, c, pid, what);
+	handback_measure(&d, c, &attr, size, " by a client of pid 0");
 }
 END_TEST
 
