@@ -65,6 +65,8 @@ struct channel *locking_step(struct locking *q, struct account *acct)
 
 void locking_abandon(struct locking *q, struct account *acct, struct channel *chan, const char *why)
 {
+	log_info("channel '%s': locking given up at %zu of %zu bytes: %s", chan->name, chan->locked_bytes,
+		 chan->seg.size, why);
 	take_out(q, chan);
 	segment_lock_abandon(&chan->seg, why);
 	chan->locking = false;

@@ -42,7 +42,9 @@
  *   with a segment of 1 GiB in its descriptor store (a restart): it locks
  *   the segment a slice a turn and serves meanwhile; a client sees the
  *   channel not pinned yet, opens it, and its RELOCK waits until the
- *   channel is pinned.  And while a client that the daemon cannot see
+ *   channel is pinned; one that is not persistent and loses its grace at
+ *   once is destroyed while it is locked: its lock and its charge go.
+ *   And while a client that the daemon cannot see
  *   (the daemon in a PID namespace of its own) hands back segments of
  *   512 MiB again and again: locked a slice a turn too.
  */
@@ -861,11 +863,11 @@ END_TEST
 /* Room for larger segments than the defaults allow. */
 #define LARGE_CONF "[daemon]\npool_segments = 0\nmax_segment_size = 2G\ndefault_user_quota = 2G\n"
 
-/* A persistent queue of about RESTART_BYTES, made by this process, as the
- * descriptor store hands it to a daemon that starts: @return its
- * descriptor, and its record (this user's, mode 0600, named @p name) in
- * @p fdname. */
-static int stored_segment(const char *name, char *fdname, size_t len)
+/* A queue of about RESTART_BYTES, made by this process, as the descriptor
+ * store hands it to a daemon that starts: @return its descriptor, and its
+ * record (this user's, mode 0600, named @p name, @p flags: PINSHM_PERSISTENT
+ * or 0) in @p fdname. */
+static int stored_segment(const char *name, unsigned flags, char *fdname, size_t len)
 {
 	pinshm_channel_attr_t attr;
 	struct stat st;
@@ -875,7 +877,7 @@ static int stored_segment(const char *name, char *fdname, size_t len)
 	ck_assert_int_eq(pinshm_segment_create(&attr, &fd), 0);
 	ck_assert_int_eq(fstat(fd, &st), 0);
 	snprintf(fdname, len, "pinshm.2.%llu.%u.%u.600.%u.%u.%u.%llu.%u.%u.%u.-1.0.%s", (unsigned long long)st.st_ino,
-		 (unsigned)getuid(), (unsigned)getgid(), PINSHM_PERSISTENT, (unsigned)attr.kind, attr.flags,
+		 (unsigned)getuid(), (unsigned)getgid(), flags, (unsigned)attr.kind, attr.flags,
 		 (unsigned long long)attr.capacity, attr.max_message, attr.max_producers, attr.max_consumers, name);
 	return fd;
 }
@@ -918,7 +920,7 @@ START_TEST(test_stall_restart_large)
 	struct daemon d;
 	char fdname[256], what[96];
 	const char *names[1] = {fdname};
-	int seg = stored_segment("big", fdname, sizeof(fdname));
+	int seg = stored_segment("big", PINSHM_PERSISTENT, fdname, sizeof(fdname));
 	struct daemon_opts o = {.config = true, .listen_fds = &seg, .listen_names = names, .nlisten = 1};
 	struct stat st;
 
@@ -944,6 +946,40 @@ START_TEST(test_stall_restart_large)
 	if (!pinshmd_wrapper())
 		ck_assert_msg(first <= STALL_MAX_MS, "%s: first round trip %llu ms > %.0f ms", what,
 			      (unsigned long long)first, STALL_MAX_MS);
+}
+END_TEST
+
+static uint64_t charged(pinshm_client_t *c);
+
+/* A channel adopted at the start and destroyed while it is locked (not
+ * persistent, its grace over at once): its lock and its charge go, the
+ * daemon serves on and stops cleanly (no leak under a wrapper). */
+START_TEST(test_restart_given_up)
+{
+	struct daemon d;
+	char fdname[256];
+	const char *names[1] = {fdname};
+	int seg = stored_segment("brief", 0, fdname, sizeof(fdname));
+	struct daemon_opts o = {
+		.config = true, .log = true, .verbose = true, .listen_fds = &seg, .listen_names = names, .nlisten = 1};
+
+	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", "1", 1), 0);
+	spawn_conf(&d, LARGE_CONF, &o);
+	unsetenv("PINSHMD_TEST_ADOPT_GRACE_MS");
+	close(seg);
+	pinshm_client_t *c = connect_ok(&d);
+	wait_gone(c, "brief");
+	uint64_t end = tu_now_ms() + GONE_MS;
+	while (charged(c) != 0 && tu_now_ms() < end)
+		usleep(1000);
+	ck_assert_uint_eq(charged(c), 0);
+	pinshm_status_t st;
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	ck_assert_uint_eq(st.pinned, 0); /* no pool here: nothing counted pinned is left */
+	ck_assert_int_le(daemon_locked_kb_at_most(d.pid, 0), 0);
+	ck_assert_msg(daemon_log_has(&d, "locking given up"), "'brief' was not destroyed while it was locked");
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
 }
 END_TEST
 
@@ -1187,6 +1223,7 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_stall_handback_large);
 	tcase_add_test(tc, test_stall_restart_large);
 	tcase_add_test(tc, test_stall_handback_unseen);
+	tcase_add_test(tc, test_restart_given_up);
 	tcase_add_test(tc, test_stall_reap);
 	suite_add_tcase(s, tc);
 	return s;
