@@ -193,7 +193,7 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 		account_release(r->acct, chan->uid, chan->seg.size, true); /* charged pinned, nothing locked */
 		goto fail;
 	}
-	locking_add(&r->locking, chan); /* a slice a loop turn, once the loop serves (locking.h) */
+	locking_add(&r->locking, r->acct, chan, &a->lock_at_once); /* then a slice a loop turn (locking.h) */
 	if (rec.version < 2 && record_service()) {
 		/* In the store again under this version's record, the old one
 		 * removed first: systemd keeps a descriptor it has once, under
@@ -263,6 +263,7 @@ unsigned adopt_listen_fds(struct adopt *a, struct registry *reg)
 	unsigned n = 0;
 
 	a->reg = reg;
+	a->lock_at_once = LOCKING_START_BYTES;
 	a->keep.id = ADOPT_KEEPER_ID;
 	/* The channels, then their consumers' eventfds, then the endpoints
 	 * judged: a reap wakes the consumers armed on those eventfds. */

@@ -81,7 +81,9 @@ static int handback_new(struct registry *r, struct reg_client *c, const char *na
 		free(chan);
 		return rc;
 	}
-	locking_add(&r->locking, chan); /* a slice a loop turn (locking.h) */
+	/* Its first slice now, as a move or a reap does; the others a slice a
+	 * loop turn (locking.h). */
+	locking_add(&r->locking, r->acct, chan, &(size_t){segment_slice_bytes(&chan->seg)});
 	*out = chan;
 	return 0;
 }

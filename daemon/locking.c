@@ -35,24 +35,14 @@ static void take_out(struct locking *q, struct channel *chan)
 	chan->lock_next = NULL;
 }
 
-void locking_add(struct locking *q, struct channel *chan)
+/* Lock the next @p max bytes of @p chan.  @return whether its locking
+ * ended (chan->locking cleared, logged; failed: charged unpinned). */
+static bool lock_slice(struct account *acct, struct channel *chan, size_t max)
 {
-	chan->locking = true;
-	chan->locked_bytes = 0;
-	segment_attach_pin(&chan->seg, &chan->locked_bytes, 0); /* the header's note only */
-	append(q, chan);
-}
+	int rc = segment_attach_pin(&chan->seg, &chan->locked_bytes, max);
 
-struct channel *locking_step(struct locking *q, struct account *acct)
-{
-	struct channel *chan = q->first;
-	int rc = segment_attach_pin(&chan->seg, &chan->locked_bytes, segment_slice_bytes(&chan->seg));
-
-	take_out(q, chan);
-	if (rc > 0) {
-		append(q, chan); /* round robin */
-		return NULL;
-	}
+	if (rc > 0)
+		return false;
 	chan->locking = false;
 	if (rc < 0) {
 		account_unpinned(acct, chan->uid, chan->seg.size);
@@ -60,7 +50,30 @@ struct channel *locking_step(struct locking *q, struct account *acct)
 	} else {
 		log_info("channel '%s': its %zu bytes locked", chan->name, chan->seg.size);
 	}
-	return chan;
+	return true;
+}
+
+void locking_add(struct locking *q, struct account *acct, struct channel *chan, size_t *at_once)
+{
+	size_t slice = segment_slice_bytes(&chan->seg);
+	size_t first = *at_once >= slice ? slice : 0;
+
+	*at_once -= first;
+	chan->locking = true;
+	chan->locked_bytes = 0;
+	if (!lock_slice(acct, chan, first)) /* 0: the header's note only */
+		append(q, chan);
+}
+
+struct channel *locking_step(struct locking *q, struct account *acct)
+{
+	struct channel *chan = q->first;
+
+	take_out(q, chan);
+	if (lock_slice(acct, chan, segment_slice_bytes(&chan->seg)))
+		return chan;
+	append(q, chan); /* round robin */
+	return NULL;
 }
 
 void locking_abandon(struct locking *q, struct account *acct, struct channel *chan, const char *why)

@@ -23,10 +23,17 @@ struct locking {
 	struct channel *first, *last;
 };
 
+/* Bytes that restart adoption locks at once, before the loop serves: the
+ * first slice of each segment adopted while they last (a small one is
+ * pinned as it is adopted), about 50 ms of locking at most. */
+#define LOCKING_START_BYTES (64u << 20)
+
 /** Start locking @p chan, attached and charged pinned to its owner:
- *  chan->locking set, its header says so, nothing locked yet; then
- *  queued on @p q. */
-void locking_add(struct locking *q, struct channel *chan);
+ *  chan->locking set, its header says so; its first slice is locked at
+ *  once where @p at_once (bytes) holds one, taken off it (a segment of one
+ *  slice is then pinned, and not queued), and the rest is queued on @p q
+ *  (where locking failed: charged unpinned to @p acct, logged). */
+void locking_add(struct locking *q, struct account *acct, struct channel *chan, size_t *at_once);
 
 /** Lock the next slice of the first of @p q (not empty), which then waits
  *  its turn again.  @return it, out of @p q, where its locking ended:
