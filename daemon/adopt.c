@@ -129,8 +129,8 @@ static void log_adopted(const struct channel *chan, unsigned version)
 
 	if (chan->pin_idle)
 		snprintf(idle, sizeof(idle), "unlocked after %u s unused", chan->pin_idle);
-	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes%s, %s%s", chan->name,
-		   (unsigned)chan->uid, chan->seg.size, chan->seg.pinned ? ", pinned" : ", NOT pinned", idle,
+	log_notice("channel '%s' adopted from the descriptor store: uid %u, %zu bytes, to be locked, %s%s", chan->name,
+		   (unsigned)chan->uid, chan->seg.size, idle,
 		   version < 2 ? " (an older daemon's record: the default pin_idle)" : "");
 }
 
@@ -187,16 +187,13 @@ static int adopt_one(struct adopt *a, int fd, const char *fdname)
 	rc = account_charge(r->acct, rec.uid, chan->seg.size, why, sizeof(why)); /* as a create */
 	if (rc != 0)
 		goto fail;
-	size_t locked = 0;
-	segment_attach_pin(&chan->seg, &locked, SIZE_MAX);
-	if (!chan->seg.pinned)
-		account_unpinned(r->acct, rec.uid, chan->seg.size);
 	channel_from_record(chan, &rec, &g, r->acct->cfg->pin_idle);
 	rc = registry_insert(r, chan, why, sizeof(why));
 	if (rc != 0) {
-		account_release(r->acct, chan->uid, chan->seg.size, chan->seg.pinned);
+		account_release(r->acct, chan->uid, chan->seg.size, true); /* charged pinned, nothing locked */
 		goto fail;
 	}
+	locking_add(&r->locking, r->acct, chan, &a->lock_at_once); /* then a slice a loop turn (locking.h) */
 	if (rec.version < 2 && record_service()) {
 		/* In the store again under this version's record, the old one
 		 * removed first: systemd keeps a descriptor it has once, under
@@ -266,6 +263,7 @@ unsigned adopt_listen_fds(struct adopt *a, struct registry *reg)
 	unsigned n = 0;
 
 	a->reg = reg;
+	a->lock_at_once = LOCKING_START_BYTES;
 	a->keep.id = ADOPT_KEEPER_ID;
 	/* The channels, then their consumers' eventfds, then the endpoints
 	 * judged: a reap wakes the consumers armed on those eventfds. */

@@ -39,11 +39,16 @@
  * with $LISTEN_FDS / $LISTEN_FDNAMES (for its own $LISTEN_PID) adopts
  * each descriptor so named: the segment must be a regular file at least as
  * large as the record's geometry, whose header (magic, layout version,
- * geometry) matches the record; it is mapped, locked where the budget
- * allows, charged to its owner as a create would be, and named again.  An
+ * geometry) matches the record; it is mapped, charged to its owner (pinned)
+ * as a create would be, and named again; its first slice is locked at once
+ * (within LOCKING_START_BYTES for all: a small segment is pinned as it is
+ * adopted), the rest a slice a loop turn (locking.h) while the loop
+ * serves: a large segment holds no client up.
+ * Meanwhile the channel is served, listed as not pinned, its header says
+ * it is unlocked, and a RELOCK of it waits for its last slice.  An
  * adopted segment is locked again even where the previous daemon had
- * unlocked it for want of use (the header's `unlocked` is cleared); the
- * idle scan may unlock it again after its pin_idle.  A
+ * unlocked it for want of use; the idle scan may unlock it again after
+ * its pin_idle.  A
  * descriptor that fails a check, or whose owner's limits refuse it, is
  * logged and closed (its users keep their mappings, unmanaged).  A second
  * record of a segment already adopted (the same st_dev and st_ino) is
@@ -109,6 +114,7 @@ struct adopt {
 	uint64_t grace_end;     /* CLOCK_MONOTONIC ms, 0: no grace running */
 	struct adopt_fd *fds;   /* taken from the environment, to adopt */
 	unsigned nfds;
+	size_t lock_at_once;    /* bytes still to be locked at once as they are adopted (locking_add()) */
 };
 
 /**

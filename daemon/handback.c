@@ -58,7 +58,6 @@ static int handback_new(struct registry *r, struct reg_client *c, const char *na
 		free(chan);
 		return rc;
 	}
-	chan->pinning = true; /* locked in slices while its endpoints are judged, or at once: handback() */
 	snprintf(chan->name, sizeof(chan->name), "%s", name);
 	chan->uid = c->cred.uid;
 	chan->gid = c->cred.gid;
@@ -75,13 +74,16 @@ static int handback_new(struct registry *r, struct reg_client *c, const char *na
 		rc = registry_insert(r, chan, why, whylen);
 	}
 	if (rc != 0) {
-		account_release(r->acct, chan->uid, chan->seg.size, chan->seg.pinned);
+		account_release(r->acct, chan->uid, chan->seg.size, true); /* charged pinned, nothing locked */
 		chan->seg.fd = -1; /* the caller's still */
 		segment_destroy(&chan->seg);
 		free(chan->holder);
 		free(chan);
 		return rc;
 	}
+	/* Its first slice now, as a move or a reap does; the others a slice a
+	 * loop turn (locking.h). */
+	locking_add(&r->locking, r->acct, chan, &(size_t){segment_slice_bytes(&chan->seg)});
 	*out = chan;
 	return 0;
 }
@@ -123,11 +125,11 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 		if (rc != 0)
 			return rc;
 		*fd = -1; /* the channel's now */
-		log_notice("channel '%s' handed back by pid %d uid %u: adopted%s, owner uid %u, mode 0600, %zu bytes%s, "
-			   "default pin_idle %u",
+		log_notice("channel '%s' handed back by pid %d uid %u: adopted%s, owner uid %u, mode 0600, %zu bytes, "
+			   "to be locked, default pin_idle %u",
 			   chan->name, (int)c->cred.pid, (unsigned)c->cred.uid,
 			   chan->named ? "" : " unnamed (name taken, or not its to create)",
-			   (unsigned)chan->uid, chan->seg.size, chan->pinning ? ", to be locked" : ", NOT pinned", chan->pin_idle);
+			   (unsigned)chan->uid, chan->seg.size, chan->pin_idle);
 	}
 	uint64_t chid = chan->id;
 	rc = registry_ref(r, c, chan, why, whylen);
@@ -140,21 +142,22 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 		chan->holder[q->endpoint] = c->id;
 		*flags |= PROTO_ADOPT_ENDPOINT;
 	}
-	/* A channel new to this daemon: the endpoints of the others.  Not by
-	 * a client the daemon cannot see (SO_PEERCRED pid 0: a PID namespace
-	 * not nested in the daemon's), whose own pids mean nothing here: its
-	 * live endpoints would be taken for gone. */
-	if (!(*flags & PROTO_ADOPT_KNOWN) && c->cred.pid <= 0)
+	*id = chid;
+	if (*flags & PROTO_ADOPT_KNOWN)
+		return 0;
+	/* A channel new to this daemon: the endpoints of the others, judged
+	 * once it is locked.  Not by a client the daemon cannot see
+	 * (SO_PEERCRED pid 0: a PID namespace not nested in the daemon's),
+	 * whose own pids mean nothing here: its live endpoints would be taken
+	 * for gone; its reply still waits for the lock. */
+	bool judge = c->cred.pid > 0;
+	if (!judge)
 		log_notice("channel '%s': handed back by a process outside this daemon's PID namespaces (pid 0): "
 			   "its endpoints are not judged",
 			   chan->name);
-	else if (!(*flags & PROTO_ADOPT_KNOWN) &&
-		 watch_judge_start(r, chan, &(struct reg_judged){.client = c->id, .id = chid, .flags = *flags}) == 0)
-		return -EINPROGRESS; /* the reply once judged (watch_judge_step()) */
-	else if (!(*flags & PROTO_ADOPT_KNOWN))
-		watch_judge_endpoints(r, chan); /* out of memory to do it in slices */
-	if (chan->pinning)
-		watch_pin_end(r, chan, SIZE_MAX); /* not judged in slices: locked at once */
-	*id = chid;
+	if (watch_judge_start(r, chan, &(struct reg_judged){.client = c->id, .id = chid, .flags = *flags}, judge) == 0)
+		return -EINPROGRESS; /* the reply once locked and judged (watch_judge_step()) */
+	if (judge)
+		watch_judge_endpoints(r, chan); /* out of memory to do it in slices; still locked in slices */
 	return 0;
 }

@@ -32,9 +32,11 @@ struct handback_request {
  * unnamed), charged to @p c's user as a create.  Either way @p c references it, and the endpoint is
  * claimed for @p c again where the segment marks it attached for @p c's
  * process, no connection holds it and no reap of it is under way.
- * A channel new to the daemon has its other endpoints judged
- * (registry.h) in slices: @return -EINPROGRESS, the reply
- * (watch_judge_step()) once they are.
+ * A channel new to the daemon is locked a slice a loop turn (locking.h)
+ * and has its other endpoints judged (registry.h) in slices, but for a
+ * client of pid 0 (its PID namespace not nested in the daemon's): its
+ * endpoints are not judged.  @return -EINPROGRESS, the reply
+ * (watch_judge_step()) once it is locked and they are judged.
  * @return 0 with @p id (the channel's number) and @p flags (PROTO_ADOPT_*),
  *         @p *fd set to -1 where the channel took it; -EINPROGRESS (the
  *         same, judged in slices); or -EINVAL (bad

@@ -51,9 +51,10 @@ struct conn {
 	uint64_t silent_until; /* CLOCK_MONOTONIC ms: closed then unless it has sent a packet; 0: it has */
 	struct reg_client client;
 	struct reply *pending; /* a reply waiting for room in the socket */
-	bool deferred;         /* its CREATE or hand-back (ADOPT) is in progress (registry_step(),
-				* watch_judge_step()): not read meanwhile */
+	bool deferred;         /* its CREATE, hand-back (ADOPT) or RELOCK is in progress
+				* (registry_step(), watch_judge_step()): not read meanwhile */
 	uint32_t deferred_seq; /* that request's */
+	uint64_t deferred_relock; /* a RELOCK's: the channel whose locking it waits for, 0: none */
 	int refused;           /* 0, or why its first request is to be refused (-EACCES, -EUSERS) */
 	char refusal[PROTO_TEXT_MAX + 1];
 	struct conn *prev, *next;
@@ -428,14 +429,16 @@ static bool peer_closed(int fd)
 }
 
 /*
- * @p c's CREATE or ADOPT (seq @p seq) is in progress: watch nothing of it but
- * EPOLLHUP and EPOLLERR (a client that goes gives it up) until
- * loop_step() replies.  What it sends meanwhile waits in its socket.
+ * @p c's CREATE, ADOPT or RELOCK (@p rep, deferred) is in progress: watch
+ * nothing of it but EPOLLHUP and EPOLLERR (a client that goes gives it up)
+ * until loop_step() replies (conn_resume()).  What it sends meanwhile
+ * waits in its socket.
  */
-static void conn_defer(struct loop *l, struct conn *c, uint32_t seq)
+static void conn_defer(struct loop *l, struct conn *c, const struct reply *rep)
 {
 	c->deferred = true;
-	c->deferred_seq = seq;
+	c->deferred_seq = rep->seq;
+	c->deferred_relock = rep->relock_id;
 	if (watch_fd(l, EPOLL_CTL_MOD, c->fd, 0, c) != 0)
 		conn_close(l, c, "epoll");
 }
@@ -450,20 +453,35 @@ static struct conn *conn_deferred_of(struct loop *l, uint64_t id)
 	return c;
 }
 
-/* Send @p rep, the reply that ends @p c's request in progress, and read
- * @p c again. */
-static void conn_made(struct loop *l, struct conn *c, const struct reply *rep)
+/* Send @p rep, the reply that ends @p c's deferred request (conn_defer()),
+ * and read @p c again. */
+static void conn_resume(struct loop *l, struct conn *c, const struct reply *rep)
 {
 	c->deferred = false;
+	c->deferred_relock = 0;
 	if (conn_reply(l, c, rep) && !c->pending && watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, c) != 0)
 		conn_close(l, c, "epoll");
 }
 
+/* The replies to the RELOCKs that waited for the locking of @p chan, ended. */
+static void relocks_answer(struct loop *l, const struct channel *chan)
+{
+	struct reply rep;
+
+	for (struct conn *c = l->conns, *next; c; c = next) {
+		next = c->next; /* c may be closed */
+		if (c->deferred && c->deferred_relock == chan->id) {
+			request_relocked(&l->ctx, chan, c->deferred_seq, &rep);
+			conn_resume(l, c, &rep);
+		}
+	}
+}
+
 /* One slice of the work in progress (registry_step(), watch_judge_step());
- * the reply to the CREATE or ADOPT that it ends. */
+ * the replies to the CREATE, ADOPT or RELOCKs that it ends. */
 static void loop_step(struct loop *l)
 {
-	struct channel *chan;
+	struct channel *chan, *lock_done;
 	struct reg_judged done;
 	struct reply rep;
 
@@ -471,10 +489,12 @@ static void loop_step(struct loop *l)
 		struct conn *c = conn_deferred_of(l, done.client);
 		if (c) { /* else cannot be: a client that goes gives its judging up */
 			request_handed_back(&l->ctx, &done, c->deferred_seq, &rep);
-			conn_made(l, c, &rep);
+			conn_resume(l, c, &rep);
 		}
 	}
-	registry_step(l->ctx.reg, &chan);
+	registry_step(l->ctx.reg, &chan, &lock_done);
+	if (lock_done)
+		relocks_answer(l, lock_done);
 	if (!chan)
 		return;
 	struct conn *c = conn_deferred_of(l, chan->creator);
@@ -483,7 +503,7 @@ static void loop_step(struct loop *l)
 		return;
 	}
 	request_created(&l->ctx, &c->client, chan, c->deferred_seq, &rep);
-	conn_made(l, c, &rep);
+	conn_resume(l, c, &rep);
 }
 
 static void on_readable(struct loop *l, struct conn *c)
@@ -540,7 +560,7 @@ static void on_readable(struct loop *l, struct conn *c)
 			close(l->ctx.in_fd);
 		l->ctx.in_fd = -1;
 		if (rep.deferred) {
-			conn_defer(l, c, rep.seq);
+			conn_defer(l, c, &rep);
 			return;
 		}
 		if (!conn_reply(l, c, &rep))

@@ -37,13 +37,15 @@
  * packet has come for LOOP_POOL_QUIET_MS, so that a refill does not delay
  * the request that follows a pool hit.
  *
- * Work in slices (registry_step(): segments of new channels locked, of
- * destroyed ones unmapped and punched, pages moved to a consumer's NUMA
- * node): one slice each turn, after that turn's events, and epoll does not
- * wait while any is left; so a request waits for one slice at most, not
- * for a whole segment.  A connection whose CREATE is in progress is not
- * read until its reply is sent (registry_create(): -EINPROGRESS); one that
- * hangs up meanwhile is closed, and its half-made channel given up.
+ * Work in slices (registry_step(): segments of new channels locked, and
+ * of channels adopted at the start or handed back, of destroyed ones
+ * unmapped and punched, pages moved to a consumer's NUMA node): one slice
+ * each turn, after that turn's events, and epoll does not wait while any
+ * is left; so a request waits for one slice at most, not for a whole
+ * segment.  A connection whose CREATE, hand-back or RELOCK is in progress
+ * is not read until its reply is sent (-EINPROGRESS: registry_create(),
+ * handback(), registry_relock()); one that hangs up meanwhile is closed,
+ * and its half-made channel or judging given up.
  *
  * Limits: LOOP_MAX_CONNECTIONS connections in all (not per user), one
  * reply held per connection; a connection that sends without reading its

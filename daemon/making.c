@@ -86,7 +86,7 @@ int making_segment(struct account *acct, struct channel *chan, const struct segm
 struct channel *making_step(struct making *m)
 {
 	struct channel *chan = m->first;
-	int rc = segment_lock_step(&chan->seg, &chan->made, segment_slice_bytes(&chan->seg));
+	int rc = segment_lock_step(&chan->seg, &chan->locked_bytes, segment_slice_bytes(&chan->seg));
 
 	making_remove(m, NULL, chan);
 	if (rc > 0) {

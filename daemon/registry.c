@@ -1,7 +1,8 @@
 /*
  * registry.c - the channel table, permissions, references and reaping.
  * Below it: the wake-up sockets (wake.c), the descriptor store's records
- * (record.c), half-made channels (making.c), page moves (move.c),
+ * (record.c), half-made channels (making.c), adopted or handed-back
+ * segments being locked (locking.c), page moves (move.c),
  * working-set pinning (idle.c); above it, calling in: the watching of
  * processes (watch.c), restart adoption (adopt.c), hand-backs
  * (handback.c), the requests (request.c).
@@ -92,6 +93,8 @@ static void channel_free(struct registry *r, struct channel *chan)
 	r->count--;
 	if (chan->pin_idle)
 		r->idle_policies--;
+	if (chan->locking)
+		locking_abandon(&r->locking, r->acct, chan, "destroyed while it was locked");
 	account_release(r->acct, chan->uid, chan->seg.size, chan->seg.pinned);
 	for (unsigned i = 0; chan->notify_fd && i < chan->g.max_consumers; i++)
 		wake_forget(&r->wake, chan, chan->g.max_producers + i);
@@ -441,6 +444,11 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
 		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
 		return -ENOENT;
 	}
+	if (chan->locking) {
+		snprintf(why, whylen, "'%s' is being locked: %zu of %zu bytes so far", chan->name, chan->locked_bytes,
+			 chan->seg.size);
+		return -EINPROGRESS;
+	}
 	return idle_relock_asked(chan, why, whylen);
 }
 
@@ -578,17 +586,22 @@ int registry_create_end(struct registry *r, struct reg_client *c, struct channel
 	return 0;
 }
 
-bool registry_step(struct registry *r, struct channel **made)
+bool registry_step(struct registry *r, struct channel **made, struct channel **lock_done)
 {
-	*made = NULL;
+	*made = *lock_done = NULL;
 	if (r->reaping)
 		reaping_step(r); /* besides the others: a reap holds its endpoint */
 	if (r->dying)
 		dying_step(&r->dying); /* first: what they unlock makes room for what the others lock */
 	else if (r->moving)
 		move_step(&r->moving);
-	else if (r->making.first)
+	else if (r->locking.first && (!r->making.first || r->lock_turn)) {
+		r->lock_turn = false;
+		*lock_done = locking_step(&r->locking, r->acct);
+	} else if (r->making.first) {
+		r->lock_turn = true; /* the locking's, next */
 		*made = making_step(&r->making);
+	}
 	return registry_busy(r);
 }
 
@@ -599,7 +612,7 @@ void registry_create_abandon(struct registry *r, struct channel *chan)
 
 bool registry_busy(const struct registry *r)
 {
-	return r->dying || r->making.first || r->moving || r->judging || r->reaping;
+	return r->dying || r->making.first || r->locking.first || r->moving || r->judging || r->reaping;
 }
 
 int registry_open(struct registry *r, struct reg_client *c, const char *name, pinshm_role_t role,

@@ -104,6 +104,7 @@
 #include "dying.h"
 #include "seg.h"
 #include "cred.h"
+#include "locking.h"
 #include "making.h"
 #include "nested.h"
 #include "move.h"
@@ -152,8 +153,9 @@ struct channel {
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
 	bool from_pool;                 /* its segment came ready from the pool */
-	size_t made;                    /* half-made (registry_create()), or pinning: bytes of it locked so far */
-	bool pinning;                   /* handed back, its segment being locked (watch_pin_end()) */
+	size_t locked_bytes;            /* half-made (registry_create()), or locking: bytes of it locked so far */
+	bool locking;                   /* adopted or handed back, its segment being locked (locking.h) */
+	struct channel *lock_next;      /* with locking: the next in registry.locking */
 	struct channel_move *move;      /* its pages moving to its consumer's node, NULL: not */
 	uint32_t device_regs[DEVICES_KINDS]; /* device registrations its clients reported, by kind (devices.h) */
 	struct channel *hash_next;      /* in its bucket, while named */
@@ -208,6 +210,8 @@ struct registry {
 	int watch_epfd;             /* an epoll set of the watches' pidfds (-1: none, all ticked) */
 	struct nested_procs nested; /* the last scan of /proc for nested PID namespaces */
 	struct making making;       /* half-made channels (making.h) */
+	struct locking locking;     /* adopted or handed-back channels being locked (locking.h) */
+	bool lock_turn;             /* registry_step(): the locking's turn, where channels are made too */
 	struct dying *dying;        /* segments of destroyed channels, unmapped and punched in slices */
 	struct channel *moving;     /* channels whose pages move to their consumer's node (move.h) */
 	struct reg_judging *judging; /* hand-backs whose endpoints' processes are read, in turn */
@@ -264,17 +268,22 @@ int registry_create_end(struct registry *r, struct reg_client *c, struct channel
  * turn while registry_busy(): unmap and punch a slice of a destroyed
  * channel's segment (dying.h), those first; else move a slice of the pages
  * of a channel placed near its consumer (registry_open()); else lock the
- * next slice of the half-made channel that waited longest (round robin).  @p made: the
- * half-made channel whose last slice this was (out of the list: for
- * registry_create_end() now), or NULL.  @return registry_busy().
+ * next slice of the half-made channel that waited longest, or (every
+ * other turn where both wait) of the adopted or handed-back channel that
+ * waited longest (round robin).  @p made: the half-made channel whose
+ * last slice this was (out of the list: for registry_create_end() now),
+ * or NULL; @p lock_done: the adopted or handed-back channel whose locking
+ * ended (for the RELOCKs that wait: request_relocked()), or NULL.
+ * @return registry_busy().
  */
-bool registry_step(struct registry *r, struct channel **made);
+bool registry_step(struct registry *r, struct channel **made, struct channel **lock_done);
 
 /** Give up @p chan, half-made, handed back by registry_step(). */
 void registry_create_abandon(struct registry *r, struct channel *chan);
 
 /** Whether registry_step() or watch_judge_step() has work: dying
- * segments, moves, half-made channels, reaps, judgings. */
+ * segments, moves, half-made channels, channels being locked, reaps,
+ * judgings. */
 bool registry_busy(const struct registry *r);
 
 /**
@@ -301,7 +310,10 @@ int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32
 /**
  * Lock the segment of the channel numbered @p id, which @p c references,
  * again if it was unlocked for want of use.
- * @return 0; -ENOENT (@p c references no channel @p id); or as segment_relock().
+ * @return 0; -ENOENT (@p c references no channel @p id); -EINPROGRESS
+ *         (adopted or handed back, it is being locked, locking.h: the
+ *         reply once it is, request_relocked(); @p c makes no other
+ *         request meanwhile); or as segment_relock().
  */
 int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char *why, size_t whylen);
 

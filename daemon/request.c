@@ -398,6 +398,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 	out->close_after = false;
 	out->peer_wake = false;
 	out->deferred = false;
+	out->relock_id = 0;
 	if (ctx->in_fd >= 0 && (rc != 0 || !proto_request_takes_fd(req->h.type))) {
 		log_warn("pid %d uid %u: a descriptor with a request that takes none: closing the connection",
 			 (int)c->cred.pid, (unsigned)c->cred.uid);
@@ -418,11 +419,6 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	case PROTO_CREATE:
 		rc = serve_create(ctx, c, req, rep);
-		if (rc == -EINPROGRESS) {
-			out->deferred = true; /* request_created() replies */
-			out->seq = req->h.seq;
-			return;
-		}
 		break;
 	case PROTO_OPEN:
 		rc = serve_open(ctx, c, req, rep, &out->fd);
@@ -450,14 +446,10 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	case PROTO_RELOCK:
 		rc = serve_relock(ctx, c, req, rep);
+		out->relock_id = req->u.relock.id;
 		break;
 	case PROTO_ADOPT:
 		rc = serve_handback(ctx, c, req, rep);
-		if (rc == -EINPROGRESS) {
-			out->deferred = true; /* request_handed_back() replies */
-			out->seq = req->h.seq;
-			return;
-		}
 		break;
 	case PROTO_NOTIFY:
 		rc = registry_notify(ctx->reg, c, req->u.notify.id, req->u.notify.endpoint, &ctx->in_fd, rep->text,
@@ -473,6 +465,14 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);
 		break;
 	}
+	if (rc == -EINPROGRESS) {
+		/* A CREATE, an ADOPT or a RELOCK in progress: request_created(),
+		 * request_handed_back() or request_relocked() replies. */
+		out->deferred = true;
+		out->seq = req->h.seq;
+		return;
+	}
+	out->relock_id = 0;
 	rep->status = rc;
 	if (rc != 0) {
 		reply_release_fd(out);
@@ -511,6 +511,19 @@ void request_handed_back(struct request_ctx *ctx, const struct reg_judged *done,
 	rep->h.seq = seq;
 	rep->u.adopt_reply.id = done->id;
 	rep->u.adopt_reply.flags = done->flags;
+	finish(rep, out);
+}
+
+void request_relocked(struct request_ctx *ctx, const struct channel *chan, uint32_t seq, struct reply *out)
+{
+	struct proto_msg *rep = &ctx->rep;
+
+	*out = (struct reply){.fd = -1};
+	memset(rep, 0, offsetof(struct proto_msg, u));
+	rep->h.type = PROTO_RELOCK | PROTO_REPLY;
+	rep->h.seq = seq;
+	if (!chan->seg.pinned)
+		rep->status = fail(rep, -ENOMEM, "cannot lock '%s': %s", chan->name, chan->seg.pin_error);
 	finish(rep, out);
 }
 

@@ -65,9 +65,11 @@ struct reply {
 			   * a pending reply send another descriptor under the same number */
 	bool close_after; /* close the connection once it is sent */
 	bool deferred;    /* nothing to send yet: a CREATE in progress (registry_create()), whose
-			   * reply request_created() builds, or an ADOPT being judged
-			   * (request_handed_back()); the connection is not read until then */
+			   * reply request_created() builds, an ADOPT being judged
+			   * (request_handed_back()), or a RELOCK of a channel being locked
+			   * (request_relocked()); the connection is not read until then */
 	uint32_t seq;     /* with deferred: the request's */
+	uint64_t relock_id; /* with deferred: the channel a RELOCK waits for, 0: not a RELOCK */
 	bool peer_wake;   /* a PEER reply: registry_peer_replied() once it is sent */
 	uint64_t peer_id;
 	uint32_t peer_endpoint;
@@ -95,6 +97,11 @@ void request_created(struct request_ctx *ctx, struct reg_client *c, struct chann
 /** The reply to a deferred ADOPT (seq @p seq) whose endpoints are judged
  *  (watch_judge_step()'s @p done). */
 void request_handed_back(struct request_ctx *ctx, const struct reg_judged *done, uint32_t seq, struct reply *out);
+
+/** The reply to a deferred RELOCK (seq @p seq) of @p chan, once
+ *  registry_step() ended its locking: 0, or -ENOMEM where it could not be
+ *  locked. */
+void request_relocked(struct request_ctx *ctx, const struct channel *chan, uint32_t seq, struct reply *out);
 
 /** What reply @p out asks for once it is sent (or held for room in the
  *  socket) to client @p c. */

@@ -488,27 +488,23 @@ int segment_attach(int fd, const struct seg_geometry *g, int node, struct segmen
 	return 0;
 }
 
-/* segment_access(): clear the header's `unlocked`, the note that a
- * previous daemon may have left there (working-set pinning).  Relaxed, as
- * the daemon's other writes of it: a hint to clients, never trusted. */
-static int clear_unlocked(void *base, void *arg)
-{
-	struct seg_header *h = base;
-
-	(void)arg;
-	atomic_store_explicit(&h->unlocked, 0, memory_order_relaxed);
-	return 0;
-}
-
 int segment_attach_pin(struct segment *s, size_t *locked, size_t max)
 {
+	uint32_t one = 1, zero = 0;
+
 	if (*locked == 0)
-		segment_access(s, clear_unlocked, NULL);
-	return segment_lock_step(s, locked, max);
+		segment_access(s, set_unlocked_fn, &one);
+	int rc = segment_lock_step(s, locked, max);
+	if (rc <= 0)
+		segment_access(s, set_unlocked_fn, &zero);
+	return rc;
 }
 
 void segment_lock_abandon(struct segment *s, const char *why)
 {
+	uint32_t zero = 0;
+
 	unlock_range(s->base, s->size);
+	segment_access(s, set_unlocked_fn, &zero);
 	snprintf(s->pin_error, sizeof(s->pin_error), "%s", why);
 }

@@ -194,15 +194,17 @@ int segment_attach(int fd, const struct seg_geometry *g, int node, struct segmen
 /**
  * Lock @p s, attached, in RAM, as segment_alloc() would have: the next
  * @p max bytes from *@p locked on, as segment_lock_step() (SIZE_MAX: all
- * at once).  Whatever a previous daemon did, it is locked again (or not
- * pinned at all, pin_error set), never left unlocked for want of use: the
- * header's `unlocked` is cleared with the first slice.
+ * at once; 0: none, the header's note only).  Whatever a previous daemon
+ * did, it is locked again (or not pinned at all, pin_error set), never
+ * left unlocked for want of use.  The header's `unlocked` says 1 from the
+ * first call (*@p locked 0) until the last slice, or the failure, clears
+ * it: a client that wants the segment locked asks (a RELOCK, which waits).
  * @return as segment_lock_step().
  */
 int segment_attach_pin(struct segment *s, size_t *locked, size_t max);
 
 /** Give up locking @p s in slices: what was locked is unlocked, and it
- *  stays unpinned for @p why (pin_error). */
+ *  stays unpinned for @p why (pin_error); the header's `unlocked` cleared. */
 void segment_lock_abandon(struct segment *s, const char *why);
 
 #endif /* PINSHMD_SEGMENT_H */

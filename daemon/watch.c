@@ -86,6 +86,7 @@ struct reg_judging {
 	unsigned limit, bytes;    /* of its maps, the most read and the bytes read */
 	bool at_start;            /* the next read starts a line */
 	pid_t nested;             /* a recorded pid not proven here: its nested namesakes wanted next, 0: none */
+	bool unjudged;            /* a client of pid 0's: its segment locked, no endpoint judged */
 };
 
 /* The hand-back whose maps were read ahead, while its endpoints are
@@ -702,14 +703,15 @@ static bool judging_list(struct reg_judging *jg)
 	return true;
 }
 
-int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply)
+int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply, bool judge)
 {
 	struct reg_judging *jg = calloc(1, sizeof(*jg));
 
 	if (!jg)
 		return -ENOMEM;
-	*jg = (struct reg_judging){.chan = chan, .done = *reply, .budget = REGISTRY_MAPS_BUDGET, .pidfd = -1};
-	if (!judging_list(jg)) {
+	*jg = (struct reg_judging){
+		.chan = chan, .done = *reply, .budget = REGISTRY_MAPS_BUDGET, .pidfd = -1, .unjudged = !judge};
+	if (judge && !judging_list(jg)) {
 		judging_free(jg);
 		return -ENOMEM;
 	}
@@ -718,30 +720,6 @@ int watch_judge_start(struct registry *r, struct channel *chan, const struct reg
 		q = &(*q)->next;
 	*q = jg;
 	return 0;
-}
-
-void watch_pin_end(struct registry *r, struct channel *chan, size_t max)
-{
-	int rc = segment_attach_pin(&chan->seg, &chan->made, max);
-
-	if (rc > 0)
-		return;
-	chan->pinning = false;
-	if (rc < 0) {
-		account_unpinned(r->acct, chan->uid, chan->seg.size);
-		log_warn("channel '%s': %zu bytes left unpinned: %s", chan->name, chan->seg.size, chan->seg.pin_error);
-	}
-}
-
-/* A judging's channel whose locking is given up (its client went, or the
- * daemon stops): unpinned, so charged. */
-static void pin_give_up(struct registry *r, struct channel *chan)
-{
-	if (!chan->pinning)
-		return;
-	segment_lock_abandon(&chan->seg, "its hand-back was given up while it was locked");
-	chan->pinning = false;
-	account_unpinned(r->acct, chan->uid, chan->seg.size);
 }
 
 /* Move @p jg, the first judging, to the end of the list (round robin). */
@@ -763,8 +741,7 @@ bool watch_judge_step(struct registry *r, struct reg_judged *done)
 
 	if (!jg)
 		return false;
-	if (jg->chan->pinning) { /* its segment locked first, a slice a turn */
-		watch_pin_end(r, jg->chan, segment_slice_bytes(&jg->chan->seg));
+	if (jg->chan->locking) { /* its segment locked first, a slice a turn (registry_step()) */
 		judging_requeue(r, jg);
 		return false;
 	}
@@ -787,7 +764,8 @@ bool watch_judge_step(struct registry *r, struct reg_judged *done)
 	}
 	r->judging = jg->next;
 	judging_now = jg;
-	watch_judge_endpoints(r, jg->chan);
+	if (!jg->unjudged)
+		watch_judge_endpoints(r, jg->chan);
 	judging_now = NULL;
 	*done = jg->done;
 	judging_free(jg);
@@ -804,8 +782,7 @@ void watch_client_gone(struct registry *r, uint64_t id)
 			continue;
 		}
 		*q = jg->next;
-		pin_give_up(r, jg->chan);
-		judging_free(jg);
+		judging_free(jg); /* its channel, if kept, is locked on */
 	}
 }
 
@@ -934,7 +911,6 @@ void watch_fini(struct registry *r)
 	while (r->judging) {
 		struct reg_judging *jg = r->judging;
 		r->judging = jg->next;
-		pin_give_up(r, jg->chan);
 		judging_free(jg);
 	}
 }

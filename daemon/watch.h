@@ -37,27 +37,20 @@ struct reg_judged {
 void watch_judge_endpoints(struct registry *r, struct channel *chan);
 
 /**
- * watch_judge_endpoints() of @p chan, handed back by a client, in slices:
- * the maps of the processes its endpoints name (and of the processes of
- * nested PID namespaces that have those pids there) are read
- * REGISTRY_MAPS_SLICE bytes a loop turn, in turn with the other
- * hand-backs, within the same budgets; then the endpoints are judged from
- * what was read (a process not read then, or exited since, is not
- * taken for the one read).  The client (@p reply->client) makes no other
- * request meanwhile and references @p chan; if it goes
- * (watch_client_gone()), the judging is given up.
+ * watch_judge_endpoints() of @p chan, handed back by a client, in slices,
+ * once its segment is locked (chan->locking, registry_step()): the maps of
+ * the processes its endpoints name (and of the processes of nested PID
+ * namespaces that have those pids there) are read REGISTRY_MAPS_SLICE
+ * bytes a loop turn, in turn with the other hand-backs, within the same
+ * budgets; then the endpoints are judged from what was read (a process
+ * not read then, or exited since, is not taken for the one read).  Not
+ * @p judge (a client of pid 0): the reply waits for the lock alone.  The
+ * client (@p reply->client) makes no other request meanwhile and
+ * references @p chan; if it goes (watch_client_gone()), the judging is
+ * given up.
  * @return 0, or -ENOMEM (judge at once instead).
  */
-int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply);
-
-/**
- * Lock the next @p max bytes of the segment of @p chan, handed back and
- * charged pinned, that chan->pinning says is being locked (SIZE_MAX: the
- * rest at once); once all is locked, or locking failed (then it is
- * charged unpinned, logged), chan->pinning goes.  A hand-back judged in
- * slices locks a slice a turn first (watch_judge_step()).
- */
-void watch_pin_end(struct registry *r, struct channel *chan, size_t max);
+int watch_judge_start(struct registry *r, struct channel *chan, const struct reg_judged *reply, bool judge);
 
 /**
  * A slice of the oldest judging (watch_judge_start()), once a loop turn

@@ -38,12 +38,21 @@
  *   locks them a slice a turn).
  *   And while a client opens every consumer of a shared queue full of
  *   small records and goes, again and again (each reap scans every lane,
- *   1 MiB a turn).
+ *   1 MiB a turn).  And from the first accept of a daemon that starts
+ *   with a segment of 1 GiB in its descriptor store (a restart): it locks
+ *   the segment a slice a turn and serves meanwhile; a client sees the
+ *   channel not pinned yet, opens it, and its RELOCK waits until the
+ *   channel is pinned; one that is not persistent and loses its grace at
+ *   once is destroyed while it is locked: its lock and its charge go.
+ *   And while a client that the daemon cannot see
+ *   (the daemon in a PID namespace of its own) hands back segments of
+ *   512 MiB again and again: locked a slice a turn too.
  */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -53,6 +62,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -172,18 +182,22 @@ static bool reads_zeros(int fd, off_t off, size_t len)
 	return true;
 }
 
-/* A daemon on the configuration @p conf, and a client of it. */
-static pinshm_client_t *start_conf(struct daemon *d, const char *conf)
+/* A daemon of options @p o on the configuration @p conf, accepting. */
+static void spawn_conf(struct daemon *d, const char *conf, const struct daemon_opts *o)
 {
-	struct daemon_opts o = {.config = true};
-
-	daemon_prepare(d, &o);
+	daemon_prepare(d, o);
 	FILE *f = fopen(d->conf, "w");
 	ck_assert_msg(f != NULL, "%s: %s", d->conf, strerror(errno));
 	fputs(conf, f);
 	ck_assert_int_eq(fclose(f), 0);
-	daemon_spawn(d, &o);
+	daemon_spawn(d, o);
 	daemon_wait_ready(d);
+}
+
+/* A daemon on the configuration @p conf, and a client of it. */
+static pinshm_client_t *start_conf(struct daemon *d, const char *conf)
+{
+	spawn_conf(d, conf, &(struct daemon_opts){.config = true});
 	return connect_ok(d);
 }
 
@@ -730,9 +744,9 @@ static int raw_adopt(int sock, const pinshm_channel_attr_t *attr, int seg)
 	return raw_request(sock, &m, seg);
 }
 
-/* Open @p name as a consumer on @p sock (its descriptor closed at once).
- * @return the status. */
-static int raw_open_consumer(int sock, const char *name)
+/* Open @p name as a consumer on @p sock (its descriptor closed at once):
+ * the channel's number into @p id unless NULL.  @return the status. */
+static int raw_open_consumer(int sock, const char *name, uint64_t *id)
 {
 	static struct proto_msg m;
 
@@ -743,6 +757,21 @@ static int raw_open_consumer(int sock, const char *name)
 	m.u.open.role = PINSHM_CONSUMER;
 	m.u.open.node = PINSHM_NODE_ANY;
 	m.u.open.owner = PROTO_OWNER_ANY;
+	int rc = raw_request(sock, &m, -1);
+	if (rc == 0 && id)
+		*id = m.u.open_reply.id;
+	return rc;
+}
+
+/* Ask for channel @p id, opened on @p sock, to be locked.  @return the status. */
+static int raw_relock(int sock, uint64_t id)
+{
+	static struct proto_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.h.type = PROTO_RELOCK;
+	m.h.seq = 4;
+	m.u.relock.id = id;
 	return raw_request(sock, &m, -1);
 }
 
@@ -799,6 +828,22 @@ START_TEST(test_stall_adopt)
 }
 END_TEST
 
+/* Measure the daemon @p d's service to @p c while a child hands back
+ * segments of @p attr (@p size bytes) again and again (@p who: by whom,
+ * for the output). */
+static void handback_measure(struct daemon *d, pinshm_client_t *c, const pinshm_channel_attr_t *attr, size_t size,
+			     const char *who)
+{
+	char what[96];
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(adopt_rounds(d, attr, &(pid_t){getpid()}, 1));
+	snprintf(what, sizeof(what), "hand-backs of %zu bytes%s", size, who);
+	stall_measure(d, c, pid, what);
+}
+
 /* Hand-backs of the largest segments a user may have: the daemon locks
  * them a slice a turn, as it does what it creates. */
 START_TEST(test_stall_handback_large)
@@ -806,15 +851,172 @@ START_TEST(test_stall_handback_large)
 	struct daemon d;
 	pinshm_channel_attr_t attr;
 	size_t size;
-	char what[64];
 	pinshm_client_t *c = start_largest(&d, &attr, &size);
 
+	handback_measure(&d, c, &attr, size, "");
+}
+END_TEST
+
+/* ---- a restart that adopts a large segment ------------------------------ */
+
+#define RESTART_BYTES (1024ull * MiB) /* the segment the store hands the daemon */
+/* Room for larger segments than the defaults allow. */
+#define LARGE_CONF "[daemon]\npool_segments = 0\nmax_segment_size = 2G\ndefault_user_quota = 2G\n"
+
+/* A queue of about RESTART_BYTES, made by this process, as the descriptor
+ * store hands it to a daemon that starts: @return its descriptor, and its
+ * record (this user's, mode 0600, named @p name, @p flags: PINSHM_PERSISTENT
+ * or 0) in @p fdname. */
+static int stored_segment(const char *name, unsigned flags, char *fdname, size_t len)
+{
+	pinshm_channel_attr_t attr;
+	struct stat st;
+	int fd = -1;
+
+	largest_attr(&attr, RESTART_BYTES);
+	ck_assert_int_eq(pinshm_segment_create(&attr, &fd), 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	snprintf(fdname, len, "pinshm.2.%llu.%u.%u.600.%u.%u.%u.%llu.%u.%u.%u.-1.0.%s", (unsigned long long)st.st_ino,
+		 (unsigned)getuid(), (unsigned)getgid(), flags, (unsigned)attr.kind, attr.flags,
+		 (unsigned long long)attr.capacity, attr.max_message, attr.max_producers, attr.max_consumers, name);
+	return fd;
+}
+
+/* In a child: the channel @p name, adopted at the start, is served while
+ * it is locked: listed not pinned yet, opened, and a RELOCK waits until
+ * it is locked; then it is listed pinned.  The open is a raw request: the
+ * library's would map the whole segment first.  @return the exit status. */
+static int restart_client(const struct daemon *d, const char *name)
+{
+	pinshm_client_t *c = NULL;
+	pinshm_list_entry_t before, after;
+	uint64_t id = 0, waited = 0;
+	int sock = raw_connect(d), rc = pinshm_connect(d->sock, &c);
+
+	rc = rc ? rc : pinshm_stat(c, name, &before);
+	rc = rc ? rc : sock >= 0 ? raw_open_consumer(sock, name, &id) : -EIO;
+	if (rc == 0) {
+		uint64_t t0 = tu_now_ms();
+		rc = raw_relock(sock, id);
+		waited = tu_now_ms() - t0;
+	}
+	rc = rc ? rc : pinshm_stat(c, name, &after);
+	if (rc != 0) {
+		fprintf(stderr, "stall: restart: %s (%s)\n", strerror(-rc), c ? pinshm_client_error(c) : "");
+		return 1;
+	}
+	fprintf(stderr, "stall: restart: '%s' %s at the first STAT, %s after a RELOCK that waited %llu ms\n", name,
+		before.state & PINSHM_LIST_PINNED ? "pinned" : "not pinned yet",
+		after.state & PINSHM_LIST_PINNED ? "pinned" : "NOT pinned", (unsigned long long)waited);
+	close(sock);
+	pinshm_disconnect(c);
+	return !(before.state & PINSHM_LIST_PINNED) && (after.state & PINSHM_LIST_PINNED) ? 0 : 1;
+}
+
+/* A daemon that starts with a large segment in the descriptor store
+ * (a restart) serves at once: it locks the segment a slice a turn. */
+START_TEST(test_stall_restart_large)
+{
+	struct daemon d;
+	char fdname[256], what[96];
+	const char *names[1] = {fdname};
+	int seg = stored_segment("big", PINSHM_PERSISTENT, fdname, sizeof(fdname));
+	struct daemon_opts o = {.config = true, .listen_fds = &seg, .listen_names = names, .nlisten = 1};
+	struct stat st;
+
+	ck_assert_int_eq(fstat(seg, &st), 0);
+	spawn_conf(&d, LARGE_CONF, &o);
+	close(seg); /* the daemon's now */
+	/* Its first request, from the first accept on: not after the lock. */
+	uint64_t t0 = tu_now_ms();
+	pinshm_client_t *c = connect_ok(&d);
+	pinshm_status_t status;
+	pinshm_user_usage_t *u;
+	size_t nu;
+	CLIENT_RC(c, pinshm_status(c, &status, &u, &nu), 0);
+	free(u);
+	uint64_t first = tu_now_ms() - t0;
+	fprintf(stderr, "stall: restart: the first connect and STATUS took %llu ms\n", (unsigned long long)first);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
-		_exit(adopt_rounds(&d, &attr, &(pid_t){getpid()}, 1));
-	snprintf(what, sizeof(what), "hand-backs of %zu bytes", size);
+		_exit(restart_client(&d, "big"));
+	snprintf(what, sizeof(what), "a start that adopts %lld bytes", (long long)st.st_size);
 	stall_measure(&d, c, pid, what);
+	if (!pinshmd_wrapper())
+		ck_assert_msg(first <= STALL_MAX_MS, "%s: first round trip %llu ms > %.0f ms", what,
+			      (unsigned long long)first, STALL_MAX_MS);
+}
+END_TEST
+
+static uint64_t charged(pinshm_client_t *c);
+
+/* A channel adopted at the start and destroyed while it is locked (not
+ * persistent, its grace over at once): its lock and its charge go, the
+ * daemon serves on and stops cleanly (no leak under a wrapper). */
+START_TEST(test_restart_given_up)
+{
+	struct daemon d;
+	char fdname[256];
+	const char *names[1] = {fdname};
+	int seg = stored_segment("brief", 0, fdname, sizeof(fdname));
+	struct daemon_opts o = {
+		.config = true, .log = true, .verbose = true, .listen_fds = &seg, .listen_names = names, .nlisten = 1};
+
+	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", "1", 1), 0);
+	spawn_conf(&d, LARGE_CONF, &o);
+	unsetenv("PINSHMD_TEST_ADOPT_GRACE_MS");
+	close(seg);
+	pinshm_client_t *c = connect_ok(&d);
+	wait_gone(c, "brief");
+	uint64_t end = tu_now_ms() + GONE_MS;
+	while (charged(c) != 0 && tu_now_ms() < end)
+		usleep(1000);
+	ck_assert_uint_eq(charged(c), 0);
+	pinshm_status_t st;
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+	ck_assert_uint_eq(st.pinned, 0); /* no pool here: nothing counted pinned is left */
+	ck_assert_int_le(daemon_locked_kb_at_most(d.pid, 0), 0);
+	ck_assert_msg(daemon_log_has(&d, "locking given up"), "'brief' was not destroyed while it was locked");
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/* ---- hand-backs by a client the daemon cannot see ---------------------- */
+
+#define UNSEEN_BYTES (512ull * MiB) /* each segment handed back */
+
+/* Whether this process may make a PID namespace (root). */
+static bool pid_namespaces_allowed(void)
+{
+	int st = 0;
+	pid_t p = fork();
+
+	if (p == 0)
+		_exit(unshare(CLONE_NEWPID) == 0 ? 0 : 1);
+	return p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* Hand-backs of large segments by a client whose pid the daemon cannot
+ * see (the daemon in a PID namespace of its own: SO_PEERCRED pid 0): no
+ * endpoint is judged, but the segment is locked a slice a turn, as for
+ * any other hand-back. */
+START_TEST(test_stall_handback_unseen)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	size_t size;
+
+	if (!pid_namespaces_allowed()) {
+		fprintf(stderr, "note: no PID namespaces here (root needed): the unseen hand-back test is skipped\n");
+		return;
+	}
+	spawn_conf(&d, LARGE_CONF, &(struct daemon_opts){.config = true, .own_pid_ns = true});
+	pinshm_client_t *c = connect_ok(&d);
+	largest_attr(&attr, UNSEEN_BYTES);
+	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
+	handback_measure(&d, c, &attr, size, " by a client of pid 0");
 }
 END_TEST
 
@@ -856,7 +1058,7 @@ static int reap_rounds(const struct daemon *d)
 	while (tu_now_ms() < end) {
 		int sock = raw_connect(d), rc = sock >= 0 ? 0 : -EIO;
 		for (unsigned k = 0; k < REAP_CONSUMERS && rc == 0; k++)
-			while ((rc = raw_open_consumer(sock, "reap")) == -EBUSY)
+			while ((rc = raw_open_consumer(sock, "reap", NULL)) == -EBUSY)
 				usleep(1000); /* the last round's consumers are still being reaped */
 		if (rc != 0) {
 			fprintf(stderr, "stall: reap: round %u: %s\n", rounds, strerror(-rc));
@@ -1019,6 +1221,9 @@ static Suite *hostile_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_stall_adopt);
 	tcase_add_test(tc, test_stall_handback_large);
+	tcase_add_test(tc, test_stall_restart_large);
+	tcase_add_test(tc, test_stall_handback_unseen);
+	tcase_add_test(tc, test_restart_given_up);
 	tcase_add_test(tc, test_stall_reap);
 	suite_add_tcase(s, tc);
 	return s;
