@@ -174,12 +174,22 @@ PINSHM_EXPORT const char *pinshm_channel_error(const pinshm_channel_t *ch);
 /** @return this handle's endpoint number in the channel (0..producers+consumers-1). */
 PINSHM_EXPORT unsigned pinshm_channel_endpoint(const pinshm_channel_t *ch);
 
+/** pinshm_channel_set_spin(): back to the default, adaptive budget. */
+#define PINSHM_SPIN_ADAPTIVE UINT64_MAX
+
 /**
  * Spin budget of blocking calls on this handle: a call that must wait polls
  * for about @p spin_ns nanoseconds, then yields, then sleeps on a futex
- * (each sleep bounded, so a corrupted wake-up flag costs at most a delay).
- * Default 50000 ns, about twice what waking a sleeping process costs; 0
- * sleeps at once.
+ * (each sleep bounded, so a corrupted wake-up flag costs at most a delay);
+ * 0 sleeps at once.  A budget set here is fixed: every wait polls that
+ * long, whatever the load.
+ * The default (and PINSHM_SPIN_ADAPTIVE) adapts per handle, up to 50000 ns,
+ * about twice what waking a sleeping process costs: a poll that runs out
+ * without the event (the peer was not running: more runnable threads than
+ * cores) halves the budget, down to 0; a wait satisfied while polling
+ * doubles it back.  At 0, one wait in 16 or more polls the full 50000 ns
+ * (one in up to 4096 while those polls keep running out), so that the
+ * budget comes back once the peer answers within it again.
  */
 PINSHM_EXPORT void pinshm_channel_set_spin(pinshm_channel_t *ch, uint64_t spin_ns);
 

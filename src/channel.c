@@ -110,7 +110,7 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 	memset(ch, 0, sizeof(*ch));
 	ch->map_size = (size_t)st.st_size;
 	ch->role = role;
-	ch->spin_ns = PINSHM_DEFAULT_SPIN_NS;
+	wait_spin_init(&ch->spin, PINSHM_DEFAULT_SPIN_NS, false);
 	ch->notify_fd = -1;
 	ch->notify_send = -1;
 	ch->gone_changes = UINT32_MAX;
@@ -246,7 +246,10 @@ unsigned pinshm_channel_endpoint(const pinshm_channel_t *ch)
 
 void pinshm_channel_set_spin(pinshm_channel_t *ch, uint64_t spin_ns)
 {
-	ch->spin_ns = spin_ns;
+	if (spin_ns == PINSHM_SPIN_ADAPTIVE)
+		wait_spin_init(&ch->spin, PINSHM_DEFAULT_SPIN_NS, false);
+	else
+		wait_spin_init(&ch->spin, spin_ns, true);
 }
 
 void pinshm_channel_set_quick_polls(pinshm_channel_t *ch, int on)

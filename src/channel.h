@@ -59,6 +59,26 @@ struct fetched_peer {
 	_Atomic bool wanted; /* set without the lock: the consumer there now wants a wake-up */
 };
 
+/*
+ * A handle's spin budget.  Fixed (pinshm_channel_set_spin()): every wait
+ * spins `budget_ns`.  Adaptive (the default): a spin that runs out its
+ * budget without the event (the peer was likely not running: the machine
+ * has more runnable threads than cores, and spinning takes the peer's
+ * core) halves the budget, which below WAIT_SPIN_FLOOR_NS becomes 0; a
+ * wait satisfied while spinning doubles it, up to `ceiling_ns`.  At 0, one
+ * wait in `probe_every` spins the ceiling (a probe): a satisfied probe
+ * restores the ceiling, a fruitless one doubles the interval, from
+ * WAIT_PROBE_MIN to WAIT_PROBE_MAX waits.  Private to its handle (one
+ * thread at a time), so plain fields.  Moved by wait.c (wait.h).
+ */
+struct wait_spin {
+	uint64_t budget_ns;   /* the next wait's spin; read by every blocking call */
+	uint64_t ceiling_ns;
+	uint32_t countdown;   /* waits until the next probe, while budget_ns is 0 */
+	uint32_t probe_every;
+	bool fixed;
+};
+
 /* The states of a producer's reservation (pinshm_channel.reserved). */
 enum {
 	RESV_NONE = 0,
@@ -89,7 +109,6 @@ struct pinshm_channel {
 	unsigned endpoint;
 	pinshm_role_t role;
 	bool broken;     /* shared state found inconsistent: -EBADMSG from now on */
-	uint64_t spin_ns;
 
 	/* Producer (lines 2 and 3). */
 	alignas(64) uint8_t *ring;
@@ -130,6 +149,8 @@ struct pinshm_channel {
 	unsigned cold_next;
 	struct held_record held[PINSHM_MAX_HELD];
 
+	/* Both: the spin of blocking calls (wait.h), read only by those. */
+	struct wait_spin spin;
 	/* Both: whether every peer has left, as of endpoint_changes == gone_changes. */
 	bool gone;
 	uint32_t gone_changes;

@@ -564,7 +564,7 @@ static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, 
 	consumer_disarm(ch);
 	int rc = timeout_ms == PINSHM_NONBLOCK && ch->quick_polls
 			 ? recv_attempt(&args, true)
-			 : wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, ch->spin_ns, &ch->ep->sleeping,
+			 : wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, &ch->spin, &ch->ep->sleeping,
 				    SLEEPING_DATA);
 	if (rc != -EAGAIN && rc != -ETIMEDOUT)
 		return rc;

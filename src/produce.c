@@ -255,7 +255,7 @@ static inline __attribute__((always_inline)) int reserve(pinshm_channel_t *ch, s
 		return rc;
 	if (ch->wake_pending)
 		producer_wake(ch); /* never sleep on messages the consumers were not told of */
-	return wait_for(&ch->hdr->space, reserve_attempt, &args, timeout_ms, ch->spin_ns, &ch->ep->sleeping,
+	return wait_for(&ch->hdr->space, reserve_attempt, &args, timeout_ms, &ch->spin, &ch->ep->sleeping,
 			SLEEPING_SPACE);
 }
 

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "pinshm.h"
 #include "wait.h"
 
@@ -97,29 +98,78 @@ void wait_wake_all(struct wait_line *wl)
 	syscall(SYS_futex, (uint32_t *)&wl->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, uint64_t spin_ns,
+void wait_spin_init(struct wait_spin *s, uint64_t ns, bool fixed)
+{
+	*s = (struct wait_spin){ .budget_ns = ns, .ceiling_ns = ns, .countdown = WAIT_PROBE_MIN,
+				 .probe_every = WAIT_PROBE_MIN, .fixed = fixed };
+}
+
+uint64_t wait_spin_begin(struct wait_spin *s)
+{
+	if (s->budget_ns > 0 || s->fixed)
+		return s->budget_ns;
+	if (s->countdown > 1) {
+		s->countdown--;
+		return 0;
+	}
+	s->countdown = s->probe_every; /* a probe cut short by its deadline: the next one as usual */
+	return s->ceiling_ns;
+}
+
+void wait_spin_end(struct wait_spin *s, uint64_t spun_ns, bool satisfied)
+{
+	if (s->fixed || spun_ns == 0)
+		return;
+	if (satisfied) {
+		s->budget_ns = s->budget_ns == 0 || s->budget_ns > s->ceiling_ns / 2 ? s->ceiling_ns : 2 * s->budget_ns;
+		s->probe_every = WAIT_PROBE_MIN;
+	} else if (s->budget_ns == 0) {
+		if (s->probe_every < WAIT_PROBE_MAX)
+			s->probe_every *= 2;
+	} else if ((s->budget_ns /= 2) < WAIT_SPIN_FLOOR_NS) {
+		s->budget_ns = 0;
+	}
+	s->countdown = s->probe_every;
+}
+
+/* The spin of a wait: the peer is probably running on another core right
+ * now.  Updates *now; the attempt's result, -EAGAIN when the spin ran out. */
+static int spin_phase(wait_attempt_fn attempt, void *arg, struct wait_spin *spin, uint64_t spin_ns,
+		      uint64_t start, uint64_t deadline, uint64_t *now)
+{
+	while (*now - start < spin_ns && *now < deadline) {
+		for (int i = 0; i < 32; i++) {
+			cpu_relax();
+			int rc = attempt(arg, true);
+			if (rc != -EAGAIN) {
+				wait_spin_end(spin, spin_ns, true);
+				return rc;
+			}
+		}
+		*now = wait_now_ns();
+	}
+	if (*now - start >= spin_ns) /* not when its deadline cut it short */
+		wait_spin_end(spin, spin_ns, false);
+	return -EAGAIN;
+}
+
+int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, struct wait_spin *spin,
 	     _Atomic uint32_t *mark, uint32_t bit)
 {
 	/* The first attempt is the spin's first, unless it decides. */
-	int rc = attempt(arg, timeout_ms != PINSHM_NONBLOCK && spin_ns > 0);
+	int rc = attempt(arg, timeout_ms != PINSHM_NONBLOCK && spin->budget_ns > 0);
 
 	if (rc != -EAGAIN || timeout_ms == PINSHM_NONBLOCK)
 		return rc;
 
+	uint64_t spin_ns = wait_spin_begin(spin);
 	uint64_t start = wait_now_ns();
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
 	uint64_t now = start;
 
-	/* Spin: the peer is probably running on another core right now. */
-	while (now - start < spin_ns && now < deadline) {
-		for (int i = 0; i < 32; i++) {
-			cpu_relax();
-			rc = attempt(arg, true);
-			if (rc != -EAGAIN)
-				return rc;
-		}
-		now = wait_now_ns();
-	}
+	rc = spin_phase(attempt, arg, spin, spin_ns, start, deadline, &now);
+	if (rc != -EAGAIN)
+		return rc;
 	/* Yield: the peer may need this core (not when told to sleep at once). */
 	for (int i = 0; spin_ns > 0 && i < YIELDS && now < deadline; i++) {
 		sched_yield();

@@ -23,6 +23,21 @@
 
 #define WAIT_SLICE_MS 50
 
+/* A handle's spin budget (struct wait_spin, channel.h, where handles
+ * embed it): its bounds, and the functions that move it. */
+struct wait_spin;
+
+#define WAIT_SPIN_FLOOR_NS 2000u
+#define WAIT_PROBE_MIN 16u
+#define WAIT_PROBE_MAX 4096u
+
+/** Fixed at @p ns, or adaptive up to a ceiling of @p ns. */
+void wait_spin_init(struct wait_spin *s, uint64_t ns, bool fixed);
+/** The spin of a wait that could not be satisfied at once (may be a probe). */
+uint64_t wait_spin_begin(struct wait_spin *s);
+/** After a wait spun @p spun_ns (> 0): @p satisfied while spinning, or ran out. */
+void wait_spin_end(struct wait_spin *s, uint64_t spun_ns, bool satisfied);
+
 /* One attempt at the operation being waited for: 0 or an error to return,
  * -EAGAIN to keep waiting.  A @p quick attempt (one of the spin's) may
  * look at only part of what it waits on, as long as quick attempts in a
@@ -32,11 +47,12 @@ typedef int (*wait_attempt_fn)(void *arg, bool quick);
 
 /**
  * Call @p attempt until it returns anything but -EAGAIN or @p timeout_ms
- * (PINSHM_NONBLOCK, PINSHM_FOREVER or milliseconds) runs out: spin for
- * @p spin_ns, yield a little, then sleep on @p wl between attempts.
+ * (PINSHM_NONBLOCK, PINSHM_FOREVER or milliseconds) runs out: spin as
+ * @p spin says (and tell it how that went), yield a little, then sleep on
+ * @p wl between attempts.
  * @return the attempt's result, -EAGAIN (non-blocking) or -ETIMEDOUT.
  */
-int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, uint64_t spin_ns,
+int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, struct wait_spin *spin,
 	     _Atomic uint32_t *mark, uint32_t bit);
 
 /*

@@ -20,9 +20,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "layout.h"
 #include "pinshm.h"
 #include "testutil.h"
+#include "wait.h"
 
 #define KiB 1024u
 
@@ -2327,6 +2329,112 @@ START_TEST(test_eventfd_topic)
 }
 END_TEST
 
+/* Waits until the next probe of a spin budget at 0: the waits that spin 0,
+ * then the probe itself (its spin returned). */
+static unsigned waits_to_probe(struct wait_spin *s, uint64_t *probe_ns)
+{
+	for (unsigned n = 1; n <= 2 * WAIT_PROBE_MAX; n++) {
+		uint64_t ns = wait_spin_begin(s);
+		ck_assert_uint_eq(s->budget_ns, 0);
+		if (ns > 0) {
+			*probe_ns = ns;
+			return n;
+		}
+	}
+	ck_abort_msg("no probe in %u waits", 2 * WAIT_PROBE_MAX);
+	return 0;
+}
+
+/* The adaptive spin budget: spins that run out shrink it to 0, probes
+ * then come at growing intervals, a satisfied probe restores it and a
+ * run of satisfied spins grows it back to its ceiling, never above. */
+START_TEST(test_spin_adapts)
+{
+	struct wait_spin s;
+	uint64_t ns, was;
+	unsigned n, every = WAIT_PROBE_MIN;
+
+	wait_spin_init(&s, 50000, false);
+	for (n = 0; s.budget_ns > 0; n++) {
+		ck_assert_uint_lt(n, 10);
+		was = s.budget_ns;
+		ns = wait_spin_begin(&s);
+		ck_assert_uint_eq(ns, was);
+		wait_spin_end(&s, ns, false);
+		ck_assert_uint_lt(s.budget_ns, was);
+	}
+	/* Fruitless probes space themselves out, up to a bound. */
+	for (unsigned i = 0; i < 12; i++) {
+		ck_assert_uint_eq(waits_to_probe(&s, &ns), every);
+		ck_assert_uint_eq(ns, 50000);
+		wait_spin_end(&s, ns, false);
+		if (every < WAIT_PROBE_MAX)
+			every *= 2;
+	}
+	ck_assert_uint_eq(every, WAIT_PROBE_MAX);
+	/* A probe satisfied: the whole budget again, probes frequent again. */
+	waits_to_probe(&s, &ns);
+	wait_spin_end(&s, ns, true);
+	ck_assert_uint_eq(s.budget_ns, 50000);
+	/* Down to a small budget, then a run of satisfied spins. */
+	for (n = 0; n < 4; n++)
+		wait_spin_end(&s, wait_spin_begin(&s), false);
+	ck_assert_uint_gt(s.budget_ns, 0);
+	ck_assert_uint_le(s.budget_ns, 50000 / 16);
+	for (n = 0; s.budget_ns < 50000; n++) {
+		ck_assert_uint_lt(n, 5);
+		was = s.budget_ns;
+		wait_spin_end(&s, wait_spin_begin(&s), true);
+		ck_assert_uint_gt(s.budget_ns, was);
+	}
+	wait_spin_end(&s, wait_spin_begin(&s), true);
+	ck_assert_uint_eq(s.budget_ns, 50000);
+	/* Back to 0: the first probe comes after WAIT_PROBE_MIN waits again. */
+	while (s.budget_ns > 0)
+		wait_spin_end(&s, wait_spin_begin(&s), false);
+	ck_assert_uint_eq(waits_to_probe(&s, &ns), WAIT_PROBE_MIN);
+
+	/* A fixed budget never moves, and a fixed 0 never probes. */
+	wait_spin_init(&s, 20000, true);
+	for (n = 0; n < 10; n++) {
+		ck_assert_uint_eq(wait_spin_begin(&s), 20000);
+		wait_spin_end(&s, 20000, false);
+	}
+	wait_spin_init(&s, 0, true);
+	for (n = 0; n < 2 * WAIT_PROBE_MAX; n++)
+		ck_assert_uint_eq(wait_spin_begin(&s), 0);
+}
+END_TEST
+
+/* A handle's waits drive its budget: receives that time out on an empty
+ * channel shrink the default one to 0 and leave a fixed one alone;
+ * PINSHM_SPIN_ADAPTIVE brings the default back. */
+START_TEST(test_spin_handle)
+{
+	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
+	size_t len;
+
+	ck_assert(!pr.c->spin.fixed);
+	ck_assert_uint_eq(pr.c->spin.budget_ns, 50000);
+	for (unsigned i = 0; i < 5; i++)
+		TU_RC(pinshm_recv(pr.c, rbuf, sizeof(rbuf), &len, 2), -ETIMEDOUT);
+	ck_assert_uint_eq(pr.c->spin.budget_ns, 0);
+	/* One taken at once says nothing of the spin. */
+	send_pat(pr.p, 100, 7);
+	TU_RC(pinshm_recv(pr.c, rbuf, sizeof(rbuf), &len, 1000), 0);
+	ck_assert_uint_eq(pr.c->spin.budget_ns, 0);
+
+	pinshm_channel_set_spin(pr.c, 30000);
+	for (unsigned i = 0; i < 3; i++)
+		TU_RC(pinshm_recv(pr.c, rbuf, sizeof(rbuf), &len, 2), -ETIMEDOUT);
+	ck_assert_uint_eq(pr.c->spin.budget_ns, 30000);
+	pinshm_channel_set_spin(pr.c, PINSHM_SPIN_ADAPTIVE);
+	ck_assert(!pr.c->spin.fixed);
+	ck_assert_uint_eq(pr.c->spin.budget_ns, 50000);
+	pair_close(&pr);
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
 	Suite *s = suite_create("ring");
@@ -2378,6 +2486,8 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_timeouts);
 	tcase_add_test(tc, test_wakeup_recv);
 	tcase_add_test(tc, test_wakeup_send);
+	tcase_add_test(tc, test_spin_adapts);
+	tcase_add_test(tc, test_spin_handle);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("topic");
