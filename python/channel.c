@@ -630,8 +630,9 @@ static PyObject *chan_info(ChannelObject *self, PyObject *unused)
 			     (unsigned long long)(self->end - self->first));
 }
 
-PyDoc_STRVAR(set_spin_doc, "set_spin(ns)\n\nHow long a wait polls before it sleeps, in nanoseconds "
-			   "(pinshm_channel_set_spin(); default 50000, 0: sleep at once).");
+PyDoc_STRVAR(set_spin_doc, "set_spin(ns)\n\nFix how long a wait polls before it sleeps, in nanoseconds "
+			   "(pinshm_channel_set_spin(); 0: sleep at once).  By default the spin adapts, up to\n"
+			   "50000 ns, and falls to nothing where spinning does not pay; SPIN_ADAPTIVE restores that.");
 
 static PyObject *chan_set_spin(ChannelObject *self, PyObject *arg)
 {

@@ -362,6 +362,11 @@ static int add_constants(PyObject *m)
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
 		if (PyModule_AddIntConstant(m, k[i].name, (long)k[i].value) < 0)
 			return -1;
+	PyObject *adaptive = PyLong_FromUnsignedLongLong(PINSHM_SPIN_ADAPTIVE);
+	if (!adaptive || PyModule_AddObject(m, "SPIN_ADAPTIVE", adaptive) < 0) {
+		Py_XDECREF(adaptive);
+		return -1;
+	}
 	return PyModule_AddStringConstant(m, "LIBRARY_VERSION", pinshm_version());
 }
 

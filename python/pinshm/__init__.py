@@ -37,6 +37,7 @@ from _pinshm import (  # noqa: F401  (re-exported)
     QUEUE,
     REGISTERED,
     REGISTERED_READ_ONLY,
+    SPIN_ADAPTIVE,
     TOPIC,
     Channel,
     Client,
@@ -67,7 +68,7 @@ __version__ = LIBRARY_VERSION
 __all__ = [
     "CONSUMER", "HUGEPAGES", "LAYOUT_VERSION", "LIBRARY_VERSION", "MAX_HELD", "MIN_CAPACITY",
     "NAME_MAX", "OVERRUN", "PERSISTENT", "PRODUCER", "PROTOCOL_VERSION", "QUEUE", "REGISTERED",
-    "REGISTERED_READ_ONLY", "TOPIC", "Channel", "Client", "Corrupt", "Device", "Empty", "Error",
+    "REGISTERED_READ_ONLY", "SPIN_ADAPTIVE", "TOPIC", "Channel", "Client", "Corrupt", "Device", "Empty", "Error",
     "Full", "Message", "PeerGone",
     "Reservation", "Stale", "Timeout", "TooManyHeld", "connect", "cuda_device", "opencl_device", "own_name",
     "strerror",

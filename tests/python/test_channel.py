@@ -128,6 +128,10 @@ def test_info(pair):
     assert tx.info()["endpoint"] != i["endpoint"]
     tx.set_spin(0)
     tx.flush()
+    assert pinshm.SPIN_ADAPTIVE == 2**64 - 1
+    tx.set_spin(pinshm.SPIN_ADAPTIVE)
+    with pytest.raises(OverflowError):
+        tx.set_spin(2**64)
 
 
 def test_close(pair):
