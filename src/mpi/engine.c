@@ -853,6 +853,15 @@ static bool any_busy(void)
 	return false;
 }
 
+/* Whether only a record can end a wait that @p may_sleep: nothing queued
+ * to write, no receive the MPI library may match, no progress call under
+ * way, no nonblocking collective to move. */
+static bool only_record_ends_wait(bool may_sleep)
+{
+	return may_sleep && !any_busy() && !pm.hybrid.head && !pm.remote.head && !pm.in_progress &&
+	       !pm_coll_nb_pending;
+}
+
 /*
  * Waiting, where only a record can end the wait and ranks do not outnumber
  * cores: in the ring itself (below).  Otherwise: poll for spin_ns, then
@@ -866,8 +875,7 @@ static bool any_busy(void)
 void pm_idle(unsigned *idle, bool may_sleep)
 {
 	static uint64_t since;
-	if (may_sleep && pm.cfg.spin_ns && !any_busy() && !pm.hybrid.head && !pm.remote.head && !pm.in_progress &&
-	    !pm_coll_nb_pending) {
+	if (pm.cfg.spin_ns && only_record_ends_wait(may_sleep)) {
 		/* Only a record can end this wait: the ring waits for it, polling
 		 * its lanes tightly for spin_ns (the first time), then yielding,
 		 * then asleep, 1 ms at a time between calls to the library. */
@@ -896,7 +904,7 @@ void pm_idle(unsigned *idle, bool may_sleep)
 		sched_yield(); /* the library progresses every 64 passes (above) */
 		return;
 	}
-	if (may_sleep && !any_busy() && !pm.hybrid.head && !pm.remote.head && !pm.in_progress && !pm_coll_nb_pending) {
+	if (only_record_ends_wait(may_sleep)) {
 		pm.in_progress = 1;
 		int did = drain_inbound(1);
 		pm.in_progress = 0;
