@@ -64,12 +64,12 @@
  * have not reconnected.
  *
  * Outside service mode, clients hand their segments back when they
- * reconnect (pinshm_reconnect(3), an ADOPT request with the descriptor):
+ * reconnect (pinshm_reconnect(3), a HANDBACK request with the descriptor):
  * see handback.h for what the daemon checks and trusts.  A client can
  * prove only that it holds the segment: not who owned the channel, its
  * mode or its name.  So a channel the daemon learns from a client belongs
  * to that client's user, mode 0600, not persistent, with the configured
- * pin_idle (an ADOPT carries none, and no reply tells a client the
+ * pin_idle (a HANDBACK carries none, and no reply tells a client the
  * channel's but a STAT); the original owner, group, mode, persistence and
  * pin_idle are kept only where the daemon's own record survived (the
  * descriptor store).

@@ -65,7 +65,7 @@ static int handback_new(struct registry *r, struct reg_client *c, const char *na
 	chan->attr = *attr;
 	chan->attr.max_message = g->max_message;
 	chan->g = *g;
-	chan->pin_idle = r->acct->cfg->pin_idle; /* an ADOPT does not carry the channel's own: the default */
+	chan->pin_idle = r->acct->cfg->pin_idle; /* a HANDBACK does not carry the channel's own: the default */
 	/* A name the client may not create (names.h) is not given either. */
 	chan->named = names_may_create(&r->acct->cfg->names, &c->cred, name, why, whylen) == 0;
 	rc = registry_insert(r, chan, why, whylen);
@@ -119,7 +119,7 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 			snprintf(why, whylen, "channel '%s' has another geometry", chan->name);
 			return -EINVAL;
 		}
-		*flags |= PROTO_ADOPT_KNOWN;
+		*flags |= PROTO_HANDBACK_KNOWN;
 	} else {
 		rc = handback_new(r, c, q->name, &q->attr, &g, *fd, &chan, why, whylen);
 		if (rc != 0)
@@ -135,15 +135,15 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 	rc = registry_ref(r, c, chan, why, whylen);
 	if (rc != 0)
 		return rc; /* chan may be gone */
-	*flags |= chan->named ? PROTO_ADOPT_NAMED : 0;
+	*flags |= chan->named ? PROTO_HANDBACK_NAMED : 0;
 	struct endpoint_check e = {.g = &chan->g, .endpoint = q->endpoint, .pid = (uint32_t)c->cred.pid};
 	if (chan->holder[q->endpoint] == 0 && !registry_reaping(r, chan, q->endpoint) &&
 	    segment_access(&chan->seg, endpoint_attached, &e) == 0) {
 		chan->holder[q->endpoint] = c->id;
-		*flags |= PROTO_ADOPT_ENDPOINT;
+		*flags |= PROTO_HANDBACK_ENDPOINT;
 	}
 	*id = chid;
-	if (*flags & PROTO_ADOPT_KNOWN)
+	if (*flags & PROTO_HANDBACK_KNOWN)
 		return 0;
 	/* A channel new to this daemon: the endpoints of the others, judged
 	 * once it is locked.  Not by a client the daemon cannot see

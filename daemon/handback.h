@@ -1,6 +1,6 @@
 /*
  * handback.h - a channel handed back by a client that reconnects to a
- * daemon that does not know it (pinshm_reconnect(3), an ADOPT request
+ * daemon that does not know it (pinshm_reconnect(3), a HANDBACK request
  * with the segment's descriptor): what the daemon checks, and what it
  * trusts (the rule is adopt.h's: a client proves only that it holds the
  * segment).
@@ -13,7 +13,7 @@
 
 #include "registry.h"
 
-/* What a client says of a channel it hands back (an ADOPT request). */
+/* What a client says of a channel it hands back (a HANDBACK request). */
 struct handback_request {
 	const char *name;             /* valid */
 	pinshm_channel_attr_t attr;   /* the geometry it attached with */
@@ -37,7 +37,7 @@ struct handback_request {
  * client of pid 0 (its PID namespace not nested in the daemon's): its
  * endpoints are not judged.  @return -EINPROGRESS, the reply
  * (watch_judge_step()) once it is locked and they are judged.
- * @return 0 with @p id (the channel's number) and @p flags (PROTO_ADOPT_*),
+ * @return 0 with @p id (the channel's number) and @p flags (PROTO_HANDBACK_*),
  *         @p *fd set to -1 where the channel took it; -EINPROGRESS (the
  *         same, judged in slices); or -EINVAL (bad
  *         geometry, endpoint or segment), -EPROTO/-EBADMSG (its header),

@@ -2,7 +2,7 @@
  * names.h - who may create which channel names (pinshmd.conf(5), [names]).
  *
  * Three rules, checked at CREATE (and when a client hands back a channel
- * the daemon does not know, ADOPT: a name it may not create is not given):
+ * the daemon does not know, HANDBACK: a name it may not create is not given):
  *
  * - a name of the owned form "@UID.REST" (proto_name_owner()) belongs to
  *   that uid: only it may create it;

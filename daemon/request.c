@@ -221,17 +221,17 @@ static int serve_stat(struct request_ctx *ctx, const struct proto_msg *req, stru
 static int serve_handback(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
 		       struct proto_msg *rep)
 {
-	int rc = check_name(rep, req->u.adopt.name);
+	int rc = check_name(rep, req->u.handback.name);
 
 	if (rc != 0)
 		return rc;
 	if (ctx->in_fd < 0)
-		return fail(rep, -EINVAL, "ADOPT comes with the channel's descriptor");
-	struct handback_request q = {.name = req->u.adopt.name,
-				  .attr = proto_geometry_to_attr(&req->u.adopt.geo),
-				  .role = req->u.adopt.role,
-				  .endpoint = req->u.adopt.endpoint};
-	return handback(ctx->reg, c, &q, &ctx->in_fd, &rep->u.adopt_reply.id, &rep->u.adopt_reply.flags,
+		return fail(rep, -EINVAL, "HANDBACK comes with the channel's descriptor");
+	struct handback_request q = {.name = req->u.handback.name,
+				  .attr = proto_geometry_to_attr(&req->u.handback.geo),
+				  .role = req->u.handback.role,
+				  .endpoint = req->u.handback.endpoint};
+	return handback(ctx->reg, c, &q, &ctx->in_fd, &rep->u.handback_reply.id, &rep->u.handback_reply.flags,
 			    rep->text, sizeof(rep->text));
 }
 
@@ -448,7 +448,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		rc = serve_relock(ctx, c, req, rep);
 		out->relock_id = req->u.relock.id;
 		break;
-	case PROTO_ADOPT:
+	case PROTO_HANDBACK:
 		rc = serve_handback(ctx, c, req, rep);
 		break;
 	case PROTO_NOTIFY:
@@ -466,7 +466,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	}
 	if (rc == -EINPROGRESS) {
-		/* A CREATE, an ADOPT or a RELOCK in progress: request_created(),
+		/* A CREATE, a HANDBACK or a RELOCK in progress: request_created(),
 		 * request_handed_back() or request_relocked() replies. */
 		out->deferred = true;
 		out->seq = req->h.seq;
@@ -507,10 +507,10 @@ void request_handed_back(struct request_ctx *ctx, const struct reg_judged *done,
 
 	*out = (struct reply){.fd = -1};
 	memset(rep, 0, offsetof(struct proto_msg, u));
-	rep->h.type = PROTO_ADOPT | PROTO_REPLY;
+	rep->h.type = PROTO_HANDBACK | PROTO_REPLY;
 	rep->h.seq = seq;
-	rep->u.adopt_reply.id = done->id;
-	rep->u.adopt_reply.flags = done->flags;
+	rep->u.handback_reply.id = done->id;
+	rep->u.handback_reply.flags = done->flags;
 	finish(rep, out);
 }
 

@@ -12,7 +12,7 @@
  * - a header of another protocol version: an ERROR reply (-EPROTO); the
  *   connection stays open (the client may retry in our version);
  * - an unknown request type: an ERROR reply (-EOPNOTSUPP); it stays open;
- * - a descriptor with any request but ADOPT: an ERROR reply (-EPROTO), and
+ * - a descriptor with any request but HANDBACK: an ERROR reply (-EPROTO), and
  *   the connection is closed after it;
  * - a well-formed request with bad values (name, role, mode, flags,
  *   geometry) or one that is refused: its reply with a negative status.
@@ -65,7 +65,7 @@ struct reply {
 			   * a pending reply send another descriptor under the same number */
 	bool close_after; /* close the connection once it is sent */
 	bool deferred;    /* nothing to send yet: a CREATE in progress (registry_create()), whose
-			   * reply request_created() builds, an ADOPT being judged
+			   * reply request_created() builds, a HANDBACK being judged
 			   * (request_handed_back()), or a RELOCK of a channel being locked
 			   * (request_relocked()); the connection is not read until then */
 	uint32_t seq;     /* with deferred: the request's */
@@ -94,7 +94,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 void request_created(struct request_ctx *ctx, struct reg_client *c, struct channel *chan, uint32_t seq,
 		     struct reply *out);
 
-/** The reply to a deferred ADOPT (seq @p seq) whose endpoints are judged
+/** The reply to a deferred HANDBACK (seq @p seq) whose endpoints are judged
  *  (watch_judge_step()'s @p done). */
 void request_handed_back(struct request_ctx *ctx, const struct reg_judged *done, uint32_t seq, struct reply *out);
 

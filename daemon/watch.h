@@ -26,7 +26,7 @@ void watch_fini(struct registry *r);
 struct reg_judged {
 	uint64_t client; /* the connection's id */
 	uint64_t id;     /* the channel's number */
-	uint32_t flags;  /* PROTO_ADOPT_* */
+	uint32_t flags;  /* PROTO_HANDBACK_* */
 };
 
 /**

@@ -555,7 +555,7 @@ PINSHM_EXPORT int pinshm_disconnect(pinshm_client_t *c);
  * restarted, or it exited idle): to the same place, as
  * pinshm_connect_flags() did (starting a daemon where it was allowed to),
  * then hand back to the new daemon the segment of every channel open
- * through @p c (an ADOPT request with its descriptor: the client keeps one
+ * through @p c (a HANDBACK request with its descriptor: the client keeps one
  * descriptor per open handle for this), so that it locks, accounts and
  * serves them again and claims their endpoints for the new connection.
  * Every other call on @p c does this by itself before its request when it

@@ -769,26 +769,26 @@ int client_close_endpoint(pinshm_client_t *c, uint64_t id, uint64_t conn, unsign
  * refused NOTIFY or DEVICE leaves the hand-back done. */
 static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 {
-	struct proto_msg req = {.h.type = PROTO_ADOPT}, rep;
+	struct proto_msg req = {.h.type = PROTO_HANDBACK}, rep;
 	const pinshm_channel_t *ch = k->ch;
 
-	snprintf(req.u.adopt.name, sizeof(req.u.adopt.name), "%s", k->name);
-	req.u.adopt.geo = (struct proto_geometry){.kind = ch->g.kind,
+	snprintf(req.u.handback.name, sizeof(req.u.handback.name), "%s", k->name);
+	req.u.handback.geo = (struct proto_geometry){.kind = ch->g.kind,
 						  .flags = ch->g.flags,
 						  .capacity = ch->g.capacity,
 						  .max_message = ch->g.max_message,
 						  .max_producers = ch->g.max_producers,
 						  .max_consumers = ch->g.max_consumers};
-	req.u.adopt.role = (uint32_t)ch->role;
-	req.u.adopt.endpoint = ch->endpoint;
+	req.u.handback.role = (uint32_t)ch->role;
+	req.u.handback.endpoint = ch->endpoint;
 	int rc = exchange(c, &req, &rep, NULL, k->fd); /* within client_reconnect(): connected */
 	if (rc != 0)
 		return rc;
-	k->ch->daemon_id = rep.u.adopt_reply.id;
+	k->ch->daemon_id = rep.u.handback_reply.id;
 	k->ch->daemon_conn = c->connection;
 	if (ch->role == PINSHM_PRODUCER)
 		producer_fetch_again(k->ch); /* the new daemon may have the sockets it could not give */
-	if (ch->role == PINSHM_CONSUMER && ch->notify_send >= 0 && (rep.u.adopt_reply.flags & PROTO_ADOPT_ENDPOINT)) {
+	if (ch->role == PINSHM_CONSUMER && ch->notify_send >= 0 && (rep.u.handback_reply.flags & PROTO_HANDBACK_ENDPOINT)) {
 		int r = client_register_notify(c, k->ch, ch->notify_send);
 		if (r != 0 && c->broken)
 			return r;
@@ -803,7 +803,7 @@ static int hand_back(pinshm_client_t *c, const struct kept_segment *k)
 /*
  * A new connection where the daemon closed this one (it was restarted, or
  * it exited idle): connect as pinshm_connect_flags() did, then hand back
- * the segment of every open handle (ADOPT).  A channel the new daemon
+ * the segment of every open handle (HANDBACK).  A channel the new daemon
  * refuses is still usable; only a failure of the connection is returned.
  */
 static int client_reconnect(pinshm_client_t *c)

@@ -349,15 +349,15 @@ static const struct field stat_rep[] = {
 static const struct field relock_req[] = {
 	U64(T, u.relock.id),
 };
-static const struct field adopt_req[] = {
-	NAME(T, u.adopt.name),
-	RECORD(T, u.adopt.geo, geometry),
-	U32(T, u.adopt.role),
-	U32(T, u.adopt.endpoint),
+static const struct field handback_req[] = {
+	NAME(T, u.handback.name),
+	RECORD(T, u.handback.geo, geometry),
+	U32(T, u.handback.role),
+	U32(T, u.handback.endpoint),
 };
-static const struct field adopt_rep[] = {
-	U64(T, u.adopt_reply.id),
-	FLAGS(T, u.adopt_reply.flags, PROTO_ADOPT_FLAGS),
+static const struct field handback_rep[] = {
+	U64(T, u.handback_reply.id),
+	FLAGS(T, u.handback_reply.flags, PROTO_HANDBACK_FLAGS),
 };
 static const struct field notify_req[] = {
 	U64(T, u.notify.id),
@@ -392,7 +392,7 @@ static const struct message {
 	[PROTO_CLOSE] = {.name = "CLOSE", .request = BODY(close_req)},
 	[PROTO_STAT] = {.name = "STAT", .request = BODY(stat_req), .reply = BODY(stat_rep)},
 	[PROTO_RELOCK] = {.name = "RELOCK", .request = BODY(relock_req)},
-	[PROTO_ADOPT] = {.name = "ADOPT", .request = BODY(adopt_req), .reply = BODY(adopt_rep), .request_fd = true},
+	[PROTO_HANDBACK] = {.name = "HANDBACK", .request = BODY(handback_req), .reply = BODY(handback_rep), .request_fd = true},
 	[PROTO_NOTIFY] = {.name = "NOTIFY", .request = BODY(notify_req), .request_fd = true},
 	[PROTO_PEER] = {.name = "PEER", .request = BODY(peer_req), .reply_fd = true},
 	[PROTO_DEVICE] = {.name = "DEVICE", .request = BODY(device_req)},

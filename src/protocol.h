@@ -7,7 +7,7 @@
  * Transport: a SOCK_SEQPACKET Unix socket.  One packet is one message; a
  * client sends a request and waits for its reply before the next, and the
  * daemon answers every request in order.  Descriptors travel with
- * SCM_RIGHTS (fdpass.h): only OPEN and PEER replies and ADOPT and NOTIFY
+ * SCM_RIGHTS (fdpass.h): only OPEN and PEER replies and HANDBACK and NOTIFY
  * requests carry one.
  *
  * Every packet starts with a 16-byte header, then a body.  All integers
@@ -68,7 +68,7 @@
 
 /*
  * Message types.  The fields of each: its member of proto_msg's union below
- * (a reply's: NAME_reply; none: an empty body), in wire order.  ADOPT comes
+ * (a reply's: NAME_reply; none: an empty body), in wire order.  HANDBACK comes
  * with the channel's segment, NOTIFY with the endpoint's eventfd, and a
  * successful OPEN or PEER reply with the segment or that eventfd.
  */
@@ -84,7 +84,7 @@ enum proto_type {
 	PROTO_CLOSE = 9,    /* an endpoint claimed by OPEN */
 	PROTO_STAT = 10,    /* one channel, by name */
 	PROTO_RELOCK = 11,  /* lock an unlocked channel again */
-	PROTO_ADOPT = 12,   /* a segment a client still holds (after a daemon restart) */
+	PROTO_HANDBACK = 12,   /* a segment a client still holds (after a daemon restart) */
 	PROTO_NOTIFY = 13,  /* a consumer's wake-up eventfd */
 	PROTO_PEER = 14,    /* a consumer's wake-up eventfd, for a producer */
 	PROTO_DEVICE = 15,  /* a handle's device registration made or dropped (since 8) */
@@ -95,11 +95,11 @@ enum proto_type {
 /* Flags of a HELLO reply. */
 #define PROTO_HELLO_USER_MODE 0x1u /* the daemon runs in user mode (--user) */
 
-/* Flags of an ADOPT reply. */
-#define PROTO_ADOPT_KNOWN 0x1u    /* the daemon had the channel already (same segment) */
-#define PROTO_ADOPT_NAMED 0x2u    /* the channel is named (else the name was taken: unnamed) */
-#define PROTO_ADOPT_ENDPOINT 0x4u /* the endpoint is claimed for this connection again */
-#define PROTO_ADOPT_FLAGS (PROTO_ADOPT_KNOWN | PROTO_ADOPT_NAMED | PROTO_ADOPT_ENDPOINT)
+/* Flags of a HANDBACK reply. */
+#define PROTO_HANDBACK_KNOWN 0x1u    /* the daemon had the channel already (same segment) */
+#define PROTO_HANDBACK_NAMED 0x2u    /* the channel is named (else the name was taken: unnamed) */
+#define PROTO_HANDBACK_ENDPOINT 0x4u /* the endpoint is claimed for this connection again */
+#define PROTO_HANDBACK_FLAGS (PROTO_HANDBACK_KNOWN | PROTO_HANDBACK_NAMED | PROTO_HANDBACK_ENDPOINT)
 
 /* Flags of a LIST reply. */
 #define PROTO_LIST_MORE 0x1u /* more channels follow: ask again from `next` */
@@ -301,11 +301,11 @@ struct proto_msg {
 			char name[PROTO_NAME_FIELD];
 			struct proto_geometry geo;
 			uint32_t role, endpoint; /* the endpoint the client is attached to */
-		} adopt;
+		} handback;
 		struct {
 			uint64_t id;    /* the channel's number in this daemon (as in CLOSE) */
-			uint32_t flags; /* PROTO_ADOPT_* */
-		} adopt_reply;
+			uint32_t flags; /* PROTO_HANDBACK_* */
+		} handback_reply;
 	} u;
 };
 
@@ -391,7 +391,7 @@ int proto_user_socket_path(char *buf, size_t len, uid_t uid);
  */
 int proto_dir_check(const char *dir, char *why, size_t whylen);
 
-/** Whether a request of @p type comes with one descriptor (ADOPT, NOTIFY);
+/** Whether a request of @p type comes with one descriptor (HANDBACK, NOTIFY);
  *  every other request comes with none. */
 bool proto_request_takes_fd(uint16_t type);
 

@@ -735,12 +735,12 @@ static int raw_adopt(int sock, const pinshm_channel_attr_t *attr, int seg)
 	static struct proto_msg m;
 
 	memset(&m, 0, sizeof(m));
-	m.h.type = PROTO_ADOPT;
+	m.h.type = PROTO_HANDBACK;
 	m.h.seq = 2;
-	snprintf(m.u.adopt.name, sizeof(m.u.adopt.name), "crafted");
-	m.u.adopt.geo = proto_geometry_from_attr(attr);
-	m.u.adopt.role = PINSHM_CONSUMER;
-	m.u.adopt.endpoint = attr->max_producers;
+	snprintf(m.u.handback.name, sizeof(m.u.handback.name), "crafted");
+	m.u.handback.geo = proto_geometry_from_attr(attr);
+	m.u.handback.role = PINSHM_CONSUMER;
+	m.u.handback.endpoint = attr->max_producers;
 	return raw_request(sock, &m, seg);
 }
 

@@ -14,13 +14,13 @@
  *   FDSTORE=1, then $LISTEN_FDS for the daemon started next): traffic never
  *   stops, the channels are adopted (listed, pinned, accounted), new
  *   requests are served, and nothing is left over once they are gone; the
- *   same through the clients' hand-back (ADOPT), and hostile hand-backs
+ *   same through the clients' hand-back (a HANDBACK request), and hostile hand-backs
  *   (endpoints with pids no owner can have are reaped); a manager that
  *   stops reading: the removals it missed are sent again once it reads, in
  *   order, 64 at most, and no unlinked channel comes back at the restart.
  * - pin_idle: a channel keeps its pin_idle through the descriptor store
  *   (records of version 2); a record of version 1 (an older daemon's) gets
- *   the configured default, as a hand-back does (ADOPT carries none); a
+ *   the configured default, as a hand-back does (HANDBACK carries none); a
  *   malformed record is refused; a segment a previous daemon had unlocked
  *   is locked again, charged once; two records of one segment are one
  *   channel, charged once, and one record in the store after.
@@ -993,7 +993,7 @@ END_TEST
 
 /*
  * Only a segment the daemon stored is marked removed at its unlink: one a
- * client hands back (ADOPT) may be any file it could open, another user's
+ * client hands back (HANDBACK) may be any file it could open, another user's
  * too, and its mode is not the daemon's to change.  A channel stored by
  * the first daemon, killed; the second, in service mode too, does not get
  * the store back, so the client hands the channel back; its unlink leaves
@@ -1789,7 +1789,7 @@ static int raw_hello(const struct daemon *d)
 }
 
 /*
- * Send an ADOPT of @p name with geometry @p attr, endpoint @p endpoint of
+ * Send a HANDBACK of @p name with geometry @p attr, endpoint @p endpoint of
  * @p role, and @p nfds copies of @p seg; receive the reply into @p rep.
  * @return the reply's status, or -ECONNRESET when the daemon closed.
  */
@@ -1802,12 +1802,12 @@ static int raw_adopt(int sock, const char *name, const pinshm_channel_attr_t *at
 	unsigned got;
 
 	memset(&m, 0, sizeof(m));
-	m.h.type = PROTO_ADOPT;
+	m.h.type = PROTO_HANDBACK;
 	m.h.seq = 2;
-	snprintf(m.u.adopt.name, sizeof(m.u.adopt.name), "%s", name);
-	m.u.adopt.geo = proto_geometry_from_attr(attr);
-	m.u.adopt.role = role;
-	m.u.adopt.endpoint = endpoint;
+	snprintf(m.u.handback.name, sizeof(m.u.handback.name), "%s", name);
+	m.u.handback.geo = proto_geometry_from_attr(attr);
+	m.u.handback.role = role;
+	m.u.handback.endpoint = endpoint;
 	int len = proto_encode(&m, buf);
 	ck_assert_int_gt(len, 0);
 	ck_assert_int_eq(fdpass_send(sock, buf, (size_t)len, fds, nfds, 0), 0);
@@ -1858,9 +1858,9 @@ START_TEST(test_adopt_hostile)
 	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, seg, 0, &rep), -EINVAL);  /* no descriptor */
 
 	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), 0);
-	ck_assert_uint_eq(rep.u.adopt_reply.flags, PROTO_ADOPT_NAMED); /* new, named, endpoint not attached */
+	ck_assert_uint_eq(rep.u.handback_reply.flags, PROTO_HANDBACK_NAMED); /* new, named, endpoint not attached */
 	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), 0);
-	ck_assert_uint_eq(rep.u.adopt_reply.flags, PROTO_ADOPT_KNOWN | PROTO_ADOPT_NAMED);
+	ck_assert_uint_eq(rep.u.handback_reply.flags, PROTO_HANDBACK_KNOWN | PROTO_HANDBACK_NAMED);
 	ck_assert(list_find(c, "h", &e, NULL));
 	ck_assert_uint_eq(e.mode, 0600);
 	ck_assert_uint_eq(e.uid, getuid());
@@ -1909,7 +1909,7 @@ START_TEST(test_adopt_bogus_pids)
 	set_endpoint(seg, 4, (uint32_t)getpid()); /* the consumer: the caller */
 
 	TU_RC(raw_adopt(sock, "bogus", &attr, PINSHM_CONSUMER, 4, seg, 1, &rep), 0);
-	ck_assert_uint_eq(rep.u.adopt_reply.flags, PROTO_ADOPT_NAMED | PROTO_ADOPT_ENDPOINT);
+	ck_assert_uint_eq(rep.u.handback_reply.flags, PROTO_HANDBACK_NAMED | PROTO_HANDBACK_ENDPOINT);
 	ck_assert(list_find(c, "bogus", &e, NULL));
 	ck_assert_uint_eq(e.producers, 0);
 	ck_assert_uint_eq(e.consumers, 1);
@@ -2393,7 +2393,7 @@ START_TEST(test_restart_store_duplicate)
 END_TEST
 
 /*
- * A hand-back (ADOPT) carries no pin_idle, and no reply of the daemon tells
+ * A hand-back (a HANDBACK request) carries no pin_idle, and no reply of the daemon tells
  * a client a channel's (only a STAT, which pinshm_reconnect() does not
  * ask): the channel created with pin_idle 1 and handed back to a restarted
  * daemon gets the configured default (it got 0 before, always locked);
@@ -2734,7 +2734,7 @@ START_TEST(test_adopt_long_maps)
 	TU_RC(raw_adopt(sock, "long", &attr, PINSHM_CONSUMER, 64, seg, 1, &rep), 0);
 	printf("long maps: %u lines, 64 endpoints: hand-back answered in %llu ms\n", LONG_MAPS,
 	       (unsigned long long)(tu_now_ms() - t0));
-	ck_assert_uint_eq(rep.u.adopt_reply.flags, PROTO_ADOPT_NAMED | PROTO_ADOPT_ENDPOINT);
+	ck_assert_uint_eq(rep.u.handback_reply.flags, PROTO_HANDBACK_NAMED | PROTO_HANDBACK_ENDPOINT);
 	ck_assert(list_find(c, "long", &e, NULL));
 	ck_assert_uint_eq(e.producers, 64); /* not judged: not reaped */
 	close(sock);

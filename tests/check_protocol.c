@@ -90,7 +90,7 @@ enum sample_id {
 	REQ_CLOSE,
 	REQ_STAT,
 	REQ_RELOCK,
-	REQ_ADOPT,
+	REQ_HANDBACK,
 	REQ_NOTIFY,
 	REQ_PEER,
 	REQ_DEVICE,
@@ -108,7 +108,7 @@ enum sample_id {
 	REP_CLOSE,
 	REP_STAT,
 	REP_RELOCK,
-	REP_ADOPT,
+	REP_HANDBACK,
 	REP_NOTIFY,
 	REP_PEER,
 	REP_DEVICE,
@@ -200,11 +200,11 @@ static void fill_body(enum sample_id id, struct proto_msg *m)
 	case REQ_RELOCK:
 		m->u.relock.id = v64();
 		break;
-	case REQ_ADOPT:
-		strcpy(m->u.adopt.name, "adopted");
-		fill_geo(&m->u.adopt.geo);
-		m->u.adopt.role = v32();
-		m->u.adopt.endpoint = v32();
+	case REQ_HANDBACK:
+		strcpy(m->u.handback.name, "adopted");
+		fill_geo(&m->u.handback.geo);
+		m->u.handback.role = v32();
+		m->u.handback.endpoint = v32();
 		break;
 	case REQ_NOTIFY:
 		m->u.notify.id = v64();
@@ -271,9 +271,9 @@ static void fill_body(enum sample_id id, struct proto_msg *m)
 	case REP_STAT:
 		fill_entry(&m->u.stat_reply.entry, "stat");
 		break;
-	case REP_ADOPT:
-		m->u.adopt_reply.id = v64();
-		m->u.adopt_reply.flags = PROTO_ADOPT_FLAGS;
+	case REP_HANDBACK:
+		m->u.handback_reply.id = v64();
+		m->u.handback_reply.flags = PROTO_HANDBACK_FLAGS;
 		break;
 	default: /* nothing more */
 		break;
@@ -292,7 +292,7 @@ static const uint16_t sample_type[SAMPLES] = {
 	[REQ_CLOSE] = PROTO_CLOSE,
 	[REQ_STAT] = PROTO_STAT,
 	[REQ_RELOCK] = PROTO_RELOCK,
-	[REQ_ADOPT] = PROTO_ADOPT,
+	[REQ_HANDBACK] = PROTO_HANDBACK,
 	[REQ_NOTIFY] = PROTO_NOTIFY,
 	[REQ_PEER] = PROTO_PEER,
 	[REQ_DEVICE] = PROTO_DEVICE,
@@ -310,7 +310,7 @@ static const uint16_t sample_type[SAMPLES] = {
 	[REP_CLOSE] = PROTO_CLOSE | PROTO_REPLY,
 	[REP_STAT] = PROTO_STAT | PROTO_REPLY,
 	[REP_RELOCK] = PROTO_RELOCK | PROTO_REPLY,
-	[REP_ADOPT] = PROTO_ADOPT | PROTO_REPLY,
+	[REP_HANDBACK] = PROTO_HANDBACK | PROTO_REPLY,
 	[REP_NOTIFY] = PROTO_NOTIFY | PROTO_REPLY,
 	[REP_PEER] = PROTO_PEER | PROTO_REPLY,
 	[REP_DEVICE] = PROTO_DEVICE | PROTO_REPLY,
@@ -341,13 +341,13 @@ static const char *const sample_name[SAMPLES] = {
 	[REQ_HELLO] = "REQ_HELLO", [REQ_CREATE] = "REQ_CREATE", [REQ_OPEN] = "REQ_OPEN",
 	[REQ_UNLINK] = "REQ_UNLINK", [REQ_LIST] = "REQ_LIST", [REQ_SHUTDOWN] = "REQ_SHUTDOWN",
 	[REQ_STATUS] = "REQ_STATUS", [REQ_CLIENTS] = "REQ_CLIENTS", [REQ_CLOSE] = "REQ_CLOSE",
-	[REQ_STAT] = "REQ_STAT", [REQ_RELOCK] = "REQ_RELOCK", [REQ_ADOPT] = "REQ_ADOPT",
+	[REQ_STAT] = "REQ_STAT", [REQ_RELOCK] = "REQ_RELOCK", [REQ_HANDBACK] = "REQ_HANDBACK",
 	[REQ_NOTIFY] = "REQ_NOTIFY", [REQ_PEER] = "REQ_PEER", [REP_HELLO] = "REP_HELLO",
 	[REP_CREATE] = "REP_CREATE", [REP_OPEN] = "REP_OPEN", [REP_OPEN_ENOENT] = "REP_OPEN_ENOENT",
 	[REP_UNLINK] = "REP_UNLINK", [REP_LIST] = "REP_LIST", [REP_LIST_EMPTY] = "REP_LIST_EMPTY",
 	[REP_SHUTDOWN] = "REP_SHUTDOWN", [REP_STATUS] = "REP_STATUS", [REP_STATUS_EMPTY] = "REP_STATUS_EMPTY",
 	[REP_CLIENTS] = "REP_CLIENTS", [REP_CLOSE] = "REP_CLOSE", [REP_STAT] = "REP_STAT",
-	[REP_RELOCK] = "REP_RELOCK", [REP_ADOPT] = "REP_ADOPT", [REP_NOTIFY] = "REP_NOTIFY",
+	[REP_RELOCK] = "REP_RELOCK", [REP_HANDBACK] = "REP_HANDBACK", [REP_NOTIFY] = "REP_NOTIFY",
 	[REP_PEER] = "REP_PEER", [REP_ERROR] = "REP_ERROR", [REQ_DEVICE] = "REQ_DEVICE", [REP_DEVICE] = "REP_DEVICE",
 };
 
@@ -383,7 +383,7 @@ static const char *const golden[SAMPLES] = {
 		"0000000000000000000000000000000000000000000000000000000000000000",
 	[REQ_RELOCK] =
 		"5053484d08000b00180000000a00005e4838281847372717",
-	[REQ_ADOPT] =
+	[REQ_HANDBACK] =
 		"5053484d08000c00740000000b00005e61646f7074656400000000000000000000000000000000000000000000000000"
 		"00000000000000000000000000000000000000000000000000000000000000004e3e2e1e4f3f2f1f5141312150403020"
 		"5242322253433323544434245545352556463626",
@@ -443,7 +443,7 @@ static const char *const golden[SAMPLES] = {
 		"382806000000",
 	[REP_RELOCK] =
 		"5053484d08000b80160000001c00005e000000000000",
-	[REP_ADOPT] =
+	[REP_HANDBACK] =
 		"5053484d08000c80220000001d00005e0000000000004d3d2d1d4c3c2c1c07000000",
 	[REP_NOTIFY] =
 		"5053484d08000d80160000001e00005e000000000000",
@@ -580,7 +580,7 @@ START_TEST(test_names)
 		enum sample_id id;
 		size_t at; /* where its (first) name field starts */
 	} fields[] = {
-		{REQ_CREATE, 16}, {REQ_CREATE, 16 + 108}, {REQ_OPEN, 16}, {REQ_UNLINK, 16}, {REQ_STAT, 16}, {REQ_ADOPT, 16},
+		{REQ_CREATE, 16}, {REQ_CREATE, 16 + 108}, {REQ_OPEN, 16}, {REQ_UNLINK, 16}, {REQ_STAT, 16}, {REQ_HANDBACK, 16},
 		{REP_STAT, 22},   {REP_LIST, 38}, {REP_LIST, 38 + PROTO_LIST_ENTRY_SIZE},
 	};
 	static struct proto_msg m;
@@ -749,7 +749,7 @@ START_TEST(test_header)
 }
 END_TEST
 
-/* Flags that the decoder checks (STATUS, its pool, CLIENTS, ADOPT replies)
+/* Flags that the decoder checks (STATUS, its pool, CLIENTS, HANDBACK replies)
  * have no unknown bit; those it leaves to the receiver (HELLO, LIST) may. */
 START_TEST(test_flags)
 {
@@ -761,7 +761,7 @@ START_TEST(test_flags)
 		{REP_STATUS_EMPTY, 22 + 4, -EBADMSG},
 		{REP_STATUS_EMPTY, 22 + PROTO_STATUS_FIXED_SIZE + 24, -EBADMSG},
 		{REP_CLIENTS, 22 + 12, -EBADMSG},
-		{REP_ADOPT, 22 + 8, -EBADMSG},
+		{REP_HANDBACK, 22 + 8, -EBADMSG},
 		{REP_STAT, 22 + PROTO_LIST_ENTRY_SIZE - 4, -EBADMSG}, /* device_kinds */
 		{REP_HELLO, 22 + 4, 0},
 		{REP_LIST_EMPTY, 22 + 12, 0},
@@ -826,7 +826,7 @@ START_TEST(test_descriptors)
 {
 	/* (ck_assert marks a point through a pipe each time: once per type is slow under valgrind) */
 	for (uint32_t t = 0; t <= UINT16_MAX; t++) {
-		bool takes = t == PROTO_ADOPT || t == PROTO_NOTIFY;
+		bool takes = t == PROTO_HANDBACK || t == PROTO_NOTIFY;
 		bool gives = t == (PROTO_OPEN | PROTO_REPLY) || t == (PROTO_PEER | PROTO_REPLY);
 		if (proto_request_takes_fd((uint16_t)t) != takes || proto_reply_gives_fd((uint16_t)t) != gives)
 			ck_abort_msg("type %#x: takes %d, gives %d", t, proto_request_takes_fd((uint16_t)t),

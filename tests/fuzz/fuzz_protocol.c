@@ -19,7 +19,7 @@
  *   reply encodes to a packet of the same length that decodes again to the
  *   same encoding (the text's unprintable bytes become '?' once);
  * - the client takes a descriptor only with a successful OPEN or PEER reply, and
- *   pinshmd refuses any request that came with one, but an ADOPT or a NOTIFY.
+ *   pinshmd refuses any request that came with one, but a HANDBACK or a NOTIFY.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -88,11 +88,11 @@ static void check_accepted(const uint8_t *pkt, size_t len, bool reply, const str
 	case PROTO_STAT:
 		check_name(m->u.stat.name);
 		break;
-	case PROTO_ADOPT:
-		check_name(m->u.adopt.name);
+	case PROTO_HANDBACK:
+		check_name(m->u.handback.name);
 		break;
-	case PROTO_ADOPT | PROTO_REPLY:
-		FUZZ_CHECK((m->u.adopt_reply.flags & ~PROTO_ADOPT_FLAGS) == 0);
+	case PROTO_HANDBACK | PROTO_REPLY:
+		FUZZ_CHECK((m->u.handback_reply.flags & ~PROTO_HANDBACK_FLAGS) == 0);
 		break;
 	case PROTO_STAT | PROTO_REPLY:
 		check_name(m->u.stat_reply.entry.name);
@@ -181,7 +181,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(!accepted || nfds == 1 || !gives || m.status != 0);
 	} else if (nfds > 0 && !(rc == 0 && nfds == 1 && proto_request_takes_fd(m.h.type))) {
 		/* pinshmd refuses a request that came with descriptors (but an
-		 * ADOPT or a NOTIFY with its one), and echoes its seq where the header could
+		 * HANDBACK or a NOTIFY with its one), and echoes its seq where the header could
 		 * be read. */
 		struct proto_msg err = {.h.type = PROTO_ERROR, .status = -EPROTO};
 		static uint8_t out[PROTO_MAX_PACKET];
