@@ -2,6 +2,7 @@
  * locking.c - segments the daemon did not make, locked a slice a loop
  * turn (locking.h).
  */
+#include "clock.h"
 #include "locking.h"
 #include "log.h"
 #include "registry.h"
@@ -49,6 +50,7 @@ static bool lock_slice(struct account *acct, struct channel *chan, size_t max)
 		log_warn("channel '%s': %zu bytes left unpinned: %s", chan->name, chan->seg.size, chan->seg.pin_error);
 	} else {
 		log_info("channel '%s': its %zu bytes locked", chan->name, chan->seg.size);
+		chan->active_at = clock_now_ms(); /* idle from now on, not from while it was locked */
 	}
 	return true;
 }

@@ -51,7 +51,7 @@ struct conn {
 	uint64_t silent_until; /* CLOCK_MONOTONIC ms: closed then unless it has sent a packet; 0: it has */
 	struct reg_client client;
 	struct reply *pending; /* a reply waiting for room in the socket */
-	bool deferred;         /* its CREATE, hand-back (ADOPT) or RELOCK is in progress
+	bool deferred;         /* its CREATE, hand-back (a HANDBACK request) or RELOCK is in progress
 				* (registry_step(), watch_judge_step()): not read meanwhile */
 	uint32_t deferred_seq; /* that request's */
 	uint64_t deferred_relock; /* a RELOCK's: the channel whose locking it waits for, 0: none */
@@ -429,7 +429,7 @@ static bool peer_closed(int fd)
 }
 
 /*
- * @p c's CREATE, ADOPT or RELOCK (@p rep, deferred) is in progress: watch
+ * @p c's CREATE, HANDBACK or RELOCK (@p rep, deferred) is in progress: watch
  * nothing of it but EPOLLHUP and EPOLLERR (a client that goes gives it up)
  * until loop_step() replies (conn_resume()).  What it sends meanwhile
  * waits in its socket.
@@ -463,14 +463,18 @@ static void conn_resume(struct loop *l, struct conn *c, const struct reply *rep)
 		conn_close(l, c, "epoll");
 }
 
-/* The replies to the RELOCKs that waited for the locking of @p chan, ended. */
+/* The replies to the RELOCKs that waited for the locking of @p chan, ended.
+ * A reply that fails closes its connection, and where that connection held
+ * the last reference, @p chan is freed: only a connection that still waits
+ * (and so holds a reference) looks at it again. */
 static void relocks_answer(struct loop *l, const struct channel *chan)
 {
+	const uint64_t id = chan->id;
 	struct reply rep;
 
 	for (struct conn *c = l->conns, *next; c; c = next) {
 		next = c->next; /* c may be closed */
-		if (c->deferred && c->deferred_relock == chan->id) {
+		if (c->deferred && c->deferred_relock == id) {
 			request_relocked(&l->ctx, chan, c->deferred_seq, &rep);
 			conn_resume(l, c, &rep);
 		}
@@ -478,7 +482,7 @@ static void relocks_answer(struct loop *l, const struct channel *chan)
 }
 
 /* One slice of the work in progress (registry_step(), watch_judge_step());
- * the replies to the CREATE, ADOPT or RELOCKs that it ends. */
+ * the replies to the CREATE, HANDBACK or RELOCKs that it ends. */
 static void loop_step(struct loop *l)
 {
 	struct channel *chan, *lock_done;
@@ -518,7 +522,7 @@ static void on_readable(struct loop *l, struct conn *c)
 		if (n < 0 || nfds == 0)
 			fd = -1;
 		if (fd >= 0 && (c->refused || n == 0)) {
-			close(fd); /* a request with a descriptor is ADOPT's alone, served below */
+			close(fd); /* a request with a descriptor is HANDBACK's alone, served below */
 			fd = -1;
 			if (n > 0)
 				n = -EPROTO;

@@ -449,6 +449,10 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
 			 chan->seg.size);
 		return -EINPROGRESS;
 	}
+	if (!chan->seg.pinned && chan->seg.pin_error[0]) { /* as a RELOCK that waited for the lock is told */
+		snprintf(why, whylen, "cannot lock '%s': %s", chan->name, chan->seg.pin_error);
+		return -ENOMEM;
+	}
 	return idle_relock_asked(chan, why, whylen);
 }
 

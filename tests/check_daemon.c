@@ -865,6 +865,19 @@ START_TEST(test_unpinned)
 	ck_assert_uint_eq(len, 8);
 	pinshm_channel_close(p);
 	pinshm_channel_close(q);
+	/* A RELOCK of it is told that it cannot be locked, not that it is. */
+	int s = raw_connect(d.sock);
+	struct pkt pk;
+	struct proto_msg m;
+	raw_open_consumer(s, "big", &m);
+	pk_header(&pk, PROTO_MAGIC, PROTO_VERSION, PROTO_RELOCK, 2);
+	pk_le(&pk, m.u.open_reply.id, 8);
+	pk_end(&pk);
+	raw_send(s, &pk, -1, 0);
+	raw_reply(s, &m);
+	ck_assert_uint_eq(m.h.type, PROTO_RELOCK | PROTO_REPLY);
+	ck_assert_int_eq(m.status, -ENOMEM);
+	close(s);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }
