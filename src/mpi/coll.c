@@ -312,7 +312,9 @@ struct pm_hier *pm_hier_for(MPI_Comm comm)
 	if (!pm.active || !pm.all_active)
 		return NULL;
 	struct pm_comm *c = pm_comm_find(comm);
-	if (!c || !c->mixed)
+	/* Members of another job agreed on all_active in their own world:
+	 * such a communicator goes to the library whole, at every member. */
+	if (!c || !c->mixed || c->foreign)
 		return NULL;
 	struct pm_coll *co = c->coll ? c->coll : agree(c);
 	return co ? co->hier : NULL;

@@ -119,6 +119,11 @@ static bool split_nodes(struct pm_hier *h, const struct pm_comm *c, int64_t *hal
 	h->my_node = h->node_of[c->rank];
 	PMPI_Comm_split(c->comm, h->my_node, c->rank, &h->node_comm);
 	PMPI_Comm_split(c->comm, h->leader[h->my_node] == c->rank ? 0 : MPI_UNDEFINED, c->rank, &h->leaders);
+	/* Their errors are returned, and reported through the user's
+	 * communicator (pm_comm_error()), whose handler may change later. */
+	PMPI_Comm_set_errhandler(h->node_comm, MPI_ERRORS_RETURN);
+	if (h->leaders != MPI_COMM_NULL)
+		PMPI_Comm_set_errhandler(h->leaders, MPI_ERRORS_RETURN);
 	int n = 0;
 	int *local = malloc((size_t)c->size * sizeof(int)); /* node rank -> index in the (pretend) node */
 	if (!local)
@@ -190,7 +195,7 @@ int hier_barrier(MPI_Comm comm)
 	coll_count(CALL_BARRIER, true, 0);
 	int rc = coll_barrier(h->node);
 	if (is_leader(h))
-		rc = first(rc, PMPI_Barrier(h->leaders));
+		rc = first(rc, pm_comm_error(comm, PMPI_Barrier(h->leaders)));
 	return first(rc, coll_barrier(h->node));
 }
 
@@ -205,7 +210,7 @@ int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm co
 	if (h->my_node == rn)
 		rc = coll_bcast_to(h->node, buffer, count, type, h->node_rank[root], -1, comm);
 	if (is_leader(h))
-		rc = first(rc, PMPI_Bcast(buffer, count, type, rn, h->leaders));
+		rc = first(rc, pm_comm_error(comm, PMPI_Bcast(buffer, count, type, rn, h->leaders)));
 	if (h->my_node != rn)
 		rc = first(rc, coll_bcast_to(h->node, buffer, count, type, 0, -1, comm));
 	return rc;
@@ -215,14 +220,14 @@ int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm co
  * node's result, in this rank's layout): to the leader of node @p rn,
  * or (@p all) to the first node's leader and then back to every leader. */
 static int leaders_reduce(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, MPI_Op op, int rn,
-			  bool all)
+			  bool all, MPI_Comm comm)
 {
 	int to = all ? 0 : rn;
 	int rc = h->my_node == to ? PMPI_Reduce(MPI_IN_PLACE, buf, count, type, op, to, h->leaders)
 				  : PMPI_Reduce(buf, NULL, count, type, op, to, h->leaders);
 	if (all)
 		rc = first(rc, PMPI_Bcast(buf, count, type, 0, h->leaders));
-	return rc;
+	return pm_comm_error(comm, rc);
 }
 
 /* Whether a reduction of @p op, @p type, @p count is carried on @p h (from
@@ -259,7 +264,7 @@ int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type
 		acc = red_room(&r, count, &base);
 	int rc = coll_reduce(h->node, &r, sendbuf, acc, count, 0, comm); /* in place: only where acc is recvbuf */
 	if (is_leader(h))
-		rc = first(rc, leaders_reduce(h, acc, count, type, op, rn, root < 0));
+		rc = first(rc, leaders_reduce(h, acc, count, type, op, rn, root < 0, comm));
 	if (root < 0)
 		rc = first(rc, coll_bcast_to(h->node, recvbuf, count, type, 0, -1, comm));
 	else if (h->my_node == rn && !root_leads)
@@ -279,13 +284,14 @@ static int gather_nodes(const struct pm_hier *h, char *mine, uint64_t bytes, cha
 	int me = h->my_node, total = displs[h->nnodes - 1] + counts[h->nnodes - 1];
 	int rc = coll_gather_bytes(h->node, mine, is_leader(h) ? packed + displs[me] : NULL, bytes, 0);
 	if (is_leader(h) && rn < 0)
-		rc = first(rc, PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed, counts, displs, MPI_BYTE,
-					       h->leaders));
+		rc = first(rc, pm_comm_error(comm, PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed, counts,
+								   displs, MPI_BYTE, h->leaders)));
 	else if (is_leader(h) && me == rn)
-		rc = first(rc, PMPI_Gatherv(MPI_IN_PLACE, 0, MPI_BYTE, packed, counts, displs, MPI_BYTE, rn, h->leaders));
+		rc = first(rc, pm_comm_error(comm, PMPI_Gatherv(MPI_IN_PLACE, 0, MPI_BYTE, packed, counts, displs,
+								MPI_BYTE, rn, h->leaders)));
 	else if (is_leader(h))
-		rc = first(rc, PMPI_Gatherv(packed + displs[me], counts[me], MPI_BYTE, NULL, NULL, NULL, MPI_BYTE, rn,
-					    h->leaders));
+		rc = first(rc, pm_comm_error(comm, PMPI_Gatherv(packed + displs[me], counts[me], MPI_BYTE, NULL, NULL,
+								NULL, MPI_BYTE, rn, h->leaders)));
 	if (rn < 0)
 		rc = first(rc, coll_bcast_to(h->node, packed, total, MPI_BYTE, 0, -1, comm));
 	else if (me == rn && h->leader[rn] != root)
@@ -343,12 +349,13 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 		counts[j] = h->node_size[j] * (int)bytes;
 		displs[j] = off;
 	}
-	rc = first(rc, gather_nodes(h, mine, bytes, packed, counts, displs, all ? -1 : h->node_of[root], root, comm));
+	/* gather_nodes() reports its errors; rc's are this rank's own. */
+	int sent = gather_nodes(h, mine, bytes, packed, counts, displs, all ? -1 : h->node_of[root], root, comm);
 	if (takes)
 		rc = first(rc, unpack_ranks(h, packed, displs, bytes, recvbuf, rcount, rtype));
 	free(counts);
 	free(displs);
 	free(packed);
 	free(tmp_mine);
-	return pm_comm_error(comm, rc);
+	return first(sent, pm_comm_error(comm, rc));
 }

@@ -109,6 +109,10 @@ int coll_bcast_to(struct pm_coll *co, void *buffer, int count, MPI_Datatype data
 	uint64_t bytes = t ? (uint64_t)t->size * (uint64_t)count : 0;
 	if (co->size == 1 || bytes == 0)
 		return MPI_SUCCESS;
+	if (to >= 0 && co->rank != root && co->rank != to) { /* only the steps: no data here */
+		bcast_bytes(co, NULL, bytes, root, to);
+		return coll_error(co);
+	}
 	size_t flat_bytes;
 	char *data = (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat_bytes);
 	if (data) {

@@ -236,6 +236,8 @@ static struct pm_comm *make_entry(MPI_Comm comm, uint64_t ctx)
 		c->local[i] = (w >= 0 && w < pm.world_size) ? pm.world_local[w] : -1;
 		if (c->local[i] < 0)
 			c->mixed = true;
+		if (w < 0 || w >= pm.world_size)
+			c->foreign = true; /* then at every member: each sees another job's */
 	}
 	free(ranks);
 	free(world);

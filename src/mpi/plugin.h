@@ -103,6 +103,7 @@ struct pm_comm {
 	int rank, size;
 	int *local;          /* comm rank -> index of that rank in the node, or -1 */
 	bool mixed;          /* some members are reached through the MPI library */
+	bool foreign;        /* some members are not in this job's MPI_COMM_WORLD (spawned, connected) */
 	uint32_t derived;    /* communicators derived from this one so far */
 	struct pm_list posted; /* receives not yet matched, in the order posted */
 	struct pm_list unexp;  /* messages not yet matched, in the order they came */
