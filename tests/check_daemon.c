@@ -201,6 +201,22 @@ static void raw_open_consumer(int sock, const char *name, struct proto_msg *m)
 	ck_assert_int_eq(m->status, 0);
 }
 
+/* RELOCK channel @p id (sequence number @p seq) on the raw connection
+ * @p sock: @return the reply's status. */
+static int32_t raw_relock(int sock, uint64_t id, uint32_t seq)
+{
+	struct pkt p;
+	struct proto_msg m;
+
+	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_RELOCK, seq);
+	pk_le(&p, id, 8);
+	pk_end(&p);
+	raw_send(sock, &p, -1, 0);
+	raw_reply(sock, &m);
+	ck_assert_uint_eq(m.h.type, PROTO_RELOCK | PROTO_REPLY);
+	return m.status;
+}
+
 /* ======================================================================== */
 /* helpers for /proc and /dev/shm                                            */
 /* ======================================================================== */
@@ -867,16 +883,9 @@ START_TEST(test_unpinned)
 	pinshm_channel_close(q);
 	/* A RELOCK of it is told that it cannot be locked, not that it is. */
 	int s = raw_connect(d.sock);
-	struct pkt pk;
 	struct proto_msg m;
 	raw_open_consumer(s, "big", &m);
-	pk_header(&pk, PROTO_MAGIC, PROTO_VERSION, PROTO_RELOCK, 2);
-	pk_le(&pk, m.u.open_reply.id, 8);
-	pk_end(&pk);
-	raw_send(s, &pk, -1, 0);
-	raw_reply(s, &m);
-	ck_assert_uint_eq(m.h.type, PROTO_RELOCK | PROTO_REPLY);
-	ck_assert_int_eq(m.status, -ENOMEM);
+	ck_assert_int_eq(raw_relock(s, m.u.open_reply.id, 2), -ENOMEM);
 	close(s);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
@@ -3131,15 +3140,7 @@ START_TEST(test_working_set)
 
 	/* RELOCK of a channel this connection does not hold. */
 	int s = raw_connect(d.sock);
-	struct pkt p;
-	struct proto_msg m;
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_RELOCK, 5);
-	pk_le(&p, 4242, 8);
-	pk_end(&p);
-	raw_send(s, &p, -1, 0);
-	raw_reply(s, &m);
-	ck_assert_uint_eq(m.h.type, PROTO_RELOCK | PROTO_REPLY);
-	ck_assert_int_eq(m.status, -ENOENT);
+	ck_assert_int_eq(raw_relock(s, 4242, 5), -ENOENT);
 	close(s);
 
 	pinshm_channel_close(tx);
