@@ -146,6 +146,19 @@ static void release_op(MPI_Op op)
 		PMPI_Op_free(&op);
 }
 
+/* At MPI_Finalize, after the last progress: a call still pending (erroneous:
+ * every one must be completed before) never lets go of its op, so each op
+ * the user freed is freed here, and the list goes. */
+void pm_coll_nb_teardown(void)
+{
+	for (size_t i = 0; i < nheld; i++)
+		if (held[i].freed)
+			PMPI_Op_free(&held[i].op);
+	free(held);
+	held = NULL;
+	nheld = held_room = 0;
+}
+
 /* Where a pending call holds *@p op, the free waits for its completion
  * (MPI_OP_NULL in *@p op at once, as MPI says); else the library frees it. */
 int MPI_Op_free(MPI_Op *op)

@@ -523,6 +523,7 @@ void pm_coll_print_stats(void);
  * over them: @return how many steps it took. */
 extern unsigned pm_coll_nb_pending;
 int pm_coll_nb_progress(void);
+void pm_coll_nb_teardown(void); /* at MPI_Finalize: the user's ops still held */
 /* setup.c: a size from the environment, as the plugin's own settings are
  * read (a warning from rank 0 where it is not one); a random token. */
 uint64_t pm_env_size(const char *name, uint64_t def, uint64_t min, uint64_t max);

@@ -606,6 +606,7 @@ int MPI_Finalize(void)
 		print_stats();
 	pm_mprobe_teardown();
 	pm_persist_teardown();
+	pm_coll_nb_teardown();
 	pm_comm_teardown();
 	pm_unexp_teardown();
 	close_channels();
