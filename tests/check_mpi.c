@@ -992,6 +992,15 @@ START_TEST(test_coll_hier)
 }
 END_TEST
 
+/* coll_commfree: a communicator spanning two pretend nodes, freed with
+ * operations pending that finish inside collectives on world. */
+START_TEST(test_coll_commfree)
+{
+	static const struct program prog = {"coll_commfree", NB, 0, NULL, NULL};
+	run_one(&prog, &hier_configs[0]);
+}
+END_TEST
+
 /* The rings' size: set, or fitted to what the node's rings may take
  * together, with every message still delivered through the smaller rings
  * (messages up to 64 MiB, each send mode, persistent requests). */
@@ -1766,6 +1775,7 @@ static Suite *mpi_suite(bool plugin, bool user)
 		tc = tcase_create("coll");
 		tcase_add_loop_test(tc, test_coll_ranks, 0, 2 * NCOLL_CONFIGS);
 		tcase_add_loop_test(tc, test_coll_hier, 0, NHIER_CONFIGS);
+		tcase_add_test(tc, test_coll_commfree);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

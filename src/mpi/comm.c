@@ -18,7 +18,13 @@
  * communicators may share a context only if no process belongs to both.
  *
  * MPI_Comm_free is seen through an attribute whose delete callback drops the
- * entry (the entry itself lives until no operation points to it).
+ * entry (the entry itself lives until no operation points to it).  An entry
+ * whose last operation lets go inside the progress engine - possibly run by
+ * the MPI library's progress loop during an unrelated call - is only queued
+ * there: freeing its collective state calls PMPI_Comm_free and closes a
+ * channel, which must not happen inside the library.  The next lookup of a
+ * communicator by handle (each call on one, outside the engine) or
+ * MPI_Finalize frees the queue.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +51,12 @@ struct table {
 static struct table by_handle, by_ctx;
 static struct pm_comm *last;     /* the entry found last by handle */
 static struct pm_comm *last_ctx; /* ... and by context (every record asks) */
+
+/* Entries dropped inside the progress engine, in no table, freed later. */
+static struct pm_comm **doomed;
+static size_t ndoomed, doomed_room;
+
+static void free_entry(struct pm_comm *c);
 
 static void table_put(struct table *t, uintptr_t key, struct pm_comm *c);
 
@@ -113,8 +125,18 @@ static void table_del(struct table *t, uintptr_t key)
 	}
 }
 
+/* Frees the queued entries; one freed here may queue another (its
+ * PMPI_Comm_free may run the engine), taken by the same loop. */
+static void free_doomed(void)
+{
+	while (ndoomed)
+		free_entry(doomed[--ndoomed]);
+}
+
 struct pm_comm *pm_comm_find(MPI_Comm comm)
 {
+	if (ndoomed && !pm.in_progress)
+		free_doomed();
 	if (last && last->comm == comm)
 		return last;
 	struct pm_comm *c = table_get(&by_handle, (uintptr_t)comm);
@@ -162,11 +184,29 @@ static void free_entry(struct pm_comm *c)
 	free(c);
 }
 
+/* Queues @p c for free_doomed(): @return false where there is no room
+ * (then it is freed at once, as before the queue existed). */
+static bool defer_entry(struct pm_comm *c)
+{
+	if (ndoomed == doomed_room) {
+		size_t room = doomed_room ? 2 * doomed_room : 4;
+		struct pm_comm **more = realloc(doomed, room * sizeof(*more));
+		if (!more)
+			return false;
+		doomed = more;
+		doomed_room = room;
+	}
+	doomed[ndoomed++] = c;
+	return true;
+}
+
 static void drop_entry(struct pm_comm *c)
 {
 	if (pm_comm_by_ctx(c->ctx) == c)
 		table_del(&by_ctx, (uintptr_t)c->ctx);
 	last_ctx = NULL;
+	if (c->coll && pm.in_progress && defer_entry(c))
+		return; /* not inside the engine: see the head of this file */
 	free_entry(c);
 }
 
@@ -289,6 +329,10 @@ int pm_comm_setup(void)
 
 void pm_comm_teardown(void)
 {
+	free_doomed();
+	free(doomed);
+	doomed = NULL;
+	ndoomed = doomed_room = 0;
 	/* Forgotten entries are only in by_ctx, the others in by_handle. */
 	for (size_t i = 0; i < by_ctx.n; i++) {
 		struct pm_comm *c = by_ctx.s[i].c;
