@@ -15,7 +15,8 @@
  * Data of at most COLL_SMALL bytes in a step (what a rank posts: a
  * Bcast's message, a reduction's elements, a Gather's block, the n blocks
  * of a Scatter or of one rank's Alltoall) lies in the rank's small slot,
- * beside its flags, instead of its half: one line to fetch, not two.
+ * beside its flags, instead of its half: one line to fetch, not two (a
+ * Bcast's message: BCAST_SMALL bytes, after the root's length).
  *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
