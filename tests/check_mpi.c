@@ -146,6 +146,9 @@ static const struct program programs[] = {
 	{"coll_basic", NB, 0, NULL, NULL},
 	{"coll_basic", NB, 0, NULL, "PINSHM_MPI_COLL=0"},
 	/* The v variants; reduce-scatter and the scans (more ranks: test_coll_ranks). */
+	/* A Bcast whose receiver's count differs from the root's
+	 * (MPI_ERR_TRUNCATE), and the collectives after it. */
+	{"coll_mismatch", 0, 0, NULL, NULL},
 	{"coll_v", B, 0, NULL, NULL},
 	{"coll_scan", B, 0, NULL, NULL},
 	/* The nonblocking collectives, overlapping each other, blocking ones
@@ -479,6 +482,8 @@ static unsigned colls_of(const struct program *pg)
 		return COLL_NB;
 	if (!strcmp(pg->name, "coll_hier"))
 		return COLL_HIER;
+	if (!strcmp(pg->name, "coll_mismatch"))
+		return 1u << 0 | 1u << 1 | 1u << 3; /* Barrier, Bcast, Allreduce */
 	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_BASIC
 	       : !strcmp(pg->name, "coll_v")				      ? COLL_V
 	       : !strcmp(pg->name, "coll_scan")				      ? COLL_SCAN

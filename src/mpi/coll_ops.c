@@ -15,11 +15,18 @@
  * Data of at most COLL_SMALL bytes in a step (what a rank posts: a
  * Bcast's message, a reduction's elements, a Gather's block, the n blocks
  * of a Scatter or of one rank's Alltoall) lies in the rank's small slot,
- * beside its flags, instead of its half: one line to fetch, not two.
+ * beside its flags, instead of its half: one line to fetch, not two (a
+ * Bcast's message: BCAST_SMALL bytes, after the root's length).
  *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
- * of one half, a step each: the root writes, the others copy out.
+ * of one half, a step each: the root writes, the others copy out.  The
+ * first step carries the root's length at the head of its small slot (and
+ * the message itself where it fits the rest, BCAST_SMALL bytes), and every
+ * rank runs the steps of that length: a receiver whose count and type make
+ * fewer bytes takes what fits and reports MPI_ERR_TRUNCATE, as Open MPI
+ * does; one with more room takes the message (MPI wants the signatures
+ * equal; Open MPI's tuned Bcast does not report a larger receive either).
  * Reduce, Allreduce: the elements in chunks whose packed bytes fit a half,
  * a step each (how many from the type's size and the count only: the ranks
  * may lay the same signature out differently): the ranks pack their chunk
@@ -82,43 +89,81 @@ int MPI_Barrier(MPI_Comm comm)
 
 /* ---- Bcast ------------------------------------------------------------ */
 
-/* @p bytes at @p data from @p root to rank @p to (every rank: @p to < 0),
- * a half at a time (every rank runs the steps). */
-static void bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root, int to)
+/* The root's length at a Bcast's first step, at the head of its small
+ * slot; a message of at most BCAST_SMALL bytes follows it there. */
+#define BCAST_HEAD sizeof(uint64_t)
+#define BCAST_SMALL (COLL_SMALL - BCAST_HEAD)
+
+static inline uint64_t min64(uint64_t a, uint64_t b)
 {
-	bool small = bytes <= COLL_SMALL;
-	for (uint64_t off = 0; off < bytes; off += co->half_bytes) {
-		size_t n = bytes - off < co->half_bytes ? (size_t)(bytes - off) : co->half_bytes;
-		uint64_t s = ++co->step;
+	return a < b ? a : b;
+}
+
+/* @p bytes at @p data from @p root to rank @p to (every rank: @p to < 0),
+ * a half at a time: every rank runs the steps of the root's length, read
+ * at the first step (untrusted: it bounds nothing but the steps; a rank
+ * copies at most its own @p bytes).  @return the root's length. */
+static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root, int to)
+{
+	bool takes = co->rank != root && (to < 0 || co->rank == to);
+	uint64_t s = ++co->step, total = bytes;
+	uint8_t *head = coll_small(co, root, s);
+	if (co->rank == root) {
+		coll_wait_free(co, s);
+		memcpy(head, &total, BCAST_HEAD);
+	} else {
+		coll_wait_arrive(co, root, s);
+		memcpy(&total, head, BCAST_HEAD);
+		if (coll_error(co) != MPI_SUCCESS)
+			total = 0; /* one step, returning at once */
+	}
+	bool small = total <= BCAST_SMALL;
+	for (uint64_t off = 0;; s = ++co->step) {
+		size_t n = (size_t)min64(total - off, co->half_bytes);
+		uint8_t *p = small ? head + BCAST_HEAD : coll_half(co, root, s);
 		if (co->rank == root) {
-			coll_wait_free(co, s);
-			memcpy(slot(co, root, s, small), data + off, n);
+			if (off > 0)
+				coll_wait_free(co, s);
+			if (n > 0)
+				memcpy(p, data + off, n);
 			coll_post(co, s);
-		} else if (to < 0 || co->rank == to) {
-			coll_wait_arrive(co, root, s);
-			memcpy(data + off, slot(co, root, s, small), n);
+		} else if (takes) {
+			if (off > 0)
+				coll_wait_arrive(co, root, s);
+			if (off < bytes && n > 0)
+				memcpy(data + off, p, (size_t)min64(n, bytes - off));
 		}
 		coll_finish(co, s);
+		off += n;
+		if (off >= total)
+			return total;
 	}
+}
+
+/* A receiver's error where the root sent more than its room (Open MPI's
+ * tuned Bcast reports that; a larger room takes the message as is). */
+static int bcast_fit(const struct pm_coll *co, int root, int to, uint64_t bytes, uint64_t total)
+{
+	bool takes = co->rank != root && (to < 0 || co->rank == to);
+	return takes && total > bytes ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
 }
 
 int coll_bcast_to(struct pm_coll *co, void *buffer, int count, MPI_Datatype datatype, int root, int to,
 		  MPI_Comm comm)
 {
 	const struct pm_type *t = pm_type_info(datatype);
-	uint64_t bytes = t ? (uint64_t)t->size * (uint64_t)count : 0;
-	if (co->size == 1 || bytes == 0)
+	size_t size = t ? (size_t)t->size : 0;
+	uint64_t bytes = (uint64_t)size * (uint64_t)count;
+	if (co->size == 1)
 		return MPI_SUCCESS;
 	if (to >= 0 && co->rank != root && co->rank != to) { /* only the steps: no data here */
-		bcast_bytes(co, NULL, bytes, root, to);
+		bcast_bytes(co, NULL, 0, root, to);
 		return coll_error(co);
 	}
 	size_t flat_bytes;
-	char *data = (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat_bytes);
-	if (data) {
-		bcast_bytes(co, data, bytes, root, to);
-		return coll_error(co);
-	}
+	char *data = bytes ? (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat_bytes) : NULL;
+	if (data || bytes == 0)
+		return coll_result(co, comm, bcast_fit(co, root, to, bytes, bcast_bytes(co, data, bytes, root, to)));
 	/* Not contiguous here (other ranks may differ): packed. */
 	char *tmp = malloc(bytes);
 	if (!tmp)
@@ -126,9 +171,13 @@ int coll_bcast_to(struct pm_coll *co, void *buffer, int count, MPI_Datatype data
 	int rc = MPI_SUCCESS;
 	if (co->rank == root)
 		rc = pm_pack(buffer, count, datatype, tmp, bytes);
-	bcast_bytes(co, tmp, bytes, root, to);
-	if (co->rank != root && (to < 0 || co->rank == to))
-		rc = pm_unpack(tmp, bytes, buffer, count, datatype);
+	uint64_t total = bcast_bytes(co, tmp, bytes, root, to);
+	if (co->rank != root) { /* the whole items received */
+		int k = total < bytes ? (int)(total / size) : count;
+		rc = pm_unpack(tmp, (uint64_t)k * size, buffer, k, datatype);
+		if (rc == MPI_SUCCESS)
+			rc = bcast_fit(co, root, to, bytes, total);
+	}
 	free(tmp);
 	return coll_result(co, comm, rc);
 }
