@@ -84,6 +84,7 @@
 #define HOSTILE_MARGIN_KB (320ull * 1024ull)
 #define HOSTILE_SAMPLES 5u    /* looks at Shmem, 500 ms apart, before a growth counts */
 #define GONE_MS 10000u        /* for a destroyed channel's name to go */
+#define POOL_READY_MS 40000u  /* for a pool to fill: a precondition (3 GiB locked, under load) */
 #define PUNCH_MS 30000u       /* for a destroyed channel's pages to be punched out (slices; a wrapper) */
 #define FD_SCAN 4096
 #define STALL_MS 5000u        /* of creates and destroys */
@@ -150,7 +151,7 @@ static void wait_gone(pinshm_client_t *obs, const char *name)
 /* Wait until the pool of the daemon @p obs talks to has its one class full. */
 static void wait_pool_ready(pinshm_client_t *obs)
 {
-	uint64_t deadline = tu_now_ms() + GONE_MS;
+	uint64_t deadline = tu_now_ms() + POOL_READY_MS;
 	pinshm_status_t st;
 	pinshm_pool_t pool;
 
@@ -160,7 +161,7 @@ static void wait_pool_ready(pinshm_client_t *obs)
 		ck_assert_msg(!(pool.flags & PINSHM_POOL_STOPPED), "the pool stopped filling");
 		if (pool.classes[0].ready == pool.classes[0].wanted)
 			return;
-		ck_assert_msg(tu_now_ms() < deadline, "the pool not refilled in %u ms", GONE_MS);
+		ck_assert_msg(tu_now_ms() < deadline, "the pool not refilled in %u ms", POOL_READY_MS);
 		tu_sleep_ms(2);
 	}
 }
