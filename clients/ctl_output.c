@@ -178,11 +178,12 @@ static const char *yes_no(bool b)
 	return b ? "yes" : "no";
 }
 
-/* "yes", "no", or "idle" for a pinned channel unlocked for want of use. */
+/* "yes", "no", "idle" for a pinned channel unlocked for want of use, or
+ * "locking" for one being locked (not pinned yet). */
 static const char *pinned_word(const pinshm_list_entry_t *e)
 {
 	if (!(e->state & PINSHM_LIST_PINNED))
-		return "no";
+		return e->state & PINSHM_LIST_LOCKING ? "locking" : "no";
 	return e->state & PINSHM_LIST_UNLOCKED ? "idle" : "yes";
 }
 
@@ -211,7 +212,7 @@ void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n)
 		wowner = widest(wowner, user_name(e[i].uid, owner, sizeof(owner)));
 		wgroup = widest(wgroup, group_name(e[i].gid, group, sizeof(group)));
 	}
-	fprintf(out, "%-*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-8s  %-6s  %-6s  %-10s  %9s  %9s  %10s  %6s  %8s\n",
+	fprintf(out, "%-*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-8s  %-7s  %-6s  %-10s  %9s  %9s  %10s  %6s  %8s\n",
 		wname, "NAME", wkind, "KIND", wowner, "OWNER", wgroup, "GROUP", "MODE", "BACKEND", "SIZE", "NODE",
 		"PINNED", "SEALED",
 		"PERSISTENT", "PRODUCERS", "CONSUMERS", "MESSAGES", "BYTES", "DROPS");
@@ -222,7 +223,7 @@ void ctl_print_table(FILE *out, const pinshm_list_entry_t *e, size_t n)
 		ctl_size_string(e[i].bytes, bytes, sizeof(bytes));
 		snprintf(prod, sizeof(prod), "%" PRIu32 "/%" PRIu32, e[i].producers, e[i].max_producers);
 		snprintf(cons, sizeof(cons), "%" PRIu32 "/%" PRIu32, e[i].consumers, e[i].max_consumers);
-		fprintf(out, "%-*.*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-8s  %-6s  %-6s  %-10s  %9s  %9s  %10" PRIu64
+		fprintf(out, "%-*.*s  %-*s  %-*s  %-*s  %-9s  %-7s  %6s  %-8s  %-7s  %-6s  %-10s  %9s  %9s  %10" PRIu64
 			     "  %6s  %8" PRIu64 "\n",
 			wname,
 			(int)sizeof(e[i].name) - 1, e[i].name, wkind, kind_name(&e[i]), wowner,
@@ -279,6 +280,7 @@ static void print_json_entry(FILE *out, const pinshm_list_entry_t *e, const char
 	json_field_bool(out, "persistent", e->state & PINSHM_LIST_PERSISTENT);
 	json_field_bool(out, "hugepages", e->state & PINSHM_LIST_HUGEPAGES);
 	json_field_bool(out, "unlocked", e->state & PINSHM_LIST_UNLOCKED);
+	json_field_bool(out, "locking", e->state & PINSHM_LIST_LOCKING);
 	json_field_u64(out, "pin_idle", e->pin_idle);
 	fprintf(out, ",\n    \"node\": %" PRId32, e->node);
 	json_field_u64(out, "producers", e->producers);

@@ -79,7 +79,13 @@ int devices_report(struct reg_client *c, struct channel *chan, bool holds, uint3
 		snprintf(why, whylen, "%u registrations of '%s' reported already", u->n[kind], chan->name);
 		return -ENOSPC;
 	}
-	/* Locked before it is counted: the device may use it on our reply. */
+	/* Locked before it is counted: the device may use it on our reply.
+	 * Being locked, it waits (the loop answers with request_relocked()). */
+	if (chan->locking) {
+		snprintf(why, whylen, "'%s' is being locked: %zu of %zu bytes so far", chan->name, chan->locked_bytes,
+			 chan->seg.size);
+		return -EINPROGRESS;
+	}
 	int rc = idle_relock_asked(chan, why, whylen);
 	if (rc != 0)
 		return rc;

@@ -51,10 +51,10 @@ struct conn {
 	uint64_t silent_until; /* CLOCK_MONOTONIC ms: closed then unless it has sent a packet; 0: it has */
 	struct reg_client client;
 	struct reply *pending; /* a reply waiting for room in the socket */
-	bool deferred;         /* its CREATE, hand-back (a HANDBACK request) or RELOCK is in progress
+	bool deferred;         /* its CREATE, hand-back (a HANDBACK request), RELOCK or DEVICE is in progress
 				* (registry_step(), watch_judge_step()): not read meanwhile */
 	uint32_t deferred_seq; /* that request's */
-	uint64_t deferred_relock; /* a RELOCK's: the channel whose locking it waits for, 0: none */
+	struct lock_wait deferred_wait; /* a RELOCK's or DEVICE's: the locking it waits for (request.h) */
 	int refused;           /* 0, or why its first request is to be refused (-EACCES, -EUSERS) */
 	char refusal[PROTO_TEXT_MAX + 1];
 	struct conn *prev, *next;
@@ -429,7 +429,7 @@ static bool peer_closed(int fd)
 }
 
 /*
- * @p c's CREATE, HANDBACK or RELOCK (@p rep, deferred) is in progress: watch
+ * @p c's CREATE, HANDBACK, RELOCK or DEVICE (@p rep, deferred) is in progress: watch
  * nothing of it but EPOLLHUP and EPOLLERR (a client that goes gives it up)
  * until loop_step() replies (conn_resume()).  What it sends meanwhile
  * waits in its socket.
@@ -438,7 +438,7 @@ static void conn_defer(struct loop *l, struct conn *c, const struct reply *rep)
 {
 	c->deferred = true;
 	c->deferred_seq = rep->seq;
-	c->deferred_relock = rep->relock_id;
+	c->deferred_wait = rep->wait;
 	if (watch_fd(l, EPOLL_CTL_MOD, c->fd, 0, c) != 0)
 		conn_close(l, c, "epoll");
 }
@@ -458,31 +458,32 @@ static struct conn *conn_deferred_of(struct loop *l, uint64_t id)
 static void conn_resume(struct loop *l, struct conn *c, const struct reply *rep)
 {
 	c->deferred = false;
-	c->deferred_relock = 0;
+	c->deferred_wait = (struct lock_wait){0};
 	if (conn_reply(l, c, rep) && !c->pending && watch_fd(l, EPOLL_CTL_MOD, c->fd, EPOLLIN | EPOLLRDHUP, c) != 0)
 		conn_close(l, c, "epoll");
 }
 
-/* The replies to the RELOCKs that waited for the locking of @p chan, ended.
+/* The replies to the RELOCKs and DEVICEs that waited for the locking of
+ * @p chan, ended.
  * A reply that fails closes its connection, and where that connection held
  * the last reference, @p chan is freed: only a connection that still waits
  * (and so holds a reference) looks at it again. */
-static void relocks_answer(struct loop *l, const struct channel *chan)
+static void relocks_answer(struct loop *l, struct channel *chan)
 {
 	const uint64_t id = chan->id;
 	struct reply rep;
 
 	for (struct conn *c = l->conns, *next; c; c = next) {
 		next = c->next; /* c may be closed */
-		if (c->deferred && c->deferred_relock == id) {
-			request_relocked(&l->ctx, chan, c->deferred_seq, &rep);
+		if (c->deferred && c->deferred_wait.id == id) {
+			request_relocked(&l->ctx, &c->client, chan, c->deferred_seq, &c->deferred_wait, &rep);
 			conn_resume(l, c, &rep);
 		}
 	}
 }
 
 /* One slice of the work in progress (registry_step(), watch_judge_step());
- * the replies to the CREATE, HANDBACK or RELOCKs that it ends. */
+ * the replies to the CREATE, HANDBACK, RELOCKs or DEVICEs that it ends. */
 static void loop_step(struct loop *l)
 {
 	struct channel *chan, *lock_done;

@@ -683,7 +683,8 @@ uint32_t registry_channel_state(const struct channel *chan)
 {
 	return (chan->seg.pinned ? PINSHM_LIST_PINNED : 0) | (chan->persistent ? PINSHM_LIST_PERSISTENT : 0) |
 	       (chan->seg.sealed ? PINSHM_LIST_SEALED : 0) | (chan->seg.hugepages ? PINSHM_LIST_HUGEPAGES : 0) |
-	       (chan->seg.damaged ? PINSHM_LIST_DAMAGED : 0) | (chan->seg.unlocked ? PINSHM_LIST_UNLOCKED : 0);
+	       (chan->seg.damaged ? PINSHM_LIST_DAMAGED : 0) | (chan->seg.unlocked ? PINSHM_LIST_UNLOCKED : 0) |
+	       (chan->locking ? PINSHM_LIST_LOCKING : 0);
 }
 
 

@@ -398,7 +398,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 	out->close_after = false;
 	out->peer_wake = false;
 	out->deferred = false;
-	out->relock_id = 0;
+	out->wait = (struct lock_wait){0};
 	if (ctx->in_fd >= 0 && (rc != 0 || !proto_request_takes_fd(req->h.type))) {
 		log_warn("pid %d uid %u: a descriptor with a request that takes none: closing the connection",
 			 (int)c->cred.pid, (unsigned)c->cred.uid);
@@ -446,7 +446,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	case PROTO_RELOCK:
 		rc = serve_relock(ctx, c, req, rep);
-		out->relock_id = req->u.relock.id;
+		out->wait = (struct lock_wait){.id = req->u.relock.id, .type = PROTO_RELOCK};
 		break;
 	case PROTO_HANDBACK:
 		rc = serve_handback(ctx, c, req, rep);
@@ -460,19 +460,21 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		break;
 	case PROTO_DEVICE:
 		rc = serve_device(c, req, rep);
+		out->wait = (struct lock_wait){.id = req->u.device.id, .type = PROTO_DEVICE, .kind = req->u.device.kind};
 		break;
 	default: /* proto_decode() let through requests only */
 		rc = fail(rep, -EOPNOTSUPP, "unknown request type %u", req->h.type);
 		break;
 	}
 	if (rc == -EINPROGRESS) {
-		/* A CREATE, a HANDBACK or a RELOCK in progress: request_created(),
-		 * request_handed_back() or request_relocked() replies. */
+		/* A CREATE, a HANDBACK, or a RELOCK or DEVICE that waits for a
+		 * locking, in progress: request_created(), request_handed_back()
+		 * or request_relocked() replies. */
 		out->deferred = true;
 		out->seq = req->h.seq;
 		return;
 	}
-	out->relock_id = 0;
+	out->wait = (struct lock_wait){0};
 	rep->status = rc;
 	if (rc != 0) {
 		reply_release_fd(out);
@@ -514,16 +516,23 @@ void request_handed_back(struct request_ctx *ctx, const struct reg_judged *done,
 	finish(rep, out);
 }
 
-void request_relocked(struct request_ctx *ctx, const struct channel *chan, uint32_t seq, struct reply *out)
+void request_relocked(struct request_ctx *ctx, struct reg_client *c, struct channel *chan, uint32_t seq,
+		      const struct lock_wait *w, struct reply *out)
 {
 	struct proto_msg *rep = &ctx->rep;
 
 	*out = (struct reply){.fd = -1};
 	memset(rep, 0, offsetof(struct proto_msg, u));
-	rep->h.type = PROTO_RELOCK | PROTO_REPLY;
+	rep->h.type = w->type | PROTO_REPLY;
 	rep->h.seq = seq;
 	if (!chan->seg.pinned)
 		rep->status = fail(rep, -ENOMEM, "cannot lock '%s': %s", chan->name, chan->seg.pin_error);
+	else if (w->type == PROTO_DEVICE)
+		rep->status = devices_report(c, chan, registry_client_holds(c, chan), w->kind, 1, rep->text,
+					     sizeof(rep->text));
+	if (rep->status != 0)
+		log_debug("pid %d uid %u: %s: %s", (int)c->cred.pid, (unsigned)c->cred.uid, proto_type_name(w->type),
+			  rep->text);
 	finish(rep, out);
 }
 

@@ -55,6 +55,14 @@ struct request_ctx {
 	struct proto_msg rep; /* scratch */
 };
 
+/* A request that waits for the locking of a channel (chan->locking) to end:
+ * a RELOCK, or a DEVICE +1 (a device may use the channel on its reply). */
+struct lock_wait {
+	uint64_t id;   /* the channel, 0: none */
+	uint32_t type; /* PROTO_RELOCK or PROTO_DEVICE */
+	uint32_t kind; /* a DEVICE's device kind */
+};
+
 struct reply {
 	uint8_t buf[PROTO_MAX_PACKET];
 	size_t len;
@@ -66,10 +74,11 @@ struct reply {
 	bool close_after; /* close the connection once it is sent */
 	bool deferred;    /* nothing to send yet: a CREATE in progress (registry_create()), whose
 			   * reply request_created() builds, a HANDBACK being judged
-			   * (request_handed_back()), or a RELOCK of a channel being locked
-			   * (request_relocked()); the connection is not read until then */
+			   * (request_handed_back()), or a RELOCK or DEVICE +1 of a channel
+			   * being locked (request_relocked()); the connection is not read
+			   * until then */
 	uint32_t seq;     /* with deferred: the request's */
-	uint64_t relock_id; /* with deferred: the channel a RELOCK waits for, 0: not a RELOCK */
+	struct lock_wait wait; /* with deferred: what waits for a channel's locking, if anything */
 	bool peer_wake;   /* a PEER reply: registry_peer_replied() once it is sent */
 	uint64_t peer_id;
 	uint32_t peer_endpoint;
@@ -98,10 +107,12 @@ void request_created(struct request_ctx *ctx, struct reg_client *c, struct chann
  *  (watch_judge_step()'s @p done). */
 void request_handed_back(struct request_ctx *ctx, const struct reg_judged *done, uint32_t seq, struct reply *out);
 
-/** The reply to a deferred RELOCK (seq @p seq) of @p chan, once
- *  registry_step() ended its locking: 0, or -ENOMEM where it could not be
- *  locked. */
-void request_relocked(struct request_ctx *ctx, const struct channel *chan, uint32_t seq, struct reply *out);
+/** The reply to a deferred RELOCK or DEVICE +1 (@p w, seq @p seq) of client
+ *  @p c for @p chan, once registry_step() ended its locking: -ENOMEM where
+ *  it could not be locked; else 0 for a RELOCK, and a DEVICE's registration
+ *  counted now (devices_report()). */
+void request_relocked(struct request_ctx *ctx, struct reg_client *c, struct channel *chan, uint32_t seq,
+		      const struct lock_wait *w, struct reply *out);
 
 /** What reply @p out asks for once it is sent (or held for room in the
  *  socket) to client @p c. */

@@ -744,6 +744,7 @@ PINSHM_EXPORT int pinshm_unlink(pinshm_client_t *c, const char *name);
 #define PINSHM_LIST_HUGEPAGES 0x8u  /* made of huge pages */
 #define PINSHM_LIST_DAMAGED 0x10u   /* shm segment shrunk by a client: the daemon no longer touches it */
 #define PINSHM_LIST_UNLOCKED 0x20u  /* pinned, but unlocked for now for want of use (pin_idle) */
+#define PINSHM_LIST_LOCKING 0x40u   /* being locked (adopted at a restart, or handed back): not PINNED yet */
 
 /* The backend of a listed channel. */
 #define PINSHM_BACKEND_MEMFD 1u /* sealed memfd */

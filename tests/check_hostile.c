@@ -52,6 +52,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -668,22 +669,38 @@ static int long_maps_owner(void *arg, int idx)
 		pause();
 }
 
-/* Send @p m on @p sock, with descriptor @p fd unless -1, and read the
- * reply into @p m (a descriptor it brings closed).  @return its status. */
-static int raw_request(int sock, struct proto_msg *m, int fd)
+/* Send @p m on @p sock, with descriptor @p fd unless -1.  @return 0 or -EIO. */
+static int raw_send_msg(int sock, const struct proto_msg *m, int fd)
+{
+	uint8_t buf[PROTO_MAX_PACKET];
+	int len = proto_encode(m, buf);
+
+	return len > 0 && fdpass_send(sock, buf, (size_t)len, &fd, fd >= 0 ? 1 : 0, 0) == 0 ? 0 : -EIO;
+}
+
+/* Read a reply on @p sock into @p m (a descriptor it brings closed).
+ * @return its status. */
+static int raw_recv_msg(int sock, struct proto_msg *m)
 {
 	uint8_t buf[PROTO_MAX_PACKET];
 	unsigned nfds = 0;
-	int got = -1, len = proto_encode(m, buf);
-
-	if (len <= 0 || fdpass_send(sock, buf, (size_t)len, &fd, fd >= 0 ? 1 : 0, 0) != 0)
-		return -EIO;
+	int got = -1;
 	ssize_t n = fdpass_recv(sock, buf, sizeof(buf), &got, 1, &nfds, 0);
+
 	if (nfds > 0 && got >= 0)
 		close(got);
 	if (n <= 0 || proto_decode(buf, (size_t)n, true, m) != 0)
 		return -ECONNRESET;
 	return m->status;
+}
+
+/* Send @p m on @p sock, with descriptor @p fd unless -1, and read the
+ * reply into @p m (a descriptor it brings closed).  @return its status. */
+static int raw_request(int sock, struct proto_msg *m, int fd)
+{
+	int rc = raw_send_msg(sock, m, fd);
+
+	return rc ? rc : raw_recv_msg(sock, m);
 }
 
 /* A raw connection to @p d, HELLO said.  @return it, or -1. */
@@ -745,9 +762,9 @@ static int raw_adopt(int sock, const pinshm_channel_attr_t *attr, int seg)
 	return raw_request(sock, &m, seg);
 }
 
-/* Open @p name as a consumer on @p sock (its descriptor closed at once):
- * the channel's number into @p id unless NULL.  @return the status. */
-static int raw_open_consumer(int sock, const char *name, uint64_t *id)
+/* Open @p name as @p role on @p sock (its descriptor closed at once): the
+ * channel's number into @p id unless NULL.  @return the status. */
+static int raw_open(int sock, const char *name, unsigned role, uint64_t *id)
 {
 	static struct proto_msg m;
 
@@ -755,7 +772,7 @@ static int raw_open_consumer(int sock, const char *name, uint64_t *id)
 	m.h.type = PROTO_OPEN;
 	m.h.seq = 3;
 	snprintf(m.u.open.name, sizeof(m.u.open.name), "%s", name);
-	m.u.open.role = PINSHM_CONSUMER;
+	m.u.open.role = role;
 	m.u.open.node = PINSHM_NODE_ANY;
 	m.u.open.owner = PROTO_OWNER_ANY;
 	int rc = raw_request(sock, &m, -1);
@@ -764,16 +781,25 @@ static int raw_open_consumer(int sock, const char *name, uint64_t *id)
 	return rc;
 }
 
-/* Ask for channel @p id, opened on @p sock, to be locked.  @return the status. */
-static int raw_relock(int sock, uint64_t id)
+static int raw_open_consumer(int sock, const char *name, uint64_t *id)
 {
-	static struct proto_msg m;
+	return raw_open(sock, name, PINSHM_CONSUMER, id);
+}
 
-	memset(&m, 0, sizeof(m));
-	m.h.type = PROTO_RELOCK;
-	m.h.seq = 4;
-	m.u.relock.id = id;
-	return raw_request(sock, &m, -1);
+/* The RELOCK of channel @p id, or (@p device) a DEVICE +1 of it (a CUDA
+ * registration, of an endpoint the connection holds). */
+static void raw_lock_wait_msg(struct proto_msg *m, uint64_t id, bool device)
+{
+	memset(m, 0, sizeof(*m));
+	m->h.type = device ? PROTO_DEVICE : PROTO_RELOCK;
+	m->h.seq = device ? 5 : 4;
+	if (device) {
+		m->u.device.id = id;
+		m->u.device.kind = PINSHM_DEVICE_CUDA;
+		m->u.device.delta = 1;
+	} else {
+		m->u.relock.id = id;
+	}
 }
 
 /* The hostile client, in a child: hand back a crafted segment of @p attr
@@ -883,35 +909,97 @@ static int stored_segment(const char *name, unsigned flags, char *fdname, size_t
 	return fd;
 }
 
+/* Whether a STAT of @p name on @p c says it is locked: pinned, no longer
+ * being locked.  @return 1, 0, or a negative status. */
+static int stat_locked(pinshm_client_t *c, const char *name, pinshm_list_entry_t *e)
+{
+	int rc = pinshm_stat(c, name, e);
+
+	if (rc != 0)
+		return rc;
+	return (e->state & PINSHM_LIST_PINNED) && !(e->state & PINSHM_LIST_LOCKING);
+}
+
+/* Send a RELOCK on @p socks[0] and a DEVICE +1 on @p socks[1] (channel
+ * @p ids[i] on each), and wait for their replies: a reply seen before a
+ * STAT says @p name is locked fails it (each is answered only once the
+ * last slice is locked).  @return 0, or a negative status; the RELOCK's
+ * wait in @p waited (ms). */
+static int lock_waits(pinshm_client_t *c, const char *name, const int socks[2], const uint64_t ids[2],
+		      uint64_t *waited)
+{
+	struct proto_msg m[2];
+	bool answered[2] = {false, false};
+	pinshm_list_entry_t e;
+	uint64_t t0 = tu_now_ms(), end = t0 + 60000;
+	int rc = 0;
+
+	for (int i = 0; i < 2 && rc == 0; i++) {
+		raw_lock_wait_msg(&m[i], ids[i], i == 1);
+		rc = raw_send_msg(socks[i], &m[i], -1);
+	}
+	while (rc == 0 && !(answered[0] && answered[1]) && tu_now_ms() < end) {
+		struct pollfd p[2] = {{.fd = socks[0], .events = POLLIN}, {.fd = socks[1], .events = POLLIN}};
+		int n = poll(p, 2, 1);
+		int locked = n < 0 ? -errno : stat_locked(c, name, &e); /* after the poll: a reply came before */
+		for (int i = 0; i < 2 && n > 0 && locked >= 0; i++) {
+			if (answered[i] || !(p[i].revents & POLLIN))
+				continue;
+			if (!locked) {
+				fprintf(stderr, "stall: restart: the %s was answered while '%s' was being locked\n",
+					i ? "DEVICE +1" : "RELOCK", name);
+				return -EBUSY;
+			}
+			answered[i] = true;
+			rc = raw_recv_msg(socks[i], &m[i]);
+			if (i == 0)
+				*waited = tu_now_ms() - t0;
+		}
+		rc = rc ? rc : locked < 0 ? locked : 0;
+	}
+	return rc ? rc : answered[0] && answered[1] ? 0 : -ETIMEDOUT;
+}
+
 /* In a child: the channel @p name, adopted at the start, is served while
- * it is locked: listed not pinned yet, opened, and a RELOCK waits until
- * it is locked; then it is listed pinned.  The open is a raw request: the
- * library's would map the whole segment first.  @return the exit status. */
+ * it is locked: listed not pinned yet but locking, opened, and a RELOCK
+ * and a DEVICE +1 wait until it is locked; then it is listed pinned, no
+ * longer locking, the registration counted.  The opens are raw requests:
+ * the library's would map the whole segment first.  @return the exit
+ * status. */
 static int restart_client(const struct daemon *d, const char *name)
 {
 	pinshm_client_t *c = NULL;
 	pinshm_list_entry_t before, after;
-	uint64_t id = 0, waited = 0;
-	int sock = raw_connect(d), rc = pinshm_connect(d->sock, &c);
+	uint64_t ids[2] = {0, 0}, waited = 0;
+	int socks[2] = {raw_connect(d), raw_connect(d)}, rc = pinshm_connect(d->sock, &c);
 
 	rc = rc ? rc : pinshm_stat(c, name, &before);
-	rc = rc ? rc : sock >= 0 ? raw_open_consumer(sock, name, &id) : -EIO;
-	if (rc == 0) {
-		uint64_t t0 = tu_now_ms();
-		rc = raw_relock(sock, id);
-		waited = tu_now_ms() - t0;
-	}
+	if (rc == 0 && (socks[0] < 0 || socks[1] < 0))
+		rc = -EIO;
+	rc = rc ? rc : raw_open(socks[0], name, PINSHM_PRODUCER, &ids[0]);
+	rc = rc ? rc : raw_open_consumer(socks[1], name, &ids[1]);
+	rc = rc ? rc : lock_waits(c, name, socks, ids, &waited);
 	rc = rc ? rc : pinshm_stat(c, name, &after);
 	if (rc != 0) {
 		fprintf(stderr, "stall: restart: %s (%s)\n", strerror(-rc), c ? pinshm_client_error(c) : "");
 		return 1;
 	}
-	fprintf(stderr, "stall: restart: '%s' %s at the first STAT, %s after a RELOCK that waited %llu ms\n", name,
-		before.state & PINSHM_LIST_PINNED ? "pinned" : "not pinned yet",
-		after.state & PINSHM_LIST_PINNED ? "pinned" : "NOT pinned", (unsigned long long)waited);
-	close(sock);
+	fprintf(stderr,
+		"stall: restart: '%s' %s%s at the first STAT, %s%s after a RELOCK that waited %llu ms, "
+		"%u device registrations\n",
+		name, before.state & PINSHM_LIST_PINNED ? "pinned" : "not pinned yet",
+		before.state & PINSHM_LIST_LOCKING ? ", locking" : ", NOT locking",
+		after.state & PINSHM_LIST_PINNED ? "pinned" : "NOT pinned",
+		after.state & PINSHM_LIST_LOCKING ? ", STILL locking" : "", (unsigned long long)waited,
+		after.device_regs);
+	close(socks[0]);
+	close(socks[1]);
 	pinshm_disconnect(c);
-	return !(before.state & PINSHM_LIST_PINNED) && (after.state & PINSHM_LIST_PINNED) ? 0 : 1;
+	return !(before.state & PINSHM_LIST_PINNED) && (before.state & PINSHM_LIST_LOCKING) &&
+			       (after.state & PINSHM_LIST_PINNED) && !(after.state & PINSHM_LIST_LOCKING) &&
+			       after.device_regs == 1
+		       ? 0
+		       : 1;
 }
 
 /* A daemon that starts with a large segment in the descriptor store

@@ -517,8 +517,8 @@ START_TEST(test_json_list)
 		{.name = "q", .kind = PINSHM_QUEUE, .capacity = 65536, .max_producers = 2, .max_consumers = 1,
 		 .state = PINSHM_LIST_PINNED, .uid = 4000000001u, .gid = 4000000001u, .mode = 0640, .size = 200000},
 		{.name = "t", .kind = PINSHM_TOPIC, .flags = PINSHM_OVERRUN, .capacity = 4096, .max_producers = 1,
-		 .max_consumers = 3, .state = PINSHM_LIST_SEALED | PINSHM_LIST_PERSISTENT, .mode = 0600,
-		 .backend = PINSHM_BACKEND_SHM},
+		 .max_consumers = 3, .state = PINSHM_LIST_SEALED | PINSHM_LIST_PERSISTENT | PINSHM_LIST_LOCKING,
+		 .mode = 0600, .backend = PINSHM_BACKEND_SHM},
 	};
 	char buf[4096];
 	FILE *f = fmemopen(buf, sizeof(buf), "w");
@@ -532,6 +532,12 @@ START_TEST(test_json_list)
 	HAS(buf, "\"overrun\": true");
 	HAS(buf, "\"backend\": \"?\""); /* a value this version does not know */
 	HAS(buf, "\"backend\": \"shm\"");
+	HAS(buf, "\"locking\": true"); /* being locked: not pinned yet */
+	HAS(buf, "\"locking\": false");
+	f = fmemopen(buf, sizeof(buf), "w");
+	ctl_print_table(f, e, 2);
+	fclose(f);
+	HAS(buf, "  locking  ");
 	f = fmemopen(buf, sizeof(buf), "w");
 	ctl_print_json(f, e, 0);
 	fclose(f);
@@ -1627,7 +1633,7 @@ START_TEST(test_stat_json)
 	static const char *const members[] = {
 		"name", "kind", "overrun", "owner", "uid", "group", "gid", "mode", "permissions", "capacity",
 		"max_message", "size", "backend", "damaged", "pinned", "sealed", "persistent", "hugepages", "unlocked",
-		"pin_idle", "node", "producers", "max_producers", "consumers", "max_consumers", "messages", "bytes",
+		"locking", "pin_idle", "node", "producers", "max_producers", "consumers", "max_consumers", "messages", "bytes",
 		"lost", "refused", "drops", "device_registrations", "device_kinds"};
 	const size_t nmembers = sizeof(members) / sizeof(members[0]);
 	pinshm_list_entry_t e;
@@ -1684,6 +1690,7 @@ START_TEST(test_stat_json)
 	JSON_IS(r.out, "persistent", "true");
 	JSON_IS(r.out, "hugepages", "false");
 	JSON_IS(r.out, "unlocked", "false");
+	JSON_IS(r.out, "locking", "false");
 	JSON_IS(r.out, "pin_idle", "300");
 	snprintf(want, sizeof(want), "%d", (int)e.node);
 	JSON_IS(r.out, "node", want);
