@@ -206,6 +206,7 @@ static PyObject *entry_dict(const pinshm_list_entry_t *e)
 	    put(d, "max_consumers", PyLong_FromUnsignedLong(e->max_consumers)) < 0 ||
 	    put(d, "state", PyLong_FromUnsignedLong(e->state)) < 0 ||
 	    put(d, "pinned", PyBool_FromLong(!!(e->state & PINSHM_LIST_PINNED))) < 0 ||
+	    put(d, "locking", PyBool_FromLong(!!(e->state & PINSHM_LIST_LOCKING))) < 0 ||
 	    put(d, "persistent", PyBool_FromLong(!!(e->state & PINSHM_LIST_PERSISTENT))) < 0 ||
 	    put(d, "uid", PyLong_FromUnsignedLong(e->uid)) < 0 || put(d, "gid", PyLong_FromUnsignedLong(e->gid)) < 0 ||
 	    put(d, "mode", PyLong_FromUnsignedLong(e->mode)) < 0 ||

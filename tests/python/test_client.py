@@ -83,6 +83,7 @@ def test_create_stat_list_unlink(client):
     assert (s["name"], s["kind"], s["capacity"]) == ("q", "queue", 1 << 16)
     assert (s["max_producers"], s["max_consumers"], s["mode"]) == (2, 3, 0o640)
     assert s["uid"] == os.getuid() and s["producers"] == 0 and s["messages"] == 0
+    assert s["locking"] is False and s["state"] & 0x40 == 0
     t = client.stat("t")
     assert t["kind"] == "topic" and t["flags"] == pinshm.OVERRUN and t["persistent"]
     assert [e["name"] for e in client.list()] == ["q", "t"]
