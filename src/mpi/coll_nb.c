@@ -475,15 +475,14 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
 }
 
 /* Ireduce (@p root >= 0) or Iallreduce (@p root < 0), or -1 where the
- * library takes it (decided as reduce_call() of coll_ops.c decides). */
+ * library takes it (red_carried(), as the blocking calls decide). */
 static int nb_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
 		     MPI_Comm comm, MPI_Request *request)
 {
 	enum coll_call kind = root < 0 ? CALL_IALLREDUCE : CALL_IREDUCE;
 	struct pm_coll *co = nb_area(comm);
 	struct red r = {.op = op};
-	if (!co || count < 0 || op == MPI_OP_NULL || root >= co->size ||
-	    !red_layout(&r, datatype, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
+	if (!red_carried(co, &r, datatype, count, root)) {
 		coll_count(kind, false, 0);
 		return -1;
 	}

@@ -352,6 +352,12 @@ int coll_reduce(struct pm_coll *co, const struct red *r_, const void *sendbuf, v
 
 /* Reduce (@p root >= 0) or Allreduce (@p root < 0) through the area of
  * @p comm, or -1 where the library takes it. */
+bool red_carried(const struct pm_coll *co, struct red *r, MPI_Datatype type, int count, int root)
+{
+	return co && count >= 0 && r->op != MPI_OP_NULL && root < co->size &&
+	       red_layout(r, type, co->half_bytes ? co->half_bytes : SIZE_MAX);
+}
+
 static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
 		       MPI_Comm comm, enum coll_call call)
 {
@@ -360,8 +366,7 @@ static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Dataty
 		return rc;
 	struct pm_coll *co = pm_coll_for(comm);
 	struct red r = {.op = op};
-	if (!co || count < 0 || op == MPI_OP_NULL || root >= co->size ||
-	    !red_layout(&r, datatype, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
+	if (!red_carried(co, &r, datatype, count, root)) {
 		coll_count(call, false, 0);
 		return -1;
 	}

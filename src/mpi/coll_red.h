@@ -29,6 +29,11 @@ struct red {
 /* The reduction of @p type, or false where it is not carried: decided
  * from the type's size only (an element's packed bytes fit @p half). */
 bool red_layout(struct red *r, MPI_Datatype type, size_t half);
+/* Whether a reduction of @p count elements of @p type with r->op to
+ * @p root (< 0: every rank) is carried through @p co (NULL: not carried),
+ * from what matches at every rank only; its layout in *@p r.  The blocking
+ * and the nonblocking calls decide alike. */
+bool red_carried(const struct pm_coll *co, struct red *r, MPI_Datatype type, int count, int root);
 /* Bytes that @p k elements span in this layout. */
 size_t red_span(const struct red *r, int k);
 /* Room for @p k elements in this layout: the buffer's address (elements
