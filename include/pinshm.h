@@ -190,6 +190,9 @@ PINSHM_EXPORT unsigned pinshm_channel_endpoint(const pinshm_channel_t *ch);
  * doubles it back.  At 0, one wait in 16 or more polls the full 50000 ns
  * (one in up to 4096 while those polls keep running out), so that the
  * budget comes back once the peer answers within it again.
+ * A wait for a peer that copies a message first polls 1 ns longer per byte
+ * of it (a producer's: the message it sends; a consumer's: the last it
+ * received), while the budget is not 0.
  */
 PINSHM_EXPORT void pinshm_channel_set_spin(pinshm_channel_t *ch, uint64_t spin_ns);
 

@@ -564,8 +564,11 @@ static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, 
 	consumer_disarm(ch);
 	int rc = timeout_ms == PINSHM_NONBLOCK && ch->quick_polls
 			 ? recv_attempt(&args, true)
-			 : wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, &ch->spin, &ch->ep->sleeping,
-				    SLEEPING_DATA);
+			 /* The next message comes once a producer copied in
+			  * about one as long as the last (a sequential
+			  * consumer's guess; 0 for a shared queue's). */
+			 : wait_for(&ch->hdr->data, recv_attempt, &args, timeout_ms, &ch->spin, ch->last_size,
+				    &ch->ep->sleeping, SLEEPING_DATA);
 	if (rc != -EAGAIN && rc != -ETIMEDOUT)
 		return rc;
 	/* The check reads every producer's own line: a consumer that polls

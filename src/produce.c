@@ -255,8 +255,9 @@ static inline __attribute__((always_inline)) int reserve(pinshm_channel_t *ch, s
 		return rc;
 	if (ch->wake_pending)
 		producer_wake(ch); /* never sleep on messages the consumers were not told of */
-	return wait_for(&ch->hdr->space, reserve_attempt, &args, timeout_ms, &ch->spin, &ch->ep->sleeping,
-			SLEEPING_SPACE);
+	/* The room comes once a consumer copied out about a record this long. */
+	return wait_for(&ch->hdr->space, reserve_attempt, &args, timeout_ms, &ch->spin, rec_size(len),
+			&ch->ep->sleeping, SLEEPING_SPACE);
 }
 
 static inline void *reserved_payload(pinshm_channel_t *ch)

@@ -104,16 +104,20 @@ void wait_spin_init(struct wait_spin *s, uint64_t ns, bool fixed)
 				 .probe_every = WAIT_PROBE_MIN, .fixed = fixed };
 }
 
-uint64_t wait_spin_begin(struct wait_spin *s)
+uint64_t wait_spin_begin(struct wait_spin *s, uint64_t bytes)
 {
-	if (s->budget_ns > 0 || s->fixed)
+	uint64_t copy_ns = bytes * WAIT_SPIN_NS_PER_BYTE;
+
+	if (s->fixed)
 		return s->budget_ns;
+	if (s->budget_ns > 0)
+		return s->budget_ns + copy_ns;
 	if (s->countdown > 1) {
 		s->countdown--;
 		return 0;
 	}
 	s->countdown = s->probe_every; /* a probe cut short by its deadline: the next one as usual */
-	return s->ceiling_ns;
+	return s->ceiling_ns + copy_ns;
 }
 
 void wait_spin_end(struct wait_spin *s, uint64_t spun_ns, bool satisfied)
@@ -154,7 +158,7 @@ static int spin_phase(wait_attempt_fn attempt, void *arg, struct wait_spin *spin
 }
 
 int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, struct wait_spin *spin,
-	     _Atomic uint32_t *mark, uint32_t bit)
+	     uint64_t bytes, _Atomic uint32_t *mark, uint32_t bit)
 {
 	/* The first attempt is the spin's first, unless it decides. */
 	int rc = attempt(arg, timeout_ms != PINSHM_NONBLOCK && spin->budget_ns > 0);
@@ -162,7 +166,7 @@ int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeo
 	if (rc != -EAGAIN || timeout_ms == PINSHM_NONBLOCK)
 		return rc;
 
-	uint64_t spin_ns = wait_spin_begin(spin);
+	uint64_t spin_ns = wait_spin_begin(spin, bytes);
 	uint64_t start = wait_now_ns();
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000u;
 	uint64_t now = start;

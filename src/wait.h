@@ -30,11 +30,19 @@ struct wait_spin;
 #define WAIT_SPIN_FLOOR_NS 2000u
 #define WAIT_PROBE_MIN 16u
 #define WAIT_PROBE_MAX 4096u
+/* What an adaptive spin adds for each byte the peer copies before the
+ * event (1 ns: a copy at 1 GB/s, slower than any this library has met). */
+#define WAIT_SPIN_NS_PER_BYTE 1u
 
 /** Fixed at @p ns, or adaptive up to a ceiling of @p ns. */
 void wait_spin_init(struct wait_spin *s, uint64_t ns, bool fixed);
-/** The spin of a wait that could not be satisfied at once (may be a probe). */
-uint64_t wait_spin_begin(struct wait_spin *s);
+/** The spin of a wait that could not be satisfied at once (may be a probe),
+ *  for an event that comes after the peer copied about @p bytes: an
+ *  adaptive spin that is not 0 is longer by WAIT_SPIN_NS_PER_BYTE each, so
+ *  that a peer busy copying a large message is not taken for one that is
+ *  not running (the budget would fall to 0 and each message would pay a
+ *  sleep and a wake-up). */
+uint64_t wait_spin_begin(struct wait_spin *s, uint64_t bytes);
 /** After a wait spun @p spun_ns (> 0): @p satisfied while spinning, or ran out. */
 void wait_spin_end(struct wait_spin *s, uint64_t spun_ns, bool satisfied);
 
@@ -48,12 +56,13 @@ typedef int (*wait_attempt_fn)(void *arg, bool quick);
 /**
  * Call @p attempt until it returns anything but -EAGAIN or @p timeout_ms
  * (PINSHM_NONBLOCK, PINSHM_FOREVER or milliseconds) runs out: spin as
- * @p spin says (and tell it how that went), yield a little, then sleep on
- * @p wl between attempts.
+ * @p spin says for a peer that copies about @p bytes first
+ * (wait_spin_begin()), and tell it how that went; yield a little, then
+ * sleep on @p wl between attempts.
  * @return the attempt's result, -EAGAIN (non-blocking) or -ETIMEDOUT.
  */
 int wait_for(struct wait_line *wl, wait_attempt_fn attempt, void *arg, int timeout_ms, struct wait_spin *spin,
-	     _Atomic uint32_t *mark, uint32_t bit);
+	     uint64_t bytes, _Atomic uint32_t *mark, uint32_t bit);
 
 /*
  * A sleeper is counted in its wait line's `sleepers` and marked in its own

@@ -2334,7 +2334,7 @@ END_TEST
 static unsigned waits_to_probe(struct wait_spin *s, uint64_t *probe_ns)
 {
 	for (unsigned n = 1; n <= 2 * WAIT_PROBE_MAX; n++) {
-		uint64_t ns = wait_spin_begin(s);
+		uint64_t ns = wait_spin_begin(s, 0);
 		ck_assert_uint_eq(s->budget_ns, 0);
 		if (ns > 0) {
 			*probe_ns = ns;
@@ -2355,10 +2355,18 @@ START_TEST(test_spin_adapts)
 	unsigned n, every = WAIT_PROBE_MIN;
 
 	wait_spin_init(&s, 50000, false);
+	/* A peer that copies a large message first: a longer spin, and one
+	 * that runs out halves the budget alone. */
+	ck_assert_uint_eq(wait_spin_begin(&s, 1 << 20), 50000 + (1 << 20) * WAIT_SPIN_NS_PER_BYTE);
+	wait_spin_end(&s, 50000 + (1 << 20) * WAIT_SPIN_NS_PER_BYTE, false);
+	ck_assert_uint_eq(s.budget_ns, 25000);
+	ck_assert_uint_eq(wait_spin_begin(&s, 4096), 25000 + 4096 * WAIT_SPIN_NS_PER_BYTE);
+	wait_spin_end(&s, 25000 + 4096 * WAIT_SPIN_NS_PER_BYTE, true);
+	ck_assert_uint_eq(s.budget_ns, 50000);
 	for (n = 0; s.budget_ns > 0; n++) {
 		ck_assert_uint_lt(n, 10);
 		was = s.budget_ns;
-		ns = wait_spin_begin(&s);
+		ns = wait_spin_begin(&s, 0);
 		ck_assert_uint_eq(ns, was);
 		wait_spin_end(&s, ns, false);
 		ck_assert_uint_lt(s.budget_ns, was);
@@ -2378,31 +2386,31 @@ START_TEST(test_spin_adapts)
 	ck_assert_uint_eq(s.budget_ns, 50000);
 	/* Down to a small budget, then a run of satisfied spins. */
 	for (n = 0; n < 4; n++)
-		wait_spin_end(&s, wait_spin_begin(&s), false);
+		wait_spin_end(&s, wait_spin_begin(&s, 0), false);
 	ck_assert_uint_gt(s.budget_ns, 0);
 	ck_assert_uint_le(s.budget_ns, 50000 / 16);
 	for (n = 0; s.budget_ns < 50000; n++) {
 		ck_assert_uint_lt(n, 5);
 		was = s.budget_ns;
-		wait_spin_end(&s, wait_spin_begin(&s), true);
+		wait_spin_end(&s, wait_spin_begin(&s, 0), true);
 		ck_assert_uint_gt(s.budget_ns, was);
 	}
-	wait_spin_end(&s, wait_spin_begin(&s), true);
+	wait_spin_end(&s, wait_spin_begin(&s, 0), true);
 	ck_assert_uint_eq(s.budget_ns, 50000);
 	/* Back to 0: the first probe comes after WAIT_PROBE_MIN waits again. */
 	while (s.budget_ns > 0)
-		wait_spin_end(&s, wait_spin_begin(&s), false);
+		wait_spin_end(&s, wait_spin_begin(&s, 0), false);
 	ck_assert_uint_eq(waits_to_probe(&s, &ns), WAIT_PROBE_MIN);
 
 	/* A fixed budget never moves, and a fixed 0 never probes. */
 	wait_spin_init(&s, 20000, true);
 	for (n = 0; n < 10; n++) {
-		ck_assert_uint_eq(wait_spin_begin(&s), 20000);
+		ck_assert_uint_eq(wait_spin_begin(&s, n << 16), 20000);
 		wait_spin_end(&s, 20000, false);
 	}
 	wait_spin_init(&s, 0, true);
 	for (n = 0; n < 2 * WAIT_PROBE_MAX; n++)
-		ck_assert_uint_eq(wait_spin_begin(&s), 0);
+		ck_assert_uint_eq(wait_spin_begin(&s, 1 << 20), 0);
 }
 END_TEST
 
