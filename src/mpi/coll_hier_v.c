@@ -52,10 +52,13 @@ struct side {
 	int rc;         /* MPI_SUCCESS, or what is wrong with the type */
 };
 
-static struct side side_of(const void *buf, const int *counts, const int *displs, int count, MPI_Datatype type)
+/* Only where the side is significant at this rank (@p here): elsewhere
+ * its arguments may be anything, the datatype too. */
+static struct side side_of(bool here, const void *buf, const int *counts, const int *displs, int count,
+			   MPI_Datatype type)
 {
 	struct side s = {buf, counts, displs, count, type, 0, 0, MPI_SUCCESS};
-	const struct pm_type *t = pm_type_info(type);
+	const struct pm_type *t = here ? pm_type_info(type) : NULL;
 	if (t) {
 		s.size = (uint64_t)t->size;
 		s.extent = t->extent;
@@ -278,7 +281,8 @@ int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recv
 	int rn = root < 0 ? -1 : h->node_of[root], rc = MPI_SUCCESS;
 	bool takes = root < 0 || h->rank == root, in_place = takes && sendbuf == MPI_IN_PLACE;
 	struct plan p = {.h = h};
-	struct side rs = side_of(recvbuf, rcounts, rdispls, 0, rtype), ss = side_of(sendbuf, NULL, NULL, scount, stype);
+	struct side rs = side_of(takes, recvbuf, rcounts, rdispls, 0, rtype);
+	struct side ss = side_of(!in_place, sendbuf, NULL, NULL, scount, stype);
 	uint64_t bytes;
 	void *tmp;
 	char *mine = own_block(in_place ? &rs : &ss, in_place ? h->rank : 0, true, &bytes, &tmp, &rc);
@@ -365,8 +369,8 @@ int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *coun
 	int rn = h->node_of[root], rc = MPI_SUCCESS;
 	bool is_root = h->rank == root, in_place = is_root && rbuf == MPI_IN_PLACE;
 	struct plan p = {.h = h};
-	struct side ss = side_of(buf, v ? counts : NULL, v ? displs : NULL, count, type);
-	struct side rs = side_of(rbuf, NULL, NULL, rcount, rtype);
+	struct side ss = side_of(is_root, buf, v ? counts : NULL, v ? displs : NULL, count, type);
+	struct side rs = side_of(!in_place, rbuf, NULL, NULL, rcount, rtype);
 	uint64_t bytes = in_place ? side_len(&ss, root) : 0;
 	void *tmp = NULL;
 	char *mine = in_place ? NULL : own_block(&rs, 0, false, &bytes, &tmp, &rc);

@@ -246,7 +246,9 @@ static void check_scatter(MPI_Comm comm, int rank, int size, MPI_Datatype vec, i
 		for (int r = 0; rank == root && r < size; r++)
 			for (int k = 0; k < n; k++)
 				all[(size_t)r * (sv ? 3 * n / 2 : n) + vat(sv, k)] = ival(r, k, t);
-		MT_MPI(MPI_Scatter(all, sv ? n / 2 : n, sv ? vec : MPI_INT, inplace ? MPI_IN_PLACE : out, rv ? n / 2 : n,
+		/* The root's arguments are not significant elsewhere: null there. */
+		MPI_Datatype st = rank != root ? MPI_DATATYPE_NULL : sv ? vec : MPI_INT;
+		MT_MPI(MPI_Scatter(all, sv ? n / 2 : n, st, inplace ? MPI_IN_PLACE : out, rv ? n / 2 : n,
 				   rv ? vec : MPI_INT, root, comm));
 		if (!inplace)
 			check_block(out, rank, n, t, "scatter", root);
@@ -258,8 +260,9 @@ static void check_scatter(MPI_Comm comm, int rank, int size, MPI_Datatype vec, i
 		for (int i = 0; i < 3 * (n + 6); i++)
 			out[i] = -5;
 		int c = counts[rank];
-		MT_MPI(MPI_Scatterv(all, counts, displs, MPI_INT, inplace ? MPI_IN_PLACE : out, rv ? c / 2 : c,
-				    rv ? vec : MPI_INT, root, comm));
+		bool r = rank == root;
+		MT_MPI(MPI_Scatterv(all, r ? counts : NULL, r ? displs : NULL, r ? MPI_INT : MPI_DATATYPE_NULL,
+				    inplace ? MPI_IN_PLACE : out, rv ? c / 2 : c, rv ? vec : MPI_INT, root, comm));
 		if (!inplace)
 			check_block(out, rank, c, t, "scatterv", root);
 	}
@@ -293,7 +296,8 @@ static void check_gatherv(MPI_Comm comm, int rank, int size, MPI_Datatype vec, i
 		if (all)
 			MT_MPI(MPI_Allgatherv(send, v ? c / 2 : c, v ? vec : MPI_INT, out, counts, displs, MPI_INT, comm));
 		else
-			MT_MPI(MPI_Gatherv(send, v ? c / 2 : c, v ? vec : MPI_INT, out, counts, displs, MPI_INT, root, comm));
+			MT_MPI(MPI_Gatherv(send, v ? c / 2 : c, v ? vec : MPI_INT, out, rank == root ? counts : NULL,
+					   rank == root ? displs : NULL, rank == root ? MPI_INT : MPI_DATATYPE_NULL, root, comm));
 		for (int r = 0; (all || rank == root) && r < size; r++) {
 			for (int k = 0; k < counts[r]; k++)
 				MT_CHECK(out[displs[r] + k] == ival(r, k, t), "%s root %d rank %d's [%d] = %d",
