@@ -102,7 +102,7 @@ static const char *const coll_name[NCOLL] = {
 #define COLL_V 0xf00u       /* Gatherv, Scatterv, Allgatherv, Alltoallv */
 #define COLL_SCAN 0xf000u   /* Reduce_scatter(_block), Scan, Exscan */
 #define COLL_NB 0x1f0000u   /* Ibarrier ... Iallgather */
-#define COLL_HIER 0x5fu     /* Barrier, Bcast, Reduce, Allreduce, Gather, Allgather: carried across pretend nodes */
+#define COLL_HIER 0xf77fu   /* all but the all-to-alls: carried across pretend nodes */
 
 #define B (1u << F_BLOCKING)
 #define NB (1u << F_NONBLOCKING)
@@ -488,15 +488,22 @@ static unsigned colls_of(const struct program *pg)
 										      : 0;
 }
 
+/* What coll_hier sends to the MPI library per rank, by call: on the
+ * interleaved communicator (tests/mpi/coll_hier.c), one Reduce per root,
+ * one Allreduce and one Reduce_scatter_block (its non-commutative calls),
+ * 6 Scans and 5 Exscans (no node there is a block of ranks). */
+static unsigned long long hier_mpi_calls(int k, unsigned long long np)
+{
+	return k == 2 ? np : k == 3 || k == 12 ? 1 : k == 14 ? 6 : k == 15 ? 5 : 0;
+}
+
 /* coll_hier on pretend nodes: each call it makes (COLL_HIER) went through
- * pinshm at every rank, and to the MPI library only its non-commutative calls on the
- * interleaved communicator (tests/mpi/coll_hier.c): per rank, one Reduce
- * per root and one Allreduce. */
+ * pinshm at every rank, and to the MPI library only hier_mpi_calls(). */
 static bool hier_failed(const struct config *cf, const struct run *r, char *why, size_t len)
 {
 	unsigned long long np = (unsigned long long)cf->np;
 	for (int k = 0; k < NCOLL; k++) {
-		unsigned long long want_mpi = k == 2 ? np * np : k == 3 ? np : 0;
+		unsigned long long want_mpi = np * hier_mpi_calls(k, np);
 		if ((COLL_HIER >> k & 1) && (r->coll_pinshm[k] < np || r->coll_mpi[k] != want_mpi)) {
 			snprintf(why, len, "%s: %llu calls through pinshm, %llu to the MPI library (want %llu) on %d nodes",
 				 coll_name[k], r->coll_pinshm[k], r->coll_mpi[k], want_mpi, cf->nodes);
@@ -1747,12 +1754,15 @@ START_TEST(test_stats_checks)
 	h.coll_ranks = 0xf;
 	for (int k = 0; k < NCOLL; k++)
 		h.coll_pinshm[k] = COLL_HIER >> k & 1 ? 40 : 0;
-	h.coll_mpi[2] = 16;
-	h.coll_mpi[3] = 4;
+	for (int k = 0; k < NCOLL; k++)
+		h.coll_mpi[k] = 4 * hier_mpi_calls(k, 4);
 	ck_assert_msg(!coll_failed(&hier, &two, &h, false, why, sizeof(why)), "a good hierarchical run failed: %s", why);
 	h.coll_mpi[3] = 5; /* one Allreduce more went to the library */
 	ck_assert(coll_failed(&hier, &two, &h, false, why, sizeof(why)));
 	h.coll_mpi[3] = 4;
+	h.coll_mpi[14] = 0; /* the Scans on the interleaved split carried */
+	ck_assert(coll_failed(&hier, &two, &h, false, why, sizeof(why)));
+	h.coll_mpi[14] = 24;
 	h.coll_pinshm[1] = 0; /* Bcast not carried */
 	ck_assert(coll_failed(&hier, &two, &h, false, why, sizeof(why)));
 }

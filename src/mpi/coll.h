@@ -181,6 +181,19 @@ int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type
 int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
 		int root, bool all, MPI_Comm comm);
 
+/* Scatter (@p scount items a rank) or (@p v) Scatterv. */
+int hier_scatter(const void *sendbuf, bool v, const int *scounts, const int *sdispls, int scount,
+		 MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm);
+/* Gatherv to @p root, or (@p root < 0) Allgatherv. */
+int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
+		 const int *rdispls, MPI_Datatype rtype, int root, MPI_Comm comm);
+/* Reduce_scatter (@p counts) or Reduce_scatter_block (@p counts NULL,
+ * @p block each), counted as @p call. */
+int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
+			MPI_Op op, MPI_Comm comm, enum coll_call call);
+/* Scan or (@p ex) Exscan: only where each node is a block of ranks. */
+int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex, MPI_Comm comm);
+
 /* Statistics: a call of @p call carried (@p pinshm) or passed on. */
 void coll_count(enum coll_call call, bool pinshm, uint64_t bytes);
 

@@ -15,8 +15,8 @@
  * at none.  A node communicator is the library's own: no entry of the
  * plugin names it, so a node phase never nests in another decision.
  *
- * The calls (everything else on such a communicator, and every
- * nonblocking call, goes to the library whole):
+ * The calls (coll_hier_v.c has the scatters and the v variants; the
+ * all-to-alls, and every nonblocking call, go to the library whole):
  *   Barrier: node barrier; the leaders' PMPI_Barrier; node barrier.
  *   Bcast: on the root's node, root -> its node (the leader included);
  *     the leaders' PMPI_Bcast from that node's leader; every other node's
@@ -43,29 +43,25 @@
  *     communicator's ranks (then node order is rank order, and MPI_Reduce
  *     applies the node results in rank order); elsewhere the library takes
  *     it whole, at every rank alike.
+ *   Reduce_scatter(_block): the Reduce above of all the blocks to rank 0
+ *     (node 0's leader: no node step after the leaders'), then the
+ *     Scatterv of coll_hier_v.c from there.
+ *   Scan, Exscan: only where each node is a block of consecutive ranks
+ *     (nodes in rank order; elsewhere the library takes them whole, at
+ *     every rank alike): each node reduces its ranks' data to its leader
+ *     (the node's total) and scans it (coll_scan.c's fixed order); the
+ *     leaders' PMPI_Exscan of the totals gives node j's leader
+ *     P = T0 op ... op T[j-1], which it passes to its node; a rank of node
+ *     j > 0 then takes P op (its node's scan), an Exscan's leader P.
  */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll_red.h"
+#include "coll_hier.h"
 
-struct pm_hier {
-	MPI_Comm comm;        /* the communicator: its error handler */
-	MPI_Comm node_comm;   /* this rank's node, in the communicator's rank order */
-	MPI_Comm leaders;     /* the nodes' leaders (node i: rank i), or MPI_COMM_NULL here */
-	struct pm_coll *node; /* the node communicator's area */
-	int rank, size, nnodes, my_node;
-	int *node_of;         /* rank -> its node */
-	int *node_rank;       /* rank -> its rank in its node */
-	int *leader;          /* node -> the rank of its leader */
-	int *node_size;       /* node -> how many ranks it has */
-	bool blocks;          /* each node is one run of consecutive ranks */
-	size_t half_min;      /* the smallest half of a node's area (SIZE_MAX: none has one) */
-};
-
-static void no_memory(void)
+void hier_no_memory(void)
 {
 	fprintf(stderr, "pinshm-mpi: out of memory\n");
 	PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
@@ -107,6 +103,7 @@ static void number_nodes(struct pm_hier *h, const int64_t *ids, int size)
 		}
 		h->node_of[r] = n;
 		h->node_size[n]++;
+		h->most = h->node_size[n] > h->most ? h->node_size[n] : h->most;
 		if (r > 0 && n != h->node_of[r - 1] && n != h->node_of[r - 1] + 1)
 			h->blocks = false;
 	}
@@ -127,7 +124,7 @@ static bool split_nodes(struct pm_hier *h, const struct pm_comm *c, int64_t *hal
 	int n = 0;
 	int *local = malloc((size_t)c->size * sizeof(int)); /* node rank -> index in the (pretend) node */
 	if (!local)
-		return no_memory(), false;
+		return hier_no_memory(), false;
 	for (int r = 0; r < c->size; r++)
 		if (h->node_of[r] == h->my_node)
 			local[n++] = c->local[r];
@@ -145,7 +142,7 @@ struct pm_hier *hier_make(struct pm_comm *c)
 	    !(h->node_rank = calloc((size_t)c->size, sizeof(int))) ||
 	    !(h->leader = calloc((size_t)c->size, sizeof(int))) ||
 	    !(h->node_size = calloc((size_t)c->size, sizeof(int)))) {
-		no_memory();
+		hier_no_memory();
 		return NULL;
 	}
 	h->comm = c->comm;
@@ -175,17 +172,6 @@ struct pm_hier *hier_make(struct pm_comm *c)
 }
 
 /* ---- the calls ------------------------------------------------------------- */
-
-static bool is_leader(const struct pm_hier *h)
-{
-	return h->leaders != MPI_COMM_NULL;
-}
-
-/* The first error of @p a, @p b. */
-static int first(int a, int b)
-{
-	return a != MPI_SUCCESS ? a : b;
-}
 
 int hier_barrier(MPI_Comm comm)
 {
@@ -245,14 +231,14 @@ static bool hier_carries(const struct pm_hier *h, struct red *r, MPI_Datatype ty
 	       red_layout(r, type, h->node->half_bytes ? h->node->half_bytes : SIZE_MAX);
 }
 
-int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
-		MPI_Comm comm)
+/* A reduction carried (hier_carries()) and counted, to @p root or
+ * (@p root < 0) every rank. */
+static int reduce_run(struct pm_hier *h, const struct red *rp, const void *sendbuf, void *recvbuf, int count,
+		      int root, MPI_Comm comm)
 {
-	struct pm_hier *h = pm_hier_for(comm);
-	struct red r = {.op = op};
-	if (!hier_carries(h, &r, type, op, count) || root >= h->size)
-		return -1;
-	coll_count(root < 0 ? CALL_ALLREDUCE : CALL_REDUCE, true, (uint64_t)count * r.size);
+	struct red r = *rp;
+	MPI_Datatype type = r.type;
+	MPI_Op op = r.op;
 	if (count == 0)
 		return MPI_SUCCESS;
 	int rn = root < 0 ? -1 : h->node_of[root];
@@ -272,6 +258,17 @@ int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type
 					     comm));
 	free(base);
 	return rc;
+}
+
+int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+		MPI_Comm comm)
+{
+	struct pm_hier *h = pm_hier_for(comm);
+	struct red r = {.op = op};
+	if (!hier_carries(h, &r, type, op, count) || root >= h->size)
+		return -1;
+	coll_count(root < 0 ? CALL_ALLREDUCE : CALL_REDUCE, true, (uint64_t)count * r.size);
+	return reduce_run(h, &r, sendbuf, recvbuf, count, root, comm);
 }
 
 /* The blocks of @p bytes of every rank, @p mine here, in node order at
@@ -344,7 +341,7 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 	else
 		mine = contiguous((void *)(uintptr_t)sendbuf, scount, stype, 1, bytes, true, &tmp_mine, &rc);
 	if (!counts || !displs || (room && !packed) || !mine)
-		return no_memory(), MPI_ERR_NO_MEM;
+		return hier_no_memory(), MPI_ERR_NO_MEM;
 	for (int j = 0, off = 0; j < h->nnodes; off += counts[j++]) {
 		counts[j] = h->node_size[j] * (int)bytes;
 		displs[j] = off;
@@ -358,4 +355,81 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 	free(packed);
 	free(tmp_mine);
 	return first(sent, pm_comm_error(comm, rc));
+}
+
+/* ---- Reduce_scatter, Scan ---------------------------------------------------- */
+
+int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
+			MPI_Op op, MPI_Comm comm, enum coll_call call)
+{
+	struct pm_hier *h = pm_hier_for(comm);
+	struct red r = {.op = op};
+	bool valid = h && (counts || block >= 0);
+	int64_t total = 0;
+	for (int d = 0; valid && d < h->size; d++) {
+		int c = counts ? counts[d] : block;
+		valid = c >= 0;
+		total += c;
+	}
+	if (!valid || total > INT_MAX || !hier_carries(h, &r, type, op, (int)total) || !hier_v_carried(h))
+		return -1;
+	coll_count(call, true, (uint64_t)total * r.size);
+	if (total == 0)
+		return MPI_SUCCESS;
+	/* The whole reduction at rank 0 (node 0's leader), then its blocks
+	 * scattered from there. */
+	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+	void *base = NULL, *sum = h->rank == 0 ? red_room(&r, (int)total, &base) : NULL;
+	int *displs = h->rank == 0 && counts ? malloc((size_t)h->size * sizeof(int)) : NULL;
+	if (h->rank == 0 && counts && !displs)
+		return hier_no_memory(), MPI_ERR_NO_MEM;
+	for (int d = 0, at = 0; displs && d < h->size; at += counts[d++])
+		displs[d] = at;
+	int rc = reduce_run(h, &r, in, sum, (int)total, 0, comm);
+	rc = first(rc, hier_scatter_run(h, counts != NULL, sum, counts, displs, block, type, recvbuf,
+					counts ? counts[h->rank] : block, type, 0, comm));
+	free(displs);
+	free(base);
+	return rc;
+}
+
+/* This rank's result from the nodes' before it (@p pre) and its node's
+ * scan (@p out): pre op out (Exscan at a leader: pre). */
+static int scan_combine(const struct pm_hier *h, const struct red *r, const void *pre, void *out, int count, bool ex)
+{
+	if (ex && h->node_rank[h->rank] == 0)
+		return typed_copy(pre, out, count, r->type, (uint64_t)count * r->size);
+	return PMPI_Reduce_local(pre, out, count, r->type, r->op);
+}
+
+int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex, MPI_Comm comm)
+{
+	struct pm_hier *h = pm_hier_for(comm);
+	struct red r = {.op = op};
+	if (!hier_carries(h, &r, type, op, count) || !h->blocks)
+		return -1;
+	coll_count(ex ? CALL_EXSCAN : CALL_SCAN, true, (uint64_t)count * r.size);
+	if (count == 0)
+		return MPI_SUCCESS;
+	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+	/* The node's total at its leader (before the scan may write over
+	 * the input in place), the node's scan, the leaders' exscan of the
+	 * totals, and its result to every rank of the nodes after the first. */
+	void *tbase = NULL, *pbase = NULL, *total = NULL, *pre = NULL;
+	if (is_leader(h))
+		total = red_room(&r, count, &tbase);
+	if (is_leader(h) || h->my_node > 0)
+		pre = red_room(&r, count, &pbase);
+	int rc = coll_reduce(h->node, &r, in, total, count, 0, comm);
+	rc = first(rc, coll_scan(h->node, &r, in, recvbuf, count, ex, comm));
+	if (is_leader(h))
+		rc = first(rc, pm_comm_error(comm, PMPI_Exscan(total, pre, count, type, op, h->leaders)));
+	if (h->my_node > 0) {
+		rc = first(rc, coll_bcast_to(h->node, pre, count, type, 0, -1, comm));
+		if (rc == MPI_SUCCESS)
+			rc = pm_comm_error(comm, scan_combine(h, &r, pre, recvbuf, count, ex));
+	}
+	free(tbase);
+	free(pbase);
+	return rc;
 }

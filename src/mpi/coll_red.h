@@ -63,8 +63,19 @@ int coll_bcast_to(struct pm_coll *co, void *buffer, int count, MPI_Datatype data
 		  MPI_Comm comm);
 int coll_reduce(struct pm_coll *co, const struct red *r, const void *sendbuf, void *recvbuf, int count, int root,
 		MPI_Comm comm);
+/* Scan or (@p ex) Exscan of @p count elements (@p r as for coll_reduce()). */
+int coll_scan(struct pm_coll *co, const struct red *r, const void *sendbuf, void *recvbuf, int count, bool ex,
+	      MPI_Comm comm);
 /* Gather of every rank's @p bytes at @p mine into @p all (block r at r *
  * @p bytes) at @p root (every rank: @p root < 0). */
 int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes, int root);
+
+/* A v variant's node phase in packed bytes, rank 0 the root: Gatherv
+ * (@p gather: every rank's @p bytes at @p mine to @p all at rank 0, rank
+ * r's block there of @p lens[r] bytes, right after rank r - 1's) or
+ * Scatterv (the reverse; @p mine NULL: this rank takes nothing).  @p all
+ * and @p lens: at rank 0 only. */
+int coll_vbytes(struct pm_coll *co, bool gather, char *mine, uint64_t bytes, char *all, const uint64_t *lens,
+		MPI_Comm comm);
 
 #endif /* PINSHM_MPI_COLL_RED_H */

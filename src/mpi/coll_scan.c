@@ -105,6 +105,9 @@ static int rs_steps(struct pm_coll *co, struct red *r, const char *in, char *out
 static int rs_call(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type, MPI_Op op,
 		   MPI_Comm comm, enum coll_call call)
 {
+	int hrc = hier_reduce_scatter(sendbuf, recvbuf, counts, block, type, op, comm, call);
+	if (hrc >= 0)
+		return hrc;
 	struct pm_coll *co = pm_coll_for(comm);
 	struct red r = {.op = op};
 	size_t slot = co && co->size > 1 ? (co->half_bytes / (size_t)co->size) & ~(size_t)63 : SIZE_MAX;
@@ -180,12 +183,31 @@ static int scan_steps(struct pm_coll *co, struct red *r, const char *in, char *o
 	return rc;
 }
 
+int coll_scan(struct pm_coll *co, const struct red *r_, const void *sendbuf, void *recvbuf, int count, bool ex,
+	      MPI_Comm comm)
+{
+	struct red r = *r_;
+	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+	if (count == 0 || (co->size == 1 && (ex || sendbuf == MPI_IN_PLACE)))
+		return MPI_SUCCESS;
+	if (co->size == 1)
+		return pm_comm_error(comm, typed_copy(in, recvbuf, count, r.type, (uint64_t)count * r.size));
+	red_rooms(&r, count < r.per_chunk ? count : r.per_chunk);
+	int rc = scan_steps(co, &r, in, recvbuf, count, ex);
+	free(r.acc);
+	free(r.x);
+	return coll_result(co, comm, rc);
+}
+
 /* Scan or Exscan (@p ex) through the area of @p comm, or -1 where the
  * library takes it. */
 static int scan_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
 		     bool ex)
 {
 	enum coll_call call = ex ? CALL_EXSCAN : CALL_SCAN;
+	int rc = hier_scan(sendbuf, recvbuf, count, type, op, ex, comm);
+	if (rc >= 0)
+		return rc;
 	struct pm_coll *co = pm_coll_for(comm);
 	struct red r = {.op = op};
 	if (!co || count < 0 || op == MPI_OP_NULL || !red_layout(&r, type, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
@@ -193,16 +215,7 @@ static int scan_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype
 		return -1;
 	}
 	coll_count(call, true, (uint64_t)count * r.size);
-	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-	if (count == 0 || (co->size == 1 && (ex || sendbuf == MPI_IN_PLACE)))
-		return MPI_SUCCESS;
-	if (co->size == 1)
-		return pm_comm_error(comm, typed_copy(in, recvbuf, count, type, (uint64_t)count * r.size));
-	red_rooms(&r, count < r.per_chunk ? count : r.per_chunk);
-	int rc = scan_steps(co, &r, in, recvbuf, count, ex);
-	free(r.acc);
-	free(r.x);
-	return coll_result(co, comm, rc);
+	return coll_scan(co, &r, sendbuf, recvbuf, count, ex, comm);
 }
 
 int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)

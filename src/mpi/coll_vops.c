@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
+#include "coll_red.h"
 
 /* Contiguous bytes of one block: the user's, or a packed copy. */
 struct view {
@@ -194,15 +194,12 @@ static void vx_steps(struct pm_coll *co, struct vx *x, uint64_t most)
 }
 
 /* The whole call, once the views are set: table, steps, this rank's own
- * block, the blocks unpacked.  Frees what @p x holds. */
-static int vx_run(struct pm_coll *co, struct vx *x, MPI_Comm comm, enum coll_call call)
+ * block, the blocks unpacked.  Frees what @p x holds; @return this rank's
+ * first error. */
+static int vx_move(struct pm_coll *co, struct vx *x)
 {
 	int n = co->size, me = co->rank;
 	const struct view *own = x->shared ? &x->out[0] : &x->out[me];
-	uint64_t sent = 0;
-	for (int d = 0; d < (x->shared ? 1 : n); d++)
-		sent += x->out[d].bytes;
-	coll_count(call, true, sent);
 	if (n > 1)
 		vx_steps(co, x, vx_table(co, x));
 	else
@@ -227,7 +224,38 @@ static int vx_run(struct pm_coll *co, struct vx *x, MPI_Comm comm, enum coll_cal
 	free(x->out);
 	free(x->in);
 	free(x->from);
-	return coll_result(co, comm, rc);
+	return rc;
+}
+
+static int vx_run(struct pm_coll *co, struct vx *x, MPI_Comm comm, enum coll_call call)
+{
+	uint64_t sent = 0;
+	for (int d = 0; d < (x->shared ? 1 : co->size); d++)
+		sent += x->out[d].bytes;
+	coll_count(call, true, sent);
+	return coll_result(co, comm, vx_move(co, x));
+}
+
+int coll_vbytes(struct pm_coll *co, bool gather, char *mine, uint64_t bytes, char *all, const uint64_t *lens,
+		MPI_Comm comm)
+{
+	struct vx x;
+	if (!vx_init(&x, co, gather))
+		out_of_memory();
+	uint64_t off = 0;
+	for (int r = 0; co->rank == 0 && r < co->size; off += lens[r++]) {
+		struct view *v = gather ? &x.in[r] : &x.out[r];
+		v->data = all + off;
+		v->bytes = lens[r];
+		v->want = gather;
+	}
+	struct view *own = gather ? &x.out[0] : &x.in[0];
+	if (gather || mine) {
+		own->data = mine;
+		own->bytes = bytes;
+		own->want = !gather;
+	}
+	return coll_result(co, comm, vx_move(co, &x));
 }
 
 /* The area of @p comm for a v variant with @p root (0 for those without
@@ -247,6 +275,10 @@ static struct pm_coll *vx_route(MPI_Comm comm, int root, bool shared, struct vx 
 int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
 		const int displs[], MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
+	int rc = root < 0 ? -1 : hier_gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+					      comm);
+	if (rc >= 0)
+		return rc;
 	struct vx x;
 	struct pm_coll *co = vx_route(comm, root, true, &x, CALL_GATHERV);
 	if (!co)
@@ -263,6 +295,9 @@ int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
 int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[], MPI_Datatype sendtype,
 		 void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
+	int rc = hier_scatter(sendbuf, true, sendcounts, displs, 0, sendtype, recvbuf, recvcount, recvtype, root, comm);
+	if (rc >= 0)
+		return rc;
 	struct vx x;
 	struct pm_coll *co = vx_route(comm, root, false, &x, CALL_SCATTERV);
 	if (!co)
@@ -279,6 +314,9 @@ int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[]
 int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
 		   const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm)
 {
+	int rc = hier_gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, -1, comm);
+	if (rc >= 0)
+		return rc;
 	struct vx x;
 	struct pm_coll *co = vx_route(comm, 0, true, &x, CALL_ALLGATHERV);
 	if (!co)

@@ -1,0 +1,51 @@
+/*
+ * coll_hier.h - what coll_hier.c (the layout of a communicator that spans
+ * nodes, Barrier, Bcast, the gathers, the reductions and scans) shares
+ * with coll_hier_v.c (the scatters and the v variants).
+ */
+#ifndef PINSHM_MPI_COLL_HIER_H
+#define PINSHM_MPI_COLL_HIER_H
+
+#include "coll_red.h"
+
+/* The layout agreed by every rank (coll_hier.c): the same at every rank
+ * but node_comm, leaders, node and my_node. */
+struct pm_hier {
+	MPI_Comm comm;        /* the communicator: its error handler */
+	MPI_Comm node_comm;   /* this rank's node, in the communicator's rank order */
+	MPI_Comm leaders;     /* the nodes' leaders (node i: rank i), or MPI_COMM_NULL here */
+	struct pm_coll *node; /* the node communicator's area */
+	int rank, size, nnodes, my_node;
+	int *node_of;         /* rank -> its node */
+	int *node_rank;       /* rank -> its rank in its node */
+	int *leader;          /* node -> the rank of its leader */
+	int *node_size;       /* node -> how many ranks it has */
+	bool blocks;          /* each node is one run of consecutive ranks */
+	size_t half_min;      /* the smallest half of a node's area (SIZE_MAX: none has one) */
+	int most;             /* the most ranks of a node */
+};
+
+static inline bool is_leader(const struct pm_hier *h)
+{
+	return h->leaders != MPI_COMM_NULL;
+}
+
+/* The first error of @p a, @p b. */
+static inline int first(int a, int b)
+{
+	return a != MPI_SUCCESS ? a : b;
+}
+
+void hier_no_memory(void); /* ends the job */
+
+/* Scatter (@p count items a rank) or (@p v) Scatterv of the root's
+ * blocks of @p type at @p buf (block r: @p counts[r] items at item
+ * @p displs[r]), uncounted (coll_hier_v.c; the caller decided with
+ * hier_v_carried() and counted).  @p rbuf MPI_IN_PLACE at the root: it
+ * takes nothing. */
+int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *counts, const int *displs, int count,
+		     MPI_Datatype type, void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm);
+/* Whether the node phases of the v variants fit every node's area. */
+bool hier_v_carried(const struct pm_hier *h);
+
+#endif /* PINSHM_MPI_COLL_HIER_H */
