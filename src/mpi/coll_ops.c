@@ -18,17 +18,24 @@
  * beside its flags, instead of its half: one line to fetch, not two (a
  * Bcast's message: BCAST_SMALL bytes, after the root's length).
  *
+ * Data longer than PIPE_PIECE move a piece of that a step (pipe_piece()),
+ * so that a reader copies one piece out while the writer copies the next
+ * in.  A rank's own block or chunk never goes through its half where no
+ * other rank reads it (a Gather's or Reduce's root, a Scatter's root's own
+ * block, an Alltoall's block to itself): it is taken from the user's
+ * buffer; a reduction folds its own chunk straight from its input.
+ *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
- * of one half, a step each: the root writes, the others copy out.  The
+ * of one half (PIPE_PIECE), a step each: the root writes, the others copy out.  The
  * first step carries the root's length at the head of its small slot (and
  * the message itself where it fits the rest, BCAST_SMALL bytes), and every
  * rank runs the steps of that length: a receiver whose count and type make
  * fewer bytes takes what fits and reports MPI_ERR_TRUNCATE, as Open MPI
  * does; one with more room takes the message (MPI wants the signatures
  * equal; Open MPI's tuned Bcast does not report a larger receive either).
- * Reduce, Allreduce: the elements in chunks whose packed bytes fit a half,
- * a step each (how many from the type's size and the count only: the ranks
+ * Reduce, Allreduce: the elements in chunks whose packed bytes fit a half
+ * (PIPE_PIECE), a step each (how many from the type's size and the count only: the ranks
  * may lay the same signature out differently): the ranks pack their chunk
  * into their half, and the root (Reduce) or every rank (Allreduce) unpacks
  * each into its own layout and reduces the n chunks with
@@ -58,6 +65,24 @@ static void *out_of_memory(void)
 static inline uint8_t *slot(const struct pm_coll *co, int r, uint64_t s, bool small)
 {
 	return small ? coll_small(co, r, s) : coll_half(co, r, s);
+}
+
+/* Bytes of data a step of a call carries (per rank: a Scatter's or an
+ * Alltoall's piece), from its data's @p bytes and the room a step has:
+ * about a PIPE_STEPS-th of the data, at least PIPE_MIN, at most the room.
+ * Where one rank writes and another reads, the reader copies piece k out
+ * while the writer copies piece k + 1 in (the halves' rule lets the
+ * writer run one step ahead), so a call takes about one copy and a piece,
+ * not two copies; more pieces would add steps (two flag lines crossing
+ * each) for less.  From what every rank has alike, as every step count. */
+#define PIPE_STEPS 4
+#define PIPE_MIN (8u * 1024)
+static size_t pipe_piece(uint64_t bytes, size_t room)
+{
+	uint64_t p = (bytes / PIPE_STEPS + 63) & ~(uint64_t)63;
+	if (p < PIPE_MIN)
+		p = PIPE_MIN;
+	return p < room ? (size_t)p : room;
 }
 
 /* @p p moved by @p d bytes (an address computation only). */
@@ -118,8 +143,9 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 			total = 0; /* one step, returning at once */
 	}
 	bool small = total <= BCAST_SMALL;
+	size_t piece = pipe_piece(total, co->half_bytes);
 	for (uint64_t off = 0;; s = ++co->step) {
-		size_t n = (size_t)min64(total - off, co->half_bytes);
+		size_t n = (size_t)min64(total - off, piece);
 		uint8_t *p = small ? head + BCAST_HEAD : coll_half(co, root, s);
 		if (co->rank == root) {
 			if (off > 0)
@@ -265,24 +291,29 @@ static void *red_unpacked(const struct red *r, const void *half, char *room, int
 }
 
 /* The fixed order: x[lo] op (x[lo+1] op (... x[hi-1])) over the chunks at
- * @p off of the halves of step @p s, into @p out (the user's, at this chunk). */
+ * @p off of the halves of step @p s (this rank's own: r->mine, where
+ * set), into @p out (the user's, at this chunk): directly where the input
+ * is not @p out, else through the scratch. */
 int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out, int lo, int hi, size_t off)
 {
 	int rc = MPI_SUCCESS;
+	const void *mine = r->dense ? r->mine : NULL;
 	void *acc;
 	if (r->dense) {
-		memcpy(co->scratch, slot(co, hi - 1, s, r->small) + off, (size_t)k * r->size);
-		acc = at(co->scratch, -r->tlb);
+		const void *top = mine && hi - 1 == co->rank ? at(mine, r->tlb) : slot(co, hi - 1, s, r->small) + off;
+		acc = mine && mine != out ? out : at(co->scratch, -r->tlb);
+		memcpy(at(acc, r->tlb), top, (size_t)k * r->size);
 	} else {
 		acc = red_unpacked(r, slot(co, hi - 1, s, r->small) + off, r->acc, k, &rc);
 	}
 	for (int i = hi - 2; i >= lo; i--) {
-		int e = PMPI_Reduce_local(red_unpacked(r, slot(co, i, s, r->small) + off, r->x, k, &rc), acc, k, r->type,
-					  r->op);
+		const void *x = mine && i == co->rank ? mine
+						      : red_unpacked(r, slot(co, i, s, r->small) + off, r->x, k, &rc);
+		int e = PMPI_Reduce_local(x, acc, k, r->type, r->op);
 		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
 			rc = e;
 	}
-	if (rc != MPI_SUCCESS)
+	if (rc != MPI_SUCCESS || acc == out)
 		return rc;
 	if (r->dense) {
 		memcpy(at(out, r->tlb), co->scratch, (size_t)k * r->size);
@@ -305,13 +336,16 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		int k = count - e0 < r->per_chunk ? (int)(count - e0) : r->per_chunk;
 		MPI_Aint off = (MPI_Aint)e0 * r->extent;
 		uint64_t s = ++co->step;
-		coll_wait_free(co, s);
 		int e = MPI_SUCCESS;
 		uint8_t *mine = slot(co, co->rank, s, r->small);
-		if (r->dense)
+		r->mine = r->dense ? at(in, off) : NULL; /* folded from the input */
+		if (r->dense && co->rank != root) {
+			coll_wait_free(co, s);
 			memcpy(mine, at(in, off + r->tlb), (size_t)k * r->size);
-		else
+		} else if (!r->dense) {
+			coll_wait_free(co, s);
 			e = pm_pack(at(in, off), k, r->type, mine, (uint64_t)k * r->size);
+		}
 		coll_post(co, s);
 		if (root < 0 || co->rank == root) {
 			coll_wait_all(co, s);
@@ -332,6 +366,9 @@ int coll_reduce(struct pm_coll *co, const struct red *r_, const void *sendbuf, v
 	struct red r = *r_;
 	MPI_Datatype datatype = r.type;
 	r.small = (uint64_t)count * r.size <= COLL_SMALL;
+	size_t piece = co->half_bytes ? pipe_piece((uint64_t)count * r.size, co->half_bytes) : 0;
+	if (piece >= r.size && piece / r.size < (size_t)r.per_chunk)
+		r.per_chunk = (int)(piece / r.size);
 	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
 	if (count == 0 || (co->size == 1 && sendbuf == MPI_IN_PLACE))
 		return MPI_SUCCESS;
@@ -451,17 +488,24 @@ char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes,
 static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 {
 	bool small = b->bytes <= COLL_SMALL;
-	for (uint64_t off = 0; off < b->bytes; off += co->half_bytes) {
-		size_t n = b->bytes - off < co->half_bytes ? (size_t)(b->bytes - off) : co->half_bytes;
+	size_t piece = pipe_piece(b->bytes, co->half_bytes);
+	for (uint64_t off = 0; off < b->bytes; off += piece) {
+		size_t n = b->bytes - off < piece ? (size_t)(b->bytes - off) : piece;
 		uint64_t s = ++co->step;
-		coll_wait_free(co, s);
-		memcpy(slot(co, co->rank, s, small), b->mine + off, n);
+		if (root != co->rank) { /* a Gather's root reads its own block from b->mine */
+			coll_wait_free(co, s);
+			memcpy(slot(co, co->rank, s, small), b->mine + off, n);
+		}
 		coll_post(co, s);
 		if (root < 0 || root == co->rank) {
 			coll_wait_all(co, s);
-			for (int r = 0; r < co->size; r++)
-				if (b->all + (uint64_t)r * b->bytes + off != b->mine + off) /* in place */
-					memcpy(b->all + (uint64_t)r * b->bytes + off, slot(co, r, s, small), n);
+			for (int r = 0; r < co->size; r++) {
+				char *to = b->all + (uint64_t)r * b->bytes + off;
+				if (r == co->rank && to != b->mine + off) /* not in place */
+					memcpy(to, b->mine + off, n);
+				else if (r != co->rank)
+					memcpy(to, slot(co, r, s, small), n);
+			}
 		}
 		coll_finish(co, s);
 	}
@@ -484,20 +528,24 @@ static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
 {
 	bool small = b->bytes * (uint64_t)co->size <= COLL_SMALL;
 	size_t room = small ? COLL_SMALL : co->half_bytes;
-	size_t piece = room / (size_t)co->size > 0 ? room / (size_t)co->size : 1;
+	size_t piece = pipe_piece(b->bytes, room / (size_t)co->size > 0 ? room / (size_t)co->size : 1);
 	for (uint64_t off = 0; off < b->bytes; off += piece) {
 		size_t n = b->bytes - off < piece ? (size_t)(b->bytes - off) : piece;
 		uint64_t s = ++co->step;
-		if (co->rank == root) {
+		const char *from = (const char *)slot(co, root, s, small) + (size_t)co->rank * piece;
+		if (co->rank == root) { /* its own piece straight from b->all */
 			coll_wait_free(co, s);
 			for (int r = 0; r < co->size; r++)
-				memcpy(slot(co, root, s, small) + (size_t)r * piece, b->all + (uint64_t)r * b->bytes + off, n);
+				if (r != root)
+					memcpy(slot(co, root, s, small) + (size_t)r * piece,
+					       b->all + (uint64_t)r * b->bytes + off, n);
 			coll_post(co, s);
+			from = b->all + (uint64_t)root * b->bytes + off;
 		} else {
 			coll_wait_arrive(co, root, s);
 		}
-		if (b->mine && !(b->all && b->mine == b->all + (uint64_t)co->rank * b->bytes))
-			memcpy(b->mine + off, slot(co, root, s, small) + (size_t)co->rank * piece, n);
+		if (b->mine && b->mine + off != from)
+			memcpy(b->mine + off, from, n);
 		coll_finish(co, s);
 	}
 }
@@ -596,17 +644,21 @@ static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64
 	int n = co->size;
 	bool small = bytes * (uint64_t)n <= COLL_SMALL;
 	size_t room = small ? COLL_SMALL : co->half_bytes;
-	size_t piece = room / (size_t)n > 0 ? room / (size_t)n : 1;
+	size_t piece = pipe_piece(bytes, room / (size_t)n > 0 ? room / (size_t)n : 1);
 	for (uint64_t off = 0; off < bytes; off += piece) {
 		size_t len = bytes - off < piece ? (size_t)(bytes - off) : piece;
 		uint64_t s = ++co->step;
+		int me = co->rank;
 		coll_wait_free(co, s);
 		for (int r = 0; r < n; r++)
-			memcpy(slot(co, co->rank, s, small) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
+			if (r != me) /* its own piece goes straight from out to in */
+				memcpy(slot(co, me, s, small) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
 		coll_post(co, s);
+		memcpy(in + (uint64_t)me * bytes + off, out + (uint64_t)me * bytes + off, len);
 		coll_wait_all(co, s);
 		for (int r = 0; r < n; r++)
-			memcpy(in + (uint64_t)r * bytes + off, slot(co, r, s, small) + (size_t)co->rank * piece, len);
+			if (r != me)
+				memcpy(in + (uint64_t)r * bytes + off, slot(co, r, s, small) + (size_t)me * piece, len);
 		coll_finish(co, s);
 	}
 }
