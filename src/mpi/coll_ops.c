@@ -18,16 +18,16 @@
  * beside its flags, instead of its half: one line to fetch, not two (a
  * Bcast's message: BCAST_SMALL bytes, after the root's length).
  *
- * Data longer than PIPE_PIECE move a piece of that a step (pipe_piece()),
- * so that a reader copies one piece out while the writer copies the next
- * in.  A rank's own block or chunk never goes through its half where no
+ * Data longer than PIPE_MIN move in about PIPE_STEPS pieces, a step each
+ * (pipe_piece()), so that a reader copies one piece out while the writer
+ * copies the next in.  A rank's own block or chunk never goes through its half where no
  * other rank reads it (a Gather's or Reduce's root, a Scatter's root's own
  * block, an Alltoall's block to itself): it is taken from the user's
  * buffer; a reduction folds its own chunk straight from its input.
  *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
- * of one half (PIPE_PIECE), a step each: the root writes, the others copy out.  The
+ * of at most a half (pipe_piece()), a step each: the root writes, the others copy out.  The
  * first step carries the root's length at the head of its small slot (and
  * the message itself where it fits the rest, BCAST_SMALL bytes), and every
  * rank runs the steps of that length: a receiver whose count and type make
@@ -35,7 +35,7 @@
  * does; one with more room takes the message (MPI wants the signatures
  * equal; Open MPI's tuned Bcast does not report a larger receive either).
  * Reduce, Allreduce: the elements in chunks whose packed bytes fit a half
- * (PIPE_PIECE), a step each (how many from the type's size and the count only: the ranks
+ * (pipe_piece()), a step each (how many from the type's size and the count only: the ranks
  * may lay the same signature out differently): the ranks pack their chunk
  * into their half, and the root (Reduce) or every rank (Allreduce) unpacks
  * each into its own layout and reduces the n chunks with
@@ -237,8 +237,12 @@ bool red_layout(struct red *r, MPI_Datatype type, size_t half)
 	r->extent = t->extent;
 	r->dense = t->flat && t->extent == (MPI_Aint)t->size;
 	r->small = false; /* the halves, unless the caller chooses a small slot */
-	if (PMPI_Type_get_true_extent(type, &r->tlb, &r->true_extent) != MPI_SUCCESS)
+	if (t->flat) { /* no hole: its bytes from the true lower bound on */
+		r->tlb = t->tlb;
+		r->true_extent = (MPI_Aint)t->size;
+	} else if (PMPI_Type_get_true_extent(type, &r->tlb, &r->true_extent) != MPI_SUCCESS) {
 		r->true_extent = 0;
+	}
 	return true;
 }
 
