@@ -18,24 +18,22 @@
  * beside its flags, instead of its half: one line to fetch, not two (a
  * Bcast's message: BCAST_SMALL bytes, after the root's length).
  *
- * Data longer than PIPE_MIN move in about PIPE_STEPS pieces, a step each
- * (pipe_piece()), so that a reader copies one piece out while the writer
- * copies the next in.  A rank's own block or chunk never goes through its half where no
- * other rank reads it (a Gather's or Reduce's root, a Scatter's root's own
+ * A rank's own block or chunk never goes through its half where no other
+ * rank reads it (a Gather's or Reduce's root, a Scatter's root's own
  * block, an Alltoall's block to itself): it is taken from the user's
  * buffer; a reduction folds its own chunk straight from its input.
  *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
- * of at most a half (pipe_piece()), a step each: the root writes, the others copy out.  The
+ * of one half, a step each: the root writes, the others copy out.  The
  * first step carries the root's length at the head of its small slot (and
  * the message itself where it fits the rest, BCAST_SMALL bytes), and every
  * rank runs the steps of that length: a receiver whose count and type make
  * fewer bytes takes what fits and reports MPI_ERR_TRUNCATE, as Open MPI
  * does; one with more room takes the message (MPI wants the signatures
  * equal; Open MPI's tuned Bcast does not report a larger receive either).
- * Reduce, Allreduce: the elements in chunks whose packed bytes fit a half
- * (pipe_piece()), a step each (how many from the type's size and the count only: the ranks
+ * Reduce, Allreduce: the elements in chunks whose packed bytes fit a half,
+ * a step each (how many from the type's size and the count only: the ranks
  * may lay the same signature out differently): the ranks pack their chunk
  * into their half, and the root (Reduce) or every rank (Allreduce) unpacks
  * each into its own layout and reduces the n chunks with
@@ -65,24 +63,6 @@ static void *out_of_memory(void)
 static inline uint8_t *slot(const struct pm_coll *co, int r, uint64_t s, bool small)
 {
 	return small ? coll_small(co, r, s) : coll_half(co, r, s);
-}
-
-/* Bytes of data a step of a call carries (per rank: a Scatter's or an
- * Alltoall's piece), from its data's @p bytes and the room a step has:
- * about a PIPE_STEPS-th of the data, at least PIPE_MIN, at most the room.
- * Where one rank writes and another reads, the reader copies piece k out
- * while the writer copies piece k + 1 in (the halves' rule lets the
- * writer run one step ahead), so a call takes about one copy and a piece,
- * not two copies; more pieces would add steps (two flag lines crossing
- * each) for less.  From what every rank has alike, as every step count. */
-#define PIPE_STEPS 4
-#define PIPE_MIN (8u * 1024)
-static size_t pipe_piece(uint64_t bytes, size_t room)
-{
-	uint64_t p = (bytes / PIPE_STEPS + 63) & ~(uint64_t)63;
-	if (p < PIPE_MIN)
-		p = PIPE_MIN;
-	return p < room ? (size_t)p : room;
 }
 
 /* @p p moved by @p d bytes (an address computation only). */
@@ -143,9 +123,8 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 			total = 0; /* one step, returning at once */
 	}
 	bool small = total <= BCAST_SMALL;
-	size_t piece = pipe_piece(total, co->half_bytes);
 	for (uint64_t off = 0;; s = ++co->step) {
-		size_t n = (size_t)min64(total - off, piece);
+		size_t n = (size_t)min64(total - off, co->half_bytes);
 		uint8_t *p = small ? head + BCAST_HEAD : coll_half(co, root, s);
 		if (co->rank == root) {
 			if (off > 0)
@@ -370,9 +349,6 @@ int coll_reduce(struct pm_coll *co, const struct red *r_, const void *sendbuf, v
 	struct red r = *r_;
 	MPI_Datatype datatype = r.type;
 	r.small = (uint64_t)count * r.size <= COLL_SMALL;
-	size_t piece = co->half_bytes ? pipe_piece((uint64_t)count * r.size, co->half_bytes) : 0;
-	if (piece >= r.size && piece / r.size < (size_t)r.per_chunk)
-		r.per_chunk = (int)(piece / r.size);
 	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
 	if (count == 0 || (co->size == 1 && sendbuf == MPI_IN_PLACE))
 		return MPI_SUCCESS;
@@ -492,9 +468,8 @@ char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes,
 static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 {
 	bool small = b->bytes <= COLL_SMALL;
-	size_t piece = pipe_piece(b->bytes, co->half_bytes);
-	for (uint64_t off = 0; off < b->bytes; off += piece) {
-		size_t n = b->bytes - off < piece ? (size_t)(b->bytes - off) : piece;
+	for (uint64_t off = 0; off < b->bytes; off += co->half_bytes) {
+		size_t n = b->bytes - off < co->half_bytes ? (size_t)(b->bytes - off) : co->half_bytes;
 		uint64_t s = ++co->step;
 		if (root != co->rank) { /* a Gather's root reads its own block from b->mine */
 			coll_wait_free(co, s);
@@ -532,7 +507,7 @@ static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
 {
 	bool small = b->bytes * (uint64_t)co->size <= COLL_SMALL;
 	size_t room = small ? COLL_SMALL : co->half_bytes;
-	size_t piece = pipe_piece(b->bytes, room / (size_t)co->size > 0 ? room / (size_t)co->size : 1);
+	size_t piece = room / (size_t)co->size > 0 ? room / (size_t)co->size : 1;
 	for (uint64_t off = 0; off < b->bytes; off += piece) {
 		size_t n = b->bytes - off < piece ? (size_t)(b->bytes - off) : piece;
 		uint64_t s = ++co->step;
@@ -648,7 +623,7 @@ static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64
 	int n = co->size;
 	bool small = bytes * (uint64_t)n <= COLL_SMALL;
 	size_t room = small ? COLL_SMALL : co->half_bytes;
-	size_t piece = pipe_piece(bytes, room / (size_t)n > 0 ? room / (size_t)n : 1);
+	size_t piece = room / (size_t)n > 0 ? room / (size_t)n : 1;
 	for (uint64_t off = 0; off < bytes; off += piece) {
 		size_t len = bytes - off < piece ? (size_t)(bytes - off) : piece;
 		uint64_t s = ++co->step;
