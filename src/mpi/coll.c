@@ -408,8 +408,11 @@ bool coll_poll_failed(struct pm_coll *co, unsigned *passes, int from, int to, bo
 
 void coll_wait_free(struct pm_coll *co, uint64_t s)
 {
-	if (s > 2)
-		wait_for(co, 0, co->size, true, s - 2);
+	if (s <= 2 || co->known_done >= s - 2)
+		return;
+	wait_for(co, 0, co->size, true, s - 2);
+	if (coll_error(co) == MPI_SUCCESS)
+		co->known_done = s - 2;
 }
 
 void coll_post(struct pm_coll *co, uint64_t s)
@@ -425,6 +428,8 @@ void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s)
 void coll_wait_all(struct pm_coll *co, uint64_t s)
 {
 	wait_for(co, 0, co->size, false, s);
+	if (coll_error(co) == MPI_SUCCESS && co->known_done < s - 1)
+		co->known_done = s - 1;
 }
 
 void coll_finish(struct pm_coll *co, uint64_t s)

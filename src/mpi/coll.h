@@ -81,6 +81,7 @@ struct pm_coll {
 	struct coll_flags **flags; /* rank -> its flag line */
 	size_t half_bytes;         /* bytes of one half */
 	uint64_t step;             /* steps begun */
+	uint64_t known_done;       /* every rank's done was seen >= this (coll_wait_free()) */
 	void *scratch;             /* half_bytes of this rank's own, for reductions */
 	struct coll_live *live;    /* the members' liveness (coll.c), or NULL */
 	struct pm_hier *hier;      /* spanning nodes: the agreed layout (coll_hier.c), or NULL */
@@ -130,7 +131,10 @@ static inline uint8_t *coll_small(const struct pm_coll *co, int r, uint64_t s)
  * default the job aborts); if the handler returns, that wait and every
  * later one on the area return at once and coll_error() says so: the call
  * returns that error, its data undefined. */
-void coll_wait_free(struct pm_coll *co, uint64_t s);   /* before writing at step s */
+/* Before writing at step s; at once where an earlier wait showed it: a
+ * rank posts step s only once it finished step s - 1, so every rank's
+ * arrive >= s (coll_wait_all()) means every done >= s - 1. */
+void coll_wait_free(struct pm_coll *co, uint64_t s);
 void coll_post(struct pm_coll *co, uint64_t s);        /* arrive = s */
 void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s);
 void coll_wait_all(struct pm_coll *co, uint64_t s);    /* every rank's arrive >= s */

@@ -18,6 +18,11 @@
  * beside its flags, instead of its half: one line to fetch, not two (a
  * Bcast's message: BCAST_SMALL bytes, after the root's length).
  *
+ * A rank's own block or chunk never goes through its half where no other
+ * rank reads it (a Gather's or Reduce's root, a Scatter's root's own
+ * block, an Alltoall's block to itself): it is taken from the user's
+ * buffer; a reduction folds its own chunk straight from its input.
+ *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
  * of one half, a step each: the root writes, the others copy out.  The
@@ -211,8 +216,12 @@ bool red_layout(struct red *r, MPI_Datatype type, size_t half)
 	r->extent = t->extent;
 	r->dense = t->flat && t->extent == (MPI_Aint)t->size;
 	r->small = false; /* the halves, unless the caller chooses a small slot */
-	if (PMPI_Type_get_true_extent(type, &r->tlb, &r->true_extent) != MPI_SUCCESS)
+	if (t->flat) { /* no hole: its bytes from the true lower bound on */
+		r->tlb = t->tlb;
+		r->true_extent = (MPI_Aint)t->size;
+	} else if (PMPI_Type_get_true_extent(type, &r->tlb, &r->true_extent) != MPI_SUCCESS) {
 		r->true_extent = 0;
+	}
 	return true;
 }
 
@@ -265,24 +274,29 @@ static void *red_unpacked(const struct red *r, const void *half, char *room, int
 }
 
 /* The fixed order: x[lo] op (x[lo+1] op (... x[hi-1])) over the chunks at
- * @p off of the halves of step @p s, into @p out (the user's, at this chunk). */
+ * @p off of the halves of step @p s (this rank's own: r->mine, where
+ * set), into @p out (the user's, at this chunk): directly where the input
+ * is not @p out, else through the scratch. */
 int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out, int lo, int hi, size_t off)
 {
 	int rc = MPI_SUCCESS;
+	const void *mine = r->dense ? r->mine : NULL;
 	void *acc;
 	if (r->dense) {
-		memcpy(co->scratch, slot(co, hi - 1, s, r->small) + off, (size_t)k * r->size);
-		acc = at(co->scratch, -r->tlb);
+		const void *top = mine && hi - 1 == co->rank ? at(mine, r->tlb) : slot(co, hi - 1, s, r->small) + off;
+		acc = mine && mine != out ? out : at(co->scratch, -r->tlb);
+		memcpy(at(acc, r->tlb), top, (size_t)k * r->size);
 	} else {
 		acc = red_unpacked(r, slot(co, hi - 1, s, r->small) + off, r->acc, k, &rc);
 	}
 	for (int i = hi - 2; i >= lo; i--) {
-		int e = PMPI_Reduce_local(red_unpacked(r, slot(co, i, s, r->small) + off, r->x, k, &rc), acc, k, r->type,
-					  r->op);
+		const void *x = mine && i == co->rank ? mine
+						      : red_unpacked(r, slot(co, i, s, r->small) + off, r->x, k, &rc);
+		int e = PMPI_Reduce_local(x, acc, k, r->type, r->op);
 		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
 			rc = e;
 	}
-	if (rc != MPI_SUCCESS)
+	if (rc != MPI_SUCCESS || acc == out)
 		return rc;
 	if (r->dense) {
 		memcpy(at(out, r->tlb), co->scratch, (size_t)k * r->size);
@@ -305,13 +319,16 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		int k = count - e0 < r->per_chunk ? (int)(count - e0) : r->per_chunk;
 		MPI_Aint off = (MPI_Aint)e0 * r->extent;
 		uint64_t s = ++co->step;
-		coll_wait_free(co, s);
 		int e = MPI_SUCCESS;
 		uint8_t *mine = slot(co, co->rank, s, r->small);
-		if (r->dense)
+		r->mine = r->dense ? at(in, off) : NULL; /* folded from the input */
+		if (r->dense && co->rank != root) {
+			coll_wait_free(co, s);
 			memcpy(mine, at(in, off + r->tlb), (size_t)k * r->size);
-		else
+		} else if (!r->dense) {
+			coll_wait_free(co, s);
 			e = pm_pack(at(in, off), k, r->type, mine, (uint64_t)k * r->size);
+		}
 		coll_post(co, s);
 		if (root < 0 || co->rank == root) {
 			coll_wait_all(co, s);
@@ -454,14 +471,20 @@ static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 	for (uint64_t off = 0; off < b->bytes; off += co->half_bytes) {
 		size_t n = b->bytes - off < co->half_bytes ? (size_t)(b->bytes - off) : co->half_bytes;
 		uint64_t s = ++co->step;
-		coll_wait_free(co, s);
-		memcpy(slot(co, co->rank, s, small), b->mine + off, n);
+		if (root != co->rank) { /* a Gather's root reads its own block from b->mine */
+			coll_wait_free(co, s);
+			memcpy(slot(co, co->rank, s, small), b->mine + off, n);
+		}
 		coll_post(co, s);
 		if (root < 0 || root == co->rank) {
 			coll_wait_all(co, s);
-			for (int r = 0; r < co->size; r++)
-				if (b->all + (uint64_t)r * b->bytes + off != b->mine + off) /* in place */
-					memcpy(b->all + (uint64_t)r * b->bytes + off, slot(co, r, s, small), n);
+			for (int r = 0; r < co->size; r++) {
+				char *to = b->all + (uint64_t)r * b->bytes + off;
+				if (r == co->rank && to != b->mine + off) /* not in place */
+					memcpy(to, b->mine + off, n);
+				else if (r != co->rank)
+					memcpy(to, slot(co, r, s, small), n);
+			}
 		}
 		coll_finish(co, s);
 	}
@@ -488,16 +511,20 @@ static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
 	for (uint64_t off = 0; off < b->bytes; off += piece) {
 		size_t n = b->bytes - off < piece ? (size_t)(b->bytes - off) : piece;
 		uint64_t s = ++co->step;
-		if (co->rank == root) {
+		const char *from = (const char *)slot(co, root, s, small) + (size_t)co->rank * piece;
+		if (co->rank == root) { /* its own piece straight from b->all */
 			coll_wait_free(co, s);
 			for (int r = 0; r < co->size; r++)
-				memcpy(slot(co, root, s, small) + (size_t)r * piece, b->all + (uint64_t)r * b->bytes + off, n);
+				if (r != root)
+					memcpy(slot(co, root, s, small) + (size_t)r * piece,
+					       b->all + (uint64_t)r * b->bytes + off, n);
 			coll_post(co, s);
+			from = b->all + (uint64_t)root * b->bytes + off;
 		} else {
 			coll_wait_arrive(co, root, s);
 		}
-		if (b->mine && !(b->all && b->mine == b->all + (uint64_t)co->rank * b->bytes))
-			memcpy(b->mine + off, slot(co, root, s, small) + (size_t)co->rank * piece, n);
+		if (b->mine && b->mine + off != from)
+			memcpy(b->mine + off, from, n);
 		coll_finish(co, s);
 	}
 }
@@ -602,13 +629,17 @@ static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64
 	for (uint64_t off = 0; off < bytes; off += piece) {
 		size_t len = bytes - off < piece ? (size_t)(bytes - off) : piece;
 		uint64_t s = ++co->step;
+		int me = co->rank;
 		coll_wait_free(co, s);
 		for (int r = 0; r < n; r++)
-			memcpy(slot(co, co->rank, s, small) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
+			if (r != me) /* its own piece goes straight from out to in */
+				memcpy(slot(co, me, s, small) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
 		coll_post(co, s);
+		memcpy(in + (uint64_t)me * bytes + off, out + (uint64_t)me * bytes + off, len);
 		coll_wait_all(co, s);
 		for (int r = 0; r < n; r++)
-			memcpy(in + (uint64_t)r * bytes + off, slot(co, r, s, small) + (size_t)co->rank * piece, len);
+			if (r != me)
+				memcpy(in + (uint64_t)r * bytes + off, slot(co, r, s, small) + (size_t)me * piece, len);
 		coll_finish(co, s);
 	}
 }

@@ -24,6 +24,8 @@ struct red {
 	bool dense;     /* here: the elements are count * size contiguous bytes */
 	bool small;     /* in the small slots (set by the caller that puts them there) */
 	char *acc, *x;  /* here, not dense: two chunks in this layout, or NULL */
+	const void *mine; /* dense: this rank's own chunk in its input, which red_fold() reads
+			     instead of its slot, or NULL */
 };
 
 /* The reduction of @p type, or false where it is not carried: decided
@@ -42,8 +44,9 @@ void *red_room(const struct red *r, int k, void **base);
 /* @p count elements of @p type (@p bytes of data) from @p in to @p out. */
 int typed_copy(const void *in, void *out, int count, MPI_Datatype type, uint64_t bytes);
 /* The fixed order over ranks [@p lo, @p hi) of the @p k packed elements
- * at byte @p off of each one's half of step @p s, into @p out (the
- * user's, at this chunk). */
+ * at byte @p off of each one's half of step @p s (this rank's: r->mine,
+ * where set), into @p out (the user's, at this chunk; folded there
+ * directly where r->mine is set and is not @p out). */
 int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *out, int lo, int hi, size_t off);
 
 /* The @p n blocks of @p count items of @p type at @p buf packed to
