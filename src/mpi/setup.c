@@ -470,14 +470,24 @@ static void setup(int provided)
 	read_config();
 	pm.loaded = true;
 
+	/* Where every rank is turned off, the plugin makes no other MPI call
+	 * here: no communicator (Open MPI keeps the progress callback of its
+	 * nonblocking collectives, which agree on a new communicator's id,
+	 * registered to the end), no channel, no progress callback.  Where
+	 * some rank is on, every rank takes part in the collective calls here
+	 * and in the creation of communicators, turned off or not, so that
+	 * ranks that differ never wait for each other. */
+	const char *on = getenv("PINSHM_MPI");
+	bool off = on && strcmp(on, "0") == 0;
+	int some_on = !off;
+	PMPI_Allreduce(MPI_IN_PLACE, &some_on, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	if (!some_on)
+		return;
+
 	find_node();
 
-	/* Every rank takes part in the collective calls here and in the
-	 * creation of communicators, turned off or not, so that ranks that
-	 * differ never wait for each other. */
-	const char *on = getenv("PINSHM_MPI");
 	pm.multiple = provided == MPI_THREAD_MULTIPLE;
-	if (on && strcmp(on, "0") == 0) {
+	if (off) {
 		rc = -ECANCELED; /* turned off: silently */
 	} else if (pm.multiple) {
 		rc = -ENOTSUP;
