@@ -54,7 +54,7 @@ void pm_mpi_progress(void)
 
 static int progress_callback(void)
 {
-	return pm_progress();
+	return pm_progress_hook();
 }
 
 /* ---- configuration ---------------------------------------------------- */
