@@ -450,6 +450,7 @@ static void setup(int provided)
 	PMPI_Comm_size(MPI_COMM_WORLD, &pm.world_size);
 	read_config();
 	pm.loaded = true;
+	pm.multiple = provided == MPI_THREAD_MULTIPLE;
 
 	/* Where every rank is turned off, the plugin makes no other MPI call
 	 * here: no communicator (Open MPI keeps the progress callback of its
@@ -467,7 +468,6 @@ static void setup(int provided)
 
 	find_node();
 
-	pm.multiple = provided == MPI_THREAD_MULTIPLE;
 	if (off) {
 		rc = -ECANCELED; /* turned off: silently */
 	} else if (pm.multiple) {
