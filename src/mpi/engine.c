@@ -381,6 +381,7 @@ static bool may_match_remote(const struct pm_op *op)
 void pm_op_unpost(struct pm_op *op)
 {
 	pm_list_remove(&op->comm->posted, &op->link);
+	pm.posted--;
 	if (may_match_remote(op)) {
 		pm_list_remove(&pm.hybrid, &op->rlink);
 		op->comm->wild_remote--;
@@ -499,6 +500,7 @@ int pm_recv_start(struct pm_op *op)
 	}
 	op->state = ST_POSTED;
 	pm_list_push(&c->posted, &op->link);
+	pm.posted++;
 	if (may_match_remote(op)) {
 		pm_list_push(&pm.hybrid, &op->rlink);
 		c->wild_remote++;
@@ -836,6 +838,31 @@ int pm_progress(void)
 		did += pm_coll_nb_progress();
 	pm.in_progress = 0;
 	return did;
+}
+
+static bool any_busy(void);
+
+/* Whether a record may be awaited: some operation under way (a send not
+ * done, a receive posted or taking DATA), a record waiting for room, a
+ * request of the library watched, a nonblocking collective, a blocking call
+ * of the plugin waiting, or a record taken and not released yet. */
+static bool expecting(void)
+{
+	return pm.sends_inflight || pm.posted || pm.streaming || pm.watch || pm.direct || holding_last ||
+	       pm.hybrid.head || pm.remote.head || pm_coll_nb_pending || any_busy();
+}
+
+#define IDLE_LOOK 64u /* passes of the library's loop between two looks while nothing is awaited */
+
+int pm_progress_hook(void)
+{
+	static unsigned skipped;
+	if (!pm.active)
+		return 0;
+	if (!expecting() && ++skipped < IDLE_LOOK)
+		return 0;
+	skipped = 0;
+	return pm_progress();
 }
 
 static uint64_t now_ns(void)

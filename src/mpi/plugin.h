@@ -66,8 +66,8 @@ static inline size_t pm_hash(uint64_t key, size_t n)
 
 /* Clear @p n bytes at @p p, 64 at a time.  A compiler turns a memset of a
  * known size over 64 bytes into `rep stos`, whose start-up alone costs
- * 16 ns on the machine measured (an op is 216 bytes); memsets of 64 bytes
- * become plain stores. */
+ * more than plain stores of a few lines (an op is 216 bytes); memsets of
+ * 64 bytes become plain stores. */
 static inline void pm_clear(void *p, size_t n)
 {
 	char *c = p;
@@ -365,6 +365,12 @@ static inline bool pm_matches(int want_source, int want_tag, int source, int tag
 
 /* One pass over everything: @return how much it did (0: nothing). */
 int pm_progress(void);
+/* What the MPI library's progress loop calls at each of its passes: a
+ * pass of pm_progress() where a record may be awaited (an operation of the
+ * plugin under way), else only every so many passes (a message that no
+ * receive waits for yet, a sender waiting for room in the ring), the
+ * passes between touching no shared memory.  @return as pm_progress(). */
+int pm_progress_hook(void);
 /* Wait for one op. */
 void pm_wait_op(struct pm_op *op);
 /*
@@ -464,6 +470,7 @@ struct pm_state {
 	uint64_t *busy;     /* bit per peer with records waiting */
 	unsigned sends_inflight; /* sends started and not done */
 	unsigned streaming; /* receives taking DATA */
+	unsigned posted;    /* receives in a posted list */
 	int in_progress;    /* re-entry guard */
 	struct pm_op *watch; /* the op a blocking call waits for, or NULL */
 	/* The library's request of a completed send (what MPI_Isend to

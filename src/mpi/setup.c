@@ -54,7 +54,7 @@ void pm_mpi_progress(void)
 
 static int progress_callback(void)
 {
-	return pm_progress();
+	return pm_progress_hook();
 }
 
 /* ---- configuration ---------------------------------------------------- */
@@ -149,17 +149,10 @@ static void bound_sizes(void)
  * 16 KiB.  The node's first rank creates the queues with its own figure,
  * which the others then take (open_channels()).
  *
- * Long messages went fast only through rings at least as long as a core's
- * L2 cache, in the measurements below (a shorter ring is likely still in
- * the receiver's cache when the sender writes it again, and taking each
- * line back costs a round trip between the cores).  On an AMD EPYC guest
- * with 1 MiB of L2 a core, 2 ranks, 4 alternating rounds of
- * pinshm-mpi-bench, medians, Open MPI (vader, CMA) / 256 KiB / 1 MiB /
- * 2 MiB rings: one-way 1 MiB 130 / 123 / 37.8 / 36.2 us, 4 MiB 388 / 550
- * / 148 / 142; streaming 64 KiB 8.5 / 7.9 / 26.1 / 25.0 GB/s, 4 MiB 5.2
- * / 6.6 / 10.1 / 10.6.  (512 KiB rings were as slow as 256 KiB ones
- * there.)  Rings as long as that L2 were fast already, so 2 MiB ones
- * should be where a core's L2 is 2 MiB (not measured).
+ * The default is at least as long as a core's L2 cache: long messages go
+ * fast only through such rings (a shorter one is likely still in the
+ * receiver's cache when the sender writes it again, and taking each line
+ * back costs a round trip between the cores).
  */
 static void size_rings(void)
 {
@@ -182,16 +175,10 @@ static void read_config(void)
 	c->stats = getenv("PINSHM_MPI_STATS") && strcmp(getenv("PINSHM_MPI_STATS"), "0") != 0;
 	c->nodes = (unsigned)env_size("PINSHM_MPI_NODES", 1, 1, 1 << 20);
 	c->ring_fixed = env_parse("PINSHM_MPI_RING", RING_MIN, RING_LIMIT, &c->ring, "the ring fitted to the node") > 0;
-	/* Eager up to 32 KiB.  Against 4 and 16 KiB (AMD EPYC guest, session
-	 * 3), it gains on 32 KiB messages (no RTS/CTS round trip) and costs
-	 * nothing below.  64 KiB gained there on 64 KiB messages too, but lost
-	 * on an Intel Xeon guest (a cache line 220-240 ns there and back; 2
-	 * alternating rounds, 64 KiB messages): streaming 8.6-9.0 GB/s eager
-	 * against 11.6-11.8 in 32 KiB chunks (Open MPI 7.9-9.5), one-way
-	 * 8.2-8.7 us against 7.0-7.4 (Open MPI 11.4-11.8); records of 64 KiB
-	 * (PINSHM_MPI_CHUNK=64K) streamed 1 MiB at 5.5-6.0 GB/s, 32 KiB ones at
-	 * 8.1-8.6.  Both sizes bounded by the ring, once it is known
-	 * (bound_sizes()). */
+	/* Eager up to 32 KiB, DATA records of 32 KiB: a message of up to 32
+	 * KiB saves the RTS/CTS round trip; 64 KiB, eagerly or in records, was
+	 * slower on some machines.  Both sizes bounded by the ring, once it is
+	 * known (bound_sizes()). */
 	c->eager_asked = 32 * 1024;
 	c->chunk_asked = 32 * 1024;
 	c->eager_set = env_parse("PINSHM_MPI_EAGER", 0, RING_LIMIT / 2, &c->eager_asked, "32768") > 0;
@@ -440,14 +427,8 @@ static void start_carrying(void)
 	/* More ranks than cores: a long message's two ranks seldom run at
 	 * once, and a stream through the ring waits for each in turn, a
 	 * context switch at each; copied once, by its receiver alone, it does
-	 * not, and it is copied half as much.  So every message past the eager
-	 * size is.  4 ranks on 2 cores (Intel Xeon guest), ring exchange,
-	 * alternating rounds (4 to 6), one step, streamed / copied once / Open
-	 * MPI (which copies once too): 64 KiB 13.7-20.2 / 8.4-9.5 / 8.7-11.1
-	 * us (sent eagerly 11.2-16.4), 128 KiB 25-36 / 13.8-14.7 / 14.0-17.2,
-	 * 256 KiB 48-58 / 22-25 / 22-29, 1 MiB 249-331 / 191-208 / 193-214.
-	 * The eager size's own messages gain nothing so (32 KiB: 6.5-8.2
-	 * eagerly, 6.9-9.1 copied once). */
+	 * not wait so, and it is copied half as much.  So every message past
+	 * the eager size is copied once. */
 	if (oversubscribed && !pm.cfg.cma_set)
 		pm.cfg.cma = pm.cfg.eager + 1;
 	opal_register = (int (*)(opal_callback_t))dlsym(RTLD_DEFAULT, "opal_progress_register");
@@ -469,15 +450,25 @@ static void setup(int provided)
 	PMPI_Comm_size(MPI_COMM_WORLD, &pm.world_size);
 	read_config();
 	pm.loaded = true;
+	pm.multiple = provided == MPI_THREAD_MULTIPLE;
+
+	/* Where every rank is turned off, the plugin makes no other MPI call
+	 * here: no communicator (Open MPI keeps the progress callback of its
+	 * nonblocking collectives, which agree on a new communicator's id,
+	 * registered to the end), no channel, no progress callback.  Where
+	 * some rank is on, every rank takes part in the collective calls here
+	 * and in the creation of communicators, turned off or not, so that
+	 * ranks that differ never wait for each other. */
+	const char *on = getenv("PINSHM_MPI");
+	bool off = on && strcmp(on, "0") == 0;
+	int some_on = !off;
+	PMPI_Allreduce(MPI_IN_PLACE, &some_on, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	if (!some_on)
+		return;
 
 	find_node();
 
-	/* Every rank takes part in the collective calls here and in the
-	 * creation of communicators, turned off or not, so that ranks that
-	 * differ never wait for each other. */
-	const char *on = getenv("PINSHM_MPI");
-	pm.multiple = provided == MPI_THREAD_MULTIPLE;
-	if (on && strcmp(on, "0") == 0) {
+	if (off) {
 		rc = -ECANCELED; /* turned off: silently */
 	} else if (pm.multiple) {
 		rc = -ENOTSUP;

@@ -8,7 +8,8 @@
  * every root; MPI_IN_PLACE; MPI_Gather, MPI_Scatter and MPI_Allgather of
  * ints and of vector items at the root; MPI_Alltoall; Allreduce of rounded doubles the same bits at
  * every rank and on a second call; collectives while point-to-point
- * messages are in flight.  Runs with any number of ranks (1 and 3 too).
+ * messages are in flight; a barrier while more messages than a ring holds
+ * wait for a receive.  Runs with any number of ranks (1 and 3 too).
  */
 #include <complex.h>
 #include <limits.h>
@@ -325,6 +326,28 @@ static void check_with_p2p(MPI_Comm comm)
 	free(out);
 }
 
+/* Messages that no receive waits for yet, more than a ring holds, from
+ * rank 0 to rank 1 while rank 1 waits in a barrier of @p comm with
+ * nothing posted: the barrier (the MPI library's where collectives are
+ * off) must still take them in, or rank 0's sends never end. */
+static void check_unexpected_flood(MPI_Comm comm)
+{
+	enum { N = 2048, LEN = 512 }; /* 4 MiB of ints, eager everywhere */
+	int *buf = malloc(LEN * sizeof(int));
+	MT_CHECK(buf, "out of memory");
+	for (int k = 0; k < N && mt_rank == 0 && mt_size > 1; k++) {
+		for (int i = 0; i < LEN; i++)
+			buf[i] = k * LEN + i;
+		MT_MPI(MPI_Send(buf, LEN, MPI_INT, 1, 11, MPI_COMM_WORLD));
+	}
+	MT_MPI(MPI_Barrier(comm));
+	for (int k = 0; k < N && mt_rank == 1; k++) {
+		MT_MPI(MPI_Recv(buf, LEN, MPI_INT, 0, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+		MT_CHECK(buf[0] == k * LEN && buf[LEN - 1] == k * LEN + LEN - 1, "flood message %d: %d", k, buf[0]);
+	}
+	free(buf);
+}
+
 /* Where signature item j of a strided double vector lies: shape 0, one
  * vector of m items (stride ld); shape 1, items of two (stride ld). */
 static size_t spos(int shape, int ld, size_t j)
@@ -461,6 +484,7 @@ int main(int argc, char **argv)
 	MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, 0, mt_size - mt_rank, &rev));
 	MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
 	MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, mt_rank / 3, mt_rank, &sub));
+	check_unexpected_flood(MPI_COMM_WORLD);
 	check_comm(MPI_COMM_WORLD, vec, pair, aff, mab);
 	check_comm(rev, vec, pair, aff, mab);
 	check_comm(sub, vec, pair, aff, mab);
