@@ -48,10 +48,17 @@
  * (missing: only the plain runs are made, then exit 77 if they pass),
  * PINSHMD, PINSHM_MPI_TESTS (the folder of the programs, else the build's),
  * PINSHM_MPI_ONLY (a program's name: only its runs are made, the others
- * pass at once; for iterating on one).
+ * pass at once; for iterating on one), PINSHM_MPI_CHECK (empty: the runs
+ * above; "quick": each program and each case once, in its first
+ * configuration with the plugin, for a build that only has to show it
+ * works, as distcheck's; "full": the runs without the plugin in an ASan
+ * build too).
  * In an ASan build the plugin is preloaded after the libasan that this
  * program runs with, and leak checking is off in the ranks (Open MPI's own
- * allocations at exit are not ours to fix).
+ * allocations at exit are not ours to fix); the runs without the plugin
+ * are left to the plain build: they run only Open MPI and the program,
+ * which the plugin's runs run too.
+ * Each run's time goes to the log ("mpirun took").
  */
 #include <check.h>
 #include <dirent.h>
@@ -905,6 +912,15 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 	return false;
 }
 
+/* One line per run with how long mpirun took, for whoever looks where
+ * the test's time goes (the log). */
+static void note_time(const struct program *pg, const struct config *cf, uint64_t t0)
+{
+	fprintf(stderr, "check_mpi: %s%s%s, %s: mpirun took %.1f s\n", pg->name, program_arg ? " " : "",
+		program_arg ? program_arg : "", cf->name, (double)(tu_now_ms() - t0) / 1000);
+	fflush(stderr);
+}
+
 static void run_one(const struct program *pg, const struct config *cf)
 {
 	struct daemon d;
@@ -922,7 +938,9 @@ static void run_one(const struct program *pg, const struct config *cf)
 		return;
 	}
 	daemon_start(&d);
+	uint64_t t0 = tu_now_ms();
 	run_mpi(&d, NULL, pg, cf, &r);
+	note_time(pg, cf, t0);
 	bool failed = run_failed(pg, cf, &r, why, sizeof(why));
 	if (!failed && geteuid() == 0 && r.queue_unpinned) { /* root's test daemon locks every queue */
 		snprintf(why, sizeof(why), "the queues of ranks %#llx were not locked in RAM", r.queue_unpinned);
@@ -936,15 +954,17 @@ static void run_one(const struct program *pg, const struct config *cf)
 	daemon_stop_ok(&d);
 }
 
+/* Every program in one configuration, then in the next (a quick run
+ * makes the first configuration's only). */
 START_TEST(test_plain)
 {
-	run_one(&programs[_i / NPLAIN], &plain_configs[_i % NPLAIN]);
+	run_one(&programs[_i % NPROGRAMS], &plain_configs[_i / NPROGRAMS]);
 }
 END_TEST
 
 START_TEST(test_plugin)
 {
-	run_one(&programs[_i / NPLUGIN], &plugin_configs[_i % NPLUGIN]);
+	run_one(&programs[_i % NPROGRAMS], &plugin_configs[_i / NPROGRAMS]);
 }
 END_TEST
 
@@ -1160,7 +1180,13 @@ static const char *threads_failed(const struct config *cf, const struct run *r, 
 	return why;
 }
 
-/* MPI_THREAD_MULTIPLE, every configuration: left to the library whole. */
+/* MPI_THREAD_MULTIPLE, every configuration: left to the library whole.
+ * Its threads race through 1000 rounds with the plugin at 2 ranks (where
+ * a race in the plugin's bookkeeping once crashed a program like it), and
+ * through 300 in the other configurations, which check that the plugin
+ * stays out of the way (the library's locking makes rounds slow on few
+ * cores: 3000, the program's own count, took a minute on a loaded
+ * machine). */
 START_TEST(test_thread_multiple)
 {
 	static const struct program threads = {"p2p_threads", 0, 0, NULL, NULL};
@@ -1173,7 +1199,11 @@ START_TEST(test_thread_multiple)
 	if (only && only[0] && strcmp(only, threads.name) != 0)
 		return;
 	daemon_start(&d);
+	program_arg = cf == &plugin_configs[0] ? "1000" : "300";
+	uint64_t t0 = tu_now_ms();
 	run_mpi(&d, NULL, &threads, cf, &r);
+	note_time(&threads, cf, t0);
+	program_arg = NULL;
 	const char *failed = threads_failed(cf, &r, why, sizeof(why));
 	if (failed)
 		dump(&threads, cf, &r);
@@ -1581,7 +1611,9 @@ START_TEST(test_user)
 		daemon_wait_ready(&sd);
 		u.sock = sd.sock;
 	}
+	uint64_t t0 = tu_now_ms();
 	run_mpi(NULL, &u, pg, &uc->cf, &r);
+	note_time(pg, &uc->cf, t0);
 	bool failed = run_failed(pg, &uc->cf, &r, why, sizeof(why));
 	if (!failed && uc->unpinned && r.queue_pinned) {
 		snprintf(why, sizeof(why), "ranks %#llx say their queue is locked in RAM beyond RLIMIT_MEMLOCK",
@@ -1768,74 +1800,97 @@ START_TEST(test_stats_checks)
 }
 END_TEST
 
-static Suite *mpi_suite(bool plugin, bool user)
+/* Which runs this test makes. */
+struct scope {
+	bool plugin;    /* the plugin was built: the runs with it */
+	bool user;      /* root: the runs as an ordinary user */
+	bool reference; /* the runs without the plugin (plain configurations) */
+	bool quick;     /* every program and case once, in its first configuration only */
+};
+
+/* The configurations of the loops over every configuration (plain ones
+ * first, then the plugin's): the first and one past the last. */
+static void config_range(const struct scope *sc, int *first, int *last)
+{
+	*first = sc->reference ? 0 : NPLAIN;
+	*last = sc->plugin ? NPLAIN + NPLUGIN : NPLAIN;
+	if (sc->quick)
+		*last = *first + 1;
+}
+
+static Suite *mpi_suite(const struct scope *sc)
 {
 	Suite *s = suite_create("mpi");
 	TCase *tc;
+	int first, last, quick = sc->quick;
 
+	config_range(sc, &first, &last);
 	tc = tcase_create("stats");
 	tcase_add_test(tc, test_stats_checks);
 	suite_add_tcase(s, tc);
 
-	tc = tcase_create("plain");
-	tcase_add_loop_test(tc, test_plain, 0, NPROGRAMS * NPLAIN);
-	tcase_set_timeout(tc, 200);
-	suite_add_tcase(s, tc);
-
-	if (plugin) {
-		tc = tcase_create("plugin");
-		tcase_add_loop_test(tc, test_plugin, 0, NPROGRAMS * NPLUGIN);
+	if (sc->reference) {
+		tc = tcase_create("plain");
+		tcase_add_loop_test(tc, test_plain, 0, NPROGRAMS * (quick ? 1 : NPLAIN));
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 	}
 
-	if (plugin) {
-		tc = tcase_create("rings");
-		tcase_add_loop_test(tc, test_rings, 0, NRING_PROGRAMS * NRING_CONFIGS);
-		tcase_add_test(tc, test_rings_differ);
+	if (sc->plugin) {
+		tc = tcase_create("plugin");
+		tcase_add_loop_test(tc, test_plugin, 0, NPROGRAMS * (quick ? 1 : NPLUGIN));
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 
+		if (!quick) {
+			tc = tcase_create("rings");
+			tcase_add_loop_test(tc, test_rings, 0, NRING_PROGRAMS * NRING_CONFIGS);
+			tcase_add_test(tc, test_rings_differ);
+			tcase_set_timeout(tc, 200);
+			suite_add_tcase(s, tc);
+		}
+
 		tc = tcase_create("coll");
-		tcase_add_loop_test(tc, test_coll_ranks, 0, 2 * NCOLL_CONFIGS);
-		tcase_add_loop_test(tc, test_coll_hier, 0, NHIER_CONFIGS);
+		tcase_add_loop_test(tc, test_coll_ranks, 0, quick ? 1 : 2 * NCOLL_CONFIGS);
+		tcase_add_loop_test(tc, test_coll_hier, 0, quick ? 1 : NHIER_CONFIGS);
 		tcase_add_test(tc, test_coll_commfree);
-		tcase_add_loop_test(tc, test_coll_mismatch, 0, 2);
+		tcase_add_loop_test(tc, test_coll_mismatch, 0, quick ? 1 : 2);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 
 		tc = tcase_create("wrapped");
-		tcase_add_loop_test(tc, test_wrapped, 0, 3);
+		tcase_add_loop_test(tc, test_wrapped, 0, quick ? 1 : 3);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 
-		tc = tcase_create("coll_nb");
-		tcase_add_loop_test(tc, test_coll_nb, 0, 4);
+		tc = tcase_create("coll_nb"); /* quick: the programs of its own (coll_nb runs in "plugin") */
+		tcase_add_loop_test(tc, test_coll_nb, quick ? 2 : 0, 4);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 
-		tc = tcase_create("many");
-		tcase_add_loop_test(tc, test_many_ranks, 0, 3);
-		tcase_set_timeout(tc, 200);
-		suite_add_tcase(s, tc);
+		if (!quick) {
+			tc = tcase_create("many");
+			tcase_add_loop_test(tc, test_many_ranks, 0, 3);
+			tcase_set_timeout(tc, 200);
+			suite_add_tcase(s, tc);
+		}
 	}
 
 	tc = tcase_create("random");
-	for (int k = 0; k < NSEEDS; k++) /* the plugin's configurations only where it was built */
-		tcase_add_loop_test(tc, test_random, k * (NPLAIN + NPLUGIN),
-				    k * (NPLAIN + NPLUGIN) + (plugin ? NPLAIN + NPLUGIN : NPLAIN));
+	for (int k = 0; k < (quick ? 1 : NSEEDS); k++)
+		tcase_add_loop_test(tc, test_random, k * (NPLAIN + NPLUGIN) + first, k * (NPLAIN + NPLUGIN) + last);
 	tcase_set_timeout(tc, 200);
 	suite_add_tcase(s, tc);
 
-	if (user) {
+	if (sc->user) {
 		tc = tcase_create("user");
-		tcase_add_loop_test(tc, test_user, 0, NUSER);
+		tcase_add_loop_test(tc, test_user, 0, quick ? 1 : NUSER);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 	}
 
 	tc = tcase_create("threads");
-	tcase_add_loop_test(tc, test_thread_multiple, 0, plugin ? NPLAIN + NPLUGIN : NPLAIN);
+	tcase_add_loop_test(tc, test_thread_multiple, first, last);
 	tcase_set_timeout(tc, 200);
 	suite_add_tcase(s, tc);
 	return s;
@@ -1849,18 +1904,33 @@ int main(void)
 		printf("check_mpi: SKIP: MPIRUN is empty (configure found no mpirun)\n");
 		return 77;
 	}
-	bool plugin = access(plugin_path(), R_OK) == 0;
-	if (!plugin)
+	const char *depth = env_or("PINSHM_MPI_CHECK", "");
+	struct scope sc = {.plugin = access(plugin_path(), R_OK) == 0, .quick = !strcmp(depth, "quick")};
+
+	if (depth[0] && !sc.quick && strcmp(depth, "full") != 0) {
+		printf("check_mpi: PINSHM_MPI_CHECK=%s: want quick or full (or nothing)\n", depth);
+		return EXIT_FAILURE;
+	}
+
+	if (!sc.plugin)
 		printf("check_mpi: the plugin %s is missing: only the runs without it\n", plugin_path());
 	if (asan_lib()[0])
 		printf("check_mpi: ASan build: the ranks preload %s first\n", asan_lib());
-	bool user = plugin && geteuid() == 0;
-	if (plugin && !user)
+	sc.user = sc.plugin && geteuid() == 0;
+	if (sc.plugin && !sc.user)
 		printf("check_mpi: not root: the runs as an ordinary user are skipped (they make one)\n");
+	/* The runs without the plugin check the programs against Open MPI
+	 * alone; an ASan build's add nothing to the plain build's. */
+	sc.reference = !sc.plugin || (!sc.quick && (!asan_lib()[0] || !strcmp(depth, "full")));
+	if (sc.quick)
+		printf("check_mpi: PINSHM_MPI_CHECK=quick: every program and case once, in its first configuration\n");
+	else if (!sc.reference)
+		printf("check_mpi: ASan build: no runs without the plugin (the plain build makes them; "
+		       "PINSHM_MPI_CHECK=full: here too)\n");
 
-	if (tu_run_suite(mpi_suite(plugin, user), true) != 0)
+	if (tu_run_suite(mpi_suite(&sc), true) != 0)
 		return EXIT_FAILURE;
-	if (!plugin) {
+	if (!sc.plugin) {
 		printf("check_mpi: SKIP: the runs without the plugin passed; the plugin was not built\n");
 		return 77;
 	}

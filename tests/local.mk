@@ -40,7 +40,13 @@ TESTS_LDADD = \
 
 if HAVE_CHECK
 
+# The test that takes longest (check_mpi: tests/mpi/local.mk) comes first
+# in TESTS, so that the parallel harness (make -j2) runs the others beside
+# it rather than after it.
+LONG_CHECKS =
+
 check_PROGRAMS = \
+	$(LONG_CHECKS) \
 	tests/check_corrupt \
 	tests/check_crash \
 	tests/check_daemon \

@@ -8,7 +8,7 @@
 # built with $(CC) and Open MPI's flags, sanitizers included.
 if HAVE_MPI
 
-check_PROGRAMS += \
+LONG_CHECKS += \
 	tests/check_mpi
 
 # tests/check_coll.sh: the collectives' benchmark in a quick run, and a

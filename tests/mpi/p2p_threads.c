@@ -11,6 +11,9 @@
  * of 3; this one did not crash in 6 runs of the old plugin, so it guards
  * that race only by chance.)
  *
+ * Usage: p2p_threads [ROUNDS] (3000: the persistent sends each thread
+ * makes; a quarter as many exchanges).
+ *
  * Where the library does not give MPI_THREAD_MULTIPLE, it says so and
  * passes.  Call families: none carried (the library's, every one).
  */
@@ -19,9 +22,9 @@
 #include "mpitest.h"
 
 #define THREADS 4
-#define ROUNDS 3000
 
 static int peer;
+static int rounds = 3000;
 
 static int expected(int thread, int round)
 {
@@ -34,7 +37,7 @@ static long persistent(int t)
 {
 	long bad = 0;
 
-	for (int i = 0; i < ROUNDS; i++) {
+	for (int i = 0; i < rounds; i++) {
 		int v = expected(t, i);
 		if (mt_rank < peer) {
 			MPI_Request rq;
@@ -55,7 +58,7 @@ static long exchange(int t)
 {
 	long bad = 0;
 
-	for (int i = 0; i < ROUNDS / 4; i++) {
+	for (int i = 0; i < rounds / 4; i++) {
 		MPI_Datatype pair;
 		MPI_Request rq[2];
 		int out = expected(t, i), back = -1;
@@ -97,6 +100,9 @@ int main(int argc, char **argv)
 		MPI_Finalize();
 		return 0;
 	}
+	if (argc > 1)
+		rounds = atoi(argv[1]);
+	MT_CHECK(rounds >= 4, "rounds: %d, want 4 or more", rounds);
 	peer = mt_rank ^ 1;
 	pthread_t th[THREADS];
 	for (int t = 0; t < THREADS; t++)
