@@ -151,9 +151,6 @@ static const struct program programs[] = {
 	/* The nonblocking collectives, overlapping each other, blocking ones
 	 * and point-to-point traffic (more runs: test_coll_nb). */
 	{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL_AREA=64K"}, /* halves of 8 to 16 KiB: calls of many steps */
-	/* A rank 0.2 s late at each collective call: the others' sleeps, made
-	 * 30 s long (a test hook), must end by its post's wake-up. */
-	{"coll_wake", B, 0, NULL, "PINSHM_MPI_COLL_SLEEP_NS=30000000000"},
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */

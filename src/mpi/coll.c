@@ -22,32 +22,18 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "channel.h" /* the area's mapping: base and geometry of a handle */
 #include "coll.h"
-#include "wait.h"    /* the wake lines' sleepers, as the rings count theirs */
 
 #define SLOT_DEFAULT (256u * 1024) /* ring bytes per rank, halved to fit the bound */
 #define SLOT_MIN (8u * 1024)
 #define AREA_DEFAULT (64ull << 20)
-#define FLAG_LINE 64u  /* offsets in a slot (coll.h) */
-#define WAKE_LINE 128u
-#define SLOT_HEAD 192u /* the zero line, the flag line, the wake line */
-static_assert(FLAG_LINE + sizeof(struct coll_flags) + 2 * COLL_SMALL <= WAKE_LINE,
-	      "the flag line ends before the wake line");
-static_assert(WAKE_LINE + sizeof(struct wait_line) == SLOT_HEAD, "the wake line ends where the halves start");
-#define SLEEP_NS 1000000u /* the longest sleep on a wake line (waiting, below) */
-#define NAP_NS 50000u     /* the same where point-to-point work is in flight */
-
-static uint64_t sleep_ns = SLEEP_NS;
+#define SLOT_HEAD 128u /* the zero line, the flag line */
 
 static bool coll_enabled = true;
 static uint64_t area_max = AREA_DEFAULT;
@@ -65,8 +51,6 @@ void pm_coll_config(void)
 	const char *v = getenv("PINSHM_MPI_COLL");
 	coll_enabled = !(v && strcmp(v, "0") == 0);
 	area_max = pm_env_size("PINSHM_MPI_COLL_AREA", AREA_DEFAULT, 2 * SLOT_MIN, UINT64_MAX);
-	/* A test hook: sleeps so long that only a wake-up ends them. */
-	sleep_ns = pm_env_size("PINSHM_MPI_COLL_SLEEP_NS", SLEEP_NS, NAP_NS, 60000000000ull);
 }
 
 void coll_count(enum coll_call call, bool pinshm, uint64_t bytes)
@@ -133,7 +117,7 @@ static int area_open(struct pm_coll *co, uint64_t token)
 		return -ENOMEM;
 	for (int r = 0; r < co->size; r++) {
 		uint8_t *ring = seg_ring(g, co->ch->base, (unsigned)r);
-		co->flags[r] = (struct coll_flags *)(void *)(ring + FLAG_LINE);
+		co->flags[r] = (struct coll_flags *)(void *)(ring + 64);
 		co->half[r] = ring + SLOT_HEAD;
 	}
 	return 0;
@@ -386,107 +370,15 @@ static bool wait_failed(struct pm_coll *co, int r, bool done, uint64_t s)
 	return false;
 }
 
-/*
- * Sleeping.  Once pm_idle() has spent its spin and yield budget
- * (PINSHM_MPI_SPIN_NS, PINSHM_MPI_YIELD_NS, as for point to point), a wait
- * sleeps on the wake line of the rank whose flag it waits for, and that
- * rank's posts wake it.  The two sides, Dekker-style as the rings' waits
- * (wait.h), each edge with its partner:
- *   W (waiter): wait_register() increments `sleepers` (seq_cst, then the
- *       sleeper's half of the asymmetric barrier), then the flag is read
- *       again; pairs with P.
- *   P (poster): the flag's store, then wait_has_sleepers() reads
- *       `sleepers` (behind the waker's half of that barrier, or a seq_cst
- *       read-modify-write); pairs with W.
- * So either the poster sees the count, bumps `seq` and wakes (the waiter
- * read `seq` before its re-check: FUTEX_WAIT then returns at once, or the
- * wake finds it asleep), or the waiter's re-check sees the flag.  A post
- * that finds no sleeper makes no system call.  The futex is a shared one
- * (not FUTEX_PRIVATE): the ranks are processes.  A count left by a rank
- * that died asleep costs its poster a wake-up per post, nothing more.
- *
- * A sleep is bounded: at most SLEEP_NS (1 ms), the slice of a receive's
- * sleep on its queue, so that the MPI library progresses between sleeps
- * as often as there, and the members' liveness gets a look after each
- * sleep that no post ended (await_flags()); at most NAP_NS
- * (50 us, the nap this sleep replaces) where point-to-point work is in
- * flight at this rank (engine.c), since a record into its queue does not
- * end a sleep here and a peer may wait for its answer (a CTS, DATA), and
- * for a nonblocking call's flag where the wait is not for nonblocking
- * collectives alone (MPI_Waitall and the like, whose requests the MPI
- * library may end; a probe), or where nonblocking calls on other areas
- * are pending (their flags' posts do not end it either).  Nonblocking
- * calls sleep on the flag the first pending call waits for, only where
- * every pending call is on its area (coll_nb_blocked()).
- */
-static inline struct wait_line *wake_line(const struct pm_coll *co, int r)
-{
-	return (struct wait_line *)(void *)((uint8_t *)co->flags[r] + (WAKE_LINE - FLAG_LINE));
-}
-
-/* Wake whoever sleeps on this rank's wake line, after a post (edge P). */
-static inline void wake(struct pm_coll *co)
-{
-	struct wait_line *wl = wake_line(co, co->rank);
-	if (wait_has_sleepers(wl))
-		wait_wake_all(wl);
-}
-
-/* Sleep on @p r's wake line unless its flag reached @p s, at most @p ns.
- * @return whether the sleep ran its whole time. */
-static bool sleep_on(const struct pm_coll *co, int r, bool done, uint64_t s, uint64_t ns)
-{
-	struct wait_line *wl = wake_line(co, r);
-	_Atomic uint32_t mark = 0; /* no endpoint to mark: a rank's area holds no reaped sleepers */
-	bool out = false;
-	wait_register(wl, &mark, 1); /* edge W: the count, then the re-check below */
-	uint32_t seq = atomic_load_explicit(&wl->seq, memory_order_acquire);
-	if (!flag_reached(co, r, done, s)) {
-		struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
-		out = syscall(SYS_futex, (uint32_t *)&wl->seq, FUTEX_WAIT, seq, &ts, NULL, 0) != 0 &&
-		      errno == ETIMEDOUT;
-	}
-	wait_unregister(wl, &mark, 1);
-	return out;
-}
-
-/* The flag a blocking wait waits for (await_flags()), for pm_coll_sleep(). */
-static struct coll_waiting {
-	struct pm_coll *co; /* NULL: none */
-	int r;
-	bool done;
-	uint64_t s;
-	bool slept_out;     /* its last sleep ran the whole time */
-} waiting;
-
-bool pm_coll_sleep(bool p2p_quiet)
-{
-	if (waiting.co) { /* nonblocking calls pending here are on other areas */
-		uint64_t ns = p2p_quiet && !pm_coll_nb_pending ? sleep_ns : NAP_NS;
-		waiting.slept_out = sleep_on(waiting.co, waiting.r, waiting.done, waiting.s, ns);
-		return true;
-	}
-	struct pm_coll *co;
-	int r;
-	bool done, alone;
-	uint64_t s;
-	if (!pm_coll_nb_pending || !coll_nb_blocked(&co, &r, &done, &s, &alone))
-		return false;
-	sleep_on(co, r, done, s, p2p_quiet && alone ? sleep_ns : NAP_NS);
-	return true;
-}
-
 /* Until every rank r in [@p from, @p to) has *field(r) >= @p s: polling,
  * moving point-to-point traffic meanwhile (a rank may wait for this one's
- * CTS before it comes here), by the rules of pm_idle(), which sleeps on
- * r's wake line (above); every LIVE_EVERY fruitless passes, and after a
- * sleep that no post ended, a look at whether the members are alive. */
-static void await_flags(struct pm_coll *co, int from, int to, bool done, uint64_t s)
+ * CTS before it comes here), by the rules of pm_idle(); every LIVE_EVERY
+ * fruitless passes, a look at whether the members are alive. */
+static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s)
 {
 	unsigned idle = 0, passes = 0;
 	if (coll_error(co) != MPI_SUCCESS)
 		return;
-	struct coll_waiting outer = waiting;
 	for (int r = from; r < to;) {
 		if (flag_reached(co, r, done, s)) {
 			r++;
@@ -496,12 +388,10 @@ static void await_flags(struct pm_coll *co, int from, int to, bool done, uint64_
 			idle = 0;
 			continue;
 		}
-		waiting = (struct coll_waiting){.co = co, .r = r, .done = done, .s = s};
 		pm_idle(&idle, false);
-		if ((++passes % LIVE_EVERY == 0 || waiting.slept_out) && co->live && wait_failed(co, r, done, s))
-			break;
+		if (++passes % LIVE_EVERY == 0 && co->live && wait_failed(co, r, done, s))
+			return;
 	}
-	waiting = outer;
 }
 
 bool coll_poll_failed(struct pm_coll *co, unsigned *passes, int from, int to, bool done, uint64_t s)
@@ -519,27 +409,25 @@ bool coll_poll_failed(struct pm_coll *co, unsigned *passes, int from, int to, bo
 void coll_wait_free(struct pm_coll *co, uint64_t s)
 {
 	if (s > 2)
-		await_flags(co, 0, co->size, true, s - 2);
+		wait_for(co, 0, co->size, true, s - 2);
 }
 
 void coll_post(struct pm_coll *co, uint64_t s)
 {
 	atomic_store_explicit(&co->flags[co->rank]->arrive, s, memory_order_release);
-	wake(co);
 }
 
 void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s)
 {
-	await_flags(co, r, r + 1, false, s);
+	wait_for(co, r, r + 1, false, s);
 }
 
 void coll_wait_all(struct pm_coll *co, uint64_t s)
 {
-	await_flags(co, 0, co->size, false, s);
+	wait_for(co, 0, co->size, false, s);
 }
 
 void coll_finish(struct pm_coll *co, uint64_t s)
 {
 	atomic_store_explicit(&co->flags[co->rank]->done, s, memory_order_release);
-	wake(co);
 }

@@ -13,11 +13,7 @@
  *               that size posted at step s may lie in slot s & 1 instead
  *               of the half (coll_small()), under the same rules, so that
  *               a reader takes it with the flag's line
- *   ring + 128  rank r's wake line (struct wait_line, layout.h): a 32-bit
- *               futex word of its own (not a half of a 64-bit flag, so
- *               no byte order to mind) and the count of ranks that may
- *               sleep on it, waiting for r's flags (coll.c, waiting)
- *   ring + 192  two halves of `half` bytes each: the data rank r posts at
+ *   ring + 128  two halves of `half` bytes each: the data rank r posts at
  *               step s lies in half s & 1
  *
  * Steps.  Every call carried on the communicator runs as one or more steps,
@@ -114,12 +110,6 @@ struct pm_coll *pm_coll_for(MPI_Comm comm);
 struct pm_coll *pm_coll_nb_for(MPI_Comm comm);
 /* Until this rank has finished every step reserved on @p co. */
 void coll_nb_drain(struct pm_coll *co);
-/* Where the pending calls all run on one area and the first of them waits
- * for a flag: that flag (rank *@p r's done or arrive to reach *@p s, on
- * *@p co), for a sleep until it comes (coll.c), and in *@p alone whether
- * this rank waits for nonblocking collectives alone (coll_nb_drain(), or
- * MPI_Wait on one of them); else false. */
-bool coll_nb_blocked(struct pm_coll **co, int *r, bool *done, uint64_t *s, bool *alone);
 
 static inline uint8_t *coll_half(const struct pm_coll *co, int r, uint64_t s)
 {

@@ -175,22 +175,15 @@ int MPI_Op_free(MPI_Op *op)
 
 /* ---- the flags, without waiting ---------------------------------------- */
 
-/* The first rank in [@p from, @p to) whose flag (done or arrive) is below
- * @p s, or -1. */
-static int short_of(const struct pm_coll *co, int from, int to, bool done, uint64_t s)
+/* Whether every rank in [@p from, @p to) has its flag (done or arrive) >= @p s. */
+static bool flags_at(const struct pm_coll *co, int from, int to, bool done, uint64_t s)
 {
 	for (int r = from; r < to; r++) {
 		_Atomic uint64_t *w = done ? &co->flags[r]->done : &co->flags[r]->arrive;
 		if (atomic_load_explicit(w, memory_order_acquire) < s)
-			return r;
+			return false;
 	}
-	return -1;
-}
-
-/* Whether every rank in [@p from, @p to) has its flag (done or arrive) >= @p s. */
-static bool flags_at(const struct pm_coll *co, int from, int to, bool done, uint64_t s)
-{
-	return short_of(co, from, to, done, s) < 0;
+	return true;
 }
 
 static uint64_t own_done(const struct pm_coll *co)
@@ -350,50 +343,17 @@ int pm_coll_nb_progress(void)
 	return did;
 }
 
-static bool draining; /* in coll_nb_drain() */
-
-bool coll_nb_blocked(struct pm_coll **co, int *r, bool *done, uint64_t *s, bool *alone)
-{
-	if (!pending.head)
-		return false;
-	struct nb *b = pm_container(pending.head, struct nb, link);
-	/* Calls on other areas may move meanwhile, and their posts would not
-	 * wake this sleep: only one area's calls, which run in order. */
-	for (struct pm_link *l = pending.head->next; l; l = l->next)
-		if (pm_container(l, struct nb, link)->co != b->co)
-			return false;
-	struct pm_coll *c = b->co;
-	uint64_t st = b->step;
-	int from = 0, to = 0;
-	*done = !b->posted;
-	if (coll_error(c) != MPI_SUCCESS || st > b->last || (!b->posted && own_done(c) != st - 1))
-		return false;
-	if (b->posted) {
-		reads(b, &from, &to);
-	} else if (writes(b) && b->kind != CALL_IBARRIER && st > 2) {
-		to = c->size; /* someone still reads half st & 1 */
-		st -= 2;
-	}
-	*r = short_of(c, from, to, *done, st);
-	*co = c;
-	*s = st;
-	*alone = draining || (pm.watch && pm.watch->kind == OP_COLL);
-	return *r >= 0;
-}
-
 void coll_nb_drain(struct pm_coll *co)
 {
 	if (co->size < 2 || !co->flags)
 		return;
 	unsigned idle = 0;
-	draining = true;
 	while (own_done(co) < co->step && coll_error(co) == MPI_SUCCESS) {
 		if (pm_progress())
 			idle = 0;
 		else
 			pm_idle(&idle, false);
 	}
-	draining = false;
 }
 
 /* The area of @p comm for a nonblocking call, or NULL: only where a

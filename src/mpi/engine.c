@@ -378,12 +378,9 @@ static bool may_match_remote(const struct pm_op *op)
 	return pm_probe_lib(op->comm, op->peer);
 }
 
-static unsigned posted_recvs; /* receives in their communicator's posted list */
-
 void pm_op_unpost(struct pm_op *op)
 {
 	pm_list_remove(&op->comm->posted, &op->link);
-	posted_recvs--;
 	if (may_match_remote(op)) {
 		pm_list_remove(&pm.hybrid, &op->rlink);
 		op->comm->wild_remote--;
@@ -502,7 +499,6 @@ int pm_recv_start(struct pm_op *op)
 	}
 	op->state = ST_POSTED;
 	pm_list_push(&c->posted, &op->link);
-	posted_recvs++;
 	if (may_match_remote(op)) {
 		pm_list_push(&pm.hybrid, &op->rlink);
 		c->wild_remote++;
@@ -866,15 +862,6 @@ static bool only_record_ends_wait(bool may_sleep)
 	       !pm_coll_nb_pending;
 }
 
-/* Whether a record may end a wait or need this rank's answer: a receive
- * posted (its RTS asks for a CTS), a send or stream under way, records
- * queued to write, or the library's part of a receive to watch. */
-static bool p2p_in_flight(void)
-{
-	return posted_recvs || pm.direct || pm.sends_inflight || pm.streaming || any_busy() || pm.hybrid.head ||
-	       pm.remote.head;
-}
-
 /*
  * Waiting, where only a record can end the wait and ranks do not outnumber
  * cores: in the ring itself (below).  Otherwise: poll for spin_ns, then
@@ -882,9 +869,8 @@ static bool p2p_in_flight(void)
  * may need it: ranks can outnumber cores; with spin_ns 0 every fruitless
  * pass yields, as Open MPI's own loop does then), then sleep on the inbound
  * queue's futex 1 ms at a time when only a record can end the wait, else
- * on the flag a collective waits for (pm_coll_sleep(), woken by its post),
- * else nap 50 us.  The MPI library gets a progress call every 64 polls
- * and at every yield or sleep.  *idle counts fruitless passes; 0 restarts.
+ * nap 50 us.  The MPI library gets a progress call every 64 polls and at
+ * every yield or sleep.  *idle counts fruitless passes; 0 restarts.
  */
 void pm_idle(unsigned *idle, bool may_sleep)
 {
@@ -924,7 +910,7 @@ void pm_idle(unsigned *idle, bool may_sleep)
 		pm.in_progress = 0;
 		if (did)
 			*idle = 0;
-	} else if (!pm_coll_sleep(!p2p_in_flight())) {
+	} else {
 		struct timespec nap = {0, 50000};
 		nanosleep(&nap, NULL);
 	}

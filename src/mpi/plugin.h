@@ -523,11 +523,6 @@ void pm_coll_print_stats(void);
  * over them: @return how many steps it took. */
 extern unsigned pm_coll_nb_pending;
 int pm_coll_nb_progress(void);
-/* pm_idle(), its spin and yield spent: sleep on the flag a collective
- * waits for, until its post or for a while (coll.c), a short one unless
- * @p p2p_quiet (no point-to-point work in flight at this rank).
- * @return false where no collective waits (nothing done). */
-bool pm_coll_sleep(bool p2p_quiet);
 void pm_coll_nb_teardown(void); /* at MPI_Finalize: the user's ops still held */
 /* setup.c: a size from the environment, as the plugin's own settings are
  * read (a warning from rank 0 where it is not one); a random token. */

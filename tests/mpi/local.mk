@@ -26,7 +26,6 @@ MPI_TEST_BINS = \
 	tests/mpi/coll_nb \
 	tests/mpi/coll_nb_first \
 	tests/mpi/coll_dead \
-	tests/mpi/coll_wake \
 	tests/mpi/p2p_address \
 	tests/mpi/p2p_basic \
 	tests/mpi/p2p_comms \
@@ -99,9 +98,6 @@ tests_mpi_coll_nb_first_LDADD = $(MPI_LIBS)
 tests_mpi_coll_dead_SOURCES = tests/mpi/coll_dead.c
 tests_mpi_coll_dead_CFLAGS = $(MPI_TEST_CFLAGS)
 tests_mpi_coll_dead_LDADD = $(MPI_LIBS)
-tests_mpi_coll_wake_SOURCES = tests/mpi/mpitest.h tests/mpi/coll_wake.c
-tests_mpi_coll_wake_CFLAGS = $(MPI_TEST_CFLAGS)
-tests_mpi_coll_wake_LDADD = $(MPI_LIBS)
 tests_mpi_p2p_basic_SOURCES = tests/mpi/mpitest.h tests/mpi/p2p_basic.c
 tests_mpi_p2p_basic_CFLAGS = $(MPI_TEST_CFLAGS)
 tests_mpi_p2p_basic_LDADD = $(MPI_LIBS)
