@@ -1,7 +1,7 @@
 /*
  * devices.h - the device registrations of channels, as clients report them.
  *
- * A process that registers a handle of a channel with a device (pinshm(3):
+ * A process that registers a handle of a channel with a device (pinshm-device(3):
  * pinshm_channel_register()) tells pinshmd through the connection that
  * opened the handle (DEVICE, +1), and again when the registration goes
  * (-1).  The daemon counts them per connection and per channel, by device

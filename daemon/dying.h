@@ -2,8 +2,8 @@
  * dying.h - the segments of destroyed channels, unmapped and punched out
  * in slices.
  *
- * Unmapping a locked segment of 256 MiB and punching its pages out takes
- * the kernel 70-100 ms; one turn of the event loop must not.  A destroyed
+ * Unmapping a large locked segment and punching its pages out takes the
+ * kernel far longer than one turn of the event loop may.  A destroyed
  * channel's segment goes to this queue instead (its channel is gone from
  * the registry and its charge released at once), and the loop calls
  * dying_step() once a turn while the queue is not empty: each call unmaps

@@ -1,12 +1,12 @@
 /*
  * pool.h - ready segments: made, placed and pinned ahead of the requests.
  *
- * Making and pinning a segment costs 0.4-0.7 ms a MiB; the pool does it in
- * the loop's idle time (pool_refill(), never while a request waits, and
- * only once no request has come for LOOP_POOL_QUIET_MS: the request that
- * follows a pool hit, often the same client's OPEN, is not delayed by a
- * refill), so that a CREATE of a common size only formats one.  Creates
- * back to back faster than that outrun the pool.
+ * Making and pinning a segment takes time in proportion to its size; the
+ * pool does it in the loop's idle time (pool_refill(), never while a
+ * request waits, and only once no request has come for LOOP_POOL_QUIET_MS:
+ * the request that follows a pool hit, often the same client's OPEN, is not
+ * delayed by a refill), so that a CREATE of a common size only formats one.
+ * Creates back to back faster than that outrun the pool.
  *
  * - In slices: one pool_refill() call does one step, so that a class of
  *   256 MiB or 1 GiB does not hold the loop for a quarter of a second.  The
@@ -58,8 +58,8 @@ struct pool_class {
 	unsigned n;
 };
 
-/* Bytes locked by one step of a refill: at 0.4-0.7 ms a MiB, a millisecond
- * or so of the loop's time (measured: 2 MiB of a memfd, 1.3-1.8 ms). */
+/* Bytes locked by one step of a refill: about a millisecond of the loop's
+ * time. */
 #define POOL_SLICE_BYTES (2u * 1024u * 1024u)
 
 struct pool {

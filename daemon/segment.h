@@ -165,8 +165,7 @@ int segment_relock(struct segment *s);
 void segment_destroy(struct segment *s);
 
 /* Bytes a slice of segment_lock_step() or segment_destroy_step() takes by
- * default: about a millisecond of the loop's time (measured: 2 MiB of a
- * memfd locked in 1.3-1.8 ms). */
+ * default: about a millisecond of the loop's time. */
 #define SEGMENT_SLICE_BYTES (2u * 1024u * 1024u)
 
 /** The slice for @p s: SEGMENT_SLICE_BYTES, or its huge page if larger

@@ -61,7 +61,7 @@ typedef struct pinshm_device pinshm_device_t;
  * uses too).
  * @return 0; -ENODEV (no driver, no device, or @p ordinal out of range);
  *         -ENOTSUP (the driver lacks an entry point); -ENOMEM.
- *         pinshm_device_error(NULL) says why.
+ *         pinshm_device_error() says why.
  */
 PINSHM_EXPORT int pinshm_device_open_cuda(int ordinal, pinshm_device_t **out);
 
@@ -71,7 +71,7 @@ PINSHM_EXPORT int pinshm_device_open_cuda(int ordinal, pinshm_device_t **out);
  * at run time).  Buffers are made in it, so its command queues and
  * kernels can use them.
  * @return 0; -ENODEV (no loader); -EINVAL (@p context NULL or not a
- *         context); -ENOMEM.  pinshm_device_error(NULL) says why.
+ *         context); -ENOMEM.  pinshm_device_error() says why.
  */
 PINSHM_EXPORT int pinshm_device_open_opencl(void *context, pinshm_device_t **out);
 

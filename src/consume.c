@@ -306,7 +306,7 @@ static void lane_gave(pinshm_channel_t *ch, unsigned lane)
 }
 
 /* A message too long for the call that met it stays in place, and its lane
- * is looked at first by the next take, which meets it again (pinshm(3)). */
+ * is looked at first by the next take, which meets it again (pinshm-messages(3)). */
 static int take_oversize_first(pinshm_channel_t *ch, struct taken *t, size_t max_len)
 {
 	unsigned lane = ch->oversize_lane - 1;

@@ -362,7 +362,7 @@ bool proto_name_valid(const char *name);
  * Whether @p name has the owned form "@UID.REST": '@', a uid in decimal
  * (no leading zero, below PROTO_OWNER_ANY), '.', then at least one more
  * character (what proto_name_valid() then checks).  Such a name belongs to
- * that uid: only it or root may create it (pinshm(3)).
+ * that uid: only it or root may create it (pinshm-create(3)).
  * @return whether it has; the uid into @p uid (may be NULL) if so.
  */
 bool proto_name_owner(const char *name, uid_t *uid);

@@ -1,5 +1,5 @@
 /*
- * check_device.c - devices (pinshm(3) "devices"): the OpenCL backend for
+ * check_device.c - devices (pinshm-device(3)): the OpenCL backend for
  * real, on whatever OpenCL platform is installed (pocl on the CPU in CI),
  * and the CUDA backend's logic against the test double of libcuda.so.1
  * (tests/fake_cuda.c, loaded through PINSHM_CUDA_LIBRARY as the driver

@@ -11,7 +11,7 @@
  *   permissions  b and c cannot open, unlink, or map (no descriptor, not
  *                through /proc either) what a's modes forbid them; b gets
  *                what the group lets it through its supplementary group;
- *                listing is public (pinshm(3)), but a user that [access]
+ *                listing is public (pinshm-stat(3)), but a user that [access]
  *                does not admit cannot even list;
  *   limits       a user cannot go over its quota, its connection limit, nor
  *                all users together over the pinned budget (the daemon's
@@ -304,7 +304,7 @@ static int perm_child(void *arg, int u)
 			   u == USER_B ? perm_channels[i].b_producer : perm_channels[i].c_producer);
 		CHILD_RC(c, pinshm_unlink(c, perm_channels[i].name), -EPERM);
 	}
-	/* Public metadata (pinshm(3)): every channel listed, a's, with its mode. */
+	/* Public metadata (pinshm-stat(3)): every channel listed, a's, with its mode. */
 	CHILD_RC(c, pinshm_list(c, &e, &n), 0);
 	if (n != PERM_CHANNELS)
 		tu_child_fail(104, "listed %zu channels, want %zu", n, PERM_CHANNELS);

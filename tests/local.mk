@@ -72,14 +72,17 @@ check_PROGRAMS = \
 	tests/gpu/check_cuda
 
 # tests/check_readme.sh: the README's C example, built and run.
+# tests/check_man.sh: every function of the headers in one section-3 page,
+# and every reference of the manual to a pinshm page found.
 # tests/check_cycles.sh: no file of libpinshm calls into a file that calls
-# back into it (but the cycles it lists, not broken yet).
+# back into it.
 # tests/check_insn.sh: instructions per message of the library's own code
 # in tests/insn_loop (built before the tests run; not a test itself),
 # against tests/insn-baseline.
 TESTS = \
 	$(check_PROGRAMS) \
 	tests/check_cycles.sh \
+	tests/check_man.sh \
 	tests/check_readme.sh \
 	tests/check_insn.sh
 

@@ -343,7 +343,7 @@ static void cuda_wait(struct pinshm_device *dev, void *event)
 	cuda_of(dev)->api.event_sync(event);
 }
 
-/* The driver API cannot retain an event: the caller keeps it (pinshm(3)). */
+/* The driver API cannot retain an event: the caller keeps it (pinshm-device(3)). */
 static int cuda_retain(struct pinshm_device *dev, void *event, char *why)
 {
 	(void)dev;
