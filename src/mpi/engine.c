@@ -69,8 +69,7 @@ static void peer_update_busy(int peer)
 /* Reserve @p len bytes in @p peer's ring without waiting.
  * @return 1 with *buf set, 0 when there is no room now.
  * Inlined, as write_eager() is: a small send is little more than their
- * calls otherwise (from a record seen to the reply's first store, in a
- * send and a receive to self: 460 -> 433 instructions). */
+ * calls otherwise. */
 static inline __attribute__((always_inline)) int reserve(int peer, size_t len, void **buf)
 {
 	int rc = pinshm_reserve(pm.peers[peer].out, len, buf, PINSHM_NONBLOCK);

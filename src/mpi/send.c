@@ -53,7 +53,7 @@ int pm_send_op(struct pm_comm *c, const void *buf, int count, MPI_Datatype dtype
 }
 
 /* Inlined into each blocking send call: one call fewer on the path of a
- * reply (433 -> 422 instructions, as for reserve() in engine.c). */
+ * reply, as for reserve() in engine.c. */
 static inline __attribute__((always_inline)) int blocking_send(const void *buf, int count, MPI_Datatype dtype,
 							     int dest, int tag, MPI_Comm comm, enum pm_mode mode,
 							     enum pm_family family)
