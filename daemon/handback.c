@@ -70,7 +70,7 @@ static int handback_new(struct registry *r, struct reg_client *c, const char *na
 	chan->named = names_may_create(&r->acct->cfg->names, &c->cred, name, why, whylen) == 0;
 	rc = registry_insert(r, chan, why, whylen);
 	if (rc == -EEXIST) {
-		chan->named = false; /* the name went to another channel: adopted unnamed */
+		chan->named = false; /* the name went to another channel: taken back unnamed */
 		rc = registry_insert(r, chan, why, whylen);
 	}
 	if (rc != 0) {
@@ -125,7 +125,7 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 		if (rc != 0)
 			return rc;
 		*fd = -1; /* the channel's now */
-		log_notice("channel '%s' handed back by pid %d uid %u: adopted%s, owner uid %u, mode 0600, %zu bytes, "
+		log_notice("channel '%s' handed back by pid %d uid %u: taken back%s, owner uid %u, mode 0600, %zu bytes, "
 			   "to be locked, default pin_idle %u",
 			   chan->name, (int)c->cred.pid, (unsigned)c->cred.uid,
 			   chan->named ? "" : " unnamed (name taken, or not its to create)",

@@ -1093,7 +1093,7 @@ START_TEST(test_rings_differ)
 END_TEST
 
 /* More ranks than a consumer looks at in every poll (16): the queues' lanes
- * looked at quickly while a rank spins and polls (pinshm(3)), under
+ * looked at quickly while a rank spins and polls (pinshm-wait(3)), under
  * mpirun, with 32 ranks on the machine's cores. */
 START_TEST(test_many_ranks)
 {
