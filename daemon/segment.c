@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,6 +58,25 @@ static long huge_pages_free(void)
 			break;
 	fclose(f);
 	return n;
+}
+
+/* The page size of the file of @p s: what its mapping is unmapped in, and
+ * a hole punched in, whole. */
+static size_t page_of(const struct segment *s)
+{
+	return s->page ? s->page : (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* The bytes of a step of at most @p max from @p at on, rounded up to end on
+ * a page of @p s (or at its end); 0 for 0. */
+static size_t step_len(const struct segment *s, size_t at, size_t max)
+{
+	size_t page = page_of(s), left = s->size - at;
+
+	if (max == 0 || max >= left)
+		return max == 0 ? 0 : left;
+	size_t end = (at + max + page - 1) / page * page; /* at + max < s->size: no overflow */
+	return end - at < left ? end - at : left;
 }
 
 int segment_backing_size(size_t size, const struct segment_opts *o, size_t *out)
@@ -152,6 +173,7 @@ int segment_alloc(struct segment *s, size_t size, const struct segment_opts *o, 
 			      .node = o->node,
 			      .at_consumer = o->node == PINSHM_NODE_CONSUMER,
 			      .hugepages = o->hugepages,
+			      .page = o->hugepages ? huge_page_size() : 0,
 			      .backend = o->shm ? PINSHM_BACKEND_SHM : PINSHM_BACKEND_MEMFD};
 	if (o->shm && o->hugepages)
 		return -EINVAL;
@@ -221,7 +243,7 @@ fail:
 
 int segment_lock_step(struct segment *s, size_t *locked, size_t max)
 {
-	size_t len = s->size - *locked < max ? s->size - *locked : max;
+	size_t len = step_len(s, *locked, max);
 
 	if (len > 0 && mlock2((char *)s->base + *locked, len, 0) != 0) {
 		int err = errno;
@@ -390,9 +412,9 @@ int segment_relock(struct segment *s)
 
 size_t segment_slice_bytes(const struct segment *s)
 {
-	size_t hps = s->hugepages ? huge_page_size() : 0;
+	size_t page = page_of(s);
 
-	return hps > SEGMENT_SLICE_BYTES ? hps : SEGMENT_SLICE_BYTES;
+	return (SEGMENT_SLICE_BYTES + page - 1) / page * page;
 }
 
 /* Punch the pages of the file of @p s in [off, end) out, but for its first
@@ -401,7 +423,7 @@ size_t segment_slice_bytes(const struct segment *s)
  * the pages then go when the last holder closes. */
 static void punch(struct segment *s, size_t off, off_t end)
 {
-	size_t page = s->hugepages && huge_page_size() ? huge_page_size() : (size_t)sysconf(_SC_PAGESIZE);
+	size_t page = page_of(s);
 	off_t from = (off_t)((s->keep + page - 1) / page * page);
 
 	if ((off_t)off > from)
@@ -416,7 +438,7 @@ static void punch(struct segment *s, size_t off, off_t end)
 
 int segment_destroy_step(struct segment *s, size_t *done, size_t max)
 {
-	size_t len = s->size - *done < max ? s->size - *done : max;
+	size_t len = step_len(s, *done, max);
 	struct stat st;
 
 	if (len > 0 && s->base != MAP_FAILED && s->base != NULL)
@@ -471,7 +493,12 @@ int segment_attach(int fd, const struct seg_geometry *g, int node, struct segmen
 	s->size = (size_t)st.st_size;
 	s->sealed = seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW);
 	s->backend = s->sealed ? PINSHM_BACKEND_MEMFD : PINSHM_BACKEND_SHM;
-	s->hugepages = st.st_blksize >= (1 << 21); /* hugetlbfs: its page size */
+	/* hugetlbfs: its page size, the default huge page's or not (a client's
+	 * memfd of MFD_HUGE_1GB).  Asked of the file system, not st_blksize,
+	 * which other file systems set as they like. */
+	struct statfs sf;
+	s->hugepages = fstatfs(fd, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC && sf.f_bsize > 0;
+	s->page = s->hugepages ? (size_t)sf.f_bsize : 0;
 	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (s->base == MAP_FAILED) {
 		s->base = NULL;

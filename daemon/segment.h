@@ -49,6 +49,7 @@ struct segment {
 			* PINSHM_NODE_CONSUMER: not yet (at_consumer) */
 	bool at_consumer; /* made near its consumer: placed at the first consumer's open */
 	bool hugepages; /* hugetlbfs memfd */
+	size_t page;   /* the page size of its file (its huge page), 0: the base page */
 	bool pinned;   /* locked in RAM through the daemon's mapping */
 	bool sealed;   /* resizing sealed */
 	uint32_t backend; /* PINSHM_BACKEND_MEMFD or PINSHM_BACKEND_SHM */
@@ -100,7 +101,12 @@ int segment_alloc(struct segment *s, size_t size, const struct segment_opts *o, 
  * Lock the next @p max bytes of @p s, made with o->lock_later, from
  * @p *locked on (mlock2, which populates them), and advance @p *locked: a
  * large segment is locked in slices, between which the caller does other
- * work.  Once the last slice is locked, the segment is pinned (s->pinned).
+ * work.  A step ends on a page of the file (@p max rounded up to its huge
+ * page): no page is populated by two steps, and *locked counts whole
+ * pages.  Of huge pages, mlock only populates them: hugetlb pages are
+ * never swapped, and the kernel neither marks nor counts them locked (the
+ * daemon's VmLck does not show them).  Once the last slice is locked, the
+ * segment is pinned (s->pinned).
  * @return 1: more to lock; 0: the whole segment is locked; or the -errno
  *         of mlock2 (ENOMEM, EAGAIN, EPERM: RLIMIT_MEMLOCK in user mode):
  *         then nothing of it stays locked (the slices before are unlocked
@@ -168,15 +174,16 @@ void segment_destroy(struct segment *s);
  * default: about a millisecond of the loop's time. */
 #define SEGMENT_SLICE_BYTES (2u * 1024u * 1024u)
 
-/** The slice for @p s: SEGMENT_SLICE_BYTES, or its huge page if larger
- *  (a mapping of huge pages is unmapped in whole huge pages). */
+/** The slice for @p s: SEGMENT_SLICE_BYTES rounded up to whole pages of
+ *  its file (a mapping of huge pages is unmapped, and a hole punched in
+ *  it, in whole huge pages only; one of 1 GiB pages, a page a slice). */
 size_t segment_slice_bytes(const struct segment *s);
 
 /**
  * segment_destroy() in slices: unmap the next @p max bytes of @p s from
- * @p *done on (a multiple of its page size, segment_slice_bytes()), and
- * punch them out where s->release says so; advance @p *done.  The slice
- * that reaches the end closes the file.
+ * @p *done on (rounded up to a page of its file, as segment_lock_step()),
+ * and punch them out where s->release says so; advance @p *done.  The
+ * slice that reaches the end closes the file.
  * @return 1: more to do; 0: destroyed (as segment_destroy()).
  */
 int segment_destroy_step(struct segment *s, size_t *done, size_t max);

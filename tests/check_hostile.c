@@ -47,6 +47,14 @@
  *   And while a client that the daemon cannot see
  *   (the daemon in a PID namespace of its own) hands back segments of
  *   512 MiB again and again: locked a slice a turn too.
+ *   The restart's segment holds messages that a consumer receives after.
+ * - stall_huge: the same with channels of huge pages (root: it raises
+ *   vm.nr_hugepages to have HUGE_RESERVE free, and puts it back; skipped
+ *   where it cannot): a restart that adopts a persistent one of 1 GiB
+ *   (locked a slice a turn, listed as huge pages, its messages there
+ *   after), hand-backs and creates of 512 MiB again and again; after
+ *   these, every huge page is free again (each destroyed a slice a turn,
+ *   in whole huge pages).
  */
 #include <check.h>
 #include <dirent.h>
@@ -93,6 +101,14 @@
 #define STALL_NICE (-10)      /* the daemon and the measuring client, where allowed */
 #define STALL_MAX_MS 500.0    /* and at worst */
 #define STALL_SAMPLES (1u << 20)
+#define HUGE_PAGE (2ull * MiB)     /* the huge page size the huge-page tests need */
+#define HUGE_BYTES (512ull * MiB)  /* a channel of huge pages made or handed back: some 220 slices */
+/* Lanes of huge-page channels: few, so that formatting one (a page at
+ * each lane's start) leaves most pages for the daemon to populate. */
+#define HUGE_LANE (64ull * MiB)
+/* Two at a time (one destroyed in slices while the next is made), and room;
+ * as many as the restart's segment of 1 GiB (RESTART_BYTES) takes. */
+#define HUGE_RESERVE ((long)(2 * HUGE_BYTES / HUGE_PAGE) + 16)
 
 /* Shmem of /proc/meminfo, kB. */
 static long long shmem_kb(void)
@@ -201,6 +217,55 @@ static pinshm_client_t *start_conf(struct daemon *d, const char *conf)
 {
 	spawn_conf(d, conf, &(struct daemon_opts){.config = true});
 	return connect_ok(d);
+}
+
+/* ---- huge pages ---------------------------------------------------------- */
+
+static bool huge_held; /* tu_huge_begin() and HUGE_RESERVE free, in the runner */
+static long huge_free0; /* HugePages_Free at the start of a test (huge_ready()) */
+
+/* The unchecked fixture of the huge-page tests: vm.nr_hugepages locked
+ * and raised for them, put back after them, failed or not. */
+static void huge_setup(void)
+{
+	huge_held = tu_huge_begin() && tu_meminfo("Hugepagesize:") * 1024ll == (long long)HUGE_PAGE &&
+		    tu_huge_reserve(HUGE_RESERVE);
+}
+
+static void huge_teardown(void)
+{
+	tu_huge_end();
+}
+
+/* Whether test @p what has its huge pages (a note where not: skipped);
+ * the free ones counted into huge_free0. */
+static bool huge_ready(const char *what)
+{
+	huge_free0 = huge_held ? tu_meminfo("HugePages_Free:") : 0;
+	if (huge_free0 >= HUGE_RESERVE)
+		return true;
+	fprintf(stderr, "note: %s: skipped: it needs root and %ld free huge pages of %llu kB (vm.nr_hugepages), "
+		"%ld here\n", what, HUGE_RESERVE, HUGE_PAGE >> 10, huge_free0);
+	return false;
+}
+
+/* In a child, after rounds that ended with exit status @p status: where
+ * @p huge, every huge page is free again within GONE_MS (as many as at
+ * huge_ready()): the daemon unmapped and punched out the pages of each
+ * channel it destroyed.  @return the exit status. */
+static int huge_back(int status, bool huge)
+{
+	uint64_t end = tu_now_ms() + GONE_MS;
+	long nfree;
+
+	if (status != 0 || !huge)
+		return status;
+	while ((nfree = tu_meminfo("HugePages_Free:")) < huge_free0 && tu_now_ms() < end)
+		tu_sleep_ms(2);
+	if (nfree >= huge_free0)
+		return 0;
+	fprintf(stderr, "stall: %ld huge pages not given back after the rounds\n", huge_free0 - nfree);
+	return 1;
 }
 
 /*
@@ -476,26 +541,33 @@ START_TEST(test_default_limits_daemon)
 }
 END_TEST
 
-/* The largest queue of 4 MiB lanes whose segment fits in @p max bytes. */
-static void largest_attr(pinshm_channel_attr_t *attr, uint64_t max)
+/* The largest queue of lanes of @p lane bytes whose segment fits in
+ * @p max bytes. */
+static void largest_attr_of(pinshm_channel_attr_t *attr, uint64_t max, uint64_t lane)
 {
 	size_t size = 0;
 	unsigned p = 1;
 
 	for (;;) {
-		tu_attr(attr, PINSHM_QUEUE, 4 * MiB, p + 1, 1);
+		tu_attr(attr, PINSHM_QUEUE, lane, p + 1, 1);
 		ck_assert_int_eq(pinshm_segment_size(attr, &size), 0);
 		if (size > max || p + 1 > PINSHM_MAX_PRODUCERS)
 			break;
 		p++;
 	}
-	tu_attr(attr, PINSHM_QUEUE, 4 * MiB, p, 1);
+	tu_attr(attr, PINSHM_QUEUE, lane, p, 1);
 }
 
-/* The hostile client, in a child: create @p attr, unlink it and
- * disconnect (which destroys it), until STALL_MS have passed.
+/* The largest queue of 4 MiB lanes whose segment fits in @p max bytes. */
+static void largest_attr(pinshm_channel_attr_t *attr, uint64_t max)
+{
+	largest_attr_of(attr, max, 4 * MiB);
+}
+
+/* The hostile client, in a child: create @p attr (@p flags: PINSHM_*),
+ * unlink it and disconnect (which destroys it), until STALL_MS have passed.
  * @return the exit status: 0 (at least two rounds, each one whole), 1. */
-static int stall_rounds(const struct daemon *d, const pinshm_channel_attr_t *attr)
+static int stall_rounds(const struct daemon *d, const pinshm_channel_attr_t *attr, unsigned flags)
 {
 	uint64_t end = tu_now_ms() + STALL_MS;
 	unsigned rounds = 0;
@@ -504,7 +576,7 @@ static int stall_rounds(const struct daemon *d, const pinshm_channel_attr_t *att
 		pinshm_client_t *c = NULL;
 		int rc = pinshm_connect(d->sock, &c);
 		if (rc == 0)
-			rc = pinshm_create(c, "stall", attr, 0600, 0);
+			rc = pinshm_create(c, "stall", attr, 0600, flags);
 		if (rc == 0)
 			rc = pinshm_unlink(c, "stall");
 		if (rc != 0) {
@@ -600,7 +672,7 @@ START_TEST(test_stall)
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
-		_exit(stall_rounds(&d, &attr));
+		_exit(stall_rounds(&d, &attr, 0));
 	snprintf(what, sizeof(what), "creates of %zu bytes", size);
 	stall_measure(&d, c, pid, what);
 }
@@ -724,16 +796,46 @@ static int raw_connect(const struct daemon *d)
 	return -1;
 }
 
-/* A segment of @p attr whose endpoints are all attached: the producers by
- * @p owners in turn, the consumer by this process.  @return it, or -1. */
-static int crafted_segment(const pinshm_channel_attr_t *attr, const pid_t *owners, unsigned nowners)
+/* A sealed memfd of huge pages holding a channel of @p attr, formatted, as
+ * the daemon makes one (pinshmd.conf(5)): @return it, or -1. */
+static int huge_segment(const pinshm_channel_attr_t *attr)
+{
+	size_t size;
+	int fd = memfd_create("pinshm:huge", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+
+	if (fd < 0 || pinshm_segment_size(attr, &size) != 0)
+		goto fail;
+	size = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+	if (ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+		goto fail;
+	void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED)
+		goto fail;
+	int rc = pinshm_segment_format(base, size, attr);
+	munmap(base, size);
+	if (rc == 0)
+		return fd;
+fail:
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+/* A segment of @p attr (of huge pages where @p huge) whose endpoints are
+ * all attached: the producers by @p owners in turn, the consumer by this
+ * process.  @return it, or -1. */
+static int crafted_segment(const pinshm_channel_attr_t *attr, const pid_t *owners, unsigned nowners, bool huge)
 {
 	struct seg_geometry g;
+	struct stat st;
 	int fd = -1;
 
-	if (seg_geometry_compute(attr, &g) != 0 || pinshm_segment_create(attr, &fd) != 0)
+	if (seg_geometry_compute(attr, &g) != 0 || (huge ? (fd = huge_segment(attr)) < 0
+							: pinshm_segment_create(attr, &fd) != 0))
 		return -1;
-	void *base = mmap(NULL, g.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	/* The file's size: a mapping of huge pages is unmapped whole. */
+	void *base = fstat(fd, &st) == 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+					 : MAP_FAILED;
 	if (base == MAP_FAILED) {
 		close(fd);
 		return -1;
@@ -743,7 +845,7 @@ static int crafted_segment(const pinshm_channel_attr_t *attr, const pid_t *owner
 		atomic_store(&ep->state, EP_ACTIVE);
 		atomic_store(&ep->pid, i < g.max_producers ? (uint32_t)owners[i % nowners] : (uint32_t)getpid());
 	}
-	munmap(base, g.size);
+	munmap(base, (size_t)st.st_size);
 	return fd;
 }
 
@@ -803,17 +905,17 @@ static void raw_lock_wait_msg(struct proto_msg *m, uint64_t id, bool device)
 }
 
 /* The hostile client, in a child: hand back a crafted segment of @p attr
- * whose producers name @p owners (@p nowners of them), again and again
- * for STALL_MS (each a new channel, gone with its connection).
- * @return the exit status. */
+ * (of huge pages where @p huge) whose producers name @p owners (@p nowners
+ * of them), again and again for STALL_MS (each a new channel, gone with
+ * its connection).  @return the exit status. */
 static int adopt_rounds(const struct daemon *d, const pinshm_channel_attr_t *attr, const pid_t *owners,
-			unsigned nowners)
+			unsigned nowners, bool huge)
 {
 	uint64_t end = tu_now_ms() + STALL_MS;
 	unsigned rounds = 0;
 
 	while (tu_now_ms() < end) {
-		int sock = raw_connect(d), seg = crafted_segment(attr, owners, nowners);
+		int sock = raw_connect(d), seg = crafted_segment(attr, owners, nowners, huge);
 		int rc = sock >= 0 && seg >= 0 ? raw_adopt(sock, attr, seg) : -EIO;
 		if (rc != 0) {
 			fprintf(stderr, "stall: hand-back %u: %s\n", rounds, strerror(-rc));
@@ -847,7 +949,7 @@ START_TEST(test_stall_adopt)
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
-		_exit(adopt_rounds(&d, &attr, owners, ADOPT_OWNERS));
+		_exit(adopt_rounds(&d, &attr, owners, ADOPT_OWNERS, false));
 	stall_measure(&d, c, pid, "hand-backs naming 4 processes of long maps");
 	tu_kill_all(&ps);
 	close(ready[0]);
@@ -856,17 +958,17 @@ START_TEST(test_stall_adopt)
 END_TEST
 
 /* Measure the daemon @p d's service to @p c while a child hands back
- * segments of @p attr (@p size bytes) again and again (@p who: by whom,
- * for the output). */
+ * segments of @p attr (@p size bytes; of huge pages where @p huge) again
+ * and again (@p who: by whom, for the output). */
 static void handback_measure(struct daemon *d, pinshm_client_t *c, const pinshm_channel_attr_t *attr, size_t size,
-			     const char *who)
+			     const char *who, bool huge)
 {
 	char what[96];
 	pid_t pid = fork();
 
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
-		_exit(adopt_rounds(d, attr, &(pid_t){getpid()}, 1));
+		_exit(huge_back(adopt_rounds(d, attr, &(pid_t){getpid()}, 1, huge), huge));
 	snprintf(what, sizeof(what), "hand-backs of %zu bytes%s", size, who);
 	stall_measure(d, c, pid, what);
 }
@@ -880,7 +982,7 @@ START_TEST(test_stall_handback_large)
 	size_t size;
 	pinshm_client_t *c = start_largest(&d, &attr, &size);
 
-	handback_measure(&d, c, &attr, size, "");
+	handback_measure(&d, c, &attr, size, "", false);
 }
 END_TEST
 
@@ -890,18 +992,68 @@ END_TEST
 /* Room for larger segments than the defaults allow. */
 #define LARGE_CONF "[daemon]\npool_segments = 0\nmax_segment_size = 2G\ndefault_user_quota = 2G\n"
 
-/* A queue of about RESTART_BYTES, made by this process, as the descriptor
- * store hands it to a daemon that starts: @return its descriptor, and its
- * record (this user's, mode 0600, named @p name, @p flags: PINSHM_PERSISTENT
- * or 0) in @p fdname. */
-static int stored_segment(const char *name, unsigned flags, char *fdname, size_t len)
+#define STORED_MESSAGES 3u            /* left in the first lane of a stored segment */
+#define STORED_MESSAGE (1024u * 1024u) /* bytes each: across huge pages */
+
+/* Send STORED_MESSAGES messages into segment @p fd through a producer of
+ * this process's own, which then closes. */
+static void stored_fill(int fd)
+{
+	static unsigned char buf[STORED_MESSAGE];
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER);
+
+	for (unsigned i = 0; i < STORED_MESSAGES; i++) {
+		tu_pattern(buf, sizeof(buf), i);
+		TU_RC(pinshm_send(p, buf, sizeof(buf), 0), 0);
+	}
+	TU_RC(pinshm_channel_close(p), 0);
+}
+
+/* In a child: the messages of stored_fill() came through the restart: a
+ * consumer of @p name receives them, byte for byte.  @return 0, 1. */
+static int stored_received(const struct daemon *d, const char *name)
+{
+	static unsigned char buf[STORED_MESSAGE];
+	pinshm_client_t *c = NULL;
+	pinshm_channel_t *h = NULL;
+	uint64_t end = tu_now_ms() + GONE_MS;
+	unsigned i = 0;
+	int rc = pinshm_connect(d->sock, &c);
+
+	/* Busy while the restart client's endpoints are still being reaped. */
+	while (rc == 0 && (rc = pinshm_open(c, name, PINSHM_CONSUMER, &h)) == -EBUSY && tu_now_ms() < end)
+		usleep(1000);
+	for (; rc == 0 && i < STORED_MESSAGES; i++) {
+		size_t len = 0;
+		rc = pinshm_recv(h, buf, sizeof(buf), &len, 1000);
+		if (rc == 0 && (len != sizeof(buf) || tu_pattern_bad(buf, len, i) >= 0))
+			rc = -EBADMSG;
+	}
+	if (rc != 0)
+		fprintf(stderr, "stall: restart: stored message %u of '%s': %s (%s)\n", i, name, strerror(-rc),
+			c ? pinshm_client_error(c) : "");
+	pinshm_channel_close(h);
+	pinshm_disconnect(c);
+	return rc == 0 ? 0 : 1;
+}
+
+/* A queue of about RESTART_BYTES (of huge pages where @p huge), made by
+ * this process, as the descriptor store hands it to a daemon that starts,
+ * stored_fill() done: @return its descriptor, and its record (this user's,
+ * mode 0600, named @p name, @p flags: PINSHM_PERSISTENT or 0) in
+ * @p fdname. */
+static int stored_segment(const char *name, unsigned flags, bool huge, char *fdname, size_t len)
 {
 	pinshm_channel_attr_t attr;
 	struct stat st;
 	int fd = -1;
 
-	largest_attr(&attr, RESTART_BYTES);
-	ck_assert_int_eq(pinshm_segment_create(&attr, &fd), 0);
+	largest_attr_of(&attr, RESTART_BYTES, huge ? HUGE_LANE : 4 * MiB);
+	if (huge)
+		ck_assert_int_ge(fd = huge_segment(&attr), 0);
+	else
+		ck_assert_int_eq(pinshm_segment_create(&attr, &fd), 0);
+	stored_fill(fd);
 	ck_assert_int_eq(fstat(fd, &st), 0);
 	snprintf(fdname, len, "pinshm.2.%llu.%u.%u.600.%u.%u.%u.%llu.%u.%u.%u.-1.0.%s", (unsigned long long)st.st_ino,
 		 (unsigned)getuid(), (unsigned)getgid(), flags, (unsigned)attr.kind, attr.flags,
@@ -961,19 +1113,20 @@ static int lock_waits(pinshm_client_t *c, const char *name, const int socks[2], 
 }
 
 /* In a child: the channel @p name, adopted at the start, is served while
- * it is locked: listed not pinned yet but locking, opened, and a RELOCK
+ * it is locked: listed not pinned yet but locking (@p before: the test's
+ * first STAT of it, on its first connection), opened, and a RELOCK
  * and a DEVICE +1 wait until it is locked; then it is listed pinned, no
- * longer locking, the registration counted.  The opens are raw requests:
- * the library's would map the whole segment first.  @return the exit
- * status. */
-static int restart_client(const struct daemon *d, const char *name)
+ * longer locking, the registration counted, of huge pages where @p huge
+ * (only then); and its messages are there (stored_received()).  The opens
+ * are raw requests: the library's would map the whole segment first.
+ * @return the exit status. */
+static int restart_client(const struct daemon *d, const char *name, bool huge, const pinshm_list_entry_t *first)
 {
 	pinshm_client_t *c = NULL;
-	pinshm_list_entry_t before, after;
+	pinshm_list_entry_t before = *first, after;
 	uint64_t ids[2] = {0, 0}, waited = 0;
 	int socks[2] = {raw_connect(d), raw_connect(d)}, rc = pinshm_connect(d->sock, &c);
 
-	rc = rc ? rc : pinshm_stat(c, name, &before);
 	if (rc == 0 && (socks[0] < 0 || socks[1] < 0))
 		rc = -EIO;
 	rc = rc ? rc : raw_open(socks[0], name, PINSHM_PRODUCER, &ids[0]);
@@ -995,21 +1148,21 @@ static int restart_client(const struct daemon *d, const char *name)
 	close(socks[0]);
 	close(socks[1]);
 	pinshm_disconnect(c);
-	return !(before.state & PINSHM_LIST_PINNED) && (before.state & PINSHM_LIST_LOCKING) &&
-			       (after.state & PINSHM_LIST_PINNED) && !(after.state & PINSHM_LIST_LOCKING) &&
-			       after.device_regs == 1
-		       ? 0
-		       : 1;
+	bool ok = !(before.state & PINSHM_LIST_PINNED) && (before.state & PINSHM_LIST_LOCKING) &&
+		  (after.state & PINSHM_LIST_PINNED) && !(after.state & PINSHM_LIST_LOCKING) &&
+		  after.device_regs == 1 && !(after.state & PINSHM_LIST_HUGEPAGES) == !huge;
+	return ok ? stored_received(d, name) : 1;
 }
 
-/* A daemon that starts with a large segment in the descriptor store
- * (a restart) serves at once: it locks the segment a slice a turn. */
-START_TEST(test_stall_restart_large)
+/* A daemon that starts with a large segment (of huge pages where @p huge)
+ * of channel @p name in the descriptor store (a restart) serves at once:
+ * it locks the segment a slice a turn. */
+static void restart_measure(const char *name, bool huge)
 {
 	struct daemon d;
 	char fdname[256], what[96];
 	const char *names[1] = {fdname};
-	int seg = stored_segment("big", PINSHM_PERSISTENT, fdname, sizeof(fdname));
+	int seg = stored_segment(name, PINSHM_PERSISTENT, huge, fdname, sizeof(fdname));
 	struct daemon_opts o = {.config = true, .listen_fds = &seg, .listen_names = names, .nlisten = 1};
 	struct stat st;
 
@@ -1026,15 +1179,23 @@ START_TEST(test_stall_restart_large)
 	free(u);
 	uint64_t first = tu_now_ms() - t0;
 	fprintf(stderr, "stall: restart: the first connect and STATUS took %llu ms\n", (unsigned long long)first);
+	pinshm_list_entry_t before; /* at once: a segment of huge pages is locked in some 100 ms */
+	CLIENT_RC(c, pinshm_stat(c, name, &before), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
-		_exit(restart_client(&d, "big"));
-	snprintf(what, sizeof(what), "a start that adopts %lld bytes", (long long)st.st_size);
+		_exit(restart_client(&d, name, huge, &before));
+	snprintf(what, sizeof(what), "a start that adopts %lld bytes%s", (long long)st.st_size,
+		 huge ? " of huge pages" : "");
 	stall_measure(&d, c, pid, what);
 	if (!pinshmd_wrapper())
 		ck_assert_msg(first <= STALL_MAX_MS, "%s: first round trip %llu ms > %.0f ms", what,
 			      (unsigned long long)first, STALL_MAX_MS);
+}
+
+START_TEST(test_stall_restart_large)
+{
+	restart_measure("big", false);
 }
 END_TEST
 
@@ -1048,7 +1209,7 @@ START_TEST(test_restart_given_up)
 	struct daemon d;
 	char fdname[256];
 	const char *names[1] = {fdname};
-	int seg = stored_segment("brief", 0, fdname, sizeof(fdname));
+	int seg = stored_segment("brief", 0, false, fdname, sizeof(fdname));
 	struct daemon_opts o = {
 		.config = true, .log = true, .verbose = true, .listen_fds = &seg, .listen_names = names, .nlisten = 1};
 
@@ -1105,7 +1266,7 @@ START_TEST(test_stall_handback_unseen)
 	pinshm_client_t *c = connect_ok(&d);
 	largest_attr(&attr, UNSEEN_BYTES);
 	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
-	handback_measure(&d, c, &attr, size, " by a client of pid 0");
+	handback_measure(&d, c, &attr, size, " by a client of pid 0", false);
 }
 END_TEST
 
@@ -1281,6 +1442,57 @@ START_TEST(test_stall_unpinned)
 }
 END_TEST
 
+/* ---- huge pages through the slices --------------------------------------- */
+
+/* A restart that adopts a persistent channel of huge pages: locked a slice
+ * a turn too, and its messages there after it. */
+START_TEST(test_huge_restart)
+{
+	if (huge_ready("a restart with a channel of huge pages"))
+		restart_measure("hugebig", true);
+}
+END_TEST
+
+/* Hand-backs of segments of huge pages, again and again: locked a slice a
+ * turn, and destroyed so, every page given back. */
+START_TEST(test_huge_handback)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	size_t size;
+
+	if (!huge_ready("hand-backs of huge pages"))
+		return;
+	pinshm_client_t *c = start_conf(&d, LARGE_CONF);
+	largest_attr_of(&attr, HUGE_BYTES, HUGE_LANE);
+	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
+	handback_measure(&d, c, &attr, size, " of huge pages", true);
+}
+END_TEST
+
+/* Creates of channels of huge pages, again and again: populated a slice a
+ * turn, and destroyed so, every page given back. */
+START_TEST(test_huge_create)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	size_t size;
+	char what[64];
+
+	if (!huge_ready("creates of huge pages"))
+		return;
+	pinshm_client_t *c = start_conf(&d, LARGE_CONF);
+	largest_attr_of(&attr, HUGE_BYTES, HUGE_LANE);
+	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(huge_back(stall_rounds(&d, &attr, PINSHM_HUGEPAGES), true));
+	snprintf(what, sizeof(what), "creates of %zu bytes of huge pages", size);
+	stall_measure(&d, c, pid, what);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
 	Suite *s = suite_create("hostile");
@@ -1314,6 +1526,15 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_stall_handback_unseen);
 	tcase_add_test(tc, test_restart_given_up);
 	tcase_add_test(tc, test_stall_reap);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("stall_huge");
+	tcase_set_timeout(tc, 60);
+	/* In the runner: vm.nr_hugepages put back even when a test fails. */
+	tcase_add_unchecked_fixture(tc, huge_setup, huge_teardown);
+	tcase_add_test(tc, test_huge_restart);
+	tcase_add_test(tc, test_huge_handback);
+	tcase_add_test(tc, test_huge_create);
 	suite_add_tcase(s, tc);
 	return s;
 }

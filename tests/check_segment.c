@@ -37,6 +37,7 @@
 #include "daemonutil.h"
 #include "pinshm.h"
 #include "protocol.h"
+#include "seg.h"
 #include "testutil.h"
 
 #define KiB 1024u
@@ -574,56 +575,16 @@ END_TEST
 /* huge pages                                                                */
 /* ======================================================================== */
 
-#define NR_HUGEPAGES "/proc/sys/vm/nr_hugepages"
-
-static long saved_nr_hugepages = -1;
-
-static long read_long(const char *path)
-{
-	long v = -1;
-	FILE *f = fopen(path, "r");
-
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
-
-static bool write_long(const char *path, long v)
-{
-	FILE *f = fopen(path, "w");
-
-	if (!f)
-		return false;
-	bool ok = fprintf(f, "%ld\n", v) > 0;
-	return fclose(f) == 0 && ok;
-}
-
-static long meminfo(const char *key)
-{
-	char line[128];
-	long v = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
-
-	ck_assert(f != NULL);
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, key, strlen(key)) == 0)
-			v = strtol(line + strlen(key), NULL, 10);
-	fclose(f);
-	return v;
-}
+static bool huge_held; /* tu_huge_begin() */
 
 static void huge_setup(void)
 {
-	saved_nr_hugepages = read_long(NR_HUGEPAGES);
+	huge_held = tu_huge_begin();
 }
 
 static void huge_teardown(void)
 {
-	if (saved_nr_hugepages >= 0)
-		write_long(NR_HUGEPAGES, saved_nr_hugepages);
+	tu_huge_end();
 }
 
 /* None free: a clean -ENOMEM.  Some reserved: the channel gets them
@@ -635,35 +596,35 @@ START_TEST(test_hugepages)
 	pinshm_channel_attr_t attr;
 	struct mapping m;
 
-	if (getuid() != 0 || saved_nr_hugepages < 0) {
+	if (!huge_held) {
 		fprintf(stderr, "check_segment: huge pages: not root, skipped\n");
 		return;
 	}
-	long hp_kb = meminfo("Hugepagesize:");
+	long hp_kb = tu_meminfo("Hugepagesize:");
 	ck_assert_int_gt(hp_kb, 0);
 	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
 
 	seg_daemon_start(&d, NULL, NULL);
 	pinshm_client_t *c = connect_ok(&d);
-	if (write_long(NR_HUGEPAGES, 0) && meminfo("HugePages_Free:") == 0) {
+	if (tu_huge_set(0) && tu_meminfo("HugePages_Free:") == 0) {
 		CLIENT_RC(c, pinshm_create(c, "h0", &attr, 0600, PINSHM_HUGEPAGES), -ENOMEM);
 		ck_assert_msg(strstr(pinshm_client_error(c), "huge pages") != NULL, "%s", pinshm_client_error(c));
 	}
-	if (!write_long(NR_HUGEPAGES, 4) || meminfo("HugePages_Free:") < 2) {
+	if (!tu_huge_set(4) || tu_meminfo("HugePages_Free:") < 2) {
 		fprintf(stderr, "check_segment: huge pages: the kernel reserved %ld, skipped\n",
-			meminfo("HugePages_Free:"));
+			tu_meminfo("HugePages_Free:"));
 		pinshm_disconnect(c);
 		daemon_stop(&d);
 		return;
 	}
-	long before = meminfo("HugePages_Free:");
+	long before = tu_meminfo("HugePages_Free:");
 	CLIENT_RC(c, pinshm_create(c, "h1", &attr, 0600, PINSHM_HUGEPAGES), 0);
 	pinshm_list_entry_t e = list_get(c, "h1");
 	ck_assert(e.state & PINSHM_LIST_HUGEPAGES);
 	ck_assert(e.state & PINSHM_LIST_SEALED);
 	ck_assert(e.state & PINSHM_LIST_PINNED);
 	ck_assert_uint_eq(e.size, (uint64_t)hp_kb * 1024);
-	ck_assert_int_eq(meminfo("HugePages_Free:"), before - 1);
+	ck_assert_int_eq(tu_meminfo("HugePages_Free:"), before - 1);
 
 	pinshm_channel_t *rx = open_mapped(c, "h1", "h1", &m);
 	ck_assert_int_eq(kernel_page_kb(m.start), hp_kb);
@@ -679,6 +640,89 @@ START_TEST(test_hugepages)
 	pinshm_channel_close(rx);
 	pinshm_disconnect(c);
 	daemon_stop(&d);
+}
+END_TEST
+
+#define SLICE_ODD (3u * MiB) /* a slice that ends inside a huge page of 2 MiB */
+#define SLICE_PAGES 8u        /* of the segment locked in such slices */
+
+/* What the daemon's segment of huge pages has, huge pages, from @p free0
+ * free ones before it was made. */
+static long huge_taken(long free0)
+{
+	return free0 - tu_meminfo("HugePages_Free:");
+}
+
+/* Made of huge pages, and attached again as a restart or a hand-back does:
+ * both know the page of the file, and slice in whole pages of it. */
+static void hugepage_attach(long hp)
+{
+	struct segment s, a;
+	struct segment_opts o = {.node = PINSHM_NODE_ANY, .hugepages = true};
+	pinshm_channel_attr_t attr;
+	struct seg_geometry g;
+	char why[128] = "";
+
+	tu_attr(&attr, PINSHM_QUEUE, 64 * KiB, 1, 1);
+	TU_RC(seg_geometry_compute(&attr, &g), 0);
+	TU_RC(segment_create(&s, &attr, &o, "attached"), 0);
+	ck_assert(s.hugepages);
+	ck_assert_uint_eq(s.page, (size_t)hp);
+	int fd = dup(s.fd);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_msg(segment_attach(fd, &g, PINSHM_NODE_ANY, &a, why, sizeof(why)) == 0, "attach: %s", why);
+	ck_assert(a.hugepages);
+	ck_assert_uint_eq(a.page, (size_t)hp);
+	ck_assert_uint_eq(segment_slice_bytes(&a) % (size_t)hp, 0);
+	segment_destroy(&a);
+	segment_destroy(&s);
+}
+
+/*
+ * A segment of huge pages locked and destroyed in slices of 3 MiB, which
+ * end inside a huge page of 2 MiB: no step fails, each ends on a huge page,
+ * populates whole pages and none twice (the huge pages taken are what it
+ * says it locked), and the destroy, a hole punched after each slice,
+ * gives every page back and leaves no mapping (munmap() and a punch of
+ * hugetlbfs take whole huge pages only).  And the same page size known
+ * from a descriptor alone (a restart, a hand-back).
+ */
+START_TEST(test_hugepage_slices)
+{
+	long hp = tu_meminfo("Hugepagesize:") * 1024;
+	struct segment s;
+	struct segment_opts o = {.node = PINSHM_NODE_ANY, .hugepages = true, .lock_later = true};
+	struct mapping m;
+	size_t locked = 0, done = 0;
+	int rc;
+
+	if (!huge_held || hp != 2 * MiB || !tu_huge_reserve(SLICE_PAGES + 1)) {
+		fprintf(stderr, "check_segment: huge page slices: need root and %u free huge pages of 2 MiB, skipped\n",
+			SLICE_PAGES + 1);
+		return;
+	}
+	long free0 = tu_meminfo("HugePages_Free:");
+	TU_RC(segment_alloc(&s, SLICE_PAGES * (size_t)hp - 4096, &o, "slices"), 0);
+	ck_assert_uint_eq(s.size, SLICE_PAGES * (size_t)hp);
+	ck_assert_uint_eq(segment_slice_bytes(&s) % (size_t)hp, 0);
+	ck_assert_int_eq(huge_taken(free0), 0); /* reserved, none populated */
+	do {
+		rc = segment_lock_step(&s, &locked, SLICE_ODD);
+		ck_assert_msg(rc >= 0, "a lock step failed at %zu: %s", locked, s.pin_error);
+		ck_assert_msg(locked % (size_t)hp == 0, "a lock step ended inside a huge page, at %zu", locked);
+		ck_assert_int_eq(huge_taken(free0), (long)(locked / (size_t)hp));
+	} while (rc > 0);
+	ck_assert(s.pinned);
+	ck_assert(find_mapping("memfd:pinshm:slices", &m));
+	s.release = true; /* destroyed for good: punched slice by slice */
+	do {
+		rc = segment_destroy_step(&s, &done, SLICE_ODD);
+		ck_assert_msg(done % (size_t)hp == 0, "a destroy step ended inside a huge page, at %zu", done);
+		ck_assert_int_eq(huge_taken(free0), (long)(SLICE_PAGES - done / (size_t)hp));
+	} while (rc > 0);
+	ck_assert_msg(!find_mapping("memfd:pinshm:slices", &m), "the segment is still mapped at %p", m.start);
+	hugepage_attach(hp);
+	ck_assert_int_eq(huge_taken(free0), 0);
 }
 END_TEST
 
@@ -1092,6 +1136,7 @@ static Suite *segment_suite(void)
 	/* In the parent: restored even when the test's child fails. */
 	tcase_add_unchecked_fixture(tc, huge_setup, huge_teardown);
 	tcase_add_test(tc, test_hugepages);
+	tcase_add_test(tc, test_hugepage_slices);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("backend");

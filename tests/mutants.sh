@@ -124,6 +124,27 @@ mutant adopt-maps-one-turn daemon/registry.h \
 mutant reap-one-turn daemon/registry.h \
 	's/#define REGISTRY_REAP_SLICE (1u << 20)/#define REGISTRY_REAP_SLICE (1u << 30)/' \
 	check_hostile:stall_peers
+mutant create-lock-one-turn daemon/segment.c \
+	's|return (SEGMENT_SLICE_BYTES + page - 1) / page \* page;|return SIZE_MAX;|' \
+	check_hostile:stall
+mutant huge-lock-one-turn daemon/segment.c \
+	's|return (SEGMENT_SLICE_BYTES + page - 1) / page \* page;|return s->hugepages ? s->size : (SEGMENT_SLICE_BYTES + page - 1) / page * page;|' \
+	check_hostile:stall_huge
+mutant huge-step-inside-page daemon/segment.c \
+	's|size_t end = (at + max + page - 1) / page \* page;|size_t end = at + max;|' \
+	check_segment:hugepages
+mutant destroy-no-punch daemon/segment.c \
+	's/if (len > 0 \&\& s->fd >= 0 \&\& s->release)/if (0)/' \
+	check_hostile:release
+mutant pool-drain-one-turn daemon/pool.c \
+	's/pool_drain(p, later); \/\*/pool_drain(p, NULL); \/*/' \
+	check_hostile:stall
+mutant name-owner-widened daemon/names.c \
+	's/if (owner == c->uid)/if (1)/' \
+	check_isolation:squatting
+mutant socket-folder-owner-trusted src/protocol.c \
+	's/if (st.st_uid != geteuid()) {/if (0) {/' \
+	check_isolation:squatting
 mutant client-error-shared src/client.c \
 	's/return e ? e->text : c->error;/return c->error;/' \
 	check_wakeup:threads

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -52,6 +53,107 @@ bool tu_efd_written(int efd, int ms)
 		return false;
 	ck_assert_int_eq(read(efd, &n, sizeof(n)), sizeof(n));
 	return true;
+}
+
+/* ---- huge pages (root) ------------------------------------------------- */
+
+#define TU_NR_HUGEPAGES "/proc/sys/vm/nr_hugepages"
+
+static int huge_lock_fd = -1; /* TU_NR_HUGEPAGES, flocked */
+static long huge_saved = -1;
+
+long tu_meminfo(const char *key)
+{
+	char line[128];
+	long v = -1;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	ck_assert_msg(f != NULL, "/proc/meminfo: %s", strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, strlen(key)) == 0)
+			v = strtol(line + strlen(key), NULL, 10);
+	fclose(f);
+	ck_assert_msg(v >= 0, "no %s line in /proc/meminfo", key);
+	return v;
+}
+
+/* vm.nr_hugepages, or -1. */
+static long huge_nr(void)
+{
+	char buf[32] = "";
+
+	if (huge_lock_fd < 0 || pread(huge_lock_fd, buf, sizeof(buf) - 1, 0) <= 0)
+		return -1;
+	return strtol(buf, NULL, 10);
+}
+
+bool tu_huge_begin(void)
+{
+	if (getuid() != 0 || huge_lock_fd >= 0)
+		return false;
+	huge_lock_fd = open(TU_NR_HUGEPAGES, O_RDWR | O_CLOEXEC);
+	if (huge_lock_fd < 0)
+		return false;
+	while (flock(huge_lock_fd, LOCK_EX) != 0 && errno == EINTR)
+		;
+	huge_saved = huge_nr();
+	if (huge_saved < 0) {
+		tu_huge_end();
+		return false;
+	}
+	return true;
+}
+
+bool tu_huge_set(long nr)
+{
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%ld\n", nr);
+
+	return huge_lock_fd >= 0 && pwrite(huge_lock_fd, buf, (size_t)n, 0) == n;
+}
+
+/* Touch @p pages free huge pages once (a memfd of them, a byte a page,
+ * closed): a guest's first touch of memory that its host has not backed
+ * yet costs it 10 to 50 ms a huge page, the host's time, which a test of
+ * the daemon's own should not measure. */
+static void huge_warm(long pages)
+{
+	size_t page = (size_t)tu_meminfo("Hugepagesize:") * 1024, size = (size_t)pages * page;
+	int fd = memfd_create("pinshm-check-warm", MFD_CLOEXEC | MFD_HUGETLB);
+	char *p = fd >= 0 && ftruncate(fd, (off_t)size) == 0
+			  ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+			  : MAP_FAILED;
+
+	if (p != MAP_FAILED) {
+		for (size_t off = 0; off < size; off += page)
+			p[off] = 1;
+		munmap(p, size);
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+bool tu_huge_reserve(long pages)
+{
+	long total = tu_meminfo("HugePages_Total:"), nfree = tu_meminfo("HugePages_Free:");
+
+	if (nfree < pages)
+		(void)tu_huge_set(total + pages - nfree);
+	if (tu_meminfo("HugePages_Free:") < pages)
+		return false;
+	huge_warm(pages);
+	return true;
+}
+
+void tu_huge_end(void)
+{
+	if (huge_lock_fd < 0)
+		return;
+	if (huge_saved >= 0)
+		(void)tu_huge_set(huge_saved);
+	close(huge_lock_fd); /* unlocks */
+	huge_lock_fd = -1;
+	huge_saved = -1;
 }
 
 /* ---- channels ---------------------------------------------------------- */

@@ -93,6 +93,37 @@ size_t tu_fd_size(int fd);
 /** The largest payload of a channel of @p capacity (capacity / 2 - 32). */
 static inline size_t tu_max_message(uint64_t capacity) { return (size_t)(capacity / 2 - 32); }
 
+/* ---- huge pages (root) ------------------------------------------------- */
+
+/** Field @p key of /proc/meminfo ("HugePages_Free:", "Shmem:"), in its own
+ *  unit (pages, kB); fails the test where there is none. */
+long tu_meminfo(const char *key);
+
+/**
+ * Take the huge pages of the machine for this process (its children
+ * included) until tu_huge_end(): a lock on vm.nr_hugepages (flock of its
+ * /proc/sys file, which every test of pinshm that changes it takes: make
+ * check runs them side by side) and its value, to be put back.  Call it
+ * from an unchecked fixture, in the runner's process: a test that fails,
+ * or times out, is then cleaned up after all the same.  @return false
+ * where it cannot (not root): then nothing is changed.
+ */
+bool tu_huge_begin(void);
+
+/** Set vm.nr_hugepages to @p nr (after tu_huge_begin()).  @return whether
+ *  the kernel took the value (it may reserve fewer: see HugePages_Total). */
+bool tu_huge_set(long nr);
+
+/** Raise vm.nr_hugepages until @p pages huge pages are free, as far as
+ *  the kernel can (after tu_huge_begin()), and touch them once (a virtual
+ *  machine's first touch of a page is its host's cost, not the tested
+ *  code's).  @return whether they are free. */
+bool tu_huge_reserve(long pages);
+
+/** Put vm.nr_hugepages back as tu_huge_begin() found it, and unlock it
+ *  (nothing where tu_huge_begin() failed). */
+void tu_huge_end(void);
+
 /* ---- byte patterns (any length) --------------------------------------- */
 
 /** Fill @p len bytes with a pattern derived from @p seed. */
