@@ -191,8 +191,10 @@ PINSHM_EXPORT unsigned pinshm_channel_endpoint(const pinshm_channel_t *ch);
  * (one in up to 4096 while those polls keep running out), so that the
  * budget comes back once the peer answers within it again.
  * A wait for a peer that copies a message first polls 1 ns longer per byte
- * of it (a producer's: the message it sends; a consumer's: the last it
- * received), while the budget is not 0.
+ * of it, 1 ms longer at most (a producer's: the message it sends; a
+ * consumer's: the last it received), while the budget is not 0 and in its
+ * probes.  A wait whose timeout ends its poll after 50000 ns counts as one
+ * that ran out.
  */
 PINSHM_EXPORT void pinshm_channel_set_spin(pinshm_channel_t *ch, uint64_t spin_ns);
 

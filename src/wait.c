@@ -106,7 +106,8 @@ void wait_spin_init(struct wait_spin *s, uint64_t ns, bool fixed)
 
 uint64_t wait_spin_begin(struct wait_spin *s, uint64_t bytes)
 {
-	uint64_t copy_ns = bytes * WAIT_SPIN_NS_PER_BYTE;
+	uint64_t copy_ns = bytes < WAIT_SPIN_COPY_MAX_NS / WAIT_SPIN_NS_PER_BYTE ? bytes * WAIT_SPIN_NS_PER_BYTE
+									 : WAIT_SPIN_COPY_MAX_NS;
 
 	if (s->fixed)
 		return s->budget_ns;
@@ -152,7 +153,10 @@ static int spin_phase(wait_attempt_fn attempt, void *arg, struct wait_spin *spin
 		}
 		*now = wait_now_ns();
 	}
-	if (*now - start >= spin_ns) /* not when its deadline cut it short */
+	/* Ran out, or its deadline cut it short after the ceiling: a wait
+	 * whose timeout is shorter than its copy allowance would otherwise
+	 * spin to its deadline each time, and never learn. */
+	if (*now - start >= spin_ns || *now - start >= spin->ceiling_ns)
 		wait_spin_end(spin, spin_ns, false);
 	return -EAGAIN;
 }

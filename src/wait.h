@@ -31,8 +31,10 @@ struct wait_spin;
 #define WAIT_PROBE_MIN 16u
 #define WAIT_PROBE_MAX 4096u
 /* What an adaptive spin adds for each byte the peer copies before the
- * event (1 ns: a copy at 1 GB/s, slower than any this library has met). */
+ * event (1 ns: a copy at 1 GB/s, slower than any this library has met),
+ * and at most in all (a mebibyte's worth: longer copies pay a sleep). */
 #define WAIT_SPIN_NS_PER_BYTE 1u
+#define WAIT_SPIN_COPY_MAX_NS 1048576u
 
 /** Fixed at @p ns, or adaptive up to a ceiling of @p ns. */
 void wait_spin_init(struct wait_spin *s, uint64_t ns, bool fixed);
@@ -43,7 +45,8 @@ void wait_spin_init(struct wait_spin *s, uint64_t ns, bool fixed);
  *  not running (the budget would fall to 0 and each message would pay a
  *  sleep and a wake-up). */
 uint64_t wait_spin_begin(struct wait_spin *s, uint64_t bytes);
-/** After a wait spun @p spun_ns (> 0): @p satisfied while spinning, or ran out. */
+/** After a wait spun @p spun_ns (> 0): @p satisfied while spinning, or ran
+ *  out (its own time, or its deadline after at least the ceiling). */
 void wait_spin_end(struct wait_spin *s, uint64_t spun_ns, bool satisfied);
 
 /* One attempt at the operation being waited for: 0 or an error to return,

@@ -27,6 +27,7 @@
 #include "wait.h"
 
 #define KiB 1024u
+#define MiB (1024u * KiB)
 
 static uint8_t sbuf[64 * 1024];
 static uint8_t rbuf[64 * 1024];
@@ -2363,6 +2364,9 @@ START_TEST(test_spin_adapts)
 	ck_assert_uint_eq(wait_spin_begin(&s, 4096), 25000 + 4096 * WAIT_SPIN_NS_PER_BYTE);
 	wait_spin_end(&s, 25000 + 4096 * WAIT_SPIN_NS_PER_BYTE, true);
 	ck_assert_uint_eq(s.budget_ns, 50000);
+	/* The allowance has a ceiling: a 64 MiB message adds what 1 MiB does. */
+	ck_assert_uint_eq(wait_spin_begin(&s, 64u << 20), 50000 + WAIT_SPIN_COPY_MAX_NS);
+	ck_assert_uint_eq(wait_spin_begin(&s, UINT64_MAX), 50000 + WAIT_SPIN_COPY_MAX_NS);
 	for (n = 0; s.budget_ns > 0; n++) {
 		ck_assert_uint_lt(n, 10);
 		was = s.budget_ns;
@@ -2439,6 +2443,19 @@ START_TEST(test_spin_handle)
 	pinshm_channel_set_spin(pr.c, PINSHM_SPIN_ADAPTIVE);
 	ck_assert(!pr.c->spin.fixed);
 	ck_assert_uint_eq(pr.c->spin.budget_ns, 50000);
+	pair_close(&pr);
+
+	/* After a long message, waits whose 1 ms timeout ends their spin
+	 * (its copy allowance is longer) still bring the budget down. */
+	pr = pair_open(PINSHM_QUEUE, 8 * MiB);
+	static unsigned char big[3 * MiB];
+	TU_RC(pinshm_send(pr.p, big, sizeof(big), 1000), 0);
+	TU_RC(pinshm_recv(pr.c, big, sizeof(big), &len, 1000), 0);
+	ck_assert_uint_eq(len, sizeof(big));
+	ck_assert_uint_eq(pr.c->spin.budget_ns, 50000);
+	for (unsigned i = 0; i < 6; i++)
+		TU_RC(pinshm_recv(pr.c, rbuf, sizeof(rbuf), &len, 1), -ETIMEDOUT);
+	ck_assert_uint_eq(pr.c->spin.budget_ns, 0);
 	pair_close(&pr);
 }
 END_TEST
