@@ -1148,8 +1148,12 @@ static int restart_client(const struct daemon *d, const char *name, bool huge, c
 	close(socks[0]);
 	close(socks[1]);
 	pinshm_disconnect(c);
-	bool ok = !(before.state & PINSHM_LIST_PINNED) && (before.state & PINSHM_LIST_LOCKING) &&
-		  (after.state & PINSHM_LIST_PINNED) && !(after.state & PINSHM_LIST_LOCKING) &&
+	/* Huge pages lock fast (some 100 ms a GiB): a first STAT that comes
+	 * late may find them locked already; the first round trip's bound
+	 * is what shows they were locked a slice a turn. */
+	bool locking_first = !(before.state & PINSHM_LIST_PINNED) && (before.state & PINSHM_LIST_LOCKING);
+	bool locked_first = huge && (before.state & PINSHM_LIST_PINNED) && !(before.state & PINSHM_LIST_LOCKING);
+	bool ok = (locking_first || locked_first) && (after.state & PINSHM_LIST_PINNED) && !(after.state & PINSHM_LIST_LOCKING) &&
 		  after.device_regs == 1 && !(after.state & PINSHM_LIST_HUGEPAGES) == !huge;
 	return ok ? stored_received(d, name) : 1;
 }

@@ -61,6 +61,40 @@ bool tu_efd_written(int efd, int ms)
 
 static int huge_lock_fd = -1; /* TU_NR_HUGEPAGES, flocked */
 static long huge_saved = -1;
+static int huge_watch_fd = -1; /* the write end of the watcher's pipe */
+static pid_t huge_watcher = -1;
+
+/* A process of its own session that puts vm.nr_hugepages back to @p saved
+ * once the pipe's last write end closes: at tu_huge_end(), or when this
+ * process dies, killed with its process group (a test run's timeout, or
+ * Ctrl-C), before its teardown could run. */
+static void huge_watch(long saved)
+{
+	int p[2];
+
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return;
+	huge_watcher = fork();
+	if (huge_watcher == 0) {
+		char buf[32], c;
+		int n = snprintf(buf, sizeof(buf), "%ld\n", saved);
+
+		setsid();
+		close(huge_lock_fd); /* the flock lives while any of its descriptors does */
+		close(p[1]);
+		while (read(p[0], &c, 1) != 0 && errno == EINTR)
+			;
+		int fd = open(TU_NR_HUGEPAGES, O_WRONLY);
+		if (fd >= 0 && write(fd, buf, (size_t)n) != n)
+			_exit(1);
+		_exit(0);
+	}
+	close(p[0]);
+	if (huge_watcher < 0)
+		close(p[1]);
+	else
+		huge_watch_fd = p[1];
+}
 
 long tu_meminfo(const char *key)
 {
@@ -101,6 +135,7 @@ bool tu_huge_begin(void)
 		tu_huge_end();
 		return false;
 	}
+	huge_watch(huge_saved);
 	return true;
 }
 
@@ -151,6 +186,12 @@ void tu_huge_end(void)
 		return;
 	if (huge_saved >= 0)
 		(void)tu_huge_set(huge_saved);
+	if (huge_watch_fd >= 0) {
+		close(huge_watch_fd); /* the watcher writes the same value, and ends */
+		waitpid(huge_watcher, NULL, 0);
+		huge_watch_fd = -1;
+		huge_watcher = -1;
+	}
 	close(huge_lock_fd); /* unlocks */
 	huge_lock_fd = -1;
 	huge_saved = -1;

@@ -105,7 +105,8 @@ long tu_meminfo(const char *key);
  * /proc/sys file, which every test of pinshm that changes it takes: make
  * check runs them side by side) and its value, to be put back.  Call it
  * from an unchecked fixture, in the runner's process: a test that fails,
- * or times out, is then cleaned up after all the same.  @return false
+ * or times out, is then cleaned up after all the same; a process of its
+ * own session puts the value back if the runner itself is killed.  @return false
  * where it cannot (not root): then nothing is changed.
  */
 bool tu_huge_begin(void);
