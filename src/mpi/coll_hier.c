@@ -371,7 +371,10 @@ int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, i
 		valid = c >= 0;
 		total += c;
 	}
-	if (!valid || total > INT_MAX || !hier_carries(h, &r, type, op, (int)total) || !hier_v_carried(h))
+	/* Every rank knows the counts: past the leaders' int counts of bytes,
+	 * Open MPI runs the call whole at every rank. */
+	if (!valid || total > INT_MAX || !hier_carries(h, &r, type, op, (int)total) || !hier_v_carried(h) ||
+	    (uint64_t)total * r.size > INT_MAX)
 		return -1;
 	coll_count(call, true, (uint64_t)total * r.size);
 	if (total == 0)

@@ -198,7 +198,10 @@ static int plan_node(struct plan *p, uint64_t bytes, bool gather)
 	for (int k = 0; is_leader(h) && k < n; k++)
 		p->mine += p->nlen[k];
 	if (is_leader(h) && p->mine > INT_MAX) {
-		p->mine = 0; /* nothing moves between the leaders for this node */
+		/* Nothing moves between the leaders for this node, nor within it:
+		 * the node's lengths are the room the node step copies into. */
+		p->mine = 0;
+		memset(p->nlen, 0, (size_t)n * sizeof(uint64_t));
 		if (p->rc == MPI_SUCCESS)
 			p->rc = MPI_ERR_COUNT;
 	}
@@ -272,11 +275,24 @@ static char *own_block(const struct side *s, int r, bool fill, uint64_t *bytes, 
 	return b;
 }
 
+/* Whether an Allgatherv's blocks, which every rank knows, fit the leaders'
+ * int counts of bytes (else Open MPI runs it whole at every rank). */
+static bool allgatherv_fits(const struct pm_hier *h, const int *rcounts, MPI_Datatype rtype)
+{
+	int size = 0;
+	uint64_t total = 0;
+	if (!rcounts || PMPI_Type_size(rtype, &size) != MPI_SUCCESS || size < 0)
+		return false;
+	for (int r = 0; r < h->size; r++)
+		total += rcounts[r] > 0 ? (uint64_t)rcounts[r] * (uint64_t)size : 0;
+	return total <= INT_MAX;
+}
+
 int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
 		 const int *rdispls, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
 	struct pm_hier *h = pm_hier_for(comm);
-	if (!h || !hier_v_carried(h) || root >= h->size)
+	if (!h || !hier_v_carried(h) || root >= h->size || (root < 0 && !allgatherv_fits(h, rcounts, rtype)))
 		return -1;
 	int rn = root < 0 ? -1 : h->node_of[root], rc = MPI_SUCCESS;
 	bool takes = root < 0 || h->rank == root, in_place = takes && sendbuf == MPI_IN_PLACE;
