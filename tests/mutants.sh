@@ -101,9 +101,9 @@ mutant open-mode-widened daemon/registry.c \
 	's/role == PINSHM_PRODUCER ? CRED_WRITE : CRED_READ)/CRED_READ)/' \
 	check_daemon:permissions check_isolation:users
 mutant unlink-owner-widened daemon/registry.c \
-	's/if (c->cred.uid != 0 && c->cred.uid != ch->uid) {/if (0) {/' \
+	's/if (c->cred.uid != 0 && c->cred.uid != chan->uid) {/if (0) {/' \
 	check_daemon:permissions check_isolation:users
-mutant notify-not-wake-socket daemon/registry.c \
+mutant notify-not-wake-socket daemon/wake.c \
 	's/if (\*fd < 0 || !is_wake_socket(\*fd)) {/if (*fd < 0) {/' \
 	check_daemon:events
 mutant wake-send-blocking src/wakeup.c \
@@ -115,7 +115,7 @@ mutant memfd-shrink-unsealed daemon/segment.c \
 mutant fdstore-gives-up-nothing daemon/fdstore.c \
 	's/pending\[FDSTORE_PENDING_MAX\];/pending[FDSTORE_PENDING_MAX + 8];/; /notifications wait to be sent, the most/,/return;/s/return;/append(fdname, -1); return;/' \
 	check_lifecycle:restart
-mutant start-time-wrong-reap daemon/registry.c \
+mutant start-time-wrong-reap daemon/watch.c \
 	's/if (proc_start(rw->here) != rw->start)/if (1)/' \
 	check_lifecycle:judge
 mutant adopt-maps-one-turn daemon/registry.h \
