@@ -552,6 +552,15 @@ static bool coll_failed(const struct program *pg, const struct config *cf, const
 /* Run @p pg in @p cf: with the test daemon @p d, or, where @p u is not NULL,
  * as the ordinary user @p u (@p d NULL) from its copies, with PINSHMD and
  * without PINSHM_SOCKET. */
+/* One line per run with how long mpirun took, for whoever looks where
+ * the test's time goes (the log). */
+static void note_time(const struct program *pg, const struct config *cf, uint64_t t0)
+{
+	fprintf(stderr, "check_mpi: %s%s%s, %s: mpirun took %.1f s\n", pg->name, program_arg ? " " : "",
+		program_arg ? program_arg : "", cf->name, (double)(tu_now_ms() - t0) / 1000);
+	fflush(stderr);
+}
+
 static void run_mpi(const struct daemon *d, const struct mpi_user *u, const struct program *pg,
 		    const struct config *cf, struct run *r)
 {
@@ -642,6 +651,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 
 	fflush(stdout);
 	fflush(stderr);
+	uint64_t t0 = tu_now_ms();
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -671,6 +681,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 	}
 	while (waitpid(pid, &r->status, 0) < 0)
 		ck_assert_int_eq(errno, EINTR);
+	note_time(pg, cf, t0);
 
 	FILE *f = fopen(outpath, "r");
 	ck_assert_msg(f != NULL, "%s: %s", outpath, strerror(errno));
@@ -912,15 +923,6 @@ static bool run_failed(const struct program *pg, const struct config *cf, const 
 	return false;
 }
 
-/* One line per run with how long mpirun took, for whoever looks where
- * the test's time goes (the log). */
-static void note_time(const struct program *pg, const struct config *cf, uint64_t t0)
-{
-	fprintf(stderr, "check_mpi: %s%s%s, %s: mpirun took %.1f s\n", pg->name, program_arg ? " " : "",
-		program_arg ? program_arg : "", cf->name, (double)(tu_now_ms() - t0) / 1000);
-	fflush(stderr);
-}
-
 static void run_one(const struct program *pg, const struct config *cf)
 {
 	struct daemon d;
@@ -938,9 +940,7 @@ static void run_one(const struct program *pg, const struct config *cf)
 		return;
 	}
 	daemon_start(&d);
-	uint64_t t0 = tu_now_ms();
 	run_mpi(&d, NULL, pg, cf, &r);
-	note_time(pg, cf, t0);
 	bool failed = run_failed(pg, cf, &r, why, sizeof(why));
 	if (!failed && geteuid() == 0 && r.queue_unpinned) { /* root's test daemon locks every queue */
 		snprintf(why, sizeof(why), "the queues of ranks %#llx were not locked in RAM", r.queue_unpinned);
@@ -1200,9 +1200,7 @@ START_TEST(test_thread_multiple)
 		return;
 	daemon_start(&d);
 	program_arg = cf == &plugin_configs[0] ? "1000" : "300";
-	uint64_t t0 = tu_now_ms();
 	run_mpi(&d, NULL, &threads, cf, &r);
-	note_time(&threads, cf, t0);
 	program_arg = NULL;
 	const char *failed = threads_failed(cf, &r, why, sizeof(why));
 	if (failed)
@@ -1611,9 +1609,7 @@ START_TEST(test_user)
 		daemon_wait_ready(&sd);
 		u.sock = sd.sock;
 	}
-	uint64_t t0 = tu_now_ms();
 	run_mpi(NULL, &u, pg, &uc->cf, &r);
-	note_time(pg, &uc->cf, t0);
 	bool failed = run_failed(pg, &uc->cf, &r, why, sizeof(why));
 	if (!failed && uc->unpinned && r.queue_pinned) {
 		snprintf(why, sizeof(why), "ranks %#llx say their queue is locked in RAM beyond RLIMIT_MEMLOCK",
