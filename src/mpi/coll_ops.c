@@ -367,14 +367,14 @@ int coll_reduce(struct pm_coll *co, const struct red *r_, const void *sendbuf, v
 	return coll_result(co, comm, rc);
 }
 
-/* Reduce (@p root >= 0) or Allreduce (@p root < 0) through the area of
- * @p comm, or -1 where the library takes it. */
 bool red_carried(const struct pm_coll *co, struct red *r, MPI_Datatype type, int count, int root)
 {
 	return co && count >= 0 && r->op != MPI_OP_NULL && root < co->size &&
 	       red_layout(r, type, co->half_bytes ? co->half_bytes : SIZE_MAX);
 }
 
+/* Reduce (@p root >= 0) or Allreduce (@p root < 0) through the area of
+ * @p comm, or -1 where the library takes it. */
 static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
 		       MPI_Comm comm, enum coll_call call)
 {
