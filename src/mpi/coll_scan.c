@@ -210,7 +210,7 @@ static int scan_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype
 		return rc;
 	struct pm_coll *co = pm_coll_for(comm);
 	struct red r = {.op = op};
-	if (!co || count < 0 || op == MPI_OP_NULL || !red_layout(&r, type, co->half_bytes ? co->half_bytes : SIZE_MAX)) {
+	if (!red_carried(co, &r, type, count, -1)) {
 		coll_count(call, false, 0);
 		return -1;
 	}
