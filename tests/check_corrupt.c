@@ -1047,7 +1047,7 @@ static uint64_t unread_record(uint8_t *base, const struct seg_geometry *g, unsig
  * length would still fit before the end of the ring: the max_message check
  * alone can see it.  A few tries, as the lane may be empty for a moment.
  */
-static void plant_long_record(struct rnd *R, uint8_t *base, const struct seg_geometry *g, unsigned l)
+static bool plant_long_record(struct rnd *R, uint8_t *base, const struct seg_geometry *g, unsigned l, uint64_t *at)
 {
 	for (int tries = 0; tries < 20; tries++) {
 		uint64_t pos = unread_record(base, g, l), off = pos & (g->capacity - 1);
@@ -1058,9 +1058,29 @@ static void plant_long_record(struct rnd *R, uint8_t *base, const struct seg_geo
 		    off + rec_size(g->max_message + 1) <= g->capacity) {
 			atomic_store(&rh->len, g->max_message + 1);
 			atomic_fetch_add(&R->t->planted, 1);
-			return;
+			*at = pos;
+			return true;
 		}
 		nanosleep(&(struct timespec){0, 50000}, NULL);
+	}
+	return false;
+}
+
+/* Until a consumer met the record planted at @p pos of lane @p l (a handle
+ * broke, or the lane's room was freed past it), at most 5 s: the random
+ * writes that follow could break every consumer before it gets there. */
+static void wait_planted_met(struct rnd *R, uint8_t *base, const struct seg_geometry *g, unsigned l, uint64_t pos)
+{
+	struct lane_header *lh = seg_lane(g, base, l);
+	uint64_t end = tu_now_ms() + 5000;
+
+	for (;;) {
+		uint64_t broke = 0;
+		for (unsigned i = 0; i <= NWHYS; i++)
+			broke += atomic_load(&R->t->why[i]);
+		if (broke > 0 || atomic_load(&lh->free) > pos || tu_now_ms() >= end)
+			return;
+		nanosleep(&(struct timespec){0, 100000}, NULL);
 	}
 }
 
@@ -1088,8 +1108,13 @@ static int rnd_corrupter(void *arg, int idx)
 		tu_child_fail(1, "geometry");
 	/* Plausible values: first a long record planted in the clean traffic
 	 * (later ones depend on timing), within 5 s. */
-	for (unsigned l = 0; R->mode == 0 && !atomic_load(&R->t->planted) && tu_now_ms() < end + 5000; l++)
-		plant_long_record(R, base, &g, l % g.max_producers);
+	for (unsigned l = 0; R->mode == 0 && tu_now_ms() < end + 5000; l++) {
+		uint64_t pos;
+		if (plant_long_record(R, base, &g, l % g.max_producers, &pos)) {
+			wait_planted_met(R, base, &g, l % g.max_producers, pos);
+			break;
+		}
+	}
 	/* At least the duration, and (a loaded machine runs us slowly) until
 	 * there were enough corruptions and calls to judge by. */
 	while (tu_now_ms() < end ||
@@ -1139,7 +1164,8 @@ static int rnd_corrupter(void *arg, int idx)
 			static const unsigned offs[] = {0, 8, 16, 64, 72};
 			corrupt_word(lh + offs[(r >> 24) % 5], r, cap);
 		} else if (where < 80) {
-			plant_long_record(R, base, &g, (unsigned)((r >> 16) % g.max_producers));
+			uint64_t pos;
+			plant_long_record(R, base, &g, (unsigned)((r >> 16) % g.max_producers), &pos);
 		} else {
 			/* a record header in a ring */
 			unsigned l = (unsigned)((r >> 16) % g.max_producers);
