@@ -187,8 +187,25 @@ static int run_consumer(int fd, const struct options *o, unsigned id, struct tal
 	return rc == 0 || rc == -EPIPE ? 0 : 1;
 }
 
-static pid_t spawn(int (*body)(int, const struct options *, unsigned, struct tally *), int fd,
-		   const struct options *o, unsigned id, struct tally *tally)
+/* The demo's processes, as the parent started them. */
+struct procs {
+	pid_t pid[MAX_PRODUCERS + MAX_CONSUMERS]; /* 0 once reaped */
+	unsigned n, running, failed;
+};
+
+/* One process failed: the run has.  The first failure kills the others,
+ * since they may wait for it for ever (producers for each other, a consumer
+ * for a producer that never came). */
+static void fail(struct procs *p)
+{
+	if (p->failed++ == 0)
+		for (unsigned i = 0; i < p->n; i++)
+			if (p->pid[i] > 0)
+				kill(p->pid[i], SIGKILL);
+}
+
+static void spawn(struct procs *p, int (*body)(int, const struct options *, unsigned, struct tally *), int fd,
+		  const struct options *o, unsigned id, struct tally *tally)
 {
 	pid_t pid = fork();
 
@@ -196,7 +213,28 @@ static pid_t spawn(int (*body)(int, const struct options *, unsigned, struct tal
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		_exit(body(fd, o, id, tally));
 	}
-	return pid;
+	if (pid < 0) {
+		perror("pinshm-demo: fork");
+		fail(p);
+		return;
+	}
+	p->pid[p->n++] = pid;
+	p->running++;
+}
+
+/* Reap the children that have ended, waiting for every one if @p block. */
+static void reap(struct procs *p, bool block)
+{
+	int status;
+	pid_t pid;
+
+	while (p->running > 0 && (pid = waitpid(-1, &status, block ? 0 : WNOHANG)) > 0) {
+		for (unsigned i = 0; i < p->n; i++)
+			if (p->pid[i] == pid)
+				p->pid[i] = 0, p->running--;
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			fail(p);
+	}
 }
 
 static void usage(FILE *to)
@@ -235,9 +273,9 @@ static bool parse_number(int opt, const char *arg, uint64_t min, uint64_t max, u
 	return true;
 }
 
-int main(int argc, char **argv)
+/* Parse the command line into @p o.  @return -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, struct options *o)
 {
-	struct options o = { .producers = 2, .consumers = 2, .messages = 1000000, .size = 64, .kind = PINSHM_QUEUE };
 	static const struct option longopts[] = {
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
@@ -249,25 +287,25 @@ int main(int argc, char **argv)
 
 	while (good && (opt = getopt_long(argc, argv, "p:c:n:s:t:S:hV", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 'S': o.daemon = true, o.socket = *optarg ? optarg : NULL; break;
+		case 'S': o->daemon = true, o->socket = *optarg ? optarg : NULL; break;
 		case 'p':
 			good = parse_number(opt, optarg, 1, MAX_PRODUCERS, &v);
-			o.producers = (unsigned)v;
+			o->producers = (unsigned)v;
 			break;
 		case 'c':
 			good = parse_number(opt, optarg, 1, MAX_CONSUMERS, &v);
-			o.consumers = (unsigned)v;
+			o->consumers = (unsigned)v;
 			break;
-		case 'n': good = parse_number(opt, optarg, 1, MAX_MESSAGES, &o.messages); break;
+		case 'n': good = parse_number(opt, optarg, 1, MAX_MESSAGES, &o->messages); break;
 		case 's':
 			good = parse_number(opt, optarg, sizeof(struct message), MAX_SIZE, &v);
-			o.size = (size_t)v;
+			o->size = (size_t)v;
 			break;
 		case 't':
 			good = strcmp(optarg, "queue") == 0 || strcmp(optarg, "topic") == 0;
 			if (!good)
 				fprintf(stderr, "pinshm-demo: -t: '%s' is neither queue nor topic\n", optarg);
-			o.kind = strcmp(optarg, "topic") == 0 ? PINSHM_TOPIC : PINSHM_QUEUE;
+			o->kind = strcmp(optarg, "topic") == 0 ? PINSHM_TOPIC : PINSHM_QUEUE;
 			break;
 		case 'V': printf("pinshm-demo %s\n", pinshm_version()); return 0;
 		case 'h': usage(stdout); return 0;
@@ -280,31 +318,80 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	return -1;
+}
 
+/*
+ * Create the channel: through the daemon (*client, which creates and pins
+ * the segment; a name finds it), or a segment of our own (*fd).  @return 0,
+ * or -errno, said on stderr.
+ */
+static int create_channel(struct options *o, int *fd, pinshm_client_t **client)
+{
 	pinshm_channel_attr_t attr;
+	int rc;
+
 	pinshm_channel_attr_init(&attr);
-	attr.kind = o.kind;
+	attr.kind = o->kind;
 	attr.capacity = 1u << 18;
-	attr.max_producers = o.producers;
-	attr.max_consumers = o.consumers;
-	int fd = -1, rc;
-	pinshm_client_t *client = NULL;
-	if (o.daemon) {
-		/* The daemon creates (and pins) the segment; a name finds it. */
-		snprintf(o.name, sizeof(o.name), "pinshm-demo.%d", (int)getpid());
-		rc = pinshm_connect(o.socket, &client);
+	attr.max_producers = o->producers;
+	attr.max_consumers = o->consumers;
+	*fd = -1;
+	*client = NULL;
+	if (o->daemon) {
+		snprintf(o->name, sizeof(o->name), "pinshm-demo.%d", (int)getpid());
+		rc = pinshm_connect(o->socket, client);
 		if (rc == 0)
-			rc = pinshm_create(client, o.name, &attr, 0600, 0);
-		if (rc == 0 && *pinshm_client_error(client))
-			printf("pinshmd: %s\n", pinshm_client_error(client));
+			rc = pinshm_create(*client, o->name, &attr, 0600, 0);
+		if (rc == 0 && *pinshm_client_error(*client))
+			printf("pinshmd: %s\n", pinshm_client_error(*client));
 	} else {
-		rc = pinshm_segment_create(&attr, &fd);
+		rc = pinshm_segment_create(&attr, fd);
 	}
-	if (rc != 0) {
+	if (rc != 0)
 		fprintf(stderr, "pinshm-demo: cannot create the channel: %s (%s)\n", pinshm_strerror(rc),
-			client ? pinshm_client_error(client) : pinshm_client_error(NULL));
-		return 1;
+			*client ? pinshm_client_error(*client) : pinshm_client_error(NULL));
+	return rc;
+}
+
+/* Print what the consumers saw.  @return whether every message arrived intact. */
+static bool report(const struct options *o, const struct tally *tally, unsigned failed, double elapsed)
+{
+	uint64_t received = 0, bytes = 0, bad = 0, missing = 0;
+	uint64_t copies = o->kind == PINSHM_TOPIC ? o->consumers : 1;
+
+	for (unsigned c = 0; c < o->consumers; c++) {
+		received += tally->received[c];
+		bytes += tally->bytes[c];
+		bad += tally->bad[c];
 	}
+	for (unsigned p = 0; p < o->producers; p++) {
+		uint64_t got = tally->per_producer[p], want = o->messages * copies;
+		missing += got > want ? got - want : want - got;
+	}
+	printf("pinshm-demo: %s %s, %u producer(s), %u consumer(s), %" PRIu64 " messages of %zu bytes each\n",
+	       o->kind == PINSHM_TOPIC ? "topic" : "queue", o->daemon ? o->name : "(own segment)", o->producers,
+	       o->consumers, o->messages * o->producers, o->size);
+	printf("received %" PRIu64 " messages (%.1f MB) in %.3f s: %.2f M messages/s, %.2f GB/s\n", received,
+	       (double)bytes / 1e6, elapsed, (double)received / elapsed / 1e6, (double)bytes / elapsed / 1e9);
+	printf("lost or duplicated %" PRIu64 ", corrupt or reordered %" PRIu64 ", failed processes %u\n", missing, bad,
+	       failed);
+	bool ok = missing == 0 && bad == 0 && failed == 0 && received == o->messages * o->producers * copies;
+	printf("%s\n", ok ? "OK" : "FAILED");
+	return ok;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = { .producers = 2, .consumers = 2, .messages = 1000000, .size = 64, .kind = PINSHM_QUEUE };
+	pinshm_client_t *client;
+	struct procs procs = { .n = 0 };
+	int fd, rc = parse_options(argc, argv, &o);
+
+	if (rc >= 0)
+		return rc;
+	if (create_channel(&o, &fd, &client) != 0)
+		return 1;
 	struct tally *tally = mmap(NULL, sizeof(*tally), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (tally == MAP_FAILED) {
 		perror("pinshm-demo: mmap");
@@ -312,22 +399,16 @@ int main(int argc, char **argv)
 	}
 
 	/* Consumers first, so that a topic's subscribers see every message. */
-	pid_t pids[MAX_PRODUCERS + MAX_CONSUMERS];
-	unsigned n = 0;
 	for (unsigned c = 0; c < o.consumers; c++)
-		pids[n++] = spawn(run_consumer, fd, &o, c, tally);
-	while (atomic_load(&tally->subscribed) < o.consumers)
+		spawn(&procs, run_consumer, fd, &o, c, tally);
+	while (atomic_load(&tally->subscribed) < o.consumers && procs.failed == 0) {
+		reap(&procs, false);
 		usleep(1000);
-
-	double start = now_s();
-	for (unsigned p = 0; p < o.producers; p++)
-		pids[n++] = spawn(run_producer, fd, &o, p, tally);
-	int failed = 0;
-	for (unsigned i = 0; i < n; i++) {
-		int status;
-		if (pids[i] < 0 || waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-			failed++;
 	}
+	double start = now_s();
+	for (unsigned p = 0; p < o.producers && procs.failed == 0; p++)
+		spawn(&procs, run_producer, fd, &o, p, tally);
+	reap(&procs, true);
 	double elapsed = now_s() - start;
 	if (fd >= 0)
 		close(fd);
@@ -335,27 +416,5 @@ int main(int argc, char **argv)
 		pinshm_unlink(client, o.name);
 		pinshm_disconnect(client);
 	}
-
-	uint64_t received = 0, bytes = 0, bad = 0, missing = 0;
-	uint64_t copies = o.kind == PINSHM_TOPIC ? o.consumers : 1;
-	for (unsigned c = 0; c < o.consumers; c++) {
-		received += tally->received[c];
-		bytes += tally->bytes[c];
-		bad += tally->bad[c];
-	}
-	for (unsigned p = 0; p < o.producers; p++) {
-		uint64_t got = tally->per_producer[p], want = o.messages * copies;
-		missing += got > want ? got - want : want - got;
-	}
-
-	printf("pinshm-demo: %s %s, %u producer(s), %u consumer(s), %" PRIu64 " messages of %zu bytes each\n",
-	       o.kind == PINSHM_TOPIC ? "topic" : "queue", o.daemon ? o.name : "(own segment)", o.producers,
-	       o.consumers, o.messages * o.producers, o.size);
-	printf("received %" PRIu64 " messages (%.1f MB) in %.3f s: %.2f M messages/s, %.2f GB/s\n", received,
-	       (double)bytes / 1e6, elapsed, (double)received / elapsed / 1e6, (double)bytes / elapsed / 1e9);
-	printf("lost or duplicated %" PRIu64 ", corrupt or reordered %" PRIu64 ", failed processes %d\n", missing, bad,
-	       failed);
-	bool ok = missing == 0 && bad == 0 && failed == 0 && received == o.messages * o.producers * copies;
-	printf("%s\n", ok ? "OK" : "FAILED");
-	return ok ? 0 : 1;
+	return report(&o, tally, procs.failed, elapsed) ? 0 : 1;
 }

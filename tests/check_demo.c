@@ -6,7 +6,9 @@
  * says: numbers that are not numbers, carry junk or are out of range are
  * refused with exit status 2 before anything runs; --help and -h print the
  * usage on stdout and exit 0; numbers in every accepted base run a short
- * demo on an anonymous segment (no daemon).
+ * demo on an anonymous segment (no daemon); a process that cannot attach
+ * (a daemon of the test's own refuses its connection) ends the run with
+ * exit status 1, never a hang.
  */
 #include <check.h>
 #include <errno.h>
@@ -19,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemonutil.h"
 #include "testutil.h"
 
 #define RUN_MS 20000 /* for one pinshm-demo run */
@@ -168,6 +171,32 @@ START_TEST(test_good_numbers)
 }
 END_TEST
 
+/* A process that cannot attach ends the run with a failure, never a hang:
+ * the daemon takes two connections of the user (the demo's and the first
+ * consumer's), so the second consumer is refused. */
+START_TEST(test_attach_fails)
+{
+	struct daemon d;
+	struct daemon_opts o = {.config = true};
+	struct run r;
+
+	daemon_prepare(&d, &o);
+	FILE *conf = fopen(d.conf, "w");
+	ck_assert_ptr_nonnull(conf);
+	fputs("[daemon]\nmax_connections_per_user = 2\n", conf);
+	ck_assert_int_eq(fclose(conf), 0);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	DEMO(&r, 1, "-S", d.sock, "-p", "1", "-c", "2", "-n", "1000");
+	HAS(r.err, "consumer 1: attach");
+	HAS(r.out, "FAILED");
+	DEMO(&r, 1, "-S", d.sock, "-p", "2", "-c", "1", "-n", "1000");
+	HAS(r.err, "producer");
+	HAS(r.out, "FAILED");
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 static Suite *demo_suite(void)
 {
 	Suite *s = suite_create("pinshm-demo");
@@ -177,6 +206,10 @@ static Suite *demo_suite(void)
 	tcase_add_test(tc, test_bad_numbers);
 	tcase_add_test(tc, test_help);
 	tcase_add_test(tc, test_good_numbers);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("failures");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_attach_fails);
 	suite_add_tcase(s, tc);
 	return s;
 }

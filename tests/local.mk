@@ -236,6 +236,8 @@ tests_check_daemon_LDADD = $(TESTS_LDADD)
 # Runs the pinshm-demo just built ($PINSHM_DEMO).
 tests_check_demo_SOURCES = \
 	tests/check_demo.c \
+	tests/daemonutil.c \
+	tests/daemonutil.h \
 	tests/testutil.c \
 	tests/testutil.h
 tests_check_demo_CPPFLAGS = $(TESTS_CPPFLAGS)
