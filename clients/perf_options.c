@@ -205,6 +205,81 @@ bad:
 	return -EINVAL;
 }
 
+static int parse_pattern(struct opts *o, const char *s)
+{
+	if (strcmp(s, "pingpong") == 0)
+		o->patterns = PERF_PINGPONG;
+	else if (strcmp(s, "stream") == 0)
+		o->patterns = PERF_STREAM;
+	else if (strcmp(s, "all") == 0)
+		o->patterns = PERF_PINGPONG | PERF_STREAM;
+	else if (strcmp(s, "create") == 0)
+		o->patterns = PERF_CREATE;
+	else {
+		fprintf(stderr, "%s: --pattern: expected pingpong, stream, all or create\n", prog);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Option @p c with argument @p arg.  @return -1 to go on, else the exit status. */
+static int parse_option(struct opts *o, int c, const char *arg, const char **tr_list)
+{
+	uint64_t v;
+
+	switch (c) {
+	case 't': *tr_list = arg; break;
+	case 'S':
+		o->daemon = 1;
+		o->socket = *arg ? arg : NULL;
+		break;
+	case 'p': return parse_pattern(o, arg) < 0 ? 2 : -1;
+	case 's': return parse_sizes(o, arg) < 0 ? 2 : -1;
+	case 'n':
+		if (parse_u64(arg, &o->iterations, 0) < 0 || o->iterations == 0 || o->iterations > MAX_ITERATIONS) {
+			fprintf(stderr, "%s: --iterations: expected 1 to %llu\n", prog, MAX_ITERATIONS);
+			return 2;
+		}
+		o->iterations_set = 1;
+		break;
+	case 'f':
+		if (perf_format_parse(arg, &o->fmt) < 0) {
+			fprintf(stderr, "%s: --format: expected table, csv or json\n", prog);
+			return 2;
+		}
+		break;
+	case 'c': return parse_cpus(o, arg) < 0 ? 2 : -1;
+	case 'P': o->plot = arg; break;
+	case 'r':
+		if (parse_u64(arg, &v, 0) < 0 || v == 0 || v > PERF_MAX_ROUNDS) {
+			fprintf(stderr, "%s: --rounds: expected 1 to %d\n", prog, PERF_MAX_ROUNDS);
+			return 2;
+		}
+		o->rounds = (unsigned)v;
+		break;
+	case 'h': usage(stdout); return 0;
+	case 'V': printf("%s (libpinshm) %s\n", prog, pinshm_version()); return 0;
+	default: fprintf(stderr, "Try '%s --help'.\n", prog); return 2;
+	}
+	return -1;
+}
+
+/* The options that do not go together.  @return 0, or -EINVAL, said. */
+static int check_combinations(const struct opts *o)
+{
+	const char *why = NULL;
+
+	if ((o->patterns & PERF_CREATE) && !o->daemon)
+		why = "--pattern create needs --socket";
+	else if (o->rounds && o->patterns == PERF_CREATE)
+		why = "--rounds: not with --pattern create";
+	else if (o->plot != NULL && o->patterns == PERF_CREATE)
+		why = "--plot: the create pattern has no plot (ping-pong and stream have)";
+	if (why)
+		fprintf(stderr, "%s: %s\n", prog, why);
+	return why ? -EINVAL : 0;
+}
+
 int perf_parse_options(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
@@ -217,7 +292,7 @@ int perf_parse_options(int argc, char **argv, struct opts *o)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *tr_list = "all";
-	int c;
+	int c, rc;
 
 	if (parse_sizes(o, "8,64,1024,65536,1048576") < 0)
 		return 2;
@@ -226,91 +301,15 @@ int perf_parse_options(int argc, char **argv, struct opts *o)
 	o->fmt = PERF_FMT_TABLE;
 	o->cpu[0] = 0;
 	o->cpu[1] = 1;
-	while ((c = getopt_long(argc, argv, "t:p:s:n:f:c:S:P:r:hV", longopts, NULL)) != -1) {
-		switch (c) {
-		case 't':
-			tr_list = optarg;
-			break;
-		case 'S':
-			o->daemon = 1;
-			o->socket = *optarg ? optarg : NULL;
-			break;
-		case 'p':
-			if (strcmp(optarg, "pingpong") == 0)
-				o->patterns = PERF_PINGPONG;
-			else if (strcmp(optarg, "stream") == 0)
-				o->patterns = PERF_STREAM;
-			else if (strcmp(optarg, "all") == 0)
-				o->patterns = PERF_PINGPONG | PERF_STREAM;
-			else if (strcmp(optarg, "create") == 0)
-				o->patterns = PERF_CREATE;
-			else {
-				fprintf(stderr, "%s: --pattern: expected pingpong, stream, all or create\n", prog);
-				return 2;
-			}
-			break;
-		case 's':
-			if (parse_sizes(o, optarg) < 0)
-				return 2;
-			break;
-		case 'n':
-			if (parse_u64(optarg, &o->iterations, 0) < 0 || o->iterations == 0 ||
-			    o->iterations > MAX_ITERATIONS) {
-				fprintf(stderr, "%s: --iterations: expected 1 to %llu\n", prog, MAX_ITERATIONS);
-				return 2;
-			}
-			o->iterations_set = 1;
-			break;
-		case 'f':
-			if (perf_format_parse(optarg, &o->fmt) < 0) {
-				fprintf(stderr, "%s: --format: expected table, csv or json\n", prog);
-				return 2;
-			}
-			break;
-		case 'c':
-			if (parse_cpus(o, optarg) < 0)
-				return 2;
-			break;
-		case 'P':
-			o->plot = optarg;
-			break;
-		case 'r': {
-			uint64_t v;
-
-			if (parse_u64(optarg, &v, 0) < 0 || v == 0 || v > PERF_MAX_ROUNDS) {
-				fprintf(stderr, "%s: --rounds: expected 1 to %d\n", prog, PERF_MAX_ROUNDS);
-				return 2;
-			}
-			o->rounds = (unsigned)v;
-			break;
-		}
-		case 'h':
-			usage(stdout);
-			return 0;
-		case 'V':
-			printf("%s (libpinshm) %s\n", prog, pinshm_version());
-			return 0;
-		default:
-			fprintf(stderr, "Try '%s --help'.\n", prog);
-			return 2;
-		}
-	}
+	while ((c = getopt_long(argc, argv, "t:p:s:n:f:c:S:P:r:hV", longopts, NULL)) != -1)
+		if ((rc = parse_option(o, c, optarg, &tr_list)) >= 0)
+			return rc;
 	if (optind < argc) {
 		fprintf(stderr, "%s: unexpected argument '%s'\nTry '%s --help'.\n", prog, argv[optind], prog);
 		return 2;
 	}
-	if ((o->patterns & PERF_CREATE) && !o->daemon) {
-		fprintf(stderr, "%s: --pattern create needs --socket\n", prog);
+	if (check_combinations(o) < 0)
 		return 2;
-	}
-	if (o->rounds && o->patterns == PERF_CREATE) {
-		fprintf(stderr, "%s: --rounds: not with --pattern create\n", prog);
-		return 2;
-	}
-	if (o->plot != NULL && o->patterns == PERF_CREATE) {
-		fprintf(stderr, "%s: --plot: the create pattern has no plot (ping-pong and stream have)\n", prog);
-		return 2;
-	}
 	o->create_iterations = o->iterations_set ? o->iterations : DEFAULT_CREATE_ITERATIONS;
 	if (parse_transports(o, tr_list) < 0)
 		return 2;
