@@ -15,8 +15,9 @@
  * at none.  A node communicator is the library's own: no entry of the
  * plugin names it, so a node phase never nests in another decision.
  *
- * The calls (coll_hier_v.c has the scatters and the v variants; the
- * all-to-alls, and every nonblocking call, go to the library whole):
+ * The calls (coll_hier_v.c has the scatters and the v variants,
+ * coll_hier_a2a.c the all-to-alls; every nonblocking call goes to the
+ * library whole: no hierarchical shape of them is written yet):
  *   Barrier: node barrier; the leaders' PMPI_Barrier; node barrier.
  *   Bcast: on the root's node, root -> its node (the leader included);
  *     the leaders' PMPI_Bcast from that node's leader; every other node's
