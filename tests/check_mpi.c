@@ -1043,7 +1043,7 @@ START_TEST(test_coll_mismatch)
 END_TEST
 
 /* coll_a2a_hier: Alltoall and Alltoallv carried hierarchically, on the
- * pretend nodes of hier_configs but collectives off. */
+ * pretend nodes of hier_configs (all but the one with collectives off). */
 START_TEST(test_coll_a2a_hier)
 {
 	static const struct program prog = {"coll_a2a_hier", B, 0, NULL, NULL};
