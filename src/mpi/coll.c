@@ -16,8 +16,8 @@
  * communicator's entry goes (MPI_Comm_free, MPI_Finalize).  A communicator
  * that spans nodes has no area of its own: where every node of the job
  * carries (pm.all_active), its first blocking collective call agrees on a
- * node layout instead (coll_hier.c), and its nonblocking collectives go to
- * the library whole.
+ * node layout instead (coll_hier.c), which its later calls use, the
+ * nonblocking ones too (coll_nb.c).
  */
 #include <errno.h>
 #include <inttypes.h>

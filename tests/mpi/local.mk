@@ -22,6 +22,7 @@ MPI_TEST_BINS = \
 	tests/mpi/coll_mismatch \
 	tests/mpi/coll_hier \
 	tests/mpi/coll_a2a_hier \
+	tests/mpi/coll_nb_hier \
 	tests/mpi/coll_truncate \
 	tests/mpi/coll_scan \
 	tests/mpi/coll_v \
@@ -85,6 +86,9 @@ tests_mpi_coll_hier_LDADD = $(MPI_LIBS) -lm
 tests_mpi_coll_a2a_hier_SOURCES = tests/mpi/mpitest.h tests/mpi/colltest.h tests/mpi/coll_a2a_hier.c
 tests_mpi_coll_a2a_hier_CFLAGS = $(MPI_TEST_CFLAGS)
 tests_mpi_coll_a2a_hier_LDADD = $(MPI_LIBS)
+tests_mpi_coll_nb_hier_SOURCES = tests/mpi/mpitest.h tests/mpi/colltest.h tests/mpi/coll_nb_hier.c
+tests_mpi_coll_nb_hier_CFLAGS = $(MPI_TEST_CFLAGS)
+tests_mpi_coll_nb_hier_LDADD = $(MPI_LIBS)
 tests_mpi_coll_truncate_SOURCES = tests/mpi/mpitest.h tests/mpi/colltest.h tests/mpi/coll_truncate.c
 tests_mpi_coll_truncate_CFLAGS = $(MPI_TEST_CFLAGS)
 tests_mpi_coll_truncate_LDADD = $(MPI_LIBS)
