@@ -63,11 +63,11 @@ static void keep(int *rc, int e)
 		*rc = e;
 }
 
-/* The leader's part: every phase but the node steps.  @p S, @p R: its
- * node's tables (local rank k's row of n at k * 2n, room at k * 2n + n);
- * @p G: its node's packed blocks, local rank k's from @p goff[k].
- * @return in *@p O the blocks per local rank (@p olen[k] bytes each, in
- * local order) and the leaders' first error. */
+/* The leader's part between the node steps.  @p tabs: its node's tables
+ * (local rank k's bytes to every rank at k * 2n, its room for every rank's
+ * block at k * 2n + n); @p G: its node's packed blocks, local rank k's
+ * from @p goff[k].  @return in *@p O the pieces per local rank (@p olen[k]
+ * bytes each, in local order) and the leaders' first error. */
 static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const char *G, const uint64_t *goff,
 			 char **O, uint64_t *olen, MPI_Comm comm)
 {
@@ -314,7 +314,7 @@ int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *rec
 	struct pm_hier *h = hier_get(comm);
 	const struct pm_type *t = h && hier_v_carried(h) && rcount >= 0 ? pm_type_info(rtype) : NULL;
 	/* A leader moves its node's blocks to and from every rank. */
-	if (!t || (uint64_t)t->size * (uint64_t)rcount * (uint64_t)h->size * (uint64_t)h->most > INT_MAX)
+	if (!t || (uint64_t)t->size * (uint64_t)rcount > INT_MAX / ((uint64_t)h->size * (uint64_t)h->most))
 		return -1;
 	if (t->size == 0 || rcount == 0) {
 		coll_count(CALL_ALLTOALL, true, 0);
