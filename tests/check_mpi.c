@@ -486,6 +486,10 @@ static unsigned colls_of(const struct program *pg)
 		return COLL_NB;
 	if (!strcmp(pg->name, "coll_hier"))
 		return COLL_HIER;
+	if (!strcmp(pg->name, "coll_a2a_hier"))
+		return 1u << 7 | 1u << 11; /* Alltoall, Alltoallv */
+	if (!strcmp(pg->name, "coll_nb_hier"))
+		return 1u << 0 | 1u << 3 | COLL_NB; /* Barrier, Allreduce, the nonblocking ones */
 	if (!strcmp(pg->name, "coll_mismatch"))
 		return 1u << 0 | 1u << 1 | 1u << 3; /* Barrier, Bcast, Allreduce */
 	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_BASIC
@@ -546,6 +550,14 @@ static bool coll_failed(const struct program *pg, const struct config *cf, const
 			return true;
 		}
 	}
+	/* coll_a2a_hier, coll_nb_hier on pretend nodes: every call carried, none to the library. */
+	bool a2a = !strcmp(pg->name, "coll_a2a_hier"), nbh = !strcmp(pg->name, "coll_nb_hier");
+	for (int k = 0; !off && cf->nodes >= 2 && (a2a || nbh) && k < NCOLL; k++)
+		if ((colls >> k & 1) && (r->coll_pinshm[k] < (unsigned long long)cf->np || r->coll_mpi[k])) {
+			snprintf(why, len, "%s: %llu calls through pinshm, %llu to the MPI library on %d nodes",
+				 coll_name[k], r->coll_pinshm[k], r->coll_mpi[k], cf->nodes);
+			return true;
+		}
 	return !off && cf->nodes >= 2 && !strcmp(pg->name, "coll_hier") && hier_failed(cf, r, why, len);
 }
 
@@ -1030,6 +1042,24 @@ START_TEST(test_coll_mismatch)
 {
 	static const struct program prog = {"coll_mismatch", 0, 0, NULL, NULL}; /* no point to point */
 	run_one(&prog, _i == 0 ? &plugin_configs[1] : &coll_configs[0]);
+}
+END_TEST
+
+/* coll_a2a_hier: Alltoall and Alltoallv carried hierarchically, on the
+ * pretend nodes of hier_configs (all but the one with collectives off). */
+START_TEST(test_coll_a2a_hier)
+{
+	static const struct program prog = {"coll_a2a_hier", B, 0, NULL, NULL};
+	run_one(&prog, &hier_configs[_i]);
+}
+END_TEST
+
+/* coll_nb_hier: the nonblocking collectives carried hierarchically, on
+ * the pretend nodes of hier_configs (all but the one with collectives off). */
+START_TEST(test_coll_nb_hier)
+{
+	static const struct program prog = {"coll_nb_hier", B, 0, NULL, NULL};
+	run_one(&prog, &hier_configs[_i]);
 }
 END_TEST
 
@@ -1850,6 +1880,8 @@ static Suite *mpi_suite(const struct scope *sc)
 		tcase_add_loop_test(tc, test_coll_ranks, 0, quick ? 1 : 2 * NCOLL_CONFIGS);
 		tcase_add_loop_test(tc, test_coll_hier, 0, quick ? 1 : NHIER_CONFIGS);
 		tcase_add_test(tc, test_coll_commfree);
+		tcase_add_loop_test(tc, test_coll_a2a_hier, 0, quick ? 1 : NHIER_CONFIGS - 1);
+		tcase_add_loop_test(tc, test_coll_nb_hier, 0, quick ? 1 : NHIER_CONFIGS - 1);
 		tcase_add_loop_test(tc, test_coll_mismatch, 0, quick ? 1 : 2);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);

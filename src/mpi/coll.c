@@ -15,9 +15,9 @@
  * arguments that MPI requires to match.  The area lives until the
  * communicator's entry goes (MPI_Comm_free, MPI_Finalize).  A communicator
  * that spans nodes has no area of its own: where every node of the job
- * carries (pm.all_active), its first blocking collective call other than
- * an all-to-all agrees on a node layout instead (coll_hier.c), and
- * its other collectives go to the library whole.
+ * carries (pm.all_active), its first blocking collective call agrees on a
+ * node layout instead (coll_hier.c), which its later calls use, the
+ * nonblocking ones too (coll_nb.c).
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -197,6 +197,11 @@ int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, i
 			MPI_Op op, MPI_Comm comm, enum coll_call call);
 /* Scan or (@p ex) Exscan: only where each node is a block of ranks. */
 int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex, MPI_Comm comm);
+/* Alltoall, Alltoallv (coll_hier_a2a.c). */
+int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
+		  MPI_Datatype rtype, MPI_Comm comm);
+int hier_alltoallv(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype, void *recvbuf,
+		   const int *rcounts, const int *rdispls, MPI_Datatype rtype, MPI_Comm comm);
 
 /* Statistics: a call of @p call carried (@p pinshm) or passed on. */
 void coll_count(enum coll_call call, bool pinshm, uint64_t bytes);

@@ -15,8 +15,10 @@
  * at none.  A node communicator is the library's own: no entry of the
  * plugin names it, so a node phase never nests in another decision.
  *
- * The calls (coll_hier_v.c has the scatters and the v variants; the
- * all-to-alls, and every nonblocking call, go to the library whole):
+ * The calls (coll_hier_v.c has the scatters and the v variants,
+ * coll_hier_a2a.c the all-to-alls, coll_nb.c the nonblocking ones; each
+ * blocking call first lets the communicator's pending nonblocking calls
+ * complete here, hier_get()):
  *   Barrier: node barrier; the leaders' PMPI_Barrier; node barrier.
  *   Bcast: on the root's node, root -> its node (the leader included);
  *     the leaders' PMPI_Bcast from that node's leader; every other node's
@@ -175,7 +177,7 @@ struct pm_hier *hier_make(struct pm_comm *c)
 
 int hier_barrier(MPI_Comm comm)
 {
-	struct pm_hier *h = pm_hier_for(comm);
+	struct pm_hier *h = hier_get(comm);
 	if (!h)
 		return -1;
 	coll_count(CALL_BARRIER, true, 0);
@@ -187,7 +189,7 @@ int hier_barrier(MPI_Comm comm)
 
 int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
 {
-	struct pm_hier *h = pm_hier_for(comm);
+	struct pm_hier *h = hier_get(comm);
 	const struct pm_type *t = h ? pm_type_info(type) : NULL;
 	if (!t || count < 0 || root < 0 || root >= h->size)
 		return -1;
@@ -263,7 +265,7 @@ static int reduce_run(struct pm_hier *h, const struct red *rp, const void *sendb
 int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
 		MPI_Comm comm)
 {
-	struct pm_hier *h = pm_hier_for(comm);
+	struct pm_hier *h = hier_get(comm);
 	struct red r = {.op = op};
 	if (!hier_carries(h, &r, type, op, count) || root >= h->size)
 		return -1;
@@ -317,7 +319,7 @@ static int unpack_ranks(const struct pm_hier *h, const char *packed, const int *
 int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
 		int root, bool all, MPI_Comm comm)
 {
-	struct pm_hier *h = pm_hier_for(comm);
+	struct pm_hier *h = hier_get(comm);
 	if (!h || (!all && (root < 0 || root >= h->size)))
 		return -1;
 	int rank = h->rank, rc = MPI_SUCCESS;
@@ -362,7 +364,7 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
 			MPI_Op op, MPI_Comm comm, enum coll_call call)
 {
-	struct pm_hier *h = pm_hier_for(comm);
+	struct pm_hier *h = hier_get(comm);
 	struct red r = {.op = op};
 	bool valid = h && (counts || block >= 0);
 	int64_t total = 0;
@@ -407,7 +409,7 @@ static int scan_combine(const struct pm_hier *h, const struct red *r, const void
 
 int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex, MPI_Comm comm)
 {
-	struct pm_hier *h = pm_hier_for(comm);
+	struct pm_hier *h = hier_get(comm);
 	struct red r = {.op = op};
 	if (!hier_carries(h, &r, type, op, count) || !h->blocks)
 		return -1;

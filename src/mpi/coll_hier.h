@@ -23,7 +23,25 @@ struct pm_hier {
 	bool blocks;          /* each node is one run of consecutive ranks */
 	size_t half_min;      /* the smallest half of a node's area (SIZE_MAX: none has one) */
 	int most;             /* the most ranks of a node */
+	uint64_t nb_seq;      /* nonblocking calls made on the communicator (coll_nb.c) */
+	uint64_t nb_done;     /* of those, completed here */
+	uint64_t lead_seq;    /* of those, with a leaders' phase here */
+	uint64_t lead_turn;   /* of those, the first that has not started all its leaders' phases */
 };
+
+/* Until every nonblocking call on @p h's communicator completed here
+ * (coll_nb.c): a blocking call's leaders' phase must come after theirs. */
+void hier_nb_drain(struct pm_hier *h);
+
+/* pm_hier_for() for a blocking call: the pending nonblocking calls of the
+ * communicator completed here first. */
+static inline struct pm_hier *hier_get(MPI_Comm comm)
+{
+	struct pm_hier *h = pm_hier_for(comm);
+	if (h && h->nb_done < h->nb_seq)
+		hier_nb_drain(h);
+	return h;
+}
 
 static inline bool is_leader(const struct pm_hier *h)
 {

@@ -25,15 +25,18 @@
  * held op only marks it, and the library frees it when the last pending
  * call that uses it completes.
  *
+ * A communicator that spans nodes: the calls at the end of this file.
+ *
  * Limit: a communicator's area is agreed at its first blocking
  * collective call (coll.c agrees with blocking collectives of the
  * library), so the nonblocking calls made before that one, or on a
  * communicator that never makes one, go to the library.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "coll_red.h"
+#include "coll_hier.h"
 
 struct nb {
 	struct pm_link link; /* in `pending`, in the order the calls were made */
@@ -58,9 +61,17 @@ struct nb {
 	const char *in;
 	char *out;
 	int count;
+	/* A node phase of a call on a communicator that spans nodes: no op of
+	 * its own; it runs once @p parent reaches its stage. */
+	struct hnb *parent;
+	int stage;
 };
 
+static bool hnb_at(const struct nb *b);
+static void hnb_stage_done(struct nb *b);
+
 static struct pm_list pending;
+static int hnb_progress(void);
 unsigned pm_coll_nb_pending;
 
 static void no_memory(void)
@@ -277,6 +288,8 @@ static bool try_step(struct nb *b)
 	if (!b->posted) {
 		if (coll_error(co) != MPI_SUCCESS)
 			return give_up(b);
+		if (b->parent && !hnb_at(b))
+			return false; /* an earlier phase of its call runs first */
 		if (own_done(co) != s - 1)
 			return false; /* an earlier call's step runs first (coll.h) */
 		bool w = writes(b);
@@ -312,6 +325,13 @@ static void finish(struct nb *b)
 		pm_list_remove(&pending, &b->link);
 		pm_coll_nb_pending--;
 	}
+	if (b->parent) { /* its data is the parent's */
+		free(b->r.acc);
+		free(b->r.x);
+		hnb_stage_done(b);
+		free(b);
+		return;
+	}
 	if (b->kind == CALL_IBCAST && b->tmp && b->co->rank != b->root && b->rc == MPI_SUCCESS)
 		note(b, pm_unpack(b->tmp, b->bytes, b->ubuf, b->ucount, op->dtype));
 	if (b->kind == CALL_IALLGATHER && b->tmp_all && b->rc == MPI_SUCCESS)
@@ -340,7 +360,7 @@ int pm_coll_nb_progress(void)
 			finish(b);
 		l = next;
 	}
-	return did;
+	return did + hnb_progress();
 }
 
 void coll_nb_drain(struct pm_coll *co)
@@ -428,10 +448,527 @@ static uint64_t pieces(uint64_t bytes, size_t half)
 	return (bytes + half - 1) / half;
 }
 
+/* ---- communicators that span nodes -------------------------------------------- */
+
+/*
+ * A nonblocking call on a communicator that spans nodes (coll_hier.c's
+ * layout, agreed by an earlier blocking call) runs the shape of its
+ * blocking twin as stages, one after the other: node phases (a struct nb
+ * on the node's area, its steps reserved at the call, in the call order at
+ * every rank of the node, and run once the call reaches that stage) and
+ * the leaders' phases (the library's nonblocking call on the leaders'
+ * communicator, started when the call reaches it and tested by the
+ * engine).  A leader starts a call's leaders' phases only once every
+ * earlier call of the communicator that has some started all of its own
+ * (which calls have some depends only on what matches at every rank), so
+ * the leaders make the library's calls in one order; a blocking call of
+ * the communicator first lets the pending ones complete (hier_nb_drain()).  The data
+ * travels packed (MPI_BYTE) through the node phases, in room of the
+ * call's own; the reductions' leaders' phase is the blocking one's
+ * (MPI_Ireduce to a leader, then MPI_Ibcast for Iallreduce), so every rank
+ * gets the same bits as from MPI_Allreduce.
+ *   Ibarrier: node barrier; leaders' MPI_Ibarrier; node barrier.
+ *   Ibcast: the root to its node; leaders' MPI_Ibcast; the leader of every
+ *     other node to it.
+ *   Ireduce, Iallreduce: node reduce to the leader; leaders' MPI_Ireduce
+ *     (and MPI_Ibcast); the leader to its node (Iallreduce) or to the
+ *     root's node (Ireduce, where the root does not lead its node).
+ *   Iallgather: the node's Iallgather of its ranks' blocks; the leaders'
+ *     MPI_Iallgatherv of the nodes' blocks; the leader's to its node; every
+ *     rank puts them in rank order at the end.
+ */
+enum st_kind { ST_NODE, ST_LEAD, ST_LOCAL };
+#define HNB_STAGES 6
+
+struct hnb;
+typedef int (*lead_fn)(struct hnb *x, MPI_Request *req);
+typedef void (*local_fn)(struct hnb *x);
+
+struct hnb {
+	struct pm_link link;   /* in `hpending` */
+	struct pm_op *op;
+	struct pm_hier *h;
+	uint64_t lead_seq;     /* its place among the calls with a leaders' phase here */
+	int nstages, stage;
+	struct {
+		enum st_kind kind;
+		lead_fn lead;
+		local_fn local;
+		bool started;
+	} st[HNB_STAGES];
+	MPI_Request req;
+	int rc;
+	bool user_op, unpack;
+	/* the call's data */
+	int root, count;
+	MPI_Op mop;
+	char *tmp;             /* packed bytes (Ibcast; a reduction's result to a node) */
+	uint64_t bytes;
+	void *ubuf, *acc, *acc_base;
+	int *ncount, *ndispl; /* Iallgather: the nodes' bytes and where they lie in tmp */
+	bool allgather;
+};
+
+static struct pm_list hpending;
+
+static bool hnb_at(const struct nb *b)
+{
+	return b->parent->stage == b->stage;
+}
+
+static void hnb_note(struct hnb *x, int rc)
+{
+	if (rc != MPI_SUCCESS && x->rc == MPI_SUCCESS)
+		x->rc = rc;
+}
+
+static void hnb_stage_done(struct nb *b)
+{
+	struct hnb *x = b->parent;
+	hnb_note(x, b->rc);
+	x->stage++;
+}
+
+static void allgather_out(struct hnb *x);
+
+static void hnb_finish(struct hnb *x)
+{
+	pm_list_remove(&hpending, &x->link);
+	pm_coll_nb_pending--;
+	x->h->nb_done++;
+	struct pm_op *op = x->op;
+	if (x->unpack && x->rc == MPI_SUCCESS)
+		hnb_note(x, pm_unpack(x->tmp, x->bytes, x->ubuf, x->count, op->dtype));
+	if (x->allgather && x->rc == MPI_SUCCESS)
+		allgather_out(x);
+	free(x->ncount);
+	free(x->ndispl);
+	op->st_error = x->rc;
+	if (x->user_op)
+		release_op(x->mop);
+	free(x->tmp);
+	free(x->acc_base);
+	free(x);
+	pm_op_complete(op);
+}
+
+/* Iallgather's end: the blocks, in node order in x->tmp (x->bytes each),
+ * to the user's buffer in rank order. */
+static void allgather_out(struct hnb *x)
+{
+	const struct pm_hier *h = x->h;
+	const struct pm_type *t = pm_type_info(x->op->dtype);
+	if (!t)
+		return hnb_note(x, MPI_ERR_TYPE);
+	MPI_Aint stride = t->extent * (MPI_Aint)x->count;
+	for (int r = 0; r < h->size && x->rc == MPI_SUCCESS; r++)
+		hnb_note(x, pm_unpack(x->tmp + x->ndispl[h->node_of[r]] + (uint64_t)h->node_rank[r] * x->bytes, x->bytes,
+				      (char *)x->ubuf + (MPI_Aint)r * stride, x->count, x->op->dtype));
+}
+
+/* Move @p x on as far as it goes now: @return whether it moved. */
+static bool hnb_try(struct hnb *x)
+{
+	bool moved = false;
+	while (x->stage < x->nstages) {
+		int k = x->stage;
+		if (x->st[k].kind == ST_NODE)
+			return moved; /* its nb runs it */
+		if (x->st[k].kind == ST_LOCAL) {
+			x->st[k].local(x);
+		} else {
+			if (!x->st[k].started) {
+				if (x->h->lead_turn != x->lead_seq)
+					return moved; /* an earlier call's leaders' phases start first */
+				int rc = x->st[k].lead(x, &x->req);
+				x->st[k].started = true;
+				bool more = false;
+				for (int j = k + 1; j < x->nstages; j++)
+					more = more || x->st[j].kind == ST_LEAD;
+				if (!more) /* its last: the next call's may start */
+					x->h->lead_turn++;
+				if (rc != MPI_SUCCESS) {
+					hnb_note(x, rc);
+					x->req = MPI_REQUEST_NULL;
+				}
+			}
+			int flag = 1;
+			if (x->req != MPI_REQUEST_NULL) {
+				int rc = PMPI_Test(&x->req, &flag, MPI_STATUS_IGNORE);
+				hnb_note(x, rc);
+				if (rc != MPI_SUCCESS)
+					flag = 1;
+			}
+			if (!flag)
+				return moved;
+		}
+		x->stage++;
+		moved = true;
+	}
+	hnb_finish(x);
+	return true;
+}
+
+static int hnb_progress(void)
+{
+	int did = 0;
+	struct pm_link *l = hpending.head;
+	while (l) {
+		struct pm_link *next = l->next;
+		did += hnb_try(pm_container(l, struct hnb, link));
+		l = next;
+	}
+	return did;
+}
+
+void hier_nb_drain(struct pm_hier *h)
+{
+	unsigned idle = 0;
+	while (h->nb_done < h->nb_seq) {
+		if (pm_progress())
+			idle = 0;
+		else
+			pm_idle(&idle, false);
+	}
+}
+
+/* The layout of @p comm for a nonblocking call, or NULL: only where a
+ * blocking call agreed on it already (as nb_area()). */
+static struct pm_hier *nb_hier(MPI_Comm comm)
+{
+	const struct pm_comm *c = pm.active ? pm_comm_find(comm) : NULL;
+	return c && c->mixed && c->coll ? pm_hier_for(comm) : NULL;
+}
+
+static struct hnb *hnb_new(struct pm_hier *h, MPI_Comm comm, MPI_Request *request, int *rc)
+{
+	struct hnb *x = calloc(1, sizeof(*x));
+	if (!x)
+		return no_memory(), NULL;
+	struct pm_op *op = pm_op_new(OP_COLL);
+	op->family = FAM_COUNT;
+	op->counted = true;
+	op->st_source = op->st_tag = 0;
+	pm_op_attach(op, pm_comm_find(comm));
+	*rc = pm_op_handle(op);
+	if (*rc != MPI_SUCCESS) {
+		pm_op_free(op);
+		free(x);
+		return NULL;
+	}
+	*request = op->handle;
+	op->state = ST_STREAM;
+	x->op = op;
+	x->h = h;
+	x->req = MPI_REQUEST_NULL;
+	x->rc = MPI_SUCCESS;
+	return x;
+}
+
+/* A node phase: an nb of @p kind on the node's area, its @p steps
+ * reserved now. */
+static struct nb *hnb_node(struct hnb *x, enum coll_call kind, uint64_t steps)
+{
+	struct pm_coll *co = x->h->node;
+	struct nb *b = calloc(1, sizeof(*b));
+	if (!b)
+		return no_memory(), NULL;
+	b->co = co;
+	b->kind = kind;
+	b->root = -1;
+	b->parent = x;
+	b->stage = x->nstages;
+	x->st[x->nstages++].kind = ST_NODE;
+	b->first = b->step = co->step + 1;
+	co->step += steps;
+	b->last = co->step;
+	return b;
+}
+
+static void hnb_lead(struct hnb *x, lead_fn f)
+{
+	x->st[x->nstages].kind = ST_LEAD;
+	x->st[x->nstages++].lead = f;
+}
+
+static void no_local(struct hnb *x)
+{
+	(void)x;
+}
+
+static void hnb_local(struct hnb *x, local_fn f)
+{
+	x->st[x->nstages].kind = ST_LOCAL;
+	x->st[x->nstages++].local = f;
+}
+
+/* Start @p x: its node phases pending (an empty one done at once), and as
+ * far as it goes now. */
+static int hnb_launch(struct hnb *x, struct nb **nodes, int n)
+{
+	x->h->nb_seq++;
+	bool leads = false;
+	for (int k = 0; k < x->nstages; k++)
+		leads = leads || x->st[k].kind == ST_LEAD;
+	if (leads) /* the same calls at every leader: decided from what matches */
+		x->lead_seq = x->h->lead_seq++;
+	pm_list_push(&hpending, &x->link);
+	pm_coll_nb_pending++;
+	for (int i = 0; i < n; i++) {
+		struct nb *b = nodes[i];
+		if (b->last < b->first) { /* no steps (one rank, no data): nothing to run */
+			x->st[b->stage].kind = ST_LOCAL;
+			x->st[b->stage].local = no_local;
+			free(b->r.acc);
+			free(b->r.x);
+			free(b);
+			continue;
+		}
+		pm_list_push(&pending, &b->link);
+		pm_coll_nb_pending++;
+	}
+	pm_progress();
+	return MPI_SUCCESS;
+}
+
+static int lead_barrier(struct hnb *x, MPI_Request *req)
+{
+	return PMPI_Ibarrier(x->h->leaders, req);
+}
+
+static int lead_bcast(struct hnb *x, MPI_Request *req)
+{
+	return PMPI_Ibcast(x->tmp, (int)x->bytes, MPI_BYTE, x->h->node_of[x->root], x->h->leaders, req);
+}
+
+static int hier_ibarrier(struct pm_hier *h, MPI_Comm comm, MPI_Request *request)
+{
+	int rc;
+	struct hnb *x = hnb_new(h, comm, request, &rc);
+	if (!x)
+		return rc;
+	struct nb *nodes[2];
+	int n = 0, size = h->node->size;
+	nodes[n++] = hnb_node(x, CALL_IBARRIER, size > 1);
+	if (is_leader(h))
+		hnb_lead(x, lead_barrier);
+	nodes[n++] = hnb_node(x, CALL_IBARRIER, size > 1);
+	return hnb_launch(x, nodes, n);
+}
+
+/* A node Ibcast of x->bytes at x->tmp from local rank @p from. */
+static struct nb *node_bcast(struct hnb *x, int from)
+{
+	struct pm_coll *co = x->h->node;
+	struct nb *b = hnb_node(x, CALL_IBCAST, co->size > 1 && x->bytes ? pieces(x->bytes, co->half_bytes) : 0);
+	b->root = from;
+	b->bytes = x->bytes;
+	b->data = x->tmp;
+	return b;
+}
+
+static int hier_ibcast(struct pm_hier *h, void *buffer, int count, MPI_Datatype type, int root, uint64_t bytes,
+		       MPI_Comm comm, MPI_Request *request)
+{
+	int rc;
+	struct hnb *x = hnb_new(h, comm, request, &rc);
+	if (!x)
+		return rc;
+	x->op->dtype = type;
+	hnb_note(x, pm_op_hold_type(x->op));
+	x->root = root;
+	x->bytes = bytes;
+	x->count = count;
+	x->ubuf = buffer;
+	x->tmp = malloc(bytes ? bytes : 1);
+	if (!x->tmp)
+		no_memory();
+	if (h->rank == root && bytes)
+		hnb_note(x, pm_pack(buffer, count, type, x->tmp, bytes));
+	x->unpack = h->rank != root && bytes > 0;
+	struct nb *nodes[1];
+	int n = 0, rn = h->node_of[root];
+	if (h->my_node == rn)
+		nodes[n++] = node_bcast(x, h->node_rank[root]);
+	if (is_leader(h) && bytes)
+		hnb_lead(x, lead_bcast);
+	if (h->my_node != rn)
+		nodes[n++] = node_bcast(x, 0);
+	return hnb_launch(x, nodes, n);
+}
+
+static int lead_allgather(struct hnb *x, MPI_Request *req)
+{
+	return PMPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x->tmp, x->ncount, x->ndispl, MPI_BYTE,
+				x->h->leaders, req);
+}
+
+/* Iallgather: each node's blocks gathered by its ranks (the node's
+ * Iallgather), the leaders' MPI_Iallgatherv of the nodes' blocks, the
+ * leader's to its node; at the end every rank puts them in rank order. */
+static int hier_iallgather(struct pm_hier *h, const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
+			   int rcount, MPI_Datatype rtype, uint64_t bytes, MPI_Comm comm, MPI_Request *request)
+{
+	int rc;
+	struct hnb *x = hnb_new(h, comm, request, &rc);
+	if (!x)
+		return rc;
+	x->op->dtype = rtype;
+	hnb_note(x, pm_op_hold_type(x->op));
+	x->allgather = bytes > 0;
+	x->bytes = bytes;
+	x->count = rcount;
+	x->ubuf = recvbuf;
+	x->ncount = calloc((size_t)h->nnodes, sizeof(int));
+	x->ndispl = calloc((size_t)h->nnodes, sizeof(int));
+	x->tmp = malloc(bytes * (uint64_t)h->size + 1);
+	if (!x->ncount || !x->ndispl || !x->tmp)
+		no_memory();
+	for (int j = 0, off = 0; j < h->nnodes; off += x->ncount[j++]) {
+		x->ncount[j] = h->node_size[j] * (int)bytes;
+		x->ndispl[j] = off;
+	}
+	/* This rank's block, packed (in place: its own block of recvbuf). */
+	void *mine_tmp = NULL;
+	char *mine;
+	if (sendbuf == MPI_IN_PLACE) {
+		const struct pm_type *t = pm_type_info(rtype);
+		MPI_Aint ext = t ? t->extent : 0;
+		mine = contiguous((char *)recvbuf + (MPI_Aint)h->rank * rcount * ext, rcount, rtype, 1, bytes, true,
+				  &mine_tmp, &x->rc);
+	} else {
+		mine = contiguous((void *)(uintptr_t)sendbuf, scount, stype, 1, bytes, true, &mine_tmp, &x->rc);
+	}
+	char *node_all = x->tmp + x->ndispl[h->my_node];
+	if (mine && bytes)
+		memcpy(node_all + (uint64_t)h->node_rank[h->rank] * bytes, mine, bytes);
+	free(mine_tmp);
+	struct nb *nodes[2];
+	int n = 0;
+	struct pm_coll *co = h->node;
+	struct nb *b = hnb_node(x, CALL_IALLGATHER, co->size > 1 && bytes ? pieces(bytes, co->half_bytes) : 0);
+	b->bytes = bytes;
+	b->all = node_all;
+	b->data = node_all + (uint64_t)h->node_rank[h->rank] * bytes;
+	nodes[n++] = b;
+	if (is_leader(h) && bytes)
+		hnb_lead(x, lead_allgather);
+	uint64_t total = bytes * (uint64_t)h->size;
+	b = hnb_node(x, CALL_IBCAST, co->size > 1 && total ? pieces(total, co->half_bytes) : 0);
+	b->root = 0;
+	b->bytes = total;
+	b->data = x->tmp;
+	nodes[n++] = b;
+	return hnb_launch(x, nodes, n);
+}
+
+/* ---- reductions ---- */
+
+static int lead_reduce(struct hnb *x, MPI_Request *req)
+{
+	struct pm_hier *h = x->h;
+	int to = x->root < 0 ? 0 : h->node_of[x->root];
+	if (h->my_node == to)
+		return PMPI_Ireduce(MPI_IN_PLACE, x->acc, x->count, x->op->dtype, x->mop, to, h->leaders, req);
+	return PMPI_Ireduce(x->acc, NULL, x->count, x->op->dtype, x->mop, to, h->leaders, req);
+}
+
+static int lead_rbcast(struct hnb *x, MPI_Request *req)
+{
+	return PMPI_Ibcast(x->acc, x->count, x->op->dtype, 0, x->h->leaders, req);
+}
+
+/* At the leader: its result packed for its node. */
+static void pack_acc(struct hnb *x)
+{
+	hnb_note(x, pm_pack(x->acc, x->count, x->op->dtype, x->tmp, x->bytes));
+}
+
+static int hier_ireduce(struct pm_hier *h, const struct red *rp, const void *sendbuf, void *recvbuf, int count,
+			int root, MPI_Comm comm, MPI_Request *request)
+{
+	int rc;
+	struct hnb *x = hnb_new(h, comm, request, &rc);
+	if (!x)
+		return rc;
+	x->op->dtype = rp->type;
+	hnb_note(x, pm_op_hold_type(x->op));
+	struct red r = *rp;
+	red_layout(&r, x->op->dtype, h->node->half_bytes ? h->node->half_bytes : SIZE_MAX);
+	r.op = rp->op;
+	x->mop = rp->op;
+	x->user_op = hold_op(rp->op);
+	x->root = root;
+	x->count = count;
+	x->bytes = (uint64_t)count * r.size;
+	x->ubuf = recvbuf;
+	int rn = root < 0 ? -1 : h->node_of[root];
+	bool root_leads = root < 0 || h->leader[rn] == root;
+	/* The node's result at its leader: the user's buffer where the leader
+	 * takes the result, else room of the call's own. */
+	x->acc = recvbuf;
+	if (is_leader(h) && root >= 0 && !(root_leads && h->my_node == rn))
+		x->acc = red_room(&r, count, &x->acc_base);
+	bool to_node = root < 0 || (h->my_node == rn && !root_leads); /* a node phase after the leaders' */
+	if (to_node) {
+		x->tmp = malloc(x->bytes ? x->bytes : 1);
+		if (!x->tmp)
+			no_memory();
+		x->unpack = !is_leader(h) && (root < 0 || h->rank == root);
+	}
+	struct nb *nodes[2];
+	int n = 0;
+	struct pm_coll *co = h->node;
+	nodes[n] = hnb_node(x, CALL_IREDUCE, co->size > 1 ? ((uint64_t)count + r.per_chunk - 1) / r.per_chunk : 0);
+	struct nb *b = nodes[n++];
+	b->root = 0;
+	b->in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+	b->out = x->acc;
+	b->count = count;
+	if (!r.dense) {
+		size_t room = red_span(&r, count < r.per_chunk ? count : r.per_chunk);
+		r.acc = malloc(room);
+		r.x = malloc(room);
+		if (!r.acc || !r.x)
+			no_memory();
+	}
+	b->r = r;
+	if (co->size < 2 && is_leader(h) && b->in != x->acc) /* one rank: its data is the node's */
+		hnb_note(x, typed_copy(b->in, x->acc, count, r.type, x->bytes));
+	if (is_leader(h)) {
+		hnb_lead(x, lead_reduce);
+		if (root < 0)
+			hnb_lead(x, lead_rbcast);
+		if (to_node)
+			hnb_local(x, pack_acc);
+	}
+	if (to_node)
+		nodes[n++] = node_bcast(x, 0);
+	return hnb_launch(x, nodes, n);
+}
+
+/* Whether a reduction is carried hierarchically: as coll_hier.c decides
+ * for the blocking calls (hier_carries()). */
+static bool nb_hier_carries(const struct pm_hier *h, struct red *r, MPI_Datatype type, MPI_Op op, int count)
+{
+	int commute = 0;
+	if (count < 0 || op == MPI_OP_NULL || PMPI_Op_commutative(op, &commute) != MPI_SUCCESS)
+		return false;
+	if (!commute && !h->blocks)
+		return false;
+	return red_layout(r, type, h->half_min) &&
+	       red_layout(r, type, h->node->half_bytes ? h->node->half_bytes : SIZE_MAX);
+}
+
 /* ---- the calls ------------------------------------------------------------ */
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
 {
+	struct pm_hier *h = nb_hier(comm);
+	if (h) {
+		coll_count(CALL_IBARRIER, true, 0);
+		return hier_ibarrier(h, comm, request);
+	}
 	struct pm_coll *co = nb_area(comm);
 	coll_count(CALL_IBARRIER, co != NULL, 0);
 	if (!co)
@@ -443,6 +980,13 @@ int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
 
 int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request)
 {
+	struct pm_hier *h = nb_hier(comm);
+	const struct pm_type *ht = h ? pm_type_info(datatype) : NULL;
+	if (ht && count >= 0 && root >= 0 && root < h->size && (uint64_t)ht->size * (uint64_t)count <= INT_MAX) {
+		uint64_t bytes = (uint64_t)ht->size * (uint64_t)count;
+		coll_count(CALL_IBCAST, true, bytes);
+		return hier_ibcast(h, buffer, count, datatype, root, bytes, comm, request);
+	}
 	struct pm_coll *co = nb_area(comm);
 	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
 	if (!t || count < 0 || root < 0 || root >= co->size) {
@@ -480,6 +1024,17 @@ static int nb_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype
 		     MPI_Comm comm, MPI_Request *request)
 {
 	enum coll_call kind = root < 0 ? CALL_IALLREDUCE : CALL_IREDUCE;
+	struct pm_hier *h = nb_hier(comm);
+	if (h) {
+		struct red hr = {.op = op};
+		if (!nb_hier_carries(h, &hr, datatype, op, count) || root >= h->size ||
+		    (uint64_t)count * hr.size > INT_MAX) {
+			coll_count(kind, false, 0);
+			return -1;
+		}
+		coll_count(kind, true, (uint64_t)count * hr.size);
+		return hier_ireduce(h, &hr, sendbuf, recvbuf, count, root, comm, request);
+	}
 	struct pm_coll *co = nb_area(comm);
 	struct red r = {.op = op};
 	if (!red_carried(co, &r, datatype, count, root)) {
@@ -532,6 +1087,18 @@ int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype d
 int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		   MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 {
+	struct pm_hier *h = nb_hier(comm);
+	if (h) {
+		bool ip = sendbuf == MPI_IN_PLACE;
+		const struct pm_type *ht = pm_type_info(ip ? recvtype : sendtype);
+		int hc = ip ? recvcount : sendcount;
+		uint64_t hb = ht && hc >= 0 ? (uint64_t)ht->size * (uint64_t)hc : UINT64_MAX;
+		if (hb <= INT_MAX / (uint64_t)h->size) { /* the leaders' counts are ints */
+			coll_count(CALL_IALLGATHER, true, hb);
+			return hier_iallgather(h, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, hb, comm,
+					       request);
+		}
+	}
 	struct pm_coll *co = nb_area(comm);
 	bool in_place = sendbuf == MPI_IN_PLACE;
 	/* This rank's block: the bytes of its send items, or of its receive
@@ -569,3 +1136,4 @@ int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
 	}
 	return launch(b, pieces(bytes, co->half_bytes));
 }
+

@@ -647,6 +647,9 @@ static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		 MPI_Datatype recvtype, MPI_Comm comm)
 {
+	int hrc = hier_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+	if (hrc >= 0)
+		return hrc;
 	struct pm_coll *co = pm_coll_for(comm);
 	bool in_place = sendbuf == MPI_IN_PLACE;
 	/* Decided from the block's bytes only (the same at every rank). */

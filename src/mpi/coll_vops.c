@@ -336,6 +336,9 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
 int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
 		  void *recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm)
 {
+	int rc = hier_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
+	if (rc >= 0)
+		return rc;
 	struct vx x;
 	struct pm_coll *co = vx_route(comm, 0, false, &x, CALL_ALLTOALLV);
 	if (!co)

@@ -21,6 +21,9 @@ MPI_TEST_BINS = \
 	tests/mpi/coll_commfree \
 	tests/mpi/coll_mismatch \
 	tests/mpi/coll_hier \
+	tests/mpi/coll_a2a_hier \
+	tests/mpi/coll_nb_hier \
+	tests/mpi/coll_truncate \
 	tests/mpi/coll_scan \
 	tests/mpi/coll_v \
 	tests/mpi/coll_nb \
@@ -80,6 +83,15 @@ tests_mpi_coll_commfree_LDADD = $(MPI_LIBS)
 tests_mpi_coll_hier_SOURCES = tests/mpi/mpitest.h tests/mpi/colltest.h tests/mpi/coll_hier.c
 tests_mpi_coll_hier_CFLAGS = $(MPI_TEST_CFLAGS)
 tests_mpi_coll_hier_LDADD = $(MPI_LIBS) -lm
+tests_mpi_coll_a2a_hier_SOURCES = tests/mpi/mpitest.h tests/mpi/colltest.h tests/mpi/coll_a2a_hier.c
+tests_mpi_coll_a2a_hier_CFLAGS = $(MPI_TEST_CFLAGS)
+tests_mpi_coll_a2a_hier_LDADD = $(MPI_LIBS)
+tests_mpi_coll_nb_hier_SOURCES = tests/mpi/mpitest.h tests/mpi/colltest.h tests/mpi/coll_nb_hier.c
+tests_mpi_coll_nb_hier_CFLAGS = $(MPI_TEST_CFLAGS)
+tests_mpi_coll_nb_hier_LDADD = $(MPI_LIBS)
+tests_mpi_coll_truncate_SOURCES = tests/mpi/mpitest.h tests/mpi/colltest.h tests/mpi/coll_truncate.c
+tests_mpi_coll_truncate_CFLAGS = $(MPI_TEST_CFLAGS)
+tests_mpi_coll_truncate_LDADD = $(MPI_LIBS)
 tests_mpi_coll_mismatch_SOURCES = tests/mpi/mpitest.h tests/mpi/colltest.h tests/mpi/coll_mismatch.c
 tests_mpi_coll_mismatch_CFLAGS = $(MPI_TEST_CFLAGS)
 tests_mpi_coll_mismatch_LDADD = $(MPI_LIBS)

@@ -1,0 +1,335 @@
+/*
+ * coll_hier_a2a.c - MPI_Alltoall and MPI_Alltoallv on a communicator that
+ * spans nodes, with the layout of coll_hier.c: each node gathers its
+ * ranks' blocks at its leader, the leaders exchange them with the MPI
+ * library's Alltoallv, and each leader scatters what its node receives.
+ *
+ * Every rank packs the blocks it sends (block d for rank d, in rank
+ * order) and has room for those it receives (block r from rank r).  The
+ * steps, at every rank of the communicator alike:
+ *   1. each node gathers at its leader every rank's table: the bytes it
+ *      sends to each rank and the room it has for each rank's block (two
+ *      numbers a rank of the communicator, one node step, coll_gather_bytes());
+ *   2. each node gathers its ranks' packed blocks at its leader (coll_vbytes(),
+ *      each rank's length from its own table);
+ *   3. the leaders' PMPI_Alltoallv of the senders' lengths, for each node
+ *      pair (sender in its node's order, then receiver in the other's),
+ *      then their PMPI_Alltoallv of the blocks themselves, node j's in
+ *      that order; a leader's counts come from those lengths, so a block
+ *      is never taken short nor long between the leaders;
+ *   4. each leader lays its node's received blocks out per receiving rank,
+ *      block r at the room the rank gave for rank r (a block longer than
+ *      that room is cut there, and the rank's piece carries one byte more:
+ *      coll_vbytes() reports MPI_ERR_TRUNCATE at the receiver, as the
+ *      library would), and scatters them in the node (coll_vbytes()).
+ * The lengths are exchanged rather than taken as equal so that an
+ * erroneous call whose signatures differ (a count larger at the sender)
+ * ends with MPI_ERR_TRUNCATE where a receiver's room is short, never with
+ * bytes past a buffer or a hang.
+ *
+ * Whether a call is carried so depends only on the communicator (its
+ * layout, hier_v_carried()) and for Alltoall on the receive block's length
+ * (the same at every rank): a leader's bytes must fit the library's int
+ * counts (else the library takes it whole, at every rank).  An Alltoallv's
+ * lengths are known only where they are given: a leader whose node's
+ * bytes pass INT_MAX moves none and its node's ranks get MPI_ERR_COUNT.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_hier.h"
+
+static void *zalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size);
+	if (!p)
+		hier_no_memory();
+	return p;
+}
+
+/* This rank's side of a call: its blocks packed, their lengths. */
+struct a2a {
+	uint64_t *tab;  /* [0, n): bytes sent to rank d; [n, 2n): room for rank r's block */
+	char *out;      /* the packed blocks sent, in rank order */
+	char *in;       /* the room for the blocks received, in rank order */
+	uint64_t stot, rtot;
+	int rc;         /* this rank's own first error */
+};
+
+static void keep(int *rc, int e)
+{
+	if (e != MPI_SUCCESS && *rc == MPI_SUCCESS)
+		*rc = e;
+}
+
+/* The leader's part between the node steps.  @p tabs: its node's tables
+ * (local rank k's bytes to every rank at k * 2n, its room for every rank's
+ * block at k * 2n + n); @p G: its node's packed blocks, local rank k's
+ * from @p goff[k].  @return in *@p O the pieces per local rank (@p olen[k]
+ * bytes each, in local order) and the leaders' first error. */
+static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const char *G, const uint64_t *goff,
+			 char **O, uint64_t *olen, MPI_Comm comm)
+{
+	int n = h->size, me = h->my_node, nn = h->node_size[me], nodes = h->nnodes, rc = MPI_SUCCESS;
+	int *scnt = zalloc((size_t)nodes, sizeof(int)), *sdsp = zalloc((size_t)nodes, sizeof(int));
+	int *rcnt = zalloc((size_t)nodes, sizeof(int)), *rdsp = zalloc((size_t)nodes, sizeof(int));
+	/* 3a: the senders' lengths, node j's pairs (k here, d of node j). */
+	uint64_t *slens = zalloc((size_t)nn * (size_t)n, sizeof(uint64_t));
+	uint64_t *rlens = zalloc((size_t)nn * (size_t)n, sizeof(uint64_t));
+	for (int j = 0, at = 0; j < nodes; j++) {
+		sdsp[j] = rdsp[j] = at * (int)sizeof(uint64_t);
+		scnt[j] = rcnt[j] = nn * h->node_size[j] * (int)sizeof(uint64_t);
+		at += nn * h->node_size[j];
+	}
+	/* slens: by node j, then k, then d of node j in order. */
+	uint64_t *p = slens;
+	for (int j = 0; j < nodes; j++)
+		for (int k = 0; k < nn; k++)
+			for (int d = 0; d < n; d++)
+				if (h->node_of[d] == j)
+					*p++ = tabs[(size_t)k * 2 * n + d];
+	rc = first(rc, PMPI_Alltoallv(slens, scnt, sdsp, MPI_BYTE, rlens, rcnt, rdsp, MPI_BYTE, h->leaders));
+	/* rlens: by node i, then r of node i, then m here: what r sends m.
+	 * 3b: the blocks, with counts from those lengths. */
+	uint64_t sall = 0, rall = 0;
+	p = slens;
+	uint64_t *q = rlens;
+	for (int j = 0; j < nodes; j++) {
+		uint64_t s = 0, t = 0;
+		for (int x = 0; x < nn * h->node_size[j]; x++) {
+			s += *p++;
+			t += *q++;
+		}
+		bool fits = sall + s <= INT_MAX && rall + t <= INT_MAX;
+		if (!fits)
+			keep(&rc, MPI_ERR_COUNT);
+		scnt[j] = fits ? (int)s : 0;
+		rcnt[j] = fits ? (int)t : 0;
+		sdsp[j] = (int)sall;
+		rdsp[j] = (int)rall;
+		sall += (uint64_t)scnt[j];
+		rall += (uint64_t)rcnt[j];
+	}
+	char *L = zalloc((size_t)sall, 1), *X = zalloc((size_t)rall, 1);
+	for (int j = 0; j < nodes; j++) {
+		char *w = L + sdsp[j];
+		for (int k = 0; scnt[j] && k < nn; k++) {
+			const uint64_t *row = tabs + (size_t)k * 2 * n;
+			uint64_t off = goff[k];
+			for (int d = 0; d < n; off += row[d++])
+				if (h->node_of[d] == j) {
+					memcpy(w, G + off, row[d]);
+					w += row[d];
+				}
+		}
+	}
+	rc = first(rc, PMPI_Alltoallv(L, scnt, sdsp, MPI_BYTE, X, rcnt, rdsp, MPI_BYTE, h->leaders));
+	free(L);
+	/* 4: local rank m's piece: block r at its room's place, one byte
+	 * more where some block was longer than its room. */
+	uint64_t *ooff = zalloc((size_t)nn, sizeof(uint64_t)), total = 0;
+	bool *cut = zalloc((size_t)nn, sizeof(bool));
+	for (int m = 0; m < nn; m++) {
+		const uint64_t *room = tabs + (size_t)m * 2 * n + n;
+		olen[m] = 0;
+		for (int r = 0; r < n; r++)
+			olen[m] += room[r];
+	}
+	q = rlens;
+	for (int i = 0; i < nodes; i++)
+		for (int r = 0; r < n; r++) {
+			if (h->node_of[r] != i)
+				continue;
+			for (int m = 0; m < nn; m++, q++)
+				if (*q > tabs[(size_t)m * 2 * n + n + r])
+					cut[m] = true;
+		}
+	for (int m = 0; m < nn; m++) {
+		ooff[m] = total;
+		olen[m] += cut[m];
+		total += olen[m];
+	}
+	*O = zalloc((size_t)total, 1);
+	q = rlens;
+	for (int i = 0; i < nodes; i++) {
+		const char *src = X + rdsp[i], *end = src + rcnt[i];
+		for (int r = 0; r < n; r++) {
+			if (h->node_of[r] != i)
+				continue;
+			for (int m = 0; m < nn; m++, q++) {
+				const uint64_t *room = tabs + (size_t)m * 2 * n + n;
+				uint64_t at = 0;
+				for (int x = 0; x < r; x++)
+					at += room[x];
+				uint64_t len = *q < room[r] ? *q : room[r];
+				if ((uint64_t)(end - src) < *q) /* the leaders moved none of it */
+					len = 0;
+				memcpy(*O + ooff[m] + at, src, (size_t)len);
+				src += (uint64_t)(end - src) < *q ? 0 : *q;
+			}
+		}
+	}
+	free(X);
+	free(ooff);
+	free(cut);
+	free(slens);
+	free(rlens);
+	free(scnt);
+	free(sdsp);
+	free(rcnt);
+	free(rdsp);
+	return pm_comm_error(comm, rc);
+}
+
+/* The call once every rank has its side @p a: @return the node's and
+ * leaders' first error (reported), else this rank's own (reported). */
+static int a2a_run(struct pm_hier *h, struct a2a *a, MPI_Comm comm)
+{
+	int n = h->size, nn = h->node_size[h->my_node];
+	bool lead = is_leader(h);
+	uint64_t *tabs = lead ? zalloc((size_t)nn * 2 * (size_t)n, sizeof(uint64_t)) : NULL;
+	uint64_t *glen = lead ? zalloc((size_t)nn, sizeof(uint64_t)) : NULL;
+	uint64_t *goff = lead ? zalloc((size_t)nn, sizeof(uint64_t)) : NULL;
+	uint64_t *olen = lead ? zalloc((size_t)nn, sizeof(uint64_t)) : NULL;
+	int sent = coll_gather_bytes(h->node, (char *)a->tab, (char *)tabs, 2 * (uint64_t)n * sizeof(uint64_t), 0);
+	uint64_t gall = 0;
+	for (int k = 0; lead && k < nn; k++) {
+		for (int d = 0; d < n; d++)
+			glen[k] += tabs[(size_t)k * 2 * n + d];
+		goff[k] = gall;
+		gall += glen[k];
+	}
+	char *G = lead ? zalloc((size_t)gall, 1) : NULL, *O = NULL;
+	sent = first(sent, coll_vbytes(h->node, true, a->out, a->stot, G, glen, comm));
+	if (lead)
+		sent = first(sent, leaders_phase(h, tabs, G, goff, &O, olen, comm));
+	free(G);
+	sent = first(sent, coll_vbytes(h->node, false, a->in, a->rtot, O, olen, comm));
+	free(O);
+	free(tabs);
+	free(glen);
+	free(goff);
+	free(olen);
+	return sent;
+}
+
+/* Block @p i of a side: @p counts[i] items (or @p count) at item
+ * @p displs[i] (or i * @p count) of @p buf. */
+static void *block_at(const void *buf, const int *displs, int count, MPI_Aint extent, int i)
+{
+	MPI_Aint d = displs ? (MPI_Aint)displs[i] : (MPI_Aint)i * count;
+	return (void *)((uintptr_t)buf + (uintptr_t)(d * extent));
+}
+
+/* This rank's side: the blocks it sends (@p sbuf ...) packed, its room
+ * for the blocks it receives (@p rbuf ...); in place: it sends from its
+ * receive blocks, packed before any is received. */
+static void a2a_side(struct a2a *a, int n, const void *sbuf, const int *scounts, const int *sdispls, int scount,
+		     MPI_Datatype stype, const void *rbuf, const int *rcounts, const int *rdispls, int rcount,
+		     MPI_Datatype rtype)
+{
+	const struct pm_type *t;
+	a->tab = zalloc(2 * (size_t)n, sizeof(uint64_t));
+	uint64_t ssize = 0, rsize = 0;
+	MPI_Aint sext = 0;
+	if ((t = pm_type_info(rtype))) {
+		rsize = (uint64_t)t->size;
+	} else {
+		keep(&a->rc, MPI_ERR_TYPE);
+	}
+	if (sbuf == MPI_IN_PLACE) {
+		sbuf = rbuf;
+		scounts = rcounts;
+		sdispls = rdispls;
+		scount = rcount;
+		stype = rtype;
+	}
+	if ((t = pm_type_info(stype))) {
+		ssize = (uint64_t)t->size;
+		sext = t->extent;
+	} else {
+		keep(&a->rc, MPI_ERR_TYPE);
+	}
+	for (int d = 0; d < n; d++) {
+		int sc = scounts ? scounts[d] : scount, rc = rcounts ? rcounts[d] : rcount;
+		if (sc < 0 || rc < 0)
+			keep(&a->rc, MPI_ERR_COUNT);
+		a->tab[d] = sc > 0 ? (uint64_t)sc * ssize : 0;
+		a->tab[n + d] = rc > 0 ? (uint64_t)rc * rsize : 0;
+		a->stot += a->tab[d];
+		a->rtot += a->tab[n + d];
+	}
+	a->out = zalloc((size_t)a->stot, 1);
+	a->in = zalloc((size_t)a->rtot, 1);
+	uint64_t off = 0;
+	for (int d = 0; d < n; off += a->tab[d++]) {
+		if (!a->tab[d])
+			continue;
+		int e = pm_pack(block_at(sbuf, sdispls, scount, sext, d), scounts ? scounts[d] : scount, stype,
+				a->out + off, a->tab[d]);
+		if (e != MPI_SUCCESS) { /* sent as zeros of its length: the others' steps go on */
+			keep(&a->rc, e);
+			memset(a->out + off, 0, a->tab[d]);
+		}
+	}
+}
+
+/* The received blocks to their places. */
+static void a2a_unpack(struct a2a *a, int n, void *rbuf, const int *rcounts, const int *rdispls, int rcount,
+		       MPI_Datatype rtype)
+{
+	const struct pm_type *t = pm_type_info(rtype);
+	if (!t)
+		return;
+	MPI_Aint ext = t->extent;
+	uint64_t off = 0;
+	for (int r = 0; r < n; off += a->tab[n + r++])
+		if (a->tab[n + r])
+			keep(&a->rc, pm_unpack(a->in + off, a->tab[n + r], block_at(rbuf, rdispls, rcount, ext, r),
+					       rcounts ? rcounts[r] : rcount, rtype));
+}
+
+static int a2a_call(struct pm_hier *h, const void *sbuf, const int *scounts, const int *sdispls, int scount,
+		    MPI_Datatype stype, void *rbuf, const int *rcounts, const int *rdispls, int rcount,
+		    MPI_Datatype rtype, MPI_Comm comm, enum coll_call call)
+{
+	struct a2a a = {.rc = MPI_SUCCESS};
+	a2a_side(&a, h->size, sbuf, scounts, sdispls, scount, stype, rbuf, rcounts, rdispls, rcount, rtype);
+	coll_count(call, true, a.stot);
+	int sent = a2a_run(h, &a, comm);
+	/* coll_vbytes() reported a short room (MPI_ERR_TRUNCATE) in sent;
+	 * what fits is unpacked all the same, as the library leaves it. */
+	if (a.rc == MPI_SUCCESS)
+		a2a_unpack(&a, h->size, rbuf, rcounts, rdispls, rcount, rtype);
+	free(a.tab);
+	free(a.out);
+	free(a.in);
+	return first(sent, pm_comm_error(comm, a.rc));
+}
+
+int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
+		  MPI_Datatype rtype, MPI_Comm comm)
+{
+	struct pm_hier *h = hier_get(comm);
+	const struct pm_type *t = h && hier_v_carried(h) && rcount >= 0 ? pm_type_info(rtype) : NULL;
+	/* A leader moves its node's blocks to and from every rank. */
+	if (!t || (uint64_t)t->size * (uint64_t)rcount > INT_MAX / ((uint64_t)h->size * (uint64_t)h->most))
+		return -1;
+	if (t->size == 0 || rcount == 0) {
+		coll_count(CALL_ALLTOALL, true, 0);
+		return MPI_SUCCESS;
+	}
+	return a2a_call(h, sendbuf, NULL, NULL, scount, stype, recvbuf, NULL, NULL, rcount, rtype, comm,
+			CALL_ALLTOALL);
+}
+
+int hier_alltoallv(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype, void *recvbuf,
+		   const int *rcounts, const int *rdispls, MPI_Datatype rtype, MPI_Comm comm)
+{
+	struct pm_hier *h = hier_get(comm);
+	if (!h || !hier_v_carried(h))
+		return -1;
+	return a2a_call(h, sendbuf, scounts, sdispls, 0, stype, recvbuf, rcounts, rdispls, 0, rtype, comm,
+			CALL_ALLTOALLV);
+}
