@@ -151,6 +151,11 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 		total += olen[m];
 	}
 	*O = zalloc((size_t)total, 1);
+	/* at[m * n + r]: where block r goes in local rank m's piece. */
+	uint64_t *at = zalloc((size_t)nn * (size_t)n, sizeof(uint64_t));
+	for (int m = 0; m < nn; m++)
+		for (int r = 1; r < n; r++)
+			at[(size_t)m * n + r] = at[(size_t)m * n + r - 1] + tabs[(size_t)m * 2 * n + n + r - 1];
 	q = rlens;
 	for (int i = 0; i < nodes; i++) {
 		const char *src = X + rdsp[i], *end = src + rcnt[i];
@@ -158,18 +163,16 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 			if (h->node_of[r] != i)
 				continue;
 			for (int m = 0; m < nn; m++, q++) {
-				const uint64_t *room = tabs + (size_t)m * 2 * n + n;
-				uint64_t at = 0;
-				for (int x = 0; x < r; x++)
-					at += room[x];
-				uint64_t len = *q < room[r] ? *q : room[r];
+				uint64_t room = tabs[(size_t)m * 2 * n + n + r];
+				uint64_t len = *q < room ? *q : room;
 				if ((uint64_t)(end - src) < *q) /* the leaders moved none of it */
 					len = 0;
-				memcpy(*O + ooff[m] + at, src, (size_t)len);
+				memcpy(*O + ooff[m] + at[(size_t)m * n + r], src, (size_t)len);
 				src += (uint64_t)(end - src) < *q ? 0 : *q;
 			}
 		}
 	}
+	free(at);
 	free(X);
 	free(ooff);
 	free(cut);
