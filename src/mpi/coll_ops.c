@@ -3,8 +3,10 @@
  * (coll.h): MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce, MPI_Gather,
  * MPI_Scatter, MPI_Allgather, MPI_Alltoall.
  *
- * Barrier, Bcast, Reduce, Allreduce, Gather and Allgather first offer the call to
- * coll_hier.c (a communicator that spans nodes).  Each passes the call to
+ * Barrier, Bcast, Reduce, Allreduce, Gather, Scatter and Allgather offer the
+ * call to coll_hier.c (a communicator that spans nodes) where pm_coll_for()
+ * gives no area (coll_hier.c carries only communicators that have none,
+ * so the order decides nothing, and a call with an area looks once).  Each passes the call to
  * the MPI library unchanged where pm_coll_for() says so, or where what must match at every rank is not valid (the root,
  * the count and type of the rank's own block or elements: the library
  * reports the error as it does), or where a reduction's element does not
@@ -84,10 +86,10 @@ int coll_barrier(struct pm_coll *co)
 
 int MPI_Barrier(MPI_Comm comm)
 {
-	int rc = hier_barrier(comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1 : hier_barrier(comm);
 	if (rc >= 0)
 		return rc;
-	struct pm_coll *co = pm_coll_for(comm);
 	coll_count(CALL_BARRIER, co != NULL, 0);
 	return co ? coll_barrier(co) : PMPI_Barrier(comm);
 }
@@ -189,10 +191,10 @@ int coll_bcast_to(struct pm_coll *co, void *buffer, int count, MPI_Datatype data
 
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
 {
-	int rc = hier_bcast(buffer, count, datatype, root, comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1 : hier_bcast(buffer, count, datatype, root, comm);
 	if (rc >= 0)
 		return rc;
-	struct pm_coll *co = pm_coll_for(comm);
 	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
 	if (!t || count < 0 || root < 0 || root >= co->size) {
 		coll_count(CALL_BCAST, false, 0);
@@ -216,6 +218,7 @@ bool red_layout(struct red *r, MPI_Datatype type, size_t half)
 	r->extent = t->extent;
 	r->dense = t->flat && t->extent == (MPI_Aint)t->size;
 	r->small = false; /* the halves, unless the caller chooses a small slot */
+	r->kern = red_kernel(type, r->op);
 	if (t->flat) { /* no hole: its bytes from the true lower bound on */
 		r->tlb = t->tlb;
 		r->true_extent = (MPI_Aint)t->size;
@@ -292,6 +295,10 @@ int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *o
 	for (int i = hi - 2; i >= lo; i--) {
 		const void *x = mine && i == co->rank ? mine
 						      : red_unpacked(r, slot(co, i, s, r->small) + off, r->x, k, &rc);
+		if (r->kern && (((uintptr_t)x | (uintptr_t)acc) & (r->size - 1)) == 0) {
+			r->kern(x, acc, k); /* aligned elements: the kernel may be vectorized */
+			continue;
+		}
 		int e = PMPI_Reduce_local(x, acc, k, r->type, r->op);
 		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
 			rc = e;
@@ -378,10 +385,10 @@ bool red_carried(const struct pm_coll *co, struct red *r, MPI_Datatype type, int
 static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
 		       MPI_Comm comm, enum coll_call call)
 {
-	int rc = hier_reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1 : hier_reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
 	if (rc >= 0)
 		return rc;
-	struct pm_coll *co = pm_coll_for(comm);
 	struct red r = {.op = op};
 	if (!red_carried(co, &r, datatype, count, root)) {
 		coll_count(call, false, 0);
@@ -532,11 +539,10 @@ static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
 enum blk_kind { BLK_GATHER, BLK_SCATTER, BLK_ALLGATHER };
 
 /* The three calls: the block's bytes from the side every rank has. */
-static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
-		      int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+static int block_call(struct pm_coll *co, enum blk_kind kind, const void *sendbuf, int scount, MPI_Datatype stype,
+		      void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
 	static const enum coll_call calls[] = {CALL_GATHER, CALL_SCATTER, CALL_ALLGATHER};
-	struct pm_coll *co = pm_coll_for(comm);
 	bool is_root = co && (kind == BLK_ALLGATHER || co->rank == root);
 	/* Gather: every rank sends; Scatter: every rank receives (at the root, either may be in place). */
 	bool in_place = is_root && (kind == BLK_SCATTER ? recvbuf == MPI_IN_PLACE : sendbuf == MPI_IN_PLACE);
@@ -591,27 +597,32 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 	       MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
-	int rc = hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, false, comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1 : hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, false, comm);
 	if (rc < 0)
-		rc = block_call(BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+		rc = block_call(co, BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 	return rc >= 0 ? rc : PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 }
 
 int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
-	int rc = hier_scatter(sendbuf, false, NULL, NULL, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1
+		    : hier_scatter(sendbuf, false, NULL, NULL, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+				   comm);
 	if (rc < 0)
-		rc = block_call(BLK_SCATTER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+		rc = block_call(co, BLK_SCATTER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 	return rc >= 0 ? rc : PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 }
 
 int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		  MPI_Datatype recvtype, MPI_Comm comm)
 {
-	int rc = hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, true, comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1 : hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, true, comm);
 	if (rc < 0)
-		rc = block_call(BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
+		rc = block_call(co, BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
 	return rc >= 0 ? rc : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 
