@@ -340,6 +340,14 @@ void pm_coll_free(struct pm_comm *c)
 /* ---- waiting ---------------------------------------------------------- */
 
 #define LIVE_EVERY 256u /* fruitless passes between two looks at the members' liveness */
+#define LOOKS 8u        /* tight looks at a flag before each pass over the rest of the plugin */
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
 
 static bool flag_reached(const struct pm_coll *co, int r, bool done, uint64_t s)
 {
@@ -384,6 +392,14 @@ static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s
 			r++;
 			continue;
 		}
+		/* The flag is seen as soon as it comes, not a progress pass later. */
+		unsigned k = 0;
+		while (k < LOOKS && !flag_reached(co, r, done, s)) {
+			relax();
+			k++;
+		}
+		if (k < LOOKS)
+			continue;
 		if (pm_progress()) {
 			idle = 0;
 			continue;
