@@ -3,7 +3,9 @@
  * operations on the common predefined types, where calling
  * PMPI_Reduce_local for a few elements costs more than the operation.
  *
- * A kernel computes inout[i] = in[i] op inout[i] as MPI_Reduce_local does,
+ * A kernel computes out[i] = in[i] op inout[i] as MPI_Reduce_local does
+ * (out = inout), or into a third buffer (a fold's first operation, without
+ * a copy of its first operand),
  * with the operands in the order of Open MPI's own C kernels (inout op in)
  * where the order can show: integers give the same bits in either order
  * (sums and products wrap, as the library's do in practice); floating
@@ -17,13 +19,13 @@
 #include "coll_red.h"
 
 #define KERN(name, T, expr)                                                  \
-	static void name(const void *in_, void *inout_, int k)               \
+	static void name(const void *in_, const void *inout_, void *out_, int k) \
 	{                                                                    \
-		const T *in = in_;                                           \
-		T *io = inout_;                                              \
+		const T *in = in_, *io = inout_;                             \
+		T *out = out_;                                               \
 		for (int i = 0; i < k; i++) {                                \
 			T a = io[i], b = in[i];                              \
-			io[i] = (expr);                                      \
+			out[i] = (expr);                                     \
 		}                                                            \
 	}
 

@@ -285,18 +285,28 @@ int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *o
 	int rc = MPI_SUCCESS;
 	const void *mine = r->dense ? r->mine : NULL;
 	void *acc;
+	int i = hi - 2;
+	/* The plugin's kernels (scalar) for a few elements only: above, the
+	 * library's vectorized ones are faster. */
+	red_kernel_fn kern = (size_t)k * r->size <= RED_KERNEL_MAX ? r->kern : NULL;
 	if (r->dense) {
 		const void *top = mine && hi - 1 == co->rank ? at(mine, r->tlb) : slot(co, hi - 1, s, r->small) + off;
 		acc = mine && mine != out ? out : at(co->scratch, -r->tlb);
-		memcpy(at(acc, r->tlb), top, (size_t)k * r->size);
+		const void *x = i < lo ? NULL : mine && i == co->rank ? at(mine, r->tlb) : slot(co, i, s, r->small) + off;
+		if (x && kern && (((uintptr_t)x | (uintptr_t)top | (uintptr_t)at(acc, r->tlb)) & (r->size - 1)) == 0) {
+			kern(x, top, at(acc, r->tlb), k); /* the first operation, without a copy of top */
+			i--;
+		} else {
+			memcpy(at(acc, r->tlb), top, (size_t)k * r->size);
+		}
 	} else {
 		acc = red_unpacked(r, slot(co, hi - 1, s, r->small) + off, r->acc, k, &rc);
 	}
-	for (int i = hi - 2; i >= lo; i--) {
+	for (; i >= lo; i--) {
 		const void *x = mine && i == co->rank ? mine
 						      : red_unpacked(r, slot(co, i, s, r->small) + off, r->x, k, &rc);
-		if (r->kern && (((uintptr_t)x | (uintptr_t)acc) & (r->size - 1)) == 0) {
-			r->kern(x, acc, k); /* aligned elements: the kernel may be vectorized */
+		if (kern && (((uintptr_t)x | (uintptr_t)acc) & (r->size - 1)) == 0) {
+			kern(x, acc, acc, k);
 			continue;
 		}
 		int e = PMPI_Reduce_local(x, acc, k, r->type, r->op);

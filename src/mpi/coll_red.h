@@ -11,9 +11,12 @@
 
 #include "coll.h"
 
-/* inout[i] = in[i] op inout[i] for @p k elements (coll_kern.c). */
-typedef void (*red_kernel_fn)(const void *in, void *inout, int k);
-/* This plugin's own kernel for @p op on @p type, or NULL: PMPI_Reduce_local. */
+/* out[i] = in[i] op inout[i] for @p k elements (coll_kern.c); @p out may
+ * be @p inout (or @p in: element by element, each read before written). */
+typedef void (*red_kernel_fn)(const void *in, const void *inout, void *out, int k);
+/* This plugin's own kernel for @p op on @p type, or NULL: PMPI_Reduce_local
+ * (which red_fold() takes too above RED_KERNEL_MAX bytes a chunk). */
+#define RED_KERNEL_MAX 512u
 red_kernel_fn red_kernel(MPI_Datatype type, MPI_Op op);
 
 /* A reduction: what is decided from its signature (the same at every
