@@ -507,6 +507,50 @@ static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 	}
 }
 
+/*
+ * Single copy (co->cma_min: agreed at every rank, coll.c): one step where
+ * every rank posts the address of its contiguous send side in its small
+ * slot, every rank copies what it takes straight from the others' memory
+ * (coll_read()), and none returns before every rank's done says it has
+ * finished reading.  Taken for blocks of at least co->cma_min bytes: the
+ * same at every rank.
+ */
+static void post_address(struct pm_coll *co, uint64_t s, const void *p)
+{
+	uint64_t a = (uint64_t)(uintptr_t)p;
+	coll_wait_free(co, s);
+	memcpy(coll_small(co, co->rank, s), &a, sizeof(a));
+	coll_post(co, s);
+}
+
+static uint64_t peer_address(const struct pm_coll *co, int r, uint64_t s)
+{
+	uint64_t a;
+	memcpy(&a, coll_small(co, r, s), sizeof(a));
+	return a;
+}
+
+/* Allgather: every rank's block from its memory. */
+static int allgather_cma(struct pm_coll *co, struct blocks *b)
+{
+	uint64_t s = ++co->step;
+	int rc = MPI_SUCCESS;
+	post_address(co, s, b->mine);
+	char *own = b->all + (uint64_t)co->rank * b->bytes;
+	if (own != b->mine)
+		memcpy(own, b->mine, b->bytes);
+	coll_wait_all(co, s);
+	for (int r = 0; r < co->size && coll_error(co) == MPI_SUCCESS; r++) {
+		int e = r == co->rank ? MPI_SUCCESS
+				      : coll_read(co, r, b->all + (uint64_t)r * b->bytes, peer_address(co, r, s), b->bytes);
+		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
+			rc = e;
+	}
+	coll_finish(co, s);
+	coll_wait_done(co, s);
+	return rc;
+}
+
 int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes, int root)
 {
 	struct blocks b = {.mine = mine, .all = all, .bytes = bytes};
@@ -593,6 +637,8 @@ static int block_call(struct pm_coll *co, enum blk_kind kind, const void *sendbu
 			b.mine == b.all ? 0 : b.bytes);
 	else if (kind == BLK_SCATTER)
 		scatter_steps(co, &b, root);
+	else if (kind == BLK_ALLGATHER && co->cma_min && b.bytes >= co->cma_min)
+		rc = allgather_cma(co, &b);
 	else
 		gather_steps(co, &b, kind == BLK_GATHER ? root : -1);
 	if (is_root && b.tmp_all && kind != BLK_SCATTER && rc == MPI_SUCCESS)
@@ -665,6 +711,26 @@ static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64
 	}
 }
 
+/* Alltoall: block `rank` of every rank's @p out from its memory. */
+static int alltoall_cma(struct pm_coll *co, const char *out, char *in, uint64_t bytes)
+{
+	uint64_t s = ++co->step;
+	int rc = MPI_SUCCESS, me = co->rank;
+	post_address(co, s, out);
+	memcpy(in + (uint64_t)me * bytes, out + (uint64_t)me * bytes, bytes);
+	coll_wait_all(co, s);
+	for (int r = 0; r < co->size && coll_error(co) == MPI_SUCCESS; r++) {
+		int e = r == me ? MPI_SUCCESS
+				: coll_read(co, r, in + (uint64_t)r * bytes, peer_address(co, r, s) + (uint64_t)me * bytes,
+					    bytes);
+		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
+			rc = e;
+	}
+	coll_finish(co, s);
+	coll_wait_done(co, s);
+	return rc;
+}
+
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		 MPI_Datatype recvtype, MPI_Comm comm)
 {
@@ -694,6 +760,8 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
 		PMPI_Abort(comm, MPI_ERR_NO_MEM);
 	if (n == 1)
 		memcpy(in, out, all);
+	else if (co->cma_min && bytes >= co->cma_min)
+		rc = alltoall_cma(co, out, in, bytes);
 	else
 		alltoall_steps(co, out, in, bytes);
 	if (tmp_in && rc == MPI_SUCCESS)
