@@ -15,17 +15,23 @@
  * order, so the ranks' results stay bit-for-bit equal.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "coll_red.h"
 
+/* Elements are loaded and stored by memcpy: a user's buffer need not be
+ * aligned, and whether a kernel is used depends on the signature alone. */
 #define KERN(name, T, expr)                                                  \
 	static void name(const void *in_, const void *inout_, void *out_, int k) \
 	{                                                                    \
-		const T *in = in_, *io = inout_;                             \
-		T *out = out_;                                               \
-		for (int i = 0; i < k; i++) {                                \
-			T a = io[i], b = in[i];                              \
-			out[i] = (expr);                                     \
+		const char *in = in_, *io = inout_;                          \
+		char *out = out_;                                            \
+		for (size_t i = 0; i < (size_t)k * sizeof(T); i += sizeof(T)) { \
+			T a, b, c;                                           \
+			memcpy(&a, io + i, sizeof(T));                       \
+			memcpy(&b, in + i, sizeof(T));                       \
+			c = (expr);                                          \
+			memcpy(out + i, &c, sizeof(T));                      \
 		}                                                            \
 	}
 

@@ -43,7 +43,10 @@
  *   result = x0 op (x1 op (... op (x[n-2] op x[n-1])))
  * for every operation, predefined or not, commutative or not (MPI takes
  * them as associative).  The same bytes in the same order at every rank:
- * every rank of an Allreduce gets the same bits, on every run.
+ * every rank of an Allreduce gets the same bits, on every run.  Chunks of
+ * a few elements of the common predefined types and operations go
+ * through the plugin's own kernels instead (coll_kern.c): the same
+ * operation in the same order, decided from the signature alone.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -293,7 +296,7 @@ int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *o
 		const void *top = mine && hi - 1 == co->rank ? at(mine, r->tlb) : slot(co, hi - 1, s, r->small) + off;
 		acc = mine && mine != out ? out : at(co->scratch, -r->tlb);
 		const void *x = i < lo ? NULL : mine && i == co->rank ? at(mine, r->tlb) : slot(co, i, s, r->small) + off;
-		if (x && kern && (((uintptr_t)x | (uintptr_t)top | (uintptr_t)at(acc, r->tlb)) & (r->size - 1)) == 0) {
+		if (x && kern) {
 			kern(x, top, at(acc, r->tlb), k); /* the first operation, without a copy of top */
 			i--;
 		} else {
@@ -305,7 +308,7 @@ int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *o
 	for (; i >= lo; i--) {
 		const void *x = mine && i == co->rank ? mine
 						      : red_unpacked(r, slot(co, i, s, r->small) + off, r->x, k, &rc);
-		if (kern && (((uintptr_t)x | (uintptr_t)acc) & (r->size - 1)) == 0) {
+		if (kern) {
 			kern(x, acc, acc, k);
 			continue;
 		}
