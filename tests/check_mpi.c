@@ -152,6 +152,8 @@ static const struct program programs[] = {
 	 * messages in flight; once more with collectives turned off. */
 	{"coll_basic", NB, 0, NULL, NULL},
 	{"coll_basic", NB, 0, NULL, "PINSHM_MPI_COLL=0"},
+	/* Allgather and Alltoall read straight from the other ranks' memory. */
+	{"coll_basic", NB, 0, NULL, "PINSHM_MPI_COLL_CMA=1"},
 	/* The v variants; reduce-scatter and the scans (more ranks: test_coll_ranks). */
 	{"coll_v", B, 0, NULL, NULL},
 	{"coll_scan", B, 0, NULL, NULL},

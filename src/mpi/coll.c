@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "channel.h" /* the area's mapping: base and geometry of a handle */
 #include "coll.h"
@@ -33,10 +34,12 @@
 #define SLOT_DEFAULT (256u * 1024) /* ring bytes per rank, halved to fit the bound */
 #define SLOT_MIN (8u * 1024)
 #define AREA_DEFAULT (64ull << 20)
+#define CMA_DEFAULT 0 /* PINSHM_MPI_COLL_CMA: off (a copy through the area measured faster here) */
 #define SLOT_HEAD 128u /* the zero line, the flag line */
 
 static bool coll_enabled = true;
 static uint64_t area_max = AREA_DEFAULT;
+static uint64_t cma_min = CMA_DEFAULT;
 
 static const char *const call_names[CALL_COUNT] = {
 	"barrier", "bcast", "reduce", "allreduce", "gather", "scatter", "allgather", "alltoall",
@@ -51,6 +54,9 @@ void pm_coll_config(void)
 	const char *v = getenv("PINSHM_MPI_COLL");
 	coll_enabled = !(v && strcmp(v, "0") == 0);
 	area_max = pm_env_size("PINSHM_MPI_COLL_AREA", AREA_DEFAULT, 2 * SLOT_MIN, UINT64_MAX);
+	cma_min = pm_env_size("PINSHM_MPI_COLL_CMA", CMA_DEFAULT, 0, INT64_MAX);
+	if (pm.cfg.cma_set && pm.cfg.cma == 0) /* PINSHM_MPI_CMA=0: never copied so */
+		cma_min = 0;
 }
 
 void coll_count(enum coll_call call, bool pinshm, uint64_t bytes)
@@ -210,11 +216,73 @@ static void area_close(struct pm_coll *co)
 	free(co->half);
 	free(co->flags);
 	free(co->scratch);
+	free(co->pid);
+	co->pid = NULL;
+	co->cma_min = 0;
 	live_free(co->live);
 	co->live = NULL;
 	co->half = NULL;
 	co->flags = NULL;
 	co->scratch = NULL;
+}
+
+/* ---- single copy -------------------------------------------------------- */
+
+/* What a rank reads in every other one's memory when the area is agreed:
+ * whether the kernel lets it (ptrace rules). */
+static const uint64_t cma_probe = 0x636f6c6c2d636d61ull;
+
+int coll_read(struct pm_coll *co, int r, void *dst, uint64_t addr, size_t n)
+{
+	size_t done = 0;
+	while (done < n) {
+		struct iovec local = {(char *)dst + done, n - done};
+		struct iovec remote = {(void *)(uintptr_t)(addr + done), n - done};
+		ssize_t got = process_vm_readv((pid_t)co->pid[r], &local, 1, &remote, 1, 0);
+		if (got <= 0) {
+			fprintf(stderr,
+				"pinshm-mpi: rank %d (world rank %d): the data of rank %d (process %d) could not be "
+				"read: %s\n",
+				co->rank, pm.world_rank, r, co->pid[r], got < 0 ? strerror(errno) : "nothing copied");
+			return MPI_ERR_OTHER;
+		}
+		done += (size_t)got;
+	}
+	return MPI_SUCCESS;
+}
+
+/* Whether blocks go straight from memory to memory on this area, agreed by
+ * every rank: only where every rank asks for it (@p every: rank r's
+ * threshold at every[3 r + 2], its probe's address at every[3 r + 1]),
+ * then (collective over @p comm) each reads every other one's probe, and
+ * the largest threshold is taken, or none where a rank cannot read. */
+static void cma_agree(struct pm_coll *co, const int *local, const int64_t *every, MPI_Comm comm)
+{
+	int64_t most = 0;
+	for (int r = 0; r < co->size; r++) {
+		if (every[3 * r + 2] <= 0)
+			return; /* the same at every rank: no one asks more */
+		most = every[3 * r + 2] > most ? every[3 * r + 2] : most;
+	}
+	int can = co->size > 1 && (co->pid = calloc((size_t)co->size, sizeof(int))) != NULL;
+	for (int r = 0; r < co->size && can; r++) {
+		int node = local[r];
+		uint64_t seen = 0;
+		struct iovec l = {&seen, sizeof(seen)}, rem = {(void *)(uintptr_t)every[3 * r + 1], sizeof(seen)};
+		can = node >= 0 && node < pm.nlocal;
+		if (can)
+			co->pid[r] = pm.local_pid[node];
+		if (can && r != co->rank)
+			can = process_vm_readv((pid_t)co->pid[r], &l, 1, &rem, 1, 0) == (ssize_t)sizeof(seen) &&
+			      seen == cma_probe;
+	}
+	int agreed = 0;
+	PMPI_Allreduce(&can, &agreed, 1, MPI_INT, MPI_MIN, comm);
+	co->cma_min = agreed ? (uint64_t)most : 0;
+	if (!co->cma_min) {
+		free(co->pid);
+		co->pid = NULL;
+	}
 }
 
 /* The area of @p comm (@p rank of @p size, @p local: member -> index in
@@ -252,16 +320,30 @@ struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *lo
 	PMPI_Bcast(msg, 2, MPI_INT64_T, 0, comm);
 	int ok = coll_enabled && msg[0] == 0 && area_open(co, (uint64_t)msg[1]) == 0 &&
 		 (uint64_t)co->size <= co->half_bytes;
-	int all = 0;
-	PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+	/* Each rank's result, where its probe lies and its single-copy
+	 * threshold, to every rank. */
+	int64_t mine[3] = {ok, (int64_t)(uintptr_t)&cma_probe, (int64_t)cma_min};
+	int64_t *every = calloc((size_t)co->size, sizeof(mine));
+	if (!every) {
+		fprintf(stderr, "pinshm-mpi: out of memory\n");
+		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+		return NULL;
+	}
+	PMPI_Allgather(mine, 3, MPI_INT64_T, every, 3, MPI_INT64_T, comm);
+	int all = 1;
+	for (int r = 0; r < co->size; r++)
+		all = all && every[3 * r] != 0;
 	/* Every rank has tried its open: the name is no longer needed. */
 	if (co->rank == 0 && msg[0] == 0)
 		pinshm_unlink(pm.client, name);
 	co->on = all != 0;
-	if (co->on)
+	if (co->on) {
 		co->live = live_find(co, local, errcomm); /* NULL (out of memory): not watched */
-	else
+		cma_agree(co, local, every, comm);
+	} else {
 		area_close(co);
+	}
+	free(every);
 	return co;
 }
 
@@ -340,6 +422,14 @@ void pm_coll_free(struct pm_comm *c)
 /* ---- waiting ---------------------------------------------------------- */
 
 #define LIVE_EVERY 256u /* fruitless passes between two looks at the members' liveness */
+#define LOOKS 8u        /* tight looks at a flag before each pass over the rest of the plugin */
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
 
 static bool flag_reached(const struct pm_coll *co, int r, bool done, uint64_t s)
 {
@@ -384,6 +474,14 @@ static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s
 			r++;
 			continue;
 		}
+		/* The flag is seen as soon as it comes, not a progress pass later. */
+		unsigned k = 0;
+		while (k < LOOKS && !flag_reached(co, r, done, s)) {
+			relax();
+			k++;
+		}
+		if (k < LOOKS)
+			continue;
 		if (pm_progress()) {
 			idle = 0;
 			continue;
@@ -435,4 +533,11 @@ void coll_wait_all(struct pm_coll *co, uint64_t s)
 void coll_finish(struct pm_coll *co, uint64_t s)
 {
 	atomic_store_explicit(&co->flags[co->rank]->done, s, memory_order_release);
+}
+
+void coll_wait_done(struct pm_coll *co, uint64_t s)
+{
+	wait_for(co, 0, co->size, true, s);
+	if (coll_error(co) == MPI_SUCCESS && co->known_done < s)
+		co->known_done = s;
 }

@@ -85,6 +85,9 @@ struct pm_coll {
 	void *scratch;             /* half_bytes of this rank's own, for reductions */
 	struct coll_live *live;    /* the members' liveness (coll.c), or NULL */
 	struct pm_hier *hier;      /* spanning nodes: the agreed layout (coll_hier.c), or NULL */
+	uint64_t cma_min;          /* agreed: blocks of this many bytes up are read straight from
+				      the other ranks' memory (coll_read()); 0: never */
+	int *pid;                  /* rank -> its process, where cma_min is set */
 };
 
 /* The area of @p comm if its collectives are carried (deciding at the
@@ -139,6 +142,11 @@ void coll_post(struct pm_coll *co, uint64_t s);        /* arrive = s */
 void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s);
 void coll_wait_all(struct pm_coll *co, uint64_t s);    /* every rank's arrive >= s */
 void coll_finish(struct pm_coll *co, uint64_t s);      /* done = s */
+void coll_wait_done(struct pm_coll *co, uint64_t s);   /* every rank's done >= s */
+/* @p n bytes at @p addr in rank @p r's memory to @p dst (process_vm_readv:
+ * only where co->cma_min is set).  @return MPI_SUCCESS, or MPI_ERR_OTHER
+ * (said on stderr) where the kernel did not copy it all. */
+int coll_read(struct pm_coll *co, int r, void *dst, uint64_t addr, size_t n);
 int coll_error(const struct pm_coll *co);              /* MPI_SUCCESS or the error a wait found */
 /* For a caller that polls the flags of ranks [@p from, @p to) at step @p s
  * itself (coll_nb.c), after a poll that found them short: whether it must

@@ -3,8 +3,10 @@
  * (coll.h): MPI_Barrier, MPI_Bcast, MPI_Reduce, MPI_Allreduce, MPI_Gather,
  * MPI_Scatter, MPI_Allgather, MPI_Alltoall.
  *
- * Barrier, Bcast, Reduce, Allreduce, Gather and Allgather first offer the call to
- * coll_hier.c (a communicator that spans nodes).  Each passes the call to
+ * Barrier, Bcast, Reduce, Allreduce, Gather, Scatter and Allgather offer the
+ * call to coll_hier.c (a communicator that spans nodes) where pm_coll_for()
+ * gives no area (coll_hier.c carries only communicators that have none,
+ * so the order decides nothing, and a call with an area looks once).  Each passes the call to
  * the MPI library unchanged where pm_coll_for() says so, or where what must match at every rank is not valid (the root,
  * the count and type of the rank's own block or elements: the library
  * reports the error as it does), or where a reduction's element does not
@@ -41,7 +43,10 @@
  *   result = x0 op (x1 op (... op (x[n-2] op x[n-1])))
  * for every operation, predefined or not, commutative or not (MPI takes
  * them as associative).  The same bytes in the same order at every rank:
- * every rank of an Allreduce gets the same bits, on every run.
+ * every rank of an Allreduce gets the same bits, on every run.  Chunks of
+ * a few elements of the common predefined types and operations go
+ * through the plugin's own kernels instead (coll_kern.c): the same
+ * operation in the same order, decided from the signature alone.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -84,10 +89,10 @@ int coll_barrier(struct pm_coll *co)
 
 int MPI_Barrier(MPI_Comm comm)
 {
-	int rc = hier_barrier(comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1 : hier_barrier(comm);
 	if (rc >= 0)
 		return rc;
-	struct pm_coll *co = pm_coll_for(comm);
 	coll_count(CALL_BARRIER, co != NULL, 0);
 	return co ? coll_barrier(co) : PMPI_Barrier(comm);
 }
@@ -189,10 +194,10 @@ int coll_bcast_to(struct pm_coll *co, void *buffer, int count, MPI_Datatype data
 
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
 {
-	int rc = hier_bcast(buffer, count, datatype, root, comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1 : hier_bcast(buffer, count, datatype, root, comm);
 	if (rc >= 0)
 		return rc;
-	struct pm_coll *co = pm_coll_for(comm);
 	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
 	if (!t || count < 0 || root < 0 || root >= co->size) {
 		coll_count(CALL_BCAST, false, 0);
@@ -216,6 +221,7 @@ bool red_layout(struct red *r, MPI_Datatype type, size_t half)
 	r->extent = t->extent;
 	r->dense = t->flat && t->extent == (MPI_Aint)t->size;
 	r->small = false; /* the halves, unless the caller chooses a small slot */
+	r->kern = red_kernel(type, r->op);
 	if (t->flat) { /* no hole: its bytes from the true lower bound on */
 		r->tlb = t->tlb;
 		r->true_extent = (MPI_Aint)t->size;
@@ -282,16 +288,30 @@ int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *o
 	int rc = MPI_SUCCESS;
 	const void *mine = r->dense ? r->mine : NULL;
 	void *acc;
+	int i = hi - 2;
+	/* The plugin's kernels (scalar) for a few elements only: above, the
+	 * library's vectorized ones are faster. */
+	red_kernel_fn kern = (size_t)k * r->size <= RED_KERNEL_MAX ? r->kern : NULL;
 	if (r->dense) {
 		const void *top = mine && hi - 1 == co->rank ? at(mine, r->tlb) : slot(co, hi - 1, s, r->small) + off;
 		acc = mine && mine != out ? out : at(co->scratch, -r->tlb);
-		memcpy(at(acc, r->tlb), top, (size_t)k * r->size);
+		const void *x = i < lo ? NULL : mine && i == co->rank ? at(mine, r->tlb) : slot(co, i, s, r->small) + off;
+		if (x && kern) {
+			kern(x, top, at(acc, r->tlb), k); /* the first operation, without a copy of top */
+			i--;
+		} else {
+			memcpy(at(acc, r->tlb), top, (size_t)k * r->size);
+		}
 	} else {
 		acc = red_unpacked(r, slot(co, hi - 1, s, r->small) + off, r->acc, k, &rc);
 	}
-	for (int i = hi - 2; i >= lo; i--) {
+	for (; i >= lo; i--) {
 		const void *x = mine && i == co->rank ? mine
 						      : red_unpacked(r, slot(co, i, s, r->small) + off, r->x, k, &rc);
+		if (kern) {
+			kern(x, acc, acc, k);
+			continue;
+		}
 		int e = PMPI_Reduce_local(x, acc, k, r->type, r->op);
 		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
 			rc = e;
@@ -378,10 +398,10 @@ bool red_carried(const struct pm_coll *co, struct red *r, MPI_Datatype type, int
 static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
 		       MPI_Comm comm, enum coll_call call)
 {
-	int rc = hier_reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1 : hier_reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
 	if (rc >= 0)
 		return rc;
-	struct pm_coll *co = pm_coll_for(comm);
 	struct red r = {.op = op};
 	if (!red_carried(co, &r, datatype, count, root)) {
 		coll_count(call, false, 0);
@@ -490,6 +510,50 @@ static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 	}
 }
 
+/*
+ * Single copy (co->cma_min: agreed at every rank, coll.c): one step where
+ * every rank posts the address of its contiguous send side in its small
+ * slot, every rank copies what it takes straight from the others' memory
+ * (coll_read()), and none returns before every rank's done says it has
+ * finished reading.  Taken for blocks of at least co->cma_min bytes: the
+ * same at every rank.
+ */
+static void post_address(struct pm_coll *co, uint64_t s, const void *p)
+{
+	uint64_t a = (uint64_t)(uintptr_t)p;
+	coll_wait_free(co, s);
+	memcpy(coll_small(co, co->rank, s), &a, sizeof(a));
+	coll_post(co, s);
+}
+
+static uint64_t peer_address(const struct pm_coll *co, int r, uint64_t s)
+{
+	uint64_t a;
+	memcpy(&a, coll_small(co, r, s), sizeof(a));
+	return a;
+}
+
+/* Allgather: every rank's block from its memory. */
+static int allgather_cma(struct pm_coll *co, struct blocks *b)
+{
+	uint64_t s = ++co->step;
+	int rc = MPI_SUCCESS;
+	post_address(co, s, b->mine);
+	char *own = b->all + (uint64_t)co->rank * b->bytes;
+	if (own != b->mine)
+		memcpy(own, b->mine, b->bytes);
+	coll_wait_all(co, s);
+	for (int r = 0; r < co->size && coll_error(co) == MPI_SUCCESS; r++) {
+		int e = r == co->rank ? MPI_SUCCESS
+				      : coll_read(co, r, b->all + (uint64_t)r * b->bytes, peer_address(co, r, s), b->bytes);
+		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
+			rc = e;
+	}
+	coll_finish(co, s);
+	coll_wait_done(co, s);
+	return rc;
+}
+
 int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes, int root)
 {
 	struct blocks b = {.mine = mine, .all = all, .bytes = bytes};
@@ -532,11 +596,10 @@ static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
 enum blk_kind { BLK_GATHER, BLK_SCATTER, BLK_ALLGATHER };
 
 /* The three calls: the block's bytes from the side every rank has. */
-static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
-		      int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+static int block_call(struct pm_coll *co, enum blk_kind kind, const void *sendbuf, int scount, MPI_Datatype stype,
+		      void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
 	static const enum coll_call calls[] = {CALL_GATHER, CALL_SCATTER, CALL_ALLGATHER};
-	struct pm_coll *co = pm_coll_for(comm);
 	bool is_root = co && (kind == BLK_ALLGATHER || co->rank == root);
 	/* Gather: every rank sends; Scatter: every rank receives (at the root, either may be in place). */
 	bool in_place = is_root && (kind == BLK_SCATTER ? recvbuf == MPI_IN_PLACE : sendbuf == MPI_IN_PLACE);
@@ -577,6 +640,8 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 			b.mine == b.all ? 0 : b.bytes);
 	else if (kind == BLK_SCATTER)
 		scatter_steps(co, &b, root);
+	else if (kind == BLK_ALLGATHER && co->cma_min && b.bytes >= co->cma_min)
+		rc = allgather_cma(co, &b);
 	else
 		gather_steps(co, &b, kind == BLK_GATHER ? root : -1);
 	if (is_root && b.tmp_all && kind != BLK_SCATTER && rc == MPI_SUCCESS)
@@ -591,27 +656,32 @@ static int block_call(enum blk_kind kind, const void *sendbuf, int scount, MPI_D
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 	       MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
-	int rc = hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, false, comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1 : hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, false, comm);
 	if (rc < 0)
-		rc = block_call(BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+		rc = block_call(co, BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 	return rc >= 0 ? rc : PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 }
 
 int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
-	int rc = hier_scatter(sendbuf, false, NULL, NULL, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1
+		    : hier_scatter(sendbuf, false, NULL, NULL, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+				   comm);
 	if (rc < 0)
-		rc = block_call(BLK_SCATTER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+		rc = block_call(co, BLK_SCATTER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 	return rc >= 0 ? rc : PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 }
 
 int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		  MPI_Datatype recvtype, MPI_Comm comm)
 {
-	int rc = hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, true, comm);
+	struct pm_coll *co = pm_coll_for(comm);
+	int rc = co ? -1 : hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, true, comm);
 	if (rc < 0)
-		rc = block_call(BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
+		rc = block_call(co, BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
 	return rc >= 0 ? rc : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 
@@ -642,6 +712,26 @@ static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64
 				memcpy(in + (uint64_t)r * bytes + off, slot(co, r, s, small) + (size_t)me * piece, len);
 		coll_finish(co, s);
 	}
+}
+
+/* Alltoall: block `rank` of every rank's @p out from its memory. */
+static int alltoall_cma(struct pm_coll *co, const char *out, char *in, uint64_t bytes)
+{
+	uint64_t s = ++co->step;
+	int rc = MPI_SUCCESS, me = co->rank;
+	post_address(co, s, out);
+	memcpy(in + (uint64_t)me * bytes, out + (uint64_t)me * bytes, bytes);
+	coll_wait_all(co, s);
+	for (int r = 0; r < co->size && coll_error(co) == MPI_SUCCESS; r++) {
+		int e = r == me ? MPI_SUCCESS
+				: coll_read(co, r, in + (uint64_t)r * bytes, peer_address(co, r, s) + (uint64_t)me * bytes,
+					    bytes);
+		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
+			rc = e;
+	}
+	coll_finish(co, s);
+	coll_wait_done(co, s);
+	return rc;
 }
 
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
@@ -676,6 +766,8 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
 		PMPI_Abort(comm, MPI_ERR_NO_MEM);
 	if (n == 1)
 		memcpy(in, out, all);
+	else if (co->cma_min && bytes >= co->cma_min)
+		rc = alltoall_cma(co, out, in, bytes);
 	else
 		alltoall_steps(co, out, in, bytes);
 	if (tmp_in && rc == MPI_SUCCESS)

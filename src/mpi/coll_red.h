@@ -11,6 +11,14 @@
 
 #include "coll.h"
 
+/* out[i] = in[i] op inout[i] for @p k elements (coll_kern.c); @p out may
+ * be @p inout (or @p in: element by element, each read before written). */
+typedef void (*red_kernel_fn)(const void *in, const void *inout, void *out, int k);
+/* This plugin's own kernel for @p op on @p type, or NULL: PMPI_Reduce_local
+ * (which red_fold() takes too above RED_KERNEL_MAX bytes a chunk). */
+#define RED_KERNEL_MAX 512u
+red_kernel_fn red_kernel(MPI_Datatype type, MPI_Op op);
+
 /* A reduction: what is decided from its signature (the same at every
  * rank: the type's size, the count, the op), and how the elements lie in
  * this rank's own memory (element i's bytes from buf + i * extent + tlb,
@@ -26,6 +34,7 @@ struct red {
 	char *acc, *x;  /* here, not dense: two chunks in this layout, or NULL */
 	const void *mine; /* dense: this rank's own chunk in its input, which red_fold() reads
 			     instead of its slot, or NULL */
+	red_kernel_fn kern; /* red_kernel() of the type and r->op (red_layout()), or NULL */
 };
 
 /* The reduction of @p type, or false where it is not carried: decided
