@@ -582,8 +582,15 @@ static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, 
 int pinshm_recv(pinshm_channel_t *ch, void *buf, size_t cap, size_t *len, int timeout_ms)
 {
 	struct taken t;
-	int rc = consumer_take(ch, &t, cap, timeout_ms);
+	int rc;
 
+	/* A record ready at a sequential consumer's cursor is taken here, as
+	 * the wait's first attempt would take it (take_ready()), without the
+	 * calls of the wait; anything else goes the general way. */
+	if (ch->role == PINSHM_CONSUMER && !ch->armed && take_ready(ch, &t, cap) == 0)
+		rc = 0;
+	else
+		rc = consumer_take(ch, &t, cap, timeout_ms);
 	if (rc == -EMSGSIZE)
 		*len = t.len;
 	if (rc != 0)
@@ -595,7 +602,14 @@ int pinshm_recv(pinshm_channel_t *ch, void *buf, size_t cap, size_t *len, int ti
 		count_lost(ch, 1);
 		return channel_fail(ch, -ESTALE, "message overwritten while it was copied");
 	}
-	rc = release_record(ch, t.lane, t.pos);
+	if (ch->mode == CONSUME_SEQUENTIAL && ch->held_count == 0 && ch->g.kind == PINSHM_QUEUE) {
+		/* Nothing held: the lane is free up to the cursor.  Release:
+		 * as sequential_release_lane(). */
+		atomic_store_explicit(&lane_hdr(ch, t.lane)->free, ch->cursor[t.lane], memory_order_release);
+		rc = 0;
+	} else {
+		rc = release_record(ch, t.lane, t.pos);
+	}
 	consumer_wake_producers(ch);
 	return rc;
 }
@@ -643,7 +657,10 @@ int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, unsigned max, in
 		ch->dev_ops->progress(ch); /* room for more, where events completed */
 	if (ch->role == PINSHM_CONSUMER && ch->held_count == PINSHM_MAX_HELD)
 		return channel_fail(ch, -ENOBUFS, "%u messages are held already", PINSHM_MAX_HELD);
-	int rc = consumer_take(ch, &t, SIZE_MAX, timeout_ms);
+	/* As pinshm_recv(): a record ready at the cursor is taken at once. */
+	int rc = ch->role == PINSHM_CONSUMER && !ch->armed && take_ready(ch, &t, SIZE_MAX) == 0
+			 ? 0
+			 : consumer_take(ch, &t, SIZE_MAX, timeout_ms);
 	while (rc == 0) {
 		hold(ch, &t);
 		msg_from_taken(&msgs[n++], &t);
