@@ -144,6 +144,16 @@ static inline bool committed_at(const struct seg_geometry *g, struct record_head
 	return *size != 0;
 }
 
+/* Whether @p word at @p pos is the commit word of a record (or padding)
+ * one lap before: a producer may leave it there rather than zero it
+ * (produce.c lap_word_is_empty()), and it means nothing yet, as 0 does. */
+static inline bool word_of_lap_before(const struct seg_geometry *g, uint64_t word, uint64_t pos)
+{
+	uint64_t before = pos - g->capacity;
+
+	return word == rec_word(before, 0, REC_COMMITTED) || word == rec_word(before, 0, REC_PADDING);
+}
+
 /* take_committed(), take_ready(): nothing at the cursor (every lane's), so
  * take() would find nothing; or something they do not decide: take() looks. */
 #define TAKE_EMPTY (-EAGAIN)
@@ -181,7 +191,7 @@ static inline __attribute__((always_inline)) int take_committed(pinshm_channel_t
 	uint32_t len;
 
 	if (!committed_at(&ch->g, rec, word, pos, &len, &size) || len > max_len) {
-		if (word != 0)
+		if (__builtin_expect(word != 0, 0) && !word_of_lap_before(&ch->g, word, pos))
 			return TAKE_LOOK;
 		if (poll)
 			prefetch_next_line(ch, ring, pos);
@@ -246,8 +256,9 @@ static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_cha
 				continue;
 			}
 			/* At our cursor the producer writes only zero (ahead of
-			 * time) and then the record: anything else is damage. */
-			if (word == 0) {
+			 * time), or leaves a word of the lap before, and then
+			 * the record: anything else is damage. */
+			if (word == 0 || word_of_lap_before(&ch->g, word, pos)) {
 				prefetch_next_line(ch, ring, pos);
 				return -EAGAIN;
 			}
