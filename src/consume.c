@@ -362,6 +362,34 @@ static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek
 	return -EAGAIN;
 }
 
+/* How many lanes take_ready() looks at: up to the last whose producer
+ * endpoint ever attached (an endpoint is never free again), counted again
+ * when endpoint_changes moved.  A lane that never had a producer has no
+ * record.  Acquire: pairs with the seq_cst bump of endpoint_changes that
+ * follows a producer's claim of its endpoint (seg.c seg_endpoints_changed(),
+ * before the attach returns and so before its first commit): a count
+ * that misses it is of an older value, and a later look sees the new one
+ * (a consumer going to sleep reads it after its barrier, as it reads the
+ * commit words: wait.h). */
+static __attribute__((noinline, cold)) unsigned count_live_lanes(pinshm_channel_t *ch, uint32_t changes)
+{
+	unsigned live = 0;
+
+	for (unsigned l = 0; l < ch->g.max_producers; l++)
+		if (atomic_load_explicit(&seg_endpoint(&ch->g, ch->base, l)->state, memory_order_relaxed) != EP_FREE)
+			live = l + 1;
+	ch->live_lanes = live > 0 ? live : 1;
+	ch->live_changes = changes;
+	return ch->live_lanes;
+}
+
+static inline unsigned live_lanes(pinshm_channel_t *ch)
+{
+	uint32_t changes = atomic_load_explicit(&ch->hdr->endpoint_changes, memory_order_acquire);
+
+	return __builtin_expect(changes == ch->live_changes, 1) ? ch->live_lanes : count_live_lanes(ch, changes);
+}
+
 /*
  * The common case of take(), in fewer steps: a sequential consumer of at
  * most SCAN_ALL_LANES lanes, not of an overrun topic, with no message left
@@ -382,6 +410,11 @@ static inline __attribute__((always_inline)) int take_ready(pinshm_channel_t *ch
 	if (ch->mode != CONSUME_SEQUENTIAL || lanes > SCAN_ALL_LANES || is_overrun(ch) || ch->broken ||
 	    ch->oversize_lane != 0)
 		return TAKE_LOOK;
+	if (lanes > 1) {
+		lanes = live_lanes(ch);
+		if (lane >= lanes)
+			lane = 0;
+	}
 	for (unsigned i = 0; i < lanes; i++) {
 		int rc = take_committed(ch, lane, lane_ring(ch, lane), t, max_len, true);
 

@@ -682,6 +682,40 @@ START_TEST(test_exact_fit)
 }
 END_TEST
 
+/*
+ * A receive looks only at the lanes up to the last whose producer ever
+ * attached (consume.c live_lanes()): producers that attach later, to the
+ * next lane and to the last, after the consumer has received from the
+ * first, are received from at once, and so is a lane whose producer has
+ * left.
+ */
+START_TEST(test_lanes_attach_late)
+{
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, 4, 1);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER), *p[4];
+
+	expect_empty(c);
+	p[0] = tu_attach(fd, PINSHM_PRODUCER);
+	send_pat(p[0], 10, 1);
+	recv_pat(c, 10, 1);
+	expect_empty(c);
+	for (unsigned i = 1; i < 4; i++) {
+		p[i] = tu_attach(fd, PINSHM_PRODUCER);
+		send_pat(p[i], 10, 10 + i);
+		recv_pat(c, 10, 10 + i);
+		expect_empty(c);
+	}
+	send_pat(p[3], 20, 30);
+	TU_RC(pinshm_channel_close(p[3]), 0);
+	recv_pat_inplace(c, 20, 30);
+	expect_empty(c);
+	for (unsigned i = 0; i < 3; i++)
+		TU_RC(pinshm_channel_close(p[i]), 0);
+	TU_RC(pinshm_channel_close(c), 0);
+	close(fd);
+}
+END_TEST
+
 START_TEST(test_release_order)
 {
 	struct pair pr = pair_open(PINSHM_QUEUE, 4 * KiB);
@@ -2525,6 +2559,7 @@ static Suite *ring_suite(void)
 	tcase_add_loop_test(tc, test_commit_shorter, 0, 2);
 	tcase_add_test(tc, test_zero_ahead_lines);
 	tcase_add_loop_test(tc, test_exact_fit, 0, 2);
+	tcase_add_test(tc, test_lanes_attach_late);
 	tcase_add_test(tc, test_release_order);
 	tcase_add_test(tc, test_held_keeps_room);
 	tcase_add_test(tc, test_hold_limit);
