@@ -62,7 +62,7 @@ extern "C" {
 #define PINSHM_VERSION_MAJOR 0
 #define PINSHM_VERSION_MINOR 1
 #define PINSHM_VERSION_PATCH 0
-#define PINSHM_LAYOUT_VERSION 3
+#define PINSHM_LAYOUT_VERSION 4
 
 /** @return the library version as "MAJOR.MINOR.PATCH". */
 PINSHM_EXPORT const char *pinshm_version(void);

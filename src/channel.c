@@ -114,6 +114,7 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 	ch->notify_fd = -1;
 	ch->notify_send = -1;
 	ch->gone_changes = UINT32_MAX;
+	ch->live_changes = UINT32_MAX;
 	ch->base = mmap(NULL, ch->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (ch->base == MAP_FAILED) {
 		rc = -errno;
@@ -156,6 +157,7 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 			goto fail;
 		}
 		ch->mode = ch->g.kind == PINSHM_QUEUE && consumers > 1 ? CONSUME_SHARED : CONSUME_SEQUENTIAL;
+		ch->live_lanes = producers;
 		rc = endpoint < 0 ? endpoint_claim(ch, producers, consumers)
 				  : endpoint_attach_claimed(ch, (unsigned)endpoint, producers, consumers);
 		if (rc != 0)

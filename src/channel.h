@@ -135,6 +135,8 @@ struct pinshm_channel {
 	struct device_state *dev; /* registrations and releases after events; NULL: no device (device/) */
 	unsigned empty_polls; /* non-blocking receives that found nothing */
 	unsigned oversize_lane; /* 1 + the lane of a message left in place as too long, looked at first; 0: none */
+	unsigned live_lanes;  /* lanes below the last whose producer ever attached (consume.c take_ready()) */
+	uint32_t live_changes; /* endpoint_changes when live_lanes was counted */
 	bool quick_polls;     /* non-blocking receives look quickly (pinshm_channel_set_quick_polls()) */
 	bool armed;
 	bool notify_own;      /* notify_fd and notify_send are the handle's own socket pair */

@@ -144,6 +144,16 @@ static inline bool committed_at(const struct seg_geometry *g, struct record_head
 	return *size != 0;
 }
 
+/* Whether @p word at @p pos is the commit word of a record (or padding)
+ * one lap before: a producer may leave it there rather than zero it
+ * (produce.c lap_word_is_empty()), and it means nothing yet, as 0 does. */
+static inline bool word_of_lap_before(const struct seg_geometry *g, uint64_t word, uint64_t pos)
+{
+	uint64_t before = pos - g->capacity;
+
+	return word == rec_word(before, 0, REC_COMMITTED) || word == rec_word(before, 0, REC_PADDING);
+}
+
 /* take_committed(), take_ready(): nothing at the cursor (every lane's), so
  * take() would find nothing; or something they do not decide: take() looks. */
 #define TAKE_EMPTY (-EAGAIN)
@@ -181,7 +191,7 @@ static inline __attribute__((always_inline)) int take_committed(pinshm_channel_t
 	uint32_t len;
 
 	if (!committed_at(&ch->g, rec, word, pos, &len, &size) || len > max_len) {
-		if (word != 0)
+		if (__builtin_expect(word != 0, 0) && !word_of_lap_before(&ch->g, word, pos))
 			return TAKE_LOOK;
 		if (poll)
 			prefetch_next_line(ch, ring, pos);
@@ -246,8 +256,9 @@ static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_cha
 				continue;
 			}
 			/* At our cursor the producer writes only zero (ahead of
-			 * time) and then the record: anything else is damage. */
-			if (word == 0) {
+			 * time), or leaves a word of the lap before, and then
+			 * the record: anything else is damage. */
+			if (word == 0 || word_of_lap_before(&ch->g, word, pos)) {
 				prefetch_next_line(ch, ring, pos);
 				return -EAGAIN;
 			}
@@ -351,6 +362,34 @@ static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek
 	return -EAGAIN;
 }
 
+/* How many lanes take_ready() looks at: up to the last whose producer
+ * endpoint ever attached (an endpoint is never free again), counted again
+ * when endpoint_changes moved.  A lane that never had a producer has no
+ * record.  Acquire: pairs with the seq_cst bump of endpoint_changes that
+ * follows a producer's claim of its endpoint (seg.c seg_endpoints_changed(),
+ * before the attach returns and so before its first commit): a count
+ * that misses it is of an older value, and a later look sees the new one
+ * (a consumer going to sleep reads it after its barrier, as it reads the
+ * commit words: wait.h). */
+static __attribute__((noinline, cold)) unsigned count_live_lanes(pinshm_channel_t *ch, uint32_t changes)
+{
+	unsigned live = 0;
+
+	for (unsigned l = 0; l < ch->g.max_producers; l++)
+		if (atomic_load_explicit(&seg_endpoint(&ch->g, ch->base, l)->state, memory_order_relaxed) != EP_FREE)
+			live = l + 1;
+	ch->live_lanes = live > 0 ? live : 1;
+	ch->live_changes = changes;
+	return ch->live_lanes;
+}
+
+static inline unsigned live_lanes(pinshm_channel_t *ch)
+{
+	uint32_t changes = atomic_load_explicit(&ch->hdr->endpoint_changes, memory_order_acquire);
+
+	return __builtin_expect(changes == ch->live_changes, 1) ? ch->live_lanes : count_live_lanes(ch, changes);
+}
+
 /*
  * The common case of take(), in fewer steps: a sequential consumer of at
  * most SCAN_ALL_LANES lanes, not of an overrun topic, with no message left
@@ -371,6 +410,11 @@ static inline __attribute__((always_inline)) int take_ready(pinshm_channel_t *ch
 	if (ch->mode != CONSUME_SEQUENTIAL || lanes > SCAN_ALL_LANES || is_overrun(ch) || ch->broken ||
 	    ch->oversize_lane != 0)
 		return TAKE_LOOK;
+	if (lanes > 1) {
+		lanes = live_lanes(ch);
+		if (lane >= lanes)
+			lane = 0;
+	}
 	for (unsigned i = 0; i < lanes; i++) {
 		int rc = take_committed(ch, lane, lane_ring(ch, lane), t, max_len, true);
 
@@ -582,8 +626,15 @@ static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, 
 int pinshm_recv(pinshm_channel_t *ch, void *buf, size_t cap, size_t *len, int timeout_ms)
 {
 	struct taken t;
-	int rc = consumer_take(ch, &t, cap, timeout_ms);
+	int rc;
 
+	/* A record ready at a sequential consumer's cursor is taken here, as
+	 * the wait's first attempt would take it (take_ready()), without the
+	 * calls of the wait; anything else goes the general way. */
+	if (ch->role == PINSHM_CONSUMER && !ch->armed && take_ready(ch, &t, cap) == 0)
+		rc = 0;
+	else
+		rc = consumer_take(ch, &t, cap, timeout_ms);
 	if (rc == -EMSGSIZE)
 		*len = t.len;
 	if (rc != 0)
@@ -595,7 +646,14 @@ int pinshm_recv(pinshm_channel_t *ch, void *buf, size_t cap, size_t *len, int ti
 		count_lost(ch, 1);
 		return channel_fail(ch, -ESTALE, "message overwritten while it was copied");
 	}
-	rc = release_record(ch, t.lane, t.pos);
+	if (ch->mode == CONSUME_SEQUENTIAL && ch->held_count == 0 && ch->g.kind == PINSHM_QUEUE) {
+		/* Nothing held: the lane is free up to the cursor.  Release:
+		 * as sequential_release_lane(). */
+		atomic_store_explicit(&lane_hdr(ch, t.lane)->free, ch->cursor[t.lane], memory_order_release);
+		rc = 0;
+	} else {
+		rc = release_record(ch, t.lane, t.pos);
+	}
 	consumer_wake_producers(ch);
 	return rc;
 }
@@ -643,7 +701,10 @@ int pinshm_recv_batch(pinshm_channel_t *ch, pinshm_msg_t *msgs, unsigned max, in
 		ch->dev_ops->progress(ch); /* room for more, where events completed */
 	if (ch->role == PINSHM_CONSUMER && ch->held_count == PINSHM_MAX_HELD)
 		return channel_fail(ch, -ENOBUFS, "%u messages are held already", PINSHM_MAX_HELD);
-	int rc = consumer_take(ch, &t, SIZE_MAX, timeout_ms);
+	/* As pinshm_recv(): a record ready at the cursor is taken at once. */
+	int rc = ch->role == PINSHM_CONSUMER && !ch->armed && take_ready(ch, &t, SIZE_MAX) == 0
+			 ? 0
+			 : consumer_take(ch, &t, SIZE_MAX, timeout_ms);
 	while (rc == 0) {
 		hold(ch, &t);
 		msg_from_taken(&msgs[n++], &t);

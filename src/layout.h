@@ -1,5 +1,5 @@
 /*
- * layout.h - the shared layout of a channel segment (PINSHM_LAYOUT_VERSION 3).
+ * layout.h - the shared layout of a channel segment (PINSHM_LAYOUT_VERSION 4).
  *
  * These structures are an ABI between processes: any change to them or to
  * the record format bumps PINSHM_LAYOUT_VERSION.  There is no pointer in a
@@ -49,7 +49,12 @@
  * either zero or a record of the current lap, never stale payload bytes.
  * The producer keeps 16 bytes of headroom for that word.  (Queues and
  * back-pressure topics may zero it ahead of time, in room the consumers
- * released: produce.c zero_ahead().)
+ * released: produce.c zero_ahead().)  Since layout 4, where a record ends
+ * exactly one ring past the oldest record not yet released, the word
+ * there is that record's commit word, of the lap before, and it is left
+ * as it is: a sequential consumer takes such a word as nothing yet, as
+ * it does zero (produce.c lap_word_is_empty(); not a shared queue, whose
+ * consumers claim words in place: it keeps the headroom).
  *
  * Positions (tail, free, cursors) are 64-bit byte counts that only
  * grow; offset in the ring = pos & (capacity - 1).

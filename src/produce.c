@@ -151,6 +151,22 @@ static inline __attribute__((always_inline)) void producer_wake(pinshm_channel_t
 	producer_notify_armed(ch);
 }
 
+/*
+ * Whether the record ending at `limit` may be published without zeroing
+ * the word there (layout.h): `limit` is one ring past the oldest position
+ * a consumer has not released, a record's start (or padding's), so the
+ * word there is that record's commit word, of the lap before, which a
+ * sequential consumer takes for "nothing yet" (consume.c
+ * word_of_lap_before()).  Without this, 16 bytes would cost a whole record
+ * of room where records of one size fill the ring exactly (4 records of 1
+ * MiB + 16 in 4 MiB: 2 in flight instead of 3).  Not for a shared queue,
+ * whose consumers (queue.c) claim words in place.
+ */
+static inline bool lap_word_is_empty(const pinshm_channel_t *ch)
+{
+	return !(ch->g.kind == PINSHM_QUEUE && ch->g.max_consumers > 1) && !is_overrun(ch);
+}
+
 struct reserve_args {
 	pinshm_channel_t *ch;
 	size_t len;
@@ -166,7 +182,8 @@ SEND_STEP_WITH_FENCE int reserve_attempt(void *arg, bool quick)
 	uint64_t size = rec_size(a->len);
 	uint64_t to_end = cap - (ch->tail & (cap - 1));
 	uint64_t pad = size > to_end ? to_end : 0;
-	uint64_t need = ch->tail + pad + size + HEADROOM;
+	uint64_t end = ch->tail + pad + size;
+	uint64_t need = end + HEADROOM;
 
 	if (ch->broken)
 		return -EBADMSG;
@@ -174,11 +191,13 @@ SEND_STEP_WITH_FENCE int reserve_attempt(void *arg, bool quick)
 		int rc = producer_refresh_limit(ch);
 		if (rc != 0)
 			return rc;
-		if (need > ch->limit) {
+		if (need > ch->limit && !(end == ch->limit && lap_word_is_empty(ch))) {
 			if (ch->g.kind == PINSHM_QUEUE && channel_peers_gone(ch))
 				return channel_fail(ch, -EPIPE, "every consumer has left the queue");
 			return -EAGAIN;
 		}
+		if (end == ch->limit)
+			ch->zero_next = end; /* the word there: see lap_word_is_empty() */
 	}
 	/* Announce the bytes about to be written before writing them: no
 	 * consumer may be past them, and on an overrun topic (seqlock-style)
