@@ -31,8 +31,8 @@
  *   slice): created unpinned, nothing of it left locked, and it works.
  *   And while a reload empties a pool of 3 GiB of ready segments (their
  *   pages unmapped in slices after the reload).  And while one user's
- *   IDLE_CHANNELS channels of the largest size (its quota raised to hold
- *   them) are unlocked for want of use and locked again, all at once,
+ *   IDLE_CHANNELS channels of 1 GiB (its quota and max_segment_size
+ *   raised to hold them) are unlocked for want of use and locked again, all at once,
  *   round after round: used (the idle scan sees them all in one look) or
  *   asked for (RELOCK, whose reply comes once the channel is locked
  *   whole); they go a slice a turn, and the charge stays the same.
@@ -690,8 +690,9 @@ END_TEST
 
 /* ---- working-set pinning of many large channels ------------------------- */
 
-#define IDLE_CHANNELS 20u     /* of the largest size: 5 GiB where the segments are of 256 MiB */
-#define IDLE_CONF "[daemon]\npool_segments = 0\ndefault_user_quota = 6G\n"
+#define IDLE_CHANNELS 5u      /* of IDLE_SEGMENT: 5 GiB */
+#define IDLE_SEGMENT (1024ull * MiB) /* the max_segment_size of IDLE_CONF */
+#define IDLE_CONF "[daemon]\npool_segments = 0\ndefault_user_quota = 6G\nmax_segment_size = 1G\n"
 #define IDLE_CYCLES 3u        /* of unlocks and relocks, at least */
 #define IDLE_PIN_S 2u         /* their pin_idle: longer than a round of RELOCKs takes */
 #define IDLE_WAIT_MS 20000u   /* for every channel to be unlocked, or locked again */
@@ -842,13 +843,12 @@ START_TEST(test_stall_idle)
 {
 	struct daemon d;
 	pinshm_channel_attr_t attr;
-	uint64_t budget, quota, q, max_segment;
+	uint64_t budget, quota;
 	size_t size;
 	char what[96];
 	pinshm_client_t *c = start_status(&d, IDLE_CONF, &budget, &quota);
 
-	config_derived_limits(budget, &q, &max_segment);
-	largest_attr(&attr, max_segment);
+	largest_attr(&attr, IDLE_SEGMENT);
 	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
 	/* As many as the quota, and three quarters of the budget, hold. */
 	uint64_t room = quota < budget / 4 * 3 ? quota : budget / 4 * 3;

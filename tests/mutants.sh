@@ -148,3 +148,12 @@ mutant socket-folder-owner-trusted src/protocol.c \
 mutant client-error-shared src/client.c \
 	's/return e ? e->text : c->error;/return c->error;/' \
 	check_wakeup:threads
+mutant idle-relock-one-turn daemon/locking.c \
+	's/relock_slice(chan, slice)/relock_slice(chan, SIZE_MAX)/' \
+	check_hostile:stall_idle
+mutant relock-replied-early daemon/idle.c \
+	's/return rc > 0 ? -EINPROGRESS : rc;/return rc > 0 ? 0 : rc;/' \
+	check_hostile:stall_idle
+mutant huge-create-no-wait daemon/making.c \
+	's/if (o->hugepages \&\& rc == -ENOMEM \&\& dying_huge(dying)) {/if (0) {/' \
+	check_hostile:stall_huge
