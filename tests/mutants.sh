@@ -157,3 +157,6 @@ mutant relock-replied-early daemon/idle.c \
 mutant huge-create-no-wait daemon/making.c \
 	's/if (o->hugepages \&\& rc == -ENOMEM \&\& dying_huge(dying)) {/if (0) {/' \
 	check_hostile:stall_huge
+mutant relock-said-early daemon/segment.c \
+	's|^\t/\* shm, shrunk: mlock would populate what is gone. \*/$|\tsegment_access(s, set_unlocked_fn, \&zero); s->unlocked = false;|' \
+	check_segment:backend
