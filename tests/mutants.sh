@@ -38,10 +38,19 @@ run_test() {
 	) >>"$2" 2>&1
 }
 
-# The guarding tests of a mutant are checked unmutated once each.
+# The guarding tests of a mutant are checked unmutated once each, on a
+# build of the unmutated tree: the last mutant's file is put back, but its
+# build stays until the next build.
 baseline() {
 	case " $passed " in *" $1 "*) return 0 ;; esac
 	case " $failed " in *" $1 "*) return 1 ;; esac
+	if [ -n "$dirty" ]; then
+		if ! make -C build -j2 check TESTS= >rebuild.log 2>&1; then
+			echo "the unmutated copy does not build again (see rebuild.log)"
+			exit 1
+		fi
+		dirty=
+	fi
 	if run_test "$1" "$tmp/baseline.log"; then passed="$passed $1"; else failed="$failed $1"; return 1; fi
 }
 
@@ -76,11 +85,13 @@ mutant() {
 	fi
 	cp "$file.orig" "$file" # a new mtime: the next build recompiles it
 	rm -f "$file.orig"
+	dirty=1
 }
 
 only="$*"
 passed=
 failed=
+dirty=
 
 mutant ring-max-message src/ring.h \
 	's/if (len > g->max_message || off + rec_size(len) > g->capacity)/if (off + rec_size(len) > g->capacity)/' \
