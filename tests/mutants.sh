@@ -140,7 +140,7 @@ mutant create-lock-one-turn daemon/segment.c \
 	check_hostile:stall
 mutant huge-lock-one-turn daemon/segment.c \
 	's|return (SEGMENT_SLICE_BYTES + page - 1) / page \* page;|return s->hugepages ? s->size : (SEGMENT_SLICE_BYTES + page - 1) / page * page;|' \
-	check_hostile:stall_huge
+	check_segment:hugepages check_hostile:stall_huge
 mutant huge-step-inside-page daemon/segment.c \
 	's|size_t end = (at + max + page - 1) / page \* page;|size_t end = at + max;|' \
 	check_segment:hugepages
