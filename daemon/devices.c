@@ -46,7 +46,7 @@ static void use_remove(struct reg_client *c, struct reg_device_use *u)
 	*u = c->devuse[--c->ndevuse];
 }
 
-int devices_report(struct reg_client *c, struct channel *chan, bool holds, uint32_t kind, int32_t delta, char *why,
+int devices_report(struct locking *q, struct reg_client *c, struct channel *chan, bool holds, uint32_t kind, int32_t delta, char *why,
 		   size_t whylen)
 {
 	if (kind != PINSHM_DEVICE_CUDA && kind != PINSHM_DEVICE_OPENCL) {
@@ -86,7 +86,7 @@ int devices_report(struct reg_client *c, struct channel *chan, bool holds, uint3
 			 chan->seg.size);
 		return -EINPROGRESS;
 	}
-	int rc = idle_relock_asked(chan, why, whylen);
+	int rc = idle_relock_asked(q, chan, why, whylen);
 	if (rc != 0)
 		return rc;
 	if (!u && !(u = use_add(c, chan))) {

@@ -25,6 +25,7 @@
 #define DEVICES_KINDS 3u            /* indexed by PINSHM_DEVICE_* (1, 2) */
 #define DEVICES_MAX_PER_CLIENT 65536u /* registrations of one kind one connection reports for a channel */
 
+struct locking;
 struct registry;
 struct reg_client;
 struct channel;
@@ -39,12 +40,13 @@ struct reg_device_use {
  * DEVICE: @p c reports a registration (+1) or unregistration (-1) of a
  * handle of @p chan, which it references, with a device of @p kind; @p holds:
  * whether @p c holds an attached endpoint of @p chan (registry_client_holds()).
- * A +1 locks the channel again where working-set pinning unlocked it.
+ * A +1 locks the channel again where working-set pinning unlocked it
+ * (through @p q, the registry's locking queue: it may wait, -EINPROGRESS).
  * @return 0; -EINVAL (bad kind or delta, or a -1 with nothing counted);
  *         -EPERM (a +1 and not @p holds); -ENOSPC (over
  *         DEVICES_MAX_PER_CLIENT); -ENOMEM; or as idle_relock_asked().
  */
-int devices_report(struct reg_client *c, struct channel *chan, bool holds, uint32_t kind, int32_t delta, char *why,
+int devices_report(struct locking *q, struct reg_client *c, struct channel *chan, bool holds, uint32_t kind, int32_t delta, char *why,
 		   size_t whylen);
 
 /** Drop what @p c reported for @p chan (its reference to @p chan goes). */

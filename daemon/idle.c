@@ -2,6 +2,7 @@
  * idle.c - working-set pinning: idle channels unlocked, used ones locked
  * again (idle.h).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,32 +32,31 @@ static int activity_fn(void *base, void *arg)
 	return 0;
 }
 
-int idle_relock(struct channel *chan, const char *reason)
+int idle_relock(struct registry *r, struct channel *chan, const char *reason)
 {
-	int rc = segment_relock(&chan->seg);
-
-	if (rc == 0)
-		log_info("channel '%s': locked again (%s)", chan->name, reason);
-	else
-		log_warn("channel '%s': cannot lock it again (%s): %s", chan->name, reason, strerror(-rc));
-	chan->active_at = clock_now_ms();
-	return rc;
+	if (!chan->seg.unlocked || chan->locking)
+		return chan->locking ? 1 : 0;
+	return locking_relock(&r->locking, chan, reason, false);
 }
 
-int idle_relock_asked(struct channel *chan, char *why, size_t whylen)
+int idle_relock_asked(struct locking *q, struct channel *chan, char *why, size_t whylen)
 {
 	if (!chan->seg.unlocked)
 		return 0;
-	int rc = idle_relock(chan, "asked");
-	if (rc != 0)
+	int rc = chan->locking ? 1 : locking_relock(q, chan, "asked", true);
+	if (rc > 0)
+		snprintf(why, whylen, "'%s' is being locked again: %zu of %zu bytes so far", chan->name,
+			 chan->locked_bytes, chan->seg.size);
+	else if (rc < 0)
 		snprintf(why, whylen, "cannot lock '%s' again: %s", chan->name, strerror(-rc));
-	return rc;
+	return rc > 0 ? -EINPROGRESS : rc;
 }
 
 void idle_scan(struct registry *r, uint64_t now)
 {
 	for (struct channel *chan = r->first; chan && r->idle_policies; chan = chan->next) {
-		if (!chan->pin_idle || !chan->seg.pinned || chan->seg.damaged)
+		/* Being locked (adopted, handed back, or again): its end sets active_at. */
+		if (!chan->pin_idle || !chan->seg.pinned || chan->seg.damaged || chan->locking)
 			continue;
 		/* devices: a channel a device may use by DMA stays locked. */
 		if (devices_in_use(chan))
@@ -67,11 +67,10 @@ void idle_scan(struct registry *r, uint64_t now)
 		if (a.sig != chan->activity) {
 			chan->activity = a.sig;
 			chan->active_at = now;
-			if (chan->seg.unlocked)
-				idle_relock(chan, "used again");
+			if (chan->seg.unlocked) /* or being unlocked */
+				idle_relock(r, chan, "used again");
 		} else if (!chan->seg.unlocked && now - chan->active_at >= (uint64_t)chan->pin_idle * 1000u) {
-			segment_unlock(&chan->seg);
-			log_info("channel '%s': unlocked after %u s unused (still charged)", chan->name, chan->pin_idle);
+			locking_unlock(&r->locking, chan); /* a slice a turn (registry_step()) */
 		}
 	}
 }

@@ -2,6 +2,8 @@
  * locking.c - segments the daemon did not make, locked a slice a loop
  * turn (locking.h).
  */
+#include <string.h>
+
 #include "clock.h"
 #include "locking.h"
 #include "log.h"
@@ -55,12 +57,31 @@ static bool lock_slice(struct account *acct, struct channel *chan, size_t max)
 	return true;
 }
 
+/* Relock the next @p max bytes of @p chan.  @return whether its relock
+ * ended (chan->locking cleared, logged; failed: still unlocked). */
+static bool relock_slice(struct channel *chan, size_t max)
+{
+	int rc = segment_relock_step(&chan->seg, &chan->locked_bytes, max);
+
+	if (rc > 0)
+		return false;
+	chan->locking = false;
+	chan->relock_err = -rc;
+	if (rc == 0)
+		log_info("channel '%s': locked again (%s)", chan->name, chan->relock_why);
+	else
+		log_warn("channel '%s': cannot lock it again (%s): %s", chan->name, chan->relock_why, strerror(-rc));
+	chan->active_at = clock_now_ms(); /* idle from now on */
+	return true;
+}
+
 void locking_add(struct locking *q, struct account *acct, struct channel *chan, size_t *at_once)
 {
 	size_t slice = segment_slice_bytes(&chan->seg);
 	size_t first = *at_once >= slice ? slice : 0;
 
 	*at_once -= first;
+	chan->lock_op = LOCK_PIN;
 	chan->locking = true;
 	chan->locked_bytes = 0;
 	if (!lock_slice(acct, chan, first)) /* 0: the header's note only */
@@ -70,16 +91,57 @@ void locking_add(struct locking *q, struct account *acct, struct channel *chan, 
 struct channel *locking_step(struct locking *q, struct account *acct)
 {
 	struct channel *chan = q->first;
+	size_t slice = segment_slice_bytes(&chan->seg);
 
 	take_out(q, chan);
-	if (lock_slice(acct, chan, segment_slice_bytes(&chan->seg)))
+	if (chan->lock_op == LOCK_UNLOCK) {
+		if (segment_unlock_step(&chan->seg, &chan->locked_bytes, slice) == 0) {
+			chan->unlocking = false;
+			return NULL;
+		}
+	} else if (chan->lock_op == LOCK_RELOCK ? relock_slice(chan, slice) : lock_slice(acct, chan, slice)) {
 		return chan;
+	}
 	append(q, chan); /* round robin */
 	return NULL;
 }
 
+void locking_unlock(struct locking *q, struct channel *chan)
+{
+	log_info("channel '%s': unlocked after %u s unused (still charged)", chan->name, chan->pin_idle);
+	segment_unlock_begin(&chan->seg);
+	chan->lock_op = LOCK_UNLOCK;
+	chan->unlocking = true;
+	chan->locked_bytes = 0; /* unlocked so far */
+	append(q, chan);
+}
+
+int locking_relock(struct locking *q, struct channel *chan, const char *why, bool at_once)
+{
+	bool queued = chan->unlocking;
+
+	chan->unlocking = false;
+	chan->lock_op = LOCK_RELOCK;
+	chan->locking = true;
+	chan->locked_bytes = 0; /* what an unlock left locked is locked again, cheaply */
+	chan->relock_why = why;
+	if (at_once && relock_slice(chan, segment_slice_bytes(&chan->seg))) {
+		if (queued)
+			take_out(q, chan);
+		return -chan->relock_err;
+	}
+	if (!queued)
+		append(q, chan);
+	return 1;
+}
+
 void locking_abandon(struct locking *q, struct account *acct, struct channel *chan, const char *why)
 {
+	if (chan->lock_op != LOCK_PIN) { /* pinned for the accounts throughout */
+		take_out(q, chan);
+		chan->locking = chan->unlocking = false;
+		return;
+	}
 	log_info("channel '%s': locking given up at %zu of %zu bytes: %s", chan->name, chan->locked_bytes,
 		 chan->seg.size, why);
 	take_out(q, chan);

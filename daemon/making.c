@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "log.h"
 #include "making.h"
@@ -47,14 +48,33 @@ void making_drop(struct account *acct, struct dying **dying, struct channel *cha
 	account_release(acct, chan->uid, chan->seg.size, true);
 	chan->seg.release = true;
 	chan->seg.keep = 0;
-	dying_add(dying, &chan->seg);
+	if (making_waits(chan))
+		segment_destroy(&chan->seg); /* nothing made: nothing to unmap */
+	else
+		dying_add(dying, &chan->seg);
 	free(chan->holder);
 	free(chan);
 }
 
+/* Whether @p q holds a segment of huge pages: its pages come back as its
+ * slices are punched out. */
+static bool dying_huge(const struct dying *q)
+{
+	for (; q; q = q->next)
+		if (q->seg.hugepages)
+			return true;
+	return false;
+}
 
-int making_segment(struct account *acct, struct channel *chan, const struct segment_opts *o, size_t need,
-			  const struct segment *pooled, char *why, size_t whylen)
+/* The message of a create that found too few free huge pages. */
+static void too_few_huge(const struct channel *chan, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages", chan->name,
+		 chan->seg.size);
+}
+
+int making_segment(struct account *acct, const struct dying *dying, struct channel *chan,
+		   const struct segment_opts *o, size_t need, const struct segment *pooled, char *why, size_t whylen)
 {
 	const char *name = chan->name;
 	size_t size;
@@ -70,8 +90,17 @@ int making_segment(struct account *acct, struct channel *chan, const struct segm
 	rc = segment_alloc(&chan->seg, need, &later, name);
 	if (rc == 0)
 		return 0;
+	if (o->hugepages && rc == -ENOMEM && dying_huge(dying)) {
+		/* A destroyed channel's huge pages, still being punched out:
+		 * made once they are back (making_step()). */
+		log_info("channel '%s': waits for the huge pages of destroyed channels", name);
+		chan->seg = (struct segment){.fd = -1, .base = MAP_FAILED, .node = o->node, .hugepages = true,
+					     .size = size};
+		return 1;
+	}
+	chan->seg.size = size;
 	if (o->hugepages && rc == -ENOMEM)
-		snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages", name, size);
+		too_few_huge(chan, why, whylen);
 	else if (o->hugepages && rc == -EINVAL)
 		snprintf(why, whylen, "huge pages for '%s': this kernel cannot make a sealed huge-page memfd", name);
 	else
@@ -83,17 +112,49 @@ int making_segment(struct account *acct, struct channel *chan, const struct segm
 	return rc;
 }
 
+bool making_waits(const struct channel *chan)
+{
+	return chan->seg.fd < 0;
+}
+
+/* Make the segment of @p chan, which waited for huge pages (making_waits()),
+ * now that no destroyed segment holds any: @return 1 (made, to be locked)
+ * or the -errno of segment_alloc() (still too few: logged). */
+static int make_late(struct channel *chan)
+{
+	struct segment_opts o = {.node = chan->seg.node, .hugepages = true, .lock_later = true};
+	size_t need, size = chan->seg.size;
+	int rc = pinshm_segment_size(&chan->attr, &need);
+
+	rc = rc ? rc : segment_alloc(&chan->seg, need, &o, chan->name);
+	if (rc == 0)
+		return 1;
+	chan->seg = (struct segment){.fd = -1, .base = MAP_FAILED, .node = o.node, .hugepages = true, .size = size};
+	log_err("channel '%s': too few free huge pages (%zu bytes), even after the destroyed channels': see "
+		"vm.nr_hugepages",
+		chan->name, size);
+	return rc;
+}
+
+void making_failed(const struct channel *chan, char *why, size_t whylen)
+{
+	too_few_huge(chan, why, whylen);
+}
+
 struct channel *making_step(struct making *m)
 {
 	struct channel *chan = m->first;
-	int rc = segment_lock_step(&chan->seg, &chan->locked_bytes, segment_slice_bytes(&chan->seg));
+	int rc = making_waits(chan) ? make_late(chan) : 1;
+
+	if (rc > 0)
+		rc = segment_lock_step(&chan->seg, &chan->locked_bytes, segment_slice_bytes(&chan->seg));
 
 	making_remove(m, NULL, chan);
 	if (rc > 0) {
 		making_add(m, chan); /* round robin */
 		return NULL;
 	}
-	return chan; /* locked, or left unpinned (rc < 0, pin_error) */
+	return chan; /* locked, or left unpinned (rc < 0, pin_error), or not made (making_waits()) */
 }
 
 void making_creator_gone(struct making *m, uint64_t creator, pid_t pid, struct account *acct, struct dying **dying)

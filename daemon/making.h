@@ -29,11 +29,22 @@ struct making {
  * The segment of @p chan, charged chan->seg.size bytes (@p size) to its owner:
  * the pool's segment @p pooled (chan->from_pool), or a fresh one of @p need
  * bytes made as @p o says, to be locked in slices.  On failure (logged,
- * @p why) the charge goes, and @p chan is freed.  @return 0 or as
- * segment_alloc().
+ * @p why) the charge goes, and @p chan is freed.  Too few free huge pages
+ * while segments of huge pages are in @p dying (destroyed, their pages
+ * punched out a slice a turn): @p chan waits for them, charged, nothing
+ * made yet (making_waits()); making_step() makes it once @p dying is
+ * empty.  @return 0; 1: it waits; or as segment_alloc().
  */
-int making_segment(struct account *acct, struct channel *chan, const struct segment_opts *o, size_t need,
-		   const struct segment *pooled, char *why, size_t whylen);
+int making_segment(struct account *acct, const struct dying *dying, struct channel *chan,
+		   const struct segment_opts *o, size_t need, const struct segment *pooled, char *why, size_t whylen);
+
+/** Whether @p chan's segment is not made (yet: it waits for huge pages,
+ *  or, out of making_step(), there were too few even then). */
+bool making_waits(const struct channel *chan);
+
+/** The message of a half-made channel that making_step() could not make
+ *  (making_waits()): too few free huge pages. */
+void making_failed(const struct channel *chan, char *why, size_t whylen);
 
 /** Append @p chan, half-made, to @p m. */
 void making_add(struct making *m, struct channel *chan);
@@ -45,8 +56,10 @@ void making_remove(struct making *m, struct channel *prev, struct channel *chan)
 bool making_named(const struct making *m, const char *name);
 
 /** Lock the next slice of the first of @p m (not empty), which then waits
- *  its turn again.  @return it, out of @p m, where that was its last slice
- *  (locked, or left unpinned: pin_error), else NULL. */
+ *  its turn again; one that waits for huge pages is made first (called
+ *  only while no destroyed segment is queued).  @return it, out of @p m,
+ *  where that was its last slice (locked, or left unpinned: pin_error), or
+ *  it could not be made (making_waits()); else NULL. */
 struct channel *making_step(struct making *m);
 
 /** Give up @p chan, half-made or made and never listed: its whole charge

@@ -93,7 +93,7 @@ static void channel_free(struct registry *r, struct channel *chan)
 	r->count--;
 	if (chan->pin_idle)
 		r->idle_policies--;
-	if (chan->locking)
+	if (chan->locking || chan->unlocking)
 		locking_abandon(&r->locking, r->acct, chan, "destroyed while it was locked");
 	account_release(r->acct, chan->uid, chan->seg.size, chan->seg.pinned);
 	for (unsigned i = 0; chan->notify_fd && i < chan->g.max_consumers; i++)
@@ -439,7 +439,6 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
 {
 	struct channel *chan = registry_referenced(c, id);
 
-	(void)r;
 	if (!chan) {
 		snprintf(why, whylen, "this connection holds no channel number %llu", (unsigned long long)id);
 		return -ENOENT;
@@ -453,7 +452,7 @@ int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char 
 		snprintf(why, whylen, "cannot lock '%s': %s", chan->name, chan->seg.pin_error);
 		return -ENOMEM;
 	}
-	return idle_relock_asked(chan, why, whylen);
+	return idle_relock_asked(&r->locking, chan, why, whylen);
 }
 
 void registry_init(struct registry *r, struct account *acct)
@@ -540,8 +539,8 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
 	chan->attr = resolved;
 	chan->g = g;
 	chan->from_pool = from_pool;
-	rc = making_segment(r->acct, chan, o, need, &pooled, why, whylen);
-	if (rc != 0)
+	rc = making_segment(r->acct, r->dying, chan, o, need, &pooled, why, whylen);
+	if (rc < 0)
 		return rc;
 	if (!from_pool) {
 		making_add(&r->making, chan);
@@ -554,6 +553,12 @@ int registry_create_end(struct registry *r, struct reg_client *c, struct channel
 			char *why, size_t whylen)
 {
 	const char *name = chan->name;
+
+	if (making_waits(chan)) {
+		making_failed(chan, why, whylen);
+		making_drop(r->acct, &r->dying, chan);
+		return -ENOMEM;
+	}
 	int rc = segment_format(&chan->seg, &chan->attr);
 
 	if (rc != 0) {
@@ -653,7 +658,7 @@ int registry_open(struct registry *r, struct reg_client *c, const char *name, pi
 	take_ref(c, chan);
 	log_debug("channel '%s': endpoint %d (%s) claimed for pid %d", name, ep, what, (int)c->cred.pid);
 	if (chan->seg.unlocked)
-		idle_relock(chan, "opened"); /* about to be used */
+		idle_relock(r, chan, "opened"); /* about to be used: a slice a turn, the OPEN not waiting */
 	if (role == PINSHM_CONSUMER && chan->seg.node == PINSHM_NODE_CONSUMER)
 		move_start(&r->moving, chan, client_node, c->cred.pid);
 	*out = chan;

@@ -29,9 +29,9 @@
  * - RELOCK: a connection that references a channel asks for its segment,
  *   unlocked for want of use, to be locked again.
  * - Working-set pinning: a channel created with a pin_idle of N seconds
- *   whose segment shows no activity for N seconds is unlocked
- *   (segment_unlock()), and locked again when idle_scan() sees it used,
- *   at an OPEN, or at a RELOCK.  Activity: a change of the messages
+ *   whose segment shows no activity for N seconds is unlocked, and locked
+ *   again when idle_scan() sees it used, at an OPEN, or at a RELOCK; each
+ *   a slice a loop turn (locking.h).  Activity: a change of the messages
  *   committed, the queue room given back, or the endpoint changes, all
  *   read from the segment (a client could fake activity, or hide it: that
  *   costs only its own channel's pinning).  It stays charged whole.
@@ -154,8 +154,13 @@ struct channel {
 	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
 	bool from_pool;                 /* its segment came ready from the pool */
 	size_t locked_bytes;            /* half-made (registry_create()), or locking: bytes of it locked so far */
-	bool locking;                   /* adopted or handed back, its segment being locked (locking.h) */
-	struct channel *lock_next;      /* with locking: the next in registry.locking */
+	bool locking;                   /* adopted or handed back, or unlocked for want of use: its
+					 * segment being locked (locking.h) */
+	bool unlocking;                 /* idle: its segment being unlocked (locking.h) */
+	uint8_t lock_op;                /* with locking or unlocking: what (enum lock_op) */
+	int relock_err;                 /* the last relock's errno, 0: locked again */
+	const char *relock_why;         /* with a relock: why (for the log) */
+	struct channel *lock_next;      /* with locking or unlocking: the next in registry.locking */
 	struct channel_move *move;      /* its pages moving to its consumer's node, NULL: not */
 	uint32_t device_regs[DEVICES_KINDS]; /* device registrations its clients reported, by kind (devices.h) */
 	struct channel *hash_next;      /* in its bucket, while named */
@@ -311,9 +316,9 @@ int registry_close(struct registry *r, struct reg_client *c, uint64_t id, uint32
  * Lock the segment of the channel numbered @p id, which @p c references,
  * again if it was unlocked for want of use.
  * @return 0; -ENOENT (@p c references no channel @p id); -EINPROGRESS
- *         (adopted or handed back, it is being locked, locking.h: the
+ *         (adopted, handed back or unlocked, it is being locked, locking.h: the
  *         reply once it is, request_relocked(); @p c makes no other
- *         request meanwhile); or as segment_relock().
+ *         request meanwhile); or as segment_relock_step().
  */
 int registry_relock(struct registry *r, struct reg_client *c, uint64_t id, char *why, size_t whylen);
 

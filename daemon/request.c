@@ -362,14 +362,16 @@ static void undecoded(const struct reg_client *c, const struct proto_msg *req, s
 }
 
 /* DEVICE: a registration reported for a channel @p c references (devices.h). */
-static int serve_device(struct reg_client *c, const struct proto_msg *req, struct proto_msg *rep)
+static int serve_device(struct request_ctx *ctx, struct reg_client *c, const struct proto_msg *req,
+			struct proto_msg *rep)
 {
 	struct channel *chan = registry_referenced(c, req->u.device.id);
 
 	if (!chan)
 		return fail(rep, -ENOENT, "this connection holds no channel number %llu",
 			    (unsigned long long)req->u.device.id);
-	return devices_report(c, chan, registry_client_holds(c, chan), req->u.device.kind, req->u.device.delta,
+	return devices_report(&ctx->reg->locking, c, chan, registry_client_holds(c, chan), req->u.device.kind,
+			      req->u.device.delta,
 			      rep->text, sizeof(rep->text));
 }
 
@@ -459,7 +461,7 @@ void request_serve(struct request_ctx *ctx, struct reg_client *c, const uint8_t 
 		rc = serve_peer(ctx, c, req, rep, out);
 		break;
 	case PROTO_DEVICE:
-		rc = serve_device(c, req, rep);
+		rc = serve_device(ctx, c, req, rep);
 		out->wait = (struct lock_wait){.id = req->u.device.id, .type = PROTO_DEVICE, .kind = req->u.device.kind};
 		break;
 	default: /* proto_decode() let through requests only */
@@ -527,9 +529,12 @@ void request_relocked(struct request_ctx *ctx, struct reg_client *c, struct chan
 	rep->h.seq = seq;
 	if (!chan->seg.pinned)
 		rep->status = fail(rep, -ENOMEM, "cannot lock '%s': %s", chan->name, chan->seg.pin_error);
+	else if (chan->seg.unlocked) /* a relock that failed */
+		rep->status = fail(rep, chan->relock_err ? -chan->relock_err : -ENOMEM, "cannot lock '%s' again: %s",
+				   chan->name, strerror(chan->relock_err ? chan->relock_err : ENOMEM));
 	else if (w->type == PROTO_DEVICE)
-		rep->status = devices_report(c, chan, registry_client_holds(c, chan), w->kind, 1, rep->text,
-					     sizeof(rep->text));
+		rep->status = devices_report(&ctx->reg->locking, c, chan, registry_client_holds(c, chan), w->kind, 1,
+					     rep->text, sizeof(rep->text));
 	if (rep->status != 0)
 		log_debug("pid %d uid %u: %s: %s", (int)c->cred.pid, (unsigned)c->cred.uid, proto_type_name(w->type),
 			  rep->text);

@@ -380,31 +380,57 @@ static int set_unlocked_fn(void *base, void *arg)
 	return 0;
 }
 
-void segment_unlock(struct segment *s)
+void segment_unlock_begin(struct segment *s)
 {
 	uint32_t one = 1;
 
-	if (!s->pinned || s->unlocked)
-		return;
-	unlock_range(s->base, s->size);
 	s->unlocked = true;
 	segment_access(s, set_unlocked_fn, &one);
 }
 
-int segment_relock(struct segment *s)
+int segment_unlock_step(struct segment *s, size_t *done, size_t max)
 {
+	size_t len = step_len(s, *done, max);
+
+	if (len > 0)
+		unlock_range((char *)s->base + *done, len);
+	*done += len;
+	return *done < s->size ? 1 : 0;
+}
+
+/* segment_access(): nothing; the shm size check alone. */
+static int nothing_fn(void *base, void *arg)
+{
+	(void)base;
+	(void)arg;
+	return 0;
+}
+
+int segment_relock_step(struct segment *s, size_t *locked, size_t max)
+{
+	size_t len = step_len(s, *locked, max);
 	uint32_t zero = 0;
 
-	if (!s->unlocked)
-		return 0;
-	if (s->damaged || segment_access(s, set_unlocked_fn, &zero) != 0)
-		return -EBADMSG; /* shm, shrunk: mlock would fault on what is gone */
-	if (mlock2(s->base, s->size, 0) != 0) {
+	/* shm, shrunk: mlock would populate what is gone. */
+	if (s->damaged || segment_access(s, nothing_fn, NULL) != 0) {
+		unlock_range(s->base, *locked);
+		*locked = 0;
+		return -EBADMSG;
+	}
+	if (len > 0 && mlock2((char *)s->base + *locked, len, 0) != 0) {
 		int err = errno;
-		uint32_t one = 1;
-		unlock_range(s->base, s->size); /* a failed mlock may have locked part of it */
-		segment_access(s, set_unlocked_fn, &one);
+		unlock_range(s->base, s->size); /* the slices before, and maybe part of this one */
+		*locked = 0;
 		return -err;
+	}
+	*locked += len;
+	if (*locked < s->size)
+		return 1;
+	/* Locked whole: only now does the header say so. */
+	if (segment_access(s, set_unlocked_fn, &zero) != 0) {
+		unlock_range(s->base, s->size);
+		*locked = 0;
+		return -EBADMSG;
 	}
 	s->unlocked = false;
 	return 0;

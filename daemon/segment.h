@@ -141,20 +141,30 @@ typedef int segment_access_fn(void *base, void *arg);
 int segment_access(struct segment *s, segment_access_fn *fn, void *arg);
 
 /**
- * Working-set pinning: unlock a pinned segment @p s for now (munlock; its
- * pages may be swapped out), and say so in its header (`unlocked`, for the
- * clients).  It stays pinned for the accounts.
+ * Working-set pinning, in slices: a pinned segment @p s is to be unlocked
+ * for now (its pages may be swapped out): say so at once, in s->unlocked
+ * and in its header (`unlocked`, for the clients), before any page is
+ * unlocked; segment_unlock_step() then unlocks it.  It stays pinned for
+ * the accounts.
  */
-void segment_unlock(struct segment *s);
+void segment_unlock_begin(struct segment *s);
+
+/** Unlock the next @p max bytes of @p s from @p *done on (munlock, rounded
+ *  up to a page of its file as segment_lock_step()), and advance @p *done.
+ *  @return 1: more to unlock; 0: unlocked whole. */
+int segment_unlock_step(struct segment *s, size_t *done, size_t max);
 
 /**
- * Lock @p s again after segment_unlock() (mlock2, which faults its pages
- * back in) and clear `unlocked` in its header.
- * @return 0; -EBADMSG (a damaged segment: left alone); or the -errno of
- *         mlock2 (ENOMEM, EAGAIN: RLIMIT_MEMLOCK in user mode; it stays
- *         unlocked).
+ * Lock @p s again after segment_unlock_begin(), in slices: the next @p max
+ * bytes from @p *locked on (mlock2, which faults them back in), as
+ * segment_lock_step().  s->unlocked and the header's `unlocked` stay set
+ * until the last slice is locked, which clears them.
+ * @return 1: more to lock; 0: locked whole; -EBADMSG (a damaged segment:
+ *         left alone); or the -errno of mlock2 (ENOMEM, EAGAIN:
+ *         RLIMIT_MEMLOCK in user mode).  On failure nothing of it stays
+ *         locked (@p *locked back to 0) and it stays unlocked.
  */
-int segment_relock(struct segment *s);
+int segment_relock_step(struct segment *s, size_t *locked, size_t max);
 
 /**
  * Unmap and close @p s.  Where s->release is set (a channel destroyed for

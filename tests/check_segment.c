@@ -704,7 +704,9 @@ START_TEST(test_hugepage_slices)
 	long free0 = tu_meminfo("HugePages_Free:");
 	TU_RC(segment_alloc(&s, SLICE_PAGES * (size_t)hp - 4096, &o, "slices"), 0);
 	ck_assert_uint_eq(s.size, SLICE_PAGES * (size_t)hp);
-	ck_assert_uint_eq(segment_slice_bytes(&s) % (size_t)hp, 0);
+	/* A huge page a turn (SEGMENT_SLICE_BYTES rounded up to one), not the segment. */
+	ck_assert_uint_eq(segment_slice_bytes(&s), (SEGMENT_SLICE_BYTES + (size_t)hp - 1) / (size_t)hp * (size_t)hp);
+	ck_assert_uint_lt(segment_slice_bytes(&s), s.size);
 	ck_assert_int_eq(huge_taken(free0), 0); /* reserved, none populated */
 	do {
 		rc = segment_lock_step(&s, &locked, SLICE_ODD);
@@ -900,6 +902,52 @@ static int daemon_file(pid_t pid, const char *what)
 	ck_assert_msg(fd >= 0, "pinshmd %d holds no open file '%s'", (int)pid, what);
 	return fd;
 }
+
+
+/* Working-set pinning in slices: an unlock says unlocked (the segment, its
+ * header) before its first slice, and each slice unlocks its bytes alone;
+ * a relock keeps saying unlocked until its last slice is locked. */
+START_TEST(test_unlock_slices)
+{
+	pinshm_channel_attr_t attr;
+	struct segment s;
+	struct segment_opts o = {.node = PINSHM_NODE_ANY};
+	size_t done = 0, locked = 0;
+	int rc;
+
+	tu_attr(&attr, PINSHM_QUEUE, 4 * MiB, 2, 1);
+	TU_RC(segment_create(&s, &attr, &o, "unlock"), 0);
+	if (!s.pinned) {
+		fprintf(stderr, "check_segment: unlock slices: not pinned here (%s), skipped\n", s.pin_error);
+		segment_destroy(&s);
+		return;
+	}
+	struct seg_header *h = s.base;
+	long lck0 = proc_status_value_kb(getpid(), "VmLck:");
+	ck_assert_uint_gt(s.size, 2 * SEGMENT_SLICE_BYTES);
+	segment_unlock_begin(&s);
+	ck_assert(s.unlocked);
+	ck_assert_uint_eq(atomic_load(&h->unlocked), 1);
+	ck_assert_int_eq(proc_status_value_kb(getpid(), "VmLck:"), lck0); /* said first, nothing unlocked yet */
+	do {
+		rc = segment_unlock_step(&s, &done, SEGMENT_SLICE_BYTES);
+		ck_assert_int_eq(proc_status_value_kb(getpid(), "VmLck:"), lck0 - (long)(done / 1024));
+	} while (rc > 0);
+	ck_assert_uint_eq(done, s.size);
+	do {
+		rc = segment_relock_step(&s, &locked, SEGMENT_SLICE_BYTES);
+		ck_assert_int_ge(rc, 0);
+		ck_assert_int_eq(proc_status_value_kb(getpid(), "VmLck:"), lck0 - (long)((s.size - locked) / 1024));
+		if (rc > 0)
+			ck_assert_msg(s.unlocked && atomic_load(&h->unlocked) == 1, "said locked at %zu of %zu bytes",
+				      locked, s.size);
+	} while (rc > 0);
+	ck_assert(!s.unlocked);
+	ck_assert_uint_eq(atomic_load(&h->unlocked), 0);
+	ck_assert(s.pinned);
+	segment_destroy(&s);
+}
+END_TEST
 
 /* The backend asked for, the default (auto: a sealed memfd), shown in the
  * list; an shm channel carries messages and leaves nothing in /dev/shm;
@@ -1145,6 +1193,7 @@ static Suite *segment_suite(void)
 	tcase_add_test(tc, test_backend_fallback);
 	tcase_add_test(tc, test_shm_shrunk);
 	tcase_add_test(tc, test_guard_sigbus);
+	tcase_add_test(tc, test_unlock_slices);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("pool");
