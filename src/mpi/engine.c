@@ -44,6 +44,7 @@ void pm_peer_mark_busy(int peer)
 	if (!pm.peers[peer].busy) {
 		pm.peers[peer].busy = true;
 		pm.busy[peer / 64] |= 1ull << (peer % 64);
+		pm.busy_peers++;
 	}
 }
 
@@ -53,6 +54,7 @@ static void peer_update_busy(int peer)
 	if (p->busy && !p->ctl.head && !p->sendq.head && !p->stream.head) {
 		p->busy = false;
 		pm.busy[peer / 64] &= ~(1ull << (peer % 64));
+		pm.busy_peers--;
 	}
 }
 
@@ -826,11 +828,8 @@ int pm_progress(void)
 		return 0;
 	pm.in_progress = 1;
 	int did = drain_inbound(PINSHM_NONBLOCK);
-	for (uint32_t w = 0; w < pm.busy_mask_words; w++)
-		if (pm.busy[w]) {
-			did += push_busy();
-			break;
-		}
+	if (pm.busy_peers)
+		did += push_busy();
 	if (pm.hybrid.head || pm.remote.head)
 		did += pm_poll_remote();
 	if (pm_coll_nb_pending)
@@ -839,16 +838,19 @@ int pm_progress(void)
 	return did;
 }
 
-static bool any_busy(void);
-
 /* Whether a record may be awaited: some operation under way (a send not
  * done, a receive posted or taking DATA), a record waiting for room, a
  * request of the library watched, a nonblocking collective, a blocking call
- * of the plugin waiting, or a record taken and not released yet. */
-static bool expecting(void)
+ * of the plugin waiting, or a record taken and not released yet.  Read at
+ * every pass of the library's loop: one OR of them all, without a branch
+ * for each. */
+static inline bool expecting(void)
 {
-	return pm.sends_inflight || pm.posted || pm.streaming || pm.watch || pm.direct || holding_last ||
-	       pm.hybrid.head || pm.remote.head || pm_coll_nb_pending || any_busy();
+	uintptr_t lists = (uintptr_t)pm.watch | (uintptr_t)pm.direct | (uintptr_t)pm.hybrid.head |
+			  (uintptr_t)pm.remote.head;
+	unsigned counts = pm.sends_inflight | pm.posted | pm.streaming | pm.busy_peers | pm_coll_nb_pending |
+			  (unsigned)holding_last;
+	return (lists | counts) != 0;
 }
 
 #define IDLE_LOOK 64u /* passes of the library's loop between two looks while nothing is awaited */
@@ -873,10 +875,7 @@ static uint64_t now_ns(void)
 
 static bool any_busy(void)
 {
-	for (uint32_t w = 0; w < pm.busy_mask_words; w++)
-		if (pm.busy[w])
-			return true;
-	return false;
+	return pm.busy_peers != 0;
 }
 
 /* Whether only a record can end a wait that @p may_sleep: nothing queued

@@ -468,6 +468,7 @@ struct pm_state {
 	struct pm_peer *peers;
 	uint32_t busy_mask_words;
 	uint64_t *busy;     /* bit per peer with records waiting */
+	unsigned busy_peers; /* bits set in busy */
 	unsigned sends_inflight; /* sends started and not done */
 	unsigned streaming; /* receives taking DATA */
 	unsigned posted;    /* receives in a posted list */
