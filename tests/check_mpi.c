@@ -1051,7 +1051,8 @@ END_TEST
  * pretend nodes of hier_configs (all but the one with collectives off). */
 START_TEST(test_coll_a2a_hier)
 {
-	static const struct program prog = {"coll_a2a_hier", B, 0, NULL, NULL};
+	/* Small pieces: the leaders' exchange sends a pair's blocks in several. */
+	static const struct program prog = {"coll_a2a_hier", B, 0, NULL, "PINSHM_MPI_PIECE=1000"};
 	run_one(&prog, &hier_configs[_i]);
 }
 END_TEST

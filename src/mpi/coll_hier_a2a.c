@@ -31,8 +31,9 @@
  * layout, hier_v_carried()) and for Alltoall on the receive block's length
  * (the same at every rank): a leader's bytes must fit the library's int
  * counts (else the library takes it whole, at every rank).  An Alltoallv's
- * lengths are known only where they are given: a leader whose node's
- * bytes pass INT_MAX moves none and its node's ranks get MPI_ERR_COUNT.
+ * lengths are known only where they are given, so its leaders move the
+ * blocks point to point in pieces of at most INT_MAX bytes, whatever
+ * their sum.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -61,6 +62,37 @@ static void keep(int *rc, int e)
 {
 	if (e != MPI_SUCCESS && *rc == MPI_SUCCESS)
 		*rc = e;
+}
+
+/* The leaders' exchange of the blocks: @p bs[j] bytes of @p L from
+ * @p bsd[j] to leader j, @p br[j] bytes into @p X at @p brd[j] from it, point
+ * to point in pieces of at most pm.cfg.piece bytes (INT_MAX: an
+ * Alltoallv's int counts would cap the sum; both ends derive a pair's
+ * length from the same exchanged lengths, so they agree on its pieces). */
+static int leaders_exchange(const struct pm_hier *h, const char *L, const uint64_t *bs, const uint64_t *bsd, char *X,
+			    const uint64_t *br, const uint64_t *brd)
+{
+	uint64_t piece = pm.cfg.piece;
+	size_t most = 0, k = 0;
+
+	for (int j = 0; j < h->nnodes; j++)
+		most += (bs[j] + piece - 1) / piece + (br[j] + piece - 1) / piece;
+	MPI_Request *req = zalloc(most, sizeof(MPI_Request));
+	int rc = MPI_SUCCESS;
+
+	for (size_t i = 0; i < most; i++)
+		req[i] = MPI_REQUEST_NULL;
+	for (int j = 0; j < h->nnodes; j++)
+		for (uint64_t at = 0; at < br[j]; at += piece)
+			rc = first(rc, PMPI_Irecv(X + brd[j] + at, (int)(br[j] - at < piece ? br[j] - at : piece), MPI_BYTE,
+						  j, 0, h->leaders, &req[k++]));
+	for (int j = 0; j < h->nnodes; j++)
+		for (uint64_t at = 0; at < bs[j]; at += piece)
+			rc = first(rc, PMPI_Isend(L + bsd[j] + at, (int)(bs[j] - at < piece ? bs[j] - at : piece), MPI_BYTE,
+						  j, 0, h->leaders, &req[k++]));
+	rc = first(rc, PMPI_Waitall((int)k, req, MPI_STATUSES_IGNORE));
+	free(req);
+	return rc;
 }
 
 /* The leader's part between the node steps.  @p tabs: its node's tables
@@ -92,29 +124,25 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 	rc = first(rc, PMPI_Alltoallv(slens, scnt, sdsp, MPI_BYTE, rlens, rcnt, rdsp, MPI_BYTE, h->leaders));
 	/* rlens: by node i, then r of node i, then m here: what r sends m.
 	 * 3b: the blocks, with counts from those lengths. */
+	uint64_t *bs = zalloc((size_t)nodes, sizeof(uint64_t)), *bsd = zalloc((size_t)nodes, sizeof(uint64_t));
+	uint64_t *br = zalloc((size_t)nodes, sizeof(uint64_t)), *brd = zalloc((size_t)nodes, sizeof(uint64_t));
 	uint64_t sall = 0, rall = 0;
 	p = slens;
 	uint64_t *q = rlens;
 	for (int j = 0; j < nodes; j++) {
-		uint64_t s = 0, t = 0;
 		for (int x = 0; x < nn * h->node_size[j]; x++) {
-			s += *p++;
-			t += *q++;
+			bs[j] += *p++;
+			br[j] += *q++;
 		}
-		bool fits = sall + s <= INT_MAX && rall + t <= INT_MAX;
-		if (!fits)
-			keep(&rc, MPI_ERR_COUNT);
-		scnt[j] = fits ? (int)s : 0;
-		rcnt[j] = fits ? (int)t : 0;
-		sdsp[j] = (int)sall;
-		rdsp[j] = (int)rall;
-		sall += (uint64_t)scnt[j];
-		rall += (uint64_t)rcnt[j];
+		bsd[j] = sall;
+		brd[j] = rall;
+		sall += bs[j];
+		rall += br[j];
 	}
 	char *L = zalloc((size_t)sall, 1), *X = zalloc((size_t)rall, 1);
 	for (int j = 0; j < nodes; j++) {
-		char *w = L + sdsp[j];
-		for (int k = 0; scnt[j] && k < nn; k++) {
+		char *w = L + bsd[j];
+		for (int k = 0; bs[j] && k < nn; k++) {
 			const uint64_t *row = tabs + (size_t)k * 2 * n;
 			uint64_t off = goff[k];
 			for (int d = 0; d < n; off += row[d++])
@@ -124,7 +152,7 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 				}
 		}
 	}
-	rc = first(rc, PMPI_Alltoallv(L, scnt, sdsp, MPI_BYTE, X, rcnt, rdsp, MPI_BYTE, h->leaders));
+	rc = first(rc, leaders_exchange(h, L, bs, bsd, X, br, brd));
 	free(L);
 	/* 4: local rank m's piece: block r at its room's place, one byte
 	 * more where some block was longer than its room. */
@@ -158,17 +186,14 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 			at[(size_t)m * n + r] = at[(size_t)m * n + r - 1] + tabs[(size_t)m * 2 * n + n + r - 1];
 	q = rlens;
 	for (int i = 0; i < nodes; i++) {
-		const char *src = X + rdsp[i], *end = src + rcnt[i];
+		const char *src = X + brd[i];
 		for (int r = 0; r < n; r++) {
 			if (h->node_of[r] != i)
 				continue;
 			for (int m = 0; m < nn; m++, q++) {
 				uint64_t room = tabs[(size_t)m * 2 * n + n + r];
-				uint64_t len = *q < room ? *q : room;
-				if ((uint64_t)(end - src) < *q) /* the leaders moved none of it */
-					len = 0;
-				memcpy(*O + ooff[m] + at[(size_t)m * n + r], src, (size_t)len);
-				src += (uint64_t)(end - src) < *q ? 0 : *q;
+				memcpy(*O + ooff[m] + at[(size_t)m * n + r], src, (size_t)(*q < room ? *q : room));
+				src += *q;
 			}
 		}
 	}
@@ -182,6 +207,10 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 	free(sdsp);
 	free(rcnt);
 	free(rdsp);
+	free(bs);
+	free(bsd);
+	free(br);
+	free(brd);
 	return pm_comm_error(comm, rc);
 }
 
