@@ -286,10 +286,13 @@ static bool try_step(struct nb *b)
 	struct pm_coll *co = b->co;
 	uint64_t s = b->step;
 	if (!b->posted) {
-		if (coll_error(co) != MPI_SUCCESS)
-			return give_up(b);
+		/* Its stage first: a phase that gave up before its call
+		 * reached it would move the call's stage past one still
+		 * running (a leaders' request left pending, or never made). */
 		if (b->parent && !hnb_at(b))
 			return false; /* an earlier phase of its call runs first */
+		if (coll_error(co) != MPI_SUCCESS)
+			return give_up(b);
 		if (own_done(co) != s - 1)
 			return false; /* an earlier call's step runs first (coll.h) */
 		bool w = writes(b);
