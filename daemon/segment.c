@@ -413,7 +413,9 @@ int segment_relock_step(struct segment *s, size_t *locked, size_t max)
 
 	/* shm, shrunk: mlock would populate what is gone. */
 	if (s->damaged || segment_access(s, nothing_fn, NULL) != 0) {
-		unlock_range(s->base, *locked);
+		/* All of it: a relock that took over an unlock in progress
+		 * finds bytes past *locked still locked. */
+		unlock_range(s->base, s->size);
 		*locked = 0;
 		return -EBADMSG;
 	}

@@ -945,6 +945,19 @@ START_TEST(test_unlock_slices)
 	ck_assert(!s.unlocked);
 	ck_assert_uint_eq(atomic_load(&h->unlocked), 0);
 	ck_assert(s.pinned);
+
+	/* A relock that takes over an unlock one slice in (from its first
+	 * byte, as locking_relock() does) and finds the segment damaged
+	 * unlocks all of it: nothing stays locked behind a channel that says
+	 * unlocked. */
+	done = locked = 0;
+	segment_unlock_begin(&s);
+	TU_RC(segment_unlock_step(&s, &done, SEGMENT_SLICE_BYTES), 1);
+	ck_assert_int_eq(proc_status_value_kb(getpid(), "VmLck:"), lck0 - (long)(done / 1024));
+	s.damaged = true;
+	TU_RC(segment_relock_step(&s, &locked, SEGMENT_SLICE_BYTES), -EBADMSG);
+	ck_assert_int_eq(proc_status_value_kb(getpid(), "VmLck:"), lck0 - (long)(s.size / 1024));
+	ck_assert(s.unlocked);
 	segment_destroy(&s);
 }
 END_TEST
