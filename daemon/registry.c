@@ -600,12 +600,20 @@ bool registry_step(struct registry *r, struct channel **made, struct channel **l
 	*made = *lock_done = NULL;
 	if (r->reaping)
 		reaping_step(r); /* besides the others: a reap holds its endpoint */
-	if (r->dying)
-		dying_step(&r->dying); /* first: what they unlock makes room for what the others lock */
-	else if (r->moving)
-		move_step(&r->moving);
-	else if (r->locking.first && (!r->making.first || r->lock_turn)) {
-		r->lock_turn = false;
+	/* The dying first (what they unlock makes room for what the others
+	 * lock), then the moving; but while either lasts the locking gets
+	 * every other turn, so that one user's destroys cannot hold back
+	 * another's RELOCK, whose reply waits for its last slice.  The making
+	 * waits for both (a huge-page create needs the dying's pages). */
+	bool lock_due = r->locking.first && r->lock_waited;
+	if ((r->dying || r->moving) && !lock_due) {
+		if (r->dying)
+			dying_step(&r->dying);
+		else
+			move_step(&r->moving);
+		r->lock_waited = r->locking.first != NULL;
+	} else if (r->locking.first && (!r->making.first || r->lock_turn || lock_due)) {
+		r->lock_turn = r->lock_waited = false;
 		*lock_done = locking_step(&r->locking, r->acct);
 	} else if (r->making.first) {
 		r->lock_turn = true; /* the locking's, next */

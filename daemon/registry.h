@@ -217,6 +217,7 @@ struct registry {
 	struct making making;       /* half-made channels (making.h) */
 	struct locking locking;     /* adopted or handed-back channels being locked (locking.h) */
 	bool lock_turn;             /* registry_step(): the locking's turn, where channels are made too */
+	bool lock_waited;           /* registry_step(): the locking waited a turn for the dying or moving */
 	struct dying *dying;        /* segments of destroyed channels, unmapped and punched in slices */
 	struct channel *moving;     /* channels whose pages move to their consumer's node (move.h) */
 	struct reg_judging *judging; /* hand-backs whose endpoints' processes are read, in turn */
@@ -274,8 +275,11 @@ int registry_create_end(struct registry *r, struct reg_client *c, struct channel
  * channel's segment (dying.h), those first; else move a slice of the pages
  * of a channel placed near its consumer (registry_open()); else lock the
  * next slice of the half-made channel that waited longest, or (every
- * other turn where both wait) of the adopted or handed-back channel that
- * waited longest (round robin).  @p made: the half-made channel whose
+ * other turn where both wait) of the channel in the locking queue that
+ * waited longest (round robin: adopted, handed back, or unlocked or
+ * locked again by working-set pinning).  The locking queue also gets
+ * every other turn while destroyed or moving channels last; the making
+ * waits until none is left.  @p made: the half-made channel whose
  * last slice this was (out of the list: for registry_create_end() now),
  * or NULL; @p lock_done: the adopted or handed-back channel whose locking
  * ended (for the RELOCKs that wait: request_relocked()), or NULL.
