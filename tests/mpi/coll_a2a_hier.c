@@ -128,11 +128,7 @@ int main(int argc, char **argv)
 		check_alltoall(comms[c], vec);
 		check_alltoallv(comms[c]);
 	}
-	/* A ring of point-to-point messages over world, across the nodes too. */
-	int token = mt_rank, back = -1;
-	MT_MPI(MPI_Sendrecv(&token, 1, MPI_INT, (mt_rank + 1) % mt_size, 5, &back, 1, MPI_INT,
-			    (mt_rank + mt_size - 1) % mt_size, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-	MT_CHECK(back == (mt_rank + mt_size - 1) % mt_size, "ring: %d", back);
+	mt_check_ring();
 	MPI_Comm_free(&rev);
 	MPI_Comm_free(&mix);
 	MPI_Type_free(&vec);

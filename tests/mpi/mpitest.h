@@ -93,6 +93,17 @@ static inline void mt_init(int *argc, char ***argv, const char *name)
 	mt_init_level(argc, argv, name, -1);
 }
 
+/** A ring of point-to-point messages over world (across pretend nodes
+ *  too): each rank sends its number on and checks its neighbour's. */
+static inline void mt_check_ring(void)
+{
+	int token = mt_rank, back = -1;
+
+	MT_MPI(MPI_Sendrecv(&token, 1, MPI_INT, (mt_rank + 1) % mt_size, 5, &back, 1, MPI_INT,
+			    (mt_rank + mt_size - 1) % mt_size, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+	MT_CHECK(back == (mt_rank + mt_size - 1) % mt_size, "ring: %d", back);
+}
+
 /** Barrier, "NAME: ok" from rank 0, MPI_Finalize; @return 0 for main. */
 static inline int mt_finish(void)
 {
