@@ -54,6 +54,83 @@ static void walk_dims(struct walk *w, uintptr_t base, const int *ints, int level
 		walk_dims(w, at_disp(base, (int64_t)starts[d] + k, stride), ints, level + 1, ext, old);
 }
 
+/* The indices that a darray's process holds in one dimension of @p gsize
+ * items over @p psize processes, as ranges: the @p k th, or false past the
+ * last.  BLOCK: one block of darg items (by default gsize / psize rounded
+ * up) at coord * darg; CYCLIC: blocks of darg (by default 1) items every
+ * psize * darg, the last one cut at gsize; NONE: every index. */
+static bool darray_range(int distrib, int darg, int gsize, int psize, int coord, int k, int *lo, int *hi)
+{
+	int64_t b, from;
+	switch (distrib) {
+	case MPI_DISTRIBUTE_BLOCK:
+		b = darg == MPI_DISTRIBUTE_DFLT_DARG ? ((int64_t)gsize + psize - 1) / psize : darg;
+		from = (int64_t)coord * b;
+		if (k > 0 || from >= gsize)
+			return false;
+		break;
+	case MPI_DISTRIBUTE_CYCLIC:
+		b = darg == MPI_DISTRIBUTE_DFLT_DARG ? 1 : darg;
+		from = ((int64_t)k * psize + coord) * b;
+		if (from >= gsize)
+			return false;
+		break;
+	default: /* MPI_DISTRIBUTE_NONE */
+		b = gsize;
+		from = 0;
+		if (k > 0)
+			return false;
+	}
+	*lo = (int)from;
+	*hi = (int)(from + b < gsize ? from + b : gsize);
+	return *lo < *hi;
+}
+
+/* A darray's dimensions from the outermost (C order's first, Fortran's
+ * last), from @p level on: in each, the process's ranges in increasing
+ * order, as the type map has them.  @p ints: size, rank, ndims, gsizes,
+ * distribs, dargs, psizes, order; @p coords: the process's place in the
+ * grid. */
+static void walk_darray_dims(struct walk *w, uintptr_t base, const int *ints, const int *coords, int level,
+			     MPI_Aint ext, MPI_Datatype old)
+{
+	int n = ints[2];
+	const int *gsizes = ints + 3, *distribs = gsizes + n, *dargs = distribs + n, *psizes = dargs + n;
+	bool c_order = psizes[n] == MPI_ORDER_C;
+	int d = c_order ? level : n - 1 - level, lo, hi;
+	MPI_Aint stride = ext; /* of one index in dimension d */
+	for (int i = c_order ? d + 1 : 0; i < (c_order ? n : d); i++)
+		stride *= gsizes[i];
+	for (int k = 0; going(w) && darray_range(distribs[d], dargs[d], gsizes[d], psizes[d], coords[d], k, &lo, &hi);
+	     k++) {
+		if (level == n - 1) {
+			walk_items(w, at_disp(base, lo, stride), (uint64_t)(hi - lo), old);
+			continue;
+		}
+		for (int j = lo; j < hi && going(w); j++)
+			walk_darray_dims(w, at_disp(base, j, stride), ints, coords, level + 1, ext, old);
+	}
+}
+
+/* A darray item: the process's place in the grid (its rank in row-major
+ * order, whatever the array's order), then its dimensions. */
+static void walk_darray(struct walk *w, uintptr_t base, const int *ints, MPI_Aint ext, MPI_Datatype old)
+{
+	int n = ints[2], rank = ints[1];
+	const int *psizes = ints + 3 + 3 * n;
+	int *coords = malloc((size_t)n * sizeof(*coords));
+	if (!coords) {
+		w->rc = MPI_ERR_NO_MEM;
+		return;
+	}
+	for (int i = n - 1; i >= 0; i--) {
+		coords[i] = rank % psizes[i];
+		rank /= psizes[i];
+	}
+	walk_darray_dims(w, base, ints, coords, 0, ext, old);
+	free(coords);
+}
+
 /* The blocks of one item at @p base whose type was made by @p comb from
  * @p ints, @p addrs and @p types, in the order of its type map. */
 static void walk_blocks(struct walk *w, uintptr_t base, int comb, const int *ints, const MPI_Aint *addrs,
@@ -98,7 +175,11 @@ static void walk_blocks(struct walk *w, uintptr_t base, int comb, const int *int
 		if (n > 0)
 			walk_dims(w, base, ints, 0, ext, types[0]);
 		return;
-	default: /* MPI_COMBINER_DARRAY, and predefined types (never this large) */
+	case MPI_COMBINER_DARRAY:
+		if (ints[2] > 0)
+			walk_darray(w, base, ints, ext, types[0]);
+		return;
+	default: /* predefined types (never this large) */
 		w->rc = MPI_ERR_TYPE;
 	}
 }
