@@ -1080,6 +1080,16 @@ static pinshm_list_entry_t stat_of(pinshm_client_t *c, const char *name)
 	return e;
 }
 
+/* Return once the daemon's idle scan has run at least a pin_idle after
+ * this call: a channel made now (@p attr) is unlocked by it, so any other
+ * channel unused since before the call was looked at by then too. */
+static void idle_scan_passed(pinshm_client_t *c, const pinshm_channel_attr_t *attr)
+{
+	CLIENT_RC(c, pinshm_create_full(c, "dev-witness", attr, 0600, PINSHM_PERSISTENT, PINSHM_NODE_ANY, 1), 0);
+	wait_channel_state(c, "dev-witness", PINSHM_LIST_UNLOCKED, true, 10000);
+	CLIENT_RC(c, pinshm_unlink(c, "dev-witness"), 0);
+}
+
 /* A channel with a short pin_idle is not unlocked while a handle of it is
  * registered with a device, is locked again by a registration, and is
  * unlocked once the last registration goes; STAT counts them; a client
@@ -1119,15 +1129,14 @@ START_TEST(test_daemon_pin_idle)
 	ck_assert_uint_eq(e.device_kinds, 1u << PINSHM_DEVICE_CUDA);
 	TU_RC(pinshm_channel_register(tx, dev, 0), 0);
 	ck_assert_uint_eq(stat_of(c, "dev-idle").device_regs, 2);
-	/* Registered and unused for three times its pin_idle: still locked. */
-	for (int i = 0; i < 15; i++) {
-		tu_sleep_ms(200);
-		ck_assert_msg(!(stat_of(c, "dev-idle").state & PINSHM_LIST_UNLOCKED), "unlocked while registered");
-	}
+	/* Registered and unused past its pin_idle (a channel made later was
+	 * unlocked meanwhile): still locked. */
+	idle_scan_passed(c, &attr);
+	ck_assert_msg(!(stat_of(c, "dev-idle").state & PINSHM_LIST_UNLOCKED), "unlocked while registered");
 	TU_RC(pinshm_channel_unregister(tx, dev), 0);
 	ck_assert_uint_eq(stat_of(c, "dev-idle").device_regs, 1);
-	tu_sleep_ms(1500);
-	ck_assert(!(stat_of(c, "dev-idle").state & PINSHM_LIST_UNLOCKED));
+	idle_scan_passed(c, &attr);
+	ck_assert_msg(!(stat_of(c, "dev-idle").state & PINSHM_LIST_UNLOCKED), "unlocked with one registration left");
 	/* The last one goes: unlocked a pin_idle later. */
 	uint64_t t0 = tu_now_ms();
 	TU_RC(pinshm_channel_unregister(rx, dev), 0);
