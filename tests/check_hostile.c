@@ -29,8 +29,10 @@
  *   serves on), by a daemon that stops (it exits 0).  And one whose lock
  *   fails half-way (RLIMIT_MEMLOCK of 3 MiB, 8 MiB of channel, 2 MiB a
  *   slice): created unpinned, nothing of it left locked, and it works.
- *   And while a reload empties a pool of 3 GiB of ready segments (their
- *   pages unmapped in slices after the reload).  And while one user's
+ *   And while a reload empties a pool of 3 GiB of ready segments (less
+ *   where half the budget is less): their pages are unmapped in slices
+ *   after the reload, and the daemon's VmLck shows requests served
+ *   between the first slice and the last.  And while one user's
  *   IDLE_CHANNELS channels of 1 GiB (its quota and max_segment_size
  *   raised to hold them) are unlocked for want of use and locked again, all at once,
  *   round after round: used (the idle scan sees them all in one look) or
@@ -608,18 +610,38 @@ static int by_value(const void *a, const void *b)
 }
 
 /*
+ * What the daemon keeps locked (its VmLck) around each round trip of
+ * stall_measure_locked(): a request served while a large unmapping is
+ * under way, once it began and before it ended, proves that it goes in
+ * slices over the loop's turns, however fast the machine unmaps.
+ */
+struct locked_trace {
+	long full_kb;     /* VmLck when the hostile side starts */
+	long gone_kb;     /* of it, what the hostile side unmaps */
+	long end_kb;      /* out: VmLck once that is gone */
+	size_t inside;    /* out: round trips that began after the first slice
+			   * went and ended before the last one */
+	size_t trips;     /* out: all the round trips */
+};
+
+/*
  * Measure the daemon @p d's service to @p c, a STATUS round trip every
  * millisecond or so, while the hostile child @p pid works (@p what, for the
  * output); assert that the child succeeded and, unless under a wrapper,
- * the bounds.
+ * the bounds.  With @p t, also read the daemon's VmLck before and after
+ * each round trip, and wait for t->gone_kb of it to go (struct
+ * locked_trace; asserted by the caller).
  */
-static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const char *what)
+static void stall_measure_locked(struct daemon *d, pinshm_client_t *c, pid_t pid, const char *what,
+				 struct locked_trace *t)
 {
 	double *ms = malloc(STALL_SAMPLES * sizeof(*ms));
+	long *lk = t ? malloc(2 * STALL_SAMPLES * sizeof(*lk)) : NULL;
 	size_t n = 0;
 	int status;
 
 	ck_assert_ptr_nonnull(ms);
+	ck_assert(!t || lk);
 	/* The bound is the daemon's: a loop turn that holds the others up.
 	 * The tests that make check runs beside this one on two cores must
 	 * not decide it through the scheduler, so the daemon and the
@@ -632,15 +654,29 @@ static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const
 		pinshm_user_usage_t *u;
 		size_t nu;
 		struct timespec a, b;
+		long before = t ? proc_status_value_kb(d->pid, "VmLck:") : 0;
 		clock_gettime(CLOCK_MONOTONIC, &a);
 		CLIENT_RC(c, pinshm_status(c, &st, &u, &nu), 0);
 		clock_gettime(CLOCK_MONOTONIC, &b);
 		free(u);
-		if (n < STALL_SAMPLES)
+		if (n < STALL_SAMPLES) {
+			if (t) {
+				lk[2 * n] = before;
+				lk[2 * n + 1] = proc_status_value_kb(d->pid, "VmLck:");
+			}
 			ms[n++] = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+		}
 		usleep(1000);
 	}
 	ck_assert_uint_gt(n, 0);
+	if (t) {
+		t->end_kb = daemon_locked_kb_at_most(d->pid, t->full_kb - t->gone_kb);
+		t->trips = n;
+		t->inside = 0;
+		for (size_t i = 0; i < n; i++)
+			t->inside += lk[2 * i] < t->full_kb && lk[2 * i + 1] > t->end_kb;
+		free(lk);
+	}
 	qsort(ms, n, sizeof(*ms), by_value);
 	double p50 = ms[n / 2], p99 = ms[n * 99 / 100], max = ms[n - 1];
 	free(ms);
@@ -656,6 +692,11 @@ static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const
 	}
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the hostile client failed (status %#x)",
 		      status);
+}
+
+static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const char *what)
+{
+	stall_measure_locked(d, c, pid, what, NULL);
 }
 
 /* A daemon of the defaults without a pool, and a client of it; in @p attr
@@ -865,13 +906,15 @@ END_TEST
 
 /* ---- a reload that empties a large pool --------------------------------- */
 
-#define RELOAD_POOL "[daemon]\npool_segments = 3\npool_sizes = 1G\n" /* 3 GiB locked, ready */
+#define RELOAD_SEGMENTS 3u     /* of RELOAD_CLASS: 3 GiB locked, ready, where the budget allows */
+#define RELOAD_CLASS (1024ull * MiB) /* the largest pool_sizes allows */
 #define RELOAD_NO_POOL "[daemon]\npool_segments = 0\n"
-#define RELOAD_AFTER_MS 3000u /* measured after the reload: the pool's pages go meanwhile */
+#define RELOAD_AFTER_MS 3000u  /* measured after the reload: the pool's pages go meanwhile */
+#define RELOAD_INSIDE 8u       /* STATUS round trips, at least, served while they go */
 
 /* The hostile side, in a child: reload a configuration without a pool
- * (SIGHUP), which destroys the 3 GiB of ready segments, and wait while
- * they go.  @return the exit status: 0, 1. */
+ * (SIGHUP), which destroys the pool's ready segments, and wait while they
+ * go.  @return the exit status: 0, 1. */
 static int reload_drain(const struct daemon *d)
 {
 	FILE *f = fopen(d->conf, "w");
@@ -884,19 +927,62 @@ static int reload_drain(const struct daemon *d)
 	return 0;
 }
 
-/* A reload (SIGHUP) that empties a large pool of ready segments: their
- * pages go in slices, not in one turn of the loop. */
+/*
+ * A reload (SIGHUP) that empties a large pool of ready segments: their
+ * pages go in slices, not in one turn of the loop.  The pool: as much of
+ * RELOAD_SEGMENTS segments of RELOAD_CLASS as half the budget holds (a
+ * smaller class where not even one does).  Besides the bounds, the
+ * daemon's VmLck says the unmapping went in slices: requests were served
+ * between its first slice and its last (a drain in one turn serves none).
+ */
 START_TEST(test_stall_reload)
 {
 	struct daemon d;
+	uint64_t budget, quota;
+	char conf[128], what[96];
+	pinshm_client_t *c = start_status(&d, RELOAD_NO_POOL, &budget, &quota);
+	uint64_t room = budget / 2, size = RELOAD_CLASS;
+	unsigned n = room / size < RELOAD_SEGMENTS ? (unsigned)(room / size) : RELOAD_SEGMENTS;
 
-	pinshm_client_t *c = start_conf(&d, RELOAD_POOL);
+	if (n == 0) {
+		size = room / MiB * MiB;
+		n = 1;
+	}
+	ck_assert_uint_ge(size, 64 * MiB);
+	snprintf(conf, sizeof(conf), "[daemon]\npool_segments = %u\npool_sizes = %lluM\n", n,
+		 (unsigned long long)(size / MiB));
+	FILE *f = fopen(d.conf, "w");
+	ck_assert_msg(f && fputs(conf, f) >= 0 && fclose(f) == 0, "%s: %s", d.conf, strerror(errno));
+	long base_kb = proc_status_value_kb(d.pid, "VmLck:");
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	uint64_t deadline = tu_now_ms() + GONE_MS;
+	for (;;) { /* the reload taken: a pool of one class */
+		pinshm_status_t st;
+		pinshm_pool_t pool;
+		CLIENT_RC(c, pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);
+		if (pool.count == 1)
+			break;
+		ck_assert_msg(tu_now_ms() < deadline, "the reload to a pool not taken in %u ms", GONE_MS);
+		tu_sleep_ms(2);
+	}
 	wait_pool_ready(c);
+	struct locked_trace t = {.full_kb = proc_status_value_kb(d.pid, "VmLck:"), .gone_kb = (long)(n * size / 1024)};
+	ck_assert_msg(t.full_kb - base_kb >= t.gone_kb, "pinshmd VmLck %ld kB with the pool, %ld kB before: %ld kB "
+		      "of ready segments not all locked", t.full_kb, base_kb, t.gone_kb);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
 		_exit(reload_drain(&d));
-	stall_measure(&d, c, pid, "a reload that empties a pool of 3 GiB");
+	snprintf(what, sizeof(what), "a reload that empties a pool of %u segments of %llu MiB", n,
+		 (unsigned long long)(size / MiB));
+	stall_measure_locked(&d, c, pid, what, &t);
+	fprintf(stderr, "stall: reload: %zu of %zu STATUS round trips served while the pool was unmapped\n",
+		t.inside, t.trips);
+	ck_assert_msg(t.end_kb <= t.full_kb - t.gone_kb, "pinshmd VmLck %ld kB after the reload, %ld kB before: "
+		      "the pool's %ld kB not unmapped", t.end_kb, t.full_kb, t.gone_kb);
+	ck_assert_msg(t.inside >= RELOAD_INSIDE, "%zu of %zu STATUS round trips served while the pool was "
+		      "unmapped, fewer than %u: the unmapping held the loop (not in slices)", t.inside, t.trips,
+		      RELOAD_INSIDE);
 }
 END_TEST
 
