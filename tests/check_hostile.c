@@ -65,7 +65,9 @@
  *   channel destroyed just before (more than half of those free) waits
  *   for them rather than failing with ENOMEM; one that would not have
  *   them even then (another channel holds them) fails so, naming
- *   vm.nr_hugepages, and its charge goes.
+ *   vm.nr_hugepages, and its charge goes; one that waited and then fails
+ *   for another reason (the daemon's RLIMIT_NOFILE lowered meanwhile)
+ *   fails with that error (EMFILE), named, in its reply and the log.
  */
 #include <check.h>
 #include <dirent.h>
@@ -1821,6 +1823,92 @@ START_TEST(test_huge_after_destroy)
 }
 END_TEST
 
+/*
+ * In a child: create @p name as @p attr of huge pages, which waits for the
+ * pages of destroyed channels and then cannot be made for another reason
+ * (the daemon out of descriptors): it fails with -EMFILE, and its message
+ * names that, not huge pages.  @return the exit status: 0; 1: another
+ * failure; 2: made (the limit came too late).
+ */
+static int late_create(const struct daemon *d, const char *name, const pinshm_channel_attr_t *attr)
+{
+	pinshm_client_t *c = NULL;
+	int rc = pinshm_connect(d->sock, &c);
+
+	if (rc == 0)
+		rc = pinshm_create(c, name, attr, 0600, PINSHM_HUGEPAGES);
+	const char *msg = c ? pinshm_client_error(c) : "";
+	fprintf(stderr, "late create: %s (%s)\n", strerror(-rc), msg);
+	bool right = rc == -EMFILE && strstr(msg, strerror(EMFILE)) && !strstr(msg, "huge pages");
+	pinshm_disconnect(c);
+	return right ? 0 : rc == 0 ? 2 : 1;
+}
+
+/*
+ * A create of huge pages that waits for a destroyed channel's pages (see
+ * test_huge_after_destroy) and then fails for another reason than too few
+ * of them says that reason: here the daemon's RLIMIT_NOFILE is lowered to
+ * nothing (prlimit) while the create waits, so its late memfd_create()
+ * fails with EMFILE.  A channel of small pages destroyed first, of 1 GiB
+ * where the budget allows, keeps the wait long enough to lower the limit
+ * in.  The daemon goes on after, the create's charge gone.
+ */
+START_TEST(test_huge_late_error)
+{
+	struct daemon d;
+	pinshm_channel_attr_t big, slow;
+	size_t big_size, slow_size;
+	pinshm_status_t st;
+	pinshm_user_usage_t *u;
+	size_t nu;
+	struct rlimit lim, none;
+	int status;
+
+	if (!huge_ready("a create of huge pages that waits, then fails otherwise"))
+		return;
+	spawn_conf(&d, LARGE_CONF, &(struct daemon_opts){.config = true, .log = true});
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_status(c, &st, &u, &nu), 0);
+	free(u);
+	huge_attr_pages(&big, huge_free0 * 3 / 5, &big_size);
+	largest_attr(&slow, st.budget / 4 < 1024 * MiB ? st.budget / 4 : 1024 * MiB);
+	ck_assert_int_eq(pinshm_segment_size(&slow, &slow_size), 0);
+	pinshm_client_t *h = connect_ok(&d);
+	CLIENT_RC(h, pinshm_create(h, "slow", &slow, 0600, 0), 0);
+	CLIENT_RC(h, pinshm_create(h, "gone", &big, 0600, PINSHM_HUGEPAGES), 0);
+	CLIENT_RC(h, pinshm_unlink(h, "slow"), 0);
+	CLIENT_RC(h, pinshm_unlink(h, "gone"), 0);
+	CLIENT_RC(h, pinshm_disconnect(h), 0); /* both destroyed, "slow" unmapped first */
+
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(late_create(&d, "late", &big));
+	/* It waits, charged, until the destroyed channels' pages are back. */
+	uint64_t deadline = tu_now_ms() + GONE_MS;
+	while (charged(c) < big_size) {
+		ck_assert_msg(tu_now_ms() < deadline, "the create of huge pages not charged in %u ms", GONE_MS);
+		tu_sleep_ms(1);
+	}
+	ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, NULL, &lim), 0);
+	none = (struct rlimit){.rlim_cur = 0, .rlim_max = lim.rlim_max};
+	ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, &none, NULL), 0);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, &lim, NULL), 0);
+	ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 2, "the create was made before the limit was "
+		      "lowered (too slow to judge)");
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the late create did not fail with EMFILE, "
+		      "named (status %#x)", status);
+	ck_assert_msg(daemon_log_has(&d, strerror(EMFILE)), "the daemon's log does not name %s", strerror(EMFILE));
+	ck_assert_uint_eq(charged(c), 0);
+	CLIENT_RC(c, pinshm_create(c, "after", &big, 0600, PINSHM_HUGEPAGES), 0);
+	CLIENT_RC(c, pinshm_unlink(c, "after"), 0);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+	ck_assert_int_eq(huge_back(0, true), 0);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
 	Suite *s = suite_create("hostile");
@@ -1869,6 +1957,7 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_huge_handback);
 	tcase_add_test(tc, test_huge_create);
 	tcase_add_test(tc, test_huge_after_destroy);
+	tcase_add_test(tc, test_huge_late_error);
 	suite_add_tcase(s, tc);
 	return s;
 }
