@@ -38,6 +38,10 @@
  *   round after round: used (the idle scan sees them all in one look) or
  *   asked for (RELOCK, whose reply comes once the channel is locked
  *   whole); they go a slice a turn, and the charge stays the same.
+ *   And a RELOCK sent while a channel of up to 2 GiB destroyed just
+ *   before is unmapped: the locking has every other turn meanwhile, so
+ *   its reply comes while most of that segment is still locked in the
+ *   daemon (VmLck), not after.
  * - stall_peers: the same bounds while a client hands back crafted
  *   segments whose endpoints name processes of long maps, again and
  *   again (the daemon reads maps 64 KiB a turn).  And while a client hands
@@ -903,6 +907,79 @@ START_TEST(test_stall_idle)
 		_exit(idle_rounds(&d, &attr, n));
 	snprintf(what, sizeof(what), "%u channels of %zu bytes unlocked and locked again", n, size);
 	stall_measure(&d, c, pid, what);
+}
+END_TEST
+
+/* ---- a RELOCK while a large destroy is unmapped ------------------------- */
+
+#define FAIR_SMALL (16ull * MiB) /* the idle channel asked for again: some slices */
+#define FAIR_BIG (2048ull * MiB) /* the channel destroyed meanwhile, where the budget allows */
+#define FAIR_CONF "[daemon]\npool_segments = 0\ndefault_user_quota = 3G\nmax_segment_size = 2G\n"
+
+/*
+ * A RELOCK of a channel unlocked for want of use, sent while a channel of
+ * up to 2 GiB destroyed just before is unmapped a slice a turn: the
+ * locking queue has every other turn meanwhile, so its reply comes while
+ * most of the destroyed segment is still locked in the daemon (VmLck),
+ * within STALL_MAX_MS, not once the whole segment has gone.
+ */
+START_TEST(test_relock_while_dying)
+{
+	struct daemon d;
+	pinshm_channel_attr_t big, small;
+	uint64_t budget, quota;
+	size_t big_size, small_size;
+	pinshm_channel_t *p;
+	pinshm_status_t st;
+	pinshm_user_usage_t *u;
+	size_t nu;
+	struct timespec a, b;
+	pinshm_client_t *c = start_status(&d, FAIR_CONF, &budget, &quota);
+
+	largest_attr(&small, FAIR_SMALL);
+	ck_assert_int_eq(pinshm_segment_size(&small, &small_size), 0);
+	largest_attr(&big, budget / 2 < FAIR_BIG ? budget / 2 : FAIR_BIG);
+	ck_assert_int_eq(pinshm_segment_size(&big, &big_size), 0);
+	long small_kb = (long)((small_size + 4095) / 4096 * 4), big_kb = (long)((big_size + 4095) / 4096 * 4);
+	CLIENT_RC(c, pinshm_create_full(c, "idle.0", &small, 0600, 0, PINSHM_NODE_ANY, 1), 0);
+	CLIENT_RC(c, pinshm_open(c, "idle.0", PINSHM_PRODUCER, &p), 0);
+	pinshm_client_t *h = connect_ok(&d);
+	CLIENT_RC(h, pinshm_create(h, "big", &big, 0600, 0), 0);
+	CLIENT_RC(h, pinshm_unlink(h, "big"), 0);
+	ck_assert_int_eq(idle_wait(c, 1, true), 0);
+	/* "idle.0" wholly unlocked: what is locked is "big". */
+	long base_kb = daemon_locked_kb_at_most(d.pid, big_kb);
+	ck_assert_int_eq(base_kb, big_kb);
+	CLIENT_RC(c, pinshm_status(c, &st, &u, &nu), 0);
+	free(u);
+	uint32_t channels = st.channels_pinned + st.channels_unpinned;
+	CLIENT_RC(h, pinshm_disconnect(h), 0);
+	uint64_t deadline = tu_now_ms() + GONE_MS;
+	do { /* "big" destroyed: its segment queued to be unmapped */
+		ck_assert_msg(tu_now_ms() < deadline, "'big' not destroyed in %u ms", GONE_MS);
+		CLIENT_RC(c, pinshm_status(c, &st, &u, &nu), 0);
+		free(u);
+	} while (st.channels_pinned + st.channels_unpinned >= channels);
+
+	(void)setpriority(PRIO_PROCESS, (id_t)d.pid, STALL_NICE);
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	CLIENT_RC(c, pinshm_channel_relock(p), 0);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	long at_reply_kb = proc_status_value_kb(d.pid, "VmLck:");
+	double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+	ck_assert_int_eq(idle_is(c, 0, false), 1);
+	long end_kb = daemon_locked_kb_at_most(d.pid, small_kb);
+	fprintf(stderr, "relock while dying: %zu bytes locked again in %.2f ms while %zu bytes were unmapped; "
+		"pinshmd VmLck %ld kB before the destroy, %ld kB at the reply, %ld kB after\n",
+		small_size, ms, big_size, base_kb, at_reply_kb, end_kb);
+	ck_assert_msg(end_kb <= small_kb, "pinshmd VmLck %ld kB: the destroyed segment not unmapped", end_kb);
+	ck_assert_msg(at_reply_kb - small_kb >= big_kb / 2, "the RELOCK's reply came with %ld kB of the destroyed "
+		      "%ld kB left locked: it waited for the unmapping", at_reply_kb - small_kb, big_kb);
+	if (!pinshmd_wrapper())
+		ck_assert_msg(ms <= STALL_MAX_MS, "the RELOCK took %.2f ms > %.0f ms", ms, STALL_MAX_MS);
+	pinshm_channel_close(p);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
 }
 END_TEST
 
@@ -1937,6 +2014,7 @@ static Suite *hostile_suite(void)
 	tc = tcase_create("stall_idle");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_stall_idle);
+	tcase_add_test(tc, test_relock_while_dying);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("stall_peers");

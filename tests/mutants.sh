@@ -162,6 +162,9 @@ mutant client-error-shared src/client.c \
 mutant idle-relock-one-turn daemon/locking.c \
 	's/relock_slice(chan, slice)/relock_slice(chan, SIZE_MAX)/' \
 	check_hostile:stall_idle
+mutant relock-waits-for-dying daemon/registry.c \
+	's/bool lock_due = r->locking.first \&\& r->lock_waited;/bool lock_due = false;/' \
+	check_hostile:stall_idle
 mutant relock-replied-early daemon/idle.c \
 	's/return rc > 0 ? -EINPROGRESS : rc;/return rc > 0 ? 0 : rc;/' \
 	check_hostile:stall_idle
