@@ -59,6 +59,10 @@
  *   (the daemon in a PID namespace of its own) hands back segments of
  *   512 MiB again and again: locked a slice a turn too.
  *   The restart's segment holds messages that a consumer receives after.
+ * - peers: a writer of a channel marks the other producers' endpoints
+ *   free after one of them sent, hiding its lane from the consumer's
+ *   quick look: the record is received all the same, by a receive that
+ *   waits and within 64 non-blocking ones.
  * - stall_huge: the same with channels of huge pages (root: it raises
  *   vm.nr_hugepages to have HUGE_RESERVE free, and puts it back; skipped
  *   where it cannot): a restart that adopts a persistent one of 1 GiB
@@ -84,6 +88,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -1986,6 +1991,66 @@ START_TEST(test_huge_late_error)
 }
 END_TEST
 
+/* ---- a lane hidden from a consumer -------------------------------------- */
+
+/*
+ * A writer of a channel marks another producer's endpoint free (it never
+ * was, for all the segment says) and bumps endpoint_changes, after that
+ * producer sent: a sequential consumer's quick look counts the lanes of
+ * producers that ever attached, and leaves that lane out.  The record is
+ * received all the same: by a receive that waits (after its spin), and by
+ * non-blocking ones (quick polls or not) within 64 of them, so that an
+ * event loop that pinshm_channel_arm() tells to receive does not spin.
+ */
+START_TEST(test_hidden_lane)
+{
+	pinshm_channel_attr_t a;
+	char buf[64];
+	size_t len, size;
+
+	tu_attr(&a, PINSHM_QUEUE, 4096, 2, 1);
+	int fd = tu_create(&a);
+	pinshm_channel_t *p0 = tu_attach(fd, PINSHM_PRODUCER), *p1 = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER);
+	uint8_t *base = tu_map(fd, &size);
+	struct seg_geometry g;
+	ck_assert_int_eq(seg_geometry_read(base, size, &g), 0);
+	struct seg_header *hdr = (struct seg_header *)base;
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ck_assert_int_ge(efd, 0);
+	ck_assert_int_eq(pinshm_channel_set_notify_fd(c, efd), 0);
+
+	for (int way = 0; way < 3; way++) {
+		ck_assert_int_eq(pinshm_send(p1, "hidden", 7, PINSHM_NONBLOCK), 0);
+		for (unsigned l = 0; l < g.max_producers; l++) /* the hostile writer */
+			atomic_store(&seg_endpoint(&g, base, l)->state, EP_FREE);
+		atomic_fetch_add(&hdr->endpoint_changes, 1);
+		int rc = pinshm_channel_arm(c);
+		ck_assert_msg(rc == -EAGAIN, "arm: %d (%s): the record not seen", rc, pinshm_strerror(rc));
+		if (way == 0) {
+			rc = pinshm_recv(c, buf, sizeof(buf), &len, 200);
+		} else {
+			pinshm_channel_set_quick_polls(c, way == 2);
+			for (unsigned i = 0; i < 64 && (rc = pinshm_recv(c, buf, sizeof(buf), &len, PINSHM_NONBLOCK)) ==
+						       -EAGAIN; i++)
+				;
+		}
+		ck_assert_msg(rc == 0, "way %d: the record of the hidden lane not received: %d (%s)", way, rc,
+			      pinshm_strerror(rc));
+		ck_assert_str_eq(buf, "hidden");
+		for (unsigned l = 0; l < g.max_producers; l++) /* as they were, for the next way */
+			atomic_store(&seg_endpoint(&g, base, l)->state, EP_ACTIVE);
+		atomic_fetch_add(&hdr->endpoint_changes, 1);
+	}
+	munmap(base, size);
+	close(efd);
+	ck_assert_int_eq(pinshm_channel_close(c), 0);
+	ck_assert_int_eq(pinshm_channel_close(p1), 0);
+	ck_assert_int_eq(pinshm_channel_close(p0), 0);
+	close(fd);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
 	Suite *s = suite_create("hostile");
@@ -2025,6 +2090,11 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_stall_handback_unseen);
 	tcase_add_test(tc, test_restart_given_up);
 	tcase_add_test(tc, test_stall_reap);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("peers");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_hidden_lane);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("stall_huge");
