@@ -105,6 +105,9 @@ mutant ring-cursor-bound src/produce.c \
 mutant consumer-position-bound src/consume.c \
 	's/if (!pos_aligned(pos) || pos > reserve)/if (!pos_aligned(pos))/' \
 	check_corrupt:positions check_corrupt:random
+mutant hidden-lane-never-looked src/consume.c \
+	's/return ch->live_lanes < ch->g.max_producers;/return false;/' \
+	check_hostile:peers
 mutant quota-charge-skipped daemon/account.c \
 	's/^\tu->use.bytes += size;$/\t(void)u;/' \
 	check_daemon:accounting check_isolation:users
