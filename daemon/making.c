@@ -66,11 +66,18 @@ static bool dying_huge(const struct dying *q)
 	return false;
 }
 
-/* The message of a create that found too few free huge pages. */
-static void too_few_huge(const struct channel *chan, char *why, size_t whylen)
+/* The message of a create whose segment (of chan->seg.size bytes) could
+ * not be made: @p rc, from segment_alloc(). */
+static void make_error(const struct channel *chan, const struct segment_opts *o, int rc, char *why, size_t whylen)
 {
-	snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages", chan->name,
-		 chan->seg.size);
+	if (o->hugepages && rc == -ENOMEM)
+		snprintf(why, whylen, "too few free huge pages for '%s' (%zu bytes): see vm.nr_hugepages",
+			 chan->name, chan->seg.size);
+	else if (o->hugepages && rc == -EINVAL)
+		snprintf(why, whylen, "huge pages for '%s': this kernel cannot make a sealed huge-page memfd",
+			 chan->name);
+	else
+		snprintf(why, whylen, "cannot create the segment of '%s': %s", chan->name, strerror(-rc));
 }
 
 int making_segment(struct account *acct, const struct dying *dying, struct channel *chan,
@@ -96,15 +103,11 @@ int making_segment(struct account *acct, const struct dying *dying, struct chann
 		log_info("channel '%s': waits for the huge pages of destroyed channels", name);
 		chan->seg = (struct segment){.fd = -1, .base = MAP_FAILED, .node = o->node, .hugepages = true,
 					     .size = size};
+		chan->make_err = rc;
 		return 1;
 	}
 	chan->seg.size = size;
-	if (o->hugepages && rc == -ENOMEM)
-		too_few_huge(chan, why, whylen);
-	else if (o->hugepages && rc == -EINVAL)
-		snprintf(why, whylen, "huge pages for '%s': this kernel cannot make a sealed huge-page memfd", name);
-	else
-		snprintf(why, whylen, "cannot create the segment of '%s': %s", name, strerror(-rc));
+	make_error(chan, o, rc, why, whylen);
 	log_err("channel '%s': %s", name, why);
 	account_release(acct, chan->uid, size, true);
 	free(chan->holder);
@@ -119,26 +122,30 @@ bool making_waits(const struct channel *chan)
 
 /* Make the segment of @p chan, which waited for huge pages (making_waits()),
  * now that no destroyed segment holds any: @return 1 (made, to be locked)
- * or the -errno of segment_alloc() (still too few: logged). */
+ * or the -errno of segment_alloc() (kept in chan->make_err, logged). */
 static int make_late(struct channel *chan)
 {
 	struct segment_opts o = {.node = chan->seg.node, .hugepages = true, .lock_later = true};
 	size_t need, size = chan->seg.size;
+	char why[PROTO_TEXT_MAX + 1];
 	int rc = pinshm_segment_size(&chan->attr, &need);
 
 	rc = rc ? rc : segment_alloc(&chan->seg, need, &o, chan->name);
 	if (rc == 0)
 		return 1;
 	chan->seg = (struct segment){.fd = -1, .base = MAP_FAILED, .node = o.node, .hugepages = true, .size = size};
-	log_err("channel '%s': too few free huge pages (%zu bytes), even after the destroyed channels': see "
-		"vm.nr_hugepages",
-		chan->name, size);
+	chan->make_err = rc;
+	make_error(chan, &o, rc, why, sizeof(why));
+	log_err("channel '%s': %s (made once the destroyed channels' pages were back)", chan->name, why);
 	return rc;
 }
 
-void making_failed(const struct channel *chan, char *why, size_t whylen)
+int making_failed(const struct channel *chan, char *why, size_t whylen)
 {
-	too_few_huge(chan, why, whylen);
+	const struct segment_opts o = {.node = chan->seg.node, .hugepages = true};
+
+	make_error(chan, &o, chan->make_err, why, whylen);
+	return chan->make_err;
 }
 
 struct channel *making_step(struct making *m)

@@ -43,8 +43,9 @@ int making_segment(struct account *acct, const struct dying *dying, struct chann
 bool making_waits(const struct channel *chan);
 
 /** The message of a half-made channel that making_step() could not make
- *  (making_waits()): too few free huge pages. */
-void making_failed(const struct channel *chan, char *why, size_t whylen);
+ *  (making_waits()), naming why (too few free huge pages, or what else
+ *  segment_alloc() met).  @return that -errno. */
+int making_failed(const struct channel *chan, char *why, size_t whylen);
 
 /** Append @p chan, half-made, to @p m. */
 void making_add(struct making *m, struct channel *chan);

@@ -159,6 +159,19 @@ static void fill_start(struct pool *p)
 	log_debug("pool: filling a segment of %zu bytes, %u bytes a step", p->fill.size, POOL_SLICE_BYTES);
 }
 
+/* The refill stops here, until a create takes a segment or frees room:
+ * all that was asked for, or what the budget allows. */
+static void log_full(const struct pool *p)
+{
+	for (unsigned i = 0; i < p->nclasses; i++)
+		if (p->classes[i].n < p->target) {
+			log_debug("pool: filled as far as the budget allows (%llu of %llu bytes pinned)",
+				  (unsigned long long)p->acct->pinned, (unsigned long long)p->acct->cfg->budget);
+			return;
+		}
+	log_debug("pool: filled, %u ready segments of each size", p->target);
+}
+
 void pool_refill(struct pool *p)
 {
 	if (p->stopped)
@@ -188,6 +201,8 @@ void pool_refill(struct pool *p)
 	p->fill_locked = 0;
 	p->fill = (struct segment){.fd = -1, .base = NULL};
 	log_debug("pool: ready segment of %zu bytes (%u of %u)", c->size, c->n, p->target);
+	if (!pool_wants(p))
+		log_full(p);
 }
 
 bool pool_take(struct pool *p, size_t size, struct segment *out)

@@ -555,9 +555,9 @@ int registry_create_end(struct registry *r, struct reg_client *c, struct channel
 	const char *name = chan->name;
 
 	if (making_waits(chan)) {
-		making_failed(chan, why, whylen);
+		int rc = making_failed(chan, why, whylen);
 		making_drop(r->acct, &r->dying, chan);
-		return -ENOMEM;
+		return rc;
 	}
 	int rc = segment_format(&chan->seg, &chan->attr);
 

@@ -153,6 +153,7 @@ struct channel {
 	uint64_t *holder;               /* per endpoint: the connection it was claimed for, 0: none */
 	unsigned watched;               /* its endpoints watched (reg_orphan): while any, one reference */
 	bool from_pool;                 /* its segment came ready from the pool */
+	int make_err;                   /* half-made, its segment not made (making_waits()): why, -errno */
 	size_t locked_bytes;            /* half-made (registry_create()), or locking: bytes of it locked so far */
 	bool locking;                   /* adopted or handed back, or unlocked for want of use: its
 					 * segment being locked (locking.h) */
@@ -264,7 +265,8 @@ int registry_create(struct registry *r, struct reg_client *c, const char *name, 
  * (locked, or unpinned where locking failed: then so charged, and a
  * warning in @p why): format it, name it, list it, reference it from
  * @p c; @p out set to it.  @return 0, or -EINVAL/-ENOSPC (not formatted:
- * given up).
+ * given up), or, for one whose segment waited for huge pages and could
+ * not be made even then, the error of segment_alloc() (given up).
  */
 int registry_create_end(struct registry *r, struct reg_client *c, struct channel *chan, struct channel **out,
 			char *why, size_t whylen);

@@ -370,7 +370,12 @@ static int take(pinshm_channel_t *ch, struct taken *t, size_t max_len, bool peek
  * before the attach returns and so before its first commit): a count
  * that misses it is of an older value, and a later look sees the new one
  * (a consumer going to sleep reads it after its barrier, as it reads the
- * commit words: wait.h). */
+ * commit words: wait.h).  The states are the segment's: a writer of the
+ * channel can mark an attached producer's endpoint free and hide its lane
+ * from this count, so the count only decides the quick looks; a receive
+ * also looks at every lane (hides_lanes()) at each look of a wait after a
+ * yield or a sleep, and on one non-blocking receive in 64 that found
+ * nothing (consumer_take()): a hidden record is late, never lost. */
 static __attribute__((noinline, cold)) unsigned count_live_lanes(pinshm_channel_t *ch, uint32_t changes)
 {
 	unsigned live = 0;
@@ -563,7 +568,14 @@ struct recv_args {
 	pinshm_channel_t *ch;
 	struct taken *t;
 	size_t max_len;
+	bool waits; /* the receive may wait (not PINSHM_NONBLOCK) */
 };
+
+/* Whether take_ready() left lanes out (count_live_lanes()). */
+static inline bool hides_lanes(const pinshm_channel_t *ch)
+{
+	return ch->live_lanes < ch->g.max_producers;
+}
 
 static int recv_attempt(void *arg, bool quick)
 {
@@ -573,6 +585,8 @@ static int recv_attempt(void *arg, bool quick)
 	if (rc == TAKE_LOOK)
 		rc = quick && a->ch->g.max_producers > SCAN_ALL_LANES ? take_quick(a->ch, a->t, a->max_len)
 								       : take(a->ch, a->t, a->max_len, false);
+	else if (rc == TAKE_EMPTY && !quick && a->waits && hides_lanes(a->ch))
+		rc = take(a->ch, a->t, a->max_len, false); /* after a yield or a sleep: every lane */
 
 	if (rc == -EAGAIN && channel_peers_gone(a->ch)) {
 		/* They left: whatever they committed before is visible now. */
@@ -601,7 +615,7 @@ static int consumer_check_positions(pinshm_channel_t *ch, int rc)
 
 static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, int timeout_ms)
 {
-	struct recv_args args = { ch, t, max_len };
+	struct recv_args args = { ch, t, max_len, timeout_ms != PINSHM_NONBLOCK };
 
 	if (ch->role != PINSHM_CONSUMER)
 		return channel_fail(ch, -EINVAL, "not a consumer");
@@ -620,6 +634,11 @@ static int consumer_take(pinshm_channel_t *ch, struct taken *t, size_t max_len, 
 	 * does not pull those lines away from producers writing records. */
 	if (timeout_ms == PINSHM_NONBLOCK && (ch->empty_polls++ & 63) != 0)
 		return rc;
+	if (rc == -EAGAIN && hides_lanes(ch)) { /* non-blocking: every lane, as seldom */
+		rc = take(ch, t, max_len, false);
+		if (rc != -EAGAIN)
+			return rc;
+	}
 	return consumer_check_positions(ch, rc);
 }
 

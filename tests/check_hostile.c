@@ -29,13 +29,19 @@
  *   serves on), by a daemon that stops (it exits 0).  And one whose lock
  *   fails half-way (RLIMIT_MEMLOCK of 3 MiB, 8 MiB of channel, 2 MiB a
  *   slice): created unpinned, nothing of it left locked, and it works.
- *   And while a reload empties a pool of 3 GiB of ready segments (their
- *   pages unmapped in slices after the reload).  And while one user's
+ *   And while a reload empties a pool of 3 GiB of ready segments (less
+ *   where half the budget is less): their pages are unmapped in slices
+ *   after the reload, and the daemon's VmLck shows requests served
+ *   between the first slice and the last.  And while one user's
  *   IDLE_CHANNELS channels of 1 GiB (its quota and max_segment_size
  *   raised to hold them) are unlocked for want of use and locked again, all at once,
  *   round after round: used (the idle scan sees them all in one look) or
  *   asked for (RELOCK, whose reply comes once the channel is locked
  *   whole); they go a slice a turn, and the charge stays the same.
+ *   And a RELOCK sent while a channel of up to 2 GiB destroyed just
+ *   before is unmapped: the locking has every other turn meanwhile, so
+ *   its reply comes while most of that segment is still locked in the
+ *   daemon (VmLck), not after.
  * - stall_peers: the same bounds while a client hands back crafted
  *   segments whose endpoints name processes of long maps, again and
  *   again (the daemon reads maps 64 KiB a turn).  And while a client hands
@@ -53,6 +59,10 @@
  *   (the daemon in a PID namespace of its own) hands back segments of
  *   512 MiB again and again: locked a slice a turn too.
  *   The restart's segment holds messages that a consumer receives after.
+ * - peers: a writer of a channel marks the other producers' endpoints
+ *   free after one of them sent, hiding its lane from the consumer's
+ *   quick look: the record is received all the same, by a receive that
+ *   waits and within 64 non-blocking ones.
  * - stall_huge: the same with channels of huge pages (root: it raises
  *   vm.nr_hugepages to have HUGE_RESERVE free, and puts it back; skipped
  *   where it cannot): a restart that adopts a persistent one of 1 GiB
@@ -63,7 +73,9 @@
  *   channel destroyed just before (more than half of those free) waits
  *   for them rather than failing with ENOMEM; one that would not have
  *   them even then (another channel holds them) fails so, naming
- *   vm.nr_hugepages, and its charge goes.
+ *   vm.nr_hugepages, and its charge goes; one that waited and then fails
+ *   for another reason (the daemon's RLIMIT_NOFILE lowered meanwhile)
+ *   fails with that error (EMFILE), named, in its reply and the log.
  */
 #include <check.h>
 #include <dirent.h>
@@ -76,6 +88,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -608,18 +621,38 @@ static int by_value(const void *a, const void *b)
 }
 
 /*
+ * What the daemon keeps locked (its VmLck) around each round trip of
+ * stall_measure_locked(): a request served while a large unmapping is
+ * under way, once it began and before it ended, proves that it goes in
+ * slices over the loop's turns, however fast the machine unmaps.
+ */
+struct locked_trace {
+	long full_kb;     /* VmLck when the hostile side starts */
+	long gone_kb;     /* of it, what the hostile side unmaps */
+	long end_kb;      /* out: VmLck once that is gone */
+	size_t inside;    /* out: round trips that began after the first slice
+			   * went and ended before the last one */
+	size_t trips;     /* out: all the round trips */
+};
+
+/*
  * Measure the daemon @p d's service to @p c, a STATUS round trip every
  * millisecond or so, while the hostile child @p pid works (@p what, for the
  * output); assert that the child succeeded and, unless under a wrapper,
- * the bounds.
+ * the bounds.  With @p t, also read the daemon's VmLck before and after
+ * each round trip, and wait for t->gone_kb of it to go (struct
+ * locked_trace; asserted by the caller).
  */
-static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const char *what)
+static void stall_measure_locked(struct daemon *d, pinshm_client_t *c, pid_t pid, const char *what,
+				 struct locked_trace *t)
 {
 	double *ms = malloc(STALL_SAMPLES * sizeof(*ms));
+	long *lk = t ? malloc(2 * STALL_SAMPLES * sizeof(*lk)) : NULL;
 	size_t n = 0;
 	int status;
 
 	ck_assert_ptr_nonnull(ms);
+	ck_assert(!t || lk);
 	/* The bound is the daemon's: a loop turn that holds the others up.
 	 * The tests that make check runs beside this one on two cores must
 	 * not decide it through the scheduler, so the daemon and the
@@ -632,15 +665,31 @@ static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const
 		pinshm_user_usage_t *u;
 		size_t nu;
 		struct timespec a, b;
+		long before = t ? proc_status_value_kb(d->pid, "VmLck:") : 0;
 		clock_gettime(CLOCK_MONOTONIC, &a);
 		CLIENT_RC(c, pinshm_status(c, &st, &u, &nu), 0);
 		clock_gettime(CLOCK_MONOTONIC, &b);
 		free(u);
-		if (n < STALL_SAMPLES)
+		if (n < STALL_SAMPLES) {
+			if (t) {
+				lk[2 * n] = before;
+				lk[2 * n + 1] = proc_status_value_kb(d->pid, "VmLck:");
+			}
 			ms[n++] = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+		}
 		usleep(1000);
 	}
 	ck_assert_uint_gt(n, 0);
+	if (t) {
+		t->end_kb = daemon_locked_kb_at_most(d->pid, t->full_kb - t->gone_kb);
+		t->trips = n;
+		t->inside = 0;
+		for (size_t i = 0; i < n; i++)
+			t->inside += lk[2 * i] < t->full_kb && lk[2 * i + 1] > t->end_kb;
+		free(lk);
+		fprintf(stderr, "stall: %s: %zu of %zu STATUS round trips served while %ld kB were unmapped\n", what,
+			t->inside, t->trips, t->gone_kb);
+	}
 	qsort(ms, n, sizeof(*ms), by_value);
 	double p50 = ms[n / 2], p99 = ms[n * 99 / 100], max = ms[n - 1];
 	free(ms);
@@ -656,6 +705,11 @@ static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const
 	}
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the hostile client failed (status %#x)",
 		      status);
+}
+
+static void stall_measure(struct daemon *d, pinshm_client_t *c, pid_t pid, const char *what)
+{
+	stall_measure_locked(d, c, pid, what, NULL);
 }
 
 /* A daemon of the defaults without a pool, and a client of it; in @p attr
@@ -863,15 +917,92 @@ START_TEST(test_stall_idle)
 }
 END_TEST
 
+/* ---- a RELOCK while a large destroy is unmapped ------------------------- */
+
+#define FAIR_SMALL (16ull * MiB) /* the idle channel asked for again: some slices */
+#define FAIR_BIG (2048ull * MiB) /* the channel destroyed meanwhile, where the budget allows */
+#define FAIR_CONF "[daemon]\npool_segments = 0\ndefault_user_quota = 3G\nmax_segment_size = 2G\n"
+
+/*
+ * A RELOCK of a channel unlocked for want of use, sent while a channel of
+ * up to 2 GiB destroyed just before is unmapped a slice a turn: the
+ * locking queue has every other turn meanwhile, so its reply comes while
+ * most of the destroyed segment is still locked in the daemon (VmLck),
+ * within STALL_MAX_MS, not once the whole segment has gone.
+ */
+START_TEST(test_relock_while_dying)
+{
+	struct daemon d;
+	pinshm_channel_attr_t big, small;
+	uint64_t budget, quota;
+	size_t big_size, small_size;
+	pinshm_channel_t *p;
+	pinshm_status_t st;
+	pinshm_user_usage_t *u;
+	size_t nu;
+	struct timespec a, b;
+	pinshm_client_t *c = start_status(&d, FAIR_CONF, &budget, &quota);
+
+	largest_attr(&small, FAIR_SMALL);
+	ck_assert_int_eq(pinshm_segment_size(&small, &small_size), 0);
+	largest_attr(&big, budget / 2 < FAIR_BIG ? budget / 2 : FAIR_BIG);
+	ck_assert_int_eq(pinshm_segment_size(&big, &big_size), 0);
+	long small_kb = (long)((small_size + 4095) / 4096 * 4), big_kb = (long)((big_size + 4095) / 4096 * 4);
+	CLIENT_RC(c, pinshm_create_full(c, "idle.0", &small, 0600, 0, PINSHM_NODE_ANY, 1), 0);
+	CLIENT_RC(c, pinshm_open(c, "idle.0", PINSHM_PRODUCER, &p), 0);
+	pinshm_client_t *h = connect_ok(&d);
+	CLIENT_RC(h, pinshm_create(h, "big", &big, 0600, 0), 0);
+	CLIENT_RC(h, pinshm_unlink(h, "big"), 0);
+	ck_assert_int_eq(idle_wait(c, 1, true), 0);
+	/* "idle.0" wholly unlocked: what is locked is "big". */
+	long base_kb = daemon_locked_kb_at_most(d.pid, big_kb);
+	ck_assert_int_eq(base_kb, big_kb);
+	CLIENT_RC(c, pinshm_status(c, &st, &u, &nu), 0);
+	free(u);
+	uint32_t channels = st.channels_pinned + st.channels_unpinned;
+	CLIENT_RC(h, pinshm_disconnect(h), 0);
+	uint64_t deadline = tu_now_ms() + GONE_MS;
+	do { /* "big" destroyed: its segment queued to be unmapped */
+		ck_assert_msg(tu_now_ms() < deadline, "'big' not destroyed in %u ms", GONE_MS);
+		CLIENT_RC(c, pinshm_status(c, &st, &u, &nu), 0);
+		free(u);
+	} while (st.channels_pinned + st.channels_unpinned >= channels);
+
+	(void)setpriority(PRIO_PROCESS, (id_t)d.pid, STALL_NICE);
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	CLIENT_RC(c, pinshm_channel_relock(p), 0);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	long at_reply_kb = proc_status_value_kb(d.pid, "VmLck:");
+	double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+	ck_assert_int_eq(idle_is(c, 0, false), 1);
+	long end_kb = daemon_locked_kb_at_most(d.pid, small_kb);
+	fprintf(stderr, "relock while dying: %zu bytes locked again in %.2f ms while %zu bytes were unmapped; "
+		"pinshmd VmLck %ld kB before the destroy, %ld kB at the reply, %ld kB after\n",
+		small_size, ms, big_size, base_kb, at_reply_kb, end_kb);
+	ck_assert_msg(end_kb <= small_kb, "pinshmd VmLck %ld kB: the destroyed segment not unmapped", end_kb);
+	ck_assert_msg(at_reply_kb - small_kb >= big_kb / 2, "the RELOCK's reply came with %ld kB of the destroyed "
+		      "%ld kB left locked: it waited for the unmapping", at_reply_kb - small_kb, big_kb);
+	if (!pinshmd_wrapper())
+		ck_assert_msg(ms <= STALL_MAX_MS, "the RELOCK took %.2f ms > %.0f ms", ms, STALL_MAX_MS);
+	pinshm_channel_close(p);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* ---- a reload that empties a large pool --------------------------------- */
 
-#define RELOAD_POOL "[daemon]\npool_segments = 3\npool_sizes = 1G\n" /* 3 GiB locked, ready */
+#define RELOAD_SEGMENTS 3u     /* of RELOAD_CLASS: 3 GiB locked, ready, where the budget allows */
+#define RELOAD_CLASS (1024ull * MiB) /* the largest pool_sizes allows */
 #define RELOAD_NO_POOL "[daemon]\npool_segments = 0\n"
-#define RELOAD_AFTER_MS 3000u /* measured after the reload: the pool's pages go meanwhile */
+#define RELOAD_AFTER_MS 3000u  /* measured after the reload: the pool's pages go meanwhile */
+/* STATUS round trips, at least, served while they go: a drain of a
+ * segment a turn serves RELOAD_SEGMENTS - 1. */
+#define RELOAD_INSIDE 8u
 
 /* The hostile side, in a child: reload a configuration without a pool
- * (SIGHUP), which destroys the 3 GiB of ready segments, and wait while
- * they go.  @return the exit status: 0, 1. */
+ * (SIGHUP), which destroys the pool's ready segments, and wait while they
+ * go.  @return the exit status: 0, 1. */
 static int reload_drain(const struct daemon *d)
 {
 	FILE *f = fopen(d->conf, "w");
@@ -884,19 +1015,60 @@ static int reload_drain(const struct daemon *d)
 	return 0;
 }
 
-/* A reload (SIGHUP) that empties a large pool of ready segments: their
- * pages go in slices, not in one turn of the loop. */
+/*
+ * A reload (SIGHUP) that empties a large pool of ready segments: their
+ * pages go in slices, not in one turn of the loop.  The pool: as much of
+ * RELOAD_SEGMENTS segments of RELOAD_CLASS as half the budget holds (a
+ * smaller class where not even one does).  Besides the bounds, the
+ * daemon's VmLck says the unmapping went in slices: requests were served
+ * between its first slice and its last (a drain in one turn serves none).
+ */
 START_TEST(test_stall_reload)
 {
 	struct daemon d;
+	uint64_t budget, quota;
+	char conf[128], what[96];
+	pinshm_client_t *c = start_status(&d, RELOAD_NO_POOL, &budget, &quota);
+	uint64_t room = budget / 2, size = RELOAD_CLASS;
+	unsigned n = room / size < RELOAD_SEGMENTS ? (unsigned)(room / size) : RELOAD_SEGMENTS;
 
-	pinshm_client_t *c = start_conf(&d, RELOAD_POOL);
+	if (n == 0) {
+		size = room / MiB * MiB;
+		n = 1;
+	}
+	ck_assert_uint_ge(size, 64 * MiB);
+	snprintf(conf, sizeof(conf), "[daemon]\npool_segments = %u\npool_sizes = %lluM\n", n,
+		 (unsigned long long)(size / MiB));
+	FILE *f = fopen(d.conf, "w");
+	ck_assert_msg(f && fputs(conf, f) >= 0 && fclose(f) == 0, "%s: %s", d.conf, strerror(errno));
+	long base_kb = proc_status_value_kb(d.pid, "VmLck:");
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	uint64_t deadline = tu_now_ms() + GONE_MS;
+	for (;;) { /* the reload taken: a pool of one class */
+		pinshm_status_t st;
+		pinshm_pool_t pool;
+		CLIENT_RC(c, pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);
+		if (pool.count == 1)
+			break;
+		ck_assert_msg(tu_now_ms() < deadline, "the reload to a pool not taken in %u ms", GONE_MS);
+		tu_sleep_ms(2);
+	}
 	wait_pool_ready(c);
+	struct locked_trace t = {.full_kb = proc_status_value_kb(d.pid, "VmLck:"), .gone_kb = (long)(n * size / 1024)};
+	ck_assert_msg(t.full_kb - base_kb >= t.gone_kb, "pinshmd VmLck %ld kB with the pool, %ld kB before: %ld kB "
+		      "of ready segments not all locked", t.full_kb, base_kb, t.gone_kb);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
 		_exit(reload_drain(&d));
-	stall_measure(&d, c, pid, "a reload that empties a pool of 3 GiB");
+	snprintf(what, sizeof(what), "a reload that empties a pool of %u segments of %llu MiB", n,
+		 (unsigned long long)(size / MiB));
+	stall_measure_locked(&d, c, pid, what, &t);
+	ck_assert_msg(t.end_kb <= t.full_kb - t.gone_kb, "pinshmd VmLck %ld kB after the reload, %ld kB before: "
+		      "the pool's %ld kB not unmapped", t.end_kb, t.full_kb, t.gone_kb);
+	ck_assert_msg(t.inside >= RELOAD_INSIDE, "%zu of %zu STATUS round trips served while the pool was "
+		      "unmapped, fewer than %u: the unmapping held the loop (not in slices)", t.inside, t.trips,
+		      RELOAD_INSIDE);
 }
 END_TEST
 
@@ -1735,6 +1907,152 @@ START_TEST(test_huge_after_destroy)
 }
 END_TEST
 
+/*
+ * In a child: create @p name as @p attr of huge pages, which waits for the
+ * pages of destroyed channels and then cannot be made for another reason
+ * (the daemon out of descriptors): it fails with -EMFILE, and its message
+ * names that, not huge pages.  @return the exit status: 0; 1: another
+ * failure; 2: made (the limit came too late).
+ */
+static int late_create(const struct daemon *d, const char *name, const pinshm_channel_attr_t *attr)
+{
+	pinshm_client_t *c = NULL;
+	int rc = pinshm_connect(d->sock, &c);
+
+	if (rc == 0)
+		rc = pinshm_create(c, name, attr, 0600, PINSHM_HUGEPAGES);
+	const char *msg = c ? pinshm_client_error(c) : "";
+	fprintf(stderr, "late create: %s (%s)\n", strerror(-rc), msg);
+	bool right = rc == -EMFILE && strstr(msg, strerror(EMFILE)) && !strstr(msg, "huge pages");
+	pinshm_disconnect(c);
+	return right ? 0 : rc == 0 ? 2 : 1;
+}
+
+/*
+ * A create of huge pages that waits for a destroyed channel's pages (see
+ * test_huge_after_destroy) and then fails for another reason than too few
+ * of them says that reason: here the daemon's RLIMIT_NOFILE is lowered to
+ * nothing (prlimit) while the create waits, so its late memfd_create()
+ * fails with EMFILE.  A channel of small pages destroyed first, of 1 GiB
+ * where the budget allows, keeps the wait long enough to lower the limit
+ * in.  The daemon goes on after, the create's charge gone.
+ */
+START_TEST(test_huge_late_error)
+{
+	struct daemon d;
+	pinshm_channel_attr_t big, slow;
+	size_t big_size, slow_size;
+	pinshm_status_t st;
+	pinshm_user_usage_t *u;
+	size_t nu;
+	struct rlimit lim, none;
+	int status;
+
+	if (!huge_ready("a create of huge pages that waits, then fails otherwise"))
+		return;
+	spawn_conf(&d, LARGE_CONF, &(struct daemon_opts){.config = true, .log = true});
+	pinshm_client_t *c = connect_ok(&d);
+	CLIENT_RC(c, pinshm_status(c, &st, &u, &nu), 0);
+	free(u);
+	huge_attr_pages(&big, huge_free0 * 3 / 5, &big_size);
+	largest_attr(&slow, st.budget / 4 < 1024 * MiB ? st.budget / 4 : 1024 * MiB);
+	ck_assert_int_eq(pinshm_segment_size(&slow, &slow_size), 0);
+	pinshm_client_t *h = connect_ok(&d);
+	CLIENT_RC(h, pinshm_create(h, "slow", &slow, 0600, 0), 0);
+	CLIENT_RC(h, pinshm_create(h, "gone", &big, 0600, PINSHM_HUGEPAGES), 0);
+	CLIENT_RC(h, pinshm_unlink(h, "slow"), 0);
+	CLIENT_RC(h, pinshm_unlink(h, "gone"), 0);
+	CLIENT_RC(h, pinshm_disconnect(h), 0); /* both destroyed, "slow" unmapped first */
+
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(late_create(&d, "late", &big));
+	/* It waits, charged, until the destroyed channels' pages are back. */
+	uint64_t deadline = tu_now_ms() + GONE_MS;
+	while (charged(c) < big_size) {
+		ck_assert_msg(tu_now_ms() < deadline, "the create of huge pages not charged in %u ms", GONE_MS);
+		tu_sleep_ms(1);
+	}
+	ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, NULL, &lim), 0);
+	none = (struct rlimit){.rlim_cur = 0, .rlim_max = lim.rlim_max};
+	ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, &none, NULL), 0);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, &lim, NULL), 0);
+	ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 2, "the create was made before the limit was "
+		      "lowered (too slow to judge)");
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the late create did not fail with EMFILE, "
+		      "named (status %#x)", status);
+	ck_assert_msg(daemon_log_has(&d, strerror(EMFILE)), "the daemon's log does not name %s", strerror(EMFILE));
+	ck_assert_uint_eq(charged(c), 0);
+	CLIENT_RC(c, pinshm_create(c, "after", &big, 0600, PINSHM_HUGEPAGES), 0);
+	CLIENT_RC(c, pinshm_unlink(c, "after"), 0);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+	ck_assert_int_eq(huge_back(0, true), 0);
+}
+END_TEST
+
+/* ---- a lane hidden from a consumer -------------------------------------- */
+
+/*
+ * A writer of a channel marks another producer's endpoint free (it never
+ * was, for all the segment says) and bumps endpoint_changes, after that
+ * producer sent: a sequential consumer's quick look counts the lanes of
+ * producers that ever attached, and leaves that lane out.  The record is
+ * received all the same: by a receive that waits (after its spin), and by
+ * non-blocking ones (quick polls or not) within 64 of them, so that an
+ * event loop that pinshm_channel_arm() tells to receive does not spin.
+ */
+START_TEST(test_hidden_lane)
+{
+	pinshm_channel_attr_t a;
+	char buf[64];
+	size_t len, size;
+
+	tu_attr(&a, PINSHM_QUEUE, 4096, 2, 1);
+	int fd = tu_create(&a);
+	pinshm_channel_t *p0 = tu_attach(fd, PINSHM_PRODUCER), *p1 = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *c = tu_attach(fd, PINSHM_CONSUMER);
+	uint8_t *base = tu_map(fd, &size);
+	struct seg_geometry g;
+	ck_assert_int_eq(seg_geometry_read(base, size, &g), 0);
+	struct seg_header *hdr = (struct seg_header *)base;
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ck_assert_int_ge(efd, 0);
+	ck_assert_int_eq(pinshm_channel_set_notify_fd(c, efd), 0);
+
+	for (int way = 0; way < 3; way++) {
+		ck_assert_int_eq(pinshm_send(p1, "hidden", 7, PINSHM_NONBLOCK), 0);
+		for (unsigned l = 0; l < g.max_producers; l++) /* the hostile writer */
+			atomic_store(&seg_endpoint(&g, base, l)->state, EP_FREE);
+		atomic_fetch_add(&hdr->endpoint_changes, 1);
+		int rc = pinshm_channel_arm(c);
+		ck_assert_msg(rc == -EAGAIN, "arm: %d (%s): the record not seen", rc, pinshm_strerror(rc));
+		if (way == 0) {
+			rc = pinshm_recv(c, buf, sizeof(buf), &len, 200);
+		} else {
+			pinshm_channel_set_quick_polls(c, way == 2);
+			for (unsigned i = 0; i < 64 && (rc = pinshm_recv(c, buf, sizeof(buf), &len, PINSHM_NONBLOCK)) ==
+						       -EAGAIN; i++)
+				;
+		}
+		ck_assert_msg(rc == 0, "way %d: the record of the hidden lane not received: %d (%s)", way, rc,
+			      pinshm_strerror(rc));
+		ck_assert_str_eq(buf, "hidden");
+		for (unsigned l = 0; l < g.max_producers; l++) /* as they were, for the next way */
+			atomic_store(&seg_endpoint(&g, base, l)->state, EP_ACTIVE);
+		atomic_fetch_add(&hdr->endpoint_changes, 1);
+	}
+	munmap(base, size);
+	close(efd);
+	ck_assert_int_eq(pinshm_channel_close(c), 0);
+	ck_assert_int_eq(pinshm_channel_close(p1), 0);
+	ck_assert_int_eq(pinshm_channel_close(p0), 0);
+	close(fd);
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
 	Suite *s = suite_create("hostile");
@@ -1763,6 +2081,7 @@ static Suite *hostile_suite(void)
 	tc = tcase_create("stall_idle");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_stall_idle);
+	tcase_add_test(tc, test_relock_while_dying);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("stall_peers");
@@ -1775,6 +2094,11 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_stall_reap);
 	suite_add_tcase(s, tc);
 
+	tc = tcase_create("peers");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_hidden_lane);
+	suite_add_tcase(s, tc);
+
 	tc = tcase_create("stall_huge");
 	tcase_set_timeout(tc, 60);
 	/* In the runner: vm.nr_hugepages put back even when a test fails. */
@@ -1783,6 +2107,7 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_huge_handback);
 	tcase_add_test(tc, test_huge_create);
 	tcase_add_test(tc, test_huge_after_destroy);
+	tcase_add_test(tc, test_huge_late_error);
 	suite_add_tcase(s, tc);
 	return s;
 }

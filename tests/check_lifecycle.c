@@ -62,7 +62,9 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "daemonutil.h"
@@ -277,6 +279,67 @@ static void wait_idle_exit(const struct autostart *a, pid_t pid, int ms)
 	ck_assert_msg(access(a->sock, F_OK) != 0, "the daemon left its socket");
 }
 
+/* The sockets that the daemon @p pid holds open (its listening socket and
+ * its connections). */
+static unsigned daemon_sockets(pid_t pid)
+{
+	char path[64], link[64];
+	unsigned n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *dir = opendir(path);
+	ck_assert_msg(dir != NULL, "%s: %s", path, strerror(errno));
+	for (struct dirent *e; (e = readdir(dir));) {
+		char fd[320];
+		snprintf(fd, sizeof(fd), "%s/%s", path, e->d_name);
+		ssize_t len = readlink(fd, link, sizeof(link) - 1);
+		if (len > 0) {
+			link[len] = '\0';
+			n += strncmp(link, "socket:[", 8) == 0;
+		}
+	}
+	closedir(dir);
+	return n;
+}
+
+/* Whether the daemon @p pid sleeps in epoll without a timeout: its loop
+ * found nothing due, ever (no idle exit pending), and waits for a peer. */
+static bool daemon_waits_forever(pid_t pid)
+{
+	char path[64], line[256];
+	long nr;
+	unsigned long a[4];
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	bool got = fgets(line, sizeof(line), f) != NULL;
+	fclose(f);
+	if (!got || sscanf(line, "%ld %lx %lx %lx %lx", &nr, &a[0], &a[1], &a[2], &a[3]) != 5)
+		return false; /* running */
+#ifdef SYS_epoll_wait
+	if (nr == SYS_epoll_wait)
+		return (int)(unsigned)a[3] == -1;
+#endif
+	return nr == SYS_epoll_pwait && (int)(unsigned)a[3] == -1;
+}
+
+/* Return once the daemon @p pid, whose client just went (it held @p
+ * sockets sockets with it), has closed that connection and then decided
+ * that nothing is due: past that point it only wakes for a peer. */
+static void wait_daemon_settled(pid_t pid, unsigned sockets)
+{
+	uint64_t deadline = tu_now_ms() + 20000;
+
+	for (;;) {
+		ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0, "the daemon %d exited", (int)pid);
+		if (daemon_sockets(pid) < sockets && daemon_waits_forever(pid))
+			return;
+		ck_assert_msg(tu_now_ms() < deadline, "the daemon %d never settled", (int)pid);
+		tu_sleep_ms(10);
+	}
+}
+
 static void autostart_cleanup(struct autostart *a)
 {
 	char path[192];
@@ -406,8 +469,11 @@ START_TEST(test_autostart_env)
 	ck_assert_msg(!environ_has(pid, "LD_PRELOAD"), "the daemon got the client's LD_PRELOAD");
 	attr_small(&attr, 1, 1);
 	CLIENT_RC(c, pinshm_create(c, "keep", &attr, 0600, PINSHM_PERSISTENT), 0);
+	unsigned sockets = daemon_sockets(pid);
 	pinshm_disconnect(c);
-	tu_sleep_ms(2500); /* past the idle time: the persistent channel keeps it */
+	/* The persistent channel keeps it: once the connection is closed, the
+	 * daemon arms no idle exit (it would sleep 1 s at most, then exit). */
+	wait_daemon_settled(pid, sockets);
 	ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), 0);
 	CLIENT_RC(NULL, pinshm_connect(a.sock, &c), 0);
 	ck_assert_int_eq(daemon_pid(c), pid);

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +46,28 @@ static uint64_t locked_bytes(pid_t pid)
 
 	ck_assert_int_ge(kb, 0);
 	return (uint64_t)kb * 1024u;
+}
+
+/* Whether the daemon @p pid sleeps in epoll without a timeout: its loop
+ * found nothing due (no pool refill step among it). */
+static bool daemon_waits_forever(pid_t pid)
+{
+	char path[64], line[256];
+	long nr;
+	unsigned long a[4];
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	bool got = fgets(line, sizeof(line), f) != NULL;
+	fclose(f);
+	if (!got || sscanf(line, "%ld %lx %lx %lx %lx", &nr, &a[0], &a[1], &a[2], &a[3]) != 5)
+		return false; /* running */
+#ifdef SYS_epoll_wait
+	if (nr == SYS_epoll_wait)
+		return (int)(unsigned)a[3] == -1;
+#endif
+	return nr == SYS_epoll_pwait && (int)(unsigned)a[3] == -1;
 }
 
 /* Whether this process (and a daemon it starts) may lock @p bytes. */
@@ -694,8 +717,14 @@ START_TEST(test_daemon_lock_fails)
 	ck_assert_uint_eq(pool.classes[0].size, 16 * MiB);
 	ck_assert_uint_eq(pool.classes[0].wanted, 1);
 	ck_assert_uint_eq(pool.classes[0].ready + pool.classes[0].filling, 0);
-	tu_sleep_ms(20);
-	ck_assert_uint_eq(locked_bytes(d.pid), 0); /* stopped, not retried */
+	/* Stopped, not retried: after that reply the daemon's loop finds no
+	 * refill step due and sleeps until a peer comes. */
+	uint64_t deadline = tu_now_ms() + 10000;
+	while (!daemon_waits_forever(d.pid)) {
+		ck_assert_msg(tu_now_ms() < deadline, "the daemon never slept without a timeout");
+		tu_sleep_ms(5);
+	}
+	ck_assert_uint_eq(locked_bytes(d.pid), 0);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }

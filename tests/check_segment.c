@@ -835,8 +835,17 @@ START_TEST(test_pool_off)
 	snprintf(conf, sizeof(conf), "[daemon]\npool_segments = 0\npool_sizes = %zu\n", seg_size(&attr));
 	seg_daemon_start(&d, conf, NULL);
 	pinshm_client_t *c = connect_ok(&d);
-	tu_sleep_ms(100);
+	/* No class: nothing to fill, ever (the daemon reads its configuration
+	 * before it serves). */
+	pinshm_status_t st;
+	pinshm_pool_t pool;
+	CLIENT_RC(c, pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);
+	ck_assert_uint_eq(pool.count, 0);
+	ck_assert_uint_eq(pool.pinned, 0);
 	CLIENT_RC(c, pinshm_create(c, "x", &attr, 0600, 0), 0);
+	CLIENT_RC(c, pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);
+	ck_assert_uint_eq(pool.count, 0);
+	ck_assert_uint_eq(pool.hits, 0);
 	ck_assert(!daemon_log_has(&d, "pool: ready segment"));
 	ck_assert(!daemon_log_has(&d, "from the pool"));
 	pinshm_disconnect(c);
@@ -859,10 +868,15 @@ START_TEST(test_pool_budget)
 	snprintf(conf, sizeof(conf), "[daemon]\nbudget = %zu\npool_segments = 4\npool_sizes = %zu\n", 3 * size,
 		 size);
 	seg_daemon_start(&d, conf, NULL);
-	wait_log_count(&d, "pool: ready segment", 3);
-	tu_sleep_ms(100);
+	/* The daemon says when the refill stops for the budget: no more after. */
+	wait_log_count(&d, "pool: filled as far as the budget allows", 1);
 	ck_assert_uint_eq(log_count(&d, "pool: ready segment"), 3); /* the budget's worth */
 	pinshm_client_t *c = connect_ok(&d);
+	pinshm_status_t st;
+	pinshm_pool_t pool;
+	CLIENT_RC(c, pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);
+	ck_assert_uint_eq(pool.classes[0].ready, 3);
+	ck_assert_uint_eq(pool.classes[0].filling, 0);
 	/* Not a pool size: the budget is full of ready segments, which go. */
 	CLIENT_RC(c, pinshm_create(c, "o1", &other, 0600, 0), 0);
 	ck_assert(daemon_log_has(&d, "bytes of ready segments destroyed"));

@@ -105,6 +105,9 @@ mutant ring-cursor-bound src/produce.c \
 mutant consumer-position-bound src/consume.c \
 	's/if (!pos_aligned(pos) || pos > reserve)/if (!pos_aligned(pos))/' \
 	check_corrupt:positions check_corrupt:random
+mutant hidden-lane-never-looked src/consume.c \
+	's/return ch->live_lanes < ch->g.max_producers;/return false;/' \
+	check_hostile:peers
 mutant quota-charge-skipped daemon/account.c \
 	's/^\tu->use.bytes += size;$/\t(void)u;/' \
 	check_daemon:accounting check_isolation:users
@@ -161,6 +164,9 @@ mutant client-error-shared src/client.c \
 	check_wakeup:threads
 mutant idle-relock-one-turn daemon/locking.c \
 	's/relock_slice(chan, slice)/relock_slice(chan, SIZE_MAX)/' \
+	check_hostile:stall_idle
+mutant relock-waits-for-dying daemon/registry.c \
+	's/bool lock_due = r->locking.first \&\& r->lock_waited;/bool lock_due = false;/' \
 	check_hostile:stall_idle
 mutant relock-replied-early daemon/idle.c \
 	's/return rc > 0 ? -EINPROGRESS : rc;/return rc > 0 ? 0 : rc;/' \
