@@ -62,7 +62,6 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <dirent.h>
 #include <unistd.h>
@@ -300,28 +299,6 @@ static unsigned daemon_sockets(pid_t pid)
 	}
 	closedir(dir);
 	return n;
-}
-
-/* Whether the daemon @p pid sleeps in epoll without a timeout: its loop
- * found nothing due, ever (no idle exit pending), and waits for a peer. */
-static bool daemon_waits_forever(pid_t pid)
-{
-	char path[64], line[256];
-	long nr;
-	unsigned long a[4];
-
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-	bool got = fgets(line, sizeof(line), f) != NULL;
-	fclose(f);
-	if (!got || sscanf(line, "%ld %lx %lx %lx %lx", &nr, &a[0], &a[1], &a[2], &a[3]) != 5)
-		return false; /* running */
-#ifdef SYS_epoll_wait
-	if (nr == SYS_epoll_wait)
-		return (int)(unsigned)a[3] == -1;
-#endif
-	return nr == SYS_epoll_pwait && (int)(unsigned)a[3] == -1;
 }
 
 /* Return once the daemon @p pid, whose client just went (it held @p

@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,28 +45,6 @@ static uint64_t locked_bytes(pid_t pid)
 
 	ck_assert_int_ge(kb, 0);
 	return (uint64_t)kb * 1024u;
-}
-
-/* Whether the daemon @p pid sleeps in epoll without a timeout: its loop
- * found nothing due (no pool refill step among it). */
-static bool daemon_waits_forever(pid_t pid)
-{
-	char path[64], line[256];
-	long nr;
-	unsigned long a[4];
-
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-	bool got = fgets(line, sizeof(line), f) != NULL;
-	fclose(f);
-	if (!got || sscanf(line, "%ld %lx %lx %lx %lx", &nr, &a[0], &a[1], &a[2], &a[3]) != 5)
-		return false; /* running */
-#ifdef SYS_epoll_wait
-	if (nr == SYS_epoll_wait)
-		return (int)(unsigned)a[3] == -1;
-#endif
-	return nr == SYS_epoll_pwait && (int)(unsigned)a[3] == -1;
 }
 
 /* Whether this process (and a daemon it starts) may lock @p bytes. */

@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,6 +70,26 @@ long proc_status_value_kb(pid_t pid, const char *key)
 			v = strtol(line + strlen(key), NULL, 10);
 	fclose(f);
 	return v;
+}
+
+bool daemon_waits_forever(pid_t pid)
+{
+	char path[64], line[256];
+	long nr;
+	unsigned long a[4];
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	bool got = fgets(line, sizeof(line), f) != NULL;
+	fclose(f);
+	if (!got || sscanf(line, "%ld %lx %lx %lx %lx", &nr, &a[0], &a[1], &a[2], &a[3]) != 5)
+		return false; /* running */
+#ifdef SYS_epoll_wait
+	if (nr == SYS_epoll_wait)
+		return (int)(unsigned)a[3] == -1;
+#endif
+	return nr == SYS_epoll_pwait && (int)(unsigned)a[3] == -1;
 }
 
 long daemon_locked_kb_at_most(pid_t pid, long kb)

@@ -70,6 +70,10 @@ const char *pinshmd_wrapper(void);
 /** The value of field @p key (e.g. "VmLck:") of /proc/PID/status, in kB,
  * or -1 when the field is missing.  Fails the test if the file cannot be read. */
 long proc_status_value_kb(pid_t pid, const char *key);
+/* Whether the daemon @p pid sleeps in epoll without a timeout: its loop
+ * found nothing due (no timer, no step of work in slices) and waits for a
+ * peer.  Reads /proc/PID/syscall (the test's own daemon: ptrace access). */
+bool daemon_waits_forever(pid_t pid);
 
 /* VmLck of pinshmd @p pid, kB, once it is @p kb or less, or after
  * DAEMON_STOP_MS: a destroyed channel's segment is unlocked slice by slice,
