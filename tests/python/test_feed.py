@@ -1,7 +1,9 @@
 """pinshm.feed: batches in place from worker processes, in order or not,
 structures, worker errors and deaths, early ends, epochs, the record header."""
 
+import ctypes
 import errno
+import gc
 import os
 from multiprocessing import resource_tracker
 import random
@@ -558,3 +560,64 @@ def test_a_view_kept_by_the_collate_is_a_clear_error(clean, tmp_path):
         open(flag, "w").close()
         for b in feed:
             check(b, list(b[1]))
+
+
+class _FakeCuda(ctypes.Structure):
+    """struct fake_cuda of tests/fake_cuda.h (the double of libcuda.so.1)."""
+
+    _fields_ = [("devices", ctypes.c_int), ("can_map", ctypes.c_int), ("read_only", ctypes.c_int),
+                ("refuse_read_only", ctypes.c_int), ("fail_register", ctypes.c_int),
+                ("no_get_proc", ctypes.c_int), ("on_sync", ctypes.c_void_p), ("sync_fails", ctypes.c_int),
+                ("max_register", ctypes.c_size_t), ("uva", ctypes.c_int), ("get_proc_calls", ctypes.c_int),
+                ("register_calls", ctypes.c_int), ("unregister_calls", ctypes.c_int), ("syncs", ctypes.c_int),
+                ("ctx_retained", ctypes.c_int), ("ctx_depth", ctypes.c_int), ("last_flags", ctypes.c_uint),
+                ("nregs", ctypes.c_int), ("regs", (ctypes.c_void_p * 2) * 16)]
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """torch believes it has CUDA device 0, and the driver pinshm loads is the double: its state."""
+    fake = os.environ.get("PINSHM_FAKE_CUDA", "")
+    if not fake or not os.path.exists(fake):
+        pytest.skip("PINSHM_FAKE_CUDA does not name the fake driver (run through make check)")
+    monkeypatch.setenv("PINSHM_CUDA_LIBRARY", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    return _FakeCuda.in_dll(ctypes.CDLL(fake), "fake_cuda")
+
+
+def test_pin_memory_registers_the_records(clean, fake_gpu):
+    """pin_memory=True registers every worker's channel with the current CUDA device: each batch
+    lies in a range the driver pinned; they go with the channels."""
+    regs0 = fake_gpu.nregs
+    feed = Feed(Squares(24), batch_size=4, num_workers=2, pin_memory=True, timeout=30)
+    with feed:
+        seen = 0
+        for k, batch in enumerate(feed):
+            check(batch, range(4 * k, 4 * k + 4))
+            p = batch[0].data_ptr()
+            assert any(b <= p < b + n for b, n in list(fake_gpu.regs)[:fake_gpu.nregs]), \
+                "batch %d is not in a registered range" % k
+            seen += 1
+        assert seen == 6 and feed.pin_device is not None and feed.pin_device.kind == "cuda"
+    del batch
+    gc.collect()
+    assert fake_gpu.nregs == regs0  # unregistered with the channels
+
+
+def test_pin_memory_without_cuda_warns(clean, monkeypatch):
+    """pin_memory=True where torch has no CUDA device: a warning, as DataLoader, and plain batches;
+    the same where torch has one but the driver cannot be loaded."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with Feed(Squares(8), batch_size=4, num_workers=1, pin_memory=True, timeout=30) as feed:
+        with pytest.warns(UserWarning, match="pin_memory=True but torch has no CUDA device"):
+            batches = [check(b, range(4 * k, 4 * k + 4)) for k, b in enumerate(feed)]
+        assert len(batches) == 2 and feed.pin_device is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setenv("PINSHM_CUDA_LIBRARY", "/nonexistent/libcuda.so.1")
+    with Feed(Squares(8), batch_size=4, num_workers=1, pin_memory=True, timeout=30) as feed:
+        with pytest.warns(UserWarning, match="CUDA device 0 cannot be opened"):
+            assert len([check(b, range(4 * k, 4 * k + 4)) for k, b in enumerate(feed)]) == 2
+    with pytest.raises(ValueError):
+        Feed(Squares(8), batch_size=4, num_workers=1, pin_memory=True, pin_memory_device="cpu")
