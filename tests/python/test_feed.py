@@ -621,3 +621,20 @@ def test_pin_memory_without_cuda_warns(clean, monkeypatch):
             assert len([check(b, range(4 * k, 4 * k + 4)) for k, b in enumerate(feed)]) == 2
     with pytest.raises(ValueError):
         Feed(Squares(8), batch_size=4, num_workers=1, pin_memory=True, pin_memory_device="cpu")
+
+
+def test_bench_counts_copies(clean):
+    """bench_feed's copies column is measured: 0 for a feed batch (the record) and for
+    DataLoader's (a worker's shared memory), 1 for a copy of either."""
+    from pinshm.bench_feed import _copies
+
+    ds = torch.arange(8 * 16, dtype=torch.float32).reshape(8, 16)
+    with Feed(ds, batch_size=4, num_workers=1, timeout=30) as feed:
+        for batch in feed:
+            assert _copies(feed, batch, False) == 0
+            assert _copies(feed, batch.clone(), False) == 1
+    del batch
+    dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1)
+    for batch in dl:
+        assert _copies(dl, batch, False) == 0
+        assert _copies(dl, batch.clone(), False) == 1
