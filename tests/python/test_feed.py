@@ -638,3 +638,69 @@ def test_bench_counts_copies(clean):
     for batch in dl:
         assert _copies(dl, batch, False) == 0
         assert _copies(dl, batch.clone(), False) == 1
+
+
+def test_feed_dropped_mid_epoch(clean):
+    """A feed and its epoch dropped mid-way, no close(): the garbage collector ends the
+    workers and unlinks the channels (clean checks), persistent workers too."""
+    for persistent in (False, True):
+        feed = Feed(Squares(40), batch_size=4, num_workers=2, persistent_workers=persistent, timeout=30)
+        it = iter(feed)
+        batch = next(it)
+        check(batch, range(4))
+        assert len(children()) >= 2
+        del feed, it, batch
+        gc.collect()
+
+
+class Counted(Squares):
+    """Squares that count the samples made, in a counter shared with the workers."""
+
+    def __init__(self, n, counter, slow_worker=None):
+        super().__init__(n)
+        self.counter, self.slow_worker = counter, slow_worker
+
+    def __getitem__(self, i):
+        with self.counter.get_lock():
+            self.counter.value += 1
+        info = pf.get_worker_info()
+        if self.slow_worker is not None and info.id == self.slow_worker and i == 0:
+            time.sleep(0.5)
+        return super().__getitem__(i)
+
+
+def test_in_flight_bound(clean):
+    """While the loop holds its second batch, the workers have made the two taken and
+    prefetch_factor x num_workers batches besides, and no more."""
+    import multiprocessing
+
+    counter = multiprocessing.get_context("fork").Value("l", 0)
+    with Feed(Counted(200, counter), batch_size=2, num_workers=2, prefetch_factor=3, timeout=30) as feed:
+        it = iter(feed)
+        check(next(it), [0, 1])
+        check(next(it), [2, 3])  # both workers have their channels now
+        assert sum(len(w.tasks) for w in feed._workers) <= 3 * 2
+        bound = (3 * 2 + 2) * 2
+        deadline = time.monotonic() + 3
+        while counter.value < bound and time.monotonic() < deadline:  # the workers do what they were given
+            time.sleep(0.05)
+        time.sleep(0.2)  # and would go on here, were they given more
+        assert counter.value == bound, "%d samples made, %d in flight at most" % (counter.value, bound)
+        del it
+
+
+@pytest.mark.parametrize("in_order", [False, True])
+def test_unordered_overtakes_a_slow_worker(clean, in_order):
+    """Worker 0 slow on its first batch: in_order=False gives worker 1's batches first,
+    in_order=True waits for batch 0; every batch once either way."""
+    import multiprocessing
+
+    counter = multiprocessing.get_context("fork").Value("l", 0)
+    ds = Counted(16, counter, slow_worker=0)
+    with Feed(ds, batch_size=2, num_workers=2, in_order=in_order, output="numpy", timeout=30) as feed:
+        firsts = [int(y[0]) for x, y, d in feed]
+    assert sorted(firsts) == list(range(0, 16, 2))
+    if in_order:
+        assert firsts == list(range(0, 16, 2))
+    else:
+        assert firsts[0] != 0 and firsts.index(0) > 0, firsts
