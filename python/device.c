@@ -69,28 +69,27 @@ PyObject *pyshm_cuda_device(PyObject *mod, PyObject *args, PyObject *kw)
 	return rc < 0 ? open_failed(rc) : device_new(dev);
 }
 
-/* Whether the @p n bytes (at most 128) at @p p can be read, asked of the
- * kernel, which answers EFAULT where a load would fault: process_vm_readv()
- * of this process, or a write into a pipe where a filter forbids that.
- * True where neither can tell. */
-static bool readable(const void *p, size_t n)
+/* Copy the @p n bytes at @p p to @p out, asking the kernel, which answers
+ * EFAULT where a load would fault: process_vm_readv() of this process, or
+ * a pipe where a filter forbids that.  No byte at @p p is loaded here, so
+ * a bad address is an answer, not a crash.  @return whether all n were
+ * read; where neither way is open (no descriptor left), a plain copy. */
+static bool peek(const void *p, void *out, size_t n)
 {
-	char buf[128];
-	struct iovec here = { buf, n }, there = { (void *)p, n };
+	struct iovec here = { out, n }, there = { (void *)p, n };
 	int fd[2];
 
-	if (n > sizeof(buf))
-		return false;
 	ssize_t r = process_vm_readv(getpid(), &here, 1, &there, 1, 0);
 	if (r >= 0 || errno == EFAULT)
 		return r == (ssize_t)n;
-	if (pipe2(fd, O_CLOEXEC) < 0)
+	if (pipe2(fd, O_CLOEXEC) < 0) {
+		memcpy(out, p, n);
 		return true;
-	r = write(fd[1], p, n);
-	int err = errno;
+	}
+	bool ok = write(fd[1], p, n) == (ssize_t)n && read(fd[0], out, n) == (ssize_t)n;
 	close(fd[0]);
 	close(fd[1]);
-	return r == (ssize_t)n || (r < 0 && err != EFAULT);
+	return ok;
 }
 
 /* Whether @p h looks like an object of an OpenCL ICD driver (a context, an
@@ -104,12 +103,8 @@ static bool icd_object(const void *h)
 	const void *table, *entries[9];
 	Dl_info info;
 
-	if (!readable(h, sizeof(table)))
+	if (!peek(h, &table, sizeof(table)) || !table || !peek(table, entries, sizeof(entries)))
 		return false;
-	memcpy(&table, h, sizeof(table));
-	if (!table || !readable(table, sizeof(entries)))
-		return false;
-	memcpy(entries, table, sizeof(entries));
 	return entries[8] && dladdr(entries[8], &info) && info.dli_fbase;
 }
 
@@ -487,7 +482,8 @@ PyObject *pyshm_message_release_after(MessageObject *m, PyObject *args, PyObject
 		return NULL;
 	/* An integer is checked as far as the API allows (see icd_object()). */
 	bool cl = pinshm_device_kind(d->dev) != PINSHM_DEVICE_CUDA;
-	if (PyLong_Check(ev) && !(cl ? icd_object(handle) : readable(handle, 1))) {
+	char byte;
+	if (PyLong_Check(ev) && !(cl ? icd_object(handle) : peek(handle, &byte, 1))) {
 		PyErr_SetString(PyExc_ValueError, cl ? "event: not a cl_event (not an object of an ICD driver)"
 						     : "event: not a CUevent (not a readable address)");
 		Py_XDECREF(keep);
