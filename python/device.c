@@ -14,8 +14,12 @@
  */
 #include "pyshm.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 PyObject *pyshm_DeviceType;
 
@@ -65,19 +69,75 @@ PyObject *pyshm_cuda_device(PyObject *mod, PyObject *args, PyObject *kw)
 	return rc < 0 ? open_failed(rc) : device_new(dev);
 }
 
+/* Copy the @p n bytes at @p p to @p out, asking the kernel, which answers
+ * EFAULT where a load would fault: process_vm_readv() of this process, or
+ * a pipe where a filter forbids that.  No byte at @p p is loaded here, so
+ * a bad address is an answer, not a crash.  @return whether all n were
+ * read; where neither way is open (no descriptor left), a plain copy. */
+static bool peek(const void *p, void *out, size_t n)
+{
+	struct iovec here = { out, n }, there = { (void *)p, n };
+	int fd[2];
+
+	ssize_t r = process_vm_readv(getpid(), &here, 1, &there, 1, 0);
+	if (r >= 0 || errno == EFAULT)
+		return r == (ssize_t)n;
+	if (pipe2(fd, O_CLOEXEC) < 0) {
+		memcpy(out, p, n);
+		return true;
+	}
+	bool ok = write(fd[1], p, n) == (ssize_t)n && read(fd[0], out, n) == (ssize_t)n;
+	close(fd[0]);
+	close(fd[1]);
+	return ok;
+}
+
+/* Whether @p h looks like an object of an OpenCL ICD driver (a context, an
+ * event): its first word a readable dispatch table whose clGetContextInfo
+ * entry (the ninth: the ICD's fixed order) lies in a loaded library.  The
+ * OpenCL API itself has no call that checks a handle without following
+ * it.  A probe, not a proof: a stray integer or a pointer to anything else
+ * fails it; a live object of another OpenCL type passes. */
+static bool icd_object(const void *h)
+{
+	const void *table, *entries[9];
+	Dl_info info;
+
+	if (!peek(h, &table, sizeof(table)) || !table || !peek(table, entries, sizeof(entries)))
+		return false;
+	return entries[8] && dladdr(entries[8], &info) && info.dli_fbase;
+}
+
 const char pyshm_opencl_doc[] = "opencl_device(context) -> Device\n\n"
-			 "Use the OpenCL context whose cl_context handle is the integer context\n"
-			 "(pyopencl: ctx.int_ptr; pinshm_device_open_opencl()), retained until the\n"
-			 "Device goes.  pinshm.Error: ENODEV (no OpenCL loader), EINVAL (not a context).";
+			 "Use an OpenCL context (pinshm_device_open_opencl()), retained until the\n"
+			 "Device goes: a pyopencl.Context, or any object with its cl_context handle as\n"
+			 "int_ptr, or that handle as an integer.  The handle is checked before use as\n"
+			 "far as OpenCL allows (it has no call that checks a handle without following\n"
+			 "it): 0, an address that cannot be read or whose first word is not an ICD\n"
+			 "driver's dispatch table raise pinshm.Error (EINVAL); a live OpenCL object\n"
+			 "of another type (a queue, a buffer) passes that check and is undefined\n"
+			 "behaviour in the driver, as with ctypes: pass only a live cl_context.\n"
+			 "pinshm.Error: ENODEV (no OpenCL loader), EINVAL (not a context).";
 
 PyObject *pyshm_opencl_device(PyObject *mod, PyObject *arg)
 {
 	pinshm_device_t *dev = NULL;
-	void *ctx = PyLong_AsVoidPtr(arg);
+	PyObject *h = PyLong_Check(arg) ? (Py_INCREF(arg), arg) : PyObject_GetAttrString(arg, "int_ptr");
 
 	(void)mod;
+	if (!h || !PyLong_Check(h)) {
+		Py_XDECREF(h);
+		PyErr_Clear();
+		PyErr_SetString(PyExc_TypeError, "context: a pyopencl.Context (int_ptr) or a cl_context handle (int)");
+		return NULL;
+	}
+	void *ctx = PyLong_AsVoidPtr(h);
+	Py_DECREF(h);
 	if (!ctx && PyErr_Occurred())
 		return NULL;
+	if (ctx && !icd_object(ctx))
+		return pyshm_raise(-EINVAL, "not an OpenCL context: the handle is not an object of an ICD driver",
+				   PYSHM_OTHER);
 	int rc = pinshm_device_open_opencl(ctx, &dev);
 	return rc < 0 ? open_failed(rc) : device_new(dev);
 }
@@ -391,7 +451,10 @@ const char pyshm_release_after_doc[] = "release_after(event, device=None)\n\n"
 	     "event: a torch.cuda.Event (held until the release), a torch.cuda.Stream (an\n"
 	     "event is recorded on it now), or an integer handle (a CUevent or cl_event, which\n"
 	     "must then be neither destroyed nor recorded again until channel.release_poll()\n"
-	     "returns 0).  device: the pinshm.Device the channel is registered with, its kind\n"
+	     "returns 0; an address that cannot be read, or for OpenCL is no ICD driver's\n"
+	     "object, raises ValueError; any other pointer than a live event of the device is\n"
+	     "undefined behaviour in the driver, as with ctypes).  device: the pinshm.Device\n"
+	     "the channel is registered with, its kind\n"
 	     "('cuda', 'opencl'), or None for the only one; pinshm.Error (ENOENT) where the\n"
 	     "channel is not registered.  Like release(), the message makes no new view; with\n"
 	     "views alive, the release waits for them too (it happens when the message goes).\n"
@@ -418,6 +481,15 @@ PyObject *pyshm_message_release_after(MessageObject *m, PyObject *args, PyObject
 	void *handle = d ? event_handle(ev, &keep) : NULL;
 	if (!handle)
 		return NULL;
+	/* An integer is checked as far as the API allows (see icd_object()). */
+	bool cl = pinshm_device_kind(d->dev) != PINSHM_DEVICE_CUDA;
+	char byte;
+	if (PyLong_Check(ev) && !(cl ? icd_object(handle) : peek(handle, &byte, 1))) {
+		PyErr_SetString(PyExc_ValueError, cl ? "event: not a cl_event (not an object of an ICD driver)"
+						     : "event: not a CUevent (not a readable address)");
+		Py_XDECREF(keep);
+		return NULL;
+	}
 	/* event_handle() may have run Python code (recording an event). */
 	if (m->done || m->release_after || pyshm_channel_usable(chan) < 0) {
 		if (!PyErr_Occurred())

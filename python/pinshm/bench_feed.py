@@ -13,13 +13,19 @@ machine where torch.cuda.is_available(), both go to the GPU:
 DataLoader(pin_memory=True) then .cuda(non_blocking=True), the feed's
 record .cuda(non_blocking=True), the checksum taken there.
 
+The feed runs with pin_memory=True there too (its channels registered
+with the device, so that the copy is a DMA from the record).
+
 The two alternate in rounds (A B A B ...), an epoch of each per round;
-an epoch moves --mib MiB (8 to 256 batches); the report gives, per batch size, each one's median batches/s and GB/s,
-host copies per batch between a worker's write and the consumer's tensor
-(DataLoader: none on the CPU, its batch is a shared-memory file mapped
-in the main process; one with pin_memory, the copy into pinned memory; the
-feed: none, the tensor is the record), and the median of the per-round
-ratios feed / DataLoader.
+an epoch moves --mib MiB (8 to 256 batches); the report gives, per batch
+size, each one's median batches/s and GB/s, host copies per batch between
+a worker's write and the GPU or the consumer's tensor, and the median of
+the per-round ratios feed / DataLoader.  The copies are measured on every
+batch, not assumed: one where the consumer's tensor is not the memory the
+worker wrote (the feed: its data pointer lies outside the record received;
+DataLoader: its storage is not shared memory, as after the pin thread's
+copy into pinned memory), and on the GPU one more where the tensor is not
+pinned (the driver stages a pageable copy); the column gives their mean.
 
 --daemon PATH starts that pinshmd on a private socket for the run, with
 no max_segment_size (the rings of 64 MiB batches take 512 MiB); without it
@@ -79,12 +85,36 @@ def _human(n):
     return "%d B" % n
 
 
-def _consume(loader, ds, cuda):
-    """Iterate one epoch, checksumming every batch; (batches, seconds)."""
+def _in_record(feed, t):
+    """Whether tensor t lies in a record the feed received (the memory its worker wrote)."""
+    import numpy as np
+
+    p = t.data_ptr()
+    for w in feed._workers:
+        for m in w.kept:
+            a = np.frombuffer(m, np.uint8)
+            if a.ctypes.data <= p < a.ctypes.data + a.nbytes:
+                return True
+    return False
+
+
+def _copies(loader, batch, cuda):
+    """Host copies of batch between its worker's write and the GPU (cuda) or the consumer."""
+    from pinshm.feed import Feed
+
+    own = _in_record(loader, batch) if isinstance(loader, Feed) else batch.is_shared()
+    return (0 if own else 1) + (0 if not cuda or batch.is_pinned() else 1)
+
+
+def _consume(loader, ds, cuda, copies=None):
+    """Iterate one epoch, checksumming every batch; (batches, seconds).  copies: a list that
+    gets each batch's host copies (_copies())."""
     import torch
 
     count, t0 = 0, time.perf_counter()
     for k, batch in enumerate(loader):
+        if copies is not None:
+            copies.append(_copies(loader, batch, cuda))
         if cuda:
             batch = batch.cuda(non_blocking=True)
         s = float(batch.sum(dtype=torch.float64))  # reads every byte; synchronizes a GPU copy
@@ -106,8 +136,9 @@ def _run_size(size, args, cuda):
     ds = Synthetic(batches * SAMPLES, size // SAMPLES)
     common = dict(batch_size=SAMPLES, num_workers=args.workers, prefetch_factor=2, persistent_workers=True)
     dl = torch.utils.data.DataLoader(ds, pin_memory=cuda, **common)
-    feed = Feed(ds, socket=args.socket, autostart=args.socket is None, timeout=120, **common)
+    feed = Feed(ds, socket=args.socket, autostart=args.socket is None, timeout=120, pin_memory=cuda, **common)
     rates = {"feed": [], "dataloader": []}
+    copies = {"feed": [], "dataloader": []}
     ratios = []
     try:
         _consume(dl, ds, cuda)  # warm-up: workers started, pages touched
@@ -115,14 +146,14 @@ def _run_size(size, args, cuda):
         for _ in range(args.rounds):
             r = {}
             for name, loader in (("dataloader", dl), ("feed", feed)):
-                n, secs = _consume(loader, ds, cuda)
+                n, secs = _consume(loader, ds, cuda, copies[name])
                 r[name] = n / secs
                 rates[name].append(r[name])
             ratios.append(r["feed"] / r["dataloader"])
     finally:
         feed.close()
         del dl
-    return rates, ratios
+    return rates, ratios, {k: statistics.mean(v) for k, v in copies.items()}
 
 
 def _daemon(path):
@@ -167,11 +198,11 @@ def main(argv=None):
         print("%-9s %-10s %10s %8s %7s   %s" % ("batch", "loader", "batches/s", "GB/s", "copies", "feed/DL"))
         for text in args.sizes.split(","):
             size = _size(text)
-            rates, ratios = _run_size(size, args, cuda)
-            for name, copies in (("dataloader", 1 if cuda else 0), ("feed", 0)):
+            rates, ratios, copies = _run_size(size, args, cuda)
+            for name in ("dataloader", "feed"):
                 bps = statistics.median(rates[name])
-                print("%-9s %-10s %10.1f %8.2f %7d   %s" % (
-                    _human(size), name, bps, bps * size / 1e9, copies,
+                print("%-9s %-10s %10.1f %8.2f %7.2f   %s" % (
+                    _human(size), name, bps, bps * size / 1e9, copies[name],
                     "%.2fx (rounds: %s)" % (statistics.median(ratios), " ".join("%.2f" % r for r in ratios))
                     if name == "feed" else ""))
             sys.stdout.flush()

@@ -8,7 +8,7 @@ place, as torch tensors or numpy arrays over the record (no host copy
 between a worker's write and the consumer's tensor)::
 
     from pinshm.feed import Feed
-    feed = Feed(dataset, batch_size=64, shuffle=True, num_workers=4, seed=0)
+    feed = Feed(dataset, batch_size=64, shuffle=True, num_workers=4, seed=0, pin_memory=True)
     for epoch in range(10):
         for images, labels in feed:          # tensors over the records
             loss = model(images.cuda(non_blocking=True), labels.cuda())
@@ -33,7 +33,10 @@ records as a worker's channel holds (an old batch kept while the loop goes
 on does) raises RuntimeError rather than stalling the workers.  Copy (``tensor.clone()``,
 ``array.copy()``) what must live longer.  On an accelerator, let a
 non-blocking copy from a batch complete (e.g. synchronize, or any ``.item()``
-after it) before the batch goes.
+after it) before the batch goes: with ``pin_memory=True`` (the channels
+registered with the CUDA device, the batches pinned) the copy is a DMA
+from the record that runs after the call returns, and a record let go is
+the worker's to write again.
 
 Errors: an exception in a worker is raised in the main process when its
 batch is due, as the same exception type where it can be made from a
@@ -96,6 +99,7 @@ import signal
 import struct
 import sys
 import time
+import warnings
 import weakref
 
 import _pinshm
@@ -172,7 +176,8 @@ class Feed:
          num_workers=2, collate_fn=None, drop_last=False, prefetch_factor=2,
          persistent_workers=False, worker_init_fn=None, generator=None, seed=None,
          in_order=True, output=None, timeout=None, max_batch_bytes=None,
-         socket=None, autostart=False, multiprocessing_context=None)
+         socket=None, autostart=False, multiprocessing_context=None,
+         pin_memory=False, pin_memory_device="")
 
     dataset: map-style (len() and [i]); IterableDataset is not supported.
     batch_size, shuffle, sampler, batch_sampler, drop_last: as DataLoader
@@ -195,7 +200,14 @@ class Feed:
     (default: the first batch of each worker, its channel sized for it).
     socket, autostart: as pinshm.connect().  multiprocessing_context: a
     context or a start method's name (default: fork, or spawn once CUDA is
-    initialised here).
+    initialised here).  pin_memory: register each worker's channel with the
+    current CUDA device (torch.cuda.current_device(), or pin_memory_device
+    such as "cuda:1"; Channel.register()), so that the batches read as
+    pinned (tensor.is_pinned()) and tensor.cuda(non_blocking=True) is an
+    asynchronous DMA from the record itself, no copy on the host; where
+    torch has no CUDA device, or the driver refuses, it warns (as
+    DataLoader does) and the batches are plain shared memory.  The device
+    is attribute pin_device (None when not pinned).
 
     Iterating gives batches in place (see the module's doc for how long
     they stay valid); len() is the number of batches of an epoch.
@@ -206,7 +218,8 @@ class Feed:
     def __init__(self, dataset, batch_size=1, shuffle=False, sampler=None, batch_sampler=None, num_workers=2,
                  collate_fn=None, drop_last=False, prefetch_factor=2, persistent_workers=False, worker_init_fn=None,
                  generator=None, seed=None, in_order=True, output=None, timeout=None, max_batch_bytes=None,
-                 socket=None, autostart=False, multiprocessing_context=None):
+                 socket=None, autostart=False, multiprocessing_context=None, pin_memory=False,
+                 pin_memory_device=""):
         if num_workers < 1:
             raise ValueError("pinshm.feed needs num_workers >= 1 (the workers write the records)")
         if not 1 <= prefetch_factor <= (_pinshm.MAX_HELD - 2) // 2:
@@ -217,6 +230,8 @@ class Feed:
             raise ValueError("batch_sampler excludes batch_size, shuffle, sampler and drop_last")
         if sampler is not None and shuffle:
             raise ValueError("sampler excludes shuffle")
+        if pin_memory_device and str(pin_memory_device).split(":")[0] != "cuda":
+            raise ValueError("pin_memory_device: a CUDA device ('cuda', 'cuda:N'), not %r" % (pin_memory_device,))
         self.dataset = dataset
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.sampler, self.batch_sampler = sampler, batch_sampler
@@ -228,6 +243,9 @@ class Feed:
         self.socket, self.autostart = socket, autostart
         self.seed = int.from_bytes(os.urandom(8), "little") >> 1 if seed is None else int(seed)
         self.epoch = 0
+        self.pin_memory, self.pin_memory_device = bool(pin_memory), pin_memory_device
+        self.pin_device = None  # the pinshm.Device the channels are registered with
+        self._pin_asked = False
         self._ctx = multiprocessing_context
         self._id = next(_feeds)
         self._client = None
@@ -290,6 +308,9 @@ class Feed:
         """Connect and start the workers (their channels come with their first batch)."""
         if self._client is None:
             self._client = _pinshm.connect(self.socket, self.autostart)
+        if self.pin_memory and not self._pin_asked:
+            self._pin_asked = True
+            self.pin_device = self._open_pin_device()
         ctx = self._context()
         base = self._base_seed()
         # A forkserver's children are not ours: their parent is the server.
@@ -306,6 +327,25 @@ class Feed:
         except BaseException:
             self._stop()
             raise
+
+    def _open_pin_device(self):
+        """The CUDA device (a pinshm.Device) to register the channels with, or None after a warning."""
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is None or not torch.cuda.is_available():
+            warnings.warn("pinshm.feed: pin_memory=True but torch has no CUDA device (torch.cuda.is_available() "
+                          "is false): the batches are not pinned", stacklevel=4)
+            return None
+        index = torch.device(self.pin_memory_device).index if self.pin_memory_device else None
+        ordinal = torch.cuda.current_device() if index is None else index
+        try:
+            return _pinshm.cuda_device(ordinal)
+        except _pinshm.Error as e:
+            warnings.warn("pinshm.feed: pin_memory=True but CUDA device %d cannot be opened (%s): the batches "
+                          "are not pinned" % (ordinal, e), stacklevel=4)
+            return None
 
     def _base_seed(self):
         """The workers' base seed, from generator or seed (and the epoch)."""
@@ -624,6 +664,8 @@ class Feed:
         try:
             w.chan = self._client.open(w.name, _pinshm.CONSUMER)
             w.fd = w.chan.fileno()  # made before arm() may be called
+            if self.pin_device is not None:
+                self._pin(w)
         except BaseException:
             if w.chan is not None:
                 w.chan.close()
@@ -637,6 +679,14 @@ class Feed:
         # The worker's records are at most a slot (its header besides), so that w.slots holds.
         w.slots = min(cap // slot - 1, _pinshm.MAX_HELD - 2)
         w.conn.send(("chan", w.name, slot - _ALIGN))
+
+    def _pin(self, w):
+        """Register w's channel with pin_device (a warning, and no pinning, where the driver refuses)."""
+        try:
+            w.chan.register(self.pin_device)
+        except _pinshm.Error as e:
+            warnings.warn("pinshm.feed: pin_memory=True but the channel of worker %d cannot be registered with "
+                          "CUDA (%s): its batches are not pinned" % (w.id, e), stacklevel=2)
 
     def _gone(self, w, what):
         """Raise WorkerDied for w, which what (it left): with its exit status once it has one."""

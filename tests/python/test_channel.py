@@ -299,3 +299,23 @@ def test_finalizer_closes_channel_while_receiving(daemon):
     )
     assert p.returncode == 0, p.stderr
     assert "['refused'] True" in p.stdout
+
+
+def test_commit_more_defers_the_wake_until_flush(pair):
+    """commit(more=True) publishes (a receive finds the message) without waking an armed
+    consumer; flush() wakes it, and the messages come in order, intact."""
+    import select
+
+    tx, rx = pair()
+    fd = rx.fileno()
+    assert rx.arm()  # nothing ready: armed
+    for i in range(3):
+        with tx.reserve(64) as r:
+            memoryview(r)[:5] = b"more%d" % i
+            r.commit(5, more=True)
+    assert select.select([fd], [], [], 0.3)[0] == [], "woken by a commit with more=True"
+    tx.flush()
+    assert select.select([fd], [], [], 5)[0] == [fd], "flush() did not wake the consumer"
+    assert [rx.recv(timeout=0) for _ in range(3)] == [b"more0", b"more1", b"more2"]
+    with pytest.raises(pinshm.Empty):
+        rx.recv(timeout=0)

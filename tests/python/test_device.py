@@ -284,3 +284,77 @@ def test_event_objects_after_a_burst(pair, dev):
     assert rx.release_poll() == 0 and rx.event_objects == 0
     gc.collect()
     assert all(r() is None for r in later)  # none kept for ever
+
+
+@pytest.fixture(scope="module")
+def opencl():
+    """(the loader libOpenCL.so.1, a cl_context of the first platform's devices: pocl's here)."""
+    try:
+        cl = ctypes.CDLL("libOpenCL.so.1")
+    except OSError:
+        pytest.skip("no OpenCL loader (libOpenCL.so.1)")
+    n, plat = ctypes.c_uint(), (ctypes.c_void_p * 1)()
+    if cl.clGetPlatformIDs(1, plat, ctypes.byref(n)) != 0 or n.value == 0:
+        pytest.skip("no OpenCL platform (an ICD such as pocl)")
+    devs, err = (ctypes.c_void_p * 1)(), ctypes.c_int()
+    if cl.clGetDeviceIDs(ctypes.c_void_p(plat[0]), ctypes.c_ulong(0xFFFFFFFF), 1, devs, ctypes.byref(n)) != 0:
+        pytest.skip("the OpenCL platform has no device")
+    cl.clCreateContext.restype = cl.clCreateUserEvent.restype = ctypes.c_void_p
+    cl.clReleaseContext.argtypes = cl.clReleaseEvent.argtypes = [ctypes.c_void_p]
+    cl.clCreateUserEvent.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    cl.clSetUserEventStatus.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    ctx = cl.clCreateContext(None, 1, devs, None, None, ctypes.byref(err))
+    if not ctx:
+        pytest.skip("clCreateContext failed (%d)" % err.value)
+    yield cl, ctx
+    cl.clReleaseContext(ctx)
+
+
+def test_opencl_device_refuses_what_is_no_context():
+    """Stray integers and pointers to anything but an ICD object are EINVAL, not a crash;
+    non-integers a TypeError.  Needs no OpenCL: the handle is looked at before the loader."""
+    table = (ctypes.c_void_p * 9)()  # a "dispatch table" of nulls
+    fake_obj = ctypes.c_void_p(ctypes.addressof(table))
+    for bad in (0, 12345, -1 & 0xFFFFFFFFFFFFFFFF, id(object()), ctypes.addressof(ctypes.c_long(0)),
+                ctypes.addressof(fake_obj)):
+        with pytest.raises(pinshm.Error) as e:
+            pinshm.opencl_device(bad)
+        assert e.value.errno in (errno.EINVAL, errno.ENODEV), bad
+    with pytest.raises(pinshm.Error) as e:
+        pinshm.opencl_device(12345)
+    assert e.value.errno == errno.EINVAL and "not an OpenCL context" in e.value.detail
+    for bad in ("ctx", 1.5, object()):
+        with pytest.raises(TypeError):
+            pinshm.opencl_device(bad)
+
+
+def test_opencl_device_on_a_real_runtime(pair, opencl):
+    """A real cl_context (pocl here), as an integer and as a pyopencl-like object with int_ptr:
+    a Device; a channel registers with it; release_after() of a cl_event (a user event) holds
+    the record until the event completes, and a stray integer event is a ValueError."""
+    cl, ctx = opencl
+    d = pinshm.opencl_device(ctx)
+    assert d.kind == "opencl"
+
+    class Context:
+        int_ptr = ctx
+
+    assert pinshm.opencl_device(Context()).kind == "opencl"
+    tx, rx = pair()
+    rx.register(d)
+    assert rx.registered(d) & pinshm.REGISTERED
+    tx.send(b"x" * 100)
+    m = rx.recv_inplace(timeout=1)
+    for bad in (12345, id(object())):
+        with pytest.raises(ValueError):
+            m.release_after(bad)
+    err = ctypes.c_int()
+    ev = cl.clCreateUserEvent(ctx, ctypes.byref(err))
+    assert ev and err.value == 0
+    m.release_after(ev)
+    del m
+    assert rx.release_poll() == 1  # the event has not completed
+    assert cl.clSetUserEventStatus(ev, 0) == 0  # CL_COMPLETE
+    assert rx.release_poll() == 0
+    rx.unregister(d)
+    cl.clReleaseEvent(ev)

@@ -1,7 +1,9 @@
 """pinshm.feed: batches in place from worker processes, in order or not,
 structures, worker errors and deaths, early ends, epochs, the record header."""
 
+import ctypes
 import errno
+import gc
 import os
 from multiprocessing import resource_tracker
 import random
@@ -558,3 +560,147 @@ def test_a_view_kept_by_the_collate_is_a_clear_error(clean, tmp_path):
         open(flag, "w").close()
         for b in feed:
             check(b, list(b[1]))
+
+
+class _FakeCuda(ctypes.Structure):
+    """struct fake_cuda of tests/fake_cuda.h (the double of libcuda.so.1)."""
+
+    _fields_ = [("devices", ctypes.c_int), ("can_map", ctypes.c_int), ("read_only", ctypes.c_int),
+                ("refuse_read_only", ctypes.c_int), ("fail_register", ctypes.c_int),
+                ("no_get_proc", ctypes.c_int), ("on_sync", ctypes.c_void_p), ("sync_fails", ctypes.c_int),
+                ("max_register", ctypes.c_size_t), ("uva", ctypes.c_int), ("get_proc_calls", ctypes.c_int),
+                ("register_calls", ctypes.c_int), ("unregister_calls", ctypes.c_int), ("syncs", ctypes.c_int),
+                ("ctx_retained", ctypes.c_int), ("ctx_depth", ctypes.c_int), ("last_flags", ctypes.c_uint),
+                ("nregs", ctypes.c_int), ("regs", (ctypes.c_void_p * 2) * 16)]
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """torch believes it has CUDA device 0, and the driver pinshm loads is the double: its state."""
+    fake = os.environ.get("PINSHM_FAKE_CUDA", "")
+    if not fake or not os.path.exists(fake):
+        pytest.skip("PINSHM_FAKE_CUDA does not name the fake driver (run through make check)")
+    monkeypatch.setenv("PINSHM_CUDA_LIBRARY", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    return _FakeCuda.in_dll(ctypes.CDLL(fake), "fake_cuda")
+
+
+def test_pin_memory_registers_the_records(clean, fake_gpu):
+    """pin_memory=True registers every worker's channel with the current CUDA device: each batch
+    lies in a range the driver pinned; they go with the channels."""
+    regs0 = fake_gpu.nregs
+    feed = Feed(Squares(24), batch_size=4, num_workers=2, pin_memory=True, timeout=30)
+    with feed:
+        seen = 0
+        for k, batch in enumerate(feed):
+            check(batch, range(4 * k, 4 * k + 4))
+            p = batch[0].data_ptr()
+            assert any(b <= p < b + n for b, n in list(fake_gpu.regs)[:fake_gpu.nregs]), \
+                "batch %d is not in a registered range" % k
+            seen += 1
+        assert seen == 6 and feed.pin_device is not None and feed.pin_device.kind == "cuda"
+    del batch
+    gc.collect()
+    assert fake_gpu.nregs == regs0  # unregistered with the channels
+
+
+def test_pin_memory_without_cuda_warns(clean, monkeypatch):
+    """pin_memory=True where torch has no CUDA device: a warning, as DataLoader, and plain batches;
+    the same where torch has one but the driver cannot be loaded."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with Feed(Squares(8), batch_size=4, num_workers=1, pin_memory=True, timeout=30) as feed:
+        with pytest.warns(UserWarning, match="pin_memory=True but torch has no CUDA device"):
+            batches = [check(b, range(4 * k, 4 * k + 4)) for k, b in enumerate(feed)]
+        assert len(batches) == 2 and feed.pin_device is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setenv("PINSHM_CUDA_LIBRARY", "/nonexistent/libcuda.so.1")
+    with Feed(Squares(8), batch_size=4, num_workers=1, pin_memory=True, timeout=30) as feed:
+        with pytest.warns(UserWarning, match="CUDA device 0 cannot be opened"):
+            assert len([check(b, range(4 * k, 4 * k + 4)) for k, b in enumerate(feed)]) == 2
+    with pytest.raises(ValueError):
+        Feed(Squares(8), batch_size=4, num_workers=1, pin_memory=True, pin_memory_device="cpu")
+
+
+def test_bench_counts_copies(clean):
+    """bench_feed's copies column is measured: 0 for a feed batch (the record) and for
+    DataLoader's (a worker's shared memory), 1 for a copy of either."""
+    from pinshm.bench_feed import _copies
+
+    ds = torch.arange(8 * 16, dtype=torch.float32).reshape(8, 16)
+    with Feed(ds, batch_size=4, num_workers=1, timeout=30) as feed:
+        for batch in feed:
+            assert _copies(feed, batch, False) == 0
+            assert _copies(feed, batch.clone(), False) == 1
+    del batch
+    dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1)
+    for batch in dl:
+        assert _copies(dl, batch, False) == 0
+        assert _copies(dl, batch.clone(), False) == 1
+
+
+def test_feed_dropped_mid_epoch(clean):
+    """A feed and its epoch dropped mid-way, no close(): the garbage collector ends the
+    workers and unlinks the channels (clean checks), persistent workers too."""
+    for persistent in (False, True):
+        feed = Feed(Squares(40), batch_size=4, num_workers=2, persistent_workers=persistent, timeout=30)
+        it = iter(feed)
+        batch = next(it)
+        check(batch, range(4))
+        assert len(children()) >= 2
+        del feed, it, batch
+        gc.collect()
+
+
+class Counted(Squares):
+    """Squares that count the samples made, in a counter shared with the workers."""
+
+    def __init__(self, n, counter, slow_worker=None):
+        super().__init__(n)
+        self.counter, self.slow_worker = counter, slow_worker
+
+    def __getitem__(self, i):
+        with self.counter.get_lock():
+            self.counter.value += 1
+        info = pf.get_worker_info()
+        if self.slow_worker is not None and info.id == self.slow_worker and i == 0:
+            time.sleep(0.5)
+        return super().__getitem__(i)
+
+
+def test_in_flight_bound(clean):
+    """While the loop holds its second batch, the workers have made the two taken and
+    prefetch_factor x num_workers batches besides, and no more."""
+    import multiprocessing
+
+    counter = multiprocessing.get_context("fork").Value("l", 0)
+    with Feed(Counted(200, counter), batch_size=2, num_workers=2, prefetch_factor=3, timeout=30) as feed:
+        it = iter(feed)
+        check(next(it), [0, 1])
+        check(next(it), [2, 3])  # both workers have their channels now
+        assert sum(len(w.tasks) for w in feed._workers) <= 3 * 2
+        bound = (3 * 2 + 2) * 2
+        deadline = time.monotonic() + 3
+        while counter.value < bound and time.monotonic() < deadline:  # the workers do what they were given
+            time.sleep(0.05)
+        time.sleep(0.2)  # and would go on here, were they given more
+        assert counter.value == bound, "%d samples made, %d in flight at most" % (counter.value, bound)
+        del it
+
+
+@pytest.mark.parametrize("in_order", [False, True])
+def test_unordered_overtakes_a_slow_worker(clean, in_order):
+    """Worker 0 slow on its first batch: in_order=False gives worker 1's batches first,
+    in_order=True waits for batch 0; every batch once either way."""
+    import multiprocessing
+
+    counter = multiprocessing.get_context("fork").Value("l", 0)
+    ds = Counted(16, counter, slow_worker=0)
+    with Feed(ds, batch_size=2, num_workers=2, in_order=in_order, output="numpy", timeout=30) as feed:
+        firsts = [int(y[0]) for x, y, d in feed]
+    assert sorted(firsts) == list(range(0, 16, 2))
+    if in_order:
+        assert firsts == list(range(0, 16, 2))
+    else:
+        assert firsts[0] != 0 and firsts.index(0) > 0, firsts

@@ -105,3 +105,21 @@ def test_bandwidth_as_pinned(registered):
     msg.release()
     assert ratio > 0.5, "a registered record copies at %.2fx pinned memory's speed" % ratio
 
+
+
+def test_feed_batches_are_pinned(client):
+    """Feed(pin_memory=True): each batch is pinned memory to torch (the record of a registered
+    channel, not a copy), and a non-blocking copy of it to the GPU, synchronized before the
+    batch goes, is right."""
+    from pinshm.feed import Feed
+
+    ds = torch.arange(32 * 1024, dtype=torch.float32).reshape(32, 1024)  # map-style: len() and [i]
+    with Feed(ds, batch_size=4, num_workers=2, pin_memory=True, timeout=60) as feed:
+        n = 0
+        for k, batch in enumerate(feed):
+            assert batch.is_pinned(), "batch %d is not pinned" % k
+            g = batch.cuda(non_blocking=True)
+            torch.cuda.synchronize()  # before the batch goes: its record is the DMA's source
+            assert torch.equal(g.cpu(), ds[4 * k:4 * k + 4])
+            n += 1
+        assert n == 8 and feed.pin_device is not None

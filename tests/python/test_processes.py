@@ -221,3 +221,53 @@ def test_fork_rules(client, daemon):
     assert client.stat("fork")["consumers"] == 1
     tx.close()
     rx.close()
+
+
+def produce_and_wait(sock, name, count, conn):
+    """Child: send count checked messages, say so, and wait to be killed."""
+    with pinshm.connect(sock) as c, c.open(name, "producer") as tx:
+        for seq in range(count):
+            tx.send(message(5, seq), timeout=30)
+        conn.send("sent")
+        time.sleep(60)
+
+
+def test_view_outlives_its_producer_killed(client, daemon):
+    """A numpy view of a record, held while its producer is SIGKILLed: still readable and
+    intact, through the consumer's later receives and a new producer filling the ring."""
+    np = pytest.importorskip("numpy")
+    client.create("killed", capacity=1 << 14)
+    rx = client.open("killed", "consumer")
+    r, w = ctx.Pipe(duplex=False)
+    p = start(produce_and_wait, daemon.sock, "killed", 4, w)
+    assert r.recv() == "sent"
+    m = rx.recv_inplace(timeout=5)
+    want = bytes(m)
+    view = np.frombuffer(m, dtype=np.uint8)
+    del m  # only the view holds the record now
+    os.kill(p.pid, signal.SIGKILL)
+    p.join()
+    assert check(view.tobytes()) == (5, 0) and view.tobytes() == want
+    assert [check(rx.recv(timeout=5)) for _ in range(3)] == [(5, 1), (5, 2), (5, 3)]
+    deadline = time.monotonic() + 10
+    while True:  # the daemon frees the dead producer's slot
+        try:
+            tx = client.open("killed", "producer")
+            break
+        except pinshm.Error:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    sent = 0
+    try:
+        while True:  # the held record keeps its bytes: the ring fills around it
+            tx.send(message(6, sent), timeout=0)
+            sent += 1
+    except pinshm.Full:
+        pass
+    assert sent > 0 and view.tobytes() == want
+    for seq in range(sent):
+        assert check(rx.recv(timeout=5)) == (6, seq)
+    assert view.tobytes() == want
+    del view
+    tx.close()
+    rx.close()
