@@ -582,7 +582,20 @@ struct xb {
 	uint64_t room;
 	uint64_t *lens;  /* what rank r sent it (Scatter: lens[root]), read at the first step */
 	int rc;
+	bool memo_set;   /* the layout of memo_len bytes (the ranks' lengths are mostly one) */
+	uint64_t memo_len;
+	struct lay memo;
 };
+
+static struct lay lay_for(const struct pm_coll *co, struct xb *x, uint64_t len)
+{
+	if (!x->memo_set || x->memo_len != len) {
+		x->memo = layout_of(co, x->kind, len);
+		x->memo_len = len;
+		x->memo_set = true;
+	}
+	return x->memo;
+}
 
 static inline uint64_t head_of(const struct pm_coll *co, int r, uint64_t s)
 {
@@ -616,7 +629,7 @@ static uint64_t xb_plan(struct pm_coll *co, struct xb *x, uint64_t s1)
 	switch (x->kind) {
 	case BLK_SCATTER:
 		x->lens[x->root] = me == x->root ? x->len : head_of(co, x->root, s1);
-		return layout_of(co, x->kind, x->lens[x->root]).steps;
+		return lay_for(co, x, x->lens[x->root]).steps;
 	case BLK_GATHER: {
 		uint64_t room = me == x->root ? x->room : head_of(co, x->root, s1), h = co->half_bytes;
 		for (int r = 0; me == x->root && r < n; r++)
@@ -627,7 +640,7 @@ static uint64_t xb_plan(struct pm_coll *co, struct xb *x, uint64_t s1)
 		uint64_t k = 1;
 		for (int r = 0; r < n; r++) {
 			x->lens[r] = r == me ? x->len : head_of(co, r, s1);
-			uint64_t steps = layout_of(co, x->kind, x->lens[r]).steps;
+			uint64_t steps = lay_for(co, x, x->lens[r]).steps;
 			k = steps > k ? steps : k;
 		}
 		return k;
@@ -669,7 +682,7 @@ static void xb_read(struct pm_coll *co, struct xb *x, int r, uint64_t j, uint64_
 {
 	int me = co->rank;
 	bool shared = x->kind == BLK_GATHER || x->kind == BLK_ALLGATHER;
-	struct lay l = layout_of(co, x->kind, x->lens[r]);
+	struct lay l = lay_for(co, x, x->lens[r]);
 	uint64_t avail = x->lens[r] < x->room ? x->lens[r] : x->room, lo = j * l.piece;
 	if (j >= l.steps || (j > 0 && l.small) || lo >= avail)
 		return;
@@ -691,7 +704,7 @@ static void xb_read(struct pm_coll *co, struct xb *x, int r, uint64_t j, uint64_
 static void xb_steps(struct pm_coll *co, struct xb *x)
 {
 	int n = co->size, me = co->rank;
-	struct lay own = layout_of(co, x->kind, x->sends ? x->len : 0);
+	struct lay own = lay_for(co, x, x->sends ? x->len : 0);
 	uint64_t s1 = co->step + 1, k = 1;
 	for (uint64_t j = 0; j < k; j++) {
 		uint64_t s = ++co->step;
