@@ -18,7 +18,9 @@
  * Bcast's message, a reduction's elements, a Gather's block, the n blocks
  * of a Scatter or of one rank's Alltoall) lies in the rank's small slot,
  * beside its flags, instead of its half: one line to fetch, not two (a
- * Bcast's message: BCAST_SMALL bytes, after the root's length).
+ * Bcast's message: BCAST_SMALL bytes, after the root's length; the blocks
+ * of Gather, Scatter, Allgather and Alltoall: LEN_SMALL bytes, after the
+ * sender's length, below).
  *
  * A rank's own block or chunk never goes through its half where no other
  * rank reads it (a Gather's or Reduce's root, a Scatter's root's own
