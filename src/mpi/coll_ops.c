@@ -543,7 +543,11 @@ int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes,
  * than its room, as Open MPI does; nothing is written past the bytes
  * taken.  The heads are other ranks' word: they set the number of steps
  * (the same at every rank) and bound how much is copied, never past a
- * piece, a slot or a room.
+ * piece, a slot or a room.  The usual call (every block as long as its
+ * room, small) is one step at every rank: xb_fast() checks the heads for
+ * that in one pass and copies, and only a call that is not that reads
+ * each sender's layout (xb_plan(), xb_read()).  The four calls are
+ * inlined into each MPI_ function, so the kind's tests fold away.
  */
 #define LEN_HEAD sizeof(uint64_t)
 #define LEN_SMALL (COLL_SMALL - LEN_HEAD)
@@ -558,7 +562,8 @@ struct lay {
 	uint64_t steps; /* steps it needs (at least 1) */
 };
 
-static struct lay layout_of(const struct pm_coll *co, enum blk_kind kind, uint64_t len)
+static inline __attribute__((always_inline)) struct lay layout_of(const struct pm_coll *co, enum blk_kind kind,
+								       uint64_t len)
 {
 	bool shared = kind == BLK_GATHER || kind == BLK_ALLGATHER;
 	size_t w = shared ? 1 : (size_t)co->size;
@@ -584,6 +589,7 @@ struct xb {
 	uint64_t room;
 	uint64_t *lens;  /* what rank r sent it (Scatter: lens[root]), read at the first step */
 	int rc;
+	bool uniform;    /* xb_fast() took the call: every block it takes fits its room */
 	bool memo_set;   /* the layout of memo_len bytes (the ranks' lengths are mostly one) */
 	uint64_t memo_len;
 	struct lay memo;
@@ -606,13 +612,6 @@ static inline uint64_t head_of(const struct pm_coll *co, int r, uint64_t s)
 	return v;
 }
 
-/* Block @p d of this rank's out (shared: the one block). */
-static inline const char *out_block(const struct xb *x, int d)
-{
-	bool shared = x->kind == BLK_GATHER || x->kind == BLK_ALLGATHER;
-	return x->out + (shared ? 0 : (uint64_t)d * x->len);
-}
-
 /* Where rank @p r's block for this rank lands. */
 static inline char *in_block(const struct xb *x, int r)
 {
@@ -620,7 +619,7 @@ static inline char *in_block(const struct xb *x, int r)
 }
 
 /* The first step read: the number of steps, and x->lens. */
-static uint64_t xb_plan(struct pm_coll *co, struct xb *x, uint64_t s1)
+static __attribute__((noinline)) uint64_t xb_plan(struct pm_coll *co, struct xb *x, uint64_t s1)
 {
 	int n = co->size, me = co->rank;
 	if (coll_error(co) != MPI_SUCCESS) { /* no heads were read: nothing more */
@@ -651,7 +650,8 @@ static uint64_t xb_plan(struct pm_coll *co, struct xb *x, uint64_t s1)
 }
 
 /* Step @p j (0 on) of the call, at step number @p s: this rank's pieces. */
-static void xb_write(struct pm_coll *co, const struct xb *x, const struct lay *own, uint64_t j, uint64_t s)
+static inline __attribute__((always_inline)) void xb_write(struct pm_coll *co, const struct xb *x,
+							     const struct lay *own, uint64_t j, uint64_t s)
 {
 	int n = co->size, me = co->rank;
 	uint64_t lo = j * own->piece;
@@ -674,13 +674,23 @@ static void xb_write(struct pm_coll *co, const struct xb *x, const struct lay *o
 		return;
 	uint8_t *base = own->small ? small + LEN_HEAD : coll_half(co, me, s);
 	size_t len = x->len - lo < own->piece ? (size_t)(x->len - lo) : own->piece;
-	for (int d = 0; d < (shared ? 1 : n); d++)
-		if (shared || (d != me && (x->kind != BLK_SCATTER || d != x->root)))
-			memcpy(base + (size_t)d * own->piece, out_block(x, d) + lo, len);
+	if (shared) {
+		memcpy(base, x->out + lo, len);
+		return;
+	}
+	const char *from = x->out + lo;
+	if (len == x->len && len == own->piece) { /* the slot's pieces as out's blocks: at once (its own, unread) */
+		memcpy(base, from, len * (size_t)n);
+		return;
+	}
+	for (int d = 0; d < n; d++, base += own->piece, from += x->len)
+		if (d != me) /* a Scatter's sender is its root */
+			memcpy(base, from, len);
 }
 
 /* Step @p j: what this rank takes from rank @p r. */
-static void xb_read(struct pm_coll *co, struct xb *x, int r, uint64_t j, uint64_t s, uint64_t s1)
+static __attribute__((noinline)) void xb_read(struct pm_coll *co, struct xb *x, int r, uint64_t j, uint64_t s,
+						uint64_t s1)
 {
 	int me = co->rank;
 	bool shared = x->kind == BLK_GATHER || x->kind == BLK_ALLGATHER;
@@ -702,11 +712,62 @@ static void xb_read(struct pm_coll *co, struct xb *x, int r, uint64_t j, uint64_
 	memcpy(in_block(x, r) + lo, base + dest, len);
 }
 
-/* The steps of a call (co->size > 1). */
-static void xb_steps(struct pm_coll *co, struct xb *x)
+/*
+ * The usual call, after its first step's waits: every block this rank
+ * takes is as long as its room and small, and so is its own (the whole
+ * call is that one step at every rank).  Compares the heads with that in
+ * one pass and then copies each block out of its slot; false (nothing
+ * copied) where any differs, for xb_plan() and xb_read() to take it.
+ */
+static inline __attribute__((always_inline)) bool xb_fast(struct pm_coll *co, struct xb *x, const struct lay *own,
+							    uint64_t s1)
 {
 	int n = co->size, me = co->rank;
-	struct lay own = lay_for(co, x, x->sends ? x->len : 0);
+	uint64_t len = x->room;
+	if (!own->small || coll_error(co) != MPI_SUCCESS)
+		return false;
+	switch (x->kind) {
+	case BLK_SCATTER: /* the root's length is its own: one step */
+		if (me != x->root) {
+			if (head_of(co, x->root, s1) != len || len > LEN_SMALL / (size_t)n)
+				return false;
+			size_t piece = LEN_SMALL / (size_t)n;
+			if (len)
+				memcpy(x->in, coll_small(co, x->root, s1) + LEN_HEAD + (size_t)me * piece, (size_t)len);
+		}
+		x->lens[x->root] = me == x->root ? x->len : len;
+		return me != x->root || !x->takes || x->len <= x->room;
+	case BLK_GATHER:
+		if (me != x->root) /* the root's room: its steps */
+			return head_of(co, x->root, s1) <= LEN_SMALL;
+		if (len > LEN_SMALL || x->len > len) /* its own block too (in place: 0 here) */
+			return false;
+		for (int r = 0; r < n; r++)
+			if (r != me && head_of(co, r, s1) != len)
+				return false;
+		break;
+	default: /* Allgather, Alltoall: the blocks it sends are as long as the room */
+		if (x->len != len)
+			return false;
+		for (int r = 0; r < n; r++)
+			if (r != me && head_of(co, r, s1) != len)
+				return false;
+		break;
+	}
+	size_t at = x->kind == BLK_ALLTOALL ? (size_t)me * own->piece : 0;
+	for (int r = 0; r < n; r++) {
+		x->lens[r] = len;
+		if (r != me && len)
+			memcpy(x->in + (uint64_t)r * len, coll_small(co, r, s1) + LEN_HEAD + at, (size_t)len);
+	}
+	return true;
+}
+
+/* The steps of a call (co->size > 1). */
+static inline __attribute__((always_inline)) void xb_steps(struct pm_coll *co, struct xb *x)
+{
+	int n = co->size, me = co->rank;
+	struct lay own = layout_of(co, x->kind, x->sends ? x->len : 0);
 	uint64_t s1 = co->step + 1, k = 1;
 	for (uint64_t j = 0; j < k; j++) {
 		uint64_t s = ++co->step;
@@ -722,6 +783,11 @@ static void xb_steps(struct pm_coll *co, struct xb *x)
 				coll_wait_arrive(co, x->root, s);
 		} else {
 			coll_wait_all(co, s);
+		}
+		if (j == 0 && xb_fast(co, x, &own, s1)) {
+			x->uniform = true;
+			coll_finish(co, s);
+			return;
 		}
 		if (j == 0)
 			k = xb_plan(co, x, s1);
@@ -766,9 +832,33 @@ static int blocks_unpack(void *buf, int count, MPI_Datatype type, int n, const c
 	return rc;
 }
 
+/* The type and count that decided the call, looked up once: a side of
+ * the same type and count (the usual call) needs no look-up of its own. */
+struct xb_type {
+	MPI_Datatype type;
+	int count;
+	bool dense;     /* flat, items back to back */
+	MPI_Aint tlb;
+	uint64_t bytes;
+};
+
+static inline uint64_t xb_bytes(const struct xb_type *bt, MPI_Datatype type, int count, int *rc)
+{
+	return type == bt->type && count == bt->count ? bt->bytes : type_bytes(type, count, rc);
+}
+
+/* contiguous(), the same. */
+static inline char *xb_side(const struct xb_type *bt, void *buf, int count, MPI_Datatype type, int n, uint64_t bytes,
+			    bool fill, void **tmp, int *rc)
+{
+	if (type == bt->type && count == bt->count && bytes == bt->bytes && bt->dense)
+		return at(buf, bt->tlb);
+	return contiguous(buf, count, type, n, bytes, fill, tmp, rc);
+}
+
 /* This rank's own block, where it sends one to itself (not in place):
  * copied directly. */
-static void xb_own(const struct pm_coll *co, struct xb *x, bool in_place)
+static inline __attribute__((always_inline)) void xb_own(const struct pm_coll *co, struct xb *x, bool in_place)
 {
 	int me = co->rank;
 	bool own = !in_place && (x->kind == BLK_GATHER ? me == x->root
@@ -791,8 +881,9 @@ static void xb_own(const struct pm_coll *co, struct xb *x, bool in_place)
  * not valid there sends the call to the library, which reports it.  The
  * root's other arguments decide nothing.
  */
-static int xb_call(struct pm_coll *co, enum blk_kind kind, const void *sendbuf, int scount, MPI_Datatype stype,
-		   void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+static inline __attribute__((always_inline)) int xb_call(struct pm_coll *co, enum blk_kind kind, const void *sendbuf,
+							  int scount, MPI_Datatype stype, void *recvbuf, int rcount,
+							  MPI_Datatype rtype, int root, MPI_Comm comm)
 {
 	static const enum coll_call calls[] = {CALL_GATHER, CALL_SCATTER, CALL_ALLGATHER, CALL_ALLTOALL};
 	int n = co ? co->size : 0, me = co ? co->rank : 0;
@@ -806,6 +897,8 @@ static int xb_call(struct pm_coll *co, enum blk_kind kind, const void *sendbuf, 
 		coll_count(calls[kind], false, 0);
 		return -1;
 	}
+	const struct xb_type bt = {.type = btype, .count = count, .dense = t->flat && t->extent == t->size,
+				   .tlb = t->tlb, .bytes = (uint64_t)t->size * (uint64_t)count};
 	uint64_t lens_here[64];
 	struct xb x = {.kind = kind, .root = root, .rc = MPI_SUCCESS};
 	x.lens = n <= 64 ? lens_here : malloc((size_t)n * sizeof(uint64_t));
@@ -816,13 +909,13 @@ static int xb_call(struct pm_coll *co, enum blk_kind kind, const void *sendbuf, 
 	x.takes = kind == BLK_SCATTER ? !(is_root && in_place) : kind != BLK_GATHER || is_root;
 	int blocks = kind == BLK_SCATTER ? 1 : n;
 	if (x.takes || (kind == BLK_GATHER && is_root)) {
-		x.room = type_bytes(rtype, rcount, &x.rc);
-		x.in = contiguous(recvbuf, rcount, rtype, blocks, x.room, in_place, &tmp_in, &x.rc);
+		x.room = xb_bytes(&bt, rtype, rcount, &x.rc);
+		x.in = xb_side(&bt, recvbuf, rcount, rtype, blocks, x.room, in_place, &tmp_in, &x.rc);
 	}
 	x.sends = kind == BLK_SCATTER ? is_root : !(kind == BLK_GATHER && is_root);
 	if (kind == BLK_GATHER && is_root && !in_place) {
-		x.len = type_bytes(stype, scount, &x.rc);
-		x.out = contiguous((void *)(uintptr_t)sendbuf, scount, stype, 1, x.len, true, &tmp_out, &x.rc);
+		x.len = xb_bytes(&bt, stype, scount, &x.rc);
+		x.out = xb_side(&bt, (void *)(uintptr_t)sendbuf, scount, stype, 1, x.len, true, &tmp_out, &x.rc);
 	} else if (in_place && (kind == BLK_ALLGATHER || kind == BLK_ALLTOALL)) { /* the room is the block */
 		x.len = x.room;
 		x.out = kind == BLK_ALLGATHER ? x.in + (uint64_t)me * x.room : NULL;
@@ -831,8 +924,8 @@ static int xb_call(struct pm_coll *co, enum blk_kind kind, const void *sendbuf, 
 			x.out = tmp_out ? memcpy(tmp_out, x.in, (size_t)(x.room * (uint64_t)n)) : NULL;
 		}
 	} else if (x.sends) {
-		x.len = type_bytes(stype, scount, &x.rc);
-		x.out = contiguous((void *)(uintptr_t)sendbuf, scount, stype, kind == BLK_SCATTER || kind == BLK_ALLTOALL ? n : 1,
+		x.len = xb_bytes(&bt, stype, scount, &x.rc);
+		x.out = xb_side(&bt, (void *)(uintptr_t)sendbuf, scount, stype, kind == BLK_SCATTER || kind == BLK_ALLTOALL ? n : 1,
 				   x.len, true, &tmp_out, &x.rc);
 	}
 	if (((x.takes || (kind == BLK_GATHER && is_root)) && x.room && !x.in) || (x.sends && x.len && !x.out))
@@ -844,7 +937,7 @@ static int xb_call(struct pm_coll *co, enum blk_kind kind, const void *sendbuf, 
 		x.len = x.room;
 	xb_own(co, &x, in_place && kind != BLK_ALLTOALL);
 	bool taking = x.takes || (kind == BLK_GATHER && is_root);
-	for (int r = 0; taking && r < n; r++)
+	for (int r = 0; taking && !x.uniform && r < n; r++)
 		if ((kind != BLK_SCATTER || r == root) && x.lens[r] > x.room && x.rc == MPI_SUCCESS)
 			x.rc = MPI_ERR_TRUNCATE;
 	if (taking && tmp_in && coll_error(co) == MPI_SUCCESS) {
