@@ -200,6 +200,7 @@ struct config {
 	bool off;      /* PINSHM_MPI=0: preloaded, but turned off */
 	bool fallback; /* PINSHM_SOCKET where no daemon can be: one warning, all through MPI */
 	bool wrapped;  /* a tool's MPI_Send preloaded before the plugin: the same */
+	bool recovery; /* mpirun --enable-recovery: a rank's death does not end the job */
 	const char *env[2]; /* more NAME=VALUE for the ranks, or NULL */
 	const char *env2;   /* the second app context's instead (MPMD), or NULL */
 	const char *warning; /* the one "pinshm-mpi: warning" line the run must print (its text), or NULL */
@@ -494,6 +495,8 @@ static unsigned colls_of(const struct program *pg)
 		return 1u << 0 | 1u << 3 | COLL_NB; /* Barrier, Allreduce, the nonblocking ones */
 	if (!strcmp(pg->name, "coll_mismatch"))
 		return 1u << 0 | 1u << 1 | 1u << 3; /* Barrier, Bcast, Allreduce */
+	if (!strcmp(pg->name, "coll_truncate")) /* Barrier, Bcast, Allreduce, Gather, Scatter, Allgather, Alltoall */
+		return 1u << 0 | 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7;
 	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_BASIC
 	       : !strcmp(pg->name, "coll_v")				      ? COLL_V
 	       : !strcmp(pg->name, "coll_scan")				      ? COLL_SCAN
@@ -613,6 +616,8 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 	argv[n++] = getenv("MPIRUN");
 	if (cf->np > 2)
 		argv[n++] = "--oversubscribe";
+	if (cf->recovery)
+		argv[n++] = "--enable-recovery";
 	argv[n++] = "--mca";
 	argv[n++] = "pml";
 	argv[n++] = "ob1";
@@ -1044,6 +1049,61 @@ START_TEST(test_coll_mismatch)
 {
 	static const struct program prog = {"coll_mismatch", 0, 0, NULL, NULL}; /* no point to point */
 	run_one(&prog, _i == 0 ? &plugin_configs[1] : &coll_configs[0]);
+}
+END_TEST
+
+/* coll_truncate: Bcast, Scatter, Gather, Alltoall and Allgather whose
+ * ranks' signatures differ in size (MPI_ERR_TRUNCATE where a receiver is
+ * short, nothing past its count, no hang), each call carried; an erroneous
+ * program whose outcome only the carried path defines (Open MPI alone
+ * differs), so it runs on one node with collectives on: at 2 and 4 ranks,
+ * and at 3 with the smallest area (blocks of many steps). */
+START_TEST(test_coll_truncate)
+{
+	static const struct program prog = {"coll_truncate", 0, 0, NULL, NULL}; /* no point to point */
+	static const struct config *const cfs[] = {&plugin_configs[0], &plugin_configs[1], &coll_configs[0]};
+	run_one(&prog, cfs[_i]);
+}
+END_TEST
+
+/* coll_dead across pretend nodes: at 4 ranks on 2 nodes the last rank
+ * (on the second node, not its leader) kills itself, and the three
+ * survivors call MPI_Iallreduce or MPI_Ibcast from it and MPI_Wait, with
+ * errors returned: each must get MPI_ERR_OTHER, the ones of the first
+ * node too (they see the death only through the call), well within the
+ * time limit (a hang runs into it).  The flat case: tests/check_coll.sh. */
+START_TEST(test_coll_dead_hier)
+{
+	static const char *const calls[] = {"iallreduce", "ibcast"};
+	static const struct program prog = {"coll_dead", 0, 0, NULL, NULL};
+	static const struct config cf = {.name = "plugin -np 4 PINSHM_MPI_NODES=2 --enable-recovery", .np = 4,
+					 .plugin = true, .nodes = 2, .recovery = true, .env = {"COLL_DEAD_RETURN=1"}};
+	struct daemon d;
+	struct run r;
+	char want[64];
+
+	program_arg = calls[_i];
+	daemon_start(&d);
+	run_mpi(&d, NULL, &prog, &cf, &r);
+	program_arg = NULL;
+	snprintf(want, sizeof(want), "%s returned ", calls[_i]);
+	int errs = 0, oks = 0;
+	for (char *l = strstr(r.out, "coll_dead: rank "); l; l = strstr(l + 1, "coll_dead: rank ")) {
+		char *w = strstr(l, want), *nl = strchr(l, '\n');
+		if (w && (!nl || w < nl)) {
+			errs += strstr(w, "MPI_ERR_OTHER") && (!nl || strstr(w, "MPI_ERR_OTHER") < nl);
+			oks++;
+		}
+	}
+	/* mpirun's own status may tell of the killed rank: only a timeout counts. */
+	bool hung = !WIFEXITED(r.status) || WEXITSTATUS(r.status) == 124 || WEXITSTATUS(r.status) == 137;
+	bool failed = hung || oks != 3 || errs != 3;
+	if (failed)
+		dump(&prog, &cf, &r);
+	free(r.out);
+	ck_assert_msg(!failed, "coll_dead %s, %s: exit %d, %d survivors reported, %d with MPI_ERR_OTHER (want 3)",
+		      calls[_i], cf.name, WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, oks, errs);
+	daemon_stop_ok(&d);
 }
 END_TEST
 
@@ -1886,6 +1946,8 @@ static Suite *mpi_suite(const struct scope *sc)
 		tcase_add_loop_test(tc, test_coll_a2a_hier, 0, quick ? 1 : NHIER_CONFIGS - 1);
 		tcase_add_loop_test(tc, test_coll_nb_hier, 0, quick ? 1 : NHIER_CONFIGS - 1);
 		tcase_add_loop_test(tc, test_coll_mismatch, 0, quick ? 1 : 2);
+		tcase_add_loop_test(tc, test_coll_truncate, 0, quick ? 1 : 3);
+		tcase_add_loop_test(tc, test_coll_dead_hier, 0, quick ? 1 : 2);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

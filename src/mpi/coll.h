@@ -21,7 +21,9 @@
  * collective calls on a communicator, and how many steps a call takes
  * depends only on what must match at every rank, or on what every rank
  * reads alike at the call's first step: the v variants' lengths, in
- * coll_vops.c, a Bcast's root length, in coll_ops.c), so the step number is the communicator's sequence: data
+ * coll_vops.c, a Bcast's root length and the lengths of Gather, Scatter,
+ * Allgather and Alltoall, in coll_ops.c), so the step number is the
+ * communicator's sequence: data
  * of one call never meets another's.  At step
  * s a rank may write its half s & 1 once every rank's `done` >= s - 2 (no
  * one reads that half any more), then stores arrive = s (release); a rank

@@ -17,11 +17,13 @@
  *      then their PMPI_Alltoallv of the blocks themselves, node j's in
  *      that order; a leader's counts come from those lengths, so a block
  *      is never taken short nor long between the leaders;
- *   4. each leader lays its node's received blocks out per receiving rank,
- *      block r at the room the rank gave for rank r (a block longer than
- *      that room is cut there, and the rank's piece carries one byte more:
- *      coll_vbytes() reports MPI_ERR_TRUNCATE at the receiver, as the
- *      library would), and scatters them in the node (coll_vbytes()).
+ *   4. each leader lays its node's received blocks out per receiving rank:
+ *      the length each was sent (n numbers), then block r at the room the
+ *      rank gave for rank r (cut there where longer), and scatters them in
+ *      the node (coll_vbytes()); a receiver unpacks min(length, room) of
+ *      each block, so that nothing is written past what was sent, and
+ *      returns MPI_ERR_TRUNCATE where a length passed its room, as the
+ *      library would.
  * The lengths are exchanged rather than taken as equal so that an
  * erroneous call whose signatures differ (a count larger at the sender)
  * ends with MPI_ERR_TRUNCATE where a receiver's room is short, never with
@@ -53,7 +55,7 @@ static void *zalloc(size_t n, size_t size)
 struct a2a {
 	uint64_t *tab;  /* [0, n): bytes sent to rank d; [n, 2n): room for rank r's block */
 	char *out;      /* the packed blocks sent, in rank order */
-	char *in;       /* the room for the blocks received, in rank order */
+	char *in;       /* the lengths sent to it (n numbers), then the room for the blocks received, in rank order */
 	uint64_t stot, rtot;
 	int rc;         /* this rank's own first error */
 };
@@ -154,36 +156,25 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 	}
 	rc = first(rc, leaders_exchange(h, L, bs, bsd, X, br, brd));
 	free(L);
-	/* 4: local rank m's piece: block r at its room's place, one byte
-	 * more where some block was longer than its room. */
-	uint64_t *ooff = zalloc((size_t)nn, sizeof(uint64_t)), total = 0;
-	bool *cut = zalloc((size_t)nn, sizeof(bool));
+	/* 4: local rank m's piece: the length of each block sent it, then
+	 * block r at its room's place. */
+	uint64_t *ooff = zalloc((size_t)nn, sizeof(uint64_t)), total = 0, head = (uint64_t)n * sizeof(uint64_t);
 	for (int m = 0; m < nn; m++) {
 		const uint64_t *room = tabs + (size_t)m * 2 * n + n;
-		olen[m] = 0;
+		olen[m] = head;
 		for (int r = 0; r < n; r++)
 			olen[m] += room[r];
-	}
-	q = rlens;
-	for (int i = 0; i < nodes; i++)
-		for (int r = 0; r < n; r++) {
-			if (h->node_of[r] != i)
-				continue;
-			for (int m = 0; m < nn; m++, q++)
-				if (*q > tabs[(size_t)m * 2 * n + n + r])
-					cut[m] = true;
-		}
-	for (int m = 0; m < nn; m++) {
 		ooff[m] = total;
-		olen[m] += cut[m];
 		total += olen[m];
 	}
 	*O = zalloc((size_t)total, 1);
 	/* at[m * n + r]: where block r goes in local rank m's piece. */
 	uint64_t *at = zalloc((size_t)nn * (size_t)n, sizeof(uint64_t));
-	for (int m = 0; m < nn; m++)
+	for (int m = 0; m < nn; m++) {
+		at[(size_t)m * n] = head;
 		for (int r = 1; r < n; r++)
 			at[(size_t)m * n + r] = at[(size_t)m * n + r - 1] + tabs[(size_t)m * 2 * n + n + r - 1];
+	}
 	q = rlens;
 	for (int i = 0; i < nodes; i++) {
 		const char *src = X + brd[i];
@@ -192,6 +183,7 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 				continue;
 			for (int m = 0; m < nn; m++, q++) {
 				uint64_t room = tabs[(size_t)m * 2 * n + n + r];
+				memcpy(*O + ooff[m] + (uint64_t)r * sizeof(uint64_t), q, sizeof(uint64_t));
 				memcpy(*O + ooff[m] + at[(size_t)m * n + r], src, (size_t)(*q < room ? *q : room));
 				src += *q;
 			}
@@ -200,7 +192,6 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 	free(at);
 	free(X);
 	free(ooff);
-	free(cut);
 	free(slens);
 	free(rlens);
 	free(scnt);
@@ -292,6 +283,7 @@ static void a2a_side(struct a2a *a, int n, const void *sbuf, const int *scounts,
 		a->stot += a->tab[d];
 		a->rtot += a->tab[n + d];
 	}
+	a->rtot += (uint64_t)n * sizeof(uint64_t); /* the lengths sent it */
 	a->out = zalloc((size_t)a->stot, 1);
 	a->in = zalloc((size_t)a->rtot, 1);
 	uint64_t off = 0;
@@ -307,7 +299,8 @@ static void a2a_side(struct a2a *a, int n, const void *sbuf, const int *scounts,
 	}
 }
 
-/* The received blocks to their places. */
+/* The received blocks to their places: what was sent of each, at most
+ * its room (the lengths are the leader's word: they bound only that). */
 static void a2a_unpack(struct a2a *a, int n, void *rbuf, const int *rcounts, const int *rdispls, int rcount,
 		       MPI_Datatype rtype)
 {
@@ -315,11 +308,17 @@ static void a2a_unpack(struct a2a *a, int n, void *rbuf, const int *rcounts, con
 	if (!t)
 		return;
 	MPI_Aint ext = t->extent;
-	uint64_t off = 0;
-	for (int r = 0; r < n; off += a->tab[n + r++])
-		if (a->tab[n + r])
-			keep(&a->rc, pm_unpack(a->in + off, a->tab[n + r], block_at(rbuf, rdispls, rcount, ext, r),
-					       rcounts ? rcounts[r] : rcount, rtype));
+	uint64_t off = (uint64_t)n * sizeof(uint64_t);
+	for (int r = 0; r < n; off += a->tab[n + r++]) {
+		uint64_t len, room = a->tab[n + r];
+		memcpy(&len, a->in + (size_t)r * sizeof(uint64_t), sizeof(len));
+		if (len > room)
+			keep(&a->rc, MPI_ERR_TRUNCATE);
+		if (len && room)
+			keep(&a->rc, pm_unpack(a->in + off, len < room ? len : room,
+					       block_at(rbuf, rdispls, rcount, ext, r), rcounts ? rcounts[r] : rcount,
+					       rtype));
+	}
 }
 
 static int a2a_call(struct pm_hier *h, const void *sbuf, const int *scounts, const int *sdispls, int scount,
@@ -330,9 +329,9 @@ static int a2a_call(struct pm_hier *h, const void *sbuf, const int *scounts, con
 	a2a_side(&a, h->size, sbuf, scounts, sdispls, scount, stype, rbuf, rcounts, rdispls, rcount, rtype);
 	coll_count(call, true, a.stot);
 	int sent = a2a_run(h, &a, comm);
-	/* coll_vbytes() reported a short room (MPI_ERR_TRUNCATE) in sent;
-	 * what fits is unpacked all the same, as the library leaves it. */
-	if (a.rc == MPI_SUCCESS)
+	/* A block longer than its room: what fits is unpacked all the same,
+	 * as the library leaves it, and the error is MPI_ERR_TRUNCATE. */
+	if (a.rc == MPI_SUCCESS && sent == MPI_SUCCESS)
 		a2a_unpack(&a, h->size, rbuf, rcounts, rdispls, rcount, rtype);
 	free(a.tab);
 	free(a.out);

@@ -479,6 +479,15 @@ static uint64_t pieces(uint64_t bytes, size_t half)
  *   Iallgather: the node's Iallgather of its ranks' blocks; the leaders'
  *     MPI_Iallgatherv of the nodes' blocks; the leader's to its node; every
  *     rank puts them in rank order at the end.
+ * A member's death is seen on its own node only (its area).  So that the
+ * other nodes' ranks do not complete with wrong data, Ibcast and
+ * Iallreduce carry a status byte after the data: Ibcast's is the root's
+ * node's leader's (its node phase failed), passed on with the message;
+ * Iallreduce's leaders MPI_Iallreduce (MPI_MAX) whether their node phase
+ * failed beside their MPI_Ireduce, and each leader's byte goes to its
+ * node with the result.  A rank that reads a set byte completes with
+ * MPI_ERR_OTHER through the communicator's error handler, as a rank that
+ * sees the death itself does.
  */
 enum st_kind { ST_NODE, ST_LEAD, ST_LOCAL };
 #define HNB_STAGES 6
@@ -500,8 +509,11 @@ struct hnb {
 		bool started;
 	} st[HNB_STAGES];
 	MPI_Request req;
+	MPI_Request req2;      /* Iallreduce's leaders: the status beside the Ireduce */
 	int rc;
 	bool user_op, unpack;
+	bool status;           /* x->tmp[x->bytes - 1]: the status byte (Ibcast, Iallreduce) */
+	int failed, any_failed; /* Iallreduce's leaders: this node's phase failed; some node's did */
 	/* the call's data */
 	int root, count;
 	MPI_Op mop;
@@ -540,8 +552,15 @@ static void hnb_finish(struct hnb *x)
 	pm_coll_nb_pending--;
 	x->h->nb_done++;
 	struct pm_op *op = x->op;
+	if (x->status && x->rc == MPI_SUCCESS && x->tmp[x->bytes - 1]) {
+		fprintf(stderr,
+			"pinshm-mpi: rank %d (world rank %d): a rank of the communicator on another node died: "
+			"the collective call cannot complete\n",
+			x->h->rank, pm.world_rank);
+		hnb_note(x, pm_comm_error(x->h->comm, MPI_ERR_OTHER));
+	}
 	if (x->unpack && x->rc == MPI_SUCCESS)
-		hnb_note(x, pm_unpack(x->tmp, x->bytes, x->ubuf, x->count, op->dtype));
+		hnb_note(x, pm_unpack(x->tmp, x->bytes - x->status, x->ubuf, x->count, op->dtype));
 	if (x->allgather && x->rc == MPI_SUCCESS)
 		allgather_out(x);
 	free(x->ncount);
@@ -604,6 +623,16 @@ static bool hnb_try(struct hnb *x)
 			}
 			if (!flag)
 				return moved;
+			if (x->req2 != MPI_REQUEST_NULL) {
+				int rc = PMPI_Test(&x->req2, &flag, MPI_STATUS_IGNORE);
+				hnb_note(x, rc);
+				if (rc != MPI_SUCCESS) {
+					x->req2 = MPI_REQUEST_NULL;
+					flag = 1;
+				}
+				if (!flag)
+					return moved;
+			}
 		}
 		x->stage++;
 		moved = true;
@@ -664,6 +693,7 @@ static struct hnb *hnb_new(struct pm_hier *h, MPI_Comm comm, MPI_Request *reques
 	x->op = op;
 	x->h = h;
 	x->req = MPI_REQUEST_NULL;
+	x->req2 = MPI_REQUEST_NULL;
 	x->rc = MPI_SUCCESS;
 	return x;
 }
@@ -741,6 +771,8 @@ static int lead_barrier(struct hnb *x, MPI_Request *req)
 
 static int lead_bcast(struct hnb *x, MPI_Request *req)
 {
+	if (x->h->my_node == x->h->node_of[x->root]) /* the root's node: whether its phase failed */
+		x->tmp[x->bytes - 1] = x->rc != MPI_SUCCESS;
 	return PMPI_Ibcast(x->tmp, (int)x->bytes, MPI_BYTE, x->h->node_of[x->root], x->h->leaders, req);
 }
 
@@ -780,10 +812,11 @@ static int hier_ibcast(struct pm_hier *h, void *buffer, int count, MPI_Datatype 
 	x->op->dtype = type;
 	hnb_note(x, pm_op_hold_type(x->op));
 	x->root = root;
-	x->bytes = bytes;
+	x->status = bytes > 0;
+	x->bytes = bytes + x->status;
 	x->count = count;
 	x->ubuf = buffer;
-	x->tmp = malloc(bytes ? bytes : 1);
+	x->tmp = calloc(1, bytes + 1);
 	if (!x->tmp)
 		no_memory();
 	if (h->rank == root && bytes)
@@ -871,6 +904,14 @@ static int lead_reduce(struct hnb *x, MPI_Request *req)
 {
 	struct pm_hier *h = x->h;
 	int to = x->root < 0 ? 0 : h->node_of[x->root];
+	if (x->status) { /* Iallreduce: whether any node's phase failed, beside the data */
+		x->failed = x->rc != MPI_SUCCESS;
+		int rc = PMPI_Iallreduce(&x->failed, &x->any_failed, 1, MPI_INT, MPI_MAX, h->leaders, &x->req2);
+		if (rc != MPI_SUCCESS) {
+			hnb_note(x, rc);
+			x->req2 = MPI_REQUEST_NULL;
+		}
+	}
 	if (h->my_node == to)
 		return PMPI_Ireduce(MPI_IN_PLACE, x->acc, x->count, x->op->dtype, x->mop, to, h->leaders, req);
 	return PMPI_Ireduce(x->acc, NULL, x->count, x->op->dtype, x->mop, to, h->leaders, req);
@@ -881,10 +922,13 @@ static int lead_rbcast(struct hnb *x, MPI_Request *req)
 	return PMPI_Ibcast(x->acc, x->count, x->op->dtype, 0, x->h->leaders, req);
 }
 
-/* At the leader: its result packed for its node. */
+/* At the leader: its result packed for its node (Iallreduce: and the
+ * status byte). */
 static void pack_acc(struct hnb *x)
 {
-	hnb_note(x, pm_pack(x->acc, x->count, x->op->dtype, x->tmp, x->bytes));
+	hnb_note(x, pm_pack(x->acc, x->count, x->op->dtype, x->tmp, x->bytes - x->status));
+	if (x->status)
+		x->tmp[x->bytes - 1] = x->rc != MPI_SUCCESS || x->any_failed;
 }
 
 static int hier_ireduce(struct pm_hier *h, const struct red *rp, const void *sendbuf, void *recvbuf, int count,
@@ -903,7 +947,8 @@ static int hier_ireduce(struct pm_hier *h, const struct red *rp, const void *sen
 	x->user_op = hold_op(rp->op);
 	x->root = root;
 	x->count = count;
-	x->bytes = (uint64_t)count * r.size;
+	x->status = root < 0 && count > 0;
+	x->bytes = (uint64_t)count * r.size + x->status;
 	x->ubuf = recvbuf;
 	int rn = root < 0 ? -1 : h->node_of[root];
 	bool root_leads = root < 0 || h->leader[rn] == root;
@@ -937,7 +982,7 @@ static int hier_ireduce(struct pm_hier *h, const struct red *rp, const void *sen
 	}
 	b->r = r;
 	if (co->size < 2 && is_leader(h) && b->in != x->acc) /* one rank: its data is the node's */
-		hnb_note(x, typed_copy(b->in, x->acc, count, r.type, x->bytes));
+		hnb_note(x, typed_copy(b->in, x->acc, count, r.type, x->bytes - x->status));
 	if (is_leader(h)) {
 		hnb_lead(x, lead_reduce);
 		if (root < 0)
@@ -985,7 +1030,7 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
 {
 	struct pm_hier *h = nb_hier(comm);
 	const struct pm_type *ht = h ? pm_type_info(datatype) : NULL;
-	if (ht && count >= 0 && root >= 0 && root < h->size && (uint64_t)ht->size * (uint64_t)count <= INT_MAX) {
+	if (ht && count >= 0 && root >= 0 && root < h->size && (uint64_t)ht->size * (uint64_t)count < INT_MAX) {
 		uint64_t bytes = (uint64_t)ht->size * (uint64_t)count;
 		coll_count(CALL_IBCAST, true, bytes);
 		return hier_ibcast(h, buffer, count, datatype, root, bytes, comm, request);

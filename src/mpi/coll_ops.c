@@ -18,7 +18,9 @@
  * Bcast's message, a reduction's elements, a Gather's block, the n blocks
  * of a Scatter or of one rank's Alltoall) lies in the rank's small slot,
  * beside its flags, instead of its half: one line to fetch, not two (a
- * Bcast's message: BCAST_SMALL bytes, after the root's length).
+ * Bcast's message: BCAST_SMALL bytes, after the root's length; the blocks
+ * of Gather, Scatter, Allgather and Alltoall: LEN_SMALL bytes, after the
+ * sender's length, below).
  *
  * A rank's own block or chunk never goes through its half where no other
  * rank reads it (a Gather's or Reduce's root, a Scatter's root's own
@@ -510,50 +512,6 @@ static void gather_steps(struct pm_coll *co, struct blocks *b, int root)
 	}
 }
 
-/*
- * Single copy (co->cma_min: agreed at every rank, coll.c): one step where
- * every rank posts the address of its contiguous send side in its small
- * slot, every rank copies what it takes straight from the others' memory
- * (coll_read()), and none returns before every rank's done says it has
- * finished reading.  Taken for blocks of at least co->cma_min bytes: the
- * same at every rank.
- */
-static void post_address(struct pm_coll *co, uint64_t s, const void *p)
-{
-	uint64_t a = (uint64_t)(uintptr_t)p;
-	coll_wait_free(co, s);
-	memcpy(coll_small(co, co->rank, s), &a, sizeof(a));
-	coll_post(co, s);
-}
-
-static uint64_t peer_address(const struct pm_coll *co, int r, uint64_t s)
-{
-	uint64_t a;
-	memcpy(&a, coll_small(co, r, s), sizeof(a));
-	return a;
-}
-
-/* Allgather: every rank's block from its memory. */
-static int allgather_cma(struct pm_coll *co, struct blocks *b)
-{
-	uint64_t s = ++co->step;
-	int rc = MPI_SUCCESS;
-	post_address(co, s, b->mine);
-	char *own = b->all + (uint64_t)co->rank * b->bytes;
-	if (own != b->mine)
-		memcpy(own, b->mine, b->bytes);
-	coll_wait_all(co, s);
-	for (int r = 0; r < co->size && coll_error(co) == MPI_SUCCESS; r++) {
-		int e = r == co->rank ? MPI_SUCCESS
-				      : coll_read(co, r, b->all + (uint64_t)r * b->bytes, peer_address(co, r, s), b->bytes);
-		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
-			rc = e;
-	}
-	coll_finish(co, s);
-	coll_wait_done(co, s);
-	return rc;
-}
-
 int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes, int root)
 {
 	struct blocks b = {.mine = mine, .all = all, .bytes = bytes};
@@ -566,91 +524,432 @@ int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes,
 	return coll_error(co);
 }
 
-/* The root's blocks, each to its rank. */
-static void scatter_steps(struct pm_coll *co, struct blocks *b, int root)
+/*
+ * The user's Gather, Scatter, Allgather and Alltoall do not take the
+ * ranks' signatures as matching.  At a call's first step every rank that
+ * sends puts the bytes of its block (each block it sends has that length)
+ * at the head of its small slot; its data follows there where all of it
+ * fits (LEN_SMALL bytes: "small"), or its address where co->cma_min is set
+ * and the block is that long (Allgather, Alltoall: read with coll_read()),
+ * else lies in its half, in pieces: the whole half for one block that
+ * every reader shares (Gather, Allgather), a 1/n of it per destination
+ * (Scatter, Alltoall).  A sender's layout follows from its length alone,
+ * so a reader finds it.  How many steps the call takes is read alike at
+ * every rank at the first step: Scatter from the root's length, Gather
+ * from the root's room (the root posts it in its head, and the senders
+ * wait for it), Allgather and Alltoall from the longest block any rank
+ * sends (each reads every head).  A receiver takes min(sent, room) bytes
+ * of each block and returns MPI_ERR_TRUNCATE where a block was longer
+ * than its room, as Open MPI does; nothing is written past the bytes
+ * taken.  The heads are other ranks' word: they set the number of steps
+ * (the same at every rank) and bound how much is copied, never past a
+ * piece, a slot or a room.  The usual call (every block as long as its
+ * room, small) is one step at every rank: xb_fast() checks the heads for
+ * that in one pass and copies, and only a call that is not that reads
+ * each sender's layout (xb_plan(), xb_read()).  The four calls are
+ * inlined into each MPI_ function, so the kind's tests fold away.
+ */
+#define LEN_HEAD sizeof(uint64_t)
+#define LEN_SMALL (COLL_SMALL - LEN_HEAD)
+static_assert(LEN_HEAD + sizeof(uint64_t) <= COLL_SMALL, "a length and an address fit a small slot");
+
+enum blk_kind { BLK_GATHER, BLK_SCATTER, BLK_ALLGATHER, BLK_ALLTOALL };
+
+/* A sender's layout, from its length. */
+struct lay {
+	bool small, cma;
+	size_t piece;   /* bytes of a block per step */
+	uint64_t steps; /* steps it needs (at least 1) */
+};
+
+static inline __attribute__((always_inline)) struct lay layout_of(const struct pm_coll *co, enum blk_kind kind,
+								       uint64_t len)
 {
-	bool small = b->bytes * (uint64_t)co->size <= COLL_SMALL;
-	size_t room = small ? COLL_SMALL : co->half_bytes;
-	size_t piece = room / (size_t)co->size > 0 ? room / (size_t)co->size : 1;
-	for (uint64_t off = 0; off < b->bytes; off += piece) {
-		size_t n = b->bytes - off < piece ? (size_t)(b->bytes - off) : piece;
-		uint64_t s = ++co->step;
-		const char *from = (const char *)slot(co, root, s, small) + (size_t)co->rank * piece;
-		if (co->rank == root) { /* its own piece straight from b->all */
-			coll_wait_free(co, s);
-			for (int r = 0; r < co->size; r++)
-				if (r != root)
-					memcpy(slot(co, root, s, small) + (size_t)r * piece,
-					       b->all + (uint64_t)r * b->bytes + off, n);
-			coll_post(co, s);
-			from = b->all + (uint64_t)root * b->bytes + off;
-		} else {
-			coll_wait_arrive(co, root, s);
+	bool shared = kind == BLK_GATHER || kind == BLK_ALLGATHER;
+	size_t w = shared ? 1 : (size_t)co->size;
+	struct lay l = {.cma = (kind == BLK_ALLGATHER || kind == BLK_ALLTOALL) && co->cma_min && len >= co->cma_min};
+	l.small = !l.cma && len <= LEN_SMALL / w;
+	size_t room = l.small ? LEN_SMALL : co->half_bytes;
+	l.piece = room / w > 0 ? room / w : 1;
+	l.steps = l.small || l.cma ? 1 : len / l.piece + (len % l.piece != 0);
+	if (l.steps == 0)
+		l.steps = 1;
+	return l;
+}
+
+/* One call at this rank. */
+struct xb {
+	enum blk_kind kind;
+	int root;        /* Gather, Scatter */
+	bool sends;      /* posts blocks (Gather: not the root, which reads its own) */
+	bool takes;      /* receives blocks */
+	const char *out; /* the blocks it sends: one (Gather, Allgather) or n, each of len bytes */
+	uint64_t len;
+	char *in;        /* its room: block r at r * room (Scatter: the one block at 0) */
+	uint64_t room;
+	uint64_t *lens;  /* what rank r sent it (Scatter: lens[root]), read at the first step */
+	int rc;
+	bool uniform;    /* xb_fast() took the call: every block it takes fits its room */
+	bool memo_set;   /* the layout of memo_len bytes (the ranks' lengths are mostly one) */
+	uint64_t memo_len;
+	struct lay memo;
+};
+
+static struct lay lay_for(const struct pm_coll *co, struct xb *x, uint64_t len)
+{
+	if (!x->memo_set || x->memo_len != len) {
+		x->memo = layout_of(co, x->kind, len);
+		x->memo_len = len;
+		x->memo_set = true;
+	}
+	return x->memo;
+}
+
+static inline uint64_t head_of(const struct pm_coll *co, int r, uint64_t s)
+{
+	uint64_t v;
+	memcpy(&v, coll_small(co, r, s), LEN_HEAD);
+	return v;
+}
+
+/* Where rank @p r's block for this rank lands. */
+static inline char *in_block(const struct xb *x, int r)
+{
+	return x->in + (x->kind == BLK_SCATTER ? 0 : (uint64_t)r * x->room);
+}
+
+/* The first step read: the number of steps, and x->lens. */
+static __attribute__((noinline)) uint64_t xb_plan(struct pm_coll *co, struct xb *x, uint64_t s1)
+{
+	int n = co->size, me = co->rank;
+	if (coll_error(co) != MPI_SUCCESS) { /* no heads were read: nothing more */
+		for (int r = 0; r < n; r++)
+			x->lens[r] = 0;
+		return 1;
+	}
+	switch (x->kind) {
+	case BLK_SCATTER:
+		x->lens[x->root] = me == x->root ? x->len : head_of(co, x->root, s1);
+		return lay_for(co, x, x->lens[x->root]).steps;
+	case BLK_GATHER: {
+		uint64_t room = me == x->root ? x->room : head_of(co, x->root, s1), h = co->half_bytes;
+		for (int r = 0; me == x->root && r < n; r++)
+			x->lens[r] = r == me ? x->len : head_of(co, r, s1);
+		return room <= h ? 1 : room / h + (room % h != 0);
+	}
+	default: {
+		uint64_t k = 1;
+		for (int r = 0; r < n; r++) {
+			x->lens[r] = r == me ? x->len : head_of(co, r, s1);
+			uint64_t steps = lay_for(co, x, x->lens[r]).steps;
+			k = steps > k ? steps : k;
 		}
-		if (b->mine && b->mine + off != from)
-			memcpy(b->mine + off, from, n);
-		coll_finish(co, s);
+		return k;
+	}
 	}
 }
 
-enum blk_kind { BLK_GATHER, BLK_SCATTER, BLK_ALLGATHER };
-
-/* The three calls: the block's bytes from the side every rank has. */
-static int block_call(struct pm_coll *co, enum blk_kind kind, const void *sendbuf, int scount, MPI_Datatype stype,
-		      void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+/* Step @p j (0 on) of the call, at step number @p s: this rank's pieces. */
+static inline __attribute__((always_inline)) void xb_write(struct pm_coll *co, const struct xb *x,
+							     const struct lay *own, uint64_t j, uint64_t s)
 {
-	static const enum coll_call calls[] = {CALL_GATHER, CALL_SCATTER, CALL_ALLGATHER};
-	bool is_root = co && (kind == BLK_ALLGATHER || co->rank == root);
-	/* Gather: every rank sends; Scatter: every rank receives (at the root, either may be in place). */
+	int n = co->size, me = co->rank;
+	uint64_t lo = j * own->piece;
+	bool shared = x->kind == BLK_GATHER || x->kind == BLK_ALLGATHER;
+	bool head = j == 0 && (x->sends || (x->kind == BLK_GATHER && me == x->root));
+	bool data = x->sends && !own->cma && j < own->steps && (j == 0 || !own->small) && lo < x->len;
+	if (!head && !data)
+		return;
+	coll_wait_free(co, s);
+	uint8_t *small = coll_small(co, me, s);
+	if (head) {
+		uint64_t h = x->sends ? x->len : x->room; /* a Gather's root: its room */
+		memcpy(small, &h, LEN_HEAD);
+	}
+	if (j == 0 && own->cma) {
+		uint64_t a = (uint64_t)(uintptr_t)x->out;
+		memcpy(small + LEN_HEAD, &a, sizeof(a));
+	}
+	if (!data)
+		return;
+	uint8_t *base = own->small ? small + LEN_HEAD : coll_half(co, me, s);
+	size_t len = x->len - lo < own->piece ? (size_t)(x->len - lo) : own->piece;
+	if (shared) {
+		memcpy(base, x->out + lo, len);
+		return;
+	}
+	const char *from = x->out + lo;
+	if (len == x->len && len == own->piece) { /* the slot's pieces as out's blocks: at once (its own, unread) */
+		memcpy(base, from, len * (size_t)n);
+		return;
+	}
+	for (int d = 0; d < n; d++, base += own->piece, from += x->len)
+		if (d != me) /* a Scatter's sender is its root */
+			memcpy(base, from, len);
+}
+
+/* Step @p j: what this rank takes from rank @p r. */
+static __attribute__((noinline)) void xb_read(struct pm_coll *co, struct xb *x, int r, uint64_t j, uint64_t s,
+						uint64_t s1)
+{
+	int me = co->rank;
+	bool shared = x->kind == BLK_GATHER || x->kind == BLK_ALLGATHER;
+	struct lay l = lay_for(co, x, x->lens[r]);
+	uint64_t avail = x->lens[r] < x->room ? x->lens[r] : x->room, lo = j * l.piece;
+	if (j >= l.steps || (j > 0 && l.small) || lo >= avail)
+		return;
+	size_t dest = shared ? 0 : (size_t)me * l.piece;
+	if (l.cma) {
+		uint64_t a;
+		memcpy(&a, coll_small(co, r, s1) + LEN_HEAD, sizeof(a));
+		int e = coll_read(co, r, in_block(x, r), a + (shared ? 0 : (uint64_t)me * x->lens[r]), (size_t)avail);
+		if (e != MPI_SUCCESS && x->rc == MPI_SUCCESS)
+			x->rc = e;
+		return;
+	}
+	const uint8_t *base = l.small ? coll_small(co, r, s1) + LEN_HEAD : coll_half(co, r, s);
+	size_t len = avail - lo < l.piece ? (size_t)(avail - lo) : l.piece;
+	memcpy(in_block(x, r) + lo, base + dest, len);
+}
+
+/*
+ * The usual call, after its first step's waits: every block this rank
+ * takes is as long as its room and small, and so is its own (the whole
+ * call is that one step at every rank).  Compares the heads with that in
+ * one pass and then copies each block out of its slot; false (nothing
+ * copied) where any differs, for xb_plan() and xb_read() to take it.
+ */
+static inline __attribute__((always_inline)) bool xb_fast(struct pm_coll *co, struct xb *x, const struct lay *own,
+							    uint64_t s1)
+{
+	int n = co->size, me = co->rank;
+	uint64_t len = x->room;
+	if (!own->small || coll_error(co) != MPI_SUCCESS)
+		return false;
+	switch (x->kind) {
+	case BLK_SCATTER: /* the root's length is its own: one step */
+		if (me != x->root) {
+			if (head_of(co, x->root, s1) != len || len > LEN_SMALL / (size_t)n)
+				return false;
+			size_t piece = LEN_SMALL / (size_t)n;
+			if (len)
+				memcpy(x->in, coll_small(co, x->root, s1) + LEN_HEAD + (size_t)me * piece, (size_t)len);
+		}
+		x->lens[x->root] = me == x->root ? x->len : len;
+		return me != x->root || !x->takes || x->len <= x->room;
+	case BLK_GATHER:
+		if (me != x->root) /* the root's room: its steps */
+			return head_of(co, x->root, s1) <= LEN_SMALL;
+		if (len > LEN_SMALL || x->len > len) /* its own block too (in place: 0 here) */
+			return false;
+		for (int r = 0; r < n; r++)
+			if (r != me && head_of(co, r, s1) != len)
+				return false;
+		break;
+	default: /* Allgather, Alltoall: the blocks it sends are as long as the room */
+		if (x->len != len)
+			return false;
+		for (int r = 0; r < n; r++)
+			if (r != me && head_of(co, r, s1) != len)
+				return false;
+		break;
+	}
+	size_t at = x->kind == BLK_ALLTOALL ? (size_t)me * own->piece : 0;
+	for (int r = 0; r < n; r++) {
+		x->lens[r] = len;
+		if (r != me && len)
+			memcpy(x->in + (uint64_t)r * len, coll_small(co, r, s1) + LEN_HEAD + at, (size_t)len);
+	}
+	return true;
+}
+
+/* The steps of a call (co->size > 1). */
+static inline __attribute__((always_inline)) void xb_steps(struct pm_coll *co, struct xb *x)
+{
+	int n = co->size, me = co->rank;
+	struct lay own = layout_of(co, x->kind, x->sends ? x->len : 0);
+	uint64_t s1 = co->step + 1, k = 1;
+	for (uint64_t j = 0; j < k; j++) {
+		uint64_t s = ++co->step;
+		xb_write(co, x, &own, j, s);
+		coll_post(co, s);
+		if (x->kind == BLK_SCATTER) {
+			if (me != x->root)
+				coll_wait_arrive(co, x->root, s);
+		} else if (x->kind == BLK_GATHER) {
+			if (me == x->root)
+				coll_wait_all(co, s);
+			else if (j == 0)
+				coll_wait_arrive(co, x->root, s);
+		} else {
+			coll_wait_all(co, s);
+		}
+		if (j == 0 && xb_fast(co, x, &own, s1)) {
+			x->uniform = true;
+			coll_finish(co, s);
+			return;
+		}
+		if (j == 0)
+			k = xb_plan(co, x, s1);
+		for (int r = 0; x->takes && coll_error(co) == MPI_SUCCESS && r < n; r++)
+			if (r != me && (x->kind != BLK_SCATTER || r == x->root))
+				xb_read(co, x, r, j, s, s1);
+		coll_finish(co, s);
+	}
+	if (own.cma)
+		coll_wait_done(co, s1);
+}
+
+/* Bytes of @p count items of @p type (0 and the error kept in *@p rc where
+ * either is not valid). */
+static uint64_t type_bytes(MPI_Datatype type, int count, int *rc)
+{
+	const struct pm_type *t = pm_type_info(type);
+	if (!t || count < 0) {
+		if (*rc == MPI_SUCCESS)
+			*rc = t ? MPI_ERR_COUNT : MPI_ERR_TYPE;
+		return 0;
+	}
+	return (uint64_t)t->size * (uint64_t)count;
+}
+
+/* The @p n blocks of @p count items of @p type at @p buf (block r at
+ * buf + r * count * extent) unpacked from @p packed (block r at r * @p room),
+ * @p lens[r] bytes of each at most (only those of @p only where >= 0). */
+static int blocks_unpack(void *buf, int count, MPI_Datatype type, int n, const char *packed, uint64_t room,
+			 const uint64_t *lens, int only)
+{
+	const struct pm_type *t = pm_type_info(type);
+	if (!t)
+		return MPI_ERR_TYPE;
+	MPI_Aint stride = t->extent * (MPI_Aint)count;
+	int rc = MPI_SUCCESS;
+	for (int r = 0; r < n && rc == MPI_SUCCESS; r++) {
+		uint64_t got = lens[only >= 0 ? only : r] < room ? lens[only >= 0 ? only : r] : room;
+		if (got)
+			rc = pm_unpack(packed + (uint64_t)r * room, got, at(buf, (MPI_Aint)r * stride), count, type);
+	}
+	return rc;
+}
+
+/* The type and count that decided the call, looked up once: a side of
+ * the same type and count (the usual call) needs no look-up of its own. */
+struct xb_type {
+	MPI_Datatype type;
+	int count;
+	bool dense;     /* flat, items back to back */
+	MPI_Aint tlb;
+	uint64_t bytes;
+};
+
+static inline uint64_t xb_bytes(const struct xb_type *bt, MPI_Datatype type, int count, int *rc)
+{
+	return type == bt->type && count == bt->count ? bt->bytes : type_bytes(type, count, rc);
+}
+
+/* contiguous(), the same. */
+static inline char *xb_side(const struct xb_type *bt, void *buf, int count, MPI_Datatype type, int n, uint64_t bytes,
+			    bool fill, void **tmp, int *rc)
+{
+	if (type == bt->type && count == bt->count && bytes == bt->bytes && bt->dense)
+		return at(buf, bt->tlb);
+	return contiguous(buf, count, type, n, bytes, fill, tmp, rc);
+}
+
+/* This rank's own block, where it sends one to itself (not in place):
+ * copied directly. */
+static inline __attribute__((always_inline)) void xb_own(const struct pm_coll *co, struct xb *x, bool in_place)
+{
+	int me = co->rank;
+	bool own = !in_place && (x->kind == BLK_GATHER ? me == x->root
+				 : x->kind == BLK_SCATTER ? me == x->root && x->takes
+							    : true);
+	x->lens[me] = x->len;
+	if (!own)
+		return;
+	uint64_t got = x->len < x->room ? x->len : x->room;
+	const char *from = x->kind == BLK_GATHER || x->kind == BLK_ALLGATHER ? x->out : x->out + (uint64_t)me * x->len;
+	if (got && from != in_block(x, me))
+		memmove(in_block(x, me), from, (size_t)got);
+}
+
+/*
+ * The four calls.  Whether one is carried is decided from what every rank
+ * has alike where the signatures match (the receive side's count and type,
+ * or the send side's where every rank sends: Gather, Allgather; in place,
+ * the side there is), as before the lengths were posted: a count or type
+ * not valid there sends the call to the library, which reports it.  The
+ * root's other arguments decide nothing.
+ */
+static inline __attribute__((always_inline)) int xb_call(struct pm_coll *co, enum blk_kind kind, const void *sendbuf,
+							  int scount, MPI_Datatype stype, void *recvbuf, int rcount,
+							  MPI_Datatype rtype, int root, MPI_Comm comm)
+{
+	static const enum coll_call calls[] = {CALL_GATHER, CALL_SCATTER, CALL_ALLGATHER, CALL_ALLTOALL};
+	int n = co ? co->size : 0, me = co ? co->rank : 0;
+	bool is_root = co && (kind == BLK_ALLGATHER || kind == BLK_ALLTOALL || me == root);
 	bool in_place = is_root && (kind == BLK_SCATTER ? recvbuf == MPI_IN_PLACE : sendbuf == MPI_IN_PLACE);
-	bool by_send = kind != BLK_SCATTER && !in_place;
-	/* The type whose items make this rank's block (a pm_type_info() result
-	 * lives until the next look-up, so its size is taken at once). */
+	bool by_send = (kind == BLK_GATHER || kind == BLK_ALLGATHER) && !in_place;
 	MPI_Datatype btype = by_send || (kind == BLK_SCATTER && in_place) ? stype : rtype;
 	int count = by_send || (kind == BLK_SCATTER && in_place) ? scount : rcount;
-	/* The root's n blocks (its other arguments are not significant
-	 * elsewhere, so nothing is decided from them: an error there is the
-	 * root's, after the same steps as the others). */
-	int allcount = kind == BLK_SCATTER ? scount : rcount;
-	MPI_Datatype alltype = kind == BLK_SCATTER ? stype : rtype;
 	const struct pm_type *t = co ? pm_type_info(btype) : NULL;
-	if (!t || count < 0 || (kind != BLK_ALLGATHER && (root < 0 || root >= co->size))) {
+	if (!t || count < 0 || ((kind == BLK_GATHER || kind == BLK_SCATTER) && (root < 0 || root >= n))) {
 		coll_count(calls[kind], false, 0);
 		return -1;
 	}
-	struct blocks b = {.bytes = (uint64_t)t->size * (uint64_t)count};
-	coll_count(calls[kind], true, b.bytes);
-	if (b.bytes == 0)
-		return MPI_SUCCESS;
-	int rc = MPI_SUCCESS, n = co->size;
-	void *allbuf = kind == BLK_SCATTER ? (void *)(uintptr_t)sendbuf : recvbuf;
-	if (is_root)
-		b.all = contiguous(allbuf, allcount, alltype, n, b.bytes, kind == BLK_SCATTER || in_place, &b.tmp_all,
-				   &rc);
-	if (in_place)
-		b.mine = b.all + (uint64_t)co->rank * b.bytes;
-	else if (kind == BLK_SCATTER)
-		b.mine = contiguous(recvbuf, rcount, rtype, 1, b.bytes, false, &b.tmp_mine, &rc);
-	else
-		b.mine = contiguous((void *)(uintptr_t)sendbuf, scount, stype, 1, b.bytes, true, &b.tmp_mine, &rc);
-	if ((is_root && !b.all) || !b.mine) /* out of memory: no way on together */
+	const struct xb_type bt = {.type = btype, .count = count, .dense = t->flat && t->extent == t->size,
+				   .tlb = t->tlb, .bytes = (uint64_t)t->size * (uint64_t)count};
+	uint64_t lens_here[64];
+	struct xb x = {.kind = kind, .root = root, .rc = MPI_SUCCESS};
+	x.lens = n <= 64 ? lens_here : malloc((size_t)n * sizeof(uint64_t));
+	void *tmp_out = NULL, *tmp_in = NULL;
+	if (!x.lens)
 		PMPI_Abort(comm, MPI_ERR_NO_MEM);
-	if (co->size == 1)
-		memmove(kind == BLK_SCATTER ? b.mine : b.all, kind == BLK_SCATTER ? b.all : b.mine,
-			b.mine == b.all ? 0 : b.bytes);
-	else if (kind == BLK_SCATTER)
-		scatter_steps(co, &b, root);
-	else if (kind == BLK_ALLGATHER && co->cma_min && b.bytes >= co->cma_min)
-		rc = allgather_cma(co, &b);
-	else
-		gather_steps(co, &b, kind == BLK_GATHER ? root : -1);
-	if (is_root && b.tmp_all && kind != BLK_SCATTER && rc == MPI_SUCCESS)
-		rc = blocks_move(allbuf, allcount, alltype, n, b.tmp_all, b.bytes, false);
-	if (b.tmp_mine && kind == BLK_SCATTER && rc == MPI_SUCCESS)
-		rc = blocks_move(recvbuf, rcount, rtype, 1, b.tmp_mine, b.bytes, false);
-	free(b.tmp_all);
-	free(b.tmp_mine);
-	return coll_result(co, comm, rc);
+	/* Receive side first: in place, the send side is in it. */
+	x.takes = kind == BLK_SCATTER ? !(is_root && in_place) : kind != BLK_GATHER || is_root;
+	int blocks = kind == BLK_SCATTER ? 1 : n;
+	if (x.takes || (kind == BLK_GATHER && is_root)) {
+		x.room = xb_bytes(&bt, rtype, rcount, &x.rc);
+		x.in = xb_side(&bt, recvbuf, rcount, rtype, blocks, x.room, in_place, &tmp_in, &x.rc);
+	}
+	x.sends = kind == BLK_SCATTER ? is_root : !(kind == BLK_GATHER && is_root);
+	if (kind == BLK_GATHER && is_root && !in_place) {
+		x.len = xb_bytes(&bt, stype, scount, &x.rc);
+		x.out = xb_side(&bt, (void *)(uintptr_t)sendbuf, scount, stype, 1, x.len, true, &tmp_out, &x.rc);
+	} else if (in_place && (kind == BLK_ALLGATHER || kind == BLK_ALLTOALL)) { /* the room is the block */
+		x.len = x.room;
+		x.out = kind == BLK_ALLGATHER ? x.in + (uint64_t)me * x.room : NULL;
+		if (kind == BLK_ALLTOALL && x.in) { /* read before it is written */
+			tmp_out = malloc(x.room * (uint64_t)n + 1);
+			x.out = tmp_out ? memcpy(tmp_out, x.in, (size_t)(x.room * (uint64_t)n)) : NULL;
+		}
+	} else if (x.sends) {
+		x.len = xb_bytes(&bt, stype, scount, &x.rc);
+		x.out = xb_side(&bt, (void *)(uintptr_t)sendbuf, scount, stype, kind == BLK_SCATTER || kind == BLK_ALLTOALL ? n : 1,
+				   x.len, true, &tmp_out, &x.rc);
+	}
+	if (((x.takes || (kind == BLK_GATHER && is_root)) && x.room && !x.in) || (x.sends && x.len && !x.out))
+		PMPI_Abort(comm, MPI_ERR_NO_MEM);
+	coll_count(calls[kind], true, x.sends ? x.len * (uint64_t)(kind == BLK_ALLTOALL || kind == BLK_SCATTER ? n : 1) : 0);
+	if (n > 1)
+		xb_steps(co, &x);
+	if (in_place && kind != BLK_SCATTER) /* its own block is in place: taken whole */
+		x.len = x.room;
+	xb_own(co, &x, in_place && kind != BLK_ALLTOALL);
+	bool taking = x.takes || (kind == BLK_GATHER && is_root);
+	for (int r = 0; taking && !x.uniform && r < n; r++)
+		if ((kind != BLK_SCATTER || r == root) && x.lens[r] > x.room && x.rc == MPI_SUCCESS)
+			x.rc = MPI_ERR_TRUNCATE;
+	if (taking && tmp_in && coll_error(co) == MPI_SUCCESS) {
+		int e = blocks_unpack(recvbuf, rcount, rtype, blocks, x.in, x.room, x.lens, kind == BLK_SCATTER ? root : -1);
+		if (e != MPI_SUCCESS && x.rc == MPI_SUCCESS)
+			x.rc = e;
+	}
+	free(tmp_in);
+	free(tmp_out);
+	if (x.lens != lens_here)
+		free(x.lens);
+	return coll_result(co, comm, x.rc);
 }
 
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
@@ -659,7 +958,7 @@ int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *
 	struct pm_coll *co = pm_coll_for(comm);
 	int rc = co ? -1 : hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, false, comm);
 	if (rc < 0)
-		rc = block_call(co, BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+		rc = xb_call(co, BLK_GATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 	return rc >= 0 ? rc : PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 }
 
@@ -671,7 +970,7 @@ int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
 		    : hier_scatter(sendbuf, false, NULL, NULL, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
 				   comm);
 	if (rc < 0)
-		rc = block_call(co, BLK_SCATTER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+		rc = xb_call(co, BLK_SCATTER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 	return rc >= 0 ? rc : PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
 }
 
@@ -681,98 +980,17 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, voi
 	struct pm_coll *co = pm_coll_for(comm);
 	int rc = co ? -1 : hier_gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, true, comm);
 	if (rc < 0)
-		rc = block_call(co, BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
+		rc = xb_call(co, BLK_ALLGATHER, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0, comm);
 	return rc >= 0 ? rc : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-}
-
-/* ---- Alltoall ------------------------------------------------------------- */
-
-/* Block r of every rank's @p out (n blocks of @p bytes) to rank r's @p in
- * at block of the sender: each step, every rank writes a 1/n of its half
- * per destination, then copies its own piece out of every rank's half. */
-static void alltoall_steps(struct pm_coll *co, const char *out, char *in, uint64_t bytes)
-{
-	int n = co->size;
-	bool small = bytes * (uint64_t)n <= COLL_SMALL;
-	size_t room = small ? COLL_SMALL : co->half_bytes;
-	size_t piece = room / (size_t)n > 0 ? room / (size_t)n : 1;
-	for (uint64_t off = 0; off < bytes; off += piece) {
-		size_t len = bytes - off < piece ? (size_t)(bytes - off) : piece;
-		uint64_t s = ++co->step;
-		int me = co->rank;
-		coll_wait_free(co, s);
-		for (int r = 0; r < n; r++)
-			if (r != me) /* its own piece goes straight from out to in */
-				memcpy(slot(co, me, s, small) + (size_t)r * piece, out + (uint64_t)r * bytes + off, len);
-		coll_post(co, s);
-		memcpy(in + (uint64_t)me * bytes + off, out + (uint64_t)me * bytes + off, len);
-		coll_wait_all(co, s);
-		for (int r = 0; r < n; r++)
-			if (r != me)
-				memcpy(in + (uint64_t)r * bytes + off, slot(co, r, s, small) + (size_t)me * piece, len);
-		coll_finish(co, s);
-	}
-}
-
-/* Alltoall: block `rank` of every rank's @p out from its memory. */
-static int alltoall_cma(struct pm_coll *co, const char *out, char *in, uint64_t bytes)
-{
-	uint64_t s = ++co->step;
-	int rc = MPI_SUCCESS, me = co->rank;
-	post_address(co, s, out);
-	memcpy(in + (uint64_t)me * bytes, out + (uint64_t)me * bytes, bytes);
-	coll_wait_all(co, s);
-	for (int r = 0; r < co->size && coll_error(co) == MPI_SUCCESS; r++) {
-		int e = r == me ? MPI_SUCCESS
-				: coll_read(co, r, in + (uint64_t)r * bytes, peer_address(co, r, s) + (uint64_t)me * bytes,
-					    bytes);
-		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
-			rc = e;
-	}
-	coll_finish(co, s);
-	coll_wait_done(co, s);
-	return rc;
 }
 
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
 		 MPI_Datatype recvtype, MPI_Comm comm)
 {
-	int hrc = hier_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-	if (hrc >= 0)
-		return hrc;
-	struct pm_coll *co = pm_coll_for(comm);
-	bool in_place = sendbuf == MPI_IN_PLACE;
-	/* Decided from the block's bytes only (the same at every rank). */
-	const struct pm_type *rt = co && recvcount >= 0 ? pm_type_info(recvtype) : NULL;
-	if (!rt) {
-		coll_count(CALL_ALLTOALL, false, 0);
-		return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-	}
-	uint64_t bytes = (uint64_t)rt->size * (uint64_t)recvcount, all = bytes * (uint64_t)co->size;
-	coll_count(CALL_ALLTOALL, true, all);
-	if (bytes == 0)
-		return MPI_SUCCESS;
-	int rc = MPI_SUCCESS, n = co->size;
-	void *tmp_out = NULL, *tmp_in = NULL;
-	/* In place: the send blocks are the receive buffer, read before it is written. */
-	char *out = in_place ? contiguous(recvbuf, recvcount, recvtype, n, bytes, true, &tmp_out, &rc)
-			     : contiguous((void *)(uintptr_t)sendbuf, sendcount, sendtype, n, bytes, true, &tmp_out, &rc);
-	if (out && in_place && !tmp_out) { /* contiguous in the user's buffer: a copy to read from */
-		tmp_out = malloc(all);
-		out = tmp_out ? memcpy(tmp_out, out, all) : NULL;
-	}
-	char *in = out ? contiguous(recvbuf, recvcount, recvtype, n, bytes, false, &tmp_in, &rc) : NULL;
-	if (!out || !in)
-		PMPI_Abort(comm, MPI_ERR_NO_MEM);
-	if (n == 1)
-		memcpy(in, out, all);
-	else if (co->cma_min && bytes >= co->cma_min)
-		rc = alltoall_cma(co, out, in, bytes);
-	else
-		alltoall_steps(co, out, in, bytes);
-	if (tmp_in && rc == MPI_SUCCESS)
-		rc = blocks_move(recvbuf, recvcount, recvtype, n, tmp_in, bytes, false);
-	free(tmp_out);
-	free(tmp_in);
-	return coll_result(co, comm, rc);
+	int rc = hier_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+	if (rc >= 0)
+		return rc;
+	rc = xb_call(pm_coll_for(comm), BLK_ALLTOALL, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, 0,
+		     comm);
+	return rc >= 0 ? rc : PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }

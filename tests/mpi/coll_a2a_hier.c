@@ -5,8 +5,15 @@
  * reversed split and an interleaved split (even ranks first); blocks of
  * 0, 1, 7, 1000 and 5000 ints; MPI_IN_PLACE; vector items at the odd
  * ranks (the same signature); Alltoallv blocks of different lengths, some
- * empty, with displacements in reverse order.  check_mpi counts that every
- * call went through pinshm.  Then a ring of point-to-point messages.  Runs with any number of ranks.
+ * empty, with displacements in reverse order; MPI_IN_PLACE Alltoallv with
+ * counts that differ by pair (the same both ways, as in place needs);
+ * receivers with more room than they are sent (each block's room one
+ * int longer, Alltoall and Alltoallv): they get what was sent and nothing
+ * is written past it (an erroneous call in MPI, whose signatures differ:
+ * the plugin defines it so; Open MPI alone returns MPI_ERR_TRUNCATE for
+ * that Alltoall at 3 ranks, so the program is run with the plugin only).
+ * check_mpi counts that every call went through pinshm.  Then a ring of
+ * point-to-point messages.  Runs with any number of ranks.
  */
 #include "colltest.h"
 
@@ -116,6 +123,103 @@ static void check_alltoallv(MPI_Comm comm)
 	free(rd);
 }
 
+/* In place, rank f and rank t exchange (f + t) % 4 * k + (f == t) ints
+ * each way: counts that differ by pair; blocks in reverse rank order with
+ * a gap of one int between them (never written). */
+static void check_alltoallv_in_place(MPI_Comm comm)
+{
+	int rank, size;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	int *rc = malloc(size * sizeof(int)), *rd = malloc(size * sizeof(int));
+	MT_CHECK(rc && rd, "out of memory");
+	static const int ks[] = {1, 300};
+	for (int ki = 0; ki < 2; ki++) {
+		int k = ks[ki], tot = 0;
+		for (int d = size - 1; d >= 0; d--) {
+			rc[d] = (rank + d) % 4 * k + (rank == d);
+			rd[d] = tot;
+			tot += rc[d] + 1;
+		}
+		int *r = malloc((tot + 1) * sizeof(int));
+		MT_CHECK(r, "out of memory");
+		for (int i = 0; i <= tot; i++)
+			r[i] = -99;
+		for (int d = 0; d < size; d++)
+			for (int i = 0; i < rc[d]; i++)
+				r[rd[d] + i] = val(rank, d, i);
+		MT_MPI(MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_INT, r, rc, rd, MPI_INT, comm));
+		for (int f = 0; f < size; f++) {
+			for (int i = 0; i < rc[f]; i++)
+				MT_CHECK(r[rd[f] + i] == val(f, rank, i), "alltoallv in place k %d from %d [%d] = %d", k, f,
+					 i, r[rd[f] + i]);
+			MT_CHECK(r[rd[f] + rc[f]] == -99, "alltoallv in place k %d wrote past the block from %d", k, f);
+		}
+		free(r);
+	}
+	free(rc);
+	free(rd);
+}
+
+/* Each block's room one int longer than what is sent (Alltoall: n sent,
+ * n + 1 received; Alltoallv: vcount() sent): the extra int of every
+ * block stays as it was. */
+static void check_roomy(MPI_Comm comm)
+{
+	int rank, size;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	int *sc = malloc(size * sizeof(int)), *sd = malloc(size * sizeof(int));
+	int *rc = malloc(size * sizeof(int)), *rd = malloc(size * sizeof(int));
+	MT_CHECK(sc && sd && rc && rd, "out of memory");
+	for (int c = 1; c < NCOUNTS; c++) {
+		int n = counts[c], stot = 0, rtot = 0;
+		for (int d = size - 1; d >= 0; d--) {
+			sc[d] = vcount(rank, d, n);
+			sd[d] = stot;
+			stot += sc[d];
+			rc[d] = vcount(d, rank, n) + 1;
+			rd[d] = rtot;
+			rtot += rc[d];
+		}
+		size_t most = (size_t)size * (n + 1) > (size_t)stot + rtot ? (size_t)size * (n + 1) : (size_t)stot + rtot;
+		int *s = malloc((most + 1) * sizeof(int)), *r = malloc((most + 1) * sizeof(int));
+		MT_CHECK(s && r, "out of memory");
+		for (int d = 0; d < size; d++)
+			for (int i = 0; i < n; i++)
+				s[(size_t)d * n + i] = val(rank, d, i);
+		for (size_t i = 0; i <= most; i++)
+			r[i] = -99;
+		MT_MPI(MPI_Alltoall(s, n, MPI_INT, r, n + 1, MPI_INT, comm));
+		for (int f = 0; f < size; f++) {
+			for (int i = 0; i < n; i++)
+				MT_CHECK(r[(size_t)f * (n + 1) + i] == val(f, rank, i), "roomy alltoall n %d from %d [%d] = %d",
+					 n, f, i, r[(size_t)f * (n + 1) + i]);
+			MT_CHECK(r[(size_t)f * (n + 1) + n] == -99, "roomy alltoall n %d: written past the %d ints from %d",
+				 n, n, f);
+		}
+		for (int d = 0; d < size; d++)
+			for (int i = 0; i < sc[d]; i++)
+				s[sd[d] + i] = val(rank, d, i);
+		for (size_t i = 0; i <= most; i++)
+			r[i] = -99;
+		MT_MPI(MPI_Alltoallv(s, sc, sd, MPI_INT, r, rc, rd, MPI_INT, comm));
+		for (int f = 0; f < size; f++) {
+			for (int i = 0; i < rc[f] - 1; i++)
+				MT_CHECK(r[rd[f] + i] == val(f, rank, i), "roomy alltoallv n %d from %d [%d] = %d", n, f, i,
+					 r[rd[f] + i]);
+			MT_CHECK(r[rd[f] + rc[f] - 1] == -99, "roomy alltoallv n %d: written past the %d ints from %d", n,
+				 rc[f] - 1, f);
+		}
+		free(s);
+		free(r);
+	}
+	free(sc);
+	free(sd);
+	free(rc);
+	free(rd);
+}
+
 int main(int argc, char **argv)
 {
 	mt_coll_init(&argc, &argv, "coll_a2a_hier");
@@ -127,6 +231,8 @@ int main(int argc, char **argv)
 	for (int c = 0; c < 3; c++) {
 		check_alltoall(comms[c], vec);
 		check_alltoallv(comms[c]);
+		check_alltoallv_in_place(comms[c]);
+		check_roomy(comms[c]);
 	}
 	mt_check_ring();
 	MPI_Comm_free(&rev);

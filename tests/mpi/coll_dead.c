@@ -4,14 +4,19 @@
  * handler runs) after a first MPI_Allreduce has set the communicator's
  * collectives up; the others then call MPI_Allreduce (argument "barrier":
  * MPI_Barrier; "bcast": MPI_Bcast from the dead rank; "iallreduce":
- * MPI_Iallreduce and MPI_Wait).  By default the
- * error handler aborts the job; with "return" (a second argument) the
- * survivors set MPI_ERRORS_RETURN, print the error the call returned and
- * exit 0 without MPI_Finalize.
+ * MPI_Iallreduce and MPI_Wait; "ibcast": MPI_Ibcast from the dead rank
+ * and MPI_Wait).  On pretend nodes (PINSHM_MPI_NODES=2 at 4 ranks) the
+ * dead rank is on the second node and not its leader: the survivors of
+ * the first node see the death only through the call.  By default the
+ * error handler aborts the job; with "return" (a second argument, or
+ * COLL_DEAD_RETURN set in the environment) the survivors set
+ * MPI_ERRORS_RETURN, print the error the call returned and exit 0
+ * without MPI_Finalize.
  */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -19,7 +24,7 @@ int main(int argc, char **argv)
 {
 	int rank, size, x, y = 0;
 	const char *call = argc > 1 ? argv[1] : "allreduce";
-	int ret = argc > 2 && !strcmp(argv[2], "return");
+	int ret = (argc > 2 && !strcmp(argv[2], "return")) || getenv("COLL_DEAD_RETURN");
 
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -44,6 +49,11 @@ int main(int argc, char **argv)
 	else if (!strcmp(call, "iallreduce")) {
 		MPI_Request req;
 		rc = MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+		if (rc == MPI_SUCCESS)
+			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+	} else if (!strcmp(call, "ibcast")) {
+		MPI_Request req;
+		rc = MPI_Ibcast(&x, 1, MPI_INT, size - 1, MPI_COMM_WORLD, &req);
 		if (rc == MPI_SUCCESS)
 			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
 	}

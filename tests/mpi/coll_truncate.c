@@ -10,8 +10,8 @@
  * sender long: every receiver's room for it short), Allgather (the same,
  * a receiver short).  The argument "list" prints the cases; a number runs
  * that case only (for comparing with the MPI library alone); none runs
- * them all.  Runs with any number of ranks >= 2.  Not run by check_mpi:
- * the plugin does not meet it yet (pinshm-mpi(7) says where).
+ * them all.  Runs with any number of ranks >= 2, on one node (check_mpi);
+ * across pretend nodes the plugin does not meet it yet (pinshm-mpi(7)).
  */
 #include "colltest.h"
 
