@@ -429,13 +429,40 @@ int pinshm_flush(pinshm_channel_t *ch)
 	return 0;
 }
 
+/*
+ * Copy a message into the ring.  x86 glibc copies a block of at least its
+ * rep_movsb_stop_threshold (on AMD the L2 cache's size: 512 KiB or 1 MiB)
+ * with a loop of vector stores, and a smaller one with rep movsb.  Into a
+ * ring whose lines the consumer's core read last, the loop is several
+ * times slower (its stores wait for each line's old contents, which rep
+ * movsb's whole-line stores need not read).  So a long message is copied
+ * in pieces of COPY_PIECE, below every such threshold; a C library without
+ * one copies the pieces as it would the whole.
+ */
+#define COPY_PIECE (256u << 10)
+
+static void copy_in_pieces(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	for (; len > COPY_PIECE; len -= COPY_PIECE, dst += COPY_PIECE, src += COPY_PIECE)
+		memcpy(dst, src, COPY_PIECE);
+	memcpy(dst, src, len);
+}
+
+static inline __attribute__((always_inline)) void copy_in(void *dst, const void *src, size_t len)
+{
+	if (__builtin_expect(len > COPY_PIECE, 0))
+		copy_in_pieces(dst, src, len);
+	else
+		memcpy(dst, src, len);
+}
+
 int pinshm_send(pinshm_channel_t *ch, const void *buf, size_t len, int timeout_ms)
 {
 	int rc = reserve(ch, len, timeout_ms);
 
 	if (rc != 0)
 		return count_refused(ch, rc);
-	memcpy(reserved_payload(ch), buf, len);
+	copy_in(reserved_payload(ch), buf, len);
 	commit_reserved(ch, len);
 	producer_publish(ch);
 	producer_wake(ch);
@@ -505,7 +532,7 @@ int pinshm_send_batch(pinshm_channel_t *ch, const struct iovec *msgs, unsigned c
 		}
 		if (rc != 0)
 			break;
-		memcpy(reserved_payload(ch), msgs[sent].iov_base, len);
+		copy_in(reserved_payload(ch), msgs[sent].iov_base, len);
 		st.start[st.count] = ch->resv_start;
 		st.pos[st.count++] = ch->resv_pos;
 		stage_reserved(ch, len);

@@ -389,6 +389,44 @@ START_TEST(test_every_size)
 }
 END_TEST
 
+/* Messages longer than the pieces a send copies them in (produce.c
+ * copy_in()): every byte arrives, at every length around a piece's end,
+ * through pinshm_send() and pinshm_send_batch(). */
+START_TEST(test_long_messages)
+{
+	const uint64_t cap = 4 * MiB;
+	const size_t piece = 256 * KiB;
+	const size_t lens[] = {piece - 1, piece, piece + 1, piece + 16, 2 * piece + 17, 3 * piece - 5,
+			       4 * piece, 4 * piece + 40};
+	struct pair pr = pair_open(PINSHM_QUEUE, cap);
+	uint8_t *out = malloc(4 * piece + 64), *in = malloc(4 * piece + 64);
+
+	ck_assert_ptr_nonnull(out);
+	ck_assert_ptr_nonnull(in);
+	for (unsigned lap = 0; lap < 3; lap++) {
+		for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+			size_t len = lens[i], got = 0;
+			uint64_t seed = lap << 8 | i;
+			struct iovec iov = {.iov_base = out, .iov_len = len};
+
+			tu_pattern(out, len, seed);
+			if ((lap + i) % 2)
+				TU_RC(pinshm_send_batch(pr.p, &iov, 1, PINSHM_NONBLOCK), 1);
+			else
+				TU_RC(pinshm_send(pr.p, out, len, PINSHM_NONBLOCK), 0);
+			TU_RC(pinshm_recv(pr.c, in, 4 * piece + 64, &got, PINSHM_NONBLOCK), 0);
+			ck_assert_uint_eq(got, len);
+			long bad = tu_pattern_bad(in, got, seed);
+			ck_assert_msg(bad < 0, "message of %zu bytes: bad byte at %ld", len, bad);
+		}
+	}
+	expect_empty(pr.c);
+	free(out);
+	free(in);
+	pair_close(&pr);
+}
+END_TEST
+
 START_TEST(test_too_large)
 {
 	const uint64_t cap = 4 * KiB;
@@ -2564,6 +2602,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_held_keeps_room);
 	tcase_add_test(tc, test_hold_limit);
 	tcase_add_test(tc, test_batches);
+	tcase_add_test(tc, test_long_messages);
 	tcase_add_test(tc, test_batch_partial);
 	tcase_add_test(tc, test_roles);
 	tcase_add_test(tc, test_info);
