@@ -433,11 +433,10 @@ int pinshm_flush(pinshm_channel_t *ch)
  * Copy a message into the ring.  x86 glibc copies a block of at least its
  * rep_movsb_stop_threshold (on AMD the L2 cache's size: 512 KiB or 1 MiB)
  * with a loop of vector stores, and a smaller one with rep movsb.  Into a
- * ring whose lines the consumer's core read last, the loop is several
- * times slower (its stores wait for each line's old contents, which rep
- * movsb's whole-line stores need not read).  So a long message is copied
- * in pieces of COPY_PIECE, below every such threshold; a C library without
- * one copies the pieces as it would the whole.
+ * ring whose lines the consumer's core read last, the loop measured
+ * several times slower (PERFORMANCE.md, 1 MiB streams).  So a long
+ * message is copied in pieces of COPY_PIECE, below every such threshold;
+ * a C library without one copies the pieces as it would the whole.
  */
 #define COPY_PIECE (256u << 10)
 
