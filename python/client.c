@@ -59,7 +59,8 @@ struct request {
 	pinshm_channel_attr_t attr; /* REQ_CREATE, with mode and flags */
 	mode_t mode;
 	unsigned flags;
-	int role;                   /* REQ_OPEN: in; ch: out */
+	int role;                   /* REQ_OPEN: in, with owner; ch: out */
+	uid_t owner;
 	pinshm_channel_t *ch;
 	pinshm_list_entry_t entry;  /* REQ_STAT */
 	pinshm_list_entry_t *entries; /* REQ_LIST, count of them */
@@ -73,7 +74,7 @@ static int request_run(pinshm_client_t *c, struct request *r)
 	case REQ_CREATE:
 		return pinshm_create(c, r->name, &r->attr, r->mode, r->flags);
 	case REQ_OPEN:
-		return pinshm_open(c, r->name, (pinshm_role_t)r->role, &r->ch);
+		return pinshm_open_owned(c, r->name, (pinshm_role_t)r->role, r->owner, &r->ch);
 	case REQ_UNLINK:
 		return pinshm_unlink(c, r->name);
 	case REQ_STAT:
@@ -151,19 +152,49 @@ static PyObject *client_create(ClientObject *self, PyObject *args, PyObject *kw)
 	Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(open_doc, "open(name, role) -> Channel\n\n"
+/* The owner argument: None (PINSHM_OWNER_ANY) or a uid. */
+static int parse_owner(PyObject *arg, uid_t *owner)
+{
+	if (arg == Py_None) {
+		*owner = PINSHM_OWNER_ANY;
+		return 0;
+	}
+	if (!PyLong_Check(arg)) {
+		PyErr_SetString(PyExc_TypeError, "owner must be None or a uid (an int)");
+		return -1;
+	}
+	unsigned long v = PyLong_AsUnsignedLong(arg);
+	if (v == (unsigned long)-1 && PyErr_Occurred()) {
+		if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+			return -1;
+		PyErr_Clear();
+	} else if (v < (unsigned long)PINSHM_OWNER_ANY) {
+		*owner = (uid_t)v;
+		return 0;
+	}
+	PyErr_Format(PyExc_ValueError, "owner must be None or a uid from 0 to %lu",
+		     (unsigned long)PINSHM_OWNER_ANY - 1);
+	return -1;
+}
+
+PyDoc_STRVAR(open_doc, "open(name, role, owner=None) -> Channel\n\n"
 		       "Open the channel name as a PRODUCER or a CONSUMER (or 'producer', 'consumer'):\n"
-		       "pinshm_open().  The channel keeps this client alive; close it before the client.");
+		       "pinshm_open_owned().  owner: the uid the channel must belong to; one of another\n"
+		       "user raises pinshm.Error with errno EPERM, its detail naming the owner.  None: any\n"
+		       "owner, except for an owned name \"@UID.rest\" (own_name()), which opens only\n"
+		       "UID's channel (an owner other than UID raises EINVAL).  The channel keeps this\n"
+		       "client alive; close it before the client.");
 
 static PyObject *client_open(ClientObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"name", "role", NULL};
+	static char *kwlist[] = {"name", "role", "owner", NULL};
 	struct request r = {.kind = REQ_OPEN};
-	PyObject *role_arg;
+	PyObject *role_arg, *owner_arg = Py_None;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "sO:open", kwlist, &r.name, &role_arg))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|O:open", kwlist, &r.name, &role_arg, &owner_arg))
 		return NULL;
-	if (parse_role(role_arg, &r.role) < 0 || client_request(self, &r) < 0)
+	if (parse_role(role_arg, &r.role) < 0 || parse_owner(owner_arg, &r.owner) < 0 ||
+	    client_request(self, &r) < 0)
 		return NULL;
 	return pyshm_channel_new(r.ch, self, r.role, r.name);
 }

@@ -152,8 +152,12 @@ static PyObject *mod_strerror(PyObject *mod, PyObject *arg)
 	return PyUnicode_FromString(pinshm_strerror(e > 0 ? -(int)e : (int)e));
 }
 
-PyDoc_STRVAR(own_name_doc, "own_name(rest) -> str\n\nThe caller's owned channel name \"@UID.rest\" "
-			   "(pinshm_name_own()): only this user may create it.");
+PyDoc_STRVAR(own_name_doc, "own_name(rest) -> str\n\n"
+			   "The caller's owned channel name \"@UID.rest\", UID its effective uid\n"
+			   "(pinshm_name_own()): only this user (and root) may create it, and\n"
+			   "Client.open() of it opens only this user's channel.  rest: one or more\n"
+			   "characters of [A-Za-z0-9._-]; pinshm.Error with errno EINVAL otherwise, or\n"
+			   "ENAMETOOLONG where the name would be over 63 characters.  Needs no daemon.");
 
 static PyObject *mod_own_name(PyObject *mod, PyObject *args)
 {
@@ -164,8 +168,15 @@ static PyObject *mod_own_name(PyObject *mod, PyObject *args)
 	if (!PyArg_ParseTuple(args, "s:own_name", &rest))
 		return NULL;
 	int rc = pinshm_name_own(buf, sizeof(buf), rest);
-	if (rc < 0)
-		return pyshm_raise(rc, "", PYSHM_OTHER);
+	if (rc < 0) {
+		/* The library keeps no reason for this one: say it here. */
+		char why[128] = "";
+		if (rc == -EINVAL)
+			snprintf(why, sizeof(why), "'%.40s' is not one or more characters of [A-Za-z0-9._-]", rest);
+		else if (rc == -ENAMETOOLONG)
+			snprintf(why, sizeof(why), "an owned name has at most %d characters", PINSHM_NAME_MAX);
+		return pyshm_raise(rc, why, PYSHM_OTHER);
+	}
 	return PyUnicode_FromString(buf);
 }
 

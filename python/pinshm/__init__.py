@@ -4,9 +4,10 @@ Connect to the pinshm daemon, create or open named channels, and send and
 receive messages, by copy or in place::
 
     import pinshm
+    name = pinshm.own_name("jobs")   # "@UID.jobs": only this user's channel
     with pinshm.connect() as client:
-        client.create("jobs", capacity=1 << 20)
-        with client.open("jobs", "producer") as tx, client.open("jobs", "consumer") as rx:
+        client.create(name, capacity=1 << 20)
+        with client.open(name, "producer") as tx, client.open(name, "consumer") as rx:
             tx.send(b"hello")
             with rx.recv_inplace() as msg:      # the record itself, read-only
                 print(bytes(msg))

@@ -39,8 +39,8 @@ Q_CAPACITY = 1 << 16
 
 
 def _name(tag):
-    """A channel name of this run."""
-    return "bench-%s-%d" % (tag, os.getpid())
+    """A channel name of this run, owned by this user."""
+    return pinshm.own_name("bench-%s-%d" % (tag, os.getpid()))
 
 
 # ---- the echo process --------------------------------------------------

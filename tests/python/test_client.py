@@ -131,6 +131,62 @@ def test_closed_client(client):
             call()
 
 
+def test_own_name():
+    uid = os.geteuid()
+    assert pinshm.own_name("jobs") == "@%d.jobs" % uid
+    assert pinshm.own_name("a.b-c_9") == "@%d.a.b-c_9" % uid
+    for bad in ("", "bad name", "x/y"):
+        with pytest.raises(pinshm.Error) as ei:
+            pinshm.own_name(bad)
+        assert ei.value.errno == errno.EINVAL and ei.value.detail
+    longest = "x" * (pinshm.NAME_MAX - len("@%d." % uid))
+    assert pinshm.own_name(longest) == "@%d.%s" % (uid, longest)
+    with pytest.raises(pinshm.Error) as ei:
+        pinshm.own_name(longest + "x")
+    assert ei.value.errno == errno.ENAMETOOLONG and str(pinshm.NAME_MAX) in ei.value.detail
+
+
+def test_open_owner(client):
+    """open(owner=uid) opens only that user's channel."""
+    uid = os.getuid()
+    name = new_name()
+    client.create(name, max_producers=2)
+    rx = client.open(name, pinshm.CONSUMER, owner=uid)
+    tx = client.open(name, pinshm.PRODUCER, owner=None)
+    other = uid + 1
+    with pytest.raises(pinshm.Error) as ei:
+        client.open(name, pinshm.PRODUCER, owner=other)
+    e = ei.value
+    assert type(e) is pinshm.Error and e.errno == errno.EPERM
+    # The detail names the channel, its owner and the owner expected.
+    assert name in e.detail and "uid %d" % uid in e.detail and "uid %d" % other in e.detail
+    tx.send(b"mine")
+    assert rx.recv(timeout=1) == b"mine"
+    tx.close()
+    rx.close()
+    for bad, exc in ((-1, ValueError), (1 << 32, ValueError), ((1 << 32) - 1, ValueError), ("0", TypeError),
+                     (0.0, TypeError)):
+        with pytest.raises(exc):
+            client.open(name, pinshm.PRODUCER, owner=bad)
+
+
+def test_open_owned_name(client):
+    """An owned name opens with plain open(), and never as another user's."""
+    uid = os.getuid()
+    name = pinshm.own_name(new_name("jobs"))
+    client.create(name)
+    tx = client.open(name, "producer")
+    rx = client.open(name, "consumer", owner=uid)
+    tx.send(b"owned")
+    assert rx.recv(timeout=1) == b"owned"
+    assert client.stat(name)["uid"] == uid
+    rx.close()
+    with pytest.raises(pinshm.Error) as ei:
+        client.open(name, "consumer", owner=uid + 1)  # the name says whose it is
+    assert ei.value.errno == errno.EINVAL and "uid %d" % uid in ei.value.detail
+    tx.close()
+
+
 def test_types_not_instantiable():
     for t in (pinshm.Client, pinshm.Channel, pinshm.Message, pinshm.Reservation):
         with pytest.raises(TypeError):
@@ -138,9 +194,6 @@ def test_types_not_instantiable():
 
 
 def test_module_functions():
-    assert pinshm.own_name("jobs") == "@%d.jobs" % os.geteuid()
-    with pytest.raises(pinshm.Error):
-        pinshm.own_name("bad name")
     assert pinshm.strerror(errno.EPIPE) == pinshm.strerror(-errno.EPIPE)
     assert pinshm.LIBRARY_VERSION.count(".") == 2
     for sub in (pinshm.Full, pinshm.Empty, pinshm.Timeout, pinshm.PeerGone, pinshm.Corrupt,
