@@ -94,7 +94,10 @@ int coll_barrier(struct pm_coll *co)
 			coll_wait_all(co, s);
 		else
 			coll_wait_release(co, s);
-		coll_finish(co, s);
+		/* A release after a failed wait would let the others return
+		 * success: they find the dead member themselves. */
+		if (!co->lead_first || coll_error(co) == MPI_SUCCESS)
+			coll_finish(co, s);
 	}
 	return coll_error(co);
 }
