@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "channel.h" /* the area's mapping: base and geometry of a handle */
 #include "coll.h"
@@ -301,6 +302,8 @@ struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *lo
 	}
 	co->rank = rank;
 	co->size = size;
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	co->lead_first = cores > 0 && pm.nlocal > cores;
 	if (co->size == 1) { /* nothing to share */
 		co->on = coll_enabled;
 		return co;
@@ -540,4 +543,11 @@ void coll_wait_done(struct pm_coll *co, uint64_t s)
 	wait_for(co, 0, co->size, true, s);
 	if (coll_error(co) == MPI_SUCCESS && co->known_done < s)
 		co->known_done = s;
+}
+
+void coll_wait_release(struct pm_coll *co, uint64_t s)
+{
+	wait_for(co, 0, 1, true, s);
+	if (coll_error(co) == MPI_SUCCESS && co->known_done < s - 1)
+		co->known_done = s - 1;
 }

@@ -90,6 +90,8 @@ struct pm_coll {
 	uint64_t cma_min;          /* agreed: blocks of this many bytes up are read straight from
 				      the other ranks' memory (coll_read()); 0: never */
 	int *pid;                  /* rank -> its process, where cma_min is set */
+	bool lead_first;           /* ranks of the node outnumber its cores: a Barrier's rank 0
+				      leaves first (coll_barrier()); need not agree */
 };
 
 /* The area of @p comm if its collectives are carried (deciding at the
@@ -145,6 +147,9 @@ void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s);
 void coll_wait_all(struct pm_coll *co, uint64_t s);    /* every rank's arrive >= s */
 void coll_finish(struct pm_coll *co, uint64_t s);      /* done = s */
 void coll_wait_done(struct pm_coll *co, uint64_t s);   /* every rank's done >= s */
+/* Rank 0's done >= s, where rank 0 stores it only once every rank's
+ * arrive >= s (a release: every done >= s - 1 then). */
+void coll_wait_release(struct pm_coll *co, uint64_t s);
 /* @p n bytes at @p addr in rank @p r's memory to @p dst (process_vm_readv:
  * only where co->cma_min is set).  @return MPI_SUCCESS, or MPI_ERR_OTHER
  * (said on stderr) where the kernel did not copy it all. */

@@ -78,13 +78,26 @@ static inline void *at(const void *p, MPI_Aint d)
 	return (void *)((uintptr_t)p + (uintptr_t)d);
 }
 
+/* Every rank waits for every arrive; or, where ranks outnumber cores
+ * (co->lead_first), rank 0 does and then releases the others by its done:
+ * it leaves first, while it runs, so that a call it roots next (a Bcast,
+ * a Scatter) has its data posted before the others leave, instead of a
+ * rank that left first waiting for a root that has no core.  Either way
+ * no rank leaves before every rank arrived, so ranks that decided
+ * differently still meet. */
 int coll_barrier(struct pm_coll *co)
 {
 	if (co->size > 1) {
 		uint64_t s = ++co->step;
 		coll_post(co, s);
-		coll_wait_all(co, s);
-		coll_finish(co, s);
+		if (co->rank == 0 || !co->lead_first)
+			coll_wait_all(co, s);
+		else
+			coll_wait_release(co, s);
+		/* A release after a failed wait would let the others return
+		 * success: they find the dead member themselves. */
+		if (!co->lead_first || coll_error(co) == MPI_SUCCESS)
+			coll_finish(co, s);
 	}
 	return coll_error(co);
 }
