@@ -1,5 +1,6 @@
 /*
- * coll_basic.c - MPI_Barrier, MPI_Bcast, MPI_Reduce and MPI_Allreduce on
+ * coll_basic.c - MPI_Barrier (no rank leaves before the last entered),
+ * MPI_Bcast, MPI_Reduce and MPI_Allreduce on
  * world, a reversed split, a dup and sub-communicators of up to 3 ranks,
  * checked against references every rank computes itself: int, double,
  * float complex, MPI_2INT (MINLOC, MAXLOC), a vector type; every
@@ -14,6 +15,7 @@
 #include <complex.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <time.h>
 
 #include "colltest.h"
 
@@ -439,11 +441,46 @@ static void check_root_only_error(MPI_Comm comm)
 	MPI_Type_free(&raw);
 }
 
+/* ---- Barrier ------------------------------------------------------------ */
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* one clock: every rank runs on this machine */
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* MPI_Barrier holds every rank until the last has entered: each rank in
+ * turn enters 5 ms late, and no rank may leave before it entered. */
+static void check_barrier_holds(MPI_Comm comm)
+{
+	int rank, size;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	double *in = malloc((size_t)size * sizeof(*in));
+	MT_CHECK(in != NULL, "malloc");
+	for (int late = 0; late < size && late < 8; late++) {
+		if (rank == late) {
+			struct timespec ts = {0, 5000000};
+			nanosleep(&ts, NULL);
+		}
+		double t_in = now_s();
+		MT_MPI(MPI_Barrier(comm));
+		double t_out = now_s();
+		MT_MPI(MPI_Allgather(&t_in, 1, MPI_DOUBLE, in, 1, MPI_DOUBLE, comm));
+		for (int r = 0; r < size; r++)
+			MT_CHECK(t_out >= in[r], "barrier, rank %d late: left %.6f s before rank %d entered", late,
+				 in[r] - t_out, r);
+	}
+	free(in);
+}
+
 static void check_comm(MPI_Comm comm, MPI_Datatype vec, MPI_Datatype pair, MPI_Op aff, MPI_Op mab)
 {
 	MPI_Op iops[] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN, MPI_LAND, MPI_LOR, MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR};
 	MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
 	MT_MPI(MPI_Barrier(comm));
+	check_barrier_holds(comm);
 	check_bcast(comm, vec);
 	for (unsigned c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
 		for (unsigned o = 0; o < sizeof(iops) / sizeof(iops[0]); o++)
