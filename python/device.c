@@ -73,7 +73,8 @@ PyObject *pyshm_cuda_device(PyObject *mod, PyObject *args, PyObject *kw)
  * EFAULT where a load would fault: process_vm_readv() of this process, or
  * a pipe where a filter forbids that.  No byte at @p p is loaded here, so
  * a bad address is an answer, not a crash.  @return whether all n were
- * read; where neither way is open (no descriptor left), a plain copy. */
+ * read; false too where neither way is open (no descriptor left for the
+ * pipe): the handle is refused rather than followed. */
 static bool peek(const void *p, void *out, size_t n)
 {
 	struct iovec here = { out, n }, there = { (void *)p, n };
@@ -82,10 +83,8 @@ static bool peek(const void *p, void *out, size_t n)
 	ssize_t r = process_vm_readv(getpid(), &here, 1, &there, 1, 0);
 	if (r >= 0 || errno == EFAULT)
 		return r == (ssize_t)n;
-	if (pipe2(fd, O_CLOEXEC) < 0) {
-		memcpy(out, p, n);
-		return true;
-	}
+	if (pipe2(fd, O_CLOEXEC) < 0)
+		return false;
 	bool ok = write(fd[1], p, n) == (ssize_t)n && read(fd[0], out, n) == (ssize_t)n;
 	close(fd[0]);
 	close(fd[1]);

@@ -696,7 +696,7 @@ START_TEST(test_daemon_lock_fails)
 	ck_assert_uint_eq(pool.classes[0].ready + pool.classes[0].filling, 0);
 	/* Stopped, not retried: after that reply the daemon's loop finds no
 	 * refill step due and sleeps until a peer comes. */
-	uint64_t deadline = tu_now_ms() + 10000;
+	uint64_t deadline = tu_now_ms() + 10000u * (pinshmd_wrapper() ? DAEMON_WRAPPER_SLOWDOWN : 1);
 	while (!daemon_waits_forever(d.pid)) {
 		ck_assert_msg(tu_now_ms() < deadline, "the daemon never slept without a timeout");
 		tu_sleep_ms(5);

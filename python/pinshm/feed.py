@@ -308,10 +308,10 @@ class Feed:
         """Connect and start the workers (their channels come with their first batch)."""
         if self._client is None:
             self._client = _pinshm.connect(self.socket, self.autostart)
+        ctx = self._context()  # before the CUDA device: the start method is the program's choice, not ours
         if self.pin_memory and not self._pin_asked:
             self._pin_asked = True
             self.pin_device = self._open_pin_device()
-        ctx = self._context()
         base = self._base_seed()
         # A forkserver's children are not ours: their parent is the server.
         parent = None if ctx.get_start_method() == "forkserver" else os.getpid()
@@ -339,7 +339,11 @@ class Feed:
                           "is false): the batches are not pinned", stacklevel=4)
             return None
         index = torch.device(self.pin_memory_device).index if self.pin_memory_device else None
-        ordinal = torch.cuda.current_device() if index is None else index
+        if index is None:
+            # torch.cuda.current_device() would initialize torch's CUDA, and the
+            # workers would then be spawned where the program forks them.
+            index = torch.cuda.current_device() if torch.cuda.is_initialized() else 0
+        ordinal = index
         try:
             return _pinshm.cuda_device(ordinal)
         except _pinshm.Error as e:

@@ -586,9 +586,12 @@ def fake_gpu(monkeypatch):
     return _FakeCuda.in_dll(ctypes.CDLL(fake), "fake_cuda")
 
 
-def test_pin_memory_registers_the_records(clean, fake_gpu):
+def test_pin_memory_registers_the_records(clean, fake_gpu, monkeypatch):
     """pin_memory=True registers every worker's channel with the current CUDA device: each batch
-    lies in a range the driver pinned; they go with the channels."""
+    lies in a range the driver pinned; they go with the channels.  It does not initialize torch's
+    CUDA (torch.cuda.current_device() would), which would make the workers spawned, not forked."""
+    asked = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: asked.append(1) or 0)
     regs0 = fake_gpu.nregs
     feed = Feed(Squares(24), batch_size=4, num_workers=2, pin_memory=True, timeout=30)
     with feed:
@@ -600,6 +603,7 @@ def test_pin_memory_registers_the_records(clean, fake_gpu):
                 "batch %d is not in a registered range" % k
             seen += 1
         assert seen == 6 and feed.pin_device is not None and feed.pin_device.kind == "cuda"
+        assert not asked, "torch.cuda.current_device() called while torch's CUDA was not initialized"
     del batch
     gc.collect()
     assert fake_gpu.nregs == regs0  # unregistered with the channels
@@ -665,6 +669,11 @@ class Counted(Squares):
             self.counter.value += 1
         info = pf.get_worker_info()
         if self.slow_worker is not None and info.id == self.slow_worker and i == 0:
+            # Slow until another worker has made a batch (2 samples besides this one), then
+            # long enough for it to reach the loop.
+            deadline = time.monotonic() + 10
+            while self.counter.value < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
             time.sleep(0.5)
         return super().__getitem__(i)
 
