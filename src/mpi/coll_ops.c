@@ -603,20 +603,7 @@ struct xb {
 	uint64_t *lens;  /* what rank r sent it (Scatter: lens[root]), read at the first step */
 	int rc;
 	bool uniform;    /* xb_fast() took the call: every block it takes fits its room */
-	bool memo_set;   /* the layout of memo_len bytes (the ranks' lengths are mostly one) */
-	uint64_t memo_len;
-	struct lay memo;
 };
-
-static struct lay lay_for(const struct pm_coll *co, struct xb *x, uint64_t len)
-{
-	if (!x->memo_set || x->memo_len != len) {
-		x->memo = layout_of(co, x->kind, len);
-		x->memo_len = len;
-		x->memo_set = true;
-	}
-	return x->memo;
-}
 
 static inline uint64_t head_of(const struct pm_coll *co, int r, uint64_t s)
 {
@@ -643,7 +630,7 @@ static __attribute__((noinline)) uint64_t xb_plan(struct pm_coll *co, struct xb 
 	switch (x->kind) {
 	case BLK_SCATTER:
 		x->lens[x->root] = me == x->root ? x->len : head_of(co, x->root, s1);
-		return lay_for(co, x, x->lens[x->root]).steps;
+		return layout_of(co, x->kind, x->lens[x->root]).steps;
 	case BLK_GATHER: {
 		uint64_t room = me == x->root ? x->room : head_of(co, x->root, s1), h = co->half_bytes;
 		for (int r = 0; me == x->root && r < n; r++)
@@ -654,7 +641,7 @@ static __attribute__((noinline)) uint64_t xb_plan(struct pm_coll *co, struct xb 
 		uint64_t k = 1;
 		for (int r = 0; r < n; r++) {
 			x->lens[r] = r == me ? x->len : head_of(co, r, s1);
-			uint64_t steps = lay_for(co, x, x->lens[r]).steps;
+			uint64_t steps = layout_of(co, x->kind, x->lens[r]).steps;
 			k = steps > k ? steps : k;
 		}
 		return k;
@@ -707,7 +694,7 @@ static __attribute__((noinline)) void xb_read(struct pm_coll *co, struct xb *x, 
 {
 	int me = co->rank;
 	bool shared = x->kind == BLK_GATHER || x->kind == BLK_ALLGATHER;
-	struct lay l = lay_for(co, x, x->lens[r]);
+	struct lay l = layout_of(co, x->kind, x->lens[r]);
 	uint64_t avail = x->lens[r] < x->room ? x->lens[r] : x->room, lo = j * l.piece;
 	if (j >= l.steps || (j > 0 && l.small) || lo >= avail)
 		return;
