@@ -32,7 +32,7 @@
 #include "channel.h" /* the area's mapping: base and geometry of a handle */
 #include "coll.h"
 
-#define SLOT_DEFAULT (256u * 1024) /* ring bytes per rank, halved to fit the bound */
+#define SLOT_DEFAULT (1024u * 1024) /* ring bytes per rank, halved to fit the bound */
 #define SLOT_MIN (8u * 1024)
 #define AREA_DEFAULT (64ull << 20)
 #define CMA_DEFAULT 0 /* PINSHM_MPI_COLL_CMA: off (a copy through the area measured faster here) */

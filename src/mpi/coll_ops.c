@@ -45,7 +45,10 @@
  *   result = x0 op (x1 op (... op (x[n-2] op x[n-1])))
  * for every operation, predefined or not, commutative or not (MPI takes
  * them as associative).  The same bytes in the same order at every rank:
- * every rank of an Allreduce gets the same bits, on every run.  Chunks of
+ * every rank of an Allreduce gets the same bits, on every run.  An
+ * Allreduce of 3 ranks or more folds a large chunk by slices instead
+ * (allreduce_slices()): each element still in that order, by one rank.
+ * A call with a root fills at most ROOTED_STEP bytes of a half a step.  Chunks of
  * a few elements of the common predefined types and operations go
  * through the plugin's own kernels instead (coll_kern.c): the same
  * operation in the same order, decided from the signature alone.
@@ -119,6 +122,17 @@ int MPI_Barrier(MPI_Comm comm)
 #define BCAST_HEAD sizeof(uint64_t)
 #define BCAST_SMALL (COLL_SMALL - BCAST_HEAD)
 
+/* Bytes of a half that a call with a root (Bcast, Reduce, Gather,
+ * Scatter) fills at a step at most: the root's copies then overlap the
+ * others' (PERFORMANCE.md, "Step sizes"); the calls of every rank
+ * to every rank take the whole half, in fewer steps. */
+#define ROOTED_STEP (128u * 1024)
+
+static inline size_t rooted_room(const struct pm_coll *co)
+{
+	return co->half_bytes < ROOTED_STEP ? co->half_bytes : ROOTED_STEP;
+}
+
 static inline uint64_t min64(uint64_t a, uint64_t b)
 {
 	return a < b ? a : b;
@@ -143,8 +157,9 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 			total = 0; /* one step, returning at once */
 	}
 	bool small = total <= BCAST_SMALL;
+	size_t piece = rooted_room(co);
 	for (uint64_t off = 0;; s = ++co->step) {
-		size_t n = (size_t)min64(total - off, co->half_bytes);
+		size_t n = (size_t)min64(total - off, piece);
 		uint8_t *p = small ? head + BCAST_HEAD : coll_half(co, root, s);
 		if (co->rank == root) {
 			if (off > 0)
@@ -340,6 +355,70 @@ int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *o
 	return typed_copy(acc, out, k, r->type, (uint64_t)k * r->size);
 }
 
+/* The first of the @p k elements of a chunk in rank @p j's slice (of @p n). */
+static inline int slice_lo(int k, int j, int n)
+{
+	return (int)((int64_t)k * j / n);
+}
+
+/* Whether an Allreduce chunk of @p k elements is folded by slices: from
+ * 3 ranks on and SLICES_MIN bytes (PERFORMANCE.md, "Step sizes"),
+ * decided from the signature and the ranks. */
+#define SLICES_MIN (256u * 1024)
+static bool by_slices(const struct pm_coll *co, const struct red *r, int k)
+{
+	return co->size >= 3 && (uint64_t)k * r->size >= SLICES_MIN;
+}
+
+/*
+ * An Allreduce chunk of @p k elements (at @p off of @p in and @p out)
+ * by slices, once every rank posted it at step @p s: each rank folds
+ * its own slice of the elements (slice_lo()) from every rank's half, in
+ * the fixed order, into its half of step s + 1, and copies the others'
+ * slices from theirs.  Each element is folded once, by one rank, in the
+ * same order as a whole fold: the same bits.
+ */
+static int allreduce_slices(struct pm_coll *co, struct red *r, const char *in, char *out, int k, MPI_Aint off,
+			    uint64_t s)
+{
+	int n = co->size, me = co->rank, rc = MPI_SUCCESS;
+	int lo = slice_lo(k, me, n), hi = slice_lo(k, me + 1, n);
+	coll_wait_all(co, s);
+	uint64_t t = ++co->step;
+	coll_wait_free(co, t); /* at once: every arrive >= s */
+	uint8_t *res = coll_half(co, me, t) + (size_t)lo * r->size;
+	void *slice_out = at(out, off + (MPI_Aint)lo * r->extent);
+	r->mine = r->dense ? at(in, off + (MPI_Aint)lo * r->extent) : NULL;
+	/* Dense: folded straight into the half; else in this rank's layout, then packed. */
+	if (hi > lo)
+		rc = red_fold(co, r, s, hi - lo, r->dense ? at(res, -r->tlb) : slice_out, 0, n, (size_t)lo * r->size);
+	coll_finish(co, s);
+	if (!r->dense && hi > lo) {
+		int e = pm_pack(slice_out, hi - lo, r->type, res, (uint64_t)(hi - lo) * r->size);
+		if (rc == MPI_SUCCESS)
+			rc = e;
+	}
+	coll_post(co, t);
+	for (int i = r->dense ? 0 : 1; i < n; i++) {
+		int j = (me + i) % n, jl = slice_lo(k, j, n), jh = slice_lo(k, j + 1, n);
+		const uint8_t *from = coll_half(co, j, t) + (size_t)jl * r->size;
+		void *to = at(out, off + (MPI_Aint)jl * r->extent);
+		if (j != me)
+			coll_wait_arrive(co, j, t);
+		if (jh == jl)
+			continue;
+		if (r->dense) {
+			memcpy(at(to, r->tlb), from, (size_t)(jh - jl) * r->size);
+			continue;
+		}
+		int e = pm_unpack(from, (uint64_t)(jh - jl) * r->size, to, jh - jl, r->type);
+		if (rc == MPI_SUCCESS)
+			rc = e;
+	}
+	coll_finish(co, t);
+	return rc;
+}
+
 /*
  * Reduce (@p root >= 0) or Allreduce (@p root < 0) of @p count elements
  * from @p in to @p out.  Every rank runs the same steps (their number
@@ -356,8 +435,9 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		uint64_t s = ++co->step;
 		int e = MPI_SUCCESS;
 		uint8_t *mine = slot(co, co->rank, s, r->small);
+		bool slices = root < 0 && !r->small && by_slices(co, r, k);
 		r->mine = r->dense ? at(in, off) : NULL; /* folded from the input */
-		if (r->dense && co->rank != root) {
+		if (r->dense && (co->rank != root || slices)) {
 			coll_wait_free(co, s);
 			memcpy(mine, at(in, off + r->tlb), (size_t)k * r->size);
 		} else if (!r->dense) {
@@ -365,7 +445,11 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 			e = pm_pack(at(in, off), k, r->type, mine, (uint64_t)k * r->size);
 		}
 		coll_post(co, s);
-		if (root < 0 || co->rank == root) {
+		if (slices) {
+			int f = allreduce_slices(co, r, in, out, k, off, s);
+			if (e == MPI_SUCCESS)
+				e = f;
+		} else if (root < 0 || co->rank == root) {
 			coll_wait_all(co, s);
 			int f = red_fold(co, r, s, k, at(out, off), 0, co->size, 0);
 			if (e == MPI_SUCCESS)
@@ -373,7 +457,8 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		}
 		if (e != MPI_SUCCESS && rc == MPI_SUCCESS)
 			rc = e;
-		coll_finish(co, s);
+		if (!slices) /* allreduce_slices() finished its steps */
+			coll_finish(co, s);
 	}
 	return rc;
 }
@@ -389,6 +474,8 @@ int coll_reduce(struct pm_coll *co, const struct red *r_, const void *sendbuf, v
 		return MPI_SUCCESS;
 	if (co->size == 1) /* the result is the one rank's data */
 		return pm_comm_error(comm, typed_copy(in, recvbuf, count, datatype, (uint64_t)count * r.size));
+	if (root >= 0 && (size_t)r.per_chunk * r.size > rooted_room(co))
+		r.per_chunk = (int)(rooted_room(co) / r.size > 0 ? rooted_room(co) / r.size : 1);
 	if (!r.dense) { /* this rank's own room for a chunk (a local choice: the steps are the same) */
 		size_t room = red_span(&r, count < r.per_chunk ? count : r.per_chunk);
 		r.acc = malloc(room);
@@ -582,7 +669,7 @@ static inline __attribute__((always_inline)) struct lay layout_of(const struct p
 	size_t w = shared ? 1 : (size_t)co->size;
 	struct lay l = {.cma = (kind == BLK_ALLGATHER || kind == BLK_ALLTOALL) && co->cma_min && len >= co->cma_min};
 	l.small = !l.cma && len <= LEN_SMALL / w;
-	size_t room = l.small ? LEN_SMALL : co->half_bytes;
+	size_t room = l.small ? LEN_SMALL : kind == BLK_GATHER || kind == BLK_SCATTER ? rooted_room(co) : co->half_bytes;
 	l.piece = room / w > 0 ? room / w : 1;
 	l.steps = l.small || l.cma ? 1 : len / l.piece + (len % l.piece != 0);
 	if (l.steps == 0)
@@ -632,7 +719,7 @@ static __attribute__((noinline)) uint64_t xb_plan(struct pm_coll *co, struct xb 
 		x->lens[x->root] = me == x->root ? x->len : head_of(co, x->root, s1);
 		return layout_of(co, x->kind, x->lens[x->root]).steps;
 	case BLK_GATHER: {
-		uint64_t room = me == x->root ? x->room : head_of(co, x->root, s1), h = co->half_bytes;
+		uint64_t room = me == x->root ? x->room : head_of(co, x->root, s1), h = rooted_room(co);
 		for (int r = 0; me == x->root && r < n; r++)
 			x->lens[r] = r == me ? x->len : head_of(co, r, s1);
 		return room <= h ? 1 : room / h + (room % h != 0);
