@@ -138,8 +138,73 @@ static inline uint64_t min64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
+/*
+ * Within a step, the root marks how far it has written its half: after
+ * each BCAST_MARK_EVERY bytes it stores (s << 20) | bytes at the line
+ * after the ROOTED_STEP bytes it may fill (where the half has that room,
+ * the same at every rank), so that a receiver copies behind it instead of
+ * after its post.  A mark of an older step (the same half two steps
+ * before) reads as nothing written; a mark's count bounds nothing but
+ * how far a receiver copies, never past its step's piece.
+ */
+#define BCAST_MARK_EVERY (16u * 1024)
+
+/* Whether a Bcast of @p bytes is marked: 32 KiB to two pieces
+ * (PERFORMANCE.md, "Step sizes"). */
+static inline bool marked(uint64_t bytes)
+{
+	return bytes >= 2 * BCAST_MARK_EVERY && bytes <= 2 * ROOTED_STEP;
+}
+#define MARK_SHIFT 20
+static_assert(ROOTED_STEP < (1u << MARK_SHIFT), "a piece's bytes fit under the step in a mark");
+
+static inline _Atomic uint64_t *bcast_mark(const struct pm_coll *co, int root, uint64_t s)
+{
+	return co->half_bytes >= ROOTED_STEP + 64 ? (_Atomic uint64_t *)(void *)(coll_half(co, root, s) + ROOTED_STEP)
+						  : NULL;
+}
+
+/* Bytes of step @p s that mark @p m says are written, or 0. */
+static inline size_t mark_bytes(uint64_t m, uint64_t s)
+{
+	return m >> MARK_SHIFT == (s & (UINT64_MAX >> MARK_SHIFT)) ? (size_t)(m & ((1u << MARK_SHIFT) - 1)) : 0;
+}
+
+#define FOLLOW_LOOKS 4096u /* looks at a mark that has not moved before the usual wait */
+
+/* A receiver's step @p s: the first @p want bytes of the root's piece
+ * @p p to @p dst, copied as the root's mark @p mark shows them written;
+ * once the mark stops moving, the usual wait for the root's post.  With
+ * @p want 0, only until the root has begun the step (its first step's
+ * head is there). */
+static void bcast_follow(struct pm_coll *co, _Atomic uint64_t *mark, int root, uint64_t s, const uint8_t *p,
+			 char *dst, size_t want)
+{
+	size_t got = 0;
+	for (unsigned looks = 0; looks < FOLLOW_LOOKS; looks++) {
+		uint64_t m = atomic_load_explicit(mark, memory_order_acquire);
+		size_t ready = mark_bytes(m, s);
+		if (m >> MARK_SHIFT == (s & (UINT64_MAX >> MARK_SHIFT)) && want == 0)
+			return;
+		ready = ready < want ? ready : want;
+		if (ready > got) {
+			memcpy(dst + got, p + got, ready - got);
+			got = ready;
+			looks = 0;
+			if (got == want)
+				return;
+		} else if (atomic_load_explicit(&co->flags[root]->arrive, memory_order_acquire) >= s) {
+			break;
+		}
+		__builtin_ia32_pause();
+	}
+	coll_wait_arrive(co, root, s);
+	if (want > got)
+		memcpy(dst + got, p + got, want - got);
+}
+
 /* @p bytes at @p data from @p root to rank @p to (every rank: @p to < 0),
- * a half at a time: every rank runs the steps of the root's length, read
+ * ROOTED_STEP at a time: every rank runs the steps of the root's length, read
  * at the first step (untrusted: it bounds nothing but the steps; a rank
  * copies at most its own @p bytes).  @return the root's length. */
 static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int root, int to)
@@ -147,11 +212,19 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 	bool takes = co->rank != root && (to < 0 || co->rank == to);
 	uint64_t s = ++co->step, total = bytes;
 	uint8_t *head = coll_small(co, root, s);
+	/* A receiver follows the root's marks where it expects a message of
+	 * one or two pieces (a longer one overlaps anyway: the root writes a
+	 * piece while the receivers copy the one before) and the root has a
+	 * core of its own. */
+	bool follow = takes && marked(bytes) && !co->lead_first && bcast_mark(co, root, s);
 	if (co->rank == root) {
 		coll_wait_free(co, s);
 		memcpy(head, &total, BCAST_HEAD);
 	} else {
-		coll_wait_arrive(co, root, s);
+		if (follow)
+			bcast_follow(co, bcast_mark(co, root, s), root, s, NULL, NULL, 0);
+		else
+			coll_wait_arrive(co, root, s);
 		memcpy(&total, head, BCAST_HEAD);
 		if (coll_error(co) != MPI_SUCCESS)
 			total = 0; /* one step, returning at once */
@@ -161,17 +234,30 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 	for (uint64_t off = 0;; s = ++co->step) {
 		size_t n = (size_t)min64(total - off, piece);
 		uint8_t *p = small ? head + BCAST_HEAD : coll_half(co, root, s);
+		_Atomic uint64_t *mark = marked(total) ? bcast_mark(co, root, s) : NULL;
 		if (co->rank == root) {
 			if (off > 0)
 				coll_wait_free(co, s);
-			if (n > 0)
-				memcpy(p, data + off, n);
+			if (mark)
+				atomic_store_explicit(mark, s << MARK_SHIFT, memory_order_release);
+			for (size_t d = 0; d < n;) {
+				size_t c = mark && n - d > BCAST_MARK_EVERY ? BCAST_MARK_EVERY : n - d;
+				memcpy(p + d, data + off + d, c);
+				d += c;
+				if (mark)
+					atomic_store_explicit(mark, s << MARK_SHIFT | d, memory_order_release);
+			}
 			coll_post(co, s);
 		} else if (takes) {
-			if (off > 0)
-				coll_wait_arrive(co, root, s);
-			if (off < bytes && n > 0)
-				memcpy(data + off, p, (size_t)min64(n, bytes - off));
+			size_t want = off < bytes ? (size_t)min64(n, bytes - off) : 0;
+			if (follow && mark && want > 0) {
+				bcast_follow(co, mark, root, s, p, data + off, want);
+			} else {
+				if (off > 0)
+					coll_wait_arrive(co, root, s);
+				if (want > 0)
+					memcpy(data + off, p, want);
+			}
 		}
 		coll_finish(co, s);
 		off += n;
