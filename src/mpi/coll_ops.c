@@ -139,26 +139,28 @@ static inline uint64_t min64(uint64_t a, uint64_t b)
 }
 
 /*
- * Within a step, the root marks how far it has written its half: after
- * each BCAST_MARK_EVERY bytes it stores (s << 20) | bytes at the line
- * after the ROOTED_STEP bytes it may fill (where the half has that room,
- * the same at every rank), so that a receiver copies behind it instead of
- * after its post.  A mark of an older step (the same half two steps
- * before) reads as nothing written; a mark's count bounds nothing but
- * how far a receiver copies, never past its step's piece.
+ * Marks.  Within a step, a rank that writes at most ROOTED_STEP bytes of
+ * its half (a Bcast's root, a rank's chunk of a small enough reduction)
+ * may mark how far it has written: after each MARK_EVERY bytes it stores
+ * (s << 20) | bytes at the line after those ROOTED_STEP bytes (where the
+ * half has that room, the same at every rank), so that a reader copies
+ * or folds behind it instead of after its post.  A mark of an older step
+ * (the same half two steps before) reads as nothing written; a mark's
+ * count bounds nothing but how far a reader goes, never past the step's
+ * piece.
  */
-#define BCAST_MARK_EVERY (16u * 1024)
+#define MARK_EVERY (16u * 1024)
 
 /* Whether a Bcast of @p bytes is marked: 32 KiB to two pieces
  * (PERFORMANCE.md, "Step sizes"). */
 static inline bool marked(uint64_t bytes)
 {
-	return bytes >= 2 * BCAST_MARK_EVERY && bytes <= 2 * ROOTED_STEP;
+	return bytes >= 2 * MARK_EVERY && bytes <= 2 * ROOTED_STEP;
 }
 #define MARK_SHIFT 20
 static_assert(ROOTED_STEP < (1u << MARK_SHIFT), "a piece's bytes fit under the step in a mark");
 
-static inline _Atomic uint64_t *bcast_mark(const struct pm_coll *co, int root, uint64_t s)
+static inline _Atomic uint64_t *step_mark(const struct pm_coll *co, int root, uint64_t s)
 {
 	return co->half_bytes >= ROOTED_STEP + 64 ? (_Atomic uint64_t *)(void *)(coll_half(co, root, s) + ROOTED_STEP)
 						  : NULL;
@@ -216,13 +218,13 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 	 * one or two pieces (a longer one overlaps anyway: the root writes a
 	 * piece while the receivers copy the one before) and the root has a
 	 * core of its own. */
-	bool follow = takes && marked(bytes) && !co->lead_first && bcast_mark(co, root, s);
+	bool follow = takes && marked(bytes) && !co->lead_first && step_mark(co, root, s);
 	if (co->rank == root) {
 		coll_wait_free(co, s);
 		memcpy(head, &total, BCAST_HEAD);
 	} else {
 		if (follow)
-			bcast_follow(co, bcast_mark(co, root, s), root, s, NULL, NULL, 0);
+			bcast_follow(co, step_mark(co, root, s), root, s, NULL, NULL, 0);
 		else
 			coll_wait_arrive(co, root, s);
 		memcpy(&total, head, BCAST_HEAD);
@@ -234,14 +236,14 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 	for (uint64_t off = 0;; s = ++co->step) {
 		size_t n = (size_t)min64(total - off, piece);
 		uint8_t *p = small ? head + BCAST_HEAD : coll_half(co, root, s);
-		_Atomic uint64_t *mark = marked(total) ? bcast_mark(co, root, s) : NULL;
+		_Atomic uint64_t *mark = marked(total) ? step_mark(co, root, s) : NULL;
 		if (co->rank == root) {
 			if (off > 0)
 				coll_wait_free(co, s);
 			if (mark)
 				atomic_store_explicit(mark, s << MARK_SHIFT, memory_order_release);
 			for (size_t d = 0; d < n;) {
-				size_t c = mark && n - d > BCAST_MARK_EVERY ? BCAST_MARK_EVERY : n - d;
+				size_t c = mark && n - d > MARK_EVERY ? MARK_EVERY : n - d;
 				memcpy(p + d, data + off + d, c);
 				d += c;
 				if (mark)
@@ -505,6 +507,76 @@ static int allreduce_slices(struct pm_coll *co, struct red *r, const char *in, c
 	return rc;
 }
 
+/* Whether a Reduce's chunk of @p k elements at step @p s is marked as it
+ * is written, for its root to fold behind: 32 KiB to ROOTED_STEP bytes
+ * (decided from the signature; an Allreduce, whose every rank would
+ * follow every other, took longer so: PERFORMANCE.md, "Step sizes"). */
+static inline bool chunk_marked(const struct pm_coll *co, const struct red *r, int k, uint64_t s)
+{
+	uint64_t bytes = (uint64_t)k * r->size;
+	return !r->small && bytes >= 2 * MARK_EVERY && bytes <= ROOTED_STEP && step_mark(co, co->rank, s);
+}
+
+/* @p n bytes from @p from to this rank's @p half, marked at @p mark
+ * (NULL: not marked) every MARK_EVERY bytes. */
+static void write_marked(uint8_t *half, const void *from, size_t n, _Atomic uint64_t *mark, uint64_t s)
+{
+	for (size_t d = 0; d < n;) {
+		size_t c = mark && n - d > MARK_EVERY ? MARK_EVERY : n - d;
+		memcpy(half + d, (const char *)from + d, c);
+		d += c;
+		if (mark)
+			atomic_store_explicit(mark, s << MARK_SHIFT | d, memory_order_release);
+	}
+}
+
+/* The fold of elements [@p a, @p b) of a chunk at @p off (red_fold()). */
+static int fold_range(struct pm_coll *co, struct red *r, uint64_t s, const char *in, char *out, MPI_Aint off,
+		      int a, int b)
+{
+	MPI_Aint d = off + (MPI_Aint)a * r->extent;
+	r->mine = r->dense ? at(in, d) : NULL;
+	return red_fold(co, r, s, b - a, at(out, d), 0, co->size, (size_t)a * r->size);
+}
+
+/* The fold of a marked chunk of @p k elements at step @p s, range by range
+ * as every other rank's mark shows it written; once the marks stop
+ * moving, the usual wait for every post, and the rest. */
+static int fold_behind(struct pm_coll *co, struct red *r, uint64_t s, int k, const char *in, char *out,
+		       MPI_Aint off)
+{
+	int got = 0, rc = MPI_SUCCESS;
+	red_kernel_fn kern = r->kern;
+	r->kern = NULL; /* ranges of any length: the library's operation for each, on every run */
+	for (unsigned looks = 0; got < k && looks < FOLLOW_LOOKS; looks++) {
+		size_t ready = (size_t)k * r->size;
+		for (int j = 0; j < co->size; j++) {
+			if (j == co->rank)
+				continue;
+			size_t b = mark_bytes(atomic_load_explicit(step_mark(co, j, s), memory_order_acquire), s);
+			ready = b < ready ? b : ready;
+		}
+		int e = (int)(ready / r->size);
+		if (e > got) {
+			int f = fold_range(co, r, s, in, out, off, got, e);
+			if (rc == MPI_SUCCESS)
+				rc = f;
+			got = e;
+			looks = 0;
+			continue;
+		}
+		__builtin_ia32_pause();
+	}
+	if (got < k) {
+		coll_wait_all(co, s);
+		int f = fold_range(co, r, s, in, out, off, got, k);
+		if (rc == MPI_SUCCESS)
+			rc = f;
+	}
+	r->kern = kern;
+	return rc;
+}
+
 /*
  * Reduce (@p root >= 0) or Allreduce (@p root < 0) of @p count elements
  * from @p in to @p out.  Every rank runs the same steps (their number
@@ -522,17 +594,25 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		int e = MPI_SUCCESS;
 		uint8_t *mine = slot(co, co->rank, s, r->small);
 		bool slices = root < 0 && !r->small && by_slices(co, r, k);
+		bool marks = root >= 0 && chunk_marked(co, r, k, s);
+		_Atomic uint64_t *mark = marks ? step_mark(co, co->rank, s) : NULL;
 		r->mine = r->dense ? at(in, off) : NULL; /* folded from the input */
 		if (r->dense && (co->rank != root || slices)) {
 			coll_wait_free(co, s);
-			memcpy(mine, at(in, off + r->tlb), (size_t)k * r->size);
+			write_marked(mine, at(in, off + r->tlb), (size_t)k * r->size, mark, s);
 		} else if (!r->dense) {
 			coll_wait_free(co, s);
 			e = pm_pack(at(in, off), k, r->type, mine, (uint64_t)k * r->size);
+			if (mark)
+				atomic_store_explicit(mark, s << MARK_SHIFT | (uint64_t)k * r->size, memory_order_release);
 		}
 		coll_post(co, s);
 		if (slices) {
 			int f = allreduce_slices(co, r, in, out, k, off, s);
+			if (e == MPI_SUCCESS)
+				e = f;
+		} else if (marks && !co->lead_first && co->rank == root) {
+			int f = fold_behind(co, r, s, k, in, out, off);
 			if (e == MPI_SUCCESS)
 				e = f;
 		} else if (root < 0 || co->rank == root) {

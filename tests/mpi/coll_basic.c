@@ -8,7 +8,7 @@
  * a non-commutative user operation; counts 0, 1, 7, 1000 and a large one;
  * every root; MPI_IN_PLACE; MPI_Gather, MPI_Scatter and MPI_Allgather of
  * ints and of vector items at the root; MPI_Alltoall; Allreduce of rounded doubles the same bits at
- * every rank and on a second call; Bcasts of 32 to 256 KiB back to back; collectives while point-to-point
+ * every rank and on a second call; Bcasts and Reduces of 32 to 256 KiB back to back; collectives while point-to-point
  * messages are in flight; a barrier while more messages than a ring holds
  * wait for a receive.  Runs with any number of ranks (1 and 3 too).
  */
@@ -204,17 +204,18 @@ static void check_pairs_vectors_user(MPI_Comm comm, MPI_Datatype vec, MPI_Dataty
 	free(vr);
 }
 
-/* Bcasts of 32 KiB to 256 KiB back to back, the root rotating, each of
- * other values: a receiver that copied a piece before its root wrote it
- * would find the values of an older call. */
-static void check_bcast_stream(MPI_Comm comm)
+/* Bcasts of 32 KiB to 256 KiB and Reduces (MPI_SUM) of 32 to 128 KiB
+ * back to back, the root rotating, each of other values: a receiver that
+ * copied or folded a piece before its sender wrote it would find the
+ * values of an older call. */
+static void check_streams(MPI_Comm comm)
 {
 	int rank, size;
 	MPI_Comm_rank(comm, &rank);
 	MPI_Comm_size(comm, &size);
 	enum { MOST = 65536, CALLS = 300 };
-	int *b = malloc(MOST * sizeof(int));
-	MT_CHECK(b != NULL, "out of memory");
+	int *b = malloc(MOST * sizeof(int)), *sum = malloc(MOST * sizeof(int));
+	MT_CHECK(b && sum, "out of memory");
 	for (int c = 0; c < CALLS; c++) {
 		int n = 8192 << (c % 4), root = c % size;
 		for (int i = 0; i < n; i++)
@@ -223,8 +224,17 @@ static void check_bcast_stream(MPI_Comm comm)
 		for (int i = 0; i < n; i++)
 			MT_CHECK(b[i] == c * 7919 + i, "bcast %d of %d ints from %d: [%d] = %d want %d", c, n, root, i, b[i],
 				 c * 7919 + i);
+		n = 8192 << (c % 3);
+		for (int i = 0; i < n; i++)
+			b[i] = (c + rank) * 31 + i;
+		MT_MPI(MPI_Reduce(b, sum, n, MPI_INT, MPI_SUM, root, comm));
+		for (int i = 0; rank == root && i < n; i++) {
+			int want = (c * size + size * (size - 1) / 2) * 31 + size * i;
+			MT_CHECK(sum[i] == want, "reduce %d of %d ints to %d: [%d] = %d want %d", c, n, root, i, sum[i], want);
+		}
 	}
 	free(b);
+	free(sum);
 }
 
 /* Allreduce of @p N doubles whose sum depends on the order: the same bits
@@ -517,7 +527,7 @@ static void check_comm(MPI_Comm comm, MPI_Datatype vec, MPI_Datatype pair, MPI_O
 	check_blocks(comm, vec, LARGE / 4 + 5, 3); /* 256 KiB and 20 bytes a block */
 	check_bits(comm, 5000);
 	check_bits(comm, 40000);
-	check_bcast_stream(comm);
+	check_streams(comm);
 	check_strided(comm);
 	check_root_only_error(comm);
 	check_with_p2p(comm);
