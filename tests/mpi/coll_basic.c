@@ -438,12 +438,15 @@ static void check_strided(MPI_Comm comm)
 			MT_CHECK(out[k] == w, "strided allreduce shape %d [%zu] = %g want %g", shape, k, out[k], w);
 		}
 		for (int root = 0; root < size; root++) {
+			/* Other values at each root: a slice left unwritten would show. */
+			for (size_t j = 0; j < items; j++)
+				in[spos(shape, ld, j)] = rank + 1 + (double)(j % 7) + root;
 			for (size_t i = 0; i < nd; i++)
 				out[i] = -1.0;
 			MT_MPI(MPI_Reduce(in, out, count, t, op, root, comm));
 			for (size_t j = 0, k = 0; rank == root && k < nd; k++) {
 				bool item = j < items && spos(shape, ld, j) == k;
-				double w = item ? size * (size + 1) / 2 + size * (double)(j++ % 7) : -1.0;
+				double w = item ? size * (size + 1) / 2 + size * (double)(j++ % 7 + root) : -1.0;
 				MT_CHECK(out[k] == w, "strided reduce shape %d [%zu] = %g want %g", shape, k, out[k], w);
 			}
 		}
