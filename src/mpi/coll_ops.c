@@ -141,7 +141,7 @@ static inline uint64_t min64(uint64_t a, uint64_t b)
 /*
  * Marks.  Within a step, a rank that writes at most ROOTED_STEP bytes of
  * its half (a Bcast's root, a rank's chunk of a small enough reduction)
- * may mark how far it has written: after each MARK_EVERY bytes it stores
+ * may mark how far it has written (write_marked()): it stores
  * (s << 20) | bytes at the line after those ROOTED_STEP bytes (where the
  * half has that room, the same at every rank), so that a reader copies
  * or folds behind it instead of after its post.  A mark of an older step
@@ -164,6 +164,21 @@ static inline _Atomic uint64_t *step_mark(const struct pm_coll *co, int root, ui
 {
 	return co->half_bytes >= ROOTED_STEP + 64 ? (_Atomic uint64_t *)(void *)(coll_half(co, root, s) + ROOTED_STEP)
 						  : NULL;
+}
+
+/* @p n bytes from @p from to this rank's @p half, marked at @p mark
+ * (NULL: not marked) every MARK_EVERY bytes or, for more than 4 of
+ * them, every quarter (PERFORMANCE.md, "Step sizes"). */
+static void write_marked(uint8_t *half, const void *from, size_t n, _Atomic uint64_t *mark, uint64_t s)
+{
+	size_t every = n / 4 > MARK_EVERY ? n / 4 : MARK_EVERY;
+	for (size_t d = 0; d < n;) {
+		size_t c = mark && n - d > every ? every : n - d;
+		memcpy(half + d, (const char *)from + d, c);
+		d += c;
+		if (mark)
+			atomic_store_explicit(mark, s << MARK_SHIFT | d, memory_order_release);
+	}
 }
 
 /* Bytes of step @p s that mark @p m says are written, or 0. */
@@ -242,13 +257,7 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 				coll_wait_free(co, s);
 			if (mark)
 				atomic_store_explicit(mark, s << MARK_SHIFT, memory_order_release);
-			for (size_t d = 0; d < n;) {
-				size_t c = mark && n - d > MARK_EVERY ? MARK_EVERY : n - d;
-				memcpy(p + d, data + off + d, c);
-				d += c;
-				if (mark)
-					atomic_store_explicit(mark, s << MARK_SHIFT | d, memory_order_release);
-			}
+			write_marked(p, data + off, n, mark, s);
 			coll_post(co, s);
 		} else if (takes) {
 			size_t want = off < bytes ? (size_t)min64(n, bytes - off) : 0;
@@ -515,19 +524,6 @@ static inline bool chunk_marked(const struct pm_coll *co, const struct red *r, i
 {
 	uint64_t bytes = (uint64_t)k * r->size;
 	return !r->small && bytes >= 2 * MARK_EVERY && bytes <= ROOTED_STEP && step_mark(co, co->rank, s);
-}
-
-/* @p n bytes from @p from to this rank's @p half, marked at @p mark
- * (NULL: not marked) every MARK_EVERY bytes. */
-static void write_marked(uint8_t *half, const void *from, size_t n, _Atomic uint64_t *mark, uint64_t s)
-{
-	for (size_t d = 0; d < n;) {
-		size_t c = mark && n - d > MARK_EVERY ? MARK_EVERY : n - d;
-		memcpy(half + d, (const char *)from + d, c);
-		d += c;
-		if (mark)
-			atomic_store_explicit(mark, s << MARK_SHIFT | d, memory_order_release);
-	}
 }
 
 /* The fold of elements [@p a, @p b) of a chunk at @p off (red_fold()). */
