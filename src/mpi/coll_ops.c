@@ -48,7 +48,8 @@
  * every rank of an Allreduce gets the same bits, on every run.  An
  * Allreduce of 3 ranks or more folds a large chunk by slices instead
  * (allreduce_slices()): each element still in that order, by one rank.
- * A call with a root fills at most ROOTED_STEP bytes of a half a step.  Chunks of
+ * A Bcast, Reduce or Gather fills at most ROOTED_STEP bytes of a half a
+ * step.  Chunks of
  * a few elements of the common predefined types and operations go
  * through the plugin's own kernels instead (coll_kern.c): the same
  * operation in the same order, decided from the signature alone.
@@ -122,10 +123,9 @@ int MPI_Barrier(MPI_Comm comm)
 #define BCAST_HEAD sizeof(uint64_t)
 #define BCAST_SMALL (COLL_SMALL - BCAST_HEAD)
 
-/* Bytes of a half that a call with a root (Bcast, Reduce, Gather,
- * Scatter) fills at a step at most: the root's copies then overlap the
- * others' (PERFORMANCE.md, "Step sizes"); the calls of every rank
- * to every rank take the whole half, in fewer steps. */
+/* Bytes of a half that a Bcast, a Reduce or a Gather fills at a step at
+ * most: the root's copies then overlap the others' (PERFORMANCE.md, "Step
+ * sizes"); the other calls take the whole half, in fewer steps. */
 #define ROOTED_STEP (128u * 1024)
 
 static inline size_t rooted_room(const struct pm_coll *co)
@@ -831,7 +831,7 @@ static inline __attribute__((always_inline)) struct lay layout_of(const struct p
 	size_t w = shared ? 1 : (size_t)co->size;
 	struct lay l = {.cma = (kind == BLK_ALLGATHER || kind == BLK_ALLTOALL) && co->cma_min && len >= co->cma_min};
 	l.small = !l.cma && len <= LEN_SMALL / w;
-	size_t room = l.small ? LEN_SMALL : kind == BLK_GATHER || kind == BLK_SCATTER ? rooted_room(co) : co->half_bytes;
+	size_t room = l.small ? LEN_SMALL : kind == BLK_GATHER ? rooted_room(co) : co->half_bytes;
 	l.piece = room / w > 0 ? room / w : 1;
 	l.steps = l.small || l.cma ? 1 : len / l.piece + (len % l.piece != 0);
 	if (l.steps == 0)
