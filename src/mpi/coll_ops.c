@@ -200,9 +200,9 @@ static void bcast_follow(struct pm_coll *co, _Atomic uint64_t *mark, int root, u
 	size_t got = 0;
 	for (unsigned looks = 0; looks < FOLLOW_LOOKS; looks++) {
 		uint64_t m = atomic_load_explicit(mark, memory_order_acquire);
-		size_t ready = mark_bytes(m, s);
-		if (m >> MARK_SHIFT == (s & (UINT64_MAX >> MARK_SHIFT)) && want == 0)
+		if (want == 0 && m >> MARK_SHIFT == (s & (UINT64_MAX >> MARK_SHIFT)))
 			return;
+		size_t ready = mark_bytes(m, s);
 		ready = ready < want ? ready : want;
 		if (ready > got) {
 			memcpy(dst + got, p + got, ready - got);
@@ -257,7 +257,8 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 				coll_wait_free(co, s);
 			if (mark)
 				atomic_store_explicit(mark, s << MARK_SHIFT, memory_order_release);
-			write_marked(p, data + off, n, mark, s);
+			if (n > 0)
+				write_marked(p, data + off, n, mark, s);
 			coll_post(co, s);
 		} else if (takes) {
 			size_t want = off < bytes ? (size_t)min64(n, bytes - off) : 0;
@@ -593,7 +594,7 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		bool marks = root >= 0 && chunk_marked(co, r, k, s);
 		_Atomic uint64_t *mark = marks ? step_mark(co, co->rank, s) : NULL;
 		r->mine = r->dense ? at(in, off) : NULL; /* folded from the input */
-		if (r->dense && (co->rank != root || slices)) {
+		if (r->dense && co->rank != root) {
 			coll_wait_free(co, s);
 			write_marked(mine, at(in, off + r->tlb), (size_t)k * r->size, mark, s);
 		} else if (!r->dense) {
