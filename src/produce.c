@@ -28,13 +28,17 @@
  * along for the statistics (same line, no ordering needed). */
 static inline __attribute__((always_inline)) void producer_publish(pinshm_channel_t *ch)
 {
-	atomic_store_explicit(&ch->lane->messages, ch->seq, memory_order_relaxed);
-	atomic_store_explicit(&ch->lane->bytes, ch->bytes, memory_order_relaxed);
-	atomic_store_explicit(&ch->lane->last, ch->last, memory_order_relaxed);
+	/* Read first: the compiler would read them again after each store. */
+	struct lane_header *lane = ch->lane;
+	uint64_t seq = ch->seq, bytes = ch->bytes, last = ch->last, committed = ch->committed;
+
+	atomic_store_explicit(&lane->messages, seq, memory_order_relaxed);
+	atomic_store_explicit(&lane->bytes, bytes, memory_order_relaxed);
+	atomic_store_explicit(&lane->last, last, memory_order_relaxed);
 	/* Release: pairs with the acquire load of `tail` by a joining
 	 * subscriber (consume.c consumer_start()) and by the lane's next
 	 * producer (producer_recover_tail()). */
-	atomic_store_explicit(&ch->lane->tail, ch->committed, memory_order_release);
+	atomic_store_explicit(&lane->tail, committed, memory_order_release);
 }
 
 /* A producer takes over a lane: find the true tail, past any record its
@@ -172,6 +176,25 @@ struct reserve_args {
 	size_t len;
 };
 
+/* Hold the room of a record of @p len bytes that fits, after @p pad bytes
+ * of padding, up to @p end. */
+SEND_STEP_WITH_FENCE void take_room(pinshm_channel_t *ch, size_t len, uint64_t pad, uint64_t end)
+{
+	/* Announce the bytes about to be written before writing them: no
+	 * consumer may be past them, and on an overrun topic (seqlock-style)
+	 * subscribers check after reading that they were not overwritten.
+	 * Shared queue: a consumer that reads a new length in this room also
+	 * sees the commit word we zeroed before.  The release fence pairs
+	 * with the acquire fences of consume.c overrun_lapped() and queue.c
+	 * shared_read(). */
+	atomic_store_explicit(&ch->lane->reserve, end, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	ch->resv_start = ch->tail;
+	ch->resv_pos = ch->tail + pad;
+	ch->resv_len = len;
+	ch->reserved = RESV_HELD;
+}
+
 /* Reserve room for a record of @p len bytes without waiting. */
 SEND_STEP_WITH_FENCE int reserve_attempt(void *arg, bool quick)
 {
@@ -199,19 +222,7 @@ SEND_STEP_WITH_FENCE int reserve_attempt(void *arg, bool quick)
 		if (end == ch->limit)
 			ch->zero_next = end; /* the word there: see lap_word_is_empty() */
 	}
-	/* Announce the bytes about to be written before writing them: no
-	 * consumer may be past them, and on an overrun topic (seqlock-style)
-	 * subscribers check after reading that they were not overwritten.
-	 * Shared queue: a consumer that reads a new length in this room also
-	 * sees the commit word we zeroed before.  The release fence pairs
-	 * with the acquire fences of consume.c overrun_lapped() and queue.c
-	 * shared_read(). */
-	atomic_store_explicit(&ch->lane->reserve, need - HEADROOM, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-	ch->resv_start = ch->tail;
-	ch->resv_pos = ch->tail + pad;
-	ch->resv_len = a->len;
-	ch->reserved = RESV_HELD;
+	take_room(ch, a->len, pad, end);
 	return 0;
 }
 
@@ -332,22 +343,27 @@ static inline __attribute__((always_inline)) void zero_ahead(pinshm_channel_t *c
  */
 static inline __attribute__((always_inline)) void stage_reserved(pinshm_channel_t *ch, size_t len)
 {
+	/* Read first: the compiler would read them again after each store
+	 * into the ring. */
 	uint64_t cap = ch->g.capacity;
-	struct record_header *rec = rec_at(ch->ring, cap, ch->resv_pos);
-	uint64_t end = ch->resv_pos + rec_size(len);
+	uint8_t *ring = ch->ring;
+	uint64_t pos = ch->resv_pos, start = ch->resv_start, seq = ch->seq;
+	struct record_header *rec = rec_at(ring, cap, pos);
+	uint64_t end = pos + rec_size(len);
 
-	atomic_store_explicit(&rec->len, (uint32_t)len, memory_order_relaxed);
-	atomic_store_explicit(&rec->seq, (uint32_t)ch->seq++, memory_order_relaxed);
-	ch->bytes += len;
 	/* The next record's word, zeroed before this one is published (or
 	 * ahead of time): what a consumer polls next is never a stale word of
 	 * an earlier lap. */
 	zero_before_publish(ch, end);
-	if (ch->resv_pos != ch->resv_start)
-		atomic_store_explicit(&rec_at(ch->ring, cap, ch->resv_start)->len,
-				      (uint32_t)(ch->resv_pos - ch->resv_start - PINSHM_RECORD_HEADER), memory_order_relaxed);
+	ch->seq = seq + 1;
+	ch->bytes += len;
 	ch->tail = end;
-	ch->last = ch->resv_pos;
+	ch->last = pos;
+	atomic_store_explicit(&rec->len, (uint32_t)len, memory_order_relaxed);
+	atomic_store_explicit(&rec->seq, (uint32_t)seq, memory_order_relaxed);
+	if (pos != start)
+		atomic_store_explicit(&rec_at(ring, cap, start)->len, (uint32_t)(pos - start - PINSHM_RECORD_HEADER),
+				      memory_order_relaxed);
 	ch->reserved = RESV_NONE;
 }
 
@@ -358,11 +374,11 @@ static inline __attribute__((always_inline)) void stage_reserved(pinshm_channel_
 static inline __attribute__((always_inline)) void publish_record(pinshm_channel_t *ch, uint64_t start, uint64_t pos)
 {
 	uint64_t cap = ch->g.capacity;
+	uint8_t *ring = ch->ring;
 
-	atomic_store_explicit(&rec_at(ch->ring, cap, pos)->commit, rec_word(pos, 0, REC_COMMITTED),
-			      memory_order_release);
+	atomic_store_explicit(&rec_at(ring, cap, pos)->commit, rec_word(pos, 0, REC_COMMITTED), memory_order_release);
 	if (pos != start)
-		atomic_store_explicit(&rec_at(ch->ring, cap, start)->commit, rec_word(start, 0, REC_PADDING),
+		atomic_store_explicit(&rec_at(ring, cap, start)->commit, rec_word(start, 0, REC_PADDING),
 				      memory_order_release);
 }
 
@@ -386,13 +402,35 @@ static int count_refused(pinshm_channel_t *ch, int rc)
 	return rc;
 }
 
-int pinshm_reserve(pinshm_channel_t *ch, size_t len, void **buf, int timeout_ms)
+/* pinshm_reserve() where anything but room that fits now is in question:
+ * out of line, so that the common case makes no call (nor saves the
+ * registers a call needs). */
+static __attribute__((noinline)) int reserve_slow(pinshm_channel_t *ch, size_t len, void **buf, int timeout_ms)
 {
 	int rc = reserve(ch, len, timeout_ms);
 
 	if (rc == 0)
 		*buf = reserved_payload(ch);
 	return count_refused(ch, rc);
+}
+
+int pinshm_reserve(pinshm_channel_t *ch, size_t len, void **buf, int timeout_ms)
+{
+	if (ch->role == PINSHM_PRODUCER && !ch->reserved && len <= ch->g.max_message && !ch->broken) {
+		/* What reserve_attempt() does when the room is there. */
+		uint64_t cap = ch->g.capacity;
+		uint64_t size = rec_size(len);
+		uint64_t to_end = cap - (ch->tail & (cap - 1));
+		uint64_t pad = size > to_end ? to_end : 0;
+		uint64_t end = ch->tail + pad + size;
+
+		if (end + HEADROOM <= ch->limit) {
+			take_room(ch, len, pad, end);
+			*buf = reserved_payload(ch);
+			return 0;
+		}
+	}
+	return reserve_slow(ch, len, buf, timeout_ms);
 }
 
 int pinshm_commit(pinshm_channel_t *ch, size_t len, unsigned flags)

@@ -60,29 +60,13 @@ static void peer_update_busy(int peer)
 
 /* ---- writing records ---------------------------------------------------- */
 
-#define LINE 64 /* bytes of a cache line */
-/* EAGER records up to this payload carry no sid unless synchronous
- * (write_eager()); longer ones do, so that their payload starts 16-byte
- * aligned. */
-#define LINE_ALIGNED_EAGER 256
-/* EAGER records up to this payload end on a cache line (write_eager()). */
-#define LINE_END_EAGER 4096
-
-/* Reserve @p len bytes in @p peer's ring without waiting.
- * @return 1 with *buf set, 0 when there is no room now.
- * Inlined, as write_eager() is: a small send is little more than their
- * calls otherwise. */
-static inline __attribute__((always_inline)) int reserve(int peer, size_t len, void **buf)
+/* The path out of pm_reserve_out() where the ring failed: it says why and
+ * aborts the job. */
+void pm_write_failed(int peer, int rc)
 {
-	int rc = pinshm_reserve(pm.peers[peer].out, len, buf, PINSHM_NONBLOCK);
-	if (rc == 0)
-		return 1;
-	if (rc == -EAGAIN || rc == -ETIMEDOUT)
-		return 0;
 	fprintf(stderr, "pinshm-mpi: rank %d: cannot write to rank %d: %s\n", pm.world_rank,
 		pm.local_world[peer], pinshm_strerror(rc));
 	PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_OTHER);
-	return 0;
 }
 
 struct pm_ctl {
@@ -97,7 +81,7 @@ struct pm_ctl {
 static int write_ctl(int peer, const void *rec, size_t len)
 {
 	void *buf;
-	if (!reserve(peer, len, &buf))
+	if (!pm_reserve_out(peer, len, &buf))
 		return 0;
 	memcpy(buf, rec, len);
 	pinshm_commit(pm.peers[peer].out, len, 0);
@@ -135,55 +119,10 @@ static void send_cts(int peer, uint64_t sid, uint64_t rid, uint64_t accept)
 	send_ctl(peer, &c, sizeof(c));
 }
 
-/* Write an EAGER record of @p bytes at @p data. @return 1, or 0 without room. */
-static inline __attribute__((always_inline)) int write_eager(int peer, const struct pm_comm *c, int tag,
-							   uint8_t flags, uint64_t sid, const void *data,
-							   size_t bytes)
-{
-	void *buf;
-	bool with_sid = (flags & REC_SYNC) || bytes > LINE_ALIGNED_EAGER;
-	size_t hdr = with_sid ? sizeof(struct rec_eager_sync) : sizeof(struct rec_eager);
-	size_t len = hdr + bytes;
-	bool align = bytes <= LINE_END_EAGER;
-	if (!reserve(peer, align ? len + LINE - 16 : len, &buf))
-		return 0;
-	struct rec_eager *r = buf;
-	if (align) {
-		/* End the record on a cache line: the next one starts on a line
-		 * of its own and, when small, takes one line to fetch.  The ring
-		 * puts a 16-byte header before the payload, 16-byte aligned. */
-		uintptr_t end = ((uintptr_t)buf + len + 15) & ~(uintptr_t)15;
-		len += (LINE - end % LINE) % LINE;
-	}
-	r->h.type = REC_EAGER;
-	r->h.flags = flags | (with_sid ? REC_SID : 0);
-	r->h.from = (uint16_t)pm.local_rank;
-	r->src = c->rank;
-	r->tag = tag;
-	r->len = (uint32_t)bytes;
-	r->ctx = c->ctx;
-	if (with_sid)
-		((struct rec_eager_sync *)buf)->sid = sid;
-	if (bytes)
-		memcpy((char *)buf + hdr, data, bytes);
-	/* Nothing past len written: the ring need not clear the rest of the
-	 * reservation again, in the line after the record's. */
-	pinshm_commit(pm.peers[peer].out, len, PINSHM_LEN_ONLY);
-	return 1;
-}
-
 bool pm_send_now(struct pm_comm *c, const void *buf, int count, MPI_Datatype dtype, int dest, int tag,
 		 enum pm_family family)
 {
-	int peer = c->local[dest];
-	size_t bytes;
-	const void *data = pm_flat_data(buf, count, dtype, &bytes);
-	if (!data || bytes > pm.cfg.eager || pm.peers[peer].sendq.head)
-		return false; /* to be packed, too long, or it would pass sends still queued */
-	if (!write_eager(peer, c, tag, 0, 0, data, bytes))
-		return false;
-	pm_count_pinshm(family, bytes);
-	return true;
+	return pm_send_now_inline(c, buf, count, dtype, dest, tag, family);
 }
 
 /* Write a send's first record (EAGER or RTS). @return 1 written, 0 no room. */
@@ -193,7 +132,7 @@ static int write_first(struct pm_op *op)
 	int peer = op->peer_local;
 	if (op->bytes <= pm.cfg.eager || op->failed) {
 		uint8_t flags = op->failed ? REC_FAILED : op->mode == MODE_SYNC ? REC_SYNC : 0;
-		if (!write_eager(peer, op->comm, op->tag, flags, pm_op_id(op), op->data, op->bytes))
+		if (!pm_write_eager(peer, op->comm, op->tag, flags, pm_op_id(op), op->data, op->bytes))
 			return 0;
 		if (op->mode == MODE_SYNC)
 			op->state = ST_WAIT_ACK;
@@ -201,7 +140,7 @@ static int write_first(struct pm_op *op)
 			pm_op_complete(op);
 		return 1;
 	}
-	if (!reserve(peer, sizeof(struct rec_rts), &buf))
+	if (!pm_reserve_out(peer, sizeof(struct rec_rts), &buf))
 		return 0;
 	struct rec_rts *r = buf;
 	memset(r, 0, sizeof(*r));
@@ -237,7 +176,7 @@ static int write_stream(struct pm_op *op, int *did)
 		if (n > pm.cfg.chunk)
 			n = pm.cfg.chunk;
 		void *buf;
-		if (!reserve(peer, sizeof(struct rec_data) + n, &buf))
+		if (!pm_reserve_out(peer, sizeof(struct rec_data) + n, &buf))
 			return 0;
 		struct rec_data *r = buf;
 		memset(r, 0, sizeof(*r));
@@ -571,7 +510,7 @@ static struct pm_comm *envelope_comm(uint64_t ctx, int src, int from, bool *orph
  */
 static void on_eager(const struct rec_eager *r, uint64_t sid, const void *payload, size_t n)
 {
-	if (n < r->len || n - r->len >= LINE)
+	if (n < r->len || n - r->len >= PM_LINE)
 		return bad_record("EAGER length");
 	n = r->len;
 	bool orphan;
@@ -754,14 +693,14 @@ static bool take_direct(const pinshm_msg_t *m)
 	if (!op || op->state != ST_POSTED || m->len < sizeof(r))
 		return false;
 	memcpy(&r, m->data, sizeof(r)); /* read once: see on_eager() */
-	/* Over LINE_ALIGNED_EAGER bytes, a sid (unused here) comes first. */
+	/* Over PM_LINE_ALIGNED_EAGER bytes, a sid (unused here) comes first. */
 	size_t hdr = r.h.flags == REC_SID ? sizeof(struct rec_eager_sync) : sizeof(r);
 	if (m->len < hdr)
 		return false;
 	size_t n = m->len - hdr;
 	const struct pm_comm *c = op->comm;
 	if (r.h.type != REC_EAGER || (r.h.flags & ~REC_SID) || r.ctx != c->ctx || c->posted.head || r.src < 0 ||
-	    r.src >= c->size || c->local[r.src] != r.h.from || n < r.len || n - r.len >= LINE ||
+	    r.src >= c->size || c->local[r.src] != r.h.from || n < r.len || n - r.len >= PM_LINE ||
 	    !pm_matches(op->peer, op->tag, r.src, r.tag))
 		return false;
 	/* take_eager() and pm_op_complete() for a contiguous receive without

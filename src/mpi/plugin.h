@@ -30,6 +30,7 @@
 #ifndef PINSHM_MPI_PLUGIN_H
 #define PINSHM_MPI_PLUGIN_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +39,7 @@
 #include <mpi.h>
 
 #include "pinshm.h"
+#include "wire.h"
 
 /* ---- intrusive lists ------------------------------------------------- */
 
@@ -539,5 +541,98 @@ uint64_t pm_token(void);
 
 /* Error through the communicator's error handler. */
 int pm_comm_error(MPI_Comm comm, int code);
+
+/* ---- the eager send's short path (engine.c), inlined into the blocking
+ * send: a small send is little more than these calls otherwise. ---- */
+
+#define PM_LINE 64 /* bytes of a cache line */
+/* EAGER records up to this payload carry no sid unless synchronous
+ * (pm_write_eager()); longer ones do, so that their payload starts 16-byte
+ * aligned. */
+#define PM_LINE_ALIGNED_EAGER 256
+/* EAGER records up to this payload end on a cache line (pm_write_eager()). */
+#define PM_LINE_END_EAGER 4096
+
+/* EAGER payloads over MIN, up to MAX, write their record's first line last
+ * (pm_write_eager()): shorter ones and longer ones measured no faster so. */
+#define PM_TAIL_FIRST_MIN 512
+#define PM_TAIL_FIRST_MAX 2048
+
+/* The ring to @p peer failed with @p rc: say why and abort the job. */
+void pm_write_failed(int peer, int rc);
+
+/* Reserve @p len bytes in @p peer's ring without waiting.
+ * @return 1 with *buf set, 0 when there is no room now. */
+static inline __attribute__((always_inline)) int pm_reserve_out(int peer, size_t len, void **buf)
+{
+	int rc = pinshm_reserve(pm.peers[peer].out, len, buf, PINSHM_NONBLOCK);
+	if (rc == 0)
+		return 1;
+	if (rc != -EAGAIN && rc != -ETIMEDOUT)
+		pm_write_failed(peer, rc);
+	return 0;
+}
+
+/* Write an EAGER record of @p bytes at @p data. @return 1, or 0 without room. */
+static inline __attribute__((always_inline)) int pm_write_eager(int peer, const struct pm_comm *c, int tag,
+							      uint8_t flags, uint64_t sid, const void *data,
+							      size_t bytes)
+{
+	void *buf;
+	bool with_sid = (flags & REC_SYNC) || bytes > PM_LINE_ALIGNED_EAGER;
+	size_t hdr = with_sid ? sizeof(struct rec_eager_sync) : sizeof(struct rec_eager);
+	size_t len = hdr + bytes;
+	bool align = bytes <= PM_LINE_END_EAGER;
+	if (!pm_reserve_out(peer, align ? len + PM_LINE - 16 : len, &buf))
+		return 0;
+	struct rec_eager *r = buf;
+	if (align) {
+		/* End the record on a cache line: the next one starts on a line
+		 * of its own and, when small, takes one line to fetch.  The ring
+		 * puts a 16-byte header before the payload, 16-byte aligned. */
+		uintptr_t end = ((uintptr_t)buf + len + 15) & ~(uintptr_t)15;
+		len += (PM_LINE - end % PM_LINE) % PM_LINE;
+	}
+	/* The payload past the record's first line before that line: its
+	 * reader polls the commit word there, and each write to it while it
+	 * reads takes the line back. */
+	size_t head = bytes;
+	uintptr_t first_end = (((uintptr_t)buf - 16) | (PM_LINE - 1)) + 1; /* the ring's header: 16 bytes */
+	if (bytes > PM_TAIL_FIRST_MIN && bytes <= PM_TAIL_FIRST_MAX && (uintptr_t)buf + hdr + bytes > first_end) {
+		head = first_end > (uintptr_t)buf + hdr ? first_end - ((uintptr_t)buf + hdr) : 0;
+		memcpy((char *)buf + hdr + head, (const char *)data + head, bytes - head);
+	}
+	r->h.type = REC_EAGER;
+	r->h.flags = flags | (with_sid ? REC_SID : 0);
+	r->h.from = (uint16_t)pm.local_rank;
+	r->src = c->rank;
+	r->tag = tag;
+	r->len = (uint32_t)bytes;
+	r->ctx = c->ctx;
+	if (with_sid)
+		((struct rec_eager_sync *)buf)->sid = sid;
+	if (head)
+		memcpy((char *)buf + hdr, data, head);
+	/* Nothing past len written: the ring need not clear the rest of the
+	 * reservation again, in the line after the record's. */
+	pinshm_commit(pm.peers[peer].out, len, PINSHM_LEN_ONLY);
+	return 1;
+}
+
+/* pm_send_now(), for the blocking send's path. */
+static inline __attribute__((always_inline)) bool pm_send_now_inline(struct pm_comm *c, const void *buf, int count,
+								    MPI_Datatype dtype, int dest, int tag,
+								    enum pm_family family)
+{
+	int peer = c->local[dest];
+	size_t bytes;
+	const void *data = pm_flat_data(buf, count, dtype, &bytes);
+	if (!data || bytes > pm.cfg.eager || pm.peers[peer].sendq.head)
+		return false; /* to be packed, too long, or it would pass sends still queued */
+	if (!pm_write_eager(peer, c, tag, 0, 0, data, bytes))
+		return false;
+	pm_count_pinshm(family, bytes);
+	return true;
+}
 
 #endif /* PINSHM_MPI_PLUGIN_H */

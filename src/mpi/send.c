@@ -53,7 +53,7 @@ int pm_send_op(struct pm_comm *c, const void *buf, int count, MPI_Datatype dtype
 }
 
 /* Inlined into each blocking send call: one call fewer on the path of a
- * reply, as for reserve() in engine.c. */
+ * reply, with the eager write (pm_send_now_inline()) inlined into it. */
 static inline __attribute__((always_inline)) int blocking_send(const void *buf, int count, MPI_Datatype dtype,
 							     int dest, int tag, MPI_Comm comm, enum pm_mode mode,
 							     enum pm_family family)
@@ -71,7 +71,7 @@ static inline __attribute__((always_inline)) int blocking_send(const void *buf, 
 			return PMPI_Send(buf, count, dtype, dest, tag, comm);
 		}
 	}
-	if (mode != MODE_SYNC && pm_send_now(c, buf, count, dtype, dest, tag, family))
+	if (mode != MODE_SYNC && pm_send_now_inline(c, buf, count, dtype, dest, tag, family))
 		return MPI_SUCCESS;
 	struct pm_op *op;
 	int rc = pm_send_op(c, buf, count, dtype, dest, tag, mode, family, &op);
