@@ -78,8 +78,12 @@ def join_all(procs, timeout=60):
 
 
 def test_producers_to_one_consumer(client, daemon):
-    client.create("mp", capacity=1 << 14, max_producers=3)
+    client.create("mp", capacity=1 << 14, max_producers=4)
     rx = client.open("mp", "consumer")
+    # A producer endpoint of the test's own, so that the consumer sees every
+    # producer gone only once it closes, not while a child that finished
+    # early is the only one that has opened.
+    held = client.open("mp", "producer")
     count = 1500
     procs = [start(produce, daemon.sock, "mp", p, count, p == 1) for p in range(3)]
     nexts = [0, 0, 0]
@@ -88,6 +92,7 @@ def test_producers_to_one_consumer(client, daemon):
         assert seq == nexts[producer], "out of order"
         nexts[producer] += 1
     join_all(procs)
+    held.close()
     with pytest.raises(pinshm.PeerGone):
         rx.recv(timeout=5)
     rx.close()
