@@ -6,13 +6,12 @@
  * MPI_Barrier; "bcast": MPI_Bcast from the dead rank; "iallreduce":
  * MPI_Iallreduce and MPI_Wait; "ibcast": MPI_Ibcast from the dead rank
  * and MPI_Wait; "ibarrier", "iallgather": MPI_Ibarrier, MPI_Iallgather
- * and MPI_Wait; "ireduce": MPI_Ireduce to rank 1 and MPI_Wait).  On
- * pretend nodes (PINSHM_MPI_NODES=2 at 4 ranks) the dead rank is on the
- * second node and not its leader: the survivors of the first node (rank
- * 1, MPI_Ireduce's root, is not its leader) see the death only through
- * the call.  By default the
- * error handler aborts the job; with "return" (a second argument, or
- * COLL_DEAD_RETURN set in the environment) the survivors set
+ * and MPI_Wait; "ireduce", "ireduce0": MPI_Ireduce to rank 1, to rank 0,
+ * and MPI_Wait).  On pretend nodes (PINSHM_MPI_NODES=2 at 4 ranks) the
+ * dead rank is on the second node and not its leader: the survivors of
+ * the first node (rank 0 leads it) see the death only through the call.
+ * By default the error handler aborts the job; with "return" (a second
+ * argument, or COLL_DEAD_RETURN set in the environment) the survivors set
  * MPI_ERRORS_RETURN, print the error the call returned and exit 0
  * without MPI_Finalize.
  */
@@ -65,9 +64,10 @@ int main(int argc, char **argv)
 		rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
 		if (rc == MPI_SUCCESS)
 			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-	} else if (!strcmp(call, "ireduce")) {
+	} else if (!strcmp(call, "ireduce") || !strcmp(call, "ireduce0")) {
 		MPI_Request req;
-		rc = MPI_Ireduce(&x, &y, 1, MPI_INT, MPI_SUM, 1, MPI_COMM_WORLD, &req);
+		int root = !strcmp(call, "ireduce");
+		rc = MPI_Ireduce(&x, &y, 1, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD, &req);
 		if (rc == MPI_SUCCESS)
 			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
 	} else if (!strcmp(call, "iallgather")) {
