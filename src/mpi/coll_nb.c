@@ -470,7 +470,9 @@ static uint64_t pieces(uint64_t bytes, size_t half)
  * call's own; the reductions' leaders' phase is the blocking one's
  * (MPI_Ireduce to a leader, then MPI_Ibcast for Iallreduce), so every rank
  * gets the same bits as from MPI_Allreduce.
- *   Ibarrier: node barrier; leaders' MPI_Ibarrier; node barrier.
+ *   Ibarrier: node barrier; leaders' MPI_Iallreduce of the status (below);
+ *     the leader's status byte to its node (a node Ibcast: one step, as
+ *     a node barrier).
  *   Ibcast: the root to its node; leaders' MPI_Ibcast; the leader of every
  *     other node to it.
  *   Ireduce, Iallreduce: node reduce to the leader; leaders' MPI_Ireduce
@@ -480,14 +482,19 @@ static uint64_t pieces(uint64_t bytes, size_t half)
  *     MPI_Iallgatherv of the nodes' blocks; the leader's to its node; every
  *     rank puts them in rank order at the end.
  * A member's death is seen on its own node only (its area).  So that the
- * other nodes' ranks do not complete with wrong data, Ibcast and
- * Iallreduce carry a status byte after the data: Ibcast's is the root's
- * node's leader's (its node phase failed), passed on with the message;
- * Iallreduce's leaders MPI_Iallreduce (MPI_MAX) whether their node phase
- * failed beside their MPI_Ireduce, and each leader's byte goes to its
- * node with the result.  A rank that reads a set byte completes with
+ * other nodes' ranks do not complete with MPI_SUCCESS (and wrong data),
+ * each call passes a status on: Ibcast's is the root's node's leader's
+ * (its node phase failed), a byte after the message; the other calls'
+ * leaders MPI_Iallreduce (MPI_MAX) whether their node phase failed (in
+ * place of Ibarrier's MPI_Ibarrier, beside the MPI_Ireduce and the
+ * MPI_Iallgatherv), and each leader's byte goes to its node after the
+ * data of the last node phase (Ibarrier: the byte alone; Ireduce: only to
+ * the root's node, where the root does not lead it); a call of no bytes
+ * but Ibarrier has none (no node phase to fail).  A rank that reads a set
+ * byte, or a leader that learnt that a node failed, completes with
  * MPI_ERR_OTHER through the communicator's error handler, as a rank that
- * sees the death itself does.
+ * sees the death itself does.  (Ireduce: a rank that neither leads its
+ * node nor reads a byte, with no result, may complete with MPI_SUCCESS.)
  */
 enum st_kind { ST_NODE, ST_LEAD, ST_LOCAL };
 #define HNB_STAGES 6
