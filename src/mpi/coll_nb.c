@@ -470,7 +470,9 @@ static uint64_t pieces(uint64_t bytes, size_t half)
  * call's own; the reductions' leaders' phase is the blocking one's
  * (MPI_Ireduce to a leader, then MPI_Ibcast for Iallreduce), so every rank
  * gets the same bits as from MPI_Allreduce.
- *   Ibarrier: node barrier; leaders' MPI_Ibarrier; node barrier.
+ *   Ibarrier: node barrier; leaders' MPI_Iallreduce of the status (below);
+ *     the leader's status byte to its node (a node Ibcast: one step, as
+ *     a node barrier).
  *   Ibcast: the root to its node; leaders' MPI_Ibcast; the leader of every
  *     other node to it.
  *   Ireduce, Iallreduce: node reduce to the leader; leaders' MPI_Ireduce
@@ -480,14 +482,19 @@ static uint64_t pieces(uint64_t bytes, size_t half)
  *     MPI_Iallgatherv of the nodes' blocks; the leader's to its node; every
  *     rank puts them in rank order at the end.
  * A member's death is seen on its own node only (its area).  So that the
- * other nodes' ranks do not complete with wrong data, Ibcast and
- * Iallreduce carry a status byte after the data: Ibcast's is the root's
- * node's leader's (its node phase failed), passed on with the message;
- * Iallreduce's leaders MPI_Iallreduce (MPI_MAX) whether their node phase
- * failed beside their MPI_Ireduce, and each leader's byte goes to its
- * node with the result.  A rank that reads a set byte completes with
+ * other nodes' ranks do not complete with MPI_SUCCESS (and wrong data),
+ * each call passes a status on: Ibcast's is the root's node's leader's
+ * (its node phase failed), a byte after the message; the other calls'
+ * leaders MPI_Iallreduce (MPI_MAX) whether their node phase failed (in
+ * place of Ibarrier's MPI_Ibarrier, beside the MPI_Ireduce and the
+ * MPI_Iallgatherv), and each leader's byte goes to its node after the
+ * data of the last node phase (Ibarrier: the byte alone; Ireduce: only to
+ * the root's node, where the root does not lead it); a call of no bytes
+ * but Ibarrier has none (no node phase to fail).  A rank that reads a set
+ * byte, or a leader that learnt that a node failed, completes with
  * MPI_ERR_OTHER through the communicator's error handler, as a rank that
- * sees the death itself does.
+ * sees the death itself does.  (Ireduce: a rank that neither leads its
+ * node nor reads a byte, with no result, may complete with MPI_SUCCESS.)
  */
 enum st_kind { ST_NODE, ST_LEAD, ST_LOCAL };
 #define HNB_STAGES 6
@@ -509,11 +516,13 @@ struct hnb {
 		bool started;
 	} st[HNB_STAGES];
 	MPI_Request req;
-	MPI_Request req2;      /* Iallreduce's leaders: the status beside the Ireduce */
+	MPI_Request req2;      /* the reductions' and Iallgather's leaders: the status beside the data */
 	int rc;
 	bool user_op, unpack;
-	bool status;           /* x->tmp[x->bytes - 1]: the status byte (Ibcast, Iallreduce) */
-	int failed, any_failed; /* Iallreduce's leaders: this node's phase failed; some node's did */
+	bool status;           /* x->bytes counts a status byte after the data (Ibcast, the reductions,
+				  Ibarrier) */
+	char *stbyte;          /* the status byte in x->tmp this rank reads at the end, or NULL */
+	int failed, any_failed; /* the leaders: this node's phase failed; some node's did (status_start()) */
 	/* the call's data */
 	int root, count;
 	MPI_Op mop;
@@ -552,7 +561,7 @@ static void hnb_finish(struct hnb *x)
 	pm_coll_nb_pending--;
 	x->h->nb_done++;
 	struct pm_op *op = x->op;
-	if (x->status && x->rc == MPI_SUCCESS && x->tmp[x->bytes - 1]) {
+	if (x->rc == MPI_SUCCESS && (x->any_failed || (x->stbyte && *x->stbyte))) {
 		fprintf(stderr,
 			"pinshm-mpi: rank %d (world rank %d): a rank of the communicator on another node died: "
 			"the collective call cannot complete\n",
@@ -764,9 +773,46 @@ static int hnb_launch(struct hnb *x, struct nb **nodes, int n)
 	return MPI_SUCCESS;
 }
 
+/* A node Ibcast of x->bytes at x->tmp from local rank @p from. */
+static struct nb *node_bcast(struct hnb *x, int from)
+{
+	struct pm_coll *co = x->h->node;
+	struct nb *b = hnb_node(x, CALL_IBCAST, co->size > 1 && x->bytes ? pieces(x->bytes, co->half_bytes) : 0);
+	b->root = from;
+	b->bytes = x->bytes;
+	b->data = x->tmp;
+	return b;
+}
+
+/* The leaders: MPI_Iallreduce (MPI_MAX) whether their node's phase failed,
+ * into x->any_failed (@p req: the request). */
+static int status_start(struct hnb *x, MPI_Request *req)
+{
+	x->failed = x->rc != MPI_SUCCESS;
+	return PMPI_Iallreduce(&x->failed, &x->any_failed, 1, MPI_INT, MPI_MAX, x->h->leaders, req);
+}
+
+/* status_start() beside the leaders' phase's own request. */
+static void status_beside(struct hnb *x)
+{
+	int rc = status_start(x, &x->req2);
+	if (rc != MPI_SUCCESS) {
+		hnb_note(x, rc);
+		x->req2 = MPI_REQUEST_NULL;
+	}
+}
+
+/* At the leader, after the leaders' phase: the status byte for its node. */
+static void status_mark(struct hnb *x)
+{
+	*x->stbyte = x->rc != MPI_SUCCESS || x->any_failed;
+}
+
+/* Ibarrier's leaders' phase: an MPI_Iallreduce of the status, which
+ * waits for every leader as MPI_Ibarrier does. */
 static int lead_barrier(struct hnb *x, MPI_Request *req)
 {
-	return PMPI_Ibarrier(x->h->leaders, req);
+	return status_start(x, req);
 }
 
 static int lead_bcast(struct hnb *x, MPI_Request *req)
@@ -782,24 +828,21 @@ static int hier_ibarrier(struct pm_hier *h, MPI_Comm comm, MPI_Request *request)
 	struct hnb *x = hnb_new(h, comm, request, &rc);
 	if (!x)
 		return rc;
+	x->status = true;
+	x->bytes = 1;
+	x->tmp = calloc(1, 1);
+	if (!x->tmp)
+		no_memory();
+	x->stbyte = x->tmp;
 	struct nb *nodes[2];
 	int n = 0, size = h->node->size;
 	nodes[n++] = hnb_node(x, CALL_IBARRIER, size > 1);
-	if (is_leader(h))
+	if (is_leader(h)) {
 		hnb_lead(x, lead_barrier);
-	nodes[n++] = hnb_node(x, CALL_IBARRIER, size > 1);
+		hnb_local(x, status_mark);
+	}
+	nodes[n++] = node_bcast(x, 0); /* the status byte: one step, as a node barrier's */
 	return hnb_launch(x, nodes, n);
-}
-
-/* A node Ibcast of x->bytes at x->tmp from local rank @p from. */
-static struct nb *node_bcast(struct hnb *x, int from)
-{
-	struct pm_coll *co = x->h->node;
-	struct nb *b = hnb_node(x, CALL_IBCAST, co->size > 1 && x->bytes ? pieces(x->bytes, co->half_bytes) : 0);
-	b->root = from;
-	b->bytes = x->bytes;
-	b->data = x->tmp;
-	return b;
 }
 
 static int hier_ibcast(struct pm_hier *h, void *buffer, int count, MPI_Datatype type, int root, uint64_t bytes,
@@ -819,6 +862,7 @@ static int hier_ibcast(struct pm_hier *h, void *buffer, int count, MPI_Datatype 
 	x->tmp = calloc(1, bytes + 1);
 	if (!x->tmp)
 		no_memory();
+	x->stbyte = x->status ? x->tmp + bytes : NULL;
 	if (h->rank == root && bytes)
 		hnb_note(x, pm_pack(buffer, count, type, x->tmp, bytes));
 	x->unpack = h->rank != root && bytes > 0;
@@ -835,6 +879,7 @@ static int hier_ibcast(struct pm_hier *h, void *buffer, int count, MPI_Datatype 
 
 static int lead_allgather(struct hnb *x, MPI_Request *req)
 {
+	status_beside(x);
 	return PMPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x->tmp, x->ncount, x->ndispl, MPI_BYTE,
 				x->h->leaders, req);
 }
@@ -857,9 +902,12 @@ static int hier_iallgather(struct pm_hier *h, const void *sendbuf, int scount, M
 	x->ubuf = recvbuf;
 	x->ncount = calloc((size_t)h->nnodes, sizeof(int));
 	x->ndispl = calloc((size_t)h->nnodes, sizeof(int));
-	x->tmp = malloc(bytes * (uint64_t)h->size + 1);
+	uint64_t total = bytes * (uint64_t)h->size;
+	x->tmp = malloc(total + 1);
 	if (!x->ncount || !x->ndispl || !x->tmp)
 		no_memory();
+	x->tmp[total] = 0;
+	x->stbyte = bytes ? x->tmp + total : NULL; /* after the blocks, in the node Ibcast */
 	for (int j = 0, off = 0; j < h->nnodes; off += x->ncount[j++]) {
 		x->ncount[j] = h->node_size[j] * (int)bytes;
 		x->ndispl[j] = off;
@@ -887,12 +935,13 @@ static int hier_iallgather(struct pm_hier *h, const void *sendbuf, int scount, M
 	b->all = node_all;
 	b->data = node_all + (uint64_t)h->node_rank[h->rank] * bytes;
 	nodes[n++] = b;
-	if (is_leader(h) && bytes)
+	if (is_leader(h) && bytes) {
 		hnb_lead(x, lead_allgather);
-	uint64_t total = bytes * (uint64_t)h->size;
-	b = hnb_node(x, CALL_IBCAST, co->size > 1 && total ? pieces(total, co->half_bytes) : 0);
+		hnb_local(x, status_mark);
+	}
+	b = hnb_node(x, CALL_IBCAST, co->size > 1 && total ? pieces(total + 1, co->half_bytes) : 0);
 	b->root = 0;
-	b->bytes = total;
+	b->bytes = total ? total + 1 : 0;
 	b->data = x->tmp;
 	nodes[n++] = b;
 	return hnb_launch(x, nodes, n);
@@ -904,14 +953,8 @@ static int lead_reduce(struct hnb *x, MPI_Request *req)
 {
 	struct pm_hier *h = x->h;
 	int to = x->root < 0 ? 0 : h->node_of[x->root];
-	if (x->status) { /* Iallreduce: whether any node's phase failed, beside the data */
-		x->failed = x->rc != MPI_SUCCESS;
-		int rc = PMPI_Iallreduce(&x->failed, &x->any_failed, 1, MPI_INT, MPI_MAX, h->leaders, &x->req2);
-		if (rc != MPI_SUCCESS) {
-			hnb_note(x, rc);
-			x->req2 = MPI_REQUEST_NULL;
-		}
-	}
+	if (x->status) /* whether any node's phase failed, beside the data */
+		status_beside(x);
 	if (h->my_node == to)
 		return PMPI_Ireduce(MPI_IN_PLACE, x->acc, x->count, x->op->dtype, x->mop, to, h->leaders, req);
 	return PMPI_Ireduce(x->acc, NULL, x->count, x->op->dtype, x->mop, to, h->leaders, req);
@@ -922,8 +965,7 @@ static int lead_rbcast(struct hnb *x, MPI_Request *req)
 	return PMPI_Ibcast(x->acc, x->count, x->op->dtype, 0, x->h->leaders, req);
 }
 
-/* At the leader: its result packed for its node (Iallreduce: and the
- * status byte). */
+/* At the leader: its result packed for its node, and the status byte. */
 static void pack_acc(struct hnb *x)
 {
 	hnb_note(x, pm_pack(x->acc, x->count, x->op->dtype, x->tmp, x->bytes - x->status));
@@ -947,7 +989,7 @@ static int hier_ireduce(struct pm_hier *h, const struct red *rp, const void *sen
 	x->user_op = hold_op(rp->op);
 	x->root = root;
 	x->count = count;
-	x->status = root < 0 && count > 0;
+	x->status = count > 0;
 	x->bytes = (uint64_t)count * r.size + x->status;
 	x->ubuf = recvbuf;
 	int rn = root < 0 ? -1 : h->node_of[root];
@@ -963,6 +1005,7 @@ static int hier_ireduce(struct pm_hier *h, const struct red *rp, const void *sen
 		if (!x->tmp)
 			no_memory();
 		x->unpack = !is_leader(h) && (root < 0 || h->rank == root);
+		x->stbyte = x->status ? x->tmp + x->bytes - 1 : NULL;
 	}
 	struct nb *nodes[2];
 	int n = 0;

@@ -5,11 +5,13 @@
  * collectives up; the others then call MPI_Allreduce (argument "barrier":
  * MPI_Barrier; "bcast": MPI_Bcast from the dead rank; "iallreduce":
  * MPI_Iallreduce and MPI_Wait; "ibcast": MPI_Ibcast from the dead rank
+ * and MPI_Wait; "ibarrier", "iallgather": MPI_Ibarrier, MPI_Iallgather
+ * and MPI_Wait; "ireduce", "ireduce0": MPI_Ireduce to rank 1, to rank 0,
  * and MPI_Wait).  On pretend nodes (PINSHM_MPI_NODES=2 at 4 ranks) the
  * dead rank is on the second node and not its leader: the survivors of
- * the first node see the death only through the call.  By default the
- * error handler aborts the job; with "return" (a second argument, or
- * COLL_DEAD_RETURN set in the environment) the survivors set
+ * the first node (rank 0 leads it) see the death only through the call.
+ * By default the error handler aborts the job; with "return" (a second
+ * argument, or COLL_DEAD_RETURN set in the environment) the survivors set
  * MPI_ERRORS_RETURN, print the error the call returned and exit 0
  * without MPI_Finalize.
  */
@@ -57,7 +59,25 @@ int main(int argc, char **argv)
 		if (rc == MPI_SUCCESS)
 			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
 	}
-	else
+	else if (!strcmp(call, "ibarrier")) {
+		MPI_Request req;
+		rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+		if (rc == MPI_SUCCESS)
+			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+	} else if (!strcmp(call, "ireduce") || !strcmp(call, "ireduce0")) {
+		MPI_Request req;
+		int root = !strcmp(call, "ireduce");
+		rc = MPI_Ireduce(&x, &y, 1, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD, &req);
+		if (rc == MPI_SUCCESS)
+			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+	} else if (!strcmp(call, "iallgather")) {
+		MPI_Request req;
+		int *all = calloc((size_t)size, sizeof(int));
+		rc = MPI_Iallgather(&x, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD, &req);
+		if (rc == MPI_SUCCESS)
+			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+		free(all);
+	} else
 		rc = MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 	char msg[MPI_MAX_ERROR_STRING];
 	int len = 0, cls = 0;
