@@ -36,7 +36,7 @@
 #define SLOT_MIN (8u * 1024)
 #define AREA_DEFAULT (64ull << 20)
 #define CMA_DEFAULT 0 /* PINSHM_MPI_COLL_CMA: off (a copy through the area measured faster here) */
-#define SLOT_HEAD 128u /* the zero line, the flag line */
+#define SLOT_HEAD 192u /* the zero line, the flag line, the mark line */
 
 static bool coll_enabled = true;
 static uint64_t area_max = AREA_DEFAULT;
@@ -427,13 +427,6 @@ void pm_coll_free(struct pm_comm *c)
 #define LIVE_EVERY 256u /* fruitless passes between two looks at the members' liveness */
 #define LOOKS 8u        /* tight looks at a flag before each pass over the rest of the plugin */
 
-static inline void relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
-
 static bool flag_reached(const struct pm_coll *co, int r, bool done, uint64_t s)
 {
 	_Atomic uint64_t *w = done ? &co->flags[r]->done : &co->flags[r]->arrive;
@@ -480,7 +473,7 @@ static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s
 		/* The flag is seen as soon as it comes, not a progress pass later. */
 		unsigned k = 0;
 		while (k < LOOKS && !flag_reached(co, r, done, s)) {
-			relax();
+			coll_relax();
 			k++;
 		}
 		if (k < LOOKS)

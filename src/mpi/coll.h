@@ -13,7 +13,9 @@
  *               that size posted at step s may lie in slot s & 1 instead
  *               of the half (coll_small()), under the same rules, so that
  *               a reader takes it with the flag's line
- *   ring + 128  two halves of `half` bytes each: the data rank r posts at
+ *   ring + 128  rank r's mark line: two words, mark s & 1 (coll_mark()),
+ *               which nothing but marks ever reaches (below)
+ *   ring + 192  two halves of `half` bytes each: the data rank r posts at
  *               step s lies in half s & 1
  *
  * Steps.  Every call carried on the communicator runs as one or more steps,
@@ -30,6 +32,14 @@
  * reads rank r's half s & 1 once r's arrive >= s (acquire), and stores
  * done = s (release) once it no longer needs any data of step s.  Every
  * rank stores done = s at every step, whatever its part.
+ *
+ * Marks.  A rank that writes at most 128 KiB of its half at step s (a
+ * Bcast's root, a rank's chunk of a Reduce: coll_ops.c) may store, after
+ * each part, (s << 20) | bytes written so far into its mark s & 1
+ * (release), so that a reader copies or folds behind it instead of after
+ * its post; a reader reads the mark (acquire) and goes no further than it
+ * says, nor past the step's piece.  A mark whose step is not s (one of
+ * step s - 2, or 0) says nothing is written.
  *
  * The flags are shared memory written by the other ranks: they are only
  * compared with step numbers (a wrong one makes a rank wait or read data
@@ -130,6 +140,19 @@ static_assert(sizeof(struct coll_flags) + 2 * COLL_SMALL <= 64, "the small slots
 static inline uint8_t *coll_small(const struct pm_coll *co, int r, uint64_t s)
 {
 	return (uint8_t *)(void *)co->flags[r] + sizeof(struct coll_flags) + (s & 1) * COLL_SMALL;
+}
+
+static inline _Atomic uint64_t *coll_mark(const struct pm_coll *co, int r, uint64_t s)
+{
+	return (_Atomic uint64_t *)(void *)((uint8_t *)(void *)co->flags[r] + 64) + (s & 1);
+}
+
+/* A spinning look's pause. */
+static inline void coll_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
 }
 
 /* The protocol's steps (above).  A wait that finds a member of the

@@ -29,15 +29,19 @@
  *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
- * of one half, a step each: the root writes, the others copy out.  The
+ * of ROOTED_STEP bytes (or the half, if smaller), a step each: the root
+ * writes, the others copy out, behind its marks (coll.h) where the
+ * message is of one or two pieces.  The
  * first step carries the root's length at the head of its small slot (and
  * the message itself where it fits the rest, BCAST_SMALL bytes), and every
  * rank runs the steps of that length: a receiver whose count and type make
  * fewer bytes takes what fits and reports MPI_ERR_TRUNCATE, as Open MPI
  * does; one with more room takes the message (MPI wants the signatures
  * equal; Open MPI's tuned Bcast does not report a larger receive either).
- * Reduce, Allreduce: the elements in chunks whose packed bytes fit a half,
- * a step each (how many from the type's size and the count only: the ranks
+ * Reduce, Allreduce: the elements in chunks whose packed bytes fit a half
+ * (a Reduce's, ROOTED_STEP bytes, or one element where it is larger; its
+ * root folds behind the ranks' marks where the chunk is marked), a step
+ * each (how many from the type's size and the count only: the ranks
  * may lay the same signature out differently): the ranks pack their chunk
  * into their half, and the root (Reduce) or every rank (Allreduce) unpacks
  * each into its own layout and reduces the n chunks with
@@ -123,9 +127,10 @@ int MPI_Barrier(MPI_Comm comm)
 #define BCAST_HEAD sizeof(uint64_t)
 #define BCAST_SMALL (COLL_SMALL - BCAST_HEAD)
 
-/* Bytes of a half that a Bcast, a Reduce or a Gather fills at a step at
- * most: the root's copies then overlap the others' (PERFORMANCE.md, "Step
- * sizes"); the other calls take the whole half, in fewer steps. */
+/* Bytes of a half that a Bcast, a Reduce (but one element larger than
+ * this) or a Gather fills at a step at most: the root's copies then
+ * overlap the others' (PERFORMANCE.md, "Step sizes"); the other calls take
+ * the whole half, in fewer steps. */
 #define ROOTED_STEP (128u * 1024)
 
 static inline size_t rooted_room(const struct pm_coll *co)
@@ -138,17 +143,8 @@ static inline uint64_t min64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-/*
- * Marks.  Within a step, a rank that writes at most ROOTED_STEP bytes of
- * its half (a Bcast's root, a rank's chunk of a small enough reduction)
- * may mark how far it has written (write_marked()): it stores
- * (s << 20) | bytes at the line after those ROOTED_STEP bytes (where the
- * half has that room, the same at every rank), so that a reader copies
- * or folds behind it instead of after its post.  A mark of an older step
- * (the same half two steps before) reads as nothing written; a mark's
- * count bounds nothing but how far a reader goes, never past the step's
- * piece.
- */
+/* Marks (coll.h): a writer marks how far it has written its half every
+ * MARK_EVERY bytes, or every quarter of a longer piece (write_marked()). */
 #define MARK_EVERY (16u * 1024)
 
 /* Whether a Bcast of @p bytes is marked: 32 KiB to two pieces
@@ -159,12 +155,6 @@ static inline bool marked(uint64_t bytes)
 }
 #define MARK_SHIFT 20
 static_assert(ROOTED_STEP < (1u << MARK_SHIFT), "a piece's bytes fit under the step in a mark");
-
-static inline _Atomic uint64_t *step_mark(const struct pm_coll *co, int root, uint64_t s)
-{
-	return co->half_bytes >= ROOTED_STEP + 64 ? (_Atomic uint64_t *)(void *)(coll_half(co, root, s) + ROOTED_STEP)
-						  : NULL;
-}
 
 /* @p n bytes from @p from to this rank's @p half, marked at @p mark
  * (NULL: not marked) every MARK_EVERY bytes or, for more than 4 of
@@ -213,7 +203,7 @@ static void bcast_follow(struct pm_coll *co, _Atomic uint64_t *mark, int root, u
 		} else if (atomic_load_explicit(&co->flags[root]->arrive, memory_order_acquire) >= s) {
 			break;
 		}
-		__builtin_ia32_pause();
+		coll_relax();
 	}
 	coll_wait_arrive(co, root, s);
 	if (want > got)
@@ -233,13 +223,13 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 	 * one or two pieces (a longer one overlaps anyway: the root writes a
 	 * piece while the receivers copy the one before) and the root has a
 	 * core of its own. */
-	bool follow = takes && marked(bytes) && !co->lead_first && step_mark(co, root, s);
+	bool follow = takes && marked(bytes) && !co->lead_first;
 	if (co->rank == root) {
 		coll_wait_free(co, s);
 		memcpy(head, &total, BCAST_HEAD);
 	} else {
 		if (follow)
-			bcast_follow(co, step_mark(co, root, s), root, s, NULL, NULL, 0);
+			bcast_follow(co, coll_mark(co, root, s), root, s, NULL, NULL, 0);
 		else
 			coll_wait_arrive(co, root, s);
 		memcpy(&total, head, BCAST_HEAD);
@@ -251,7 +241,7 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 	for (uint64_t off = 0;; s = ++co->step) {
 		size_t n = (size_t)min64(total - off, piece);
 		uint8_t *p = small ? head + BCAST_HEAD : coll_half(co, root, s);
-		_Atomic uint64_t *mark = marked(total) ? step_mark(co, root, s) : NULL;
+		_Atomic uint64_t *mark = marked(total) ? coll_mark(co, root, s) : NULL;
 		if (co->rank == root) {
 			if (off > 0)
 				coll_wait_free(co, s);
@@ -517,14 +507,14 @@ static int allreduce_slices(struct pm_coll *co, struct red *r, const char *in, c
 	return rc;
 }
 
-/* Whether a Reduce's chunk of @p k elements at step @p s is marked as it
+/* Whether a Reduce's chunk of @p k elements is marked as it
  * is written, for its root to fold behind: 32 KiB to ROOTED_STEP bytes
  * (decided from the signature; an Allreduce, whose every rank would
  * follow every other, took longer so: PERFORMANCE.md, "Step sizes"). */
-static inline bool chunk_marked(const struct pm_coll *co, const struct red *r, int k, uint64_t s)
+static inline bool chunk_marked(const struct red *r, int k)
 {
 	uint64_t bytes = (uint64_t)k * r->size;
-	return !r->small && bytes >= 2 * MARK_EVERY && bytes <= ROOTED_STEP && step_mark(co, co->rank, s);
+	return !r->small && bytes >= 2 * MARK_EVERY && bytes <= ROOTED_STEP;
 }
 
 /* The fold of elements [@p a, @p b) of a chunk at @p off (red_fold()). */
@@ -550,7 +540,7 @@ static int fold_behind(struct pm_coll *co, struct red *r, uint64_t s, int k, con
 		for (int j = 0; j < co->size; j++) {
 			if (j == co->rank)
 				continue;
-			size_t b = mark_bytes(atomic_load_explicit(step_mark(co, j, s), memory_order_acquire), s);
+			size_t b = mark_bytes(atomic_load_explicit(coll_mark(co, j, s), memory_order_acquire), s);
 			ready = b < ready ? b : ready;
 		}
 		int e = (int)(ready / r->size);
@@ -562,7 +552,7 @@ static int fold_behind(struct pm_coll *co, struct red *r, uint64_t s, int k, con
 			looks = 0;
 			continue;
 		}
-		__builtin_ia32_pause();
+		coll_relax();
 	}
 	if (got < k) {
 		coll_wait_all(co, s);
@@ -591,8 +581,8 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		int e = MPI_SUCCESS;
 		uint8_t *mine = slot(co, co->rank, s, r->small);
 		bool slices = root < 0 && !r->small && by_slices(co, r, k);
-		bool marks = root >= 0 && chunk_marked(co, r, k, s);
-		_Atomic uint64_t *mark = marks ? step_mark(co, co->rank, s) : NULL;
+		bool marks = root >= 0 && chunk_marked(r, k);
+		_Atomic uint64_t *mark = marks ? coll_mark(co, co->rank, s) : NULL;
 		r->mine = r->dense ? at(in, off) : NULL; /* folded from the input */
 		if (r->dense && co->rank != root) {
 			coll_wait_free(co, s);
@@ -697,8 +687,8 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
 /*
  * Each rank's block is the same number of bytes (MPI: the signatures
  * match), packed where a datatype is not contiguous.  A step moves a piece
- * of every block: Gather and Allgather a half's worth of each rank's own
- * block through its own half; Scatter 1/n of the root's half per rank.
+ * of every block (coll_gather_bytes(), for coll_hier.c's node phases): a
+ * half's worth of each rank's own block through its own half.
  */
 struct blocks {
 	char *mine;      /* this rank's block (send side), contiguous */
@@ -795,8 +785,8 @@ int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes,
  * fits (LEN_SMALL bytes: "small"), or its address where co->cma_min is set
  * and the block is that long (Allgather, Alltoall: read with coll_read()),
  * else lies in its half, in pieces: the whole half for one block that
- * every reader shares (Gather, Allgather), a 1/n of it per destination
- * (Scatter, Alltoall).  A sender's layout follows from its length alone,
+ * every reader shares (Allgather; a Gather, ROOTED_STEP bytes of it), a
+ * 1/n of it per destination (Scatter, Alltoall).  A sender's layout follows from its length alone,
  * so a reader finds it.  How many steps the call takes is read alike at
  * every rank at the first step: Scatter from the root's length, Gather
  * from the root's room (the root posts it in its head, and the senders

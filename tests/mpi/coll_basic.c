@@ -8,14 +8,17 @@
  * a non-commutative user operation; counts 0, 1, 7, 1000 and a large one;
  * every root; MPI_IN_PLACE; MPI_Gather, MPI_Scatter and MPI_Allgather of
  * ints and of vector items at the root; MPI_Alltoall; Allreduce of rounded doubles the same bits at
- * every rank and on a second call; Bcasts and Reduces of 32 to 256 KiB back to back; collectives while point-to-point
+ * every rank and on a second call; Bcasts of 32 to 256 KiB and Reduces of 32 to 128 KiB back to back;
+ * a Bcast and a Reduce after data that looks like their marks; collectives while point-to-point
  * messages are in flight; a barrier while more messages than a ring holds
  * wait for a receive.  Runs with any number of ranks (1 and 3 too).
  */
 #include <complex.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "colltest.h"
 
@@ -235,6 +238,53 @@ static void check_streams(MPI_Comm comm)
 	}
 	free(b);
 	free(sum);
+}
+
+/* Data that a call left in a rank's half must never pass for how far a
+ * later Bcast or Reduce has been written (the marks of coll_ops.c): on a
+ * fresh communicator (its first call is step 1), an Allreduce of 20000
+ * uint64 whose word at 128 KiB reads as a mark of step 3 at rank 0 (and,
+ * at step 4, of step 6 at rank 1), then a Barrier, then a 64 KiB Bcast
+ * from rank 0 (a Reduce to rank 0) whose writer comes late. */
+static void check_stale_marks(void)
+{
+	enum { C = 20000, AT = 16384, NB = 8192 };
+	MPI_Comm comm;
+	int rank, size;
+	MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	uint64_t *in = malloc(C * 8), *out = malloc(C * 8), *b = malloc(NB * 8);
+	MT_CHECK(in && out && b, "out of memory");
+	for (int i = 0; i < C; i++)
+		in[i] = 1000 + (uint64_t)i;
+	if (rank == 0)
+		in[AT] = 3ull << 20 | NB * 8;
+	MT_MPI(MPI_Allreduce(in, out, C, MPI_UINT64_T, MPI_SUM, comm)); /* step 1 */
+	MT_MPI(MPI_Barrier(comm));
+	for (int i = 0; i < NB; i++)
+		b[i] = rank == 0 ? 7000000 + (uint64_t)i : 0;
+	if (rank == 0)
+		usleep(50000); /* the receivers look first */
+	MT_MPI(MPI_Bcast(b, NB, MPI_UINT64_T, 0, comm));
+	for (int i = 0; i < NB; i++)
+		MT_CHECK(b[i] == 7000000 + (uint64_t)i, "bcast after a stale mark: [%d] = %llu", i,
+			 (unsigned long long)b[i]);
+	in[AT] = rank == 1 ? 6ull << 20 | NB * 8 : 1000 + (uint64_t)AT;
+	MT_MPI(MPI_Allreduce(in, out, C, MPI_UINT64_T, MPI_SUM, comm)); /* step 4 */
+	MT_MPI(MPI_Barrier(comm));
+	for (int i = 0; i < NB; i++)
+		b[i] = 5000000 + (uint64_t)i;
+	if (rank != 0)
+		usleep(50000); /* the root looks first */
+	MT_MPI(MPI_Reduce(b, out, NB, MPI_UINT64_T, MPI_SUM, 0, comm));
+	for (int i = 0; rank == 0 && i < NB; i++)
+		MT_CHECK(out[i] == (uint64_t)size * (5000000 + (uint64_t)i), "reduce after a stale mark: [%d] = %llu", i,
+			 (unsigned long long)out[i]);
+	free(in);
+	free(out);
+	free(b);
+	MPI_Comm_free(&comm);
 }
 
 /* Allreduce of @p N doubles whose sum depends on the order: the same bits
@@ -559,6 +609,7 @@ int main(int argc, char **argv)
 	MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, 0, mt_size - mt_rank, &rev));
 	MT_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
 	MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, mt_rank / 3, mt_rank, &sub));
+	check_stale_marks();
 	check_unexpected_flood(MPI_COMM_WORLD);
 	check_comm(MPI_COMM_WORLD, vec, pair, aff, mab);
 	check_comm(rev, vec, pair, aff, mab);
