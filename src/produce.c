@@ -176,6 +176,18 @@ struct reserve_args {
 	size_t len;
 };
 
+/* Where a record of @p len bytes reserved now would end: after *@p pad
+ * bytes of padding (the rest of the ring, where it would not fit before
+ * the ring's end), its rec_size(). */
+static inline __attribute__((always_inline)) uint64_t room_end(const pinshm_channel_t *ch, size_t len,
+								uint64_t *pad)
+{
+	uint64_t cap = ch->g.capacity, size = rec_size(len);
+	uint64_t to_end = cap - (ch->tail & (cap - 1));
+	*pad = size > to_end ? to_end : 0;
+	return ch->tail + *pad + size;
+}
+
 /* Hold the room of a record of @p len bytes that fits, after @p pad bytes
  * of padding, up to @p end. */
 SEND_STEP_WITH_FENCE void take_room(pinshm_channel_t *ch, size_t len, uint64_t pad, uint64_t end)
@@ -201,11 +213,7 @@ SEND_STEP_WITH_FENCE int reserve_attempt(void *arg, bool quick)
 	(void)quick; /* one lane: always all of it */
 	struct reserve_args *a = arg;
 	pinshm_channel_t *ch = a->ch;
-	uint64_t cap = ch->g.capacity;
-	uint64_t size = rec_size(a->len);
-	uint64_t to_end = cap - (ch->tail & (cap - 1));
-	uint64_t pad = size > to_end ? to_end : 0;
-	uint64_t end = ch->tail + pad + size;
+	uint64_t pad, end = room_end(ch, a->len, &pad);
 	uint64_t need = end + HEADROOM;
 
 	if (ch->broken)
@@ -418,11 +426,7 @@ int pinshm_reserve(pinshm_channel_t *ch, size_t len, void **buf, int timeout_ms)
 {
 	if (ch->role == PINSHM_PRODUCER && !ch->reserved && len <= ch->g.max_message && !ch->broken) {
 		/* What reserve_attempt() does when the room is there. */
-		uint64_t cap = ch->g.capacity;
-		uint64_t size = rec_size(len);
-		uint64_t to_end = cap - (ch->tail & (cap - 1));
-		uint64_t pad = size > to_end ? to_end : 0;
-		uint64_t end = ch->tail + pad + size;
+		uint64_t pad, end = room_end(ch, len, &pad);
 
 		if (end + HEADROOM <= ch->limit) {
 			take_room(ch, len, pad, end);
