@@ -52,10 +52,8 @@
  * every rank of an Allreduce gets the same bits, on every run.  An
  * Allreduce of 3 ranks or more folds a large chunk by slices instead
  * (allreduce_slices()): each element still in that order, by one rank.
- * A Bcast, Reduce or Gather fills at most ROOTED_STEP bytes of a half a
- * step.  Chunks of
- * a few elements of the common predefined types and operations go
- * through the plugin's own kernels instead (coll_kern.c): the same
+ * Chunks of a few elements of the common predefined types and operations
+ * go through the plugin's own kernels instead (coll_kern.c): the same
  * operation in the same order, decided from the signature alone.
  */
 #include <limits.h>
@@ -156,6 +154,18 @@ static inline bool marked(uint64_t bytes)
 #define MARK_SHIFT 20
 static_assert(ROOTED_STEP < (1u << MARK_SHIFT), "a piece's bytes fit under the step in a mark");
 
+/* Mark @p mark: @p bytes of step @p s written (release: they are there). */
+static inline void mark_set(_Atomic uint64_t *mark, uint64_t s, uint64_t bytes)
+{
+	atomic_store_explicit(mark, s << MARK_SHIFT | bytes, memory_order_release);
+}
+
+/* Whether mark @p m is one of step @p s. */
+static inline bool mark_of(uint64_t m, uint64_t s)
+{
+	return m >> MARK_SHIFT == (s & (UINT64_MAX >> MARK_SHIFT));
+}
+
 /* @p n bytes from @p from to this rank's @p half, marked at @p mark
  * (NULL: not marked) every MARK_EVERY bytes or, for more than 4 of
  * them, every quarter (PERFORMANCE.md, "Step sizes"). */
@@ -167,14 +177,14 @@ static void write_marked(uint8_t *half, const void *from, size_t n, _Atomic uint
 		memcpy(half + d, (const char *)from + d, c);
 		d += c;
 		if (mark)
-			atomic_store_explicit(mark, s << MARK_SHIFT | d, memory_order_release);
+			mark_set(mark, s, d);
 	}
 }
 
 /* Bytes of step @p s that mark @p m says are written, or 0. */
 static inline size_t mark_bytes(uint64_t m, uint64_t s)
 {
-	return m >> MARK_SHIFT == (s & (UINT64_MAX >> MARK_SHIFT)) ? (size_t)(m & ((1u << MARK_SHIFT) - 1)) : 0;
+	return mark_of(m, s) ? (size_t)(m & ((1u << MARK_SHIFT) - 1)) : 0;
 }
 
 #define FOLLOW_LOOKS 4096u /* looks at a mark that has not moved before the usual wait */
@@ -190,7 +200,7 @@ static void bcast_follow(struct pm_coll *co, _Atomic uint64_t *mark, int root, u
 	size_t got = 0;
 	for (unsigned looks = 0; looks < FOLLOW_LOOKS; looks++) {
 		uint64_t m = atomic_load_explicit(mark, memory_order_acquire);
-		if (want == 0 && m >> MARK_SHIFT == (s & (UINT64_MAX >> MARK_SHIFT)))
+		if (want == 0 && mark_of(m, s))
 			return;
 		size_t ready = mark_bytes(m, s);
 		ready = ready < want ? ready : want;
@@ -246,7 +256,7 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 			if (off > 0)
 				coll_wait_free(co, s);
 			if (mark)
-				atomic_store_explicit(mark, s << MARK_SHIFT, memory_order_release);
+				mark_set(mark, s, 0);
 			if (n > 0)
 				write_marked(p, data + off, n, mark, s);
 			coll_post(co, s);
@@ -591,7 +601,7 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 			coll_wait_free(co, s);
 			e = pm_pack(at(in, off), k, r->type, mine, (uint64_t)k * r->size);
 			if (mark)
-				atomic_store_explicit(mark, s << MARK_SHIFT | (uint64_t)k * r->size, memory_order_release);
+				mark_set(mark, s, (uint64_t)k * r->size);
 		}
 		coll_post(co, s);
 		if (slices) {
@@ -786,8 +796,8 @@ int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes,
  * and the block is that long (Allgather, Alltoall: read with coll_read()),
  * else lies in its half, in pieces: the whole half for one block that
  * every reader shares (Allgather; a Gather, ROOTED_STEP bytes of it), a
- * 1/n of it per destination (Scatter, Alltoall).  A sender's layout follows from its length alone,
- * so a reader finds it.  How many steps the call takes is read alike at
+ * 1/n of it per destination (Scatter, Alltoall).  A sender's layout
+ * follows from its length alone, so a reader finds it.  How many steps the call takes is read alike at
  * every rank at the first step: Scatter from the root's length, Gather
  * from the root's room (the root posts it in its head, and the senders
  * wait for it), Allgather and Alltoall from the longest block any rank

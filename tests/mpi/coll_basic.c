@@ -7,11 +7,13 @@
  * predefined operation on the types it is defined for; a commutative and
  * a non-commutative user operation; counts 0, 1, 7, 1000 and a large one;
  * every root; MPI_IN_PLACE; MPI_Gather, MPI_Scatter and MPI_Allgather of
- * ints and of vector items at the root; MPI_Alltoall; Allreduce of rounded doubles the same bits at
- * every rank and on a second call; Bcasts of 32 to 256 KiB and Reduces of 32 to 128 KiB back to back;
- * a Bcast and a Reduce after data that looks like their marks; collectives while point-to-point
- * messages are in flight; a barrier while more messages than a ring holds
- * wait for a receive.  Runs with any number of ranks (1 and 3 too).
+ * ints and of vector items at the root; MPI_Alltoall; Allreduce of
+ * rounded doubles the same bits at every rank and on a second call;
+ * Bcasts of 32 to 256 KiB and Reduces of 32 to 128 KiB back to back; a
+ * Bcast and a Reduce after data that looks like their marks; collectives
+ * while point-to-point messages are in flight; a barrier while more
+ * messages than a ring holds wait for a receive.  Runs with any number
+ * of ranks (1 and 3 too).
  */
 #include <complex.h>
 #include <limits.h>
