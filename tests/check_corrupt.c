@@ -1068,8 +1068,10 @@ static bool plant_long_record(struct rnd *R, uint8_t *base, const struct seg_geo
 
 /* Until a consumer met the record planted at @p pos of lane @p l (a handle
  * broke, or the lane's room was freed past it), at most 5 s: the random
- * writes that follow could break every consumer before it gets there. */
-static void wait_planted_met(struct rnd *R, uint8_t *base, const struct seg_geometry *g, unsigned l, uint64_t pos)
+ * writes that follow could break every consumer before it gets there.
+ * @return false where the room was freed past it with nothing broken (a
+ * consumer had taken it before it was changed). */
+static bool wait_planted_met(struct rnd *R, uint8_t *base, const struct seg_geometry *g, unsigned l, uint64_t pos)
 {
 	struct lane_header *lh = seg_lane(g, base, l);
 	uint64_t end = tu_now_ms() + 5000;
@@ -1078,8 +1080,10 @@ static void wait_planted_met(struct rnd *R, uint8_t *base, const struct seg_geom
 		uint64_t broke = 0;
 		for (unsigned i = 0; i <= NWHYS; i++)
 			broke += atomic_load(&R->t->why[i]);
-		if (broke > 0 || atomic_load(&lh->free) > pos || tu_now_ms() >= end)
-			return;
+		if (broke > 0 || tu_now_ms() >= end)
+			return true;
+		if (atomic_load(&lh->free) > pos)
+			return false;
 		nanosleep(&(struct timespec){0, 100000}, NULL);
 	}
 }
@@ -1107,13 +1111,14 @@ static int rnd_corrupter(void *arg, int idx)
 	if (seg_geometry_read(base, size, &g) != 0)
 		tu_child_fail(1, "geometry");
 	/* Plausible values: first a long record planted in the clean traffic
-	 * (later ones depend on timing), within 5 s. */
+	 * (later ones depend on timing), within 5 s; again where a consumer
+	 * had taken it before it was changed (records past `free` may be held
+	 * or being read already). */
 	for (unsigned l = 0; R->mode == 0 && tu_now_ms() < end + 5000; l++) {
 		uint64_t pos;
-		if (plant_long_record(R, base, &g, l % g.max_producers, &pos)) {
-			wait_planted_met(R, base, &g, l % g.max_producers, pos);
+		if (plant_long_record(R, base, &g, l % g.max_producers, &pos) &&
+		    wait_planted_met(R, base, &g, l % g.max_producers, pos))
 			break;
-		}
 	}
 	/* At least the duration, and (a loaded machine runs us slowly) until
 	 * there were enough corruptions and calls to judge by. */
