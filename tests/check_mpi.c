@@ -1005,7 +1005,9 @@ END_TEST
  * (their short subset), and at 3 ranks with collectives off (the stats say
  * none went through pinshm). */
 static const struct config coll_configs[] = {
-	{.name = "plugin -np 3 PINSHM_MPI_COLL_AREA=16K", .np = 3, .plugin = true, .env = {"PINSHM_MPI_COLL_AREA=16K"}},
+	/* Small halves, and every piece of 256 bytes up streamed (coll_copy.c). */
+	{.name = "plugin -np 3 PINSHM_MPI_COLL_AREA=16K PINSHM_MPI_COLL_STREAM=256", .np = 3, .plugin = true,
+	 .env = {"PINSHM_MPI_COLL_AREA=16K", "PINSHM_MPI_COLL_STREAM=256"}},
 	{.name = "plugin -np 8 (short)", .np = 8, .plugin = true},
 	{.name = "plugin -np 3 PINSHM_MPI_COLL=0", .np = 3, .plugin = true, .env = {"PINSHM_MPI_COLL=0"}},
 };
@@ -1223,7 +1225,9 @@ START_TEST(test_coll_nb)
 		struct program pg;
 		struct config cf;
 	} runs[] = {
-		{{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL_AREA=64K"}, {.name = "plugin -np 3", .np = 3, .plugin = true}},
+		{{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL_AREA=64K"},
+		 {.name = "plugin -np 3 PINSHM_MPI_COLL_STREAM=256", .np = 3, .plugin = true,
+		  .env = {"PINSHM_MPI_COLL_STREAM=256"}}},
 		{{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL=0"}, {.name = "plugin -np 4", .np = 4, .plugin = true}},
 		{{"coll_nb_first", B, 0, NULL, NULL}, {.name = "plugin -np 3", .np = 3, .plugin = true}},
 #ifdef HAVE_MPIFORT_TEST

@@ -52,6 +52,7 @@
 
 #include <assert.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "plugin.h"
 
@@ -102,6 +103,8 @@ struct pm_coll {
 	int *pid;                  /* rank -> its process, where cma_min is set */
 	bool lead_first;           /* ranks of the node outnumber its cores: a Barrier's rank 0
 				      leaves first (coll_barrier()); need not agree */
+	uint64_t stream_min;       /* pieces of this many bytes up go into the area with streaming
+				      stores (coll_copy_in()); 0: never; need not agree */
 };
 
 /* The area of @p comm if its collectives are carried (deciding at the
@@ -145,6 +148,25 @@ static inline uint8_t *coll_small(const struct pm_coll *co, int r, uint64_t s)
 static inline _Atomic uint64_t *coll_mark(const struct pm_coll *co, int r, uint64_t s)
 {
 	return (_Atomic uint64_t *)(void *)((uint8_t *)(void *)co->flags[r] + 64) + (s & 1);
+}
+
+/* @p n bytes from @p src to @p dst in this rank's own half with streaming
+ * stores (coll_copy.c), ordered before any later release store of this
+ * thread (its post, its marks), as memcpy's are. */
+void coll_stream_in(void *dst, const void *src, size_t n);
+
+static inline void coll_copy_in(void *dst, const void *src, size_t n, bool stream)
+{
+	if (stream)
+		coll_stream_in(dst, src, n);
+	else
+		memcpy(dst, src, n);
+}
+
+/* Whether a step that writes @p bytes into this rank's half streams them. */
+static inline bool coll_streams(const struct pm_coll *co, uint64_t bytes)
+{
+	return co->stream_min && bytes >= co->stream_min;
 }
 
 /* A spinning look's pause. */

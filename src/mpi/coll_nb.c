@@ -237,14 +237,16 @@ static void write_part(struct nb *b, uint64_t s)
 	uint64_t i = s - b->first;
 	uint8_t *half = coll_half(co, co->rank, s);
 	if (b->kind == CALL_IBCAST || b->kind == CALL_IALLGATHER) {
-		memcpy(half, b->data + i * co->half_bytes, piece_len(b->bytes, i, co->half_bytes));
+		size_t len = piece_len(b->bytes, i, co->half_bytes);
+		coll_copy_in(half, b->data + i * co->half_bytes, len, coll_streams(co, len));
 	} else if (b->kind == CALL_IREDUCE || b->kind == CALL_IALLREDUCE) {
 		const struct red *r = &b->r;
 		int64_t e0 = (int64_t)i * r->per_chunk;
 		int k = b->count - e0 < r->per_chunk ? (int)(b->count - e0) : r->per_chunk;
 		MPI_Aint off = (MPI_Aint)e0 * r->extent;
 		if (r->dense)
-			memcpy(half, at(b->in, off + r->tlb), (size_t)k * r->size);
+			coll_copy_in(half, at(b->in, off + r->tlb), (size_t)k * r->size,
+				     coll_streams(co, (uint64_t)k * r->size));
 		else
 			note(b, pm_pack(at(b->in, off), k, r->type, half, (uint64_t)k * r->size));
 	}

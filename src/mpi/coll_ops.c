@@ -169,12 +169,14 @@ static inline bool mark_of(uint64_t m, uint64_t s)
 /* @p n bytes from @p from to this rank's @p half, marked at @p mark
  * (NULL: not marked) every MARK_EVERY bytes or, for more than 4 of
  * them, every quarter (PERFORMANCE.md, "Step sizes"). */
-static void write_marked(uint8_t *half, const void *from, size_t n, _Atomic uint64_t *mark, uint64_t s)
+static void write_marked(struct pm_coll *co, uint8_t *half, const void *from, size_t n, _Atomic uint64_t *mark,
+			 uint64_t s)
 {
+	bool stream = coll_streams(co, n);
 	size_t every = n / 4 > MARK_EVERY ? n / 4 : MARK_EVERY;
 	for (size_t d = 0; d < n;) {
 		size_t c = mark && n - d > every ? every : n - d;
-		memcpy(half + d, (const char *)from + d, c);
+		coll_copy_in(half + d, (const char *)from + d, c, stream);
 		d += c;
 		if (mark)
 			mark_set(mark, s, d);
@@ -258,7 +260,7 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 			if (mark)
 				mark_set(mark, s, 0);
 			if (n > 0)
-				write_marked(p, data + off, n, mark, s);
+				write_marked(co, p, data + off, n, mark, s);
 			coll_post(co, s);
 		} else if (takes) {
 			size_t want = off < bytes ? (size_t)min64(n, bytes - off) : 0;
@@ -596,7 +598,7 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		r->mine = r->dense ? at(in, off) : NULL; /* folded from the input */
 		if (r->dense && co->rank != root) {
 			coll_wait_free(co, s);
-			write_marked(mine, at(in, off + r->tlb), (size_t)k * r->size, mark, s);
+			write_marked(co, mine, at(in, off + r->tlb), (size_t)k * r->size, mark, s);
 		} else if (!r->dense) {
 			coll_wait_free(co, s);
 			e = pm_pack(at(in, off), k, r->type, mine, (uint64_t)k * r->size);
@@ -925,17 +927,18 @@ static inline __attribute__((always_inline)) void xb_write(struct pm_coll *co, c
 	uint8_t *base = own->small ? small + LEN_HEAD : coll_half(co, me, s);
 	size_t len = x->len - lo < own->piece ? (size_t)(x->len - lo) : own->piece;
 	if (shared) {
-		memcpy(base, x->out + lo, len);
+		coll_copy_in(base, x->out + lo, len, coll_streams(co, len));
 		return;
 	}
 	const char *from = x->out + lo;
 	if (len == x->len && len == own->piece) { /* the slot's pieces as out's blocks: at once (its own, unread) */
-		memcpy(base, from, len * (size_t)n);
+		coll_copy_in(base, from, len * (size_t)n, coll_streams(co, len * (size_t)n));
 		return;
 	}
+	bool stream = coll_streams(co, len * (size_t)(n - 1));
 	for (int d = 0; d < n; d++, base += own->piece, from += x->len)
 		if (d != me) /* a Scatter's sender is its root */
-			memcpy(base, from, len);
+			coll_copy_in(base, from, len, stream);
 }
 
 /* Step @p j: what this rank takes from rank @p r. */

@@ -55,15 +55,16 @@ static void red_rooms(struct red *r, int k)
 	}
 }
 
-/* Elements [@p e, @p e + @p k) of @p in, packed to @p dst. */
-static int red_pack(const struct red *r, const void *in, int64_t e, int k, void *dst)
+/* Elements [@p e, @p e + @p k) of @p in, packed to @p dst in this rank's half. */
+static int red_pack(const struct pm_coll *co, const struct red *r, const void *in, int64_t e, int k, void *dst)
 {
 	MPI_Aint off = (MPI_Aint)e * r->extent;
+	uint64_t bytes = (uint64_t)k * r->size;
 	if (r->dense) {
-		memcpy(dst, at(in, off + r->tlb), (size_t)k * r->size);
+		coll_copy_in(dst, at(in, off + r->tlb), (size_t)bytes, coll_streams(co, bytes));
 		return MPI_SUCCESS;
 	}
-	return pm_pack(at(in, off), k, r->type, dst, (uint64_t)k * r->size);
+	return pm_pack(at(in, off), k, r->type, dst, bytes);
 }
 
 /* Elements of a block of @p count from @p e0 that a chunk of @p per holds. */
@@ -86,7 +87,7 @@ static int rs_steps(struct pm_coll *co, struct red *r, const char *in, char *out
 		for (int d = 0; d < n; first += counts[d], d++) {
 			int k = chunk(counts[d], e0, r->per_chunk);
 			if (k > 0)
-				keep(&rc, red_pack(r, in, first + e0, k, coll_half(co, me, s) + (size_t)d * slot));
+				keep(&rc, red_pack(co, r, in, first + e0, k, coll_half(co, me, s) + (size_t)d * slot));
 		}
 		coll_post(co, s);
 		int k = chunk(counts[me], e0, r->per_chunk);
@@ -171,7 +172,7 @@ static int scan_steps(struct pm_coll *co, struct red *r, const char *in, char *o
 		int k = chunk(count, e0, r->per_chunk);
 		uint64_t s = ++co->step;
 		coll_wait_free(co, s);
-		keep(&rc, red_pack(r, in, e0, k, coll_half(co, co->rank, s)));
+		keep(&rc, red_pack(co, r, in, e0, k, coll_half(co, co->rank, s)));
 		coll_post(co, s);
 		if (hi > 0) {
 			for (int q = 0; q < hi; q++)

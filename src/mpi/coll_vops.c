@@ -176,7 +176,7 @@ static void vx_steps(struct pm_coll *co, struct vx *x, uint64_t most)
 				coll_wait_free(co, s);
 			waited = true;
 			size_t len = v->bytes - off < piece ? (size_t)(v->bytes - off) : piece;
-			memcpy(coll_half(co, me, s) + (size_t)d * piece, v->data + off, len);
+			coll_copy_in(coll_half(co, me, s) + (size_t)d * piece, v->data + off, len, coll_streams(co, len));
 		}
 		coll_post(co, s);
 		for (int r = 0; r < n; r++) {
