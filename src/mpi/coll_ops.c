@@ -538,14 +538,29 @@ static int fold_range(struct pm_coll *co, struct red *r, uint64_t s, const char 
 	return red_fold(co, r, s, b - a, at(out, d), 0, co->size, (size_t)a * r->size);
 }
 
+/* At 2 ranks: elements [@p a, @p b) of the other rank's chunk at step
+ * @p s folded into the result at @p out (which holds this rank's own). */
+static int fold_other(struct pm_coll *co, const struct red *r, uint64_t s, char *out, MPI_Aint off, int a, int b)
+{
+	const uint8_t *x = coll_half(co, 1 - co->rank, s) + (size_t)a * r->size;
+	return PMPI_Reduce_local(at(x, -r->tlb), at(out, off + (MPI_Aint)a * r->extent), b - a, r->type, r->op);
+}
+
 /* The fold of a marked chunk of @p k elements at step @p s, range by range
  * as every other rank's mark shows it written; once the marks stop
- * moving, the usual wait for every post, and the rest. */
+ * moving, the usual wait for every post, and the rest.  At 2 ranks, where
+ * the operands may swap (r->kern: integers, float and double sums and
+ * products), the root first copies its own chunk to the result while the
+ * other writes, then folds the other's into it: one pass behind the mark
+ * instead of two. */
 static int fold_behind(struct pm_coll *co, struct red *r, uint64_t s, int k, const char *in, char *out,
 		       MPI_Aint off)
 {
 	int got = 0, rc = MPI_SUCCESS;
 	red_kernel_fn kern = r->kern;
+	bool own_first = co->size == 2 && r->dense && kern;
+	if (own_first && in != out)
+		memcpy(at(out, off + r->tlb), at(in, off + r->tlb), (size_t)k * r->size);
 	r->kern = NULL; /* ranges of any length: the library's operation for each, on every run */
 	for (unsigned looks = 0; got < k && looks < FOLLOW_LOOKS; looks++) {
 		size_t ready = (size_t)k * r->size;
@@ -557,7 +572,7 @@ static int fold_behind(struct pm_coll *co, struct red *r, uint64_t s, int k, con
 		}
 		int e = (int)(ready / r->size);
 		if (e > got) {
-			int f = fold_range(co, r, s, in, out, off, got, e);
+			int f = own_first ? fold_other(co, r, s, out, off, got, e) : fold_range(co, r, s, in, out, off, got, e);
 			if (rc == MPI_SUCCESS)
 				rc = f;
 			got = e;
@@ -568,7 +583,7 @@ static int fold_behind(struct pm_coll *co, struct red *r, uint64_t s, int k, con
 	}
 	if (got < k) {
 		coll_wait_all(co, s);
-		int f = fold_range(co, r, s, in, out, off, got, k);
+		int f = own_first ? fold_other(co, r, s, out, off, got, k) : fold_range(co, r, s, in, out, off, got, k);
 		if (rc == MPI_SUCCESS)
 			rc = f;
 	}
