@@ -1024,6 +1024,50 @@ START_TEST(test_coll_ranks)
 }
 END_TEST
 
+/* p2p_basic where the daemon allows 2 channels a user: the ranks' inbound
+ * queues take them, MPI_COMM_WORLD's collective area cannot be made, and
+ * its rank 0 says so once; its barriers go to Open MPI, point to point
+ * stays carried. */
+START_TEST(test_coll_no_area)
+{
+	static const struct program prog = {"p2p_basic", B, 0, NULL, NULL};
+	static const struct config cf = {.name = "plugin -np 2, 2 channels a user", .np = 2, .plugin = true,
+					 .warning = "could not be made"};
+	const char *only = getenv("PINSHM_MPI_ONLY");
+	struct daemon_opts o = {.config = true};
+	struct daemon d;
+	struct run r;
+	char why[512];
+
+	if (only && only[0] && strcmp(only, prog.name) != 0)
+		return;
+	daemon_prepare(&d, &o);
+	FILE *f = fopen(d.conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[daemon]\nmax_channels_per_user = 2\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	daemon_spawn(&d, &o);
+	daemon_wait_ready(&d);
+	run_mpi(&d, NULL, &prog, &cf, &r);
+	bool failed = run_failed(&prog, &cf, &r, why, sizeof(why));
+	const char *st = strstr(r.out, "pinshm-mpi coll stats: rank=0 call=barrier ");
+	unsigned long carried = 1, passed = 0;
+	if (st)
+		sscanf(st, "pinshm-mpi coll stats: rank=0 call=barrier pinshm_calls=%lu pinshm_bytes=%*u mpi_calls=%lu",
+		       &carried, &passed);
+	if (!failed && (carried != 0 || passed == 0)) {
+		snprintf(why, sizeof(why), "barriers through pinshm %lu, through MPI %lu: want 0 and some", carried,
+			 passed);
+		failed = true;
+	}
+	if (failed)
+		dump(&prog, &cf, &r);
+	free(r.out);
+	ck_assert_msg(!failed, "%s, %s: %s", prog.name, cf.name, why);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* coll_hier (the calls carried hierarchically) on two and three pretend
  * nodes of 4 ranks, two of 3 ranks, and with collectives off. */
 static const struct config hier_configs[] = {
@@ -1954,6 +1998,7 @@ static Suite *mpi_suite(const struct scope *sc)
 		tcase_add_loop_test(tc, test_coll_ranks, 0, quick ? 1 : 2 * NCOLL_CONFIGS);
 		tcase_add_loop_test(tc, test_coll_hier, 0, quick ? 1 : NHIER_CONFIGS);
 		tcase_add_test(tc, test_coll_commfree);
+		tcase_add_test(tc, test_coll_no_area);
 		tcase_add_loop_test(tc, test_coll_a2a_hier, 0, quick ? 1 : NHIER_CONFIGS - 1);
 		tcase_add_loop_test(tc, test_coll_nb_hier, 0, quick ? 1 : NHIER_CONFIGS - 1);
 		tcase_add_loop_test(tc, test_coll_mismatch, 0, quick ? 1 : 2);

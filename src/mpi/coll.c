@@ -327,6 +327,16 @@ struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *lo
 		attr.max_consumers = 1;
 		area_name(name, sizeof(name), (uint64_t)msg[1]);
 		msg[0] = pinshm_create(pm.client, name, &attr, 0600, 0);
+		static bool warned; /* once a process: every communicator may fail alike */
+		if (msg[0] < 0 && !warned) {
+			warned = true;
+			fprintf(stderr,
+				"pinshm-mpi: warning: rank %d: the collective area of a communicator of %d ranks "
+				"(%" PRIu64 " bytes) could not be made: %s (%s); its collectives go to the MPI "
+				"library\n",
+				pm.world_rank, co->size, (uint64_t)attr.capacity * (uint64_t)co->size,
+				pinshm_strerror((int)msg[0]), pinshm_client_error(pm.client));
+		}
 	}
 	PMPI_Bcast(msg, 2, MPI_INT64_T, 0, comm);
 	int ok = coll_enabled && msg[0] == 0 && area_open(co, (uint64_t)msg[1]) == 0 &&
