@@ -173,6 +173,74 @@ struct pm_hier *hier_make(struct pm_comm *c)
 	return h;
 }
 
+/* ---- a death on another node ------------------------------------------------ */
+
+/* Data up to this many bytes goes to a node packed, with the status byte
+ * after it (a copy at the leader and at each rank that takes it); longer
+ * data goes as it is and the byte in a node step of its own. */
+#define ST_PACKED (16u * 1024)
+
+void hier_status_start(const struct pm_hier *h, struct hier_status *s, int rc)
+{
+	s->failed = rc != MPI_SUCCESS;
+	s->any = 0;
+	if (PMPI_Iallreduce(&s->failed, &s->any, 1, MPI_INT, MPI_MAX, h->leaders, &s->req) != MPI_SUCCESS) {
+		s->req = MPI_REQUEST_NULL;
+		s->any = 1;
+	}
+}
+
+bool hier_status_wait(struct hier_status *s)
+{
+	if (s->req != MPI_REQUEST_NULL && PMPI_Wait(&s->req, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+		s->any = 1;
+	return s->any != 0;
+}
+
+int hier_node_bytes_st(const struct pm_hier *h, char *buf, uint64_t n, char *st, int to, MPI_Comm comm)
+{
+	bool takes = to < 0 || h->node_rank[h->rank] == to, lead = is_leader(h);
+	if (lead)
+		buf[n] = *st;
+	int rc = coll_bcast_to(h->node, buf, (int)n + 1, MPI_BYTE, 0, to, comm);
+	if (takes && !lead)
+		*st = buf[n];
+	return rc;
+}
+
+int hier_node_bcast_st(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, uint64_t bytes, char *st,
+		       int to, MPI_Comm comm)
+{
+	if (bytes > ST_PACKED) {
+		int rc = coll_bcast_to(h->node, buf, count, type, 0, to, comm);
+		return first(rc, coll_bcast_to(h->node, st, 1, MPI_BYTE, 0, to, comm));
+	}
+	bool takes = to < 0 || h->node_rank[h->rank] == to, lead = is_leader(h);
+	char small[64], *room = bytes < sizeof(small) || !(takes || lead) ? small : malloc(bytes + 1);
+	if (!room)
+		return hier_no_memory(), MPI_ERR_NO_MEM;
+	int rc = lead ? pm_comm_error(comm, pm_pack(buf, count, type, room, bytes)) : MPI_SUCCESS;
+	if (rc != MPI_SUCCESS) /* the node is told: its data would be wrong */
+		*st = 1;
+	int sent = hier_node_bytes_st(h, room, bytes, st, to, comm);
+	if (takes && !lead && sent == MPI_SUCCESS)
+		rc = pm_comm_error(comm, pm_unpack(room, bytes, buf, count, type));
+	if (room != small)
+		free(room);
+	return first(sent, rc);
+}
+
+int hier_status_end(const struct pm_hier *h, MPI_Comm comm, int rc, bool failed)
+{
+	if (rc != MPI_SUCCESS || !failed)
+		return rc;
+	fprintf(stderr,
+		"pinshm-mpi: rank %d (world rank %d): a rank of the communicator on another node died: "
+		"the collective call cannot complete\n",
+		h->rank, pm.world_rank);
+	return pm_comm_error(comm, MPI_ERR_OTHER);
+}
+
 /* ---- the calls ------------------------------------------------------------- */
 
 int hier_barrier(MPI_Comm comm)
@@ -182,9 +250,15 @@ int hier_barrier(MPI_Comm comm)
 		return -1;
 	coll_count(CALL_BARRIER, true, 0);
 	int rc = coll_barrier(h->node);
-	if (is_leader(h))
-		rc = first(rc, pm_comm_error(comm, PMPI_Barrier(h->leaders)));
-	return first(rc, coll_barrier(h->node));
+	char st = 0;
+	if (is_leader(h)) { /* the status's allreduce waits for every leader, as a barrier */
+		int failed = rc != MPI_SUCCESS, any = 0;
+		rc = first(rc, pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
+		st = rc != MPI_SUCCESS || any;
+	}
+	/* The status byte to the node: one step, as a node barrier's. */
+	rc = first(rc, coll_bcast_to(h->node, &st, 1, MPI_BYTE, 0, -1, comm));
+	return hier_status_end(h, comm, rc, st);
 }
 
 int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
@@ -193,15 +267,56 @@ int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm co
 	const struct pm_type *t = h ? pm_type_info(type) : NULL;
 	if (!t || count < 0 || root < 0 || root >= h->size)
 		return -1;
-	coll_count(CALL_BCAST, true, (uint64_t)t->size * (uint64_t)count);
+	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
+	coll_count(CALL_BCAST, true, bytes);
 	int rn = h->node_of[root], rc = MPI_SUCCESS;
 	if (h->my_node == rn)
 		rc = coll_bcast_to(h->node, buffer, count, type, h->node_rank[root], -1, comm);
-	if (is_leader(h))
-		rc = first(rc, pm_comm_error(comm, PMPI_Bcast(buffer, count, type, rn, h->leaders)));
-	if (h->my_node != rn)
-		rc = first(rc, coll_bcast_to(h->node, buffer, count, type, 0, -1, comm));
-	return rc;
+	if (bytes == 0) { /* nothing to be wrong: no status */
+		if (is_leader(h))
+			rc = first(rc, pm_comm_error(comm, PMPI_Bcast(buffer, count, type, rn, h->leaders)));
+		if (h->my_node != rn)
+			rc = first(rc, coll_bcast_to(h->node, buffer, count, type, 0, -1, comm));
+		return rc;
+	}
+	/* The root's node's leader's status (its node phase failed) goes to
+	 * the other nodes after the data: packed with it where small (and so
+	 * on through their node phase), else in a Bcast (and a node step) of
+	 * its own. */
+	char st = h->my_node == rn && rc != MPI_SUCCESS;
+	if (bytes > ST_PACKED) {
+		if (is_leader(h)) {
+			int e = PMPI_Bcast(buffer, count, type, rn, h->leaders);
+			e = first(e, PMPI_Bcast(&st, 1, MPI_BYTE, rn, h->leaders));
+			rc = first(rc, pm_comm_error(comm, e));
+			st = st || rc != MPI_SUCCESS;
+		}
+		if (h->my_node == rn) /* its ranks have their data (or saw their node's error) */
+			return rc;
+		rc = first(rc, hier_node_bcast_st(h, buffer, count, type, bytes, &st, -1, comm));
+		return hier_status_end(h, comm, rc, st);
+	}
+	if (h->my_node == rn && !is_leader(h))
+		return rc;
+	char small[64], *tmp = bytes < sizeof(small) ? small : malloc(bytes + 1);
+	if (!tmp)
+		return hier_no_memory(), MPI_ERR_NO_MEM;
+	if (is_leader(h)) {
+		if (h->my_node == rn && pm_pack(buffer, count, type, tmp, bytes) != MPI_SUCCESS)
+			st = 1;
+		tmp[bytes] = st;
+		rc = first(rc, pm_comm_error(comm, PMPI_Bcast(tmp, (int)bytes + 1, MPI_BYTE, rn, h->leaders)));
+		st = tmp[bytes] || rc != MPI_SUCCESS;
+	}
+	if (h->my_node != rn) {
+		int sent = hier_node_bytes_st(h, tmp, bytes, &st, -1, comm);
+		if (sent == MPI_SUCCESS && !st)
+			rc = first(rc, pm_comm_error(comm, pm_unpack(tmp, bytes, buffer, count, type)));
+		rc = first(rc, sent);
+	}
+	if (tmp != small)
+		free(tmp);
+	return h->my_node == rn ? rc : hier_status_end(h, comm, rc, st);
 }
 
 /* The leaders' phase of a reduction of @p count elements at @p buf (this
@@ -251,15 +366,23 @@ static int reduce_run(struct pm_hier *h, const struct red *rp, const void *sendb
 	if (is_leader(h) && !(root_leads && h->my_node == rn) && root >= 0)
 		acc = red_room(&r, count, &base);
 	int rc = coll_reduce(h->node, &r, sendbuf, acc, count, 0, comm); /* in place: only where acc is recvbuf */
-	if (is_leader(h))
+	/* The leaders agree on the status beside their phase; the leader's
+	 * byte goes to its node after the result. */
+	char st = 0;
+	if (is_leader(h)) {
+		struct hier_status hs;
+		hier_status_start(h, &hs, rc);
 		rc = first(rc, leaders_reduce(h, acc, count, type, op, rn, root < 0, comm));
+		st = hier_status_wait(&hs) || rc != MPI_SUCCESS;
+	}
+	uint64_t bytes = (uint64_t)count * r.size;
 	if (root < 0)
-		rc = first(rc, coll_bcast_to(h->node, recvbuf, count, type, 0, -1, comm));
+		rc = first(rc, hier_node_bcast_st(h, recvbuf, count, type, bytes, &st, -1, comm));
 	else if (h->my_node == rn && !root_leads)
-		rc = first(rc, coll_bcast_to(h->node, is_leader(h) ? acc : recvbuf, count, type, 0, h->node_rank[root],
-					     comm));
+		rc = first(rc, hier_node_bcast_st(h, is_leader(h) ? acc : recvbuf, count, type, bytes, &st,
+						  h->node_rank[root], comm));
 	free(base);
-	return rc;
+	return hier_status_end(h, comm, rc, st);
 }
 
 int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
@@ -282,6 +405,9 @@ static int gather_nodes(const struct pm_hier *h, char *mine, uint64_t bytes, cha
 {
 	int me = h->my_node, total = displs[h->nnodes - 1] + counts[h->nnodes - 1];
 	int rc = coll_gather_bytes(h->node, mine, is_leader(h) ? packed + displs[me] : NULL, bytes, 0);
+	struct hier_status hs;
+	if (is_leader(h)) /* the status, beside the leaders' phase */
+		hier_status_start(h, &hs, rc);
 	if (is_leader(h) && rn < 0)
 		rc = first(rc, pm_comm_error(comm, PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed, counts,
 								   displs, MPI_BYTE, h->leaders)));
@@ -291,11 +417,15 @@ static int gather_nodes(const struct pm_hier *h, char *mine, uint64_t bytes, cha
 	else if (is_leader(h))
 		rc = first(rc, pm_comm_error(comm, PMPI_Gatherv(packed + displs[me], counts[me], MPI_BYTE, NULL, NULL,
 								NULL, MPI_BYTE, rn, h->leaders)));
+	char st = 0;
+	if (is_leader(h))
+		st = hier_status_wait(&hs) || rc != MPI_SUCCESS;
+	/* The status byte after the blocks (packed has room for it). */
 	if (rn < 0)
-		rc = first(rc, coll_bcast_to(h->node, packed, total, MPI_BYTE, 0, -1, comm));
+		rc = first(rc, hier_node_bytes_st(h, packed, (uint64_t)total, &st, -1, comm));
 	else if (me == rn && h->leader[rn] != root)
-		rc = first(rc, coll_bcast_to(h->node, packed, total, MPI_BYTE, 0, h->node_rank[root], comm));
-	return rc;
+		rc = first(rc, hier_node_bytes_st(h, packed, (uint64_t)total, &st, h->node_rank[root], comm));
+	return hier_status_end(h, comm, rc, st);
 }
 
 /* The blocks in node order at @p packed to @p recvbuf in rank order. */
@@ -335,7 +465,7 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 		return MPI_SUCCESS;
 	int *counts = malloc((size_t)h->nnodes * sizeof(int)), *displs = malloc((size_t)h->nnodes * sizeof(int));
 	bool room = takes || is_leader(h); /* where the n blocks lie */
-	char *packed = room ? malloc(bytes * (uint64_t)h->size) : NULL, *mine;
+	char *packed = room ? malloc(bytes * (uint64_t)h->size + 1) : NULL, *mine; /* + the status byte */
 	void *tmp_mine = NULL;
 	if (in_place)
 		mine = contiguous((char *)recvbuf + (MPI_Aint)rank * rcount * rext, rcount, rtype, 1, bytes, true,
@@ -350,7 +480,7 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 	}
 	/* gather_nodes() reports its errors; rc's are this rank's own. */
 	int sent = gather_nodes(h, mine, bytes, packed, counts, displs, all ? -1 : h->node_of[root], root, comm);
-	if (takes)
+	if (takes && sent == MPI_SUCCESS)
 		rc = first(rc, unpack_ranks(h, packed, displs, bytes, recvbuf, rcount, rtype));
 	free(counts);
 	free(displs);
@@ -391,8 +521,9 @@ int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, i
 	for (int d = 0, at = 0; displs && d < h->size; at += counts[d++])
 		displs[d] = at;
 	int rc = reduce_run(h, &r, in, sum, (int)total, 0, comm);
+	char failed = rc != MPI_SUCCESS; /* at the leaders: the status they agreed in reduce_run() */
 	rc = first(rc, hier_scatter_run(h, counts != NULL, sum, counts, displs, block, type, recvbuf,
-					counts ? counts[h->rank] : block, type, 0, comm));
+					counts ? counts[h->rank] : block, type, 0, comm, &failed));
 	free(displs);
 	free(base);
 	return rc;
@@ -427,14 +558,19 @@ int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, 
 		pre = red_room(&r, count, &pbase);
 	int rc = coll_reduce(h->node, &r, in, total, count, 0, comm);
 	rc = first(rc, coll_scan(h->node, &r, in, recvbuf, count, ex, comm));
-	if (is_leader(h))
+	char st = 0;
+	if (is_leader(h)) { /* the status, beside the leaders' phase */
+		struct hier_status hs;
+		hier_status_start(h, &hs, rc);
 		rc = first(rc, pm_comm_error(comm, PMPI_Exscan(total, pre, count, type, op, h->leaders)));
+		st = hier_status_wait(&hs) || rc != MPI_SUCCESS;
+	}
 	if (h->my_node > 0) {
-		rc = first(rc, coll_bcast_to(h->node, pre, count, type, 0, -1, comm));
-		if (rc == MPI_SUCCESS)
+		rc = first(rc, hier_node_bcast_st(h, pre, count, type, (uint64_t)count * r.size, &st, -1, comm));
+		if (rc == MPI_SUCCESS && !st)
 			rc = pm_comm_error(comm, scan_combine(h, &r, pre, recvbuf, count, ex));
 	}
 	free(tbase);
 	free(pbase);
-	return rc;
+	return hier_status_end(h, comm, rc, st);
 }

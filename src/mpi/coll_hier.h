@@ -56,13 +56,49 @@ static inline int first(int a, int b)
 
 void hier_no_memory(void); /* ends the job */
 
+/*
+ * A death on another node (coll_hier.c says more).  A member's death is
+ * seen on its own node only, so each call passes a status on: whether a
+ * node's phase failed, from the leaders that know it to the ranks whose
+ * data depends on it; a rank that learns of a failure returns
+ * MPI_ERR_OTHER through the communicator's error handler
+ * (hier_status_end()).
+ */
+/* The leaders' agreement on the status: PMPI_Iallreduce (MPI_MAX) of
+ * whether this node's phase failed (@p rc not MPI_SUCCESS), started beside
+ * the leaders' own phase and waited for after it (hier_status_wait()). */
+struct hier_status {
+	int failed, any;
+	MPI_Request req;
+};
+void hier_status_start(const struct pm_hier *h, struct hier_status *s, int rc);
+/* @return whether some node's phase failed (a failed wait counts). */
+bool hier_status_wait(struct hier_status *s);
+/* A node Bcast from the leader (to node rank @p to only, or to every rank:
+ * @p to < 0) of @p n < INT_MAX packed bytes at @p buf (at the leader and
+ * where they are taken; the others ignore @p buf and @p n), with the
+ * status byte *@p st after them, at buf[n] (room of the call's own). */
+int hier_node_bytes_st(const struct pm_hier *h, char *buf, uint64_t n, char *st, int to, MPI_Comm comm);
+/* The same of @p count items of @p type at @p buf (@p bytes packed):
+ * packed with the byte where that is small, else the data and then the
+ * byte in a step of its own. */
+int hier_node_bcast_st(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, uint64_t bytes, char *st,
+		       int to, MPI_Comm comm);
+/* What a call returns at its end: @p rc (already reported), or, where
+ * this rank learnt that some node's phase failed (@p failed),
+ * MPI_ERR_OTHER through the communicator's error handler. */
+int hier_status_end(const struct pm_hier *h, MPI_Comm comm, int rc, bool failed);
+
 /* Scatter (@p count items a rank) or (@p v) Scatterv of the root's
  * blocks of @p type at @p buf (block r: @p counts[r] items at item
  * @p displs[r]), uncounted (coll_hier_v.c; the caller decided with
  * hier_v_carried() and counted).  @p rbuf MPI_IN_PLACE at the root: it
- * takes nothing. */
+ * takes nothing.  @p known: NULL, or (at every rank alike) every
+ * leader's status already agreed (*@p known at the leaders: Reduce_scatter's
+ * reduction failed): then the root's node is told it too. */
 int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *counts, const int *displs, int count,
-		     MPI_Datatype type, void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm);
+		     MPI_Datatype type, void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm,
+		     const char *known);
 /* Whether the node phases of the v variants fit every node's area. */
 bool hier_v_carried(const struct pm_hier *h);
 

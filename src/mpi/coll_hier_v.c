@@ -143,7 +143,7 @@ static void plan_order(struct plan *p)
 		at[h->node_of[r]] += p->len[r];
 	}
 	free(at);
-	if (p->total > INT_MAX) { /* past the leaders' counts: no bytes move */
+	if (p->total >= INT_MAX) { /* past the leaders' counts (and a status byte): no bytes move */
 		memset(p->len, 0, (size_t)h->size * sizeof(uint64_t));
 		memset(p->ntot, 0, (size_t)h->nnodes * sizeof(uint64_t));
 		p->total = 0;
@@ -160,7 +160,7 @@ static void plan_counts(struct plan *p)
 	p->ndispl = zalloc((size_t)h->nnodes, sizeof(int));
 	uint64_t at = 0;
 	for (int j = 0; j < h->nnodes; j++) {
-		bool fits = at + p->ntot[j] <= INT_MAX;
+		bool fits = at + p->ntot[j] < INT_MAX; /* and the status byte after them */
 		if (!fits && p->rc == MPI_SUCCESS)
 			p->rc = MPI_ERR_COUNT;
 		p->ndispl[j] = fits ? (int)at : 0;
@@ -285,7 +285,7 @@ static bool allgatherv_fits(const struct pm_hier *h, const int *rcounts, MPI_Dat
 		return false;
 	for (int r = 0; r < h->size; r++)
 		total += rcounts[r] > 0 ? (uint64_t)rcounts[r] * (uint64_t)size : 0;
-	return total <= INT_MAX;
+	return total < INT_MAX; /* and the status byte after them */
 }
 
 int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
@@ -314,19 +314,34 @@ int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recv
 	 * (their own node's among them where the lengths agree). */
 	bool all_here = is_leader(h) && (root < 0 || h->my_node == rn);
 	bool inside = all_here && (uint64_t)p.ncount[h->my_node] == p.mine;
-	char *packed = takes || all_here ? zalloc((size_t)p.total, 1) : NULL;
+	char *packed = takes || all_here ? zalloc((size_t)p.total + 1, 1) : NULL; /* + the status byte */
 	char *part = inside ? packed + p.ndispl[h->my_node] : is_leader(h) ? zalloc((size_t)p.mine, 1) : NULL;
 	if (all_here && !inside)
 		p.rc = first(p.rc, MPI_ERR_TRUNCATE);
 	sent = first(sent, coll_vbytes(h->node, true, mine, bytes, part, p.nlen, comm));
-	if (is_leader(h))
+	/* The status: Allgatherv: beside the leaders' phase; Gatherv: agreed
+	 * first, and no leader makes the library's call after a failure (the
+	 * counts, known only at the root, may differ then: as for Scatterv). */
+	char st = 0;
+	if (is_leader(h) && root < 0) {
+		struct hier_status hs;
+		hier_status_start(h, &hs, sent);
 		sent = first(sent, gatherv_leaders(&p, packed, part, rn, comm));
+		st = hier_status_wait(&hs) || sent != MPI_SUCCESS;
+	} else if (is_leader(h)) {
+		int failed = sent != MPI_SUCCESS, any = 1;
+		sent = first(sent, pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
+		if (!any)
+			sent = first(sent, gatherv_leaders(&p, packed, part, rn, comm));
+		st = any || sent != MPI_SUCCESS;
+	}
 	if (root < 0)
-		sent = first(sent, coll_bcast_to(h->node, packed, (int)p.total, MPI_BYTE, 0, -1, comm));
+		sent = first(sent, hier_node_bytes_st(h, packed, p.total, &st, -1, comm));
 	else if (h->my_node == rn && h->leader[rn] != root)
-		sent = first(sent, coll_bcast_to(h->node, packed, (int)p.total, MPI_BYTE, 0, h->node_rank[root], comm));
+		sent = first(sent, hier_node_bytes_st(h, packed, p.total, &st, h->node_rank[root], comm));
+	sent = hier_status_end(h, comm, sent, st);
 	rc = first(rc, p.rc);
-	if (takes && rc == MPI_SUCCESS)
+	if (takes && rc == MPI_SUCCESS && sent == MPI_SUCCESS)
 		rc = unpack_blocks(&p, packed, &rs, in_place);
 	return plan_end(&p, packed, inside ? NULL : part, tmp, sent, pm_comm_error(comm, rc));
 }
@@ -380,7 +395,8 @@ static int scatter_plan(struct plan *p, const struct side *ss, uint64_t bytes, b
 }
 
 int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *counts, const int *displs, int count,
-		     MPI_Datatype type, void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+		     MPI_Datatype type, void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm,
+		     const char *known)
 {
 	int rn = h->node_of[root], rc = MPI_SUCCESS;
 	bool is_root = h->rank == root, in_place = is_root && rbuf == MPI_IN_PLACE;
@@ -401,9 +417,31 @@ int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *coun
 	char *part = inside ? packed + p.ndispl[rn] : is_leader(h) ? zalloc((size_t)p.mine, 1) : NULL;
 	if (is_leader(h) && h->my_node == rn && !inside)
 		p.rc = first(p.rc, MPI_ERR_TRUNCATE);
-	if (is_leader(h))
+	/* The status, then a node step after the blocks on the nodes that
+	 * take it.  Scatter: the root's node's leader's (its node phase
+	 * failed), by a leaders' Ibcast beside their phase (unless @p known).
+	 * Scatterv: every leader's, agreed first: after a failure the leaders'
+	 * counts (known only at the root) may differ, and the library's call
+	 * would wait for bytes never sent; so no leader makes it. */
+	char st = known ? *known : h->my_node == rn && sent != MPI_SUCCESS;
+	MPI_Request sreq = MPI_REQUEST_NULL;
+	if (is_leader(h) && v) {
+		int failed = st || sent != MPI_SUCCESS, any = 1;
+		sent = first(sent, pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
+		st = any != 0;
+	} else if (is_leader(h) && !known && PMPI_Ibcast(&st, 1, MPI_BYTE, rn, h->leaders, &sreq) != MPI_SUCCESS) {
+		st = 1;
+	}
+	if (is_leader(h) && !(v && st))
 		sent = first(sent, scatterv_leaders(&p, packed, part, rn, comm));
+	if (sreq != MPI_REQUEST_NULL && PMPI_Wait(&sreq, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+		st = 1;
+	st = is_leader(h) && (st || sent != MPI_SUCCESS);
 	sent = first(sent, coll_vbytes(h->node, false, mine, bytes, part, p.nlen, comm));
+	if (known || h->my_node != rn) {
+		sent = first(sent, coll_bcast_to(h->node, &st, 1, MPI_BYTE, 0, -1, comm));
+		sent = hier_status_end(h, comm, sent, st);
+	}
 	rc = first(rc, p.rc);
 	if (tmp && rc == MPI_SUCCESS && sent == MPI_SUCCESS)
 		rc = blocks_move(rbuf, rcount, rtype, 1, tmp, bytes, false);
@@ -426,5 +464,6 @@ int hier_scatter(const void *sendbuf, bool v, const int *scounts, const int *sdi
 	coll_count(v ? CALL_SCATTERV : CALL_SCATTER, true, bytes);
 	if (!v && bytes == 0)
 		return MPI_SUCCESS;
-	return hier_scatter_run(h, v, sendbuf, scounts, sdispls, scount, stype, recvbuf, rcount, rtype, root, comm);
+	return hier_scatter_run(h, v, sendbuf, scounts, sdispls, scount, stype, recvbuf, rcount, rtype, root, comm,
+				NULL);
 }
