@@ -1126,22 +1126,22 @@ START_TEST(test_coll_dead_hier)
 	program_arg = NULL;
 	/* mpirun's own status may tell of the killed rank: only a timeout counts. */
 	bool hung = !WIFEXITED(r.status) || WEXITSTATUS(r.status) == 124 || WEXITSTATUS(r.status) == 137;
-	char why[256] = "";
-	size_t n = blocking ? sizeof(dead_blocking) / sizeof(dead_blocking[0]) : 1;
-	for (size_t k = 0; k < n && !why[0]; k++) {
+	char why[1024] = "";
+	size_t n = blocking ? sizeof(dead_blocking) / sizeof(dead_blocking[0]) : 1, at = 0;
+	for (size_t k = 0; k < n; k++) {
 		const char *call = blocking ? dead_blocking[k].call : calls[_i];
 		unsigned either = blocking ? dead_blocking[k].either : !strcmp(call, "ireduce0") ? 2 : 0;
 		int oks, errs;
 		dead_count(r.out, call, either, &oks, &errs);
-		if (oks != 3 || errs != 3)
-			snprintf(why, sizeof(why), "%s: %d survivors reported, %d as they should (want 3)", call, oks,
-				 errs);
+		if ((oks != 3 || errs != 3) && at < sizeof(why))
+			at += (size_t)snprintf(why + at, sizeof(why) - at, "%s%s: %d survivors reported, %d as they should",
+					       at ? "; " : "", call, oks, errs);
 	}
 	bool failed = hung || why[0];
 	if (failed)
 		dump(&prog, &cf, &r);
 	free(r.out);
-	ck_assert_msg(!failed, "coll_dead %s, %s: exit %d, %s", blocking ? "blocking" : calls[_i], cf.name,
+	ck_assert_msg(!failed, "coll_dead %s, %s: exit %d, %s (want 3 and 3)", blocking ? "blocking" : calls[_i], cf.name,
 		      WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, why[0] ? why : "hung");
 	daemon_stop_ok(&d);
 }

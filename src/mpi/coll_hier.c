@@ -458,7 +458,7 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 	int count = in_place ? rcount : scount;
 	uint64_t bytes = t && count >= 0 ? (uint64_t)t->size * (uint64_t)count : UINT64_MAX;
 	MPI_Aint rext = in_place && t ? t->extent : 0;
-	if (bytes > INT_MAX / (uint64_t)h->size) /* the leaders' counts are ints */
+	if (bytes > (INT_MAX - 1) / (uint64_t)h->size) /* the leaders' counts are ints; a status byte after them */
 		return -1;
 	coll_count(all ? CALL_ALLGATHER : CALL_GATHER, true, bytes);
 	if (bytes == 0)
