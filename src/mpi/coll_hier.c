@@ -55,6 +55,36 @@
  *     leaders' PMPI_Exscan of the totals gives node j's leader
  *     P = T0 op ... op T[j-1], which it passes to its node; a rank of node
  *     j > 0 then takes P op (its node's scan), an Exscan's leader P.
+ *
+ * A death on another node.  A member's death is seen on its own node only
+ * (its area), so that the ranks of the other nodes do not return
+ * MPI_SUCCESS with wrong data, each call passes a status on (a node's
+ * phase failed): the leaders learn it with or beside their phase, and each
+ * leader passes a byte to its node after the data of the node phase that
+ * follows theirs; a rank that reads a set byte, or a leader that learnt
+ * of a failure, returns MPI_ERR_OTHER through the communicator's error
+ * handler (hier_status_end()).  The leaders make the same library calls
+ * whatever failed, so none waits for ever.  What each call pays for it:
+ *   Barrier: the leaders' MPI_Allreduce (MPI_MAX) of the status in place
+ *     of their MPI_Barrier, the byte (a one-step node Bcast) in place of
+ *     the second node barrier: no step more.
+ *   Bcast: the root's node's leader's status after the data, packed with
+ *     it up to ST_PACKED bytes (a copy at that leader and at each rank of
+ *     the other nodes, no step more), else in a leaders' MPI_Bcast of one
+ *     byte and a node step of its own.  The root's node hears nothing
+ *     more: its data came from the root through its own area.
+ *   Reduce, Allreduce, Gather, Allgather, Scan, Exscan: the leaders'
+ *     MPI_Iallreduce of the status, started before their own call and
+ *     waited for after it (as the nonblocking calls'), and the byte after
+ *     the data of the node Bcast that follows (a reduction's result packed
+ *     with it up to ST_PACKED bytes, else a node step more; a gather's
+ *     packed blocks have room for it).  Where no node phase follows (a
+ *     rank with no result, the first node of a Scan) a rank other than a
+ *     leader hears nothing: its own part complete, it may return
+ *     MPI_SUCCESS.
+ *   Reduce_scatter(_block): the Reduce's, then the Scatter(v)'s of
+ *     coll_hier_v.c from the status agreed in it, with a node step for the
+ *     byte on every node.
  */
 #include <limits.h>
 #include <stdio.h>

@@ -24,6 +24,10 @@
  *      each block, so that nothing is written past what was sent, and
  *      returns MPI_ERR_TRUNCATE where a length passed its room, as the
  *      library would.
+ * A death on another node (coll_hier.c): the leaders' exchange of the
+ * lengths carries each leader's status (one number more for each pair of
+ * nodes), and each rank's piece in step 4 the status its leader learnt
+ * (in its head, after the lengths): no step more.
  * The lengths are exchanged rather than taken as equal so that an
  * erroneous call whose signatures differ (a count larger at the sender)
  * ends with MPI_ERR_TRUNCATE where a receiver's room is short, never with

@@ -24,10 +24,27 @@
  *     leader, or PMPI_Allgatherv; that leader passes them to the root, or
  *     every leader to its node; the root (every rank) unpacks them.
  *
+ * A death on another node (coll_hier.c): the status goes as follows.
+ *   Scatter: the root's node's leader's, by a leaders' MPI_Ibcast of one
+ *     byte beside their MPI_Scatterv, then to the other nodes in a node
+ *     step of one byte after the blocks.
+ *   Scatterv, Gatherv: every leader's, agreed by an MPI_Allreduce before
+ *     the leaders' call, which none makes after a failure: the counts,
+ *     known at the root only, may differ then, and the library's call
+ *     would wait for bytes never sent.  Then a node step of one byte after
+ *     Scatterv's blocks; after Gatherv's, with them.
+ *   The root's node of a Scatter(v) hears nothing more (its blocks came
+ *   from the root through its own area), but for Reduce_scatter's, whose
+ *   status the leaders agreed already (@p known): a node step on every
+ *   node, and no leaders' step.
+ *   Allgatherv: the leaders' MPI_Iallreduce beside their MPI_Allgatherv,
+ *     and the byte with the blocks the leaders pass to their nodes.
+ *
  * Whether these are carried depends only on the communicator and the root
  * (and for Scatter on the block's length, the same at every rank), as on
  * one node (coll_vops.c).  The leaders' counts are ints: a node's blocks,
- * or the communicator's, over INT_MAX bytes fail with MPI_ERR_COUNT where
+ * or the communicator's, of INT_MAX bytes or more (a status byte goes after
+ * them) fail with MPI_ERR_COUNT where
  * that is seen (the leaders then move no bytes for it).  Nothing is
  * allocated on a rank that is neither a leader nor takes all blocks,
  * beyond a packed copy of its own block where its datatype is not
