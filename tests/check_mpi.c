@@ -1077,8 +1077,10 @@ END_TEST
  * Scan).  Cases: MPI_Iallreduce, MPI_Ibcast from the dead rank,
  * MPI_Ibarrier, MPI_Ireduce to rank 1 or to rank 0 (its leader), or
  * MPI_Iallgather, and MPI_Wait; and in one run the blocking calls of
- * coll_dead's "blocking", one after the other (dead_blocking).  The flat
- * case: tests/check_coll.sh. */
+ * coll_dead's "blocking", one after the other (dead_blocking).  Last,
+ * "blocking" with the default handler: every survivor must abort (none
+ * reports a call), none wait for ever for a leader that aborted.  The
+ * flat case: tests/check_coll.sh. */
 #define NDEAD_CALLS 6
 static const struct {
 	const char *call;
@@ -1116,16 +1118,29 @@ START_TEST(test_coll_dead_hier)
 	static const struct program prog = {"coll_dead", 0, 0, NULL, NULL};
 	static const struct config cf = {.name = "plugin -np 4 PINSHM_MPI_NODES=2 --enable-recovery", .np = 4,
 					 .plugin = true, .nodes = 2, .recovery = true, .env = {"COLL_DEAD_RETURN=1"}};
+	static const struct config fatal = {.name = "plugin -np 4 PINSHM_MPI_NODES=2 --enable-recovery, errors fatal",
+					    .np = 4, .plugin = true, .nodes = 2, .recovery = true};
 	struct daemon d;
 	struct run r;
-	bool blocking = _i == NDEAD_CALLS;
+	bool blocking = _i >= NDEAD_CALLS, aborts = _i > NDEAD_CALLS;
 
 	program_arg = blocking ? "blocking" : calls[_i];
 	daemon_start(&d);
-	run_mpi(&d, NULL, &prog, &cf, &r);
+	run_mpi(&d, NULL, &prog, aborts ? &fatal : &cf, &r);
 	program_arg = NULL;
 	/* mpirun's own status may tell of the killed rank: only a timeout counts. */
 	bool hung = !WIFEXITED(r.status) || WEXITSTATUS(r.status) == 124 || WEXITSTATUS(r.status) == 137;
+	if (aborts) {
+		bool quiet = !strstr(r.out, " returned "), said = strstr(r.out, "MPI_ERRORS_ARE_FATAL") != NULL;
+		if (hung || !quiet || !said)
+			dump(&prog, &fatal, &r);
+		free(r.out);
+		ck_assert_msg(!hung && quiet && said, "coll_dead blocking, %s: exit %d, %s", fatal.name,
+			      WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1,
+			      hung ? "hung" : !quiet ? "a survivor returned" : "no abort");
+		daemon_stop_ok(&d);
+		return;
+	}
 	char why[1024] = "";
 	size_t n = blocking ? sizeof(dead_blocking) / sizeof(dead_blocking[0]) : 1, at = 0;
 	for (size_t k = 0; k < n; k++) {
@@ -1987,7 +2002,7 @@ static Suite *mpi_suite(const struct scope *sc)
 		tcase_add_loop_test(tc, test_coll_nb_hier, 0, quick ? 1 : NHIER_CONFIGS - 1);
 		tcase_add_loop_test(tc, test_coll_mismatch, 0, quick ? 1 : 2);
 		tcase_add_loop_test(tc, test_coll_truncate, 0, quick ? 1 : 3);
-		tcase_add_loop_test(tc, test_coll_dead_hier, 0, quick ? 1 : NDEAD_CALLS + 1);
+		tcase_add_loop_test(tc, test_coll_dead_hier, 0, quick ? 1 : NDEAD_CALLS + 2);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

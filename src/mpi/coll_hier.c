@@ -64,7 +64,10 @@
  * follows theirs; a rank that reads a set byte, or a leader that learnt
  * of a failure, returns MPI_ERR_OTHER through the communicator's error
  * handler (hier_status_end()).  The leaders make the same library calls
- * whatever failed, so none waits for ever.  What each call pays for it:
+ * whatever failed, so none waits for ever; and a rank whose own node
+ * phase failed reports it through the handler only at the end of the call
+ * (hier_done()): by default that ends its process, and the other nodes'
+ * leaders would wait for it.  What each call pays for it:
  *   Barrier: the leaders' MPI_Allreduce (MPI_MAX) of the status in place
  *     of their MPI_Barrier, the byte (a one-step node Bcast) in place of
  *     the second node barrier: no step more.
@@ -141,6 +144,41 @@ static void number_nodes(struct pm_hier *h, const int64_t *ids, int size)
 	}
 }
 
+struct pm_hier *hier_current;
+
+/* The node communicators' error handler and the layout each names. */
+static MPI_Errhandler node_handler = MPI_ERRHANDLER_NULL;
+static int node_key = MPI_KEYVAL_INVALID;
+
+/* A failed wait of a node phase (coll.c reports it through the node
+ * communicator): kept for hier_done() during a blocking call, else (a
+ * nonblocking call's node phase) through the communicator's handler. */
+static void node_error(MPI_Comm *nc, int *code, ...)
+{
+	struct pm_hier *h = NULL;
+	int flag = 0;
+	if (PMPI_Comm_get_attr(*nc, node_key, &h, &flag) != MPI_SUCCESS || !flag || !h)
+		return;
+	if (!h->defer)
+		PMPI_Comm_call_errhandler(h->comm, *code);
+	else if (h->deferred == MPI_SUCCESS)
+		h->deferred = *code;
+}
+
+int hier_done(int rc)
+{
+	struct pm_hier *h = hier_current;
+	hier_current = NULL;
+	if (!h)
+		return rc;
+	h->defer = false;
+	int e = h->deferred;
+	h->deferred = MPI_SUCCESS;
+	if (e != MPI_SUCCESS)
+		PMPI_Comm_call_errhandler(h->comm, e);
+	return rc;
+}
+
 /* The node communicator, the leaders' and the node's area; @return
  * whether this rank's area is on (and its half's bytes in *@p half). */
 static bool split_nodes(struct pm_hier *h, const struct pm_comm *c, int64_t *half)
@@ -160,8 +198,18 @@ static bool split_nodes(struct pm_hier *h, const struct pm_comm *c, int64_t *hal
 	for (int r = 0; r < c->size; r++)
 		if (h->node_of[r] == h->my_node)
 			local[n++] = c->local[r];
-	h->node = coll_area_agree(h->node_comm, h->node_rank[c->rank], n, local, c->comm);
+	/* A failed wait reports through the node communicator's handler
+	 * (node_error(), set once the area is agreed), or where that cannot
+	 * be made through the communicator's at once. */
+	if (node_key == MPI_KEYVAL_INVALID &&
+	    (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &node_key, NULL) != MPI_SUCCESS ||
+	     PMPI_Comm_create_errhandler(node_error, &node_handler) != MPI_SUCCESS))
+		node_key = MPI_KEYVAL_INVALID;
+	bool own = node_key != MPI_KEYVAL_INVALID && PMPI_Comm_set_attr(h->node_comm, node_key, h) == MPI_SUCCESS;
+	h->node = coll_area_agree(h->node_comm, h->node_rank[c->rank], n, local, own ? h->node_comm : c->comm);
 	free(local);
+	if (own)
+		PMPI_Comm_set_errhandler(h->node_comm, node_handler);
 	*half = h->node->half_bytes ? (int64_t)h->node->half_bytes : INT64_MAX;
 	return h->node->on;
 }
@@ -273,7 +321,7 @@ int hier_status_end(const struct pm_hier *h, MPI_Comm comm, int rc, bool failed)
 
 /* ---- the calls ------------------------------------------------------------- */
 
-int hier_barrier(MPI_Comm comm)
+static int barrier_call(MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	if (!h)
@@ -291,7 +339,12 @@ int hier_barrier(MPI_Comm comm)
 	return hier_status_end(h, comm, rc, st);
 }
 
-int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
+int hier_barrier(MPI_Comm comm)
+{
+	return hier_done(barrier_call(comm));
+}
+
+static int bcast_call(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	const struct pm_type *t = h ? pm_type_info(type) : NULL;
@@ -347,6 +400,11 @@ int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm co
 	if (tmp != small)
 		free(tmp);
 	return h->my_node == rn ? rc : hier_status_end(h, comm, rc, st);
+}
+
+int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
+{
+	return hier_done(bcast_call(buffer, count, type, root, comm));
 }
 
 /* The leaders' phase of a reduction of @p count elements at @p buf (this
@@ -415,8 +473,8 @@ static int reduce_run(struct pm_hier *h, const struct red *rp, const void *sendb
 	return hier_status_end(h, comm, rc, st);
 }
 
-int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
-		MPI_Comm comm)
+static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+		       MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	struct red r = {.op = op};
@@ -424,6 +482,12 @@ int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type
 		return -1;
 	coll_count(root < 0 ? CALL_ALLREDUCE : CALL_REDUCE, true, (uint64_t)count * r.size);
 	return reduce_run(h, &r, sendbuf, recvbuf, count, root, comm);
+}
+
+int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+		MPI_Comm comm)
+{
+	return hier_done(reduce_call(sendbuf, recvbuf, count, type, op, root, comm));
 }
 
 /* The blocks of @p bytes of every rank, @p mine here, in node order at
@@ -476,8 +540,8 @@ static int unpack_ranks(const struct pm_hier *h, const char *packed, const int *
 	return rc;
 }
 
-int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
-		int root, bool all, MPI_Comm comm)
+static int gather_call(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
+		       MPI_Datatype rtype, int root, bool all, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	if (!h || (!all && (root < 0 || root >= h->size)))
@@ -519,10 +583,16 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 	return first(sent, pm_comm_error(comm, rc));
 }
 
+int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
+		int root, bool all, MPI_Comm comm)
+{
+	return hier_done(gather_call(sendbuf, scount, stype, recvbuf, rcount, rtype, root, all, comm));
+}
+
 /* ---- Reduce_scatter, Scan ---------------------------------------------------- */
 
-int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
-			MPI_Op op, MPI_Comm comm, enum coll_call call)
+static int reduce_scatter_call(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
+			       MPI_Op op, MPI_Comm comm, enum coll_call call)
 {
 	struct pm_hier *h = hier_get(comm);
 	struct red r = {.op = op};
@@ -559,6 +629,12 @@ int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, i
 	return rc;
 }
 
+int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
+			MPI_Op op, MPI_Comm comm, enum coll_call call)
+{
+	return hier_done(reduce_scatter_call(sendbuf, recvbuf, counts, block, type, op, comm, call));
+}
+
 /* This rank's result from the nodes' before it (@p pre) and its node's
  * scan (@p out): pre op out (Exscan at a leader: pre). */
 static int scan_combine(const struct pm_hier *h, const struct red *r, const void *pre, void *out, int count, bool ex)
@@ -568,7 +644,8 @@ static int scan_combine(const struct pm_hier *h, const struct red *r, const void
 	return PMPI_Reduce_local(pre, out, count, r->type, r->op);
 }
 
-int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex, MPI_Comm comm)
+static int scan_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex,
+		     MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	struct red r = {.op = op};
@@ -603,4 +680,9 @@ int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, 
 	free(tbase);
 	free(pbase);
 	return hier_status_end(h, comm, rc, st);
+}
+
+int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex, MPI_Comm comm)
+{
+	return hier_done(scan_call(sendbuf, recvbuf, count, type, op, ex, comm));
 }

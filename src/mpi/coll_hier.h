@@ -27,7 +27,11 @@ struct pm_hier {
 	uint64_t nb_done;     /* of those, completed here */
 	uint64_t lead_seq;    /* of those, with a leaders' phase here */
 	uint64_t lead_turn;   /* of those, the first that has not started all its leaders' phases */
+	bool defer;           /* a blocking call runs: a node phase's failure is reported at its end */
+	int deferred;         /* that failure, or MPI_SUCCESS */
 };
+
+extern struct pm_hier *hier_current; /* the layout of the blocking call that runs, or NULL */
 
 /* Until every nonblocking call on @p h's communicator completed here
  * (coll_nb.c): a blocking call's leaders' phase must come after theirs. */
@@ -40,8 +44,18 @@ static inline struct pm_hier *hier_get(MPI_Comm comm)
 	struct pm_hier *h = pm_hier_for(comm);
 	if (h && h->nb_done < h->nb_seq)
 		hier_nb_drain(h);
+	if (h)
+		h->defer = true;
+	hier_current = h;
 	return h;
 }
+
+/* The end of a blocking call that began with hier_get(), returning @p rc:
+ * a failure that a wait of its node phases found (coll.c) is reported
+ * through the communicator's error handler now, once the call passed the
+ * status on, not at the wait (by default the handler ends the job, and
+ * the other nodes would wait for this rank's leader for ever). */
+int hier_done(int rc);
 
 static inline bool is_leader(const struct pm_hier *h)
 {

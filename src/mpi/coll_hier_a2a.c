@@ -358,8 +358,8 @@ static int a2a_call(struct pm_hier *h, const void *sbuf, const int *scounts, con
 	return first(sent, pm_comm_error(comm, a.rc));
 }
 
-int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
-		  MPI_Datatype rtype, MPI_Comm comm)
+static int alltoall_call(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
+			 MPI_Datatype rtype, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	const struct pm_type *t = h && hier_v_carried(h) && rcount >= 0 ? pm_type_info(rtype) : NULL;
@@ -374,12 +374,24 @@ int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *rec
 			CALL_ALLTOALL);
 }
 
-int hier_alltoallv(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype, void *recvbuf,
-		   const int *rcounts, const int *rdispls, MPI_Datatype rtype, MPI_Comm comm)
+int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
+		  MPI_Datatype rtype, MPI_Comm comm)
+{
+	return hier_done(alltoall_call(sendbuf, scount, stype, recvbuf, rcount, rtype, comm));
+}
+
+static int alltoallv_call(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype,
+			  void *recvbuf, const int *rcounts, const int *rdispls, MPI_Datatype rtype, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	if (!h || !hier_v_carried(h))
 		return -1;
 	return a2a_call(h, sendbuf, scounts, sdispls, 0, stype, recvbuf, rcounts, rdispls, 0, rtype, comm,
 			CALL_ALLTOALLV);
+}
+
+int hier_alltoallv(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype, void *recvbuf,
+		   const int *rcounts, const int *rdispls, MPI_Datatype rtype, MPI_Comm comm)
+{
+	return hier_done(alltoallv_call(sendbuf, scounts, sdispls, stype, recvbuf, rcounts, rdispls, rtype, comm));
 }

@@ -305,8 +305,8 @@ static bool allgatherv_fits(const struct pm_hier *h, const int *rcounts, MPI_Dat
 	return total < INT_MAX; /* and the status byte after them */
 }
 
-int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
-		 const int *rdispls, MPI_Datatype rtype, int root, MPI_Comm comm)
+static int gatherv_call(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
+			const int *rdispls, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	if (!h || !hier_v_carried(h) || root >= h->size || (root < 0 && !allgatherv_fits(h, rcounts, rtype)))
@@ -361,6 +361,12 @@ int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recv
 	if (takes && rc == MPI_SUCCESS && sent == MPI_SUCCESS)
 		rc = unpack_blocks(&p, packed, &rs, in_place);
 	return plan_end(&p, packed, inside ? NULL : part, tmp, sent, pm_comm_error(comm, rc));
+}
+
+int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
+		 const int *rdispls, MPI_Datatype rtype, int root, MPI_Comm comm)
+{
+	return hier_done(gatherv_call(sendbuf, scount, stype, recvbuf, rcounts, rdispls, rtype, root, comm));
 }
 
 /* ---- Scatter, Scatterv ------------------------------------------------------- */
@@ -465,8 +471,8 @@ int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *coun
 	return plan_end(&p, packed, inside ? NULL : part, tmp, sent, pm_comm_error(comm, rc));
 }
 
-int hier_scatter(const void *sendbuf, bool v, const int *scounts, const int *sdispls, int scount,
-		 MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+static int scatter_call(const void *sendbuf, bool v, const int *scounts, const int *sdispls, int scount,
+			MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	if (!h || !hier_v_carried(h) || root < 0 || root >= h->size)
@@ -483,4 +489,10 @@ int hier_scatter(const void *sendbuf, bool v, const int *scounts, const int *sdi
 		return MPI_SUCCESS;
 	return hier_scatter_run(h, v, sendbuf, scounts, sdispls, scount, stype, recvbuf, rcount, rtype, root, comm,
 				NULL);
+}
+
+int hier_scatter(const void *sendbuf, bool v, const int *scounts, const int *sdispls, int scount,
+		 MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+{
+	return hier_done(scatter_call(sendbuf, v, scounts, sdispls, scount, stype, recvbuf, rcount, rtype, root, comm));
 }
