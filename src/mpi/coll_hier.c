@@ -76,15 +76,22 @@
  *     the other nodes, no step more), else in a leaders' MPI_Bcast of one
  *     byte and a node step of its own.  The root's node hears nothing
  *     more: its data came from the root through its own area.
- *   Reduce, Allreduce, Gather, Allgather, Scan, Exscan: the leaders'
- *     MPI_Iallreduce of the status, started before their own call and
- *     waited for after it (as the nonblocking calls'), and the byte after
- *     the data of the node Bcast that follows (a reduction's result packed
- *     with it up to ST_PACKED bytes, else a node step more; a gather's
- *     packed blocks have room for it).  Where no node phase follows (a
- *     rank with no result, the first node of a Scan) a rank other than a
- *     leader hears nothing: its own part complete, it may return
- *     MPI_SUCCESS.
+ *   Reduce, Gather: the leaders' MPI_Reduce (MPI_MAX) of the status to
+ *     the root's node's leader after their own call (a one-way message
+ *     after the data: a leader that does not take the result does not
+ *     wait for it).
+ *   Allreduce: the same to the first node's leader, and back with the
+ *     result in the leaders' MPI_Bcast (packed with it up to ST_PACKED
+ *     bytes, else a one-byte MPI_Bcast more).
+ *   Allgather, Scan, Exscan: the leaders' MPI_Iallreduce of the status,
+ *     started before their own call and waited for after it (as the
+ *     nonblocking calls').
+ *   Each: the byte after the data of the node Bcast that follows (a
+ *     reduction's result packed with it up to ST_PACKED bytes, else a
+ *     node step more; a gather's packed blocks have room for it).  Where
+ *     no node phase follows (a rank with no result, the first node of a
+ *     Scan) a rank other than a leader hears nothing: its own part
+ *     complete, it may return MPI_SUCCESS.
  *   Reduce_scatter(_block): the Reduce's, then the Scatter(v)'s of
  *     coll_hier_v.c from the status agreed in it, with a node step for the
  *     byte on every node.
@@ -258,11 +265,14 @@ struct pm_hier *hier_make(struct pm_comm *c)
  * data goes as it is and the byte in a node step of its own. */
 #define ST_PACKED (16u * 1024)
 
-void hier_status_start(const struct pm_hier *h, struct hier_status *s, int rc)
+void hier_status_start(const struct pm_hier *h, struct hier_status *s, int rc, int to)
 {
 	s->failed = rc != MPI_SUCCESS;
 	s->any = 0;
-	if (PMPI_Iallreduce(&s->failed, &s->any, 1, MPI_INT, MPI_MAX, h->leaders, &s->req) != MPI_SUCCESS) {
+	s->h = h;
+	s->to = to;
+	s->req = MPI_REQUEST_NULL;
+	if (to < 0 && PMPI_Iallreduce(&s->failed, &s->any, 1, MPI_INT, MPI_MAX, h->leaders, &s->req) != MPI_SUCCESS) {
 		s->req = MPI_REQUEST_NULL;
 		s->any = 1;
 	}
@@ -271,6 +281,8 @@ void hier_status_start(const struct pm_hier *h, struct hier_status *s, int rc)
 bool hier_status_wait(struct hier_status *s)
 {
 	if (s->req != MPI_REQUEST_NULL && PMPI_Wait(&s->req, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+		s->any = 1;
+	if (s->to >= 0 && PMPI_Reduce(&s->failed, &s->any, 1, MPI_INT, MPI_MAX, s->to, s->h->leaders) != MPI_SUCCESS)
 		s->any = 1;
 	return s->any != 0;
 }
@@ -407,17 +419,56 @@ int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm co
 	return hier_done(bcast_call(buffer, count, type, root, comm));
 }
 
+/* The leaders' Bcast from node @p from's leader of @p count items of
+ * @p type at @p buf (@p bytes packed) and the status byte *@p st (or-ed
+ * into the others'): packed with the data where small, else in a Bcast
+ * of its own.  @return the library's error. */
+static int leaders_bcast_st(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, uint64_t bytes,
+			    char *st, int from)
+{
+	bool here = h->my_node == from;
+	if (bytes > ST_PACKED) {
+		char b = *st;
+		int rc = PMPI_Bcast(buf, count, type, from, h->leaders);
+		rc = first(rc, PMPI_Bcast(&b, 1, MPI_BYTE, from, h->leaders));
+		*st = *st || b;
+		return rc;
+	}
+	char small[64], *tmp = bytes < sizeof(small) ? small : malloc(bytes + 1);
+	if (!tmp)
+		return hier_no_memory(), MPI_ERR_NO_MEM;
+	int rc = here ? pm_pack(buf, count, type, tmp, bytes) : MPI_SUCCESS;
+	if (here)
+		tmp[bytes] = *st || rc != MPI_SUCCESS;
+	rc = first(rc, PMPI_Bcast(tmp, (int)bytes + 1, MPI_BYTE, from, h->leaders));
+	if (!here && rc == MPI_SUCCESS) {
+		*st = *st || tmp[bytes];
+		rc = pm_unpack(tmp, bytes, buf, count, type);
+	}
+	if (tmp != small)
+		free(tmp);
+	return rc;
+}
+
 /* The leaders' phase of a reduction of @p count elements at @p buf (this
- * node's result, in this rank's layout): to the leader of node @p rn,
- * or (@p all) to the first node's leader and then back to every leader. */
-static int leaders_reduce(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, MPI_Op op, int rn,
-			  bool all, MPI_Comm comm)
+ * node's result, in this rank's layout, @p bytes packed): to the leader
+ * of node @p rn, or (@p all) to the first node's leader and then back to
+ * every leader.  The status (this node's phase @p failed) goes with it:
+ * MPI_MAX-reduced to the same leader after the data, and back with the
+ * result.  @return the error (reported), and in *@p st whether some node
+ * failed, as far as this leader learnt. */
+static int leaders_reduce(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, MPI_Op op,
+			  uint64_t bytes, int rn, bool all, bool failed, char *st, MPI_Comm comm)
 {
 	int to = all ? 0 : rn;
+	struct hier_status hs;
+	hier_status_start(h, &hs, failed ? MPI_ERR_OTHER : MPI_SUCCESS, to);
 	int rc = h->my_node == to ? PMPI_Reduce(MPI_IN_PLACE, buf, count, type, op, to, h->leaders)
 				  : PMPI_Reduce(buf, NULL, count, type, op, to, h->leaders);
+	*st = hier_status_wait(&hs) || failed || rc != MPI_SUCCESS;
 	if (all)
-		rc = first(rc, PMPI_Bcast(buf, count, type, 0, h->leaders));
+		rc = first(rc, leaders_bcast_st(h, buf, count, type, bytes, st, 0));
+	*st = *st || rc != MPI_SUCCESS;
 	return pm_comm_error(comm, rc);
 }
 
@@ -454,16 +505,12 @@ static int reduce_run(struct pm_hier *h, const struct red *rp, const void *sendb
 	if (is_leader(h) && !(root_leads && h->my_node == rn) && root >= 0)
 		acc = red_room(&r, count, &base);
 	int rc = coll_reduce(h->node, &r, sendbuf, acc, count, 0, comm); /* in place: only where acc is recvbuf */
-	/* The leaders agree on the status beside their phase; the leader's
-	 * byte goes to its node after the result. */
+	/* The leaders pass the status with their phase; the leader's byte
+	 * goes to its node after the result. */
 	char st = 0;
-	if (is_leader(h)) {
-		struct hier_status hs;
-		hier_status_start(h, &hs, rc);
-		rc = first(rc, leaders_reduce(h, acc, count, type, op, rn, root < 0, comm));
-		st = hier_status_wait(&hs) || rc != MPI_SUCCESS;
-	}
 	uint64_t bytes = (uint64_t)count * r.size;
+	if (is_leader(h))
+		rc = first(rc, leaders_reduce(h, acc, count, type, op, bytes, rn, root < 0, rc != MPI_SUCCESS, &st, comm));
 	if (root < 0)
 		rc = first(rc, hier_node_bcast_st(h, recvbuf, count, type, bytes, &st, -1, comm));
 	else if (h->my_node == rn && !root_leads)
@@ -500,8 +547,8 @@ static int gather_nodes(const struct pm_hier *h, char *mine, uint64_t bytes, cha
 	int me = h->my_node, total = displs[h->nnodes - 1] + counts[h->nnodes - 1];
 	int rc = coll_gather_bytes(h->node, mine, is_leader(h) ? packed + displs[me] : NULL, bytes, 0);
 	struct hier_status hs;
-	if (is_leader(h)) /* the status, beside the leaders' phase */
-		hier_status_start(h, &hs, rc);
+	if (is_leader(h)) /* the status, beside the leaders' phase (to the root's leader only) */
+		hier_status_start(h, &hs, rc, rn);
 	if (is_leader(h) && rn < 0)
 		rc = first(rc, pm_comm_error(comm, PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed, counts,
 								   displs, MPI_BYTE, h->leaders)));
@@ -621,7 +668,7 @@ static int reduce_scatter_call(const void *sendbuf, void *recvbuf, const int *co
 	for (int d = 0, at = 0; displs && d < h->size; at += counts[d++])
 		displs[d] = at;
 	int rc = reduce_run(h, &r, in, sum, (int)total, 0, comm);
-	char failed = rc != MPI_SUCCESS; /* at the leaders: the status they agreed in reduce_run() */
+	char failed = rc != MPI_SUCCESS; /* at rank 0: the status its leaders' phase learnt */
 	rc = first(rc, hier_scatter_run(h, counts != NULL, sum, counts, displs, block, type, recvbuf,
 					counts ? counts[h->rank] : block, type, 0, comm, &failed));
 	free(displs);
@@ -668,7 +715,7 @@ static int scan_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype
 	char st = 0;
 	if (is_leader(h)) { /* the status, beside the leaders' phase */
 		struct hier_status hs;
-		hier_status_start(h, &hs, rc);
+		hier_status_start(h, &hs, rc, -1);
 		rc = first(rc, pm_comm_error(comm, PMPI_Exscan(total, pre, count, type, op, h->leaders)));
 		st = hier_status_wait(&hs) || rc != MPI_SUCCESS;
 	}

@@ -78,14 +78,19 @@ void hier_no_memory(void); /* ends the job */
  * MPI_ERR_OTHER through the communicator's error handler
  * (hier_status_end()).
  */
-/* The leaders' agreement on the status: PMPI_Iallreduce (MPI_MAX) of
- * whether this node's phase failed (@p rc not MPI_SUCCESS), started beside
- * the leaders' own phase and waited for after it (hier_status_wait()). */
+/* The leaders' agreement on the status, whether this node's phase failed
+ * (@p rc not MPI_SUCCESS): a PMPI_Iallreduce (MPI_MAX) started here,
+ * beside the leaders' own call, and waited for after it
+ * (hier_status_wait()); or, to leader @p to >= 0 only, a PMPI_Reduce
+ * made by hier_status_wait() after their call, whose data it follows to
+ * that leader. */
 struct hier_status {
 	int failed, any;
 	MPI_Request req;
+	const struct pm_hier *h;
+	int to;
 };
-void hier_status_start(const struct pm_hier *h, struct hier_status *s, int rc);
+void hier_status_start(const struct pm_hier *h, struct hier_status *s, int rc, int to);
 /* @return whether some node's phase failed (a failed wait counts). */
 bool hier_status_wait(struct hier_status *s);
 /* A node Bcast from the leader (to node rank @p to only, or to every rank:
@@ -107,9 +112,10 @@ int hier_status_end(const struct pm_hier *h, MPI_Comm comm, int rc, bool failed)
  * blocks of @p type at @p buf (block r: @p counts[r] items at item
  * @p displs[r]), uncounted (coll_hier_v.c; the caller decided with
  * hier_v_carried() and counted).  @p rbuf MPI_IN_PLACE at the root: it
- * takes nothing.  @p known: NULL, or (at every rank alike) every
- * leader's status already agreed (*@p known at the leaders: Reduce_scatter's
- * reduction failed): then the root's node is told it too. */
+ * takes nothing.  @p known: NULL, or (at every rank alike) whether
+ * the root's blocks are known to be wrong already (*@p known at the root,
+ * which leads its node: Reduce_scatter's reduction failed); then the
+ * root's node is told the status too. */
 int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *counts, const int *displs, int count,
 		     MPI_Datatype type, void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm,
 		     const char *known);

@@ -35,8 +35,8 @@
  *     Scatterv's blocks; after Gatherv's, with them.
  *   The root's node of a Scatter(v) hears nothing more (its blocks came
  *   from the root through its own area), but for Reduce_scatter's, whose
- *   status the leaders agreed already (@p known): a node step on every
- *   node, and no leaders' step.
+ *   root may know its blocks wrong already (@p known): a node step on
+ *   every node.
  *   Allgatherv: the leaders' MPI_Iallreduce beside their MPI_Allgatherv,
  *     and the byte with the blocks the leaders pass to their nodes.
  *
@@ -342,7 +342,7 @@ static int gatherv_call(const void *sendbuf, int scount, MPI_Datatype stype, voi
 	char st = 0;
 	if (is_leader(h) && root < 0) {
 		struct hier_status hs;
-		hier_status_start(h, &hs, sent);
+		hier_status_start(h, &hs, sent, -1);
 		sent = first(sent, gatherv_leaders(&p, packed, part, rn, comm));
 		st = hier_status_wait(&hs) || sent != MPI_SUCCESS;
 	} else if (is_leader(h)) {
@@ -442,17 +442,17 @@ int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *coun
 		p.rc = first(p.rc, MPI_ERR_TRUNCATE);
 	/* The status, then a node step after the blocks on the nodes that
 	 * take it.  Scatter: the root's node's leader's (its node phase
-	 * failed), by a leaders' Ibcast beside their phase (unless @p known).
+	 * failed, or @p known), by a leaders' Ibcast beside their phase.
 	 * Scatterv: every leader's, agreed first: after a failure the leaders'
 	 * counts (known only at the root) may differ, and the library's call
 	 * would wait for bytes never sent; so no leader makes it. */
-	char st = known ? *known : h->my_node == rn && sent != MPI_SUCCESS;
+	char st = h->my_node == rn && (sent != MPI_SUCCESS || (known && *known));
 	MPI_Request sreq = MPI_REQUEST_NULL;
 	if (is_leader(h) && v) {
 		int failed = st || sent != MPI_SUCCESS, any = 1;
 		sent = first(sent, pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
 		st = any != 0;
-	} else if (is_leader(h) && !known && PMPI_Ibcast(&st, 1, MPI_BYTE, rn, h->leaders, &sreq) != MPI_SUCCESS) {
+	} else if (is_leader(h) && PMPI_Ibcast(&st, 1, MPI_BYTE, rn, h->leaders, &sreq) != MPI_SUCCESS) {
 		st = 1;
 	}
 	if (is_leader(h) && !(v && st))
