@@ -76,14 +76,15 @@
  *     the other nodes, no step more), else in a leaders' MPI_Bcast of one
  *     byte and a node step of its own.  The root's node hears nothing
  *     more: its data came from the root through its own area.
- *   Reduce, Gather: the leaders' MPI_Reduce (MPI_MAX) of the status to
- *     the root's node's leader after their own call (a one-way message
- *     after the data: a leader that does not take the result does not
- *     wait for it).
+ *   Gather, Allgather: each node's status byte after its blocks in the
+ *     leaders' MPI_Gatherv or MPI_Allgatherv: no message more.
+ *   Reduce: the leaders' MPI_Reduce (MPI_MAX) of the status to the root's
+ *     node's leader after their own call (a one-way message after the
+ *     data: a leader that does not take the result does not wait for it).
  *   Allreduce: the same to the first node's leader, and back with the
  *     result in the leaders' MPI_Bcast (packed with it up to ST_PACKED
  *     bytes, else a one-byte MPI_Bcast more).
- *   Allgather, Scan, Exscan: the leaders' MPI_Iallreduce of the status,
+ *   Scan, Exscan: the leaders' MPI_Iallreduce of the status,
  *     started before their own call and waited for after it (as the
  *     nonblocking calls').
  *   Each: the byte after the data of the node Bcast that follows (a
@@ -538,17 +539,16 @@ int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type
 }
 
 /* The blocks of @p bytes of every rank, @p mine here, in node order at
- * @p packed (node j's from @p displs[j], in its ranks' order; @p counts[j]
- * bytes): at every rank (@p rn < 0), or at the leader of node @p rn and
- * from there at rank @p root. */
+ * @p packed (node j's from @p displs[j], in its ranks' order, then its
+ * status byte; @p counts[j] bytes in all): at every rank (@p rn < 0), or
+ * at the leader of node @p rn and from there at rank @p root. */
 static int gather_nodes(const struct pm_hier *h, char *mine, uint64_t bytes, char *packed, const int *counts,
 			const int *displs, int rn, int root, MPI_Comm comm)
 {
 	int me = h->my_node, total = displs[h->nnodes - 1] + counts[h->nnodes - 1];
 	int rc = coll_gather_bytes(h->node, mine, is_leader(h) ? packed + displs[me] : NULL, bytes, 0);
-	struct hier_status hs;
-	if (is_leader(h)) /* the status, beside the leaders' phase (to the root's leader only) */
-		hier_status_start(h, &hs, rc, rn);
+	if (is_leader(h)) /* the node's status, after its blocks */
+		packed[displs[me] + counts[me] - 1] = rc != MPI_SUCCESS;
 	if (is_leader(h) && rn < 0)
 		rc = first(rc, pm_comm_error(comm, PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed, counts,
 								   displs, MPI_BYTE, h->leaders)));
@@ -559,9 +559,12 @@ static int gather_nodes(const struct pm_hier *h, char *mine, uint64_t bytes, cha
 		rc = first(rc, pm_comm_error(comm, PMPI_Gatherv(packed + displs[me], counts[me], MPI_BYTE, NULL, NULL,
 								NULL, MPI_BYTE, rn, h->leaders)));
 	char st = 0;
-	if (is_leader(h))
-		st = hier_status_wait(&hs) || rc != MPI_SUCCESS;
-	/* The status byte after the blocks (packed has room for it). */
+	if (is_leader(h)) { /* what it learnt: the nodes' status bytes, where it took their blocks */
+		st = rc != MPI_SUCCESS;
+		for (int j = 0; j < h->nnodes && (rn < 0 || me == rn); j++)
+			st = st || packed[displs[j] + counts[j] - 1];
+	}
+	/* The status byte after all (packed has room for it). */
 	if (rn < 0)
 		rc = first(rc, hier_node_bytes_st(h, packed, (uint64_t)total, &st, -1, comm));
 	else if (me == rn && h->leader[rn] != root)
@@ -599,14 +602,16 @@ static int gather_call(const void *sendbuf, int scount, MPI_Datatype stype, void
 	int count = in_place ? rcount : scount;
 	uint64_t bytes = t && count >= 0 ? (uint64_t)t->size * (uint64_t)count : UINT64_MAX;
 	MPI_Aint rext = in_place && t ? t->extent : 0;
-	if (bytes > (INT_MAX - 1) / (uint64_t)h->size) /* the leaders' counts are ints; a status byte after them */
+	/* The leaders' counts are ints: each node's blocks and its status byte,
+	 * and a status byte after them all. */
+	if (bytes > (INT_MAX - 1 - (uint64_t)h->nnodes) / (uint64_t)h->size)
 		return -1;
 	coll_count(all ? CALL_ALLGATHER : CALL_GATHER, true, bytes);
 	if (bytes == 0)
 		return MPI_SUCCESS;
 	int *counts = malloc((size_t)h->nnodes * sizeof(int)), *displs = malloc((size_t)h->nnodes * sizeof(int));
 	bool room = takes || is_leader(h); /* where the n blocks lie */
-	char *packed = room ? malloc(bytes * (uint64_t)h->size + 1) : NULL, *mine; /* + the status byte */
+	char *packed = room ? malloc(bytes * (uint64_t)h->size + (uint64_t)h->nnodes + 1) : NULL, *mine;
 	void *tmp_mine = NULL;
 	if (in_place)
 		mine = contiguous((char *)recvbuf + (MPI_Aint)rank * rcount * rext, rcount, rtype, 1, bytes, true,
@@ -616,7 +621,7 @@ static int gather_call(const void *sendbuf, int scount, MPI_Datatype stype, void
 	if (!counts || !displs || (room && !packed) || !mine)
 		return hier_no_memory(), MPI_ERR_NO_MEM;
 	for (int j = 0, off = 0; j < h->nnodes; off += counts[j++]) {
-		counts[j] = h->node_size[j] * (int)bytes;
+		counts[j] = h->node_size[j] * (int)bytes + 1; /* and the node's status byte */
 		displs[j] = off;
 	}
 	/* gather_nodes() reports its errors; rc's are this rank's own. */
