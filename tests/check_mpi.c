@@ -1149,15 +1149,16 @@ START_TEST(test_coll_dead_hier)
 		int oks, errs;
 		dead_count(r.out, call, either, &oks, &errs);
 		if ((oks != 3 || errs != 3) && at < sizeof(why))
-			at += (size_t)snprintf(why + at, sizeof(why) - at, "%s%s: %d survivors reported, %d as they should",
-					       at ? "; " : "", call, oks, errs);
+			at += (size_t)snprintf(why + at, sizeof(why) - at,
+					       "%s%s: %d survivors reported, %d as they should", at ? "; " : "", call,
+					       oks, errs);
 	}
 	bool failed = hung || why[0];
 	if (failed)
 		dump(&prog, &cf, &r);
 	free(r.out);
-	ck_assert_msg(!failed, "coll_dead %s, %s: exit %d, %s (want 3 and 3)", blocking ? "blocking" : calls[_i], cf.name,
-		      WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, why[0] ? why : "hung");
+	ck_assert_msg(!failed, "coll_dead %s, %s: exit %d, %s (want 3 and 3)", blocking ? "blocking" : calls[_i],
+		      cf.name, WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, why[0] ? why : "hung");
 	daemon_stop_ok(&d);
 }
 END_TEST

@@ -511,7 +511,8 @@ static int reduce_run(struct pm_hier *h, const struct red *rp, const void *sendb
 	char st = 0;
 	uint64_t bytes = (uint64_t)count * r.size;
 	if (is_leader(h))
-		rc = first(rc, leaders_reduce(h, acc, count, type, op, bytes, rn, root < 0, rc != MPI_SUCCESS, &st, comm));
+		rc = first(rc,
+			   leaders_reduce(h, acc, count, type, op, bytes, rn, root < 0, rc != MPI_SUCCESS, &st, comm));
 	if (root < 0)
 		rc = first(rc, hier_node_bcast_st(h, recvbuf, count, type, bytes, &st, -1, comm));
 	else if (h->my_node == rn && !root_leads)
