@@ -173,10 +173,10 @@ static void node_error(MPI_Comm *nc, int *code, ...)
 		h->deferred = *code;
 }
 
-int hier_done(int rc)
+int hier_done(struct pm_hier *outer, int rc)
 {
 	struct pm_hier *h = hier_current;
-	hier_current = NULL;
+	hier_current = outer;
 	if (!h)
 		return rc;
 	h->defer = false;
@@ -354,7 +354,8 @@ static int barrier_call(MPI_Comm comm)
 
 int hier_barrier(MPI_Comm comm)
 {
-	return hier_done(barrier_call(comm));
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, barrier_call(comm));
 }
 
 static int bcast_call(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
@@ -417,7 +418,8 @@ static int bcast_call(void *buffer, int count, MPI_Datatype type, int root, MPI_
 
 int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
 {
-	return hier_done(bcast_call(buffer, count, type, root, comm));
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, bcast_call(buffer, count, type, root, comm));
 }
 
 /* The leaders' Bcast from node @p from's leader of @p count items of
@@ -536,7 +538,8 @@ static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Dataty
 int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
 		MPI_Comm comm)
 {
-	return hier_done(reduce_call(sendbuf, recvbuf, count, type, op, root, comm));
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, reduce_call(sendbuf, recvbuf, count, type, op, root, comm));
 }
 
 /* The blocks of @p bytes of every rank, @p mine here, in node order at
@@ -639,7 +642,8 @@ static int gather_call(const void *sendbuf, int scount, MPI_Datatype stype, void
 int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
 		int root, bool all, MPI_Comm comm)
 {
-	return hier_done(gather_call(sendbuf, scount, stype, recvbuf, rcount, rtype, root, all, comm));
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, gather_call(sendbuf, scount, stype, recvbuf, rcount, rtype, root, all, comm));
 }
 
 /* ---- Reduce_scatter, Scan ---------------------------------------------------- */
@@ -685,7 +689,8 @@ static int reduce_scatter_call(const void *sendbuf, void *recvbuf, const int *co
 int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
 			MPI_Op op, MPI_Comm comm, enum coll_call call)
 {
-	return hier_done(reduce_scatter_call(sendbuf, recvbuf, counts, block, type, op, comm, call));
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, reduce_scatter_call(sendbuf, recvbuf, counts, block, type, op, comm, call));
 }
 
 /* This rank's result from the nodes' before it (@p pre) and its node's
@@ -737,5 +742,6 @@ static int scan_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype
 
 int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex, MPI_Comm comm)
 {
-	return hier_done(scan_call(sendbuf, recvbuf, count, type, op, ex, comm));
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, scan_call(sendbuf, recvbuf, count, type, op, ex, comm));
 }

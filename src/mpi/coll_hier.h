@@ -54,8 +54,10 @@ static inline struct pm_hier *hier_get(MPI_Comm comm)
  * a failure that a wait of its node phases found (coll.c) is reported
  * through the communicator's error handler now, once the call passed the
  * status on, not at the wait (by default the handler ends the job, and
- * the other nodes would wait for this rank's leader for ever). */
-int hier_done(int rc);
+ * the other nodes would wait for this rank's leader for ever).
+ * @p outer: hier_current when the call began (a call that an error
+ * handler makes runs inside another). */
+int hier_done(struct pm_hier *outer, int rc);
 
 static inline bool is_leader(const struct pm_hier *h)
 {

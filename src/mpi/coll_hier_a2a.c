@@ -377,7 +377,8 @@ static int alltoall_call(const void *sendbuf, int scount, MPI_Datatype stype, vo
 int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
 		  MPI_Datatype rtype, MPI_Comm comm)
 {
-	return hier_done(alltoall_call(sendbuf, scount, stype, recvbuf, rcount, rtype, comm));
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, alltoall_call(sendbuf, scount, stype, recvbuf, rcount, rtype, comm));
 }
 
 static int alltoallv_call(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype,
@@ -393,5 +394,6 @@ static int alltoallv_call(const void *sendbuf, const int *scounts, const int *sd
 int hier_alltoallv(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype, void *recvbuf,
 		   const int *rcounts, const int *rdispls, MPI_Datatype rtype, MPI_Comm comm)
 {
-	return hier_done(alltoallv_call(sendbuf, scounts, sdispls, stype, recvbuf, rcounts, rdispls, rtype, comm));
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, alltoallv_call(sendbuf, scounts, sdispls, stype, recvbuf, rcounts, rdispls, rtype, comm));
 }

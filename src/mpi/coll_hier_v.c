@@ -366,7 +366,8 @@ static int gatherv_call(const void *sendbuf, int scount, MPI_Datatype stype, voi
 int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
 		 const int *rdispls, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
-	return hier_done(gatherv_call(sendbuf, scount, stype, recvbuf, rcounts, rdispls, rtype, root, comm));
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, gatherv_call(sendbuf, scount, stype, recvbuf, rcounts, rdispls, rtype, root, comm));
 }
 
 /* ---- Scatter, Scatterv ------------------------------------------------------- */
@@ -494,5 +495,6 @@ static int scatter_call(const void *sendbuf, bool v, const int *scounts, const i
 int hier_scatter(const void *sendbuf, bool v, const int *scounts, const int *sdispls, int scount,
 		 MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
-	return hier_done(scatter_call(sendbuf, v, scounts, sdispls, scount, stype, recvbuf, rcount, rtype, root, comm));
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, scatter_call(sendbuf, v, scounts, sdispls, scount, stype, recvbuf, rcount, rtype, root, comm));
 }
