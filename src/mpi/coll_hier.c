@@ -248,10 +248,11 @@ struct pm_hier *hier_make(struct pm_comm *c)
 		hier_free(h);
 		return NULL;
 	}
-	int64_t agreed[2] = {0, 0};
+	int64_t agreed[3] = {0, 0, hier_watching()};
 	agreed[0] = split_nodes(h, c, &agreed[1]);
-	PMPI_Allreduce(MPI_IN_PLACE, agreed, 2, MPI_INT64_T, MPI_MIN, c->comm);
+	PMPI_Allreduce(MPI_IN_PLACE, agreed, 3, MPI_INT64_T, MPI_MIN, c->comm);
 	h->half_min = (uint64_t)agreed[1] > SIZE_MAX ? SIZE_MAX : (size_t)agreed[1];
+	h->watch = agreed[2] != 0;
 	if (!agreed[0]) {
 		hier_free(h);
 		return NULL;
@@ -260,6 +261,20 @@ struct pm_hier *hier_make(struct pm_comm *c)
 }
 
 /* ---- a death on another node ------------------------------------------------ */
+
+/* Whether the job outlives a rank's death.  Without that (Open MPI's
+ * default) the runtime ends the whole job when a rank dies, so the
+ * statuses that would cost the leaders messages of their own are not
+ * exchanged; those that ride with data are. */
+bool hier_watching(void)
+{
+	const char *v = getenv("PINSHM_MPI_WATCH");
+	if (v && *v)
+		return strcmp(v, "0") != 0;
+	v = getenv("OMPI_MCA_orte_enable_recovery"); /* mpirun --enable-recovery */
+	const char *ft = getenv("OMPI_MCA_mpi_ft_enable"); /* ULFM */
+	return (v && strcmp(v, "0") != 0) || (ft && strcmp(ft, "0") != 0);
+}
 
 /* Data up to this many bytes goes to a node packed, with the status byte
  * after it (a copy at the leader and at each rank that takes it); longer
@@ -273,6 +288,10 @@ void hier_status_start(const struct pm_hier *h, struct hier_status *s, int rc, i
 	s->h = h;
 	s->to = to;
 	s->req = MPI_REQUEST_NULL;
+	if (!h->watch) { /* only this node's own: no message */
+		s->to = -1;
+		return;
+	}
 	if (to < 0 && PMPI_Iallreduce(&s->failed, &s->any, 1, MPI_INT, MPI_MAX, h->leaders, &s->req) != MPI_SUCCESS) {
 		s->req = MPI_REQUEST_NULL;
 		s->any = 1;
@@ -384,7 +403,8 @@ static int bcast_call(void *buffer, int count, MPI_Datatype type, int root, MPI_
 	if (bytes > ST_PACKED) {
 		if (is_leader(h)) {
 			int e = PMPI_Bcast(buffer, count, type, rn, h->leaders);
-			e = first(e, PMPI_Bcast(&st, 1, MPI_BYTE, rn, h->leaders));
+			if (h->watch)
+				e = first(e, PMPI_Bcast(&st, 1, MPI_BYTE, rn, h->leaders));
 			rc = first(rc, pm_comm_error(comm, e));
 			st = st || rc != MPI_SUCCESS;
 		}
@@ -433,7 +453,8 @@ static int leaders_bcast_st(const struct pm_hier *h, void *buf, int count, MPI_D
 	if (bytes > ST_PACKED) {
 		char b = *st;
 		int rc = PMPI_Bcast(buf, count, type, from, h->leaders);
-		rc = first(rc, PMPI_Bcast(&b, 1, MPI_BYTE, from, h->leaders));
+		if (h->watch)
+			rc = first(rc, PMPI_Bcast(&b, 1, MPI_BYTE, from, h->leaders));
 		*st = *st || b;
 		return rc;
 	}

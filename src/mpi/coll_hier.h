@@ -27,6 +27,8 @@ struct pm_hier {
 	uint64_t nb_done;     /* of those, completed here */
 	uint64_t lead_seq;    /* of those, with a leaders' phase here */
 	uint64_t lead_turn;   /* of those, the first that has not started all its leaders' phases */
+	bool watch;           /* agreed: the job outlives a rank's death (hier_watching()): the
+			       * leaders exchange the statuses that cost messages of their own */
 	bool defer;           /* a blocking call runs: a node phase's failure is reported at its end */
 	int deferred;         /* that failure, or MPI_SUCCESS */
 };
@@ -71,6 +73,7 @@ static inline int first(int a, int b)
 }
 
 void hier_no_memory(void); /* ends the job */
+bool hier_watching(void);  /* the job outlives a rank's death (coll_hier.c) */
 
 /*
  * A death on another node (coll_hier.c says more).  A member's death is

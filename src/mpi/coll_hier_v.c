@@ -346,9 +346,11 @@ static int gatherv_call(const void *sendbuf, int scount, MPI_Datatype stype, voi
 		sent = first(sent, gatherv_leaders(&p, packed, part, rn, comm));
 		st = hier_status_wait(&hs) || sent != MPI_SUCCESS;
 	} else if (is_leader(h)) {
-		int failed = sent != MPI_SUCCESS, any = 1;
-		sent = first(sent, pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
-		if (!any)
+		int failed = sent != MPI_SUCCESS, any = failed;
+		if (h->watch)
+			sent = first(sent,
+				     pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
+		if (!any || !h->watch) /* unwatched: every leader makes it, as every other does */
 			sent = first(sent, gatherv_leaders(&p, packed, part, rn, comm));
 		st = any || sent != MPI_SUCCESS;
 	}
@@ -450,13 +452,15 @@ int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *coun
 	char st = h->my_node == rn && (sent != MPI_SUCCESS || (known && *known));
 	MPI_Request sreq = MPI_REQUEST_NULL;
 	if (is_leader(h) && v) {
-		int failed = st || sent != MPI_SUCCESS, any = 1;
-		sent = first(sent, pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
+		int failed = st || sent != MPI_SUCCESS, any = failed;
+		if (h->watch)
+			sent = first(sent,
+				     pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
 		st = any != 0;
-	} else if (is_leader(h) && PMPI_Ibcast(&st, 1, MPI_BYTE, rn, h->leaders, &sreq) != MPI_SUCCESS) {
+	} else if (is_leader(h) && h->watch && PMPI_Ibcast(&st, 1, MPI_BYTE, rn, h->leaders, &sreq) != MPI_SUCCESS) {
 		st = 1;
 	}
-	if (is_leader(h) && !(v && st))
+	if (is_leader(h) && !(v && st && h->watch))
 		sent = first(sent, scatterv_leaders(&p, packed, part, rn, comm));
 	if (sreq != MPI_REQUEST_NULL && PMPI_Wait(&sreq, MPI_STATUS_IGNORE) != MPI_SUCCESS)
 		st = 1;
