@@ -1112,16 +1112,51 @@ START_TEST(test_coll_truncate)
 }
 END_TEST
 
-/* coll_dead across pretend nodes: at 4 ranks on 2 nodes the last rank
- * (on the second node, not its leader) kills itself, and the three
- * survivors call MPI_Iallreduce, MPI_Ibcast from it, MPI_Ibarrier,
- * MPI_Ireduce to rank 1 (on the first node, not its leader) or to rank 0
- * (its leader), or MPI_Iallgather, and MPI_Wait, with errors returned:
- * each must get MPI_ERR_OTHER, the ones of the first node too (they see
- * the death only through the call), but rank 1 of an MPI_Ireduce to rank
- * 0 (no result: either), well within the time limit (a hang runs into
- * it).  The flat case: tests/check_coll.sh. */
+/* coll_dead across pretend nodes: at 4 ranks on 2 pretend nodes the last
+ * rank (on the second node, not its leader) kills itself, and the three
+ * survivors make calls with errors returned: each must get MPI_ERR_OTHER,
+ * the ones of the first node too (they see the death only through the
+ * call), well within the time limit (a hang runs into it), but a rank
+ * whose own part of the call is complete may return MPI_SUCCESS: one
+ * without a result (rank 1 of a Reduce to rank 0), one whose result came
+ * from its own node only (ranks 0 and 1 of a Bcast from rank 0, of a
+ * Scan).  Cases: MPI_Iallreduce, MPI_Ibcast from the dead rank,
+ * MPI_Ibarrier, MPI_Ireduce to rank 1 or to rank 0 (its leader), or
+ * MPI_Iallgather, and MPI_Wait; and in one run the blocking calls of
+ * coll_dead's "blocking", one after the other (dead_blocking).  Last,
+ * "blocking" with the default handler: every survivor must abort (none
+ * reports a call), none wait for ever for a leader that aborted.  The
+ * flat case: tests/check_coll.sh. */
 #define NDEAD_CALLS 6
+static const struct {
+	const char *call;
+	unsigned either; /* the ranks that may return MPI_SUCCESS, a bit each */
+} dead_blocking[] = {
+	{"barrier", 0},	   {"bcast", 0},     {"bcast0", 3},	 {"bcastL", 0},	    {"allreduce", 0},
+	{"allreduceL", 0}, {"reduce", 0},    {"reduce0", 2},	 {"gather", 0},	    {"allgather", 0},
+	{"gatherv", 0},	   {"allgatherv", 0}, {"scatter", 0},	 {"scatterv", 0},   {"alltoall", 0},
+	{"alltoallv", 0},  {"reduce_scatter", 0}, {"scan", 3},
+};
+
+/* Of coll_dead's lines in @p out for @p call: how many survivors reported
+ * it (*@p oks) and how many of those as they should (*@p errs). */
+static void dead_count(const char *out, const char *call, unsigned either, int *oks, int *errs)
+{
+	char want[64];
+	int rank;
+	snprintf(want, sizeof(want), ": %s returned ", call);
+	*oks = *errs = 0;
+	for (const char *l = strstr(out, "coll_dead: rank "); l; l = strstr(l + 1, "coll_dead: rank ")) {
+		const char *w = strstr(l, want), *nl = strchr(l, '\n');
+		if (w && (!nl || w < nl) && sscanf(l, "coll_dead: rank %d", &rank) == 1) {
+			const char *e = strstr(w, "MPI_ERR_OTHER");
+			bool err = e && (!nl || e < nl);
+			*errs += err || (rank >= 0 && rank < 32 && (either >> rank & 1));
+			(*oks)++;
+		}
+	}
+}
+
 START_TEST(test_coll_dead_hier)
 {
 	static const char *const calls[NDEAD_CALLS] = {"iallreduce", "ibcast",	 "ibarrier",
@@ -1129,33 +1164,47 @@ START_TEST(test_coll_dead_hier)
 	static const struct program prog = {"coll_dead", 0, 0, NULL, NULL};
 	static const struct config cf = {.name = "plugin -np 4 PINSHM_MPI_NODES=2 --enable-recovery", .np = 4,
 					 .plugin = true, .nodes = 2, .recovery = true, .env = {"COLL_DEAD_RETURN=1"}};
+	static const struct config fatal = {.name = "plugin -np 4 PINSHM_MPI_NODES=2 --enable-recovery, errors fatal",
+					    .np = 4, .plugin = true, .nodes = 2, .recovery = true};
 	struct daemon d;
 	struct run r;
-	char want[64];
+	bool blocking = _i >= NDEAD_CALLS, aborts = _i > NDEAD_CALLS;
 
-	program_arg = calls[_i];
+	program_arg = blocking ? "blocking" : calls[_i];
 	daemon_start(&d);
-	run_mpi(&d, NULL, &prog, &cf, &r);
+	run_mpi(&d, NULL, &prog, aborts ? &fatal : &cf, &r);
 	program_arg = NULL;
-	snprintf(want, sizeof(want), "%s returned ", calls[_i]);
-	int errs = 0, oks = 0, rank;
-	bool either = !strcmp(calls[_i], "ireduce0"); /* rank 1 may return MPI_SUCCESS */
-	for (char *l = strstr(r.out, "coll_dead: rank "); l; l = strstr(l + 1, "coll_dead: rank ")) {
-		char *w = strstr(l, want), *nl = strchr(l, '\n');
-		if (w && (!nl || w < nl) && sscanf(l, "coll_dead: rank %d", &rank) == 1) {
-			bool err = strstr(w, "MPI_ERR_OTHER") && (!nl || strstr(w, "MPI_ERR_OTHER") < nl);
-			errs += err || (either && rank == 1);
-			oks++;
-		}
-	}
 	/* mpirun's own status may tell of the killed rank: only a timeout counts. */
 	bool hung = !WIFEXITED(r.status) || WEXITSTATUS(r.status) == 124 || WEXITSTATUS(r.status) == 137;
-	bool failed = hung || oks != 3 || errs != 3;
+	if (aborts) {
+		bool quiet = !strstr(r.out, " returned "), said = strstr(r.out, "MPI_ERRORS_ARE_FATAL") != NULL;
+		if (hung || !quiet || !said)
+			dump(&prog, &fatal, &r);
+		free(r.out);
+		ck_assert_msg(!hung && quiet && said, "coll_dead blocking, %s: exit %d, %s", fatal.name,
+			      WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1,
+			      hung ? "hung" : !quiet ? "a survivor returned" : "no abort");
+		daemon_stop_ok(&d);
+		return;
+	}
+	char why[1024] = "";
+	size_t n = blocking ? sizeof(dead_blocking) / sizeof(dead_blocking[0]) : 1, at = 0;
+	for (size_t k = 0; k < n; k++) {
+		const char *call = blocking ? dead_blocking[k].call : calls[_i];
+		unsigned either = blocking ? dead_blocking[k].either : !strcmp(call, "ireduce0") ? 2 : 0;
+		int oks, errs;
+		dead_count(r.out, call, either, &oks, &errs);
+		if ((oks != 3 || errs != 3) && at < sizeof(why))
+			at += (size_t)snprintf(why + at, sizeof(why) - at,
+					       "%s%s: %d survivors reported, %d as they should", at ? "; " : "", call,
+					       oks, errs);
+	}
+	bool failed = hung || why[0];
 	if (failed)
 		dump(&prog, &cf, &r);
 	free(r.out);
-	ck_assert_msg(!failed, "coll_dead %s, %s: exit %d, %d survivors reported, %d with MPI_ERR_OTHER (want 3)",
-		      calls[_i], cf.name, WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, oks, errs);
+	ck_assert_msg(!failed, "coll_dead %s, %s: exit %d, %s (want 3 and 3)", blocking ? "blocking" : calls[_i],
+		      cf.name, WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, why[0] ? why : "hung");
 	daemon_stop_ok(&d);
 }
 END_TEST
@@ -2003,7 +2052,7 @@ static Suite *mpi_suite(const struct scope *sc)
 		tcase_add_loop_test(tc, test_coll_nb_hier, 0, quick ? 1 : NHIER_CONFIGS - 1);
 		tcase_add_loop_test(tc, test_coll_mismatch, 0, quick ? 1 : 2);
 		tcase_add_loop_test(tc, test_coll_truncate, 0, quick ? 1 : 3);
-		tcase_add_loop_test(tc, test_coll_dead_hier, 0, quick ? 1 : NDEAD_CALLS);
+		tcase_add_loop_test(tc, test_coll_dead_hier, 0, quick ? 1 : NDEAD_CALLS + 2);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

@@ -55,6 +55,47 @@
  *     leaders' PMPI_Exscan of the totals gives node j's leader
  *     P = T0 op ... op T[j-1], which it passes to its node; a rank of node
  *     j > 0 then takes P op (its node's scan), an Exscan's leader P.
+ *
+ * A death on another node.  A member's death is seen on its own node only
+ * (its area), so that the ranks of the other nodes do not return
+ * MPI_SUCCESS with wrong data, each call passes a status on (a node's
+ * phase failed): the leaders learn it with or beside their phase, and each
+ * leader passes a byte to its node after the data of the node phase that
+ * follows theirs; a rank that reads a set byte, or a leader that learnt
+ * of a failure, returns MPI_ERR_OTHER through the communicator's error
+ * handler (hier_status_end()).  The leaders make the same library calls
+ * whatever failed, so none waits for ever; and a rank whose own node
+ * phase failed reports it through the handler only at the end of the call
+ * (hier_done()): by default that ends its process, and the other nodes'
+ * leaders would wait for it.  What each call pays for it:
+ *   Barrier: the leaders' MPI_Allreduce (MPI_MAX) of the status in place
+ *     of their MPI_Barrier, the byte (a one-step node Bcast) in place of
+ *     the second node barrier: no step more.
+ *   Bcast: the root's node's leader's status after the data, packed with
+ *     it up to ST_PACKED bytes (a copy at that leader and at each rank of
+ *     the other nodes, no step more), else in a leaders' MPI_Bcast of one
+ *     byte and a node step of its own.  The root's node hears nothing
+ *     more: its data came from the root through its own area.
+ *   Gather, Allgather: each node's status byte after its blocks in the
+ *     leaders' MPI_Gatherv or MPI_Allgatherv: no message more.
+ *   Reduce: the leaders' MPI_Reduce (MPI_MAX) of the status to the root's
+ *     node's leader after their own call (a one-way message after the
+ *     data: a leader that does not take the result does not wait for it).
+ *   Allreduce: the same to the first node's leader, and back with the
+ *     result in the leaders' MPI_Bcast (packed with it up to ST_PACKED
+ *     bytes, else a one-byte MPI_Bcast more).
+ *   Scan, Exscan: the leaders' MPI_Iallreduce of the status,
+ *     started before their own call and waited for after it (as the
+ *     nonblocking calls').
+ *   Each: the byte after the data of the node Bcast that follows (a
+ *     reduction's result packed with it up to ST_PACKED bytes, else a
+ *     node step more; a gather's packed blocks have room for it).  Where
+ *     no node phase follows (a rank with no result, the first node of a
+ *     Scan) a rank other than a leader hears nothing: its own part
+ *     complete, it may return MPI_SUCCESS.
+ *   Reduce_scatter(_block): the Reduce's, then the Scatter(v)'s of
+ *     coll_hier_v.c from the status agreed in it, with a node step for the
+ *     byte on every node.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -111,6 +152,41 @@ static void number_nodes(struct pm_hier *h, const int64_t *ids, int size)
 	}
 }
 
+struct pm_hier *hier_current;
+
+/* The node communicators' error handler and the layout each names. */
+static MPI_Errhandler node_handler = MPI_ERRHANDLER_NULL;
+static int node_key = MPI_KEYVAL_INVALID;
+
+/* A failed wait of a node phase (coll.c reports it through the node
+ * communicator): kept for hier_done() during a blocking call, else (a
+ * nonblocking call's node phase) through the communicator's handler. */
+static void node_error(MPI_Comm *nc, int *code, ...)
+{
+	struct pm_hier *h = NULL;
+	int flag = 0;
+	if (PMPI_Comm_get_attr(*nc, node_key, &h, &flag) != MPI_SUCCESS || !flag || !h)
+		return;
+	if (!h->defer)
+		PMPI_Comm_call_errhandler(h->comm, *code);
+	else if (h->deferred == MPI_SUCCESS)
+		h->deferred = *code;
+}
+
+int hier_done(struct pm_hier *outer, int rc)
+{
+	struct pm_hier *h = hier_current;
+	hier_current = outer;
+	if (!h)
+		return rc;
+	h->defer = false;
+	int e = h->deferred;
+	h->deferred = MPI_SUCCESS;
+	if (e != MPI_SUCCESS)
+		PMPI_Comm_call_errhandler(h->comm, e);
+	return rc;
+}
+
 /* The node communicator, the leaders' and the node's area; @return
  * whether this rank's area is on (and its half's bytes in *@p half). */
 static bool split_nodes(struct pm_hier *h, const struct pm_comm *c, int64_t *half)
@@ -130,8 +206,18 @@ static bool split_nodes(struct pm_hier *h, const struct pm_comm *c, int64_t *hal
 	for (int r = 0; r < c->size; r++)
 		if (h->node_of[r] == h->my_node)
 			local[n++] = c->local[r];
-	h->node = coll_area_agree(h->node_comm, h->node_rank[c->rank], n, local, c->comm);
+	/* A failed wait reports through the node communicator's handler
+	 * (node_error(), set once the area is agreed), or where that cannot
+	 * be made through the communicator's at once. */
+	if (node_key == MPI_KEYVAL_INVALID &&
+	    (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &node_key, NULL) != MPI_SUCCESS ||
+	     PMPI_Comm_create_errhandler(node_error, &node_handler) != MPI_SUCCESS))
+		node_key = MPI_KEYVAL_INVALID;
+	bool own = node_key != MPI_KEYVAL_INVALID && PMPI_Comm_set_attr(h->node_comm, node_key, h) == MPI_SUCCESS;
+	h->node = coll_area_agree(h->node_comm, h->node_rank[c->rank], n, local, own ? h->node_comm : c->comm);
 	free(local);
+	if (own)
+		PMPI_Comm_set_errhandler(h->node_comm, node_handler);
 	*half = h->node->half_bytes ? (int64_t)h->node->half_bytes : INT64_MAX;
 	return h->node->on;
 }
@@ -162,10 +248,11 @@ struct pm_hier *hier_make(struct pm_comm *c)
 		hier_free(h);
 		return NULL;
 	}
-	int64_t agreed[2] = {0, 0};
+	int64_t agreed[3] = {0, 0, hier_watching()};
 	agreed[0] = split_nodes(h, c, &agreed[1]);
-	PMPI_Allreduce(MPI_IN_PLACE, agreed, 2, MPI_INT64_T, MPI_MIN, c->comm);
+	PMPI_Allreduce(MPI_IN_PLACE, agreed, 3, MPI_INT64_T, MPI_MIN, c->comm);
 	h->half_min = (uint64_t)agreed[1] > SIZE_MAX ? SIZE_MAX : (size_t)agreed[1];
+	h->watch = agreed[2] != 0;
 	if (!agreed[0]) {
 		hier_free(h);
 		return NULL;
@@ -173,48 +260,239 @@ struct pm_hier *hier_make(struct pm_comm *c)
 	return h;
 }
 
+/* ---- a death on another node ------------------------------------------------ */
+
+/* Whether the job outlives a rank's death.  Without that (Open MPI's
+ * default) the runtime ends the whole job when a rank dies, so the
+ * statuses that would cost the leaders messages of their own are not
+ * exchanged; those that ride with data are. */
+bool hier_watching(void)
+{
+	const char *v = getenv("PINSHM_MPI_WATCH");
+	if (v && *v)
+		return strcmp(v, "0") != 0;
+	v = getenv("OMPI_MCA_orte_enable_recovery"); /* mpirun --enable-recovery */
+	const char *ft = getenv("OMPI_MCA_mpi_ft_enable"); /* ULFM */
+	return (v && strcmp(v, "0") != 0) || (ft && strcmp(ft, "0") != 0);
+}
+
+/* Data up to this many bytes goes to a node packed, with the status byte
+ * after it (a copy at the leader and at each rank that takes it); longer
+ * data goes as it is and the byte in a node step of its own. */
+#define ST_PACKED (16u * 1024)
+
+void hier_status_start(const struct pm_hier *h, struct hier_status *s, int rc, int to)
+{
+	s->failed = rc != MPI_SUCCESS;
+	s->any = 0;
+	s->h = h;
+	s->to = to;
+	s->req = MPI_REQUEST_NULL;
+	if (!h->watch) { /* only this node's own: no message */
+		s->to = -1;
+		return;
+	}
+	if (to < 0 && PMPI_Iallreduce(&s->failed, &s->any, 1, MPI_INT, MPI_MAX, h->leaders, &s->req) != MPI_SUCCESS) {
+		s->req = MPI_REQUEST_NULL;
+		s->any = 1;
+	}
+}
+
+bool hier_status_wait(struct hier_status *s)
+{
+	if (s->req != MPI_REQUEST_NULL && PMPI_Wait(&s->req, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+		s->any = 1;
+	if (s->to >= 0 && PMPI_Reduce(&s->failed, &s->any, 1, MPI_INT, MPI_MAX, s->to, s->h->leaders) != MPI_SUCCESS)
+		s->any = 1;
+	return s->any != 0;
+}
+
+int hier_node_bytes_st(const struct pm_hier *h, char *buf, uint64_t n, char *st, int to, MPI_Comm comm)
+{
+	bool takes = to < 0 || h->node_rank[h->rank] == to, lead = is_leader(h);
+	if (lead)
+		buf[n] = *st;
+	int rc = coll_bcast_to(h->node, buf, (int)n + 1, MPI_BYTE, 0, to, comm);
+	if (takes && !lead)
+		*st = buf[n];
+	return rc;
+}
+
+int hier_node_bcast_st(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, uint64_t bytes, char *st,
+		       int to, MPI_Comm comm)
+{
+	if (bytes > ST_PACKED) {
+		int rc = coll_bcast_to(h->node, buf, count, type, 0, to, comm);
+		return first(rc, coll_bcast_to(h->node, st, 1, MPI_BYTE, 0, to, comm));
+	}
+	bool takes = to < 0 || h->node_rank[h->rank] == to, lead = is_leader(h);
+	char small[64], *room = bytes < sizeof(small) || !(takes || lead) ? small : malloc(bytes + 1);
+	if (!room)
+		return hier_no_memory(), MPI_ERR_NO_MEM;
+	int rc = lead ? pm_comm_error(comm, pm_pack(buf, count, type, room, bytes)) : MPI_SUCCESS;
+	if (rc != MPI_SUCCESS) /* the node is told: its data would be wrong */
+		*st = 1;
+	int sent = hier_node_bytes_st(h, room, bytes, st, to, comm);
+	if (takes && !lead && sent == MPI_SUCCESS)
+		rc = pm_comm_error(comm, pm_unpack(room, bytes, buf, count, type));
+	if (room != small)
+		free(room);
+	return first(sent, rc);
+}
+
+int hier_status_end(const struct pm_hier *h, MPI_Comm comm, int rc, bool failed)
+{
+	if (rc != MPI_SUCCESS || !failed)
+		return rc;
+	fprintf(stderr,
+		"pinshm-mpi: rank %d (world rank %d): a rank of the communicator on another node died: "
+		"the collective call cannot complete\n",
+		h->rank, pm.world_rank);
+	return pm_comm_error(comm, MPI_ERR_OTHER);
+}
+
 /* ---- the calls ------------------------------------------------------------- */
 
-int hier_barrier(MPI_Comm comm)
+static int barrier_call(MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	if (!h)
 		return -1;
 	coll_count(CALL_BARRIER, true, 0);
 	int rc = coll_barrier(h->node);
-	if (is_leader(h))
-		rc = first(rc, pm_comm_error(comm, PMPI_Barrier(h->leaders)));
-	return first(rc, coll_barrier(h->node));
+	char st = 0;
+	if (is_leader(h)) { /* the status's allreduce waits for every leader, as a barrier */
+		int failed = rc != MPI_SUCCESS, any = 0;
+		rc = first(rc, pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
+		st = rc != MPI_SUCCESS || any;
+	}
+	/* The status byte to the node: one step, as a node barrier's. */
+	rc = first(rc, coll_bcast_to(h->node, &st, 1, MPI_BYTE, 0, -1, comm));
+	return hier_status_end(h, comm, rc, st);
 }
 
-int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
+int hier_barrier(MPI_Comm comm)
+{
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, barrier_call(comm));
+}
+
+static int bcast_call(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	const struct pm_type *t = h ? pm_type_info(type) : NULL;
 	if (!t || count < 0 || root < 0 || root >= h->size)
 		return -1;
-	coll_count(CALL_BCAST, true, (uint64_t)t->size * (uint64_t)count);
+	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
+	coll_count(CALL_BCAST, true, bytes);
 	int rn = h->node_of[root], rc = MPI_SUCCESS;
 	if (h->my_node == rn)
 		rc = coll_bcast_to(h->node, buffer, count, type, h->node_rank[root], -1, comm);
-	if (is_leader(h))
-		rc = first(rc, pm_comm_error(comm, PMPI_Bcast(buffer, count, type, rn, h->leaders)));
-	if (h->my_node != rn)
-		rc = first(rc, coll_bcast_to(h->node, buffer, count, type, 0, -1, comm));
+	if (bytes == 0) { /* nothing to be wrong: no status */
+		if (is_leader(h))
+			rc = first(rc, pm_comm_error(comm, PMPI_Bcast(buffer, count, type, rn, h->leaders)));
+		if (h->my_node != rn)
+			rc = first(rc, coll_bcast_to(h->node, buffer, count, type, 0, -1, comm));
+		return rc;
+	}
+	/* The root's node's leader's status (its node phase failed) goes to
+	 * the other nodes after the data: packed with it where small (and so
+	 * on through their node phase), else in a Bcast (and a node step) of
+	 * its own. */
+	char st = h->my_node == rn && rc != MPI_SUCCESS;
+	if (bytes > ST_PACKED) {
+		if (is_leader(h)) {
+			int e = PMPI_Bcast(buffer, count, type, rn, h->leaders);
+			if (h->watch)
+				e = first(e, PMPI_Bcast(&st, 1, MPI_BYTE, rn, h->leaders));
+			rc = first(rc, pm_comm_error(comm, e));
+			st = st || rc != MPI_SUCCESS;
+		}
+		if (h->my_node == rn) /* its ranks have their data (or saw their node's error) */
+			return rc;
+		rc = first(rc, hier_node_bcast_st(h, buffer, count, type, bytes, &st, -1, comm));
+		return hier_status_end(h, comm, rc, st);
+	}
+	if (h->my_node == rn && !is_leader(h))
+		return rc;
+	char small[64], *tmp = bytes < sizeof(small) ? small : malloc(bytes + 1);
+	if (!tmp)
+		return hier_no_memory(), MPI_ERR_NO_MEM;
+	if (is_leader(h)) {
+		if (h->my_node == rn && pm_pack(buffer, count, type, tmp, bytes) != MPI_SUCCESS)
+			st = 1;
+		tmp[bytes] = st;
+		rc = first(rc, pm_comm_error(comm, PMPI_Bcast(tmp, (int)bytes + 1, MPI_BYTE, rn, h->leaders)));
+		st = tmp[bytes] || rc != MPI_SUCCESS;
+	}
+	if (h->my_node != rn) {
+		int sent = hier_node_bytes_st(h, tmp, bytes, &st, -1, comm);
+		if (sent == MPI_SUCCESS && !st)
+			rc = first(rc, pm_comm_error(comm, pm_unpack(tmp, bytes, buffer, count, type)));
+		rc = first(rc, sent);
+	}
+	if (tmp != small)
+		free(tmp);
+	return h->my_node == rn ? rc : hier_status_end(h, comm, rc, st);
+}
+
+int hier_bcast(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
+{
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, bcast_call(buffer, count, type, root, comm));
+}
+
+/* The leaders' Bcast from node @p from's leader of @p count items of
+ * @p type at @p buf (@p bytes packed) and the status byte *@p st (or-ed
+ * into the others'): packed with the data where small, else in a Bcast
+ * of its own.  @return the library's error. */
+static int leaders_bcast_st(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, uint64_t bytes,
+			    char *st, int from)
+{
+	bool here = h->my_node == from;
+	if (bytes > ST_PACKED) {
+		char b = *st;
+		int rc = PMPI_Bcast(buf, count, type, from, h->leaders);
+		if (h->watch)
+			rc = first(rc, PMPI_Bcast(&b, 1, MPI_BYTE, from, h->leaders));
+		*st = *st || b;
+		return rc;
+	}
+	char small[64], *tmp = bytes < sizeof(small) ? small : malloc(bytes + 1);
+	if (!tmp)
+		return hier_no_memory(), MPI_ERR_NO_MEM;
+	int rc = here ? pm_pack(buf, count, type, tmp, bytes) : MPI_SUCCESS;
+	if (here)
+		tmp[bytes] = *st || rc != MPI_SUCCESS;
+	rc = first(rc, PMPI_Bcast(tmp, (int)bytes + 1, MPI_BYTE, from, h->leaders));
+	if (!here && rc == MPI_SUCCESS) {
+		*st = *st || tmp[bytes];
+		rc = pm_unpack(tmp, bytes, buf, count, type);
+	}
+	if (tmp != small)
+		free(tmp);
 	return rc;
 }
 
 /* The leaders' phase of a reduction of @p count elements at @p buf (this
- * node's result, in this rank's layout): to the leader of node @p rn,
- * or (@p all) to the first node's leader and then back to every leader. */
-static int leaders_reduce(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, MPI_Op op, int rn,
-			  bool all, MPI_Comm comm)
+ * node's result, in this rank's layout, @p bytes packed): to the leader
+ * of node @p rn, or (@p all) to the first node's leader and then back to
+ * every leader.  The status (this node's phase @p failed) goes with it:
+ * MPI_MAX-reduced to the same leader after the data, and back with the
+ * result.  @return the error (reported), and in *@p st whether some node
+ * failed, as far as this leader learnt. */
+static int leaders_reduce(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, MPI_Op op,
+			  uint64_t bytes, int rn, bool all, bool failed, char *st, MPI_Comm comm)
 {
 	int to = all ? 0 : rn;
+	struct hier_status hs;
+	hier_status_start(h, &hs, failed ? MPI_ERR_OTHER : MPI_SUCCESS, to);
 	int rc = h->my_node == to ? PMPI_Reduce(MPI_IN_PLACE, buf, count, type, op, to, h->leaders)
 				  : PMPI_Reduce(buf, NULL, count, type, op, to, h->leaders);
+	*st = hier_status_wait(&hs) || failed || rc != MPI_SUCCESS;
 	if (all)
-		rc = first(rc, PMPI_Bcast(buf, count, type, 0, h->leaders));
+		rc = first(rc, leaders_bcast_st(h, buf, count, type, bytes, st, 0));
+	*st = *st || rc != MPI_SUCCESS;
 	return pm_comm_error(comm, rc);
 }
 
@@ -251,19 +529,24 @@ static int reduce_run(struct pm_hier *h, const struct red *rp, const void *sendb
 	if (is_leader(h) && !(root_leads && h->my_node == rn) && root >= 0)
 		acc = red_room(&r, count, &base);
 	int rc = coll_reduce(h->node, &r, sendbuf, acc, count, 0, comm); /* in place: only where acc is recvbuf */
+	/* The leaders pass the status with their phase; the leader's byte
+	 * goes to its node after the result. */
+	char st = 0;
+	uint64_t bytes = (uint64_t)count * r.size;
 	if (is_leader(h))
-		rc = first(rc, leaders_reduce(h, acc, count, type, op, rn, root < 0, comm));
+		rc = first(rc,
+			   leaders_reduce(h, acc, count, type, op, bytes, rn, root < 0, rc != MPI_SUCCESS, &st, comm));
 	if (root < 0)
-		rc = first(rc, coll_bcast_to(h->node, recvbuf, count, type, 0, -1, comm));
+		rc = first(rc, hier_node_bcast_st(h, recvbuf, count, type, bytes, &st, -1, comm));
 	else if (h->my_node == rn && !root_leads)
-		rc = first(rc, coll_bcast_to(h->node, is_leader(h) ? acc : recvbuf, count, type, 0, h->node_rank[root],
-					     comm));
+		rc = first(rc, hier_node_bcast_st(h, is_leader(h) ? acc : recvbuf, count, type, bytes, &st,
+						  h->node_rank[root], comm));
 	free(base);
-	return rc;
+	return hier_status_end(h, comm, rc, st);
 }
 
-int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
-		MPI_Comm comm)
+static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+		       MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	struct red r = {.op = op};
@@ -273,15 +556,24 @@ int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type
 	return reduce_run(h, &r, sendbuf, recvbuf, count, root, comm);
 }
 
+int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+		MPI_Comm comm)
+{
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, reduce_call(sendbuf, recvbuf, count, type, op, root, comm));
+}
+
 /* The blocks of @p bytes of every rank, @p mine here, in node order at
- * @p packed (node j's from @p displs[j], in its ranks' order; @p counts[j]
- * bytes): at every rank (@p rn < 0), or at the leader of node @p rn and
- * from there at rank @p root. */
+ * @p packed (node j's from @p displs[j], in its ranks' order, then its
+ * status byte; @p counts[j] bytes in all): at every rank (@p rn < 0), or
+ * at the leader of node @p rn and from there at rank @p root. */
 static int gather_nodes(const struct pm_hier *h, char *mine, uint64_t bytes, char *packed, const int *counts,
 			const int *displs, int rn, int root, MPI_Comm comm)
 {
 	int me = h->my_node, total = displs[h->nnodes - 1] + counts[h->nnodes - 1];
 	int rc = coll_gather_bytes(h->node, mine, is_leader(h) ? packed + displs[me] : NULL, bytes, 0);
+	if (is_leader(h)) /* the node's status, after its blocks */
+		packed[displs[me] + counts[me] - 1] = rc != MPI_SUCCESS;
 	if (is_leader(h) && rn < 0)
 		rc = first(rc, pm_comm_error(comm, PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed, counts,
 								   displs, MPI_BYTE, h->leaders)));
@@ -291,11 +583,18 @@ static int gather_nodes(const struct pm_hier *h, char *mine, uint64_t bytes, cha
 	else if (is_leader(h))
 		rc = first(rc, pm_comm_error(comm, PMPI_Gatherv(packed + displs[me], counts[me], MPI_BYTE, NULL, NULL,
 								NULL, MPI_BYTE, rn, h->leaders)));
+	char st = 0;
+	if (is_leader(h)) { /* what it learnt: the nodes' status bytes, where it took their blocks */
+		st = rc != MPI_SUCCESS;
+		for (int j = 0; j < h->nnodes && (rn < 0 || me == rn); j++)
+			st = st || packed[displs[j] + counts[j] - 1];
+	}
+	/* The status byte after all (packed has room for it). */
 	if (rn < 0)
-		rc = first(rc, coll_bcast_to(h->node, packed, total, MPI_BYTE, 0, -1, comm));
+		rc = first(rc, hier_node_bytes_st(h, packed, (uint64_t)total, &st, -1, comm));
 	else if (me == rn && h->leader[rn] != root)
-		rc = first(rc, coll_bcast_to(h->node, packed, total, MPI_BYTE, 0, h->node_rank[root], comm));
-	return rc;
+		rc = first(rc, hier_node_bytes_st(h, packed, (uint64_t)total, &st, h->node_rank[root], comm));
+	return hier_status_end(h, comm, rc, st);
 }
 
 /* The blocks in node order at @p packed to @p recvbuf in rank order. */
@@ -316,8 +615,8 @@ static int unpack_ranks(const struct pm_hier *h, const char *packed, const int *
 	return rc;
 }
 
-int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
-		int root, bool all, MPI_Comm comm)
+static int gather_call(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
+		       MPI_Datatype rtype, int root, bool all, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	if (!h || (!all && (root < 0 || root >= h->size)))
@@ -328,14 +627,16 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 	int count = in_place ? rcount : scount;
 	uint64_t bytes = t && count >= 0 ? (uint64_t)t->size * (uint64_t)count : UINT64_MAX;
 	MPI_Aint rext = in_place && t ? t->extent : 0;
-	if (bytes > INT_MAX / (uint64_t)h->size) /* the leaders' counts are ints */
+	/* The leaders' counts are ints: each node's blocks and its status byte,
+	 * and a status byte after them all. */
+	if (bytes > (INT_MAX - 1 - (uint64_t)h->nnodes) / (uint64_t)h->size)
 		return -1;
 	coll_count(all ? CALL_ALLGATHER : CALL_GATHER, true, bytes);
 	if (bytes == 0)
 		return MPI_SUCCESS;
 	int *counts = malloc((size_t)h->nnodes * sizeof(int)), *displs = malloc((size_t)h->nnodes * sizeof(int));
 	bool room = takes || is_leader(h); /* where the n blocks lie */
-	char *packed = room ? malloc(bytes * (uint64_t)h->size) : NULL, *mine;
+	char *packed = room ? malloc(bytes * (uint64_t)h->size + (uint64_t)h->nnodes + 1) : NULL, *mine;
 	void *tmp_mine = NULL;
 	if (in_place)
 		mine = contiguous((char *)recvbuf + (MPI_Aint)rank * rcount * rext, rcount, rtype, 1, bytes, true,
@@ -345,12 +646,12 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 	if (!counts || !displs || (room && !packed) || !mine)
 		return hier_no_memory(), MPI_ERR_NO_MEM;
 	for (int j = 0, off = 0; j < h->nnodes; off += counts[j++]) {
-		counts[j] = h->node_size[j] * (int)bytes;
+		counts[j] = h->node_size[j] * (int)bytes + 1; /* and the node's status byte */
 		displs[j] = off;
 	}
 	/* gather_nodes() reports its errors; rc's are this rank's own. */
 	int sent = gather_nodes(h, mine, bytes, packed, counts, displs, all ? -1 : h->node_of[root], root, comm);
-	if (takes)
+	if (takes && sent == MPI_SUCCESS)
 		rc = first(rc, unpack_ranks(h, packed, displs, bytes, recvbuf, rcount, rtype));
 	free(counts);
 	free(displs);
@@ -359,10 +660,17 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 	return first(sent, pm_comm_error(comm, rc));
 }
 
+int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype,
+		int root, bool all, MPI_Comm comm)
+{
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, gather_call(sendbuf, scount, stype, recvbuf, rcount, rtype, root, all, comm));
+}
+
 /* ---- Reduce_scatter, Scan ---------------------------------------------------- */
 
-int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
-			MPI_Op op, MPI_Comm comm, enum coll_call call)
+static int reduce_scatter_call(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
+			       MPI_Op op, MPI_Comm comm, enum coll_call call)
 {
 	struct pm_hier *h = hier_get(comm);
 	struct red r = {.op = op};
@@ -391,11 +699,19 @@ int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, i
 	for (int d = 0, at = 0; displs && d < h->size; at += counts[d++])
 		displs[d] = at;
 	int rc = reduce_run(h, &r, in, sum, (int)total, 0, comm);
+	char failed = rc != MPI_SUCCESS; /* at rank 0: the status its leaders' phase learnt */
 	rc = first(rc, hier_scatter_run(h, counts != NULL, sum, counts, displs, block, type, recvbuf,
-					counts ? counts[h->rank] : block, type, 0, comm));
+					counts ? counts[h->rank] : block, type, 0, comm, &failed));
 	free(displs);
 	free(base);
 	return rc;
+}
+
+int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
+			MPI_Op op, MPI_Comm comm, enum coll_call call)
+{
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, reduce_scatter_call(sendbuf, recvbuf, counts, block, type, op, comm, call));
 }
 
 /* This rank's result from the nodes' before it (@p pre) and its node's
@@ -407,7 +723,8 @@ static int scan_combine(const struct pm_hier *h, const struct red *r, const void
 	return PMPI_Reduce_local(pre, out, count, r->type, r->op);
 }
 
-int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex, MPI_Comm comm)
+static int scan_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex,
+		     MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	struct red r = {.op = op};
@@ -427,14 +744,25 @@ int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, 
 		pre = red_room(&r, count, &pbase);
 	int rc = coll_reduce(h->node, &r, in, total, count, 0, comm);
 	rc = first(rc, coll_scan(h->node, &r, in, recvbuf, count, ex, comm));
-	if (is_leader(h))
+	char st = 0;
+	if (is_leader(h)) { /* the status, beside the leaders' phase */
+		struct hier_status hs;
+		hier_status_start(h, &hs, rc, -1);
 		rc = first(rc, pm_comm_error(comm, PMPI_Exscan(total, pre, count, type, op, h->leaders)));
+		st = hier_status_wait(&hs) || rc != MPI_SUCCESS;
+	}
 	if (h->my_node > 0) {
-		rc = first(rc, coll_bcast_to(h->node, pre, count, type, 0, -1, comm));
-		if (rc == MPI_SUCCESS)
+		rc = first(rc, hier_node_bcast_st(h, pre, count, type, (uint64_t)count * r.size, &st, -1, comm));
+		if (rc == MPI_SUCCESS && !st)
 			rc = pm_comm_error(comm, scan_combine(h, &r, pre, recvbuf, count, ex));
 	}
 	free(tbase);
 	free(pbase);
-	return rc;
+	return hier_status_end(h, comm, rc, st);
+}
+
+int hier_scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex, MPI_Comm comm)
+{
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, scan_call(sendbuf, recvbuf, count, type, op, ex, comm));
 }

@@ -27,7 +27,13 @@ struct pm_hier {
 	uint64_t nb_done;     /* of those, completed here */
 	uint64_t lead_seq;    /* of those, with a leaders' phase here */
 	uint64_t lead_turn;   /* of those, the first that has not started all its leaders' phases */
+	bool watch;           /* agreed: the job outlives a rank's death (hier_watching()): the
+			       * leaders exchange the statuses that cost messages of their own */
+	bool defer;           /* a blocking call runs: a node phase's failure is reported at its end */
+	int deferred;         /* that failure, or MPI_SUCCESS */
 };
+
+extern struct pm_hier *hier_current; /* the layout of the blocking call that runs, or NULL */
 
 /* Until every nonblocking call on @p h's communicator completed here
  * (coll_nb.c): a blocking call's leaders' phase must come after theirs. */
@@ -40,8 +46,20 @@ static inline struct pm_hier *hier_get(MPI_Comm comm)
 	struct pm_hier *h = pm_hier_for(comm);
 	if (h && h->nb_done < h->nb_seq)
 		hier_nb_drain(h);
+	if (h)
+		h->defer = true;
+	hier_current = h;
 	return h;
 }
+
+/* The end of a blocking call that began with hier_get(), returning @p rc:
+ * a failure that a wait of its node phases found (coll.c) is reported
+ * through the communicator's error handler now, once the call passed the
+ * status on, not at the wait (by default the handler ends the job, and
+ * the other nodes would wait for this rank's leader for ever).
+ * @p outer: hier_current when the call began (a call that an error
+ * handler makes runs inside another). */
+int hier_done(struct pm_hier *outer, int rc);
 
 static inline bool is_leader(const struct pm_hier *h)
 {
@@ -55,14 +73,57 @@ static inline int first(int a, int b)
 }
 
 void hier_no_memory(void); /* ends the job */
+bool hier_watching(void);  /* the job outlives a rank's death (coll_hier.c) */
+
+/*
+ * A death on another node (coll_hier.c says more).  A member's death is
+ * seen on its own node only, so each call passes a status on: whether a
+ * node's phase failed, from the leaders that know it to the ranks whose
+ * data depends on it; a rank that learns of a failure returns
+ * MPI_ERR_OTHER through the communicator's error handler
+ * (hier_status_end()).
+ */
+/* The leaders' agreement on the status, whether this node's phase failed
+ * (@p rc not MPI_SUCCESS): a PMPI_Iallreduce (MPI_MAX) started here,
+ * beside the leaders' own call, and waited for after it
+ * (hier_status_wait()); or, to leader @p to >= 0 only, a PMPI_Reduce
+ * made by hier_status_wait() after their call, whose data it follows to
+ * that leader. */
+struct hier_status {
+	int failed, any;
+	MPI_Request req;
+	const struct pm_hier *h;
+	int to;
+};
+void hier_status_start(const struct pm_hier *h, struct hier_status *s, int rc, int to);
+/* @return whether some node's phase failed (a failed wait counts). */
+bool hier_status_wait(struct hier_status *s);
+/* A node Bcast from the leader (to node rank @p to only, or to every rank:
+ * @p to < 0) of @p n < INT_MAX packed bytes at @p buf (at the leader and
+ * where they are taken; the others ignore @p buf and @p n), with the
+ * status byte *@p st after them, at buf[n] (room of the call's own). */
+int hier_node_bytes_st(const struct pm_hier *h, char *buf, uint64_t n, char *st, int to, MPI_Comm comm);
+/* The same of @p count items of @p type at @p buf (@p bytes packed):
+ * packed with the byte where that is small, else the data and then the
+ * byte in a step of its own. */
+int hier_node_bcast_st(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, uint64_t bytes, char *st,
+		       int to, MPI_Comm comm);
+/* What a call returns at its end: @p rc (already reported), or, where
+ * this rank learnt that some node's phase failed (@p failed),
+ * MPI_ERR_OTHER through the communicator's error handler. */
+int hier_status_end(const struct pm_hier *h, MPI_Comm comm, int rc, bool failed);
 
 /* Scatter (@p count items a rank) or (@p v) Scatterv of the root's
  * blocks of @p type at @p buf (block r: @p counts[r] items at item
  * @p displs[r]), uncounted (coll_hier_v.c; the caller decided with
  * hier_v_carried() and counted).  @p rbuf MPI_IN_PLACE at the root: it
- * takes nothing. */
+ * takes nothing.  @p known: NULL, or (at every rank alike) whether
+ * the root's blocks are known to be wrong already (*@p known at the root,
+ * which leads its node: Reduce_scatter's reduction failed); then the
+ * root's node is told the status too. */
 int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *counts, const int *displs, int count,
-		     MPI_Datatype type, void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm);
+		     MPI_Datatype type, void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm,
+		     const char *known);
 /* Whether the node phases of the v variants fit every node's area. */
 bool hier_v_carried(const struct pm_hier *h);
 

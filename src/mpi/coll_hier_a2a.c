@@ -24,6 +24,10 @@
  *      each block, so that nothing is written past what was sent, and
  *      returns MPI_ERR_TRUNCATE where a length passed its room, as the
  *      library would.
+ * A death on another node (coll_hier.c): the leaders' exchange of the
+ * lengths carries each leader's status (one number more for each pair of
+ * nodes), and each rank's piece in step 4 the status its leader learnt
+ * (in its head, after the lengths): no step more.
  * The lengths are exchanged rather than taken as equal so that an
  * erroneous call whose signatures differ (a count larger at the sender)
  * ends with MPI_ERR_TRUNCATE where a receiver's room is short, never with
@@ -59,6 +63,9 @@ struct a2a {
 	uint64_t stot, rtot;
 	int rc;         /* this rank's own first error */
 };
+
+/* A piece's head: the n lengths sent a rank, and the status. */
+#define A2A_HEAD(n) (((uint64_t)(n) + 1) * sizeof(uint64_t))
 
 static void keep(int *rc, int e)
 {
@@ -103,26 +110,29 @@ static int leaders_exchange(const struct pm_hier *h, const char *L, const uint64
  * from @p goff[k].  @return in *@p O the pieces per local rank (@p olen[k]
  * bytes each, in local order) and the leaders' first error. */
 static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const char *G, const uint64_t *goff,
-			 char **O, uint64_t *olen, MPI_Comm comm)
+			 char **O, uint64_t *olen, bool failed, MPI_Comm comm)
 {
 	int n = h->size, me = h->my_node, nn = h->node_size[me], nodes = h->nnodes, rc = MPI_SUCCESS;
 	int *scnt = zalloc((size_t)nodes, sizeof(int)), *sdsp = zalloc((size_t)nodes, sizeof(int));
 	int *rcnt = zalloc((size_t)nodes, sizeof(int)), *rdsp = zalloc((size_t)nodes, sizeof(int));
-	/* 3a: the senders' lengths, node j's pairs (k here, d of node j). */
-	uint64_t *slens = zalloc((size_t)nn * (size_t)n, sizeof(uint64_t));
-	uint64_t *rlens = zalloc((size_t)nn * (size_t)n, sizeof(uint64_t));
+	/* 3a: the senders' lengths, node j's pairs (k here, d of node j),
+	 * then this node's status (its phase failed). */
+	uint64_t *slens = zalloc((size_t)nn * (size_t)n + (size_t)nodes, sizeof(uint64_t));
+	uint64_t *rlens = zalloc((size_t)nn * (size_t)n + (size_t)nodes, sizeof(uint64_t));
 	for (int j = 0, at = 0; j < nodes; j++) {
 		sdsp[j] = rdsp[j] = at * (int)sizeof(uint64_t);
-		scnt[j] = rcnt[j] = nn * h->node_size[j] * (int)sizeof(uint64_t);
-		at += nn * h->node_size[j];
+		scnt[j] = rcnt[j] = (nn * h->node_size[j] + 1) * (int)sizeof(uint64_t);
+		at += nn * h->node_size[j] + 1;
 	}
-	/* slens: by node j, then k, then d of node j in order. */
+	/* slens: by node j, then k, then d of node j in order; the status. */
 	uint64_t *p = slens;
-	for (int j = 0; j < nodes; j++)
+	for (int j = 0; j < nodes; j++) {
 		for (int k = 0; k < nn; k++)
 			for (int d = 0; d < n; d++)
 				if (h->node_of[d] == j)
 					*p++ = tabs[(size_t)k * 2 * n + d];
+		*p++ = failed;
+	}
 	rc = first(rc, PMPI_Alltoallv(slens, scnt, sdsp, MPI_BYTE, rlens, rcnt, rdsp, MPI_BYTE, h->leaders));
 	/* rlens: by node i, then r of node i, then m here: what r sends m.
 	 * 3b: the blocks, with counts from those lengths. */
@@ -136,6 +146,8 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 			bs[j] += *p++;
 			br[j] += *q++;
 		}
+		p++;
+		failed = failed || *q++; /* node j's status */
 		bsd[j] = sall;
 		brd[j] = rall;
 		sall += bs[j];
@@ -156,9 +168,9 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 	}
 	rc = first(rc, leaders_exchange(h, L, bs, bsd, X, br, brd));
 	free(L);
-	/* 4: local rank m's piece: the length of each block sent it, then
-	 * block r at its room's place. */
-	uint64_t *ooff = zalloc((size_t)nn, sizeof(uint64_t)), total = 0, head = (uint64_t)n * sizeof(uint64_t);
+	/* 4: local rank m's piece: the length of each block sent it, the
+	 * status (some node's phase failed), then block r at its room's place. */
+	uint64_t *ooff = zalloc((size_t)nn, sizeof(uint64_t)), total = 0, head = A2A_HEAD(n);
 	for (int m = 0; m < nn; m++) {
 		const uint64_t *room = tabs + (size_t)m * 2 * n + n;
 		olen[m] = head;
@@ -176,7 +188,7 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 			at[(size_t)m * n + r] = at[(size_t)m * n + r - 1] + tabs[(size_t)m * 2 * n + n + r - 1];
 	}
 	q = rlens;
-	for (int i = 0; i < nodes; i++) {
+	for (int i = 0; i < nodes; i++, q++) { /* q++: past node i's status */
 		const char *src = X + brd[i];
 		for (int r = 0; r < n; r++) {
 			if (h->node_of[r] != i)
@@ -189,6 +201,9 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 			}
 		}
 	}
+	uint64_t st = failed || rc != MPI_SUCCESS;
+	for (int m = 0; m < nn; m++)
+		memcpy(*O + ooff[m] + (uint64_t)n * sizeof(uint64_t), &st, sizeof(st));
 	free(at);
 	free(X);
 	free(ooff);
@@ -226,7 +241,7 @@ static int a2a_run(struct pm_hier *h, struct a2a *a, MPI_Comm comm)
 	char *G = lead ? zalloc((size_t)gall, 1) : NULL, *O = NULL;
 	sent = first(sent, coll_vbytes(h->node, true, a->out, a->stot, G, glen, comm));
 	if (lead)
-		sent = first(sent, leaders_phase(h, tabs, G, goff, &O, olen, comm));
+		sent = first(sent, leaders_phase(h, tabs, G, goff, &O, olen, sent != MPI_SUCCESS, comm));
 	free(G);
 	sent = first(sent, coll_vbytes(h->node, false, a->in, a->rtot, O, olen, comm));
 	free(O);
@@ -283,7 +298,7 @@ static void a2a_side(struct a2a *a, int n, const void *sbuf, const int *scounts,
 		a->stot += a->tab[d];
 		a->rtot += a->tab[n + d];
 	}
-	a->rtot += (uint64_t)n * sizeof(uint64_t); /* the lengths sent it */
+	a->rtot += A2A_HEAD(n); /* the lengths sent it, the status */
 	a->out = zalloc((size_t)a->stot, 1);
 	a->in = zalloc((size_t)a->rtot, 1);
 	uint64_t off = 0;
@@ -308,7 +323,7 @@ static void a2a_unpack(struct a2a *a, int n, void *rbuf, const int *rcounts, con
 	if (!t)
 		return;
 	MPI_Aint ext = t->extent;
-	uint64_t off = (uint64_t)n * sizeof(uint64_t);
+	uint64_t off = A2A_HEAD(n);
 	for (int r = 0; r < n; off += a->tab[n + r++]) {
 		uint64_t len, room = a->tab[n + r];
 		memcpy(&len, a->in + (size_t)r * sizeof(uint64_t), sizeof(len));
@@ -329,6 +344,10 @@ static int a2a_call(struct pm_hier *h, const void *sbuf, const int *scounts, con
 	a2a_side(&a, h->size, sbuf, scounts, sdispls, scount, stype, rbuf, rcounts, rdispls, rcount, rtype);
 	coll_count(call, true, a.stot);
 	int sent = a2a_run(h, &a, comm);
+	uint64_t st = 1;
+	if (sent == MPI_SUCCESS)
+		memcpy(&st, a.in + (size_t)h->size * sizeof(uint64_t), sizeof(st));
+	sent = hier_status_end(h, comm, sent, st != 0);
 	/* A block longer than its room: what fits is unpacked all the same,
 	 * as the library leaves it, and the error is MPI_ERR_TRUNCATE. */
 	if (a.rc == MPI_SUCCESS && sent == MPI_SUCCESS)
@@ -339,8 +358,8 @@ static int a2a_call(struct pm_hier *h, const void *sbuf, const int *scounts, con
 	return first(sent, pm_comm_error(comm, a.rc));
 }
 
-int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
-		  MPI_Datatype rtype, MPI_Comm comm)
+static int alltoall_call(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
+			 MPI_Datatype rtype, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	const struct pm_type *t = h && hier_v_carried(h) && rcount >= 0 ? pm_type_info(rtype) : NULL;
@@ -355,12 +374,26 @@ int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *rec
 			CALL_ALLTOALL);
 }
 
-int hier_alltoallv(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype, void *recvbuf,
-		   const int *rcounts, const int *rdispls, MPI_Datatype rtype, MPI_Comm comm)
+int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
+		  MPI_Datatype rtype, MPI_Comm comm)
+{
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, alltoall_call(sendbuf, scount, stype, recvbuf, rcount, rtype, comm));
+}
+
+static int alltoallv_call(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype,
+			  void *recvbuf, const int *rcounts, const int *rdispls, MPI_Datatype rtype, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	if (!h || !hier_v_carried(h))
 		return -1;
 	return a2a_call(h, sendbuf, scounts, sdispls, 0, stype, recvbuf, rcounts, rdispls, 0, rtype, comm,
 			CALL_ALLTOALLV);
+}
+
+int hier_alltoallv(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype, void *recvbuf,
+		   const int *rcounts, const int *rdispls, MPI_Datatype rtype, MPI_Comm comm)
+{
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, alltoallv_call(sendbuf, scounts, sdispls, stype, recvbuf, rcounts, rdispls, rtype, comm));
 }

@@ -24,10 +24,27 @@
  *     leader, or PMPI_Allgatherv; that leader passes them to the root, or
  *     every leader to its node; the root (every rank) unpacks them.
  *
+ * A death on another node (coll_hier.c): the status goes as follows.
+ *   Scatter: the root's node's leader's, by a leaders' MPI_Ibcast of one
+ *     byte beside their MPI_Scatterv, then to the other nodes in a node
+ *     step of one byte after the blocks.
+ *   Scatterv, Gatherv: every leader's, agreed by an MPI_Allreduce before
+ *     the leaders' call, which none makes after a failure: the counts,
+ *     known at the root only, may differ then, and the library's call
+ *     would wait for bytes never sent.  Then a node step of one byte after
+ *     Scatterv's blocks; after Gatherv's, with them.
+ *   The root's node of a Scatter(v) hears nothing more (its blocks came
+ *   from the root through its own area), but for Reduce_scatter's, whose
+ *   root may know its blocks wrong already (@p known): a node step on
+ *   every node.
+ *   Allgatherv: the leaders' MPI_Iallreduce beside their MPI_Allgatherv,
+ *     and the byte with the blocks the leaders pass to their nodes.
+ *
  * Whether these are carried depends only on the communicator and the root
  * (and for Scatter on the block's length, the same at every rank), as on
  * one node (coll_vops.c).  The leaders' counts are ints: a node's blocks,
- * or the communicator's, over INT_MAX bytes fail with MPI_ERR_COUNT where
+ * or the communicator's, of INT_MAX bytes or more (a status byte goes after
+ * them) fail with MPI_ERR_COUNT where
  * that is seen (the leaders then move no bytes for it).  Nothing is
  * allocated on a rank that is neither a leader nor takes all blocks,
  * beyond a packed copy of its own block where its datatype is not
@@ -143,7 +160,7 @@ static void plan_order(struct plan *p)
 		at[h->node_of[r]] += p->len[r];
 	}
 	free(at);
-	if (p->total > INT_MAX) { /* past the leaders' counts: no bytes move */
+	if (p->total >= INT_MAX) { /* past the leaders' counts (and a status byte): no bytes move */
 		memset(p->len, 0, (size_t)h->size * sizeof(uint64_t));
 		memset(p->ntot, 0, (size_t)h->nnodes * sizeof(uint64_t));
 		p->total = 0;
@@ -160,7 +177,7 @@ static void plan_counts(struct plan *p)
 	p->ndispl = zalloc((size_t)h->nnodes, sizeof(int));
 	uint64_t at = 0;
 	for (int j = 0; j < h->nnodes; j++) {
-		bool fits = at + p->ntot[j] <= INT_MAX;
+		bool fits = at + p->ntot[j] < INT_MAX; /* and the status byte after them */
 		if (!fits && p->rc == MPI_SUCCESS)
 			p->rc = MPI_ERR_COUNT;
 		p->ndispl[j] = fits ? (int)at : 0;
@@ -285,11 +302,11 @@ static bool allgatherv_fits(const struct pm_hier *h, const int *rcounts, MPI_Dat
 		return false;
 	for (int r = 0; r < h->size; r++)
 		total += rcounts[r] > 0 ? (uint64_t)rcounts[r] * (uint64_t)size : 0;
-	return total <= INT_MAX;
+	return total < INT_MAX; /* and the status byte after them */
 }
 
-int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
-		 const int *rdispls, MPI_Datatype rtype, int root, MPI_Comm comm)
+static int gatherv_call(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
+			const int *rdispls, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	if (!h || !hier_v_carried(h) || root >= h->size || (root < 0 && !allgatherv_fits(h, rcounts, rtype)))
@@ -314,21 +331,45 @@ int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recv
 	 * (their own node's among them where the lengths agree). */
 	bool all_here = is_leader(h) && (root < 0 || h->my_node == rn);
 	bool inside = all_here && (uint64_t)p.ncount[h->my_node] == p.mine;
-	char *packed = takes || all_here ? zalloc((size_t)p.total, 1) : NULL;
+	char *packed = takes || all_here ? zalloc((size_t)p.total + 1, 1) : NULL; /* + the status byte */
 	char *part = inside ? packed + p.ndispl[h->my_node] : is_leader(h) ? zalloc((size_t)p.mine, 1) : NULL;
 	if (all_here && !inside)
 		p.rc = first(p.rc, MPI_ERR_TRUNCATE);
 	sent = first(sent, coll_vbytes(h->node, true, mine, bytes, part, p.nlen, comm));
-	if (is_leader(h))
+	/* The status: Allgatherv: beside the leaders' phase; Gatherv: agreed
+	 * first, and no leader makes the library's call after a failure (the
+	 * counts, known only at the root, may differ then: as for Scatterv). */
+	char st = 0;
+	if (is_leader(h) && root < 0) {
+		struct hier_status hs;
+		hier_status_start(h, &hs, sent, -1);
 		sent = first(sent, gatherv_leaders(&p, packed, part, rn, comm));
+		st = hier_status_wait(&hs) || sent != MPI_SUCCESS;
+	} else if (is_leader(h)) {
+		int failed = sent != MPI_SUCCESS, any = failed;
+		if (h->watch)
+			sent = first(sent,
+				     pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
+		if (!any || !h->watch) /* unwatched: every leader makes it, as every other does */
+			sent = first(sent, gatherv_leaders(&p, packed, part, rn, comm));
+		st = any || sent != MPI_SUCCESS;
+	}
 	if (root < 0)
-		sent = first(sent, coll_bcast_to(h->node, packed, (int)p.total, MPI_BYTE, 0, -1, comm));
+		sent = first(sent, hier_node_bytes_st(h, packed, p.total, &st, -1, comm));
 	else if (h->my_node == rn && h->leader[rn] != root)
-		sent = first(sent, coll_bcast_to(h->node, packed, (int)p.total, MPI_BYTE, 0, h->node_rank[root], comm));
+		sent = first(sent, hier_node_bytes_st(h, packed, p.total, &st, h->node_rank[root], comm));
+	sent = hier_status_end(h, comm, sent, st);
 	rc = first(rc, p.rc);
-	if (takes && rc == MPI_SUCCESS)
+	if (takes && rc == MPI_SUCCESS && sent == MPI_SUCCESS)
 		rc = unpack_blocks(&p, packed, &rs, in_place);
 	return plan_end(&p, packed, inside ? NULL : part, tmp, sent, pm_comm_error(comm, rc));
+}
+
+int hier_gatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
+		 const int *rdispls, MPI_Datatype rtype, int root, MPI_Comm comm)
+{
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, gatherv_call(sendbuf, scount, stype, recvbuf, rcounts, rdispls, rtype, root, comm));
 }
 
 /* ---- Scatter, Scatterv ------------------------------------------------------- */
@@ -380,7 +421,8 @@ static int scatter_plan(struct plan *p, const struct side *ss, uint64_t bytes, b
 }
 
 int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *counts, const int *displs, int count,
-		     MPI_Datatype type, void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+		     MPI_Datatype type, void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm,
+		     const char *known)
 {
 	int rn = h->node_of[root], rc = MPI_SUCCESS;
 	bool is_root = h->rank == root, in_place = is_root && rbuf == MPI_IN_PLACE;
@@ -401,17 +443,41 @@ int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *coun
 	char *part = inside ? packed + p.ndispl[rn] : is_leader(h) ? zalloc((size_t)p.mine, 1) : NULL;
 	if (is_leader(h) && h->my_node == rn && !inside)
 		p.rc = first(p.rc, MPI_ERR_TRUNCATE);
-	if (is_leader(h))
+	/* The status, then a node step after the blocks on the nodes that
+	 * take it.  Scatter: the root's node's leader's (its node phase
+	 * failed, or @p known), by a leaders' Ibcast beside their phase.
+	 * Scatterv: every leader's, agreed first: after a failure the leaders'
+	 * counts (known only at the root) may differ, and the library's call
+	 * would wait for bytes never sent; so no leader makes it. */
+	char st = h->my_node == rn && (sent != MPI_SUCCESS || (known && *known));
+	MPI_Request sreq = MPI_REQUEST_NULL;
+	if (is_leader(h) && v) {
+		int failed = st || sent != MPI_SUCCESS, any = failed;
+		if (h->watch)
+			sent = first(sent,
+				     pm_comm_error(comm, PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, h->leaders)));
+		st = any != 0;
+	} else if (is_leader(h) && h->watch && PMPI_Ibcast(&st, 1, MPI_BYTE, rn, h->leaders, &sreq) != MPI_SUCCESS) {
+		st = 1;
+	}
+	if (is_leader(h) && !(v && st && h->watch))
 		sent = first(sent, scatterv_leaders(&p, packed, part, rn, comm));
+	if (sreq != MPI_REQUEST_NULL && PMPI_Wait(&sreq, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+		st = 1;
+	st = is_leader(h) && (st || sent != MPI_SUCCESS);
 	sent = first(sent, coll_vbytes(h->node, false, mine, bytes, part, p.nlen, comm));
+	if (known || h->my_node != rn) {
+		sent = first(sent, coll_bcast_to(h->node, &st, 1, MPI_BYTE, 0, -1, comm));
+		sent = hier_status_end(h, comm, sent, st);
+	}
 	rc = first(rc, p.rc);
 	if (tmp && rc == MPI_SUCCESS && sent == MPI_SUCCESS)
 		rc = blocks_move(rbuf, rcount, rtype, 1, tmp, bytes, false);
 	return plan_end(&p, packed, inside ? NULL : part, tmp, sent, pm_comm_error(comm, rc));
 }
 
-int hier_scatter(const void *sendbuf, bool v, const int *scounts, const int *sdispls, int scount,
-		 MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+static int scatter_call(const void *sendbuf, bool v, const int *scounts, const int *sdispls, int scount,
+			MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
 	struct pm_hier *h = hier_get(comm);
 	if (!h || !hier_v_carried(h) || root < 0 || root >= h->size)
@@ -426,5 +492,13 @@ int hier_scatter(const void *sendbuf, bool v, const int *scounts, const int *sdi
 	coll_count(v ? CALL_SCATTERV : CALL_SCATTER, true, bytes);
 	if (!v && bytes == 0)
 		return MPI_SUCCESS;
-	return hier_scatter_run(h, v, sendbuf, scounts, sdispls, scount, stype, recvbuf, rcount, rtype, root, comm);
+	return hier_scatter_run(h, v, sendbuf, scounts, sdispls, scount, stype, recvbuf, rcount, rtype, root, comm,
+				NULL);
+}
+
+int hier_scatter(const void *sendbuf, bool v, const int *scounts, const int *sdispls, int scount,
+		 MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
+{
+	struct pm_hier *outer = hier_current;
+	return hier_done(outer, scatter_call(sendbuf, v, scounts, sdispls, scount, stype, recvbuf, rcount, rtype, root, comm));
 }

@@ -7,9 +7,14 @@
  * MPI_Iallreduce and MPI_Wait; "ibcast": MPI_Ibcast from the dead rank
  * and MPI_Wait; "ibarrier", "iallgather": MPI_Ibarrier, MPI_Iallgather
  * and MPI_Wait; "ireduce", "ireduce0": MPI_Ireduce to rank 1, to rank 0,
- * and MPI_Wait).  On pretend nodes (PINSHM_MPI_NODES=2 at 4 ranks) the
- * dead rank is on the second node and not its leader: the survivors of
- * the first node (rank 0 leads it) see the death only through the call.
+ * and MPI_Wait; the blocking calls of blocking_calls below, each named
+ * for its call: "bcast" and "scatter" from the dead rank, "reduce",
+ * "gather" and "gatherv" to rank 1, "reduce0", "bcast0" from or to rank 0,
+ * "bcastL", "allreduceL" with more data than goes packed with a status
+ * byte; "blocking": all of those in turn, each reported as it returns).
+ * On pretend nodes (PINSHM_MPI_NODES=2 at 4 ranks) the dead rank is on
+ * the second node and not its leader: the survivors of the first node
+ * (rank 0 leads it) see the death only through the call.
  * By default the error handler aborts the job; with "return" (a second
  * argument, or COLL_DEAD_RETURN set in the environment) the survivors set
  * MPI_ERRORS_RETURN, print the error the call returned and exit 0
@@ -21,6 +26,103 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* The blocking calls that "blocking" makes in turn: after the first, the
+ * dead rank's node fails each at once, and the others must still hear
+ * of it through the call. */
+static const char *const blocking_calls[] = {
+	"barrier",   "bcast",  "bcast0",    "bcastL",     "allreduce", "allreduceL", "reduce",
+	"reduce0",   "gather", "allgather", "gatherv",    "allgatherv", "scatter",   "scatterv",
+	"alltoall",  "alltoallv", "reduce_scatter", "scan",
+};
+
+#define LARGE 8192 /* ints: past the bytes that go packed with the status */
+
+static int call_one(const char *call, int rank, int size)
+{
+	int x = rank + 1, y = 0, rc;
+	int *v = calloc(LARGE, sizeof(int)), *w = calloc(LARGE, sizeof(int));
+	int *counts = calloc((size_t)size, sizeof(int)), *displs = calloc((size_t)size, sizeof(int));
+	for (int r = 0; r < size; r++) {
+		counts[r] = 1;
+		displs[r] = r;
+	}
+	if (!strcmp(call, "barrier"))
+		rc = MPI_Barrier(MPI_COMM_WORLD);
+	else if (!strcmp(call, "bcast"))
+		rc = MPI_Bcast(&x, 1, MPI_INT, size - 1, MPI_COMM_WORLD);
+	else if (!strcmp(call, "bcast0"))
+		rc = MPI_Bcast(&x, 1, MPI_INT, 0, MPI_COMM_WORLD);
+	else if (!strcmp(call, "bcastL"))
+		rc = MPI_Bcast(v, LARGE, MPI_INT, size - 1, MPI_COMM_WORLD);
+	else if (!strcmp(call, "allreduceL"))
+		rc = MPI_Allreduce(v, w, LARGE, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	else if (!strcmp(call, "reduce") || !strcmp(call, "reduce0"))
+		rc = MPI_Reduce(&x, &y, 1, MPI_INT, MPI_SUM, !strcmp(call, "reduce"), MPI_COMM_WORLD);
+	else if (!strcmp(call, "gather"))
+		rc = MPI_Gather(&x, 1, MPI_INT, v, 1, MPI_INT, 1, MPI_COMM_WORLD);
+	else if (!strcmp(call, "allgather"))
+		rc = MPI_Allgather(&x, 1, MPI_INT, v, 1, MPI_INT, MPI_COMM_WORLD);
+	else if (!strcmp(call, "gatherv"))
+		rc = MPI_Gatherv(&x, 1, MPI_INT, v, counts, displs, MPI_INT, 1, MPI_COMM_WORLD);
+	else if (!strcmp(call, "allgatherv"))
+		rc = MPI_Allgatherv(&x, 1, MPI_INT, v, counts, displs, MPI_INT, MPI_COMM_WORLD);
+	else if (!strcmp(call, "scatter"))
+		rc = MPI_Scatter(v, 1, MPI_INT, &y, 1, MPI_INT, size - 1, MPI_COMM_WORLD);
+	else if (!strcmp(call, "scatterv"))
+		rc = MPI_Scatterv(v, counts, displs, MPI_INT, &y, 1, MPI_INT, size - 1, MPI_COMM_WORLD);
+	else if (!strcmp(call, "alltoall"))
+		rc = MPI_Alltoall(v, 1, MPI_INT, w, 1, MPI_INT, MPI_COMM_WORLD);
+	else if (!strcmp(call, "alltoallv"))
+		rc = MPI_Alltoallv(v, counts, displs, MPI_INT, w, counts, displs, MPI_INT, MPI_COMM_WORLD);
+	else if (!strcmp(call, "reduce_scatter"))
+		rc = MPI_Reduce_scatter_block(v, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	else if (!strcmp(call, "scan"))
+		rc = MPI_Scan(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	else if (!strcmp(call, "iallreduce")) {
+		MPI_Request req;
+		rc = MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+		if (rc == MPI_SUCCESS)
+			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+	} else if (!strcmp(call, "ibcast")) {
+		MPI_Request req;
+		rc = MPI_Ibcast(&x, 1, MPI_INT, size - 1, MPI_COMM_WORLD, &req);
+		if (rc == MPI_SUCCESS)
+			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+	} else if (!strcmp(call, "ibarrier")) {
+		MPI_Request req;
+		rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+		if (rc == MPI_SUCCESS)
+			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+	} else if (!strcmp(call, "ireduce") || !strcmp(call, "ireduce0")) {
+		MPI_Request req;
+		int root = !strcmp(call, "ireduce");
+		rc = MPI_Ireduce(&x, &y, 1, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD, &req);
+		if (rc == MPI_SUCCESS)
+			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+	} else if (!strcmp(call, "iallgather")) {
+		MPI_Request req;
+		rc = MPI_Iallgather(&x, 1, MPI_INT, v, 1, MPI_INT, MPI_COMM_WORLD, &req);
+		if (rc == MPI_SUCCESS)
+			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+	} else
+		rc = MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	free(v);
+	free(w);
+	free(counts);
+	free(displs);
+	return rc;
+}
+
+static void report(const char *call, int rank, int rc)
+{
+	char msg[MPI_MAX_ERROR_STRING];
+	int len = 0, cls = 0;
+	MPI_Error_class(rc, &cls);
+	MPI_Error_string(rc, msg, &len);
+	printf("coll_dead: rank %d: %s returned %d (class %d: %s)\n", rank, call, rc, cls, msg);
+	fflush(NULL);
+}
 
 int main(int argc, char **argv)
 {
@@ -43,47 +145,11 @@ int main(int argc, char **argv)
 		fflush(NULL);
 		raise(SIGKILL);
 	}
-	int rc;
-	if (!strcmp(call, "barrier"))
-		rc = MPI_Barrier(MPI_COMM_WORLD);
-	else if (!strcmp(call, "bcast"))
-		rc = MPI_Bcast(&x, 1, MPI_INT, size - 1, MPI_COMM_WORLD);
-	else if (!strcmp(call, "iallreduce")) {
-		MPI_Request req;
-		rc = MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
-		if (rc == MPI_SUCCESS)
-			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-	} else if (!strcmp(call, "ibcast")) {
-		MPI_Request req;
-		rc = MPI_Ibcast(&x, 1, MPI_INT, size - 1, MPI_COMM_WORLD, &req);
-		if (rc == MPI_SUCCESS)
-			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+	if (!strcmp(call, "blocking")) {
+		for (size_t k = 0; k < sizeof(blocking_calls) / sizeof(blocking_calls[0]); k++)
+			report(blocking_calls[k], rank, call_one(blocking_calls[k], rank, size));
+	} else {
+		report(call, rank, call_one(call, rank, size));
 	}
-	else if (!strcmp(call, "ibarrier")) {
-		MPI_Request req;
-		rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
-		if (rc == MPI_SUCCESS)
-			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-	} else if (!strcmp(call, "ireduce") || !strcmp(call, "ireduce0")) {
-		MPI_Request req;
-		int root = !strcmp(call, "ireduce");
-		rc = MPI_Ireduce(&x, &y, 1, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD, &req);
-		if (rc == MPI_SUCCESS)
-			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-	} else if (!strcmp(call, "iallgather")) {
-		MPI_Request req;
-		int *all = calloc((size_t)size, sizeof(int));
-		rc = MPI_Iallgather(&x, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD, &req);
-		if (rc == MPI_SUCCESS)
-			rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-		free(all);
-	} else
-		rc = MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-	char msg[MPI_MAX_ERROR_STRING];
-	int len = 0, cls = 0;
-	MPI_Error_class(rc, &cls);
-	MPI_Error_string(rc, msg, &len);
-	printf("coll_dead: rank %d: %s returned %d (class %d: %s)\n", rank, call, rc, cls, msg);
-	fflush(NULL);
 	_exit(0);
 }
