@@ -321,6 +321,8 @@ int hier_node_bytes_st(const struct pm_hier *h, char *buf, uint64_t n, char *st,
 int hier_node_bcast_st(const struct pm_hier *h, void *buf, int count, MPI_Datatype type, uint64_t bytes, char *st,
 		       int to, MPI_Comm comm)
 {
+	if (!h->watch) /* the leader's byte says its own node's failure only: not passed */
+		return coll_bcast_to(h->node, buf, count, type, 0, to, comm);
 	if (bytes > ST_PACKED) {
 		int rc = coll_bcast_to(h->node, buf, count, type, 0, to, comm);
 		return first(rc, coll_bcast_to(h->node, st, 1, MPI_BYTE, 0, to, comm));
@@ -360,6 +362,11 @@ static int barrier_call(MPI_Comm comm)
 		return -1;
 	coll_count(CALL_BARRIER, true, 0);
 	int rc = coll_barrier(h->node);
+	if (!h->watch) { /* node barrier, leaders' barrier, node barrier */
+		if (is_leader(h))
+			rc = first(rc, pm_comm_error(comm, PMPI_Barrier(h->leaders)));
+		return first(rc, coll_barrier(h->node));
+	}
 	char st = 0;
 	if (is_leader(h)) { /* the status's allreduce waits for every leader, as a barrier */
 		int failed = rc != MPI_SUCCESS, any = 0;
@@ -388,7 +395,7 @@ static int bcast_call(void *buffer, int count, MPI_Datatype type, int root, MPI_
 	int rn = h->node_of[root], rc = MPI_SUCCESS;
 	if (h->my_node == rn)
 		rc = coll_bcast_to(h->node, buffer, count, type, h->node_rank[root], -1, comm);
-	if (bytes == 0) { /* nothing to be wrong: no status */
+	if (bytes == 0 || !h->watch) { /* nothing to be wrong, or no death to pass on: no status */
 		if (is_leader(h))
 			rc = first(rc, pm_comm_error(comm, PMPI_Bcast(buffer, count, type, rn, h->leaders)));
 		if (h->my_node != rn)
@@ -403,8 +410,7 @@ static int bcast_call(void *buffer, int count, MPI_Datatype type, int root, MPI_
 	if (bytes > ST_PACKED) {
 		if (is_leader(h)) {
 			int e = PMPI_Bcast(buffer, count, type, rn, h->leaders);
-			if (h->watch)
-				e = first(e, PMPI_Bcast(&st, 1, MPI_BYTE, rn, h->leaders));
+			e = first(e, PMPI_Bcast(&st, 1, MPI_BYTE, rn, h->leaders));
 			rc = first(rc, pm_comm_error(comm, e));
 			st = st || rc != MPI_SUCCESS;
 		}
@@ -450,11 +456,12 @@ static int leaders_bcast_st(const struct pm_hier *h, void *buf, int count, MPI_D
 			    char *st, int from)
 {
 	bool here = h->my_node == from;
+	if (!h->watch)
+		return PMPI_Bcast(buf, count, type, from, h->leaders);
 	if (bytes > ST_PACKED) {
 		char b = *st;
 		int rc = PMPI_Bcast(buf, count, type, from, h->leaders);
-		if (h->watch)
-			rc = first(rc, PMPI_Bcast(&b, 1, MPI_BYTE, from, h->leaders));
+		rc = first(rc, PMPI_Bcast(&b, 1, MPI_BYTE, from, h->leaders));
 		*st = *st || b;
 		return rc;
 	}
