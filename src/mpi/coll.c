@@ -36,14 +36,13 @@
 #define SLOT_MIN (8u * 1024)
 #define AREA_DEFAULT (64ull << 20)
 #define CMA_DEFAULT 0 /* PINSHM_MPI_COLL_CMA: off (a copy through the area measured faster here) */
-#define STREAM_DEFAULT (32u * 1024) /* PINSHM_MPI_COLL_STREAM (PERFORMANCE.md, "Streaming stores") */
+#define STREAM_DEFAULT 0 /* PINSHM_MPI_COLL_STREAM: off (PERFORMANCE.md, "Streaming stores") */
 #define SLOT_HEAD 192u /* the zero line, the flag line, the mark line */
 
 static bool coll_enabled = true;
 static uint64_t area_max = AREA_DEFAULT;
 static uint64_t cma_min = CMA_DEFAULT;
 static uint64_t stream_min = STREAM_DEFAULT;
-static bool stream_set; /* PINSHM_MPI_COLL_STREAM given: whatever the ranks and cores */
 
 static const char *const call_names[CALL_COUNT] = {
 	"barrier", "bcast", "reduce", "allreduce", "gather", "scatter", "allgather", "alltoall",
@@ -60,7 +59,6 @@ void pm_coll_config(void)
 	area_max = pm_env_size("PINSHM_MPI_COLL_AREA", AREA_DEFAULT, 2 * SLOT_MIN, UINT64_MAX);
 	cma_min = pm_env_size("PINSHM_MPI_COLL_CMA", CMA_DEFAULT, 0, INT64_MAX);
 	stream_min = pm_env_size("PINSHM_MPI_COLL_STREAM", STREAM_DEFAULT, 0, INT64_MAX);
-	stream_set = getenv("PINSHM_MPI_COLL_STREAM") != NULL;
 	if (pm.cfg.cma_set && pm.cfg.cma == 0) /* PINSHM_MPI_CMA=0: never copied so */
 		cma_min = 0;
 }
@@ -124,9 +122,7 @@ static int area_open(struct pm_coll *co, uint64_t token)
 	co->half = calloc((size_t)co->size, sizeof(*co->half));
 	co->flags = calloc((size_t)co->size, sizeof(*co->flags));
 	co->half_bytes = (size_t)((g->capacity - SLOT_HEAD) / 2) & ~(size_t)63;
-	/* Where ranks outnumber cores, a reader often runs on the writer's
-	 * core, where the data is best left in the cache. */
-	co->stream_min = co->lead_first && !stream_set ? 0 : stream_min;
+	co->stream_min = stream_min;
 	co->scratch = aligned_alloc(64, co->half_bytes);
 	if (!co->half || !co->flags || !co->scratch)
 		return -ENOMEM;

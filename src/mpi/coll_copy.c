@@ -1,15 +1,14 @@
 /*
  * coll_copy.c - streaming stores into a rank's own half of the collective
- * area (coll.h).
+ * area (coll.h), where PINSHM_MPI_COLL_STREAM asks for them.
  *
  * A half's lines were last read by the other ranks, whose caches still
  * hold them: a plain store first takes each line back from the reader's
  * cache, where a streaming store writes the whole line without reading
- * it, and the readers then read it from memory.  Where every rank has a
- * core of its own that pays from 32 KiB a step (PINSHM_MPI_COLL_STREAM;
- * PERFORMANCE.md, "Streaming stores into the area"); where ranks share
- * cores the reader often runs on the writer's core, and memcpy, which
- * leaves the data in that cache, is faster.
+ * it, and the readers then read it from memory.  That pays only where the
+ * ranks' cores share no cache (PERFORMANCE.md, "Streaming stores into the
+ * area"); where they share one, or ranks share cores, memcpy, which
+ * leaves the data in a cache the reader reaches, is faster.
  */
 #include <string.h>
 
