@@ -331,7 +331,8 @@ struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *lo
 				"(%" PRIu64 " bytes) could not be made: %s (%s); its collectives go to the MPI "
 				"library\n",
 				pm.world_rank, co->size, (uint64_t)attr.capacity * (uint64_t)co->size,
-				pinshm_strerror((int)msg[0]), pinshm_client_error(pm.client));
+				pinshm_strerror((int)msg[0]),
+				*pinshm_client_error(pm.client) ? pinshm_client_error(pm.client) : "no more said");
 		}
 	}
 	PMPI_Bcast(msg, 2, MPI_INT64_T, 0, comm);

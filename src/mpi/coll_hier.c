@@ -67,7 +67,13 @@
  * whatever failed, so none waits for ever; and a rank whose own node
  * phase failed reports it through the handler only at the end of the call
  * (hier_done()): by default that ends its process, and the other nodes'
- * leaders would wait for it.  What each call pays for it:
+ * leaders would wait for it.  All that only where the job outlives a
+ * death (h->watch: --enable-recovery, ULFM, PINSHM_MPI_WATCH=1); else
+ * Open MPI's runtime ends the job at a death, and each call takes its
+ * path without the statuses (the Barrier: node barrier, leaders'
+ * MPI_Barrier, node barrier), but for the bytes that ride with blocks
+ * already sent (Gather, Allgather, Gatherv, Allgatherv, the Alltoalls).
+ * What each call pays where the job is watched:
  *   Barrier: the leaders' MPI_Allreduce (MPI_MAX) of the status in place
  *     of their MPI_Barrier, the byte (a one-step node Bcast) in place of
  *     the second node barrier: no step more.
@@ -101,6 +107,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "coll_hier.h"
 
@@ -178,6 +185,8 @@ int hier_done(struct pm_hier *outer, int rc)
 	struct pm_hier *h = hier_current;
 	hier_current = outer;
 	if (!h)
+		return rc;
+	if (h == outer) /* made by a handler inside a call on the same communicator: that call reports */
 		return rc;
 	h->defer = false;
 	int e = h->deferred;
@@ -262,6 +271,12 @@ struct pm_hier *hier_make(struct pm_comm *c)
 
 /* ---- a death on another node ------------------------------------------------ */
 
+/* An MCA boolean's value: "0", "false", "no" (any case) or empty are false. */
+static bool mca_true(const char *v)
+{
+	return *v && strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0 && strcasecmp(v, "no") != 0;
+}
+
 /* Whether the job outlives a rank's death.  Without that (Open MPI's
  * default) the runtime ends the whole job when a rank dies, so the
  * statuses that would cost the leaders messages of their own are not
@@ -270,10 +285,10 @@ bool hier_watching(void)
 {
 	const char *v = getenv("PINSHM_MPI_WATCH");
 	if (v && *v)
-		return strcmp(v, "0") != 0;
+		return mca_true(v);
 	v = getenv("OMPI_MCA_orte_enable_recovery"); /* mpirun --enable-recovery */
 	const char *ft = getenv("OMPI_MCA_mpi_ft_enable"); /* ULFM */
-	return (v && strcmp(v, "0") != 0) || (ft && strcmp(ft, "0") != 0);
+	return (v && mca_true(v)) || (ft && mca_true(ft));
 }
 
 /* Data up to this many bytes goes to a node packed, with the status byte
@@ -519,9 +534,10 @@ static bool hier_carries(const struct pm_hier *h, struct red *r, MPI_Datatype ty
 }
 
 /* A reduction carried (hier_carries()) and counted, to @p root or
- * (@p root < 0) every rank. */
-static int reduce_run(struct pm_hier *h, const struct red *rp, const void *sendbuf, void *recvbuf, int count,
-		      int root, MPI_Comm comm)
+ * (@p root < 0) every rank; *@p st: whether this rank learnt that some
+ * node's phase failed (not reported yet: hier_status_end()). */
+static int reduce_body(struct pm_hier *h, const struct red *rp, const void *sendbuf, void *recvbuf, int count,
+		       int root, MPI_Comm comm, bool *st_out)
 {
 	struct red r = *rp;
 	MPI_Datatype type = r.type;
@@ -549,7 +565,8 @@ static int reduce_run(struct pm_hier *h, const struct red *rp, const void *sendb
 		rc = first(rc, hier_node_bcast_st(h, is_leader(h) ? acc : recvbuf, count, type, bytes, &st,
 						  h->node_rank[root], comm));
 	free(base);
-	return hier_status_end(h, comm, rc, st);
+	*st_out = st;
+	return rc;
 }
 
 static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
@@ -560,7 +577,9 @@ static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Dataty
 	if (!hier_carries(h, &r, type, op, count) || root >= h->size)
 		return -1;
 	coll_count(root < 0 ? CALL_ALLREDUCE : CALL_REDUCE, true, (uint64_t)count * r.size);
-	return reduce_run(h, &r, sendbuf, recvbuf, count, root, comm);
+	bool st = false;
+	int rc = reduce_body(h, &r, sendbuf, recvbuf, count, root, comm, &st);
+	return hier_status_end(h, comm, rc, st);
 }
 
 int hier_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
@@ -705,13 +724,14 @@ static int reduce_scatter_call(const void *sendbuf, void *recvbuf, const int *co
 		return hier_no_memory(), MPI_ERR_NO_MEM;
 	for (int d = 0, at = 0; displs && d < h->size; at += counts[d++])
 		displs[d] = at;
-	int rc = reduce_run(h, &r, in, sum, (int)total, 0, comm);
-	char failed = rc != MPI_SUCCESS; /* at rank 0: the status its leaders' phase learnt */
+	bool st = false;
+	int rc = reduce_body(h, &r, in, sum, (int)total, 0, comm, &st);
+	char failed = rc != MPI_SUCCESS || st; /* at rank 0: its sums are known to be wrong */
 	rc = first(rc, hier_scatter_run(h, counts != NULL, sum, counts, displs, block, type, recvbuf,
 					counts ? counts[h->rank] : block, type, 0, comm, &failed));
 	free(displs);
 	free(base);
-	return rc;
+	return hier_status_end(h, comm, rc, st); /* once: the scatter's, if it reported, returned the error */
 }
 
 int hier_reduce_scatter(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,

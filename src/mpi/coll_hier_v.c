@@ -466,7 +466,7 @@ int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *coun
 		st = 1;
 	st = is_leader(h) && (st || sent != MPI_SUCCESS);
 	sent = first(sent, coll_vbytes(h->node, false, mine, bytes, part, p.nlen, comm));
-	if (known || h->my_node != rn) {
+	if (h->watch && (known || h->my_node != rn)) { /* unwatched: the leader's own node's failure only */
 		sent = first(sent, coll_bcast_to(h->node, &st, 1, MPI_BYTE, 0, -1, comm));
 		sent = hier_status_end(h, comm, sent, st);
 	}

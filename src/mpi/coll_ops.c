@@ -419,8 +419,8 @@ int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *o
 	const void *mine = r->dense ? r->mine : NULL;
 	void *acc;
 	int i = hi - 2;
-	/* The plugin's kernels (scalar) for a few elements only: above, the
-	 * library's vectorized ones are faster. */
+	/* The plugin's kernels for a few elements only: above, the
+	 * library's (AVX) ones are faster. */
 	red_kernel_fn kern = (size_t)k * r->size <= RED_KERNEL_MAX ? r->kern : NULL;
 	if (r->dense) {
 		const void *top = mine && hi - 1 == co->rank ? at(mine, r->tlb) : slot(co, hi - 1, s, r->small) + off;
