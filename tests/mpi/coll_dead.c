@@ -114,13 +114,25 @@ static int call_one(const char *call, int rank, int size)
 	return rc;
 }
 
+/* Errors returned: the handler counts its calls, so that each call's
+ * report says how often the error was reported (once, or never). */
+static int handled;
+
+static void count_error(MPI_Comm *comm, int *code, ...)
+{
+	(void)comm;
+	(void)code;
+	handled++;
+}
+
 static void report(const char *call, int rank, int rc)
 {
 	char msg[MPI_MAX_ERROR_STRING];
 	int len = 0, cls = 0;
 	MPI_Error_class(rc, &cls);
 	MPI_Error_string(rc, msg, &len);
-	printf("coll_dead: rank %d: %s returned %d (class %d: %s)\n", rank, call, rc, cls, msg);
+	printf("coll_dead: rank %d: %s returned %d (class %d: %s), handler %d\n", rank, call, rc, cls, msg, handled);
+	handled = 0;
 	fflush(NULL);
 }
 
@@ -139,8 +151,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "coll_dead: rank %d: first allreduce gave %d\n", rank, y);
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
-	if (ret)
-		MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	if (ret) {
+		MPI_Errhandler eh;
+		MPI_Comm_create_errhandler(count_error, &eh);
+		MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh);
+	}
 	if (rank == size - 1) {
 		fflush(NULL);
 		raise(SIGKILL);
