@@ -1148,11 +1148,10 @@ static bool rc_success(const char *w, const char *nl)
 
 /* Of coll_dead's lines in @p out for @p call: how many survivors reported
  * it (*@p oks) and how many of those as they should (*@p errs): the error
- * (a blocking call's passed to the handler at most once: a rank that saw
- * the death in an earlier call returns the error at once, reported then),
- * or (a rank of @p either) success and the handler never called.  A
- * nonblocking call's error reaches the handler twice, at its completion
- * and again from MPI_Wait: not checked. */
+ * (a nonblocking call's passed to the handler once, by MPI_Wait; a
+ * blocking call's at most once: a rank that saw the death in an earlier
+ * call returns the error at once, reported then), or (a rank of
+ * @p either) success and the handler never called. */
 static void dead_count(const char *out, const char *call, unsigned either, bool blocking, int *oks, int *errs)
 {
 	char want[64];
@@ -1165,7 +1164,7 @@ static void dead_count(const char *out, const char *call, unsigned either, bool 
 			const char *e = strstr(w, "MPI_ERR_OTHER"), *hd = strstr(w, ", handler ");
 			bool err = e && (!nl || e < nl);
 			int times = hd && (!nl || hd < nl) ? atoi(hd + 10) : -1;
-			*errs += err ? times >= 0 && (times <= 1 || !blocking)
+			*errs += err ? times == 1 || (blocking && times == 0)
 				     : times == 0 && rc_success(w, nl) && rank >= 0 && rank < 32 && (either >> rank & 1);
 			(*oks)++;
 		}

@@ -451,8 +451,8 @@ static bool flag_reached(const struct pm_coll *co, int r, bool done, uint64_t s)
 /* Whether a wait for member @p r must end without its flag: some member
  * died (the wait ends too where it is another: @p r may wait for that one)
  * and @p r's flag, read again after the endpoints, has not come.  Reports
- * it through the communicator's error handler. */
-static bool wait_failed(struct pm_coll *co, int r, bool done, uint64_t s)
+ * it through the communicator's error handler where @p report. */
+static bool wait_failed(struct pm_coll *co, int r, bool done, uint64_t s, bool report)
 {
 	struct coll_live *lv = co->live;
 	for (int m = 0; m < co->size; m++) {
@@ -465,7 +465,8 @@ static bool wait_failed(struct pm_coll *co, int r, bool done, uint64_t s)
 			"the collective call cannot complete\n",
 			co->rank, pm.world_rank, m, lv->pid[m]);
 		lv->error = MPI_ERR_OTHER;
-		PMPI_Comm_call_errhandler(lv->comm, MPI_ERR_OTHER);
+		if (report)
+			PMPI_Comm_call_errhandler(lv->comm, MPI_ERR_OTHER);
 		return true;
 	}
 	return false;
@@ -498,7 +499,7 @@ static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s
 			continue;
 		}
 		pm_idle(&idle, false);
-		if (++passes % LIVE_EVERY == 0 && co->live && wait_failed(co, r, done, s))
+		if (++passes % LIVE_EVERY == 0 && co->live && wait_failed(co, r, done, s, true))
 			return;
 	}
 }
@@ -511,7 +512,7 @@ bool coll_poll_failed(struct pm_coll *co, unsigned *passes, int from, int to, bo
 		return false;
 	for (int r = from; r < to; r++)
 		if (!flag_reached(co, r, done, s))
-			return wait_failed(co, r, done, s);
+			return wait_failed(co, r, done, s, false);
 	return false;
 }
 

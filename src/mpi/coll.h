@@ -203,7 +203,9 @@ int coll_error(const struct pm_coll *co);              /* MPI_SUCCESS or the err
 /* For a caller that polls the flags of ranks [@p from, @p to) at step @p s
  * itself (coll_nb.c), after a poll that found them short: whether it must
  * give up, because a wait failed before or (every so many calls, counted
- * in *@p passes) a member died, reported as a failed wait is. */
+ * in *@p passes) a member died: said on stderr and kept (coll_error()),
+ * but not passed to the error handler, which the call's completion (its
+ * MPI_Wait or MPI_Test) calls. */
 bool coll_poll_failed(struct pm_coll *co, unsigned *passes, int from, int to, bool done, uint64_t s);
 
 /* What a call that ran steps returns: the error a wait found (already

@@ -568,7 +568,7 @@ static void hnb_finish(struct hnb *x)
 			"pinshm-mpi: rank %d (world rank %d): a rank of the communicator on another node died: "
 			"the collective call cannot complete\n",
 			x->h->rank, pm.world_rank);
-		hnb_note(x, pm_comm_error(x->h->comm, MPI_ERR_OTHER));
+		hnb_note(x, MPI_ERR_OTHER); /* reported by the call that completes it */
 	}
 	if (x->unpack && x->rc == MPI_SUCCESS)
 		hnb_note(x, pm_unpack(x->tmp, x->bytes - x->status, x->ubuf, x->count, op->dtype));
