@@ -2128,9 +2128,6 @@ START_TEST(test_permissions)
 }
 END_TEST
 
-static void daemon_start_config(struct daemon *d, const struct daemon_opts *o, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
 /* An ordinary user whose RLIMIT_MEMLOCK is 64 KiB gets a 1 MiB channel
  * pinned through the system daemon, and uses it; the daemon's VmLck counts
  * it.  The child reports the segment's size on a pipe. */
@@ -2261,45 +2258,6 @@ END_TEST
 /* ======================================================================== */
 
 #define RELOAD_MS 10000 /* for a SIGHUP to take effect */
-
-/* Write the daemon's config file whole (a reload never reads half of it). */
-static void vwrite_config(const struct daemon *d, const char *fmt, va_list ap)
-{
-	char tmp[160];
-
-	snprintf(tmp, sizeof(tmp), "%s.new", d->conf);
-	FILE *f = fopen(tmp, "w");
-	ck_assert_msg(f != NULL, "%s: %s", tmp, strerror(errno));
-	vfprintf(f, fmt, ap);
-	ck_assert_int_eq(fchmod(fileno(f), 0644), 0);
-	ck_assert_int_eq(fclose(f), 0);
-	ck_assert_int_eq(rename(tmp, d->conf), 0);
-}
-
-static void write_config(const struct daemon *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void write_config(const struct daemon *d, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vwrite_config(d, fmt, ap);
-	va_end(ap);
-}
-
-/* Start the daemon as @p o says (with -c: o->config) on the config @p fmt; wait until it accepts. */
-static void daemon_start_config(struct daemon *d, const struct daemon_opts *o, const char *fmt, ...)
-{
-	va_list ap;
-
-	ck_assert(o->config);
-	daemon_prepare(d, o);
-	va_start(ap, fmt);
-	vwrite_config(d, fmt, ap);
-	va_end(ap);
-	daemon_spawn(d, o);
-	daemon_wait_ready(d);
-}
 
 static void wait_log(const struct daemon *d, const char *what)
 {
@@ -2560,7 +2518,7 @@ START_TEST(test_bad_config)
 		struct daemon d;
 		struct daemon_opts o = {.config = true, .log = true};
 		daemon_prepare(&d, &o);
-		write_config(&d, "%s", bad[i]);
+		daemon_write_config(&d, "%s", bad[i]);
 		daemon_spawn(&d, &o);
 		int st = daemon_wait_exit(&d, START_MS);
 		if (line[i] == 0) { /* a section without keys: ignored */
@@ -2594,14 +2552,14 @@ START_TEST(test_reload)
 	CLIENT_RC(c, pinshm_create(c, "h0", &attr, 0600, 0), 0);
 	CLIENT_RC(c, pinshm_create(c, "h1", &attr, 0600, 0), -EUSERS);
 
-	write_config(&d, "[daemon]\nmax_channels_per_user = 3\n");
+	daemon_write_config(&d, "[daemon]\nmax_channels_per_user = 3\n");
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
 	uint64_t deadline = tu_now_ms() + RELOAD_MS;
 	while ((rc = pinshm_create(c, "h1", &attr, 0600, 0)) == -EUSERS && tu_now_ms() < deadline)
 		tu_sleep_ms(10);
 	CLIENT_RC(c, rc, 0);
 
-	write_config(&d, "[daemon]\nmax_channels_per_user = 9\nbudget = -1\n");
+	daemon_write_config(&d, "[daemon]\nmax_channels_per_user = 9\nbudget = -1\n");
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
 	wait_log(&d, "keeping the configuration in force");
 	ck_assert(daemon_log_has(&d, ":3: budget"));
@@ -2654,7 +2612,7 @@ START_TEST(test_access)
 	daemon_prepare(&d, &o);
 	ck_assert_int_ne(x.uid, 12345);
 	/* A number need not name a user. */
-	write_config(&d, "[access]\nallow_users = 12345\n");
+	daemon_write_config(&d, "[access]\nallow_users = 12345\n");
 	daemon_spawn(&d, &o);
 	daemon_wait_ready(&d);
 	x.sock = d.sock;
@@ -2664,7 +2622,7 @@ START_TEST(test_access)
 	wait_log(&d, "connection refused");
 	pinshm_disconnect(connect_ok(&d)); /* root */
 
-	write_config(&d, "[access]\nallow_users = 12345\nallow_groups = %u\n", (unsigned)x.gid);
+	daemon_write_config(&d, "[access]\nallow_users = 12345\nallow_groups = %u\n", (unsigned)x.gid);
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
 	x.want = 0;
 	x.retry_ms = RELOAD_MS;
@@ -2697,7 +2655,7 @@ START_TEST(test_notify)
 	const char *path = sa.sun_path;
 
 	daemon_prepare(&d, &o);
-	write_config(&d, "[daemon]\nmax_channels_per_user = 4\n");
+	daemon_write_config(&d, "[daemon]\nmax_channels_per_user = 4\n");
 	int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/notify", d.dir);
 	ck_assert(n > 0 && (size_t)n < sizeof(sa.sun_path));
 	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);

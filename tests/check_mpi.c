@@ -1041,13 +1041,7 @@ START_TEST(test_coll_no_area)
 
 	if (only && only[0] && strcmp(only, prog.name) != 0)
 		return;
-	daemon_prepare(&d, &o);
-	FILE *f = fopen(d.conf, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("[daemon]\nmax_channels_per_user = 2\n", f);
-	ck_assert_int_eq(fclose(f), 0);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\nmax_channels_per_user = 2\n");
 	run_mpi(&d, NULL, &prog, &cf, &r);
 	bool failed = run_failed(&prog, &cf, &r, why, sizeof(why));
 	const char *st = strstr(r.out, "pinshm-mpi coll stats: rank=0 call=barrier ");

@@ -11,6 +11,7 @@
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -565,4 +566,39 @@ bool daemon_test_user(uid_t *uid, gid_t *gid)
 	*gid = pw->pw_gid;
 	ck_assert_uint_ne(*uid, 0);
 	return true;
+}
+
+static void vwrite_config(const struct daemon *d, const char *fmt, va_list ap)
+{
+	char tmp[160];
+
+	snprintf(tmp, sizeof(tmp), "%s.new", d->conf);
+	FILE *f = fopen(tmp, "w");
+	ck_assert_msg(f != NULL, "%s: %s", tmp, strerror(errno));
+	vfprintf(f, fmt, ap);
+	ck_assert_int_eq(fchmod(fileno(f), 0644), 0);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(rename(tmp, d->conf), 0);
+}
+
+void daemon_write_config(const struct daemon *d, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vwrite_config(d, fmt, ap);
+	va_end(ap);
+}
+
+void daemon_start_config(struct daemon *d, const struct daemon_opts *o, const char *fmt, ...)
+{
+	va_list ap;
+
+	ck_assert(o->config);
+	daemon_prepare(d, o);
+	va_start(ap, fmt);
+	vwrite_config(d, fmt, ap);
+	va_end(ap);
+	daemon_spawn(d, o);
+	daemon_wait_ready(d);
 }

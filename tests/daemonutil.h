@@ -159,6 +159,15 @@ void daemon_wait_ready(struct daemon *d);
 /** daemon_prepare(), daemon_spawn(), daemon_wait_ready(). */
 void daemon_start_opts(struct daemon *d, const struct daemon_opts *o);
 
+/** Write d->conf whole from @p fmt (renamed into place: a reload never
+ *  reads half of it). */
+void daemon_write_config(const struct daemon *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/** daemon_prepare(), the config @p fmt (o->config must be set), daemon_spawn(),
+ *  daemon_wait_ready(). */
+void daemon_start_config(struct daemon *d, const struct daemon_opts *o, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /** daemon_start_opts() with the defaults: pinshmd -f --user -s DIR/sock. */
 void daemon_start(struct daemon *d);
 
