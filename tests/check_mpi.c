@@ -1110,26 +1110,36 @@ END_TEST
  * rank (on the second node, not its leader) kills itself, and the three
  * survivors make calls with errors returned: each must get MPI_ERR_OTHER,
  * the ones of the first node too (they see the death only through the
- * call), well within the time limit (a hang runs into it), but a rank
- * whose own part of the call is complete may return MPI_SUCCESS: one
- * without a result (rank 1 of a Reduce to rank 0), one whose result came
- * from its own node only (ranks 0 and 1 of a Bcast from rank 0, of a
- * Scan).  Cases: MPI_Iallreduce, MPI_Ibcast from the dead rank,
- * MPI_Ibarrier, MPI_Ireduce to rank 1 or to rank 0 (its leader), or
- * MPI_Iallgather, and MPI_Wait; and in one run the blocking calls of
- * coll_dead's "blocking", one after the other (dead_blocking).  Last,
- * "blocking" with the default handler: every survivor must abort (none
- * reports a call), none wait for ever for a leader that aborted.  The
+ * call), well within the time limit (a hang runs into it), and pass it to
+ * the error handler exactly once, but a rank whose own part of the call is
+ * complete may return MPI_SUCCESS, the handler not called: one without a
+ * result (rank 1 of a Reduce to rank 0), one whose result came from its
+ * own node only (ranks 0 and 1 of a Bcast from rank 0, of a Scan).  Cases:
+ * MPI_Iallreduce, MPI_Ibcast from the dead rank, MPI_Ibarrier, MPI_Ireduce
+ * to rank 1 or to rank 0 (its leader), or MPI_Iallgather, and MPI_Wait;
+ * in one run the blocking calls of coll_dead's "blocking", one after the
+ * other (dead_blocking: after the first, the dead rank's node fails each
+ * at once, and its survivor must still call the handler); and the same
+ * at 6 ranks on 3 pretend nodes of 2 (the dead rank's node the third), where
+ * a rank of the second node learns of the third's failure only where its
+ * data depends on it (dead_blocking's either3).  Last, with the default
+ * handler: "blocking", and "nonblocking" (the six nonblocking calls
+ * pending together, one MPI_Waitall): every survivor must abort through
+ * the handler (none reports a call), none wait for ever for a leader that
+ * aborted.  The
  * flat case: tests/check_coll.sh. */
 #define NDEAD_CALLS 6
+#define NDEAD_RUNS (NDEAD_CALLS + 4)
 static const struct {
 	const char *call;
-	unsigned either; /* the ranks that may return MPI_SUCCESS, a bit each */
+	unsigned either;  /* the ranks that may return MPI_SUCCESS at 4 ranks on 2 nodes, a bit each */
+	unsigned either3; /* the same at 6 ranks on 3 nodes */
 } dead_blocking[] = {
-	{"barrier", 0},	   {"bcast", 0},     {"bcast0", 3},	 {"bcastL", 0},	    {"allreduce", 0},
-	{"allreduceL", 0}, {"reduce", 0},    {"reduce0", 2},	 {"gather", 0},	    {"allgather", 0},
-	{"gatherv", 0},	   {"allgatherv", 0}, {"scatter", 0},	 {"scatterv", 0},   {"alltoall", 0},
-	{"alltoallv", 0},  {"reduce_scatter", 0}, {"scan", 3},
+	{"barrier", 0, 0},	  {"bcast", 0, 0},	{"bcast0", 0x3, 0xf},	{"bcastL", 0, 0},
+	{"allreduce", 0, 0},	  {"allreduceL", 0, 0}, {"reduce", 0, 0xc},	{"reduce0", 0x2, 0xe},
+	{"gather", 0, 0xc},	  {"allgather", 0, 0},	{"gatherv", 0, 0x8},	{"allgatherv", 0, 0},
+	{"scatter", 0, 0},	  {"scatterv", 0, 0},	{"alltoall", 0, 0},	{"alltoallv", 0, 0},
+	{"reduce_scatter", 0, 0}, {"scan", 0x3, 0x2},
 };
 
 /* Whether a coll_dead line's call (from @p w, its line ending at @p nl)
@@ -1141,12 +1151,10 @@ static bool rc_success(const char *w, const char *nl)
 }
 
 /* Of coll_dead's lines in @p out for @p call: how many survivors reported
- * it (*@p oks) and how many of those as they should (*@p errs): the error
- * (a nonblocking call's passed to the handler once, by MPI_Wait; a
- * blocking call's at most once: a rank that saw the death in an earlier
- * call returns the error at once, reported then), or (a rank of
- * @p either) success and the handler never called. */
-static void dead_count(const char *out, const char *call, unsigned either, bool blocking, int *oks, int *errs)
+ * it (*@p oks) and how many of those as they should (*@p errs): the error,
+ * passed to the handler once (a nonblocking call's by MPI_Wait), or (a
+ * rank of @p either) success and the handler never called. */
+static void dead_count(const char *out, const char *call, unsigned either, int *oks, int *errs)
 {
 	char want[64];
 	int rank;
@@ -1158,7 +1166,7 @@ static void dead_count(const char *out, const char *call, unsigned either, bool 
 			const char *e = strstr(w, "MPI_ERR_OTHER"), *hd = strstr(w, ", handler ");
 			bool err = e && (!nl || e < nl);
 			int times = hd && (!nl || hd < nl) ? atoi(hd + 10) : -1;
-			*errs += err ? times == 1 || (blocking && times == 0)
+			*errs += err ? times == 1
 				     : times == 0 && rc_success(w, nl) && rank >= 0 && rank < 32 && (either >> rank & 1);
 			(*oks)++;
 		}
@@ -1172,47 +1180,60 @@ START_TEST(test_coll_dead_hier)
 	static const struct program prog = {"coll_dead", 0, 0, NULL, NULL};
 	static const struct config cf = {.name = "plugin -np 4 PINSHM_MPI_NODES=2 --enable-recovery", .np = 4,
 					 .plugin = true, .nodes = 2, .recovery = true, .env = {"COLL_DEAD_RETURN=1"}};
+	static const struct config cf3 = {.name = "plugin -np 6 PINSHM_MPI_NODES=3 --enable-recovery", .np = 6,
+					  .plugin = true, .nodes = 3, .recovery = true, .env = {"COLL_DEAD_RETURN=1"}};
 	static const struct config fatal = {.name = "plugin -np 4 PINSHM_MPI_NODES=2 --enable-recovery, errors fatal",
 					    .np = 4, .plugin = true, .nodes = 2, .recovery = true};
+	/* _i: the calls, then "blocking" on 2 nodes and on 3, then with errors fatal "blocking" and "nonblocking" */
+	bool blocking = _i >= NDEAD_CALLS, three = _i == NDEAD_CALLS + 1, aborts = _i >= NDEAD_CALLS + 2;
+	const struct config *c = aborts ? &fatal : three ? &cf3 : &cf;
 	struct daemon d;
 	struct run r;
-	bool blocking = _i >= NDEAD_CALLS, aborts = _i > NDEAD_CALLS;
 
-	program_arg = blocking ? "blocking" : calls[_i];
+	const char *arg = _i == NDEAD_CALLS + 3 ? "nonblocking" : blocking ? "blocking" : calls[_i];
+	program_arg = arg;
 	daemon_start(&d);
-	run_mpi(&d, NULL, &prog, aborts ? &fatal : &cf, &r);
+	run_mpi(&d, NULL, &prog, c, &r);
 	program_arg = NULL;
 	/* mpirun's own status may tell of the killed rank: only a timeout counts. */
 	bool hung = !WIFEXITED(r.status) || WEXITSTATUS(r.status) == 124 || WEXITSTATUS(r.status) == 137;
-	if (aborts) {
-		bool quiet = !strstr(r.out, " returned "), said = strstr(r.out, "MPI_ERRORS_ARE_FATAL") != NULL;
-		if (hung || !quiet || !said)
-			dump(&prog, &fatal, &r);
+	if (aborts) { /* each survivor says it before the default handler ends it */
+		static const char ends[] = "the default handler ends";
+		int said = 0;
+		for (const char *l = strstr(r.out, ends); l; l = strstr(l + 1, ends))
+			said++;
+		bool quiet = !strstr(r.out, " returned ");
+		if (hung || !quiet || said != c->np - 1)
+			dump(&prog, c, &r);
 		free(r.out);
-		ck_assert_msg(!hung && quiet && said, "coll_dead blocking, %s: exit %d, %s", fatal.name,
-			      WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1,
-			      hung ? "hung" : !quiet ? "a survivor returned" : "no abort");
+		ck_assert_msg(!hung && quiet && said == c->np - 1, "coll_dead %s, %s: exit %d, %s (%d aborts, want %d)",
+			      arg, c->name, WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1,
+			      hung ? "hung" : !quiet ? "a survivor returned" : "not every survivor aborted", said,
+			      c->np - 1);
 		daemon_stop_ok(&d);
 		return;
 	}
 	char why[1024] = "";
 	size_t n = blocking ? sizeof(dead_blocking) / sizeof(dead_blocking[0]) : 1, at = 0;
+	int survivors = c->np - 1;
 	for (size_t k = 0; k < n; k++) {
 		const char *call = blocking ? dead_blocking[k].call : calls[_i];
-		unsigned either = blocking ? dead_blocking[k].either : !strcmp(call, "ireduce0") ? 2 : 0;
+		unsigned either = !blocking ? (!strcmp(call, "ireduce0") ? 2 : 0)
+				  : three   ? dead_blocking[k].either3
+					    : dead_blocking[k].either;
 		int oks, errs;
-		dead_count(r.out, call, either, blocking, &oks, &errs);
-		if ((oks != 3 || errs != 3) && at < sizeof(why))
+		dead_count(r.out, call, either, &oks, &errs);
+		if ((oks != survivors || errs != survivors) && at < sizeof(why))
 			at += (size_t)snprintf(why + at, sizeof(why) - at,
 					       "%s%s: %d survivors reported, %d as they should", at ? "; " : "", call,
 					       oks, errs);
 	}
 	bool failed = hung || why[0];
 	if (failed)
-		dump(&prog, &cf, &r);
+		dump(&prog, c, &r);
 	free(r.out);
-	ck_assert_msg(!failed, "coll_dead %s, %s: exit %d, %s (want 3 and 3)", blocking ? "blocking" : calls[_i],
-		      cf.name, WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, why[0] ? why : "hung");
+	ck_assert_msg(!failed, "coll_dead %s, %s: exit %d, %s (want %d and %d)", arg, c->name,
+		      WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, why[0] ? why : "hung", survivors, survivors);
 	daemon_stop_ok(&d);
 }
 END_TEST
@@ -2060,7 +2081,7 @@ static Suite *mpi_suite(const struct scope *sc)
 		tcase_add_loop_test(tc, test_coll_nb_hier, 0, quick ? 1 : NHIER_CONFIGS - 1);
 		tcase_add_loop_test(tc, test_coll_mismatch, 0, quick ? 1 : 2);
 		tcase_add_loop_test(tc, test_coll_truncate, 0, quick ? 1 : 3);
-		tcase_add_loop_test(tc, test_coll_dead_hier, 0, quick ? 1 : NDEAD_CALLS + 2);
+		tcase_add_loop_test(tc, test_coll_dead_hier, 0, quick ? 1 : NDEAD_RUNS);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

@@ -64,10 +64,13 @@
  * follows theirs; a rank that reads a set byte, or a leader that learnt
  * of a failure, returns MPI_ERR_OTHER through the communicator's error
  * handler (hier_status_end()).  The leaders make the same library calls
- * whatever failed, so none waits for ever; and a rank whose own node
- * phase failed reports it through the handler only at the end of the call
- * (hier_done()): by default that ends its process, and the other nodes'
- * leaders would wait for it.  All that only where the job outlives a
+ * whatever failed, so none waits for ever; and a call's error reaches
+ * the handler once, at the end of the call (hier_done(): meanwhile the
+ * call reports through its node communicator, whose handler keeps the
+ * first error), whether its node phase, the leaders' or the status
+ * failed, or its node's area did in an earlier call: by default the
+ * handler ends its process, and the other nodes' leaders would wait for
+ * it.  All that only where the job outlives a
  * death (h->watch: --enable-recovery, ULFM, PINSHM_MPI_WATCH=1); else
  * Open MPI's runtime ends the job at a death, and each call takes its
  * path without the statuses (the Barrier: node barrier, leaders'
@@ -165,9 +168,10 @@ struct pm_hier *hier_current;
 static MPI_Errhandler node_handler = MPI_ERRHANDLER_NULL;
 static int node_key = MPI_KEYVAL_INVALID;
 
-/* A failed wait of a node phase (coll.c reports it through the node
- * communicator): kept for hier_done() during a blocking call, else (a
- * nonblocking call's node phase) through the communicator's handler. */
+/* An error reported through the node communicator (a failed wait of a
+ * node phase, coll.c; a blocking call's own, hier_get()): kept for
+ * hier_done() during a blocking call, else through the communicator's
+ * handler. */
 static void node_error(MPI_Comm *nc, int *code, ...)
 {
 	struct pm_hier *h = NULL;
@@ -191,8 +195,14 @@ int hier_done(struct pm_hier *outer, int rc)
 	h->defer = false;
 	int e = h->deferred;
 	h->deferred = MPI_SUCCESS;
-	if (e != MPI_SUCCESS)
-		PMPI_Comm_call_errhandler(h->comm, e);
+	if (!h->own) { /* the call reported through the communicator as it went; a wait's failure kept */
+		if (e != MPI_SUCCESS)
+			PMPI_Comm_call_errhandler(h->comm, e);
+		return rc;
+	}
+	rc = first(rc, e); /* rc < 0: not carried, nothing ran */
+	if (rc > MPI_SUCCESS)
+		PMPI_Comm_call_errhandler(h->comm, rc);
 	return rc;
 }
 
@@ -226,7 +236,8 @@ static bool split_nodes(struct pm_hier *h, const struct pm_comm *c, int64_t *hal
 	h->node = coll_area_agree(h->node_comm, h->node_rank[c->rank], n, local, own ? h->node_comm : c->comm);
 	free(local);
 	if (own)
-		PMPI_Comm_set_errhandler(h->node_comm, node_handler);
+		own = PMPI_Comm_set_errhandler(h->node_comm, node_handler) == MPI_SUCCESS;
+	h->own = own;
 	*half = h->node->half_bytes ? (int64_t)h->node->half_bytes : INT64_MAX;
 	return h->node->on;
 }
@@ -372,7 +383,7 @@ int hier_status_end(const struct pm_hier *h, MPI_Comm comm, int rc, bool failed)
 
 static int barrier_call(MPI_Comm comm)
 {
-	struct pm_hier *h = hier_get(comm);
+	struct pm_hier *h = hier_get(&comm);
 	if (!h)
 		return -1;
 	coll_count(CALL_BARRIER, true, 0);
@@ -401,7 +412,7 @@ int hier_barrier(MPI_Comm comm)
 
 static int bcast_call(void *buffer, int count, MPI_Datatype type, int root, MPI_Comm comm)
 {
-	struct pm_hier *h = hier_get(comm);
+	struct pm_hier *h = hier_get(&comm);
 	const struct pm_type *t = h ? pm_type_info(type) : NULL;
 	if (!t || count < 0 || root < 0 || root >= h->size)
 		return -1;
@@ -572,7 +583,7 @@ static int reduce_body(struct pm_hier *h, const struct red *rp, const void *send
 static int reduce_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
 		       MPI_Comm comm)
 {
-	struct pm_hier *h = hier_get(comm);
+	struct pm_hier *h = hier_get(&comm);
 	struct red r = {.op = op};
 	if (!hier_carries(h, &r, type, op, count) || root >= h->size)
 		return -1;
@@ -644,7 +655,7 @@ static int unpack_ranks(const struct pm_hier *h, const char *packed, const int *
 static int gather_call(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
 		       MPI_Datatype rtype, int root, bool all, MPI_Comm comm)
 {
-	struct pm_hier *h = hier_get(comm);
+	struct pm_hier *h = hier_get(&comm);
 	if (!h || (!all && (root < 0 || root >= h->size)))
 		return -1;
 	int rank = h->rank, rc = MPI_SUCCESS;
@@ -698,7 +709,7 @@ int hier_gather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvb
 static int reduce_scatter_call(const void *sendbuf, void *recvbuf, const int *counts, int block, MPI_Datatype type,
 			       MPI_Op op, MPI_Comm comm, enum coll_call call)
 {
-	struct pm_hier *h = hier_get(comm);
+	struct pm_hier *h = hier_get(&comm);
 	struct red r = {.op = op};
 	bool valid = h && (counts || block >= 0);
 	int64_t total = 0;
@@ -753,7 +764,7 @@ static int scan_combine(const struct pm_hier *h, const struct red *r, const void
 static int scan_call(const void *sendbuf, void *recvbuf, int count, MPI_Datatype type, MPI_Op op, bool ex,
 		     MPI_Comm comm)
 {
-	struct pm_hier *h = hier_get(comm);
+	struct pm_hier *h = hier_get(&comm);
 	struct red r = {.op = op};
 	if (!hier_carries(h, &r, type, op, count) || !h->blocks)
 		return -1;

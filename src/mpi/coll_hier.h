@@ -29,8 +29,9 @@ struct pm_hier {
 	uint64_t lead_turn;   /* of those, the first that has not started all its leaders' phases */
 	bool watch;           /* agreed: the job outlives a rank's death (hier_watching()): the
 			       * leaders exchange the statuses that cost messages of their own */
-	bool defer;           /* a blocking call runs: a node phase's failure is reported at its end */
-	int deferred;         /* that failure, or MPI_SUCCESS */
+	bool own;             /* node_comm's handler keeps the errors reported through it (coll_hier.c) */
+	bool defer;           /* a blocking call runs: its errors are reported at its end */
+	int deferred;         /* the first error reported through node_comm meanwhile, or MPI_SUCCESS */
 };
 
 extern struct pm_hier *hier_current; /* the layout of the blocking call that runs, or NULL */
@@ -39,26 +40,32 @@ extern struct pm_hier *hier_current; /* the layout of the blocking call that run
  * (coll_nb.c): a blocking call's leaders' phase must come after theirs. */
 void hier_nb_drain(struct pm_hier *h);
 
-/* pm_hier_for() for a blocking call: the pending nonblocking calls of the
- * communicator completed here first. */
-static inline struct pm_hier *hier_get(MPI_Comm comm)
+/* pm_hier_for(*@p comm) for a blocking call: the pending nonblocking
+ * calls of the communicator completed here first.  From there on the
+ * call reports its errors through *@p comm, which becomes the node
+ * communicator: its handler keeps them for hier_done(). */
+static inline struct pm_hier *hier_get(MPI_Comm *comm)
 {
-	struct pm_hier *h = pm_hier_for(comm);
+	struct pm_hier *h = pm_hier_for(*comm);
 	if (h && h->nb_done < h->nb_seq)
 		hier_nb_drain(h);
-	if (h)
+	if (h) {
 		h->defer = true;
+		if (h->own)
+			*comm = h->node_comm;
+	}
 	hier_current = h;
 	return h;
 }
 
-/* The end of a blocking call that began with hier_get(), returning @p rc:
- * a failure that a wait of its node phases found (coll.c) is reported
- * through the communicator's error handler now, once the call passed the
- * status on, not at the wait (by default the handler ends the job, and
- * the other nodes would wait for this rank's leader for ever).
- * @p outer: hier_current when the call began (a call that an error
- * handler makes runs inside another). */
+/* The end of a blocking call that began with hier_get(), returning @p rc
+ * (or the first error reported meanwhile, where @p rc is MPI_SUCCESS):
+ * an error goes to the communicator's error handler now, once, after the
+ * call passed the status on, not where a wait of a node phase found it
+ * (by default the handler ends the job, and the other nodes would wait
+ * for this rank's leader for ever), nor never where the node's area
+ * failed in an earlier call.  @p outer: hier_current when the call began
+ * (a call that an error handler makes runs inside another). */
 int hier_done(struct pm_hier *outer, int rc);
 
 static inline bool is_leader(const struct pm_hier *h)
@@ -110,7 +117,7 @@ int hier_node_bcast_st(const struct pm_hier *h, void *buf, int count, MPI_Dataty
 		       int to, MPI_Comm comm);
 /* What a call returns at its end: @p rc (already reported), or, where
  * this rank learnt that some node's phase failed (@p failed),
- * MPI_ERR_OTHER through the communicator's error handler. */
+ * MPI_ERR_OTHER reported through @p comm (the call's, hier_get()). */
 int hier_status_end(const struct pm_hier *h, MPI_Comm comm, int rc, bool failed);
 
 /* Scatter (@p count items a rank) or (@p v) Scatterv of the root's

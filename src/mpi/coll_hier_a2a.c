@@ -361,7 +361,7 @@ static int a2a_call(struct pm_hier *h, const void *sbuf, const int *scounts, con
 static int alltoall_call(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, int rcount,
 			 MPI_Datatype rtype, MPI_Comm comm)
 {
-	struct pm_hier *h = hier_get(comm);
+	struct pm_hier *h = hier_get(&comm);
 	const struct pm_type *t = h && hier_v_carried(h) && rcount >= 0 ? pm_type_info(rtype) : NULL;
 	/* A leader moves its node's blocks to and from every rank. */
 	if (!t || (uint64_t)t->size * (uint64_t)rcount > INT_MAX / ((uint64_t)h->size * (uint64_t)h->most))
@@ -384,7 +384,7 @@ int hier_alltoall(const void *sendbuf, int scount, MPI_Datatype stype, void *rec
 static int alltoallv_call(const void *sendbuf, const int *scounts, const int *sdispls, MPI_Datatype stype,
 			  void *recvbuf, const int *rcounts, const int *rdispls, MPI_Datatype rtype, MPI_Comm comm)
 {
-	struct pm_hier *h = hier_get(comm);
+	struct pm_hier *h = hier_get(&comm);
 	if (!h || !hier_v_carried(h))
 		return -1;
 	return a2a_call(h, sendbuf, scounts, sdispls, 0, stype, recvbuf, rcounts, rdispls, 0, rtype, comm,

@@ -308,7 +308,7 @@ static bool allgatherv_fits(const struct pm_hier *h, const int *rcounts, MPI_Dat
 static int gatherv_call(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf, const int *rcounts,
 			const int *rdispls, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
-	struct pm_hier *h = hier_get(comm);
+	struct pm_hier *h = hier_get(&comm);
 	if (!h || !hier_v_carried(h) || root >= h->size || (root < 0 && !allgatherv_fits(h, rcounts, rtype)))
 		return -1;
 	int rn = root < 0 ? -1 : h->node_of[root], rc = MPI_SUCCESS;
@@ -479,7 +479,7 @@ int hier_scatter_run(struct pm_hier *h, bool v, const void *buf, const int *coun
 static int scatter_call(const void *sendbuf, bool v, const int *scounts, const int *sdispls, int scount,
 			MPI_Datatype stype, void *recvbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm)
 {
-	struct pm_hier *h = hier_get(comm);
+	struct pm_hier *h = hier_get(&comm);
 	if (!h || !hier_v_carried(h) || root < 0 || root >= h->size)
 		return -1;
 	bool in_place = h->rank == root && recvbuf == MPI_IN_PLACE;

@@ -495,7 +495,9 @@ static uint64_t pieces(uint64_t bytes, size_t half)
  * but Ibarrier has none (no node phase to fail).  A rank that reads a set
  * byte, or a leader that learnt that a node failed, completes with
  * MPI_ERR_OTHER through the communicator's error handler, as a rank that
- * sees the death itself does.  (Ireduce: a rank that neither leads its
+ * sees the death itself does: from the call that completes it, once all
+ * its stages ran (a node phase that fails only keeps its error), so that
+ * a handler that ends the process runs after this rank passed the news on.  (Ireduce: a rank that neither leads its
  * node nor reads a byte, with no result, may complete with MPI_SUCCESS.)
  */
 enum st_kind { ST_NODE, ST_LEAD, ST_LOCAL };

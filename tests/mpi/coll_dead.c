@@ -11,14 +11,18 @@
  * for its call: "bcast" and "scatter" from the dead rank, "reduce",
  * "gather" and "gatherv" to rank 1, "reduce0", "bcast0" from or to rank 0,
  * "bcastL", "allreduceL" with more data than goes packed with a status
- * byte; "blocking": all of those in turn, each reported as it returns).
- * On pretend nodes (PINSHM_MPI_NODES=2 at 4 ranks) the dead rank is on
- * the second node and not its leader: the survivors of the first node
- * (rank 0 leads it) see the death only through the call.
- * By default the error handler aborts the job; with "return" (a second
+ * byte; "blocking": all of those in turn, each reported as it returns;
+ * "nonblocking": the six nonblocking calls above started together, then
+ * one MPI_Waitall, reported as one call).
+ * On pretend nodes (PINSHM_MPI_NODES=2 at 4 ranks, or 3 at 6) the dead
+ * rank is on the last node and not its leader: the survivors of the
+ * other nodes (whose lowest rank leads each) see the death only through
+ * the call.
+ * By default the error handler aborts the job (a survivor says so first:
+ * "the default handler ends the process"); with "return" (a second
  * argument, or COLL_DEAD_RETURN set in the environment) the survivors set
- * MPI_ERRORS_RETURN, print the error the call returned and exit 0
- * without MPI_Finalize.
+ * a handler that counts its calls and returns, print the error the call
+ * returned and exit 0 without MPI_Finalize.
  */
 #include <mpi.h>
 #include <signal.h>
@@ -114,6 +118,24 @@ static int call_one(const char *call, int rank, int size)
 	return rc;
 }
 
+/* "nonblocking": every survivor must complete all six (a leader's part
+ * of each passes the news on) before MPI_Waitall reports. */
+static int nonblocking(int rank, int size)
+{
+	MPI_Request req[6];
+	int x = rank + 1, y[4] = {0, 0, 0, 0}, b = x;
+	int *v = calloc((size_t)size, sizeof(int));
+	MPI_Iallreduce(&x, &y[0], 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req[0]);
+	MPI_Ibcast(&b, 1, MPI_INT, size - 1, MPI_COMM_WORLD, &req[1]);
+	MPI_Ibarrier(MPI_COMM_WORLD, &req[2]);
+	MPI_Ireduce(&x, &y[1], 1, MPI_INT, MPI_SUM, 1, MPI_COMM_WORLD, &req[3]);
+	MPI_Ireduce(&x, &y[2], 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD, &req[4]);
+	MPI_Iallgather(&x, 1, MPI_INT, v, 1, MPI_INT, MPI_COMM_WORLD, &req[5]);
+	int rc = MPI_Waitall(6, req, MPI_STATUSES_IGNORE);
+	free(v);
+	return rc;
+}
+
 /* Errors returned: the handler counts its calls, so that each call's
  * report says how often the error was reported (once, or never). */
 static int handled;
@@ -136,6 +158,19 @@ static void report(const char *call, int rank, int rc)
 	fflush(NULL);
 }
 
+static int my_rank;
+
+/* By default: says that the handler runs (the MPI library's own message
+ * may be lost when several ranks abort at once), then MPI_ERRORS_ARE_FATAL
+ * ends the process. */
+static void fatal_said(MPI_Comm *comm, int *code, ...)
+{
+	printf("coll_dead: rank %d: the default handler ends the process\n", my_rank);
+	fflush(NULL);
+	MPI_Comm_set_errhandler(*comm, MPI_ERRORS_ARE_FATAL);
+	MPI_Comm_call_errhandler(*comm, *code);
+}
+
 int main(int argc, char **argv)
 {
 	int rank, size, x, y = 0;
@@ -144,6 +179,7 @@ int main(int argc, char **argv)
 
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	my_rank = rank;
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	x = rank + 1;
 	MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -151,16 +187,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "coll_dead: rank %d: first allreduce gave %d\n", rank, y);
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
-	if (ret) {
-		MPI_Errhandler eh;
-		MPI_Comm_create_errhandler(count_error, &eh);
-		MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh);
-	}
+	MPI_Errhandler eh;
+	MPI_Comm_create_errhandler(ret ? count_error : fatal_said, &eh);
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh);
 	if (rank == size - 1) {
 		fflush(NULL);
 		raise(SIGKILL);
 	}
-	if (!strcmp(call, "blocking")) {
+	if (!strcmp(call, "nonblocking")) {
+		report(call, rank, nonblocking(rank, size));
+	} else if (!strcmp(call, "blocking")) {
 		for (size_t k = 0; k < sizeof(blocking_calls) / sizeof(blocking_calls[0]); k++)
 			report(blocking_calls[k], rank, call_one(blocking_calls[k], rank, size));
 	} else {
