@@ -14,7 +14,8 @@
 #    between two collectives, and mpirun runs with --enable-recovery, so
 #    that Open MPI does not end the job for it: the survivors' call must
 #    end with MPI_ERR_OTHER (MPI_ERRORS_RETURN) or abort them (the default
-#    handler), well within the time limit, never hang.
+#    handler), well within the time limit, never hang; and its 18 blocking
+#    calls one after another, each passing the error to the handler once.
 # In an ASan build the ranks preload the libasan that the plugin links
 # before it (the runtime must come first), with leak checking off in them
 # (Open MPI's own allocations at exit are not ours to fix), as check_mpi
@@ -123,6 +124,12 @@ for c in allreduce barrier bcast iallreduce; do
     grep -q "pinshm-mpi: .* died: the collective call cannot complete" "$work/err" ||
         fail "$c with a dead rank: no message"
 done
+# One call after another: the first finds the death, the later ones its
+# error at once; each must pass it to the handler once.
+mpi 3 --enable-recovery "$dead" blocking return
+n=$(grep -c "^coll_dead: rank [01]: [a-z_0-9A-Z]* returned [0-9]* (class [0-9]*: MPI_ERR_OTHER.*, handler 1$" \
+    "$work/out" || true)
+[ "$n" -eq 36 ] || fail "the blocking calls with a dead rank: $n of 36 returned MPI_ERR_OTHER through the handler once"
 mpi 3 --enable-recovery "$dead" allreduce
 ! grep -q "returned" "$work/out" || fail "allreduce with a dead rank, errors fatal: a survivor returned"
 grep -q "MPI_ERRORS_ARE_FATAL" "$work/err" || fail "allreduce with a dead rank, errors fatal: no abort"

@@ -31,6 +31,7 @@
 
 #include "channel.h" /* the area's mapping: base and geometry of a handle */
 #include "coll.h"
+#include "coll_hier.h" /* hier_current */
 
 #define SLOT_DEFAULT (1024u * 1024) /* ring bytes per rank, halved to fit the bound */
 #define SLOT_MIN (8u * 1024)
@@ -150,6 +151,7 @@ static int area_open(struct pm_coll *co, uint64_t token)
 struct coll_live {
 	MPI_Comm comm;  /* for its error handler */
 	int error;      /* MPI_SUCCESS, or what a wait found */
+	bool said;      /* a wait of the running call passed `error` to the handler */
 	unsigned *ep;   /* member -> its endpoint, or UINT_MAX: none found */
 	uint32_t *gen;  /* member -> that endpoint's generation when found */
 	int *pid;       /* member -> its process */
@@ -211,6 +213,18 @@ static bool live_gone(const struct pm_coll *co, int r)
 int coll_error(const struct pm_coll *co)
 {
 	return co->live ? co->live->error : MPI_SUCCESS;
+}
+
+int coll_call_error(struct pm_coll *co)
+{
+	struct coll_live *lv = co->live;
+	if (!lv || lv->error == MPI_SUCCESS)
+		return MPI_SUCCESS;
+	if (lv->said)
+		lv->said = false;
+	else if (!hier_current) /* coll_hier.c reports a call's error at its end */
+		PMPI_Comm_call_errhandler(lv->comm, lv->error);
+	return lv->error;
 }
 
 static void area_close(struct pm_coll *co)
@@ -465,8 +479,10 @@ static bool wait_failed(struct pm_coll *co, int r, bool done, uint64_t s, bool r
 			"the collective call cannot complete\n",
 			co->rank, pm.world_rank, m, lv->pid[m]);
 		lv->error = MPI_ERR_OTHER;
-		if (report)
+		if (report) {
+			lv->said = true;
 			PMPI_Comm_call_errhandler(lv->comm, MPI_ERR_OTHER);
+		}
 		return true;
 	}
 	return false;
@@ -525,9 +541,14 @@ void coll_wait_free(struct pm_coll *co, uint64_t s)
 		co->known_done = s - 2;
 }
 
+/* After a failed wait this rank posts and finishes no more steps on the
+ * area: its flags would tell the others that a step it skipped is done
+ * (a Barrier's released ranks would leave it with MPI_SUCCESS, a Bcast's
+ * receivers take a piece never written).  They find the death themselves. */
 void coll_post(struct pm_coll *co, uint64_t s)
 {
-	atomic_store_explicit(&co->flags[co->rank]->arrive, s, memory_order_release);
+	if (coll_error(co) == MPI_SUCCESS)
+		atomic_store_explicit(&co->flags[co->rank]->arrive, s, memory_order_release);
 }
 
 void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s)
@@ -544,7 +565,8 @@ void coll_wait_all(struct pm_coll *co, uint64_t s)
 
 void coll_finish(struct pm_coll *co, uint64_t s)
 {
-	atomic_store_explicit(&co->flags[co->rank]->done, s, memory_order_release);
+	if (coll_error(co) == MPI_SUCCESS)
+		atomic_store_explicit(&co->flags[co->rank]->done, s, memory_order_release);
 }
 
 void coll_wait_done(struct pm_coll *co, uint64_t s)

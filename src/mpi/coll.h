@@ -31,7 +31,8 @@
  * one reads that half any more), then stores arrive = s (release); a rank
  * reads rank r's half s & 1 once r's arrive >= s (acquire), and stores
  * done = s (release) once it no longer needs any data of step s.  Every
- * rank stores done = s at every step, whatever its part.
+ * rank stores done = s at every step, whatever its part, until one of its
+ * waits fails (a member died): from then on it stores neither flag.
  *
  * Marks.  A rank that writes at most 128 KiB of its half at step s (a
  * Bcast's root, a rank's chunk of a Reduce: coll_ops.c) may store, after
@@ -200,6 +201,10 @@ void coll_wait_release(struct pm_coll *co, uint64_t s);
  * (said on stderr) where the kernel did not copy it all. */
 int coll_read(struct pm_coll *co, int r, void *dst, uint64_t addr, size_t n);
 int coll_error(const struct pm_coll *co);              /* MPI_SUCCESS or the error a wait found */
+/* What a blocking call that ran steps returns at its end: coll_error(),
+ * passed to the error handler once a call: by the wait that found it, or
+ * here, for a later call whose waits returned at once. */
+int coll_call_error(struct pm_coll *co);
 /* For a caller that polls the flags of ranks [@p from, @p to) at step @p s
  * itself (coll_nb.c), after a poll that found them short: whether it must
  * give up, because a wait failed before or (every so many calls, counted
@@ -208,11 +213,11 @@ int coll_error(const struct pm_coll *co);              /* MPI_SUCCESS or the err
  * MPI_Wait or MPI_Test) calls. */
 bool coll_poll_failed(struct pm_coll *co, unsigned *passes, int from, int to, bool done, uint64_t s);
 
-/* What a call that ran steps returns: the error a wait found (already
- * reported through the error handler), else @p rc through it. */
-static inline int coll_result(const struct pm_coll *co, MPI_Comm comm, int rc)
+/* What a call that ran steps returns: the error a wait found (reported
+ * through the error handler, coll_call_error()), else @p rc through it. */
+static inline int coll_result(struct pm_coll *co, MPI_Comm comm, int rc)
 {
-	int e = coll_error(co);
+	int e = coll_call_error(co);
 	return e != MPI_SUCCESS ? e : pm_comm_error(comm, rc);
 }
 

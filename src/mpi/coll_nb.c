@@ -272,8 +272,9 @@ static void read_part(struct nb *b, uint64_t s)
 }
 
 /* @p b cannot complete (a member died, or a wait on its area failed):
- * its steps end here as done, so that the calls after it on the area end
- * too, and it completes with an error. */
+ * its steps end here, and it completes with an error; the calls after it
+ * on the area give up too (try_step() looks at the error first; its done
+ * is not stored, coll_finish()). */
 static bool give_up(struct nb *b)
 {
 	note(b, MPI_ERR_OTHER);

@@ -105,7 +105,7 @@ int coll_barrier(struct pm_coll *co)
 		if (!co->lead_first || coll_error(co) == MPI_SUCCESS)
 			coll_finish(co, s);
 	}
-	return coll_error(co);
+	return coll_call_error(co);
 }
 
 int MPI_Barrier(MPI_Comm comm)
