@@ -58,29 +58,10 @@ static void seg_daemon_start(struct daemon *d, const char *conf, const char *tes
 				.numa_env = true,
 				.numa_nodes = test_nodes};
 
-	daemon_prepare(d, &o);
-	if (conf) {
-		FILE *f = fopen(d->conf, "w");
-		ck_assert(f != NULL);
-		fputs(conf, f);
-		fclose(f);
-	}
-	daemon_spawn(d, &o);
-	daemon_wait_ready(d);
-}
-
-static unsigned log_count(const struct daemon *d, const char *what)
-{
-	char line[512];
-	unsigned n = 0;
-	FILE *f = fopen(d->log, "r");
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, what) != NULL;
-	fclose(f);
-	return n;
+	if (conf)
+		daemon_start_config(d, &o, "%s", conf);
+	else
+		daemon_start_opts(d, &o);
 }
 
 /* Wait until the log has @p n lines with @p what. */
@@ -88,8 +69,8 @@ static void wait_log_count(const struct daemon *d, const char *what, unsigned n)
 {
 	uint64_t deadline = tu_now_ms() + 10000;
 
-	while (log_count(d, what) < n) {
-		ck_assert_msg(tu_now_ms() < deadline, "the daemon's log has %u of %u '%s'", log_count(d, what), n,
+	while (daemon_log_count(d, what) < n) {
+		ck_assert_msg(tu_now_ms() < deadline, "the daemon's log has %u of %u '%s'", daemon_log_count(d, what), n,
 			      what);
 		tu_sleep_ms(5);
 	}
@@ -788,7 +769,7 @@ START_TEST(test_pool_hit_miss)
 		snprintf(name, sizeof(name), "p2-%d", i);
 		CLIENT_RC(c2, pinshm_create(c2, name, &attr, 0600, 0), 0);
 	}
-	ck_assert_uint_ge(log_count(&d, "from the pool"), 3);
+	ck_assert_uint_ge(daemon_log_count(&d, "from the pool"), 3);
 	pinshm_channel_t *ch2;
 	unsigned long inos[4];
 	CLIENT_RC(c2, pinshm_open(c2, "p2-0", PINSHM_CONSUMER, &ch2), 0);
@@ -870,7 +851,7 @@ START_TEST(test_pool_budget)
 	seg_daemon_start(&d, conf, NULL);
 	/* The daemon says when the refill stops for the budget: no more after. */
 	wait_log_count(&d, "pool: filled as far as the budget allows", 1);
-	ck_assert_uint_eq(log_count(&d, "pool: ready segment"), 3); /* the budget's worth */
+	ck_assert_uint_eq(daemon_log_count(&d, "pool: ready segment"), 3); /* the budget's worth */
 	pinshm_client_t *c = connect_ok(&d);
 	pinshm_status_t st;
 	pinshm_pool_t pool;
