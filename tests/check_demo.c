@@ -180,13 +180,7 @@ START_TEST(test_attach_fails)
 	struct daemon_opts o = {.config = true};
 	struct run r;
 
-	daemon_prepare(&d, &o);
-	FILE *conf = fopen(d.conf, "w");
-	ck_assert_ptr_nonnull(conf);
-	fputs("[daemon]\nmax_connections_per_user = 2\n", conf);
-	ck_assert_int_eq(fclose(conf), 0);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\nmax_connections_per_user = 2\n");
 	DEMO(&r, 1, "-S", d.sock, "-p", "1", "-c", "2", "-n", "1000");
 	HAS(r.err, "consumer "); /* whichever of the two connected second */
 	HAS(r.err, ": attach: ");
