@@ -1476,13 +1476,7 @@ START_TEST(test_status_pool_daemon)
 		fprintf(stderr, "note: not root, the daemon may not lock its pool: test_status_pool_daemon skipped\n");
 		return;
 	}
-	daemon_prepare(&d, &o);
-	FILE *f = fopen(d.conf, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("[daemon]\npool_segments = 2\npool_sizes = 2M, 512K\n", f);
-	ck_assert_int_eq(fclose(f), 0);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\npool_segments = 2\npool_sizes = 2M, 512K\n");
 	TU_RC(pinshm_connect(d.sock, &c), 0);
 	for (i = 0; i < 5000; i++) {
 		TU_RC(pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);
