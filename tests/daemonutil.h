@@ -61,6 +61,20 @@ struct daemon_opts {
 	unsigned nlisten;
 };
 
+/* A user and group to run as. */
+struct ident {
+	uid_t uid;
+	gid_t gid;
+};
+
+/** Run the program @p path with @p argv (NULL-terminated, argv[0] its name),
+ *  its stdout into the file @p out and its stderr into @p err, as @p as
+ *  (NULL: as this process); it dies with the test.  Fail the test if it
+ *  cannot be run, does not exit in @p ms or is killed.
+ *  @return its exit status (below 126). */
+int prog_run(const char *path, const char *const *argv, const struct ident *as, const char *out, const char *err,
+	     int ms);
+
 /** The pinshmd to run: $PINSHMD, else daemon/pinshmd. */
 const char *pinshmd_path(void);
 
