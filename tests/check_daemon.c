@@ -126,6 +126,24 @@ static void pk_hello(struct pkt *p, uint16_t hdr_version, uint32_t version, uint
 	pk_end(p);
 }
 
+/* A LIST request with sequence number @p seq. */
+static void pk_list(struct pkt *p, uint32_t seq)
+{
+	pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, seq);
+	pk_le(p, 0, 8);
+	pk_end(p);
+}
+
+/* A DEVICE report: channel @p id is used from CUDA device 1. */
+static void pk_device(struct pkt *p, uint32_t seq, uint64_t id)
+{
+	pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_DEVICE, seq);
+	pk_le(p, id, 8);
+	pk_le(p, PINSHM_DEVICE_CUDA, 4);
+	pk_le(p, 1, 4);
+	pk_end(p);
+}
+
 static int raw_connect(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -404,11 +422,7 @@ START_TEST(test_errors)
 		ck_assert_msg(strstr(m.text, "invalid PCI bus id"), "%s", m.text);
 	}
 	/* A DEVICE report for a channel this connection does not hold. */
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_DEVICE, 10);
-	pk_le(&p, 4242, 8);
-	pk_le(&p, PINSHM_DEVICE_CUDA, 4);
-	pk_le(&p, 1, 4);
-	pk_end(&p);
+	pk_device(&p, 10, 4242);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_uint_eq(m.h.type, PROTO_DEVICE | PROTO_REPLY);
@@ -419,18 +433,12 @@ START_TEST(test_errors)
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_int_eq(m.status, 0);
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_DEVICE, 12);
-	pk_le(&p, m.u.create_reply.id, 8);
-	pk_le(&p, PINSHM_DEVICE_CUDA, 4);
-	pk_le(&p, 1, 4);
-	pk_end(&p);
+	pk_device(&p, 12, m.u.create_reply.id);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_int_eq(m.status, -EPERM);
 	ck_assert_msg(strstr(m.text, "holds no endpoint"), "%s", m.text);
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, 8);
-	pk_le(&p, 0, 8);
-	pk_end(&p);
+	pk_list(&p, 8);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_int_eq(m.status, 0);
@@ -1852,14 +1860,6 @@ END_TEST
 /* ======================================================================== */
 /* limits: clients that do not read, running out of descriptors              */
 /* ======================================================================== */
-
-/* A LIST request with sequence number @p seq. */
-static void pk_list(struct pkt *p, uint32_t seq)
-{
-	pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, seq);
-	pk_le(p, 0, 8);
-	pk_end(p);
-}
 
 /* A client that sends requests, never reads the replies and shuts down its
  * writing side: the daemon holds one reply for it without spinning, serves
