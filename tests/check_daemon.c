@@ -2974,8 +2974,7 @@ static void ev_dying_producer_scenario(bool full)
 	int prod = tu_spawn(&x.ps, "producer", ev_dying_producer, x.d.sock, 0);
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
 	ck_assert(len == 5 && memcmp(buf, "first", 5) == 0);
-	int efd = pinshm_channel_notify_fd(cons);
-	ck_assert_msg(efd >= 0, "notify_fd: %s (%s)", pinshm_strerror(efd), pinshm_client_error(x.c));
+	int efd = notify_fd(x.c, cons);
 	if (full) {
 		int peer = pinshm_channel_notify_peer_fd(cons);
 		ck_assert_int_ge(peer, 0);

@@ -407,6 +407,14 @@ pinshm_client_t *connect_ok(const struct daemon *d)
 	return c;
 }
 
+int notify_fd(pinshm_client_t *c, pinshm_channel_t *cons)
+{
+	int fd = pinshm_channel_notify_fd(cons);
+
+	ck_assert_msg(fd >= 0, "pinshm_channel_notify_fd: %s (%s)", pinshm_strerror(fd), pinshm_client_error(c));
+	return fd;
+}
+
 bool list_find(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out, size_t *total)
 {
 	pinshm_list_entry_t *e;

@@ -212,6 +212,10 @@ bool daemon_test_user(uid_t *uid, gid_t *gid);
 /** A client connected to @p d, or fail the test. */
 pinshm_client_t *connect_ok(const struct daemon *d);
 
+/** The wake-up descriptor of consumer @p cons of client @p c (the handle's
+ *  own), or fail the test. */
+int notify_fd(pinshm_client_t *c, pinshm_channel_t *cons);
+
 /* Fail the test unless a call on client @p c returns @p want. */
 #define CLIENT_RC(c, expr, want)                                                                              \
 	do {                                                                                                  \
