@@ -2259,16 +2259,6 @@ END_TEST
 
 #define RELOAD_MS 10000 /* for a SIGHUP to take effect */
 
-static void wait_log(const struct daemon *d, const char *what)
-{
-	uint64_t deadline = tu_now_ms() + RELOAD_MS;
-
-	while (!daemon_log_has(d, what)) {
-		ck_assert_msg(tu_now_ms() < deadline, "pinshmd's log never said '%s'", what);
-		tu_sleep_ms(10);
-	}
-}
-
 static size_t seg_size(const pinshm_channel_attr_t *attr)
 {
 	size_t size;
@@ -2561,7 +2551,7 @@ START_TEST(test_reload)
 
 	daemon_write_config(&d, "[daemon]\nmax_channels_per_user = 9\nbudget = -1\n");
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
-	wait_log(&d, "keeping the configuration in force");
+	daemon_wait_log(&d, "keeping the configuration in force", 1);
 	ck_assert(daemon_log_has(&d, ":3: budget"));
 	CLIENT_RC(c, pinshm_create(c, "h2", &attr, 0600, 0), 0);
 	CLIENT_RC(c, pinshm_create(c, "h3", &attr, 0600, 0), -EUSERS); /* still 3 */
@@ -2619,7 +2609,7 @@ START_TEST(test_access)
 	tu_procs_init(&ps);
 	tu_spawn(&ps, "refused user", access_client, &x, 0);
 	tu_wait_all_ok(&ps, WAIT_MS);
-	wait_log(&d, "connection refused");
+	daemon_wait_log(&d, "connection refused", 1);
 	pinshm_disconnect(connect_ok(&d)); /* root */
 
 	daemon_write_config(&d, "[access]\nallow_users = 12345\nallow_groups = %u\n", (unsigned)x.gid);

@@ -922,7 +922,6 @@ END_TEST
 #define NAMES_CONF_CLOSED                                                                                      \
 	"[daemon]\npool_segments = 0\nshared_names = no\n[names]\nalice_ = user:pinshm-iso-a\nteam_ = group:" GROUP \
 	"\n"
-#define RELOAD_MS 10000
 
 /* The owned name "@UID.@p rest" of user @p u into @p buf. */
 static const char *owned(const struct iso *x, enum user u, const char *rest, char *buf, size_t len)
@@ -1036,10 +1035,7 @@ START_TEST(test_names)
 	/* A reload turns shared names off and reserves team_ to the group. */
 	daemon_write_config(&x.d, "%s", NAMES_CONF_CLOSED);
 	ck_assert_int_eq(kill(x.d.pid, SIGHUP), 0);
-	uint64_t deadline = tu_now_ms() + RELOAD_MS;
-	while (!daemon_log_has(&x.d, "SIGHUP: reloaded") && tu_now_ms() < deadline)
-		tu_sleep_ms(10);
-	ck_assert_msg(daemon_log_has(&x.d, "SIGHUP: reloaded"), "no reload in %d ms", RELOAD_MS);
+	daemon_wait_log(&x.d, "SIGHUP: reloaded", 1);
 	x.step = 1;
 	run_child("user b", names_child, &x, USER_B);
 	run_child("user c", names_child, &x, USER_C);

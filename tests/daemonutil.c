@@ -503,6 +503,17 @@ unsigned daemon_log_count(const struct daemon *d, const char *what)
 	return n;
 }
 
+void daemon_wait_log(const struct daemon *d, const char *what, unsigned n)
+{
+	uint64_t deadline = tu_now_ms() + DAEMON_LOG_MS;
+
+	while (daemon_log_count(d, what) < n) {
+		ck_assert_msg(tu_now_ms() < deadline, "the daemon's log has %u of %u lines with '%s' after %u ms",
+			      daemon_log_count(d, what), n, what, DAEMON_LOG_MS);
+		tu_sleep_ms(5);
+	}
+}
+
 bool daemon_log_has(const struct daemon *d, const char *what)
 {
 	return daemon_log_count(d, what) > 0;

@@ -26,6 +26,7 @@
 
 #define DAEMON_START_MS 15000 /* for a daemon to accept */
 #define DAEMON_STOP_MS 10000  /* for it to exit after SIGTERM */
+#define DAEMON_LOG_MS 10000   /* for a line to reach its log */
 #define DAEMON_WRAPPER_SLOWDOWN 6 /* under $PINSHMD_WRAPPER (valgrind: slower) */
 #define DAEMON_WRAPPER_FDS 8      /* descriptors the wrapper takes, added to daemon_opts.nofile */
 
@@ -149,6 +150,10 @@ bool daemon_log_has(const struct daemon *d, const char *what);
 
 /** How many lines of the daemon's log file (daemon_opts.log) hold @p what. */
 unsigned daemon_log_count(const struct daemon *d, const char *what);
+
+/** Wait until @p n lines of the daemon's log file hold @p what,
+ *  DAEMON_LOG_MS at most, or fail the test. */
+void daemon_wait_log(const struct daemon *d, const char *what, unsigned n);
 
 /** Wait until STAT of channel @p name has state bit @p bit (PINSHM_LIST_*)
  *  set (@p set) or clear, @p limit_ms at most, or fail the test. */
