@@ -99,6 +99,15 @@ static uint64_t locked_now(const struct bench *b)
 	return locked_bytes(getpid()) - b->locked0;
 }
 
+/* Nothing of bench @p b stays charged, locked or open (@p fds0: the
+ * descriptors open before it).  A macro: a failure names its caller's line. */
+#define ASSERT_NOTHING_HELD(b, fds0)                            \
+	do {                                                    \
+		ck_assert_uint_eq((b)->acct.pinned, 0);         \
+		ck_assert_uint_eq(locked_now(b), 0);            \
+		ck_assert_uint_eq(open_fds(), (fds0));          \
+	} while (0)
+
 /* What the pool fills, and how much of it is locked. */
 static uint64_t filling(const struct bench *b, uint64_t *locked)
 {
@@ -243,18 +252,14 @@ START_TEST(test_steps_drain)
 	ck_assert_uint_eq(locked_now(&b), size + 2 * SLICE);
 	ck_assert_uint_eq(b.acct.pinned, 2 * size);
 	ck_assert_uint_eq(pool_drain(&b.pool, NULL), 2 * size);
-	ck_assert_uint_eq(b.acct.pinned, 0);
 	ck_assert_uint_eq(pool_bytes(&b.pool), 0);
 	ck_assert_uint_eq(filling(&b, NULL), 0);
-	ck_assert_uint_eq(locked_now(&b), 0);
-	ck_assert_uint_eq(open_fds(), fds0);
+	ASSERT_NOTHING_HELD(&b, fds0);
 	ck_assert(pool_wants(&b.pool)); /* it fills again */
 	pool_refill(&b.pool);
 	ck_assert_uint_eq(b.acct.pinned, size);
 	pool_fini(&b.pool);
-	ck_assert_uint_eq(b.acct.pinned, 0);
-	ck_assert_uint_eq(locked_now(&b), 0);
-	ck_assert_uint_eq(open_fds(), fds0);
+	ASSERT_NOTHING_HELD(&b, fds0);
 }
 END_TEST
 
@@ -302,17 +307,13 @@ START_TEST(test_steps_reload)
 	pool_refill(&b.pool);
 	ck_assert_uint_eq(locked_now(&b), 2 * SLICE);
 	ck_assert_int_eq(pool_configure(&b.pool, &other, 1, 1, NULL), 0);
-	ck_assert_uint_eq(b.acct.pinned, 0);
-	ck_assert_uint_eq(locked_now(&b), 0);
-	ck_assert_uint_eq(open_fds(), fds0);
+	ASSERT_NOTHING_HELD(&b, fds0);
 	while (pool_wants(&b.pool))
 		pool_refill(&b.pool);
 	ck_assert_uint_eq(b.acct.pinned, other);
 	ck_assert_uint_eq(locked_now(&b), other);
 	ck_assert_int_eq(pool_configure(&b.pool, NULL, 0, 0, NULL), 0);
-	ck_assert_uint_eq(b.acct.pinned, 0);
-	ck_assert_uint_eq(locked_now(&b), 0);
-	ck_assert_uint_eq(open_fds(), fds0);
+	ASSERT_NOTHING_HELD(&b, fds0);
 }
 END_TEST
 
