@@ -126,6 +126,24 @@ static void pk_hello(struct pkt *p, uint16_t hdr_version, uint32_t version, uint
 	pk_end(p);
 }
 
+/* A LIST request with sequence number @p seq. */
+static void pk_list(struct pkt *p, uint32_t seq)
+{
+	pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, seq);
+	pk_le(p, 0, 8);
+	pk_end(p);
+}
+
+/* A DEVICE report: channel @p id is used from CUDA device 1. */
+static void pk_device(struct pkt *p, uint32_t seq, uint64_t id)
+{
+	pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_DEVICE, seq);
+	pk_le(p, id, 8);
+	pk_le(p, PINSHM_DEVICE_CUDA, 4);
+	pk_le(p, 1, 4);
+	pk_end(p);
+}
+
 static int raw_connect(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -404,11 +422,7 @@ START_TEST(test_errors)
 		ck_assert_msg(strstr(m.text, "invalid PCI bus id"), "%s", m.text);
 	}
 	/* A DEVICE report for a channel this connection does not hold. */
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_DEVICE, 10);
-	pk_le(&p, 4242, 8);
-	pk_le(&p, PINSHM_DEVICE_CUDA, 4);
-	pk_le(&p, 1, 4);
-	pk_end(&p);
+	pk_device(&p, 10, 4242);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_uint_eq(m.h.type, PROTO_DEVICE | PROTO_REPLY);
@@ -419,18 +433,12 @@ START_TEST(test_errors)
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_int_eq(m.status, 0);
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_DEVICE, 12);
-	pk_le(&p, m.u.create_reply.id, 8);
-	pk_le(&p, PINSHM_DEVICE_CUDA, 4);
-	pk_le(&p, 1, 4);
-	pk_end(&p);
+	pk_device(&p, 12, m.u.create_reply.id);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_int_eq(m.status, -EPERM);
 	ck_assert_msg(strstr(m.text, "holds no endpoint"), "%s", m.text);
-	pk_header(&p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, 8);
-	pk_le(&p, 0, 8);
-	pk_end(&p);
+	pk_list(&p, 8);
 	raw_send(s, &p, -1, 0);
 	raw_reply(s, &m);
 	ck_assert_int_eq(m.status, 0);
@@ -1853,14 +1861,6 @@ END_TEST
 /* limits: clients that do not read, running out of descriptors              */
 /* ======================================================================== */
 
-/* A LIST request with sequence number @p seq. */
-static void pk_list(struct pkt *p, uint32_t seq)
-{
-	pk_header(p, PROTO_MAGIC, PROTO_VERSION, PROTO_LIST, seq);
-	pk_le(p, 0, 8);
-	pk_end(p);
-}
-
 /* A client that sends requests, never reads the replies and shuts down its
  * writing side: the daemon holds one reply for it without spinning, serves
  * the others, and delivers every reply, in order, once it reads. */
@@ -2259,16 +2259,6 @@ END_TEST
 
 #define RELOAD_MS 10000 /* for a SIGHUP to take effect */
 
-static void wait_log(const struct daemon *d, const char *what)
-{
-	uint64_t deadline = tu_now_ms() + RELOAD_MS;
-
-	while (!daemon_log_has(d, what)) {
-		ck_assert_msg(tu_now_ms() < deadline, "pinshmd's log never said '%s'", what);
-		tu_sleep_ms(10);
-	}
-}
-
 static size_t seg_size(const pinshm_channel_attr_t *attr)
 {
 	size_t size;
@@ -2561,7 +2551,7 @@ START_TEST(test_reload)
 
 	daemon_write_config(&d, "[daemon]\nmax_channels_per_user = 9\nbudget = -1\n");
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
-	wait_log(&d, "keeping the configuration in force");
+	daemon_wait_log(&d, "keeping the configuration in force", 1);
 	ck_assert(daemon_log_has(&d, ":3: budget"));
 	CLIENT_RC(c, pinshm_create(c, "h2", &attr, 0600, 0), 0);
 	CLIENT_RC(c, pinshm_create(c, "h3", &attr, 0600, 0), -EUSERS); /* still 3 */
@@ -2619,7 +2609,7 @@ START_TEST(test_access)
 	tu_procs_init(&ps);
 	tu_spawn(&ps, "refused user", access_client, &x, 0);
 	tu_wait_all_ok(&ps, WAIT_MS);
-	wait_log(&d, "connection refused");
+	daemon_wait_log(&d, "connection refused", 1);
 	pinshm_disconnect(connect_ok(&d)); /* root */
 
 	daemon_write_config(&d, "[access]\nallow_users = 12345\nallow_groups = %u\n", (unsigned)x.gid);
@@ -2974,8 +2964,7 @@ static void ev_dying_producer_scenario(bool full)
 	int prod = tu_spawn(&x.ps, "producer", ev_dying_producer, x.d.sock, 0);
 	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
 	ck_assert(len == 5 && memcmp(buf, "first", 5) == 0);
-	int efd = pinshm_channel_notify_fd(cons);
-	ck_assert_msg(efd >= 0, "notify_fd: %s (%s)", pinshm_strerror(efd), pinshm_client_error(x.c));
+	int efd = notify_fd(x.c, cons);
 	if (full) {
 		int peer = pinshm_channel_notify_peer_fd(cons);
 		ck_assert_int_ge(peer, 0);

@@ -12,13 +12,9 @@
  */
 #include <check.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemonutil.h"
@@ -36,10 +32,10 @@ struct run {
  * not exit in time or is killed. */
 static void demo_runv(struct run *r, const char *const *args)
 {
-	char dir[] = "/tmp/pinshm-demo-check-XXXXXX", out[64], err[64], buf[32];
+	char dir[] = "/tmp/pinshm-demo-check-XXXXXX", out[64], err[64];
 	const char *argv[16];
 	const char *bin = getenv("PINSHM_DEMO");
-	int n = 0, st;
+	int n = 0;
 
 	if (!bin || !bin[0])
 		bin = "clients/pinshm-demo";
@@ -50,37 +46,12 @@ static void demo_runv(struct run *r, const char *const *args)
 	for (; *args && n < 15; args++)
 		argv[n++] = *args;
 	argv[n] = NULL;
-	fflush(stdout);
-	fflush(stderr);
-	pid_t pid = fork();
-	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		int ofd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		int efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		if (ofd < 0 || efd < 0 || dup2(ofd, 1) < 0 || dup2(efd, 2) < 0)
-			_exit(126);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execv(bin, (char *const *)argv);
-		fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
-		_exit(127);
-	}
-	uint64_t deadline = tu_now_ms() + RUN_MS;
-	while (waitpid(pid, &st, WNOHANG) != pid) {
-		if (tu_now_ms() > deadline) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			ck_abort_msg("pinshm-demo %s did not exit in %d ms", argv[1], RUN_MS);
-		}
-		tu_sleep_ms(2);
-	}
+	r->status = prog_run(bin, argv, NULL, out, err, RUN_MS);
 	tu_read_file(out, r->out, sizeof(r->out));
 	tu_read_file(err, r->err, sizeof(r->err));
 	unlink(out);
 	unlink(err);
 	rmdir(dir);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 126, "pinshm-demo %s: %s\n%s", argv[1],
-		      tu_status_str(st, buf, sizeof(buf)), r->err);
-	r->status = WEXITSTATUS(st);
 }
 
 /* Run "pinshm-demo ARGS..." and fail the test unless it exits @p want. */
@@ -180,13 +151,7 @@ START_TEST(test_attach_fails)
 	struct daemon_opts o = {.config = true};
 	struct run r;
 
-	daemon_prepare(&d, &o);
-	FILE *conf = fopen(d.conf, "w");
-	ck_assert_ptr_nonnull(conf);
-	fputs("[daemon]\nmax_connections_per_user = 2\n", conf);
-	ck_assert_int_eq(fclose(conf), 0);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\nmax_connections_per_user = 2\n");
 	DEMO(&r, 1, "-S", d.sock, "-p", "1", "-c", "2", "-n", "1000");
 	HAS(r.err, "consumer "); /* whichever of the two connected second */
 	HAS(r.err, ": attach: ");

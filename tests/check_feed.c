@@ -226,13 +226,7 @@ START_TEST(test_child_fails)
 
 	ck_assert_msg(fake && *fake, "PINSHM_FAKE_CUDA_FEED is not set (run through make check)");
 	setenv("PINSHM_CUDA_LIBRARY", fake, 1);
-	daemon_prepare(&one, &o);
-	FILE *conf = fopen(one.conf, "w");
-	ck_assert_ptr_nonnull(conf);
-	fputs("[daemon]\nmax_connections_per_user = 1\n", conf);
-	ck_assert_int_eq(fclose(conf), 0);
-	daemon_spawn(&one, &o);
-	daemon_wait_ready(&one);
+	daemon_start_config(&one, &o, "[daemon]\nmax_connections_per_user = 1\n");
 	for (unsigned k = 0; k < 2; k++) {
 		feed(&r, &one, args[k]);
 		ck_assert_msg(r.status == 1, "%s: exit %d\n%s", args[k], r.status, r.err);

@@ -222,22 +222,10 @@ static bool reads_zeros(int fd, off_t off, size_t len)
 	return true;
 }
 
-/* A daemon of options @p o on the configuration @p conf, accepting. */
-static void spawn_conf(struct daemon *d, const char *conf, const struct daemon_opts *o)
-{
-	daemon_prepare(d, o);
-	FILE *f = fopen(d->conf, "w");
-	ck_assert_msg(f != NULL, "%s: %s", d->conf, strerror(errno));
-	fputs(conf, f);
-	ck_assert_int_eq(fclose(f), 0);
-	daemon_spawn(d, o);
-	daemon_wait_ready(d);
-}
-
 /* A daemon on the configuration @p conf, and a client of it. */
 static pinshm_client_t *start_conf(struct daemon *d, const char *conf)
 {
-	spawn_conf(d, conf, &(struct daemon_opts){.config = true});
+	daemon_start_config(d, &(struct daemon_opts){.config = true}, "%s", conf);
 	return connect_ok(d);
 }
 
@@ -1029,7 +1017,7 @@ START_TEST(test_stall_reload)
 {
 	struct daemon d;
 	uint64_t budget, quota;
-	char conf[128], what[96];
+	char what[96];
 	pinshm_client_t *c = start_status(&d, RELOAD_NO_POOL, &budget, &quota);
 	uint64_t room = budget / 2, size = RELOAD_CLASS;
 	unsigned n = room / size < RELOAD_SEGMENTS ? (unsigned)(room / size) : RELOAD_SEGMENTS;
@@ -1039,10 +1027,8 @@ START_TEST(test_stall_reload)
 		n = 1;
 	}
 	ck_assert_uint_ge(size, 64 * MiB);
-	snprintf(conf, sizeof(conf), "[daemon]\npool_segments = %u\npool_sizes = %lluM\n", n,
-		 (unsigned long long)(size / MiB));
-	FILE *f = fopen(d.conf, "w");
-	ck_assert_msg(f && fputs(conf, f) >= 0 && fclose(f) == 0, "%s: %s", d.conf, strerror(errno));
+	daemon_write_config(&d, "[daemon]\npool_segments = %u\npool_sizes = %lluM\n", n,
+			    (unsigned long long)(size / MiB));
 	long base_kb = proc_status_value_kb(d.pid, "VmLck:");
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
 	uint64_t deadline = tu_now_ms() + GONE_MS;
@@ -1531,7 +1517,7 @@ static void restart_measure(const char *name, bool huge)
 	struct stat st;
 
 	ck_assert_int_eq(fstat(seg, &st), 0);
-	spawn_conf(&d, LARGE_CONF, &o);
+	daemon_start_config(&d, &o, LARGE_CONF);
 	close(seg); /* the daemon's now */
 	/* Its first request, from the first accept on: not after the lock. */
 	uint64_t t0 = tu_now_ms();
@@ -1578,7 +1564,7 @@ START_TEST(test_restart_given_up)
 		.config = true, .log = true, .verbose = true, .listen_fds = &seg, .listen_names = names, .nlisten = 1};
 
 	ck_assert_int_eq(setenv("PINSHMD_TEST_ADOPT_GRACE_MS", "1", 1), 0);
-	spawn_conf(&d, LARGE_CONF, &o);
+	daemon_start_config(&d, &o, LARGE_CONF);
 	unsetenv("PINSHMD_TEST_ADOPT_GRACE_MS");
 	close(seg);
 	pinshm_client_t *c = connect_ok(&d);
@@ -1626,7 +1612,7 @@ START_TEST(test_stall_handback_unseen)
 		fprintf(stderr, "note: no PID namespaces here (root needed): the unseen hand-back test is skipped\n");
 		return;
 	}
-	spawn_conf(&d, LARGE_CONF, &(struct daemon_opts){.config = true, .own_pid_ns = true});
+	daemon_start_config(&d, &(struct daemon_opts){.config = true, .own_pid_ns = true}, LARGE_CONF);
 	pinshm_client_t *c = connect_ok(&d);
 	largest_attr(&attr, UNSEEN_BYTES);
 	ck_assert_int_eq(pinshm_segment_size(&attr, &size), 0);
@@ -1953,7 +1939,7 @@ START_TEST(test_huge_late_error)
 
 	if (!huge_ready("a create of huge pages that waits, then fails otherwise"))
 		return;
-	spawn_conf(&d, LARGE_CONF, &(struct daemon_opts){.config = true, .log = true});
+	daemon_start_config(&d, &(struct daemon_opts){.config = true, .log = true}, LARGE_CONF);
 	pinshm_client_t *c = connect_ok(&d);
 	CLIENT_RC(c, pinshm_status(c, &st, &u, &nu), 0);
 	free(u);

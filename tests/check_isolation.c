@@ -202,16 +202,6 @@ static int run_child(const char *name, int (*fn)(void *, int), struct iso *x, in
 	return 0;
 }
 
-/* Write @p conf to the daemon's pinshmd.conf. */
-static void write_conf(struct iso *x, const char *conf)
-{
-	FILE *f = fopen(x->d.conf, "w");
-
-	ck_assert_ptr_nonnull(f);
-	fputs(conf, f);
-	ck_assert_int_eq(fclose(f), 0);
-}
-
 /* A system-mode daemon with pinshmd.conf @p conf; its stderr to its log
  * file where @p log. */
 static void start_daemon_log(struct iso *x, const char *conf, bool log)
@@ -219,10 +209,7 @@ static void start_daemon_log(struct iso *x, const char *conf, bool log)
 	struct daemon_opts o = {.system_mode = true, .config = true, .log = log};
 
 	ensure_users(x);
-	daemon_prepare(&x->d, &o);
-	write_conf(x, conf);
-	daemon_spawn(&x->d, &o);
-	daemon_wait_ready(&x->d);
+	daemon_start_config(&x->d, &o, "%s", conf);
 }
 
 static void start_daemon(struct iso *x, const char *conf)
@@ -935,7 +922,6 @@ END_TEST
 #define NAMES_CONF_CLOSED                                                                                      \
 	"[daemon]\npool_segments = 0\nshared_names = no\n[names]\nalice_ = user:pinshm-iso-a\nteam_ = group:" GROUP \
 	"\n"
-#define RELOAD_MS 10000
 
 /* The owned name "@UID.@p rest" of user @p u into @p buf. */
 static const char *owned(const struct iso *x, enum user u, const char *rest, char *buf, size_t len)
@@ -1047,12 +1033,9 @@ START_TEST(test_names)
 	ck_assert_uint_eq(e.uid, x.uid[USER_A]);
 
 	/* A reload turns shared names off and reserves team_ to the group. */
-	write_conf(&x, NAMES_CONF_CLOSED);
+	daemon_write_config(&x.d, "%s", NAMES_CONF_CLOSED);
 	ck_assert_int_eq(kill(x.d.pid, SIGHUP), 0);
-	uint64_t deadline = tu_now_ms() + RELOAD_MS;
-	while (!daemon_log_has(&x.d, "SIGHUP: reloaded") && tu_now_ms() < deadline)
-		tu_sleep_ms(10);
-	ck_assert_msg(daemon_log_has(&x.d, "SIGHUP: reloaded"), "no reload in %d ms", RELOAD_MS);
+	daemon_wait_log(&x.d, "SIGHUP: reloaded", 1);
 	x.step = 1;
 	run_child("user b", names_child, &x, USER_B);
 	run_child("user c", names_child, &x, USER_C);

@@ -45,15 +45,6 @@
 #define BURST (200000u / TU_SLOWDOWN) /* messages sent to an armed consumer that cannot be woken, */
 #define BURST_MS 1000                 /* over this long at least: the retries' wait grows to its most */
 
-/* The wake-up descriptor of consumer @p cons (the handle's own). */
-static int notify_fd(pinshm_client_t *c, pinshm_channel_t *cons)
-{
-	int fd = pinshm_channel_notify_fd(cons);
-
-	ck_assert_msg(fd >= 0, "pinshm_channel_notify_fd: %s (%s)", pinshm_strerror(fd), pinshm_client_error(c));
-	return fd;
-}
-
 /* A new daemon on the same socket (its log appended to d->log if @p log). */
 static void daemon_restart(struct daemon *d, bool log)
 {

@@ -59,12 +59,6 @@ struct run {
 	char err[4096];
 };
 
-/* A user and group to run as. */
-struct ident {
-	uid_t uid;
-	gid_t gid;
-};
-
 /*
  * Run pinshmctl with @p args (NULL-terminated), as @p as (NULL: as this
  * process), its output into files in @p dir; fail the test if it does not
@@ -72,9 +66,9 @@ struct ident {
  */
 static void ctl_runv_as(const char *dir, struct run *r, const struct ident *as, const char *const *args)
 {
-	char out[160], err[160], buf[32];
+	char out[160], err[160];
 	const char *argv[32];
-	int n = 0, st;
+	int n = 0;
 
 	snprintf(out, sizeof(out), "%s/out", dir);
 	snprintf(err, sizeof(err), "%s/err", dir);
@@ -82,34 +76,7 @@ static void ctl_runv_as(const char *dir, struct run *r, const struct ident *as, 
 	for (; *args && n < 31; args++)
 		argv[n++] = *args;
 	argv[n] = NULL;
-	fflush(stdout);
-	fflush(stderr);
-	pid_t pid = fork();
-	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		int ofd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		int efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		if (ofd < 0 || efd < 0 || dup2(ofd, 1) < 0 || dup2(efd, 2) < 0)
-			_exit(126);
-		if (as && (setgroups(0, NULL) != 0 || setgid(as->gid) != 0 || setuid(as->uid) != 0))
-			_exit(126);
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* after setuid, which clears it */
-		execv(env_path("PINSHMCTL", "clients/pinshmctl"), (char *const *)argv);
-		fprintf(stderr, "exec pinshmctl: %s\n", strerror(errno));
-		_exit(127);
-	}
-	uint64_t deadline = tu_now_ms() + RUN_MS;
-	while (waitpid(pid, &st, WNOHANG) != pid) {
-		if (tu_now_ms() > deadline) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			ck_abort_msg("pinshmctl %s did not exit in %d ms", argv[1], RUN_MS);
-		}
-		tu_sleep_ms(2);
-	}
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 126, "pinshmctl %s: %s", argv[1],
-		      tu_status_str(st, buf, sizeof(buf)));
-	r->status = WEXITSTATUS(st);
+	r->status = prog_run(env_path("PINSHMCTL", "clients/pinshmctl"), argv, as, out, err, RUN_MS);
 	tu_read_file(out, r->out, sizeof(r->out));
 	tu_read_file(err, r->err, sizeof(r->err));
 }
@@ -1476,13 +1443,7 @@ START_TEST(test_status_pool_daemon)
 		fprintf(stderr, "note: not root, the daemon may not lock its pool: test_status_pool_daemon skipped\n");
 		return;
 	}
-	daemon_prepare(&d, &o);
-	FILE *f = fopen(d.conf, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("[daemon]\npool_segments = 2\npool_sizes = 2M, 512K\n", f);
-	ck_assert_int_eq(fclose(f), 0);
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\npool_segments = 2\npool_sizes = 2M, 512K\n");
 	TU_RC(pinshm_connect(d.sock, &c), 0);
 	for (i = 0; i < 5000; i++) {
 		TU_RC(pinshm_status_pool(c, &st, &pool, NULL, NULL), 0);

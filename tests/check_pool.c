@@ -99,6 +99,15 @@ static uint64_t locked_now(const struct bench *b)
 	return locked_bytes(getpid()) - b->locked0;
 }
 
+/* Nothing of bench @p b stays charged, locked or open (@p fds0: the
+ * descriptors open before it).  A macro: a failure names its caller's line. */
+#define ASSERT_NOTHING_HELD(b, fds0)                            \
+	do {                                                    \
+		ck_assert_uint_eq((b)->acct.pinned, 0);         \
+		ck_assert_uint_eq(locked_now(b), 0);            \
+		ck_assert_uint_eq(open_fds(), (fds0));          \
+	} while (0)
+
 /* What the pool fills, and how much of it is locked. */
 static uint64_t filling(const struct bench *b, uint64_t *locked)
 {
@@ -243,18 +252,14 @@ START_TEST(test_steps_drain)
 	ck_assert_uint_eq(locked_now(&b), size + 2 * SLICE);
 	ck_assert_uint_eq(b.acct.pinned, 2 * size);
 	ck_assert_uint_eq(pool_drain(&b.pool, NULL), 2 * size);
-	ck_assert_uint_eq(b.acct.pinned, 0);
 	ck_assert_uint_eq(pool_bytes(&b.pool), 0);
 	ck_assert_uint_eq(filling(&b, NULL), 0);
-	ck_assert_uint_eq(locked_now(&b), 0);
-	ck_assert_uint_eq(open_fds(), fds0);
+	ASSERT_NOTHING_HELD(&b, fds0);
 	ck_assert(pool_wants(&b.pool)); /* it fills again */
 	pool_refill(&b.pool);
 	ck_assert_uint_eq(b.acct.pinned, size);
 	pool_fini(&b.pool);
-	ck_assert_uint_eq(b.acct.pinned, 0);
-	ck_assert_uint_eq(locked_now(&b), 0);
-	ck_assert_uint_eq(open_fds(), fds0);
+	ASSERT_NOTHING_HELD(&b, fds0);
 }
 END_TEST
 
@@ -302,17 +307,13 @@ START_TEST(test_steps_reload)
 	pool_refill(&b.pool);
 	ck_assert_uint_eq(locked_now(&b), 2 * SLICE);
 	ck_assert_int_eq(pool_configure(&b.pool, &other, 1, 1, NULL), 0);
-	ck_assert_uint_eq(b.acct.pinned, 0);
-	ck_assert_uint_eq(locked_now(&b), 0);
-	ck_assert_uint_eq(open_fds(), fds0);
+	ASSERT_NOTHING_HELD(&b, fds0);
 	while (pool_wants(&b.pool))
 		pool_refill(&b.pool);
 	ck_assert_uint_eq(b.acct.pinned, other);
 	ck_assert_uint_eq(locked_now(&b), other);
 	ck_assert_int_eq(pool_configure(&b.pool, NULL, 0, 0, NULL), 0);
-	ck_assert_uint_eq(b.acct.pinned, 0);
-	ck_assert_uint_eq(locked_now(&b), 0);
-	ck_assert_uint_eq(open_fds(), fds0);
+	ASSERT_NOTHING_HELD(&b, fds0);
 }
 END_TEST
 
@@ -432,24 +433,12 @@ END_TEST
 #define CLASS (128 * MiB)
 #define TRIES 5000 /* requests while waiting for a state; each 3 ms apart at most */
 
-static void write_conf(const struct daemon *d, const char *text)
-{
-	FILE *f = fopen(d->conf, "w");
-
-	ck_assert(f != NULL);
-	fputs(text, f);
-	ck_assert_int_eq(fclose(f), 0);
-}
-
 /* pinshmd -f -vv --user with config @p conf, its log in d->log. */
 static void pool_daemon_start(struct daemon *d, const char *conf)
 {
 	struct daemon_opts o = {.tmpl = "/tmp/pinshm-pool-XXXXXX", .config = true, .log = true, .verbose = true};
 
-	daemon_prepare(d, &o);
-	write_conf(d, conf);
-	daemon_spawn(d, &o);
-	daemon_wait_ready(d);
+	daemon_start_config(d, &o, "%s", conf);
 }
 
 static pinshm_status_t status_of(pinshm_client_t *c)
@@ -463,7 +452,7 @@ static pinshm_status_t status_of(pinshm_client_t *c)
 /* Write @p conf and send SIGHUP. */
 static void reload(struct daemon *d, const char *conf)
 {
-	write_conf(d, conf);
+	daemon_write_config(d, "%s", conf);
 	ck_assert_int_eq(kill(d->pid, SIGHUP), 0);
 }
 
@@ -532,12 +521,10 @@ static const char conf_on[] = "[daemon]\npool_segments = 1\npool_sizes = 128M\n"
 static void catch_refill(struct daemon *d, pinshm_client_t *c, const char *conf)
 {
 	for (int fill = 0; fill < FILLS; fill++) {
-		write_conf(d, conf);
-		ck_assert_int_eq(kill(d->pid, SIGHUP), 0);
+		reload(d, conf);
 		if (catch_half_filled(d, c))
 			return;
-		write_conf(d, conf_off);
-		ck_assert_int_eq(kill(d->pid, SIGHUP), 0);
+		reload(d, conf_off);
 		wait_locked(d, c, 0);
 	}
 	ck_abort_msg("the daemon locked its %u MiB segment whole between two requests, %d fills in a row",
@@ -672,10 +659,7 @@ START_TEST(test_daemon_lock_fails)
 
 	if (!daemon_test_user(&o.uid, &o.gid))
 		return;
-	daemon_prepare(&d, &o);
-	write_conf(&d, "[daemon]\npool_segments = 1\npool_sizes = 16M\n");
-	daemon_spawn(&d, &o);
-	daemon_wait_ready(&d);
+	daemon_start_config(&d, &o, "[daemon]\npool_segments = 1\npool_sizes = 16M\n");
 	pinshm_client_t *c = connect_ok(&d);
 	/* The warning comes first, then the line of the segment given up. */
 	for (int i = 0; i < TRIES && !daemon_log_has(&d, "pool: the segment of 16777216 bytes being filled"); i++)

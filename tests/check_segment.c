@@ -58,41 +58,10 @@ static void seg_daemon_start(struct daemon *d, const char *conf, const char *tes
 				.numa_env = true,
 				.numa_nodes = test_nodes};
 
-	daemon_prepare(d, &o);
-	if (conf) {
-		FILE *f = fopen(d->conf, "w");
-		ck_assert(f != NULL);
-		fputs(conf, f);
-		fclose(f);
-	}
-	daemon_spawn(d, &o);
-	daemon_wait_ready(d);
-}
-
-static unsigned log_count(const struct daemon *d, const char *what)
-{
-	char line[512];
-	unsigned n = 0;
-	FILE *f = fopen(d->log, "r");
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, what) != NULL;
-	fclose(f);
-	return n;
-}
-
-/* Wait until the log has @p n lines with @p what. */
-static void wait_log_count(const struct daemon *d, const char *what, unsigned n)
-{
-	uint64_t deadline = tu_now_ms() + 10000;
-
-	while (log_count(d, what) < n) {
-		ck_assert_msg(tu_now_ms() < deadline, "the daemon's log has %u of %u '%s'", log_count(d, what), n,
-			      what);
-		tu_sleep_ms(5);
-	}
+	if (conf)
+		daemon_start_config(d, &o, "%s", conf);
+	else
+		daemon_start_opts(d, &o);
 }
 
 static pinshm_list_entry_t list_get(pinshm_client_t *c, const char *name)
@@ -454,7 +423,7 @@ START_TEST(test_numa_consumer_injected)
 	int s_unknown = raw_open(&d, "nc", PINSHM_CONSUMER, PINSHM_NODE_ANY, &st);
 	ck_assert_int_eq(st, 0);
 	ck_assert_int_eq(list_get(c, "nc").node, PINSHM_NODE_CONSUMER);
-	wait_log_count(&d, "does not know its NUMA node", 1);
+	daemon_wait_log(&d, "does not know its NUMA node", 1);
 	static const int32_t bogus[] = {2, 7, -3, -1000, INT32_MAX};
 	int sb[5];
 	for (int i = 0; i < 5; i++) {
@@ -462,13 +431,13 @@ START_TEST(test_numa_consumer_injected)
 		ck_assert_int_eq(st, 0); /* the open itself is served */
 		ck_assert_int_eq(list_get(c, "nc").node, PINSHM_NODE_CONSUMER);
 	}
-	wait_log_count(&d, "not a node here: ignored", 5);
+	daemon_wait_log(&d, "not a node here: ignored", 5);
 	ck_assert(daemon_log_has(&d, "says NUMA node 7, not a node here"));
 
 	int s1 = raw_open(&d, "nc", PINSHM_CONSUMER, 1, &st);
 	ck_assert_int_eq(st, 0);
 	ck_assert_int_eq(list_get(c, "nc").node, 1);
-	wait_log_count(&d, "pages moved to NUMA node 1, near its consumer", 1);
+	daemon_wait_log(&d, "pages moved to NUMA node 1, near its consumer", 1);
 	int s0 = raw_open(&d, "nc", PINSHM_CONSUMER, 0, &st);
 	ck_assert_int_eq(st, 0);
 	ck_assert_int_eq(list_get(c, "nc").node, 1); /* the first consumer's */
@@ -510,7 +479,7 @@ START_TEST(test_numa_consumer_move_fails)
 	CLIENT_RC(c, pinshm_open(c, "ncf", PINSHM_PRODUCER, &tx), 0);
 	CLIENT_RC(c, pinshm_open(c, "ncf", PINSHM_CONSUMER, &rx), 0);
 	ck_assert_int_eq(list_get(c, "ncf").node, PINSHM_NODE_ANY);
-	wait_log_count(&d, "pages not moved to NUMA node", 1);
+	daemon_wait_log(&d, "pages not moved to NUMA node", 1);
 	ck_assert(daemon_log_has(&d, "PINSHMD_TEST_NUMA_MOVE_FAIL"));
 	ck_assert_int_eq(pinshm_send(tx, "moved?", 6, 1000), 0);
 	ck_assert_int_eq(pinshm_recv(rx, buf, sizeof(buf), &len, 1000), 0);
@@ -754,7 +723,7 @@ START_TEST(test_pool_hit_miss)
 	tu_attr(&other, PINSHM_QUEUE, 64 * KiB, 1, 1);
 	snprintf(conf, sizeof(conf), "[daemon]\npool_segments = 2\npool_sizes = %zu\n", seg_size(&attr));
 	seg_daemon_start(&d, conf, NULL);
-	wait_log_count(&d, "pool: ready segment", 2);
+	daemon_wait_log(&d, "pool: ready segment", 2);
 
 	pinshm_client_t *c1 = connect_ok(&d);
 	CLIENT_RC(c1, pinshm_create(c1, "p1", &attr, 0600, 0), 0);
@@ -773,14 +742,14 @@ START_TEST(test_pool_hit_miss)
 	 * process's own. */
 	memset((char *)m1.start + m1.len - 64, 0x5a, 64);
 	pinshm_disconnect(c1);
-	wait_log_count(&d, "channel 'p1' destroyed", 1);
+	daemon_wait_log(&d, "channel 'p1' destroyed", 1);
 	/* The pages go a slice a loop turn after the channel (pinshmd(8)). */
 	volatile unsigned char *last = (unsigned char *)m1.start + m1.len - 1;
 	for (uint64_t end = tu_now_ms() + PUNCH_MS; *last != 0 && tu_now_ms() < end;)
 		tu_sleep_ms(10);
 	ck_assert_uint_eq(*last, 0);
 	memset((char *)m1.start + m1.len - 64, 0x5a, 64);
-	wait_log_count(&d, "pool: ready segment", 3); /* refilled */
+	daemon_wait_log(&d, "pool: ready segment", 3); /* refilled */
 
 	pinshm_client_t *c2 = connect_ok(&d);
 	for (int i = 0; i < 3; i++) { /* 2 ready, then a miss or a refilled one */
@@ -788,7 +757,7 @@ START_TEST(test_pool_hit_miss)
 		snprintf(name, sizeof(name), "p2-%d", i);
 		CLIENT_RC(c2, pinshm_create(c2, name, &attr, 0600, 0), 0);
 	}
-	ck_assert_uint_ge(log_count(&d, "from the pool"), 3);
+	ck_assert_uint_ge(daemon_log_count(&d, "from the pool"), 3);
 	pinshm_channel_t *ch2;
 	unsigned long inos[4];
 	CLIENT_RC(c2, pinshm_open(c2, "p2-0", PINSHM_CONSUMER, &ch2), 0);
@@ -869,8 +838,8 @@ START_TEST(test_pool_budget)
 		 size);
 	seg_daemon_start(&d, conf, NULL);
 	/* The daemon says when the refill stops for the budget: no more after. */
-	wait_log_count(&d, "pool: filled as far as the budget allows", 1);
-	ck_assert_uint_eq(log_count(&d, "pool: ready segment"), 3); /* the budget's worth */
+	daemon_wait_log(&d, "pool: filled as far as the budget allows", 1);
+	ck_assert_uint_eq(daemon_log_count(&d, "pool: ready segment"), 3); /* the budget's worth */
 	pinshm_client_t *c = connect_ok(&d);
 	pinshm_status_t st;
 	pinshm_pool_t pool;
@@ -1106,7 +1075,7 @@ START_TEST(test_shm_shrunk)
 	ck_assert(daemon_log_has(&d, "a client shrank it"));
 	ck_assert(!(list_get(c, "s-sealed").state & PINSHM_LIST_DAMAGED));
 	pinshm_disconnect(c); /* reaps both endpoints, destroys both channels */
-	wait_log_count(&d, "channel 's-shm' destroyed", 1);
+	daemon_wait_log(&d, "channel 's-shm' destroyed", 1);
 
 	c = connect_ok(&d);
 	CLIENT_RC(c, pinshm_create(c, "s-shm", &attr, 0600, PINSHM_USE_SHM), 0);

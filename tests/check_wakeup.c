@@ -38,14 +38,6 @@
 
 #define BLOCK_BOUND_MS 5000 /* far above a send that does not wait; far below the test's timeout */
 
-static int notify_fd(pinshm_client_t *c, pinshm_channel_t *cons)
-{
-	int fd = pinshm_channel_notify_fd(cons);
-
-	ck_assert_msg(fd >= 0, "pinshm_channel_notify_fd: %s (%s)", pinshm_strerror(fd), pinshm_client_error(c));
-	return fd;
-}
-
 /* Make @p fd blocking (the flag of the file description its holders share). */
 static void make_blocking(int fd)
 {

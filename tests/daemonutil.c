@@ -407,6 +407,14 @@ pinshm_client_t *connect_ok(const struct daemon *d)
 	return c;
 }
 
+int notify_fd(pinshm_client_t *c, pinshm_channel_t *cons)
+{
+	int fd = pinshm_channel_notify_fd(cons);
+
+	ck_assert_msg(fd >= 0, "pinshm_channel_notify_fd: %s (%s)", pinshm_strerror(fd), pinshm_client_error(c));
+	return fd;
+}
+
 bool list_find(pinshm_client_t *c, const char *name, pinshm_list_entry_t *out, size_t *total)
 {
 	pinshm_list_entry_t *e;
@@ -495,6 +503,17 @@ unsigned daemon_log_count(const struct daemon *d, const char *what)
 	return n;
 }
 
+void daemon_wait_log(const struct daemon *d, const char *what, unsigned n)
+{
+	uint64_t deadline = tu_now_ms() + DAEMON_LOG_MS;
+
+	while (daemon_log_count(d, what) < n) {
+		ck_assert_msg(tu_now_ms() < deadline, "the daemon's log has %u of %u lines with '%s' after %u ms",
+			      daemon_log_count(d, what), n, what, DAEMON_LOG_MS);
+		tu_sleep_ms(5);
+	}
+}
+
 bool daemon_log_has(const struct daemon *d, const char *what)
 {
 	return daemon_log_count(d, what) > 0;
@@ -566,6 +585,45 @@ bool daemon_test_user(uid_t *uid, gid_t *gid)
 	*gid = pw->pw_gid;
 	ck_assert_uint_ne(*uid, 0);
 	return true;
+}
+
+int prog_run(const char *path, const char *const *argv, const struct ident *as, const char *out, const char *err,
+	     int ms)
+{
+	char buf[32], said[1024] = "";
+	int st;
+
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		int ofd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (ofd < 0 || efd < 0 || dup2(ofd, 1) < 0 || dup2(efd, 2) < 0)
+			_exit(126);
+		if (as && (setgroups(0, NULL) != 0 || setgid(as->gid) != 0 || setuid(as->uid) != 0))
+			_exit(126);
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* after setuid, which clears it */
+		execv(path, (char *const *)argv);
+		fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	uint64_t deadline = tu_now_ms() + (uint64_t)ms;
+	while (waitpid(pid, &st, WNOHANG) != pid) {
+		if (tu_now_ms() > deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			ck_abort_msg("%s %s did not exit in %d ms", argv[0], argv[1], ms);
+		}
+		tu_sleep_ms(2);
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) >= 126) {
+		if (access(err, R_OK) == 0)
+			tu_read_file(err, said, sizeof(said));
+		ck_abort_msg("%s %s: %s\n%s", argv[0], argv[1], tu_status_str(st, buf, sizeof(buf)), said);
+	}
+	return WEXITSTATUS(st);
 }
 
 static void vwrite_config(const struct daemon *d, const char *fmt, va_list ap)

@@ -26,6 +26,7 @@
 
 #define DAEMON_START_MS 15000 /* for a daemon to accept */
 #define DAEMON_STOP_MS 10000  /* for it to exit after SIGTERM */
+#define DAEMON_LOG_MS 10000   /* for a line to reach its log */
 #define DAEMON_WRAPPER_SLOWDOWN 6 /* under $PINSHMD_WRAPPER (valgrind: slower) */
 #define DAEMON_WRAPPER_FDS 8      /* descriptors the wrapper takes, added to daemon_opts.nofile */
 
@@ -60,6 +61,20 @@ struct daemon_opts {
 	const char *const *listen_names; /* their FDNAMEs */
 	unsigned nlisten;
 };
+
+/* A user and group to run as. */
+struct ident {
+	uid_t uid;
+	gid_t gid;
+};
+
+/** Run the program @p path with @p argv (NULL-terminated, argv[0] its name),
+ *  its stdout into the file @p out and its stderr into @p err, as @p as
+ *  (NULL: as this process); it dies with the test.  Fail the test if it
+ *  cannot be run, does not exit in @p ms or is killed.
+ *  @return its exit status (below 126). */
+int prog_run(const char *path, const char *const *argv, const struct ident *as, const char *out, const char *err,
+	     int ms);
 
 /** The pinshmd to run: $PINSHMD, else daemon/pinshmd. */
 const char *pinshmd_path(void);
@@ -136,6 +151,10 @@ bool daemon_log_has(const struct daemon *d, const char *what);
 /** How many lines of the daemon's log file (daemon_opts.log) hold @p what. */
 unsigned daemon_log_count(const struct daemon *d, const char *what);
 
+/** Wait until @p n lines of the daemon's log file hold @p what,
+ *  DAEMON_LOG_MS at most, or fail the test. */
+void daemon_wait_log(const struct daemon *d, const char *what, unsigned n);
+
 /** Wait until STAT of channel @p name has state bit @p bit (PINSHM_LIST_*)
  *  set (@p set) or clear, @p limit_ms at most, or fail the test. */
 void wait_channel_state(pinshm_client_t *c, const char *name, uint32_t bit, bool set, unsigned limit_ms);
@@ -197,6 +216,10 @@ bool daemon_test_user(uid_t *uid, gid_t *gid);
 
 /** A client connected to @p d, or fail the test. */
 pinshm_client_t *connect_ok(const struct daemon *d);
+
+/** The wake-up descriptor of consumer @p cons of client @p c (the handle's
+ *  own), or fail the test. */
+int notify_fd(pinshm_client_t *c, pinshm_channel_t *cons);
 
 /* Fail the test unless a call on client @p c returns @p want. */
 #define CLIENT_RC(c, expr, want)                                                                              \
