@@ -132,7 +132,9 @@ n=$(grep -c "^coll_dead: rank [01]: [a-z_0-9A-Z]* returned [0-9]* (class [0-9]*:
 [ "$n" -eq 36 ] || fail "the blocking calls with a dead rank: $n of 36 returned MPI_ERR_OTHER through the handler once"
 mpi 3 --enable-recovery "$dead" allreduce
 ! grep -q "returned" "$work/out" || fail "allreduce with a dead rank, errors fatal: a survivor returned"
-grep -q "MPI_ERRORS_ARE_FATAL" "$work/err" || fail "allreduce with a dead rank, errors fatal: no abort"
+# coll_dead's own line: Open MPI's abort message may be lost when both abort at once.
+n=$(grep -c "^coll_dead: rank [01]: the default handler ends the process" "$work/out" || true)
+[ "$n" -eq 2 ] || fail "allreduce with a dead rank, errors fatal: $n survivors of 2 aborted"
 
 kill "$daemon"
 wait "$daemon" || fail "pinshmd exited $? at SIGTERM"

@@ -31,7 +31,6 @@
 
 #include "channel.h" /* the area's mapping: base and geometry of a handle */
 #include "coll.h"
-#include "coll_hier.h" /* hier_current */
 
 #define SLOT_DEFAULT (1024u * 1024) /* ring bytes per rank, halved to fit the bound */
 #define SLOT_MIN (8u * 1024)
@@ -151,7 +150,6 @@ static int area_open(struct pm_coll *co, uint64_t token)
 struct coll_live {
 	MPI_Comm comm;  /* for its error handler */
 	int error;      /* MPI_SUCCESS, or what a wait found */
-	bool said;      /* a wait of the running call passed `error` to the handler */
 	unsigned *ep;   /* member -> its endpoint, or UINT_MAX: none found */
 	uint32_t *gen;  /* member -> that endpoint's generation when found */
 	int *pid;       /* member -> its process */
@@ -215,15 +213,12 @@ int coll_error(const struct pm_coll *co)
 	return co->live ? co->live->error : MPI_SUCCESS;
 }
 
-int coll_call_error(struct pm_coll *co)
+int coll_call_error(const struct pm_coll *co)
 {
-	struct coll_live *lv = co->live;
+	const struct coll_live *lv = co->live;
 	if (!lv || lv->error == MPI_SUCCESS)
 		return MPI_SUCCESS;
-	if (lv->said)
-		lv->said = false;
-	else if (!hier_current) /* coll_hier.c reports a call's error at its end */
-		PMPI_Comm_call_errhandler(lv->comm, lv->error);
+	PMPI_Comm_call_errhandler(lv->comm, lv->error);
 	return lv->error;
 }
 
@@ -234,6 +229,7 @@ static void area_close(struct pm_coll *co)
 	co->ch = NULL;
 	free(co->half);
 	free(co->flags);
+	free(co->detached);
 	free(co->scratch);
 	free(co->pid);
 	co->pid = NULL;
@@ -462,11 +458,34 @@ static bool flag_reached(const struct pm_coll *co, int r, bool done, uint64_t s)
 	return atomic_load_explicit(w, memory_order_acquire) >= s;
 }
 
+/*
+ * A rank whose wait failed writes into the area no more: its slot (flags,
+ * small slots, marks, halves) becomes memory of its own.  Its later calls
+ * run their steps at once, and a reader that has not seen the death yet
+ * must not take their flags, marks or data for those of a step it is in
+ * (a Barrier's released ranks would leave it with MPI_SUCCESS, a Bcast's
+ * receivers copy behind marks of a later call, a slow reader of step
+ * s - 2 find its half rewritten).  The others find the death themselves.
+ * Out of memory: the flags alone stay quiet (coll_post(), coll_finish()).
+ */
+static void slot_detach(struct pm_coll *co)
+{
+	size_t bytes = SLOT_HEAD - 64 + 2 * co->half_bytes;
+	uint8_t *own = aligned_alloc(64, bytes);
+	if (!own || co->detached)
+		return free(own);
+	memset(own, 0, SLOT_HEAD - 64); /* flags and marks: no step */
+	co->detached = own;
+	co->flags[co->rank] = (struct coll_flags *)(void *)own;
+	co->half[co->rank] = own + SLOT_HEAD - 64;
+}
+
 /* Whether a wait for member @p r must end without its flag: some member
  * died (the wait ends too where it is another: @p r may wait for that one)
- * and @p r's flag, read again after the endpoints, has not come.  Reports
- * it through the communicator's error handler where @p report. */
-static bool wait_failed(struct pm_coll *co, int r, bool done, uint64_t s, bool report)
+ * and @p r's flag, read again after the endpoints, has not come.  The call
+ * passes the error to the handler at its end (coll_call_error(), or the
+ * completion of a nonblocking one). */
+static bool wait_failed(struct pm_coll *co, int r, bool done, uint64_t s)
 {
 	struct coll_live *lv = co->live;
 	for (int m = 0; m < co->size; m++) {
@@ -479,10 +498,7 @@ static bool wait_failed(struct pm_coll *co, int r, bool done, uint64_t s, bool r
 			"the collective call cannot complete\n",
 			co->rank, pm.world_rank, m, lv->pid[m]);
 		lv->error = MPI_ERR_OTHER;
-		if (report) {
-			lv->said = true;
-			PMPI_Comm_call_errhandler(lv->comm, MPI_ERR_OTHER);
-		}
+		slot_detach(co);
 		return true;
 	}
 	return false;
@@ -515,7 +531,7 @@ static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s
 			continue;
 		}
 		pm_idle(&idle, false);
-		if (++passes % LIVE_EVERY == 0 && co->live && wait_failed(co, r, done, s, true))
+		if (++passes % LIVE_EVERY == 0 && co->live && wait_failed(co, r, done, s))
 			return;
 	}
 }
@@ -528,7 +544,7 @@ bool coll_poll_failed(struct pm_coll *co, unsigned *passes, int from, int to, bo
 		return false;
 	for (int r = from; r < to; r++)
 		if (!flag_reached(co, r, done, s))
-			return wait_failed(co, r, done, s, false);
+			return wait_failed(co, r, done, s);
 	return false;
 }
 
@@ -541,10 +557,7 @@ void coll_wait_free(struct pm_coll *co, uint64_t s)
 		co->known_done = s - 2;
 }
 
-/* After a failed wait this rank posts and finishes no more steps on the
- * area: its flags would tell the others that a step it skipped is done
- * (a Barrier's released ranks would leave it with MPI_SUCCESS, a Bcast's
- * receivers take a piece never written).  They find the death themselves. */
+/* After a failed wait: no more flags (slot_detach()). */
 void coll_post(struct pm_coll *co, uint64_t s)
 {
 	if (coll_error(co) == MPI_SUCCESS)

@@ -32,7 +32,8 @@
  * reads rank r's half s & 1 once r's arrive >= s (acquire), and stores
  * done = s (release) once it no longer needs any data of step s.  Every
  * rank stores done = s at every step, whatever its part, until one of its
- * waits fails (a member died): from then on it stores neither flag.
+ * waits fails (a member died): from then on it writes nothing into the
+ * area (its slot is its own memory, coll.c slot_detach()).
  *
  * Marks.  A rank that writes at most 128 KiB of its half at step s (a
  * Bcast's root, a rank's chunk of a Reduce: coll_ops.c) may store, after
@@ -106,6 +107,7 @@ struct pm_coll {
 				      leaves first (coll_barrier()); need not agree */
 	uint64_t stream_min;       /* pieces of this many bytes up go into the area with streaming
 				      stores (coll_copy_in()); 0: never; need not agree */
+	uint8_t *detached;         /* after a failed wait: this rank's slot, of its own (coll.c) */
 };
 
 /* The area of @p comm if its collectives are carried (deciding at the
@@ -180,10 +182,10 @@ static inline void coll_relax(void)
 
 /* The protocol's steps (above).  A wait that finds a member of the
  * communicator dead (its process left the area without closing it, seen by
- * pinshmd) calls the communicator's error handler with MPI_ERR_OTHER (by
- * default the job aborts); if the handler returns, that wait and every
- * later one on the area return at once and coll_error() says so: the call
- * returns that error, its data undefined. */
+ * pinshmd) says so on stderr; that wait and every later one on the area
+ * return at once and coll_error() says MPI_ERR_OTHER: the call returns
+ * that error through the communicator's error handler (coll_result(), by
+ * default the job aborts), its data undefined. */
 /* Before writing at step s; at once where an earlier wait showed it: a
  * rank posts step s only once it finished step s - 1, so every rank's
  * arrive >= s (coll_wait_all()) means every done >= s - 1. */
@@ -202,9 +204,10 @@ void coll_wait_release(struct pm_coll *co, uint64_t s);
 int coll_read(struct pm_coll *co, int r, void *dst, uint64_t addr, size_t n);
 int coll_error(const struct pm_coll *co);              /* MPI_SUCCESS or the error a wait found */
 /* What a blocking call that ran steps returns at its end: coll_error(),
- * passed to the error handler once a call: by the wait that found it, or
- * here, for a later call whose waits returned at once. */
-int coll_call_error(struct pm_coll *co);
+ * passed to the error handler (the area's error communicator: the node
+ * communicator of a hierarchical call keeps it for the call's end).  Once
+ * a call: the waits never report. */
+int coll_call_error(const struct pm_coll *co);
 /* For a caller that polls the flags of ranks [@p from, @p to) at step @p s
  * itself (coll_nb.c), after a poll that found them short: whether it must
  * give up, because a wait failed before or (every so many calls, counted
@@ -215,7 +218,7 @@ bool coll_poll_failed(struct pm_coll *co, unsigned *passes, int from, int to, bo
 
 /* What a call that ran steps returns: the error a wait found (reported
  * through the error handler, coll_call_error()), else @p rc through it. */
-static inline int coll_result(struct pm_coll *co, MPI_Comm comm, int rc)
+static inline int coll_result(const struct pm_coll *co, MPI_Comm comm, int rc)
 {
 	int e = coll_call_error(co);
 	return e != MPI_SUCCESS ? e : pm_comm_error(comm, rc);

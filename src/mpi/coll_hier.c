@@ -62,8 +62,7 @@
  * phase failed): the leaders learn it with or beside their phase, and each
  * leader passes a byte to its node after the data of the node phase that
  * follows theirs; a rank that reads a set byte, or a leader that learnt
- * of a failure, returns MPI_ERR_OTHER through the communicator's error
- * handler (hier_status_end()).  The leaders make the same library calls
+ * of a failure, returns MPI_ERR_OTHER (hier_status_end()).  The leaders make the same library calls
  * whatever failed, so none waits for ever; and a call's error reaches
  * the handler once, at the end of the call (hier_done(): meanwhile the
  * call reports through its node communicator, whose handler keeps the
@@ -195,11 +194,6 @@ int hier_done(struct pm_hier *outer, int rc)
 	h->defer = false;
 	int e = h->deferred;
 	h->deferred = MPI_SUCCESS;
-	if (!h->own) { /* the call reported through the communicator as it went; a wait's failure kept */
-		if (e != MPI_SUCCESS)
-			PMPI_Comm_call_errhandler(h->comm, e);
-		return rc;
-	}
 	rc = first(rc, e); /* rc < 0: not carried, nothing ran */
 	if (rc > MPI_SUCCESS)
 		PMPI_Comm_call_errhandler(h->comm, rc);
@@ -225,9 +219,9 @@ static bool split_nodes(struct pm_hier *h, const struct pm_comm *c, int64_t *hal
 	for (int r = 0; r < c->size; r++)
 		if (h->node_of[r] == h->my_node)
 			local[n++] = c->local[r];
-	/* A failed wait reports through the node communicator's handler
-	 * (node_error(), set once the area is agreed), or where that cannot
-	 * be made through the communicator's at once. */
+	/* A node phase reports through the node communicator's handler
+	 * (node_error(), set once the area is agreed); where that cannot be
+	 * made, the communicator is not carried so (agreed in hier_make()). */
 	if (node_key == MPI_KEYVAL_INVALID &&
 	    (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &node_key, NULL) != MPI_SUCCESS ||
 	     PMPI_Comm_create_errhandler(node_error, &node_handler) != MPI_SUCCESS))
@@ -237,9 +231,8 @@ static bool split_nodes(struct pm_hier *h, const struct pm_comm *c, int64_t *hal
 	free(local);
 	if (own)
 		own = PMPI_Comm_set_errhandler(h->node_comm, node_handler) == MPI_SUCCESS;
-	h->own = own;
 	*half = h->node->half_bytes ? (int64_t)h->node->half_bytes : INT64_MAX;
-	return h->node->on;
+	return h->node->on && own;
 }
 
 struct pm_hier *hier_make(struct pm_comm *c)

@@ -29,7 +29,6 @@ struct pm_hier {
 	uint64_t lead_turn;   /* of those, the first that has not started all its leaders' phases */
 	bool watch;           /* agreed: the job outlives a rank's death (hier_watching()): the
 			       * leaders exchange the statuses that cost messages of their own */
-	bool own;             /* node_comm's handler keeps the errors reported through it (coll_hier.c) */
 	bool defer;           /* a blocking call runs: its errors are reported at its end */
 	int deferred;         /* the first error reported through node_comm meanwhile, or MPI_SUCCESS */
 };
@@ -51,8 +50,7 @@ static inline struct pm_hier *hier_get(MPI_Comm *comm)
 		hier_nb_drain(h);
 	if (h) {
 		h->defer = true;
-		if (h->own)
-			*comm = h->node_comm;
+		*comm = h->node_comm;
 	}
 	hier_current = h;
 	return h;
@@ -63,8 +61,8 @@ static inline struct pm_hier *hier_get(MPI_Comm *comm)
  * an error goes to the communicator's error handler now, once, after the
  * call passed the status on, not where a wait of a node phase found it
  * (by default the handler ends the job, and the other nodes would wait
- * for this rank's leader for ever), nor never where the node's area
- * failed in an earlier call.  @p outer: hier_current when the call began
+ * for this rank's leader for ever), and also where the node's area failed
+ * in an earlier call.  @p outer: hier_current when the call began
  * (a call that an error handler makes runs inside another). */
 int hier_done(struct pm_hier *outer, int rc);
 

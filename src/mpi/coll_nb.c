@@ -273,12 +273,10 @@ static void read_part(struct nb *b, uint64_t s)
 
 /* @p b cannot complete (a member died, or a wait on its area failed):
  * its steps end here, and it completes with an error; the calls after it
- * on the area give up too (try_step() looks at the error first; its done
- * is not stored, coll_finish()). */
+ * on the area give up too (try_step() looks at the error first). */
 static bool give_up(struct nb *b)
 {
 	note(b, MPI_ERR_OTHER);
-	coll_finish(b->co, b->last);
 	b->step = b->last + 1;
 	return false;
 }

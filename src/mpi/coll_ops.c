@@ -100,10 +100,7 @@ int coll_barrier(struct pm_coll *co)
 			coll_wait_all(co, s);
 		else
 			coll_wait_release(co, s);
-		/* A release after a failed wait would let the others return
-		 * success: they find the dead member themselves. */
-		if (!co->lead_first || coll_error(co) == MPI_SUCCESS)
-			coll_finish(co, s);
+		coll_finish(co, s); /* not after a failed wait (coll.c): the others find the death themselves */
 	}
 	return coll_call_error(co);
 }
@@ -298,7 +295,7 @@ int coll_bcast_to(struct pm_coll *co, void *buffer, int count, MPI_Datatype data
 		return MPI_SUCCESS;
 	if (to >= 0 && co->rank != root && co->rank != to) { /* only the steps: no data here */
 		bcast_bytes(co, NULL, 0, root, to);
-		return coll_error(co);
+		return coll_call_error(co);
 	}
 	size_t flat_bytes;
 	char *data = bytes ? (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat_bytes) : NULL;
@@ -801,7 +798,7 @@ int coll_gather_bytes(struct pm_coll *co, char *mine, char *all, uint64_t bytes,
 		memmove(all, mine, bytes);
 	else
 		gather_steps(co, &b, root);
-	return coll_error(co);
+	return coll_call_error(co);
 }
 
 /*
