@@ -218,8 +218,9 @@ int coll_call_error(const struct pm_coll *co)
 	const struct coll_live *lv = co->live;
 	if (!lv || lv->error == MPI_SUCCESS)
 		return MPI_SUCCESS;
-	PMPI_Comm_call_errhandler(lv->comm, lv->error);
-	return lv->error;
+	int e = lv->error; /* the handler may free the communicator, and the area with it */
+	PMPI_Comm_call_errhandler(lv->comm, e);
+	return e;
 }
 
 static void area_close(struct pm_coll *co)
@@ -230,6 +231,7 @@ static void area_close(struct pm_coll *co)
 	free(co->half);
 	free(co->flags);
 	free(co->detached);
+	co->detached = NULL;
 	free(co->scratch);
 	free(co->pid);
 	co->pid = NULL;
@@ -301,7 +303,7 @@ static void cma_agree(struct pm_coll *co, const int *local, const int64_t *every
 }
 
 /* The area of @p comm (@p rank of @p size, @p local: member -> index in
- * the node, @p errcomm: whose error handler a failed wait calls): rank 0
+ * the node, @p errcomm: whose error handler its calls' errors go to): rank 0
  * creates it, every rank opens it, and all agree (collective over @p comm,
  * at every rank).  A communicator whose ranks outnumber a half's bytes is
  * refused: a Scatter's or Alltoall's step puts one piece of at least one
@@ -471,10 +473,15 @@ static bool flag_reached(const struct pm_coll *co, int r, bool done, uint64_t s)
 static void slot_detach(struct pm_coll *co)
 {
 	size_t bytes = SLOT_HEAD - 64 + 2 * co->half_bytes;
+	if (co->detached)
+		return;
 	uint8_t *own = aligned_alloc(64, bytes);
-	if (!own || co->detached)
-		return free(own);
-	memset(own, 0, SLOT_HEAD - 64); /* flags and marks: no step */
+	if (!own)
+		return;
+	/* What the call posted so far, read back by it (coll_vops.c, a fold
+	 * of its own chunk); flags and marks at no step. */
+	memcpy(own, co->flags[co->rank], bytes);
+	memset(own, 0, SLOT_HEAD - 64);
 	co->detached = own;
 	co->flags[co->rank] = (struct coll_flags *)(void *)own;
 	co->half[co->rank] = own + SLOT_HEAD - 64;

@@ -33,7 +33,8 @@
  * done = s (release) once it no longer needs any data of step s.  Every
  * rank stores done = s at every step, whatever its part, until one of its
  * waits fails (a member died): from then on it writes nothing into the
- * area (its slot is its own memory, coll.c slot_detach()).
+ * area (its slot is its own memory, coll.c slot_detach(); where that
+ * memory cannot be had, its flags alone stay).
  *
  * Marks.  A rank that writes at most 128 KiB of its half at step s (a
  * Bcast's root, a rank's chunk of a Reduce: coll_ops.c) may store, after
@@ -227,7 +228,7 @@ static inline int coll_result(const struct pm_coll *co, MPI_Comm comm, int rc)
 /* The area of a communicator that no pm_comm entry names (coll_hier.c's
  * node communicators): as pm_coll_for() agrees on one at the first call,
  * collective over @p comm; @p local: member -> its index in the node,
- * @p errcomm: whose error handler a failed wait calls.  Never NULL (out of
+ * @p errcomm: whose error handler its calls' errors go to.  Never NULL (out of
  * memory ends the job); its `on` says whether it is carried. */
 struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *local, MPI_Comm errcomm);
 void coll_area_free(struct pm_coll *co);

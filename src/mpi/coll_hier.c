@@ -167,8 +167,8 @@ struct pm_hier *hier_current;
 static MPI_Errhandler node_handler = MPI_ERRHANDLER_NULL;
 static int node_key = MPI_KEYVAL_INVALID;
 
-/* An error reported through the node communicator (a failed wait of a
- * node phase, coll.c; a blocking call's own, hier_get()): kept for
+/* An error reported through the node communicator (a node phase's,
+ * coll.c coll_call_error(); a blocking call's own, hier_get()): kept for
  * hier_done() during a blocking call, else through the communicator's
  * handler. */
 static void node_error(MPI_Comm *nc, int *code, ...)
@@ -189,7 +189,7 @@ int hier_done(struct pm_hier *outer, int rc)
 	hier_current = outer;
 	if (!h)
 		return rc;
-	if (h == outer) /* made by a handler inside a call on the same communicator: that call reports */
+	if (h == outer) /* made inside a call on the same communicator (by a user's operation): that call reports */
 		return rc;
 	h->defer = false;
 	int e = h->deferred;

@@ -235,6 +235,7 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 	bool follow = takes && marked(bytes) && !co->lead_first;
 	if (co->rank == root) {
 		coll_wait_free(co, s);
+		head = coll_small(co, root, s); /* after the wait: a failed one detaches the slot (coll.c) */
 		memcpy(head, &total, BCAST_HEAD);
 	} else {
 		if (follow)
@@ -249,11 +250,11 @@ static uint64_t bcast_bytes(struct pm_coll *co, char *data, uint64_t bytes, int 
 	size_t piece = rooted_room(co);
 	for (uint64_t off = 0;; s = ++co->step) {
 		size_t n = (size_t)min64(total - off, piece);
+		if (co->rank == root && off > 0)
+			coll_wait_free(co, s); /* before the pointers, as above */
 		uint8_t *p = small ? head + BCAST_HEAD : coll_half(co, root, s);
 		_Atomic uint64_t *mark = marked(total) ? coll_mark(co, root, s) : NULL;
 		if (co->rank == root) {
-			if (off > 0)
-				coll_wait_free(co, s);
 			if (mark)
 				mark_set(mark, s, 0);
 			if (n > 0)
@@ -603,16 +604,18 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 		MPI_Aint off = (MPI_Aint)e0 * r->extent;
 		uint64_t s = ++co->step;
 		int e = MPI_SUCCESS;
-		uint8_t *mine = slot(co, co->rank, s, r->small);
 		bool slices = root < 0 && !r->small && by_slices(co, r, k);
 		bool marks = root >= 0 && chunk_marked(r, k);
+		bool writes = !r->dense || co->rank != root;
+		if (writes)
+			coll_wait_free(co, s);
+		/* After the wait: a failed one detaches this rank's slot (coll.c). */
+		uint8_t *mine = slot(co, co->rank, s, r->small);
 		_Atomic uint64_t *mark = marks ? coll_mark(co, co->rank, s) : NULL;
 		r->mine = r->dense ? at(in, off) : NULL; /* folded from the input */
-		if (r->dense && co->rank != root) {
-			coll_wait_free(co, s);
+		if (r->dense && writes) {
 			write_marked(co, mine, at(in, off + r->tlb), (size_t)k * r->size, mark, s);
-		} else if (!r->dense) {
-			coll_wait_free(co, s);
+		} else if (writes) {
 			e = pm_pack(at(in, off), k, r->type, mine, (uint64_t)k * r->size);
 			if (mark)
 				mark_set(mark, s, (uint64_t)k * r->size);
