@@ -468,7 +468,7 @@ static bool flag_reached(const struct pm_coll *co, int r, bool done, uint64_t s)
  * (a Barrier's released ranks would leave it with MPI_SUCCESS, a Bcast's
  * receivers copy behind marks of a later call, a slow reader of step
  * s - 2 find its half rewritten).  The others find the death themselves.
- * Out of memory: the flags alone stay quiet (coll_post(), coll_finish()).
+ * Out of memory ends the job, as elsewhere in the plugin.
  */
 static void slot_detach(struct pm_coll *co)
 {
@@ -476,8 +476,11 @@ static void slot_detach(struct pm_coll *co)
 	if (co->detached)
 		return;
 	uint8_t *own = aligned_alloc(64, bytes);
-	if (!own)
+	if (!own) {
+		fprintf(stderr, "pinshm-mpi: out of memory\n");
+		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
 		return;
+	}
 	/* What the call posted so far, read back by it (coll_vops.c, a fold
 	 * of its own chunk); flags and marks at no step. */
 	memcpy(own, co->flags[co->rank], bytes);
@@ -564,11 +567,9 @@ void coll_wait_free(struct pm_coll *co, uint64_t s)
 		co->known_done = s - 2;
 }
 
-/* After a failed wait: no more flags (slot_detach()). */
 void coll_post(struct pm_coll *co, uint64_t s)
 {
-	if (coll_error(co) == MPI_SUCCESS)
-		atomic_store_explicit(&co->flags[co->rank]->arrive, s, memory_order_release);
+	atomic_store_explicit(&co->flags[co->rank]->arrive, s, memory_order_release);
 }
 
 void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s)
@@ -585,8 +586,7 @@ void coll_wait_all(struct pm_coll *co, uint64_t s)
 
 void coll_finish(struct pm_coll *co, uint64_t s)
 {
-	if (coll_error(co) == MPI_SUCCESS)
-		atomic_store_explicit(&co->flags[co->rank]->done, s, memory_order_release);
+	atomic_store_explicit(&co->flags[co->rank]->done, s, memory_order_release);
 }
 
 void coll_wait_done(struct pm_coll *co, uint64_t s)

@@ -33,8 +33,7 @@
  * done = s (release) once it no longer needs any data of step s.  Every
  * rank stores done = s at every step, whatever its part, until one of its
  * waits fails (a member died): from then on it writes nothing into the
- * area (its slot is its own memory, coll.c slot_detach(); where that
- * memory cannot be had, its flags alone stay).
+ * area (its slot is its own memory, coll.c slot_detach()).
  *
  * Marks.  A rank that writes at most 128 KiB of its half at step s (a
  * Bcast's root, a rank's chunk of a Reduce: coll_ops.c) may store, after

@@ -100,7 +100,7 @@ int coll_barrier(struct pm_coll *co)
 			coll_wait_all(co, s);
 		else
 			coll_wait_release(co, s);
-		coll_finish(co, s); /* not after a failed wait (coll.c): the others find the death themselves */
+		coll_finish(co, s); /* after a failed wait, into memory of its own (coll.c slot_detach()) */
 	}
 	return coll_call_error(co);
 }
