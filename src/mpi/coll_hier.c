@@ -61,20 +61,20 @@
  * MPI_SUCCESS with wrong data, each call passes a status on (a node's
  * phase failed): the leaders learn it with or beside their phase, and each
  * leader passes a byte to its node after the data of the node phase that
- * follows theirs; a rank that reads a set byte, or a leader that learnt
- * of a failure, returns MPI_ERR_OTHER (hier_status_end()).  The leaders make the same library calls
- * whatever failed, so none waits for ever; and a call's error reaches
- * the handler once, at the end of the call (hier_done(): meanwhile the
- * call reports through its node communicator, whose handler keeps the
- * first error), whether its node phase, the leaders' or the status
- * failed, or its node's area did in an earlier call: by default the
- * handler ends its process, and the other nodes' leaders would wait for
- * it.  All that only where the job outlives a
- * death (h->watch: --enable-recovery, ULFM, PINSHM_MPI_WATCH=1); else
- * Open MPI's runtime ends the job at a death, and each call takes its
- * path without the statuses (the Barrier: node barrier, leaders'
- * MPI_Barrier, node barrier), but for the bytes that ride with blocks
- * already sent (Gather, Allgather, Gatherv, Allgatherv, the Alltoalls).
+ * follows theirs; a rank that reads a set byte, or a leader that learnt of
+ * a failure, returns MPI_ERR_OTHER (hier_status_end()).  The leaders make
+ * the same library calls whatever failed, so none waits for ever; and a
+ * call's error reaches the handler once, at the end of the call
+ * (hier_done(): meanwhile the call reports through its node communicator,
+ * whose handler keeps the first error), whether its node phase, the
+ * leaders' or the status failed, or its node's area did in an earlier
+ * call: by default the handler ends its process, and the other nodes'
+ * leaders would wait for it.  All that only where the job outlives a death
+ * (h->watch: --enable-recovery, ULFM, PINSHM_MPI_WATCH=1); else Open MPI's
+ * runtime ends the job at a death, and each call takes its path without
+ * the statuses (the Barrier: node barrier, leaders' MPI_Barrier, node
+ * barrier), but for the bytes that ride with blocks already sent (Gather,
+ * Allgather, Gatherv, Allgatherv, the Alltoalls).
  * What each call pays where the job is watched:
  *   Barrier: the leaders' MPI_Allreduce (MPI_MAX) of the status in place
  *     of their MPI_Barrier, the byte (a one-step node Bcast) in place of

@@ -62,8 +62,9 @@ static inline struct pm_hier *hier_get(MPI_Comm *comm)
  * call passed the status on, not where a wait of a node phase found it
  * (by default the handler ends the job, and the other nodes would wait
  * for this rank's leader for ever), and also where the node's area failed
- * in an earlier call.  @p outer: hier_current when the call began
- * (a call that an error handler makes runs inside another). */
+ * in an earlier call.  @p outer: hier_current when the call began (a
+ * call made inside another on the same communicator, by a user's
+ * operation, leaves the reporting to that one). */
 int hier_done(struct pm_hier *outer, int rc);
 
 static inline bool is_leader(const struct pm_hier *h)

@@ -496,8 +496,9 @@ static uint64_t pieces(uint64_t bytes, size_t half)
  * MPI_ERR_OTHER through the communicator's error handler, as a rank that
  * sees the death itself does: from the call that completes it, once all
  * its stages ran (a node phase that fails only keeps its error), so that
- * a handler that ends the process runs after this rank passed the news on.  (Ireduce: a rank that neither leads its
- * node nor reads a byte, with no result, may complete with MPI_SUCCESS.)
+ * a handler that ends the process runs after this rank passed the news
+ * on.  (Ireduce: a rank that neither leads its node nor reads a byte,
+ * with no result, may complete with MPI_SUCCESS.)
  */
 enum st_kind { ST_NODE, ST_LEAD, ST_LOCAL };
 #define HNB_STAGES 6
