@@ -643,17 +643,47 @@ static int reduce_steps(struct pm_coll *co, struct red *r, const char *in, char 
 	return rc;
 }
 
+/*
+ * A reduction whose elements fit the small slots, dense here, with one of
+ * the plugin's kernels: reduce_steps()' one step, short.  Every rank,
+ * the root too, posts its elements in its small slot, and the fold reads
+ * them all from there (so MPI_IN_PLACE needs nothing more) in the fixed
+ * order, straight into the result.  The same step, slots and order as
+ * reduce_steps(): ranks of one call may take either.
+ */
+static void reduce_small(struct pm_coll *co, const struct red *r, const void *in, void *out, int count, int root)
+{
+	uint64_t s = ++co->step;
+	coll_wait_free(co, s);
+	/* After the wait: a failed one detaches this rank's slot (coll.c). */
+	memcpy(coll_small(co, co->rank, s), at(in, r->tlb), (size_t)count * r->size);
+	coll_post(co, s);
+	if (root < 0 || co->rank == root) {
+		int n = co->size;
+		void *acc = at(out, r->tlb);
+		coll_wait_all(co, s);
+		r->kern(coll_small(co, n - 2, s), coll_small(co, n - 1, s), acc, count);
+		for (int i = n - 3; i >= 0; i--)
+			r->kern(coll_small(co, i, s), acc, acc, count);
+	}
+	coll_finish(co, s);
+}
+
 int coll_reduce(struct pm_coll *co, const struct red *r_, const void *sendbuf, void *recvbuf, int count, int root,
 		MPI_Comm comm)
 {
-	struct red r = *r_;
-	MPI_Datatype datatype = r.type;
-	r.small = (uint64_t)count * r.size <= COLL_SMALL;
 	const void *in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
 	if (count == 0 || (co->size == 1 && sendbuf == MPI_IN_PLACE))
 		return MPI_SUCCESS;
 	if (co->size == 1) /* the result is the one rank's data */
-		return pm_comm_error(comm, typed_copy(in, recvbuf, count, datatype, (uint64_t)count * r.size));
+		return pm_comm_error(comm, typed_copy(in, recvbuf, count, r_->type, (uint64_t)count * r_->size));
+	bool small = (uint64_t)count * r_->size <= COLL_SMALL;
+	if (small && r_->dense && r_->kern) {
+		reduce_small(co, r_, in, recvbuf, count, root);
+		return coll_call_error(co);
+	}
+	struct red r = *r_;
+	r.small = small;
 	if (root >= 0 && (size_t)r.per_chunk * r.size > rooted_room(co))
 		r.per_chunk = (int)(rooted_room(co) / r.size > 0 ? rooted_room(co) / r.size : 1);
 	if (!r.dense) { /* this rank's own room for a chunk (a local choice: the steps are the same) */
