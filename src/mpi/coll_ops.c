@@ -25,7 +25,9 @@
  * A rank's own block or chunk never goes through its half where no other
  * rank reads it (a Gather's or Reduce's root, a Scatter's root's own
  * block, an Alltoall's block to itself): it is taken from the user's
- * buffer; a reduction folds its own chunk straight from its input.
+ * buffer; a reduction folds its own chunk straight from its input (one
+ * in the small slots with a kernel of the plugin's folds every rank's
+ * copy there, its own too: reduce_small()).
  *
  * Barrier: one step, every rank posts and waits for all.
  * Bcast: the message's bytes (packed, for a non-contiguous type) in pieces
