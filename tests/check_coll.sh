@@ -16,6 +16,17 @@
 #    end with MPI_ERR_OTHER (MPI_ERRORS_RETURN) or abort them (the default
 #    handler), well within the time limit, never hang; and its 18 blocking
 #    calls one after another, each passing the error to the handler once.
+#  - coll_dead's "zero" and "inhandler" at 3 ranks, and at 4 on 2 pretend
+#    nodes (PINSHM_MPI_NODES=2, the dead rank on the second, not its
+#    leader), errors returned: each survivor's call of a count of 0, made
+#    before a death was found and after, returns MPI_SUCCESS without the
+#    handler or MPI_ERR_OTHER through it once (pinshm-mpi(7): a call with
+#    no bytes to move may run no step), MPI_Barrier between them the error;
+#    and where the handler makes collectives (an MPI_Allreduce on
+#    MPI_COMM_SELF and on a communicator of the survivors, an MPI_Barrier
+#    on the failed communicator), every outer call reports once, through
+#    the handler given that communicator, the first two succeed, and the
+#    Barrier returns the error and reports it once itself (nested).
 # In an ASan build the ranks preload the libasan that the plugin links
 # before it (the runtime must come first), with leak checking off in them
 # (Open MPI's own allocations at exit are not ours to fix), as check_mpi
@@ -130,6 +141,34 @@ mpi 3 --enable-recovery "$dead" blocking return
 n=$(grep -c "^coll_dead: rank [01]: [a-z_0-9A-Z]* returned [0-9]* (class [0-9]*: MPI_ERR_OTHER.*, handler 1$" \
     "$work/out" || true)
 [ "$n" -eq 36 ] || fail "the blocking calls with a dead rank: $n of 36 returned MPI_ERR_OTHER through the handler once"
+# expect N PATTERN WHAT: $work/out has N lines matching PATTERN.
+expect() {
+    n=$(grep -c "$2" "$work/out" || true)
+    [ "$n" -eq "$1" ] || fail "$3: $n lines of $1 like: $2"
+}
+err='returned [0-9]* (class [0-9]*: MPI_ERR_OTHER[^)]*), handler 1$'
+ok='returned 0 (class 0: [^)]*), handler 0'
+for np in 3 4; do
+    nodes=
+    [ "$np" -eq 3 ] || nodes="-x PINSHM_MPI_NODES=2"
+    s=$((np - 1)) # survivors
+    # shellcheck disable=SC2086 # $nodes: none or two words
+    mpi "$np" --enable-recovery $nodes "$dead" zero return
+    w="calls of a count of 0 with a dead rank, $np ranks"
+    expect $((s * 36)) '^coll_dead: rank [0-9]*: zero ' "$w"
+    n=$(grep -c -e "^coll_dead: rank [0-9]*: zero [a-z_0-9]* $err" \
+        -e "^coll_dead: rank [0-9]*: zero [a-z_0-9]* $ok\$" "$work/out" || true)
+    [ "$n" -eq $((s * 36)) ] || fail "$w: $n of $((s * 36)) returned MPI_SUCCESS, or MPI_ERR_OTHER through the handler once"
+    expect "$s" "^coll_dead: rank [0-9]*: barrier $err" "$w"
+    # shellcheck disable=SC2086 # the same
+    mpi "$np" --enable-recovery $nodes "$dead" inhandler return
+    w="collectives in the error handler with a dead rank, $np ranks"
+    expect $((s * 24)) '^coll_dead: rank ' "$w"
+    expect $((s * 6)) "^coll_dead: rank [0-9]*: [a-z_]* $err" "$w"
+    expect $((s * 6)) "^coll_dead: rank [0-9]*: in handler: self $ok, ok\$" "$w"
+    expect $((s * 6)) "^coll_dead: rank [0-9]*: in handler: survivors $ok, ok\$" "$w"
+    expect $((s * 6)) "^coll_dead: rank [0-9]*: in handler: world $err" "$w"
+done
 mpi 3 --enable-recovery "$dead" allreduce
 ! grep -q "returned" "$work/out" || fail "allreduce with a dead rank, errors fatal: a survivor returned"
 # coll_dead's own line: Open MPI's abort message may be lost when both abort at once.
@@ -139,4 +178,5 @@ n=$(grep -c "^coll_dead: rank [01]: the default handler ends the process" "$work
 kill "$daemon"
 wait "$daemon" || fail "pinshmd exited $? at SIGTERM"
 daemon=
-echo "PASS: the collectives' benchmark at 2 and 4 ranks; a dead rank fails Allreduce, Barrier, Bcast and Iallreduce"
+echo "PASS: the collectives' benchmark at 2 and 4 ranks; a dead rank fails Allreduce, Barrier, Bcast and Iallreduce;" \
+    "calls of no data and collectives in the error handler after a death"
