@@ -147,7 +147,9 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 			br[j] += *q++;
 		}
 		p++;
-		failed = failed || *q++; /* node j's status */
+		/* node j's status: passed even where failed is set already
+		 * (node j + 1's lengths follow it) */
+		failed = *q++ != 0 || failed;
 		bsd[j] = sall;
 		brd[j] = rall;
 		sall += bs[j];
