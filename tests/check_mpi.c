@@ -1190,14 +1190,6 @@ START_TEST(test_coll_dead_hier)
 	struct daemon d;
 	struct run r;
 
-	/* Slowed down by ASan, its MPI_Alltoallv hung in 9 of 30 runs (every
-	 * survivor in it, after an MPI_Alltoall that returned the error):
-	 * not found yet, so the plain build alone runs it (30 of 30 passed). */
-	if (three && asan_lib()[0]) {
-		fprintf(stderr, "note: coll_dead blocking, %s: not run in an ASan build\n", c->name);
-		return;
-	}
-
 	const char *arg = _i == NDEAD_CALLS + 3 ? "nonblocking" : blocking ? "blocking" : calls[_i];
 	program_arg = arg;
 	daemon_start(&d);

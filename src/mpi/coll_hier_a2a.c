@@ -99,7 +99,14 @@ static int leaders_exchange(const struct pm_hier *h, const char *L, const uint64
 		for (uint64_t at = 0; at < bs[j]; at += piece)
 			rc = first(rc, PMPI_Isend(L + bsd[j] + at, (int)(bs[j] - at < piece ? bs[j] - at : piece), MPI_BYTE,
 						  j, 0, h->leaders, &req[k++]));
-	rc = first(rc, PMPI_Waitall((int)k, req, MPI_STATUSES_IGNORE));
+	/* Where a request had failed already, Open MPI's MPI_Waitall returns
+	 * at once and leaves the others pending (MPI_ERR_PENDING): each is
+	 * waited for, so that none writes into X or reads L once freed. */
+	int w = PMPI_Waitall((int)k, req, MPI_STATUSES_IGNORE);
+	for (size_t i = 0; w != MPI_SUCCESS && i < k; i++)
+		if (req[i] != MPI_REQUEST_NULL)
+			PMPI_Wait(&req[i], MPI_STATUS_IGNORE);
+	rc = first(rc, w);
 	free(req);
 	return rc;
 }
@@ -147,7 +154,9 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 			br[j] += *q++;
 		}
 		p++;
-		failed = failed || *q++; /* node j's status */
+		/* node j's status: passed even where failed is set already
+		 * (node j + 1's lengths follow it) */
+		failed = *q++ != 0 || failed;
 		bsd[j] = sall;
 		brd[j] = rall;
 		sall += bs[j];
