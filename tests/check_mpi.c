@@ -1126,8 +1126,9 @@ END_TEST
  * handler: "blocking", and "nonblocking" (the six nonblocking calls
  * pending together, one MPI_Waitall): every survivor must abort through
  * the handler (none reports a call), none wait for ever for a leader that
- * aborted.  The
- * flat case: tests/check_coll.sh. */
+ * aborted.  The flat case, and calls of a count of 0 and collectives
+ * made inside the handler (flat and on 2 pretend nodes):
+ * tests/check_coll.sh. */
 #define NDEAD_CALLS 6
 #define NDEAD_RUNS (NDEAD_CALLS + 4)
 static const struct {
