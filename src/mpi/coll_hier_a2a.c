@@ -14,9 +14,10 @@
  *      each rank's length from its own table);
  *   3. the leaders' PMPI_Alltoallv of the senders' lengths, for each node
  *      pair (sender in its node's order, then receiver in the other's),
- *      then their PMPI_Alltoallv of the blocks themselves, node j's in
- *      that order; a leader's counts come from those lengths, so a block
- *      is never taken short nor long between the leaders;
+ *      then the blocks themselves point to point (leaders_exchange(), in
+ *      pieces of at most INT_MAX bytes), node j's in that order; a
+ *      leader's counts come from those lengths, so a block is never taken
+ *      short nor long between the leaders;
  *   4. each leader lays its node's received blocks out per receiving rank:
  *      the length each was sent (n numbers), then block r at the room the
  *      rank gave for rank r (cut there where longer), and scatters them in
@@ -99,14 +100,20 @@ static int leaders_exchange(const struct pm_hier *h, const char *L, const uint64
 		for (uint64_t at = 0; at < bs[j]; at += piece)
 			rc = first(rc, PMPI_Isend(L + bsd[j] + at, (int)(bs[j] - at < piece ? bs[j] - at : piece), MPI_BYTE,
 						  j, 0, h->leaders, &req[k++]));
-	/* Where a request had failed already, Open MPI's MPI_Waitall returns
-	 * at once and leaves the others pending (MPI_ERR_PENDING): each is
-	 * waited for, so that none writes into X or reads L once freed. */
+	/* Open MPI's MPI_Waitall returns as soon as a request fails (or had
+	 * failed), leaving the others pending and the failed ones allocated:
+	 * each is waited for, so that none writes into X or reads L once
+	 * freed, and a failed one freed; the call returns the first request's
+	 * own error rather than MPI_ERR_IN_STATUS. */
 	int w = PMPI_Waitall((int)k, req, MPI_STATUSES_IGNORE);
-	for (size_t i = 0; w != MPI_SUCCESS && i < k; i++)
+	for (size_t i = 0; w != MPI_SUCCESS && i < k; i++) {
+		if (req[i] == MPI_REQUEST_NULL)
+			continue;
+		rc = first(rc, PMPI_Wait(&req[i], MPI_STATUS_IGNORE));
 		if (req[i] != MPI_REQUEST_NULL)
-			PMPI_Wait(&req[i], MPI_STATUS_IGNORE);
-	rc = first(rc, w);
+			PMPI_Request_free(&req[i]);
+	}
+	rc = first(rc, w == MPI_ERR_IN_STATUS ? MPI_ERR_OTHER : w);
 	free(req);
 	return rc;
 }
