@@ -199,15 +199,37 @@ static bool endpoint_active(struct channel *chan, unsigned i)
 
 struct claim_args {
 	const struct seg_geometry *g;
+	const uint64_t *holder; /* the channel's */
 	pinshm_role_t role;
 	uint32_t pid;
 };
 
+/*
+ * Claim a free endpoint of the role that no connection holds (as
+ * seg_endpoint_claim() does, but for that).  A client marks its endpoint
+ * closed in the segment before its CLOSE reaches the daemon
+ * (pinshm_channel_close()): until the CLOSE, the endpoint is still its
+ * connection's, and another open must not get it (the two would share it,
+ * and the first one's CLOSE be refused).
+ */
 static int claim_fn(void *base, void *arg)
 {
 	const struct claim_args *a = arg;
+	unsigned first = a->role == PINSHM_PRODUCER ? 0 : a->g->max_producers;
+	unsigned n = a->role == PINSHM_PRODUCER ? a->g->max_producers : a->g->max_consumers;
 
-	return seg_endpoint_claim(a->g, base, a->role, a->pid);
+	if (a->role != PINSHM_PRODUCER && a->role != PINSHM_CONSUMER)
+		return -EINVAL;
+	for (unsigned i = first; i < first + n; i++) {
+		if (a->holder[i] != 0)
+			continue;
+		int ep = seg_endpoint_take(a->g, base, i, 1, a->pid);
+		if (ep >= 0) {
+			seg_endpoints_changed(base);
+			return ep;
+		}
+	}
+	return -EBUSY;
 }
 
 struct reap_args {
@@ -650,7 +672,7 @@ int registry_open(struct registry *r, struct reg_client *c, const char *name, pi
 	int rc = ref_room(c, chan, why, whylen);
 	if (rc != 0)
 		return rc;
-	struct claim_args ca = {.g = &chan->g, .role = role, .pid = (uint32_t)c->cred.pid};
+	struct claim_args ca = {.g = &chan->g, .holder = chan->holder, .role = role, .pid = (uint32_t)c->cred.pid};
 	int ep = segment_access(&chan->seg, claim_fn, &ca);
 	if (ep == -EBADMSG) {
 		snprintf(why, whylen, "the segment of '%s' is damaged (shrunk by a client)", name);

@@ -618,6 +618,40 @@ START_TEST(test_close)
 }
 END_TEST
 
+/* The state of @p ch's endpoint, as the segment says. */
+static uint32_t ep_state(const pinshm_channel_t *ch)
+{
+	return atomic_load_explicit(&ch->ep->state, memory_order_acquire);
+}
+
+/* An endpoint marked closed in the segment whose CLOSE has not reached the
+ * daemon yet is still its connection's: an OPEN in between gets another
+ * one, and that CLOSE then succeeds. */
+START_TEST(test_close_not_yet_told)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *p1, *p2;
+
+	daemon_start(&d);
+	attr_small(&attr, 2, 1);
+	pinshm_client_t *c1 = connect_ok(&d);
+	pinshm_client_t *c2 = connect_ok(&d);
+	CLIENT_RC(c1, pinshm_create(c1, "told", &attr, 0600, 0), 0);
+	CLIENT_RC(c1, pinshm_open(c1, "told", PINSHM_PRODUCER, &p1), 0);
+	/* What pinshm_channel_close() does first; its CLOSE comes later. */
+	atomic_store_explicit(&p1->ep->state, EP_CLOSED, memory_order_release);
+	CLIENT_RC(c2, pinshm_open(c2, "told", PINSHM_PRODUCER, &p2), 0);
+	ck_assert_uint_ne(pinshm_channel_endpoint(p2), pinshm_channel_endpoint(p1));
+	TU_RC(pinshm_channel_close(p1), 0);
+	ck_assert_uint_eq(ep_state(p2), EP_ACTIVE);
+	TU_RC(pinshm_channel_close(p2), 0);
+	pinshm_disconnect(c2);
+	pinshm_disconnect(c1);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* STAT: one channel, as LIST shows it; errors for a missing or bad name. */
 START_TEST(test_stat)
 {
@@ -3108,6 +3142,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_errors);
 	tcase_add_test(tc, test_lifetimes);
 	tcase_add_test(tc, test_close);
+	tcase_add_test(tc, test_close_not_yet_told);
 	tcase_add_test(tc, test_stat);
 	tcase_add_test(tc, test_stats);
 	tcase_add_test(tc, test_list_pages);
