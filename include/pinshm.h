@@ -154,9 +154,11 @@ PINSHM_EXPORT int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_chann
  * client it came from (a CLOSE request: the endpoint is free for another
  * open at once, and the connection's reference to the channel goes with
  * its last endpoint there unless it created the channel), under the
- * client's lock like its other requests; once that client has
- * disconnected, or in a child that inherited the handle across fork(),
- * nothing is sent.
+ * client's lock like its other requests; in a child that inherited the
+ * handle across fork(), nothing is sent.  Once that client has
+ * disconnected, the endpoint is no longer the handle's (the daemon reaps
+ * it with the connection, and may give it to another open): the handle is
+ * only unmapped, nothing is released, marked or sent.
  * @return 0, or for a handle from pinshm_open() the error of the CLOSE
  *         request (a transport error as pinshm_connect()); the handle is
  *         closed and freed in every case.
@@ -550,8 +552,10 @@ PINSHM_EXPORT int pinshm_connect_flags(const char *socket_path, unsigned flags, 
 
 /**
  * Close the connection and free @p c (NULL is ignored).  Endpoints opened
- * through it that are still attached are marked dead by the daemon: close
- * channels first.  @return 0.
+ * through it that are still attached are marked dead by the daemon, and may
+ * be given to other opens at once: close channels first.  A handle left
+ * open is its endpoint's no longer; pinshm_channel_close() then only unmaps
+ * it.  @return 0.
  */
 PINSHM_EXPORT int pinshm_disconnect(pinshm_client_t *c);
 

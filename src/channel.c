@@ -212,6 +212,14 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 		return 0;
 	if (ch->dev)
 		device_state_close(ch); /* waits for the device before anything is released or committed */
+	/* Opened through pinshmd, whose client has disconnected since: the
+	 * daemon reaped the endpoint with the connection (or is about to), and
+	 * may have handed it, and its lane, to another open already.  It is
+	 * this handle's no more: unmapped, nothing written to it. */
+	if (ch->ctl && !ch->client) {
+		pinshm_channel_forget(ch);
+		return 0;
+	}
 	if (ch->role == PINSHM_PRODUCER) {
 		if (ch->reserved)
 			pinshm_abort(ch);

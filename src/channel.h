@@ -165,7 +165,8 @@ struct pinshm_channel {
 	/* Opened through pinshmd (pinshm_open): the client it came from, until
 	 * that disconnects (NULL: none), in that client's list of handles. */
 	struct pinshm_client *client;
-	const struct channel_ctl *ctl; /* set with client, and kept */
+	const struct channel_ctl *ctl; /* set with client, and kept: with client NULL, that
+					* client disconnected (pinshm_channel_close()) */
 	pid_t client_pid;   /* the process that opened it: a child that inherited the handle
 			     * must not speak on its parent's connection */
 	uint64_t daemon_id; /* the channel's number for the daemon (CLOSE) */

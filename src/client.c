@@ -433,7 +433,8 @@ int pinshm_disconnect(pinshm_client_t *c)
 	for (unsigned i = 0; i < c->nkept; i++)
 		close(c->kept[i].fd);
 	free(c->kept);
-	/* Its handles stay usable, as channels of their own from now on. */
+	/* Its handles stay mapped, but their endpoints go with the connection
+	 * (the daemon reaps them): pinshm_channel_close() only unmaps them. */
 	for (pinshm_channel_t *ch = c->channels, *next; ch; ch = next) {
 		next = ch->client_next;
 		async_forget_channel(c, ch);

@@ -652,6 +652,44 @@ START_TEST(test_close_not_yet_told)
 }
 END_TEST
 
+/* A handle whose client disconnected: the daemon reaps its endpoint and may
+ * hand it to the next open; closing the handle after that leaves the
+ * endpoint, another process's now, alone. */
+START_TEST(test_close_after_disconnect)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_channel_t *old, *p, *cons;
+	char buf[8];
+	size_t len;
+
+	daemon_start(&d);
+	attr_small(&attr, 1, 1);
+	pinshm_client_t *c1 = connect_ok(&d);
+	pinshm_client_t *c2 = connect_ok(&d);
+	CLIENT_RC(c2, pinshm_create(c2, "late", &attr, 0600, 0), 0);
+	CLIENT_RC(c2, pinshm_open(c2, "late", PINSHM_CONSUMER, &cons), 0);
+	CLIENT_RC(c1, pinshm_open(c1, "late", PINSHM_PRODUCER, &old), 0);
+	pinshm_disconnect(c1);
+	uint64_t deadline = tu_now_ms() + CALL_MS;
+	while (ep_state(old) != EP_DEAD) {
+		ck_assert_msg(tu_now_ms() < deadline, "the endpoint of a disconnected client is not reaped");
+		usleep(1000);
+	}
+	CLIENT_RC(c2, pinshm_open(c2, "late", PINSHM_PRODUCER, &p), 0);
+	ck_assert_uint_eq(pinshm_channel_endpoint(p), pinshm_channel_endpoint(old)); /* the only one */
+	TU_RC(pinshm_channel_close(old), 0);
+	ck_assert_uint_eq(ep_state(p), EP_ACTIVE);
+	TU_RC(pinshm_send(p, "mine", 4, CALL_MS), 0);
+	TU_RC(pinshm_recv(cons, buf, sizeof(buf), &len, CALL_MS), 0);
+	ck_assert_uint_eq(len, 4);
+	TU_RC(pinshm_channel_close(p), 0);
+	TU_RC(pinshm_channel_close(cons), 0);
+	pinshm_disconnect(c2);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* STAT: one channel, as LIST shows it; errors for a missing or bad name. */
 START_TEST(test_stat)
 {
@@ -3143,6 +3181,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_lifetimes);
 	tcase_add_test(tc, test_close);
 	tcase_add_test(tc, test_close_not_yet_told);
+	tcase_add_test(tc, test_close_after_disconnect);
 	tcase_add_test(tc, test_stat);
 	tcase_add_test(tc, test_stats);
 	tcase_add_test(tc, test_list_pages);
