@@ -205,8 +205,8 @@ struct claim_args {
 };
 
 /*
- * Claim a free endpoint of the role that no connection holds (as
- * seg_endpoint_claim() does, but for that).  A client marks its endpoint
+ * Claim a free endpoint of the role that no connection holds (active,
+ * generation bumped, peers woken).  A client marks its endpoint
  * closed in the segment before its CLOSE reaches the daemon
  * (pinshm_channel_close()): until the CLOSE, the endpoint is still its
  * connection's, and another open must not get it (the two would share it,

@@ -192,21 +192,6 @@ void seg_endpoints_changed(struct seg_header *h)
 	wait_wake_all(&h->space);
 }
 
-int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t role, uint32_t pid)
-{
-	int i;
-
-	if (role == PINSHM_PRODUCER)
-		i = seg_endpoint_take(g, base, 0, g->max_producers, pid);
-	else if (role == PINSHM_CONSUMER)
-		i = seg_endpoint_take(g, base, g->max_producers, g->max_consumers, pid);
-	else
-		return -EINVAL;
-	if (i >= 0)
-		seg_endpoints_changed(base);
-	return i;
-}
-
 int seg_endpoint_reap(const struct seg_geometry *g, void *base, unsigned endpoint)
 {
 	struct unclaim_cursor cur = {0};

@@ -62,12 +62,10 @@ void seg_topic_cursors_unset(const struct seg_geometry *g, void *base, unsigned 
 
 /*
  * Endpoints handed out by the daemon: pinshmd claims one in its own mapping
- * (seg_endpoint_claim), sends the descriptor and the endpoint's number, and
- * the client attaches to exactly that one (channel.h channel_attach_claimed).
+ * (seg_endpoint_take() on an endpoint no connection holds, registry.c),
+ * sends the descriptor and the endpoint's number, and the client attaches
+ * to exactly that one (channel.h channel_attach_claimed).
  */
-/** Claim a free endpoint of @p role for process @p pid (active, generation
- *  bumped, peers woken).  @return its number, -EBUSY (none free), -EINVAL. */
-int seg_endpoint_claim(const struct seg_geometry *g, void *base, pinshm_role_t role, uint32_t pid);
 /** pinshm_segment_reap() with geometry @p g, the daemon's own record of the
  *  segment (never read back from it).  @return 0, -EINVAL (@p endpoint out
  *  of range, or not attached), -EBADMSG. */
