@@ -206,20 +206,20 @@ struct claim_args {
 
 /*
  * Claim a free endpoint of the role that no connection holds (active,
- * generation bumped, peers woken).  A client marks its endpoint
- * closed in the segment before its CLOSE reaches the daemon
- * (pinshm_channel_close()): until the CLOSE, the endpoint is still its
- * connection's, and another open must not get it (the two would share it,
- * and the first one's CLOSE be refused).
+ * generation bumped, peers woken).  A client marks its endpoint closed in
+ * the segment before its CLOSE reaches the daemon (pinshm_channel_close()):
+ * until the CLOSE, the endpoint is still its connection's, and another
+ * open must not get it (the two would share it, and the first one's CLOSE
+ * be refused).
  */
 static int claim_fn(void *base, void *arg)
 {
 	const struct claim_args *a = arg;
-	unsigned first = a->role == PINSHM_PRODUCER ? 0 : a->g->max_producers;
-	unsigned n = a->role == PINSHM_PRODUCER ? a->g->max_producers : a->g->max_consumers;
 
 	if (a->role != PINSHM_PRODUCER && a->role != PINSHM_CONSUMER)
 		return -EINVAL;
+	unsigned first = a->role == PINSHM_PRODUCER ? 0 : a->g->max_producers;
+	unsigned n = a->role == PINSHM_PRODUCER ? a->g->max_producers : a->g->max_consumers;
 	for (unsigned i = first; i < first + n; i++) {
 		if (a->holder[i] != 0)
 			continue;

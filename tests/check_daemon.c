@@ -674,7 +674,7 @@ START_TEST(test_close_after_disconnect)
 	uint64_t deadline = tu_now_ms() + CALL_MS;
 	while (ep_state(old) != EP_DEAD) {
 		ck_assert_msg(tu_now_ms() < deadline, "the endpoint of a disconnected client is not reaped");
-		usleep(1000);
+		tu_sleep_ms(1);
 	}
 	CLIENT_RC(c2, pinshm_open(c2, "late", PINSHM_PRODUCER, &p), 0);
 	ck_assert_uint_eq(pinshm_channel_endpoint(p), pinshm_channel_endpoint(old)); /* the only one */
