@@ -102,13 +102,15 @@ static uint64_t topic_count_lost(pinshm_channel_t *ch, unsigned lane, uint32_t s
  * to the hardware's prefetcher past that. */
 #define PREFETCH_REST_BYTES 1024
 
-static inline void prefetch_rest(const uint8_t *ring, uint64_t cap, uint64_t pos, uint64_t size)
+/* @p rec: a record of @p size bytes, which lie whole in the ring
+ * (rec_extent() checked it). */
+static inline void prefetch_rest(const struct record_header *rec, uint64_t size)
 {
-	uint64_t line = (pos | (PINSHM_CACHELINE - 1)) + 1;
-	uint64_t end = pos + (size < PREFETCH_REST_BYTES ? size : PREFETCH_REST_BYTES);
+	const uint8_t *line = (const uint8_t *)(((uintptr_t)rec | (PINSHM_CACHELINE - 1)) + 1);
+	const uint8_t *end = (const uint8_t *)rec + (size < PREFETCH_REST_BYTES ? size : PREFETCH_REST_BYTES);
 
 	for (; line < end; line += PINSHM_CACHELINE)
-		__builtin_prefetch(ring + (line & (cap - 1)));
+		__builtin_prefetch(line);
 }
 
 /*
@@ -199,7 +201,7 @@ static inline __attribute__((always_inline)) int take_committed(pinshm_channel_t
 	}
 	take_at_cursor(ch, lane, rec, pos, size, len, atomic_load_explicit(&rec->seq, memory_order_relaxed), t);
 	if (poll)
-		prefetch_rest(ring, ch->g.capacity, pos, size);
+		prefetch_rest(rec, size);
 	return 0;
 }
 
@@ -287,7 +289,7 @@ static inline __attribute__((always_inline)) int take_sequential_lane(pinshm_cha
 		if (peek)
 			return 0;
 		take_at_cursor(ch, lane, rec, pos, size, len, seq, t);
-		prefetch_rest(ring, cap, pos, size);
+		prefetch_rest(rec, size);
 		return 0;
 	}
 }
