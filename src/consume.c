@@ -95,15 +95,14 @@ static uint64_t topic_count_lost(pinshm_channel_t *ch, unsigned lane, uint32_t s
 	return lost;
 }
 
-/* Start fetching the lines of a record after the one its header is in
- * (those within its first PREFETCH_REST_BYTES), which the producer wrote
- * before its commit word: the caller reads the payload later, and its
- * copy would otherwise wait for each line then.  Longer records are left
- * to the hardware's prefetcher past that. */
+/* Start fetching the lines of record @p rec (@p size bytes, whole in the
+ * ring: rec_extent() checked it) after the one its header is in (those
+ * within its first PREFETCH_REST_BYTES), which the producer wrote before
+ * its commit word: the caller reads the payload later, and its copy would
+ * otherwise wait for each line then.  Longer records are left to the
+ * hardware's prefetcher past that. */
 #define PREFETCH_REST_BYTES 1024
 
-/* @p rec: a record of @p size bytes, which lie whole in the ring
- * (rec_extent() checked it). */
 static inline void prefetch_rest(const struct record_header *rec, uint64_t size)
 {
 	const uint8_t *line = (const uint8_t *)(((uintptr_t)rec | (PINSHM_CACHELINE - 1)) + 1);
