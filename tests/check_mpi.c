@@ -90,7 +90,16 @@
 #define MPI_TESTS_DIR "tests/mpi"
 #endif
 
-#define RUN_LIMIT_S "60" /* for one mpirun (each takes seconds), then SIGTERM, SIGKILL 10 s later */
+#define RUN_LIMIT_S 60 /* for one mpirun (each takes seconds), then SIGTERM, SIGKILL 10 s later */
+
+/* RUN_LIMIT_S times check's CK_TIMEOUT_MULTIPLIER, which slower builds
+ * (the sanitizers' stage) set for the test cases' own limits too. */
+static int run_limit_s(void)
+{
+	const char *m = getenv("CK_TIMEOUT_MULTIPLIER");
+	int k = m ? atoi(m) : 1;
+	return RUN_LIMIT_S * (k > 1 ? k : 1);
+}
 #define OUT_MAX (1 << 20) /* of a run's output kept for checking */
 
 enum family { F_BLOCKING, F_NONBLOCKING, F_PERSISTENT, F_PROBE, F_SYNCHRONOUS, F_BUFFERED, NFAMILY };
@@ -582,7 +591,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 		    const struct config *cf, struct run *r)
 {
 	char prog[2][PATH_MAX], outpath[PATH_MAX], np[16], sock[200], preload[4 * PATH_MAX], nodes[40], asan_opt[300];
-	char pinshmd[PATH_MAX + 16];
+	char pinshmd[PATH_MAX + 16], limit[16];
 	const char *argv[64];
 	int n = 0, contexts = pg->mpmd ? 2 : 1;
 
@@ -594,6 +603,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 	}
 	snprintf(outpath, sizeof(outpath), "%s/mpirun.out", u ? u->dir : d->dir);
 	snprintf(np, sizeof(np), "%d", cf->np / contexts);
+	snprintf(limit, sizeof(limit), "%d", run_limit_s());
 	/* Without a daemon: a socket in a folder that does not exist, where none can start. */
 	if (!u)
 		snprintf(sock, sizeof(sock), "PINSHM_SOCKET=%s%s", cf->fallback ? d->dir : d->sock,
@@ -612,7 +622,7 @@ static void run_mpi(const struct daemon *d, const struct mpi_user *u, const stru
 	argv[n++] = "timeout";
 	argv[n++] = "-k";
 	argv[n++] = "10";
-	argv[n++] = RUN_LIMIT_S;
+	argv[n++] = limit;
 	argv[n++] = getenv("MPIRUN");
 	if (cf->np > 2)
 		argv[n++] = "--oversubscribe";
@@ -800,12 +810,12 @@ static int occurrences(const char *out, const char *what)
 static bool run_failed(const struct program *pg, const struct config *cf, const struct run *r, char *why,
 		       size_t len)
 {
-	char st[64];
+	char st[64], lim[48] = "";
 
 	if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) {
-		bool timed_out = WIFEXITED(r->status) && (WEXITSTATUS(r->status) == 124 || WEXITSTATUS(r->status) == 137);
-		snprintf(why, len, "mpirun: %s%s", tu_status_str(r->status, st, sizeof(st)),
-			 timed_out ? " (timed out after " RUN_LIMIT_S " s: a hang)" : "");
+		if (WIFEXITED(r->status) && (WEXITSTATUS(r->status) == 124 || WEXITSTATUS(r->status) == 137))
+			snprintf(lim, sizeof(lim), " (timed out after %d s: a hang)", run_limit_s());
+		snprintf(why, len, "mpirun: %s%s", tu_status_str(r->status, st, sizeof(st)), lim);
 		return true;
 	}
 	int warnings = occurrences(r->out, "pinshm-mpi: warning");
