@@ -188,6 +188,23 @@ static inline uint64_t mt_seed(int from, int to, int what)
 	return ((uint64_t)(unsigned)from << 40) ^ ((uint64_t)(unsigned)to << 20) ^ (uint64_t)(unsigned)what;
 }
 
+/*
+ * A sweep of sizes with every peer, round d of the mt_size - 1 rounds
+ * (peer mt_rank ^ d, so both ends of a pair agree).  Up to 4 ranks every
+ * round sweeps every size; above, the rounds share the sweep: round d
+ * takes every (mt_size - 1)th size from d - 1, so that each rank still
+ * sends and receives every size once, and 32 ranks do not sweep 31 times.
+ */
+static inline int mt_sweep_first(int d)
+{
+	return mt_size > 4 ? d - 1 : 0;
+}
+
+static inline int mt_sweep_step(void)
+{
+	return mt_size > 4 ? mt_size - 1 : 1;
+}
+
 /** Fail unless @p st names @p source and @p tag and holds @p count of @p type. */
 #define MT_CHECK_STATUS(st, source, tag, count, type)                                             \
 	do {                                                                                      \

@@ -5,7 +5,7 @@
  * through MPI_ERRORS_RETURN, the next message intact, and through a
  * communicator's own error handler, called once) and the send-send
  * exchange of eager-size messages (both ranks send before they receive);
- * every size from 0 to 300 bytes.
+ * every size from 0 to 300 bytes (above 4 ranks, shared among the peers).
  *
  * Call families: blocking only.
  */
@@ -44,12 +44,13 @@ static void send_recv(int peer, unsigned char *sbuf, unsigned char *rbuf)
 
 /* Every size from 0 to SWEEP bytes, each checked to the byte and for
  * nothing written past it: the small records' layouts (header, payload,
- * line padding) at every length.  The lower rank sends first. */
+ * line padding) at every length.  The lower rank sends first.  Round @p d
+ * of the peers: its share of the sizes (mt_sweep_first()). */
 #define SWEEP 300
 
-static void size_sweep(int peer, unsigned char *sbuf, unsigned char *rbuf)
+static void size_sweep(int peer, int d, unsigned char *sbuf, unsigned char *rbuf)
 {
-	for (int n = 0; n <= SWEEP; n++) {
+	for (int n = mt_sweep_first(d); n <= SWEEP; n += mt_sweep_step()) {
 		for (int turn = 0; turn < 2; turn++) {
 			if ((turn == 0) == (mt_rank < peer)) {
 				mt_fill(sbuf, n, mt_seed(mt_rank, peer, 100 + n));
@@ -238,7 +239,7 @@ int main(int argc, char **argv)
 	for (int d = 1; d < mt_size; d++) {
 		int peer = mt_rank ^ d;
 		send_recv(peer, sbuf, rbuf);
-		size_sweep(peer, sbuf, rbuf);
+		size_sweep(peer, d, sbuf, rbuf);
 		sendrecv(peer);
 		wildcards(peer);
 		truncation(peer);

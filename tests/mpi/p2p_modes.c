@@ -3,7 +3,9 @@
  * Bsend/Ibsend with Buffer_attach/Buffer_detach (several buffered before the
  * receiver posts), Rsend/Irsend (to a receive known to be posted), Isend and
  * Irecv of several sizes, truncation of a nonblocking receive, 1 MiB
- * Bsend, Ssend and Issend, and Ssend of every size from 0 to 100 bytes.
+ * Bsend, Ssend and Issend, and Ssend of every size from 0 to 100 bytes;
+ * with every peer (above 4 ranks, the sizes shared among the peers and
+ * the 1 MiB messages with log2(n) of them).
  *
  * Call families: blocking, nonblocking, synchronous, buffered.
  */
@@ -47,12 +49,13 @@ static void synchronous(int peer)
 	}
 }
 
-/* Ssend of every size from 0 to 100 bytes, each checked to the byte. */
-static void synchronous_sizes(int peer)
+/* Ssend of every size from 0 to 100 bytes, each checked to the byte
+ * (round @p d of the peers: its share, mt_sweep_first()). */
+static void synchronous_sizes(int peer, int d)
 {
 	unsigned char out[100], in[116];
 
-	for (int n = 0; n <= 100; n++) {
+	for (int n = mt_sweep_first(d); n <= 100; n += mt_sweep_step()) {
 		for (int turn = 0; turn < 2; turn++) {
 			if ((turn == 0) == (mt_rank < peer)) {
 				mt_fill(out, n, mt_seed(mt_rank, peer, n));
@@ -238,11 +241,12 @@ int main(int argc, char **argv)
 	for (int d = 1; d < mt_size; d++) {
 		int peer = mt_rank ^ d;
 		synchronous(peer);
-		synchronous_sizes(peer);
+		synchronous_sizes(peer, d);
 		buffered(peer);
 		ready(peer);
 		nonblocking(peer);
-		large(peer);
+		if (mt_size <= 4 || (d & (d - 1)) == 0) /* above 4 ranks, 1 MiB each way with log2(n) peers */
+			large(peer);
 		MT_MPI(MPI_Barrier(MPI_COMM_WORLD)); /* no wildcard meets the next round */
 	}
 	return mt_finish();
