@@ -91,6 +91,36 @@ static double median_field(const perf_result_t *grid, const unsigned char *ok, s
 	return median(v, n);
 }
 
+/* Where rounds of the cache line figures @p cl_ns split into two
+ * placements: the geometric mean of the smallest and largest figure where
+ * they lie PERF_PLACEMENT_SPLIT apart, else 0 (one placement). */
+static double placement_split(const double *cl_ns, size_t rounds)
+{
+	double lo = 0, hi = 0;
+
+	for (size_t k = 0; k < rounds; k++) {
+		if (cl_ns[k] <= 0)
+			continue;
+		lo = lo == 0 || cl_ns[k] < lo ? cl_ns[k] : lo;
+		hi = cl_ns[k] > hi ? cl_ns[k] : hi;
+	}
+	return lo > 0 && hi >= PERF_PLACEMENT_SPLIT * lo ? sqrt(lo * hi) : 0;
+}
+
+/* A row's rounds (or one placement's): their count and ratios, gathered. */
+struct gathered {
+	size_t valid, ntb, ncl, nvcl;
+	double tb[PERF_MAX_ROUNDS], cl[PERF_MAX_ROUNDS], vcl[PERF_MAX_ROUNDS];
+};
+
+/* The figures of @p g into @p cacheline_ns, @p vs_textbook and @p vs_cacheline. */
+static void gathered_reduce(struct gathered *g, double *cacheline_ns, double *vs_textbook, double *vs_cacheline)
+{
+	*cacheline_ns = g->ncl ? median(g->cl, g->ncl) : 0;
+	*vs_textbook = g->ntb ? median(g->tb, g->ntb) : 0;
+	*vs_cacheline = g->nvcl ? median(g->vcl, g->nvcl) : 0;
+}
+
 size_t perf_rounds_reduce(const perf_result_t *grid, const unsigned char *ok, size_t rounds, size_t ntr,
 			  int base, const double *cl_ns, perf_result_t *out)
 {
@@ -99,41 +129,65 @@ size_t perf_rounds_reduce(const perf_result_t *grid, const unsigned char *ok, si
 		offsetof(perf_result_t, p999_ns),   offsetof(perf_result_t, max_ns),
 		offsetof(perf_result_t, msgs_per_s), offsetof(perf_result_t, gb_per_s),
 	};
-	double cl[PERF_MAX_ROUNDS], vs_tb[PERF_MAX_ROUNDS], vs_cl[PERF_MAX_ROUNDS], cl_median = 0;
-	size_t ncl = 0, nout = 0;
+	/* Every round's cache line figure, of all rounds and per placement;
+	 * then per transport its ratios, likewise (static: 72 KB, off the
+	 * stack; pinshm-perf reduces in one thread). */
+	static struct gathered all, part[2];
+	double cl_median, unused, split;
+	size_t nout = 0;
 
 	if (rounds > PERF_MAX_ROUNDS)
 		rounds = PERF_MAX_ROUNDS;
-	for (size_t k = 0; k < rounds; k++)
-		if (cl_ns[k] > 0)
-			cl[ncl++] = cl_ns[k];
-	if (ncl > 0)
-		cl_median = median(cl, ncl);
+	split = placement_split(cl_ns, rounds);
+	all.ncl = part[0].ncl = part[1].ncl = 0;
+	for (size_t k = 0; k < rounds; k++) {
+		if (cl_ns[k] <= 0)
+			continue;
+		all.cl[all.ncl++] = cl_ns[k];
+		if (split > 0) {
+			struct gathered *p = &part[cl_ns[k] >= split];
+
+			p->cl[p->ncl++] = cl_ns[k];
+		}
+	}
+	cl_median = all.ncl ? median(all.cl, all.ncl) : 0;
 	for (size_t t = 0; t < ntr; t++) {
 		perf_result_t *r = &out[nout];
-		size_t valid = 0, ntb = 0, nvcl = 0, first = 0;
+		perf_placement_t *pl[2] = { &r->close, &r->far };
+		size_t first = 0;
 
+		all.valid = all.ntb = all.nvcl = 0;
+		for (int i = 0; i < 2; i++)
+			part[i].valid = part[i].ntb = part[i].nvcl = 0;
 		for (size_t k = rounds; k-- > 0;) {
 			const perf_result_t *g = &grid[k * ntr + t];
+			struct gathered *in[2] = { &all, split > 0 && cl_ns[k] > 0 ? &part[cl_ns[k] >= split] : NULL };
 
 			if (!ok[k * ntr + t])
 				continue;
-			valid++;
 			first = k;
-			if (base >= 0 && ok[k * ntr + (size_t)base] && g->median_ns > 0)
-				vs_tb[ntb++] = grid[k * ntr + (size_t)base].median_ns / g->median_ns;
-			if (strcmp(g->pattern, "pingpong") == 0 && cl_ns[k] > 0)
-				vs_cl[nvcl++] = g->median_ns / cl_ns[k];
+			for (int i = 0; i < 2 && in[i]; i++) {
+				in[i]->valid++;
+				if (base >= 0 && ok[k * ntr + (size_t)base] && g->median_ns > 0)
+					in[i]->tb[in[i]->ntb++] = grid[k * ntr + (size_t)base].median_ns / g->median_ns;
+				if (strcmp(g->pattern, "pingpong") == 0 && cl_ns[k] > 0)
+					in[i]->vcl[in[i]->nvcl++] = g->median_ns / cl_ns[k];
+			}
 		}
-		if (valid == 0)
+		if (all.valid == 0)
 			continue;
 		*r = grid[first * ntr + t]; /* names, size, iterations, has_tail */
 		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
 			*(double *)((char *)r + fields[i]) = median_field(grid, ok, rounds, ntr, t, fields[i]);
-		r->rounds = (unsigned)valid;
+		r->rounds = (unsigned)all.valid;
+		gathered_reduce(&all, &unused, &r->vs_textbook, &r->vs_cacheline);
 		r->cacheline_ns = cl_median;
-		r->vs_textbook = ntb ? median(vs_tb, ntb) : 0;
-		r->vs_cacheline = nvcl ? median(vs_cl, nvcl) : 0;
+		for (int i = 0; i < 2; i++) {
+			*pl[i] = (perf_placement_t){ .rounds = (unsigned)part[i].valid };
+			if (part[i].valid)
+				gathered_reduce(&part[i], &pl[i]->cacheline_ns, &pl[i]->vs_textbook,
+						&pl[i]->vs_cacheline);
+		}
 		nout++;
 	}
 	return nout;
@@ -218,6 +272,28 @@ static void table_row(FILE *f, const perf_result_t *r, int width, int rounds)
 	fputc('\n', f);
 }
 
+/* Where the rounds split by placement: each transport's ratios in each. */
+static void table_placements(FILE *f, const perf_result_t *rows, size_t n, int width)
+{
+	const perf_result_t *split = NULL;
+	char a[32], b[32], c[32], d[32];
+
+	for (size_t i = 0; i < n && split == NULL; i++)
+		if (rows[i].close.rounds && rows[i].far.rounds)
+			split = &rows[i];
+	if (split == NULL)
+		return;
+	fprintf(f, "by placement, the rounds split by their cache line round trip: close %.0f ns (%u rounds), "
+		   "far %.0f ns (%u rounds)\n",
+		split->close.cacheline_ns, split->close.rounds, split->far.cacheline_ns, split->far.rounds);
+	fprintf(f, "%-*s %11s %11s %13s %13s\n", width, "transport", "ratio close", "ratio far", "x_cline close",
+		"x_cline far");
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%-*s %11s %11s %13s %13s\n", width, rows[i].transport,
+			fmt_ratio(rows[i].close.vs_textbook, a, sizeof(a)), fmt_ratio(rows[i].far.vs_textbook, b, sizeof(b)),
+			fmt_ratio(rows[i].close.vs_cacheline, c, sizeof(c)), fmt_ratio(rows[i].far.vs_cacheline, d, sizeof(d)));
+}
+
 static void table_group(FILE *f, const perf_result_t *rows, size_t n, const perf_result_t *mc, unsigned rounds)
 {
 	const perf_result_t *first = n ? &rows[0] : mc;
@@ -250,6 +326,8 @@ static void table_group(FILE *f, const perf_result_t *rows, size_t n, const perf
 	fputs(rounds ? " x_cline\n" : "\n", f);
 	for (size_t i = 0; i < n; i++)
 		table_row(f, &rows[i], width, rounds);
+	if (rounds)
+		table_placements(f, rows, n, width);
 	if (mc != NULL) {
 		table_row(f, mc, width, rounds); /* a reference, not a transport: no ratio */
 		if (mc->size >= (1u << 20))
@@ -269,7 +347,7 @@ static void num(FILE *f, double v, const char *fmt, int present, const char *abs
 }
 
 /* The figures of a row as CSV and JSON write them, in their order. */
-#define NCELLS 10
+#define NCELLS 18
 struct cell {
 	const char *name;
 	double v;
@@ -290,6 +368,14 @@ static void row_cells(const perf_result_t *r, struct cell c[NCELLS])
 		{ "cacheline_ns", r->cacheline_ns, "%.0f", r->cacheline_ns > 0 },
 		{ "vs_textbook", r->vs_textbook, "%.4f", r->vs_textbook > 0 },
 		{ "vs_cacheline", r->vs_cacheline, "%.4f", r->vs_cacheline > 0 },
+		{ "close_rounds", r->close.rounds, "%.0f", r->close.rounds > 0 },
+		{ "close_cacheline_ns", r->close.cacheline_ns, "%.0f", r->close.cacheline_ns > 0 },
+		{ "close_vs_textbook", r->close.vs_textbook, "%.4f", r->close.vs_textbook > 0 },
+		{ "close_vs_cacheline", r->close.vs_cacheline, "%.4f", r->close.vs_cacheline > 0 },
+		{ "far_rounds", r->far.rounds, "%.0f", r->far.rounds > 0 },
+		{ "far_cacheline_ns", r->far.cacheline_ns, "%.0f", r->far.cacheline_ns > 0 },
+		{ "far_vs_textbook", r->far.vs_textbook, "%.4f", r->far.vs_textbook > 0 },
+		{ "far_vs_cacheline", r->far.vs_cacheline, "%.4f", r->far.vs_cacheline > 0 },
 	};
 
 	memcpy(c, all, sizeof(all));

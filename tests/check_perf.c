@@ -409,8 +409,100 @@ START_TEST(test_rounds_reduce_stream)
 }
 END_TEST
 
-/* The CSV line of @p transport in @p csv, split at commas into @p f (14 fields). */
-static void csv_fields(const char *csv, const char *transport, char f[14][32])
+/* Five rounds whose cache line is close (100, 120, 110 ns) or far (450,
+ * 480): split at sqrt(100 * 480), each placement reduced alone; rounds that
+ * stay within PERF_PLACEMENT_SPLIT of each other do not split. */
+START_TEST(test_rounds_reduce_placement)
+{
+	const double cl[5] = { 100, 450, 120, 480, 110 };
+	const double tb[5] = { 300, 1000, 330, 1100, 320 }, ps[5] = { 150, 800, 200, 1000, 160 };
+	perf_result_t grid[5 * 3], out[3];
+	unsigned char ok[5 * 3];
+
+	for (int k = 0; k < 5; k++) {
+		grid[3 * k] = fake_row("cacheline", "pingpong", cl[k]);
+		grid[3 * k + 1] = fake_row("textbook", "pingpong", tb[k]);
+		grid[3 * k + 2] = fake_row("pinshm", "pingpong", ps[k]);
+		ok[3 * k] = ok[3 * k + 1] = ok[3 * k + 2] = 1;
+	}
+	ok[3 * 2 + 2] = 0; /* pinshm failed in round 3 (close) */
+	ck_assert_uint_eq(perf_rounds_reduce(grid, ok, 5, 3, 1, cl, out), 3);
+	/* The cache line's own rows: close 100, 120, 110; far 450, 480. */
+	ck_assert_uint_eq(out[0].close.rounds, 3);
+	ck_assert_uint_eq(out[0].far.rounds, 2);
+	NEAR(out[0].close.cacheline_ns, 110);
+	NEAR(out[0].far.cacheline_ns, 465);
+	NEAR(out[0].close.vs_cacheline, 1);
+	/* pinshm, close: rounds 1 and 5 (150 / 300, 160 / 320: textbook ratios
+	 * 2 and 2, x_cline 1.5 and 160 / 110); far: 800 and 1000 (1.25 and 1.1;
+	 * x_cline 800 / 450 and 1000 / 480). */
+	ck_assert_uint_eq(out[2].close.rounds, 2);
+	ck_assert_uint_eq(out[2].far.rounds, 2);
+	NEAR(out[2].close.cacheline_ns, 110); /* every close round's cache line, as the other rows' */
+	NEAR(out[2].close.vs_textbook, 2);
+	NEAR(out[2].far.vs_textbook, (1.25 + 1.1) / 2);
+	NEAR(out[2].close.vs_cacheline, (1.5 + 160.0 / 110) / 2);
+	NEAR(out[2].far.vs_cacheline, (800.0 / 450 + 1000.0 / 480) / 2);
+	/* The whole: 4 rounds, textbook ratios 2, 1.25, 1.1, 2. */
+	ck_assert_uint_eq(out[2].rounds, 4);
+	NEAR(out[2].vs_textbook, (1.25 + 2) / 2);
+
+	/* Within PERF_PLACEMENT_SPLIT of each other: one placement, no split. */
+	const double near[5] = { 400, 450, 420, 590, 410 };
+	ck_assert_uint_eq(perf_rounds_reduce(grid, ok, 5, 3, 1, near, out), 3);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_uint_eq(out[i].close.rounds, 0);
+		ck_assert_uint_eq(out[i].far.rounds, 0);
+		NEAR(out[i].far.vs_textbook, 0);
+	}
+}
+END_TEST
+
+/* The table's placement block, from those rounds; none without a split. */
+START_TEST(test_rounds_table_placement)
+{
+	const double cl[4] = { 100, 450, 120, 480 };
+	perf_result_t grid[4 * 2], out[2];
+	unsigned char ok[4 * 2] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+	char *text = NULL;
+	size_t len = 0;
+
+	for (int k = 0; k < 4; k++) {
+		grid[2 * k] = fake_row("textbook", "pingpong", 3 * cl[k]);
+		grid[2 * k + 1] = fake_row("pinshm", "pingpong", 2 * cl[k]);
+	}
+	ck_assert_uint_eq(perf_rounds_reduce(grid, ok, 4, 2, 0, cl, out), 2);
+	FILE *f = open_memstream(&text, &len);
+	ck_assert_ptr_nonnull(f);
+	perf_output_t o;
+	perf_output_begin(&o, PERF_FMT_TABLE, f, NULL, 4);
+	perf_output_group(&o, out, 2, NULL);
+	perf_output_end(&o);
+	fclose(f);
+	HAS(text, "by placement, the rounds split by their cache line round trip: close 110 ns (2 rounds), far 465 ns "
+		  "(2 rounds)\n");
+	HAS(text, "transport      ratio close   ratio far x_cline close   x_cline far\n");
+	HAS(text, "textbook              1.00        1.00          3.00          3.00\n");
+	HAS(text, "pinshm                1.50        1.50          2.00          2.00\n");
+	free(text);
+
+	const double near[4] = { 400, 450, 420, 480 };
+	ck_assert_uint_eq(perf_rounds_reduce(grid, ok, 4, 2, 0, near, out), 2);
+	text = NULL;
+	f = open_memstream(&text, &len);
+	ck_assert_ptr_nonnull(f);
+	perf_output_begin(&o, PERF_FMT_TABLE, f, NULL, 4);
+	perf_output_group(&o, out, 2, NULL);
+	perf_output_end(&o);
+	fclose(f);
+	ck_assert_msg(strstr(text, "by placement") == NULL, "a placement block without a split:\n%s", text);
+	free(text);
+}
+END_TEST
+
+/* The CSV line of @p transport in @p csv, split at commas into @p f (NCSV fields). */
+#define NCSV 22
+static void csv_fields(const char *csv, const char *transport, char f[NCSV][32])
 {
 	char key[64];
 	const char *c;
@@ -424,21 +516,23 @@ static void csv_fields(const char *csv, const char *transport, char f[14][32])
 
 		while (*end && *end != ',' && *end != '\n')
 			end++;
-		ck_assert_msg(n < 14 && end - c < 32, "row of %s: too many fields or too long", transport);
+		ck_assert_msg(n < NCSV && end - c < 32, "row of %s: too many fields or too long", transport);
 		snprintf(f[n++], 32, "%.*s", (int)(end - c), c);
 		if (*end != ',')
 			break;
 		c = end;
 	}
-	ck_assert_msg(n == 14, "row of %s: %d fields, want 14", transport, n);
+	ck_assert_msg(n == NCSV, "row of %s: %d fields, want %d", transport, n, NCSV);
 }
 
 /* A real run of 3 rounds, as CSV: the columns, and the references' own ratios of 1. */
 START_TEST(test_rounds_csv)
 {
 	static const char header[] = "transport,pattern,size,iterations,median_ns,p99_ns,p999_ns,max_ns,"
-				     "msgs_per_s,gb_per_s,rounds,cacheline_ns,vs_textbook,vs_cacheline\n";
-	char cl[14][32], tb[14][32], ps[14][32];
+				     "msgs_per_s,gb_per_s,rounds,cacheline_ns,vs_textbook,vs_cacheline,close_rounds,"
+				     "close_cacheline_ns,close_vs_textbook,close_vs_cacheline,far_rounds,far_cacheline_ns,"
+				     "far_vs_textbook,far_vs_cacheline\n";
+	char cl[NCSV][32], tb[NCSV][32], ps[NCSV][32];
 	struct run r;
 
 	run_init(&r);
@@ -643,6 +737,8 @@ static Suite *perf_suite(int gnuplot)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_rounds_reduce);
 	tcase_add_test(tc, test_rounds_reduce_stream);
+	tcase_add_test(tc, test_rounds_reduce_placement);
+	tcase_add_test(tc, test_rounds_table_placement);
 	tcase_add_test(tc, test_rounds_csv);
 	tcase_add_test(tc, test_rounds_table_json);
 	suite_add_tcase(s, tc);
