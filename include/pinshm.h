@@ -26,7 +26,8 @@
  * fork(): a child inherits the mappings but not the endpoints: it must not
  * use a handle its parent attached (the endpoint belongs to the parent).  It
  * attaches its own from the descriptor, or closes the inherited one with
- * pinshm_channel_forget(), which unmaps without touching the shared state.
+ * pinshm_channel_forget() or pinshm_channel_close(), which in a child both
+ * unmap without touching the shared state.
  *
  * Trust: the segment is shared with other processes, which may write anything
  * into it.  Every index and length read from it is checked before use; a
@@ -154,11 +155,12 @@ PINSHM_EXPORT int pinshm_channel_attach(int fd, pinshm_role_t role, pinshm_chann
  * client it came from (a CLOSE request: the endpoint is free for another
  * open at once, and the connection's reference to the channel goes with
  * its last endpoint there unless it created the channel), under the
- * client's lock like its other requests; in a child that inherited the
- * handle across fork(), nothing is sent.  Once that client has
+ * client's lock like its other requests.  Once that client has
  * disconnected, the endpoint is no longer the handle's (the daemon reaps
  * it with the connection, and may give it to another open): the handle is
- * only unmapped, nothing is released, marked or sent.
+ * only unmapped, nothing is released, marked or sent.  Likewise in a child
+ * that inherited the handle across fork(), where the endpoint is the
+ * parent's (as pinshm_channel_forget()).
  * @return 0, or for a handle from pinshm_open() the error of the CLOSE
  *         request (a transport error as pinshm_connect()); the handle is
  *         closed and freed in every case.

@@ -16,7 +16,7 @@
 /* Take the first endpoint of [first, first + n) that nobody holds. */
 static int endpoint_claim(pinshm_channel_t *ch, unsigned first, unsigned n)
 {
-	int i = seg_endpoint_take(&ch->g, ch->base, first, n, (uint32_t)getpid());
+	int i = seg_endpoint_take(&ch->g, ch->base, first, n, (uint32_t)ch->attach_pid);
 
 	if (i < 0)
 		return i;
@@ -34,7 +34,7 @@ static int endpoint_attach_claimed(pinshm_channel_t *ch, unsigned endpoint, unsi
 	struct endpoint *ep = seg_endpoint(&ch->g, ch->base, endpoint);
 	if (atomic_load_explicit(&ep->state, memory_order_acquire) != EP_ACTIVE)
 		return -EBADMSG;
-	atomic_store_explicit(&ep->pid, (uint32_t)getpid(), memory_order_relaxed);
+	atomic_store_explicit(&ep->pid, (uint32_t)ch->attach_pid, memory_order_relaxed);
 	ch->endpoint = endpoint;
 	ch->ep = ep;
 	return 0;
@@ -108,6 +108,7 @@ static int attach(int fd, pinshm_role_t role, int endpoint, pinshm_channel_t **o
 	if (!ch)
 		return -ENOMEM;
 	memset(ch, 0, sizeof(*ch));
+	ch->attach_pid = getpid();
 	ch->map_size = (size_t)st.st_size;
 	ch->role = role;
 	wait_spin_init(&ch->spin, PINSHM_DEFAULT_SPIN_NS, false);
@@ -210,6 +211,13 @@ int pinshm_channel_close(pinshm_channel_t *ch)
 {
 	if (!ch)
 		return 0;
+	/* In a child that inherited the handle across fork(), the endpoint is
+	 * its parent's: the handle is only unmapped, nothing released, marked
+	 * or sent, as pinshm_channel_forget() does. */
+	if (ch->attach_pid != getpid()) {
+		pinshm_channel_forget(ch);
+		return 0;
+	}
 	if (ch->dev)
 		device_state_close(ch); /* waits for the device before anything is released or committed */
 	/* Opened through pinshmd, whose client has disconnected since: the

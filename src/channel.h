@@ -169,6 +169,8 @@ struct pinshm_channel {
 					* client disconnected (pinshm_channel_close()) */
 	pid_t client_pid;   /* the process that opened it: a child that inherited the handle
 			     * must not speak on its parent's connection */
+	pid_t attach_pid;   /* the process whose endpoint it is: a child that inherited the
+			     * handle only unmaps it at close */
 	uint64_t daemon_id; /* the channel's number for the daemon (CLOSE) */
 	uint64_t daemon_conn; /* the client's connection that gave that number (client.c) */
 	pinshm_channel_t *client_prev, *client_next;

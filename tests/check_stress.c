@@ -1140,6 +1140,7 @@ END_TEST
 struct forget_ctx {
 	int fd;
 	pinshm_channel_t *inherited;
+	bool close; /* the child closes the inherited handle instead of forgetting it */
 };
 
 static int forgetting_child(void *arg, int idx)
@@ -1152,7 +1153,13 @@ static int forgetting_child(void *arg, int idx)
 	int rc;
 
 	(void)idx;
-	pinshm_channel_forget(f->inherited);
+	rc = 0;
+	if (f->close)
+		rc = pinshm_channel_close(f->inherited);
+	else
+		pinshm_channel_forget(f->inherited);
+	if (rc)
+		tu_child_fail(4, "close of the inherited handle: %d", rc);
 	rc = pinshm_channel_attach(f->fd, PINSHM_CONSUMER, &c);
 	if (rc)
 		tu_child_fail(1, "attach: %d", rc);
@@ -1169,10 +1176,11 @@ static int forgetting_child(void *arg, int idx)
 	return 0;
 }
 
-/* A child forgets the handle it inherited; the parent's endpoint lives on. */
+/* A child forgets the handle it inherited, or closes it (which in a child
+ * only unmaps it); the parent's endpoint lives on. */
 START_TEST(test_fork_forget)
 {
-	struct forget_ctx f;
+	struct forget_ctx f = {.close = _i == 1};
 	struct tu_procs ps;
 	pinshm_channel_info_t info;
 	pinshm_channel_t *c;
@@ -1226,7 +1234,7 @@ static Suite *stress_suite(void)
 	tcase_add_loop_test(tc, test_producer_killed_midstream, 0, 3);
 	tcase_add_loop_test(tc, test_consumer_dies_holding, 0, 2);
 	tcase_add_loop_test(tc, test_peer_gone, 0, 2);
-	tcase_add_test(tc, test_fork_forget);
+	tcase_add_loop_test(tc, test_fork_forget, 0, 2); /* forget, close */
 	suite_add_tcase(s, tc);
 	return s;
 }
