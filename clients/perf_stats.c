@@ -183,10 +183,8 @@ size_t perf_rounds_reduce(const perf_result_t *grid, const unsigned char *ok, si
 		gathered_reduce(&all, &unused, &r->vs_textbook, &r->vs_cacheline);
 		r->cacheline_ns = cl_median;
 		for (int i = 0; i < 2; i++) {
-			*pl[i] = (perf_placement_t){ .rounds = (unsigned)part[i].valid };
-			if (part[i].valid)
-				gathered_reduce(&part[i], &pl[i]->cacheline_ns, &pl[i]->vs_textbook,
-						&pl[i]->vs_cacheline);
+			*pl[i] = (perf_placement_t){ .block_rounds = (unsigned)part[i].ncl, .rounds = (unsigned)part[i].valid };
+			gathered_reduce(&part[i], &pl[i]->cacheline_ns, &pl[i]->vs_textbook, &pl[i]->vs_cacheline);
 		}
 		nout++;
 	}
@@ -279,13 +277,13 @@ static void table_placements(FILE *f, const perf_result_t *rows, size_t n, int w
 	char a[32], b[32], c[32], d[32];
 
 	for (size_t i = 0; i < n && split == NULL; i++)
-		if (rows[i].close.rounds && rows[i].far.rounds)
+		if (rows[i].close.block_rounds && rows[i].far.block_rounds)
 			split = &rows[i];
 	if (split == NULL)
 		return;
 	fprintf(f, "by placement, the rounds split by their cache line round trip: close %.0f ns (%u rounds), "
 		   "far %.0f ns (%u rounds)\n",
-		split->close.cacheline_ns, split->close.rounds, split->far.cacheline_ns, split->far.rounds);
+		split->close.cacheline_ns, split->close.block_rounds, split->far.cacheline_ns, split->far.block_rounds);
 	fprintf(f, "%-*s %11s %11s %13s %13s\n", width, "transport", "ratio close", "ratio far", "x_cline close",
 		"x_cline far");
 	for (size_t i = 0; i < n; i++)
@@ -326,13 +324,13 @@ static void table_group(FILE *f, const perf_result_t *rows, size_t n, const perf
 	fputs(rounds ? " x_cline\n" : "\n", f);
 	for (size_t i = 0; i < n; i++)
 		table_row(f, &rows[i], width, rounds);
-	if (rounds)
-		table_placements(f, rows, n, width);
 	if (mc != NULL) {
 		table_row(f, mc, width, rounds); /* a reference, not a transport: no ratio */
 		if (mc->size >= (1u << 20))
 			fprintf(f, "target: 0.7 x memcpy = %.2f GB/s\n", 0.7 * mc->gb_per_s);
 	}
+	if (rounds)
+		table_placements(f, rows, n, width);
 }
 
 /* ---- CSV and JSON ---------------------------------------------------------- */

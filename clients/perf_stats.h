@@ -30,14 +30,16 @@ typedef enum perf_format {
  * The rounds of one placement of the two CPUs.  A host may move them close
  * together and far apart between rounds, and every figure moves with the
  * cache line's round trip: with rounds, perf_rounds_reduce() splits a
- * row's rounds where their cache line round trips fall apart, "close"
- * below the split and "far" above, and reduces each part as the whole.
+ * block's rounds where their cache line round trips fall apart, "close"
+ * below the split and "far" at or above it, and reduces each part of a
+ * row as the whole.
  */
 typedef struct perf_placement {
-	unsigned rounds;     /* rounds of this placement in the row; 0: none, or the rounds did not split */
-	double cacheline_ns; /* median of those rounds' cache line round trips */
-	double vs_textbook;  /* median of those rounds' textbook time / row time; 0: none */
-	double vs_cacheline; /* ping-pong: median of those rounds' row time / cache line round trip; 0: none */
+	unsigned block_rounds; /* the block's rounds of this placement; 0: the rounds did not split */
+	double cacheline_ns;   /* median of the cache line round trips of those rounds */
+	unsigned rounds;       /* those of them where the row's transport ran */
+	double vs_textbook;    /* median over those of textbook time / row time; 0: none */
+	double vs_cacheline;   /* ping-pong: median over those of row time / cache line round trip; 0: none */
 } perf_placement_t;
 
 typedef struct perf_result {
@@ -58,8 +60,9 @@ typedef struct perf_result {
 } perf_result_t;
 
 /* The rounds split where the largest cache line round trip among them is
- * at least this times the smallest, at the geometric mean of the two. */
-#define PERF_PLACEMENT_SPLIT 1.5
+ * at least this times the smallest (the host's two placements lie 3 to 5
+ * times apart), at the geometric mean of the two. */
+#define PERF_PLACEMENT_SPLIT 2.0
 
 /* At most this many rounds (--rounds). */
 #define PERF_MAX_ROUNDS 1000
@@ -96,8 +99,8 @@ int perf_stats_stream(uint64_t elapsed_ns, perf_result_t *r);
  * median over the rounds with a cache line figure of row median_ns /
  * cl_ns[k]; cacheline_ns, the median of the cache line figures.  Where
  * the cache line figures split (PERF_PLACEMENT_SPLIT), close and far hold
- * the same reductions over the rounds below and above the split; else both
- * are zero.
+ * the same reductions over the rounds below the split and at or above it;
+ * else both are zero.
  * @return the number of rows written.
  */
 size_t perf_rounds_reduce(const perf_result_t *grid, const unsigned char *ok, size_t rounds, size_t ntr,

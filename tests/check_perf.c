@@ -430,6 +430,8 @@ START_TEST(test_rounds_reduce_placement)
 	/* The cache line's own rows: close 100, 120, 110; far 450, 480. */
 	ck_assert_uint_eq(out[0].close.rounds, 3);
 	ck_assert_uint_eq(out[0].far.rounds, 2);
+	ck_assert_uint_eq(out[2].close.block_rounds, 3); /* the block's, whichever rows ran */
+	ck_assert_uint_eq(out[2].far.block_rounds, 2);
 	NEAR(out[0].close.cacheline_ns, 110);
 	NEAR(out[0].far.cacheline_ns, 465);
 	NEAR(out[0].close.vs_cacheline, 1);
@@ -447,21 +449,30 @@ START_TEST(test_rounds_reduce_placement)
 	ck_assert_uint_eq(out[2].rounds, 4);
 	NEAR(out[2].vs_textbook, (1.25 + 2) / 2);
 
-	/* Within PERF_PLACEMENT_SPLIT of each other: one placement, no split. */
-	const double near[5] = { 400, 450, 420, 590, 410 };
+	/* A round at the split is far: 200 of 100, 200, 400 (split at 200). */
+	const double tie[5] = { 100, 200, 400, 0, 0 };
+	ck_assert_uint_eq(perf_rounds_reduce(grid, ok, 5, 3, 1, tie, out), 3);
+	ck_assert_uint_eq(out[0].close.block_rounds, 1);
+	ck_assert_uint_eq(out[0].far.block_rounds, 2);
+	NEAR(out[0].far.cacheline_ns, 300);
+
+	/* Within PERF_PLACEMENT_SPLIT of each other (a drift): no split. */
+	const double near[5] = { 300, 450, 420, 590, 410 };
 	ck_assert_uint_eq(perf_rounds_reduce(grid, ok, 5, 3, 1, near, out), 3);
 	for (int i = 0; i < 3; i++) {
-		ck_assert_uint_eq(out[i].close.rounds, 0);
-		ck_assert_uint_eq(out[i].far.rounds, 0);
+		ck_assert_uint_eq(out[i].close.block_rounds + out[i].far.block_rounds, 0);
+		ck_assert_uint_eq(out[i].close.rounds + out[i].far.rounds, 0);
 		NEAR(out[i].far.vs_textbook, 0);
 	}
 }
 END_TEST
 
-/* The table's placement block, from those rounds; none without a split. */
+/* The table's placement block, from those rounds, after the block's
+ * memcpy line; none without a split. */
 START_TEST(test_rounds_table_placement)
 {
 	const double cl[4] = { 100, 450, 120, 480 };
+	const perf_result_t mc = fake_row("memcpy", "pingpong", 10);
 	perf_result_t grid[4 * 2], out[2];
 	unsigned char ok[4 * 2] = { 1, 1, 1, 1, 1, 1, 1, 1 };
 	char *text = NULL;
@@ -476,11 +487,13 @@ START_TEST(test_rounds_table_placement)
 	ck_assert_ptr_nonnull(f);
 	perf_output_t o;
 	perf_output_begin(&o, PERF_FMT_TABLE, f, NULL, 4);
-	perf_output_group(&o, out, 2, NULL);
+	perf_output_group(&o, out, 2, &mc);
 	perf_output_end(&o);
 	fclose(f);
 	HAS(text, "by placement, the rounds split by their cache line round trip: close 110 ns (2 rounds), far 465 ns "
 		  "(2 rounds)\n");
+	ck_assert_msg(strstr(text, "\nmemcpy ") != NULL && strstr(text, "\nmemcpy ") < strstr(text, "by placement"),
+		      "the memcpy line not before the placement block:\n%s", text);
 	HAS(text, "transport      ratio close   ratio far x_cline close   x_cline far\n");
 	HAS(text, "textbook              1.00        1.00          3.00          3.00\n");
 	HAS(text, "pinshm                1.50        1.50          2.00          2.00\n");
