@@ -602,7 +602,8 @@ START_TEST(test_close)
 	ck_assert_uint_eq(e.consumers, 0);
 
 	/* A child that closes a handle it inherited says nothing on its
-	 * parent's connection, which stays in step. */
+	 * parent's connection, which stays in step, and leaves the parent's
+	 * endpoint open. */
 	CLIENT_RC(c3, pinshm_open(c3, "cl-raw", PINSHM_CONSUMER, &cons), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
@@ -611,7 +612,8 @@ START_TEST(test_close)
 	int st;
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	ck_assert(list_find(c3, "cl-raw", NULL, NULL));
+	ck_assert(list_find(c3, "cl-raw", &e, NULL));
+	ck_assert_uint_eq(e.consumers, 1);
 	TU_RC(pinshm_channel_close(cons), 0);
 	pinshm_disconnect(c3);
 	daemon_stop_ok(&d);

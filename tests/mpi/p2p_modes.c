@@ -5,7 +5,8 @@
  * Irecv of several sizes, truncation of a nonblocking receive, 1 MiB
  * Bsend, Ssend and Issend, and Ssend of every size from 0 to 100 bytes;
  * with every peer (above 4 ranks, the sizes shared among the peers and
- * the 1 MiB messages with log2(n) of them).
+ * the 1 MiB messages with log2(mt_size) of them: the power-of-two
+ * distances).
  *
  * Call families: blocking, nonblocking, synchronous, buffered.
  */
@@ -245,7 +246,7 @@ int main(int argc, char **argv)
 		buffered(peer);
 		ready(peer);
 		nonblocking(peer);
-		if (mt_size <= 4 || (d & (d - 1)) == 0) /* above 4 ranks, 1 MiB each way with log2(n) peers */
+		if (mt_size <= 4 || (d & (d - 1)) == 0) /* above 4 ranks, with the power-of-two distances */
 			large(peer);
 		MT_MPI(MPI_Barrier(MPI_COMM_WORLD)); /* no wildcard meets the next round */
 	}
