@@ -60,8 +60,8 @@ typedef struct perf_result {
 } perf_result_t;
 
 /* The rounds split where the largest cache line round trip among them is
- * at least this times the smallest (the host's two placements lie 3 to 5
- * times apart), at the geometric mean of the two. */
+ * at least this times the smallest (a host's two placements lie several
+ * times apart, a drift within one less), at the geometric mean of the two. */
 #define PERF_PLACEMENT_SPLIT 2.0
 
 /* At most this many rounds (--rounds). */
