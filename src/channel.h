@@ -167,10 +167,9 @@ struct pinshm_channel {
 	struct pinshm_client *client;
 	const struct channel_ctl *ctl; /* set with client, and kept: with client NULL, that
 					* client disconnected (pinshm_channel_close()) */
-	pid_t client_pid;   /* the process that opened it: a child that inherited the handle
-			     * must not speak on its parent's connection */
-	pid_t attach_pid;   /* the process whose endpoint it is: a child that inherited the
-			     * handle only unmaps it at close */
+	pid_t attach_pid;   /* the process whose endpoint it is (and that opened it): a child
+			     * that inherited the handle never speaks on its parent's
+			     * connection, and only unmaps the handle at close */
 	uint64_t daemon_id; /* the channel's number for the daemon (CLOSE) */
 	uint64_t daemon_conn; /* the client's connection that gave that number (client.c) */
 	pinshm_channel_t *client_prev, *client_next;
@@ -227,7 +226,7 @@ struct channel_ctl {
  *  process is not the one that opened it (a child after fork()). */
 static inline struct pinshm_client *channel_client(const pinshm_channel_t *ch)
 {
-	return ch->client && ch->client_pid == getpid() ? ch->client : NULL;
+	return ch->client && ch->attach_pid == getpid() ? ch->client : NULL;
 }
 
 /* device/: only where ch->dev is set; kept out of line (cold, noinline), so

@@ -663,7 +663,6 @@ static int open_locked(pinshm_client_t *c, const char *name, pinshm_role_t role,
 	}
 	ch->client = c;
 	ch->ctl = &client_ctl;
-	ch->client_pid = getpid();
 	ch->daemon_id = rep.u.open_reply.id;
 	ch->daemon_conn = c->connection;
 	ch->client_next = c->channels;
@@ -690,7 +689,7 @@ void client_detach_channel(pinshm_channel_t *ch)
 	pinshm_client_t *c = ch->client;
 	/* A child after fork() has its copy of the client alone: the lock may
 	 * be a copy of one that another thread of the parent held. */
-	bool locked = ch->client_pid == getpid();
+	bool locked = ch->attach_pid == getpid();
 
 	if (locked) {
 		client_lock(c);
