@@ -108,17 +108,35 @@ static double placement_split(const double *cl_ns, size_t rounds)
 }
 
 /* A row's rounds (or one placement's): their count and ratios, gathered. */
-struct gathered {
-	size_t valid, ntb, ncl, nvcl;
-	double tb[PERF_MAX_ROUNDS], cl[PERF_MAX_ROUNDS], vcl[PERF_MAX_ROUNDS];
+struct ratios {
+	size_t valid, ntb, nvcl;
+	double tb[PERF_MAX_ROUNDS], vcl[PERF_MAX_ROUNDS];
 };
 
-/* The figures of @p g into @p cacheline_ns, @p vs_textbook and @p vs_cacheline. */
-static void gathered_reduce(struct gathered *g, double *cacheline_ns, double *vs_textbook, double *vs_cacheline)
+/* One more round of the row: its ratio to the textbook ring and to the
+ * cache line, each 0 where the round has none. */
+static void ratios_add(struct ratios *p, double tb, double vcl)
 {
-	*cacheline_ns = g->ncl ? median(g->cl, g->ncl) : 0;
-	*vs_textbook = g->ntb ? median(g->tb, g->ntb) : 0;
-	*vs_cacheline = g->nvcl ? median(g->vcl, g->nvcl) : 0;
+	p->valid++;
+	if (tb > 0)
+		p->tb[p->ntb++] = tb;
+	if (vcl > 0)
+		p->vcl[p->nvcl++] = vcl;
+}
+
+/* The median of @p n values (sorted in place), or 0 if there are none. */
+static double median_or_0(double *v, size_t n)
+{
+	return n ? median(v, n) : 0;
+}
+
+/* A placement of the block's @p block_rounds rounds, whose cache line
+ * figures' median is @p cl_median, and of the row's rounds @p p there. */
+static perf_placement_t placement(size_t block_rounds, double cl_median, struct ratios *p)
+{
+	return (perf_placement_t){ .block_rounds = (unsigned)block_rounds, .cacheline_ns = cl_median,
+				   .rounds = (unsigned)p->valid, .vs_textbook = median_or_0(p->tb, p->ntb),
+				   .vs_cacheline = median_or_0(p->vcl, p->nvcl) };
 }
 
 size_t perf_rounds_reduce(const perf_result_t *grid, const unsigned char *ok, size_t rounds, size_t ntr,
@@ -129,63 +147,61 @@ size_t perf_rounds_reduce(const perf_result_t *grid, const unsigned char *ok, si
 		offsetof(perf_result_t, p999_ns),   offsetof(perf_result_t, max_ns),
 		offsetof(perf_result_t, msgs_per_s), offsetof(perf_result_t, gb_per_s),
 	};
-	/* Every round's cache line figure, of all rounds and per placement;
-	 * then per transport its ratios, likewise (static: 72 KB, off the
-	 * stack; pinshm-perf reduces in one thread). */
-	static struct gathered all, part[2];
-	double cl_median, unused, split;
-	size_t nout = 0;
+	/* [0]: every round; [1], [2]: the close and the far ones, where the
+	 * rounds split.  Static: 72 KB, off the stack (pinshm-perf reduces in
+	 * one thread). */
+	static double cl[3][PERF_MAX_ROUNDS];
+	static struct ratios part[3];
+	size_t ncl[3] = { 0, 0, 0 }, nout = 0;
+	double cl_median[3], split;
 
 	if (rounds > PERF_MAX_ROUNDS)
 		rounds = PERF_MAX_ROUNDS;
 	split = placement_split(cl_ns, rounds);
-	all.ncl = part[0].ncl = part[1].ncl = 0;
 	for (size_t k = 0; k < rounds; k++) {
 		if (cl_ns[k] <= 0)
 			continue;
-		all.cl[all.ncl++] = cl_ns[k];
+		cl[0][ncl[0]++] = cl_ns[k];
 		if (split > 0) {
-			struct gathered *p = &part[cl_ns[k] >= split];
+			size_t j = 1 + (cl_ns[k] >= split);
 
-			p->cl[p->ncl++] = cl_ns[k];
+			cl[j][ncl[j]++] = cl_ns[k];
 		}
 	}
-	cl_median = all.ncl ? median(all.cl, all.ncl) : 0;
+	for (int j = 0; j < 3; j++)
+		cl_median[j] = median_or_0(cl[j], ncl[j]);
 	for (size_t t = 0; t < ntr; t++) {
 		perf_result_t *r = &out[nout];
-		perf_placement_t *pl[2] = { &r->close, &r->far };
 		size_t first = 0;
 
-		all.valid = all.ntb = all.nvcl = 0;
-		for (int i = 0; i < 2; i++)
-			part[i].valid = part[i].ntb = part[i].nvcl = 0;
+		for (int j = 0; j < 3; j++)
+			part[j].valid = part[j].ntb = part[j].nvcl = 0;
 		for (size_t k = rounds; k-- > 0;) {
 			const perf_result_t *g = &grid[k * ntr + t];
-			struct gathered *in[2] = { &all, split > 0 && cl_ns[k] > 0 ? &part[cl_ns[k] >= split] : NULL };
+			double tb = 0, vcl = 0;
 
 			if (!ok[k * ntr + t])
 				continue;
 			first = k;
-			for (int i = 0; i < 2 && in[i]; i++) {
-				in[i]->valid++;
-				if (base >= 0 && ok[k * ntr + (size_t)base] && g->median_ns > 0)
-					in[i]->tb[in[i]->ntb++] = grid[k * ntr + (size_t)base].median_ns / g->median_ns;
-				if (strcmp(g->pattern, "pingpong") == 0 && cl_ns[k] > 0)
-					in[i]->vcl[in[i]->nvcl++] = g->median_ns / cl_ns[k];
-			}
+			if (base >= 0 && ok[k * ntr + (size_t)base] && g->median_ns > 0)
+				tb = grid[k * ntr + (size_t)base].median_ns / g->median_ns;
+			if (strcmp(g->pattern, "pingpong") == 0 && cl_ns[k] > 0)
+				vcl = g->median_ns / cl_ns[k];
+			ratios_add(&part[0], tb, vcl);
+			if (split > 0 && cl_ns[k] > 0) /* and to the round's placement */
+				ratios_add(&part[1 + (cl_ns[k] >= split)], tb, vcl);
 		}
-		if (all.valid == 0)
+		if (part[0].valid == 0)
 			continue;
 		*r = grid[first * ntr + t]; /* names, size, iterations, has_tail */
 		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
 			*(double *)((char *)r + fields[i]) = median_field(grid, ok, rounds, ntr, t, fields[i]);
-		r->rounds = (unsigned)all.valid;
-		gathered_reduce(&all, &unused, &r->vs_textbook, &r->vs_cacheline);
-		r->cacheline_ns = cl_median;
-		for (int i = 0; i < 2; i++) {
-			*pl[i] = (perf_placement_t){ .block_rounds = (unsigned)part[i].ncl, .rounds = (unsigned)part[i].valid };
-			gathered_reduce(&part[i], &pl[i]->cacheline_ns, &pl[i]->vs_textbook, &pl[i]->vs_cacheline);
-		}
+		r->rounds = (unsigned)part[0].valid;
+		r->cacheline_ns = cl_median[0];
+		r->vs_textbook = median_or_0(part[0].tb, part[0].ntb);
+		r->vs_cacheline = median_or_0(part[0].vcl, part[0].nvcl);
+		r->close = placement(ncl[1], cl_median[1], &part[1]);
+		r->far = placement(ncl[2], cl_median[2], &part[2]);
 		nout++;
 	}
 	return nout;
@@ -273,17 +289,15 @@ static void table_row(FILE *f, const perf_result_t *r, int width, int rounds)
 /* Where the rounds split by placement: each transport's ratios in each. */
 static void table_placements(FILE *f, const perf_result_t *rows, size_t n, int width)
 {
-	const perf_result_t *split = NULL;
 	char a[32], b[32], c[32], d[32];
 
-	for (size_t i = 0; i < n && split == NULL; i++)
-		if (rows[i].close.block_rounds && rows[i].far.block_rounds)
-			split = &rows[i];
-	if (split == NULL)
+	/* The placements are the block's: every row carries the same. */
+	if (n == 0 || !rows[0].close.block_rounds || !rows[0].far.block_rounds)
 		return;
 	fprintf(f, "by placement, the rounds split by their cache line round trip: close %.0f ns (%u rounds), "
 		   "far %.0f ns (%u rounds)\n",
-		split->close.cacheline_ns, split->close.block_rounds, split->far.cacheline_ns, split->far.block_rounds);
+		rows[0].close.cacheline_ns, rows[0].close.block_rounds, rows[0].far.cacheline_ns,
+		rows[0].far.block_rounds);
 	fprintf(f, "%-*s %11s %11s %13s %13s\n", width, "transport", "ratio close", "ratio far", "x_cline close",
 		"x_cline far");
 	for (size_t i = 0; i < n; i++)
