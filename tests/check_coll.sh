@@ -8,7 +8,8 @@
 #  - pinshm-mpi-bench -m coll, in a quick run (2 samples, 8 B and 64 KiB),
 #    at 2 ranks and at 4 (oversubscribed): a line per call and size, exit
 #    0, every call carried by the plugin (PINSHM_MPI_STATS); then
-#    pinshm-mpi-compare -M coll for one round: its table.  No speed is
+#    pinshm-mpi-compare -M coll for one round: its table, and the cache
+#    line's round trips it took with the build's pinshm-perf.  No speed is
 #    asserted.
 #  - tests/mpi/coll_dead at 3 ranks: the last rank kills itself (SIGKILL)
 #    between two collectives, and mpirun runs with --enable-recovery, so
@@ -126,6 +127,8 @@ timeout -k 10 $((run_s * 3)) bash "$compare" -M coll -r 1 -R 2 -c barrier,allred
 grep -q "^collectives, time of one call" "$work/out" || fail "pinshm-mpi-compare -M coll: no table"
 grep -Eq '^barrier +2 +0 +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$work/out" || fail "pinshm-mpi-compare: no barrier row"
 grep -Eq '^allreduce +2 +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$work/out" || fail "pinshm-mpi-compare: no allreduce row"
+grep -Eq '^cache line round trip before and after each round \(pinshm-perf, CPUs 0 and 1\): .* [0-9]+ ns' "$work/out" ||
+    fail "pinshm-mpi-compare: no cache line probe (the build's pinshm-perf)"
 
 # A dead rank: the two survivors' calls end with the error, or abort.
 for c in allreduce barrier bcast iallreduce; do

@@ -660,10 +660,10 @@ static void fake_mpi(const struct run *r)
 	write_file(r, "bench", "#!/bin/sh\nexit 0\n", 0700);
 }
 
-/* The script runs in the run's folder, where the fakes are. */
+/* The script runs in the run's folder, where the fakes are; no cache line probe. */
 #define COMPARE_ARGS                                                                                          \
-	"-r", "2", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-l", "0,8,4K", "-w", "64K", "-g", "8", \
-		"-e", "8,4K"
+	"-r", "2", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "none", "-l", "0,8,4K", "-w",   \
+		"64K", "-g", "8", "-e", "8,4K"
 
 START_TEST(test_compare_plot)
 {
@@ -700,6 +700,85 @@ START_TEST(test_compare_plot)
 	COMPARE(&r, NULL, 0, COMPARE_ARGS, "--plot=mpi.svg");
 	head(&r, "mpi.svg", buf, sizeof(buf));
 	ck_assert_msg(strncmp(buf, "<?xml", 5) == 0, "not an SVG:\n%.200s", buf);
+	run_done(&r);
+}
+END_TEST
+
+/*
+ * Stand-ins for the rounds' placements: an mpirun for -M latency,coll (4
+ * runs a round) whose plugin takes F times (size / 64 + 1) us, F of the
+ * round from the list below, and Open MPI 4 times that (its collectives'
+ * baseline preloads the plugin with PINSHM_MPI_COLL=0); and a pinshm-perf
+ * whose cache line takes the next of the probes below (ns).
+ */
+static const char fake_mpirun_rounds[] =
+	"#!/bin/sh\n"
+	"[ \"$1\" = --version ] && { echo 'mpirun (Open MPI) 9.9.9'; exit 0; }\n"
+	"plugin=0 mode= calls=$(cat calls 2>/dev/null || echo 0)\n"
+	"echo $((calls + 1)) >calls\n"
+	"set -- \"$@\" end\n"
+	"while [ \"$1\" != end ]; do\n"
+	"    case $1 in\n"
+	"    LD_PRELOAD=*) [ $plugin = 0 ] && plugin=1 ;;\n"
+	"    PINSHM_MPI_COLL=0) plugin=2 ;;\n"
+	"    -m) mode=$2; shift ;;\n"
+	"    esac\n"
+	"    shift\n"
+	"done\n"
+	"f=$(echo 1 2 5 3 6 | cut -d' ' -f$((calls / 4 + 1)))\n"
+	"[ $plugin = 1 ] && v=$((2 * f)) || v=8\n"
+	"case $mode in\n"
+	"latency) echo \"latency bytes=64 oneway_us=$v p10_us=1 p90_us=2 samples=3 per_sample=1\" ;;\n"
+	"coll) echo \"coll bytes=8 call=allreduce ranks=2 us=$v p10_us=1 p90_us=2 samples=3\"\n"
+	"      [ $plugin = 1 ] && echo 'pinshm-mpi coll stats: rank=0 call=allreduce pinshm_calls=5 mpi_calls=0' >&2 ;;\n"
+	"esac\n"
+	"[ $plugin = 1 ] && echo 'pinshm-mpi stats: rank=0 family=p2p pinshm_msgs=10 pinshm_bytes=1 mpi_msgs=0' >&2\n"
+	"exit 0\n";
+
+static const char fake_perf_rounds[] =
+	"#!/bin/sh\n"
+	"n=$(cat probes 2>/dev/null || echo 0)\n"
+	"echo $((n + 1)) >probes\n"
+	"echo transport,pattern,size,iterations,median_ns,p99_ns\n"
+	"echo cacheline,pingpong,64,20000,$(cat list | cut -d' ' -f$((n + 1))),900\n";
+
+/*
+ * Where the probes lie 2x apart or more, the rounds whose two probes are
+ * both close (both far) are reduced apart, and a round that moved is in
+ * neither: 5 rounds, ratios 0.25 0.5 1.25 0.75 1.5, probes 100,110 (close)
+ * 400,400 (far) 105,400 (moved) 120,100 (close) 400,200 (far: 200 is the
+ * cut, sqrt(100 * 400)).  With the moved round in either part, or the
+ * probe at the cut counted close, that part's median differs.  Probes
+ * less than 2x apart leave the tables as they were.
+ */
+START_TEST(test_compare_placement)
+{
+	struct run r;
+
+	run_init(&r);
+	write_file(&r, "mpirun", fake_mpirun_rounds, 0700);
+	write_file(&r, "pinshm-perf", fake_perf_rounds, 0700);
+	write_file(&r, "plugin.so", "", 0600);
+	write_file(&r, "bench", "#!/bin/sh\nexit 0\n", 0700);
+	write_file(&r, "list", "100 110 400 400 105 400 120 100 400 200", 0600);
+	COMPARE(&r, NULL, 0, "-r", "5", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "./pinshm-perf",
+		"-M", "latency,coll", "-R", "2", "-X", "none");
+	HAS(r.out, "2 rounds close together (median 105 ns), 2 far apart (400 ns), 1 moved within the round;");
+	HAS(r.out, "   ratios of\n");
+	HAS(r.out, "     bytes    openmpi us    plugin us  ratio     median             range    close    far\n");
+	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50         0.50   1.00\n");
+	HAS(r.out, "ratio (range)       close    far\n");
+	HAS(r.out, "allreduce      2        8        8.000       6.000    0.75  0.25-1.50     0.50   1.00\n");
+	HAS(r.err, "round 3 of 5 done (openmpi first); cache line 105 ns before, 400 after");
+
+	/* 1.75x apart: one placement, no columns of it. */
+	ck_assert(unlink(in_dir(&r, "calls")) == 0 && unlink(in_dir(&r, "probes")) == 0);
+	write_file(&r, "list", "400 700 400 700 400 700 400 700 400 700", 0600);
+	COMPARE(&r, NULL, 0, "-r", "5", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "./pinshm-perf",
+		"-M", "latency,coll", "-R", "2", "-X", "none");
+	HAS(r.out, "(pinshm-perf, CPUs 0 and 1): median 550 ns (400 to 700), in one placement\n");
+	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50    \n");
+	ck_assert_msg(strstr(r.out, "close") == NULL, "a placement's column without a split:\n%s", r.out);
 	run_done(&r);
 }
 END_TEST
@@ -741,6 +820,7 @@ static Suite *perf_suite(int gnuplot)
 		tcase_add_test(tc, test_compare_plot);
 	}
 	tcase_add_test(tc, test_compare_refused);
+	tcase_add_test(tc, test_compare_placement);
 	tcase_add_test(tc, test_plot_without_gnuplot);
 	tcase_add_test(tc, test_plot_gnuplot_fails);
 	tcase_add_test(tc, test_plot_refused);
