@@ -749,7 +749,8 @@ static const char fake_perf_rounds[] =
  * 400,400 (far) 105,400 (moved) 120,100 (close) 400,200 (far: 200 is the
  * cut, sqrt(100 * 400)).  With the moved round in either part, or the
  * probe at the cut counted close, that part's median differs.  Probes
- * less than 2x apart leave the tables as they were.
+ * split by a moved round's alone leave the close part empty; probes less
+ * than 2x apart leave the tables as they were.
  */
 START_TEST(test_compare_placement)
 {
@@ -763,13 +764,21 @@ START_TEST(test_compare_placement)
 	write_file(&r, "list", "100 110 400 400 105 400 120 100 400 200", 0600);
 	COMPARE(&r, NULL, 0, "-r", "5", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "./pinshm-perf",
 		"-M", "latency,coll", "-R", "2", "-X", "none");
-	HAS(r.out, "2 rounds close together (median 105 ns), 2 far apart (400 ns), 1 moved within the round;");
+	HAS(r.out, "2 rounds (median 105 ns) close together, 2 rounds (median 400 ns) far apart, 1 moved within the round;");
 	HAS(r.out, "   ratios of\n");
 	HAS(r.out, "     bytes    openmpi us    plugin us  ratio     median             range    close    far\n");
 	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50         0.50   1.00\n");
 	HAS(r.out, "ratio (range)       close    far\n");
 	HAS(r.out, "allreduce      2        8        8.000       6.000    0.75  0.25-1.50     0.50   1.00\n");
 	HAS(r.err, "round 3 of 5 done (openmpi first); cache line 105 ns before, 400 after");
+
+	/* Split by the moved rounds' probes alone: no round close together. */
+	ck_assert(unlink(in_dir(&r, "calls")) == 0 && unlink(in_dir(&r, "probes")) == 0);
+	write_file(&r, "list", "400 400 400 100 400 400 400 400 400 400", 0600);
+	COMPARE(&r, NULL, 0, "-r", "5", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "./pinshm-perf",
+		"-M", "latency,coll", "-R", "2", "-X", "none");
+	HAS(r.out, ": no round close together, 4 rounds (median 400 ns) far apart, 1 moved within the round;");
+	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50            -   1.00\n");
 
 	/* 1.75x apart: one placement, no columns of it. */
 	ck_assert(unlink(in_dir(&r, "calls")) == 0 && unlink(in_dir(&r, "probes")) == 0);
