@@ -748,9 +748,10 @@ static const char fake_perf_rounds[] =
  * neither: 5 rounds, ratios 0.25 0.5 1.25 0.75 1.5, probes 100,110 (close)
  * 400,400 (far) 105,400 (moved) 120,100 (close) 400,200 (far: 200 is the
  * cut, sqrt(100 * 400)).  With the moved round in either part, or the
- * probe at the cut counted close, that part's median differs.  Probes
- * split by a moved round's alone leave the close part empty; probes less
- * than 2x apart leave the tables as they were.
+ * probe at the cut counted close, that part's median differs.  A round
+ * whose probe failed is in neither part; probes split by a moved round's
+ * alone leave the close part empty; probes less than 2x apart leave the
+ * tables as they were.
  */
 START_TEST(test_compare_placement)
 {
@@ -771,6 +772,16 @@ START_TEST(test_compare_placement)
 	HAS(r.out, "ratio (range)       close    far\n");
 	HAS(r.out, "allreduce      2        8        8.000       6.000    0.75  0.25-1.50     0.50   1.00\n");
 	HAS(r.err, "round 3 of 5 done (openmpi first); cache line 105 ns before, 400 after");
+
+	/* A probe that failed: its round in neither part, said so. */
+	ck_assert(unlink(in_dir(&r, "calls")) == 0 && unlink(in_dir(&r, "probes")) == 0);
+	write_file(&r, "list", "100 110 400 400 x 400 120 100 400 200", 0600);
+	COMPARE(&r, NULL, 0, "-r", "5", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "./pinshm-perf",
+		"-M", "latency,coll", "-R", "2", "-X", "none");
+	HAS(r.out, " far apart, none moved within the round, 1 not probed;");
+	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50         0.50   1.00\n");
+	HAS(r.err, "round 3: the cache line probe (./pinshm-perf) failed");
+	HAS(r.err, "round 3 of 5 done (openmpi first); cache line ? ns before, 400 after");
 
 	/* Split by the moved rounds' probes alone: no round close together. */
 	ck_assert(unlink(in_dir(&r, "calls")) == 0 && unlink(in_dir(&r, "probes")) == 0);
