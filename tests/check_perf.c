@@ -753,6 +753,17 @@ static const char fake_perf_rounds[] =
  * alone leave the close part empty; probes less than 2x apart leave the
  * tables as they were.
  */
+/* A comparison of 5 rounds with the stand-ins, the probes taking @p list's
+ * values in turn (each run starts the counts afresh). */
+static void compare_probed(struct run *r, const char *list)
+{
+	unlink(in_dir(r, "calls"));
+	unlink(in_dir(r, "probes"));
+	write_file(r, "list", list, 0600);
+	COMPARE(r, NULL, 0, "-r", "5", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "./pinshm-perf",
+		"-M", "latency,coll", "-R", "2", "-X", "none");
+}
+
 START_TEST(test_compare_placement)
 {
 	struct run r;
@@ -762,9 +773,7 @@ START_TEST(test_compare_placement)
 	write_file(&r, "pinshm-perf", fake_perf_rounds, 0700);
 	write_file(&r, "plugin.so", "", 0600);
 	write_file(&r, "bench", "#!/bin/sh\nexit 0\n", 0700);
-	write_file(&r, "list", "100 110 400 400 105 400 120 100 400 200", 0600);
-	COMPARE(&r, NULL, 0, "-r", "5", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "./pinshm-perf",
-		"-M", "latency,coll", "-R", "2", "-X", "none");
+	compare_probed(&r, "100 110 400 400 105 400 120 100 400 200");
 	HAS(r.out, "2 rounds (median 105 ns) close together, 2 rounds (median 400 ns) far apart, 1 moved within the round;");
 	HAS(r.out, "   ratios of\n");
 	HAS(r.out, "     bytes    openmpi us    plugin us  ratio     median             range    close    far\n");
@@ -774,28 +783,19 @@ START_TEST(test_compare_placement)
 	HAS(r.err, "round 3 of 5 done (openmpi first); cache line 105 ns before, 400 after");
 
 	/* A probe that failed: its round in neither part, said so. */
-	ck_assert(unlink(in_dir(&r, "calls")) == 0 && unlink(in_dir(&r, "probes")) == 0);
-	write_file(&r, "list", "100 110 400 400 x 400 120 100 400 200", 0600);
-	COMPARE(&r, NULL, 0, "-r", "5", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "./pinshm-perf",
-		"-M", "latency,coll", "-R", "2", "-X", "none");
+	compare_probed(&r, "100 110 400 400 x 400 120 100 400 200");
 	HAS(r.out, " far apart, none moved within the round, 1 not probed;");
 	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50         0.50   1.00\n");
 	HAS(r.err, "round 3: the cache line probe (./pinshm-perf) failed");
 	HAS(r.err, "round 3 of 5 done (openmpi first); cache line ? ns before, 400 after");
 
 	/* Split by the moved rounds' probes alone: no round close together. */
-	ck_assert(unlink(in_dir(&r, "calls")) == 0 && unlink(in_dir(&r, "probes")) == 0);
-	write_file(&r, "list", "400 400 400 100 400 400 400 400 400 400", 0600);
-	COMPARE(&r, NULL, 0, "-r", "5", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "./pinshm-perf",
-		"-M", "latency,coll", "-R", "2", "-X", "none");
+	compare_probed(&r, "400 400 400 100 400 400 400 400 400 400");
 	HAS(r.out, ": no round close together, 4 rounds (median 400 ns) far apart, 1 moved within the round;");
 	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50            -   1.00\n");
 
 	/* 1.75x apart: one placement, no columns of it. */
-	ck_assert(unlink(in_dir(&r, "calls")) == 0 && unlink(in_dir(&r, "probes")) == 0);
-	write_file(&r, "list", "400 700 400 700 400 700 400 700 400 700", 0600);
-	COMPARE(&r, NULL, 0, "-r", "5", "-m", "./mpirun", "-p", "./plugin.so", "-b", "./bench", "-C", "./pinshm-perf",
-		"-M", "latency,coll", "-R", "2", "-X", "none");
+	compare_probed(&r, "400 700 400 700 400 700 400 700 400 700");
 	HAS(r.out, "(pinshm-perf, CPUs 0 and 1): median 550 ns (400 to 700), in one placement\n");
 	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50    \n");
 	ck_assert_msg(strstr(r.out, "close") == NULL, "a placement's column without a split:\n%s", r.out);
