@@ -42,6 +42,7 @@ mpirun=${MPIRUN:-mpirun}
 command -v "$mpirun" >/dev/null 2>&1 || { echo "SKIP: no mpirun"; exit 77; }
 plugin=${PINSHM_MPI_LIB:-$PWD/src/mpi/.libs/libpinshm_mpi.so}
 bench=$PWD/clients/pinshm-mpi-bench
+perf=$PWD/clients/pinshm-perf
 dead=$PWD/tests/mpi/coll_dead
 compare=${PINSHM_MPI_COMPARE:-${srcdir:-.}/clients/pinshm-mpi-compare}
 
@@ -67,7 +68,7 @@ fail() {
     exit 1
 }
 
-for f in "$plugin" "$bench" "$dead"; do
+for f in "$plugin" "$bench" "$perf" "$dead"; do
     [ -e "$f" ] || fail "$f is not built"
 done
 asan=$(ldd "$plugin" 2>/dev/null | awk '$1 ~ /^libasan\.so/ && $3 ~ /^\// { print $3; exit }')
@@ -121,16 +122,17 @@ done
 
 rc=0
 timeout -k 10 $((run_s * 3)) bash "$compare" -M coll -r 1 -R 2 -c barrier,allreduce -s 8 -X none -n 2 -t 0.01 \
-    -b "$bench" -p "$plugin" ${asan:+-L "$asan"} -m "$mpirun" -T "$run_s" \
+    -b "$bench" -C "$perf" -p "$plugin" ${asan:+-L "$asan"} -m "$mpirun" -T "$run_s" \
     ${asan:+-- -x ASAN_OPTIONS -x UBSAN_OPTIONS} >"$work/out" 2>"$work/err" </dev/null || rc=$?
 [ "$rc" -eq 0 ] || fail "pinshm-mpi-compare -M coll exited $rc"
 grep -q "^collectives, time of one call" "$work/out" || fail "pinshm-mpi-compare -M coll: no table"
 grep -Eq '^barrier +2 +0 +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$work/out" || fail "pinshm-mpi-compare: no barrier row"
 grep -Eq '^allreduce +2 +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$work/out" || fail "pinshm-mpi-compare: no allreduce row"
-# The probe pins its two sides to CPUs 0 and 1.
-if [ "$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)" -ge 2 ]; then
-    grep -Eq '^cache line round trip before and after each round \(pinshm-perf, CPUs 0 and 1\): [a-z0-9]' "$work/out" ||
+# The probe pins its two sides to CPUs 0 and 1, which this process may not have.
+if "$perf" -t cacheline -p pingpong -s 64 -n 100 -f csv >/dev/null 2>&1 </dev/null; then
+    grep -Eq '^cache line round trip before each variant and at the end of each round \(pinshm-perf, CPUs 0 and 1\): [0-9a-z]' "$work/out" ||
         fail "pinshm-mpi-compare: no cache line probe (the build's pinshm-perf)"
+    ! grep -q 'cache line probe .* failed' "$work/err" || fail "pinshm-mpi-compare: a cache line probe failed"
 fi
 
 # A dead rank: the two survivors' calls end with the error, or abort.

@@ -675,6 +675,7 @@ START_TEST(test_compare_plot)
 	fake_mpi(&r);
 	COMPARE(&r, NULL, 0, COMPARE_ARGS, "--plot", "mpi.png");
 	HAS(r.out, "one-way latency, 2 ranks, 2 rounds");
+	ck_assert_msg(strstr(r.out, "cache line") == NULL, "a probe with -C none:\n%s", r.out);
 	/* Medians of the rounds (x and 2x) and the ratios within them. */
 	HAS(r.out, "      4096       292.500      195.000   0.67       0.67     0.67-0.67");
 	HAS(r.out, "completion calls over 20000 requests");
@@ -739,22 +740,13 @@ static const char fake_perf_rounds[] =
 	"#!/bin/sh\n"
 	"n=$(cat probes 2>/dev/null || echo 0)\n"
 	"echo $((n + 1)) >probes\n"
+	"v=$(tr -s ' ' <list | cut -d' ' -f$((n + 1)))\n"
+	"[ \"$v\" = x ] && echo 'no cache line' >&2\n"
 	"echo transport,pattern,size,iterations,median_ns,p99_ns\n"
-	"echo cacheline,pingpong,64,20000,$(cat list | cut -d' ' -f$((n + 1))),900\n";
+	"echo cacheline,pingpong,64,20000,$v,900\n";
 
-/*
- * Where the probes lie 2x apart or more, the rounds whose two probes are
- * both close (both far) are reduced apart, and a round that moved is in
- * neither: 5 rounds, ratios 0.25 0.5 1.25 0.75 1.5, probes 100,110 (close)
- * 400,400 (far) 105,400 (moved) 120,100 (close) 400,200 (far: 200 is the
- * cut, sqrt(100 * 400)).  With the moved round in either part, or the
- * probe at the cut counted close, that part's median differs.  A round
- * whose probe failed is in neither part; probes split by a moved round's
- * alone leave the close part empty; probes less than 2x apart leave the
- * tables as they were.
- */
 /* A comparison of 5 rounds with the stand-ins, the probes taking @p list's
- * values in turn (each run starts the counts afresh). */
+ * values in turn, "x" failing (each run starts the counts afresh). */
 static void compare_probed(struct run *r, const char *list)
 {
 	unlink(in_dir(r, "calls"));
@@ -764,6 +756,17 @@ static void compare_probed(struct run *r, const char *list)
 		"-M", "latency,coll", "-R", "2", "-X", "none");
 }
 
+/*
+ * Where the probes lie 2x apart or more, the rounds whose probes (5 a
+ * round: before each of the 4 runs, and at the end) all lie on one side of
+ * the cut are reduced apart, and a round that moved is in neither: 5
+ * rounds, ratios 0.25 0.5 1.25 0.75 1.5; round 3 moved away and back (its
+ * first and last probes close), round 5 has a probe at the cut (200,
+ * sqrt(100 * 400)).  With the moved round in either part, or the probe at
+ * the cut counted close, that part's median differs.  Then: a probe that
+ * failed, a split with no round close together, every round moved, probes
+ * less than 2x apart, every probe failed.
+ */
 START_TEST(test_compare_placement)
 {
 	struct run r;
@@ -773,32 +776,45 @@ START_TEST(test_compare_placement)
 	write_file(&r, "pinshm-perf", fake_perf_rounds, 0700);
 	write_file(&r, "plugin.so", "", 0600);
 	write_file(&r, "bench", "#!/bin/sh\nexit 0\n", 0700);
-	compare_probed(&r, "100 110 400 400 105 400 120 100 400 200");
-	HAS(r.out, "2 rounds (median 105 ns) close together, 2 rounds (median 400 ns) far apart, 1 moved within the round;");
+	compare_probed(&r, "100 110 100 110 100  400 400 400 400 400  105 400 400 400 105  120 100 100 100 100  "
+			   "400 200 400 400 400");
+	HAS(r.out, "2 rounds (median 100 ns) close together, 2 rounds (median 400 ns) far apart, 1 moved within the "
+		   "round\n");
 	HAS(r.out, "   ratios of\n");
 	HAS(r.out, "     bytes    openmpi us    plugin us  ratio     median             range    close    far\n");
 	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50         0.50   1.00\n");
 	HAS(r.out, "ratio (range)       close    far\n");
 	HAS(r.out, "allreduce      2        8        8.000       6.000    0.75  0.25-1.50     0.50   1.00\n");
-	HAS(r.err, "round 3 of 5 done (openmpi first); cache line 105 ns before, 400 after");
+	HAS(r.err, "round 3 of 5 done (openmpi first); cache line 105/400/400/400/105 ns (before each variant, at the end)");
 
-	/* A probe that failed: its round in neither part, said so. */
-	compare_probed(&r, "100 110 400 400 x 400 120 100 400 200");
-	HAS(r.out, " far apart, none moved within the round, 1 not probed;");
+	compare_probed(&r, "100 100 100 100 100  400 400 400 400 400  x 400 400 400 400  100 100 100 100 100  "
+			   "400 400 400 400 400");
+	HAS(r.out, " far apart, none moved within the round; 1 not probed (1 probe failed)\n");
 	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50         0.50   1.00\n");
-	HAS(r.err, "round 3: the cache line probe (./pinshm-perf) failed");
-	HAS(r.err, "round 3 of 5 done (openmpi first); cache line ? ns before, 400 after");
+	HAS(r.err, "round 3: the cache line probe (./pinshm-perf) failed: no cache line\n");
+	HAS(r.err, "cache line -/400/400/400/400 ns");
 
-	/* Split by the moved rounds' probes alone: no round close together. */
-	compare_probed(&r, "400 400 400 100 400 400 400 400 400 400");
-	HAS(r.out, ": no round close together, 4 rounds (median 400 ns) far apart, 1 moved within the round;");
+	compare_probed(&r, "400 400 400 400 400  400 400 100 400 400  400 400 400 400 400  400 400 400 400 400  "
+			   "400 400 400 400 400");
+	HAS(r.out, ": no round close together, 4 rounds (median 400 ns) far apart, 1 moved within the round\n");
 	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50            -   1.00\n");
 
+	/* Every round moved: no column of a placement. */
+	compare_probed(&r, "100 400 100 100 100  100 400 100 100 100  100 400 100 100 100  100 400 100 100 100  "
+			   "100 400 100 100 100");
+	HAS(r.out, ": no round close together, no round far apart, 5 moved within the round\n");
+	ck_assert_msg(strstr(r.out, "ratios of") == NULL, "a placement's column without a placed round:\n%s", r.out);
+
 	/* 1.75x apart: one placement, no columns of it. */
-	compare_probed(&r, "400 700 400 700 400 700 400 700 400 700");
-	HAS(r.out, "(pinshm-perf, CPUs 0 and 1): median 550 ns (400 to 700), in one placement\n");
+	compare_probed(&r, "400 700 400 700 400  700 400 700 400 700  400 700 400 700 400  700 400 700 400 700  "
+			   "400 700 400 700 400");
+	HAS(r.out, "(pinshm-perf, CPUs 0 and 1): median 400 ns (400 to 700), in one placement\n");
 	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50    \n");
 	ck_assert_msg(strstr(r.out, "close") == NULL, "a placement's column without a split:\n%s", r.out);
+
+	compare_probed(&r, "x x x x x  x x x x x  x x x x x  x x x x x  x x x x x");
+	HAS(r.out, "(pinshm-perf, CPUs 0 and 1): every probe failed\n");
+	ck_assert_msg(strstr(r.out, "close") == NULL, "a placement's column without a probe:\n%s", r.out);
 	run_done(&r);
 }
 END_TEST
