@@ -707,10 +707,10 @@ END_TEST
 
 /*
  * Stand-ins for the rounds' placements: an mpirun for -M latency,coll (4
- * runs a round) whose plugin takes F times (size / 64 + 1) us, F of the
- * round from the list below, and Open MPI 4 times that (its collectives'
- * baseline preloads the plugin with PINSHM_MPI_COLL=0); and a pinshm-perf
- * whose cache line takes the next of the probes below (ns).
+ * runs a round, one size each) whose plugin takes 2F us, F of the round
+ * from the list below, and Open MPI 8 us (its collectives' baseline
+ * preloads the plugin with PINSHM_MPI_COLL=0): a ratio of F / 4; and a
+ * pinshm-perf whose cache line takes the next of the probes in "list" (ns).
  */
 static const char fake_mpirun_rounds[] =
 	"#!/bin/sh\n"
