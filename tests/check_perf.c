@@ -652,12 +652,17 @@ static const char fake_mpirun[] =
 	"[ $plugin = 1 ] && echo 'pinshm-mpi stats: rank=0 family=p2p pinshm_msgs=10 pinshm_bytes=1 mpi_msgs=0' >&2\n"
 	"exit 0\n";
 
-/* The fake mpirun, plugin and bench in the run's folder. */
+/* The fake mpirun, plugin and bench in the run's folder, and a pinshm-perf
+ * where the script looks for one. */
 static void fake_mpi(const struct run *r)
 {
 	write_file(r, "mpirun", fake_mpirun, 0700);
 	write_file(r, "plugin.so", "", 0600);
 	write_file(r, "bench", "#!/bin/sh\nexit 0\n", 0700);
+	/* Where the script looks for pinshm-perf without -C: -C none must leave it unrun. */
+	ck_assert(mkdir(in_dir(r, "clients"), 0700) == 0);
+	write_file(r, "clients/pinshm-perf",
+		   "#!/bin/sh\necho transport,median_ns\necho cacheline,400\n", 0700);
 }
 
 /* The script runs in the run's folder, where the fakes are; no cache line probe. */
