@@ -32,7 +32,10 @@
  *              maximum over the ranks; the size is the bytes of one rank's
  *              block (Gather, Scatter, Allgather, Alltoall: per rank, and
  *              per pair for Alltoall) or of the whole message (Bcast,
- *              Reduce, Allreduce: ints, MPI_SUM); the root is rank 0.
+ *              Reduce, Allreduce: ints, MPI_SUM); the root is rank 0;
+ *              besides, where the time went: rank 0's time of a call and
+ *              the barrier after it, and how much later the last rank
+ *              entered the calls than the first (ranks on one machine).
  *
  * Output: one line per mode and size, "MODE bytes=N KEY=VALUE ...", for
  * scripts; lines starting with '#' are comments.  Every received message is
@@ -41,10 +44,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MIB (1024L * 1024)
@@ -294,17 +299,18 @@ static long per_sample(double one, const struct opts *o)
 
 /* Rank 0 prints the line of @p mode for @p n bytes (requests in the
  * complete mode): the median of the samples (microseconds; sorted here)
- * as @p key, their 10th and 90th percentiles; @p extra: fields after the size, or "". */
+ * as @p key, their 10th and 90th percentiles; @p extra: fields after the size, @p tail: at the
+ * line's end, each "" or " KEY=VALUE ...". */
 static void print_times(const char *mode, long n, const char *extra, const char *key, double *sample,
-			const struct opts *o, long k)
+			const struct opts *o, long k, const char *tail)
 {
 	if (rank != 0)
 		return;
 	qsort(sample, o->samples, sizeof(double), cmp_double);
-	printf("%s %s=%ld%s %s=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld\n", mode,
+	printf("%s %s=%ld%s %s=%.3f p10_us=%.3f p90_us=%.3f samples=%d per_sample=%ld%s\n", mode,
 	       strcmp(mode, "complete") ? "bytes" : "requests", n, extra, key,
 	       quantile(sample, o->samples, 0.5), quantile(sample, o->samples, 0.1), quantile(sample, o->samples, 0.9),
-	       o->samples, k);
+	       o->samples, k, tail);
 	fflush(stdout);
 }
 
@@ -348,7 +354,7 @@ static void latency(long n, const struct opts *o)
 		sample[s] = (MPI_Wtime() - t0) / k / 2 * 1e6;
 		check(buf, n, (unsigned char)(v - 1), "latency");
 	}
-	print_times("latency", n, "", "oneway_us", sample, o, k);
+	print_times("latency", n, "", "oneway_us", sample, o, k, "");
 	free(sample);
 	free(buf);
 }
@@ -440,7 +446,7 @@ static void ring(long n, const struct opts *o)
 	}
 	char ranks[32];
 	snprintf(ranks, sizeof(ranks), " ranks=%d", nranks);
-	print_times("ring", n, ranks, "step_us", sample, o, k);
+	print_times("ring", n, ranks, "step_us", sample, o, k, "");
 	free(out);
 	free(in);
 	free(sample);
@@ -471,7 +477,7 @@ static void exchange(long n, const struct opts *o)
 		else
 			k = per_sample(t, o);
 	}
-	print_times("exchange", n, "", "round_us", sample, o, k);
+	print_times("exchange", n, "", "round_us", sample, o, k, "");
 	free(out);
 	free(in);
 	free(sample);
@@ -555,7 +561,7 @@ static void complete(const struct opts *o)
 			sample[s] = complete_batch(c, k, rq, nreq, indices, st) / k * 1e6;
 		char extra[48];
 		snprintf(extra, sizeof(extra), " call=%s", call_name[c]);
-		print_times("complete", nreq, extra, "call_us", sample, o, k);
+		print_times("complete", nreq, extra, "call_us", sample, o, k, "");
 	}
 	for (int i = 0; rank == 1 && i < nreq - 1; i++)
 		MPI_Send(NULL, 0, MPI_BYTE, 0, 7, apart);
@@ -647,19 +653,48 @@ static void coll_verify(enum coll call, int k, const int *send, const int *recv,
 	}
 }
 
+/* Nanoseconds on CLOCK_MONOTONIC, one clock for every process of a
+ * machine (MPI_Wtime need not be: Open MPI's counts from each process's
+ * own start). */
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Whether every rank runs on this machine (main()): the ranks' entry
+ * times can then be compared. */
+static bool one_machine;
+
+/* How the ranks entered the calls of a batch: the latest mean entry time
+ * less the earliest, and the rank of the earliest. */
+struct entries {
+	double skew_s;
+	int first;
+};
+
 /* @p iters calls, each timed alone with a barrier between (Barrier: a
  * run of barriers): the mean seconds of a call, the maximum over the
- * ranks; *@p wall: the batch's time at this rank, per call. */
-static double coll_batch(enum coll call, int k, int *send, int *recv, long iters, double *wall)
+ * ranks; *@p wall: the batch's time at this rank, per call; *@p in, at
+ * rank 0: how the ranks entered the calls (skew_s < 0 where not measured:
+ * a Barrier, ranks on several machines).  A rank that enters a call later
+ * than another (the barrier lets the last rank to reach it leave first)
+ * makes the other's time include the difference where it waits for it. */
+static double coll_batch(enum coll call, int k, int *send, int *recv, long iters, double *wall, struct entries *in)
 {
 	double sum = 0, tmax = 0, start = MPI_Wtime();
+	int64_t base = mono_ns(), entered = 0;
 
+	in->skew_s = -1;
+	in->first = 0;
 	if (call == COLL_BARRIER) {
 		for (long i = 0; i < iters; i++)
 			MPI_Barrier(MPI_COMM_WORLD);
 		sum = MPI_Wtime() - start;
 	} else {
 		for (long i = 0; i < iters; i++) {
+			entered += mono_ns() - base;
 			double t0 = MPI_Wtime();
 			coll_once(call, k, send, recv);
 			sum += MPI_Wtime() - t0;
@@ -669,6 +704,16 @@ static double coll_batch(enum coll call, int k, int *send, int *recv, long iters
 	*wall = (MPI_Wtime() - start) / iters;
 	double mean = sum / iters;
 	MPI_Allreduce(&mean, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	if (call != COLL_BARRIER && one_machine) {
+		struct {
+			long t; /* the mean entry time, ns */
+			int rank;
+		} mine = {(long)(base + entered / iters), rank}, lo = mine, hi = mine;
+		MPI_Reduce(&mine, &lo, 1, MPI_LONG_INT, MPI_MINLOC, 0, MPI_COMM_WORLD);
+		MPI_Reduce(&mine, &hi, 1, MPI_LONG_INT, MPI_MAXLOC, 0, MPI_COMM_WORLD);
+		in->skew_s = (double)(hi.t - lo.t) * 1e-9; /* elsewhere than rank 0: 0 */
+		in->first = lo.rank;
+	}
 	return tmax;
 }
 
@@ -680,24 +725,44 @@ static void coll_size(enum coll call, long n, const struct opts *o)
 	int *send = (int *)(void *)alloc_touched(ints * (long)sizeof(int));
 	int *recv = (int *)(void *)alloc_touched(ints * (long)sizeof(int));
 	double *sample = calloc(o->samples, sizeof(double)), wall = 0;
+	double *skew = calloc(o->samples, sizeof(double)), *cycle = calloc(o->samples, sizeof(double));
+	int *firsts = calloc(nranks, sizeof(int));
+	struct entries in;
 
-	if (!sample)
+	if (!sample || !skew || !cycle || !firsts)
 		die("out of memory%s", "");
 	coll_prepare(call, k, send, recv, 1);
-	coll_batch(call, k, send, recv, 3, &wall); /* the warm-up, then a batch timed to size the samples */
-	coll_batch(call, k, send, recv, 20, &wall);
+	coll_batch(call, k, send, recv, 3, &wall, &in); /* the warm-up, then a batch timed to size the samples */
+	coll_batch(call, k, send, recv, 20, &wall, &in);
 	coll_verify(call, k, send, recv, 1);
 	long iters = per_sample(wall, o);
 	for (int s = 0; s < o->samples; s++) {
 		int v = (s & 1023) + 2;
 		coll_prepare(call, k, send, recv, v);
 		MPI_Barrier(MPI_COMM_WORLD);
-		sample[s] = coll_batch(call, k, send, recv, iters, &wall) * 1e6;
+		sample[s] = coll_batch(call, k, send, recv, iters, &wall, &in) * 1e6;
+		skew[s] = in.skew_s * 1e6;
+		cycle[s] = wall * 1e6;
+		firsts[in.first]++;
 		coll_verify(call, k, send, recv, v);
 	}
-	char extra[64];
+	char extra[64], tail[96] = "";
 	snprintf(extra, sizeof(extra), " call=%s ranks=%d", coll_names[call], nranks);
-	print_times("coll", call == COLL_BARRIER ? 0 : (long)k * 4, extra, "us", sample, o, iters);
+	if (call != COLL_BARRIER) { /* rank 0's call and barrier; the median skew, the rank first in most samples */
+		int first = 0, n;
+		for (int r = 1; r < nranks; r++)
+			first = firsts[r] > firsts[first] ? r : first;
+		qsort(cycle, o->samples, sizeof(double), cmp_double);
+		qsort(skew, o->samples, sizeof(double), cmp_double);
+		n = snprintf(tail, sizeof(tail), " cycle_us=%.3f", quantile(cycle, o->samples, 0.5));
+		if (in.skew_s >= 0)
+			snprintf(tail + n, sizeof(tail) - n, " skew_us=%.3f first_in=%d", quantile(skew, o->samples, 0.5),
+				 first);
+	}
+	print_times("coll", call == COLL_BARRIER ? 0 : (long)k * 4, extra, "us", sample, o, iters, tail);
+	free(firsts);
+	free(cycle);
+	free(skew);
 	free(sample);
 	free(send);
 	free(recv);
@@ -738,6 +803,12 @@ int main(int argc, char **argv)
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 	parse(argc, argv, &o);
+	MPI_Comm node;
+	int node_size = 0;
+	MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+	MPI_Comm_size(node, &node_size);
+	MPI_Comm_free(&node);
+	one_machine = node_size == nranks;
 	MPI_Get_processor_name(name, &len);
 	if (rank == 0) {
 		printf("# pinshm-mpi-bench: %d ranks on %s, %d samples per size, about %.2f s each, %ld online CPUs\n",
