@@ -735,7 +735,7 @@ static const char fake_mpirun_rounds[] =
 	"[ $plugin = 1 ] && v=$((2 * f)) || v=8\n"
 	"case $mode in\n"
 	"latency) echo \"latency bytes=64 oneway_us=$v p10_us=1 p90_us=2 samples=3 per_sample=1\" ;;\n"
-	"coll) echo \"coll bytes=8 call=allreduce ranks=2 us=$v p10_us=1 p90_us=2 samples=3\"\n"
+	"coll) echo \"coll bytes=8 call=allreduce ranks=2 us=$v p10_us=1 p90_us=2 samples=3 cycle_us=$((v + 1))\"\n"
 	"      [ $plugin = 1 ] && echo 'pinshm-mpi coll stats: rank=0 call=allreduce pinshm_calls=5 mpi_calls=0' >&2 ;;\n"
 	"esac\n"
 	"[ $plugin = 1 ] && echo 'pinshm-mpi stats: rank=0 family=p2p pinshm_msgs=10 pinshm_bytes=1 mpi_msgs=0' >&2\n"
@@ -790,6 +790,9 @@ START_TEST(test_compare_placement)
 	HAS(r.out, "        64         8.000        6.000   0.75       0.75     0.25-1.50         0.50   1.00\n");
 	HAS(r.out, "ratio (range)       close    far\n");
 	HAS(r.out, "allreduce      2        8        8.000       6.000    0.75  0.25-1.50     0.50   1.00\n");
+	/* A call and its barrier (cycle_us, one more than us): ratios (2F + 1) / 9. */
+	HAS(r.out, "collectives, a call and the barrier after it (rank 0's mean time), 5 rounds\n");
+	HAS(r.out, "allreduce      2        8        9.000       7.000    0.78  0.33-1.44     0.56   1.00\n");
 	HAS(r.err, "round 3 of 5 done (openmpi first); cache line 105/400/400/400/105 ns (before each variant, at the end)");
 
 	compare_probed(&r, "100 100 100 100 100  400 400 400 400 400  x 400 400 400 400  100 100 100 100 100  "
