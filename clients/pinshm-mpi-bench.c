@@ -677,8 +677,8 @@ struct entries {
 /* @p iters calls, each timed alone with a barrier between (Barrier: a
  * run of barriers): the mean seconds of a call, the maximum over the
  * ranks; *@p wall: the batch's time at this rank, per call; *@p in, at
- * rank 0: how the ranks entered the calls (skew_s < 0 where not measured:
- * a Barrier, ranks on several machines).  A rank that enters a call later
+ * rank 0: how the ranks entered the calls (but for a Barrier, and where
+ * every rank runs on this machine; else 0).  A rank that enters a call later
  * than another (the barrier lets the last rank to reach it leave first)
  * makes the other's time include the difference where it waits for it. */
 static double coll_batch(enum coll call, int k, int *send, int *recv, long iters, double *wall, struct entries *in)
@@ -686,7 +686,7 @@ static double coll_batch(enum coll call, int k, int *send, int *recv, long iters
 	double sum = 0, tmax = 0, start = MPI_Wtime();
 	int64_t base = mono_ns(), entered = 0;
 
-	in->skew_s = -1;
+	in->skew_s = 0;
 	in->first = 0;
 	if (call == COLL_BARRIER) {
 		for (long i = 0; i < iters; i++)
@@ -705,14 +705,16 @@ static double coll_batch(enum coll call, int k, int *send, int *recv, long iters
 	double mean = sum / iters;
 	MPI_Allreduce(&mean, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 	if (call != COLL_BARRIER && one_machine) {
+		/* The earliest mean entry time (ns) and its rank, and the latest
+		 * negated, in one reduction. */
+		long t = (long)(base + entered / iters);
 		struct {
-			long t; /* the mean entry time, ns */
+			long t;
 			int rank;
-		} mine = {(long)(base + entered / iters), rank}, lo = mine, hi = mine;
-		MPI_Reduce(&mine, &lo, 1, MPI_LONG_INT, MPI_MINLOC, 0, MPI_COMM_WORLD);
-		MPI_Reduce(&mine, &hi, 1, MPI_LONG_INT, MPI_MAXLOC, 0, MPI_COMM_WORLD);
-		in->skew_s = (double)(hi.t - lo.t) * 1e-9; /* elsewhere than rank 0: 0 */
-		in->first = lo.rank;
+		} mine[2] = {{t, rank}, {-t, rank}}, got[2] = {mine[0], mine[1]};
+		MPI_Reduce(mine, got, 2, MPI_LONG_INT, MPI_MINLOC, 0, MPI_COMM_WORLD);
+		in->skew_s = (double)(-got[1].t - got[0].t) * 1e-9; /* elsewhere than rank 0: 0 */
+		in->first = got[0].rank;
 	}
 	return tmax;
 }
@@ -755,7 +757,7 @@ static void coll_size(enum coll call, long n, const struct opts *o)
 		qsort(cycle, o->samples, sizeof(double), cmp_double);
 		qsort(skew, o->samples, sizeof(double), cmp_double);
 		n = snprintf(tail, sizeof(tail), " cycle_us=%.3f", quantile(cycle, o->samples, 0.5));
-		if (in.skew_s >= 0)
+		if (one_machine)
 			snprintf(tail + n, sizeof(tail) - n, " skew_us=%.3f first_in=%d", quantile(skew, o->samples, 0.5),
 				 first);
 	}
