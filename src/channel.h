@@ -275,6 +275,14 @@ void notify_close(pinshm_channel_t *ch);
 
 /* produce.c */
 void producer_recover_tail(pinshm_channel_t *ch);
+/* The ring's byte @p ahead bytes past the end of what this producer wrote:
+ * where its next record begins (0 ahead) and the lines after, unless that
+ * record goes to the ring's start for want of room at its end.  Only for
+ * hints (a prefetch): nothing is reserved. */
+static inline const uint8_t *producer_ahead(const pinshm_channel_t *ch, uint64_t ahead)
+{
+	return ch->ring + ((ch->tail + ahead) & (ch->g.capacity - 1));
+}
 
 /* consume.c */
 void consumer_start(pinshm_channel_t *ch);

@@ -17,6 +17,9 @@
  * MPI call - a barrier, a wait on a request of the library - still moves the
  * plugin's messages; where that is missing, the plugin's own calls drive it.
  */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -169,6 +172,19 @@ static void size_rings(void)
 	bound_sizes();
 }
 
+/* Whether the CPU has a write-intent prefetch: x86's PREFETCHW is not on
+ * every x86 CPU (CPUID 0x80000001, ECX bit 8); elsewhere the compiler's
+ * prefetch for writing is the architecture's own. */
+static bool cpu_claims_lines(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned a, b, c, d;
+	return __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & bit_PRFCHW);
+#else
+	return true;
+#endif
+}
+
 static void read_config(void)
 {
 	struct pm_config *c = &pm.cfg;
@@ -192,6 +208,7 @@ static void read_config(void)
 	/* A test hook: smaller pieces take the piece logic of pack.c on small
 	 * messages.  64 bytes hold any predefined type. */
 	c->piece = env_size("PINSHM_MPI_PIECE", INT_MAX, 64, INT_MAX);
+	c->claim_lines = cpu_claims_lines();
 	pm_coll_config();
 }
 
