@@ -2,6 +2,7 @@
  * handback.c - a client's hand-back of a channel's segment (handback.h).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,14 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 			 producer ? "producer" : "consumer");
 		return -EINVAL;
 	}
+	/* Shared memory only (a memfd, a file of tmpfs or hugetlbfs: they
+	 * answer F_GET_SEALS), asked without reaching any file system's own
+	 * code: a file of another kind, of a FUSE server that never answers
+	 * say, would block the daemon in its first fstat(). */
+	if (fcntl(*fd, F_GET_SEALS) < 0) {
+		snprintf(why, whylen, "not a shared memory file (a memfd or a file of /dev/shm)");
+		return -EINVAL;
+	}
 	if (fstat(*fd, &st) != 0) {
 		snprintf(why, whylen, "fstat: %s", strerror(errno));
 		return -EINVAL;
@@ -121,6 +130,12 @@ int handback(struct registry *r, struct reg_client *c, const struct handback_req
 		}
 		*flags |= PROTO_HANDBACK_KNOWN;
 	} else {
+		/* Room for the reference first: once taken, the channel is the
+		 * daemon's, and a reference refused then would destroy it - punch
+		 * the pages its processes still use. */
+		rc = registry_ref_room(c, why, whylen);
+		if (rc != 0)
+			return rc;
 		rc = handback_new(r, c, q->name, &q->attr, &g, *fd, &chan, why, whylen);
 		if (rc != 0)
 			return rc;

@@ -916,6 +916,11 @@ int registry_insert(struct registry *r, struct channel *chan, char *why, size_t 
 	return 0;
 }
 
+int registry_ref_room(struct reg_client *c, char *why, size_t whylen)
+{
+	return ref_room(c, NULL, why, whylen);
+}
+
 int registry_ref(struct registry *r, struct reg_client *c, struct channel *chan, char *why, size_t whylen)
 {
 	int rc = ref_room(c, chan, why, whylen);

@@ -448,5 +448,9 @@ bool registry_reaping(const struct registry *r, const struct channel *chan, unsi
  * then @p chan is destroyed if nothing else keeps it.
  */
 int registry_ref(struct registry *r, struct reg_client *c, struct channel *chan, char *why, size_t whylen);
+/** Make room for @p c to reference one more channel, before that channel
+ *  is made or taken (after it, registry_ref() cannot fail).
+ *  @return 0, -EMFILE (the connection's most) or -ENOMEM. */
+int registry_ref_room(struct reg_client *c, char *why, size_t whylen);
 
 #endif /* PINSHMD_REGISTRY_H */

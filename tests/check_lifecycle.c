@@ -1895,6 +1895,23 @@ START_TEST(test_adopt_hostile)
 	ck_assert_int_eq(write(small, head, sizeof(head)), (ssize_t)sizeof(head));
 	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, small, 1, &rep), -EINVAL);
 	close(small);
+	/* A whole segment in a file that is not shared memory (a file of the
+	 * test's directory, where that is not tmpfs): the daemon asks no other
+	 * file system anything (a FUSE server could stall it). */
+	int disk = open(".", O_TMPFILE | O_RDWR, 0600);
+	if (disk >= 0 && fcntl(disk, F_GET_SEALS) < 0) {
+		char page[4096];
+		for (off_t at = 0; at < (off_t)tu_fd_size(seg); at += (off_t)sizeof(page)) {
+			ck_assert_int_eq(pread(seg, page, sizeof(page), at), (ssize_t)sizeof(page));
+			ck_assert_int_eq(pwrite(disk, page, sizeof(page), at), (ssize_t)sizeof(page));
+		}
+		TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 1, disk, 1, &rep), -EINVAL);
+	} else {
+		fprintf(stderr, "note: adopt_hostile: no file but of shared memory here (O_TMPFILE in the test's "
+				"directory): the disk file's case skipped\n");
+	}
+	if (disk >= 0)
+		close(disk);
 	TU_RC(raw_adopt(sock, "h", &attr, PINSHM_CONSUMER, 0, seg, 1, &rep), -EINVAL); /* a producer's endpoint */
 	TU_RC(raw_adopt(sock, "h", &attr, 7, 1, seg, 1, &rep), -EINVAL);              /* no such role */
 	TU_RC(raw_adopt(sock, ".h", &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), -EINVAL); /* a bad name */
@@ -1923,6 +1940,52 @@ START_TEST(test_adopt_hostile)
 	close(zero);
 	close(p[0]);
 	close(p[1]);
+	pinshm_disconnect(c);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
+/*
+ * A hand-back that the connection has no room to reference (its most,
+ * REGISTRY_MAX_REFS channels) is refused before the daemon takes the
+ * segment: the daemon destroys what it took and nothing references, and
+ * would punch the pages of a channel that its processes still use.
+ */
+START_TEST(test_adopt_refs_full)
+{
+	struct daemon d;
+	struct proto_msg rep;
+	pinshm_channel_attr_t attr;
+	char name[32];
+
+	daemon_start(&d);
+	pinshm_client_t *c = connect_ok(&d);
+	int sock = raw_hello(&d);
+	tu_attr(&attr, PINSHM_QUEUE, PINSHM_MIN_CAPACITY, 1, 1);
+	for (unsigned i = 0; i < 1024; i++) { /* the daemon's REGISTRY_MAX_REFS */
+		snprintf(name, sizeof(name), "full.%u", i);
+		int seg = tu_create(&attr);
+		TU_RC(raw_adopt(sock, name, &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), 0);
+		close(seg);
+	}
+	int seg = tu_create(&attr);
+	off_t size = (off_t)tu_fd_size(seg);
+	const char mark[] = "still here";
+	ck_assert_int_eq(pwrite(seg, mark, sizeof(mark), size - 64), (ssize_t)sizeof(mark));
+	TU_RC(raw_adopt(sock, "full.last", &attr, PINSHM_CONSUMER, 1, seg, 1, &rep), -EMFILE);
+	/* The daemon's destroyed channels are punched a slice a loop turn:
+	 * give it turns, then look. */
+	pinshm_status_t st;
+	for (int i = 0; i < 20; i++) {
+		CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+		tu_sleep_ms(10);
+	}
+	char got[sizeof(mark)] = "";
+	ck_assert_int_eq(pread(seg, got, sizeof(got), size - 64), (ssize_t)sizeof(got));
+	ck_assert_str_eq(got, mark);
+	ck_assert(!list_find(c, "full.last", NULL, NULL));
+	close(seg);
+	close(sock);
 	pinshm_disconnect(c);
 	daemon_stop_ok(&d);
 }
@@ -3432,6 +3495,7 @@ static Suite *lifecycle_suite(void)
 	tcase_add_test(tc, test_restart_handback);
 	tcase_add_test(tc, test_restart_repeatedly);
 	tcase_add_test(tc, test_adopt_hostile);
+	tcase_add_test(tc, test_adopt_refs_full);
 	tcase_add_test(tc, test_adopt_bogus_pids);
 	suite_add_tcase(s, tc);
 
