@@ -340,14 +340,19 @@ static bool whole(const struct segment *s)
 static void mark_damaged(struct segment *s, const char *how)
 {
 	s->damaged = true;
-	log_warn("shm segment of %zu bytes %s: a client shrank it; the daemon leaves it alone from now on", s->size,
-		 how);
+	log_warn("%s segment of %zu bytes %s: a client shrank it or punched its huge pages; the daemon leaves it alone "
+		 "from now on",
+		 s->hugepages ? "huge-page" : "shm", s->size, how);
 }
 
 int segment_access(struct segment *s, segment_access_fn *fn, void *arg)
 {
-	if (s->backend != PINSHM_BACKEND_SHM)
-		return fn(s->base, arg); /* sealed: its size cannot change */
+	/* Sealed, its size cannot change, nor can a page fail to come back:
+	 * a punched page of tmpfs comes back zeroed at the next touch.  One of
+	 * hugetlbfs needs a free huge page then, and without one the touch
+	 * faults (SIGBUS): guarded like the shm backend's. */
+	if (s->backend != PINSHM_BACKEND_SHM && !s->hugepages)
+		return fn(s->base, arg);
 	if (s->damaged)
 		return -EBADMSG;
 	if (!whole(s)) {

@@ -1852,6 +1852,56 @@ static void huge_attr_pages(pinshm_channel_attr_t *attr, long pages, size_t *siz
 	*size = (*size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
 }
 
+/*
+ * A channel of huge pages whose first huge page (header and endpoints) a
+ * holder punched out, with no free huge page left: the daemon's next look
+ * at it would fault (SIGBUS) where it is not guarded.  It marks the
+ * channel damaged instead, answers, and serves on.
+ */
+START_TEST(test_huge_punched)
+{
+	struct daemon d;
+	pinshm_channel_attr_t attr;
+	pinshm_list_entry_t e;
+	size_t size;
+
+	if (!huge_ready("a channel of huge pages punched out"))
+		return;
+	pinshm_client_t *c = start_conf(&d, LARGE_CONF);
+	huge_attr_pages(&attr, 2, &size);
+	int seg = huge_segment(&attr);
+	ck_assert_int_ge(seg, 0);
+	int sock = raw_connect(&d);
+	ck_assert_int_ge(sock, 0);
+	TU_RC(raw_adopt(sock, &attr, seg), 0);
+	ck_assert_int_eq(fallocate(seg, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)HUGE_PAGE), 0);
+	/* Every free huge page taken, and touched. */
+	long left = tu_meminfo("HugePages_Free:");
+	int hog = memfd_create("hog", MFD_CLOEXEC | MFD_HUGETLB);
+	ck_assert_int_ge(hog, 0);
+	void *held = MAP_FAILED;
+	if (left > 0) {
+		ck_assert_int_eq(ftruncate(hog, (off_t)((uint64_t)left * HUGE_PAGE)), 0);
+		held = mmap(NULL, (size_t)left * HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, hog, 0);
+		ck_assert_ptr_ne(held, MAP_FAILED);
+	}
+	ck_assert_int_eq(tu_meminfo("HugePages_Free:"), 0);
+
+	int rc = pinshm_stat(c, "crafted", &e); /* the daemon reads its endpoints */
+	ck_assert_msg(rc != -ECONNRESET && rc != -EPIPE, "the daemon died: %d", rc);
+	pinshm_status_t st;
+	CLIENT_RC(c, pinshm_status(c, &st, NULL, NULL), 0);
+
+	if (held != MAP_FAILED)
+		munmap(held, (size_t)left * HUGE_PAGE);
+	close(hog);
+	close(sock);
+	close(seg);
+	CLIENT_RC(c, pinshm_disconnect(c), 0);
+	daemon_stop_ok(&d);
+}
+END_TEST
+
 /* A create of huge pages right after a destroy: the destroyed channel's
  * pages come back a slice a turn, and a create that needs them (more than
  * half of the free ones: the two cannot both be there) waits for them
@@ -2101,6 +2151,7 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_huge_handback);
 	tcase_add_test(tc, test_huge_create);
 	tcase_add_test(tc, test_huge_after_destroy);
+	tcase_add_test(tc, test_huge_punched);
 	tcase_add_test(tc, test_huge_late_error);
 	suite_add_tcase(s, tc);
 	return s;
