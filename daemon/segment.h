@@ -25,13 +25,12 @@
  *
  * What the seals leave open: a holder may punch holes in the file
  * (fallocate), which zeroes pages of that channel and nothing else; the
- * data plane treats it as any other corruption of the channel.  A punched
- * huge page comes back only while a free one is left: without, the next
- * touch faults, and the daemon's touches are guarded as the shm backend's
- * (segment_access()).  The daemon
+ * data plane treats it as any other corruption of the channel.  The daemon
  * does the same to a channel it destroys (`release`): every page past the
  * endpoints goes, whoever still holds the descriptor or a mapping of it
- * (see segment_destroy()).
+ * (see segment_destroy()).  A punched huge page comes back only while a
+ * free one is left: without, the next touch faults, and the daemon's
+ * touches are guarded as the shm backend's (segment_access()).
  */
 #ifndef PINSHMD_SEGMENT_H
 #define PINSHMD_SEGMENT_H
