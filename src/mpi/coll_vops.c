@@ -202,8 +202,9 @@ static int vx_move(struct pm_coll *co, struct vx *x)
 	const struct view *own = x->shared ? &x->out[0] : &x->out[me];
 	if (n > 1)
 		vx_steps(co, x, vx_table(co, x));
-	else
-		x->from[0] = own->bytes;
+	/* Its own block's length is its own, not what the table in the area
+	 * says (which another rank can write). */
+	x->from[me] = own->bytes;
 	for (int r = 0; r < n; r++) {
 		struct view *v = &x->in[r];
 		if (!v->want)
