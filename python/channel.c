@@ -299,13 +299,23 @@ static PyObject *chan_send_batch(ChannelObject *self, PyObject *args, PyObject *
 			goto out;
 		iov[got] = (struct iovec){bufs[got].buf, (size_t)bufs[got].len};
 	}
-	if (pyshm_channel_usable(self) < 0) /* the sequence's code may have closed it */
-		goto out;
-	struct batch_arg a = {iov, (unsigned)n};
-	int rc = run_waiting(self, op_send_batch, &a, ms);
-	if (rc == INT_MIN)
-		goto out;
-	ret = rc < 0 ? chan_raise(self, rc, PYSHM_SEND) : PyLong_FromLong(rc);
+	/* run_waiting() tries once without waiting, and waits in slices: a
+	 * try that fills the ring part way returns how many went.  The rest
+	 * waits as pinshm_send_batch() would, each wait up to the timeout,
+	 * unless the call was not to wait at all. */
+	unsigned done = 0;
+	int rc = 0;
+	do {
+		if (pyshm_channel_usable(self) < 0) /* the sequence's code, or a finalizer, may have closed it */
+			goto out;
+		struct batch_arg a = {iov + done, (unsigned)n - done};
+		rc = run_waiting(self, op_send_batch, &a, ms);
+		if (rc == INT_MIN)
+			goto out;
+		if (rc > 0)
+			done += (unsigned)rc;
+	} while (rc > 0 && done < (unsigned)n && ms != 0);
+	ret = done == 0 && rc < 0 ? chan_raise(self, rc, PYSHM_SEND) : PyLong_FromLong((long)done);
 out:
 	for (Py_ssize_t i = 0; i < got; i++)
 		PyBuffer_Release(&bufs[i]);

@@ -108,6 +108,28 @@ def test_batches(pair):
         tx.send_batch([b"ok", 5])
 
 
+def test_batch_waits_for_room(pair):
+    """A batch longer than the ring, without a timeout: every message goes,
+    in order, as a slow consumer makes room (none given up part way)."""
+    tx, rx = pair(capacity=1 << 12)
+    msgs = [bytes([i]) * 200 for i in range(100)]
+    got = []
+
+    def consume():
+        while len(got) < len(msgs):
+            got.append(rx.recv(timeout=5))
+            time.sleep(0.001)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    assert tx.send_batch(msgs) == len(msgs)
+    t.join()
+    assert got == msgs
+    # Not waiting: a partial send says how many went.
+    n = tx.send_batch(msgs, timeout=0)
+    assert 1 <= n < len(msgs)
+
+
 def test_wrong_role(pair):
     tx, rx = pair()
     with pytest.raises(pinshm.Error) as ei:
