@@ -51,6 +51,11 @@ int pyshm_channel_usable(ChannelObject *self)
 		PyErr_SetString(pyshm_Error, "this channel belongs to the parent process (fork): open it again");
 		return -1;
 	}
+	if (pyshm_client_closed(self)) {
+		pyshm_raise(-ENOTCONN, "the client it was opened through is closed, and its endpoint with it: open it again",
+			    PYSHM_OTHER);
+		return -1;
+	}
 	if (self->busy) {
 		PyErr_SetString(PyExc_RuntimeError, "the channel is in use by another thread (one thread at a time)");
 		return -1;
@@ -67,7 +72,7 @@ int pyshm_channel_usable(ChannelObject *self)
 
 int pyshm_channel_reap(ChannelObject *self)
 {
-	if (!self->ch || self->busy || self->closed || self->pid != pyshm_pid())
+	if (!self->ch || self->busy || self->closed || self->pid != pyshm_pid() || pyshm_client_closed(self))
 		return 0;
 	if (self->abort_pending) {
 		self->abort_pending = false;

@@ -324,8 +324,9 @@ static PyObject *client_shutdown(ClientObject *self, PyObject *unused)
 }
 
 PyDoc_STRVAR(close_doc, "close()\n\nDisconnect (pinshm_disconnect()).  Channels opened through it stay "
-			"mapped, but the daemon\nmarks their endpoints dead: close them first.  Closing twice "
-			"does nothing.");
+			"mapped, but their\nendpoints go with the connection: every call on them but close() then "
+			"raises\npinshm.Error (ENOTCONN), and a release does nothing.  Close them first.\n"
+			"Closing twice does nothing.");
 
 static PyObject *client_close(ClientObject *self, PyObject *unused)
 {

@@ -244,7 +244,7 @@ void pyshm_reservation_drop(ReservationObject *r)
 		return;
 	r->done = true;
 	chan->resv = NULL;
-	if (!chan->ch || chan->closed || chan->pid != pyshm_pid())
+	if (!chan->ch || chan->closed || chan->pid != pyshm_pid() || pyshm_client_closed(chan))
 		return; /* close() drops it with the handle */
 	if (chan->busy)
 		chan->abort_pending = true;

@@ -173,6 +173,14 @@ PyObject *pyshm_channel_new(pinshm_channel_t *ch, ClientObject *client, int role
 /** Raise unless @p self may be used now (open, this process's, not busy).
  *  @return 0, or -1 with an exception set. */
 int pyshm_channel_usable(ChannelObject *self);
+/* Whether the client the channel was opened through is closed: the daemon
+ * reaped the endpoint with the connection and may have given it to
+ * another open, so the handle must not send, receive, release or abort on
+ * it any more (the library's close then only unmaps it). */
+static inline bool pyshm_client_closed(const ChannelObject *self)
+{
+	return self->client && !self->client->c;
+}
 
 /** Where the handle is free: abort a reservation dropped while it was
  *  busy, and release to the library the longest run of done records at the

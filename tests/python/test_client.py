@@ -217,14 +217,31 @@ def test_docstrings():
     assert not missing
 
 
-def test_channel_outlives_client(client):
+def test_channel_outlives_client(client, daemon):
+    """Channels outlive their client's close, mapped, but their endpoints went
+    with the connection (the daemon may give them to another open): every
+    call but close() and a release then raises ENOTCONN, and nothing is
+    sent, taken or released on the endpoint (another client keeps the
+    channel)."""
     name = new_name()
-    client.create(name)
+    owner = pinshm.connect(daemon.sock)
+    owner.create(name)
+    tx = client.open(name, "producer")
     rx = client.open(name, "consumer")
-    client.close()  # the channel stays mapped; its endpoint is marked dead by the daemon
-    with pytest.raises(pinshm.Error):
-        rx.recv(timeout=0.2)
+    tx.send(b"one")
+    tx.send(b"two")
+    held = rx.recv_inplace()
+    client.close()
+    for call in (lambda: rx.recv(timeout=0.2), lambda: rx.recv_inplace(timeout=0),
+                 lambda: tx.send(b"three"), lambda: tx.reserve(8)):
+        with pytest.raises(pinshm.Error) as ei:
+            call()
+        assert ei.value.errno == errno.ENOTCONN and "client" in ei.value.detail
+    held.release()  # not the handle's to release any more: nothing done
     rx.close()
+    tx.close()
+    owner.open(name, "consumer").close()  # the endpoint is free for another open
+    owner.close()
 
 
 def test_channel_dealloc_closes_without_gil(client, daemon):
