@@ -236,6 +236,49 @@ static int leaders_phase(const struct pm_hier *h, const uint64_t *tabs, const ch
 	return pm_comm_error(comm, rc);
 }
 
+/* The sum of the @p n numbers at @p v into *@p sum: false where it does
+ * not fit in 64 bits. */
+static bool sum_fits(const uint64_t *v, int n, uint64_t *sum)
+{
+	uint64_t s = 0;
+	for (int i = 0; i < n; i++)
+		if (__builtin_add_overflow(s, v[i], &s))
+			return false;
+	*sum = s;
+	return true;
+}
+
+/*
+ * A leader's look at its node's tables (@p tabs, as leaders_phase()
+ * takes them): local rank k's sends into @p glen[k], their place in the
+ * gathered blocks into @p goff[k].  The tables came through the area,
+ * where any rank of the node can write: a table whose sends, or rooms
+ * with the head of its piece, do not add up in 64 bits with the others'
+ * (the buffers would be sized by a sum that wrapped, and filled at
+ * offsets that did not) is taken as empty.  @return whether one was.
+ */
+static bool node_tables(const struct pm_hier *h, uint64_t *tabs, uint64_t *glen, uint64_t *goff)
+{
+	int n = h->size, nn = h->node_size[h->my_node];
+	uint64_t gall = 0, oall = 0, sends, rooms, unused;
+	bool bad = false;
+	for (int k = 0; k < nn; k++) {
+		uint64_t *row = tabs + (size_t)k * 2 * n;
+		if (!sum_fits(row, n, &sends) || !sum_fits(row + n, n, &rooms) ||
+		    __builtin_add_overflow(gall, sends, &unused) || rooms > UINT64_MAX - A2A_HEAD(n) ||
+		    __builtin_add_overflow(oall, rooms + A2A_HEAD(n), &unused)) {
+			memset(row, 0, 2 * (size_t)n * sizeof(*row));
+			sends = rooms = 0;
+			bad = true;
+		}
+		glen[k] = sends;
+		goff[k] = gall;
+		gall += sends;
+		oall += rooms + A2A_HEAD(n);
+	}
+	return bad;
+}
+
 /* The call once every rank has its side @p a: @return the node's and
  * leaders' first error (reported), else this rank's own (reported). */
 static int a2a_run(struct pm_hier *h, struct a2a *a, MPI_Comm comm)
@@ -247,13 +290,11 @@ static int a2a_run(struct pm_hier *h, struct a2a *a, MPI_Comm comm)
 	uint64_t *goff = lead ? zalloc((size_t)nn, sizeof(uint64_t)) : NULL;
 	uint64_t *olen = lead ? zalloc((size_t)nn, sizeof(uint64_t)) : NULL;
 	int sent = coll_gather_bytes(h->node, (char *)a->tab, (char *)tabs, 2 * (uint64_t)n * sizeof(uint64_t), 0);
-	uint64_t gall = 0;
-	for (int k = 0; lead && k < nn; k++) {
-		for (int d = 0; d < n; d++)
-			glen[k] += tabs[(size_t)k * 2 * n + d];
-		goff[k] = gall;
-		gall += glen[k];
-	}
+	/* A table taken as empty fails the call at every rank (the status of
+	 * step 4). */
+	if (lead && node_tables(h, tabs, glen, goff))
+		sent = first(sent, MPI_ERR_OTHER);
+	uint64_t gall = lead && nn > 0 ? goff[nn - 1] + glen[nn - 1] : 0;
 	char *G = lead ? zalloc((size_t)gall, 1) : NULL, *O = NULL;
 	sent = first(sent, coll_vbytes(h->node, true, a->out, a->stot, G, glen, comm));
 	if (lead)

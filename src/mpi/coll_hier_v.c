@@ -177,7 +177,7 @@ static void plan_counts(struct plan *p)
 	p->ndispl = zalloc((size_t)h->nnodes, sizeof(int));
 	uint64_t at = 0;
 	for (int j = 0; j < h->nnodes; j++) {
-		bool fits = at + p->ntot[j] < INT_MAX; /* and the status byte after them */
+		bool fits = p->ntot[j] < INT_MAX - at; /* and the status byte after them (at < INT_MAX: no wrap) */
 		if (!fits && p->rc == MPI_SUCCESS)
 			p->rc = MPI_ERR_COUNT;
 		p->ndispl[j] = fits ? (int)at : 0;
@@ -211,10 +211,17 @@ static int plan_node(struct plan *p, uint64_t bytes, bool gather)
 	for (int r = 0, k = 0; !gather && is_leader(h) && r < h->size; r++)
 		if (h->node_of[r] == h->my_node)
 			p->nlen[k++] = p->len[r];
+	/* Each length at most INT_MAX, so that their sum cannot wrap: they
+	 * came through the area, where any rank of the node can write. */
 	p->mine = 0;
-	for (int k = 0; is_leader(h) && k < n; k++)
-		p->mine += p->nlen[k];
-	if (is_leader(h) && p->mine > INT_MAX) {
+	bool over = false;
+	for (int k = 0; is_leader(h) && k < n; k++) {
+		if (p->nlen[k] > INT_MAX)
+			over = true;
+		else
+			p->mine += p->nlen[k];
+	}
+	if (is_leader(h) && (over || p->mine > INT_MAX)) {
 		/* Nothing moves between the leaders for this node, nor within it:
 		 * the node's lengths are the room the node step copies into. */
 		p->mine = 0;
