@@ -110,10 +110,13 @@ int pyshm_channel_reap(ChannelObject *self)
 	return rc;
 }
 
-/* Raise for @p rc with the handle's detail. */
+/* Raise for @p rc with the handle's detail: none for no room or nothing
+ * in time, which the library gives none (its text is an earlier
+ * failure's). */
 static PyObject *chan_raise(ChannelObject *self, int rc, enum pyshm_side side)
 {
-	return pyshm_raise(rc, self->ch ? pinshm_channel_error(self->ch) : "", side);
+	bool own = self->ch && rc != -EAGAIN && rc != -ETIMEDOUT;
+	return pyshm_raise(rc, own ? pinshm_channel_error(self->ch) : "", side);
 }
 
 /* Unmap and free the handle (closing the endpoint where it is this

@@ -36,7 +36,15 @@ def test_too_long(pair):
     assert ei.value.errno == errno.EMSGSIZE
     with pytest.raises(pinshm.Error) as ei:
         tx.reserve(tx.max_message + 1)
-    assert ei.value.errno == errno.EMSGSIZE
+    assert ei.value.errno == errno.EMSGSIZE and "exceed" in ei.value.detail
+    # No room, nothing in time: no detail, not the last failure's.
+    with pytest.raises(pinshm.Full) as ei:
+        while True:
+            tx.send(bytes(1000), timeout=0)
+    assert ei.value.detail == "" and "exceed" not in str(ei.value)
+    with pytest.raises(pinshm.Timeout) as ei:
+        tx.send(bytes(1000), timeout=0.01)
+    assert ei.value.detail == ""
 
 
 def test_nonblocking_and_timeouts(pair):
