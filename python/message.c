@@ -46,9 +46,21 @@ void pyshm_message_done(MessageObject *m)
 	m->chan->held[m->seq % PYSHM_MAX_HELD].obj = NULL;
 }
 
+/* Raise pinshm.Error where @p chan's handle was inherited across fork():
+ * its records and reservation are the parent's. */
+static int parents(const ChannelObject *chan)
+{
+	if (chan->pid == pyshm_pid())
+		return 0;
+	PyErr_SetString(pyshm_Error, "this object belongs to the parent process (fork)");
+	return -1;
+}
+
 /* Raise BufferError unless @p m may export its record. */
 int pyshm_message_exportable(MessageObject *m)
 {
+	if (parents(m->chan) < 0)
+		return -1;
 	if (m->done || m->release_after) {
 		PyErr_SetString(PyExc_BufferError, "the message was released");
 		return -1;
@@ -83,6 +95,8 @@ PyDoc_STRVAR(msg_release_doc,
 static PyObject *msg_release(MessageObject *m, PyObject *unused)
 {
 	(void)unused;
+	if (parents(m->chan) < 0)
+		return NULL;
 	if (m->done)
 		Py_RETURN_NONE;
 	if (m->views > 0) {
@@ -103,6 +117,8 @@ PyDoc_STRVAR(msg_tobytes_doc, "tobytes() -> bytes\n\nA copy of the payload.");
 static PyObject *msg_tobytes(MessageObject *m, PyObject *unused)
 {
 	(void)unused;
+	if (parents(m->chan) < 0)
+		return NULL;
 	if (m->done) {
 		PyErr_SetString(PyExc_ValueError, "the message was released");
 		return NULL;
@@ -254,6 +270,8 @@ void pyshm_reservation_drop(ReservationObject *r)
 
 static int resv_getbuffer(ReservationObject *r, Py_buffer *view, int flags)
 {
+	if (parents(r->chan) < 0)
+		return -1;
 	if (r->done) {
 		PyErr_SetString(PyExc_BufferError, "the reservation was committed or aborted");
 		return -1;
@@ -340,6 +358,8 @@ PyDoc_STRVAR(resv_dlpack_doc,
 
 static PyObject *resv_dlpack(ReservationObject *r, PyObject *args, PyObject *kw)
 {
+	if (parents(r->chan) < 0)
+		return NULL;
 	if (r->done) {
 		PyErr_SetString(PyExc_BufferError, "the reservation was committed or aborted");
 		return NULL;

@@ -197,10 +197,12 @@ def test_producer_killed_mid_reserve(client, daemon):
     rx.close()
 
 
-def child_of_fork(rx, client, conn):
-    """Child: the parent's channel and client are not its own."""
+def child_of_fork(rx, client, held, resv, conn):
+    """Child: the parent's channel and client are not its own, nor its
+    message held in place and its reservation."""
     out = []
-    for call in (lambda: rx.recv(timeout=0), rx.info, client.list):
+    for call in (lambda: rx.recv(timeout=0), rx.info, client.list, lambda: memoryview(held),
+                 held.tobytes, held.release, lambda: memoryview(resv), lambda: resv.__dlpack__()):
         try:
             call()
             out.append("worked")
@@ -215,12 +217,20 @@ def test_fork_rules(client, daemon):
     client.create("fork", capacity=1 << 14)
     tx = client.open("fork", "producer")
     rx = client.open("fork", "consumer")
+    tx.send(b"held")
+    held = rx.recv_inplace(timeout=1)
     tx.send(b"before")
+    resv = tx.reserve(8)
     r, w = ctx.Pipe(duplex=False)
-    p = start(child_of_fork, rx, client, w)
-    assert r.recv() == [True, True, True]
+    p = start(child_of_fork, rx, client, held, resv, w)
+    assert r.recv() == [True] * 8
     join_all([p])
     assert rx.recv(timeout=1) == b"before"  # the parent's endpoint is untouched
+    assert bytes(held) == b"held"
+    held.release()
+    memoryview(resv)[:] = b"parent!!"
+    resv.commit()
+    assert rx.recv(timeout=1) == b"parent!!"
     tx.send(b"after")
     assert rx.recv(timeout=1) == b"after"
     assert client.stat("fork")["consumers"] == 1
