@@ -267,10 +267,18 @@ int ring_unclaim_step(const struct seg_geometry *g, void *base, unsigned owner, 
 	for (; cur->lane < g->max_producers; *cur = (struct unclaim_cursor){.lane = cur->lane + 1}) {
 		_Atomic uint64_t *free = &seg_lane(g, base, cur->lane)->free;
 		uint64_t from = atomic_load_explicit(free, memory_order_acquire);
-		if (from > cur->pos)
-			cur->scanned = 0; /* from `free` again, a whole lap: what was behind it is done */
-		else
+		if (cur->pos != 0 && from > cur->pos) {
+			/* Every record behind `free` is done (it never passes one
+			 * claimed): those bytes count as scanned, and the scan ends
+			 * a lap past where it began, which holds every record the
+			 * dead consumer can have claimed.  Counted again from each
+			 * new `free`, the lap would not end while the others keep
+			 * moving it. */
+			uint64_t skipped = from - cur->pos, left = g->capacity - cur->scanned;
+			cur->scanned += skipped < left ? skipped : left;
+		} else if (cur->pos != 0) {
 			from = cur->pos;
+		}
 		uint64_t lap = g->capacity - cur->scanned;
 		bool last = lap <= bytes;
 		struct shared_scan s = { g, seg_ring(g, base, cur->lane), free, cur->pos, 0, last ? lap : bytes };

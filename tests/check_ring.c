@@ -23,6 +23,7 @@
 #include "channel.h"
 #include "layout.h"
 #include "pinshm.h"
+#include "seg.h"
 #include "testutil.h"
 #include "wait.h"
 
@@ -1047,6 +1048,41 @@ START_TEST(test_close_drops_reservation)
 		recv_pat(pr.c, (i * 13) % 400, i);
 	}
 	pair_close(&pr);
+}
+END_TEST
+
+/*
+ * A dead shared consumer's reap in steps of 256 bytes, while the producer
+ * and the other consumer move the lane's `free` past the reap's place at
+ * every step, records always ahead of it: the reap ends within about a
+ * lap's worth of steps (it held nothing, and nothing behind `free` needs
+ * another look).
+ */
+START_TEST(test_shared_reap_under_traffic)
+{
+	int fd = tu_channel(PINSHM_QUEUE, 4 * KiB, 1, 2);
+	pinshm_channel_t *p = tu_attach(fd, PINSHM_PRODUCER);
+	pinshm_channel_t *c[2] = {tu_attach(fd, PINSHM_CONSUMER), tu_attach(fd, PINSHM_CONSUMER)};
+	uint64_t sent = 0, taken = 0;
+	struct unclaim_cursor cur = {0};
+	unsigned steps = 0;
+	int rc;
+
+	for (; sent < 20; sent++)
+		send_pat(p, 100, sent);
+	while ((rc = seg_endpoint_reap_step(&c[0]->g, c[0]->base, c[0]->endpoint, &cur, 256)) == 1) {
+		ck_assert_msg(++steps < 64, "the reap of a 4 KiB lap in 256-byte steps did not end in %u steps", steps);
+		for (unsigned i = 0; i < 4; i++, sent++, taken++) { /* 4 records of 128 bytes: past the step */
+			send_pat(p, 100, sent);
+			recv_pat(c[1], 100, taken);
+		}
+	}
+	TU_RC(rc, 0);
+	pinshm_channel_forget(c[0]); /* its endpoint is dead now */
+	for (; taken < sent; taken++)
+		recv_pat(c[1], 100, taken);
+	expect_empty(c[1]);
+	close_all(fd, p, c[1], NULL);
 }
 END_TEST
 
@@ -2609,6 +2645,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, test_close_with_held);
 	tcase_add_test(tc, test_close_drops_reservation);
 	tcase_add_test(tc, test_shared_queue);
+	tcase_add_test(tc, test_shared_reap_under_traffic);
 	tcase_add_test(tc, test_multi_producer);
 	tcase_add_test(tc, test_round_robin_calls);
 	tcase_add_test(tc, test_many_lanes_fair);
