@@ -693,8 +693,14 @@ static PyObject *chan_close(ChannelObject *self, PyObject *unused)
 	if (self->resv)
 		pyshm_reservation_drop(self->resv);
 	self->closed = true;
-	if (self->objs > 0)
-		Py_RETURN_NONE; /* unmapped when the last record object goes */
+	if (self->objs > 0) {
+		/* Unmapped when the last record object goes.  What was
+		 * committed with more=True is not left unannounced meanwhile:
+		 * the library's close would flush it. */
+		if (self->role == PINSHM_PRODUCER && self->pid == pyshm_pid() && !pyshm_client_closed(self))
+			pinshm_flush(self->ch);
+		Py_RETURN_NONE;
+	}
 	int rc = chan_unmap(self);
 	if (rc < 0)
 		return pyshm_raise(rc, "closing the channel", PYSHM_OTHER);

@@ -176,6 +176,23 @@ def test_close(pair):
             call()
 
 
+def test_deferred_close_wakes(pair):
+    """A producer's close put off while a record object lives still wakes an
+    armed consumer for what was committed with more=True."""
+    import select
+
+    tx, rx = pair()
+    fd = rx.fileno()
+    assert rx.arm()
+    r = tx.reserve(64)
+    memoryview(r)[:4] = b"last"
+    r.commit(4, more=True)
+    tx.close()  # put off: r lives
+    assert select.select([fd], [], [], 5)[0] == [fd], "the consumer was not woken"
+    assert rx.recv(timeout=0) == b"last"
+    del r
+
+
 def test_event_loop(pair):
     tx, rx = pair()
     fd = rx.fileno()
