@@ -557,7 +557,7 @@ static PyObject *chan_recv_batch(ChannelObject *self, PyObject *args, PyObject *
 	pinshm_msg_t msgs[PYSHM_MAX_HELD];
 	int ms;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|IO:recv_batch", kwlist, &max, &tmo))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&O:recv_batch", kwlist, pyshm_u32, &max, &tmo))
 		return NULL;
 	if (max == 0) {
 		PyErr_SetString(PyExc_ValueError, "max must be at least 1");

@@ -127,7 +127,7 @@ static PyObject *client_create(ClientObject *self, PyObject *args, PyObject *kw)
 				 "overrun", "mode", "persistent", "flags",       NULL};
 	struct request r = {.kind = REQ_CREATE};
 	unsigned kind, maxmsg, prods, cons, mode = 0600, flags = 0;
-	unsigned long long cap;
+	uint64_t cap;
 	int overrun = 0, persistent = 0;
 
 	pinshm_channel_attr_init(&r.attr);
@@ -136,8 +136,9 @@ static PyObject *client_create(ClientObject *self, PyObject *args, PyObject *kw)
 	maxmsg = r.attr.max_message;
 	prods = r.attr.max_producers;
 	cons = r.attr.max_consumers;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IKIIIpIpI:create", kwlist, &r.name, &kind, &cap, &maxmsg,
-					 &prods, &cons, &overrun, &mode, &persistent, &flags))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|O&O&O&O&O&pO&pO&:create", kwlist, &r.name, pyshm_u32, &kind,
+					 pyshm_u64, &cap, pyshm_u32, &maxmsg, pyshm_u32, &prods, pyshm_u32, &cons,
+					 &overrun, pyshm_u32, &mode, &persistent, pyshm_u32, &flags))
 		return NULL;
 	r.attr = (pinshm_channel_attr_t){.kind = kind,
 					 .flags = overrun ? PINSHM_OVERRUN : 0,

@@ -76,6 +76,32 @@ PyObject *pyshm_raise(int rc, const char *detail, enum pyshm_side side)
 	return NULL;
 }
 
+int pyshm_u64(PyObject *arg, void *out)
+{
+	PyObject *i = PyNumber_Index(arg);
+	if (!i)
+		return 0;
+	unsigned long long v = PyLong_AsUnsignedLongLong(i);
+	Py_DECREF(i);
+	if (v == (unsigned long long)-1 && PyErr_Occurred())
+		return 0;
+	*(uint64_t *)out = v;
+	return 1;
+}
+
+int pyshm_u32(PyObject *arg, void *out)
+{
+	uint64_t v;
+	if (!pyshm_u64(arg, &v))
+		return 0;
+	if (v > UINT32_MAX) {
+		PyErr_Format(PyExc_OverflowError, "%llu is too large (at most %u)", (unsigned long long)v, UINT32_MAX);
+		return 0;
+	}
+	*(unsigned *)out = (unsigned)v;
+	return 1;
+}
+
 int pyshm_timeout_ms(PyObject *arg, int *ms)
 {
 	if (!arg || arg == Py_None) {

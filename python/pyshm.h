@@ -135,6 +135,11 @@ PyObject *pyshm_raise(int rc, const char *detail, enum pyshm_side side);
 /** Convert a timeout argument (None: forever, seconds >= 0) into
  *  milliseconds (-1: forever).  @return 0, or -1 with an exception set. */
 int pyshm_timeout_ms(PyObject *arg, int *ms);
+/** "O&" converters of an unsigned argument: any integer (__index__) in
+ *  range, else OverflowError (a negative one too) or TypeError, not taken
+ *  modulo the type's range as "K" and "I" would. */
+int pyshm_u64(PyObject *arg, void *out); /* uint64_t */
+int pyshm_u32(PyObject *arg, void *out); /* unsigned, at most UINT32_MAX */
 
 /** Make the module's types; @return 0 or -1 with an exception set. */
 int pyshm_client_init(PyObject *module);

@@ -112,6 +112,8 @@ def test_batches(pair):
         del more
     with pytest.raises(ValueError):
         rx.recv_batch(max=0)
+    with pytest.raises(OverflowError):  # not taken modulo 2**32
+        rx.recv_batch(max=-1, timeout=0)
     with pytest.raises(TypeError):
         tx.send_batch([b"ok", 5])
 

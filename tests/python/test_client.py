@@ -105,6 +105,15 @@ def test_errors(client):
     with pytest.raises(pinshm.Error) as ei:
         client.create("badcap", capacity=5000)
     assert ei.value.errno == errno.EINVAL
+    # Out of the field's range: refused, not taken modulo it (a 1 MiB
+    # channel for 2**64 + 2**20, one producer for 2**32 + 1).
+    for args in ({"capacity": 2**64 + 2**20}, {"max_producers": 2**32 + 1}, {"max_consumers": -1},
+                 {"mode": 2**32 + 0o600}):
+        with pytest.raises(OverflowError):
+            client.create("wraps", **args)
+    with pytest.raises(TypeError):
+        client.create("wraps", capacity=1.5)
+    assert not any(e["name"] == "wraps" for e in client.list())
     with pytest.raises(pinshm.Error) as ei:
         client.open("missing", pinshm.CONSUMER)
     assert ei.value.errno == errno.ENOENT
