@@ -76,6 +76,9 @@
  *   vm.nr_hugepages, and its charge goes; one that waited and then fails
  *   for another reason (the daemon's RLIMIT_NOFILE lowered meanwhile)
  *   fails with that error (EMFILE), named, in its reply and the log.
+ *   A channel whose first huge page a holder punched out, with no free
+ *   huge page left, is listed as damaged at the daemon's next look: the
+ *   daemon does not die of the fault.
  */
 #include <check.h>
 #include <dirent.h>
