@@ -244,15 +244,11 @@ PyObject *pyshm_dlpack_capsule(PyObject *owner, Py_ssize_t *views, ChannelObject
 }
 
 PyObject *pyshm_dlpack_bytes(PyObject *owner, Py_ssize_t *views, ChannelObject *chan, void *base, size_t len,
-			     bool read_only, PyObject *args, PyObject *kw)
+			     bool read_only, const struct pyshm_dl_request *req)
 {
-	struct pyshm_dl_request req;
-
-	if (pyshm_dlpack_request(args, kw, &req) < 0)
-		return NULL;
 	int64_t shape[1] = {(int64_t)len};
 	struct pyshm_dl_geometry g = {.ndim = 1, .shape = shape, .code = 1 /* kDLUInt */, .bits = 8};
-	return pyshm_dlpack_capsule(owner, views, chan, base, len, read_only, &req, &g);
+	return pyshm_dlpack_capsule(owner, views, chan, base, len, read_only, req, &g);
 }
 
 PyObject *pyshm_dlpack_device(PyObject *self, PyObject *unused)

@@ -139,9 +139,11 @@ PyDoc_STRVAR(msg_dlpack_doc,
 
 static PyObject *msg_dlpack(MessageObject *m, PyObject *args, PyObject *kw)
 {
-	if (pyshm_message_exportable(m) < 0)
+	struct pyshm_dl_request req;
+
+	if (pyshm_dlpack_request(args, kw, &req) < 0 || pyshm_message_exportable(m) < 0)
 		return NULL;
-	return pyshm_dlpack_bytes((PyObject *)m, &m->views, m->chan, (void *)m->data, m->len, true, args, kw);
+	return pyshm_dlpack_bytes((PyObject *)m, &m->views, m->chan, (void *)m->data, m->len, true, &req);
 }
 
 static PyObject *msg_enter(PyObject *self, PyObject *unused)
@@ -358,13 +360,15 @@ PyDoc_STRVAR(resv_dlpack_doc,
 
 static PyObject *resv_dlpack(ReservationObject *r, PyObject *args, PyObject *kw)
 {
-	if (parents(r->chan) < 0)
+	struct pyshm_dl_request req;
+
+	if (pyshm_dlpack_request(args, kw, &req) < 0 || parents(r->chan) < 0)
 		return NULL;
 	if (r->done) {
 		PyErr_SetString(PyExc_BufferError, "the reservation was committed or aborted");
 		return NULL;
 	}
-	return pyshm_dlpack_bytes((PyObject *)r, &r->views, r->chan, r->data, r->len, false, args, kw);
+	return pyshm_dlpack_bytes((PyObject *)r, &r->views, r->chan, r->data, r->len, false, &req);
 }
 
 static PyObject *resv_enter(PyObject *self, PyObject *unused)

@@ -232,7 +232,9 @@ struct pyshm_dl_geometry {
 };
 
 /** Parse __dlpack__()'s keyword arguments (stream, max_version, dl_device,
- *  copy) into @p req: BufferError for a device other than the host.
+ *  copy) into @p req: BufferError for a device other than the host.  It may
+ *  run the caller's code (an integer's __index__), which may release or
+ *  commit the record: check the record's state after it.
  *  @return 0, or -1 with an exception set. */
 int pyshm_dlpack_request(PyObject *args, PyObject *kw, struct pyshm_dl_request *req);
 
@@ -244,9 +246,9 @@ int pyshm_dlpack_request(PyObject *args, PyObject *kw, struct pyshm_dl_request *
 PyObject *pyshm_dlpack_capsule(PyObject *owner, Py_ssize_t *views, ChannelObject *chan, void *base, size_t len,
 			       bool read_only, const struct pyshm_dl_request *req, const struct pyshm_dl_geometry *g);
 
-/** __dlpack__(*args, **kw) of a whole record as one-dimensional uint8. */
+/** A whole record as one-dimensional uint8, for @p req (__dlpack__()). */
 PyObject *pyshm_dlpack_bytes(PyObject *owner, Py_ssize_t *views, ChannelObject *chan, void *base, size_t len,
-			     bool read_only, PyObject *args, PyObject *kw);
+			     bool read_only, const struct pyshm_dl_request *req);
 
 /** __dlpack_device__(): (kDLCPU, 0). */
 PyObject *pyshm_dlpack_device(PyObject *self, PyObject *unused);

@@ -234,6 +234,36 @@ def test_reservation_dlpack(pair):
         assert bytes(m) == bytes(i * 3 for i in range(8))
 
 
+def test_dlpack_arguments_read_first(pair):
+    """__dlpack__() reads its arguments before it looks at the record: an
+    argument's __index__ that releases or commits it is seen, and no capsule
+    is made over a record given back."""
+    tx, rx = pair()
+    tx.send(b"abc")
+    m = rx.recv_inplace(timeout=1)
+
+    class Releases:
+        def __index__(self):
+            m.release()
+            return 1
+
+    with pytest.raises(BufferError):
+        m.__dlpack__(max_version=(Releases(), 0))
+    assert m.released and rx.held == 0
+    r = tx.reserve(8)
+
+    class Commits:
+        def __index__(self):
+            r.commit()
+            return 1
+
+    with pytest.raises(BufferError):
+        r.__dlpack__(max_version=(Commits(), 0))
+    assert r.done
+    with rx.recv_inplace(timeout=1) as got:
+        assert len(got) == 8
+
+
 def test_array_capsule_kinds(pair):
     """array_dlpack() passes max_version and the others on."""
     tx, rx = pair()
