@@ -654,9 +654,9 @@ PyDoc_STRVAR(set_spin_doc, "set_spin(ns)\n\nFix how long a wait polls before it 
 
 static PyObject *chan_set_spin(ChannelObject *self, PyObject *arg)
 {
-	unsigned long long ns = PyLong_AsUnsignedLongLong(arg);
+	uint64_t ns;
 
-	if (PyErr_Occurred() || pyshm_channel_usable(self) < 0)
+	if (!pyshm_u64(arg, &ns) || pyshm_channel_usable(self) < 0)
 		return NULL;
 	pinshm_channel_set_spin(self->ch, ns);
 	Py_RETURN_NONE;

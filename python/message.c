@@ -319,17 +319,18 @@ static PyObject *resv_commit(ReservationObject *r, PyObject *args, PyObject *kw)
 	PyObject *n_arg = Py_None;
 	int more = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Op:commit", kwlist, &n_arg, &more) || resv_check(r) < 0)
+	uint64_t n = 0;
+
+	/* The arguments first: n's __index__ may run code that commits r. */
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Op:commit", kwlist, &n_arg, &more) ||
+	    (n_arg != Py_None && !pyshm_u64(n_arg, &n)) || resv_check(r) < 0)
 		return NULL;
-	size_t n = r->len;
-	if (n_arg != Py_None) {
-		n = PyLong_AsSize_t(n_arg);
-		if (n == (size_t)-1 && PyErr_Occurred())
-			return NULL;
-		if (n > r->len) {
-			PyErr_Format(PyExc_ValueError, "commit of %zu bytes in a reservation of %zu", n, r->len);
-			return NULL;
-		}
+	if (n_arg == Py_None)
+		n = r->len;
+	if (n > r->len) {
+		PyErr_Format(PyExc_ValueError, "commit of %llu bytes in a reservation of %zu", (unsigned long long)n,
+			     r->len);
+		return NULL;
 	}
 	int rc = pinshm_commit(r->chan->ch, n, more ? PINSHM_MORE : 0);
 	r->done = true;

@@ -164,6 +164,16 @@ def test_info(pair):
     tx.set_spin(pinshm.SPIN_ADAPTIVE)
     with pytest.raises(OverflowError):
         tx.set_spin(2**64)
+    with pytest.raises(OverflowError):
+        tx.set_spin(-1)
+    with pytest.raises(TypeError):
+        tx.set_spin(1.5)
+
+    class Ns:  # an integer of another library's (numpy's uint64): __index__
+        def __index__(self):
+            return 20000
+
+    tx.set_spin(Ns())
 
 
 def test_close(pair):

@@ -38,6 +38,34 @@ def test_reserve_commit_abort(pair):
         rx.recv(timeout=0)
     with pytest.raises(ValueError):
         tx.reserve(10).commit(11)
+    with pytest.raises(OverflowError):
+        tx.reserve(10).commit(-1)
+    with pytest.raises(TypeError):
+        tx.reserve(10).commit(2.0)
+    tx.reserve(10).commit(np.int64(3))  # any integer with __index__
+    assert len(rx.recv(timeout=1)) == 3
+
+
+def test_commit_arguments_read_first(pair):
+    """commit() reads n before it looks at the reservation: an __index__ that
+    commits it, or makes another, is seen, and nothing is committed twice."""
+    tx, rx = pair()
+    r = tx.reserve(8)
+    memoryview(r)[:] = b"abcdefgh"
+    nested = []
+
+    class Commits:
+        def __index__(self):
+            r.commit()
+            nested.append(tx.reserve(4))
+            return 2
+
+    with pytest.raises(ValueError):
+        r.commit(Commits())
+    assert rx.recv(timeout=1) == b"abcdefgh"
+    nested[0].abort()
+    with pytest.raises(pinshm.Empty):
+        rx.recv(timeout=0)
 
 
 def test_reserve_context_manager(pair):
