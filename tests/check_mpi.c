@@ -169,6 +169,9 @@ static const struct program programs[] = {
 	/* The nonblocking collectives, overlapping each other, blocking ones
 	 * and point-to-point traffic (more runs: test_coll_nb). */
 	{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL_AREA=64K"}, /* halves of 8 to 16 KiB: calls of many steps */
+	/* A seeded random mix of collectives, blocking and not, and
+	 * point-to-point messages pending across them. */
+	{"coll_random", NB, 0, NULL, "PINSHM_MPI_COLL_AREA=256K"}, /* halves of 16 to 64 KiB */
 #ifdef HAVE_MPIFORT_TEST
 	/* Fortran (mpif.h, `use mpi`, `use mpi_f08`), and C and Fortran
 	 * exchanging the same messages: carried like C. */
@@ -496,6 +499,8 @@ static unsigned colls_of(const struct program *pg)
 		return COLL_NB | 1u << 0 | 1u << 1 | 1u << 3; /* and Barrier, Bcast, Allreduce */
 	if (!strcmp(pg->name, "f_coll_nb"))
 		return COLL_NB;
+	if (!strcmp(pg->name, "coll_random")) /* all but the v variants and Reduce_scatter */
+		return COLL_BASIC | 1u << 12 | 1u << 14 | 1u << 15 | COLL_NB;
 	if (!strcmp(pg->name, "coll_hier"))
 		return COLL_HIER;
 	if (!strcmp(pg->name, "coll_a2a_hier"))
@@ -1009,7 +1014,7 @@ START_TEST(test_random)
 }
 END_TEST
 
-/* The collectives of coll_v and coll_scan at 3 ranks (sub-communicators
+/* The collectives of coll_v, coll_scan and coll_random at 3 ranks (sub-communicators
  * of 3, a rank count not a power of two) with the smallest area (blocks of
  * 1000 items then take several steps), at 8 ranks on these few cores
  * (their short subset), and at 3 ranks with collectives off (the stats say
@@ -1025,7 +1030,8 @@ static const struct config coll_configs[] = {
 
 START_TEST(test_coll_ranks)
 {
-	static const struct program progs[] = {{"coll_v", B, 0, NULL, NULL}, {"coll_scan", B, 0, NULL, NULL}};
+	static const struct program progs[] = {
+		{"coll_v", B, 0, NULL, NULL}, {"coll_scan", B, 0, NULL, NULL}, {"coll_random", NB, 0, NULL, NULL}};
 	const struct config *cf = &coll_configs[_i % NCOLL_CONFIGS];
 
 	program_arg = cf->np > 4 ? "short" : NULL;
@@ -2084,7 +2090,7 @@ static Suite *mpi_suite(const struct scope *sc)
 		}
 
 		tc = tcase_create("coll");
-		tcase_add_loop_test(tc, test_coll_ranks, 0, quick ? 1 : 2 * NCOLL_CONFIGS);
+		tcase_add_loop_test(tc, test_coll_ranks, 0, quick ? 1 : 3 * NCOLL_CONFIGS);
 		tcase_add_loop_test(tc, test_coll_hier, 0, quick ? 1 : NHIER_CONFIGS);
 		tcase_add_test(tc, test_coll_commfree);
 		tcase_add_test(tc, test_coll_no_area);

@@ -27,6 +27,7 @@ MPI_TEST_BINS = \
 	tests/mpi/coll_scan \
 	tests/mpi/coll_v \
 	tests/mpi/coll_nb \
+	tests/mpi/coll_random \
 	tests/mpi/coll_nb_first \
 	tests/mpi/coll_dead \
 	tests/mpi/p2p_address \
@@ -104,6 +105,9 @@ tests_mpi_coll_v_LDADD = $(MPI_LIBS)
 tests_mpi_coll_nb_SOURCES = tests/mpi/mpitest.h tests/mpi/coll_nb.c
 tests_mpi_coll_nb_CFLAGS = $(MPI_TEST_CFLAGS)
 tests_mpi_coll_nb_LDADD = $(MPI_LIBS)
+tests_mpi_coll_random_SOURCES = tests/mpi/mpitest.h tests/mpi/coll_random.c
+tests_mpi_coll_random_CFLAGS = $(MPI_TEST_CFLAGS)
+tests_mpi_coll_random_LDADD = $(MPI_LIBS)
 tests_mpi_coll_nb_first_SOURCES = tests/mpi/mpitest.h tests/mpi/coll_nb_first.c
 tests_mpi_coll_nb_first_CFLAGS = $(MPI_TEST_CFLAGS)
 tests_mpi_coll_nb_first_LDADD = $(MPI_LIBS)
