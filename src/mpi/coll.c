@@ -452,7 +452,13 @@ void pm_coll_free(struct pm_comm *c)
 /* ---- waiting ---------------------------------------------------------- */
 
 #define LIVE_EVERY 256u /* fruitless passes between two looks at the members' liveness */
-#define LOOKS 8u        /* tight looks at a flag before each pass over the rest of the plugin */
+/* Looks at a flag, a pause between two, before each pass over the rest of
+ * the plugin (PERFORMANCE.md, "The collective wait's looks"): enough to
+ * span a cache line's trip between the cores, so that a flag on its way
+ * is seen when it comes, not a pass later; fewer where ranks outnumber
+ * cores (no spin), whose waits give the core up after each pass. */
+#define LOOKS 32u
+#define LOOKS_SHARED 8u
 
 static bool flag_reached(const struct pm_coll *co, int r, bool done, uint64_t s)
 {
@@ -529,12 +535,12 @@ static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s
 			continue;
 		}
 		/* The flag is seen as soon as it comes, not a progress pass later. */
-		unsigned k = 0;
-		while (k < LOOKS && !flag_reached(co, r, done, s)) {
+		unsigned k = 0, looks = pm.cfg.spin_ns ? LOOKS : LOOKS_SHARED;
+		while (k < looks && !flag_reached(co, r, done, s)) {
 			coll_relax();
 			k++;
 		}
-		if (k < LOOKS)
+		if (k < looks)
 			continue;
 		if (pm_progress()) {
 			idle = 0;
