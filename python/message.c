@@ -318,7 +318,6 @@ static PyObject *resv_commit(ReservationObject *r, PyObject *args, PyObject *kw)
 	static char *kwlist[] = {"n", "more", NULL};
 	PyObject *n_arg = Py_None;
 	int more = 0;
-
 	uint64_t n = 0;
 
 	/* The arguments first: n's __index__ may run code that commits r. */
