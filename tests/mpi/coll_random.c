@@ -46,7 +46,6 @@ static const char *const kind_name[NKINDS] = {
 
 #define NCOMMS 5
 #define OPS 24          /* operations a round */
-#define MAX_PENDING (2 * OPS)
 #define SENTINEL 7777   /* the item after every receive buffer's last */
 #define MAX_RANKS 64
 
@@ -174,6 +173,7 @@ static void check(struct op *o)
 {
 	const char *name = kind_name[o->kind];
 	long c = o->count;
+	g_op = o->index; /* for the messages */
 	int me = o->me, n = o->n;
 	switch (o->kind) {
 	case K_BCAST:
@@ -403,7 +403,6 @@ static void round_run(int round)
 			o->count /= 8; /* n blocks of it */
 		o->root = (int)pick(&r, (unsigned)o->n);
 		o->in_place = pick(&r, 3) == 0;
-		g_op = j;
 		run(o);
 		if (!pending(o))
 			check(o);
@@ -422,7 +421,6 @@ static void round_run(int round)
 		else if (how == 2)
 			wait_all(list, j + 1);
 	}
-	g_op = OPS;
 	wait_all(list, OPS);
 }
 
