@@ -35,7 +35,6 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "coll_hier.h"
 
@@ -67,30 +66,6 @@ struct nb {
 	struct hnb *parent;
 	int stage;
 };
-
-/* Call states given back, for the next calls (a small call's allocation
- * is a good part of its cost: PERFORMANCE.md, "The nonblocking calls at 8
- * bytes"). */
-#define SPARE_MAX 16
-static struct nb *spare[SPARE_MAX];
-static unsigned nspare;
-
-/* A zeroed call state, or NULL. */
-static struct nb *nb_alloc(void)
-{
-	struct nb *b = nspare ? spare[--nspare] : malloc(sizeof(*b));
-	if (b)
-		memset(b, 0, sizeof(*b));
-	return b;
-}
-
-static void nb_free(struct nb *b)
-{
-	if (nspare < SPARE_MAX)
-		spare[nspare++] = b;
-	else
-		free(b);
-}
 
 static bool hnb_at(const struct nb *b);
 static void hnb_stage_done(struct nb *b);
@@ -187,8 +162,6 @@ static void release_op(MPI_Op op)
  * the user freed is freed here, and the list goes. */
 void pm_coll_nb_teardown(void)
 {
-	while (nspare > 0)
-		free(spare[--nspare]);
 	for (size_t i = 0; i < nheld; i++)
 		if (held[i].freed)
 			PMPI_Op_free(&held[i].op);
@@ -360,7 +333,7 @@ static void finish(struct nb *b)
 		free(b->r.acc);
 		free(b->r.x);
 		hnb_stage_done(b);
-		nb_free(b);
+		free(b);
 		return;
 	}
 	if (b->kind == CALL_IBCAST && b->tmp && b->co->rank != b->root && b->rc == MPI_SUCCESS)
@@ -374,7 +347,7 @@ static void finish(struct nb *b)
 	free(b->tmp_all);
 	free(b->r.acc);
 	free(b->r.x);
-	nb_free(b);
+	free(b);
 	pm_op_complete(op); /* may release it (MPI_Request_free), and the communicator */
 }
 
@@ -422,7 +395,7 @@ static struct pm_coll *nb_area(MPI_Comm comm)
  * *@p request.  @return NULL (*@p rc: why) where it has none. */
 static struct nb *nb_new(struct pm_coll *co, enum coll_call kind, MPI_Comm comm, MPI_Request *request, int *rc)
 {
-	struct nb *b = nb_alloc();
+	struct nb *b = calloc(1, sizeof(*b));
 	if (!b)
 		return no_memory(), NULL;
 	struct pm_op *op = pm_op_new(OP_COLL);
@@ -433,7 +406,7 @@ static struct nb *nb_new(struct pm_coll *co, enum coll_call kind, MPI_Comm comm,
 	*rc = pm_op_handle(op);
 	if (*rc != MPI_SUCCESS) {
 		pm_op_free(op);
-		nb_free(b);
+		free(b);
 		return NULL;
 	}
 	*request = op->handle;
@@ -743,7 +716,7 @@ static struct hnb *hnb_new(struct pm_hier *h, MPI_Comm comm, MPI_Request *reques
 static struct nb *hnb_node(struct hnb *x, enum coll_call kind, uint64_t steps)
 {
 	struct pm_coll *co = x->h->node;
-	struct nb *b = nb_alloc();
+	struct nb *b = calloc(1, sizeof(*b));
 	if (!b)
 		return no_memory(), NULL;
 	b->co = co;
@@ -794,7 +767,7 @@ static int hnb_launch(struct hnb *x, struct nb **nodes, int n)
 			x->st[b->stage].local = no_local;
 			free(b->r.acc);
 			free(b->r.x);
-			nb_free(b);
+			free(b);
 			continue;
 		}
 		pm_list_push(&pending, &b->link);
