@@ -424,24 +424,12 @@ static void round_run(int round)
 	wait_all(list, OPS);
 }
 
-static unsigned long long number_from(const char *arg, const char *env, unsigned long long fallback)
-{
-	const char *s = arg ? arg : getenv(env);
-	char *end;
-
-	if (!s || !*s)
-		return fallback;
-	unsigned long long v = strtoull(s, &end, 0);
-	MT_CHECK(*end == 0, "%s: not a number: %s", env, s);
-	return v;
-}
-
 int main(int argc, char **argv)
 {
 	bool quick = mt_coll_init(&argc, &argv, "coll_random");
 	MT_CHECK(mt_size <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
-	g_seed = number_from(argc > 1 && !quick ? argv[1] : NULL, "COLL_RANDOM_SEED", 1);
-	int rounds = quick ? 3 : (int)number_from(argc > 2 ? argv[2] : NULL, "COLL_RANDOM_ROUNDS", 6);
+	g_seed = mt_number_from(argc > 1 && !quick ? argv[1] : NULL, "COLL_RANDOM_SEED", 1);
+	int rounds = quick ? 3 : (int)mt_number_from(argc > 2 ? argv[2] : NULL, "COLL_RANDOM_ROUNDS", 6);
 	if (mt_rank == 0)
 		printf("coll_random: seed %llu, %d rounds, %d ranks\n", (unsigned long long)g_seed, rounds, mt_size);
 	fflush(stdout);

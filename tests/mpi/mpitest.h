@@ -216,6 +216,20 @@ static inline int mt_sweep_step(void)
 			 (int)(count));                                                           \
 	} while (0)
 
+/** The number @p arg, else $@p env, else @p fallback (a program's seed, its
+ *  rounds); fail where it is not a number. */
+static inline unsigned long long mt_number_from(const char *arg, const char *env, unsigned long long fallback)
+{
+	const char *s = arg ? arg : getenv(env);
+	char *end;
+
+	if (!s || !*s)
+		return fallback;
+	unsigned long long v = strtoull(s, &end, 0);
+	MT_CHECK(*end == 0, "%s: not a number: %s", env, s);
+	return v;
+}
+
 /** malloc or fail. */
 static inline void *mt_alloc(size_t n)
 {

@@ -1256,24 +1256,12 @@ static void run_round(int round)
 	}
 }
 
-static unsigned long long number_from(const char *arg, const char *env, unsigned long long fallback)
-{
-	const char *s = arg ? arg : getenv(env);
-	char *end;
-
-	if (!s || !*s)
-		return fallback;
-	unsigned long long v = strtoull(s, &end, 0);
-	MT_CHECK(*end == 0, "%s: not a number: %s", env, s);
-	return v;
-}
-
 int main(int argc, char **argv)
 {
 	mt_init(&argc, &argv, "p2p_random");
-	g_seed = number_from(argc > 1 ? argv[1] : NULL, "P2P_RANDOM_SEED", 1);
-	int rounds = (int)number_from(argc > 2 ? argv[2] : NULL, "P2P_RANDOM_ROUNDS", 24);
-	verbose = (int)number_from(NULL, "P2P_RANDOM_VERBOSE", 0);
+	g_seed = mt_number_from(argc > 1 ? argv[1] : NULL, "P2P_RANDOM_SEED", 1);
+	int rounds = (int)mt_number_from(argc > 2 ? argv[2] : NULL, "P2P_RANDOM_ROUNDS", 24);
+	verbose = (int)mt_number_from(NULL, "P2P_RANDOM_VERBOSE", 0);
 
 	MT_CHECK(mt_size <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
 	if (mt_rank == 0) {
