@@ -453,10 +453,9 @@ void pm_coll_free(struct pm_comm *c)
 
 #define LIVE_EVERY 256u /* fruitless passes between two looks at the members' liveness */
 /* Looks at a flag, a pause between two, before each pass over the rest of
- * the plugin (PERFORMANCE.md, "The collective wait's looks"): enough to
- * span a cache line's trip between the cores, so that a flag on its way
- * is seen when it comes, not a pass later; fewer where ranks outnumber
- * cores (no spin), whose waits give the core up after each pass. */
+ * the plugin: 32 measured faster than 8, 64 and 128 (PERFORMANCE.md, "The
+ * collective wait's looks"); fewer where ranks outnumber cores (no spin),
+ * whose waits give the core up after each pass. */
 #define LOOKS 32u
 #define LOOKS_SHARED 8u
 
