@@ -7,8 +7,8 @@
  * created, below MPI_THREAD_MULTIPLE), all its ranks are on this (pretend)
  * node, and at its first collective call every rank agreed: collectives
  * are on at every rank (PINSHM_MPI_COLL is not 0) and every rank opened the
- * area.  That agreement is an MPI_Allreduce over the communicator, so every
- * rank takes the same path for every later call.  The rest is consistent
+ * area.  That agreement is an allgather over the communicator (below), so
+ * every rank takes the same path for every later call.  The rest is consistent
  * without talking: a communicator is carried at all its ranks or none
  * (every rank of a node carries or none does; one that spans nodes is
  * mixed at every rank), and what a call then does depends only on its
@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "channel.h" /* the area's mapping: base and geometry of a handle */
@@ -302,13 +303,98 @@ static void cma_agree(struct pm_coll *co, const int *local, const int64_t *every
 	}
 }
 
-/* The area of @p comm (@p rank of @p size, @p local: member -> index in
- * the node, @p errcomm: whose error handler its calls' errors go to): rank 0
- * creates it, every rank opens it, and all agree (collective over @p comm,
- * at every rank).  A communicator whose ranks outnumber a half's bytes is
- * refused: a Scatter's or Alltoall's step puts one piece of at least one
- * byte per rank in one half (coll_ops.c). */
-struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *local, MPI_Comm errcomm)
+/*
+ * The agreement.  The area has a name that every rank knows: made from the
+ * node's token, the communicator's context and its rank 0's process (the
+ * communicators that share a context share no process), or, where some
+ * ranks cannot know those (a communicator with members of another job, a
+ * node communicator of coll_hier.c), a random token that rank 0 broadcasts
+ * first.  Every rank joins the area under that name (creates it, or opens
+ * it where another rank created it first), then every rank's result goes
+ * to every rank in one allgather: the area is on where every rank joined.
+ * The rank that created the name removes it once that allgather is done
+ * (every rank had joined before it gave its result).
+ *
+ * A communicator's first collective call agrees.  A blocking one waits for
+ * the allgather; a nonblocking one starts it (MPI_Iallgather) and a
+ * duplicate of the communicator (MPI_Comm_idup), and returns: its call,
+ * and every later nonblocking one on the communicator, waits in coll_nb.c
+ * until the engine sees both end (coll_agree_test()); a blocking one that
+ * would use the area waits for them.  The calls that waited and are not
+ * carried then go to the library on the duplicate (co->lib_comm): by then
+ * the ranks may have made other collective calls of the library on the
+ * communicator, in one order at every rank, but each rank at its own time
+ * relative to those.  The allgather and the duplicate are the first
+ * collective calls of the communicator's sequence at every rank.
+ */
+struct coll_agreeing {
+	MPI_Request req[2];   /* the allgather, the duplicate (a nonblocking agreement) */
+	MPI_Comm lib;         /* the duplicate */
+	int64_t mine[3];      /* joined, the probe's address, the single-copy threshold */
+	int64_t *every;       /* the same of every rank */
+	bool created;         /* this rank created the name */
+	bool testing;         /* coll_agree_test() is in the library (whose progress may call it) */
+	uint64_t key;         /* the name's */
+	const int *local;     /* member -> its index in the node */
+	MPI_Comm comm, errcomm;
+};
+
+/* The name of @p c's area that every member computes alike, or 0 where
+ * some member cannot (another job's members: their node's token is not
+ * this one). */
+static uint64_t area_key(const struct pm_comm *c)
+{
+	if (c->foreign || c->mixed || c->local[0] < 0 || c->local[0] >= pm.nlocal)
+		return 0;
+	uint64_t pid = (uint64_t)pm.local_pid[c->local[0]];
+	return pm_splitmix64(pm.node_token ^ pm_splitmix64(c->ctx ^ pm_splitmix64(pid))) | 1;
+}
+
+#define JOIN_LOOKS 100000u /* opens of a name that another rank is creating, 100 us apart */
+
+/* Create the area named by @p key, or open it where another rank did
+ * first: pinshmd says the name exists while that rank's create is under
+ * way (its pages being locked) but opens it only once made, so an open
+ * that finds no channel looks again, and creates it where the other
+ * create failed.  This waits for pinshmd only, never for another rank.
+ * @return 0 or a negative errno. */
+static int area_join(struct pm_coll *co, uint64_t key, bool *created)
+{
+	pinshm_channel_attr_t attr;
+	pinshm_channel_attr_init(&attr);
+	attr.kind = PINSHM_QUEUE;
+	attr.capacity = slot_bytes(co->size);
+	attr.max_producers = (uint32_t)co->size;
+	attr.max_consumers = 1;
+	char name[PINSHM_NAME_MAX + 1];
+	area_name(name, sizeof(name), key);
+	int rc;
+	for (unsigned looks = 0;; looks++) {
+		rc = pinshm_create(pm.client, name, &attr, 0600, 0);
+		if (rc != -EEXIST)
+			break;
+		rc = area_open(co, key);
+		if (rc != -ENOENT || looks == JOIN_LOOKS)
+			return rc;
+		struct timespec nap = {0, 100000};
+		nanosleep(&nap, NULL);
+	}
+	*created = rc == 0;
+	/* Rank 0 says so, once a process: every communicator may fail alike,
+	 * and every rank's create then fails alike too. */
+	static bool warned;
+	if (rc < 0 && co->rank == 0 && !warned) {
+		warned = true;
+		fprintf(stderr,
+			"pinshm-mpi: warning: rank %d: the collective area of a communicator of %d ranks "
+			"(%" PRIu64 " bytes) could not be made: %s (%s); its collectives go to the MPI library\n",
+			pm.world_rank, co->size, (uint64_t)attr.capacity * (uint64_t)co->size, pinshm_strerror(rc),
+			*pinshm_client_error(pm.client) ? pinshm_client_error(pm.client) : "no more said");
+	}
+	return rc < 0 ? rc : area_open(co, key);
+}
+
+static struct pm_coll *coll_new(int rank, int size)
 {
 	struct pm_coll *co = calloc(1, sizeof(*co));
 	if (!co) {
@@ -320,68 +406,120 @@ struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *lo
 	co->size = size;
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	co->lead_first = cores > 0 && pm.nlocal > cores;
-	if (co->size == 1) { /* nothing to share */
-		co->on = coll_enabled;
-		return co;
-	}
-	int64_t msg[2] = {coll_enabled ? 0 : -ECANCELED, (int64_t)pm_token()};
-	char name[PINSHM_NAME_MAX + 1];
-	if (co->rank == 0 && coll_enabled) {
-		pinshm_channel_attr_t attr;
-		pinshm_channel_attr_init(&attr);
-		attr.kind = PINSHM_QUEUE;
-		attr.capacity = slot_bytes(co->size);
-		attr.max_producers = (uint32_t)co->size;
-		attr.max_consumers = 1;
-		area_name(name, sizeof(name), (uint64_t)msg[1]);
-		msg[0] = pinshm_create(pm.client, name, &attr, 0600, 0);
-		static bool warned; /* once a process: every communicator may fail alike */
-		if (msg[0] < 0 && !warned) {
-			warned = true;
-			fprintf(stderr,
-				"pinshm-mpi: warning: rank %d: the collective area of a communicator of %d ranks "
-				"(%" PRIu64 " bytes) could not be made: %s (%s); its collectives go to the MPI "
-				"library\n",
-				pm.world_rank, co->size, (uint64_t)attr.capacity * (uint64_t)co->size,
-				pinshm_strerror((int)msg[0]),
-				*pinshm_client_error(pm.client) ? pinshm_client_error(pm.client) : "no more said");
-		}
-	}
-	PMPI_Bcast(msg, 2, MPI_INT64_T, 0, comm);
-	int ok = coll_enabled && msg[0] == 0 && area_open(co, (uint64_t)msg[1]) == 0 &&
-		 (uint64_t)co->size <= co->half_bytes;
-	/* Each rank's result, where its probe lies and its single-copy
-	 * threshold, to every rank. */
-	int64_t mine[3] = {ok, (int64_t)(uintptr_t)&cma_probe, (int64_t)cma_min};
-	int64_t *every = calloc((size_t)co->size, sizeof(mine));
-	if (!every) {
+	co->lib_comm = MPI_COMM_NULL;
+	return co;
+}
+
+/* This rank's part of @p co's agreement (more than one rank): join the
+ * area named by @p key, make the allgather's buffers. */
+static struct coll_agreeing *agree_begin(struct pm_coll *co, uint64_t key, const int *local, MPI_Comm comm,
+					 MPI_Comm errcomm)
+{
+	struct coll_agreeing *a = calloc(1, sizeof(*a));
+	if (a)
+		a->every = calloc((size_t)co->size, sizeof(a->mine));
+	if (!a || !a->every) {
 		fprintf(stderr, "pinshm-mpi: out of memory\n");
 		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
 		return NULL;
 	}
-	PMPI_Allgather(mine, 3, MPI_INT64_T, every, 3, MPI_INT64_T, comm);
+	a->key = key;
+	a->local = local;
+	a->comm = comm;
+	a->errcomm = errcomm;
+	a->req[0] = a->req[1] = MPI_REQUEST_NULL;
+	a->lib = MPI_COMM_NULL;
+	int ok = coll_enabled && area_join(co, key, &a->created) == 0 && (uint64_t)co->size <= co->half_bytes;
+	a->mine[0] = ok;
+	a->mine[1] = (int64_t)(uintptr_t)&cma_probe;
+	a->mine[2] = (int64_t)cma_min;
+	return a;
+}
+
+/* The allgather of @p a is done: the area is on where every rank joined;
+ * @p cma: whether to agree on single copies too (collective over the
+ * communicator: a blocking call only). */
+static void agree_end(struct pm_coll *co, struct coll_agreeing *a, bool cma)
+{
 	int all = 1;
 	for (int r = 0; r < co->size; r++)
-		all = all && every[3 * r] != 0;
-	/* Every rank has tried its open: the name is no longer needed. */
-	if (co->rank == 0 && msg[0] == 0)
+		all = all && a->every[3 * r] != 0;
+	if (a->created) {
+		char name[PINSHM_NAME_MAX + 1];
+		area_name(name, sizeof(name), a->key);
 		pinshm_unlink(pm.client, name);
+	}
 	co->on = all != 0;
 	if (co->on) {
-		co->live = live_find(co, local, errcomm); /* NULL (out of memory): not watched */
-		cma_agree(co, local, every, comm);
+		co->live = live_find(co, a->local, a->errcomm); /* NULL (out of memory): not watched */
+		if (cma)
+			cma_agree(co, a->local, a->every, a->comm);
 	} else {
 		area_close(co);
 	}
-	free(every);
+	co->lib_comm = a->lib;
+	free(a->every);
+	free(a);
+}
+
+/* The area of @p comm (@p rank of @p size, @p local: member -> index in
+ * the node, @p errcomm: whose error handler its calls' errors go to),
+ * named by @p key, or (0) by rank 0's token (collective over @p comm, at
+ * every rank).  A communicator whose ranks outnumber a half's bytes is
+ * refused: a Scatter's or Alltoall's step puts one piece of at least one
+ * byte per rank in one half (coll_ops.c). */
+static struct pm_coll *area_agree(MPI_Comm comm, int rank, int size, const int *local, MPI_Comm errcomm,
+				  uint64_t key)
+{
+	struct pm_coll *co = coll_new(rank, size);
+	if (co->size == 1) { /* nothing to share */
+		co->on = coll_enabled;
+		return co;
+	}
+	if (!key) {
+		key = pm_token() | 1;
+		PMPI_Bcast(&key, 1, MPI_UINT64_T, 0, comm);
+	}
+	struct coll_agreeing *a = agree_begin(co, key, local, comm, errcomm);
+	PMPI_Allgather(a->mine, 3, MPI_INT64_T, a->every, 3, MPI_INT64_T, comm);
+	agree_end(co, a, true);
 	return co;
+}
+
+struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *local, MPI_Comm errcomm)
+{
+	return area_agree(comm, rank, size, local, errcomm, 0);
+}
+
+bool coll_agree_test(struct pm_coll *co, bool wait)
+{
+	struct coll_agreeing *a = co->agreeing;
+	if (!a)
+		return true;
+	if (a->testing)
+		return false;
+	int flag = 1;
+	a->testing = true;
+	if (wait)
+		PMPI_Waitall(2, a->req, MPI_STATUSES_IGNORE);
+	else
+		PMPI_Testall(2, a->req, &flag, MPI_STATUSES_IGNORE);
+	a->testing = false;
+	if (!flag)
+		return false;
+	co->agreeing = NULL;
+	agree_end(co, a, false);
+	return true;
 }
 
 void coll_area_free(struct pm_coll *co)
 {
 	if (!co)
 		return;
+	coll_agree_test(co, true); /* every rank started it: it ends */
 	area_close(co);
+	if (co->lib_comm != MPI_COMM_NULL)
+		PMPI_Comm_free(&co->lib_comm);
 	free(co);
 }
 
@@ -395,28 +533,42 @@ bool coll_wanted(void)
 static struct pm_coll *agree(struct pm_comm *c)
 {
 	if (!c->mixed)
-		return c->coll = coll_area_agree(c->comm, c->rank, c->size, c->local, c->comm);
-	struct pm_coll *co = calloc(1, sizeof(*co));
-	if (!co) {
-		fprintf(stderr, "pinshm-mpi: out of memory\n");
-		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
-		return NULL;
-	}
-	co->rank = c->rank;
-	co->size = c->size;
+		return c->coll = area_agree(c->comm, c->rank, c->size, c->local, c->comm, area_key(c));
+	struct pm_coll *co = coll_new(c->rank, c->size);
 	co->hier = hier_make(c);
 	return c->coll = co;
 }
 
-struct pm_coll *pm_coll_nb_for(MPI_Comm comm)
+struct pm_coll *pm_coll_nb_area(MPI_Comm comm, bool *agreeing)
 {
-	if (!pm.active)
-		return NULL;
-	struct pm_comm *c = pm_comm_find(comm);
+	*agreeing = false;
+	struct pm_comm *c = pm.active ? pm_comm_find(comm) : NULL;
 	if (!c || c->mixed)
 		return NULL;
-	struct pm_coll *co = c->coll ? c->coll : agree(c);
-	return co && co->on ? co : NULL;
+	struct pm_coll *co = c->coll;
+	if (!co) {
+		uint64_t key = area_key(c);
+		if (!key)
+			return NULL; /* the first blocking call agrees */
+		co = c->coll = coll_new(c->rank, c->size);
+		if (co->size == 1) {
+			co->on = coll_enabled;
+		} else {
+			struct coll_agreeing *a = co->agreeing = agree_begin(co, key, c->local, c->comm, c->comm);
+			PMPI_Iallgather(a->mine, 3, MPI_INT64_T, a->every, 3, MPI_INT64_T, c->comm, &a->req[0]);
+			PMPI_Comm_idup(c->comm, &a->lib, &a->req[1]);
+		}
+	}
+	if (co->agreeing && coll_agree_test(co, false))
+		coll_nb_agreed(co); /* the calls that waited for it go first */
+	*agreeing = co->agreeing != NULL;
+	return co->agreeing || co->on ? co : NULL;
+}
+
+void pm_coll_settle(struct pm_comm *c)
+{
+	if (c->coll && c->coll->agreeing && coll_agree_test(c->coll, true))
+		coll_nb_agreed(c->coll);
 }
 
 struct pm_hier *pm_hier_for(MPI_Comm comm)
@@ -434,9 +586,14 @@ struct pm_hier *pm_hier_for(MPI_Comm comm)
 
 struct pm_coll *pm_coll_for(MPI_Comm comm)
 {
-	struct pm_coll *co = pm_coll_nb_for(comm);
-	if (co)
-		coll_nb_drain(co);
+	struct pm_comm *c = pm.active ? pm_comm_find(comm) : NULL;
+	if (!c || c->mixed)
+		return NULL;
+	struct pm_coll *co = c->coll ? c->coll : agree(c);
+	pm_coll_settle(c);
+	if (!co->on)
+		return NULL;
+	coll_nb_drain(co);
 	return co;
 }
 

@@ -108,6 +108,9 @@ struct pm_coll {
 	uint64_t stream_min;       /* pieces of this many bytes up go into the area with streaming
 				      stores (coll_copy_in()); 0: never; need not agree */
 	uint8_t *detached;         /* after a failed wait: this rank's slot, of its own (coll.c) */
+	struct coll_agreeing *agreeing; /* the agreement under way (coll.c), or NULL: decided */
+	MPI_Comm lib_comm;         /* after an agreement that a nonblocking call began: where the
+				      calls that waited for it go when not carried (coll.c) */
 };
 
 /* The area of @p comm if its collectives are carried (deciding at the
@@ -130,8 +133,18 @@ struct pm_coll *pm_coll_for(MPI_Comm comm);
  * and everything else meanwhile); the other ranks reach those steps
  * without it (the progress engine, or their own blocking call).
  */
-/* As pm_coll_for(), without waiting for pending nonblocking calls. */
-struct pm_coll *pm_coll_nb_for(MPI_Comm comm);
+/* The area of @p comm for a nonblocking call, or NULL where the call goes
+ * to the MPI library; never waits.  *@p agreeing: the communicator's
+ * agreement, which its first nonblocking call starts, is under way (the
+ * area is not usable yet: the call waits for it, coll_nb.c).  Every rank
+ * gets the same answer once the agreement ends. */
+struct pm_coll *pm_coll_nb_area(MPI_Comm comm, bool *agreeing);
+/* Whether @p co's agreement has ended (@p wait: until it has); its end
+ * decides co->on. */
+bool coll_agree_test(struct pm_coll *co, bool wait);
+/* @p co's agreement ended: the nonblocking calls that waited for it start,
+ * in the order they were made (coll_nb.c). */
+void coll_nb_agreed(struct pm_coll *co);
 /* Until this rank has finished every step reserved on @p co. */
 void coll_nb_drain(struct pm_coll *co);
 

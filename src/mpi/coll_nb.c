@@ -4,8 +4,10 @@
  * MPI_Iallgather.
  *
  * Each call takes the path its blocking twin takes (coll_ops.c), decided
- * from what must match at every rank only; where the area is off, or not
- * agreed yet (nb_area()), it goes to the library's MPI_I... unchanged.  A carried call is an op of kind
+ * from what must match at every rank only; where the area is off it goes
+ * to the library's MPI_I... unchanged.  A call made while the
+ * communicator's agreement is under way waits for its end (the end of this
+ * file).  A carried call is an op of kind
  * OP_COLL with a handle like any op's (ops.c), so every wait and test call
  * completes it (complete.c), MPI_Request_free lets it run on to its end,
  * and MPI_Cancel is refused.  Its state (struct nb) runs the steps the
@@ -25,12 +27,11 @@
  * held op only marks it, and the library frees it when the last pending
  * call that uses it completes.
  *
- * A communicator that spans nodes: the calls at the end of this file.
- *
- * Limit: a communicator's area is agreed at its first blocking
- * collective call (coll.c agrees with blocking collectives of the
- * library), so the nonblocking calls made before that one, or on a
- * communicator that never makes one, go to the library.
+ * A communicator that spans nodes: below.  Limit: its layout is agreed at
+ * its first blocking collective call (coll_hier.c), so the nonblocking
+ * calls made before that one, or on such a communicator that never makes
+ * one, go to the library; so do those on a communicator with members of
+ * another job (coll.c, area_key()).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -71,7 +72,9 @@ static bool hnb_at(const struct nb *b);
 static void hnb_stage_done(struct nb *b);
 
 static struct pm_list pending;
+static struct pm_list waiting; /* calls that wait for their communicator's agreement (below) */
 static int hnb_progress(void);
+static int waiting_progress(void);
 unsigned pm_coll_nb_pending;
 
 static void no_memory(void)
@@ -364,6 +367,8 @@ int pm_coll_nb_progress(void)
 			finish(b);
 		l = next;
 	}
+	if (waiting.head)
+		did += waiting_progress();
 	return did + hnb_progress();
 }
 
@@ -380,24 +385,10 @@ void coll_nb_drain(struct pm_coll *co)
 	}
 }
 
-/* The area of @p comm for a nonblocking call, or NULL: only where a
- * blocking call agreed on it already, since agreeing waits for every rank
- * and a nonblocking call must not.  The same at every rank: every blocking
- * collective call asks for the area first (pm_coll_for()), so it is agreed
- * at the same call of the communicator's sequence everywhere. */
-static struct pm_coll *nb_area(MPI_Comm comm)
+/* A nonblocking collective's op on @p comm, its handle in *@p request.
+ * @return NULL (*@p rc: why) where it has none. */
+static struct pm_op *coll_op_new(MPI_Comm comm, MPI_Request *request, int *rc)
 {
-	const struct pm_comm *c = pm.active ? pm_comm_find(comm) : NULL;
-	return c && c->coll ? pm_coll_nb_for(comm) : NULL;
-}
-
-/* A call on @p comm carried through @p co: its op, its handle in
- * *@p request.  @return NULL (*@p rc: why) where it has none. */
-static struct nb *nb_new(struct pm_coll *co, enum coll_call kind, MPI_Comm comm, MPI_Request *request, int *rc)
-{
-	struct nb *b = calloc(1, sizeof(*b));
-	if (!b)
-		return no_memory(), NULL;
 	struct pm_op *op = pm_op_new(OP_COLL);
 	op->family = FAM_COUNT; /* counted here, not as point to point */
 	op->counted = true;
@@ -406,11 +397,27 @@ static struct nb *nb_new(struct pm_coll *co, enum coll_call kind, MPI_Comm comm,
 	*rc = pm_op_handle(op);
 	if (*rc != MPI_SUCCESS) {
 		pm_op_free(op);
-		free(b);
 		return NULL;
 	}
 	*request = op->handle;
 	op->state = ST_STREAM;
+	return op;
+}
+
+/* A call on @p comm carried through @p co: its op (@p given, or a new one
+ * with its handle in *@p request).  @return NULL (*@p rc: why) where it
+ * has none. */
+static struct nb *nb_new(struct pm_coll *co, enum coll_call kind, MPI_Comm comm, struct pm_op *given,
+			 MPI_Request *request, int *rc)
+{
+	struct nb *b = calloc(1, sizeof(*b));
+	if (!b)
+		return no_memory(), NULL;
+	struct pm_op *op = given ? given : coll_op_new(comm, request, rc);
+	if (!op) {
+		free(b);
+		return NULL;
+	}
 	b->op = op;
 	b->co = co;
 	b->kind = kind;
@@ -690,20 +697,11 @@ static struct hnb *hnb_new(struct pm_hier *h, MPI_Comm comm, MPI_Request *reques
 	struct hnb *x = calloc(1, sizeof(*x));
 	if (!x)
 		return no_memory(), NULL;
-	struct pm_op *op = pm_op_new(OP_COLL);
-	op->family = FAM_COUNT;
-	op->counted = true;
-	op->st_source = op->st_tag = 0;
-	pm_op_attach(op, pm_comm_find(comm));
-	*rc = pm_op_handle(op);
-	if (*rc != MPI_SUCCESS) {
-		pm_op_free(op);
+	x->op = coll_op_new(comm, request, rc);
+	if (!x->op) {
 		free(x);
 		return NULL;
 	}
-	*request = op->handle;
-	op->state = ST_STREAM;
-	x->op = op;
 	x->h = h;
 	x->req = MPI_REQUEST_NULL;
 	x->req2 = MPI_REQUEST_NULL;
@@ -1057,173 +1055,176 @@ static bool nb_hier_carries(const struct pm_hier *h, struct red *r, MPI_Datatype
 
 /* ---- the calls ------------------------------------------------------------ */
 
-int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
+/* A call's arguments, as the user made it. */
+struct nb_args {
+	enum coll_call kind;
+	const void *sendbuf;  /* Ireduce, Iallreduce, Iallgather */
+	void *buf;            /* Ibcast's buffer; the others' receive buffer */
+	int count;            /* Ibcast, Ireduce, Iallreduce: items; Iallgather: items sent */
+	MPI_Datatype type;    /* their type; Iallgather: the send type */
+	int rcount;           /* Iallgather: items received from each rank */
+	MPI_Datatype rtype;   /* ... and their type */
+	MPI_Op mop;           /* Ireduce, Iallreduce */
+	int root;             /* Ibcast, Ireduce; else -1 */
+	MPI_Comm comm;
+};
+
+/* The call through the library's nonblocking call, on @p comm. */
+static int lib_start(const struct nb_args *a, MPI_Comm comm, MPI_Request *request)
 {
-	struct pm_hier *h = nb_hier(comm);
-	if (h) {
-		coll_count(CALL_IBARRIER, true, 0);
-		return hier_ibarrier(h, comm, request);
-	}
-	struct pm_coll *co = nb_area(comm);
-	coll_count(CALL_IBARRIER, co != NULL, 0);
-	if (!co)
+	switch (a->kind) {
+	case CALL_IBARRIER:
 		return PMPI_Ibarrier(comm, request);
+	case CALL_IBCAST:
+		return PMPI_Ibcast(a->buf, a->count, a->type, a->root, comm, request);
+	case CALL_IREDUCE:
+		return PMPI_Ireduce(a->sendbuf, a->buf, a->count, a->type, a->mop, a->root, comm, request);
+	case CALL_IALLREDUCE:
+		return PMPI_Iallreduce(a->sendbuf, a->buf, a->count, a->type, a->mop, comm, request);
+	default:
+		return PMPI_Iallgather(a->sendbuf, a->count, a->type, a->buf, a->rcount, a->rtype, comm, request);
+	}
+}
+
+/* On a communicator that spans nodes: the call carried hierarchically, or
+ * -1 where the library takes it. */
+static int hier_start(struct pm_hier *h, const struct nb_args *a, MPI_Request *request)
+{
+	if (a->kind == CALL_IBARRIER) {
+		coll_count(CALL_IBARRIER, true, 0);
+		return hier_ibarrier(h, a->comm, request);
+	}
+	if (a->kind == CALL_IBCAST) {
+		const struct pm_type *t = pm_type_info(a->type);
+		if (!t || a->count < 0 || a->root < 0 || a->root >= h->size ||
+		    (uint64_t)t->size * (uint64_t)a->count >= INT_MAX)
+			return -1;
+		uint64_t bytes = (uint64_t)t->size * (uint64_t)a->count;
+		coll_count(CALL_IBCAST, true, bytes);
+		return hier_ibcast(h, a->buf, a->count, a->type, a->root, bytes, a->comm, request);
+	}
+	if (a->kind == CALL_IALLGATHER) {
+		bool ip = a->sendbuf == MPI_IN_PLACE;
+		const struct pm_type *t = pm_type_info(ip ? a->rtype : a->type);
+		int n = ip ? a->rcount : a->count;
+		uint64_t bytes = t && n >= 0 ? (uint64_t)t->size * (uint64_t)n : UINT64_MAX;
+		if (bytes > INT_MAX / (uint64_t)h->size) /* the leaders' counts are ints */
+			return -1;
+		coll_count(CALL_IALLGATHER, true, bytes);
+		return hier_iallgather(h, a->sendbuf, a->count, a->type, a->buf, a->rcount, a->rtype, bytes, a->comm,
+				       request);
+	}
+	struct red r = {.op = a->mop};
+	if (!nb_hier_carries(h, &r, a->type, a->mop, a->count) || a->root >= h->size ||
+	    (uint64_t)a->count * r.size > INT_MAX)
+		return -1;
+	coll_count(a->kind, true, (uint64_t)a->count * r.size);
+	return hier_ireduce(h, &r, a->sendbuf, a->buf, a->count, a->root, a->comm, request);
+}
+
+static int carry_ibarrier(struct pm_coll *co, const struct nb_args *a, struct pm_op *given, MPI_Request *request)
+{
+	coll_count(CALL_IBARRIER, true, 0);
 	int rc;
-	struct nb *b = nb_new(co, CALL_IBARRIER, comm, request, &rc);
+	struct nb *b = nb_new(co, CALL_IBARRIER, a->comm, given, request, &rc);
 	return b ? launch(b, co->size > 1) : rc;
 }
 
-int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request)
+static int carry_ibcast(struct pm_coll *co, const struct nb_args *a, struct pm_op *given, MPI_Request *request)
 {
-	struct pm_hier *h = nb_hier(comm);
-	const struct pm_type *ht = h ? pm_type_info(datatype) : NULL;
-	if (ht && count >= 0 && root >= 0 && root < h->size && (uint64_t)ht->size * (uint64_t)count < INT_MAX) {
-		uint64_t bytes = (uint64_t)ht->size * (uint64_t)count;
-		coll_count(CALL_IBCAST, true, bytes);
-		return hier_ibcast(h, buffer, count, datatype, root, bytes, comm, request);
-	}
-	struct pm_coll *co = nb_area(comm);
-	const struct pm_type *t = co ? pm_type_info(datatype) : NULL;
-	if (!t || count < 0 || root < 0 || root >= co->size) {
-		coll_count(CALL_IBCAST, false, 0);
-		return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
-	}
-	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
+	const struct pm_type *t = pm_type_info(a->type);
+	if (!t || a->count < 0 || a->root < 0 || a->root >= co->size)
+		return -1;
+	uint64_t bytes = (uint64_t)t->size * (uint64_t)a->count;
 	coll_count(CALL_IBCAST, true, bytes);
 	int rc;
-	struct nb *b = nb_new(co, CALL_IBCAST, comm, request, &rc);
+	struct nb *b = nb_new(co, CALL_IBCAST, a->comm, given, request, &rc);
 	if (!b)
 		return rc;
-	b->root = root;
+	b->root = a->root;
 	b->bytes = bytes;
 	if (co->size == 1 || bytes == 0)
 		return launch(b, 0);
 	size_t flat;
-	b->data = (char *)(uintptr_t)pm_flat_data(buffer, count, datatype, &flat);
+	b->data = (char *)(uintptr_t)pm_flat_data(a->buf, a->count, a->type, &flat);
 	if (!b->data) { /* not contiguous here (other ranks may differ): packed */
 		b->data = b->tmp = malloc(bytes);
 		if (!b->tmp)
 			no_memory();
-		b->ubuf = buffer;
-		b->ucount = count;
-		hold(b, datatype);
-		if (co->rank == root)
-			note(b, pm_pack(buffer, count, datatype, b->tmp, bytes));
+		b->ubuf = a->buf;
+		b->ucount = a->count;
+		hold(b, a->type);
+		if (co->rank == a->root)
+			note(b, pm_pack(a->buf, a->count, a->type, b->tmp, bytes));
 	}
 	return launch(b, pieces(bytes, co->half_bytes));
 }
 
-/* Ireduce (@p root >= 0) or Iallreduce (@p root < 0), or -1 where the
- * library takes it (red_carried(), as the blocking calls decide). */
-static int nb_reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
-		     MPI_Comm comm, MPI_Request *request)
+/* Ireduce (root >= 0) or Iallreduce (root < 0). */
+static int carry_ireduce(struct pm_coll *co, const struct nb_args *a, struct pm_op *given, MPI_Request *request)
 {
-	enum coll_call kind = root < 0 ? CALL_IALLREDUCE : CALL_IREDUCE;
-	struct pm_hier *h = nb_hier(comm);
-	if (h) {
-		struct red hr = {.op = op};
-		if (!nb_hier_carries(h, &hr, datatype, op, count) || root >= h->size ||
-		    (uint64_t)count * hr.size > INT_MAX) {
-			coll_count(kind, false, 0);
-			return -1;
-		}
-		coll_count(kind, true, (uint64_t)count * hr.size);
-		return hier_ireduce(h, &hr, sendbuf, recvbuf, count, root, comm, request);
-	}
-	struct pm_coll *co = nb_area(comm);
-	struct red r = {.op = op};
-	if (!red_carried(co, &r, datatype, count, root)) {
-		coll_count(kind, false, 0);
+	struct red r = {.op = a->mop};
+	if (!red_carried(co, &r, a->type, a->count, a->root))
 		return -1;
-	}
-	coll_count(kind, true, (uint64_t)count * r.size);
+	coll_count(a->kind, true, (uint64_t)a->count * r.size);
 	int rc;
-	struct nb *b = nb_new(co, kind, comm, request, &rc);
+	struct nb *b = nb_new(co, a->kind, a->comm, given, request, &rc);
 	if (!b)
 		return rc;
-	b->root = root;
-	b->in = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-	b->out = recvbuf;
-	b->count = count;
-	if (count == 0 || (co->size == 1 && sendbuf == MPI_IN_PLACE))
+	b->root = a->root;
+	b->in = a->sendbuf == MPI_IN_PLACE ? a->buf : a->sendbuf;
+	b->out = a->buf;
+	b->count = a->count;
+	if (a->count == 0 || (co->size == 1 && a->sendbuf == MPI_IN_PLACE))
 		return launch(b, 0);
 	if (co->size == 1) { /* the result is the one rank's data */
-		note(b, typed_copy(b->in, recvbuf, count, datatype, (uint64_t)count * r.size));
+		note(b, typed_copy(b->in, a->buf, a->count, a->type, (uint64_t)a->count * r.size));
 		return launch(b, 0);
 	}
-	hold(b, datatype);
+	hold(b, a->type);
 	red_layout(&r, b->op->dtype, co->half_bytes); /* the same signature: the same steps */
 	if (!r.dense) { /* this rank's own room for a chunk */
-		size_t room = red_span(&r, count < r.per_chunk ? count : r.per_chunk);
+		size_t room = red_span(&r, a->count < r.per_chunk ? a->count : r.per_chunk);
 		r.acc = malloc(room);
 		r.x = malloc(room);
 		if (!r.acc || !r.x)
 			no_memory();
 	}
 	b->r = r;
-	b->user_op = hold_op(op);
-	return launch(b, ((uint64_t)count + (uint64_t)r.per_chunk - 1) / (uint64_t)r.per_chunk);
+	b->user_op = hold_op(a->mop);
+	return launch(b, ((uint64_t)a->count + (uint64_t)r.per_chunk - 1) / (uint64_t)r.per_chunk);
 }
 
-int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
-		MPI_Comm comm, MPI_Request *request)
+static int carry_iallgather(struct pm_coll *co, const struct nb_args *a, struct pm_op *given, MPI_Request *request)
 {
-	int rc = root < 0 ? -1 : nb_reduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
-	return rc >= 0 ? rc : PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
-}
-
-int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-		   MPI_Comm comm, MPI_Request *request)
-{
-	int rc = nb_reduce(sendbuf, recvbuf, count, datatype, op, -1, comm, request);
-	return rc >= 0 ? rc : PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
-}
-
-int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
-		   MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
-{
-	struct pm_hier *h = nb_hier(comm);
-	if (h) {
-		bool ip = sendbuf == MPI_IN_PLACE;
-		const struct pm_type *ht = pm_type_info(ip ? recvtype : sendtype);
-		int hc = ip ? recvcount : sendcount;
-		uint64_t hb = ht && hc >= 0 ? (uint64_t)ht->size * (uint64_t)hc : UINT64_MAX;
-		if (hb <= INT_MAX / (uint64_t)h->size) { /* the leaders' counts are ints */
-			coll_count(CALL_IALLGATHER, true, hb);
-			return hier_iallgather(h, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, hb, comm,
-					       request);
-		}
-	}
-	struct pm_coll *co = nb_area(comm);
-	bool in_place = sendbuf == MPI_IN_PLACE;
+	bool in_place = a->sendbuf == MPI_IN_PLACE;
 	/* This rank's block: the bytes of its send items, or of its receive
 	 * items in place (taken at once: a look-up lives until the next). */
-	const struct pm_type *t = co ? pm_type_info(in_place ? recvtype : sendtype) : NULL;
-	int count = in_place ? recvcount : sendcount;
-	if (!t || count < 0) {
-		coll_count(CALL_IALLGATHER, false, 0);
-		return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
-	}
+	const struct pm_type *t = pm_type_info(in_place ? a->rtype : a->type);
+	int count = in_place ? a->rcount : a->count;
+	if (!t || count < 0)
+		return -1;
 	uint64_t bytes = (uint64_t)t->size * (uint64_t)count;
 	coll_count(CALL_IALLGATHER, true, bytes);
 	int rc;
-	struct nb *b = nb_new(co, CALL_IALLGATHER, comm, request, &rc);
+	struct nb *b = nb_new(co, CALL_IALLGATHER, a->comm, given, request, &rc);
 	if (!b)
 		return rc;
 	b->bytes = bytes;
 	if (bytes == 0)
 		return launch(b, 0);
-	b->all = contiguous(recvbuf, recvcount, recvtype, co->size, bytes, in_place, &b->tmp_all, &b->rc);
+	b->all = contiguous(a->buf, a->rcount, a->rtype, co->size, bytes, in_place, &b->tmp_all, &b->rc);
 	if (in_place)
 		b->data = b->all ? b->all + (uint64_t)co->rank * bytes : NULL;
 	else
-		b->data = contiguous((void *)(uintptr_t)sendbuf, sendcount, sendtype, 1, bytes, true, &b->tmp, &b->rc);
+		b->data = contiguous((void *)(uintptr_t)a->sendbuf, a->count, a->type, 1, bytes, true, &b->tmp,
+				     &b->rc);
 	if (!b->all || !b->data) /* out of memory: no way on together */
-		PMPI_Abort(comm, MPI_ERR_NO_MEM);
+		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
 	if (b->tmp_all) {
-		b->ubuf = recvbuf;
-		b->ucount = recvcount;
-		hold(b, recvtype);
+		b->ubuf = a->buf;
+		b->ucount = a->rcount;
+		hold(b, a->rtype);
 	}
 	if (co->size == 1) {
 		memmove(b->all, b->data, b->data == b->all ? 0 : bytes);
@@ -1232,3 +1233,190 @@ int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
 	return launch(b, pieces(bytes, co->half_bytes));
 }
 
+/* Through @p co: the call, with @p given as its op (or a new one, its
+ * handle in *@p request), or -1 where the library takes it. */
+static int carry(struct pm_coll *co, const struct nb_args *a, struct pm_op *given, MPI_Request *request)
+{
+	switch (a->kind) {
+	case CALL_IBARRIER:
+		return carry_ibarrier(co, a, given, request);
+	case CALL_IBCAST:
+		return carry_ibcast(co, a, given, request);
+	case CALL_IALLGATHER:
+		return carry_iallgather(co, a, given, request);
+	default:
+		return carry_ireduce(co, a, given, request);
+	}
+}
+
+/*
+ * Calls that wait for their communicator's agreement (coll.c): the first
+ * nonblocking call on a communicator starts it, and that call and every
+ * later nonblocking one on the communicator wait, in the order made, until
+ * it ends: then each is carried, or goes to the library on the
+ * communicator's duplicate (co->lib_comm), and its op (whose handle the
+ * user holds) follows the one or the other.  A waiting call keeps its own
+ * references to its datatypes and its user's MPI_Op.
+ */
+struct waiting {
+	struct pm_link link; /* in `waiting`, in the order the calls were made */
+	struct pm_coll *co;
+	struct pm_op *op;
+	struct nb_args a;
+	bool type_held, rtype_held, mop_held;
+};
+
+static int wait_agreement(struct pm_coll *co, const struct nb_args *a, MPI_Request *request)
+{
+	int rc;
+	struct waiting *w = calloc(1, sizeof(*w));
+	if (!w)
+		return no_memory(), MPI_ERR_NO_MEM;
+	w->op = coll_op_new(a->comm, request, &rc);
+	if (!w->op) {
+		free(w);
+		return rc;
+	}
+	w->co = co;
+	w->a = *a;
+	/* Where a type is unknown (MPI_DATATYPE_NULL, a bad handle), the
+	 * call that takes it later says so. */
+	if (a->kind != CALL_IBARRIER && pm_type_info(a->type))
+		pm_type_keep(&w->a.type, &w->type_held);
+	if (a->kind == CALL_IALLGATHER && pm_type_info(a->rtype))
+		pm_type_keep(&w->a.rtype, &w->rtype_held);
+	if (a->kind == CALL_IREDUCE || a->kind == CALL_IALLREDUCE)
+		w->mop_held = hold_op(a->mop);
+	pm_list_push(&waiting, &w->link);
+	pm_coll_nb_pending++;
+	return MPI_SUCCESS;
+}
+
+/* Start @p w, its agreement ended. */
+static void start_waiting(struct waiting *w)
+{
+	struct pm_op *op = w->op;
+	MPI_Request unused;
+	int rc = w->co->on ? carry(w->co, &w->a, op, &unused) : -1;
+	if (rc < 0) {
+		coll_count(w->a.kind, false, 0);
+		rc = lib_start(&w->a, w->co->lib_comm, &op->preq);
+		if (rc == MPI_SUCCESS) {
+			pm_remote_start(op);
+		} else {
+			op->st_error = rc;
+			pm_op_complete(op);
+		}
+	}
+	pm_type_drop(&w->a.type, &w->type_held);
+	pm_type_drop(&w->a.rtype, &w->rtype_held);
+	if (w->mop_held)
+		release_op(w->a.mop);
+}
+
+void coll_nb_agreed(struct pm_coll *co)
+{
+	struct pm_link *l = waiting.head;
+	while (l) {
+		struct pm_link *next = l->next;
+		struct waiting *w = pm_container(l, struct waiting, link);
+		if (w->co == co) {
+			pm_list_remove(&waiting, &w->link);
+			pm_coll_nb_pending--;
+			start_waiting(w);
+			free(w);
+		}
+		l = next;
+	}
+}
+
+/* The engine's look at the agreements that calls wait for. */
+static int waiting_progress(void)
+{
+	for (struct pm_link *l = waiting.head; l; l = l->next) {
+		struct waiting *w = pm_container(l, struct waiting, link);
+		if (coll_agree_test(w->co, false)) {
+			coll_nb_agreed(w->co);
+			return 1; /* the list changed: the next pass looks again */
+		}
+	}
+	return 0;
+}
+
+/* Every nonblocking call: carried where the communicator's area or
+ * layout is agreed, waiting where its agreement is under way, else passed
+ * to the library. */
+static int nb_call(const struct nb_args *a, MPI_Request *request)
+{
+	struct pm_hier *h = nb_hier(a->comm);
+	int rc = h ? hier_start(h, a, request) : -1;
+	if (rc >= 0)
+		return rc;
+	bool agreeing = false;
+	struct pm_coll *co = h ? NULL : pm_coll_nb_area(a->comm, &agreeing);
+	if (agreeing)
+		return wait_agreement(co, a, request);
+	rc = co ? carry(co, a, NULL, request) : -1;
+	if (rc >= 0)
+		return rc;
+	coll_count(a->kind, false, 0);
+	return lib_start(a, a->comm, request);
+}
+
+int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
+{
+	struct nb_args a = {.kind = CALL_IBARRIER, .root = -1, .comm = comm};
+	return nb_call(&a, request);
+}
+
+int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request)
+{
+	struct nb_args a = {
+		.kind = CALL_IBCAST, .buf = buffer, .count = count, .type = datatype, .root = root, .comm = comm};
+	return nb_call(&a, request);
+}
+
+int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+		MPI_Comm comm, MPI_Request *request)
+{
+	if (root < 0) /* erroneous: the library says so */
+		return PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
+	struct nb_args a = {.kind = CALL_IREDUCE,
+			    .sendbuf = sendbuf,
+			    .buf = recvbuf,
+			    .count = count,
+			    .type = datatype,
+			    .mop = op,
+			    .root = root,
+			    .comm = comm};
+	return nb_call(&a, request);
+}
+
+int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+		   MPI_Comm comm, MPI_Request *request)
+{
+	struct nb_args a = {.kind = CALL_IALLREDUCE,
+			    .sendbuf = sendbuf,
+			    .buf = recvbuf,
+			    .count = count,
+			    .type = datatype,
+			    .mop = op,
+			    .root = -1,
+			    .comm = comm};
+	return nb_call(&a, request);
+}
+
+int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+		   MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
+{
+	struct nb_args a = {.kind = CALL_IALLGATHER,
+			    .sendbuf = sendbuf,
+			    .buf = recvbuf,
+			    .count = sendcount,
+			    .type = sendtype,
+			    .rcount = recvcount,
+			    .rtype = recvtype,
+			    .root = -1,
+			    .comm = comm};
+	return nb_call(&a, request);
+}

@@ -155,7 +155,7 @@ struct pm_comm *pm_comm_by_ctx(uint64_t ctx)
 	return c;
 }
 
-static uint64_t splitmix64(uint64_t x)
+uint64_t pm_splitmix64(uint64_t x)
 {
 	x += 0x9e3779b97f4a7c15ull;
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -169,7 +169,7 @@ uint64_t pm_comm_derive(MPI_Comm parent)
 	if (!p)
 		return 0;
 	p->derived++;
-	return splitmix64(p->ctx ^ splitmix64(p->derived)) | CTX_DERIVED;
+	return pm_splitmix64(p->ctx ^ pm_splitmix64(p->derived)) | CTX_DERIVED;
 }
 
 static void free_entry(struct pm_comm *c)
@@ -236,6 +236,7 @@ static int delete_attr(MPI_Comm comm, int key, void *value, void *extra)
 	(void)comm;
 	(void)key;
 	(void)extra;
+	pm_coll_settle(value); /* the library frees comm next: its agreement ends first */
 	forget(value);
 	return MPI_SUCCESS;
 }

@@ -459,35 +459,42 @@ int MPI_Type_free(MPI_Datatype *datatype)
 	return PMPI_Type_free(datatype);
 }
 
-/* An op keeps its own reference (a duplicate) to a derived datatype that
- * it uses after the call that started it returns, as MPI lets the user
- * free the type meanwhile. */
-static int hold_type(struct pm_op *op, const struct pm_type *t)
+int pm_type_keep(MPI_Datatype *type, bool *held)
 {
-	if (t->named || op->dtype_held)
+	const struct pm_type *t = pm_type_info(*type);
+	if (!t)
+		return MPI_ERR_TYPE;
+	if (t->named || *held)
 		return MPI_SUCCESS;
 	MPI_Datatype dup;
-	int rc = PMPI_Type_dup(op->dtype, &dup);
+	int rc = PMPI_Type_dup(*type, &dup);
 	if (rc != MPI_SUCCESS)
 		return rc;
-	op->dtype = dup;
-	op->dtype_held = true;
+	*type = dup;
+	*held = true;
 	return MPI_SUCCESS;
 }
 
+void pm_type_drop(MPI_Datatype *type, bool *held)
+{
+	if (*held) {
+		memset(pm_type_cache, 0, sizeof(pm_type_cache)); /* its handle may come back */
+		PMPI_Type_free(type);
+		*held = false;
+	}
+}
+
+/* An op keeps its own reference to a derived datatype that it uses after
+ * the call that started it returns, as MPI lets the user free the type
+ * meanwhile. */
 int pm_op_hold_type(struct pm_op *op)
 {
-	const struct pm_type *t = pm_type_info(op->dtype);
-	return t ? hold_type(op, t) : MPI_ERR_TYPE;
+	return pm_type_keep(&op->dtype, &op->dtype_held);
 }
 
 static void release_type(struct pm_op *op)
 {
-	if (op->dtype_held) {
-		memset(pm_type_cache, 0, sizeof(pm_type_cache)); /* its handle may come back */
-		PMPI_Type_free(&op->dtype);
-		op->dtype_held = false;
-	}
+	pm_type_drop(&op->dtype, &op->dtype_held);
 }
 
 int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtype)
@@ -499,7 +506,7 @@ int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtyp
 	op->count = count;
 	op->dtype = dtype;
 	op->bytes = (size_t)t->size * (size_t)count;
-	if ((op->kind == OP_RECV || op->persistent) && hold_type(op, t) != MPI_SUCCESS)
+	if ((op->kind == OP_RECV || op->persistent) && !t->named && pm_op_hold_type(op) != MPI_SUCCESS)
 		return MPI_ERR_TYPE;
 	if (op->bytes == 0) {
 		op->contiguous = true;

@@ -131,6 +131,7 @@ void pm_comm_teardown(void);
  * the members agree on a fresh one (one allreduce over @p comm).
  */
 uint64_t pm_comm_derive(MPI_Comm parent);
+uint64_t pm_splitmix64(uint64_t x); /* a 64-bit mix of @p x (splitmix64's finaliser) */
 void pm_comm_register(MPI_Comm comm, uint64_t ctx);
 void pm_comm_release(struct pm_comm *c); /* an op no longer points to it */
 /* MPI_Comm_idup; @p fnewcomm: Fortran's handle, or NULL for C (comm.c). */
@@ -214,6 +215,10 @@ struct pm_op *pm_op_by_id(uint64_t id);
 int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtype);
 /* Take the op's own reference to op->dtype (a duplicate, if derived). */
 int pm_op_hold_type(struct pm_op *op);
+/* Replace *@p type by a reference of the caller's own (a duplicate, where
+ * derived and not *@p held already; *@p held says so), and drop it. */
+int pm_type_keep(MPI_Datatype *type, bool *held);
+void pm_type_drop(MPI_Datatype *type, bool *held);
 void pm_op_complete(struct pm_op *op); /* mark done, signal its handle */
 /* Fill @p status (may be MPI_STATUS_IGNORE) from a finished op. */
 void pm_op_status(const struct pm_op *op, MPI_Status *status);
@@ -463,6 +468,7 @@ struct pm_state {
 	int *local_world;   /* node index -> world rank */
 	int *local_pid;     /* node index -> process id */
 	int *world_local;   /* world rank -> node index or -1 */
+	uint64_t node_token; /* the random token of the node's queues, the same at its ranks */
 	MPI_Comm node_comm; /* private: the ranks of the (pretend) node */
 	MPI_Comm quiet_comm; /* private: MPI_COMM_SELF with MPI_ERRORS_RETURN, for checks */
 	MPI_Group world_group;
@@ -530,6 +536,9 @@ void pm_mprobe_teardown(void);              /* mprobe.c */
 struct pm_coll;
 void pm_coll_config(void);           /* PINSHM_MPI_COLL, PINSHM_MPI_COLL_AREA */
 void pm_coll_free(struct pm_comm *c); /* the communicator's entry goes */
+/* The agreement under way on @p c (coll.c) ends, waiting for it, and the
+ * nonblocking calls that waited for it start. */
+void pm_coll_settle(struct pm_comm *c);
 void pm_coll_print_stats(void);
 /* Nonblocking collectives not finished yet (coll_nb.c), and one pass
  * over them: @return how many steps it took. */

@@ -300,6 +300,7 @@ static int open_channels(char *why, size_t whylen)
 			bound_sizes();
 		}
 	}
+	pm.node_token = token;
 	if (rc == 0) {
 		channel_name(name, sizeof(name), token, pm.local_rank);
 		rc = pinshm_open(pm.client, name, PINSHM_CONSUMER, &pm.in);

@@ -27,8 +27,8 @@
  * reference each rank computes itself, with nothing written past it.
  * The first round makes every call once, in a shuffled order, so that
  * each is counted (check_mpi checks the statistics); each communicator
- * makes a Barrier when it is made, since a communicator's nonblocking
- * calls are carried from its first blocking one on (pinshm-mpi(7)).
+ * makes a Barrier when it is made, so that its agreement comes from a
+ * blocking call (coll_nb_first tests nonblocking first calls).
  * Runs with any number of ranks.
  */
 #include <stdbool.h>
