@@ -53,6 +53,7 @@ struct nb {
 	/* Bcast: the message; Allgather: this rank's block and the n blocks. */
 	char *data, *all;
 	uint64_t bytes;       /* Bcast: the message; Allgather: one block */
+	uint64_t sent;        /* Bcast at a receiver: the root's length (its first step) */
 	void *tmp, *tmp_all;  /* packed copies, or NULL */
 	void *ubuf;           /* the user's buffer, unpacked into at the end (op->dtype) */
 	int ucount;
@@ -239,6 +240,8 @@ static void write_part(struct nb *b, uint64_t s)
 	struct pm_coll *co = b->co;
 	uint64_t i = s - b->first;
 	uint8_t *half = coll_half(co, co->rank, s);
+	if (b->kind == CALL_IBCAST && i == 0) /* the root's length, beside its flags */
+		memcpy(coll_small(co, co->rank, s), &b->bytes, sizeof(b->bytes));
 	if (b->kind == CALL_IBCAST || b->kind == CALL_IALLGATHER) {
 		size_t len = piece_len(b->bytes, i, co->half_bytes);
 		coll_copy_in(half, b->data + i * co->half_bytes, len, coll_streams(co, len));
@@ -261,7 +264,16 @@ static void read_part(struct nb *b, uint64_t s)
 	uint64_t i = s - b->first, off = i * co->half_bytes;
 	size_t len = piece_len(b->bytes, i, co->half_bytes);
 	if (b->kind == CALL_IBCAST && co->rank != b->root) {
-		memcpy(b->data + off, coll_half(co, b->root, s), len);
+		/* A root that sent more than this rank's room: what fits, and
+		 * MPI_ERR_TRUNCATE; less: what it sent.  (Lengths whose steps
+		 * differ in number put the ranks out of step: pinshm-mpi(7).) */
+		if (i == 0) {
+			memcpy(&b->sent, coll_small(co, b->root, s), sizeof(b->sent));
+			if (b->sent > b->bytes)
+				note(b, MPI_ERR_TRUNCATE);
+		}
+		uint64_t left = b->sent > off ? b->sent - off : 0;
+		memcpy(b->data + off, coll_half(co, b->root, s), len < left ? len : (size_t)left);
 	} else if (b->kind == CALL_IALLGATHER) {
 		for (int r = 0; r < co->size; r++)
 			if (r != co->rank || b->data != b->all + (uint64_t)r * b->bytes) /* in place */
@@ -339,8 +351,9 @@ static void finish(struct nb *b)
 		free(b);
 		return;
 	}
-	if (b->kind == CALL_IBCAST && b->tmp && b->co->rank != b->root && b->rc == MPI_SUCCESS)
-		note(b, pm_unpack(b->tmp, b->bytes, b->ubuf, b->ucount, op->dtype));
+	if (b->kind == CALL_IBCAST && b->tmp && b->co->rank != b->root &&
+	    (b->rc == MPI_SUCCESS || b->rc == MPI_ERR_TRUNCATE))
+		note(b, pm_unpack(b->tmp, b->sent < b->bytes ? b->sent : b->bytes, b->ubuf, b->ucount, op->dtype));
 	if (b->kind == CALL_IALLGATHER && b->tmp_all && b->rc == MPI_SUCCESS)
 		note(b, blocks_move(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->bytes, false));
 	op->st_error = b->rc;
