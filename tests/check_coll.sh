@@ -21,7 +21,7 @@
 #    nodes (PINSHM_MPI_NODES=2, the dead rank on the second, not its
 #    leader), errors returned: each survivor's call of a count of 0, made
 #    before a death was found and after, returns MPI_SUCCESS without the
-#    handler or MPI_ERR_OTHER through it once (pinshm-mpi(7): a call with
+#    handler or MPI_ERR_OTHER through it once (pinshm-mpi-coll(7): a call with
 #    no bytes to move may run no step), MPI_Barrier between them the error;
 #    and where the handler makes collectives (an MPI_Allreduce on
 #    MPI_COMM_SELF and on a communicator of the survivors, an MPI_Barrier

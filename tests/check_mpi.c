@@ -501,6 +501,8 @@ static unsigned colls_of(const struct program *pg)
 		return COLL_NB;
 	if (!strcmp(pg->name, "coll_nb_first"))
 		return COLL_NB | 1u << 0; /* and Barrier */
+	if (!strcmp(pg->name, "coll_kept")) /* Barrier, Bcast, Allreduce and their nonblocking twins */
+		return 1u << 0 | 1u << 1 | 1u << 3 | 1u << 16 | 1u << 17 | 1u << 19;
 	if (!strcmp(pg->name, "coll_random")) /* all but the v variants and Reduce_scatter */
 		return COLL_BASIC | 1u << 12 | 1u << 14 | 1u << 15 | COLL_NB;
 	if (!strcmp(pg->name, "coll_hier"))
@@ -545,6 +547,32 @@ static bool hier_failed(const struct config *cf, const struct run *r, char *why,
 	return false;
 }
 
+/* coll_kept on one node: every rank's "pinshm-mpi coll areas:" line says
+ * 3 areas made and 16 kept ones taken (tests/mpi/coll_kept.c), or with
+ * PINSHM_MPI_COLL_KEEP=0 (none kept), 19 made. */
+static bool kept_failed(const struct config *cf, const struct run *r, char *why, size_t len)
+{
+	bool none = cf->env[0] && !strcmp(cf->env[0], "PINSHM_MPI_COLL_KEEP=0");
+	unsigned long long want_made = none ? 19 : 3, want_taken = none ? 0 : 16;
+	int lines = 0;
+	for (const char *l = strstr(r->out, "pinshm-mpi coll areas: "); l; l = strstr(l + 1, "pinshm-mpi coll areas: ")) {
+		int rank = -1;
+		unsigned long long made = 0, taken = 0;
+		if (sscanf(l, "pinshm-mpi coll areas: rank=%d joined=%llu kept_taken=%llu", &rank, &made, &taken) != 3 ||
+		    made != want_made || taken != want_taken) {
+			snprintf(why, len, "rank %d: %llu areas made, %llu kept ones taken: want %llu and %llu", rank,
+				 made, taken, want_made, want_taken);
+			return true;
+		}
+		lines++;
+	}
+	if (lines != cf->np) {
+		snprintf(why, len, "%d \"coll areas\" lines from %d ranks", lines, cf->np);
+		return true;
+	}
+	return false;
+}
+
 /* For a program of collectives (colls_of()) in @p cf: every rank reported every
  * call; on one node each call it uses went through pinshm and none went to
  * the MPI library; with collectives or the plugin off, none went through
@@ -582,6 +610,8 @@ static bool coll_failed(const struct program *pg, const struct config *cf, const
 				 coll_name[k], r->coll_pinshm[k], r->coll_mpi[k], cf->nodes);
 			return true;
 		}
+	if (!off && cf->nodes <= 1 && !strcmp(pg->name, "coll_kept") && kept_failed(cf, r, why, len))
+		return true;
 	return !off && cf->nodes >= 2 && !strcmp(pg->name, "coll_hier") && hier_failed(cf, r, why, len);
 }
 
@@ -1363,7 +1393,8 @@ END_TEST
  * configuration's (each run costs seconds): at 3 ranks (a node not a
  * power of two), with collectives turned off, as a communicator's first
  * collective calls (which must not wait, carried once the communicator's
- * agreement ends, or passed to the library where it says off), from
+ * agreement ends, or passed to the library where it says off), on
+ * communicators that take the area their freed forerunner kept, from
  * Fortran. */
 START_TEST(test_coll_nb)
 {
@@ -1377,6 +1408,13 @@ START_TEST(test_coll_nb)
 		{{"coll_nb", NB, 0, NULL, "PINSHM_MPI_COLL=0"}, {.name = "plugin -np 4", .np = 4, .plugin = true}},
 		{{"coll_nb_first", B, 0, NULL, NULL}, {.name = "plugin -np 3", .np = 3, .plugin = true}},
 		{{"coll_nb_first", B, 0, NULL, "NB_FIRST_COLL_OFF=1"}, {.name = "plugin -np 2", .np = 2, .plugin = true}},
+		{{"coll_kept", 0, 0, NULL, NULL}, {.name = "plugin -np 2", .np = 2, .plugin = true}},
+		{{"coll_kept", 0, 0, NULL, NULL},
+		 {.name = "plugin -np 3 PINSHM_MPI_COLL_AREA=16K", .np = 3, .plugin = true,
+		  .env = {"PINSHM_MPI_COLL_AREA=16K"}}},
+		{{"coll_kept", 0, 0, NULL, NULL},
+		 {.name = "plugin -np 2 PINSHM_MPI_COLL_KEEP=0", .np = 2, .plugin = true,
+		  .env = {"PINSHM_MPI_COLL_KEEP=0"}}},
 #ifdef HAVE_MPIFORT_TEST
 		{{"f_coll_nb", NB, 0, NULL, NULL}, {.name = "plugin -np 4", .np = 4, .plugin = true}},
 #endif
@@ -2116,7 +2154,7 @@ static Suite *mpi_suite(const struct scope *sc)
 		suite_add_tcase(s, tc);
 
 		tc = tcase_create("coll_nb"); /* quick: the programs of its own (coll_nb runs in "plugin") */
-		tcase_add_loop_test(tc, test_coll_nb, quick ? 2 : 0, 5);
+		tcase_add_loop_test(tc, test_coll_nb, quick ? 2 : 0, 8);
 		tcase_set_timeout(tc, 200);
 		suite_add_tcase(s, tc);
 

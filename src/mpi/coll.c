@@ -39,11 +39,14 @@
 #define CMA_DEFAULT 0 /* PINSHM_MPI_COLL_CMA: off (a copy through the area measured faster here) */
 #define STREAM_DEFAULT 0 /* PINSHM_MPI_COLL_STREAM: off (PERFORMANCE.md, "Streaming stores") */
 #define SLOT_HEAD 192u /* the zero line, the flag line, the mark line */
+#define KEPT_DEFAULT 4 /* PINSHM_MPI_COLL_KEEP */
+#define KEPT_MAX 64
 
 static bool coll_enabled = true;
 static uint64_t area_max = AREA_DEFAULT;
 static uint64_t cma_min = CMA_DEFAULT;
 static uint64_t stream_min = STREAM_DEFAULT;
+static uint64_t keep_max; /* PINSHM_MPI_COLL_KEEP: areas of freed communicators kept (below) */
 
 static const char *const call_names[CALL_COUNT] = {
 	"barrier", "bcast", "reduce", "allreduce", "gather", "scatter", "allgather", "alltoall",
@@ -52,6 +55,7 @@ static const char *const call_names[CALL_COUNT] = {
 static struct {
 	uint64_t pinshm_calls, pinshm_bytes, mpi_calls;
 } counts[CALL_COUNT];
+static uint64_t areas_made, areas_taken; /* areas joined, kept ones taken (below) */
 
 void pm_coll_config(void)
 {
@@ -60,6 +64,7 @@ void pm_coll_config(void)
 	area_max = pm_env_size("PINSHM_MPI_COLL_AREA", AREA_DEFAULT, 2 * SLOT_MIN, UINT64_MAX);
 	cma_min = pm_env_size("PINSHM_MPI_COLL_CMA", CMA_DEFAULT, 0, INT64_MAX);
 	stream_min = pm_env_size("PINSHM_MPI_COLL_STREAM", STREAM_DEFAULT, 0, INT64_MAX);
+	keep_max = pm_env_size("PINSHM_MPI_COLL_KEEP", KEPT_DEFAULT, 0, KEPT_MAX);
 	if (pm.cfg.cma_set && pm.cfg.cma == 0) /* PINSHM_MPI_CMA=0: never copied so */
 		cma_min = 0;
 }
@@ -78,6 +83,8 @@ void coll_count(enum coll_call call, bool pinshm, uint64_t bytes)
 
 void pm_coll_print_stats(void)
 {
+	fprintf(stderr, "pinshm-mpi coll areas: rank=%d joined=%" PRIu64 " kept_taken=%" PRIu64 "\n", pm.world_rank,
+		areas_made, areas_taken);
 	for (int k = 0; k < CALL_COUNT; k++)
 		fprintf(stderr,
 			"pinshm-mpi coll stats: rank=%d call=%s pinshm_calls=%" PRIu64 " pinshm_bytes=%" PRIu64
@@ -269,24 +276,30 @@ int coll_read(struct pm_coll *co, int r, void *dst, uint64_t addr, size_t n)
 	return MPI_SUCCESS;
 }
 
+/* Each rank's part of the agreement: whether it joined, its probe's
+ * address, its single-copy threshold, its area's name, the area's last
+ * step (a kept area, below: the steps go on from there). */
+#define AGREE_WORDS 5
+
 /* Whether blocks go straight from memory to memory on this area, agreed by
  * every rank: only where every rank asks for it (@p every: rank r's
- * threshold at every[3 r + 2], its probe's address at every[3 r + 1]),
+ * threshold at every[AGREE_WORDS r + 2], its probe's address at
+ * every[AGREE_WORDS r + 1]),
  * then (collective over @p comm) each reads every other one's probe, and
  * the largest threshold is taken, or none where a rank cannot read. */
 static void cma_agree(struct pm_coll *co, const int *local, const int64_t *every, MPI_Comm comm)
 {
 	int64_t most = 0;
 	for (int r = 0; r < co->size; r++) {
-		if (every[3 * r + 2] <= 0)
+		if (every[AGREE_WORDS * r + 2] <= 0)
 			return; /* the same at every rank: no one asks more */
-		most = every[3 * r + 2] > most ? every[3 * r + 2] : most;
+		most = every[AGREE_WORDS * r + 2] > most ? every[AGREE_WORDS * r + 2] : most;
 	}
 	int can = co->size > 1 && (co->pid = calloc((size_t)co->size, sizeof(int))) != NULL;
 	for (int r = 0; r < co->size && can; r++) {
 		int node = local[r];
 		uint64_t seen = 0;
-		struct iovec l = {&seen, sizeof(seen)}, rem = {(void *)(uintptr_t)every[3 * r + 1], sizeof(seen)};
+		struct iovec l = {&seen, sizeof(seen)}, rem = {(void *)(uintptr_t)every[AGREE_WORDS * r + 1], sizeof(seen)};
 		can = node >= 0 && node < pm.nlocal;
 		if (can)
 			co->pid[r] = pm.local_pid[node];
@@ -330,7 +343,7 @@ static void cma_agree(struct pm_coll *co, const int *local, const int64_t *every
 struct coll_agreeing {
 	MPI_Request req[2];   /* the allgather, the duplicate (a nonblocking agreement) */
 	MPI_Comm lib;         /* the duplicate */
-	int64_t mine[3];      /* joined, the probe's address, the single-copy threshold */
+	int64_t mine[AGREE_WORDS];
 	int64_t *every;       /* the same of every rank */
 	bool created;         /* this rank created the name */
 	bool testing;         /* coll_agree_test() is in the library (whose progress may call it) */
@@ -369,6 +382,7 @@ static int area_join(struct pm_coll *co, uint64_t key, bool *created)
 	char name[PINSHM_NAME_MAX + 1];
 	area_name(name, sizeof(name), key);
 	int rc;
+	areas_made++;
 	for (unsigned looks = 0;; looks++) {
 		rc = pinshm_create(pm.client, name, &attr, 0600, 0);
 		if (rc != -EEXIST)
@@ -429,10 +443,15 @@ static struct coll_agreeing *agree_begin(struct pm_coll *co, uint64_t key, const
 	a->errcomm = errcomm;
 	a->req[0] = a->req[1] = MPI_REQUEST_NULL;
 	a->lib = MPI_COMM_NULL;
-	int ok = coll_enabled && area_join(co, key, &a->created) == 0 && (uint64_t)co->size <= co->half_bytes;
+	bool kept = co->ch != NULL; /* a kept area (below): joined already */
+	if (!kept)
+		co->key = key;
+	int ok = kept || (coll_enabled && area_join(co, key, &a->created) == 0 && (uint64_t)co->size <= co->half_bytes);
 	a->mine[0] = ok;
 	a->mine[1] = (int64_t)(uintptr_t)&cma_probe;
 	a->mine[2] = (int64_t)cma_min;
+	a->mine[3] = (int64_t)co->key;
+	a->mine[4] = (int64_t)co->step;
 	return a;
 }
 
@@ -443,7 +462,8 @@ static void agree_end(struct pm_coll *co, struct coll_agreeing *a, bool cma)
 {
 	int all = 1;
 	for (int r = 0; r < co->size; r++)
-		all = all && a->every[3 * r] != 0;
+		all = all && a->every[AGREE_WORDS * r] != 0 && a->every[AGREE_WORDS * r + 3] == a->mine[3] &&
+		      a->every[AGREE_WORDS * r + 4] == a->mine[4];
 	if (a->created) {
 		char name[PINSHM_NAME_MAX + 1];
 		area_name(name, sizeof(name), a->key);
@@ -462,16 +482,15 @@ static void agree_end(struct pm_coll *co, struct coll_agreeing *a, bool cma)
 	free(a);
 }
 
-/* The area of @p comm (@p rank of @p size, @p local: member -> index in
- * the node, @p errcomm: whose error handler its calls' errors go to),
- * named by @p key, or (0) by rank 0's token (collective over @p comm, at
- * every rank).  A communicator whose ranks outnumber a half's bytes is
+/* The area @p co of @p comm (@p local: member -> index in the node,
+ * @p errcomm: whose error handler its calls' errors go to): a kept one,
+ * or one named by @p key, or (0) by rank 0's token (collective over
+ * @p comm, at every rank).  A communicator whose ranks outnumber a half's bytes is
  * refused: a Scatter's or Alltoall's step puts one piece of at least one
  * byte per rank in one half (coll_ops.c). */
-static struct pm_coll *area_agree(MPI_Comm comm, int rank, int size, const int *local, MPI_Comm errcomm,
+static struct pm_coll *area_agree(struct pm_coll *co, MPI_Comm comm, const int *local, MPI_Comm errcomm,
 				  uint64_t key)
 {
-	struct pm_coll *co = coll_new(rank, size);
 	if (co->size == 1) { /* nothing to share */
 		co->on = coll_enabled;
 		return co;
@@ -481,14 +500,14 @@ static struct pm_coll *area_agree(MPI_Comm comm, int rank, int size, const int *
 		PMPI_Bcast(&key, 1, MPI_UINT64_T, 0, comm);
 	}
 	struct coll_agreeing *a = agree_begin(co, key, local, comm, errcomm);
-	PMPI_Allgather(a->mine, 3, MPI_INT64_T, a->every, 3, MPI_INT64_T, comm);
+	PMPI_Allgather(a->mine, AGREE_WORDS, MPI_INT64_T, a->every, AGREE_WORDS, MPI_INT64_T, comm);
 	agree_end(co, a, true);
 	return co;
 }
 
 struct pm_coll *coll_area_agree(MPI_Comm comm, int rank, int size, const int *local, MPI_Comm errcomm)
 {
-	return area_agree(comm, rank, size, local, errcomm, 0);
+	return area_agree(coll_new(rank, size), comm, local, errcomm, 0);
 }
 
 bool coll_agree_test(struct pm_coll *co, bool wait)
@@ -528,12 +547,104 @@ bool coll_wanted(void)
 	return coll_enabled;
 }
 
+/*
+ * Kept areas.  Making an area costs milliseconds (pinshmd pins its pages,
+ * each rank maps its lane), a hundred times what Open MPI takes to make a
+ * communicator.  So the areas of the last freed communicators
+ * (PINSHM_MPI_COLL_KEEP, 4 unless set) are kept, open, each for the next
+ * communicator of the same processes in the same order (a dup
+ * of one made and freed in a loop), which takes it with its steps going
+ * on from the last one: the protocol is then that of one communicator
+ * whose calls go on, so nothing in the area needs clearing, and a rank
+ * still reading the freed communicator's last step is waited for as any
+ * earlier step's.  A rank proposes its kept area in the agreement (its
+ * name and last step); where the ranks' proposals differ (one rank freed
+ * the old communicator only after the new one's first call, or let it go
+ * from its few kept ones) the new communicator's collectives go to the
+ * library: the ranks never need to choose alike, only to find out.
+ */
+
+struct kept {
+	struct pm_coll *co;
+	int *pid; /* rank -> its process */
+};
+static struct kept kept[KEPT_MAX];
+static int nkept;
+
+static int member_pid(const struct pm_comm *c, int r)
+{
+	int node = c->local[r];
+	return node >= 0 && node < pm.nlocal ? pm.local_pid[node] : 0;
+}
+
+/* The area for @p c's agreement: a kept one of its processes in its
+ * order, or a new one. */
+static struct pm_coll *area_for(const struct pm_comm *c)
+{
+	for (int i = 0; area_key(c) && i < nkept; i++) {
+		struct kept *k = &kept[i];
+		bool same = k->co->size == c->size;
+		for (int r = 0; same && r < c->size; r++)
+			same = k->pid[r] == member_pid(c, r);
+		if (!same)
+			continue;
+		struct pm_coll *co = k->co;
+		free(k->pid);
+		memmove(k, k + 1, (size_t)(--nkept - i) * sizeof(*k)); /* the rest in their order, oldest first */
+		areas_taken++;
+		return co;
+	}
+	return coll_new(c->rank, c->size);
+}
+
+/* Keep the area of @p c, whose entry goes: only a sound one, every step
+ * of it finished here. */
+static bool keep(const struct pm_comm *c)
+{
+	struct pm_coll *co = c->coll;
+	if (keep_max == 0 || !co->on || !co->ch || co->agreeing || co->detached ||
+	    coll_error(co) != MPI_SUCCESS || !area_key(c) ||
+	    atomic_load_explicit(&co->flags[co->rank]->done, memory_order_relaxed) != co->step)
+		return false;
+	int *pid = malloc((size_t)c->size * sizeof(int));
+	if (!pid)
+		return false;
+	for (int r = 0; r < c->size; r++)
+		pid[r] = member_pid(c, r);
+	if (nkept == (int)keep_max) { /* the oldest goes */
+		coll_area_free(kept[0].co);
+		free(kept[0].pid);
+		memmove(kept, kept + 1, (size_t)(nkept - 1) * sizeof(kept[0]));
+		nkept--;
+	}
+	/* What the next agreement decides anew. */
+	live_free(co->live);
+	co->live = NULL;
+	free(co->pid);
+	co->pid = NULL;
+	co->cma_min = 0;
+	co->on = false;
+	if (co->lib_comm != MPI_COMM_NULL)
+		PMPI_Comm_free(&co->lib_comm);
+	kept[nkept++] = (struct kept){co, pid};
+	return true;
+}
+
+void pm_coll_kept_free(void)
+{
+	for (int i = 0; i < nkept; i++) {
+		coll_area_free(kept[i].co);
+		free(kept[i].pid);
+	}
+	nkept = 0;
+}
+
 /* The first collective on @p c (collective over c->comm, at every rank):
  * its area, or (spanning nodes) its node layout and the node's area. */
 static struct pm_coll *agree(struct pm_comm *c)
 {
 	if (!c->mixed)
-		return c->coll = area_agree(c->comm, c->rank, c->size, c->local, c->comm, area_key(c));
+		return c->coll = area_agree(area_for(c), c->comm, c->local, c->comm, area_key(c));
 	struct pm_coll *co = coll_new(c->rank, c->size);
 	co->hier = hier_make(c);
 	return c->coll = co;
@@ -550,12 +661,13 @@ struct pm_coll *pm_coll_nb_area(MPI_Comm comm, bool *agreeing)
 		uint64_t key = area_key(c);
 		if (!key)
 			return NULL; /* the first blocking call agrees */
-		co = c->coll = coll_new(c->rank, c->size);
+		co = c->coll = area_for(c);
 		if (co->size == 1) {
 			co->on = coll_enabled;
 		} else {
 			struct coll_agreeing *a = co->agreeing = agree_begin(co, key, c->local, c->comm, c->comm);
-			PMPI_Iallgather(a->mine, 3, MPI_INT64_T, a->every, 3, MPI_INT64_T, c->comm, &a->req[0]);
+			PMPI_Iallgather(a->mine, AGREE_WORDS, MPI_INT64_T, a->every, AGREE_WORDS, MPI_INT64_T, c->comm,
+					&a->req[0]);
 			PMPI_Comm_idup(c->comm, &a->lib, &a->req[1]);
 		}
 	}
@@ -602,7 +714,9 @@ void pm_coll_free(struct pm_comm *c)
 	if (!c->coll)
 		return;
 	hier_free(c->coll->hier);
-	coll_area_free(c->coll);
+	c->coll->hier = NULL;
+	if (!keep(c))
+		coll_area_free(c->coll);
 	c->coll = NULL;
 }
 

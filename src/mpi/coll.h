@@ -108,6 +108,7 @@ struct pm_coll {
 	uint64_t stream_min;       /* pieces of this many bytes up go into the area with streaming
 				      stores (coll_copy_in()); 0: never; need not agree */
 	uint8_t *detached;         /* after a failed wait: this rank's slot, of its own (coll.c) */
+	uint64_t key;              /* the name the area was made under (coll.c) */
 	struct coll_agreeing *agreeing; /* the agreement under way (coll.c), or NULL: decided */
 	MPI_Comm lib_comm;         /* after an agreement that a nonblocking call began: where the
 				      calls that waited for it go when not carried (coll.c) */

@@ -266,7 +266,7 @@ static void read_part(struct nb *b, uint64_t s)
 	if (b->kind == CALL_IBCAST && co->rank != b->root) {
 		/* A root that sent more than this rank's room: what fits, and
 		 * MPI_ERR_TRUNCATE; less: what it sent.  (Lengths whose steps
-		 * differ in number put the ranks out of step: pinshm-mpi(7).) */
+		 * differ in number put the ranks out of step: pinshm-mpi-coll(7).) */
 		if (i == 0) {
 			memcpy(&b->sent, coll_small(co, b->root, s), sizeof(b->sent));
 			if (b->sent > b->bytes)

@@ -536,6 +536,7 @@ void pm_mprobe_teardown(void);              /* mprobe.c */
 struct pm_coll;
 void pm_coll_config(void);           /* PINSHM_MPI_COLL, PINSHM_MPI_COLL_AREA */
 void pm_coll_free(struct pm_comm *c); /* the communicator's entry goes */
+void pm_coll_kept_free(void);         /* at MPI_Finalize, after the entries: the kept areas */
 /* The agreement under way on @p c (coll.c) ends, waiting for it, and the
  * nonblocking calls that waited for it start. */
 void pm_coll_settle(struct pm_comm *c);

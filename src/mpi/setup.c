@@ -629,6 +629,7 @@ int MPI_Finalize(void)
 	pm_persist_teardown();
 	pm_coll_nb_teardown();
 	pm_comm_teardown();
+	pm_coll_kept_free();
 	pm_unexp_teardown();
 	close_channels();
 	free_state();

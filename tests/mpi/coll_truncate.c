@@ -10,10 +10,10 @@
  * sender long: every receiver's room for it short), Allgather (the same,
  * a receiver short), Ibcast (receiver short, in counts that take one step
  * at any area: lengths whose steps differ in number are not met, as
- * pinshm-mpi(7) says).  The argument "list" prints the cases; a number runs
+ * pinshm-mpi-coll(7) says).  The argument "list" prints the cases; a number runs
  * that case only (for comparing with the MPI library alone); none runs
  * them all.  Runs with any number of ranks >= 2, on one node (check_mpi);
- * across pretend nodes the plugin does not meet it yet (pinshm-mpi(7)).
+ * across pretend nodes the plugin does not meet it yet (pinshm-mpi-coll(7)).
  */
 #include "colltest.h"
 

@@ -29,6 +29,7 @@ MPI_TEST_BINS = \
 	tests/mpi/coll_nb \
 	tests/mpi/coll_random \
 	tests/mpi/coll_nb_first \
+	tests/mpi/coll_kept \
 	tests/mpi/coll_dead \
 	tests/mpi/p2p_address \
 	tests/mpi/p2p_basic \
@@ -111,6 +112,9 @@ tests_mpi_coll_random_LDADD = $(MPI_LIBS)
 tests_mpi_coll_nb_first_SOURCES = tests/mpi/mpitest.h tests/mpi/coll_nb_first.c
 tests_mpi_coll_nb_first_CFLAGS = $(MPI_TEST_CFLAGS)
 tests_mpi_coll_nb_first_LDADD = $(MPI_LIBS)
+tests_mpi_coll_kept_SOURCES = tests/mpi/colltest.h tests/mpi/mpitest.h tests/mpi/coll_kept.c
+tests_mpi_coll_kept_CFLAGS = $(MPI_TEST_CFLAGS)
+tests_mpi_coll_kept_LDADD = $(MPI_LIBS)
 tests_mpi_coll_dead_SOURCES = tests/mpi/coll_dead.c
 tests_mpi_coll_dead_CFLAGS = $(MPI_TEST_CFLAGS)
 tests_mpi_coll_dead_LDADD = $(MPI_LIBS)
