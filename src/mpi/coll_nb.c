@@ -1389,12 +1389,11 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
 	return nb_call(&a, request);
 }
 
-int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
-		MPI_Comm comm, MPI_Request *request)
+/* Ireduce (@p root >= 0) or Iallreduce (@p root -1). */
+static int reduce_call(enum coll_call kind, const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+		       MPI_Op op, int root, MPI_Comm comm, MPI_Request *request)
 {
-	if (root < 0) /* erroneous: the library says so */
-		return PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
-	struct nb_args a = {.kind = CALL_IREDUCE,
+	struct nb_args a = {.kind = kind,
 			    .sendbuf = sendbuf,
 			    .buf = recvbuf,
 			    .count = count,
@@ -1405,18 +1404,18 @@ int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype data
 	return nb_call(&a, request);
 }
 
+int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+		MPI_Comm comm, MPI_Request *request)
+{
+	if (root < 0) /* erroneous: the library says so */
+		return PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
+	return reduce_call(CALL_IREDUCE, sendbuf, recvbuf, count, datatype, op, root, comm, request);
+}
+
 int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
 		   MPI_Comm comm, MPI_Request *request)
 {
-	struct nb_args a = {.kind = CALL_IALLREDUCE,
-			    .sendbuf = sendbuf,
-			    .buf = recvbuf,
-			    .count = count,
-			    .type = datatype,
-			    .mop = op,
-			    .root = -1,
-			    .comm = comm};
-	return nb_call(&a, request);
+	return reduce_call(CALL_IALLREDUCE, sendbuf, recvbuf, count, datatype, op, -1, comm, request);
 }
 
 int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
