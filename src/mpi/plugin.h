@@ -215,8 +215,9 @@ struct pm_op *pm_op_by_id(uint64_t id);
 int pm_op_buffer(struct pm_op *op, const void *buf, int count, MPI_Datatype dtype);
 /* Take the op's own reference to op->dtype (a duplicate, if derived). */
 int pm_op_hold_type(struct pm_op *op);
-/* Replace *@p type by a reference of the caller's own (a duplicate, where
- * derived and not *@p held already; *@p held says so), and drop it. */
+/* pm_type_keep(): make *@p type a reference of the caller's own (a
+ * duplicate where it is derived and *@p held is not set; *@p held then
+ * says so); pm_type_drop(): let that reference go. */
 int pm_type_keep(MPI_Datatype *type, bool *held);
 void pm_type_drop(MPI_Datatype *type, bool *held);
 void pm_op_complete(struct pm_op *op); /* mark done, signal its handle */
@@ -534,7 +535,7 @@ void pm_mprobe_teardown(void);              /* mprobe.c */
 /* ---- collectives (coll.c) ------------------------------------------- */
 
 struct pm_coll;
-void pm_coll_config(void);           /* PINSHM_MPI_COLL, PINSHM_MPI_COLL_AREA */
+void pm_coll_config(void);           /* the PINSHM_MPI_COLL* variables */
 void pm_coll_free(struct pm_comm *c); /* the communicator's entry goes */
 void pm_coll_kept_free(void);         /* at MPI_Finalize, after the entries: the kept areas */
 /* The agreement under way on @p c (coll.c) ends, waiting for it, and the
