@@ -347,7 +347,6 @@ struct coll_agreeing {
 	int64_t *every;       /* the same of every rank */
 	bool created;         /* this rank created the name */
 	bool testing;         /* coll_agree_test() is in the library (whose progress may call it) */
-	uint64_t key;         /* the name's */
 	const int *local;     /* member -> its index in the node */
 	MPI_Comm comm, errcomm;
 };
@@ -437,7 +436,6 @@ static struct coll_agreeing *agree_begin(struct pm_coll *co, uint64_t key, const
 		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
 		return NULL;
 	}
-	a->key = key;
 	a->local = local;
 	a->comm = comm;
 	a->errcomm = errcomm;
@@ -466,7 +464,7 @@ static void agree_end(struct pm_coll *co, struct coll_agreeing *a, bool cma)
 		      a->every[AGREE_WORDS * r + 4] == a->mine[4];
 	if (a->created) {
 		char name[PINSHM_NAME_MAX + 1];
-		area_name(name, sizeof(name), a->key);
+		area_name(name, sizeof(name), co->key);
 		pinshm_unlink(pm.client, name);
 	}
 	co->on = all != 0;
@@ -496,7 +494,8 @@ static struct pm_coll *area_agree(struct pm_coll *co, MPI_Comm comm, const int *
 		return co;
 	}
 	if (!key) {
-		key = pm_token() | 1;
+		if (co->rank == 0)
+			key = pm_token() | 1; /* reads /dev/urandom: once */
 		PMPI_Bcast(&key, 1, MPI_UINT64_T, 0, comm);
 	}
 	struct coll_agreeing *a = agree_begin(co, key, local, comm, errcomm);

@@ -1346,8 +1346,12 @@ void coll_nb_agreed(struct pm_coll *co)
 /* The engine's look at the agreements that calls wait for. */
 static int waiting_progress(void)
 {
+	const struct pm_coll *tested = NULL;
 	for (struct pm_link *l = waiting.head; l; l = l->next) {
 		struct waiting *w = pm_container(l, struct waiting, link);
+		if (w->co == tested)
+			continue; /* its calls come in a row: one test of its agreement a pass */
+		tested = w->co;
 		if (coll_agree_test(w->co, false)) {
 			coll_nb_agreed(w->co);
 			return 1; /* the list changed: the next pass looks again */
