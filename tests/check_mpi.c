@@ -513,8 +513,9 @@ static unsigned colls_of(const struct program *pg)
 		return 1u << 0 | 1u << 3 | COLL_NB; /* Barrier, Allreduce, the nonblocking ones */
 	if (!strcmp(pg->name, "coll_mismatch"))
 		return 1u << 0 | 1u << 1 | 1u << 3; /* Barrier, Bcast, Allreduce */
-	if (!strcmp(pg->name, "coll_truncate")) /* Barrier, Bcast, Allreduce, Gather, Scatter, Allgather, Alltoall, Ibcast */
-		return 1u << 0 | 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7 | 1u << 17;
+	if (!strcmp(pg->name, "coll_truncate")) /* Barrier, Bcast, Allreduce, Gather, Scatter, Allgather, Alltoall,
+						   Ibcast, Iallreduce */
+		return 1u << 0 | 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7 | 1u << 17 | 1u << 19;
 	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_BASIC
 	       : !strcmp(pg->name, "coll_v")				      ? COLL_V
 	       : !strcmp(pg->name, "coll_scan")				      ? COLL_SCAN

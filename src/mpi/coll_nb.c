@@ -235,6 +235,39 @@ static size_t piece_len(uint64_t total, uint64_t i, size_t piece)
 	return total - off < piece ? (size_t)(total - off) : piece;
 }
 
+/* Steps of an Ibcast of @p bytes: one at least, whose head carries the
+ * root's length. */
+static uint64_t ibcast_steps(uint64_t bytes, size_t half)
+{
+	return bytes ? (bytes + half - 1) / half : 1;
+}
+
+/*
+ * A receiver of an Ibcast reserved its steps from its own count at the
+ * call (coll.h); at the first step it reads the root's length, which is
+ * what every rank's steps follow.  Where that takes @p steps other than
+ * those reserved, the call's end moves, and so do the calls reserved after
+ * it on the area: none of them has begun a step (this rank runs the steps
+ * in order, and this call's first one runs now), and they lie after it in
+ * `pending`, as reserved (launch(), hnb_launch()).
+ */
+static void ibcast_resteps(struct nb *b, uint64_t steps)
+{
+	uint64_t last = b->first + steps - 1;
+	if (last == b->last)
+		return;
+	for (struct pm_link *l = b->link.next; l; l = l->next) {
+		struct nb *o = pm_container(l, struct nb, link);
+		if (o->co == b->co) {
+			o->first = o->first - b->last + last;
+			o->last = o->last - b->last + last;
+			o->step = o->first;
+		}
+	}
+	b->co->step = b->co->step - b->last + last;
+	b->last = last;
+}
+
 static void write_part(struct nb *b, uint64_t s)
 {
 	struct pm_coll *co = b->co;
@@ -244,7 +277,8 @@ static void write_part(struct nb *b, uint64_t s)
 		memcpy(coll_small(co, co->rank, s), &b->bytes, sizeof(b->bytes));
 	if (b->kind == CALL_IBCAST || b->kind == CALL_IALLGATHER) {
 		size_t len = piece_len(b->bytes, i, co->half_bytes);
-		coll_copy_in(half, b->data + i * co->half_bytes, len, coll_streams(co, len));
+		if (len) /* an Ibcast of 0 bytes: its step, no data */
+			coll_copy_in(half, b->data + i * co->half_bytes, len, coll_streams(co, len));
 	} else if (b->kind == CALL_IREDUCE || b->kind == CALL_IALLREDUCE) {
 		const struct red *r = &b->r;
 		int64_t e0 = (int64_t)i * r->per_chunk;
@@ -265,15 +299,18 @@ static void read_part(struct nb *b, uint64_t s)
 	size_t len = piece_len(b->bytes, i, co->half_bytes);
 	if (b->kind == CALL_IBCAST && co->rank != b->root) {
 		/* A root that sent more than this rank's room: what fits, and
-		 * MPI_ERR_TRUNCATE; less: what it sent.  (Lengths whose steps
-		 * differ in number put the ranks out of step: pinshm-mpi-coll(7).) */
+		 * MPI_ERR_TRUNCATE; less: what it sent.  Its length sets the
+		 * steps (ibcast_resteps()). */
 		if (i == 0) {
 			memcpy(&b->sent, coll_small(co, b->root, s), sizeof(b->sent));
 			if (b->sent > b->bytes)
 				note(b, MPI_ERR_TRUNCATE);
+			ibcast_resteps(b, ibcast_steps(b->sent, co->half_bytes));
 		}
-		uint64_t left = b->sent > off ? b->sent - off : 0;
-		memcpy(b->data + off, coll_half(co, b->root, s), len < left ? len : (size_t)left);
+		uint64_t room = b->bytes > off ? b->bytes - off : 0, left = b->sent > off ? b->sent - off : 0;
+		uint64_t n = room < left ? room : left;
+		if (n)
+			memcpy(b->data + off, coll_half(co, b->root, s), n < co->half_bytes ? (size_t)n : co->half_bytes);
 	} else if (b->kind == CALL_IALLGATHER) {
 		for (int r = 0; r < co->size; r++)
 			if (r != co->rank || b->data != b->all + (uint64_t)r * b->bytes) /* in place */
@@ -1156,11 +1193,11 @@ static int carry_ibcast(struct pm_coll *co, const struct nb_args *a, struct pm_o
 		return rc;
 	b->root = a->root;
 	b->bytes = bytes;
-	if (co->size == 1 || bytes == 0)
+	if (co->size == 1)
 		return launch(b, 0);
 	size_t flat;
-	b->data = (char *)(uintptr_t)pm_flat_data(a->buf, a->count, a->type, &flat);
-	if (!b->data) { /* not contiguous here (other ranks may differ): packed */
+	b->data = bytes ? (char *)(uintptr_t)pm_flat_data(a->buf, a->count, a->type, &flat) : NULL;
+	if (!b->data && bytes) { /* not contiguous here (other ranks may differ): packed */
 		b->data = b->tmp = malloc(bytes);
 		if (!b->tmp)
 			no_memory();
@@ -1170,7 +1207,7 @@ static int carry_ibcast(struct pm_coll *co, const struct nb_args *a, struct pm_o
 		if (co->rank == a->root)
 			note(b, pm_pack(a->buf, a->count, a->type, b->tmp, bytes));
 	}
-	return launch(b, pieces(bytes, co->half_bytes));
+	return launch(b, ibcast_steps(bytes, co->half_bytes));
 }
 
 /* Ireduce (root >= 0) or Iallreduce (root < 0). */
