@@ -514,8 +514,9 @@ static unsigned colls_of(const struct program *pg)
 	if (!strcmp(pg->name, "coll_mismatch"))
 		return 1u << 0 | 1u << 1 | 1u << 3; /* Barrier, Bcast, Allreduce */
 	if (!strcmp(pg->name, "coll_truncate")) /* Barrier, Bcast, Allreduce, Gather, Scatter, Allgather, Alltoall,
-						   Ibcast, Iallreduce */
-		return 1u << 0 | 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7 | 1u << 17 | 1u << 19;
+						   Ibcast, Iallreduce, Iallgather */
+		return 1u << 0 | 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7 | 1u << 17 | 1u << 19 |
+		       1u << 20;
 	return !strcmp(pg->name, "coll_basic") || !strcmp(pg->name, "f_coll") ? COLL_BASIC
 	       : !strcmp(pg->name, "coll_v")				      ? COLL_V
 	       : !strcmp(pg->name, "coll_scan")				      ? COLL_SCAN
@@ -1144,7 +1145,7 @@ START_TEST(test_coll_mismatch)
 }
 END_TEST
 
-/* coll_truncate: Bcast, Scatter, Gather, Alltoall, Allgather and Ibcast whose
+/* coll_truncate: Bcast, Scatter, Gather, Alltoall, Allgather, Ibcast and Iallgather whose
  * ranks' signatures differ in size (MPI_ERR_TRUNCATE where a receiver is
  * short, nothing past its count, no hang), each call carried; an erroneous
  * program whose outcome only the carried path defines (Open MPI alone

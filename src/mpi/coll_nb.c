@@ -52,8 +52,10 @@ struct nb {
 	int rc;               /* the first error, reported at completion */
 	/* Bcast: the message; Allgather: this rank's block and the n blocks. */
 	char *data, *all;
-	uint64_t bytes;       /* Bcast: the message; Allgather: one block */
+	uint64_t bytes;       /* Bcast: the message; Allgather: this rank's block */
 	uint64_t sent;        /* Bcast at a receiver: the root's length (its first step) */
+	uint64_t room;        /* Allgather: bytes of each block in `all` */
+	uint64_t *lens;       /* Allgather: each rank's block's length (its first step), or NULL */
 	void *tmp, *tmp_all;  /* packed copies, or NULL */
 	void *ubuf;           /* the user's buffer, unpacked into at the end (op->dtype) */
 	int ucount;
@@ -235,23 +237,23 @@ static size_t piece_len(uint64_t total, uint64_t i, size_t piece)
 	return total - off < piece ? (size_t)(total - off) : piece;
 }
 
-/* Steps of an Ibcast of @p bytes: one at least, whose head carries the
- * root's length. */
-static uint64_t ibcast_steps(uint64_t bytes, size_t half)
+/* Steps of an Ibcast or Iallgather of @p bytes (the root's, the longest
+ * block): one at least, whose head carries the senders' lengths. */
+static uint64_t len_steps(uint64_t bytes, size_t half)
 {
 	return bytes ? (bytes + half - 1) / half : 1;
 }
 
 /*
- * A receiver of an Ibcast reserved its steps from its own count at the
- * call (coll.h); at the first step it reads the root's length, which is
- * what every rank's steps follow.  Where that takes @p steps other than
- * those reserved, the call's end moves, and so do the calls reserved after
- * it on the area: none of them has begun a step (this rank runs the steps
- * in order, and this call's first one runs now), and they lie after it in
- * `pending`, as reserved (launch(), hnb_launch()).
+ * A rank reserves an Ibcast's or an Iallgather's steps from its own count
+ * at the call (coll.h); at the first step it reads the root's length or
+ * every rank's, which is what every rank's steps follow.  Where that takes
+ * @p steps other than those reserved, the call's end moves, and so do the
+ * calls reserved after it on the area: none of them has begun a step (this
+ * rank runs the steps in order, and this call's first one runs now), and
+ * they lie after it in `pending`, as reserved (launch(), hnb_launch()).
  */
-static void ibcast_resteps(struct nb *b, uint64_t steps)
+static void resteps(struct nb *b, uint64_t steps)
 {
 	uint64_t last = b->first + steps - 1;
 	if (last == b->last)
@@ -273,12 +275,14 @@ static void write_part(struct nb *b, uint64_t s)
 	struct pm_coll *co = b->co;
 	uint64_t i = s - b->first;
 	uint8_t *half = coll_half(co, co->rank, s);
-	if (b->kind == CALL_IBCAST && i == 0) /* the root's length, beside its flags */
-		memcpy(coll_small(co, co->rank, s), &b->bytes, sizeof(b->bytes));
 	if (b->kind == CALL_IBCAST || b->kind == CALL_IALLGATHER) {
-		size_t len = piece_len(b->bytes, i, co->half_bytes);
-		if (len) /* an Ibcast of 0 bytes: its step, no data */
-			coll_copy_in(half, b->data + i * co->half_bytes, len, coll_streams(co, len));
+		uint64_t off = i * co->half_bytes;
+		if (i == 0) /* the sender's length, beside its flags */
+			memcpy(coll_small(co, co->rank, s), &b->bytes, sizeof(b->bytes));
+		if (off < b->bytes) { /* a block shorter than the call's steps: posts nothing more */
+			size_t len = piece_len(b->bytes, i, co->half_bytes);
+			coll_copy_in(half, b->data + off, len, coll_streams(co, len));
+		}
 	} else if (b->kind == CALL_IREDUCE || b->kind == CALL_IALLREDUCE) {
 		const struct red *r = &b->r;
 		int64_t e0 = (int64_t)i * r->per_chunk;
@@ -292,29 +296,56 @@ static void write_part(struct nb *b, uint64_t s)
 	}
 }
 
+/* An Iallgather's first step: every rank's length (its own known),
+ * MPI_ERR_TRUNCATE where one is longer than this rank's room for it (it
+ * takes what fits, as MPI_Allgather), and the steps of the longest. */
+static void allgather_lens(struct nb *b, uint64_t s)
+{
+	struct pm_coll *co = b->co;
+	b->lens = malloc((size_t)co->size * sizeof(*b->lens));
+	if (!b->lens)
+		no_memory();
+	uint64_t most = 0;
+	for (int r = 0; r < co->size; r++) {
+		if (r == co->rank)
+			b->lens[r] = b->bytes;
+		else
+			memcpy(&b->lens[r], coll_small(co, r, s), sizeof(b->lens[r]));
+		if (b->lens[r] > b->room)
+			note(b, MPI_ERR_TRUNCATE);
+		most = b->lens[r] > most ? b->lens[r] : most;
+	}
+	resteps(b, len_steps(most, co->half_bytes));
+}
+
 static void read_part(struct nb *b, uint64_t s)
 {
 	struct pm_coll *co = b->co;
 	uint64_t i = s - b->first, off = i * co->half_bytes;
-	size_t len = piece_len(b->bytes, i, co->half_bytes);
 	if (b->kind == CALL_IBCAST && co->rank != b->root) {
 		/* A root that sent more than this rank's room: what fits, and
 		 * MPI_ERR_TRUNCATE; less: what it sent.  Its length sets the
-		 * steps (ibcast_resteps()). */
+		 * steps (resteps()). */
 		if (i == 0) {
 			memcpy(&b->sent, coll_small(co, b->root, s), sizeof(b->sent));
 			if (b->sent > b->bytes)
 				note(b, MPI_ERR_TRUNCATE);
-			ibcast_resteps(b, ibcast_steps(b->sent, co->half_bytes));
+			resteps(b, len_steps(b->sent, co->half_bytes));
 		}
 		uint64_t room = b->bytes > off ? b->bytes - off : 0, left = b->sent > off ? b->sent - off : 0;
 		uint64_t n = room < left ? room : left;
 		if (n)
 			memcpy(b->data + off, coll_half(co, b->root, s), n < co->half_bytes ? (size_t)n : co->half_bytes);
 	} else if (b->kind == CALL_IALLGATHER) {
-		for (int r = 0; r < co->size; r++)
-			if (r != co->rank || b->data != b->all + (uint64_t)r * b->bytes) /* in place */
-				memcpy(b->all + (uint64_t)r * b->bytes + off, coll_half(co, r, s), len);
+		if (i == 0)
+			allgather_lens(b, s);
+		for (int r = 0; r < co->size; r++) {
+			/* What fits of what rank r sent: its own, unless in place. */
+			uint64_t got = b->lens[r] < b->room ? b->lens[r] : b->room;
+			if (off < got && (r != co->rank || b->data != b->all + (uint64_t)r * b->room))
+				memcpy(b->all + (uint64_t)r * b->room + off, coll_half(co, r, s),
+				       (size_t)(got - off < co->half_bytes ? got - off : co->half_bytes));
+		}
 	} else if (b->kind == CALL_IALLREDUCE || (b->kind == CALL_IREDUCE && co->rank == b->root)) {
 		const struct red *r = &b->r;
 		int64_t e0 = (int64_t)i * r->per_chunk;
@@ -382,6 +413,7 @@ static void finish(struct nb *b)
 		pm_coll_nb_pending--;
 	}
 	if (b->parent) { /* its data is the parent's */
+		free(b->lens);
 		free(b->r.acc);
 		free(b->r.x);
 		hnb_stage_done(b);
@@ -391,13 +423,14 @@ static void finish(struct nb *b)
 	if (b->kind == CALL_IBCAST && b->tmp && b->co->rank != b->root &&
 	    (b->rc == MPI_SUCCESS || b->rc == MPI_ERR_TRUNCATE))
 		note(b, pm_unpack(b->tmp, b->sent < b->bytes ? b->sent : b->bytes, b->ubuf, b->ucount, op->dtype));
-	if (b->kind == CALL_IALLGATHER && b->tmp_all && b->rc == MPI_SUCCESS)
-		note(b, blocks_move(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->bytes, false));
+	if (b->kind == CALL_IALLGATHER && b->tmp_all && b->lens && (b->rc == MPI_SUCCESS || b->rc == MPI_ERR_TRUNCATE))
+		note(b, blocks_unpack(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->room, b->lens, -1));
 	op->st_error = b->rc;
 	if (b->user_op)
 		release_op(b->r.op);
 	free(b->tmp);
 	free(b->tmp_all);
+	free(b->lens);
 	free(b->r.acc);
 	free(b->r.x);
 	free(b);
@@ -983,7 +1016,7 @@ static int hier_iallgather(struct pm_hier *h, const void *sendbuf, int scount, M
 	int n = 0;
 	struct pm_coll *co = h->node;
 	struct nb *b = hnb_node(x, CALL_IALLGATHER, co->size > 1 && bytes ? pieces(bytes, co->half_bytes) : 0);
-	b->bytes = bytes;
+	b->bytes = b->room = bytes;
 	b->all = node_all;
 	b->data = node_all + (uint64_t)h->node_rank[h->rank] * bytes;
 	nodes[n++] = b;
@@ -1207,7 +1240,7 @@ static int carry_ibcast(struct pm_coll *co, const struct nb_args *a, struct pm_o
 		if (co->rank == a->root)
 			note(b, pm_pack(a->buf, a->count, a->type, b->tmp, bytes));
 	}
-	return launch(b, ibcast_steps(bytes, co->half_bytes));
+	return launch(b, len_steps(bytes, co->half_bytes));
 }
 
 /* Ireduce (root >= 0) or Iallreduce (root < 0). */
@@ -1249,7 +1282,8 @@ static int carry_iallgather(struct pm_coll *co, const struct nb_args *a, struct 
 {
 	bool in_place = a->sendbuf == MPI_IN_PLACE;
 	/* This rank's block: the bytes of its send items, or of its receive
-	 * items in place (taken at once: a look-up lives until the next). */
+	 * items in place (taken at once: a look-up lives until the next);
+	 * what decides the path. */
 	const struct pm_type *t = pm_type_info(in_place ? a->rtype : a->type);
 	int count = in_place ? a->rcount : a->count;
 	if (!t || count < 0)
@@ -1260,27 +1294,44 @@ static int carry_iallgather(struct pm_coll *co, const struct nb_args *a, struct 
 	struct nb *b = nb_new(co, CALL_IALLGATHER, a->comm, given, request, &rc);
 	if (!b)
 		return rc;
-	b->bytes = bytes;
-	if (bytes == 0)
-		return launch(b, 0);
-	b->all = contiguous(a->buf, a->rcount, a->rtype, co->size, bytes, in_place, &b->tmp_all, &b->rc);
-	if (in_place)
-		b->data = b->all ? b->all + (uint64_t)co->rank * bytes : NULL;
-	else
+	b->bytes = b->room = bytes;
+	if (!in_place) { /* the room for each block: the receive items' bytes */
+		const struct pm_type *rt = pm_type_info(a->rtype);
+		b->room = rt && a->rcount >= 0 ? (uint64_t)rt->size * (uint64_t)a->rcount : 0;
+		if (!rt || a->rcount < 0)
+			note(b, rt ? MPI_ERR_COUNT : MPI_ERR_TYPE); /* the steps still run */
+	}
+	if (b->room) {
+		b->all = contiguous(a->buf, a->rcount, a->rtype, co->size, b->room, in_place, &b->tmp_all, &b->rc);
+		if (!b->all) /* out of memory: no way on together */
+			PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+	}
+	if (in_place && bytes) {
+		b->data = b->all + (uint64_t)co->rank * bytes;
+	} else if (bytes) {
 		b->data = contiguous((void *)(uintptr_t)a->sendbuf, a->count, a->type, 1, bytes, true, &b->tmp,
 				     &b->rc);
-	if (!b->all || !b->data) /* out of memory: no way on together */
-		PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+		if (!b->data)
+			PMPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+	}
 	if (b->tmp_all) {
 		b->ubuf = a->buf;
 		b->ucount = a->rcount;
 		hold(b, a->rtype);
 	}
-	if (co->size == 1) {
-		memmove(b->all, b->data, b->data == b->all ? 0 : bytes);
+	if (co->size == 1) { /* its own block: what fits */
+		b->lens = malloc(sizeof(*b->lens));
+		if (!b->lens)
+			no_memory();
+		b->lens[0] = bytes;
+		if (bytes > b->room)
+			note(b, MPI_ERR_TRUNCATE);
+		uint64_t got = bytes < b->room ? bytes : b->room;
+		if (got && b->data != b->all)
+			memmove(b->all, b->data, (size_t)got);
 		return launch(b, 0);
 	}
-	return launch(b, pieces(bytes, co->half_bytes));
+	return launch(b, len_steps(bytes, co->half_bytes));
 }
 
 /* Through @p co: the call, with @p given as its op (or a new one, its

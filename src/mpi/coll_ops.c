@@ -1113,11 +1113,8 @@ static uint64_t type_bytes(MPI_Datatype type, int count, int *rc)
 	return (uint64_t)t->size * (uint64_t)count;
 }
 
-/* The @p n blocks of @p count items of @p type at @p buf (block r at
- * buf + r * count * extent) unpacked from @p packed (block r at r * @p room),
- * @p lens[r] bytes of each at most (only those of @p only where >= 0). */
-static int blocks_unpack(void *buf, int count, MPI_Datatype type, int n, const char *packed, uint64_t room,
-			 const uint64_t *lens, int only)
+int blocks_unpack(void *buf, int count, MPI_Datatype type, int n, const char *packed, uint64_t room,
+		  const uint64_t *lens, int only)
 {
 	const struct pm_type *t = pm_type_info(type);
 	if (!t)

@@ -61,6 +61,11 @@ int red_fold(struct pm_coll *co, const struct red *r, uint64_t s, int k, void *o
 /* The @p n blocks of @p count items of @p type at @p buf packed to
  * (@p pack) or unpacked from @p packed (block r at r * @p bytes). */
 int blocks_move(void *buf, int count, MPI_Datatype type, int n, char *packed, uint64_t bytes, bool pack);
+/* The @p n blocks of @p count items of @p type at @p buf (block r at
+ * buf + r * count * extent) unpacked from @p packed (block r at r * @p room),
+ * @p lens[r] bytes of each at most (only those of @p only where >= 0). */
+int blocks_unpack(void *buf, int count, MPI_Datatype type, int n, const char *packed, uint64_t room,
+		  const uint64_t *lens, int only);
 /* @p buf's @p n blocks as contiguous packed bytes: @p buf itself where it
  * is already, else a copy in *@p tmp (coll_ops.c says more). */
 char *contiguous(void *buf, int count, MPI_Datatype type, int n, uint64_t bytes, bool fill, void **tmp, int *rc);

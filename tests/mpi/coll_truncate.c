@@ -8,9 +8,10 @@
  * each call still work.  Calls: Bcast (receiver short), Scatter (receiver
  * short), Gather (a sender long: the root's room short), Alltoall (a
  * sender long: every receiver's room for it short), Allgather (the same,
- * a receiver short), Ibcast (receiver short or long, with an Iallreduce
- * made before its wait: where the lengths take steps of different number
- * in the area, the receiver's later calls move with the root's).  The
+ * a receiver short), Ibcast (receiver short or long) and Iallgather (one
+ * rank's block and room short or long), each with an Iallreduce made
+ * before its wait: where the lengths take steps of different number in
+ * the area, a rank's later calls move with the longest.  The
  * argument "list" prints the cases; a number runs
  * that case only (for comparing with the MPI library alone); none runs
  * them all.  Runs with any number of ranks >= 2, on one node (check_mpi);
@@ -39,8 +40,21 @@ static int class_of(int rc)
 	return cls;
 }
 
-enum call { BCAST, SCATTER, GATHER, ALLTOALL, ALLGATHER, IBCAST, NCALLS };
-static const char *const names[NCALLS] = {"bcast", "scatter", "gather", "alltoall", "allgather", "ibcast"};
+enum call { BCAST, SCATTER, GATHER, ALLTOALL, ALLGATHER, IBCAST, IALLGATHER, NCALLS };
+static const char *const names[NCALLS] = {"bcast",     "scatter", "gather",    "alltoall",
+					  "allgather", "ibcast",  "iallgather"};
+
+/* An Iallreduce made after a nonblocking call, before its wait. */
+static void then_iallreduce(MPI_Comm comm, MPI_Request *first, int *rc, int size, int rank, const char *what, int n,
+			    int m)
+{
+	MPI_Request req;
+	int in = rank + 1, sum = 0;
+	MT_MPI(MPI_Iallreduce(&in, &sum, 1, MPI_INT, MPI_SUM, comm, &req));
+	*rc = MPI_Wait(first, MPI_STATUS_IGNORE);
+	MT_MPI(MPI_Wait(&req, MPI_STATUS_IGNORE));
+	MT_CHECK(sum == size * (size + 1) / 2, "iallreduce after %s n %d m %d: %d", what, n, m, sum);
+}
 
 /* @p call with @p n items at every rank but the odd one's @p m (a
  * receiver's count where it receives, a sender's where it sends): each
@@ -67,13 +81,9 @@ static void run_case(MPI_Comm comm, enum call call, int root, int n, int m)
 		if (call == BCAST) {
 			rc = MPI_Bcast(r, mine, MPI_INT, root, comm);
 		} else { /* a call reserved after it, pending with it */
-			MPI_Request req[2];
-			int in = rank + 1, sum = 0;
-			MT_MPI(MPI_Ibcast(r, mine, MPI_INT, root, comm, &req[0]));
-			MT_MPI(MPI_Iallreduce(&in, &sum, 1, MPI_INT, MPI_SUM, comm, &req[1]));
-			rc = MPI_Wait(&req[0], MPI_STATUS_IGNORE);
-			MT_MPI(MPI_Wait(&req[1], MPI_STATUS_IGNORE));
-			MT_CHECK(sum == size * (size + 1) / 2, "iallreduce after ibcast n %d m %d: %d", n, m, sum);
+			MPI_Request req;
+			MT_MPI(MPI_Ibcast(r, mine, MPI_INT, root, comm, &req));
+			then_iallreduce(comm, &req, &rc, size, rank, names[call], n, m);
 		}
 		want = odd && m < n ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
 		for (int i = 0; rank != root && i < (mine < n ? mine : n); i++)
@@ -124,6 +134,22 @@ static void run_case(MPI_Comm comm, enum call call, int root, int n, int m)
 			for (int i = 0; i < n; i++)
 				MT_CHECK(r[f * n + i] == val(f, 0, i), "allgather from %d [%d] = %d", f, i, r[f * n + i]);
 		break;
+	case IALLGATHER: { /* the odd rank sends and receives m per rank, the others n */
+		MPI_Request req;
+		for (int i = 0; i < mine; i++)
+			s[i] = val(rank, 0, i);
+		MT_MPI(MPI_Iallgather(s, mine, MPI_INT, r, mine, MPI_INT, comm, &req));
+		then_iallreduce(comm, &req, &rc, size, rank, names[call], n, m);
+		want = (odd ? n > m : m > n) ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
+		for (int f = 0; f < size; f++) {
+			int sent = f == odd_rank ? m : n, got = sent < mine ? sent : mine;
+			for (int i = 0; i < mine; i++)
+				MT_CHECK(r[f * mine + i] == (i < got ? val(f, 0, i) : -99),
+					 "iallgather n %d m %d from %d [%d] = %d", n, m, f, i, r[f * mine + i]);
+		}
+		MT_CHECK(r[size * mine] == -99, "iallgather n %d m %d wrote past the buffer", n, m);
+		break;
+	}
 	default:
 		break;
 	}
@@ -155,8 +181,9 @@ int main(int argc, char **argv)
 	for (int k = 0; k < NCALLS * NCASES; k++) {
 		if (only >= 0 && k != only)
 			continue;
-		for (int root = 0; root < (k / NCASES == ALLTOALL || k / NCASES == ALLGATHER ? 1 : mt_size); root++)
-			run_case(MPI_COMM_WORLD, (enum call)(k / NCASES), root, cases[k % NCASES][0],
+		enum call c = (enum call)(k / NCASES);
+		for (int root = 0; root < (c == ALLTOALL || c == ALLGATHER || c == IALLGATHER ? 1 : mt_size); root++)
+			run_case(MPI_COMM_WORLD, c, root, cases[k % NCASES][0],
 				 cases[k % NCASES][1]);
 	}
 	return mt_finish();
