@@ -55,7 +55,8 @@ struct nb {
 	uint64_t bytes;       /* Bcast: the message; Allgather: this rank's block */
 	uint64_t sent;        /* Bcast at a receiver: the root's length (its first step) */
 	uint64_t room;        /* Allgather: bytes of each block in `all` */
-	uint64_t *lens;       /* Allgather: each rank's block's length (its first step), or NULL */
+	bool uniform;         /* Allgather: every block as long as this rank's room (its first step) */
+	uint64_t *lens;       /* Allgather: each rank's block's length where not uniform, or NULL */
 	void *tmp, *tmp_all;  /* packed copies, or NULL */
 	void *ubuf;           /* the user's buffer, unpacked into at the end (op->dtype) */
 	int ucount;
@@ -296,24 +297,34 @@ static void write_part(struct nb *b, uint64_t s)
 	}
 }
 
-/* An Iallgather's first step: every rank's length (its own known),
- * MPI_ERR_TRUNCATE where one is longer than this rank's room for it (it
- * takes what fits, as MPI_Allgather), and the steps of the longest. */
+/* An Iallgather's first step: every rank's length (its own known), kept
+ * where they are not all this rank's room (the usual call: uniform),
+ * MPI_ERR_TRUNCATE where one is longer than its room (it takes what fits,
+ * as MPI_Allgather), and the steps of the longest. */
 static void allgather_lens(struct nb *b, uint64_t s)
 {
 	struct pm_coll *co = b->co;
-	b->lens = malloc((size_t)co->size * sizeof(*b->lens));
-	if (!b->lens)
-		no_memory();
-	uint64_t most = 0;
-	for (int r = 0; r < co->size; r++) {
+	uint64_t most = b->bytes, len;
+	b->uniform = b->bytes == b->room;
+	for (int r = 0; r < co->size && b->uniform; r++) {
 		if (r == co->rank)
-			b->lens[r] = b->bytes;
-		else
-			memcpy(&b->lens[r], coll_small(co, r, s), sizeof(b->lens[r]));
-		if (b->lens[r] > b->room)
-			note(b, MPI_ERR_TRUNCATE);
-		most = b->lens[r] > most ? b->lens[r] : most;
+			continue;
+		memcpy(&len, coll_small(co, r, s), sizeof(len));
+		b->uniform = len == b->bytes;
+	}
+	if (!b->uniform) {
+		b->lens = malloc((size_t)co->size * sizeof(*b->lens));
+		if (!b->lens)
+			no_memory();
+		for (int r = 0; r < co->size; r++) {
+			if (r == co->rank)
+				b->lens[r] = b->bytes;
+			else
+				memcpy(&b->lens[r], coll_small(co, r, s), sizeof(b->lens[r]));
+			if (b->lens[r] > b->room)
+				note(b, MPI_ERR_TRUNCATE);
+			most = b->lens[r] > most ? b->lens[r] : most;
+		}
 	}
 	resteps(b, len_steps(most, co->half_bytes));
 }
@@ -341,7 +352,7 @@ static void read_part(struct nb *b, uint64_t s)
 			allgather_lens(b, s);
 		for (int r = 0; r < co->size; r++) {
 			/* What fits of what rank r sent: its own, unless in place. */
-			uint64_t got = b->lens[r] < b->room ? b->lens[r] : b->room;
+			uint64_t len = b->lens ? b->lens[r] : b->bytes, got = len < b->room ? len : b->room;
 			if (off < got && (r != co->rank || b->data != b->all + (uint64_t)r * b->room))
 				memcpy(b->all + (uint64_t)r * b->room + off, coll_half(co, r, s),
 				       (size_t)(got - off < co->half_bytes ? got - off : co->half_bytes));
@@ -423,7 +434,9 @@ static void finish(struct nb *b)
 	if (b->kind == CALL_IBCAST && b->tmp && b->co->rank != b->root &&
 	    (b->rc == MPI_SUCCESS || b->rc == MPI_ERR_TRUNCATE))
 		note(b, pm_unpack(b->tmp, b->sent < b->bytes ? b->sent : b->bytes, b->ubuf, b->ucount, op->dtype));
-	if (b->kind == CALL_IALLGATHER && b->tmp_all && b->lens && (b->rc == MPI_SUCCESS || b->rc == MPI_ERR_TRUNCATE))
+	if (b->kind == CALL_IALLGATHER && b->tmp_all && b->uniform && b->rc == MPI_SUCCESS)
+		note(b, blocks_move(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->room, false));
+	else if (b->kind == CALL_IALLGATHER && b->tmp_all && b->lens && (b->rc == MPI_SUCCESS || b->rc == MPI_ERR_TRUNCATE))
 		note(b, blocks_unpack(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->room, b->lens, -1));
 	op->st_error = b->rc;
 	if (b->user_op)
@@ -1320,10 +1333,11 @@ static int carry_iallgather(struct pm_coll *co, const struct nb_args *a, struct 
 		hold(b, a->rtype);
 	}
 	if (co->size == 1) { /* its own block: what fits */
-		b->lens = malloc(sizeof(*b->lens));
-		if (!b->lens)
+		b->uniform = bytes == b->room;
+		if (!b->uniform && !(b->lens = malloc(sizeof(*b->lens))))
 			no_memory();
-		b->lens[0] = bytes;
+		if (b->lens)
+			b->lens[0] = bytes;
 		if (bytes > b->room)
 			note(b, MPI_ERR_TRUNCATE);
 		uint64_t got = bytes < b->room ? bytes : b->room;

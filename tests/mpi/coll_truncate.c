@@ -9,7 +9,8 @@
  * short), Gather (a sender long: the root's room short), Alltoall (a
  * sender long: every receiver's room for it short), Allgather (the same,
  * a receiver short), Ibcast (receiver short or long) and Iallgather (one
- * rank's block and room short or long), each with an Iallreduce made
+ * rank's block and room short or long; received contiguous, and as ints
+ * two apart, which the plugin packs), each with an Iallreduce made
  * before its wait: where the lengths take steps of different number in
  * the area, a rank's later calls move with the longest.  The
  * argument "list" prints the cases; a number runs
@@ -40,9 +41,9 @@ static int class_of(int rc)
 	return cls;
 }
 
-enum call { BCAST, SCATTER, GATHER, ALLTOALL, ALLGATHER, IBCAST, IALLGATHER, NCALLS };
-static const char *const names[NCALLS] = {"bcast",     "scatter", "gather",    "alltoall",
-					  "allgather", "ibcast",  "iallgather"};
+enum call { BCAST, SCATTER, GATHER, ALLTOALL, ALLGATHER, IBCAST, IALLGATHER, IALLGATHER_STRIDED, NCALLS };
+static const char *const names[NCALLS] = {"bcast",	"scatter", "gather",     "alltoall",
+					  "allgather",	"ibcast",  "iallgather", "iallgather_strided"};
 
 /* An Iallreduce made after a nonblocking call, before its wait. */
 static void then_iallreduce(MPI_Comm comm, MPI_Request *first, int *rc, int size, int rank, const char *what, int n,
@@ -67,7 +68,7 @@ static void run_case(MPI_Comm comm, enum call call, int root, int n, int m)
 	int odd_rank = (root + 1) % size;
 	bool odd = rank == odd_rank;
 	int mine = odd ? m : n, most = n > m ? n : m;
-	size_t slots = (size_t)size * most + 1;
+	size_t slots = 2 * ((size_t)size * most + 1); /* room for a receive type of stride 2 */
 	int *s = malloc(slots * sizeof(int)), *r = malloc(slots * sizeof(int));
 	MT_CHECK(s && r, "out of memory");
 	for (size_t i = 0; i < slots; i++)
@@ -134,20 +135,31 @@ static void run_case(MPI_Comm comm, enum call call, int root, int n, int m)
 			for (int i = 0; i < n; i++)
 				MT_CHECK(r[f * n + i] == val(f, 0, i), "allgather from %d [%d] = %d", f, i, r[f * n + i]);
 		break;
-	case IALLGATHER: { /* the odd rank sends and receives m per rank, the others n */
+	case IALLGATHER: /* the odd rank sends and receives m per rank, the others n */
+	case IALLGATHER_STRIDED: { /* received as ints 2 apart (packed and unpacked by the plugin) */
 		MPI_Request req;
+		MPI_Datatype rt = MPI_INT;
+		int stride = call == IALLGATHER ? 1 : 2;
+		if (stride > 1)
+			MT_MPI(MPI_Type_create_resized(MPI_INT, 0, stride * (MPI_Aint)sizeof(int), &rt));
+		if (stride > 1)
+			MT_MPI(MPI_Type_commit(&rt));
 		for (int i = 0; i < mine; i++)
 			s[i] = val(rank, 0, i);
-		MT_MPI(MPI_Iallgather(s, mine, MPI_INT, r, mine, MPI_INT, comm, &req));
+		MT_MPI(MPI_Iallgather(s, mine, MPI_INT, r, mine, rt, comm, &req));
 		then_iallreduce(comm, &req, &rc, size, rank, names[call], n, m);
 		want = (odd ? n > m : m > n) ? MPI_ERR_TRUNCATE : MPI_SUCCESS;
 		for (int f = 0; f < size; f++) {
 			int sent = f == odd_rank ? m : n, got = sent < mine ? sent : mine;
-			for (int i = 0; i < mine; i++)
-				MT_CHECK(r[f * mine + i] == (i < got ? val(f, 0, i) : -99),
-					 "iallgather n %d m %d from %d [%d] = %d", n, m, f, i, r[f * mine + i]);
+			for (int i = 0; i < stride * mine; i++) {
+				int v = r[f * stride * mine + i], item = i / stride;
+				MT_CHECK(v == (i % stride == 0 && item < got ? val(f, 0, item) : -99),
+					 "%s n %d m %d from %d [%d] = %d", names[call], n, m, f, i, v);
+			}
 		}
-		MT_CHECK(r[size * mine] == -99, "iallgather n %d m %d wrote past the buffer", n, m);
+		MT_CHECK(r[size * stride * mine] == -99, "%s n %d m %d wrote past the buffer", names[call], n, m);
+		if (stride > 1)
+			MT_MPI(MPI_Type_free(&rt));
 		break;
 	}
 	default:
@@ -182,7 +194,8 @@ int main(int argc, char **argv)
 		if (only >= 0 && k != only)
 			continue;
 		enum call c = (enum call)(k / NCASES);
-		for (int root = 0; root < (c == ALLTOALL || c == ALLGATHER || c == IALLGATHER ? 1 : mt_size); root++)
+		bool rootless = c == ALLTOALL || c == ALLGATHER || c == IALLGATHER || c == IALLGATHER_STRIDED;
+		for (int root = 0; root < (rootless ? 1 : mt_size); root++)
 			run_case(MPI_COMM_WORLD, c, root, cases[k % NCASES][0],
 				 cases[k % NCASES][1]);
 	}
