@@ -140,10 +140,10 @@ static void run_case(MPI_Comm comm, enum call call, int root, int n, int m)
 		MPI_Request req;
 		MPI_Datatype rt = MPI_INT;
 		int stride = call == IALLGATHER ? 1 : 2;
-		if (stride > 1)
+		if (stride > 1) {
 			MT_MPI(MPI_Type_create_resized(MPI_INT, 0, stride * (MPI_Aint)sizeof(int), &rt));
-		if (stride > 1)
 			MT_MPI(MPI_Type_commit(&rt));
+		}
 		for (int i = 0; i < mine; i++)
 			s[i] = val(rank, 0, i);
 		MT_MPI(MPI_Iallgather(s, mine, MPI_INT, r, mine, rt, comm, &req));
