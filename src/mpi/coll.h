@@ -24,7 +24,8 @@
  * depends only on what must match at every rank, or on what every rank
  * reads alike at the call's first step: the v variants' lengths, in
  * coll_vops.c, a Bcast's root length and the lengths of Gather, Scatter,
- * Allgather and Alltoall, in coll_ops.c), so the step number is the
+ * Allgather and Alltoall, in coll_ops.c, an Ibcast's root length and an
+ * Iallgather's lengths, in coll_nb.c), so the step number is the
  * communicator's sequence: data
  * of one call never meets another's.  At step
  * s a rank may write its half s & 1 once every rank's `done` >= s - 2 (no
@@ -123,7 +124,9 @@ struct pm_coll *pm_coll_for(MPI_Comm comm);
  * Nonblocking collectives (coll_nb.c).  A call reserves its steps when it
  * is made (co->step moves past them then, as a blocking call's would), so
  * calls on a communicator take the same steps at every rank in whatever
- * mix of blocking and nonblocking calls.  This rank runs the steps of a
+ * mix of blocking and nonblocking calls; an Ibcast or Iallgather whose
+ * lengths, read at its first step, take other steps than this rank's own
+ * count moves its end and the calls reserved after it then.  This rank runs the steps of a
  * communicator strictly in order, one at a time: step s begins only once
  * its own done = s - 1.  That keeps arrive and done meaning "every step up
  * to s" and the two halves' rule (write half s & 1 once every done >=
