@@ -55,8 +55,8 @@ struct nb {
 	uint64_t bytes;       /* Bcast: the message; Allgather: this rank's block */
 	uint64_t sent;        /* Bcast at a receiver: the root's length (its first step) */
 	uint64_t room;        /* Allgather: bytes of each block in `all` */
-	bool uniform;         /* Allgather: every block as long as this rank's room (its first step) */
-	uint64_t *lens;       /* Allgather: each rank's block's length where not uniform, or NULL */
+	uint64_t *lens;       /* Allgather: each rank's block's length, read at its first step where
+				 they are not all its room (the usual call), or NULL */
 	void *tmp, *tmp_all;  /* packed copies, or NULL */
 	void *ubuf;           /* the user's buffer, unpacked into at the end (op->dtype) */
 	int ucount;
@@ -231,18 +231,24 @@ static void reads(const struct nb *b, int *from, int *to)
 	}
 }
 
-/* Bytes of piece @p i of @p total in pieces of @p piece. */
+/* Bytes of piece @p i of @p total in pieces of @p piece: 0 past its end
+ * (a block shorter than its call's steps). */
 static size_t piece_len(uint64_t total, uint64_t i, size_t piece)
 {
 	uint64_t off = i * piece;
-	return total - off < piece ? (size_t)(total - off) : piece;
+	return off >= total ? 0 : total - off < piece ? (size_t)(total - off) : piece;
+}
+
+static uint64_t pieces(uint64_t bytes, size_t half)
+{
+	return (bytes + half - 1) / half;
 }
 
 /* Steps of an Ibcast or Iallgather of @p bytes (the root's, the longest
  * block): one at least, whose head carries the senders' lengths. */
 static uint64_t len_steps(uint64_t bytes, size_t half)
 {
-	return bytes ? (bytes + half - 1) / half : 1;
+	return bytes ? pieces(bytes, half) : 1;
 }
 
 /*
@@ -277,13 +283,11 @@ static void write_part(struct nb *b, uint64_t s)
 	uint64_t i = s - b->first;
 	uint8_t *half = coll_half(co, co->rank, s);
 	if (b->kind == CALL_IBCAST || b->kind == CALL_IALLGATHER) {
-		uint64_t off = i * co->half_bytes;
+		size_t len = piece_len(b->bytes, i, co->half_bytes);
 		if (i == 0) /* the sender's length, beside its flags */
 			memcpy(coll_small(co, co->rank, s), &b->bytes, sizeof(b->bytes));
-		if (off < b->bytes) { /* a block shorter than the call's steps: posts nothing more */
-			size_t len = piece_len(b->bytes, i, co->half_bytes);
-			coll_copy_in(half, b->data + off, len, coll_streams(co, len));
-		}
+		if (len)
+			coll_copy_in(half, b->data + i * co->half_bytes, len, coll_streams(co, len));
 	} else if (b->kind == CALL_IREDUCE || b->kind == CALL_IALLREDUCE) {
 		const struct red *r = &b->r;
 		int64_t e0 = (int64_t)i * r->per_chunk;
@@ -305,14 +309,14 @@ static void allgather_lens(struct nb *b, uint64_t s)
 {
 	struct pm_coll *co = b->co;
 	uint64_t most = b->bytes, len;
-	b->uniform = b->bytes == b->room;
-	for (int r = 0; r < co->size && b->uniform; r++) {
+	bool uniform = b->bytes == b->room;
+	for (int r = 0; r < co->size && uniform; r++) {
 		if (r == co->rank)
 			continue;
 		memcpy(&len, coll_small(co, r, s), sizeof(len));
-		b->uniform = len == b->bytes;
+		uniform = len == b->bytes;
 	}
-	if (!b->uniform) {
+	if (!uniform) {
 		b->lens = malloc((size_t)co->size * sizeof(*b->lens));
 		if (!b->lens)
 			no_memory();
@@ -343,19 +347,18 @@ static void read_part(struct nb *b, uint64_t s)
 				note(b, MPI_ERR_TRUNCATE);
 			resteps(b, len_steps(b->sent, co->half_bytes));
 		}
-		uint64_t room = b->bytes > off ? b->bytes - off : 0, left = b->sent > off ? b->sent - off : 0;
-		uint64_t n = room < left ? room : left;
+		size_t n = piece_len(b->sent < b->bytes ? b->sent : b->bytes, i, co->half_bytes);
 		if (n)
-			memcpy(b->data + off, coll_half(co, b->root, s), n < co->half_bytes ? (size_t)n : co->half_bytes);
+			memcpy(b->data + off, coll_half(co, b->root, s), n);
 	} else if (b->kind == CALL_IALLGATHER) {
 		if (i == 0)
 			allgather_lens(b, s);
 		for (int r = 0; r < co->size; r++) {
 			/* What fits of what rank r sent: its own, unless in place. */
-			uint64_t len = b->lens ? b->lens[r] : b->bytes, got = len < b->room ? len : b->room;
-			if (off < got && (r != co->rank || b->data != b->all + (uint64_t)r * b->room))
-				memcpy(b->all + (uint64_t)r * b->room + off, coll_half(co, r, s),
-				       (size_t)(got - off < co->half_bytes ? got - off : co->half_bytes));
+			uint64_t len = b->lens ? b->lens[r] : b->bytes;
+			size_t n = piece_len(len < b->room ? len : b->room, i, co->half_bytes);
+			if (n && (r != co->rank || b->data != b->all + (uint64_t)r * b->room))
+				memcpy(b->all + (uint64_t)r * b->room + off, coll_half(co, r, s), n);
 		}
 	} else if (b->kind == CALL_IALLREDUCE || (b->kind == CALL_IREDUCE && co->rank == b->root)) {
 		const struct red *r = &b->r;
@@ -434,10 +437,9 @@ static void finish(struct nb *b)
 	if (b->kind == CALL_IBCAST && b->tmp && b->co->rank != b->root &&
 	    (b->rc == MPI_SUCCESS || b->rc == MPI_ERR_TRUNCATE))
 		note(b, pm_unpack(b->tmp, b->sent < b->bytes ? b->sent : b->bytes, b->ubuf, b->ucount, op->dtype));
-	if (b->kind == CALL_IALLGATHER && b->tmp_all && b->uniform && b->rc == MPI_SUCCESS)
-		note(b, blocks_move(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->room, false));
-	else if (b->kind == CALL_IALLGATHER && b->tmp_all && b->lens && (b->rc == MPI_SUCCESS || b->rc == MPI_ERR_TRUNCATE))
-		note(b, blocks_unpack(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->room, b->lens, -1));
+	if (b->kind == CALL_IALLGATHER && b->tmp_all && (b->rc == MPI_SUCCESS || b->rc == MPI_ERR_TRUNCATE))
+		note(b, b->lens ? blocks_unpack(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->room, b->lens, -1)
+				: blocks_move(b->ubuf, b->ucount, op->dtype, b->co->size, b->tmp_all, b->room, false));
 	op->st_error = b->rc;
 	if (b->user_op)
 		release_op(b->r.op);
@@ -548,11 +550,6 @@ static void hold(struct nb *b, MPI_Datatype type)
 {
 	b->op->dtype = type;
 	note(b, pm_op_hold_type(b->op));
-}
-
-static uint64_t pieces(uint64_t bytes, size_t half)
-{
-	return (bytes + half - 1) / half;
 }
 
 /* ---- communicators that span nodes -------------------------------------------- */
@@ -1333,11 +1330,11 @@ static int carry_iallgather(struct pm_coll *co, const struct nb_args *a, struct 
 		hold(b, a->rtype);
 	}
 	if (co->size == 1) { /* its own block: what fits */
-		b->uniform = bytes == b->room;
-		if (!b->uniform && !(b->lens = malloc(sizeof(*b->lens))))
-			no_memory();
-		if (b->lens)
+		if (bytes != b->room) {
+			if (!(b->lens = malloc(sizeof(*b->lens))))
+				no_memory();
 			b->lens[0] = bytes;
+		}
 		if (bytes > b->room)
 			note(b, MPI_ERR_TRUNCATE);
 		uint64_t got = bytes < b->room ? bytes : b->room;
