@@ -15,8 +15,10 @@
  * never waits: each step's try looks at the flags and returns where they
  * are not there yet.  The engine tries every pending call at each pass
  * (pm_progress()), in the order they were made; the call itself tries
- * once.  The order of the steps, and what a blocking call does first: the
- * contract in coll.h.
+ * once, and MPI_Wait on one looks at the flags it waits for between the
+ * engine's passes (pm_coll_nb_look()).  Data that fits a small slot goes
+ * there, as the blocking calls' does.  The order of the steps, and what a
+ * blocking call does first: the contract in coll.h.
  *
  * A call's data is what MPI lets it use until it completes: the user's
  * buffers, read and written at each step; non-contiguous data is packed
@@ -74,6 +76,15 @@ struct nb {
 
 static bool hnb_at(const struct nb *b);
 static void hnb_stage_done(struct nb *b);
+
+/* Looks at a flag between two passes of the engine in a wait on a call
+ * (pm_coll_nb_look()): as the blocking calls' waits (coll.c). */
+#define NB_LOOKS 32u
+#define NB_LOOKS_SHARED 8u
+
+/* Bytes of an Ibcast or Iallgather sender's message that go in its small
+ * slot, after its length (len_piece()). */
+#define NB_SMALL (COLL_SMALL - sizeof(uint64_t))
 
 static struct pm_list pending;
 static struct pm_list waiting; /* calls that wait for their communicator's agreement (below) */
@@ -277,6 +288,14 @@ static void resteps(struct nb *b, uint64_t steps)
 	b->last = last;
 }
 
+/* Where rank @p r's piece of step @p s lies: its half, or its small slot
+ * after its length where the sender's length @p len fits there (the
+ * first step of an Ibcast or Iallgather, as MPI_Bcast's). */
+static const uint8_t *len_piece(const struct pm_coll *co, int r, uint64_t s, uint64_t i, uint64_t len)
+{
+	return i == 0 && len <= NB_SMALL ? coll_small(co, r, s) + sizeof(len) : coll_half(co, r, s);
+}
+
 static void write_part(struct nb *b, uint64_t s)
 {
 	struct pm_coll *co = b->co;
@@ -287,17 +306,19 @@ static void write_part(struct nb *b, uint64_t s)
 		if (i == 0) /* the sender's length, beside its flags */
 			memcpy(coll_small(co, co->rank, s), &b->bytes, sizeof(b->bytes));
 		if (len)
-			coll_copy_in(half, b->data + i * co->half_bytes, len, coll_streams(co, len));
+			coll_copy_in((uint8_t *)len_piece(co, co->rank, s, i, b->bytes), b->data + i * co->half_bytes,
+				     len, coll_streams(co, len));
 	} else if (b->kind == CALL_IREDUCE || b->kind == CALL_IALLREDUCE) {
 		const struct red *r = &b->r;
 		int64_t e0 = (int64_t)i * r->per_chunk;
 		int k = b->count - e0 < r->per_chunk ? (int)(b->count - e0) : r->per_chunk;
 		MPI_Aint off = (MPI_Aint)e0 * r->extent;
+		uint8_t *to = r->small ? coll_small(co, co->rank, s) : half;
 		if (r->dense)
-			coll_copy_in(half, at(b->in, off + r->tlb), (size_t)k * r->size,
+			coll_copy_in(to, at(b->in, off + r->tlb), (size_t)k * r->size,
 				     coll_streams(co, (uint64_t)k * r->size));
 		else
-			note(b, pm_pack(at(b->in, off), k, r->type, half, (uint64_t)k * r->size));
+			note(b, pm_pack(at(b->in, off), k, r->type, to, (uint64_t)k * r->size));
 	}
 }
 
@@ -349,7 +370,7 @@ static void read_part(struct nb *b, uint64_t s)
 		}
 		size_t n = piece_len(b->sent < b->bytes ? b->sent : b->bytes, i, co->half_bytes);
 		if (n)
-			memcpy(b->data + off, coll_half(co, b->root, s), n);
+			memcpy(b->data + off, len_piece(co, b->root, s, i, b->sent), n);
 	} else if (b->kind == CALL_IALLGATHER) {
 		if (i == 0)
 			allgather_lens(b, s);
@@ -358,7 +379,7 @@ static void read_part(struct nb *b, uint64_t s)
 			uint64_t len = b->lens ? b->lens[r] : b->bytes;
 			size_t n = piece_len(len < b->room ? len : b->room, i, co->half_bytes);
 			if (n && (r != co->rank || b->data != b->all + (uint64_t)r * b->room))
-				memcpy(b->all + (uint64_t)r * b->room + off, coll_half(co, r, s), n);
+				memcpy(b->all + (uint64_t)r * b->room + off, len_piece(co, r, s, i, len), n);
 		}
 	} else if (b->kind == CALL_IALLREDUCE || (b->kind == CALL_IREDUCE && co->rank == b->root)) {
 		const struct red *r = &b->r;
@@ -470,6 +491,34 @@ int pm_coll_nb_progress(void)
 	return did + hnb_progress();
 }
 
+/* Whether the first pending call's step may go on: the flags its posted
+ * step reads have come, or it has yet to post (try_step() decides). */
+static bool first_ready(void)
+{
+	struct nb *b = pm_container(pending.head, struct nb, link);
+	int from, to;
+	if (!b->posted)
+		return true;
+	reads(b, &from, &to);
+	return flags_at(b->co, from, to, false, b->step);
+}
+
+int pm_coll_nb_look(void)
+{
+	unsigned looks = pm.cfg.spin_ns ? NB_LOOKS : NB_LOOKS_SHARED;
+	if (pm.in_progress || !pending.head)
+		return 0;
+	for (unsigned k = 0; !first_ready(); k++) {
+		if (k == looks)
+			return 0;
+		coll_relax();
+	}
+	pm.in_progress = 1; /* as in pm_progress(): what the calls do may call back */
+	int did = pm_coll_nb_progress();
+	pm.in_progress = 0;
+	return did;
+}
+
 void coll_nb_drain(struct pm_coll *co)
 {
 	if (co->size < 2 || !co->flags)
@@ -508,9 +557,10 @@ static struct pm_op *coll_op_new(MPI_Comm comm, MPI_Request *request, int *rc)
 static struct nb *nb_new(struct pm_coll *co, enum coll_call kind, MPI_Comm comm, struct pm_op *given,
 			 MPI_Request *request, int *rc)
 {
-	struct nb *b = calloc(1, sizeof(*b));
+	struct nb *b = malloc(sizeof(*b)); /* not calloc: glibc's calloc takes the slow path */
 	if (!b)
 		return no_memory(), NULL;
+	pm_clear(b, sizeof(*b));
 	struct pm_op *op = given ? given : coll_op_new(comm, request, rc);
 	if (!op) {
 		free(b);
@@ -1283,6 +1333,7 @@ static int carry_ireduce(struct pm_coll *co, const struct nb_args *a, struct pm_
 		if (!r.acc || !r.x)
 			no_memory();
 	}
+	r.small = (uint64_t)a->count * r.size <= COLL_SMALL; /* one step, in the small slots */
 	b->r = r;
 	b->user_op = hold_op(a->mop);
 	return launch(b, ((uint64_t)a->count + (uint64_t)r.per_chunk - 1) / (uint64_t)r.per_chunk);

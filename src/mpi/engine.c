@@ -887,6 +887,8 @@ void pm_wait_op(struct pm_op *op)
 	struct pm_op *outer = pm.watch;
 	pm.watch = op;
 	while (!wait_over(op)) {
+		if (op->kind == OP_COLL && pm_coll_nb_look())
+			continue;
 		if (pm_progress())
 			idle = 0;
 		else

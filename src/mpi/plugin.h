@@ -546,6 +546,10 @@ void pm_coll_print_stats(void);
  * over them: @return how many steps it took. */
 extern unsigned pm_coll_nb_pending;
 int pm_coll_nb_progress(void);
+/* For a wait on a nonblocking collective: looks a while at the flags that
+ * the first pending call's step waits for, and where they came, takes the
+ * pending calls' steps (a pass over them alone).  @return steps taken. */
+int pm_coll_nb_look(void);
 void pm_coll_nb_teardown(void); /* at MPI_Finalize: the user's ops still held */
 /* setup.c: a size from the environment, as the plugin's own settings are
  * read (a warning from rank 0 where it is not one); a random token. */

@@ -20,9 +20,13 @@
  */
 #include "colltest.h"
 
+static int calls_made; /* run_case() calls so far: the same at every rank */
+
+/* Item @p i from rank @p from to rank @p to: another at every call, so
+ * that data an earlier call left in the area never passes for it. */
 static int val(int from, int to, int i)
 {
-	return from * 100003 + to * 1009 + i * 3 + 1;
+	return from * 100003 + to * 1009 + i * 3 + 1 + calls_made * 7919;
 }
 
 static void check_in_step(MPI_Comm comm, int rank, int size)
@@ -67,6 +71,7 @@ static void run_case(MPI_Comm comm, enum call call, int root, int n, int m)
 	MPI_Comm_size(comm, &size);
 	int odd_rank = (root + 1) % size;
 	bool odd = rank == odd_rank;
+	calls_made++;
 	int mine = odd ? m : n, most = n > m ? n : m;
 	size_t slots = 2 * ((size_t)size * most + 1); /* room for a receive type of stride 2 */
 	int *s = malloc(slots * sizeof(int)), *r = malloc(slots * sizeof(int));
@@ -173,8 +178,9 @@ static void run_case(MPI_Comm comm, enum call call, int root, int n, int m)
 }
 
 /* {root's or the others' count, the odd rank's}: short, long, none, one or
- * many steps. */
-static const int cases[][2] = {{4, 1}, {1, 4}, {4, 0}, {0, 4}, {3000, 1000}, {1000, 3000}};
+ * many steps; 8 and 2 items: a nonblocking call's sender of 2 puts them
+ * beside its length, one of 8 in its half. */
+static const int cases[][2] = {{4, 1}, {1, 4}, {4, 0}, {0, 4}, {8, 2}, {2, 8}, {3000, 1000}, {1000, 3000}};
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
 
 int main(int argc, char **argv)
