@@ -25,7 +25,9 @@
  *              sample is the time of one call, with the MPI_Irecv that
  *              posts the last request again (rank 0's batch time / calls);
  *   coll       the collective calls (-c: barrier, bcast, reduce, allreduce,
- *              gather, scatter, allgather, alltoall) on every rank, as the
+ *              gather, scatter, allgather, alltoall, and the nonblocking
+ *              ibarrier, ibcast, ireduce, iallreduce, iallgather, each with
+ *              its MPI_Wait) on every rank, as the
  *              OSU collective benchmarks time them: after a warm-up, each
  *              call is timed alone with a barrier between calls; a sample
  *              is the mean time of a call over a batch at each rank, the
@@ -73,9 +75,18 @@ enum { MODE_LATENCY = 1, MODE_BANDWIDTH = 2, MODE_RING = 4, MODE_EXCHANGE = 8, M
 #define MODE_ALL (MODE_LATENCY | MODE_BANDWIDTH | MODE_RING | MODE_EXCHANGE | MODE_COMPLETE)
 
 enum coll { COLL_BARRIER, COLL_BCAST, COLL_REDUCE, COLL_ALLREDUCE, COLL_GATHER, COLL_SCATTER, COLL_ALLGATHER,
-	    COLL_ALLTOALL, NCOLL };
-static const char *const coll_names[NCOLL] = {"barrier", "bcast",     "reduce",    "allreduce",
-					       "gather",  "scatter",   "allgather", "alltoall"};
+	    COLL_ALLTOALL, COLL_IBARRIER, COLL_IBCAST, COLL_IREDUCE, COLL_IALLREDUCE, COLL_IALLGATHER, NCOLL };
+static const char *const coll_names[NCOLL] = {"barrier",  "bcast",  "reduce",  "allreduce",  "gather",
+					       "scatter",  "allgather", "alltoall", "ibarrier", "ibcast",
+					       "ireduce", "iallreduce", "iallgather"};
+
+/* The blocking call whose data a nonblocking one moves (itself for a
+ * blocking one). */
+static enum coll twin(enum coll c)
+{
+	static const enum coll of[] = {COLL_BARRIER, COLL_BCAST, COLL_REDUCE, COLL_ALLREDUCE, COLL_ALLGATHER};
+	return c >= COLL_IBARRIER ? of[c - COLL_IBARRIER] : c;
+}
 #define COLL_ALL ((1u << NCOLL) - 1)
 
 /* 0 and every power of two up to 4 MiB. */
@@ -111,7 +122,8 @@ static void usage(FILE *to)
 			"  -t SECONDS  time to measure per size and mode, about (default 0.2)\n"
 			"  -w WINDOW   bandwidth: messages in flight, 1..4096 (default 64, fewer for large sizes)\n"
 			"  -q REQUESTS complete: requests outstanding, 1..1000000 (default 20000)\n"
-			"  -c CALLS    coll: barrier,bcast,reduce,allreduce,gather,scatter,allgather,alltoall\n"
+			"  -c CALLS    coll: barrier,bcast,reduce,allreduce,gather,scatter,allgather,alltoall,\n"
+			"              ibarrier,ibcast,ireduce,iallreduce,iallgather (each with its MPI_Wait)\n"
 			"              or all (default: all)\n"
 			"  -h, --help  print this help and exit\n");
 }
@@ -577,11 +589,24 @@ static void complete(const struct opts *o)
 /* ---- coll ------------------------------------------------------------- */
 
 /* One call of @p call over blocks of @p k ints (@p send, @p recv: room
- * for nranks blocks each); the root is rank 0. */
+ * for nranks blocks each), a nonblocking one with its MPI_Wait; the root
+ * is rank 0. */
 static void coll_once(enum coll call, int k, int *send, int *recv)
 {
 	MPI_Comm w = MPI_COMM_WORLD;
+	MPI_Request rq;
 
+	if (call != twin(call)) {
+		switch (call) {
+		case COLL_IBARRIER: MPI_Ibarrier(w, &rq); break;
+		case COLL_IBCAST: MPI_Ibcast(send, k, MPI_INT, 0, w, &rq); break;
+		case COLL_IREDUCE: MPI_Ireduce(send, recv, k, MPI_INT, MPI_SUM, 0, w, &rq); break;
+		case COLL_IALLREDUCE: MPI_Iallreduce(send, recv, k, MPI_INT, MPI_SUM, w, &rq); break;
+		default: MPI_Iallgather(send, k, MPI_INT, recv, k, MPI_INT, w, &rq); break;
+		}
+		MPI_Wait(&rq, MPI_STATUS_IGNORE);
+		return;
+	}
 	switch (call) {
 	case COLL_BARRIER: MPI_Barrier(w); break;
 	case COLL_BCAST: MPI_Bcast(send, k, MPI_INT, 0, w); break;
@@ -616,7 +641,7 @@ static void check_block(const int *p, int k, int b, int v, enum coll call)
 static void coll_prepare(enum coll call, int k, int *send, int *recv, int v)
 {
 	for (int d = 0; d < nranks; d++) {
-		mark_block(send, k, d, call == COLL_BCAST ? (rank == 0 ? v : 0) : v + rank * nranks + d);
+		mark_block(send, k, d, twin(call) == COLL_BCAST ? (rank == 0 ? v : 0) : v + rank * nranks + d);
 		mark_block(recv, k, d, -1);
 	}
 }
@@ -629,7 +654,7 @@ static void coll_verify(enum coll call, int k, const int *send, const int *recv,
 
 	for (int r = 0; r < n; r++)
 		sum += v + r * n;
-	switch (call) {
+	switch (twin(call)) {
 	case COLL_BARRIER: break;
 	case COLL_BCAST: check_block(send, k, 0, v, call); break;
 	case COLL_REDUCE:
@@ -761,7 +786,7 @@ static void coll_size(enum coll call, long n, const struct opts *o)
 			snprintf(tail + n, sizeof(tail) - n, " skew_us=%.3f first_in=%d", quantile(skew, o->samples, 0.5),
 				 first);
 	}
-	print_times("coll", call == COLL_BARRIER ? 0 : (long)k * 4, extra, "us", sample, o, iters, tail);
+	print_times("coll", twin(call) == COLL_BARRIER ? 0 : (long)k * 4, extra, "us", sample, o, iters, tail);
 	free(firsts);
 	free(cycle);
 	free(skew);
@@ -778,7 +803,7 @@ static void coll(const struct opts *o)
 	for (int c = 0; c < NCOLL; c++) {
 		if (!(o->calls >> c & 1))
 			continue;
-		for (int i = 0; i < (c == COLL_BARRIER ? 1 : nsizes); i++)
+		for (int i = 0; i < (twin(c) == COLL_BARRIER ? 1 : nsizes); i++)
 			coll_size(c, sizes[i], o);
 	}
 }

@@ -6,7 +6,8 @@
 # folder, autostart off), with the plugin preloaded ($PINSHM_MPI_LIB) under
 # $MPIRUN:
 #  - pinshm-mpi-bench -m coll, in a quick run (2 samples, 8 B and 64 KiB),
-#    at 2 ranks and at 4 (oversubscribed): a line per call and size, exit
+#    at 2 ranks and at 4 (oversubscribed): a line per call and size (the
+#    nonblocking ones too, each with its MPI_Wait), exit
 #    0, every call carried by the plugin (PINSHM_MPI_STATS); then
 #    pinshm-mpi-compare -M coll for one round: its table, and the cache
 #    line's round trips it took with the build's pinshm-perf.  No speed is
@@ -104,13 +105,13 @@ mpi() {
     [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "mpirun -np $np $*: still running after $run_s s"
 }
 
-calls="barrier bcast reduce allreduce gather scatter allgather alltoall"
+calls="barrier bcast reduce allreduce gather scatter allgather alltoall ibarrier ibcast ireduce iallreduce iallgather"
 for np in 2 4; do
     mpi "$np" "$bench" -m coll -n 2 -t 0.01 -z 8,64K
     [ "$rc" -eq 0 ] || fail "pinshm-mpi-bench -m coll on $np ranks exited $rc"
     for c in $calls; do
         for b in 8 65536; do
-            [ "$c" != barrier ] || b=0
+            [ "$c" != barrier ] && [ "$c" != ibarrier ] || b=0
             line=$(grep "^coll bytes=$b call=$c ranks=$np us=[0-9.]* " "$work/out") ||
                 fail "$np ranks: no line for $c of $b bytes"
             # Where the time went (not for a Barrier): a call and a barrier
