@@ -415,10 +415,13 @@ static bool try_step(struct nb *b)
 		if (own_done(co) != s - 1)
 			return false; /* an earlier call's step runs first (coll.h) */
 		bool w = writes(b);
-		if (w && b->kind != CALL_IBARRIER && s > 2 && !flags_at(co, 0, co->size, true, s - 2)) {
-			if (coll_poll_failed(co, &b->passes, 0, co->size, true, s - 2))
-				return give_up(b);
-			return false; /* someone still reads half s & 1 */
+		if (w && b->kind != CALL_IBARRIER && s > 2 && co->known_done < s - 2) {
+			if (!flags_at(co, 0, co->size, true, s - 2)) {
+				if (coll_poll_failed(co, &b->passes, 0, co->size, true, s - 2))
+					return give_up(b);
+				return false; /* someone still reads half s & 1 */
+			}
+			co->known_done = s - 2;
 		}
 		if (w) {
 			write_part(b, s);
@@ -430,6 +433,8 @@ static bool try_step(struct nb *b)
 	reads(b, &from, &to);
 	if (!flags_at(co, from, to, false, s))
 		return coll_poll_failed(co, &b->passes, from, to, false, s) ? give_up(b) : false;
+	if (to - from == co->size && co->known_done < s - 1)
+		co->known_done = s - 1; /* every rank posted s, so finished s - 1 (coll.h) */
 	read_part(b, s);
 	coll_finish(co, s);
 	b->posted = false;
