@@ -722,12 +722,6 @@ void pm_coll_free(struct pm_comm *c)
 /* ---- waiting ---------------------------------------------------------- */
 
 #define LIVE_EVERY 256u /* fruitless passes between two looks at the members' liveness */
-/* Looks at a flag, a pause between two, before each pass over the rest of
- * the plugin: 32 measured faster than 8, 64 and 128 (PERFORMANCE.md, "The
- * collective wait's looks"); fewer where ranks outnumber cores (no spin),
- * whose waits give the core up after each pass. */
-#define LOOKS 32u
-#define LOOKS_SHARED 8u
 
 static bool flag_reached(const struct pm_coll *co, int r, bool done, uint64_t s)
 {
@@ -804,7 +798,7 @@ static void wait_for(struct pm_coll *co, int from, int to, bool done, uint64_t s
 			continue;
 		}
 		/* The flag is seen as soon as it comes, not a progress pass later. */
-		unsigned k = 0, looks = pm.cfg.spin_ns ? LOOKS : LOOKS_SHARED;
+		unsigned k = 0, looks = coll_looks();
 		while (k < looks && !flag_reached(co, r, done, s)) {
 			coll_relax();
 			k++;
@@ -839,7 +833,7 @@ void coll_wait_free(struct pm_coll *co, uint64_t s)
 		return;
 	wait_for(co, 0, co->size, true, s - 2);
 	if (coll_error(co) == MPI_SUCCESS)
-		co->known_done = s - 2;
+		coll_seen_done(co, s - 2);
 }
 
 void coll_post(struct pm_coll *co, uint64_t s)
@@ -855,8 +849,8 @@ void coll_wait_arrive(struct pm_coll *co, int r, uint64_t s)
 void coll_wait_all(struct pm_coll *co, uint64_t s)
 {
 	wait_for(co, 0, co->size, false, s);
-	if (coll_error(co) == MPI_SUCCESS && co->known_done < s - 1)
-		co->known_done = s - 1;
+	if (coll_error(co) == MPI_SUCCESS)
+		coll_seen_done(co, s - 1);
 }
 
 void coll_finish(struct pm_coll *co, uint64_t s)
@@ -867,13 +861,13 @@ void coll_finish(struct pm_coll *co, uint64_t s)
 void coll_wait_done(struct pm_coll *co, uint64_t s)
 {
 	wait_for(co, 0, co->size, true, s);
-	if (coll_error(co) == MPI_SUCCESS && co->known_done < s)
-		co->known_done = s;
+	if (coll_error(co) == MPI_SUCCESS)
+		coll_seen_done(co, s);
 }
 
 void coll_wait_release(struct pm_coll *co, uint64_t s)
 {
 	wait_for(co, 0, 1, true, s);
-	if (coll_error(co) == MPI_SUCCESS && co->known_done < s - 1)
-		co->known_done = s - 1;
+	if (coll_error(co) == MPI_SUCCESS)
+		coll_seen_done(co, s - 1);
 }

@@ -189,6 +189,25 @@ static inline bool coll_streams(const struct pm_coll *co, uint64_t bytes)
 	return co->stream_min && bytes >= co->stream_min;
 }
 
+/* Looks at a flag, a pause between two, before each pass over the rest of
+ * the plugin, in a wait (coll.c) or MPI_Wait on a nonblocking call
+ * (coll_nb.c): 32 measured faster than 8, 64 and 128 (PERFORMANCE.md,
+ * "The collective wait's looks"); fewer where ranks outnumber cores (no
+ * spin), whose waits give the core up after each pass. */
+static inline unsigned coll_looks(void)
+{
+	return pm.cfg.spin_ns ? 32u : 8u;
+}
+
+/* Every rank's done was seen >= @p s: coll_wait_free() need not look
+ * before step s + 2 (a rank posts s only once it finished s - 1, so every
+ * arrive >= s shows every done >= s - 1). */
+static inline void coll_seen_done(struct pm_coll *co, uint64_t s)
+{
+	if (co->known_done < s)
+		co->known_done = s;
+}
+
 /* A spinning look's pause. */
 static inline void coll_relax(void)
 {

@@ -77,11 +77,6 @@ struct nb {
 static bool hnb_at(const struct nb *b);
 static void hnb_stage_done(struct nb *b);
 
-/* Looks at a flag between two passes of the engine in a wait on a call
- * (pm_coll_nb_look()): as the blocking calls' waits (coll.c). */
-#define NB_LOOKS 32u
-#define NB_LOOKS_SHARED 8u
-
 /* Bytes of an Ibcast or Iallgather sender's message that go in its small
  * slot, after its length (len_piece()). */
 #define NB_SMALL (COLL_SMALL - sizeof(uint64_t))
@@ -291,7 +286,7 @@ static void resteps(struct nb *b, uint64_t steps)
 /* Where rank @p r's piece of step @p s lies: its half, or its small slot
  * after its length where the sender's length @p len fits there (the
  * first step of an Ibcast or Iallgather, as MPI_Bcast's). */
-static const uint8_t *len_piece(const struct pm_coll *co, int r, uint64_t s, uint64_t i, uint64_t len)
+static uint8_t *len_piece(const struct pm_coll *co, int r, uint64_t s, uint64_t i, uint64_t len)
 {
 	return i == 0 && len <= NB_SMALL ? coll_small(co, r, s) + sizeof(len) : coll_half(co, r, s);
 }
@@ -306,8 +301,8 @@ static void write_part(struct nb *b, uint64_t s)
 		if (i == 0) /* the sender's length, beside its flags */
 			memcpy(coll_small(co, co->rank, s), &b->bytes, sizeof(b->bytes));
 		if (len)
-			coll_copy_in((uint8_t *)len_piece(co, co->rank, s, i, b->bytes), b->data + i * co->half_bytes,
-				     len, coll_streams(co, len));
+			coll_copy_in(len_piece(co, co->rank, s, i, b->bytes), b->data + i * co->half_bytes, len,
+				     coll_streams(co, len));
 	} else if (b->kind == CALL_IREDUCE || b->kind == CALL_IALLREDUCE) {
 		const struct red *r = &b->r;
 		int64_t e0 = (int64_t)i * r->per_chunk;
@@ -399,6 +394,14 @@ static bool give_up(struct nb *b)
 	return false;
 }
 
+/* Whether every rank whose data @p b's step reads, [*@p from, *@p to),
+ * has posted it. */
+static bool reads_came(const struct nb *b, int *from, int *to)
+{
+	reads(b, from, to);
+	return flags_at(b->co, *from, *to, false, b->step);
+}
+
 /* Try the step of @p b that runs: @return whether it is finished. */
 static bool try_step(struct nb *b)
 {
@@ -421,7 +424,7 @@ static bool try_step(struct nb *b)
 					return give_up(b);
 				return false; /* someone still reads half s & 1 */
 			}
-			co->known_done = s - 2;
+			coll_seen_done(co, s - 2);
 		}
 		if (w) {
 			write_part(b, s);
@@ -430,11 +433,10 @@ static bool try_step(struct nb *b)
 		b->posted = true;
 	}
 	int from, to;
-	reads(b, &from, &to);
-	if (!flags_at(co, from, to, false, s))
+	if (!reads_came(b, &from, &to))
 		return coll_poll_failed(co, &b->passes, from, to, false, s) ? give_up(b) : false;
-	if (to - from == co->size && co->known_done < s - 1)
-		co->known_done = s - 1; /* every rank posted s, so finished s - 1 (coll.h) */
+	if (to - from == co->size)
+		coll_seen_done(co, s - 1);
 	read_part(b, s);
 	coll_finish(co, s);
 	b->posted = false;
@@ -502,15 +504,12 @@ static bool first_ready(void)
 {
 	struct nb *b = pm_container(pending.head, struct nb, link);
 	int from, to;
-	if (!b->posted)
-		return true;
-	reads(b, &from, &to);
-	return flags_at(b->co, from, to, false, b->step);
+	return !b->posted || reads_came(b, &from, &to);
 }
 
 int pm_coll_nb_look(void)
 {
-	unsigned looks = pm.cfg.spin_ns ? NB_LOOKS : NB_LOOKS_SHARED;
+	unsigned looks = coll_looks();
 	if (pm.in_progress || !pending.head)
 		return 0;
 	for (unsigned k = 0; !first_ready(); k++) {
