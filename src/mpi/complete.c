@@ -212,12 +212,39 @@ static bool any_ours(int count, const MPI_Request reqs[])
 	return false;
 }
 
-static void wait_pass(unsigned *idle)
+/* One pass of a wait.  @p colls: what it waits for is nonblocking
+ * collectives only, so it looks at their flags first, as MPI_Wait on one
+ * does (pm_coll_nb_look()), and takes the engine's pass only when they
+ * have not come. */
+static void wait_pass(unsigned *idle, bool colls)
 {
+	if (colls && pm_coll_nb_look())
+		return;
 	if (pm_progress())
 		*idle = 0;
 	else
 		pm_idle(idle, false);
+}
+
+/* Whether every request of the array is the plugin's and those still to
+ * finish are nonblocking collectives, one at least (a wait on them may
+ * look at their flags alone: nothing else needs the engine). */
+static bool only_colls_pending(int count, const MPI_Request reqs[])
+{
+	bool any = false;
+	for (int i = 0; i < count; i++) {
+		if (reqs[i] == MPI_REQUEST_NULL)
+			continue;
+		struct pm_op *op = op_at(reqs, i);
+		if (!op)
+			return false;
+		if (inactive(op) || op->state == ST_DONE)
+			continue;
+		if (op->kind != OP_COLL)
+			return false;
+		any = true;
+	}
+	return any;
 }
 
 /* ---- one request --------------------------------------------------------- */
@@ -447,7 +474,7 @@ int MPI_Waitall(int count, MPI_Request reqs[], MPI_Status statuses[])
 	struct pm_op *outer = pm.watch;
 	while (l.pending && !ours_all_done(reqs, count, &pending)) {
 		pm.watch = last_pending(reqs, count, pending);
-		wait_pass(&idle);
+		wait_pass(&idle, op_at(reqs, pending)->kind == OP_COLL);
 	}
 	pm.watch = outer;
 	if (l.lib)
@@ -515,7 +542,7 @@ static int any_pass(int count, MPI_Request reqs[], int *index, MPI_Status *statu
 int MPI_Waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status)
 {
 	unsigned idle = 0;
-	int rc = MPI_SUCCESS;
+	int rc = MPI_SUCCESS, colls = -1; /* -1: not yet known */
 	for (;;) {
 		int got = any_pass(count, reqs, index, status, &rc);
 		if (got == -2)
@@ -527,7 +554,9 @@ int MPI_Waitany(int count, MPI_Request reqs[], int *index, MPI_Status *status)
 			pm_status_empty(status);
 			return MPI_SUCCESS;
 		}
-		wait_pass(&idle);
+		if (colls < 0) /* what is pending changes only as one finishes, which ends the call */
+			colls = only_colls_pending(count, reqs);
+		wait_pass(&idle, colls);
 	}
 }
 
@@ -587,7 +616,7 @@ static int some_pass(int count, MPI_Request reqs[], int indices[], MPI_Status st
 static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], MPI_Status statuses[], bool wait)
 {
 	struct failure ours = {MPI_COMM_NULL, MPI_SUCCESS};
-	int lib_rc = MPI_SUCCESS;
+	int lib_rc = MPI_SUCCESS, colls = -1; /* as in MPI_Waitany */
 	unsigned idle = 0;
 	if (!wait) {
 		if (!any_ours(incount, reqs))
@@ -602,7 +631,9 @@ static int some(int incount, MPI_Request reqs[], int *outcount, int indices[], M
 			*outcount = n < 0 ? MPI_UNDEFINED : n;
 			break;
 		}
-		wait_pass(&idle);
+		if (colls < 0)
+			colls = only_colls_pending(incount, reqs);
+		wait_pass(&idle, colls);
 	}
 	return multi_error(&ours, lib_rc);
 }

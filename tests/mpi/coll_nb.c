@@ -5,7 +5,7 @@
  * steps: check_mpi runs it with a small area); every root; MPI_IN_PLACE on some ranks; a vector type on some
  * ranks; several outstanding at once on one communicator and on two
  * (started in different orders at different ranks), completed in
- * different orders by MPI_Waitall, MPI_Testany, MPI_Testsome,
+ * different orders by MPI_Waitall, MPI_Testany, MPI_Testsome, MPI_Waitsome,
  * MPI_Waitany, MPI_Wait, MPI_Test and MPI_Request_get_status, mixed with
  * point-to-point requests; blocking collectives issued while nonblocking
  * ones are pending; MPI_Request_free and MPI_Cancel refused; a user's
@@ -63,7 +63,7 @@ static void max_ints(void *in, void *inout, int *len, MPI_Datatype *dt)
 
 /* ---- completing a set of requests, one way or another ------------------------- */
 
-enum how { WAITALL, TESTANY, TESTSOME, WAITANY, WAIT_REVERSE, TEST_STATUS, HOWS };
+enum how { WAITALL, TESTANY, TESTSOME, WAITANY, WAITSOME, WAIT_REVERSE, TEST_STATUS, HOWS };
 
 static void complete(MPI_Request *reqs, int n, enum how how)
 {
@@ -96,6 +96,14 @@ static void complete(MPI_Request *reqs, int n, enum how how)
 			int idx;
 			MT_MPI(MPI_Waitany(n, reqs, &idx, MPI_STATUS_IGNORE));
 			MT_CHECK(idx != MPI_UNDEFINED, "waitany: none active");
+		}
+		return;
+	case WAITSOME:
+		while (left) {
+			int out, idx[MAXREQ];
+			MT_MPI(MPI_Waitsome(n, reqs, &out, idx, MPI_STATUSES_IGNORE));
+			MT_CHECK(out != MPI_UNDEFINED && out > 0, "waitsome: %d with %d left", out, left);
+			left -= out;
 		}
 		return;
 	case WAIT_REVERSE:
