@@ -17,7 +17,8 @@
  * that spans nodes has no area of its own: where every node of the job
  * carries (pm.all_active), its first blocking collective call agrees on a
  * node layout instead (coll_hier.c), which its later calls use, the
- * nonblocking ones too (coll_nb.c).
+ * nonblocking ones too (coll_nb.c); MPI_COMM_WORLD's is agreed at
+ * MPI_Init (pm_coll_world_layout()).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -693,6 +694,13 @@ struct pm_hier *pm_hier_for(MPI_Comm comm)
 		return NULL;
 	struct pm_coll *co = c->coll ? c->coll : agree(c);
 	return co ? co->hier : NULL;
+}
+
+void pm_coll_world_layout(void)
+{
+	struct pm_comm *c = pm_comm_find(MPI_COMM_WORLD);
+	if (c && c->mixed && !c->coll)
+		pm_hier_for(MPI_COMM_WORLD);
 }
 
 struct pm_coll *pm_coll_for(MPI_Comm comm)

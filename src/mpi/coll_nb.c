@@ -30,10 +30,10 @@
  * call that uses it completes.
  *
  * A communicator that spans nodes: below.  Limit: its layout is agreed at
- * its first blocking collective call (coll_hier.c), so the nonblocking
- * calls made before that one, or on such a communicator that never makes
- * one, go to the library; so do those on a communicator with members of
- * another job (coll.c, area_key()).
+ * its first blocking collective call (coll_hier.c; MPI_COMM_WORLD's at
+ * MPI_Init), so the nonblocking calls made before that one, or on such a
+ * communicator that never makes one, go to the library; so do those on a
+ * communicator with members of another job (coll.c, area_key()).
  */
 #include <limits.h>
 #include <stdio.h>

@@ -541,6 +541,10 @@ void pm_coll_kept_free(void);         /* at MPI_Finalize, after the entries: the
 /* The agreement under way on @p c (coll.c) ends, waiting for it, and the
  * nonblocking calls that waited for it start. */
 void pm_coll_settle(struct pm_comm *c);
+/* At MPI_Init, where every node carries (collective over MPI_COMM_WORLD):
+ * a world that spans nodes agrees its layout, so that its nonblocking
+ * collectives are carried from the first one. */
+void pm_coll_world_layout(void);
 void pm_coll_print_stats(void);
 /* Nonblocking collectives not finished yet (coll_nb.c), and one pass
  * over them: @return how many steps it took. */

@@ -540,6 +540,8 @@ static void setup(int provided)
 	int all = pm.active;
 	PMPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 	pm.all_active = all != 0;
+	if (pm.all_active) /* the same at every rank */
+		pm_coll_world_layout();
 }
 
 int MPI_Init(int *argc, char ***argv)
