@@ -2,7 +2,8 @@
  * coll_nb_hier.c - MPI_Ibarrier, MPI_Ibcast, MPI_Ireduce, MPI_Iallreduce
  * and MPI_Iallgather on communicators that span (pretend) nodes (run with
  * PINSHM_MPI_NODES), checked against what every rank computes itself: on
- * world (a nonblocking call its first collective), a reversed split and
+ * world (whose first collective calls are nonblocking, made at rank 0
+ * before the others can make theirs), a reversed split and
  * an interleaved split (even ranks first), each of these agreed by one
  * MPI_Barrier first; every root; counts 0, 1, 7, 1000
  * and 40000; vector items at the odd ranks (the same signature); in place;
@@ -212,9 +213,27 @@ static void check_ibarrier(MPI_Comm a, MPI_Comm b)
 	}
 }
 
+/* World's first collective calls, nonblocking: rank 0 makes them before
+ * it lets the others make theirs (a call that waited for the other ranks
+ * at rank 0 would hang the job). */
+static void check_first_on_world(void)
+{
+	int go = 1, x = mt_rank + 1, sum = -1;
+	MPI_Request r[2];
+	if (mt_rank > 0)
+		MT_MPI(MPI_Recv(&go, 1, MPI_INT, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+	MT_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &r[0]));
+	MT_MPI(MPI_Iallreduce(&x, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r[1]));
+	for (int d = 1; mt_rank == 0 && d < mt_size; d++)
+		MT_MPI(MPI_Send(&go, 1, MPI_INT, d, 5, MPI_COMM_WORLD));
+	MT_MPI(MPI_Waitall(2, r, MPI_STATUSES_IGNORE));
+	MT_CHECK(sum == mt_size * (mt_size + 1) / 2, "world's first iallreduce: %d", sum);
+}
+
 int main(int argc, char **argv)
 {
 	mt_coll_init(&argc, &argv, "coll_nb_hier");
+	check_first_on_world();
 	MPI_Datatype vec = mt_vec3();
 	MPI_Op op;
 	MT_MPI(MPI_Op_create(maxabs, 1, &op));
