@@ -5,10 +5,12 @@
  * checked against references every rank computes itself: int, double,
  * float complex, MPI_2INT (MINLOC, MAXLOC), a vector type; every
  * predefined operation on the types it is defined for; a commutative and
- * a non-commutative user operation; counts 0, 1, 7, 1000 and a large one;
- * every root; MPI_IN_PLACE; MPI_Gather, MPI_Scatter and MPI_Allgather of
- * ints and of vector items at the root; MPI_Alltoall; Allreduce of
- * rounded doubles the same bits at every rank and on a second call;
+ * a non-commutative user operation; counts 0, 1, 7, 1000 and 1 M and 3
+ * (Bcast, Reduce, Allreduce of ints); every root; MPI_IN_PLACE;
+ * MPI_Gather, MPI_Scatter and MPI_Allgather of ints and of vector items at
+ * the root, and MPI_Alltoall, at 0, 1, 7, 1000 and 64 K and 5 items a
+ * block; Allreduce of rounded doubles the same bits at every rank and on
+ * a second call;
  * Bcasts of 32 to 256 KiB and Reduces of 32 to 128 KiB back to back; a
  * Bcast and a Reduce after data that looks like their marks; collectives
  * while point-to-point messages are in flight; a barrier while more
@@ -25,7 +27,7 @@
 #include "colltest.h"
 
 static const int counts[] = {0, 1, 7, 1000};
-#define LARGE ((1 << 18) + 3) /* 1 MiB and a tail: many pieces, the last one short */
+#define LARGE ((1 << 20) + 3) /* 1 M ints and a tail: many pieces, the last one short */
 
 /* The communicator's turn (every rank takes them in one order): the same
  * call on two communicators sends different values, so that data one left
@@ -585,7 +587,7 @@ static void check_comm(MPI_Comm comm, MPI_Datatype vec, MPI_Datatype pair, MPI_O
 		MT_MPI(MPI_Barrier(comm));
 	}
 	check_int(comm, MPI_SUM, LARGE, 99);
-	check_blocks(comm, vec, LARGE / 4 + 5, 3); /* 256 KiB and 20 bytes a block */
+	check_blocks(comm, vec, (1 << 16) + 5, 3); /* 256 KiB and 20 bytes a block */
 	check_bits(comm, 5000);
 	check_bits(comm, 40000);
 	check_streams(comm);
