@@ -213,27 +213,10 @@ static void check_ibarrier(MPI_Comm a, MPI_Comm b)
 	}
 }
 
-/* World's first collective calls, nonblocking: rank 0 makes them before
- * it lets the others make theirs (a call that waited for the other ranks
- * at rank 0 would hang the job). */
-static void check_first_on_world(void)
-{
-	int go = 1, x = mt_rank + 1, sum = -1;
-	MPI_Request r[2];
-	if (mt_rank > 0)
-		MT_MPI(MPI_Recv(&go, 1, MPI_INT, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-	MT_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &r[0]));
-	MT_MPI(MPI_Iallreduce(&x, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r[1]));
-	for (int d = 1; mt_rank == 0 && d < mt_size; d++)
-		MT_MPI(MPI_Send(&go, 1, MPI_INT, d, 5, MPI_COMM_WORLD));
-	MT_MPI(MPI_Waitall(2, r, MPI_STATUSES_IGNORE));
-	MT_CHECK(sum == mt_size * (mt_size + 1) / 2, "world's first iallreduce: %d", sum);
-}
-
 int main(int argc, char **argv)
 {
 	mt_coll_init(&argc, &argv, "coll_nb_hier");
-	check_first_on_world();
+	mt_first_nonblocking(MPI_COMM_WORLD); /* carried: world's layout is agreed at MPI_Init */
 	MPI_Datatype vec = mt_vec3();
 	MPI_Op op;
 	MT_MPI(MPI_Op_create(maxabs, 1, &op));
@@ -241,8 +224,7 @@ int main(int argc, char **argv)
 	MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, 0, mt_size - mt_rank, &rev));
 	MT_MPI(MPI_Comm_split(MPI_COMM_WORLD, 0, (mt_rank % 2) * mt_size + mt_rank, &mix));
 	MPI_Comm comms[] = {MPI_COMM_WORLD, rev, mix};
-	/* World's layout is agreed at MPI_Init: its first collective call is
-	 * nonblocking, and carried.  The others' at their first blocking call. */
+	/* The others agree theirs at their first blocking call. */
 	for (int c = 1; c < 3; c++)
 		MT_MPI(MPI_Barrier(comms[c]));
 	for (int c = 0; c < 3; c++) {

@@ -40,6 +40,27 @@ static inline void vecsum(void *in, void *inout, int *len, MPI_Datatype *dt)
 			b[3 * i + j] += a[3 * i + j];
 }
 
+/* @p comm's first collective calls, nonblocking (MPI_Ibarrier and
+ * MPI_Iallreduce), made at rank 0 before the others may make theirs: they
+ * wait for its message first, so a call that waited for the other ranks
+ * at rank 0 would hang the job. */
+static inline void mt_first_nonblocking(MPI_Comm comm)
+{
+	int rank, size, go = 1, x, sum = -1;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	x = rank + 1;
+	MPI_Request r[2];
+	if (rank > 0)
+		MT_MPI(MPI_Recv(&go, 1, MPI_INT, 0, 5, comm, MPI_STATUS_IGNORE));
+	MT_MPI(MPI_Ibarrier(comm, &r[0]));
+	MT_MPI(MPI_Iallreduce(&x, &sum, 1, MPI_INT, MPI_SUM, comm, &r[1]));
+	for (int d = 1; rank == 0 && d < size; d++)
+		MT_MPI(MPI_Send(&go, 1, MPI_INT, d, 5, comm));
+	MT_MPI(MPI_Waitall(2, r, MPI_STATUSES_IGNORE));
+	MT_CHECK(sum == size * (size + 1) / 2, "first iallreduce: %d", sum);
+}
+
 /* MPI_Init, rank and size, errors returned on world: @return whether the
  * program's argument asks for its short run ("short"). */
 static inline bool mt_coll_init(int *argc, char ***argv, const char *name)
