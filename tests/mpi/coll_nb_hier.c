@@ -3,11 +3,11 @@
  * and MPI_Iallgather on communicators that span (pretend) nodes (run with
  * PINSHM_MPI_NODES), checked against what every rank computes itself: on
  * world (whose first collective calls are nonblocking, made at rank 0
- * before the others can make theirs), a reversed split and
- * an interleaved split (even ranks first), each of these agreed by one
- * MPI_Barrier first; every root; counts 0, 1, 7, 1000
- * and 40000; vector items at the odd ranks (the same signature); in place;
- * several calls outstanding at once on one communicator and on two,
+ * before the others can make theirs), a reversed split and an
+ * interleaved split (even ranks first), each of these two agreed by one
+ * MPI_Barrier first; every root; counts 0, 1, 7, 1000 and 40000; vector
+ * items at the odd ranks (the same signature); in place; several calls
+ * outstanding at once on one communicator and on two,
  * completed in reverse order with MPI_Wait and together with MPI_Waitall
  * or MPI_Test loops; a blocking MPI_Allreduce while calls are pending; a
  * user's operation freed right after the call; an Iallreduce of doubles
