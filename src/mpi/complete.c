@@ -353,22 +353,28 @@ static void finish_noting(MPI_Request *req, struct pm_op *op, MPI_Status *st, st
 		*f = (struct failure){comm, code};
 }
 
+/* Finish @p op (done, or an inactive persistent one: an empty status) of
+ * an "all" call into @p st, noting it in @p f if it is the first to fail. */
+static void finish_in_all(MPI_Request *req, struct pm_op *op, MPI_Status *st, struct failure *f)
+{
+	if (!inactive(op)) {
+		finish_noting(req, op, st, f);
+		return;
+	}
+	pm_status_empty(st);
+	if (st != MPI_STATUS_IGNORE)
+		st->MPI_ERROR = MPI_SUCCESS;
+}
+
 /* Finish every op of ours (all done) into statuses[i], noting the first
  * that failed in @p f. */
 static void finish_ours(int count, MPI_Request reqs[], MPI_Status statuses[], struct failure *f)
 {
 	for (int i = 0; i < count; i++) {
 		struct pm_op *op = op_at(reqs, i);
-		if (!op)
-			continue;
-		MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i];
-		if (inactive(op)) {
-			pm_status_empty(st);
-			if (st != MPI_STATUS_IGNORE)
-				st->MPI_ERROR = MPI_SUCCESS;
-			continue;
-		}
-		finish_noting(&reqs[i], op, st, f);
+		if (op)
+			finish_in_all(&reqs[i], op, statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i],
+				      f);
 	}
 }
 
@@ -464,16 +470,10 @@ static int all_finish(const struct tally *l, int count, MPI_Request reqs[], MPI_
  * the array and the finishing loops. */
 static int wait_all_one(MPI_Request reqs[], struct pm_op *op, MPI_Status statuses[])
 {
-	MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[0];
 	struct failure ours = {MPI_COMM_NULL, MPI_SUCCESS};
-	if (inactive(op)) {
-		pm_status_empty(st);
-		if (st != MPI_STATUS_IGNORE)
-			st->MPI_ERROR = MPI_SUCCESS;
-		return MPI_SUCCESS;
-	}
-	pm_wait_op(op);
-	finish_noting(&reqs[0], op, st, &ours);
+	if (!inactive(op))
+		pm_wait_op(op);
+	finish_in_all(&reqs[0], op, statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[0], &ours);
 	return multi_error(&ours, MPI_SUCCESS);
 }
 
