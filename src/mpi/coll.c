@@ -698,9 +698,7 @@ struct pm_hier *pm_hier_for(MPI_Comm comm)
 
 void pm_coll_world_layout(void)
 {
-	struct pm_comm *c = pm_comm_find(MPI_COMM_WORLD);
-	if (c && c->mixed && !c->coll)
-		pm_hier_for(MPI_COMM_WORLD);
+	pm_hier_for(MPI_COMM_WORLD); /* agrees where world spans nodes; else nothing */
 }
 
 struct pm_coll *pm_coll_for(MPI_Comm comm)
